@@ -1,0 +1,43 @@
+# Targets the README names. `uv` manages the environment (uv.lock is committed).
+.PHONY: help install install-local chat test test-fast lint typecheck format bench
+
+UV ?= uv
+
+help:
+	@echo "make chat        - create an agent if none exists and chat with it (offline model by default)"
+	@echo "make test        - the whole test suite: lint, types, unit, contract, e2e (builds llama.cpp once)"
+	@echo "make test-fast   - tests without the local-model end-to-end tests"
+	@echo "make lint        - ruff check + format check"
+	@echo "make typecheck   - pyright"
+	@echo "make bench       - benchmarks (print tables)"
+
+install:
+	$(UV) sync --frozen
+
+# The offline model: compiles llama.cpp from source (about 5 minutes on 2 cores, once).
+install-local:
+	$(UV) sync --frozen --extra local
+
+chat: install-local
+	@$(UV) run --frozen --extra local persyn agents list --json | grep -q '"id"' || $(UV) run --frozen --extra local persyn init --name Persyn
+	$(UV) run --frozen --extra local persyn chat
+
+lint:
+	$(UV) run --frozen ruff check src tests bench
+	$(UV) run --frozen ruff format --check src tests bench
+
+typecheck:
+	$(UV) run --frozen pyright
+
+format:
+	$(UV) run --frozen ruff format src tests bench
+	$(UV) run --frozen ruff check --fix src tests bench
+
+test: install-local lint typecheck
+	$(UV) run --frozen --extra local pytest
+
+test-fast: install
+	$(UV) run --frozen pytest -m "not local_llm"
+
+bench: install
+	$(UV) run --frozen python bench/dispatch.py

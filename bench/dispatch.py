@@ -1,0 +1,114 @@
+"""Dispatch throughput and latency on the embedded store (issue 2 figures).
+
+For 1, 10 and 100 agents, submits events through the real runtime (persist → enqueue on the
+DBOS `events` queue partitioned by agent → activation workflow → transmit) with an instant
+in-process model double, and prints activations per second and the latency from the event
+being persisted to the first model request (p50/p99).
+
+    uv run python bench/dispatch.py [--events N] [--agents 1,10,100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from persyn.core.config import AgentConfig, Settings, load_settings
+from persyn.core.events import Event, Speaker
+from persyn.core.ids import new_id
+from persyn.runtime.app import Runtime
+from persyn.testing import register_double
+
+_first_request: dict[str, float] = {}
+_persisted: dict[str, float] = {}
+
+
+def _instant(task: str | None, messages: object, info: object) -> str:
+    text = str(messages[-1].parts[-1].content)  # type: ignore[index,attr-defined]
+    key = text.split("#", 1)[-1]
+    _first_request.setdefault(key, time.perf_counter())
+    return "ok"
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _settings(home: Path, agent_count: int) -> tuple[Settings, list[AgentConfig]]:
+    home.mkdir(parents=True)
+    (home / "persyn.toml").write_text('[models]\ndefault = "test:bench"\n[metering]\nevent_log = false\n')
+    settings = load_settings(home, environ={})
+    agents = [AgentConfig(name=f"agent{i}", id=new_id()) for i in range(agent_count)]
+    return settings.model_copy(update={"agents": agents}), agents
+
+
+async def _run(settings: Settings, agents: list[AgentConfig], events: int) -> tuple[float, list[float]]:
+    agent_count = len(agents)
+    runtime = Runtime(settings)
+    await runtime.start(workers=True)
+    _first_request.clear()
+    _persisted.clear()
+    try:
+        # Warm up: first use builds the model and primes the queue.
+        warm = agents[0]
+        await _submit(runtime, warm, "warm")
+        event_ids: list[tuple[str, str]] = []
+        started = time.perf_counter()
+        for index in range(events):
+            agent = agents[index % agent_count]
+            event_ids.append((agent.id, await _submit(runtime, agent, f"e{index}")))
+        for agent_id, event_id in event_ids:
+            await runtime.wait_marker(agent_id, event_id, timeout=600)
+        elapsed = time.perf_counter() - started
+    finally:
+        await runtime.stop()
+    latencies = [(_first_request[k] - _persisted[k]) * 1000 for k in _persisted if k in _first_request]
+    return events / elapsed, latencies
+
+
+async def _submit(runtime: Runtime, agent: AgentConfig, key: str) -> str:
+    now = runtime.clock.now()
+    event = Event(
+        id=new_id(now),
+        agent_id=agent.id,
+        service="bench",
+        channel="bench",
+        speaker=Speaker(service="bench", channel="bench", speaker_id="u", display_name="U"),
+        text=f"hello #{key}",
+        received_at=now,
+    )
+    await runtime.store.save_event(event)
+    _persisted[key] = time.perf_counter()
+    await runtime._enqueue_activation(agent.id, event.id)  # pyright: ignore[reportPrivateUsage]
+    if key == "warm":
+        await runtime.wait_marker(agent.id, event.id, timeout=120)
+    return event.id
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=300, help="events per configuration")
+    parser.add_argument("--agents", default="1,10,100", help="comma-separated agent counts")
+    args = parser.parse_args()
+    register_double("bench", _instant)
+    rows: list[tuple[int, float, float, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for count in (int(a) for a in args.agents.split(",")):
+            settings, agents = _settings(Path(tmp) / f"a{count}", count)
+            rate, latencies = asyncio.run(_run(settings, agents, args.events))
+            rows.append((count, rate, statistics.median(latencies), _percentile(latencies, 0.99)))
+    print(f"{'agents':>7} {'events':>7} {'activations/s':>14} {'p50 ms':>8} {'p99 ms':>8}")
+    for count, rate, p50, p99 in rows:
+        print(f"{count:>7} {args.events:>7} {rate:>14.1f} {p50:>8.1f} {p99:>8.1f}")
+    print("latency: event persisted -> first model request; embedded SQLite store, instant model double")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from persyn.cli import main
+
+main()

@@ -1,0 +1,185 @@
+"""`persyn chat`: a line-mode chat in the terminal (SPEC §8 stage 1).
+
+The reply streams as it is generated; notices are shown distinctly from speech. The
+operator has a stable identity key (service "terminal", their login name) separate from
+an editable display name: `/name NEW` changes only the display name, remembered as a
+per-person preference for next time (SPEC App. B).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+from persyn.core.config import AgentConfig
+from persyn.core.errors import InputError
+from persyn.core.events import Event, EventKind, Notice, Outbound, Speaker
+from persyn.core.ids import new_id
+from persyn.gateway.base import SinkCallable, SinkEvent
+from persyn.runtime.app import Runtime
+
+__all__ = ["TerminalChannel", "run_chat"]
+
+SERVICE = "terminal"
+_HELP = "Commands: /name NEW (change how the agent calls you), /help, /quit. Ctrl-D or Ctrl-C leaves."
+
+
+class TerminalChannel:
+    """Adapter between the runtime and one terminal. Prints are synchronous and cheap."""
+
+    service = SERVICE
+
+    def __init__(self, agent: AgentConfig, out: TextIO, *, color: bool) -> None:
+        self.agent = agent
+        self.out = out
+        self.color = color
+        self._streamed: dict[str, str] = {}
+        self._open_line = False
+
+    def _style(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def _end_line(self) -> None:
+        if self._open_line:
+            self._write("\n")
+            self._open_line = False
+
+    def sink_for(self, event: Event) -> SinkCallable | None:
+        def sink(item: SinkEvent) -> None:
+            if item.kind != "delta" or not item.text or item.phase != "draft":
+                return
+            if event.id not in self._streamed:
+                self._end_line()
+                self._write(self._style(f"{self.agent.name}: ", "1;36"))
+                self._streamed[event.id] = ""
+            self._streamed[event.id] += item.text
+            self._write(item.text)
+            self._open_line = True
+
+        return sink
+
+    async def deliver(self, outbound: Outbound) -> None:
+        streamed = self._streamed.pop(outbound.event_id, None)
+        if streamed is not None and streamed.strip() == outbound.text.strip():
+            self._end_line()
+            return
+        self._end_line()
+        if streamed is not None:
+            self.notice_text("(revised)", "2")
+        self._write(self._style(f"{self.agent.name}: ", "1;36") + outbound.text + "\n")
+
+    async def notice(self, event: Event, notice: Notice) -> None:
+        if self._streamed.pop(event.id, None) is not None:
+            self._end_line()
+            self.notice_text("(the draft above was withdrawn)", "2")
+        code = {"error": "31", "warning": "33"}.get(notice.level, "2")
+        self.notice_text(notice.text, code)
+
+    def notice_text(self, text: str, code: str = "2") -> None:
+        self._end_line()
+        self._write(self._style(f"· {text}", code) + "\n")
+
+
+async def run_chat(
+    runtime: Runtime,
+    agent: AgentConfig,
+    *,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    user: str | None = None,
+    display_name: str | None = None,
+    read_line: Callable[[], str] | None = None,
+) -> int:
+    """Chat until EOF or interrupt. Returns a process exit code."""
+    out = stdout or sys.stdout
+    source = stdin or sys.stdin
+    interactive = source.isatty() and out.isatty()
+    channel = TerminalChannel(agent, out, color=interactive)
+    runtime.channels[SERVICE] = channel
+    login = user or _login_name()
+    operator = Speaker(service=SERVICE, channel=SERVICE, speaker_id=f"operator:{login}", display_name=login)
+    person_id, remembered = await runtime.resolve_speaker(agent.id, operator)
+    # An explicit per-session name wins over the remembered preference (SPEC App. B).
+    name = display_name or remembered or login
+
+    if interactive:
+        channel.notice_text(f"Talking with {agent.name}. {_HELP}")
+    offline = runtime.offline_notice()
+    if offline:
+        channel.notice_text(offline, "33")
+
+    def _read() -> str:
+        if read_line is not None:
+            return read_line()
+        if interactive:
+            return input(channel._style(f"{name}> ", "1;32"))
+        line = source.readline()
+        if not line:
+            raise EOFError
+        return line.rstrip("\n")
+
+    while True:
+        try:
+            line = await asyncio.to_thread(_read)
+        except (EOFError, KeyboardInterrupt):
+            break
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped in ("/quit", "/exit"):
+            break
+        if stripped == "/help":
+            channel.notice_text(_HELP)
+            continue
+        if stripped.startswith("/name"):
+            new_name = stripped.removeprefix("/name").strip()
+            if not new_name or len(new_name) > 64:
+                channel.notice_text("usage: /name NEW (1 to 64 characters)", "33")
+                continue
+            name = new_name
+            await runtime.remember_display_name(agent.id, person_id, name)
+            channel.notice_text(f"{agent.name} will call you {name} from now on.")
+            continue
+        try:
+            text = runtime.validate_text(line)
+        except InputError as exc:
+            channel.notice_text(str(exc), "31")
+            continue
+        now = runtime.clock.now()
+        event = Event(
+            id=new_id(now),
+            agent_id=agent.id,
+            kind=EventKind.MESSAGE,
+            service=SERVICE,
+            channel=SERVICE,
+            speaker=operator.model_copy(update={"display_name": name}),
+            text=text,
+            received_at=now,
+        )
+        try:
+            await runtime.submit(event)
+            await runtime.wait_marker(agent.id, event.id)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            break
+        except Exception as exc:  # keep the chat alive; say what went wrong
+            channel.notice_text(f"error: {exc}", "31")
+    with contextlib.suppress(Exception):
+        channel._end_line()
+    if interactive:
+        out.write("\n")
+    return 0
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "operator"

@@ -1,0 +1,183 @@
+"""The response pipeline (SPEC §4) as small named steps.
+
+receive → assemble prompt → respond → (critique, refine, decide: later issues) → transmit
+→ store dialog. Each step is a plain async function over explicit inputs so it can be
+tested alone with a model double; the durable runtime wraps each in a DBOS step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from persyn.cognition.prompt import ContextSection, assemble_prompt
+from persyn.core.config import AgentConfig, Settings, Task
+from persyn.core.errors import ModelError
+from persyn.core.events import Event, EventKind
+from persyn.core.ids import derived_id, new_id
+from persyn.gateway.base import Completion, Prompt, SinkCallable
+from persyn.store.base import Identity, Message, Role, Store
+
+__all__ = [
+    "ContextSource",
+    "Reply",
+    "Responder",
+    "TurnSetup",
+    "build_prompt",
+    "receive",
+    "record_reply",
+    "respond",
+]
+
+log = logging.getLogger(__name__)
+
+
+class TurnSetup(BaseModel):
+    """What `receive` resolved: serialisable, so a durable step can return it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent_id: str
+    event_id: str
+    service: str
+    channel: str
+    conversation_id: str
+    person_id: str | None
+    speaker_name: str
+    inbound_message_id: str
+
+
+class Reply(BaseModel):
+    """The candidate the agent produced, or why it could not produce one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str | None
+    failure: str | None = None
+    usage_id: str | None = None
+
+
+class ContextSource(Protocol):
+    """A source of volatile context (memories, graph, goals...): fetched per turn."""
+
+    async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]: ...
+
+
+class Responder(Protocol):
+    async def complete(
+        self, task: Task, prompt: Prompt, *, sink: SinkCallable | None = None, phase: str = "draft"
+    ) -> Completion: ...
+
+
+async def receive(store: Store, settings: Settings, event: Event, now: datetime) -> TurnSetup:
+    """Resolve the speaker to a person, resolve or open the conversation, store the input."""
+    person_id: str | None = None
+    speaker_name = "system"
+    participants: list[str] = []
+    if event.speaker is not None:
+        speaker = event.speaker
+        person = await store.resolve_person(
+            event.agent_id,
+            Identity(service=speaker.service, channel=speaker.channel, speaker_id=speaker.speaker_id),
+            speaker.display_name,
+            speaker.kind,
+            now,
+        )
+        person_id = person.id
+        speaker_name = speaker.display_name or person.display_name
+        participants.append(person.id)
+    conversation = await store.open_conversation(
+        event.agent_id,
+        event.service,
+        event.channel,
+        participants,
+        now,
+        settings.conversation.idle_timeout_minutes * 60,
+        kind="dialog" if event.kind is EventKind.MESSAGE else "reflection",
+    )
+    # Derived, not fresh: if this step is re-run after a crash the input is not stored twice.
+    message_id = derived_id(event.received_at, event.id, "inbound")
+    await store.add_message(
+        Message(
+            id=message_id,
+            agent_id=event.agent_id,
+            conversation_id=conversation.id,
+            role=Role.USER if event.speaker is not None else Role.SYSTEM,
+            person_id=person_id,
+            speaker_name=speaker_name,
+            text=event.text,
+            created_at=event.received_at,
+            event_id=event.id,
+        )
+    )
+    return TurnSetup(
+        agent_id=event.agent_id,
+        event_id=event.id,
+        service=event.service,
+        channel=event.channel,
+        conversation_id=conversation.id,
+        person_id=person_id,
+        speaker_name=speaker_name,
+        inbound_message_id=message_id,
+    )
+
+
+async def build_prompt(
+    store: Store,
+    settings: Settings,
+    agent: AgentConfig,
+    setup: TurnSetup,
+    now: datetime,
+    query: str,
+    sources: Sequence[ContextSource] = (),
+) -> Prompt:
+    """Recent dialog on this channel plus every context source's sections."""
+    dialog = await store.channel_messages(
+        setup.agent_id, setup.service, setup.channel, settings.conversation.recent_dialog_messages
+    )
+    sections: list[ContextSection] = []
+    for source in sources:
+        try:
+            sections.extend(await source(setup, query))
+        except Exception as exc:  # fail soft (SPEC §2): a broken source costs context, not the turn
+            log.warning("context source %r failed: %s", source, exc)
+    situation = None
+    if setup.person_id is not None:
+        situation = f"You are talking with {setup.speaker_name} on {setup.service} ({setup.channel})."
+    return assemble_prompt(agent, now=now, dialog=dialog, sections=sections, situation=situation)
+
+
+async def respond(responder: Responder, prompt: Prompt, sink: SinkCallable | None = None) -> Reply:
+    """Generate the candidate. A failed generation degrades to a stated failure, never a crash."""
+    try:
+        completion = await responder.complete(Task.RESPOND, prompt, sink=sink, phase="draft")
+    except ModelError as exc:
+        return Reply(text=None, failure=str(exc))
+    text = completion.text.strip()
+    if not text:
+        return Reply(text=None, failure="the model returned an empty reply", usage_id=completion.usage_id)
+    return Reply(text=text, usage_id=completion.usage_id)
+
+
+async def record_reply(store: Store, agent_name: str, setup: TurnSetup, text: str, now: datetime) -> Message:
+    """Store what the agent said. Idempotent per event: a replayed transmit stores nothing new."""
+    existing = await store.agent_reply_for_event(setup.agent_id, setup.event_id)
+    if existing is not None:
+        return existing
+    message = Message(
+        id=new_id(now),
+        agent_id=setup.agent_id,
+        conversation_id=setup.conversation_id,
+        role=Role.AGENT,
+        person_id=None,
+        speaker_name=agent_name,
+        text=text,
+        created_at=now,
+        event_id=setup.event_id,
+    )
+    await store.add_message(message)
+    return await store.agent_reply_for_event(setup.agent_id, setup.event_id) or message

@@ -1,0 +1,316 @@
+"""Deployment configuration (ARCHITECTURE §8).
+
+One `persyn.toml` per deployment, read once at start into pydantic models. `PERSYN_*`
+environment variables override file settings (`PERSYN_MODELS__RESPOND=...` sets
+`[models] respond`); secrets (API keys) come only from the environment. This is the only
+module that reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from persyn.core.errors import ConfigError
+from persyn.core.ids import is_id
+
+__all__ = [
+    "CONFIG_FILE",
+    "DEFAULT_HOME",
+    "AgentConfig",
+    "ConversationConfig",
+    "DispatchConfig",
+    "MeteringConfig",
+    "ModelsConfig",
+    "Price",
+    "Secrets",
+    "Settings",
+    "Task",
+    "home_from_env",
+    "load_settings",
+    "parse_settings",
+]
+
+CONFIG_FILE = "persyn.toml"
+DEFAULT_HOME = Path("~/.persyn")
+
+
+class Task(StrEnum):
+    """What a model call is for. The registry maps each task to a model (ARCHITECTURE §5)."""
+
+    RESPOND = "respond"
+    CRITIQUE = "critique"
+    REFINE = "refine"
+    DECIDE = "decide"
+    SUMMARIZE = "summarize"
+    RATE = "rate"
+    CLASSIFY = "classify"
+    EXTRACT = "extract"
+    DOSSIER = "dossier"
+    REFLECT = "reflect"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AgentConfig(_Strict):
+    """The seed persona: day-zero voice that memory soon augments (SPEC §1)."""
+
+    name: str = Field(min_length=1, max_length=64)
+    id: str
+    disposition: str = "Curious, candid and warm; prefers honesty to agreement."
+    objectives: list[str] = Field(default_factory=list[str])
+    rules: list[str] = Field(default_factory=list[str])
+    models: dict[str, str] = Field(default_factory=dict[str, str])
+
+    @field_validator("id")
+    @classmethod
+    def _ulid(cls, value: str) -> str:
+        if not is_id(value):
+            raise ValueError(f"{value!r} is not a ULID (26 Crockford base32 characters)")
+        return value.upper()
+
+    @field_validator("models")
+    @classmethod
+    def _known_tasks(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_task_keys(value)
+
+
+def _check_task_keys(value: dict[str, str]) -> dict[str, str]:
+    allowed = {t.value for t in Task} | {"default"}
+    for key in value:
+        if key not in allowed:
+            raise ValueError(f"unknown task {key!r}; allowed: {', '.join(sorted(allowed))}")
+    return value
+
+
+class ModelsConfig(_Strict):
+    """Task → model string. `default` applies to every task not named.
+
+    Model strings: `auto` (a hosted model if an API key is set, else the local model),
+    `anthropic:NAME`, `openai:NAME`, `openai:NAME@http://host:port/v1` (any OpenAI-compatible
+    server), `local:` / `local:PATH.gguf` (llama.cpp on this machine), `test:NAME` (doubles).
+    """
+
+    default: str = "auto"
+    respond: str | None = None
+    critique: str | None = None
+    refine: str | None = None
+    decide: str | None = None
+    summarize: str | None = None
+    rate: str | None = None
+    classify: str | None = None
+    extract: str | None = None
+    dossier: str | None = None
+    reflect: str | None = None
+    context_window: int = Field(default=0, ge=0)
+    request_timeout_seconds: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=3, ge=0, le=10)
+
+    def for_task(self, task: Task) -> str:
+        chosen: str | None = getattr(self, task.value)
+        return chosen or self.default
+
+
+class Price(_Strict):
+    """US dollars per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+
+
+class MeteringConfig(_Strict):
+    event_log: bool = True
+    prometheus_port: int = Field(default=0, ge=0, le=65535)
+    prometheus_host: str = "127.0.0.1"
+
+
+class ConversationConfig(_Strict):
+    idle_timeout_minutes: float = Field(default=30.0, gt=0)
+    recent_dialog_messages: int = Field(default=20, ge=0, le=500)
+    max_message_chars: int = Field(default=32_000, ge=1)
+
+
+class DispatchConfig(_Strict):
+    queue_polling_seconds: float = Field(default=0.01, gt=0, le=10)
+    marker_ttl_seconds: float = Field(default=3600.0, gt=0)
+    worker_concurrency: int = Field(default=16, ge=1, le=1000)
+    # Debug knob for crash-recovery drills: sleep this long between the respond step and
+    # transmit, so an operator (or a test) can kill the process in between.
+    debug_transmit_delay_seconds: float = Field(default=0.0, ge=0)
+
+
+class Secrets(BaseModel):
+    """Secrets: only ever from the environment, never from the file."""
+
+    model_config = ConfigDict(frozen=True)
+
+    anthropic_api_key: SecretStr | None = None
+    openai_api_key: SecretStr | None = None
+
+
+class Settings(_Strict):
+    home: Path
+    storage_url: str | None = None
+    agents: list[AgentConfig] = Field(default_factory=list[AgentConfig])
+    models: ModelsConfig = ModelsConfig()
+    prices: dict[str, Price] = Field(default_factory=dict[str, Price])
+    metering: MeteringConfig = MeteringConfig()
+    conversation: ConversationConfig = ConversationConfig()
+    dispatch: DispatchConfig = DispatchConfig()
+    log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    secrets: Secrets = Secrets()
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def database_url(self) -> str:
+        return self.storage_url or f"sqlite:///{self.data_dir / 'persyn.db'}"
+
+    @property
+    def dbos_database_url(self) -> str:
+        if self.storage_url and not self.storage_url.startswith("sqlite"):
+            return self.storage_url
+        return f"sqlite:///{self.data_dir / 'dbos.sqlite'}"
+
+    @property
+    def usage_log_path(self) -> Path:
+        return self.home / "usage.jsonl"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    def agent(self, name: str | None) -> AgentConfig:
+        """The agent called `name` (case-insensitive), or the only one when `name` is None."""
+        if not self.agents:
+            raise ConfigError(
+                f"no agents are configured in {self.home / CONFIG_FILE}; run `persyn init --name NAME`"
+            )
+        if name is None:
+            if len(self.agents) > 1:
+                names = ", ".join(a.name for a in self.agents)
+                raise ConfigError(f"several agents are configured ({names}); choose one with --agent NAME")
+            return self.agents[0]
+        for agent in self.agents:
+            if agent.name.lower() == name.lower() or agent.id == name.upper():
+                return agent
+        names = ", ".join(a.name for a in self.agents)
+        raise ConfigError(f"no agent named {name!r}; configured agents: {names}")
+
+    def model_for(self, agent: AgentConfig, task: Task) -> str:
+        return agent.models.get(task.value) or agent.models.get("default") or self.models.for_task(task)
+
+
+def home_from_env(explicit: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    raw = explicit if explicit is not None else env.get("PERSYN_HOME") or DEFAULT_HOME
+    return Path(raw).expanduser().resolve()
+
+
+_SECRET_ENV = {"anthropic_api_key": "ANTHROPIC_API_KEY", "openai_api_key": "OPENAI_API_KEY"}
+_NOT_FROM_ENV = {"PERSYN_HOME"}
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """`PERSYN_A__B=value` → {"a": {"b": value}}. Values are parsed as TOML scalars when
+    they look like one (numbers, booleans), else kept as strings."""
+    overrides: dict[str, Any] = {}
+    for key, raw in environ.items():
+        if not key.startswith("PERSYN_") or key in _NOT_FROM_ENV:
+            continue
+        path = key.removeprefix("PERSYN_").lower().split("__")
+        if path[0] in ("agents", "secrets", "home"):
+            continue  # agents are edited in the file; secrets have their own variables
+        node = overrides
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = _parse_scalar(raw)
+    return overrides
+
+
+def _parse_scalar(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)  # type: ignore[arg-type]
+        else:
+            merged[key] = value
+    return merged
+
+
+def _describe(error: ValidationError, source: Path) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for issue in error.errors():
+        key = ".".join(str(p) for p in issue["loc"])
+        message = issue["msg"]
+        ctx = issue.get("ctx") or {}
+        if "expected" in ctx and str(ctx["expected"]) not in message:
+            message = f"{message} (allowed: {ctx['expected']})"
+        if issue["type"] == "extra_forbidden":
+            message = "unknown key"
+        value = issue.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        lines.append(f"  - {key}: {message}{shown}")
+    return "\n".join(lines)
+
+
+def parse_settings(
+    data: Mapping[str, Any], home: Path, environ: Mapping[str, str] | None = None, source: Path | None = None
+) -> Settings:
+    env = os.environ if environ is None else environ
+    merged = _merge(dict(data), _env_overrides(env))
+    merged["home"] = home
+    merged["secrets"] = {field: SecretStr(env[var]) for field, var in _SECRET_ENV.items() if env.get(var)}
+    if "secrets" in data:
+        raise ConfigError(
+            f"invalid configuration in {source or home / CONFIG_FILE}: [secrets] is not allowed in the file; "
+            "set ANTHROPIC_API_KEY / OPENAI_API_KEY in the environment instead"
+        )
+    try:
+        settings = Settings.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source or home / CONFIG_FILE)) from exc
+    names = [a.name.lower() for a in settings.agents]
+    if len(set(names)) != len(names):
+        raise ConfigError(
+            f"invalid configuration in {source or home / CONFIG_FILE}: agent names must be unique"
+        )
+    return settings
+
+
+def load_settings(home: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read `$PERSYN_HOME/persyn.toml` (a missing file means defaults and no agents)."""
+    env = os.environ if environ is None else environ
+    root = home_from_env(home, env)
+    path = root / CONFIG_FILE
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            raw = path.read_bytes().decode("utf-8")
+            data = tomllib.loads(raw)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"invalid configuration in {path}: the file is not UTF-8 ({exc.reason})"
+            ) from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"invalid configuration in {path}: not valid TOML: {exc}") from exc
+    return parse_settings(data, root, env, path)

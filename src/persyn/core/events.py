@@ -1,0 +1,80 @@
+"""The common event format every channel produces (SPEC §3) and what comes back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["CompletionMarker", "Event", "EventKind", "Notice", "Outbound", "Speaker"]
+
+
+class EventKind(StrEnum):
+    MESSAGE = "message"
+    REMINDER = "reminder"
+    HEARTBEAT = "heartbeat"
+
+
+class Speaker(BaseModel):
+    """Who sent a message, as the channel knows them. (service, channel, speaker_id) is
+    the lookup key of an identity in the contact directory (SPEC §4.4)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    service: str
+    channel: str
+    speaker_id: str
+    display_name: str
+    kind: str = "human"
+
+
+class Event(BaseModel):
+    """One stimulus for one agent. Persisted before it is enqueued; its id is the dedup key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    agent_id: str
+    kind: EventKind = EventKind.MESSAGE
+    service: str
+    channel: str
+    speaker: Speaker | None = None
+    text: str
+    received_at: datetime
+    addressed: bool = True
+    meta: dict[str, str] = Field(default_factory=dict[str, str])
+
+
+class Outbound(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    event_id: str
+    agent_id: str
+    service: str
+    channel: str
+    conversation_id: str
+    message_id: str
+    text: str
+
+
+class Notice(BaseModel):
+    """Something the operator should see that is not the agent speaking."""
+
+    model_config = ConfigDict(frozen=True)
+
+    level: str  # "info" | "warning" | "error"
+    text: str
+
+
+class CompletionMarker(BaseModel):
+    """Short-lived record of how an event's pipeline run ended (SPEC App. B)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event_id: str
+    transmitted: bool
+    text: str | None = None
+    reason: str | None = None
+    created_at: datetime
+    expires_at: datetime

@@ -1,0 +1,115 @@
+"""The model gateway's vocabulary (ARCHITECTURE §5): what callers send and get back.
+
+Callers speak in these neutral types; `gateway/` translates them to pydantic-ai messages
+for whichever provider the task is bound to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AgentTurn",
+    "Completion",
+    "Prompt",
+    "PromptItem",
+    "SinkEvent",
+    "TokenSink",
+    "TokenUsage",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "UserTurn",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class UserTurn(_Frozen):
+    """Something said to the agent (by a person, another agent, or the system on its behalf)."""
+
+    kind: Literal["user"] = "user"
+    text: str
+    name: str | None = None  # speaker display name, for multi-speaker channels
+
+
+class ToolCall(_Frozen):
+    id: str
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict[str, Any])
+
+
+class AgentTurn(_Frozen):
+    """Something the agent said, possibly with tool calls it made."""
+
+    kind: Literal["agent"] = "agent"
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+class ToolResult(_Frozen):
+    kind: Literal["tool_result"] = "tool_result"
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+PromptItem = UserTurn | AgentTurn | ToolResult
+
+
+class Prompt(_Frozen):
+    """One model request: a single system instruction plus the dialog.
+
+    `system` is the whole instruction; `stable_prefix_chars` says how many of its leading
+    characters are stable across turns (identity, standing constraints) so providers that
+    support explicit cache markers (Anthropic) can mark the boundary.
+    """
+
+    system: str
+    items: tuple[PromptItem, ...] = ()
+    stable_prefix_chars: int = 0
+
+
+class ToolSpec(_Frozen):
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON schema of the input
+
+
+class TokenUsage(_Frozen):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class Completion(_Frozen):
+    """The result of one model round-trip."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    output: Any = None  # the validated pydantic model when structured output was asked for
+    usage: TokenUsage = TokenUsage()
+    model: str = ""  # the model string it ran on
+    usage_id: str | None = None  # the id of the usage record emitted for this call
+
+
+class SinkEvent(_Frozen):
+    phase: str  # "draft" | "revise" | ...
+    kind: Literal["delta", "tool_start", "tool_end", "end"]
+    text: str = ""
+
+
+class TokenSink(Protocol):
+    """Receives generated text as it streams. Best-effort: errors are swallowed."""
+
+    def __call__(self, event: SinkEvent) -> Awaitable[None] | None: ...
+
+
+SinkCallable = Callable[[SinkEvent], Awaitable[None] | None]

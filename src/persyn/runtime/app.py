@@ -1,0 +1,398 @@
+"""The composition root: builds everything from config and runs activations.
+
+`Runtime` owns the store, the meter, one model gateway per agent, the channel adapters
+and the DBOS launch. Channels call `submit(event)`; workers run `workflows.activation`,
+which calls back into `receive` / `respond` / `transmit` here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, SetEnqueueOptions, SetWorkflowID
+
+from persyn.channels.base import ChannelAdapter
+from persyn.cognition import pipeline
+from persyn.cognition.pipeline import ContextSource, Reply, TurnSetup
+from persyn.core.clock import Clock, SystemClock
+from persyn.core.config import AgentConfig, Settings, Task
+from persyn.core.errors import InputError, ModelError
+from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
+from persyn.core.ids import derived_id, parse_id
+from persyn.gateway.gateway import ModelGateway
+from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
+from persyn.gateway.registry import ModelSpec, parse_model_string
+from persyn.runtime import workflows
+from persyn.store import Store, open_store
+from persyn.store.base import Identity
+from persyn.usage.jsonl import JsonlAdapter
+from persyn.usage.meter import Meter, MeterAdapter
+from persyn.usage.prometheus import PrometheusAdapter
+
+__all__ = ["DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
+
+DISPLAY_NAME_PREF = "display_name"
+
+log = logging.getLogger(__name__)
+
+ConversationHook = Callable[[str, str], Awaitable[None]]
+
+
+class Runtime:
+    """One process's view of a deployment: every configured agent, shared infrastructure."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        store: Store | None = None,
+        extra_meter_adapters: list[MeterAdapter] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self.store: Store = store or open_store(settings.database_url)
+        adapters: list[MeterAdapter] = []
+        if settings.metering.event_log:
+            adapters.append(JsonlAdapter(settings.usage_log_path))
+        self._prometheus: PrometheusAdapter | None = None
+        if settings.metering.prometheus_port:
+            self._prometheus = PrometheusAdapter()
+            adapters.append(self._prometheus)
+        adapters.extend(extra_meter_adapters or [])
+        self.meter = Meter(adapters)
+        self.agents: dict[str, AgentConfig] = {a.id: a for a in settings.agents}
+        self.channels: dict[str, ChannelAdapter] = {}
+        self.context_sources: list[ContextSource] = []
+        self._hooks: dict[str, ConversationHook] = {}
+        self._gateways: dict[str, ModelGateway] = {}
+        self._local_servers: dict[str, LlamaServer] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._launched = False
+        self._client: DBOSClient | None = None
+        self.uses_offline_model = False
+
+    # lifecycle -------------------------------------------------------------------------
+    async def start(self, *, workers: bool = True) -> None:
+        """Set up storage, start the local model if any task needs it, launch DBOS."""
+        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        await self.store.setup()
+        for agent in self.agents.values():
+            await self.store.ensure_agent(agent.id, agent.name, self.clock.now())
+        await self._start_local_models()
+        for agent in self.agents.values():
+            self._gateways[agent.id] = ModelGateway(
+                self.settings, agent, self.meter, local_factory=self._local_model, clock=self.clock
+            )
+        if self._prometheus is not None:
+            self._prometheus.start(
+                self.settings.metering.prometheus_port, self.settings.metering.prometheus_host
+            )
+        workflows.install(self)
+        config: DBOSConfig = {
+            "name": "persyn",
+            "system_database_url": self.settings.dbos_database_url,
+            "log_level": self.settings.log_level.upper(),
+        }
+        if workers:
+            DBOS(config=config)
+            # Launched from inside the running loop so queued workflows run on it: live
+            # token sinks and adapters then need no cross-thread marshalling.
+            DBOS.launch()
+        else:
+            # A process that only submits (`persyn send`) enqueues for the workers through
+            # the system database, without becoming an executor itself.
+            # It may run before any worker ever started, so it makes sure the system
+            # database exists (idempotent).
+            await asyncio.to_thread(DBOS.migrate, self.settings.dbos_database_url)
+            self._client = await asyncio.to_thread(
+                DBOSClient, system_database_url=self.settings.dbos_database_url
+            )
+        self._launched = workers
+        polling = self.settings.dispatch.queue_polling_seconds
+        if workers:
+            # partition_concurrency=1 over partition key agent_id *is* the per-agent lock
+            # (SPEC §7), across processes and hosts sharing the system database.
+            await DBOS.register_queue_async(
+                workflows.EVENTS_QUEUE,
+                partition_concurrency=1,
+                worker_concurrency=self.settings.dispatch.worker_concurrency,
+                polling_interval_sec=polling,
+            )
+            await DBOS.register_queue_async(
+                workflows.BACKGROUND_QUEUE,
+                worker_concurrency=max(1, self.settings.dispatch.worker_concurrency // 4),
+                polling_interval_sec=max(polling, 0.1),
+            )
+            self._spawn(self._housekeeping())
+
+    async def stop(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        for task in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._launched:
+            # Let running activations finish their current step; unfinished ones resume
+            # on the next start (DBOS recovery), so nothing accepted is lost.
+            DBOS.destroy(workflow_completion_timeout_sec=5)
+            # DBOS made its (now shut down) pool this loop's default executor at launch.
+            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(thread_name_prefix="persyn"))
+        if self._client is not None:
+            self._client.destroy()
+            self._client = None
+        workflows.install(None)
+        for gateway in self._gateways.values():
+            await gateway.aclose()
+        await asyncio.to_thread(self.meter.close)
+        if self._prometheus is not None:
+            self._prometheus.stop()
+        for server in self._local_servers.values():
+            await asyncio.to_thread(server.stop)
+        await self.store.close()
+
+    def _spawn(self, coroutine: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # models ----------------------------------------------------------------------------
+    def gateway(self, agent_id: str) -> ModelGateway:
+        return self._gateways[agent_id]
+
+    async def _start_local_models(self) -> None:
+        """Start llama.cpp for every distinct `local:` weights file some task is bound to.
+
+        Done up front (and off the event loop) so the first reply does not stall."""
+        for agent in self.agents.values():
+            for task in Task:
+                spec = parse_model_string(self.settings.model_for(agent, task), self.settings.secrets)
+                if spec.provider != "local" or spec.name in self._local_servers:
+                    continue
+                weights = await asyncio.to_thread(resolve_weights, spec.name, self.settings.models_dir)
+                server = LlamaServer(
+                    weights,
+                    context_window=self.settings.models.context_window or 4096,
+                    log_path=self.settings.home / "logs" / "llama-server.log",
+                )
+                (self.settings.home / "logs").mkdir(parents=True, exist_ok=True)
+                await server.start_async()
+                self._local_servers[spec.name] = server
+                self.uses_offline_model = True
+
+    def _local_model(self, spec: ModelSpec) -> Any:
+        from persyn.gateway.openai import build_openai_model
+
+        server = self._local_servers.get(spec.name)
+        if server is None:
+            raise ModelError(f"the local model {spec.name or 'default'!r} was not started")
+        return build_openai_model(
+            server.model_name, server.base_url, None, self.settings.models.request_timeout_seconds
+        )
+
+    def offline_notice(self) -> str | None:
+        return OFFLINE_NOTICE if self.uses_offline_model else None
+
+    # people, for channels (which never reach into stores) -------------------------------
+    async def resolve_speaker(self, agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
+        """The person id behind a speaker (created on first contact) and the display name
+        they chose earlier, if any (SPEC App. B)."""
+        identity = Identity(service=speaker.service, channel=speaker.channel, speaker_id=speaker.speaker_id)
+        person = await self.store.resolve_person(
+            agent_id, identity, speaker.display_name, speaker.kind, self.clock.now()
+        )
+        chosen = await self.store.get_preference(agent_id, person.id, DISPLAY_NAME_PREF)
+        return person.id, chosen
+
+    async def remember_display_name(self, agent_id: str, person_id: str, name: str) -> None:
+        await self.store.set_preference(agent_id, person_id, DISPLAY_NAME_PREF, name)
+        await self.store.rename_person(agent_id, person_id, name)
+
+    # ingestion -------------------------------------------------------------------------
+    def validate_text(self, text: str | bytes) -> str:
+        """Reject what must not enter the pipeline; nothing is stored for rejected input."""
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"message is not valid UTF-8 (bad byte at position {exc.start})") from exc
+        limit = self.settings.conversation.max_message_chars
+        if len(text) > limit:
+            raise InputError(
+                f"message is {len(text)} characters long; the limit is {limit} "
+                "([conversation] max_message_chars)"
+            )
+        if "\x00" in text:
+            raise InputError("message contains a NUL character")
+        if not text.strip():
+            raise InputError("message is empty")
+        return text
+
+    async def submit(self, event: Event) -> str:
+        """Persist the event, then enqueue its activation (dedup by event id)."""
+        parse_id(event.id, what="event id")
+        if event.agent_id not in self.agents:
+            raise InputError(f"unknown agent id {event.agent_id!r}")
+        self.validate_text(event.text)
+        await self.store.save_event(event)
+        await self._enqueue_activation(event.agent_id, event.id)
+        return event.id
+
+    async def _enqueue_activation(self, agent_id: str, event_id: str) -> None:
+        if self._client is not None:
+            options: EnqueueOptions = {
+                "workflow_name": "persyn.activation",
+                "queue_name": workflows.EVENTS_QUEUE,
+                "workflow_id": event_id,
+                "queue_partition_key": agent_id,
+            }
+            await self._client.enqueue_async(options, agent_id, event_id)
+            return
+        queue = await DBOS.retrieve_queue_async(workflows.EVENTS_QUEUE)
+        if queue is None:
+            raise RuntimeError("the events queue is not registered; start the runtime with workers")
+        with SetWorkflowID(event_id), SetEnqueueOptions(queue_partition_key=agent_id):
+            await queue.enqueue_async(workflows.activation, agent_id, event_id)
+
+    async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
+        """Poll the completion marker (SPEC App. B) until the run ends."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        delay = 0.005
+        while True:
+            marker = await self.store.get_marker(agent_id, event_id, self.clock.now())
+            if marker is not None:
+                return marker
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"no completion for event {event_id} within {timeout:.0f}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    # pipeline steps (called from durable workflow steps) ---------------------------------
+    async def _event(self, agent_id: str, event_id: str) -> Event:
+        event = await self.store.get_event(agent_id, event_id)
+        if event is None:
+            raise InputError(f"event {event_id!r} of agent {agent_id!r} is not stored")
+        return event
+
+    async def receive(self, agent_id: str, event_id: str) -> dict[str, Any]:
+        event = await self._event(agent_id, event_id)
+        setup = await pipeline.receive(self.store, self.settings, event, self.clock.now())
+        return setup.model_dump(mode="json")
+
+    async def respond(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
+        setup = TurnSetup.model_validate(setup_data)
+        event = await self._event(agent_id, event_id)
+        agent = self.agents[agent_id]
+        prompt = await pipeline.build_prompt(
+            self.store, self.settings, agent, setup, self.clock.now(), event.text, self.context_sources
+        )
+        channel = self.channels.get(event.service)
+        sink = _safe_sink_for(channel, event)
+        reply = await pipeline.respond(self.gateway(agent_id), prompt, sink)
+        return reply.model_dump(mode="json")
+
+    async def transmit(
+        self, agent_id: str, event_id: str, setup_data: dict[str, Any], reply_data: dict[str, Any]
+    ) -> dict[str, Any]:
+        setup = TurnSetup.model_validate(setup_data)
+        reply = Reply.model_validate(reply_data)
+        event = await self._event(agent_id, event_id)
+        now = self.clock.now()
+        ttl = timedelta(seconds=self.settings.dispatch.marker_ttl_seconds)
+        channel = self.channels.get(event.service)
+        if reply.text is None:
+            reason = f"I could not produce a reply: {reply.failure}"
+            await self.store.put_marker(
+                agent_id,
+                CompletionMarker(
+                    event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
+                ),
+            )
+            await _safe_notice(channel, event, Notice(level="error", text=reason))
+            return {"transmitted": False, "reason": reason}
+        agent = self.agents[agent_id]
+        message = await pipeline.record_reply(self.store, agent.name, setup, reply.text, now)
+        outbound = Outbound(
+            event_id=event_id,
+            agent_id=agent_id,
+            service=event.service,
+            channel=event.channel,
+            conversation_id=setup.conversation_id,
+            message_id=message.id,
+            text=message.text,
+        )
+        await self.store.put_marker(
+            agent_id,
+            CompletionMarker(
+                event_id=event_id, transmitted=True, text=message.text, created_at=now, expires_at=now + ttl
+            ),
+        )
+        if channel is not None:
+            try:
+                await channel.deliver(outbound)
+            except Exception as exc:  # the reply is stored and marked; the surface failed
+                log.warning("channel %s failed to deliver: %s", event.service, exc)
+        return {"transmitted": True, "text": message.text, "message_id": message.id}
+
+    # conversations ---------------------------------------------------------------------
+    def add_conversation_hook(self, name: str, hook: ConversationHook) -> None:
+        """Run `hook(agent_id, conversation_id)` durably after each conversation closes."""
+        self._hooks[name] = hook
+
+    def conversation_hook_names(self) -> list[str]:
+        return sorted(self._hooks)
+
+    async def run_conversation_hook(self, agent_id: str, conversation_id: str, name: str) -> None:
+        hook = self._hooks.get(name)
+        if hook is not None:
+            await hook(agent_id, conversation_id)
+
+    async def close_idle_conversations(self) -> int:
+        closed = await self.store.close_idle_conversations(
+            None, self.clock.now(), self.settings.conversation.idle_timeout_minutes * 60
+        )
+        queue = await DBOS.retrieve_queue_async(workflows.BACKGROUND_QUEUE)
+        for conversation in closed:
+            if queue is None:
+                break
+            # Derived from the conversation, so a second close pass can never run it twice.
+            workflow_id = derived_id(conversation.closed_at or self.clock.now(), conversation.id, "closed")
+            with SetWorkflowID(workflow_id):
+                await queue.enqueue_async(
+                    workflows.conversation_closed, conversation.agent_id, conversation.id
+                )
+        return len(closed)
+
+    async def _housekeeping(self) -> None:
+        """Close idle conversations and purge expired markers, once a minute."""
+        while True:
+            try:
+                await self.close_idle_conversations()
+                await self.store.purge_markers(self.clock.now())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("housekeeping failed: %s", exc)
+            await asyncio.sleep(60)
+
+
+def _safe_sink_for(channel: ChannelAdapter | None, event: Event) -> Any:
+    if channel is None:
+        return None
+    try:
+        return channel.sink_for(event)
+    except Exception:
+        return None
+
+
+async def _safe_notice(channel: ChannelAdapter | None, event: Event, notice: Notice) -> None:
+    if channel is None:
+        return
+    with contextlib.suppress(Exception):
+        await channel.notice(event, notice)

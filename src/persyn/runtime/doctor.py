@@ -1,0 +1,139 @@
+"""`persyn doctor`: check what a deployment needs and say how to fix what is missing."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import typer
+
+from persyn.core.config import CONFIG_FILE, Settings, Task, home_from_env, load_settings
+from persyn.core.errors import PersynError
+from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
+from persyn.gateway.registry import ModelSpec, parse_model_string
+from persyn.store import open_store
+
+__all__ = ["Check", "collect_checks", "run_doctor"]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    warning: bool = False
+
+
+async def _check_database(settings: Settings) -> Check:
+    try:
+        store = open_store(settings.database_url)
+        try:
+            await store.setup()
+            version = await store.schema_version()
+            agents = len(await store.list_agents())
+        finally:
+            await store.close()
+    except Exception as exc:
+        return Check(
+            "database", False, f"{settings.database_url}: {exc}", "check storage_url and file permissions"
+        )
+    return Check("database", True, f"{settings.database_url} (schema v{version}, {agents} agent(s) seen)")
+
+
+async def _check_model(settings: Settings, spec: ModelSpec, tasks: list[str]) -> Check:
+    label = f"model {spec.provider}:{spec.name}" + (f"@{spec.base_url}" if spec.base_url else "")
+    used_for = f" for {', '.join(tasks)}"
+    if spec.provider == "test":
+        return Check(label, True, "deterministic test double" + used_for, warning=True)
+    if spec.provider == "local":
+        if not local_available():
+            return Check(label, False, "llama.cpp is not installed" + used_for, LOCAL_EXTRA_HINT)
+        return Check(
+            label,
+            True,
+            "llama.cpp installed; the tiny offline model will answer" + used_for,
+            "set ANTHROPIC_API_KEY or OPENAI_API_KEY (or [models] in persyn.toml) for a real model",
+            warning=True,
+        )
+    if spec.base_url:
+        try:
+            async with httpx.AsyncClient(timeout=5.0) as client:
+                response = await client.get(f"{spec.base_url.rstrip('/')}/models")
+            if response.status_code >= 400:
+                return Check(
+                    label, False, f"server answered HTTP {response.status_code}", "check the server and URL"
+                )
+        except httpx.HTTPError as exc:
+            return Check(label, False, f"unreachable: {exc!s}", f"start the server at {spec.base_url}")
+        return Check(label, True, "server answers" + used_for)
+    key = "ANTHROPIC_API_KEY" if spec.provider == "anthropic" else "OPENAI_API_KEY"
+    present = (
+        settings.secrets.anthropic_api_key
+        if spec.provider == "anthropic"
+        else settings.secrets.openai_api_key
+    )
+    if present is None:
+        return Check(label, False, f"{key} is not set", f"export {key}=... in the environment")
+    return Check(label, True, f"{key} is set" + used_for)
+
+
+async def collect_checks(home: Path | None) -> list[Check]:
+    root = home_from_env(home)
+    checks: list[Check] = []
+    try:
+        settings = load_settings(root)
+    except PersynError as exc:
+        return [Check("configuration", False, str(exc), f"edit {root / CONFIG_FILE}")]
+    if not (root / CONFIG_FILE).exists():
+        return [
+            Check(
+                "configuration",
+                False,
+                f"{root / CONFIG_FILE} does not exist",
+                "run `persyn init --name NAME`",
+            )
+        ]
+    names = ", ".join(a.name for a in settings.agents) or "none"
+    checks.append(
+        Check(
+            "configuration",
+            bool(settings.agents),
+            f"{root / CONFIG_FILE}: agents {names}",
+            "" if settings.agents else "run `persyn init --name NAME`",
+        )
+    )
+    checks.append(await _check_database(settings))
+    by_model: dict[ModelSpec, list[str]] = {}
+    for agent in settings.agents:
+        for task in Task:
+            raw = settings.model_for(agent, task)
+            try:
+                spec = parse_model_string(raw, settings.secrets)
+            except PersynError as exc:
+                checks.append(Check(f"model for {agent.name}/{task.value}", False, str(exc), "fix [models]"))
+                continue
+            by_model.setdefault(spec, []).append(f"{agent.name}/{task.value}")
+    results = await asyncio.gather(*(_check_model(settings, spec, tasks) for spec, tasks in by_model.items()))
+    checks.extend(results)
+    return checks
+
+
+async def run_doctor(home: Path | None) -> int:
+    checks = await collect_checks(home)
+    failed = 0
+    for check in checks:
+        if not check.ok:
+            mark, color = "FAIL", typer.colors.RED
+            failed += 1
+        elif check.warning:
+            mark, color = "note", typer.colors.YELLOW
+        else:
+            mark, color = " ok ", typer.colors.GREEN
+        typer.secho(f"[{mark}] {check.name}: {check.detail}", fg=color)
+        if check.fix and (not check.ok or check.warning):
+            typer.echo(f"       fix: {check.fix}")
+    typer.echo("All checks passed." if not failed else f"{failed} check(s) failed.")
+    return 1 if failed else 0

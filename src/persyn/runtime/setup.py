@@ -1,0 +1,126 @@
+"""`persyn init`: write a commented starter `persyn.toml`, or add an agent to one."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomlkit
+from tomlkit.items import Table
+
+from persyn.core.config import CONFIG_FILE, AgentConfig
+from persyn.core.errors import ConfigError, InputError
+from persyn.core.ids import new_id
+
+__all__ = ["DEFAULT_DISPOSITION", "InitResult", "init_home"]
+
+DEFAULT_DISPOSITION = (
+    "Curious, candid and warm. I value being consistent with myself over being agreeable, "
+    "I say so when I think someone is wrong, and I am honest about what I do not remember."
+)
+
+_HEADER = """\
+# Persyn deployment configuration.
+#
+# Every setting here can be overridden by an environment variable: PERSYN_SECTION__KEY,
+# e.g. PERSYN_MODELS__RESPOND="anthropic:claude-sonnet-4-5" or
+# PERSYN_CONVERSATION__IDLE_TIMEOUT_MINUTES=10. Secrets are never read from this file:
+# set ANTHROPIC_API_KEY or OPENAI_API_KEY in the environment.
+
+# Where agent data lives. Default: SQLite files under data/ beside this file.
+# storage_url = "sqlite:////absolute/path/persyn.db"
+
+log_level = "warning"  # debug | info | warning | error
+
+[models]
+# Which model serves each task. "auto" uses a hosted model when ANTHROPIC_API_KEY or
+# OPENAI_API_KEY is set, and otherwise the small offline model on this machine.
+# Forms: "anthropic:NAME", "openai:NAME", "openai:NAME@http://127.0.0.1:11434/v1"
+# (any OpenAI-compatible server: Ollama, vLLM, llama.cpp), "local:" (llama.cpp
+# in this process's host, Gemma 3 270M by default) or "local:/path/model.gguf",
+# and "test:echo" (deterministic doubles for tests).
+default = "auto"
+# respond = "anthropic:claude-sonnet-4-5"   # the voice of the agent
+# critique = "anthropic:claude-sonnet-4-5"  # counter-perspective evaluation
+# decide = "anthropic:claude-haiku-4-5"     # the decision to speak (fast, cheap)
+# summarize = "anthropic:claude-haiku-4-5"  # memory consolidation
+# context_window = 0        # tokens; 0 = the model's known window
+# request_timeout_seconds = 120
+# max_retries = 3           # on 429 / 5xx / timeouts, with backoff
+
+# [prices."anthropic:claude-sonnet-4-5"]  # US dollars per million tokens
+# input = 3.0
+# output = 15.0
+# cache_read = 0.3
+# cache_write = 3.75
+
+[metering]
+event_log = true          # usage.jsonl beside this file: the exact ledger (`persyn usage`)
+prometheus_port = 0       # >0 serves counters on 127.0.0.1:PORT/metrics
+
+[conversation]
+idle_timeout_minutes = 30      # an idle conversation closes (and is consolidated)
+recent_dialog_messages = 20    # how much recent dialog each prompt carries
+max_message_chars = 32000      # longer inbound messages are rejected
+
+[dispatch]
+queue_polling_seconds = 0.01   # how often workers look for new events
+marker_ttl_seconds = 3600      # how long completion markers live
+"""
+
+
+@dataclass(frozen=True)
+class InitResult:
+    path: Path
+    agent: AgentConfig
+    created_file: bool
+
+
+def _agent_table(agent: AgentConfig) -> Table:
+    table = tomlkit.table()
+    table.add(tomlkit.comment("The seed persona: the agent's day-zero voice. Memory soon augments it."))
+    table.add("name", agent.name)
+    table.add("id", agent.id)
+    table["id"].comment("ULID: the agent's identity; never change it once it has memories")
+    table.add("disposition", agent.disposition)
+    table.add("objectives", tomlkit.array())
+    table["objectives"].comment('what it cares about, e.g. ["learn what my operator is building"]')
+    table.add("rules", tomlkit.array())
+    table["rules"].comment('standing rules as conditionals, e.g. ["if asked for secrets, then decline"]')
+    return table
+
+
+def init_home(home: Path, name: str | None) -> InitResult:
+    """Create `home/persyn.toml` with one agent, or add an agent to an existing file."""
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / CONFIG_FILE
+    agent_name = (name or "Persyn").strip()
+    if not agent_name or len(agent_name) > 64:
+        raise InputError(f"invalid agent name {name!r}: use 1 to 64 characters")
+    agent = AgentConfig(name=agent_name, id=new_id(), disposition=DEFAULT_DISPOSITION)
+
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+        try:
+            existing = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"invalid configuration in {path}: not valid TOML: {exc}") from exc
+        names = [str(a.get("name", "")).lower() for a in existing.get("agents", [])]
+        if agent_name.lower() in names:
+            raise InputError(f"an agent named {agent_name!r} already exists in {path}")
+        document = tomlkit.parse(text)
+        agents = document.get("agents")
+        if agents is None:
+            agents = tomlkit.aot()
+            document.append("agents", agents)
+        agents.append(_agent_table(agent))
+        path.write_text(tomlkit.dumps(document), encoding="utf-8")
+        return InitResult(path=path, agent=agent, created_file=False)
+
+    document = tomlkit.parse(_HEADER)
+    agents = tomlkit.aot()
+    agents.append(_agent_table(agent))
+    document.append("agents", agents)
+    path.write_text(tomlkit.dumps(document), encoding="utf-8")
+    return InitResult(path=path, agent=agent, created_file=True)

@@ -1,0 +1,65 @@
+"""Storage (ARCHITECTURE §4): the `Store` port, its row types, and `open_store`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from persyn.core.errors import ConfigError
+from persyn.store.base import AgentRow, Conversation, Identity, Message, Person, Role, Store
+
+__all__ = [
+    "SUPPORTED_SCHEMES",
+    "AgentRow",
+    "Conversation",
+    "Identity",
+    "Message",
+    "Person",
+    "Role",
+    "Store",
+    "open_store",
+]
+
+SUPPORTED_SCHEMES = ("sqlite",)
+
+
+def open_store(url: str) -> Store:
+    """The backend named by `url`'s scheme, not yet set up: callers `await store.setup()`.
+
+    URLs are parsed as SQLAlchemy parses them (as the DBOS database URL is):
+    `sqlite:///relative/path.db` and `sqlite:////absolute/path.db` open that file, creating
+    its parent directories.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(
+            f"store URL {url!r} is not a URL; expected e.g. 'sqlite:///data/persyn.db'"
+        ) from exc
+    scheme = parsed.get_backend_name()
+    if scheme == "sqlite":
+        return _open_sqlite(url, parsed)
+    raise ConfigError(
+        f"unsupported store URL {url!r}: scheme {scheme!r} is not one of "
+        f"{', '.join(repr(s) for s in SUPPORTED_SCHEMES)} (e.g. 'sqlite:///data/persyn.db')"
+    )
+
+
+def _open_sqlite(url: str, parsed: URL) -> Store:
+    # Imported here so that choosing another backend never imports this one.
+    from persyn.store.sqlite import SQLiteStore
+
+    database = parsed.database or ""
+    if parsed.host or parsed.query or database in ("", ":memory:") or database.startswith("file:"):
+        raise ConfigError(
+            f"invalid SQLite store URL {url!r}: expected 'sqlite:///path/to/file.db' with no host "
+            "or options (a file: the store spans threads and processes, so ':memory:' cannot work)"
+        )
+    file = Path(database)
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the directory for store URL {url!r}: {exc}") from exc
+    return SQLiteStore(file)

@@ -1,0 +1,224 @@
+"""The storage port (ARCHITECTURE §4). One schema, several backends; every backend passes
+`tests/contract/`. Every row carries `agent_id`; every id is a ULID.
+
+Methods are async: backends run blocking database work off the event loop, with a single
+writer on SQLite.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from persyn.core.events import CompletionMarker, Event
+
+__all__ = [
+    "AgentRow",
+    "Conversation",
+    "Identity",
+    "Message",
+    "Person",
+    "Role",
+    "Store",
+]
+
+
+class Role(StrEnum):
+    USER = "user"  # someone else speaking (a person, another agent)
+    AGENT = "agent"  # this agent speaking
+    SYSTEM = "system"  # reminders, heartbeat objectives, notices folded into dialog
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class AgentRow(_Row):
+    id: str
+    name: str
+    created_at: datetime
+
+
+class Identity(_Row):
+    """Lookup key of a person on one surface (SPEC §4.4)."""
+
+    service: str
+    channel: str
+    speaker_id: str
+
+
+class Person(_Row):
+    id: str
+    agent_id: str
+    display_name: str
+    kind: str  # "human" | "agent"
+    created_at: datetime
+    last_interaction_at: datetime | None
+    identities: tuple[Identity, ...] = ()
+
+
+class Conversation(_Row):
+    id: str
+    agent_id: str
+    service: str
+    channel: str
+    participant_ids: tuple[str, ...]
+    started_at: datetime
+    last_activity_at: datetime
+    closed_at: datetime | None
+    kind: str = "dialog"  # "dialog" | "reflection"
+
+
+class Message(_Row):
+    id: str
+    agent_id: str
+    conversation_id: str
+    role: Role
+    person_id: str | None  # None for the agent itself
+    speaker_name: str
+    text: str
+    created_at: datetime
+    event_id: str | None
+
+
+class Store(ABC):
+    """What the rest of Persyn may ask of storage."""
+
+    # lifecycle -----------------------------------------------------------------------
+    @abstractmethod
+    async def setup(self) -> None:
+        """Create or migrate the schema. Idempotent; safe from several processes."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def schema_version(self) -> int: ...
+
+    # agents --------------------------------------------------------------------------
+    @abstractmethod
+    async def ensure_agent(self, agent_id: str, name: str, now: datetime) -> AgentRow: ...
+
+    @abstractmethod
+    async def list_agents(self) -> list[AgentRow]: ...
+
+    # events and completion markers ---------------------------------------------------
+    @abstractmethod
+    async def save_event(self, event: Event) -> bool:
+        """Persist an inbound event. Returns False (and changes nothing) if its id exists."""
+
+    @abstractmethod
+    async def get_event(self, agent_id: str, event_id: str) -> Event | None: ...
+
+    @abstractmethod
+    async def put_marker(self, agent_id: str, marker: CompletionMarker) -> None:
+        """Record how an event's run ended; a second put for the same event replaces it."""
+
+    @abstractmethod
+    async def get_marker(self, agent_id: str, event_id: str, now: datetime) -> CompletionMarker | None:
+        """The marker, or None if absent or expired at `now`."""
+
+    @abstractmethod
+    async def purge_markers(self, now: datetime) -> int:
+        """Delete expired markers; return how many went."""
+
+    # persons (minimal directory; the people issue extends it) -------------------------
+    @abstractmethod
+    async def resolve_person(
+        self, agent_id: str, identity: Identity, display_name: str, kind: str, now: datetime
+    ) -> Person:
+        """The person holding `identity`, created on first contact. Updates last interaction."""
+
+    @abstractmethod
+    async def get_person(self, agent_id: str, person_id: str) -> Person | None: ...
+
+    @abstractmethod
+    async def list_persons(self, agent_id: str) -> list[Person]: ...
+
+    @abstractmethod
+    async def rename_person(self, agent_id: str, person_id: str, display_name: str) -> Person: ...
+
+    @abstractmethod
+    async def get_preference(self, agent_id: str, person_id: str, key: str) -> str | None: ...
+
+    @abstractmethod
+    async def set_preference(self, agent_id: str, person_id: str, key: str, value: str) -> None: ...
+
+    # conversations ---------------------------------------------------------------------
+    @abstractmethod
+    async def open_conversation(
+        self,
+        agent_id: str,
+        service: str,
+        channel: str,
+        participant_ids: Sequence[str],
+        now: datetime,
+        idle_timeout_seconds: float,
+        kind: str = "dialog",
+    ) -> Conversation:
+        """The open conversation on this channel, or a new one. A conversation idle longer
+        than the timeout is closed first. New participants are added to an open one.
+        Touches last activity."""
+
+    @abstractmethod
+    async def get_conversation(self, agent_id: str, conversation_id: str) -> Conversation | None: ...
+
+    @abstractmethod
+    async def list_conversations(
+        self, agent_id: str, *, channel: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        """Newest first."""
+
+    @abstractmethod
+    async def close_idle_conversations(
+        self, agent_id: str | None, now: datetime, idle_timeout_seconds: float
+    ) -> list[Conversation]:
+        """Close every open conversation idle longer than the timeout; return those closed."""
+
+    # dialog ------------------------------------------------------------------------------
+    @abstractmethod
+    async def add_message(self, message: Message) -> bool:
+        """Store a message. Idempotent: a message whose (event_id, role) already exists for
+        an AGENT reply, or whose id exists, is not stored twice; returns False then."""
+
+    @abstractmethod
+    async def recent_messages(self, agent_id: str, conversation_id: str, limit: int) -> list[Message]:
+        """The last `limit` messages of a conversation, oldest first."""
+
+    @abstractmethod
+    async def channel_messages(self, agent_id: str, service: str, channel: str, limit: int) -> list[Message]:
+        """The last `limit` messages on a channel across conversations, oldest first."""
+
+    @abstractmethod
+    async def agent_reply_for_event(self, agent_id: str, event_id: str) -> Message | None: ...
+
+    @abstractmethod
+    async def search_messages(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 20,
+    ) -> list[Message]:
+        """Full-text (FTS5 / tsvector) keyword search over dialog, best match first."""
+
+    @abstractmethod
+    async def count_messages(self, agent_id: str) -> int: ...
+
+    # small durable key/value state (flags, cursors) ------------------------------------
+    @abstractmethod
+    async def get_flag(self, agent_id: str, key: str) -> str | None: ...
+
+    @abstractmethod
+    async def set_flag(self, agent_id: str, key: str, value: str | None) -> None:
+        """None deletes the flag."""
+
+    @abstractmethod
+    async def set_flag_if_absent(self, agent_id: str, key: str, value: str) -> bool:
+        """Compare-and-set: True if this call created the flag."""

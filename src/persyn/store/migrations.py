@@ -1,0 +1,170 @@
+"""Numbered schema migrations, applied in order (ARCHITECTURE §4; simonw/llm's ordered list).
+
+`schema_version` holds one row per applied migration, so the version is its largest number
+and the table doubles as a history. Each migration runs in its own transaction together with
+the row that records it: a crash leaves the database at the previous version, never between.
+
+Racing processes: `migrate` re-reads the version *inside* each migration's transaction. On
+SQLite the store's write connections open transactions with BEGIN IMMEDIATE, which takes the
+database write lock first, so a second process waits (busy_timeout), then sees the migration
+recorded and skips it. PostgreSQL takes a transaction-scoped advisory lock for the same effect.
+
+Adding a migration: append a `Migration(N + 1, ...)`; never edit a released one. Migration 1
+builds its tables from `schema.metadata`; the first later migration that alters one of those
+tables must also freeze migration 1 (copy the v1 table definitions into it), or fresh
+databases would get the new columns twice. `tests/unit/store/test_migrations.py` pins the v1
+columns so that moment cannot pass unnoticed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select, text
+from sqlalchemy.engine import Connection
+
+from persyn.core.errors import StoreError
+from persyn.store import schema
+
+__all__ = ["LATEST_VERSION", "MIGRATIONS", "Migration", "current_version", "migrate", "schema_version"]
+
+_version_metadata = MetaData()
+
+schema_version = Table(
+    "schema_version",
+    _version_metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("name", String(200), nullable=False),
+    Column("applied_at", schema.UTCDateTime(), nullable=False),
+)
+
+# Arbitrary constant naming "Persyn schema migrations" among PostgreSQL advisory locks.
+_PG_MIGRATION_LOCK = 0x7065_7273_796E
+
+
+@dataclass(frozen=True)
+class Migration:
+    number: int
+    name: str
+    apply: Callable[[Connection, str], None]  # (connection inside a transaction, dialect name)
+
+
+def _create_tables(connection: Connection, dialect_name: str) -> None:
+    """Migration 1: the v1 tables (see the module note on freezing)."""
+    schema.metadata.create_all(connection, checkfirst=False)
+
+
+# External-content FTS5 (content='messages'): the text lives once, in `messages`, and the
+# index only stores tokens. A contentless table (content='') would need SQLite >= 3.43
+# (contentless_delete) to support deleting or editing a message, and cannot return the text
+# for snippet()/highlight(); external content supports both on the SQLite we ship with.
+# The index is keyed by `messages.rowid`. SQLite does not promise that VACUUM keeps the
+# rowids of a table without INTEGER PRIMARY KEY (in practice it does); after a VACUUM, run
+# INSERT INTO messages_fts(messages_fts) VALUES('rebuild') to be certain. The store never
+# runs VACUUM itself. Porter stemming makes "walked" find "walking", as tsvector will on
+# PostgreSQL.
+_SQLITE_FTS = (
+    """
+    CREATE VIRTUAL TABLE messages_fts USING fts5(
+        text,
+        content='messages',
+        content_rowid='rowid',
+        tokenize='porter unicode61 remove_diacritics 2'
+    )
+    """,
+    """
+    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts(rowid, text) VALUES (new.rowid, new.text);
+    END
+    """,
+    """
+    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+    END
+    """,
+    """
+    CREATE TRIGGER messages_fts_update AFTER UPDATE OF text ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+        INSERT INTO messages_fts(rowid, text) VALUES (new.rowid, new.text);
+    END
+    """,
+    # Messages stored before this migration ran.
+    "INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')",
+)
+
+
+def _create_message_search(connection: Connection, dialect_name: str) -> None:
+    """Migration 2: full-text search over messages.text."""
+    if dialect_name != "sqlite":
+        raise StoreError(
+            f"migration 2 (message search) has no variant for dialect {dialect_name!r} yet; "
+            "supported: 'sqlite'"
+        )
+    for statement in _SQLITE_FTS:
+        connection.exec_driver_sql(statement)
+
+
+MIGRATIONS: Sequence[Migration] = (
+    Migration(1, "create tables", _create_tables),
+    Migration(2, "full-text search over messages", _create_message_search),
+)
+LATEST_VERSION = MIGRATIONS[-1].number
+
+
+def current_version(connection: Connection) -> int:
+    """The highest applied migration; 0 for an empty database."""
+    if not connection.dialect.has_table(connection, schema_version.name):
+        return 0
+    return int(connection.scalar(select(func.coalesce(func.max(schema_version.c.version), 0))) or 0)
+
+
+def migrate(connection: Connection, dialect_name: str, *, target: int | None = None) -> int:
+    """Apply every missing migration up to `target` (default: all), each in its own
+    transaction; return the resulting version. Idempotent and safe against a racing process.
+
+    `connection` must not be inside a transaction: each step begins and commits its own.
+    """
+    goal = LATEST_VERSION if target is None else target
+    if not 0 <= goal <= LATEST_VERSION:
+        raise StoreError(f"unknown schema version {goal!r}; this Persyn knows 0..{LATEST_VERSION}")
+    with connection.begin():
+        _lock(connection, dialect_name)
+        schema_version.create(connection, checkfirst=True)
+    for migration in MIGRATIONS:
+        if migration.number > goal:
+            break
+        _apply_if_missing(connection, dialect_name, migration)
+    with connection.begin():
+        return _checked_version(connection)
+
+
+def _apply_if_missing(connection: Connection, dialect_name: str, migration: Migration) -> None:
+    with connection.begin():
+        _lock(connection, dialect_name)
+        if _checked_version(connection) >= migration.number:
+            return  # applied earlier, or by a process that won the race
+        migration.apply(connection, dialect_name)
+        connection.execute(
+            insert(schema_version).values(
+                version=migration.number, name=migration.name, applied_at=datetime.now(UTC)
+            )
+        )
+
+
+def _checked_version(connection: Connection) -> int:
+    version = current_version(connection)
+    if version > LATEST_VERSION:
+        raise StoreError(
+            f"database schema version {version!r} is newer than this Persyn supports "
+            f"({LATEST_VERSION!r}); upgrade Persyn"
+        )
+    return version
+
+
+def _lock(connection: Connection, dialect_name: str) -> None:
+    """Serialise migrators. SQLite needs nothing here: the write connection's BEGIN
+    IMMEDIATE already holds the database write lock."""
+    if dialect_name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})

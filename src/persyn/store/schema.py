@@ -1,0 +1,378 @@
+"""The one schema every backend shares (ARCHITECTURE §4), as SQLAlchemy Core tables.
+
+Rules the tables follow, so a PostgreSQL backend can reuse them unchanged:
+- every primary key is a ULID string (CHAR(26)); every row except `agents` carries `agent_id`;
+- times are `UTCDateTime`: timezone-aware UTC in and out, whatever the database stores;
+- rows that belong to another row of the same agent point at it through a composite
+  foreign key `(agent_id, x_id)`, so the database itself refuses cross-agent links.
+
+`agent_id` deliberately has no foreign key to `agents`: it is a namespace key, and callers may
+store events for an agent before anything has called `ensure_agent`.
+
+Beside the tables live the pieces every backend over them shares: `checked_id` (what may go
+into an id column), the row mappers that read rows back as the port's types, and
+`load_person` (a person spans two tables). The tables here are the *current* schema.
+Migration 1 creates them; a later change must be a new numbered migration (see migrations.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    CHAR,
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKeyConstraint,
+    Index,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    select,
+    text,
+)
+from sqlalchemy.engine import Connection, Dialect, Row
+from sqlalchemy.types import TypeDecorator
+
+from persyn.core.errors import InputError
+from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
+from persyn.core.ids import parse_id
+from persyn.store.base import AgentRow, Conversation, Identity, Message, Person, Role
+
+__all__ = [
+    "ID_LENGTH",
+    "UTCDateTime",
+    "agent_from_row",
+    "agents",
+    "checked_id",
+    "completion_markers",
+    "conversation_from_row",
+    "conversations",
+    "event_from_row",
+    "event_values",
+    "events",
+    "flags",
+    "identities",
+    "identities_by_person",
+    "load_person",
+    "marker_from_row",
+    "message_from_row",
+    "messages",
+    "metadata",
+    "person_from_row",
+    "person_preferences",
+    "persons",
+]
+
+ID_LENGTH = 26  # a canonical ULID string
+
+# Stable constraint names, so later migrations can refer to (and drop) them on every backend.
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always timezone-aware UTC when it leaves the database.
+
+    SQLite has no timezone type: SQLAlchemy stores a fixed-width ISO string and hands back a
+    naive datetime. Normalising to UTC on the way in keeps those strings comparable in SQL
+    (range filters, expiry) and lets us re-attach UTC on the way out. A naive input is taken
+    to be UTC, as `ManualClock` does. On PostgreSQL this is plain TIMESTAMPTZ.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def checked_id(value: str, what: str) -> str:
+    """Reject what is not a canonical ULID before it is stored (ARCHITECTURE §4): reads
+    compare ids exactly, so a lower-case copy would silently never be found again."""
+    canonical = parse_id(value, what=what)
+    if canonical != value:
+        raise InputError(f"{what} {value!r} is not canonical; pass parse_id(...) of it: {canonical!r}")
+    return canonical
+
+
+def _id(name: str, **kwargs: Any) -> Column[str]:
+    return Column(name, CHAR(ID_LENGTH), **kwargs)
+
+
+def _pk() -> Column[str]:
+    return _id("id", primary_key=True)
+
+
+def _agent_id() -> Column[str]:
+    return _id("agent_id", nullable=False)
+
+
+agents = Table(
+    "agents",
+    metadata,
+    _pk(),
+    Column("name", String(200), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    _pk(),  # the event's own id: the dedup key
+    _agent_id(),
+    Column("kind", String(32), nullable=False),
+    Column("service", String(200), nullable=False),
+    Column("channel", String(500), nullable=False),
+    Column("speaker", JSON(none_as_null=True), nullable=True),  # a `Speaker`, or NULL
+    Column("text", Text, nullable=False),
+    Column("received_at", UTCDateTime(), nullable=False),
+    Column("addressed", Boolean, nullable=False),
+    Column("meta", JSON, nullable=False),
+    Index(None, "agent_id", "received_at"),
+)
+
+completion_markers = Table(
+    "completion_markers",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("event_id", nullable=False),
+    Column("transmitted", Boolean, nullable=False),
+    Column("text", Text, nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("agent_id", "event_id"),  # one marker per event: a second put replaces
+    Index(None, "expires_at"),  # purge
+)
+
+persons = Table(
+    "persons",
+    metadata,
+    _pk(),
+    _agent_id(),
+    Column("display_name", String(500), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("last_interaction_at", UTCDateTime(), nullable=True),
+    UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
+)
+
+identities = Table(
+    "identities",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("person_id", nullable=False),
+    Column("service", String(200), nullable=False),
+    Column("channel", String(500), nullable=False),
+    Column("speaker_id", String(500), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # SPEC §4.4: (service, channel, speaker_id) names exactly one person per agent.
+    UniqueConstraint("agent_id", "service", "channel", "speaker_id"),
+    ForeignKeyConstraint(["agent_id", "person_id"], ["persons.agent_id", "persons.id"]),
+    Index(None, "agent_id", "person_id"),
+)
+
+person_preferences = Table(
+    "person_preferences",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("person_id", nullable=False),
+    Column("key", String(200), nullable=False),
+    Column("value", Text, nullable=False),
+    UniqueConstraint("agent_id", "person_id", "key"),
+    ForeignKeyConstraint(["agent_id", "person_id"], ["persons.agent_id", "persons.id"]),
+)
+
+conversations = Table(
+    "conversations",
+    metadata,
+    _pk(),
+    _agent_id(),
+    Column("service", String(200), nullable=False),
+    Column("channel", String(500), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("participants", JSON, nullable=False),  # list of person ids, first-seen order
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("last_activity_at", UTCDateTime(), nullable=False),
+    Column("closed_at", UTCDateTime(), nullable=True),
+    UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
+    Index(None, "agent_id", "service", "channel", "started_at"),
+    # At most one open conversation per channel and kind; the invariant open_conversation
+    # relies on, enforced even against a writer that bypasses the store.
+    Index(
+        "uq_conversations_open",
+        "agent_id",
+        "service",
+        "channel",
+        "kind",
+        unique=True,
+        sqlite_where=text("closed_at IS NULL"),
+        postgresql_where=text("closed_at IS NULL"),
+    ),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("conversation_id", nullable=False),
+    Column("role", String(16), nullable=False),
+    _id("person_id", nullable=True),  # NULL when the agent itself speaks
+    Column("speaker_name", String(500), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    _id("event_id", nullable=True),  # the inbound event this message belongs to
+    ForeignKeyConstraint(["agent_id", "conversation_id"], ["conversations.agent_id", "conversations.id"]),
+    ForeignKeyConstraint(["agent_id", "person_id"], ["persons.agent_id", "persons.id"]),
+    Index(None, "agent_id", "conversation_id", "created_at"),
+    Index(None, "agent_id", "created_at"),
+    # Exactly-once replies: a retried pipeline run cannot store a second AGENT reply for
+    # the same event (add_message's idempotency), whichever process retries it.
+    Index(
+        "uq_messages_agent_reply",
+        "agent_id",
+        "event_id",
+        unique=True,
+        sqlite_where=text("role = 'agent' AND event_id IS NOT NULL"),
+        postgresql_where=text("role = 'agent' AND event_id IS NOT NULL"),
+    ),
+)
+
+flags = Table(
+    "flags",
+    metadata,
+    _pk(),
+    _agent_id(),
+    Column("key", String(500), nullable=False),
+    Column("value", Text, nullable=False),
+    UniqueConstraint("agent_id", "key"),  # the compare-and-set key
+)
+
+
+# row mapping between the tables and the port's types, for every backend --------------------
+def agent_from_row(row: Row[Any]) -> AgentRow:
+    return AgentRow(id=row.id, name=row.name, created_at=row.created_at)
+
+
+def event_values(event: Event) -> dict[str, Any]:
+    """The `events` row for `event`; `event_from_row` reads it back."""
+    speaker = None if event.speaker is None else event.speaker.model_dump(mode="json")
+    return {
+        **event.model_dump(
+            include={"id", "agent_id", "service", "channel", "text", "received_at", "addressed"}
+        ),
+        "kind": event.kind.value,
+        "speaker": speaker,
+        "meta": dict(event.meta),
+    }
+
+
+def event_from_row(row: Row[Any]) -> Event:
+    return Event(
+        id=row.id,
+        agent_id=row.agent_id,
+        kind=EventKind(row.kind),
+        service=row.service,
+        channel=row.channel,
+        speaker=None if row.speaker is None else Speaker.model_validate(row.speaker),
+        text=row.text,
+        received_at=row.received_at,
+        addressed=row.addressed,
+        meta=dict(row.meta),
+    )
+
+
+def marker_from_row(row: Row[Any]) -> CompletionMarker:
+    return CompletionMarker(
+        event_id=row.event_id,
+        transmitted=row.transmitted,
+        text=row.text,
+        reason=row.reason,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+    )
+
+
+def person_from_row(row: Row[Any], person_identities: Sequence[Identity]) -> Person:
+    return Person(
+        id=row.id,
+        agent_id=row.agent_id,
+        display_name=row.display_name,
+        kind=row.kind,
+        created_at=row.created_at,
+        last_interaction_at=row.last_interaction_at,
+        identities=tuple(person_identities),
+    )
+
+
+def conversation_from_row(row: Row[Any]) -> Conversation:
+    return Conversation(
+        id=row.id,
+        agent_id=row.agent_id,
+        service=row.service,
+        channel=row.channel,
+        participant_ids=tuple(row.participants),
+        started_at=row.started_at,
+        last_activity_at=row.last_activity_at,
+        closed_at=row.closed_at,
+        kind=row.kind,
+    )
+
+
+def message_from_row(row: Row[Any]) -> Message:
+    return Message(
+        id=row.id,
+        agent_id=row.agent_id,
+        conversation_id=row.conversation_id,
+        role=Role(row.role),
+        person_id=row.person_id,
+        speaker_name=row.speaker_name,
+        text=row.text,
+        created_at=row.created_at,
+        event_id=row.event_id,
+    )
+
+
+def load_person(connection: Connection, agent_id: str, person_id: str) -> Person:
+    row = connection.execute(
+        select(persons).where(persons.c.agent_id == agent_id, persons.c.id == person_id)
+    ).one()
+    return person_from_row(row, identities_by_person(connection, agent_id, person_id).get(person_id, ()))
+
+
+def identities_by_person(
+    connection: Connection, agent_id: str, person_id: str | None = None
+) -> dict[str, tuple[Identity, ...]]:
+    statement = select(identities).where(identities.c.agent_id == agent_id)
+    if person_id is not None:
+        statement = statement.where(identities.c.person_id == person_id)
+    grouped: dict[str, list[Identity]] = {}
+    for row in connection.execute(statement.order_by(identities.c.created_at, identities.c.id)):
+        identity = Identity(service=row.service, channel=row.channel, speaker_id=row.speaker_id)
+        grouped.setdefault(row.person_id, []).append(identity)
+    return {key: tuple(value) for key, value in grouped.items()}

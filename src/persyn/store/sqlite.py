@@ -1,0 +1,644 @@
+"""The SQLite backend (ARCHITECTURE §4): the default store, one file per installation.
+
+Concurrency model. SQLite allows one writer at a time per database file, so:
+- inside this process every write runs on ONE thread (a single-worker executor) over ONE
+  connection, so SQLite never sees two writers from here;
+- between processes, every write transaction starts with BEGIN IMMEDIATE, which takes the
+  write lock up front; a second process waits for it (busy_timeout) instead of failing later
+  with "database is locked" when a read transaction tries to upgrade itself;
+- reads run on a small thread pool of `query_only` connections; WAL lets them proceed while
+  a write is in progress, each inside one (deferred) transaction so it sees one snapshot.
+Async methods hand the blocking work to those threads; the event loop never touches SQLite.
+A cancelled caller does not cancel the work: a write that has started still commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Integer,
+    and_,
+    case,
+    column,
+    create_engine,
+    delete,
+    event,
+    func,
+    literal_column,
+    select,
+    table,
+    text,
+    update,
+)
+from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy.engine import URL, Connection, Row
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import QueuePool
+from sqlalchemy.sql.expression import Executable
+
+from persyn.core.errors import StoreError
+from persyn.core.events import CompletionMarker, Event
+from persyn.core.ids import new_id
+from persyn.store import migrations
+from persyn.store.base import AgentRow, Conversation, Identity, Message, Person, Role, Store
+from persyn.store.schema import (
+    agent_from_row,
+    agents,
+    checked_id,
+    completion_markers,
+    conversation_from_row,
+    conversations,
+    event_from_row,
+    event_values,
+    events,
+    flags,
+    identities,
+    identities_by_person,
+    load_person,
+    marker_from_row,
+    message_from_row,
+    messages,
+    person_from_row,
+    person_preferences,
+    persons,
+)
+
+__all__ = ["SQLiteStore", "create_sqlite_engine", "fts_query"]
+
+T = TypeVar("T")
+
+_messages_fts = table("messages_fts", column("rowid", Integer))
+
+
+class SQLiteStore(Store):
+    """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 30_000, readers: int = 4
+    ) -> None:
+        self._path = Path(path)
+        self._writer = create_sqlite_engine(self._path, writer=True, busy_timeout_ms=busy_timeout_ms)
+        self._reader = create_sqlite_engine(
+            self._path, writer=False, pool_size=readers, busy_timeout_ms=busy_timeout_ms
+        )
+        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="persyn-sqlite-write")
+        self._read_threads = ThreadPoolExecutor(readers, thread_name_prefix="persyn-sqlite-read")
+        self._closed = False
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    # plumbing --------------------------------------------------------------------------
+    async def _write(self, what: str, work: Callable[[Connection], T]) -> T:
+        return await self._run(self._write_thread, self._writer, what, work)
+
+    async def _read(self, what: str, work: Callable[[Connection], T]) -> T:
+        return await self._run(self._read_threads, self._reader, what, work)
+
+    async def _run(
+        self, threads: ThreadPoolExecutor, engine: Engine, what: str, work: Callable[[Connection], T]
+    ) -> T:
+        if self._closed:
+            raise StoreError(f"{what}: the store for {str(self._path)!r} is closed")
+        job = functools.partial(self._in_transaction, engine, what, work)
+        return await asyncio.get_running_loop().run_in_executor(threads, job)
+
+    async def _fetch_one(self, what: str, statement: Executable, to_row: Callable[[Row[Any]], T]) -> T | None:
+        def work(connection: Connection) -> T | None:
+            row = connection.execute(statement).first()
+            return None if row is None else to_row(row)
+
+        return await self._read(what, work)
+
+    async def _fetch_all(
+        self, what: str, statement: Executable, to_row: Callable[[Row[Any]], T], *, write: bool = False
+    ) -> list[T]:
+        run = self._write if write else self._read
+        return await run(what, lambda c: [to_row(row) for row in c.execute(statement)])
+
+    def _in_transaction(self, engine: Engine, what: str, work: Callable[[Connection], T]) -> T:
+        try:
+            with engine.begin() as connection:
+                return work(connection)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"{what} failed on {str(self._path)!r}: {exc}") from exc
+
+    # lifecycle -------------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Create or migrate the schema on the write thread; see `migrations.migrate`."""
+        if self._closed:
+            raise StoreError(f"setup: the store for {str(self._path)!r} is closed")
+        await asyncio.get_running_loop().run_in_executor(self._write_thread, self._migrate_sync)
+
+    def _migrate_sync(self) -> None:
+        try:
+            with self._writer.connect() as connection:
+                migrations.migrate(connection, "sqlite")
+        except SQLAlchemyError as exc:
+            raise StoreError(f"migrating {str(self._path)!r} failed: {exc}") from exc
+
+    async def close(self) -> None:
+        """Finish queued work, then close every connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self._shutdown)
+
+    def _shutdown(self) -> None:
+        self._write_thread.shutdown(wait=True)
+        self._read_threads.shutdown(wait=True)
+        self._writer.dispose()
+        self._reader.dispose()
+
+    async def schema_version(self) -> int:
+        return await self._read("schema_version", migrations.current_version)
+
+    # agents ----------------------------------------------------------------------------
+    async def ensure_agent(self, agent_id: str, name: str, now: datetime) -> AgentRow:
+        """The agent row, created if missing; a changed name (the config is the authority)
+        is updated, the creation time never is."""
+        agent_id = checked_id(agent_id, "agent id")
+
+        statement = (
+            insert(agents)
+            .values(id=agent_id, name=name, created_at=now)
+            .on_conflict_do_update(index_elements=[agents.c.id], set_={"name": name})
+            .returning(*agents.c)
+        )
+        return await self._write("ensure_agent", lambda c: agent_from_row(c.execute(statement).one()))
+
+    async def list_agents(self) -> list[AgentRow]:
+        statement = select(agents).order_by(agents.c.created_at, agents.c.id)
+        return await self._fetch_all("list_agents", statement, agent_from_row)
+
+    # events and completion markers -----------------------------------------------------
+    async def save_event(self, event: Event) -> bool:
+        checked_id(event.agent_id, "agent id")
+        checked_id(event.id, "event id")
+        statement = insert(events).values(event_values(event)).on_conflict_do_nothing()
+        return await self._write("save_event", lambda c: c.execute(statement).rowcount == 1)
+
+    async def get_event(self, agent_id: str, event_id: str) -> Event | None:
+        statement = select(events).where(events.c.agent_id == agent_id, events.c.id == event_id)
+        return await self._fetch_one("get_event", statement, event_from_row)
+
+    async def put_marker(self, agent_id: str, marker: CompletionMarker) -> None:
+        agent_id = checked_id(agent_id, "agent id")
+        checked_id(marker.event_id, "event id")
+        fields = {
+            "transmitted": marker.transmitted,
+            "text": marker.text,
+            "reason": marker.reason,
+            "created_at": marker.created_at,
+            "expires_at": marker.expires_at,
+        }
+        statement = insert(completion_markers).values(
+            id=new_id(marker.created_at), agent_id=agent_id, event_id=marker.event_id, **fields
+        )
+        statement = statement.on_conflict_do_update(
+            index_elements=[completion_markers.c.agent_id, completion_markers.c.event_id], set_=fields
+        )
+        await self._write("put_marker", lambda connection: connection.execute(statement))
+
+    async def get_marker(self, agent_id: str, event_id: str, now: datetime) -> CompletionMarker | None:
+        statement = select(completion_markers).where(
+            completion_markers.c.agent_id == agent_id,
+            completion_markers.c.event_id == event_id,
+            completion_markers.c.expires_at > now,
+        )
+        return await self._fetch_one("get_marker", statement, marker_from_row)
+
+    async def purge_markers(self, now: datetime) -> int:
+        statement = delete(completion_markers).where(completion_markers.c.expires_at <= now)
+        return await self._write("purge_markers", lambda c: c.execute(statement).rowcount)
+
+    # persons ---------------------------------------------------------------------------
+    async def resolve_person(
+        self, agent_id: str, identity: Identity, display_name: str, kind: str, now: datetime
+    ) -> Person:
+        """Look-up and first-contact creation happen in one write transaction, and writes
+        are serialised (one thread here, BEGIN IMMEDIATE across processes), so concurrent
+        first contacts still yield one person; the unique identity key is the backstop."""
+        agent_id = checked_id(agent_id, "agent id")
+
+        def work(connection: Connection) -> Person:
+            person_id = _person_for_identity(connection, agent_id, identity)
+            if person_id is None:
+                person_id = _create_person(connection, agent_id, identity, display_name, kind, now)
+            else:
+                connection.execute(
+                    update(persons)
+                    .where(persons.c.agent_id == agent_id, persons.c.id == person_id)
+                    .values(last_interaction_at=_latest(persons.c.last_interaction_at, now))
+                )
+            return load_person(connection, agent_id, person_id)
+
+        return await self._write("resolve_person", work)
+
+    async def get_person(self, agent_id: str, person_id: str) -> Person | None:
+        def work(connection: Connection) -> Person | None:
+            statement = select(persons.c.id).where(persons.c.agent_id == agent_id, persons.c.id == person_id)
+            if connection.execute(statement).first() is None:
+                return None
+            return load_person(connection, agent_id, person_id)
+
+        return await self._read("get_person", work)
+
+    async def list_persons(self, agent_id: str) -> list[Person]:
+        def work(connection: Connection) -> list[Person]:
+            rows = connection.execute(
+                select(persons)
+                .where(persons.c.agent_id == agent_id)
+                .order_by(persons.c.created_at, persons.c.id)
+            ).all()
+            by_person = identities_by_person(connection, agent_id)
+            return [person_from_row(row, by_person.get(row.id, ())) for row in rows]
+
+        return await self._read("list_persons", work)
+
+    async def rename_person(self, agent_id: str, person_id: str, display_name: str) -> Person:
+        def work(connection: Connection) -> Person:
+            result = connection.execute(
+                update(persons)
+                .where(persons.c.agent_id == agent_id, persons.c.id == person_id)
+                .values(display_name=display_name)
+            )
+            if result.rowcount != 1:
+                raise StoreError(f"no person {person_id!r} for agent {agent_id!r}")
+            return load_person(connection, agent_id, person_id)
+
+        return await self._write("rename_person", work)
+
+    async def get_preference(self, agent_id: str, person_id: str, key: str) -> str | None:
+        statement = select(person_preferences.c.value).where(
+            person_preferences.c.agent_id == agent_id,
+            person_preferences.c.person_id == person_id,
+            person_preferences.c.key == key,
+        )
+        return await self._read("get_preference", lambda c: c.execute(statement).scalar_one_or_none())
+
+    async def set_preference(self, agent_id: str, person_id: str, key: str, value: str) -> None:
+        agent_id = checked_id(agent_id, "agent id")
+        person_id = checked_id(person_id, "person id")
+        statement = insert(person_preferences).values(
+            id=new_id(), agent_id=agent_id, person_id=person_id, key=key, value=value
+        )
+        statement = statement.on_conflict_do_update(
+            index_elements=[
+                person_preferences.c.agent_id,
+                person_preferences.c.person_id,
+                person_preferences.c.key,
+            ],
+            set_={"value": value},
+        )
+        await self._write("set_preference", lambda connection: connection.execute(statement))
+
+    # conversations -----------------------------------------------------------------------
+    async def open_conversation(
+        self,
+        agent_id: str,
+        service: str,
+        channel: str,
+        participant_ids: Sequence[str],
+        now: datetime,
+        idle_timeout_seconds: float,
+        kind: str = "dialog",
+    ) -> Conversation:
+        """One open conversation per (service, channel, kind): a reflection on a channel
+        does not join the dialog there. Closing an idle one and opening its successor
+        happen in the same transaction."""
+        agent_id = checked_id(agent_id, "agent id")
+        now = _utc(now)
+        participants = _unique(checked_id(p, "participant id") for p in participant_ids)
+        idle = timedelta(seconds=idle_timeout_seconds)
+
+        def work(connection: Connection) -> Conversation:
+            row = connection.execute(
+                select(conversations).where(
+                    conversations.c.agent_id == agent_id,
+                    conversations.c.service == service,
+                    conversations.c.channel == channel,
+                    conversations.c.kind == kind,
+                    conversations.c.closed_at.is_(None),
+                )
+            ).first()
+            if row is not None and now - row.last_activity_at > idle:
+                connection.execute(
+                    update(conversations).where(conversations.c.id == row.id).values(closed_at=now)
+                )
+                row = None
+            if row is None:
+                statement = insert(conversations).values(
+                    id=new_id(now), agent_id=agent_id, service=service, channel=channel, kind=kind,
+                    participants=participants, started_at=now, last_activity_at=now, closed_at=None,
+                )  # fmt: skip
+            else:
+                statement = (
+                    update(conversations)
+                    .where(conversations.c.id == row.id)
+                    .values(
+                        participants=_unique([*row.participants, *participants]),
+                        last_activity_at=_latest(conversations.c.last_activity_at, now),
+                    )
+                )
+            return conversation_from_row(connection.execute(statement.returning(*conversations.c)).one())
+
+        return await self._write("open_conversation", work)
+
+    async def get_conversation(self, agent_id: str, conversation_id: str) -> Conversation | None:
+        statement = select(conversations).where(
+            conversations.c.agent_id == agent_id, conversations.c.id == conversation_id
+        )
+        return await self._fetch_one("get_conversation", statement, conversation_from_row)
+
+    async def list_conversations(
+        self, agent_id: str, *, channel: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        """Newest first by start time; ties broken by id (ULID order)."""
+        if limit <= 0:
+            return []
+        statement = select(conversations).where(conversations.c.agent_id == agent_id)
+        if channel is not None:
+            statement = statement.where(conversations.c.channel == channel)
+        statement = statement.order_by(conversations.c.started_at.desc(), conversations.c.id.desc())
+        return await self._fetch_all("list_conversations", statement.limit(limit), conversation_from_row)
+
+    async def close_idle_conversations(
+        self, agent_id: str | None, now: datetime, idle_timeout_seconds: float
+    ) -> list[Conversation]:
+        """`agent_id` None sweeps every agent (the scheduler's housekeeping)."""
+        threshold = now - timedelta(seconds=idle_timeout_seconds)
+        conditions = [conversations.c.closed_at.is_(None), conversations.c.last_activity_at < threshold]
+        if agent_id is not None:
+            conditions.append(conversations.c.agent_id == agent_id)
+
+        statement = update(conversations).where(*conditions).values(closed_at=now).returning(*conversations.c)
+        closed = await self._fetch_all(
+            "close_idle_conversations", statement, conversation_from_row, write=True
+        )
+        return sorted(closed, key=lambda c: (c.last_activity_at, c.id))  # RETURNING has no order
+
+    # dialog ------------------------------------------------------------------------------
+    async def add_message(self, message: Message) -> bool:
+        """Also touches the open conversation's last activity: a slow reply is activity."""
+        for value, what in _message_ids(message):
+            checked_id(value, what)
+        values = message.model_dump()
+        values["role"] = message.role.value
+
+        def work(connection: Connection) -> bool:
+            # No conflict target: the primary key and the partial unique index on AGENT
+            # replies per event_id both make the insert a no-op.
+            result = connection.execute(insert(messages).values(values).on_conflict_do_nothing())
+            if result.rowcount != 1:
+                return False
+            connection.execute(
+                update(conversations)
+                .where(
+                    conversations.c.agent_id == message.agent_id,
+                    conversations.c.id == message.conversation_id,
+                    conversations.c.closed_at.is_(None),
+                )
+                .values(last_activity_at=_latest(conversations.c.last_activity_at, message.created_at))
+            )
+            return True
+
+        return await self._write("add_message", work)
+
+    async def recent_messages(self, agent_id: str, conversation_id: str, limit: int) -> list[Message]:
+        condition = and_(messages.c.agent_id == agent_id, messages.c.conversation_id == conversation_id)
+        return await self._last_messages("recent_messages", condition, limit)
+
+    async def channel_messages(self, agent_id: str, service: str, channel: str, limit: int) -> list[Message]:
+        in_channel = (
+            select(conversations.c.id)
+            .where(
+                conversations.c.agent_id == agent_id,
+                conversations.c.service == service,
+                conversations.c.channel == channel,
+            )
+            .scalar_subquery()
+        )
+        condition = and_(messages.c.agent_id == agent_id, messages.c.conversation_id.in_(in_channel))
+        return await self._last_messages("channel_messages", condition, limit)
+
+    async def _last_messages(self, what: str, condition: ColumnElement[bool], limit: int) -> list[Message]:
+        """The last `limit` matching messages, oldest first: (created_at, id) order, so
+        messages stamped in the same instant still come back in ULID order."""
+        if limit <= 0:
+            return []
+        statement = (
+            select(messages)
+            .where(condition)
+            .order_by(messages.c.created_at.desc(), messages.c.id.desc())
+            .limit(limit)
+        )
+        return list(reversed(await self._fetch_all(what, statement, message_from_row)))
+
+    async def agent_reply_for_event(self, agent_id: str, event_id: str) -> Message | None:
+        statement = select(messages).where(
+            messages.c.agent_id == agent_id,
+            messages.c.event_id == event_id,
+            messages.c.role == Role.AGENT.value,
+        )
+        return await self._fetch_one("agent_reply_for_event", statement, message_from_row)
+
+    async def search_messages(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 20,
+    ) -> list[Message]:
+        """Every word of `query` must occur (FTS5 AND); best bm25 first, newer first on
+        ties. `since` and `until` are inclusive."""
+        match = fts_query(query)
+        if match is None or limit <= 0:
+            return []
+        statement = (
+            select(messages)
+            .join_from(messages, _messages_fts, _messages_fts.c.rowid == literal_column("messages.rowid"))
+            .where(text("messages_fts MATCH :match").bindparams(match=match))
+            .where(messages.c.agent_id == agent_id)
+        )
+        if since is not None:
+            statement = statement.where(messages.c.created_at >= since)
+        if until is not None:
+            statement = statement.where(messages.c.created_at <= until)
+        statement = statement.order_by(text("bm25(messages_fts)"), messages.c.created_at.desc()).limit(limit)
+        return await self._fetch_all("search_messages", statement, message_from_row)
+
+    async def count_messages(self, agent_id: str) -> int:
+        statement = select(func.count()).select_from(messages).where(messages.c.agent_id == agent_id)
+        return await self._read("count_messages", lambda c: int(c.execute(statement).scalar_one()))
+
+    # flags ---------------------------------------------------------------------------------
+    async def get_flag(self, agent_id: str, key: str) -> str | None:
+        statement = select(flags.c.value).where(flags.c.agent_id == agent_id, flags.c.key == key)
+        return await self._read("get_flag", lambda c: c.execute(statement).scalar_one_or_none())
+
+    async def set_flag(self, agent_id: str, key: str, value: str | None) -> None:
+        agent_id = checked_id(agent_id, "agent id")
+        if value is None:
+            statement: Any = delete(flags).where(flags.c.agent_id == agent_id, flags.c.key == key)
+        else:
+            statement = (
+                insert(flags)
+                .values(id=new_id(), agent_id=agent_id, key=key, value=value)
+                .on_conflict_do_update(index_elements=[flags.c.agent_id, flags.c.key], set_={"value": value})
+            )
+        await self._write("set_flag", lambda connection: connection.execute(statement))
+
+    async def set_flag_if_absent(self, agent_id: str, key: str, value: str) -> bool:
+        """A real compare-and-set: the unique (agent_id, key) decides, not a prior read."""
+        agent_id = checked_id(agent_id, "agent id")
+        statement = (
+            insert(flags)
+            .values(id=new_id(), agent_id=agent_id, key=key, value=value)
+            .on_conflict_do_nothing()
+        )
+        return await self._write("set_flag_if_absent", lambda c: c.execute(statement).rowcount == 1)
+
+
+# engine -------------------------------------------------------------------------------------
+def create_sqlite_engine(
+    path: Path, *, writer: bool, pool_size: int = 1, busy_timeout_ms: int = 30_000
+) -> Engine:
+    """An engine whose connections carry our pragmas and whose transactions we begin
+    ourselves: the sqlite3 module's own implicit BEGIN is deferred and skips SELECTs.
+    A `writer` engine begins IMMEDIATE (takes the write lock first) and owns WAL mode;
+    a reader engine's connections are `query_only`. Callers dispose() it."""
+    engine = create_engine(
+        URL.create("sqlite", database=str(path)),
+        poolclass=QueuePool,
+        pool_size=pool_size,
+        max_overflow=0,
+        connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
+    )
+    begin = "BEGIN IMMEDIATE" if writer else "BEGIN"
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: sqlite3.Connection, _record: object) -> None:  # pyright: ignore[reportUnusedFunction]
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            if writer:
+                _enable_wal(cursor, busy_timeout_ms / 1000)
+            else:
+                cursor.execute("PRAGMA query_only = ON")  # a read connection can never write
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:  # pyright: ignore[reportUnusedFunction]
+        connection.exec_driver_sql(begin)
+
+    return engine
+
+
+def _enable_wal(cursor: sqlite3.Cursor, timeout_seconds: float) -> None:
+    """Switch the file to WAL (persistent; a no-op once set). The first switch needs an
+    exclusive lock and SQLite reports BUSY at once instead of calling the busy handler, so
+    two processes opening a fresh file together would fail: retry until the busy timeout."""
+    deadline = time.monotonic() + timeout_seconds
+    pause = 0.005
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal":
+                return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise sqlite3.OperationalError("could not switch the database to WAL journal mode")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
+# helpers -------------------------------------------------------------------------------------
+def fts_query(query: str) -> str | None:
+    """User text as an FTS5 query of plain words, or None if it has no words.
+
+    Each whitespace-separated chunk becomes a double-quoted FTS5 string (inner quotes
+    doubled), so `*`, `:`, `^`, parentheses, `NEAR`, `AND`/`OR`/`NOT` and column filters
+    are just text; the tokenizer then splits the chunk as it split the indexed text
+    ("a:b" becomes the phrase "a b"). Chunks with no letter or digit are dropped: they
+    would become empty phrases. NULs are spaces.
+    """
+    # FTS5 reads the query as a C string: a NUL would end it inside an open quote.
+    chunks = [chunk for chunk in query.replace("\x00", " ").split() if any(ch.isalnum() for ch in chunk)]
+    if not chunks:
+        return None
+    return " ".join('"' + chunk.replace('"', '""') + '"' for chunk in chunks)
+
+
+def _message_ids(message: Message) -> list[tuple[str, str]]:
+    """The ids a message carries, named for error messages."""
+    named = [(message.id, "message id"), (message.agent_id, "agent id")]
+    named.append((message.conversation_id, "conversation id"))
+    named += [(v, w) for v, w in ((message.person_id, "person id"), (message.event_id, "event id")) if v]
+    return named
+
+
+def _utc(when: datetime) -> datetime:
+    """Aware UTC, taking a naive time as UTC (as `ManualClock` and `UTCDateTime` do)."""
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def _unique(ids: Iterable[str]) -> list[str]:
+    """Distinct ids in first-seen order."""
+    return list(dict.fromkeys(ids))
+
+
+def _latest(column_: Any, when: datetime) -> Any:
+    """SQL for max(column, when) that tolerates NULL: an out-of-order (replayed) event
+    never moves a last-activity time backwards."""
+    return case((column_.is_(None), when), (column_ < when, when), else_=column_)
+
+
+def _person_for_identity(connection: Connection, agent_id: str, identity: Identity) -> str | None:
+    statement = select(identities.c.person_id).where(
+        identities.c.agent_id == agent_id,
+        identities.c.service == identity.service,
+        identities.c.channel == identity.channel,
+        identities.c.speaker_id == identity.speaker_id,
+    )
+    return connection.execute(statement).scalar_one_or_none()
+
+
+def _create_person(
+    connection: Connection, agent_id: str, identity: Identity, display_name: str, kind: str, now: datetime
+) -> str:
+    person_id = new_id(now)
+    connection.execute(
+        insert(persons).values(
+            id=person_id, agent_id=agent_id, display_name=display_name, kind=kind,
+            created_at=now, last_interaction_at=now,
+        )
+    )  # fmt: skip
+    connection.execute(
+        insert(identities).values(
+            id=new_id(now), agent_id=agent_id, person_id=person_id, created_at=now, **identity.model_dump()
+        )
+    )
+    return person_id

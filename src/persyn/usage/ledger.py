@@ -1,0 +1,201 @@
+"""Exact usage accounting from the event log (SPEC App. C, "event records for the ledger").
+
+Counters answer rate questions; exact totals come from summing the JSONL records, each
+counted once by its stable id even if it was re-emitted (a replayed durable step writes the
+same id again). Costs are summed as recorded — never re-priced — so the ledger agrees with
+what was metered at the time. A line that does not parse (a torn write, a foreign line) is
+skipped and counted rather than failing the whole report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from persyn.core.errors import InputError
+from persyn.usage.records import UsageRecord
+
+__all__ = [
+    "GROUP_BY",
+    "GroupBy",
+    "LedgerReport",
+    "LedgerRow",
+    "read_records",
+    "render_summary",
+    "summarize",
+    "summarize_records",
+]
+
+GroupBy = Literal["stage", "model", "channel", "conversation", "agent"]
+GROUP_BY: tuple[str, ...] = get_args(GroupBy)
+NO_VALUE = "(none)"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class LedgerRow(_Frozen):
+    key: str
+    calls: int = 0
+    unpriced_calls: int = 0  # counted, not costed
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    units: int = 0
+    cost_usd: float | None = None  # None when no call in the row was priced
+
+    def add(self, record: UsageRecord) -> LedgerRow:
+        cost = self.cost_usd
+        if record.cost_usd is not None:
+            cost = round((cost or 0.0) + record.cost_usd, 10)
+        return self.model_copy(
+            update={
+                "calls": self.calls + 1,
+                "unpriced_calls": self.unpriced_calls + (record.cost_usd is None),
+                "input_tokens": self.input_tokens + record.input_tokens,
+                "output_tokens": self.output_tokens + record.output_tokens,
+                "cache_read_tokens": self.cache_read_tokens + record.cache_read_tokens,
+                "cache_write_tokens": self.cache_write_tokens + record.cache_write_tokens,
+                "units": self.units + record.units,
+                "cost_usd": cost,
+            }
+        )
+
+
+class LedgerReport(_Frozen):
+    by: str
+    since: datetime | None = None
+    rows: tuple[LedgerRow, ...] = ()
+    total: LedgerRow = LedgerRow(key="total")
+    records: int = 0  # distinct records counted
+    duplicates: int = 0  # re-emitted records skipped by id
+    malformed_lines: int = 0
+
+
+def read_records(path: Path) -> Iterator[UsageRecord | None]:
+    """Every line of the ledger as a record, or None for a line that does not parse.
+
+    A missing file is an empty ledger (metering may simply not have run yet).
+    """
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        for raw in handle:
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                yield UsageRecord.model_validate_json(line)
+            except ValidationError:
+                yield None
+
+
+def summarize(path: Path, *, by: str = "stage", since: datetime | None = None) -> LedgerReport:
+    """Sum the ledger at `path` grouped `by` stage | model | channel | conversation | agent."""
+    return summarize_records(read_records(path), by=by, since=since)
+
+
+def summarize_records(
+    records: Iterator[UsageRecord | None] | list[UsageRecord | None],
+    *,
+    by: str = "stage",
+    since: datetime | None = None,
+) -> LedgerReport:
+    if by not in GROUP_BY:
+        raise InputError(f"cannot group usage by {by!r}; choose one of: {', '.join(GROUP_BY)}")
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)  # records are stamped in UTC
+    seen: set[str] = set()
+    rows: dict[str, LedgerRow] = {}
+    total = LedgerRow(key="total")
+    duplicates = malformed = 0
+    for record in records:
+        if record is None:
+            malformed += 1
+            continue
+        if record.id in seen:
+            duplicates += 1
+            continue
+        seen.add(record.id)
+        if since is not None and record.at < since:
+            continue
+        key = _key(record, by)
+        rows[key] = rows.get(key, LedgerRow(key=key)).add(record)
+        total = total.add(record)
+    ordered = sorted(rows.values(), key=lambda row: (-(row.cost_usd or 0.0), -row.calls, row.key))
+    return LedgerReport(
+        by=by,
+        since=since,
+        rows=tuple(ordered),
+        total=total,
+        records=total.calls,
+        duplicates=duplicates,
+        malformed_lines=malformed,
+    )
+
+
+def _key(record: UsageRecord, by: str) -> str:
+    value = {
+        "stage": record.stage,
+        "model": record.model,
+        "channel": record.channel,
+        "conversation": record.conversation_id,
+        "agent": record.agent_id,
+    }[by]
+    return value or NO_VALUE
+
+
+def render_summary(report: LedgerReport) -> str:
+    """A plain-text table for the terminal; unpriced calls show as counted, cost '-'."""
+    headers: tuple[str, ...] = (
+        report.by,
+        "calls",
+        "unpriced",
+        "input",
+        "output",
+        "cache read",
+        "cache write",
+        "cost USD",
+    )
+    lines: list[tuple[str, ...]] = [headers]
+    for row in (*report.rows, report.total):
+        lines.append(
+            (
+                row.key,
+                str(row.calls),
+                str(row.unpriced_calls),
+                str(row.input_tokens),
+                str(row.output_tokens),
+                str(row.cache_read_tokens),
+                str(row.cache_write_tokens),
+                "-" if row.cost_usd is None else f"{row.cost_usd:.6f}",
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
+
+    def fmt(cells: tuple[str, ...]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join((first, *rest)).rstrip()
+
+    out = [fmt(lines[0]), "  ".join("-" * w for w in widths)]
+    out.extend(fmt(line) for line in lines[1:-1])
+    out.append("  ".join("-" * w for w in widths))
+    out.append(fmt(lines[-1]))
+    notes: list[str] = []
+    if report.duplicates:
+        notes.append(f"{report.duplicates} re-emitted record(s) counted once")
+    if report.malformed_lines:
+        notes.append(f"{report.malformed_lines} malformed line(s) skipped")
+    if report.total.unpriced_calls:
+        notes.append(f"{report.total.unpriced_calls} call(s) unpriced: add them to [prices] to cost them")
+    out.extend(notes)
+    return "\n".join(out)

@@ -1,0 +1,30 @@
+"""The usage record (SPEC App. C): one per completed model call, counted exactly once."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["UsageRecord"]
+
+
+class UsageRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str  # ULID, stable across re-emission (dedup key)
+    at: datetime
+    agent_id: str | None
+    stage: str  # the Task value, e.g. "respond", "critique"
+    model: str  # the model string as configured, e.g. "anthropic:claude-sonnet-4-5"
+    tier: str  # "local" | "hosted" | "test": low-cardinality model tier for counters
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    units: int = 0  # non-token units (images, delegated runs); 0 for token-priced calls
+    surface: str | None = None  # service, e.g. "terminal"
+    channel: str | None = None
+    thread_id: str | None = None  # the reasoning thread: the workflow id
+    conversation_id: str | None = None
+    cost_usd: float | None = None  # None = unpriced: counted, not costed

@@ -1,0 +1,110 @@
+"""kill -9 a running `persyn run` after the respond step and before transmit (issue 2).
+
+After a restart the reply is transmitted exactly once and the model call that already
+happened is neither repeated nor billed twice.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from persyn_cli import Persyn
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _usage(home: Path) -> list[dict[str, object]]:
+    path = home / "usage.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _agent_replies(home: Path, event_id: str) -> list[str]:
+    with sqlite3.connect(home / "data" / "persyn.db") as db:
+        rows = db.execute("SELECT text FROM messages WHERE role = 'agent' AND event_id = ?", (event_id,))
+        return [str(r[0]) for r in rows.fetchall()]
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_kill_between_respond_and_transmit_resumes_exactly_once(persyn: Persyn) -> None:
+    # A long gap between the respond step and transmit, so the kill lands inside it.
+    daemon = persyn.start_daemon("run", PERSYN_DISPATCH__DEBUG_TRANSMIT_DELAY_SECONDS="600")
+    try:
+        sent = persyn.run("send", "--no-wait", "Please remember the blue door.")
+        assert sent.returncode == 0, sent.stderr
+        event_id = sent.stdout.strip()
+        # The respond step has finished once its usage record is in the ledger.
+        _wait_for(
+            lambda: any(u["thread_id"] == event_id for u in _usage(persyn.home)), 60, "the respond step"
+        )
+        assert _agent_replies(persyn.home, event_id) == []
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(timeout=30)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+
+    restarted = persyn.start_daemon("run")
+    try:
+        _wait_for(lambda: len(_agent_replies(persyn.home, event_id)) > 0, 60, "the reply after restart")
+        time.sleep(1.0)  # give a duplicate transmit every chance to show up
+    finally:
+        _stop(restarted)
+
+    replies = _agent_replies(persyn.home, event_id)
+    assert replies == ["You said: Please remember the blue door."]
+    calls = [u for u in _usage(persyn.home) if u["thread_id"] == event_id]
+    assert [u["stage"] for u in calls] == ["respond"], "the model call must not be repeated or re-billed"
+    # The completion marker says the reply went out; `send` on a finished event reads it.
+    with sqlite3.connect(persyn.home / "data" / "persyn.db") as db:
+        marker = db.execute(
+            "SELECT transmitted, text FROM completion_markers WHERE event_id = ?", (event_id,)
+        ).fetchall()
+    assert marker == [(1, "You said: Please remember the blue door.")]
+
+
+def test_sigterm_keeps_accepted_events(persyn: Persyn) -> None:
+    daemon = persyn.start_daemon("run")
+    try:
+        sent = persyn.run("send", "hello daemon", timeout=120)
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout.strip() == "You said: hello daemon"
+    finally:
+        _stop(daemon)
+    assert daemon.returncode == 0
+    # Queued while nothing runs: accepted, then answered by the next daemon.
+    queued = persyn.run("send", "--no-wait", "are you there?")
+    event_id = queued.stdout.strip()
+    restarted = persyn.start_daemon("run")
+    try:
+        _wait_for(lambda: _agent_replies(persyn.home, event_id) != [], 60, "the queued event")
+    finally:
+        _stop(restarted)
+    assert _agent_replies(persyn.home, event_id) == ["You said: are you there?"]

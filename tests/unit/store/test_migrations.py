@@ -1,0 +1,144 @@
+"""Schema migrations: an ordered, gap-free list that any database can be brought up by."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, insert, inspect, text
+
+from persyn.core.errors import StoreError
+from persyn.core.ids import new_id
+from persyn.store import schema
+from persyn.store.migrations import LATEST_VERSION, MIGRATIONS, current_version, migrate, schema_version
+from persyn.store.sqlite import SQLiteStore, create_sqlite_engine
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+# The tables and columns migration 1 creates. If this test fails you changed a v1 table in
+# schema.py: add a new migration for the change and freeze migration 1 (migrations.py says how).
+V1_COLUMNS = {
+    table: columns.split()
+    for table, columns in {
+        "agents": "id name created_at",
+        "events": "id agent_id kind service channel speaker text received_at addressed meta",
+        "completion_markers": "id agent_id event_id transmitted text reason created_at expires_at",
+        "persons": "id agent_id display_name kind created_at last_interaction_at",
+        "identities": "id agent_id person_id service channel speaker_id created_at",
+        "person_preferences": "id agent_id person_id key value",
+        "conversations": "id agent_id service channel kind participants started_at last_activity_at "
+        "closed_at",
+        "messages": "id agent_id conversation_id role person_id speaker_name text created_at event_id",
+        "flags": "id agent_id key value",
+        "schema_version": "version name applied_at",
+    }.items()
+}
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    """The store's own write engine (BEGIN IMMEDIATE), on an empty file."""
+    created = create_sqlite_engine(tmp_path / "persyn.db", writer=True)
+    try:
+        yield created
+    finally:
+        created.dispose()
+
+
+def _version(engine: Engine) -> int:
+    with engine.connect() as connection:
+        return current_version(connection)
+
+
+def _migrate(engine: Engine, target: int | None = None) -> int:
+    with engine.connect() as connection:
+        return migrate(connection, "sqlite", target=target)
+
+
+def _schema_sql(engine: Engine) -> list[tuple[str, str]]:
+    with engine.connect() as connection:
+        rows = connection.execute(text("SELECT name, sql FROM sqlite_master ORDER BY name"))
+        return [(row.name, row.sql or "") for row in rows]
+
+
+def test_migrations_are_numbered_one_to_n_without_gaps() -> None:
+    assert [m.number for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+    assert LATEST_VERSION == len(MIGRATIONS) >= 2
+    assert len({m.name for m in MIGRATIONS}) == len(MIGRATIONS)
+
+
+def test_an_empty_database_is_at_version_zero(engine: Engine) -> None:
+    assert _version(engine) == 0
+
+
+def test_applying_twice_is_a_no_op(engine: Engine) -> None:
+    assert _migrate(engine) == LATEST_VERSION
+    before = _schema_sql(engine)
+    assert _migrate(engine) == LATEST_VERSION
+    assert _schema_sql(engine) == before
+    with engine.connect() as connection:
+        versions = connection.execute(schema_version.select().order_by(schema_version.c.version)).all()
+    assert [row.version for row in versions] == list(range(1, LATEST_VERSION + 1))
+
+
+def test_migration_one_creates_the_v1_tables(engine: Engine) -> None:
+    assert _migrate(engine, target=1) == 1
+    with engine.connect() as connection:
+        inspector = inspect(connection)
+        found = {
+            name: [c["name"] for c in inspector.get_columns(name)] for name in inspector.get_table_names()
+        }
+    assert found == V1_COLUMNS
+
+
+def test_a_version_one_database_is_migrated_to_the_latest(engine: Engine) -> None:
+    _migrate(engine, target=1)
+    agent_id, conversation_id = new_id(), new_id(T0)
+    with engine.begin() as connection:  # dialog stored before search existed
+        connection.execute(
+            insert(schema.conversations).values(
+                id=conversation_id, agent_id=agent_id, service="terminal", channel="main", kind="dialog",
+                participants=[], started_at=T0, last_activity_at=T0,
+            )
+        )  # fmt: skip
+        connection.execute(
+            insert(schema.messages).values(
+                id=new_id(T0), agent_id=agent_id, conversation_id=conversation_id, role="user",
+                speaker_name="Ann", text="an old remark about otters", created_at=T0,
+            )
+        )  # fmt: skip
+    assert _version(engine) == 1
+
+    assert _migrate(engine) == LATEST_VERSION
+    assert _version(engine) == LATEST_VERSION
+    with engine.connect() as connection:
+        hits = connection.execute(text("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'otters'"))
+        assert len(hits.all()) == 1  # migration 2 indexed what was already there
+
+
+def test_a_database_from_a_newer_persyn_is_refused(engine: Engine) -> None:
+    _migrate(engine)
+    with engine.begin() as connection:
+        connection.execute(
+            insert(schema_version).values(version=LATEST_VERSION + 1, name="future", applied_at=T0)
+        )
+    with pytest.raises(StoreError, match="newer"):
+        _migrate(engine)
+
+
+def test_an_unknown_target_is_refused(engine: Engine) -> None:
+    with pytest.raises(StoreError, match="unknown schema version"):
+        _migrate(engine, target=LATEST_VERSION + 1)
+
+
+async def test_stores_racing_to_set_up_one_file_agree(tmp_path: Path) -> None:
+    stores = [SQLiteStore(tmp_path / "race.db") for _ in range(4)]
+    try:
+        await asyncio.gather(*(store.setup() for store in stores))
+        assert [await store.schema_version() for store in stores] == [LATEST_VERSION] * 4
+    finally:
+        for store in stores:
+            await store.close()
