@@ -1,0 +1,238 @@
+"""The runtime end to end in-process: real SQLite files, real DBOS queues, model doubles."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pydantic_ai.exceptions import ModelHTTPError
+
+from persyn.core.clock import ManualClock
+from persyn.core.config import AgentConfig, Settings, load_settings
+from persyn.core.errors import InputError
+from persyn.core.events import Event, Notice, Outbound, Speaker
+from persyn.core.ids import new_id
+from persyn.gateway.base import SinkCallable, SinkEvent
+from persyn.runtime.app import Runtime
+from persyn.testing import registered_double
+from persyn.usage.records import UsageRecord
+
+START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+
+class RecordingChannel:
+    service = "test"
+
+    def __init__(self, *, sink_raises: bool = False) -> None:
+        self.delivered: list[Outbound] = []
+        self.notices: list[Notice] = []
+        self.streamed: list[str] = []
+        self.sink_raises = sink_raises
+
+    async def deliver(self, outbound: Outbound) -> None:
+        self.delivered.append(outbound)
+
+    async def notice(self, event: Event, notice: Notice) -> None:
+        self.notices.append(notice)
+
+    def sink_for(self, event: Event) -> SinkCallable | None:
+        def sink(item: SinkEvent) -> None:
+            if self.sink_raises:
+                raise RuntimeError("the console fell over")
+            if item.kind == "delta":
+                self.streamed.append(item.text)
+
+        return sink
+
+
+class ListAdapter:
+    def __init__(self) -> None:
+        self.records: list[UsageRecord] = []
+
+    def handle(self, record: UsageRecord) -> None:
+        self.records.append(record)
+
+    def close(self) -> None:
+        pass
+
+
+def _settings(home: Path, model: str = "test:echo") -> Settings:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "persyn.toml").write_text(f'[models]\ndefault = "{model}"\n[metering]\nevent_log = false\n')
+    settings = load_settings(home, environ={})
+    return settings.model_copy(update={"agents": [AgentConfig(name="Ada", id=new_id(START))]})
+
+
+def _event(agent: AgentConfig, text: str, at: datetime, speaker: str = "sam") -> Event:
+    return Event(
+        id=new_id(at),
+        agent_id=agent.id,
+        service="test",
+        channel="room",
+        speaker=Speaker(service="test", channel="room", speaker_id=speaker, display_name=speaker.title()),
+        text=text,
+        received_at=at,
+    )
+
+
+@pytest.fixture
+async def started(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Runtime, RecordingChannel, ListAdapter, ManualClock]]:
+    clock = ManualClock(START)
+    adapter = ListAdapter()
+    runtime = Runtime(_settings(tmp_path / "home"), clock=clock, extra_meter_adapters=[adapter])
+    channel = RecordingChannel()
+    runtime.channels["test"] = channel
+    await runtime.start(workers=True)
+    try:
+        yield runtime, channel, adapter, clock
+    finally:
+        await runtime.stop()
+
+
+async def test_an_event_is_answered_stored_and_metered(
+    started: tuple[Runtime, RecordingChannel, ListAdapter, ManualClock],
+) -> None:
+    runtime, channel, adapter, _clock = started
+    agent = runtime.settings.agents[0]
+    event = _event(agent, "Hello Ada", START)
+    await runtime.submit(event)
+    marker = await runtime.wait_marker(agent.id, event.id, timeout=30)
+    assert marker.transmitted
+    assert marker.text == "You said: Hello Ada"
+    assert [o.text for o in channel.delivered] == ["You said: Hello Ada"]
+    assert "".join(channel.streamed) == "You said: Hello Ada"
+    conversation_id = channel.delivered[0].conversation_id
+    dialog = await runtime.store.recent_messages(agent.id, conversation_id, 10)
+    assert [(m.role.value, m.speaker_name, m.text) for m in dialog] == [
+        ("user", "Sam", "Hello Ada"),
+        ("agent", "Ada", "You said: Hello Ada"),
+    ]
+    assert runtime.meter.flush()
+    assert len(adapter.records) == 1
+    record = adapter.records[0]
+    assert (record.stage, record.agent_id, record.surface, record.channel) == (
+        "respond",
+        agent.id,
+        "test",
+        "room",
+    )
+    assert record.conversation_id == conversation_id
+    assert record.thread_id == event.id
+
+
+async def test_a_redelivered_event_runs_once(
+    started: tuple[Runtime, RecordingChannel, ListAdapter, ManualClock],
+) -> None:
+    runtime, channel, adapter, _clock = started
+    agent = runtime.settings.agents[0]
+    event = _event(agent, "only once", START)
+    await runtime.submit(event)
+    await runtime.wait_marker(agent.id, event.id, timeout=30)
+    await runtime.submit(event)  # the channel delivered it again
+    await runtime.wait_marker(agent.id, event.id, timeout=30)
+    assert len(channel.delivered) == 1
+    assert runtime.meter.flush()
+    assert len(adapter.records) == 1
+
+
+async def test_invalid_input_is_rejected_before_anything_is_stored(
+    started: tuple[Runtime, RecordingChannel, ListAdapter, ManualClock],
+) -> None:
+    runtime, _channel, _adapter, _clock = started
+    agent = runtime.settings.agents[0]
+    good = _event(agent, "fine", START)
+    with pytest.raises(InputError, match="invalid event id"):
+        await runtime.submit(good.model_copy(update={"id": "not-an-id"}))
+    with pytest.raises(InputError, match="unknown agent id"):
+        await runtime.submit(good.model_copy(update={"agent_id": new_id()}))
+    with pytest.raises(InputError, match="the limit is 32000"):
+        await runtime.submit(good.model_copy(update={"text": "x" * 32_001}))
+    assert await runtime.store.get_event(agent.id, good.id) is None
+    assert await runtime.store.count_messages(agent.id) == 0
+
+
+async def test_a_broken_sink_never_reaches_generation(tmp_path: Path) -> None:
+    runtime = Runtime(_settings(tmp_path / "home"), clock=ManualClock(START))
+    channel = RecordingChannel(sink_raises=True)
+    runtime.channels["test"] = channel
+    await runtime.start(workers=True)
+    try:
+        agent = runtime.settings.agents[0]
+        event = _event(agent, "still there?", START)
+        await runtime.submit(event)
+        marker = await runtime.wait_marker(agent.id, event.id, timeout=30)
+    finally:
+        await runtime.stop()
+    assert marker.transmitted
+    assert [o.text for o in channel.delivered] == ["You said: still there?"]
+
+
+async def test_a_failing_model_degrades_to_a_notice_not_a_crash(tmp_path: Path) -> None:
+    def broken(task: str | None, messages: object, info: object) -> str:
+        raise ModelHTTPError(status_code=400, model_name="broken", body="bad request")
+
+    with registered_double("broken", broken):
+        runtime = Runtime(_settings(tmp_path / "home", "test:broken"), clock=ManualClock(START))
+        channel = RecordingChannel()
+        runtime.channels["test"] = channel
+        await runtime.start(workers=True)
+        try:
+            agent = runtime.settings.agents[0]
+            event = _event(agent, "hello?", START)
+            await runtime.submit(event)
+            marker = await runtime.wait_marker(agent.id, event.id, timeout=30)
+            # The agent keeps answering once the model works again.
+            assert await runtime.store.count_messages(agent.id) == 1
+        finally:
+            await runtime.stop()
+    assert not marker.transmitted
+    assert marker.reason is not None
+    assert "could not produce a reply" in marker.reason
+    assert "400" in marker.reason
+    assert channel.delivered == []
+    assert [n.level for n in channel.notices] == ["error"]
+
+
+async def test_idle_conversations_close_and_run_their_hooks(
+    started: tuple[Runtime, RecordingChannel, ListAdapter, ManualClock],
+) -> None:
+    runtime, channel, _adapter, clock = started
+    agent = runtime.settings.agents[0]
+    seen: list[tuple[str, str]] = []
+
+    async def hook(agent_id: str, conversation_id: str) -> None:
+        seen.append((agent_id, conversation_id))
+
+    runtime.add_conversation_hook("record", hook)
+    first = _event(agent, "first conversation", START)
+    await runtime.submit(first)
+    await runtime.wait_marker(agent.id, first.id, timeout=30)
+    conversation_id = channel.delivered[0].conversation_id
+
+    clock.advance(timedelta(minutes=29))
+    assert await runtime.close_idle_conversations() == 0
+    clock.advance(timedelta(minutes=2))
+    assert await runtime.close_idle_conversations() == 1
+    for _ in range(200):
+        if seen:
+            break
+        await _sleep()
+    assert seen == [(agent.id, conversation_id)]
+    closed = await runtime.store.get_conversation(agent.id, conversation_id)
+    assert closed is not None
+    assert closed.closed_at is not None
+
+    later = _event(agent, "a new day", clock.now())
+    await runtime.submit(later)
+    await runtime.wait_marker(agent.id, later.id, timeout=30)
+    assert channel.delivered[-1].conversation_id != conversation_id
+
+
+async def _sleep() -> None:
+    import asyncio
+
+    await asyncio.sleep(0.05)
