@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -49,6 +49,7 @@ class TurnSetup(BaseModel):
     person_id: str | None
     speaker_name: str
     inbound_message_id: str
+    received_at: datetime
 
 
 class Reply(BaseModel):
@@ -123,6 +124,7 @@ async def receive(store: Store, settings: Settings, event: Event, now: datetime)
         person_id=person_id,
         speaker_name=speaker_name,
         inbound_message_id=message_id,
+        received_at=event.received_at,
     )
 
 
@@ -168,6 +170,8 @@ async def record_reply(store: Store, agent_name: str, setup: TurnSetup, text: st
     existing = await store.agent_reply_for_event(setup.agent_id, setup.event_id)
     if existing is not None:
         return existing
+    # A reply never sorts before what it answers, even on a coarse or frozen clock.
+    now = max(now, setup.received_at + timedelta(milliseconds=1))
     message = Message(
         id=new_id(now),
         agent_id=setup.agent_id,

@@ -113,6 +113,9 @@ class ModelsConfig(_Strict):
     context_window: int = Field(default=0, ge=0)
     request_timeout_seconds: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0, le=10)
+    max_output_tokens: int = Field(default=2048, ge=16)
+    # The offline model is slow on a laptop CPU and rambles: keep its replies short.
+    local_max_output_tokens: int = Field(default=160, ge=16)
 
     def for_task(self, task: Task) -> str:
         chosen: str | None = getattr(self, task.value)

@@ -269,6 +269,11 @@ class ModelGateway:
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _max_tokens(self, spec: ModelSpec) -> int:
+        """A bound on every reply: a tiny local model otherwise rambles for minutes."""
+        models = self._settings.models
+        return models.local_max_output_tokens if spec.provider == "local" else models.max_output_tokens
+
     def _output_mode(self, spec: ModelSpec) -> OutputMode:
         if spec.provider in ("anthropic", "test"):
             return "tool"
@@ -293,7 +298,9 @@ class ModelGateway:
         while True:
             progress = _StreamProgress()
             try:
-                response = await self._request(model, messages, params, sink, phase, progress)
+                response = await self._request(
+                    model, messages, params, sink, phase, progress, self._max_tokens(spec)
+                )
             except ModelError:
                 raise
             except Exception as exc:
@@ -315,8 +322,9 @@ class ModelGateway:
         sink: SinkCallable | None,
         phase: str,
         progress: _StreamProgress,
+        max_tokens: int,
     ) -> ModelResponse:
-        settings = _model_settings(params)
+        settings = _model_settings(params, max_tokens)
         if sink is None:
             return await model_request(
                 model, messages, model_settings=settings, model_request_parameters=params, instrument=False
@@ -493,11 +501,12 @@ def _request_parameters(
     return replace(base, output_mode="native", output_object=definition, allow_text_output=True)
 
 
-def _model_settings(params: ModelRequestParameters) -> ModelSettings | None:
-    if params.output_mode != "prompted" or params.output_object is None:
-        return None
-    response_format = {"type": "json_object", "schema": params.output_object.json_schema}
-    return ModelSettings(extra_body={"response_format": response_format})
+def _model_settings(params: ModelRequestParameters, max_tokens: int) -> ModelSettings:
+    settings = ModelSettings(max_tokens=max_tokens)
+    if params.output_mode == "prompted" and params.output_object is not None:
+        response_format = {"type": "json_object", "schema": params.output_object.json_schema}
+        settings["extra_body"] = {"response_format": response_format}
+    return settings
 
 
 def _rejects_json_schema(exc: ModelError) -> bool:

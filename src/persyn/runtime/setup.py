@@ -48,6 +48,8 @@ default = "auto"
 # context_window = 0        # tokens; 0 = the model's known window
 # request_timeout_seconds = 120
 # max_retries = 3           # on 429 / 5xx / timeouts, with backoff
+# max_output_tokens = 2048  # bound on every reply
+# local_max_output_tokens = 160  # the offline model is slow: keep its replies short
 
 # [prices."anthropic:claude-sonnet-4-5"]  # US dollars per million tokens
 # input = 3.0
