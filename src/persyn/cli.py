@@ -36,6 +36,11 @@ app = typer.Typer(
 )
 agents_app = typer.Typer(help="The agents of this deployment.", no_args_is_help=True)
 app.add_typer(agents_app, name="agents")
+memory_app = typer.Typer(
+    help="The agent's long-term memory: import history, recall, inspect, forget, cull, reindex.",
+    no_args_is_help=True,
+)
+app.add_typer(memory_app, name="memory")
 conversations_app = typer.Typer(
     help="Conversations an agent has had, and their full dialog.", no_args_is_help=True
 )
@@ -210,7 +215,7 @@ async def _serve(settings: Settings, *, housekeeping: bool) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await runtime.start(workers=True)
+    await runtime.start(workers=True, scheduler=housekeeping)
     names = ", ".join(a.name for a in settings.agents) or "no agents"
     typer.echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
     try:
@@ -322,6 +327,294 @@ def conversations_show(
     typer.echo(f"Conversation {conversation.id} on {conversation.service}/{conversation.channel}")
     for message in messages:
         typer.echo(f"[{message.created_at:%Y-%m-%d %H:%M:%S}] {message.speaker_name}: {message.text}")
+
+
+# memory ------------------------------------------------------------------------------------
+def _progress(description: str) -> tuple[Any, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=False
+    )
+    task = progress.add_task(description, total=None)
+
+    def update(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    return progress, update
+
+
+def _parse_now(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise PersynError(f"invalid --now {value!r}: use ISO 8601, e.g. 2026-11-30T09:00") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _scored_json(result: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": s.record.id,
+            "ref": s.record.ref,
+            "score": round(s.score, 6),
+            "band": s.band.value,
+            "tokens": s.tokens,
+            "summary": s.record.summary,
+            "time": s.record.created_at.isoformat(),
+        }
+        for s in result.records
+    ]
+
+
+@memory_app.command("import")
+def memory_import(
+    path: Annotated[
+        Path, typer.Argument(metavar="FILE.jsonl", help="One JSON object per line (see --help).")
+    ],
+    agent: AgentOption = None,
+) -> None:
+    """Import history: one JSON object per line with `time` (ISO 8601), `channel`,
+    `participants` (names or person ids), `summary`, and optional `importance`, `tags`,
+    `sensitivity`, `ref`, `dialog` ([{speaker, text, time}]). Bad lines are reported with their
+    line number; good lines are imported; re-importing a `ref` never duplicates."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    settings = _settings()
+    chosen = settings.agent(agent)
+    if not path.is_file():
+        raise PersynError(f"no such file: {str(path)!r}")
+
+    async def _import() -> Any:
+        async with memory_ops(settings, chosen) as ops:
+            if ops.degraded:
+                typer.secho(
+                    f"· {ops.degraded}; importing without vectors (run `persyn memory reindex` later)",
+                    err=True,
+                )
+            progress, update = _progress("embedding")
+            with progress:
+                return await ops.import_file(path, update)
+
+    report = _run(_import())
+    for problem in report.problems:
+        typer.secho(f"{path}:{problem.line}: {problem.reason}", err=True, fg=typer.colors.YELLOW)
+    typer.echo(
+        f"imported {report.imported}, already present {report.duplicates}, rejected {len(report.problems)}"
+    )
+    if report.problems and not report.imported:
+        raise typer.Exit(1)
+
+
+@memory_app.command("recall")
+def memory_recall(
+    query: Annotated[str | None, typer.Argument(help="What to remember (omit with --queries).")] = None,
+    agent: AgentOption = None,
+    channel: Annotated[
+        str | None, typer.Option("--channel", help="Channel key, e.g. terminal:terminal.")
+    ] = None,
+    participant: Annotated[
+        list[str] | None, typer.Option("--participant", "-p", help="Who is present (repeat).")
+    ] = None,
+    now: Annotated[str | None, typer.Option("--now", help="Pretend it is this time (ISO 8601).")] = None,
+    budget_tokens: Annotated[
+        int | None, typer.Option("--budget-tokens", min=1, help="Context budget.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many records.")] = None,
+    queries: Annotated[
+        Path | None,
+        typer.Option("--queries", help="Batch: JSONL of {id, query, channel?, participants?, now?}."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Exactly the retrieval the agent uses when it answers, with each record's band."""
+    from persyn.runtime.memory_ops import memory_ops, read_queries
+
+    settings = _settings()
+    chosen = settings.agent(agent)
+    if (query is None) == (queries is None):
+        raise PersynError("give either a QUERY or --queries FILE")
+
+    async def _recall() -> None:
+        async with memory_ops(settings, chosen) as ops:
+            if ops.degraded:
+                typer.secho(f"· {ops.degraded}; keyword retrieval only", err=True)
+            if queries is not None:
+                for _number, item in read_queries(queries):
+                    result = await ops.recall(
+                        str(item["query"]),
+                        channel=item.get("channel") or channel,
+                        participants=item.get("participants") or participant or [],
+                        now=_parse_now(item.get("now")) or _parse_now(now),
+                        budget_tokens=budget_tokens,
+                        limit=limit,
+                    )
+                    typer.echo(json.dumps({"id": item["id"], "results": _scored_json(result)}))
+                return
+            assert query is not None
+            result = await ops.recall(
+                query,
+                channel=channel,
+                participants=participant or [],
+                now=_parse_now(now),
+                budget_tokens=budget_tokens,
+                limit=limit,
+            )
+            if as_json:
+                typer.echo(json.dumps(_scored_json(result), indent=2))
+                return
+            if not result.records:
+                typer.echo("I don't remember anything about that here.")
+            for scored in result.records:
+                typer.echo(
+                    f"[{scored.band.value:>8}] {scored.score:.3f}  {scored.record.created_at:%Y-%m-%d}  {scored.record.id}"
+                )
+                typer.echo(f"           {scored.record.summary}")
+
+    _run(_recall())
+
+
+@memory_app.command("list")
+def memory_list(
+    agent: AgentOption = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """The newest memories."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    settings = _settings()
+    chosen = settings.agent(agent)
+
+    async def _list() -> list[Any]:
+        async with memory_ops(settings, chosen) as ops:
+            return await ops.store.list_records(chosen.id, limit=limit)
+
+    records = _run(_list())
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+        return
+    for record in records:
+        typer.echo(
+            f"{record.id}  {record.created_at:%Y-%m-%d}  [{record.importance:>2}/10 {record.sensitivity.value}]  {record.summary[:100]}"
+        )
+
+
+@memory_app.command("show")
+def memory_show(
+    record_id: Annotated[str, typer.Argument(metavar="ID")],
+    agent: AgentOption = None,
+    dialog: Annotated[
+        bool, typer.Option("--dialog", help="Also print the raw dialog behind it (remember harder).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """One memory with all its metadata; --dialog pulls the verbatim exchange behind it."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    settings = _settings()
+    chosen = settings.agent(agent)
+
+    async def _show() -> Any:
+        async with memory_ops(settings, chosen) as ops:
+            return await ops.show(record_id)
+
+    record, messages = _run(_show())
+    if as_json:
+        payload: dict[str, Any] = {"record": record.model_dump(mode="json")}
+        if dialog:
+            payload["dialog"] = [m.model_dump(mode="json") for m in messages]
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    for key, value in record.model_dump(mode="json").items():
+        typer.echo(f"{key:>16}: {value}")
+    if dialog:
+        if not messages:
+            typer.echo(
+                "(no verbatim dialog is kept for this memory: it is past the retention window or was imported without it)"
+            )
+        for message in messages:
+            typer.echo(f"[{message.created_at:%Y-%m-%d %H:%M:%S}] {message.speaker_name}: {message.text}")
+
+
+@memory_app.command("forget")
+def memory_forget(record_id: Annotated[str, typer.Argument(metavar="ID")], agent: AgentOption = None) -> None:
+    """Delete one memory (its vector and index entries too)."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    settings = _settings()
+    chosen = settings.agent(agent)
+
+    async def _forget() -> Any:
+        async with memory_ops(settings, chosen) as ops:
+            return await ops.forget(record_id)
+
+    record = _run(_forget())
+    typer.echo(f"forgot {record.id}: {record.summary[:100]}")
+
+
+@memory_app.command("stats")
+def memory_stats(
+    agent: AgentOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """How many memories, by channel, sensitivity and importance; which encoder made the vectors."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    settings = _settings()
+    chosen = settings.agent(agent)
+
+    async def _stats() -> dict[str, object]:
+        async with memory_ops(settings, chosen) as ops:
+            return await ops.store.record_stats(chosen.id)
+
+    stats = _run(_stats())
+    typer.echo(json.dumps(stats, indent=2 if as_json else 1, default=str))
+
+
+@memory_app.command("cull")
+def memory_cull(
+    agent: AgentOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be deleted.")] = False,
+    now: Annotated[str | None, typer.Option("--now", help="Pretend it is this time (ISO 8601).")] = None,
+) -> None:
+    """Delete memories rated below [memory] cull_below_importance AND older than
+    cull_after_days (defaults 3/10 and 14 days); important memories stay regardless of age."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    settings = _settings()
+    chosen = settings.agent(agent)
+
+    async def _cull() -> list[Any]:
+        async with memory_ops(settings, chosen) as ops:
+            return await ops.cull(dry_run=dry_run, now=_parse_now(now))
+
+    doomed = _run(_cull())
+    verb = "would delete" if dry_run else "deleted"
+    typer.echo(f"{verb} {len(doomed)} memories")
+    for record in doomed:
+        typer.echo(
+            f"  {record.id}  {record.created_at:%Y-%m-%d}  [{record.importance}/10]  {record.summary[:90]}"
+        )
+
+
+@memory_app.command("reindex")
+def memory_reindex(agent: AgentOption = None) -> None:
+    """Re-embed memories whose vectors came from another encoder (after changing [memory] embedder)."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    settings = _settings()
+    chosen = settings.agent(agent)
+
+    async def _reindex() -> int:
+        async with memory_ops(settings, chosen) as ops:
+            progress, update = _progress("re-embedding")
+            with progress:
+                return await ops.reindex(update)
+
+    typer.echo(f"re-embedded {_run(_reindex())} memories")
 
 
 # doctor ------------------------------------------------------------------------------------

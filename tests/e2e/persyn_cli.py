@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,14 +24,19 @@ class Persyn:
         return {**base, "PERSYN_HOME": str(self.home), **self.env, **extra}
 
     def run(
-        self, *args: str, input: str | bytes | None = None, timeout: float = 120, **env: str
+        self,
+        *args: str,
+        input: str | bytes | None = None,
+        timeout: float = 120,
+        env: Mapping[str, str] | None = None,
+        **extra: str,
     ) -> subprocess.CompletedProcess[str]:
         data = input.encode() if isinstance(input, str) else input
         done = subprocess.run(
             [sys.executable, "-m", "persyn", *args],
             input=data,
             capture_output=True,
-            env=self.environ(**env),
+            env=self.environ(**(env or {}), **extra),
             timeout=timeout,
             check=False,
         )
@@ -57,14 +63,16 @@ class Persyn:
         path = self.home.parent / f"{command}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def start_daemon(self, *args: str, startup_timeout: float = 60, **env: str) -> subprocess.Popen[bytes]:
+    def start_daemon(
+        self, *args: str, startup_timeout: float = 60, env: Mapping[str, str] | None = None, **extra: str
+    ) -> subprocess.Popen[bytes]:
         """Start `persyn run` (or `worker`) and wait until it says it is serving."""
         import time
 
         command = args[0] if args else "run"
         banner = "persyn is serving"
         before = self.log(command).count(banner)
-        process = self.popen(*(args or ("run",)), **env)
+        process = self.popen(*(args or ("run",)), **(env or {}), **extra)
         deadline = time.monotonic() + startup_timeout
         while time.monotonic() < deadline:
             if process.poll() is not None:

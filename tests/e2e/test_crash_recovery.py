@@ -36,6 +36,22 @@ def _usage(home: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _step_done(home: Path, workflow_id: str, step: str) -> bool:
+    """Whether DBOS has checkpointed a step of a workflow (its output is durable)."""
+    path = home / "data" / "dbos.sqlite"
+    if not path.exists():
+        return False
+    try:
+        with sqlite3.connect(path, timeout=5) as db:
+            rows = db.execute(
+                "SELECT 1 FROM operation_outputs WHERE workflow_uuid = ? AND function_name = ?",
+                (workflow_id, step),
+            ).fetchall()
+    except sqlite3.OperationalError:  # not created yet, or busy
+        return False
+    return bool(rows)
+
+
 def _agent_replies(home: Path, event_id: str) -> list[str]:
     with sqlite3.connect(home / "data" / "persyn.db") as db:
         rows = db.execute("SELECT text FROM messages WHERE role = 'agent' AND event_id = ?", (event_id,))

@@ -26,9 +26,11 @@ __all__ = [
     "AgentConfig",
     "ConversationConfig",
     "DispatchConfig",
+    "MemoryConfig",
     "MeteringConfig",
     "ModelsConfig",
     "Price",
+    "RetrievalWeights",
     "Secrets",
     "Settings",
     "Task",
@@ -147,9 +149,66 @@ class DispatchConfig(_Strict):
     queue_polling_seconds: float = Field(default=0.01, gt=0, le=10)
     marker_ttl_seconds: float = Field(default=3600.0, gt=0)
     worker_concurrency: int = Field(default=16, ge=1, le=1000)
+    # How often the scheduler closes idle conversations, sweeps unconsolidated ones and
+    # purges expired markers.
+    housekeeping_seconds: float = Field(default=60.0, gt=0)
     # Debug knob for crash-recovery drills: sleep this long between the respond step and
     # transmit, so an operator (or a test) can kill the process in between.
     debug_transmit_delay_seconds: float = Field(default=0.0, ge=0)
+
+
+class RetrievalWeights(_Strict):
+    """Weights of the relevance function (SPEC §4 step 2); the score is their weighted mean."""
+
+    similarity: float = Field(default=1.0, ge=0)
+    keyword: float = Field(default=1.0, ge=0)
+    # A tie-breaker toward fresher memories: questions about the past are as often about
+    # long ago as about last week, and a larger weight cost recall on LoCoMo.
+    recency: float = Field(default=0.05, ge=0)
+    participants: float = Field(default=0.15, ge=0)
+    importance: float = Field(default=0.1, ge=0)
+    # How close the record's time is to a date or period the query names ("on 4 March",
+    # "last week", "in 2023"); only counted for queries that name one.
+    date: float = Field(default=0.3, ge=0)
+
+
+class MemoryConfig(_Strict):
+    """Long-term memory: encoder, retrieval, compartments, consolidation and culling."""
+
+    # "wordllama" (default, in-process, 256-d), "openai:MODEL@http://host:port/v1" (a
+    # self-hosted /v1/embeddings service), "sentence-transformers:NAME" (extra), or
+    # "test:hash" (deterministic, for tests). Changing it needs `persyn memory reindex`.
+    embedder: str = "wordllama"
+    weights: RetrievalWeights = RetrievalWeights()
+    half_life_days: float = Field(default=30.0, gt=0)
+    strong_threshold: float = Field(default=0.6, ge=0, le=1)
+    moderate_threshold: float = Field(default=0.35, ge=0, le=1)
+    budget_fraction: float = Field(default=0.7, gt=0, le=1)
+    max_records: int = Field(default=40, ge=1)
+    candidates: int = Field(default=100, ge=1)
+    # Records scoring below this are not surfaced at all (0 = keep every candidate): at 0.1
+    # only noise goes (unrelated queries top out around 0.15 with the default encoder).
+    min_score: float = Field(default=0.1, ge=0, le=1)
+    # Cosine similarity is mapped linearly from [floor, ceiling] to [0, 1]: the floor is what
+    # unrelated texts score with the encoder, the ceiling a close paraphrase. Tuned for
+    # WordLlama; an encoder whose cosines run high (e5, bge) wants e.g. 0.7 / 0.95.
+    similarity_floor: float = Field(default=0.1, ge=-1, le=1)
+    similarity_ceiling: float = Field(default=0.7, ge=-1, le=1)
+    # Vector size: 0 = the encoder's own (WordLlama 256; a service's is learned on first use).
+    # WordLlama also takes 64 or 128 (truncated, smaller and faster); for a service the value
+    # is checked against what it returns. Changing it needs `persyn memory reindex`.
+    embedder_dims: int = Field(default=0, ge=0)
+    # A self-hosted embedding service slower than this counts as unavailable for the turn.
+    embedder_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Channels listed together share memory, e.g. [["terminal:terminal", "cli:cli"]].
+    channel_groups: list[list[str]] = Field(default_factory=list[list[str]])
+    cull_below_importance: int = Field(default=3, ge=1, le=10)
+    cull_after_days: float = Field(default=14.0, gt=0)
+    dialog_retention_days: float = Field(default=90.0, gt=0)
+    # Default sensitivity of new records by service; unknown services get "private".
+    default_sensitivity: dict[str, str] = Field(
+        default_factory=lambda: {"terminal": "private", "cli": "private", "web": "private"}
+    )
 
 
 class Secrets(BaseModel):
@@ -170,6 +229,7 @@ class Settings(_Strict):
     metering: MeteringConfig = MeteringConfig()
     conversation: ConversationConfig = ConversationConfig()
     dispatch: DispatchConfig = DispatchConfig()
+    memory: MemoryConfig = MemoryConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     secrets: Secrets = Secrets()
 

@@ -19,6 +19,7 @@ from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, SetEnqueueOptions
 
 from persyn.channels.base import ChannelAdapter
 from persyn.cognition import pipeline
+from persyn.cognition.context import MemorySource, recalled_ids
 from persyn.cognition.pipeline import ContextSource, Reply, TurnSetup
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import AgentConfig, Settings, Task
@@ -28,9 +29,13 @@ from persyn.core.ids import derived_id, parse_id
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
 from persyn.gateway.registry import ModelSpec, parse_model_string
+from persyn.memory.consolidate import Consolidator
+from persyn.memory.embedder import Embedder, build_embedder
+from persyn.memory.retrieval import Retriever
 from persyn.runtime import workflows
+from persyn.runtime.memory_ops import context_window_for
 from persyn.store import Store, open_store
-from persyn.store.base import Identity
+from persyn.store.base import Conversation, Identity
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter, MeterAdapter
 from persyn.usage.prometheus import PrometheusAdapter
@@ -38,6 +43,7 @@ from persyn.usage.prometheus import PrometheusAdapter
 __all__ = ["DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
 
 DISPLAY_NAME_PREF = "display_name"
+CONSOLIDATED_FLAG = "consolidated:"
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +80,15 @@ class Runtime:
         self._gateways: dict[str, ModelGateway] = {}
         self._local_servers: dict[str, LlamaServer] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self.embedder: Embedder | None = None
+        self.retriever: Retriever | None = None
+        self.memory_degraded: str | None = None
         self._launched = False
         self._client: DBOSClient | None = None
         self.uses_offline_model = False
 
     # lifecycle -------------------------------------------------------------------------
-    async def start(self, *, workers: bool = True) -> None:
+    async def start(self, *, workers: bool = True, scheduler: bool = True) -> None:
         """Set up storage, start the local model if any task needs it, launch DBOS."""
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         await self.store.setup()
@@ -90,6 +99,7 @@ class Runtime:
             self._gateways[agent.id] = ModelGateway(
                 self.settings, agent, self.meter, local_factory=self._local_model, clock=self.clock
             )
+        self._start_memory()
         if self._prometheus is not None:
             self._prometheus.start(
                 self.settings.metering.prometheus_port, self.settings.metering.prometheus_host
@@ -130,7 +140,8 @@ class Runtime:
                 worker_concurrency=max(1, self.settings.dispatch.worker_concurrency // 4),
                 polling_interval_sec=max(polling, 0.1),
             )
-            self._spawn(self._housekeeping())
+            if scheduler:
+                self._spawn(self._housekeeping())
 
     async def stop(self) -> None:
         for task in list(self._background):
@@ -156,6 +167,43 @@ class Runtime:
         for server in self._local_servers.values():
             await asyncio.to_thread(server.stop)
         await self.store.close()
+
+    # memory ----------------------------------------------------------------------------
+    def _start_memory(self) -> None:
+        """The encoder, retrieval as a context source, and consolidation after each
+        conversation. An unavailable encoder degrades to keyword recall (SPEC §6)."""
+        try:
+            self.embedder = build_embedder(self.settings.memory.embedder)
+        except Exception as exc:
+            self.embedder = None
+            self.memory_degraded = f"encoder {self.settings.memory.embedder!r} unavailable: {exc}"
+            log.warning("%s; memory falls back to keyword recall", self.memory_degraded)
+        self.retriever = Retriever(self.store, self.embedder, self.settings.memory)
+        self.context_sources.append(MemorySource(self.store, self.retriever, self.clock, self.memory_budget))
+        self.add_conversation_hook("consolidate", self.consolidate_conversation)
+
+    def memory_budget(self, agent_id: str) -> int:
+        agent = self.agents[agent_id]
+        return int(context_window_for(self.settings, agent) * self.settings.memory.budget_fraction)
+
+    async def consolidate_conversation(self, agent_id: str, conversation_id: str) -> None:
+        conversation = await self.store.get_conversation(agent_id, conversation_id)
+        if conversation is None or conversation.closed_at is None:
+            return
+        agent = self.agents.get(agent_id)
+        if agent is None:
+            return
+        consolidator = Consolidator(
+            self.store, self.gateway(agent_id), self.embedder, self.settings.memory, agent.name
+        )
+        recalled = await recalled_ids(self.store, agent_id, conversation_id)
+        try:
+            result = await consolidator.consolidate(agent_id, conversation, recalled)
+        except ModelError as exc:
+            # Degrade: the dialog is kept, and the conversation can be consolidated later.
+            log.warning("consolidation of %s failed: %s", conversation_id, exc)
+            return
+        await self.store.set_flag(agent_id, CONSOLIDATED_FLAG + conversation_id, result.skipped or "stored")
 
     def _spawn(self, coroutine: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
@@ -357,29 +405,66 @@ class Runtime:
         closed = await self.store.close_idle_conversations(
             None, self.clock.now(), self.settings.conversation.idle_timeout_minutes * 60
         )
-        queue = await DBOS.retrieve_queue_async(workflows.BACKGROUND_QUEUE)
         for conversation in closed:
-            if queue is None:
-                break
-            # Derived from the conversation, so a second close pass can never run it twice.
-            workflow_id = derived_id(conversation.closed_at or self.clock.now(), conversation.id, "closed")
-            with SetWorkflowID(workflow_id):
-                await queue.enqueue_async(
-                    workflows.conversation_closed, conversation.agent_id, conversation.id
-                )
+            await self._enqueue_hooks(conversation)
         return len(closed)
 
+    async def _enqueue_hooks(self, conversation: Conversation) -> None:
+        queue = await DBOS.retrieve_queue_async(workflows.BACKGROUND_QUEUE)
+        if queue is None:
+            return
+        # Derived from the conversation, so a second pass can never run the hooks twice.
+        workflow_id = derived_id(conversation.closed_at or self.clock.now(), conversation.id, "closed")
+        with SetWorkflowID(workflow_id):
+            await queue.enqueue_async(workflows.conversation_closed, conversation.agent_id, conversation.id)
+
+    async def sweep_unconsolidated(self, grace: timedelta = timedelta(minutes=1)) -> int:
+        """Enqueue hooks for conversations closed but never consolidated — a crash between
+        the close and the enqueue would otherwise lose their memory."""
+        enqueued = 0
+        cutoff = self.clock.now() - grace
+        for agent_id in self.agents:
+            for conversation in await self.store.list_conversations(agent_id, limit=200):
+                if conversation.closed_at is None or conversation.closed_at > cutoff:
+                    continue
+                if await self.store.get_flag(agent_id, CONSOLIDATED_FLAG + conversation.id) is not None:
+                    continue
+                await self._enqueue_hooks(conversation)
+                enqueued += 1
+        return enqueued
+
+    async def cull_memories(self) -> int:
+        """SPEC §4.1: delete records rated below the threshold AND older than the age limit."""
+        config = self.settings.memory
+        older_than = self.clock.now() - timedelta(days=config.cull_after_days)
+        deleted = 0
+        for agent_id in self.agents:
+            doomed = await self.store.cull_candidates(
+                agent_id, below_importance=config.cull_below_importance, older_than=older_than
+            )
+            if doomed:
+                deleted += await self.store.delete_records(agent_id, [r.id for r in doomed])
+        return deleted
+
     async def _housekeeping(self) -> None:
-        """Close idle conversations and purge expired markers, once a minute."""
+        """Every `housekeeping_seconds`: close idle conversations, catch unconsolidated ones, purge expired
+        markers; once a day: cull memories."""
+        last_cull = None
         while True:
             try:
                 await self.close_idle_conversations()
+                await self.sweep_unconsolidated()
                 await self.store.purge_markers(self.clock.now())
+                if last_cull is None or self.clock.now() - last_cull >= timedelta(days=1):
+                    culled = await self.cull_memories()
+                    last_cull = self.clock.now()
+                    if culled:
+                        log.info("culled %d low-importance memories", culled)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("housekeeping failed: %s", exc)
-            await asyncio.sleep(60)
+            await asyncio.sleep(self.settings.dispatch.housekeeping_seconds)
 
 
 def _safe_sink_for(channel: ChannelAdapter | None, event: Event) -> Any:

@@ -69,6 +69,27 @@ max_message_chars = 32000      # longer inbound messages are rejected
 [dispatch]
 queue_polling_seconds = 0.01   # how often workers look for new events
 marker_ttl_seconds = 3600      # how long completion markers live
+housekeeping_seconds = 60      # closing idle conversations, consolidation sweep, culling
+
+[memory]
+# The encoder: "wordllama" (in-process, offline, 256-d), "openai:MODEL@http://host:port/v1"
+# (a self-hosted /v1/embeddings service) or "sentence-transformers:NAME" (extra).
+# After changing it, run `persyn memory reindex`.
+embedder = "wordllama"
+budget_fraction = 0.7          # share of the respond model's context window for memories
+half_life_days = 30            # recency decay of a memory's weight in the relevance score
+strong_threshold = 0.6         # score bands shown to the agent: strong / moderate / weak
+moderate_threshold = 0.35
+# Channels listed together share memory; by default each channel is its own compartment.
+# channel_groups = [["terminal:terminal", "cli:cli"]]
+cull_below_importance = 3      # culling deletes memories rated below this...
+cull_after_days = 14           # ...and older than this; important ones stay forever
+# [memory.weights]             # the relevance function (a weighted mean, normalised to 0..1)
+# similarity = 1.0
+# keyword = 1.0
+# recency = 0.15
+# participants = 0.15
+# importance = 0.1
 """
 
 

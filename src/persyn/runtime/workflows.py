@@ -77,7 +77,8 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
 
 @DBOS.step(name="persyn.conversation_hook")
 async def conversation_hook_step(agent_id: str, conversation_id: str, hook_name: str) -> None:
-    await runtime().run_conversation_hook(agent_id, conversation_id, hook_name)
+    with rebind(step_key=_step_key()):
+        await runtime().run_conversation_hook(agent_id, conversation_id, hook_name)
 
 
 @DBOS.workflow(name="persyn.conversation_closed")

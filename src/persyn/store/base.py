@@ -15,6 +15,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from persyn.core.events import CompletionMarker, Event
+from persyn.core.records import MemoryRecord
 
 __all__ = [
     "AgentRow",
@@ -222,3 +223,77 @@ class Store(ABC):
     @abstractmethod
     async def set_flag_if_absent(self, agent_id: str, key: str, value: str) -> bool:
         """Compare-and-set: True if this call created the flag."""
+
+    # long-term memory (SPEC §4.1, §5, §6 vector index + full text) --------------------------
+    @abstractmethod
+    async def add_record(
+        self, record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None
+    ) -> bool:
+        """Store a record (and its vector, if the encoder was available). Returns False and
+        changes nothing when a record with the same id, or the same non-null `ref` for this
+        agent, exists (re-importing history never duplicates)."""
+
+    @abstractmethod
+    async def get_record(self, agent_id: str, record_id: str) -> MemoryRecord | None: ...
+
+    @abstractmethod
+    async def get_record_by_ref(self, agent_id: str, ref: str) -> MemoryRecord | None: ...
+
+    @abstractmethod
+    async def records_by_ids(self, agent_id: str, record_ids: Sequence[str]) -> list[MemoryRecord]:
+        """The records that exist among `record_ids` (any order)."""
+
+    @abstractmethod
+    async def list_records(
+        self, agent_id: str, *, limit: int = 50, before_id: str | None = None
+    ) -> list[MemoryRecord]:
+        """Newest first; `before_id` pages backwards."""
+
+    @abstractmethod
+    async def delete_records(self, agent_id: str, record_ids: Sequence[str]) -> int:
+        """Delete records (and their vectors and index entries); return how many went."""
+
+    @abstractmethod
+    async def count_records(self, agent_id: str) -> int: ...
+
+    @abstractmethod
+    async def record_stats(self, agent_id: str) -> dict[str, object]:
+        """Counts by channel, sensitivity and importance; oldest/newest; vectors by model."""
+
+    @abstractmethod
+    async def vector_candidates(
+        self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
+    ) -> list[tuple[str, float]]:
+        """Approximate nearest records by cosine distance (smaller is closer), filtered by
+        agent and, when given, by channel key. Only vectors of `len(vector)` dimensions are
+        searched. Returns (record_id, distance), closest first."""
+
+    @abstractmethod
+    async def keyword_candidates(
+        self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
+    ) -> list[tuple[str, float]]:
+        """Full-text matches over record summaries and tags: (record_id, bm25 score) with
+        higher = better, best first. Any words match (OR), ranked by BM25; FTS syntax in the
+        query is treated as plain words."""
+
+    @abstractmethod
+    async def set_record_vector(
+        self, agent_id: str, record_id: str, vector: Sequence[float], embedding_model: str
+    ) -> None:
+        """Replace a record's vector (reindex after a model change)."""
+
+    @abstractmethod
+    async def records_needing_vectors(
+        self, agent_id: str, embedding_model: str, limit: int
+    ) -> list[MemoryRecord]:
+        """Records with no vector from `embedding_model` (missing, or from another model)."""
+
+    @abstractmethod
+    async def cull_candidates(
+        self, agent_id: str, *, below_importance: int, older_than: datetime
+    ) -> list[MemoryRecord]:
+        """Records rated below the threshold AND formed before `older_than` (SPEC §4.1)."""
+
+    @abstractmethod
+    async def replace_participant(self, agent_id: str, old_person_id: str, new_person_id: str) -> int:
+        """Re-attribute records' participant lists (directory merges); returns records changed."""

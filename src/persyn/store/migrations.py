@@ -10,10 +10,12 @@ database write lock first, so a second process waits (busy_timeout), then sees t
 recorded and skips it. PostgreSQL takes a transaction-scoped advisory lock for the same effect.
 
 Adding a migration: append a `Migration(N + 1, ...)`; never edit a released one. Migration 1
-builds its tables from `schema.metadata`; the first later migration that alters one of those
-tables must also freeze migration 1 (copy the v1 table definitions into it), or fresh
-databases would get the new columns twice. `tests/unit/store/test_migrations.py` pins the v1
-columns so that moment cannot pass unnoticed.
+creates a frozen copy of the v1 tables (`_schema_v1.py`), never the live `schema.metadata`.
+Migration 3 creates `schema.memory_records` from the live definition: the first later
+migration that alters that table must first freeze migration 3 the same way (copy the
+table as it is now), or fresh databases would get the new columns twice.
+`tests/unit/store/test_migrations.py` pins the columns each migration creates so that moment
+cannot pass unnoticed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
 from persyn.store import schema
+from persyn.store._schema_v1 import v1_metadata
 
 __all__ = ["LATEST_VERSION", "MIGRATIONS", "Migration", "current_version", "migrate", "schema_version"]
 
@@ -52,8 +55,8 @@ class Migration:
 
 
 def _create_tables(connection: Connection, dialect_name: str) -> None:
-    """Migration 1: the v1 tables (see the module note on freezing)."""
-    schema.metadata.create_all(connection, checkfirst=False)
+    """Migration 1: the v1 tables, as released (see the module note on freezing)."""
+    v1_metadata.create_all(connection, checkfirst=False)
 
 
 # External-content FTS5 (content='messages'): the text lives once, in `messages`, and the
@@ -106,9 +109,59 @@ def _create_message_search(connection: Connection, dialect_name: str) -> None:
         connection.exec_driver_sql(statement)
 
 
+# Long-term memory. Keyword search is external-content FTS5 over (summary, tags) keyed by
+# `memory_records.rowid`, kept in step by triggers (the VACUUM note above applies here too:
+# rebuild with INSERT INTO memory_fts(memory_fts) VALUES('rebuild')). `tags` is indexed as its
+# stored JSON text; the tokenizer treats brackets, quotes and commas as separators. Porter
+# stemming lets "hiking" find "hiked". Vectors are not created here: sqlite-vec tables are
+# per dimension and appear when the first vector of that size is stored (_sqlite_vectors.py).
+_SQLITE_MEMORY_FTS = (
+    """
+    CREATE VIRTUAL TABLE memory_fts USING fts5(
+        summary,
+        tags,
+        content='memory_records',
+        content_rowid='rowid',
+        tokenize='porter unicode61 remove_diacritics 2'
+    )
+    """,
+    """
+    CREATE TRIGGER memory_fts_insert AFTER INSERT ON memory_records BEGIN
+        INSERT INTO memory_fts(rowid, summary, tags) VALUES (new.rowid, new.summary, new.tags);
+    END
+    """,
+    """
+    CREATE TRIGGER memory_fts_delete AFTER DELETE ON memory_records BEGIN
+        INSERT INTO memory_fts(memory_fts, rowid, summary, tags)
+        VALUES ('delete', old.rowid, old.summary, old.tags);
+    END
+    """,
+    """
+    CREATE TRIGGER memory_fts_update AFTER UPDATE OF summary, tags ON memory_records BEGIN
+        INSERT INTO memory_fts(memory_fts, rowid, summary, tags)
+        VALUES ('delete', old.rowid, old.summary, old.tags);
+        INSERT INTO memory_fts(rowid, summary, tags) VALUES (new.rowid, new.summary, new.tags);
+    END
+    """,
+)
+
+
+def _create_memory_records(connection: Connection, dialect_name: str) -> None:
+    """Migration 3: long-term memory records and their keyword index."""
+    if dialect_name != "sqlite":
+        raise StoreError(
+            f"migration 3 (memory records) has no variant for dialect {dialect_name!r} yet; "
+            "supported: 'sqlite'"
+        )
+    schema.memory_records.create(connection, checkfirst=False)
+    for statement in _SQLITE_MEMORY_FTS:
+        connection.exec_driver_sql(statement)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
+    Migration(3, "long-term memory records", _create_memory_records),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

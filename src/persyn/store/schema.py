@@ -12,7 +12,8 @@ store events for an agent before anything has called `ensure_agent`.
 Beside the tables live the pieces every backend over them shares: `checked_id` (what may go
 into an id column), the row mappers that read rows back as the port's types, and
 `load_person` (a person spans two tables). The tables here are the *current* schema.
-Migration 1 creates them; a later change must be a new numbered migration (see migrations.py).
+Migration 1 created the first ones (it keeps a frozen copy), migration 3 `memory_records`; a
+later change must be a new numbered migration (see migrations.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from sqlalchemy import (
     DateTime,
     ForeignKeyConstraint,
     Index,
+    Integer,
     MetaData,
     String,
     Table,
@@ -43,6 +45,7 @@ from sqlalchemy.types import TypeDecorator
 from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
 from persyn.core.ids import parse_id
+from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.base import AgentRow, Conversation, Identity, Message, Person, Role
 
 __all__ = [
@@ -62,12 +65,15 @@ __all__ = [
     "identities_by_person",
     "load_person",
     "marker_from_row",
+    "memory_records",
     "message_from_row",
     "messages",
     "metadata",
     "person_from_row",
     "person_preferences",
     "persons",
+    "record_from_row",
+    "record_values",
 ]
 
 ID_LENGTH = 26  # a canonical ULID string
@@ -274,6 +280,37 @@ flags = Table(
 )
 
 
+# Long-term memory (SPEC §5). `participant_ids`, `tags` and `message_ids` are JSON lists.
+# `conversation_id` has no foreign key: a record outlives the dialog it came from, and
+# imported history names conversations this store never saw. `embedding_model` and `dims`
+# describe the record's current vector (NULL: none); the vector itself lives in a backend's
+# vector index (sqlite-vec `memory_vec_<dims>` tables; pgvector), keyed by the record id.
+memory_records = Table(
+    "memory_records",
+    metadata,
+    _pk(),
+    _agent_id(),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("channel", String(700), nullable=False),  # channel_key(service, channel)
+    Column("participant_ids", JSON, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("importance", Integer, nullable=False),
+    Column("tags", JSON, nullable=False),
+    Column("emotion", String(200), nullable=True),
+    Column("sensitivity", String(32), nullable=False),
+    _id("conversation_id", nullable=True),
+    Column("message_ids", JSON, nullable=False),
+    Column("ref", String(500), nullable=True),
+    Column("kind", String(32), nullable=False),
+    Column("embedding_model", String(200), nullable=True),
+    Column("dims", Integer, nullable=True),
+    UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
+    UniqueConstraint("agent_id", "ref"),  # re-imports never duplicate; NULLs never collide
+    Index(None, "agent_id", "created_at"),
+    Index(None, "agent_id", "channel"),
+)
+
+
 # row mapping between the tables and the port's types, for every backend --------------------
 def agent_from_row(row: Row[Any]) -> AgentRow:
     return AgentRow(id=row.id, name=row.name, created_at=row.created_at)
@@ -376,3 +413,32 @@ def identities_by_person(
         identity = Identity(service=row.service, channel=row.channel, speaker_id=row.speaker_id)
         grouped.setdefault(row.person_id, []).append(identity)
     return {key: tuple(value) for key, value in grouped.items()}
+
+
+def record_values(record: MemoryRecord) -> dict[str, Any]:
+    """The `memory_records` row for `record` (without its vector); `record_from_row` reads it."""
+    values = record.model_dump()
+    values["participant_ids"] = list(record.participant_ids)
+    values["tags"] = list(record.tags)
+    values["message_ids"] = list(record.message_ids)
+    values["sensitivity"] = record.sensitivity.value
+    return values
+
+
+def record_from_row(row: Row[Any]) -> MemoryRecord:
+    return MemoryRecord(
+        id=row.id,
+        agent_id=row.agent_id,
+        created_at=row.created_at,
+        channel=row.channel,
+        participant_ids=tuple(row.participant_ids),
+        summary=row.summary,
+        importance=row.importance,
+        tags=tuple(row.tags),
+        emotion=row.emotion,
+        sensitivity=Sensitivity(row.sensitivity),
+        conversation_id=row.conversation_id,
+        message_ids=tuple(row.message_ids),
+        ref=row.ref,
+        kind=row.kind,
+    )

@@ -10,6 +10,10 @@ Concurrency model. SQLite allows one writer at a time per database file, so:
   a write is in progress, each inside one (deferred) transaction so it sees one snapshot.
 Async methods hand the blocking work to those threads; the event loop never touches SQLite.
 A cancelled caller does not cancel the work: a write that has started still commits.
+
+Where the rest lives: engines, the DB-API driver (pysqlite3, for sqlite-vec) and pragmas in
+`_sqlite_engine.py`; long-term memory methods in `_sqlite_memory.py` (mixed in here) over the
+per-dimension vector tables of `_sqlite_vectors.py`.
 """
 
 from __future__ import annotations
@@ -17,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import sqlite3
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -32,9 +34,7 @@ from sqlalchemy import (
     and_,
     case,
     column,
-    create_engine,
     delete,
-    event,
     func,
     literal_column,
     select,
@@ -43,15 +43,16 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.sqlite import insert
-from sqlalchemy.engine import URL, Connection, Row
+from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql.expression import Executable
 
 from persyn.core.errors import StoreError
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
 from persyn.store import migrations
+from persyn.store._sqlite_engine import create_sqlite_engine
+from persyn.store._sqlite_memory import SQLiteMemory
 from persyn.store.base import AgentRow, Conversation, Identity, Message, Person, Role, Store
 from persyn.store.schema import (
     agent_from_row,
@@ -82,7 +83,7 @@ T = TypeVar("T")
 _messages_fts = table("messages_fts", column("rowid", Integer))
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteMemory, Store):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""
 
     def __init__(
@@ -513,66 +514,6 @@ class SQLiteStore(Store):
             .on_conflict_do_nothing()
         )
         return await self._write("set_flag_if_absent", lambda c: c.execute(statement).rowcount == 1)
-
-
-# engine -------------------------------------------------------------------------------------
-def create_sqlite_engine(
-    path: Path, *, writer: bool, pool_size: int = 1, busy_timeout_ms: int = 30_000
-) -> Engine:
-    """An engine whose connections carry our pragmas and whose transactions we begin
-    ourselves: the sqlite3 module's own implicit BEGIN is deferred and skips SELECTs.
-    A `writer` engine begins IMMEDIATE (takes the write lock first) and owns WAL mode;
-    a reader engine's connections are `query_only`. Callers dispose() it."""
-    engine = create_engine(
-        URL.create("sqlite", database=str(path)),
-        poolclass=QueuePool,
-        pool_size=pool_size,
-        max_overflow=0,
-        connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
-    )
-    begin = "BEGIN IMMEDIATE" if writer else "BEGIN"
-
-    @event.listens_for(engine, "connect")
-    def _configure(dbapi_connection: sqlite3.Connection, _record: object) -> None:  # pyright: ignore[reportUnusedFunction]
-        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            cursor.execute("PRAGMA foreign_keys = ON")
-            cursor.execute("PRAGMA synchronous = NORMAL")
-            if writer:
-                _enable_wal(cursor, busy_timeout_ms / 1000)
-            else:
-                cursor.execute("PRAGMA query_only = ON")  # a read connection can never write
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(connection: Connection) -> None:  # pyright: ignore[reportUnusedFunction]
-        connection.exec_driver_sql(begin)
-
-    return engine
-
-
-def _enable_wal(cursor: sqlite3.Cursor, timeout_seconds: float) -> None:
-    """Switch the file to WAL (persistent; a no-op once set). The first switch needs an
-    exclusive lock and SQLite reports BUSY at once instead of calling the busy handler, so
-    two processes opening a fresh file together would fail: retry until the busy timeout."""
-    deadline = time.monotonic() + timeout_seconds
-    pause = 0.005
-    while True:
-        try:
-            if cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal":
-                return
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                raise
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise sqlite3.OperationalError("could not switch the database to WAL journal mode")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
 
 
 # helpers -------------------------------------------------------------------------------------

@@ -37,6 +37,27 @@ V1_COLUMNS = {
     }.items()
 }
 
+# The columns migration 3 creates from the live `schema.memory_records`. If this test fails you
+# changed that table: add a new migration for the change and freeze migration 3 first.
+V3_MEMORY_COLUMNS = [
+    "id",
+    "agent_id",
+    "created_at",
+    "channel",
+    "participant_ids",
+    "summary",
+    "importance",
+    "tags",
+    "emotion",
+    "sensitivity",
+    "conversation_id",
+    "message_ids",
+    "ref",
+    "kind",
+    "embedding_model",
+    "dims",
+]
+
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[Engine]:
@@ -142,3 +163,24 @@ async def test_stores_racing_to_set_up_one_file_agree(tmp_path: Path) -> None:
     finally:
         for store in stores:
             await store.close()
+
+
+def test_migration_three_creates_memory_records_and_their_keyword_index(engine: Engine) -> None:
+    assert _migrate(engine, target=2) == 2
+    tables_at_two = {name for name, _ in _schema_sql(engine)}
+    assert "memory_records" not in tables_at_two
+    assert _migrate(engine, target=3) == 3
+    with engine.connect() as connection:
+        columns = [c["name"] for c in inspect(connection).get_columns("memory_records")]
+    assert columns == V3_MEMORY_COLUMNS
+    names = {name for name, _ in _schema_sql(engine)}
+    assert {"memory_fts", "memory_fts_insert", "memory_fts_delete", "memory_fts_update"} <= names
+    assert not any(name.startswith("memory_vec_") for name in names)  # created with the first vector
+
+
+def test_migration_one_is_frozen_and_ignores_later_tables(engine: Engine) -> None:
+    """Migration 1 builds its own copy of the v1 tables, not the live schema."""
+    _migrate(engine, target=1)
+    with engine.connect() as connection:
+        assert "memory_records" not in inspect(connection).get_table_names()
+    assert "memory_records" in schema.metadata.tables

@@ -1,0 +1,287 @@
+"""Recall on LoCoMo (Maharana et al., ACL 2024) through the agent's own import and retrieval.
+
+For each conversation of a LoCoMo-format file, imports — through `persyn memory import`'s
+code path (`import_jsonl`), into a fresh embedded store — (a) every observation as one
+record (ref `<sample_id>:<dia_id>`, time = its session's date, participants = both
+speakers, channel = the sample id) and, into a second agent, (b) every session summary as
+one record. Then asks every category 1–4 question through `Retriever.retrieve` with the
+default `[memory]` configuration, on the conversation's channel, with both speakers
+present, "now" = the day after the last session, and reports per granularity:
+
+- recall_all@k — every evidence session is among the sessions of the top k records;
+- recall_any@5 — at least one is;
+- the same for keyword-only and vector-only retrieval from the same store;
+- retrieval latency p50/p99 (query embedding + store searches + scoring), milliseconds.
+
+Ranking only is measured: the token budget is set out of the way and `limit` = 10.
+Observations that share a dialog turn get refs `<sample_id>:<dia_id>#2`, `#3`… (a ref is
+unique per agent). Questions whose evidence names no session are skipped and counted.
+
+    uv run python bench/locomo.py [PATH] [--embedder wordllama] [--conversations N]
+
+PATH defaults to ../shared/bench/locomo_dev.json beside the repository. The data is
+CC BY-NC 4.0: read in place, never copied into the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from persyn.core.config import AgentConfig, MemoryConfig
+from persyn.core.ids import derived_id
+from persyn.memory.embedder import Embedder, embedder_from_config
+from persyn.memory.importer import import_channel_key, import_jsonl
+from persyn.memory.retrieval import Mode, Retriever
+from persyn.store.base import Identity, Store
+from persyn.store.sqlite import SQLiteStore
+
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev.json"
+KS = (1, 3, 5, 10)
+MODES: tuple[Mode, ...] = ("hybrid", "keyword", "vector")
+GRANULARITIES = ("observations", "session summaries")
+
+
+@dataclass
+class Question:
+    text: str
+    sessions: frozenset[int]
+    category: int
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    speakers: tuple[str, str]
+    dates: dict[int, datetime]
+    observations: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    summaries: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    questions: list[Question] = field(default_factory=list[Question])
+    skipped: int = 0
+
+    @property
+    def channel(self) -> str:
+        return import_channel_key(self.sample_id)
+
+    @property
+    def now(self) -> datetime:
+        return max(self.dates.values()) + timedelta(days=1)
+
+
+def _session_date(raw: str) -> datetime:
+    return datetime.strptime(raw, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def _evidence_sessions(evidence: Sequence[str]) -> frozenset[int]:
+    # Evidence ids are "D<session>:<turn>", with the odd "D8:6; D9:17" or "D:11:26".
+    return frozenset(int(m) for item in evidence for m in re.findall(r"D:?(\d+):\d+", item))
+
+
+def load(path: Path) -> list[Conversation]:
+    conversations: list[Conversation] = []
+    for sample in json.loads(path.read_text(encoding="utf-8")):
+        talk = sample["conversation"]
+        dates = {
+            int(key.split("_")[1]): _session_date(value)
+            for key, value in talk.items()
+            if key.endswith("_date_time")
+        }
+        conversation = Conversation(sample["sample_id"], (talk["speaker_a"], talk["speaker_b"]), dates)
+        refs: dict[str, int] = {}
+        for key, by_speaker in sample["observation"].items():
+            session = int(key.split("_")[1])
+            for items in by_speaker.values():
+                for text, dia_id in items:
+                    turn = dia_id if isinstance(dia_id, str) else str(dia_id[0])
+                    ref = f"{conversation.sample_id}:{turn}"
+                    refs[ref] = refs.get(ref, 0) + 1
+                    if refs[ref] > 1:
+                        ref = f"{ref}#{refs[ref]}"
+                    conversation.observations.append(_line(conversation, session, text, ref))
+        for key, text in sample["session_summary"].items():
+            session = int(key.split("_")[1])
+            ref = f"{conversation.sample_id}:session_{session}"
+            conversation.summaries.append(_line(conversation, session, text, ref))
+        for qa in sample["qa"]:
+            if qa.get("category") not in (1, 2, 3, 4):
+                continue
+            sessions = _evidence_sessions(qa.get("evidence", []))
+            if sessions:
+                conversation.questions.append(Question(qa["question"], sessions, qa["category"]))
+            else:
+                conversation.skipped += 1
+        conversations.append(conversation)
+    return conversations
+
+
+def _line(conversation: Conversation, session: int, text: str, ref: str) -> dict[str, Any]:
+    return {
+        "time": conversation.dates[session].isoformat(),
+        "channel": conversation.sample_id,
+        "participants": list(conversation.speakers),
+        "summary": text,
+        "ref": ref,
+    }
+
+
+@dataclass
+class Scores:
+    hits: dict[str, int] = field(default_factory=dict[str, int])
+    questions: int = 0
+    latencies_ms: list[float] = field(default_factory=list[float])
+
+    def add(self, ranked_sessions: Sequence[int], gold: frozenset[int]) -> None:
+        self.questions += 1
+        for k in KS:
+            key = f"all@{k}"
+            self.hits[key] = self.hits.get(key, 0) + (gold <= set(ranked_sessions[:k]))
+        self.hits["any@5"] = self.hits.get("any@5", 0) + bool(gold & set(ranked_sessions[:5]))
+
+    def rate(self, key: str) -> float:
+        return self.hits.get(key, 0) / max(1, self.questions)
+
+
+async def _import(
+    store: Store,
+    embedder: Embedder | None,
+    conversations: Sequence[Conversation],
+    granularity: str,
+    tmp: Path,
+) -> tuple[AgentConfig, dict[str, dict[str, str]], float]:
+    # A fixed agent id makes record ids (derived from it) and so every tie-break repeatable.
+    agent_id = derived_id(datetime(2024, 1, 1, tzinfo=UTC), "locomo", granularity)
+    agent = AgentConfig(name=f"bench-{granularity.split()[-1]}", id=agent_id)
+    await store.ensure_agent(agent.id, agent.name, datetime.now(UTC))
+    people: dict[str, dict[str, str]] = {}
+
+    async def resolve(name: str, channel: str) -> str:
+        # Deterministic: one person per (conversation, speaker name).
+        identity = Identity(service="import", channel=channel, speaker_id=name.lower())
+        person = await store.resolve_person(agent.id, identity, name, "human", datetime.now(UTC))
+        people.setdefault(channel, {})[name] = person.id
+        return person.id
+
+    started = time.perf_counter()
+    for conversation in conversations:
+        lines = conversation.observations if granularity == "observations" else conversation.summaries
+        path = tmp / f"{agent.name}-{conversation.sample_id}.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        report = await import_jsonl(path, store, embedder, agent, resolve)
+        if report.problems or report.imported != len(lines):
+            raise SystemExit(f"import of {path.name} went wrong: {report}")
+    return agent, people, time.perf_counter() - started
+
+
+async def _evaluate(
+    store: Store,
+    embedder: Embedder | None,
+    config: MemoryConfig,
+    agent: AgentConfig,
+    people: dict[str, dict[str, str]],
+    conversations: Sequence[Conversation],
+) -> dict[Mode, Scores]:
+    retriever = Retriever(store, embedder, config)
+    results: dict[Mode, Scores] = {mode: Scores() for mode in MODES}
+    for conversation in conversations:
+        present = [people[conversation.channel][name] for name in conversation.speakers]
+        for question in conversation.questions:
+            for mode in MODES:
+                started = time.perf_counter()
+                result = await retriever.retrieve(
+                    agent.id,
+                    question.text,
+                    channel=conversation.channel,
+                    participants=present,
+                    now=conversation.now,
+                    budget_tokens=1_000_000,
+                    limit=max(KS),
+                    mode=mode,
+                )
+                results[mode].latencies_ms.append((time.perf_counter() - started) * 1000)
+                if result.degraded:
+                    raise SystemExit(f"retrieval degraded: {result.degraded}")
+                sessions = [_session_of(s.record.ref) for s in result.records]
+                results[mode].add(sessions, question.sessions)
+    return results
+
+
+def _session_of(ref: str | None) -> int:
+    # "<sample>:D3:14", "<sample>:D3:14#2" or "<sample>:session_3"
+    tail = (ref or "").split(":", 1)[-1]
+    found = re.match(r"(?:D|session_)(\d+)", tail)
+    return int(found.group(1)) if found else -1
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def run(path: Path, embedder_spec: str | None, limit: int | None) -> None:
+    conversations = load(path)[:limit]
+    config = MemoryConfig() if embedder_spec is None else MemoryConfig(embedder=embedder_spec)
+    embedder = embedder_from_config(config)
+    await embedder.embed(["warm up"])  # load the model outside the timings
+    questions = sum(len(c.questions) for c in conversations)
+    skipped = sum(c.skipped for c in conversations)
+    print(
+        f"LoCoMo {path.name}: {len(conversations)} conversations, {questions} questions (categories 1-4)"
+        + (f", {skipped} skipped (no session in evidence)" if skipped else "")
+    )
+    print(f"encoder {embedder.name}; default [memory] configuration; 'now' = day after the last session\n")
+    header = f"{'granularity':<18} {'retrieval':<8} " + " ".join(f"{'all@' + str(k):>7}" for k in KS)
+    header += f" {'any@5':>7} {'p50 ms':>7} {'p99 ms':>7}"
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "locomo.db")
+        await store.setup()
+        try:
+            rows: list[str] = []
+            for granularity in GRANULARITIES:
+                agent, people, seconds = await _import(store, embedder, conversations, granularity, Path(tmp))
+                records = await store.count_records(agent.id)
+                print(f"imported {records} {granularity} in {seconds:.1f} s")
+                results = await _evaluate(store, embedder, config, agent, people, conversations)
+                for mode in MODES:
+                    scores = results[mode]
+                    row = f"{granularity:<18} {mode:<8} " + " ".join(
+                        f"{scores.rate(f'all@{k}'):>7.3f}" for k in KS
+                    )
+                    row += f" {scores.rate('any@5'):>7.3f}"
+                    row += f" {statistics.median(scores.latencies_ms):>7.2f}"
+                    row += f" {_percentile(scores.latencies_ms, 0.99):>7.2f}"
+                    rows.append(row)
+        finally:
+            await store.close()
+    print()
+    print(header)
+    for row in rows:
+        print(row)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="a LoCoMo-format JSON file")
+    parser.add_argument(
+        "--embedder", default=None, help="[memory] embedder string (default: the configured default)"
+    )
+    parser.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
+    args = parser.parse_args()
+    if not args.path.exists():
+        raise SystemExit(f"no LoCoMo file at {args.path}; pass its path")
+    asyncio.run(run(args.path, args.embedder, args.conversations))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Context sources (SPEC §4 step 2, §7): fetched per turn, folded into the volatile part of
+the instruction. Each source fails soft: a broken one costs context, never the turn."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import cast
+
+from persyn.cognition.pipeline import TurnSetup
+from persyn.cognition.prompt import ContextSection
+from persyn.core.clock import Clock
+from persyn.core.records import channel_key
+from persyn.memory.retrieval import Retriever, format_memories
+from persyn.store.base import Store
+
+__all__ = ["RECALLED_FLAG", "MemorySource", "recalled_ids"]
+
+log = logging.getLogger(__name__)
+
+RECALLED_FLAG = "recalled:"
+_MAX_RECALLED = 500
+
+_LEGEND = (
+    "Memories I recalled for this moment, best first. [strong] ones I may assert as memory; "
+    '[moderate] and [weak] ones I hedge ("I believe...", "I vaguely recall..."). If an answer '
+    "matters and the memory is weak, I say I need to check rather than guess. The ids are for "
+    "my own reference; I never say them aloud."
+)
+
+
+async def recalled_ids(store: Store, agent_id: str, conversation_id: str) -> list[str]:
+    """Records already surfaced in a conversation (consolidation must not re-extract them)."""
+    raw = await store.get_flag(agent_id, RECALLED_FLAG + conversation_id)
+    if not raw:
+        return []
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return []
+    if not isinstance(value, list):
+        return []
+    return [str(item) for item in cast(list[object], value)]
+
+
+class MemorySource:
+    """Retrieved autobiographical memories with their bands (SPEC §4 step 2)."""
+
+    def __init__(
+        self,
+        store: Store,
+        retriever: Retriever,
+        clock: Clock,
+        budget_tokens: Callable[[str], int],
+    ) -> None:
+        self.store = store
+        self.retriever = retriever
+        self.clock = clock
+        self.budget_tokens = budget_tokens
+
+    async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
+        conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
+        participants = list(conversation.participant_ids) if conversation else []
+        result = await self.retriever.retrieve(
+            setup.agent_id,
+            query,
+            channel=channel_key(setup.service, setup.channel),
+            participants=participants,
+            now=self.clock.now(),
+            budget_tokens=self.budget_tokens(setup.agent_id),
+        )
+        if result.records:
+            await self._remember_recalled(setup, [s.record.id for s in result.records])
+        body = format_memories(result) if result.records else "(nothing I remember matches this)"
+        if result.degraded:
+            body += f"\n(My semantic recall is impaired right now: {result.degraded}. Keyword recall only.)"
+        return [ContextSection("What I remember", f"{_LEGEND}\n{body}")]
+
+    async def _remember_recalled(self, setup: TurnSetup, ids: list[str]) -> None:
+        known = await recalled_ids(self.store, setup.agent_id, setup.conversation_id)
+        merged = list(dict.fromkeys([*known, *ids]))[-_MAX_RECALLED:]
+        await self.store.set_flag(setup.agent_id, RECALLED_FLAG + setup.conversation_id, json.dumps(merged))

@@ -1,0 +1,409 @@
+"""Recall: which memories come to mind for an input (SPEC §4 step 2).
+
+For one query the retriever
+1. asks the store for candidates two ways — nearest vectors to the query's embedding and
+   BM25 keyword matches — both restricted to the compartment (`access.eligible_channels`);
+2. drops every record the sensitivity policy withholds from the people present now
+   (`access.may_surface`);
+3. scores each candidate with a weighted relevance function (`fused_score`) of
+   - semantic similarity: the query/record cosine, calibrated to [0, 1] between
+     `similarity_floor` (unrelated text) and `similarity_ceiling` (a near paraphrase);
+   - keyword match: the record's BM25 relative to the best match, scaled by how many of the
+     query's content words that best match contains — so a single stray shared word is not
+     read as a perfect keyword hit;
+   - temporal decay of the record's age: 0.5 ** (age / half-life);
+   - participant match: the share of the people present now who took part;
+   - importance: the record's 1–10 rating mapped to [0, 1];
+   - date match, only when the query names a date or period ("on 4 March", "last week",
+     "in 2023"): 1 inside it, decaying outside;
+   the score is the weighted mean, so it lies in [0, 1]; similarity and keyword weigh in
+   even when absent, so a record found one way only, or keyword-only recall with the
+   encoder down, cannot reach "strong" on a single signal;
+4. bands each score (strong / moderate / weak) by the configured thresholds and packs the
+   records best-first until their estimated prompt size (chars / 4) would pass the budget.
+
+Scores are query-time annotations: nothing is written back (SPEC §5). Query processing
+(stop-word removal, date expressions) is in `_query.py`; the measured effect of each choice
+is in `bench/locomo.py`'s docstring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+from ulid import ULID
+
+from persyn.core.config import MemoryConfig, RetrievalWeights
+from persyn.core.records import MemoryRecord, RelevanceBand, ScoredRecord
+from persyn.memory._query import (
+    MONTH_NAMES,
+    WEEKDAY_NAMES,
+    Period,
+    analyse_query,
+    content_terms,
+    period_match,
+)
+from persyn.memory.access import eligible_channels, may_surface
+from persyn.memory.embedder import Embedder
+from persyn.store.base import Store
+
+__all__ = [
+    "Components",
+    "Mode",
+    "RetrievalResult",
+    "Retriever",
+    "band_for",
+    "estimate_tokens",
+    "format_memories",
+    "fused_score",
+    "importance_component",
+    "keyword_components",
+    "memory_line",
+    "pack",
+    "participant_component",
+    "recency_component",
+    "similarity_component",
+]
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["hybrid", "vector", "keyword"]
+T = TypeVar("T")
+
+
+# scoring helpers (pure) --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Components:
+    """The per-record signals, each in [0, 1]. `None` = not applicable to this query (nobody
+    present; no date in the query); a missing similarity or keyword match is 0, not None."""
+
+    similarity: float = 0.0
+    keyword: float = 0.0
+    recency: float = 0.0
+    importance: float = 0.0
+    participants: float | None = None
+    date: float | None = None
+
+
+def fused_score(components: Components, weights: RetrievalWeights) -> float:
+    """The weighted mean of the applicable components: in [0, 1], non-decreasing in each."""
+    terms: list[tuple[float, float]] = [
+        (weights.similarity, components.similarity),
+        (weights.keyword, components.keyword),
+        (weights.recency, components.recency),
+        (weights.importance, components.importance),
+    ]
+    if components.participants is not None:
+        terms.append((weights.participants, components.participants))
+    if components.date is not None:
+        terms.append((weights.date, components.date))
+    total = math.fsum(w for w, _ in terms)
+    if total <= 0.0:
+        return 0.0
+    score = math.fsum(w * _unit(value) for w, value in terms) / total
+    return _unit(score)
+
+
+def similarity_component(cosine: float | None, floor: float, ceiling: float) -> float:
+    """A cosine mapped linearly from [floor, ceiling] to [0, 1] (clamped). The encoder's
+    cosines are not probabilities: unrelated texts still score ~0.1 with WordLlama."""
+    if cosine is None or not math.isfinite(cosine):
+        return 0.0
+    if ceiling <= floor:
+        return 1.0 if cosine >= ceiling else 0.0
+    return _unit((cosine - floor) / (ceiling - floor))
+
+
+def keyword_components(bm25: Mapping[str, float], best_coverage: float) -> dict[str, float]:
+    """BM25 scores (higher = better) relative to the best, times the share of the query's
+    content words the best match contains (`best_coverage`). BM25 has no absolute scale,
+    so the best match anchors it; the coverage keeps that anchor honest."""
+    positive = [s for s in bm25.values() if math.isfinite(s) and s > 0.0]
+    if not positive:
+        return dict.fromkeys(bm25, 0.0)
+    best = max(positive)
+    scale = _unit(best_coverage)
+    return {rid: _unit(s / best) * scale if math.isfinite(s) and s > 0 else 0.0 for rid, s in bm25.items()}
+
+
+def recency_component(created_at: datetime, now: datetime, half_life_days: float) -> float:
+    """Temporal decay: 1 for a record formed now (or in the future), halving every half-life."""
+    age_days = (_aware(now) - _aware(created_at)).total_seconds() / 86_400
+    if age_days <= 0:
+        return 1.0
+    return _unit(0.5 ** (age_days / half_life_days))
+
+
+def participant_component(record_participants: Sequence[str], present: Sequence[str]) -> float | None:
+    """The share of the people present now who appear in the record; None with nobody present."""
+    people = set(present)
+    if not people:
+        return None
+    return len(people & set(record_participants)) / len(people)
+
+
+def importance_component(importance: int) -> float:
+    return _unit((importance - 1) / 9)
+
+
+def band_for(score: float, strong_threshold: float, moderate_threshold: float) -> RelevanceBand:
+    if score >= strong_threshold:
+        return RelevanceBand.STRONG
+    if score >= moderate_threshold:
+        return RelevanceBand.MODERATE
+    return RelevanceBand.WEAK
+
+
+def estimate_tokens(text: str) -> int:
+    """Cheap token estimate (SPEC §7): four characters a token, rounded up."""
+    return math.ceil(len(text) / 4)
+
+
+def pack(ranked: Sequence[T], tokens_of: Callable[[T], int], budget_tokens: int) -> list[T]:
+    """The longest best-first prefix of `ranked` whose tokens fit in `budget_tokens`.
+
+    Never exceeds the budget (a first record bigger than the whole budget means nothing is
+    packed) and never skips a better record to fit a worse one: what surfaces is always the
+    top of the ranking.
+    """
+    packed: list[T] = []
+    used = 0
+    for item in ranked:
+        cost = tokens_of(item)
+        if used + cost > budget_tokens:
+            break
+        packed.append(item)
+        used += cost
+    return packed
+
+
+def _unit(value: float) -> float:
+    if not math.isfinite(value):
+        return 0.0
+    return min(1.0, max(0.0, value))
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+# prompt lines --------------------------------------------------------------------------------------
+_SPACE = re.compile(r"\s+")
+
+
+def memory_line(record: MemoryRecord, band: RelevanceBand, now: datetime) -> str:
+    """`[strong] (Wed 4 Mar 2026, 3 days ago; felt curious; ref 01J…) I …` — the band the
+    agent must calibrate its wording to, a friendly date, and the id the critic checks
+    claims against (and "remember harder" pulls the dialog by)."""
+    when = _aware(record.created_at)
+    date = f"{WEEKDAY_NAMES[when.weekday()][:3]} {when.day} {MONTH_NAMES[when.month - 1][:3]} {when.year}"
+    details = [f"{date}, {_ago(when, _aware(now))}"]
+    if record.emotion:
+        details.append(f"felt {record.emotion}")
+    details.append(f"ref {record.id}")
+    summary = _SPACE.sub(" ", record.summary).strip()
+    return f"[{band.value}] ({'; '.join(details)}) {summary}"
+
+
+def _ago(when: datetime, now: datetime) -> str:
+    days = (now.date() - when.date()).days
+    if days < 0:
+        return "upcoming"
+    if days == 0:
+        return "today"
+    if days == 1:
+        return "yesterday"
+    for size, unit in ((365, "year"), (30, "month"), (7, "week")):
+        if days >= size * (2 if unit != "week" else 1):
+            count = days // size
+            return f"{count} {unit}{'s' if count != 1 else ''} ago"
+    return f"{days} days ago"
+
+
+# retrieval ------------------------------------------------------------------------------------------
+class RetrievalResult(BaseModel):
+    """What came to mind for one query, best first, already packed into the budget."""
+
+    model_config = ConfigDict(frozen=True)
+
+    query: str
+    channel: str
+    now: datetime
+    mode: Mode
+    records: tuple[ScoredRecord, ...] = ()
+    degraded: str | None = None  # why recall ran on less than it was asked to (encoder down)
+    considered: int = 0  # candidates found in the compartment
+    withheld: int = 0  # of those, hidden by the sensitivity policy
+    over_budget: int = 0  # ranked records that did not fit the token budget or limit
+    budget_tokens: int = 0
+    periods: tuple[Period, ...] = ()  # date expressions read from the query
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.tokens for r in self.records)
+
+
+def format_memories(result: RetrievalResult) -> str:
+    """The memories for the prompt, one line each (see `memory_line`); empty when none.
+    A degraded recall says so first, so the agent knows its recall was partial."""
+    lines = [memory_line(s.record, s.band, result.now) for s in result.records]
+    if result.degraded and lines:
+        lines.insert(0, f"(recall is partial: {result.degraded})")
+    return "\n".join(lines)
+
+
+class Retriever:
+    """Recall over one store with one encoder (None = keyword only) and one configuration."""
+
+    def __init__(self, store: Store, embedder: Embedder | None, config: MemoryConfig) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.config = config
+
+    async def retrieve(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        channel: str,
+        participants: Sequence[str],
+        now: datetime,
+        budget_tokens: int,
+        limit: int | None = None,
+        mode: Mode = "hybrid",
+    ) -> RetrievalResult:
+        config = self.config
+        analysed = analyse_query(query, _aware(now))
+        channels = eligible_channels(channel, config.channel_groups)
+        pool = config.candidates
+
+        async def keyword_search() -> dict[str, float]:
+            if mode == "vector" or not analysed.keyword_query:
+                return {}
+            return dict(await self.store.keyword_candidates(agent_id, analysed.keyword_query, pool, channels))
+
+        async def vector_search() -> tuple[dict[str, float], str | None]:
+            if mode == "keyword":
+                return {}, None
+            found, why = await self._vector_search(agent_id, analysed.embedding_text, pool, channels)
+            return {rid: 1.0 - distance for rid, distance in found}, why
+
+        async def period_search() -> list[str]:
+            # "What did we talk about yesterday?" has no words a record shares: the period
+            # itself is the cue, so records formed in it are candidates too (hybrid only:
+            # the vector and keyword modes are the pure methods).
+            if mode != "hybrid" or not analysed.periods:
+                return []
+            return await self._formed_in(agent_id, analysed.periods, pool)
+
+        (cosines, degraded), bm25, in_period = await asyncio.gather(
+            vector_search(), keyword_search(), period_search()
+        )
+
+        ids = list(dict.fromkeys([*cosines, *bm25, *in_period]))
+        fetched = await self.store.records_by_ids(agent_id, ids) if ids else []
+        eligible = [r for r in fetched if r.channel in channels]
+        allowed = [
+            r
+            for r in eligible
+            if may_surface(r, channel, participants, config.channel_groups, agent_id=agent_id)
+        ]
+
+        best_coverage = 0.0
+        if bm25:
+            by_id = {r.id: r for r in fetched}
+            best_id = max(bm25, key=lambda rid: (bm25[rid], rid))
+            best = by_id.get(best_id)
+            if best is not None:
+                best_coverage = _coverage(analysed.terms, best)
+        keyword = keyword_components(bm25, best_coverage)
+
+        scored: list[tuple[float, MemoryRecord]] = []
+        for record in allowed:
+            parts = Components(
+                similarity=similarity_component(
+                    cosines.get(record.id), config.similarity_floor, config.similarity_ceiling
+                ),
+                keyword=keyword.get(record.id, 0.0),
+                recency=recency_component(record.created_at, now, config.half_life_days),
+                importance=importance_component(record.importance),
+                participants=participant_component(record.participant_ids, participants),
+                date=period_match(analysed.periods, _aware(record.created_at)) if analysed.periods else None,
+            )
+            scored.append((fused_score(parts, config.weights), record))
+        scored.sort(key=lambda pair: (-pair[0], -_aware(pair[1].created_at).timestamp(), pair[1].id))
+        scored = [pair for pair in scored if pair[0] >= config.min_score]
+
+        cap = config.max_records if limit is None else max(0, limit)
+        ranked = [
+            self._annotate(score, record, now, cosines.get(record.id), keyword.get(record.id))
+            for score, record in scored[:cap]
+        ]
+        packed = pack(ranked, lambda s: s.tokens, budget_tokens)
+        return RetrievalResult(
+            query=query,
+            channel=channel,
+            now=now,
+            mode=mode,
+            records=tuple(packed),
+            degraded=degraded,
+            considered=len(eligible),
+            withheld=len(eligible) - len(allowed),
+            over_budget=len(scored) - len(packed),
+            budget_tokens=budget_tokens,
+            periods=analysed.periods,
+        )
+
+    async def _vector_search(
+        self, agent_id: str, text: str, pool: int, channels: Sequence[str]
+    ) -> tuple[list[tuple[str, float]], str | None]:
+        """Nearest records to `text`, or none and the reason when the encoder cannot serve:
+        an unavailable encoder degrades recall to keyword search, never fails the turn."""
+        if self.embedder is None:
+            return [], "no encoder is available: keyword-only recall"
+        try:
+            [vector] = await self.embedder.embed([text])
+        except Exception as exc:  # SPEC §6: whatever the encoder does, the turn goes on
+            log.warning("encoder %s unavailable, recalling by keyword only: %s", self.embedder.name, exc)
+            return [], f"encoder {self.embedder.name!r} unavailable ({exc}): keyword-only recall"
+        return await self.store.vector_candidates(agent_id, vector, pool, channels), None
+
+    async def _formed_in(self, agent_id: str, periods: Sequence[Period], pool: int) -> list[str]:
+        """Ids of up to `pool` records formed in each of the (first three) periods, newest
+        first; record ids are ULIDs whose time part is when the record formed."""
+        found: list[str] = []
+        for period in periods[:3]:
+            before = str(ULID.from_timestamp(_aware(period.end).timestamp()))[:10] + "0" * 16
+            records = await self.store.list_records(agent_id, limit=pool, before_id=before)
+            found += [r.id for r in records if _aware(r.created_at) >= _aware(period.start)]
+        return found
+
+    def _annotate(
+        self, score: float, record: MemoryRecord, now: datetime, cosine: float | None, keyword: float | None
+    ) -> ScoredRecord:
+        band = band_for(score, self.config.strong_threshold, self.config.moderate_threshold)
+        line = memory_line(record, band, now)
+        return ScoredRecord(
+            record=record,
+            score=score,
+            band=band,
+            tokens=estimate_tokens(line + "\n"),
+            similarity=cosine,
+            keyword=keyword,
+        )
+
+
+def _coverage(terms: Sequence[str], record: MemoryRecord) -> float:
+    """The share of the query's content words (stemmed) that occur in the record."""
+    if not terms:
+        return 0.0
+    present = set(content_terms(" ".join((record.summary, *record.tags))))
+    return sum(1 for t in terms if t in present) / len(terms)

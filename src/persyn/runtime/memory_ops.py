@@ -1,0 +1,191 @@
+"""What the `persyn memory` commands do, without starting workers: the store, the encoder
+and exactly the retrieval the agent uses when it answers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from persyn.core.config import AgentConfig, Settings, Task
+from persyn.core.errors import InputError
+from persyn.core.ids import parse_id
+from persyn.core.records import MemoryRecord, channel_key
+from persyn.memory.embedder import Embedder, build_embedder
+from persyn.memory.importer import ImportReport, import_jsonl
+from persyn.memory.retrieval import RetrievalResult, Retriever
+from persyn.runtime.inspect import opened_store
+from persyn.store import Store
+from persyn.store.base import Identity, Message
+
+__all__ = [
+    "DEFAULT_RECALL_CHANNEL",
+    "MemoryOps",
+    "context_window_for",
+    "memory_ops",
+]
+
+DEFAULT_RECALL_CHANNEL = channel_key("terminal", "terminal")
+_IMPORT_SERVICE = "import"
+_LOCAL_WINDOW = 4_096
+
+
+def context_window_for(settings: Settings, agent: AgentConfig) -> int:
+    """Tokens the respond model can take: `[models] context_window`, else a conservative
+    known value per provider (the local server runs with a 4096-token window)."""
+    if settings.models.context_window:
+        return settings.models.context_window
+    model = settings.model_for(agent, Task.RESPOND)
+    if model == "auto":
+        hosted = settings.secrets.anthropic_api_key or settings.secrets.openai_api_key
+        return 128_000 if hosted else _LOCAL_WINDOW
+    provider = model.split(":", 1)[0]
+    if provider == "anthropic":
+        return 200_000
+    if provider == "openai":
+        return 8_192 if "@" in model else 128_000
+    if provider == "local":
+        return _LOCAL_WINDOW
+    return 8_192
+
+
+@dataclass
+class MemoryOps:
+    settings: Settings
+    agent: AgentConfig
+    store: Store
+    embedder: Embedder | None
+    degraded: str | None
+
+    @property
+    def retriever(self) -> Retriever:
+        return Retriever(self.store, self.embedder, self.settings.memory)
+
+    def budget_tokens(self) -> int:
+        return int(context_window_for(self.settings, self.agent) * self.settings.memory.budget_fraction)
+
+    async def resolve_participant(self, name_or_id: str, *, create: bool, channel: str = "") -> str:
+        """A person id for a name or id; import creates people it has not met, recall does not."""
+        persons = await self.store.list_persons(self.agent.id)
+        upper = name_or_id.upper()
+        for person in persons:
+            if person.id == upper or person.display_name.lower() == name_or_id.lower():
+                return person.id
+        if not create:
+            raise InputError(f"no contact {name_or_id!r} is known to {self.agent.name}")
+        identity = Identity(
+            service=_IMPORT_SERVICE, channel=channel or "history", speaker_id=name_or_id.lower()
+        )
+        person = await self.store.resolve_person(
+            self.agent.id, identity, name_or_id, "human", datetime.now(UTC)
+        )
+        return person.id
+
+    async def import_file(
+        self, path: Path, progress: Callable[[int, int], None] | None = None
+    ) -> ImportReport:
+        async def resolve(name: str, channel: str) -> str:
+            return await self.resolve_participant(name, create=True, channel=channel)
+
+        return await import_jsonl(path, self.store, self.embedder, self.agent, resolve, progress=progress)
+
+    async def recall(
+        self,
+        query: str,
+        *,
+        channel: str | None,
+        participants: Sequence[str],
+        now: datetime | None,
+        budget_tokens: int | None,
+        limit: int | None,
+    ) -> RetrievalResult:
+        ids = [await self.resolve_participant(p, create=False) for p in participants]
+        return await self.retriever.retrieve(
+            self.agent.id,
+            query,
+            channel=channel or DEFAULT_RECALL_CHANNEL,
+            participants=ids,
+            now=now or datetime.now(UTC),
+            budget_tokens=budget_tokens or self.budget_tokens(),
+            limit=limit,
+        )
+
+    async def show(self, record_id: str) -> tuple[MemoryRecord, list[Message]]:
+        wanted = parse_id(record_id, what="memory id")
+        record = await self.store.get_record(self.agent.id, wanted)
+        if record is None:
+            raise InputError(f"{self.agent.name} has no memory {wanted!r}")
+        dialog: list[Message] = []
+        if record.conversation_id:
+            dialog = await self.store.recent_messages(self.agent.id, record.conversation_id, 100_000)
+            if record.message_ids:
+                wanted_ids = set(record.message_ids)
+                dialog = [m for m in dialog if m.id in wanted_ids] or dialog
+        return record, dialog
+
+    async def forget(self, record_id: str) -> MemoryRecord:
+        record, _ = await self.show(record_id)
+        await self.store.delete_records(self.agent.id, [record.id])
+        return record
+
+    async def cull(self, *, dry_run: bool, now: datetime | None = None) -> list[MemoryRecord]:
+        """SPEC §4.1: delete records rated below the threshold AND older than the age limit."""
+        config = self.settings.memory
+        moment = now or datetime.now(UTC)
+        doomed = await self.store.cull_candidates(
+            self.agent.id,
+            below_importance=config.cull_below_importance,
+            older_than=moment - timedelta(days=config.cull_after_days),
+        )
+        if not dry_run and doomed:
+            await self.store.delete_records(self.agent.id, [r.id for r in doomed])
+        return doomed
+
+    async def reindex(self, progress: Callable[[int, int], None] | None = None, batch: int = 64) -> int:
+        if self.embedder is None:
+            raise InputError(f"the encoder is unavailable ({self.degraded}); nothing can be reindexed")
+        total = await self.store.count_records(self.agent.id)
+        done = 0
+        while True:
+            pending = await self.store.records_needing_vectors(self.agent.id, self.embedder.name, batch)
+            if not pending:
+                break
+            vectors = await self.embedder.embed([r.summary for r in pending])
+            for record, vector in zip(pending, vectors, strict=True):
+                await self.store.set_record_vector(self.agent.id, record.id, vector, self.embedder.name)
+            done += len(pending)
+            if progress is not None:
+                progress(done, total)
+        return done
+
+
+@asynccontextmanager
+async def memory_ops(settings: Settings, agent: AgentConfig) -> AsyncIterator[MemoryOps]:
+    async with opened_store(settings) as store:
+        await store.ensure_agent(agent.id, agent.name, datetime.now(UTC))
+        embedder: Embedder | None
+        degraded: str | None = None
+        try:
+            embedder = build_embedder(settings.memory.embedder)
+        except Exception as exc:  # fail soft: keyword retrieval still works
+            embedder, degraded = None, f"encoder {settings.memory.embedder!r} unavailable: {exc}"
+        yield MemoryOps(settings, agent, store, embedder, degraded)
+
+
+def read_queries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Batch recall input: one JSON object per line with id, query, channel?, participants?, now?."""
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+            if not isinstance(item, dict) or "query" not in item or "id" not in item:
+                raise InputError(f"{path}:{number}: each line needs 'id' and 'query'")
+            yield number, item

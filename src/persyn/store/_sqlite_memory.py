@@ -1,0 +1,381 @@
+"""Long-term memory on SQLite (SPEC §4.1, §5): the `Store` methods over `memory_records`,
+its FTS5 index `memory_fts` (migration 3) and the sqlite-vec tables (`_sqlite_vectors.py`).
+
+`SQLiteMemory` is mixed into `SQLiteStore` and runs its work through the store's `_read`
+and `_write` (reader pool; the single writer thread with BEGIN IMMEDIATE). A record, its
+keyword-index entry (a trigger) and its vector change in one write transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import and_, delete, func, or_, select, text, true, type_coerce, update
+from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy.engine import Connection
+from sqlalchemy.types import Text
+
+from persyn.core.errors import InputError, StoreError
+from persyn.core.ids import id_time, is_id
+from persyn.core.records import MemoryRecord
+from persyn.store import _sqlite_vectors as vectors
+from persyn.store.schema import checked_id, memory_records, record_from_row, record_values
+
+__all__ = ["KEYWORD_WEIGHTS", "STOP_WORDS", "SQLiteMemory", "fts_any_query"]
+
+T = TypeVar("T")
+
+_IDS_PER_STATEMENT = 500  # well under SQLite's bound-parameter limit
+_MAX_QUERY_TERMS = 32
+
+# bm25 column weights of memory_fts (summary, tags): a tag is a deliberate topic label.
+KEYWORD_WEIGHTS = (1.0, 2.0)
+
+_r = memory_records.c
+
+
+class SQLiteMemory:
+    """The long-term-memory half of `SQLiteStore`."""
+
+    if TYPE_CHECKING:  # provided by SQLiteStore
+
+        async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...
+
+        async def _write(self, what: str, work: Callable[[Connection], T]) -> T: ...
+
+    async def add_record(
+        self, record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None
+    ) -> bool:
+        """A vector needs its `embedding_model`; a non-finite one is an InputError and
+        nothing is stored. An all-zero vector (no direction: cosine cannot compare it) is
+        kept as "encoded by that model, no vector": vector search never finds the record,
+        and `records_needing_vectors` does not offer it again for the same model."""
+        _check_record_ids(record)
+        values = record_values(record)
+        unit = None
+        if vector is not None:
+            if not embedding_model:
+                raise InputError(f"record {record.id!r}: a vector needs its embedding model name")
+            unit = vectors.unit_vector(vector, f"vector of record {record.id!r}")
+            values.update(embedding_model=embedding_model, dims=None if unit is None else len(vector))
+
+        def work(connection: Connection) -> bool:
+            # No conflict target: the primary key and unique (agent_id, ref) both make it a no-op.
+            result = connection.execute(insert(memory_records).values(values).on_conflict_do_nothing())
+            if result.rowcount != 1:
+                return False
+            if unit is not None and embedding_model:
+                vectors.put_vector(
+                    connection, record_id=record.id, agent_id=record.agent_id, channel=record.channel,
+                    embedding_model=embedding_model, vector=unit,
+                )  # fmt: skip
+            return True
+
+        return await self._write("add_record", work)
+
+    async def get_record(self, agent_id: str, record_id: str) -> MemoryRecord | None:
+        statement = select(memory_records).where(_r.agent_id == agent_id, _r.id == record_id)
+        return await self._read("get_record", lambda c: _first_record(c, statement))
+
+    async def get_record_by_ref(self, agent_id: str, ref: str) -> MemoryRecord | None:
+        statement = select(memory_records).where(_r.agent_id == agent_id, _r.ref == ref)
+        return await self._read("get_record_by_ref", lambda c: _first_record(c, statement))
+
+    async def records_by_ids(self, agent_id: str, record_ids: Sequence[str]) -> list[MemoryRecord]:
+        """In newest-first order; unknown ids are skipped, a repeated id yields one record."""
+        wanted = list(dict.fromkeys(record_ids))
+
+        def work(connection: Connection) -> list[MemoryRecord]:
+            found: list[MemoryRecord] = []
+            for chunk in _chunks(wanted):
+                statement = select(memory_records).where(_r.agent_id == agent_id, _r.id.in_(chunk))
+                found += [record_from_row(row) for row in connection.execute(statement)]
+            return sorted(found, key=lambda r: (r.created_at, r.id), reverse=True)
+
+        return await self._read("records_by_ids", work)
+
+    async def list_records(
+        self, agent_id: str, *, limit: int = 50, before_id: str | None = None
+    ) -> list[MemoryRecord]:
+        """Newest first by (created_at, id). `before_id` continues after that record; if it
+        has gone meanwhile (culled), after the time its ULID carries."""
+        if limit <= 0:
+            return []
+
+        def work(connection: Connection) -> list[MemoryRecord]:
+            statement = select(memory_records).where(_r.agent_id == agent_id)
+            if before_id is not None:
+                statement = statement.where(_before(connection, agent_id, before_id))
+            statement = statement.order_by(_r.created_at.desc(), _r.id.desc()).limit(limit)
+            return [record_from_row(row) for row in connection.execute(statement)]
+
+        return await self._read("list_records", work)
+
+    async def delete_records(self, agent_id: str, record_ids: Sequence[str]) -> int:
+        wanted = list(dict.fromkeys(record_ids))
+
+        def work(connection: Connection) -> int:
+            deleted = 0
+            for chunk in _chunks(wanted):
+                where = and_(_r.agent_id == agent_id, _r.id.in_(chunk))
+                by_dims: dict[int, list[str]] = {}
+                for row in connection.execute(select(_r.id, _r.dims).where(where, _r.dims.is_not(None))):
+                    by_dims.setdefault(int(row.dims), []).append(row.id)
+                for dims, ids in by_dims.items():
+                    vectors.delete_vectors(connection, dims, ids)
+                deleted += connection.execute(delete(memory_records).where(where)).rowcount
+            return deleted
+
+        return await self._write("delete_records", work)
+
+    async def count_records(self, agent_id: str) -> int:
+        statement = select(func.count()).select_from(memory_records).where(_r.agent_id == agent_id)
+        return await self._read("count_records", lambda c: int(c.execute(statement).scalar_one()))
+
+    async def record_stats(self, agent_id: str) -> dict[str, object]:
+        """Keys: `count`; `by_channel`, `by_sensitivity`, `by_kind` (name -> count);
+        `by_importance` (1..10 -> count); `oldest`, `newest` (created_at, None when empty);
+        `vectors_by_model` (model -> count); `vectors_by_dims` (dims -> count);
+        `without_vector` (count)."""
+
+        def grouped(connection: Connection, column: Any) -> dict[Any, int]:
+            statement = (
+                select(column, func.count())
+                .where(_r.agent_id == agent_id, column.is_not(None))
+                .where(_r.dims.is_not(None) if column is _r.embedding_model else true())
+                .group_by(column)
+                .order_by(column)
+            )
+            return {key: int(count) for key, count in connection.execute(statement)}
+
+        def work(connection: Connection) -> dict[str, object]:
+            totals = connection.execute(
+                select(
+                    func.count(),
+                    func.min(_r.created_at),
+                    func.max(_r.created_at),
+                    func.count(_r.dims),
+                ).where(_r.agent_id == agent_id)
+            ).one()
+            count, oldest, newest, with_vector = totals  # min/max keep the column type: aware UTC
+            return {
+                "count": int(count),
+                "by_channel": grouped(connection, _r.channel),
+                "by_sensitivity": grouped(connection, _r.sensitivity),
+                "by_importance": grouped(connection, _r.importance),
+                "by_kind": grouped(connection, _r.kind),
+                "oldest": oldest,
+                "newest": newest,
+                "vectors_by_model": grouped(connection, _r.embedding_model),
+                "vectors_by_dims": grouped(connection, _r.dims),
+                "without_vector": int(count) - int(with_vector),
+            }
+
+        return await self._read("record_stats", work)
+
+    async def vector_candidates(
+        self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
+    ) -> list[tuple[str, float]]:
+        """At most 4096 hits (sqlite-vec's cap on k). A query vector of zeros has no
+        neighbours; `channels=[]` allows no channel, so finds nothing. The search is exact:
+        brute force over the agent's partition of the index (see `_sqlite_vectors`)."""
+        unit = vectors.unit_vector(vector, "query vector")
+        if unit is None or k <= 0:
+            return []
+        return await self._read(
+            "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels)
+        )
+
+    async def keyword_candidates(
+        self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
+    ) -> list[tuple[str, float]]:
+        """Scores are -bm25 (column weights KEYWORD_WEIGHTS), so higher is better; ties go
+        to the newer record. Stop-words are dropped from the query (see `fts_any_query`);
+        `channels=[]` finds nothing."""
+        match = fts_any_query(query)
+        if match is None or k <= 0 or (channels is not None and not channels):
+            return []
+        weights = ", ".join(str(w) for w in KEYWORD_WEIGHTS)
+        sql = (
+            f"SELECT r.id AS id, bm25(memory_fts, {weights}) AS score FROM memory_fts "
+            "JOIN memory_records AS r ON r.rowid = memory_fts.rowid "
+            "WHERE memory_fts MATCH :match AND r.agent_id = :agent_id"
+        )
+        params: dict[str, object] = {"match": match, "agent_id": agent_id, "k": k}
+        if channels is not None:
+            sql += " AND r.channel IN (SELECT value FROM json_each(:channels))"
+            params["channels"] = json.dumps(list(dict.fromkeys(channels)), ensure_ascii=False)
+        sql += " ORDER BY score, r.created_at DESC, r.id DESC LIMIT :k"
+
+        def work(connection: Connection) -> list[tuple[str, float]]:
+            rows = connection.execute(text(sql), params)
+            return [(str(row.id), -float(row.score)) for row in rows]
+
+        return await self._read("keyword_candidates", work)
+
+    async def set_record_vector(
+        self, agent_id: str, record_id: str, vector: Sequence[float], embedding_model: str
+    ) -> None:
+        """Replaces whatever vector the record had, of any size or model (an all-zero
+        vector replaces it with none, as in `add_record`). StoreError if the record does not
+        exist; InputError for a non-finite vector."""
+        if not embedding_model:
+            raise InputError(f"record {record_id!r}: a vector needs its embedding model name")
+        unit = vectors.unit_vector(vector, f"vector of record {record_id!r}")
+
+        def work(connection: Connection) -> None:
+            where = and_(_r.agent_id == agent_id, _r.id == record_id)
+            row = connection.execute(select(_r.channel, _r.dims).where(where)).first()
+            if row is None:
+                raise StoreError(f"no memory record {record_id!r} for agent {agent_id!r}")
+            if row.dims is not None:
+                vectors.delete_vectors(connection, int(row.dims), [record_id])
+            dims = None
+            if unit is not None:
+                dims = vectors.put_vector(
+                    connection, record_id=record_id, agent_id=agent_id, channel=row.channel,
+                    embedding_model=embedding_model, vector=unit,
+                )  # fmt: skip
+            connection.execute(
+                update(memory_records).where(where).values(embedding_model=embedding_model, dims=dims)
+            )
+
+        await self._write("set_record_vector", work)
+
+    async def records_needing_vectors(
+        self, agent_id: str, embedding_model: str, limit: int
+    ) -> list[MemoryRecord]:
+        """Newest first, so a reindex makes recent memories searchable first."""
+        if limit <= 0:
+            return []
+        statement = (
+            select(memory_records)
+            .where(
+                _r.agent_id == agent_id,
+                or_(_r.embedding_model.is_(None), _r.embedding_model != embedding_model),
+            )
+            .order_by(_r.created_at.desc(), _r.id.desc())
+            .limit(limit)
+        )
+        return await self._read("records_needing_vectors", lambda c: _records(c, statement))
+
+    async def cull_candidates(
+        self, agent_id: str, *, below_importance: int, older_than: datetime
+    ) -> list[MemoryRecord]:
+        """Oldest first. Both bounds are strict."""
+        statement = (
+            select(memory_records)
+            .where(_r.agent_id == agent_id, _r.importance < below_importance, _r.created_at < older_than)
+            .order_by(_r.created_at, _r.id)
+        )
+        return await self._read("cull_candidates", lambda c: _records(c, statement))
+
+    async def replace_participant(self, agent_id: str, old_person_id: str, new_person_id: str) -> int:
+        """Every `old_person_id` becomes `new_person_id`; a record that already had both
+        keeps one (first position)."""
+        new_person_id = checked_id(new_person_id, "person id")
+        if old_person_id == new_person_id:
+            return 0
+
+        def work(connection: Connection) -> int:
+            # A ULID has no LIKE wildcards; the LIKE only narrows, the list decides.
+            pattern = f'%"{old_person_id}"%'
+            rows = connection.execute(
+                select(_r.id, _r.participant_ids).where(
+                    _r.agent_id == agent_id, type_coerce(_r.participant_ids, Text).like(pattern)
+                )
+            ).all()
+            changed = 0
+            for row in rows:
+                before = list(row.participant_ids)
+                if old_person_id not in before:
+                    continue
+                after = list(dict.fromkeys(new_person_id if p == old_person_id else p for p in before))
+                connection.execute(
+                    update(memory_records)
+                    .where(_r.agent_id == agent_id, _r.id == row.id)
+                    .values(participant_ids=after)
+                )
+                changed += 1
+            return changed
+
+        return await self._write("replace_participant", work)
+
+
+# keyword queries ------------------------------------------------------------------------------
+# English function words: in a question ("what did she say about the lake?") they carry no
+# topic, yet under OR semantics they would match nearly every record.
+STOP_WORDS = frozenset(
+    """
+    a about above after again against all also am an and any are aren as at be because been
+    before being below between both but by can cannot could couldn d did didn do does doesn
+    doing don down during each else ever few for from further had hadn has hasn have haven
+    having he her here hers herself him himself his how i if in into is isn it its itself just
+    ll m me might more most must mustn my myself no nor not now o of off on once only or other
+    ought our ours ourselves out over own re s same shall shan she should shouldn so some such
+    t than that the their theirs them themselves then there these they this those through to
+    too under until up upon us ve very was wasn we were weren what when where which while who
+    whom whose why will with won would wouldn y you your yours yourself yourselves
+    """.split()  # noqa: SIM905 (a word list reads better as text)
+)
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def fts_any_query(query: str) -> str | None:
+    """User text as an FTS5 query matching ANY of its words, or None if it has none.
+
+    Words are runs of letters and digits, case-folded and de-duplicated, each quoted as an
+    FTS5 string, joined with OR: FTS5 syntax in the text (`*`, `:`, `^`, quotes, parentheses,
+    NEAR, AND/OR/NOT, column filters) is only ever plain words. Stop-words and single letters
+    are dropped unless nothing else is left ("who are you" still searches); at most 32 words
+    are kept. The
+    index's porter tokenizer stems the words as it stemmed the records.
+    """
+    words = list(dict.fromkeys(_WORD.findall(query.casefold())))
+    if not words:
+        return None
+    content = [word for word in words if word not in STOP_WORDS and not (len(word) == 1 and word.isalpha())]
+    return " OR ".join(f'"{word}"' for word in (content or words)[:_MAX_QUERY_TERMS])
+
+
+# helpers ----------------------------------------------------------------------------------------
+def _check_record_ids(record: MemoryRecord) -> None:
+    checked_id(record.id, "record id")
+    checked_id(record.agent_id, "agent id")
+    if record.conversation_id is not None:
+        checked_id(record.conversation_id, "conversation id")
+    for person_id in record.participant_ids:
+        checked_id(person_id, "participant id")
+    for message_id in record.message_ids:
+        checked_id(message_id, "message id")
+
+
+def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(ids), _IDS_PER_STATEMENT):
+        yield ids[start : start + _IDS_PER_STATEMENT]
+
+
+def _first_record(connection: Connection, statement: Any) -> MemoryRecord | None:
+    row = connection.execute(statement).first()
+    return None if row is None else record_from_row(row)
+
+
+def _records(connection: Connection, statement: Any) -> list[MemoryRecord]:
+    return [record_from_row(row) for row in connection.execute(statement)]
+
+
+def _before(connection: Connection, agent_id: str, before_id: str) -> Any:
+    """Rows after the cursor `before_id` in newest-first (created_at, id) order."""
+    row = connection.execute(select(_r.created_at).where(_r.agent_id == agent_id, _r.id == before_id)).first()
+    if row is not None:
+        at = row.created_at
+    elif is_id(before_id):
+        at = id_time(before_id)
+    else:
+        raise InputError(f"invalid paging cursor {before_id!r}: expected a record id")
+    return or_(_r.created_at < at, and_(_r.created_at == at, _r.id < before_id))

@@ -1,0 +1,163 @@
+"""Record vectors in sqlite-vec (ARCHITECTURE §4): one `vec0` table per dimension.
+
+Each table is created the first time a vector of its size is stored:
+
+    CREATE VIRTUAL TABLE memory_vec_<dims> USING vec0(
+        record_id text primary key,               -- memory_records.id
+        agent_id text partition key,              -- the index is sharded per agent
+        embedding float[<dims>] distance_metric=cosine,
+        channel text,                             -- metadata column: filterable inside kNN
+        embedding_model text                      -- metadata column (not yet used in queries)
+    )
+
+A kNN search names its partition (`agent_id = ?`), so another agent's vectors are never even
+read, and filters the channel inside the index: vec0 applies metadata constraints while it
+selects the k nearest, so `k = 5 AND channel IN (...)` is the five nearest *within* those
+channels, not five nearest overall thinned out afterwards. The channel set arrives as one
+JSON array (`channel IN (SELECT value FROM json_each(?))`), so any number of channels is one
+statement; vec0 takes the IN through `sqlite3_vtab_in` (SQLite >= 3.38). Should SQLite ever
+plan it as one equality probe per channel instead, each probe returns its own k nearest, and
+sorting by distance and keeping the first k still yields the right answer. The contract suite checks both
+properties (nearest-in-set with k=1; a property test against brute force).
+
+Vectors are stored normalised to unit length (float32). Cosine distance does not change, and
+the float32 arithmetic inside sqlite-vec can then neither overflow nor underflow. A vector
+without a direction (all zeros) is never stored, and one with a non-finite component is
+refused: vec0 would give either a NULL distance that sorts before every real neighbour.
+vec0 caps k at 4096.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from persyn.core.errors import InputError
+
+__all__ = [
+    "MAX_DIMS",
+    "MAX_K",
+    "delete_vectors",
+    "has_vector_table",
+    "nearest",
+    "put_vector",
+    "unit_vector",
+    "vector_table",
+]
+
+MAX_DIMS = 8192  # sqlite-vec's limit for float vectors
+MAX_K = 4096  # sqlite-vec's limit for k
+
+
+def vector_table(dims: int) -> str:
+    """The table holding `dims`-dimensional vectors; `dims` is checked, so the name is safe
+    to splice into SQL."""
+    if not isinstance(dims, int) or not 1 <= dims <= MAX_DIMS:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InputError(f"vector dimensions {dims!r} out of range 1..{MAX_DIMS}")
+    return f"memory_vec_{dims}"
+
+
+def unit_vector(vector: Sequence[float], what: str = "vector") -> bytes | None:
+    """`vector` scaled to unit length as float32 bytes; None if it is all zeros.
+
+    Raises InputError for an empty, oversized or non-finite vector."""
+    values = [float(x) for x in vector]
+    vector_table(len(values))  # checks the size
+    if not all(math.isfinite(x) for x in values):
+        raise InputError(f"{what} has a non-finite component (NaN or infinity)")
+    norm = math.hypot(*values)
+    if not math.isfinite(norm):  # finite components whose length overflows: rescale first
+        largest = max(abs(x) for x in values)
+        values = [x / largest for x in values]
+        norm = math.hypot(*values)
+    if norm == 0.0:
+        return None
+    return struct.pack(f"<{len(values)}f", *(x / norm for x in values))
+
+
+def has_vector_table(connection: Connection, dims: int) -> bool:
+    statement = text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
+    return connection.execute(statement, {"name": vector_table(dims)}).first() is not None
+
+
+def _ensure_table(connection: Connection, dims: int) -> str:
+    name = vector_table(dims)
+    connection.exec_driver_sql(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING vec0("
+        "record_id text primary key, "
+        "agent_id text partition key, "
+        f"embedding float[{dims}] distance_metric=cosine, "
+        "channel text, "
+        "embedding_model text)"
+    )
+    return name
+
+
+def put_vector(
+    connection: Connection,
+    *,
+    record_id: str,
+    agent_id: str,
+    channel: str,
+    embedding_model: str,
+    vector: bytes,
+) -> int:
+    """Store a record's unit vector (from `unit_vector`), creating its table if needed;
+    returns its dimensions. The record must have no vector of this size yet."""
+    dims = len(vector) // 4
+    name = _ensure_table(connection, dims)
+    connection.execute(
+        text(
+            f"INSERT INTO {name}(record_id, agent_id, embedding, channel, embedding_model) "
+            "VALUES (:record_id, :agent_id, :embedding, :channel, :model)"
+        ),
+        {
+            "record_id": record_id,
+            "agent_id": agent_id,
+            "embedding": vector,
+            "channel": channel,
+            "model": embedding_model,
+        },
+    )
+    return dims
+
+
+def delete_vectors(connection: Connection, dims: int, record_ids: Iterable[str]) -> None:
+    """Delete these records' vectors from the `dims` table (if it exists). One statement per
+    id: vec0 finds a row by its primary key only through equality."""
+    if not has_vector_table(connection, dims):
+        return
+    statement = text(f"DELETE FROM {vector_table(dims)} WHERE record_id = :record_id")
+    params = [{"record_id": record_id} for record_id in record_ids]
+    if params:
+        connection.execute(statement, params)
+
+
+def nearest(
+    connection: Connection, agent_id: str, vector: bytes, k: int, channels: Sequence[str] | None
+) -> list[tuple[str, float]]:
+    """The `k` records of `agent_id` (in `channels`, if given) nearest to the unit `vector`,
+    as (record_id, cosine distance), closest first; ties in id order."""
+    dims = len(vector) // 4
+    k = min(k, MAX_K)
+    if k <= 0 or (channels is not None and not channels) or not has_vector_table(connection, dims):
+        return []
+    sql = (
+        f"SELECT record_id, distance FROM {vector_table(dims)} "
+        "WHERE embedding MATCH :vector AND k = :k AND agent_id = :agent_id"
+    )
+    params: dict[str, object] = {"vector": vector, "k": k, "agent_id": agent_id}
+    if channels is not None:
+        sql += " AND channel IN (SELECT value FROM json_each(:channels))"
+        params["channels"] = json.dumps(list(dict.fromkeys(channels)), ensure_ascii=False)
+    # vec0 refuses a LIMIT beside `k`, and any ORDER BY but `distance` alone: tie order and
+    # the cut to k happen here.
+    sql += " ORDER BY distance"
+    rows = connection.execute(text(sql), params).all()
+    found = [(str(row.record_id), float(row.distance)) for row in rows if row.distance is not None]
+    return sorted(found, key=lambda hit: (hit[1], hit[0]))[:k]

@@ -1,0 +1,509 @@
+"""What every storage backend must do for long-term memory (SPEC §4.1, §5; the `Store` port's
+"long-term memory" methods). Runs once per backend through the `store` fixture. Vectors are
+hand-made (4-d unless a test says otherwise), times come from fixed instants.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from persyn.core.errors import InputError, StoreError
+from persyn.core.ids import new_id
+from persyn.core.records import MemoryRecord, Sensitivity, channel_key
+from persyn.store import Store
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+MAIN = channel_key("terminal", "main")
+DISCORD = channel_key("discord", "a-rather-long-guild-and-channel-name")
+SLACK = channel_key("slack", "general")
+MODEL = "test-embedder"
+
+
+def _record(
+    agent_id: str,
+    summary: str,
+    *,
+    at: datetime = T0,
+    channel: str = MAIN,
+    importance: int = 5,
+    tags: Sequence[str] = (),
+    participants: Sequence[str] = (),
+    ref: str | None = None,
+) -> MemoryRecord:
+    return MemoryRecord(
+        id=new_id(at),
+        agent_id=agent_id,
+        created_at=at,
+        channel=channel,
+        participant_ids=tuple(participants),
+        summary=summary,
+        importance=importance,
+        tags=tuple(tags),
+        ref=ref,
+    )
+
+
+async def _add(
+    store: Store, record: MemoryRecord, vector: Sequence[float] | None = None, model: str = MODEL
+) -> MemoryRecord:
+    assert await store.add_record(record, vector, model if vector is not None else None)
+    return record
+
+
+def _ids(hits: Sequence[tuple[str, float]]) -> list[str]:
+    return [record_id for record_id, _ in hits]
+
+
+def _cosine_distance(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return 1.0 - dot / (math.hypot(*a) * math.hypot(*b))
+
+
+# records ------------------------------------------------------------------------------------------
+async def test_a_record_round_trips_every_field(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    record = MemoryRecord(
+        id=new_id(T0),
+        agent_id=agent_id,
+        created_at=T0,
+        channel=DISCORD,
+        participant_ids=(new_id(), new_id()),
+        summary="I helped Zoë fix her bicycle; she said « merci ».",
+        importance=8,
+        tags=("bicycles", "café", "help"),
+        emotion="content",
+        sensitivity=Sensitivity.CONFIDENTIAL,
+        conversation_id=new_id(T0),
+        message_ids=(new_id(T0), new_id(T0)),
+        ref="import:discord:123",
+        kind="imported",
+    )
+    assert await store.add_record(record, [0.1, 0.2, 0.3, 0.4], MODEL)
+
+    assert await store.get_record(agent_id, record.id) == record
+    assert await store.get_record_by_ref(agent_id, "import:discord:123") == record
+    assert await store.get_record(other, record.id) is None
+    assert await store.get_record_by_ref(other, "import:discord:123") is None
+    assert await store.get_record(agent_id, new_id()) is None
+    fetched = await store.get_record(agent_id, record.id)
+    assert fetched is not None and fetched.created_at.tzinfo is not None
+    assert fetched.created_at.utcoffset() == timedelta(0)
+
+
+async def test_add_record_deduplicates_on_id_and_on_ref_per_agent(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    first = await _add(store, _record(agent_id, "the original", ref="history:1"), [1, 0, 0, 0])
+
+    again = first.model_copy(update={"summary": "a replay with other words"})
+    assert not await store.add_record(again, [0, 1, 0, 0], MODEL)
+    same_ref = _record(agent_id, "a re-import", at=T0 + timedelta(hours=1), ref="history:1")
+    assert not await store.add_record(same_ref, None, None)
+    assert await store.count_records(agent_id) == 1
+    assert await store.get_record(agent_id, first.id) == first
+    assert _ids(await store.vector_candidates(agent_id, [1, 0, 0, 0], 5, None)) == [first.id]
+
+    # refs are unique per agent; records without a ref never collide
+    assert await store.add_record(_record(other, "theirs", ref="history:1"), None, None)
+    await _add(store, _record(agent_id, "no ref one", at=T0 + timedelta(seconds=1)))
+    await _add(store, _record(agent_id, "no ref two", at=T0 + timedelta(seconds=2)))
+    assert await store.count_records(agent_id) == 3
+    assert await store.count_records(other) == 1
+
+
+async def test_add_record_rejects_bad_input_and_stores_nothing(store: Store) -> None:
+    agent_id = new_id()
+    with pytest.raises(InputError, match="participant id"):
+        await store.add_record(_record(agent_id, "x", participants=["not-a-ulid"]), None, None)
+    with pytest.raises(InputError, match="agent id"):
+        await store.add_record(_record(new_id().lower(), "x"), None, None)
+    with pytest.raises(InputError, match="embedding model"):
+        await store.add_record(_record(agent_id, "x"), [1, 0, 0, 0], None)
+    with pytest.raises(InputError, match="non-finite"):
+        await store.add_record(_record(agent_id, "x"), [1, math.nan, 0, 0], MODEL)
+    assert await store.count_records(agent_id) == 0
+
+
+async def test_records_by_ids_returns_those_that_exist_for_the_agent(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    mine = [await _add(store, _record(agent_id, f"r{i}", at=T0 + timedelta(minutes=i))) for i in range(3)]
+    theirs = await _add(store, _record(other, "theirs"))
+
+    wanted = [mine[0].id, mine[2].id, mine[2].id, new_id(), theirs.id, "garbage"]
+    found = await store.records_by_ids(agent_id, wanted)
+    assert sorted(r.id for r in found) == sorted([mine[0].id, mine[2].id])
+    assert await store.records_by_ids(agent_id, []) == []
+    many = [new_id() for _ in range(1200)] + [mine[1].id]  # more ids than one statement binds
+    assert [r.id for r in await store.records_by_ids(agent_id, many)] == [mine[1].id]
+
+
+async def test_list_records_pages_newest_first(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    records = [
+        await _add(store, _record(agent_id, f"r{i}", at=T0 + timedelta(minutes=i % 4))) for i in range(9)
+    ]  # several records share an instant: (created_at, id) decides
+    await _add(store, _record(other, "theirs", at=T0 + timedelta(days=1)))
+    expected = sorted(records, key=lambda r: (r.created_at, r.id), reverse=True)
+
+    pages: list[list[MemoryRecord]] = []
+    before: str | None = None
+    while page := await store.list_records(agent_id, limit=4, before_id=before):
+        pages.append(page)
+        before = page[-1].id
+    assert [len(p) for p in pages] == [4, 4, 1]
+    assert [r for page in pages for r in page] == expected
+    assert await store.list_records(agent_id, limit=0) == []
+    assert await store.list_records(agent_id) == expected
+
+    # a cursor that has been deleted meanwhile still continues from its time
+    cursor = expected[3]
+    assert await store.delete_records(agent_id, [cursor.id]) == 1
+    rest = await store.list_records(agent_id, limit=50, before_id=cursor.id)
+    assert rest == expected[4:]
+
+
+async def test_delete_records_removes_them_from_vector_and_keyword_search(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    gone = await _add(store, _record(agent_id, "a walk along the river", tags=["river"]), [1, 0, 0, 0])
+    kept = await _add(store, _record(agent_id, "the river was cold", at=T0 + timedelta(1)), [1, 1, 0, 0])
+    theirs = await _add(store, _record(other, "their river"), [1, 0, 0, 0])
+
+    assert await store.delete_records(agent_id, [gone.id, gone.id, new_id(), theirs.id]) == 1
+    assert await store.delete_records(agent_id, []) == 0
+    assert await store.get_record(agent_id, gone.id) is None
+    assert _ids(await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None)) == [kept.id]
+    assert _ids(await store.keyword_candidates(agent_id, "river walk", 10, None)) == [kept.id]
+    assert await store.get_record(other, theirs.id) == theirs
+    assert _ids(await store.vector_candidates(other, [1, 0, 0, 0], 10, None)) == [theirs.id]
+    assert await store.count_records(agent_id) == 1
+
+
+# vector search ----------------------------------------------------------------------------------------
+async def test_vector_candidates_are_ordered_by_cosine_distance(store: Store) -> None:
+    agent_id = new_id()
+    same = await _add(store, _record(agent_id, "same"), [2, 0, 0, 0])  # length does not matter
+    near = await _add(store, _record(agent_id, "near"), [1, 1, 0, 0])
+    orthogonal = await _add(store, _record(agent_id, "orthogonal"), [0, 0, 3, 0])
+    opposite = await _add(store, _record(agent_id, "opposite"), [-1, 0, 0, 0])
+
+    hits = await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None)
+    assert _ids(hits) == [same.id, near.id, orthogonal.id, opposite.id]
+    expected = [0.0, 1 - math.sqrt(0.5), 1.0, 2.0]
+    assert [d for _, d in hits] == pytest.approx(expected, abs=1e-5)
+    assert _ids(await store.vector_candidates(agent_id, [1, 0, 0, 0], 2, None)) == [same.id, near.id]
+    assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 0, None) == []
+    assert await store.vector_candidates(agent_id, [0, 0, 0, 0], 5, None) == []  # no direction
+    with pytest.raises(InputError):
+        await store.vector_candidates(agent_id, [math.inf, 0, 0, 0], 5, None)
+
+
+async def test_vector_candidates_filter_by_agent_and_channel_set_inside_the_index(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    # The closest vectors overall belong to another agent or another channel.
+    await _add(store, _record(other, "theirs", channel=MAIN), [1, 0, 0, 0])
+    slack = await _add(store, _record(agent_id, "slack", channel=SLACK), [1, 0.01, 0, 0])
+    main_far = await _add(store, _record(agent_id, "main", channel=MAIN), [0, 1, 0, 0])
+    discord = await _add(store, _record(agent_id, "discord", channel=DISCORD), [1, 1, 0, 0])
+
+    # k=1 within {main, discord}: the nearest in the set, not the nearest overall thinned out
+    assert _ids(await store.vector_candidates(agent_id, [1, 0, 0, 0], 1, [MAIN, DISCORD])) == [discord.id]
+    both = await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, [DISCORD, MAIN, MAIN])
+    assert _ids(both) == [discord.id, main_far.id]
+    assert _ids(await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, [SLACK])) == [slack.id]
+    assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, ["nowhere:at-all"]) == []
+    assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, []) == []
+    everything = await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None)
+    assert _ids(everything) == [slack.id, discord.id, main_far.id]
+    assert await store.vector_candidates(new_id(), [1, 0, 0, 0], 10, None) == []
+
+
+async def test_vector_candidates_search_only_vectors_of_the_query_size(store: Store) -> None:
+    agent_id = new_id()
+    assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None) == []  # no index yet
+    four = await _add(store, _record(agent_id, "four"), [1, 0, 0, 0])
+    three = await _add(store, _record(agent_id, "three"), [1, 0, 0])
+    assert _ids(await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None)) == [four.id]
+    assert _ids(await store.vector_candidates(agent_id, [1, 0, 0], 10, None)) == [three.id]
+    assert await store.vector_candidates(agent_id, [1, 0, 0, 0, 0, 0, 0], 10, None) == []
+
+
+# keyword search ----------------------------------------------------------------------------------------
+async def test_keyword_candidates_match_any_word_and_rank_by_bm25(store: Store) -> None:
+    agent_id = new_id()
+    both = await _add(store, _record(agent_id, "Ann and I went hiking by the lake"))
+    lake = await _add(store, _record(agent_id, "The lake froze early this year", at=T0 + timedelta(1)))
+    ann = await _add(store, _record(agent_id, "Ann baked sourdough bread", at=T0 + timedelta(2)))
+    await _add(store, _record(agent_id, "A quiet evening reading about comets"))
+    tagged = await _add(store, _record(agent_id, "We looked up at the sky", tags=["astronomy"]))
+
+    hits = await store.keyword_candidates(agent_id, "what did Ann do at the lake?", 10, None)
+    assert _ids(hits)[0] == both.id  # both words beat one
+    assert set(_ids(hits)) == {both.id, lake.id, ann.id}
+    scores = [score for _, score in hits]
+    assert scores == sorted(scores, reverse=True) and all(score > 0 for score in scores)
+
+    assert _ids(await store.keyword_candidates(agent_id, "hiked", 10, None)) == [both.id]  # stemming
+    assert _ids(await store.keyword_candidates(agent_id, "Astronomy", 10, None)) == [tagged.id]
+    assert len(await store.keyword_candidates(agent_id, "lake ann", 1, None)) == 1
+    assert await store.keyword_candidates(agent_id, "lake", 0, None) == []
+    assert await store.keyword_candidates(agent_id, "volcano", 10, None) == []
+    assert await store.keyword_candidates(agent_id, "  ?! ", 10, None) == []
+
+
+async def test_keyword_candidates_filter_by_agent_and_channel_set(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    await _add(store, _record(other, "otters in the harbour"))
+    main = await _add(store, _record(agent_id, "otters on the beach", channel=MAIN))
+    slack = await _add(store, _record(agent_id, "otters again", channel=SLACK))
+    discord = await _add(store, _record(agent_id, "more otters", channel=DISCORD))
+
+    assert set(_ids(await store.keyword_candidates(agent_id, "otters", 10, None))) == {
+        main.id,
+        slack.id,
+        discord.id,
+    }
+    found = await store.keyword_candidates(agent_id, "otters", 10, [MAIN, DISCORD])
+    assert set(_ids(found)) == {main.id, discord.id}
+    assert await store.keyword_candidates(agent_id, "otters", 10, []) == []
+    assert await store.keyword_candidates(new_id(), "otters", 10, None) == []
+
+
+HOSTILE = [
+    '"',
+    '""',
+    "'",
+    "*",
+    "lake*",
+    "^lake",
+    "summary:lake",
+    "tags:lake",
+    "NEAR(lake ann, 2)",
+    "lake AND",
+    "OR",
+    "NOT lake",
+    "-lake",
+    "(((",
+    "lake)",
+    '"lake',
+    "\x00lake",
+    "lake\x00\x00",
+    "{summary tags}: lake",
+    "lake + ann",
+    "🦦 otters",
+    "ß" * 500,
+    " ".join(["lake"] * 5000),
+    " ".join(f"word{i}" for i in range(500)),
+]
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+async def test_hostile_keyword_queries_are_plain_words(store: Store, query: str) -> None:
+    agent_id = new_id()
+    lake = await _add(store, _record(agent_id, "the lake at dawn"))
+    hits = await store.keyword_candidates(agent_id, query, 5, None)
+    assert set(_ids(hits)) <= {lake.id}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.text(max_size=60))
+async def test_keyword_candidates_never_raise_on_any_text(store: Store, query: str) -> None:
+    await store.keyword_candidates(new_id(), query, 5, [MAIN])
+
+
+# reindex, cull, directory merges, stats ---------------------------------------------------------------
+async def test_reindex_flow_and_dimension_change(store: Store) -> None:
+    agent_id = new_id()
+    bare = await _add(store, _record(agent_id, "no vector yet"))
+    old = await _add(store, _record(agent_id, "old model", at=T0 + timedelta(1)), [1, 0, 0, 0], "m1")
+    current = await _add(store, _record(agent_id, "new model", at=T0 + timedelta(2)), [0, 1, 0, 0], "m2")
+
+    needing = await store.records_needing_vectors(agent_id, "m2", 10)
+    assert [r.id for r in needing] == [old.id, bare.id]  # newest first
+    assert len(await store.records_needing_vectors(agent_id, "m2", 1)) == 1
+    assert await store.records_needing_vectors(agent_id, "m2", 0) == []
+
+    await store.set_record_vector(agent_id, bare.id, [0, 0, 1, 0], "m2")
+    await store.set_record_vector(agent_id, old.id, [0, 1, 1, 0], "m2")  # same size, replaced
+    assert await store.records_needing_vectors(agent_id, "m2", 10) == []
+    hits = await store.vector_candidates(agent_id, [0, 0, 1, 0], 10, None)
+    assert _ids(hits) == [bare.id, old.id, current.id]
+    assert len(hits) == 3  # the old vector of `old` is gone, not searched twice
+
+    # a model of another size: the vector moves to the other dimension's index
+    await store.set_record_vector(agent_id, current.id, [1, 0, 0, 0, 0, 0], "m3")
+    assert _ids(await store.vector_candidates(agent_id, [0, 1, 0, 0], 10, None)) == [old.id, bare.id]
+    assert _ids(await store.vector_candidates(agent_id, [1, 0, 0, 0, 0, 0], 10, None)) == [current.id]
+    assert [r.id for r in await store.records_needing_vectors(agent_id, "m3", 10)] == [old.id, bare.id]
+    stats = await store.record_stats(agent_id)
+    assert stats["vectors_by_model"] == {"m2": 2, "m3": 1}
+
+    with pytest.raises(StoreError, match="no memory record"):
+        await store.set_record_vector(agent_id, new_id(), [1, 0, 0, 0], "m2")
+    with pytest.raises(StoreError, match="no memory record"):
+        await store.set_record_vector(new_id(), bare.id, [1, 0, 0, 0], "m2")  # another agent's
+    with pytest.raises(InputError):
+        await store.set_record_vector(agent_id, bare.id, [math.nan, 0, 0, 0], "m2")
+    assert _ids(await store.vector_candidates(agent_id, [0, 0, 1, 0], 1, None)) == [bare.id]
+
+
+async def test_an_all_zero_vector_is_encoded_but_never_searched(store: Store) -> None:
+    """An encoder may map text to no direction at all; the record is kept (its memory is not
+    lost), never returned by vector search, and not offered again for the same model."""
+    agent_id = new_id()
+    blank = await _add(store, _record(agent_id, "…"), [0, 0, 0, 0], "m1")
+    other = await _add(store, _record(agent_id, "something", at=T0 + timedelta(1)), [1, 0, 0, 0], "m1")
+    assert await store.get_record(agent_id, blank.id) == blank
+    assert _ids(await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None)) == [other.id]
+    assert await store.records_needing_vectors(agent_id, "m1", 10) == []
+    stats = await store.record_stats(agent_id)
+    assert stats["vectors_by_model"] == {"m1": 1} and stats["without_vector"] == 1
+
+    await store.set_record_vector(agent_id, other.id, [0.0] * 4, "m1")  # replaces it with none
+    assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None) == []
+    assert await store.records_needing_vectors(agent_id, "m1", 10) == []
+    assert [r.id for r in await store.records_needing_vectors(agent_id, "m2", 10)] == [other.id, blank.id]
+    await store.set_record_vector(agent_id, blank.id, [0, 1, 0, 0], "m2")
+    assert _ids(await store.vector_candidates(agent_id, [0, 1, 0, 0], 10, None)) == [blank.id]
+
+
+async def test_cull_candidates_need_low_importance_and_age(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    cutoff = T0 + timedelta(days=30)
+    old_low = await _add(store, _record(agent_id, "old, low", importance=2))
+    await _add(store, _record(agent_id, "old, high", importance=8))
+    await _add(store, _record(agent_id, "old, at threshold", importance=5))
+    await _add(store, _record(agent_id, "new, low", importance=2, at=cutoff + timedelta(days=1)))
+    await _add(store, _record(agent_id, "exactly at cutoff", importance=1, at=cutoff))
+    older_low = await _add(store, _record(agent_id, "oldest, low", importance=1, at=T0 - timedelta(1)))
+    await _add(store, _record(other, "theirs, old, low", importance=1))
+
+    found = await store.cull_candidates(agent_id, below_importance=5, older_than=cutoff)
+    assert [r.id for r in found] == [older_low.id, old_low.id]  # oldest first
+
+
+async def test_replace_participant_reattributes_records(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    p1, p2, p3 = new_id(), new_id(), new_id()
+    a = await _add(store, _record(agent_id, "a", participants=[p1, p3]))
+    b = await _add(store, _record(agent_id, "b", participants=[p3, p1, p2]))
+    c = await _add(store, _record(agent_id, "c", participants=[p3]))
+    theirs = await _add(store, _record(other, "theirs", participants=[p1]))
+
+    assert await store.replace_participant(agent_id, p1, p2) == 2
+    assert await store.replace_participant(agent_id, p1, p2) == 0
+    assert await store.replace_participant(agent_id, p3, p3) == 0
+    records = {r.id: r.participant_ids for r in await store.list_records(agent_id)}
+    assert records == {a.id: (p2, p3), b.id: (p3, p2), c.id: (p3,)}
+    assert await store.get_record(other, theirs.id) == theirs
+    with pytest.raises(InputError):
+        await store.replace_participant(agent_id, p3, "not-a-person")
+
+
+async def test_record_stats(store: Store) -> None:
+    agent_id = new_id()
+    empty = await store.record_stats(agent_id)
+    assert empty["count"] == 0 and empty["oldest"] is None and empty["newest"] is None
+    assert empty["by_channel"] == {} and empty["without_vector"] == 0
+
+    await _add(store, _record(agent_id, "a", importance=3, channel=MAIN), [1, 0, 0, 0], "m1")
+    await _add(store, _record(agent_id, "b", importance=3, channel=SLACK, at=T0 + timedelta(1)))
+    secret = _record(agent_id, "c", importance=9, channel=MAIN, at=T0 + timedelta(2))
+    secret = secret.model_copy(update={"sensitivity": Sensitivity.RESTRICTED, "kind": "goal"})
+    await _add(store, secret, [1, 0, 0], "m2")
+    await _add(store, _record(new_id(), "someone else's"))
+
+    stats = await store.record_stats(agent_id)
+    assert stats["count"] == 3 == await store.count_records(agent_id)
+    assert stats["by_channel"] == {MAIN: 2, SLACK: 1}
+    assert stats["by_sensitivity"] == {"private": 2, "restricted": 1}
+    assert stats["by_importance"] == {3: 2, 9: 1}
+    assert stats["by_kind"] == {"exchange": 2, "goal": 1}
+    assert stats["oldest"] == T0 and stats["newest"] == T0 + timedelta(2)
+    assert stats["vectors_by_model"] == {"m1": 1, "m2": 1}
+    assert stats["vectors_by_dims"] == {3: 1, 4: 1}
+    assert stats["without_vector"] == 1
+
+
+# properties -----------------------------------------------------------------------------------------
+VOCABULARY = ["otter", "lake", "piano", "bread", "comet", "garden"]
+CHANNELS = [MAIN, SLACK, DISCORD]
+_vector = st.lists(st.integers(-3, 3), min_size=4, max_size=4).map(lambda v: v if any(v) else [1, 0, 0, 0])
+_record_spec = st.tuples(
+    st.integers(0, 1),  # agent
+    st.sampled_from(CHANNELS),
+    _vector,
+    st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=3),
+)
+
+
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    specs=st.lists(_record_spec, max_size=25),
+    agent=st.integers(0, 1),
+    channels=st.none() | st.lists(st.sampled_from(CHANNELS), unique=True, max_size=3),
+    query_vector=_vector,
+    query_words=st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=3),
+    k=st.integers(1, 8),
+)
+async def test_candidates_never_leave_the_requested_agent_and_channels(
+    store: Store,
+    specs: list[tuple[int, str, list[int], list[str]]],
+    agent: int,
+    channels: list[str] | None,
+    query_vector: list[int],
+    query_words: list[str],
+    k: int,
+) -> None:
+    agents = [new_id(), new_id()]  # fresh per example: the store outlives examples
+    records: dict[str, tuple[MemoryRecord, list[int]]] = {}
+    for i, (owner, channel, vector, words) in enumerate(specs):
+        record = _record(agents[owner], " ".join(words), channel=channel, at=T0 + timedelta(seconds=i))
+        records[record.id] = (await _add(store, record, vector), vector)
+    allowed = {
+        record_id
+        for record_id, (record, _) in records.items()
+        if record.agent_id == agents[agent] and (channels is None or record.channel in channels)
+    }
+
+    by_vector = await store.vector_candidates(agents[agent], query_vector, k, channels)
+    assert set(_ids(by_vector)) <= allowed
+    # and they are the k nearest of the allowed ones (compared by distance: ties may swap ids)
+    brute = sorted(_cosine_distance(query_vector, records[i][1]) for i in allowed)[:k]
+    assert [d for _, d in by_vector] == pytest.approx(brute, abs=1e-5)
+
+    by_keyword = await store.keyword_candidates(agents[agent], " ".join(query_words), k, channels)
+    assert set(_ids(by_keyword)) <= allowed
+    matching = {i for i in allowed if set(records[i][0].summary.split()) & set(query_words)}
+    assert set(_ids(by_keyword)) <= matching
+    assert len(by_keyword) == min(k, len(matching))
+
+
+# scale -------------------------------------------------------------------------------------------------
+async def test_five_thousand_records_with_256_dimensional_vectors(store: Store) -> None:
+    """A smoke test at a realistic size: no timing assertions, only that it works."""
+    agent_id = new_id()
+    rng = random.Random(7)
+    words = ["lake", "river", "music", "bread", "garden", "comet", "otter", "piano", "rain", "snow"]
+    first: tuple[MemoryRecord, list[float]] | None = None
+    for i in range(5000):
+        vector = [rng.gauss(0, 1) for _ in range(256)]
+        summary = " ".join(rng.sample(words, 3)) + f" note {i}"
+        record = _record(agent_id, summary, at=T0 + timedelta(seconds=i), channel=CHANNELS[i % 3])
+        await _add(store, record, vector)
+        first = first or (record, vector)
+    assert first is not None
+    assert await store.count_records(agent_id) == 5000
+
+    hits = await store.vector_candidates(agent_id, first[1], 20, None)
+    assert len(hits) == 20 and hits[0] == (first[0].id, pytest.approx(0.0, abs=1e-5))
+    in_two = await store.vector_candidates(agent_id, first[1], 20, [MAIN, DISCORD])
+    assert len(in_two) == 20
+    assert {r.channel for r in await store.records_by_ids(agent_id, _ids(in_two))} <= {MAIN, DISCORD}
+    assert len(await store.keyword_candidates(agent_id, "otter piano", 50, None)) == 50
+    assert len(await store.list_records(agent_id, limit=100)) == 100
