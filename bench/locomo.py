@@ -21,6 +21,34 @@ unique per agent). Questions whose evidence names no session are skipped and cou
 
 PATH defaults to ../shared/bench/locomo_dev.json beside the repository. The data is
 CC BY-NC 4.0: read in place, never copied into the repository.
+
+What the retrieval design rests on (recall_all@5, observations / session summaries, on this
+dev split, WordLlama 256-d; first block from a numpy + FTS5 prototype, second from this
+script with one setting changed at a time from the defaults):
+
+    BM25, every query word ORed                         0.700 / 0.653
+    BM25, stop words dropped                            0.721 / 0.691   kept
+    dense, whole question                               0.687 / 0.542
+    dense, stop words dropped from the query            0.692 / 0.568   kept
+    RRF (k=60 / k=10), pools of 50                      0.716 / 0.654   0.732 / 0.674
+    weighted sum, BM25 / best, cosine (alpha 0.5)       0.742 / 0.713   kept
+    ... + pseudo-relevance feedback on the query vector 0.725 / 0.704
+    ... + MMR diversity (lambda 0.8-0.95)               +0.000..0.006 (noise)
+    ... BM25 saturated s/(s+k) instead of s/best        0.720 / 0.709
+    ... + date match for dates named in the query       0.758 / 0.725   kept
+    ... + BM25 scaled by the best match's coverage      0.763 / 0.722   kept (absolute anchor)
+
+    recency weight 0.15 / 0.05 / 0 (half-life 30 d)     0.754 / 0.712   0.757 / 0.714   0.763 / 0.709
+    date weight 0 / 0.3 / 0.5                           0.732 / 0.699   0.757 / 0.714   0.757 / 0.714
+    keyword weight 0.7 / 1.0 / 1.2                      0.746 / 0.699   0.757 / 0.714   0.764 / 0.717
+    candidate pool 50 / 100 / 200                       no change
+    similarity window 0.2-0.6 / 0.1-0.7 / 0.0-0.8       0.753 / 0.707   0.757 / 0.714   0.766 / 0.718
+    WordLlama truncated to 128-d / 64-d                 0.751 / 0.711   0.747 / 0.717
+
+Defaults: equal similarity and keyword weights (1.2 gained 0.007 but let a keyword-only
+match reach "strong"), recency 0.05 (a tie-breaker: LoCoMo asks about every session
+alike), date 0.3, similarity window 0.1-0.7 (where unrelated and paraphrased text fall
+with WordLlama), pools of 100.
 """
 
 from __future__ import annotations

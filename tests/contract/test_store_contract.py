@@ -571,3 +571,23 @@ async def test_open_store_creates_parent_directories(tmp_path: Path) -> None:
         assert target.exists()
     finally:
         await created.close()
+
+
+async def test_purge_dialog_keeps_open_and_recent_conversations(store: Store) -> None:
+    agent_id = new_id()
+    old = await _open(store, agent_id)
+    await store.add_message(_message(old, "an old line", T0))
+    await store.close_idle_conversations(agent_id, T0 + timedelta(hours=2), HOUR)
+    later = T0 + timedelta(days=100)
+    recent = await store.open_conversation(agent_id, "terminal", "main", [], later, HOUR)
+    await store.add_message(_message(recent, "a recent line", later))
+    other_agent = new_id()
+    theirs = await _open(store, other_agent)
+    await store.add_message(_message(theirs, "not mine", T0))
+    await store.close_idle_conversations(other_agent, T0 + timedelta(hours=2), HOUR)
+
+    assert await store.purge_dialog(agent_id, T0 + timedelta(days=90)) == 1
+    assert [m.text for m in await store.recent_messages(agent_id, old.id, 10)] == []
+    assert [m.text for m in await store.recent_messages(agent_id, recent.id, 10)] == ["a recent line"]
+    assert await store.search_messages(agent_id, "old line") == []
+    assert await store.count_messages(other_agent) == 1

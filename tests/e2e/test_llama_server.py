@@ -27,8 +27,8 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import Prompt, SinkEvent, UserTurn
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import LlamaServer, ensure_default_weights, local_available
+from persyn.testing.meter import RecordingAdapter
 from persyn.usage.meter import Meter
-from persyn.usage.records import UsageRecord
 
 pytestmark = [
     pytest.mark.e2e,
@@ -88,17 +88,6 @@ class RecordingProxy:
         return f"http://127.0.0.1:{port}/v1"
 
 
-class ListAdapter:
-    def __init__(self) -> None:
-        self.records: list[UsageRecord] = []
-
-    def handle(self, record: UsageRecord) -> None:
-        self.records.append(record)
-
-    def close(self) -> None:
-        pass
-
-
 class Rating(BaseModel):
     """How important an event is."""
 
@@ -117,7 +106,7 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
         server.stop()
 
 
-def _gateway(base_url: str, adapter: ListAdapter, home: Path) -> tuple[ModelGateway, Meter]:
+def _gateway(base_url: str, adapter: RecordingAdapter, home: Path) -> tuple[ModelGateway, Meter]:
     agent = AgentConfig(name="Ada", id=new_id())
     settings = Settings(home=home, agents=[agent]).model_copy(
         update={
@@ -131,7 +120,7 @@ def _gateway(base_url: str, adapter: ListAdapter, home: Path) -> tuple[ModelGate
 def test_streamed_turn_and_structured_output_are_metered_as_the_server_reported(
     llama: LlamaServer, tmp_path: Path
 ) -> None:
-    adapter = ListAdapter()
+    adapter = RecordingAdapter()
     with RecordingProxy(llama.base_url) as proxy:
         gateway, meter = _gateway(proxy.base_url, adapter, tmp_path)
 

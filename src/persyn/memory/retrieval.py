@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict
 from ulid import ULID
 
 from persyn.core.config import MemoryConfig, RetrievalWeights
+from persyn.core.errors import StoreError
 from persyn.core.records import MemoryRecord, RelevanceBand, ScoredRecord
 from persyn.memory._query import (
     MONTH_NAMES,
@@ -77,6 +78,7 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["hybrid", "vector", "keyword"]
 T = TypeVar("T")
+_MAX_ULID_SECONDS = (2**48 - 1) / 1000
 
 
 # scoring helpers (pure) --------------------------------------------------------------------------
@@ -253,11 +255,15 @@ class RetrievalResult(BaseModel):
 
 def format_memories(result: RetrievalResult) -> str:
     """The memories for the prompt, one line each (see `memory_line`); empty when none.
-    A degraded recall says so first, so the agent knows its recall was partial."""
+    A degraded recall says so first, so the agent knows its recall was partial (the raw
+    reason — URLs, exception text — stays in `result.degraded`, out of the prompt)."""
     lines = [memory_line(s.record, s.band, result.now) for s in result.records]
     if result.degraded and lines:
-        lines.insert(0, f"(recall is partial: {result.degraded})")
+        lines.insert(0, _PARTIAL)
     return "\n".join(lines)
+
+
+_PARTIAL = "(recall is partial right now: matched by keywords only, so meaning-alike memories may be missing)"
 
 
 class Retriever:
@@ -296,7 +302,7 @@ class Retriever:
             found, why = await self._vector_search(agent_id, analysed.embedding_text, pool, channels)
             return {rid: 1.0 - distance for rid, distance in found}, why
 
-        async def period_search() -> list[str]:
+        async def period_search() -> list[MemoryRecord]:
             # "What did we talk about yesterday?" has no words a record shares: the period
             # itself is the cue, so records formed in it are candidates too (hybrid only:
             # the vector and keyword modes are the pure methods).
@@ -308,8 +314,9 @@ class Retriever:
             vector_search(), keyword_search(), period_search()
         )
 
-        ids = list(dict.fromkeys([*cosines, *bm25, *in_period]))
-        fetched = await self.store.records_by_ids(agent_id, ids) if ids else []
+        have = {r.id for r in in_period}
+        missing = [rid for rid in dict.fromkeys([*cosines, *bm25]) if rid not in have]
+        fetched = [*in_period, *(await self.store.records_by_ids(agent_id, missing) if missing else [])]
         eligible = [r for r in fetched if r.channel in channels]
         allowed = [
             r
@@ -374,17 +381,26 @@ class Retriever:
         except Exception as exc:  # SPEC §6: whatever the encoder does, the turn goes on
             log.warning("encoder %s unavailable, recalling by keyword only: %s", self.embedder.name, exc)
             return [], f"encoder {self.embedder.name!r} unavailable ({exc}): keyword-only recall"
-        return await self.store.vector_candidates(agent_id, vector, pool, channels), None
+        try:
+            return await self.store.vector_candidates(agent_id, vector, pool, channels), None
+        except StoreError as exc:  # the vector index is an enrichment; full text still answers
+            log.warning("vector search failed, recalling by keyword only: %s", exc)
+            return [], f"vector search failed ({exc}): keyword-only recall"
 
-    async def _formed_in(self, agent_id: str, periods: Sequence[Period], pool: int) -> list[str]:
-        """Ids of up to `pool` records formed in each of the (first three) periods, newest
-        first; record ids are ULIDs whose time part is when the record formed."""
-        found: list[str] = []
+    async def _formed_in(self, agent_id: str, periods: Sequence[Period], pool: int) -> list[MemoryRecord]:
+        """Up to `pool` records formed in each of the (first three) periods, newest first.
+        Paging starts at the smallest ULID of the period's end: record ids are ULIDs whose
+        time part is when the record formed."""
+        found: dict[str, MemoryRecord] = {}
         for period in periods[:3]:
-            before = str(ULID.from_timestamp(_aware(period.end).timestamp()))[:10] + "0" * 16
-            records = await self.store.list_records(agent_id, limit=pool, before_id=before)
-            found += [r.id for r in records if _aware(r.created_at) >= _aware(period.start)]
-        return found
+            end = _aware(period.end).timestamp()
+            if end <= 0:  # before 1970: no ULID can say it, and no record formed then
+                continue
+            before = str(ULID.from_timestamp(min(end, _MAX_ULID_SECONDS)))[:10] + "0" * 16
+            for record in await self.store.list_records(agent_id, limit=pool, before_id=before):
+                if _aware(record.created_at) >= _aware(period.start):
+                    found.setdefault(record.id, record)
+        return list(found.values())
 
     def _annotate(
         self, score: float, record: MemoryRecord, now: datetime, cosine: float | None, keyword: float | None

@@ -446,6 +446,12 @@ class Runtime:
                 deleted += await self.store.delete_records(agent_id, [r.id for r in doomed])
         return deleted
 
+    async def purge_old_dialog(self) -> int:
+        """Verbatim dialog is kept for `[memory] dialog_retention_days` (SPEC §4.1); the
+        memories consolidated from it stay."""
+        before = self.clock.now() - timedelta(days=self.settings.memory.dialog_retention_days)
+        return sum([await self.store.purge_dialog(agent_id, before) for agent_id in self.agents])
+
     async def _housekeeping(self) -> None:
         """Every `housekeeping_seconds`: close idle conversations, catch unconsolidated ones, purge expired
         markers; once a day: cull memories."""
@@ -457,9 +463,10 @@ class Runtime:
                 await self.store.purge_markers(self.clock.now())
                 if last_cull is None or self.clock.now() - last_cull >= timedelta(days=1):
                     culled = await self.cull_memories()
+                    purged = await self.purge_old_dialog()
                     last_cull = self.clock.now()
-                    if culled:
-                        log.info("culled %d low-importance memories", culled)
+                    if culled or purged:
+                        log.info("culled %d memories, purged %d old dialog lines", culled, purged)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

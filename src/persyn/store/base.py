@@ -212,6 +212,11 @@ class Store(ABC):
     @abstractmethod
     async def count_messages(self, agent_id: str) -> int: ...
 
+    @abstractmethod
+    async def purge_dialog(self, agent_id: str, before: datetime) -> int:
+        """Delete verbatim dialog older than `before` in conversations closed before it (the
+        retention window of SPEC §4.1); memory records stay. Returns messages deleted."""
+
     # small durable key/value state (flags, cursors) ------------------------------------
     @abstractmethod
     async def get_flag(self, agent_id: str, key: str) -> str | None: ...

@@ -488,6 +488,20 @@ class SQLiteStore(SQLiteMemory, Store):
         statement = select(func.count()).select_from(messages).where(messages.c.agent_id == agent_id)
         return await self._read("count_messages", lambda c: int(c.execute(statement).scalar_one()))
 
+    async def purge_dialog(self, agent_id: str, before: datetime) -> int:
+        agent_id = checked_id(agent_id, "agent id")
+        closed = select(conversations.c.id).where(
+            conversations.c.agent_id == agent_id,
+            conversations.c.closed_at.is_not(None),
+            conversations.c.closed_at < before,
+        )
+        statement = delete(messages).where(
+            messages.c.agent_id == agent_id,
+            messages.c.created_at < before,
+            messages.c.conversation_id.in_(closed),
+        )
+        return await self._write("purge_dialog", lambda c: int(c.execute(statement).rowcount or 0))
+
     # flags ---------------------------------------------------------------------------------
     async def get_flag(self, agent_id: str, key: str) -> str | None:
         statement = select(flags.c.value).where(flags.c.agent_id == agent_id, flags.c.key == key)

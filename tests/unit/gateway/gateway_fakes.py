@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from persyn.core.config import AgentConfig, ModelsConfig, Price, Secrets, Settings
 from persyn.core.ids import new_id
-from persyn.usage.records import UsageRecord
+from persyn.testing.meter import RecordingAdapter as RecordingAdapter  # re-exported for the tests
 
 Reply = Callable[[dict[str, Any]], Response]
 
@@ -148,19 +148,6 @@ def openai_stream(chunks: list[str], usage: dict[str, Any]) -> Reply:
 
 
 # meter and settings -------------------------------------------------------------------------
-class RecordingAdapter:
-    """A meter adapter that keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.records: list[UsageRecord] = []
-
-    def handle(self, record: UsageRecord) -> None:
-        self.records.append(record)
-
-    def close(self) -> None:
-        pass
-
-
 def make_settings(
     tmp_path: Path,
     default: str = "test:echo",

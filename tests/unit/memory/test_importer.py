@@ -12,7 +12,7 @@ import pytest
 
 from persyn.core.config import AgentConfig, MemoryConfig
 from persyn.core.errors import InputError
-from persyn.core.ids import id_time, new_id
+from persyn.core.ids import derived_id, id_time, new_id
 from persyn.core.records import Sensitivity
 from persyn.memory.importer import import_jsonl
 from persyn.memory.retrieval import Retriever
@@ -131,6 +131,9 @@ async def test_records_carry_the_line_and_link_back_to_the_dialog(store: Store, 
     ]
     conversation = await store.get_conversation(AGENT.id, record.conversation_id)
     assert conversation is not None and conversation.kind == "imported"
+    # The id the consolidator derives for this conversation: closing it later (housekeeping)
+    # finds it already remembered instead of summarising it again.
+    assert record.id == derived_id(conversation.started_at, conversation.id, "memory")
 
 
 async def test_reimporting_never_duplicates(store: Store, tmp_path: Path) -> None:

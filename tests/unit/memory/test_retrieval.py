@@ -137,7 +137,7 @@ async def test_an_unavailable_encoder_degrades_to_keyword_recall(store: Store, e
     assert [s.record.id for s in result.records] == [hike.id]
     # Found one way only, it is never asserted as a strong memory.
     assert result.records[0].band is not RelevanceBand.STRONG
-    assert format_memories(result).startswith("(recall is partial: ")
+    assert format_memories(result).startswith("(recall is partial right now: ")
 
 
 async def test_modes_search_one_way_only(store: Store) -> None:

@@ -17,7 +17,7 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
 from persyn.runtime.app import Runtime
 from persyn.testing import registered_double
-from persyn.usage.records import UsageRecord
+from persyn.testing.meter import RecordingAdapter
 
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -47,17 +47,6 @@ class RecordingChannel:
         return sink
 
 
-class ListAdapter:
-    def __init__(self) -> None:
-        self.records: list[UsageRecord] = []
-
-    def handle(self, record: UsageRecord) -> None:
-        self.records.append(record)
-
-    def close(self) -> None:
-        pass
-
-
 def _settings(home: Path, model: str = "test:echo") -> Settings:
     home.mkdir(parents=True, exist_ok=True)
     (home / "persyn.toml").write_text(f'[models]\ndefault = "{model}"\n[metering]\nevent_log = false\n')
@@ -80,9 +69,9 @@ def _event(agent: AgentConfig, text: str, at: datetime, speaker: str = "sam") ->
 @pytest.fixture
 async def started(
     tmp_path: Path,
-) -> AsyncIterator[tuple[Runtime, RecordingChannel, ListAdapter, ManualClock]]:
+) -> AsyncIterator[tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock]]:
     clock = ManualClock(START)
-    adapter = ListAdapter()
+    adapter = RecordingAdapter()
     runtime = Runtime(_settings(tmp_path / "home"), clock=clock, extra_meter_adapters=[adapter])
     channel = RecordingChannel()
     runtime.channels["test"] = channel
@@ -94,7 +83,7 @@ async def started(
 
 
 async def test_an_event_is_answered_stored_and_metered(
-    started: tuple[Runtime, RecordingChannel, ListAdapter, ManualClock],
+    started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
 ) -> None:
     runtime, channel, adapter, _clock = started
     agent = runtime.settings.agents[0]
@@ -125,7 +114,7 @@ async def test_an_event_is_answered_stored_and_metered(
 
 
 async def test_a_redelivered_event_runs_once(
-    started: tuple[Runtime, RecordingChannel, ListAdapter, ManualClock],
+    started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
 ) -> None:
     runtime, channel, adapter, _clock = started
     agent = runtime.settings.agents[0]
@@ -140,7 +129,7 @@ async def test_a_redelivered_event_runs_once(
 
 
 async def test_invalid_input_is_rejected_before_anything_is_stored(
-    started: tuple[Runtime, RecordingChannel, ListAdapter, ManualClock],
+    started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
 ) -> None:
     runtime, _channel, _adapter, _clock = started
     agent = runtime.settings.agents[0]
@@ -198,7 +187,7 @@ async def test_a_failing_model_degrades_to_a_notice_not_a_crash(tmp_path: Path) 
 
 
 async def test_idle_conversations_close_and_run_their_hooks(
-    started: tuple[Runtime, RecordingChannel, ListAdapter, ManualClock],
+    started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
 ) -> None:
     runtime, channel, _adapter, clock = started
     agent = runtime.settings.agents[0]
@@ -236,3 +225,76 @@ async def _sleep() -> None:
     import asyncio
 
     await asyncio.sleep(0.05)
+
+
+async def test_culling_and_dialog_retention_on_a_moved_clock(
+    started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
+) -> None:
+    from persyn.core.records import MemoryRecord
+
+    runtime, channel, _adapter, clock = started
+    agent = runtime.settings.agents[0]
+    event = _event(agent, "a passing remark", START)
+    await runtime.submit(event)
+    await runtime.wait_marker(agent.id, event.id, timeout=30)
+    trivial = MemoryRecord(
+        id=new_id(START),
+        agent_id=agent.id,
+        created_at=START,
+        channel="test:room",
+        summary="Small talk.",
+        importance=2,
+    )
+    vital = MemoryRecord(
+        id=new_id(START),
+        agent_id=agent.id,
+        created_at=START,
+        channel="test:room",
+        summary="Sam's wedding.",
+        importance=9,
+    )
+    for record in (trivial, vital):
+        await runtime.store.add_record(record, None, None)
+    clock.advance(timedelta(days=13))
+    assert await runtime.cull_memories() == 0  # too young to cull
+    clock.advance(timedelta(days=2))
+    assert await runtime.cull_memories() == 1
+    assert [r.id for r in await runtime.store.list_records(agent.id)] == [vital.id]
+    # Verbatim dialog outlives the retention window only as the memories made from it.
+    assert await runtime.close_idle_conversations() == 1
+    assert await runtime.purge_old_dialog() == 0
+    clock.advance(timedelta(days=91))  # the window counts from when the conversation closed
+    assert await runtime.purge_old_dialog() == 2
+    assert await runtime.store.count_messages(agent.id) == 0
+    assert channel.delivered
+
+
+async def test_a_crash_between_close_and_consolidation_loses_nothing(
+    started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
+) -> None:
+    runtime, channel, _adapter, clock = started
+    agent = runtime.settings.agents[0]
+    consolidated: list[str] = []
+
+    async def hook(agent_id: str, conversation_id: str) -> None:
+        consolidated.append(conversation_id)
+        await runtime.store.set_flag(agent_id, "consolidated:" + conversation_id, "stored")
+
+    runtime.add_conversation_hook("consolidate", hook)
+    event = _event(agent, "remember this evening", START)
+    await runtime.submit(event)
+    await runtime.wait_marker(agent.id, event.id, timeout=30)
+    # The conversation is closed in the store, then the process dies before the hooks
+    # are enqueued: nothing in the queue knows about it.
+    clock.advance(timedelta(hours=1))
+    closed = await runtime.store.close_idle_conversations(agent.id, clock.now(), 1800)
+    assert [c.id for c in closed] == [channel.delivered[0].conversation_id]
+    # After the restart the scheduler's sweep finds it and consolidation runs, once.
+    clock.advance(timedelta(minutes=5))
+    assert await runtime.sweep_unconsolidated() == 1
+    for _ in range(200):
+        if consolidated:
+            break
+        await _sleep()
+    assert consolidated == [closed[0].id]
+    assert await runtime.sweep_unconsolidated() == 0
