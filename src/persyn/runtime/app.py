@@ -30,7 +30,7 @@ from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
 from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.memory.consolidate import Consolidator
-from persyn.memory.embedder import Embedder, build_embedder
+from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
 from persyn.runtime import workflows
 from persyn.runtime.memory_ops import context_window_for
@@ -173,7 +173,7 @@ class Runtime:
         """The encoder, retrieval as a context source, and consolidation after each
         conversation. An unavailable encoder degrades to keyword recall (SPEC §6)."""
         try:
-            self.embedder = build_embedder(self.settings.memory.embedder)
+            self.embedder = embedder_from_config(self.settings.memory)
         except Exception as exc:
             self.embedder = None
             self.memory_degraded = f"encoder {self.settings.memory.embedder!r} unavailable: {exc}"

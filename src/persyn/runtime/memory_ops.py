@@ -15,7 +15,7 @@ from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import InputError
 from persyn.core.ids import parse_id
 from persyn.core.records import MemoryRecord, channel_key
-from persyn.memory.embedder import Embedder, build_embedder
+from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.importer import ImportReport, import_jsonl
 from persyn.memory.retrieval import RetrievalResult, Retriever
 from persyn.runtime.inspect import opened_store
@@ -170,7 +170,7 @@ async def memory_ops(settings: Settings, agent: AgentConfig) -> AsyncIterator[Me
         embedder: Embedder | None
         degraded: str | None = None
         try:
-            embedder = build_embedder(settings.memory.embedder)
+            embedder = embedder_from_config(settings.memory)
         except Exception as exc:  # fail soft: keyword retrieval still works
             embedder, degraded = None, f"encoder {settings.memory.embedder!r} unavailable: {exc}"
         yield MemoryOps(settings, agent, store, embedder, degraded)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import socket
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -83,7 +84,8 @@ def test_bad_embedder_strings_are_config_errors(spec: str, message: str) -> None
         build_embedder(spec)
 
 
-def test_a_missing_sentence_transformers_extra_names_the_install() -> None:
+def test_a_missing_sentence_transformers_extra_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # as if the extra were absent
     with pytest.raises(ConfigError, match="uv sync --extra sentence-transformers"):
         SentenceTransformersEmbedder("all-MiniLM-L6-v2")
 
