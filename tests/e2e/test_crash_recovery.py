@@ -44,7 +44,9 @@ def _step_done(home: Path, workflow_id: str, step: str) -> bool:
     try:
         with sqlite3.connect(path, timeout=5) as db:
             rows = db.execute(
-                "SELECT 1 FROM operation_outputs WHERE workflow_uuid = ? AND function_name = ?",
+                # The row exists from the step's start; it is durable once completed.
+                "SELECT 1 FROM operation_outputs WHERE workflow_uuid = ? AND function_name = ?"
+                " AND completed_at_epoch_ms IS NOT NULL",
                 (workflow_id, step),
             ).fetchall()
     except sqlite3.OperationalError:  # not created yet, or busy
