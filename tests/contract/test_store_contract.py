@@ -428,6 +428,18 @@ async def test_set_flag_if_absent_is_compare_and_set(store: Store) -> None:
     assert await store.set_flag_if_absent(agent_id, "lock", "again") is True
 
 
+async def test_flags_with_prefix_lists_only_that_prefix_of_that_agent(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    await store.set_flag(agent_id, "parked:a:2", "two")
+    await store.set_flag(agent_id, "parked:a:1", "one")
+    await store.set_flag(agent_id, "parked:ab:1", "neighbour")
+    await store.set_flag(agent_id, "parkee", "unrelated")
+    await store.set_flag(other, "parked:a:3", "another agent's")
+    assert await store.flags_with_prefix(agent_id, "parked:a:") == {"parked:a:1": "one", "parked:a:2": "two"}
+    assert list(await store.flags_with_prefix(agent_id, "parked:a", limit=2)) == ["parked:a:1", "parked:a:2"]
+    assert await store.flags_with_prefix(agent_id, "nothing:") == {}
+
+
 # per-agent namespacing (SPEC §6) -----------------------------------------------------------------
 async def test_nothing_agent_a_stores_is_visible_to_agent_b(store: Store) -> None:
     a, b = new_id(), new_id()

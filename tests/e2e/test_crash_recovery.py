@@ -77,10 +77,9 @@ def test_kill_between_respond_and_transmit_resumes_exactly_once(persyn: Persyn) 
         sent = persyn.run("send", "--no-wait", "Please remember the blue door.")
         assert sent.returncode == 0, sent.stderr
         event_id = sent.stdout.strip()
-        # The respond step has finished once its usage record is in the ledger.
-        _wait_for(
-            lambda: any(u["thread_id"] == event_id for u in _usage(persyn.home)), 60, "the respond step"
-        )
+        # Every step before transmit is checkpointed: respond, then (the reply is substantive
+        # and this channel is not interactive) inline critique, then the decision.
+        _wait_for(lambda: _step_done(persyn.home, event_id, "persyn.decide"), 60, "the steps before transmit")
         assert _agent_replies(persyn.home, event_id) == []
         daemon.send_signal(signal.SIGKILL)
         daemon.wait(timeout=30)
@@ -99,7 +98,9 @@ def test_kill_between_respond_and_transmit_resumes_exactly_once(persyn: Persyn) 
     replies = _agent_replies(persyn.home, event_id)
     assert replies == ["You said: Please remember the blue door."]
     calls = [u for u in _usage(persyn.home) if u["thread_id"] == event_id]
-    assert [u["stage"] for u in calls] == ["respond"], "the model call must not be repeated or re-billed"
+    stages = sorted(str(u["stage"]) for u in calls)
+    assert len(stages) == len(set(stages)) == 4, f"a model call was repeated or re-billed: {stages}"
+    assert stages[0].startswith("critique:") and stages[1:] == ["critique:provenance", "decide", "respond"]
     # The completion marker says the reply went out; `send` on a finished event reads it.
     with sqlite3.connect(persyn.home / "data" / "persyn.db") as db:
         marker = db.execute(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import shutil
 import sys
 from collections.abc import Callable
 from typing import TextIO
@@ -29,15 +30,26 @@ _HELP = "Commands: /name NEW (change how the agent calls you), /help, /quit. Ctr
 
 
 class TerminalChannel:
-    """Adapter between the runtime and one terminal. Prints are synchronous and cheap."""
+    """Adapter between the runtime and one terminal. Prints are synchronous and cheap.
+
+    Streaming follows SPEC App. B: the *draft* streams as the reply takes shape; text before a
+    tool call is a committed segment; if the agent then chooses silence the draft is visibly
+    withdrawn and the reason shown. The *revise* phase streams dimmed: inline, under the
+    draft it replaces; deferred, under the committed reply as a transient working surface
+    that is cleared (or, on a plain pipe, closed with a note) when deliberation ends.
+    """
 
     service = SERVICE
+    interactive = True  # a person is waiting: deliberation defaults to deferred here
 
     def __init__(self, agent: AgentConfig, out: TextIO, *, color: bool) -> None:
         self.agent = agent
         self.out = out
         self.color = color
         self._streamed: dict[str, str] = {}
+        self._committed: dict[str, str] = {}  # segments closed by a tool call
+        self._delivered: set[str] = set()
+        self._surface: dict[str, str] = {}  # the revise working surface per event
         self._open_line = False
 
     def _style(self, text: str, code: str) -> str:
@@ -54,30 +66,74 @@ class TerminalChannel:
 
     def sink_for(self, event: Event) -> SinkCallable | None:
         def sink(item: SinkEvent) -> None:
-            if item.kind != "delta" or not item.text or item.phase != "draft":
-                return
-            if event.id not in self._streamed:
+            if item.phase == "revise":
+                self._revise(event.id, item)
+            elif item.kind == "tool_start":
+                # What was said before acting is a finished segment of the reply (rule 4).
                 self._end_line()
-                self._write(self._style(f"{self.agent.name}: ", "1;36"))
-                self._streamed[event.id] = ""
-            self._streamed[event.id] += item.text
-            self._write(item.text)
-            self._open_line = True
+                self._committed[event.id] = self._committed.get(event.id, "") + self._streamed.pop(
+                    event.id, ""
+                )
+                self.notice_text(f"(using {item.text or 'a tool'}…)")
+            elif item.kind == "delta" and item.text and item.phase == "draft":
+                if event.id not in self._streamed:
+                    self._end_line()
+                    self._write(self._style(f"{self.agent.name}: ", "1;36"))
+                    self._streamed[event.id] = ""
+                self._streamed[event.id] += item.text
+                self._write(item.text)
+                self._open_line = True
 
         return sink
 
-    async def deliver(self, outbound: Outbound) -> None:
-        streamed = self._streamed.pop(outbound.event_id, None)
-        if streamed is not None and streamed.strip() == outbound.text.strip():
-            self._end_line()
+    def _revise(self, event_id: str, item: SinkEvent) -> None:
+        if item.kind == "delta" and item.text:
+            if event_id not in self._surface:
+                self._end_line()
+                label = "reconsidering" if event_id in self._delivered else "revising"
+                self._write(self._style(f"  ↳ {label}: ", "2"))
+                self._surface[event_id] = ""
+            self._surface[event_id] += item.text
+            self._write(self._style(item.text, "2"))
+            self._open_line = True
+        elif item.kind == "end" and event_id in self._delivered:
+            self._clear_surface(event_id)
+
+    def _clear_surface(self, event_id: str) -> None:
+        """The deferred revision's working surface goes once deliberation is done (rule 3)."""
+        text = self._surface.pop(event_id, None)
+        if text is None:
             return
         self._end_line()
-        if streamed is not None:
+        if self.color:
+            width = max(20, shutil.get_terminal_size().columns)
+            shown = f"  ↳ reconsidering: {text}"
+            lines = sum(max(1, -(-len(line) // width)) for line in shown.split("\n"))
+            self._write(f"\x1b[{lines}A\r\x1b[J")
+        self.notice_text("(reconsidered; I'll fold that into my next reply)")
+
+    def deliberation_done(self, event: Event, objections: int) -> None:
+        self._clear_surface(event.id)
+
+    async def deliver(self, outbound: Outbound) -> None:
+        self._delivered.add(outbound.event_id)
+        if len(self._delivered) > 1000:
+            self._delivered.clear()
+            self._delivered.add(outbound.event_id)
+        streamed = self._committed.pop(outbound.event_id, "") + self._streamed.pop(outbound.event_id, "")
+        revised = self._surface.pop(outbound.event_id, None) is not None
+        self._end_line()
+        if streamed and not revised and " ".join(streamed.split()) == " ".join(outbound.text.split()):
+            return
+        if streamed:
             self.notice_text("(revised)", "2")
         self._write(self._style(f"{self.agent.name}: ", "1;36") + outbound.text + "\n")
 
     async def notice(self, event: Event, notice: Notice) -> None:
-        if self._streamed.pop(event.id, None) is not None:
+        streamed = self._streamed.pop(event.id, None)
+        self._surface.pop(event.id, None)
+        if streamed is not None or event.id in self._committed:
+            self._committed.pop(event.id, None)
             self._end_line()
             self.notice_text("(the draft above was withdrawn)", "2")
         code = {"error": "31", "warning": "33"}.get(notice.level, "2")

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import cast
 
+from persyn.cognition.deliberation import Evidence
 from persyn.cognition.pipeline import TurnSetup
 from persyn.cognition.prompt import ContextSection
 from persyn.core.clock import Clock
@@ -75,7 +76,11 @@ class MemorySource:
         body = format_memories(result) if result.records else "(nothing I remember matches this)"
         if result.degraded:
             body += f"\n(My semantic recall is impaired right now: {result.degraded}. Keyword recall only.)"
-        return [ContextSection("What I remember", f"{_LEGEND}\n{body}")]
+        evidence = tuple(
+            Evidence(record_id=s.record.id, summary=s.record.summary, score=s.score, band=s.band.value)
+            for s in result.records
+        )
+        return [ContextSection("What I remember", f"{_LEGEND}\n{body}", evidence)]
 
     async def _remember_recalled(self, setup: TurnSetup, ids: list[str]) -> None:
         known = await recalled_ids(self.store, setup.agent_id, setup.conversation_id)

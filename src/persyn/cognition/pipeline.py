@@ -1,19 +1,24 @@
 """The response pipeline (SPEC §4) as small named steps.
 
-receive → assemble prompt → respond → (critique, refine, decide: later issues) → transmit
-→ store dialog. Each step is a plain async function over explicit inputs so it can be
-tested alone with a model double; the durable runtime wraps each in a DBOS step.
+receive → assemble prompt → respond → critique → refine → decide → transmit → store dialog
+(critique, refine and decide live in `deliberation`). Each step is a plain async function over
+explicit inputs so it can be tested alone with a model double; the durable runtime wraps each
+in a DBOS step.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, cast
 
 from pydantic import BaseModel, ConfigDict
 
+from persyn.cognition.deliberation import Evidence, Parked
 from persyn.cognition.prompt import ContextSection, assemble_prompt
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import ModelError
@@ -24,10 +29,14 @@ from persyn.store.base import Identity, Message, Role, Store
 
 __all__ = [
     "ContextSource",
+    "Prepared",
     "Reply",
     "Responder",
     "TurnSetup",
     "build_prompt",
+    "clear_woven",
+    "park",
+    "parked_for",
     "receive",
     "record_reply",
     "respond",
@@ -50,6 +59,11 @@ class TurnSetup(BaseModel):
     speaker_name: str
     inbound_message_id: str
     received_at: datetime
+    # Whether the message is for the agent (a 1:1 channel, or it names the agent); overheard
+    # traffic gets an engagement decision before any draft is written.
+    addressed: bool = True
+    # "inline" or "deferred" deliberation for this turn (SPEC §4), fixed when received.
+    mode: str = "inline"
 
 
 class Reply(BaseModel):
@@ -60,6 +74,27 @@ class Reply(BaseModel):
     text: str | None
     failure: str | None = None
     usage_id: str | None = None
+
+
+class Prepared(BaseModel):
+    """The respond step's prompt plus what deliberation needs from it (serialisable)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt: Prompt
+    evidence: list[dict[str, object]] = []
+    woven: list[str] = []  # flag keys of parked conclusions folded into this prompt
+
+    def evidence_items(self) -> list[Evidence]:
+        return [
+            Evidence(
+                record_id=str(e["record_id"]),
+                summary=str(e["summary"]),
+                score=float(cast(float, e["score"])),
+                band=str(e["band"]),
+            )
+            for e in self.evidence
+        ]
 
 
 class ContextSource(Protocol):
@@ -74,8 +109,55 @@ class Responder(Protocol):
     ) -> Completion: ...
 
 
-async def receive(store: Store, settings: Settings, event: Event, now: datetime) -> TurnSetup:
-    """Resolve the speaker to a person, resolve or open the conversation, store the input."""
+_PARKED = "parked:"
+
+
+def parked_prefix(service: str, channel: str) -> str:
+    return f"{_PARKED}{service}:{channel}:"
+
+
+async def park(store: Store, setup: TurnSetup, parked: Parked, now: datetime) -> None:
+    """Leave a deferred conclusion for the next turn on the same channel."""
+    value = json.dumps({"at": now.isoformat(), **parked.model_dump(mode="json")})
+    await store.set_flag(setup.agent_id, parked_prefix(setup.service, setup.channel) + setup.event_id, value)
+
+
+async def parked_for(
+    store: Store, agent_id: str, service: str, channel: str, now: datetime, ttl: timedelta
+) -> dict[str, Parked]:
+    """Unexpired parked conclusions for a channel, oldest first (expired ones are dropped)."""
+    found: dict[str, Parked] = {}
+    for key, raw in (await store.flags_with_prefix(agent_id, parked_prefix(service, channel), 20)).items():
+        try:
+            data = json.loads(raw)
+            at = datetime.fromisoformat(data.pop("at"))
+            parked = Parked.model_validate(data)
+        except (ValueError, KeyError, TypeError):
+            log.warning("dropping unreadable parked conclusion %s", key)
+            await store.set_flag(agent_id, key, None)
+            continue
+        if now - at > ttl:
+            await store.set_flag(agent_id, key, None)
+            continue
+        found[key] = parked
+    return found
+
+
+async def clear_woven(store: Store, agent_id: str, keys: Sequence[str]) -> None:
+    """The turn that carried these conclusions was delivered: they are spent."""
+    for key in keys:
+        await store.set_flag(agent_id, key, None)
+
+
+def _names(text: str, name: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+async def receive(
+    store: Store, settings: Settings, event: Event, now: datetime, agent_name: str = ""
+) -> TurnSetup:
+    """Resolve the speaker to a person, resolve or open the conversation, store the input.
+    A message that names the agent counts as addressed to it even on a busy channel."""
     person_id: str | None = None
     speaker_name = "system"
     participants: list[str] = []
@@ -115,7 +197,9 @@ async def receive(store: Store, settings: Settings, event: Event, now: datetime)
             event_id=event.id,
         )
     )
+    addressed = event.addressed or (bool(agent_name) and _names(event.text, agent_name))
     return TurnSetup(
+        addressed=addressed,
         agent_id=event.agent_id,
         event_id=event.id,
         service=event.service,
@@ -136,8 +220,9 @@ async def build_prompt(
     now: datetime,
     query: str,
     sources: Sequence[ContextSource] = (),
-) -> Prompt:
-    """Recent dialog on this channel plus every context source's sections."""
+) -> Prepared:
+    """Recent dialog on this channel, every context source's sections, and any conclusion
+    deliberation parked for this channel since the agent last spoke here."""
     dialog = await store.channel_messages(
         setup.agent_id, setup.service, setup.channel, settings.conversation.recent_dialog_messages
     )
@@ -147,10 +232,16 @@ async def build_prompt(
             sections.extend(await source(setup, query))
         except Exception as exc:  # fail soft (SPEC §2): a broken source costs context, not the turn
             log.warning("context source %r failed: %s", source, exc)
+    ttl = timedelta(hours=settings.deliberation.parked_ttl_hours)
+    parked = await parked_for(store, setup.agent_id, setup.service, setup.channel, now, ttl)
+    for item in parked.values():
+        sections.append(ContextSection("Second thoughts about my last reply", item.section()))
     situation = None
     if setup.person_id is not None:
         situation = f"You are talking with {setup.speaker_name} on {setup.service} ({setup.channel})."
-    return assemble_prompt(agent, now=now, dialog=dialog, sections=sections, situation=situation)
+    prompt = assemble_prompt(agent, now=now, dialog=dialog, sections=sections, situation=situation)
+    evidence = [asdict(e) for section in sections for e in section.evidence]
+    return Prepared(prompt=prompt, evidence=evidence, woven=list(parked))
 
 
 async def respond(responder: Responder, prompt: Prompt, sink: SinkCallable | None = None) -> Reply:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from persyn.cognition.deliberation import Evidence
 from persyn.core.clock import friendly_datetime
 from persyn.core.config import AgentConfig
 from persyn.gateway.base import AgentTurn, Prompt, PromptItem, UserTurn
@@ -35,10 +36,13 @@ Standing constraints:
 
 @dataclass(frozen=True)
 class ContextSection:
-    """One block of volatile context, e.g. retrieved memories with their bands."""
+    """One block of volatile context, e.g. retrieved memories with their bands.
+
+    `evidence` lists the memories behind it, for the provenance critic (never the prompt)."""
 
     title: str
     body: str
+    evidence: tuple[Evidence, ...] = ()
 
 
 def stable_instruction(agent: AgentConfig) -> str:

@@ -13,7 +13,7 @@ import tomllib
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
@@ -157,6 +157,40 @@ class DispatchConfig(_Strict):
     debug_transmit_delay_seconds: float = Field(default=0.0, ge=0)
 
 
+Lens = Literal["adversarial", "predictive", "constrained", "hopes", "fears"]
+DeliberationMode = Literal["inline", "deferred"]
+
+
+class DeliberationConfig(_Strict):
+    """Counter-perspective critique, refinement and the decision to speak (SPEC §4, §4.2).
+
+    `mode` "auto" defers deliberation on interactive channels (the fast draft is sent, the
+    critique lands in the next turn) and runs it inline elsewhere; `channels` overrides the
+    mode per service, e.g. {terminal = "inline"}.
+    """
+
+    enabled: bool = True
+    mode: Literal["auto", "inline", "deferred"] = "auto"
+    channels: dict[str, DeliberationMode] = Field(default_factory=dict[str, DeliberationMode])
+    # The lenses one is drawn from per substantive response; provenance always runs too.
+    lenses: list[Lens] = Field(
+        default_factory=lambda: cast(
+            list[Lens], ["adversarial", "predictive", "constrained", "hopes", "fears"]
+        ),
+        min_length=1,
+    )
+    # Fixes the lens draw (per event) for reproducible runs; unset = varies by event.
+    seed: int | None = None
+    # A reply is substantive (and critiqued) when it has at least this many words, or when
+    # it speaks about the past, people, commitments or numbers at any length.
+    substantive_min_words: int = Field(default=12, ge=1)
+    # A candidate whose content words overlap this much with something another speaker just
+    # said adds nothing and is suppressed (1.0 = only exact repeats).
+    redundancy_threshold: float = Field(default=0.8, gt=0, le=1)
+    # How long a parked deferred conclusion waits to be woven into the next turn.
+    parked_ttl_hours: float = Field(default=24.0, gt=0)
+
+
 class RetrievalWeights(_Strict):
     """Weights of the relevance function (SPEC §4 step 2); the score is their weighted mean."""
 
@@ -230,6 +264,7 @@ class Settings(_Strict):
     conversation: ConversationConfig = ConversationConfig()
     dispatch: DispatchConfig = DispatchConfig()
     memory: MemoryConfig = MemoryConfig()
+    deliberation: DeliberationConfig = DeliberationConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     secrets: Secrets = Secrets()
 

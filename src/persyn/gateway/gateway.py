@@ -211,8 +211,11 @@ class ModelGateway:
         output: type[BaseModel] | None = None,
         sink: SinkCallable | None = None,
         phase: str = "draft",
+        stage: str | None = None,
     ) -> Completion:
         """One model call for `task`; with `output`, a validated instance of it.
+
+        `stage` labels the usage records (default: the task), e.g. "critique:provenance".
 
         Text deltas go to `sink` as they stream (not for structured output, which is not
         presentable text). Raises `ModelError` when the model fails after retries or its
@@ -228,7 +231,7 @@ class ModelGateway:
         for attempt in range(2):
             try:
                 response, usage_id = await self._round_trip(
-                    model, spec, raw, task, messages, params, None if output else sink, phase
+                    model, spec, raw, task, messages, params, None if output else sink, phase, stage
                 )
             except ModelError as exc:
                 if output is None or mode != "native" or not _rejects_json_schema(exc):
@@ -240,7 +243,7 @@ class ModelGateway:
                 mode = "json_object"
                 params = _request_parameters(prompt, tools, output, mode)
                 response, usage_id = await self._round_trip(
-                    model, spec, raw, task, messages, params, None, phase
+                    model, spec, raw, task, messages, params, None, phase, stage
                 )
             usage = _add_usage(usage, _token_usage(response.usage))
             text = response.text or ""
@@ -291,6 +294,7 @@ class ModelGateway:
         params: ModelRequestParameters,
         sink: SinkCallable | None,
         phase: str,
+        stage: str | None = None,
     ) -> tuple[ModelResponse, str | None]:
         """One request, retried with backoff on 429, 5xx, connection errors and timeouts."""
         max_retries = self._settings.models.max_retries
@@ -312,7 +316,7 @@ class ModelGateway:
                 await asyncio.sleep(delay)
                 attempt += 1
                 continue
-            return response, self._meter_round_trip(spec, raw, task, response.usage)
+            return response, self._meter_round_trip(spec, raw, task, response.usage, stage)
 
     async def _request(
         self,
@@ -351,7 +355,9 @@ class ModelGateway:
         return delay
 
     # metering ---------------------------------------------------------------------------
-    def _meter_round_trip(self, spec: ModelSpec, raw: str, task: Task, usage: RequestUsage) -> str | None:
+    def _meter_round_trip(
+        self, spec: ModelSpec, raw: str, task: Task, usage: RequestUsage, stage: str | None = None
+    ) -> str | None:
         """Emit this round-trip's usage record; never raises (metering is fail-soft, SPEC §7)."""
         try:
             attribution = usage_context.current()
@@ -361,7 +367,7 @@ class ModelGateway:
                 id=self._record_id(attribution, now),
                 at=now,
                 agent_id=attribution.agent_id or self._agent.id,
-                stage=task.value,
+                stage=stage or task.value,
                 model=str(spec),
                 tier=spec.tier,
                 input_tokens=tokens.input_tokens,

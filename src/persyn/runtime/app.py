@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +19,9 @@ from typing import Any
 from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, SetEnqueueOptions, SetWorkflowID
 
 from persyn.channels.base import ChannelAdapter
-from persyn.cognition import pipeline
+from persyn.cognition import deliberation, pipeline
 from persyn.cognition.context import MemorySource, recalled_ids
-from persyn.cognition.pipeline import ContextSource, Reply, TurnSetup
+from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import InputError, ModelError
@@ -35,15 +36,18 @@ from persyn.memory.retrieval import Retriever
 from persyn.runtime import workflows
 from persyn.runtime.memory_ops import context_window_for
 from persyn.store import Store, open_store
-from persyn.store.base import Conversation, Identity
+from persyn.store.base import Conversation, Identity, Message
+from persyn.usage import context as usage_context
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter, MeterAdapter
 from persyn.usage.prometheus import PrometheusAdapter
 
-__all__ = ["DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
+__all__ = ["AUTO_SPEAK", "DELIBERATION_FLAG", "DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
 
 DISPLAY_NAME_PREF = "display_name"
 CONSOLIDATED_FLAG = "consolidated:"
+DELIBERATION_FLAG = "deliberation:"
+AUTO_SPEAK = workflows.AUTO_SPEAK
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,7 @@ class Runtime:
         self._gateways: dict[str, ModelGateway] = {}
         self._local_servers: dict[str, LlamaServer] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._marker_waiters: dict[str, asyncio.Event] = {}
         self.embedder: Embedder | None = None
         self.retriever: Retriever | None = None
         self.memory_degraded: str | None = None
@@ -309,17 +314,31 @@ class Runtime:
             await queue.enqueue_async(workflows.activation, agent_id, event_id)
 
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
-        """Poll the completion marker (SPEC App. B) until the run ends."""
-        deadline = asyncio.get_running_loop().time() + timeout
+        """Wait for the completion marker (SPEC App. B) until the run ends. A marker put by
+        this process wakes the waiter at once; one put by another worker is found by
+        polling the store (with backoff)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         delay = 0.005
-        while True:
-            marker = await self.store.get_marker(agent_id, event_id, self.clock.now())
-            if marker is not None:
-                return marker
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"no completion for event {event_id} within {timeout:.0f}s")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.1)
+        waiter = self._marker_waiters.setdefault(event_id, asyncio.Event())
+        try:
+            while True:
+                marker = await self.store.get_marker(agent_id, event_id, self.clock.now())
+                if marker is not None:
+                    return marker
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError(f"no completion for event {event_id} within {timeout:.0f}s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter.wait(), min(delay, remaining))
+                delay = min(delay * 2, 0.1)
+        finally:
+            self._marker_waiters.pop(event_id, None)
+
+    def _wake(self, event_id: str) -> None:
+        waiter = self._marker_waiters.get(event_id)
+        if waiter is not None:
+            waiter.set()
 
     # pipeline steps (called from durable workflow steps) ---------------------------------
     async def _event(self, agent_id: str, event_id: str) -> Event:
@@ -330,47 +349,239 @@ class Runtime:
 
     async def receive(self, agent_id: str, event_id: str) -> dict[str, Any]:
         event = await self._event(agent_id, event_id)
-        setup = await pipeline.receive(self.store, self.settings, event, self.clock.now())
+        agent = self.agents[agent_id]
+        setup = await pipeline.receive(self.store, self.settings, event, self.clock.now(), agent.name)
+        setup = setup.model_copy(update={"mode": self.deliberation_mode(event.service)})
         return setup.model_dump(mode="json")
+
+    def deliberation_mode(self, service: str) -> str:
+        """Per-service override, else deferred on interactive channels, inline elsewhere."""
+        config = self.settings.deliberation
+        if service in config.channels:
+            return config.channels[service]
+        if config.mode != "auto":
+            return config.mode
+        channel = self.channels.get(service)
+        return "deferred" if getattr(channel, "interactive", False) else "inline"
+
+    def should_critique(self, text: str) -> bool:
+        config = self.settings.deliberation
+        return config.enabled and deliberation.is_substantive(text, config.substantive_min_words)
+
+    async def _dialog_until(self, setup: TurnSetup) -> list[Message]:
+        """The channel's recent dialog up to and including this turn's input."""
+        dialog = await self.store.channel_messages(
+            setup.agent_id, setup.service, setup.channel, self.settings.conversation.recent_dialog_messages
+        )
+        return [m for m in dialog if m.created_at <= setup.received_at]
+
+    async def engage(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
+        setup = TurnSetup.model_validate(setup_data)
+        dialog = await self._dialog_until(setup)
+        decision = await deliberation.engage(self.gateway(agent_id), self.agents[agent_id], dialog)
+        return decision.model_dump(mode="json")
 
     async def respond(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
         setup = TurnSetup.model_validate(setup_data)
         event = await self._event(agent_id, event_id)
         agent = self.agents[agent_id]
-        prompt = await pipeline.build_prompt(
+        prepared = await pipeline.build_prompt(
             self.store, self.settings, agent, setup, self.clock.now(), event.text, self.context_sources
         )
         channel = self.channels.get(event.service)
         sink = _safe_sink_for(channel, event)
-        reply = await pipeline.respond(self.gateway(agent_id), prompt, sink)
-        return reply.model_dump(mode="json")
+        reply = await pipeline.respond(self.gateway(agent_id), prepared.prompt, sink)
+        return {"reply": reply.model_dump(mode="json"), "prepared": prepared.model_dump(mode="json")}
+
+    async def critique(
+        self, agent_id: str, event_id: str, setup_data: dict[str, Any], draft: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Provenance plus one drawn lens, concurrently; each metered as its own stage."""
+        setup = TurnSetup.model_validate(setup_data)
+        prepared = pipeline.Prepared.model_validate(draft["prepared"])
+        text = str(draft["reply"]["text"])
+        lenses = [deliberation.PROVENANCE, deliberation.draw_lens(self.settings.deliberation, event_id)]
+        dialog = await self._dialog_until(setup)
+        agent = self.agents[agent_id]
+        gateway = self.gateway(agent_id)
+        step_key = usage_context.current().step_key
+
+        async def one(lens: str) -> deliberation.CritiqueOutcome:
+            # Own usage-id sequence per critic: concurrent rounds must not interleave ids.
+            with usage_context.rebind(step_key=f"{step_key}:{lens}" if step_key else None):
+                return await deliberation.critique(
+                    gateway, lens, agent, prepared.evidence_items(), dialog, text
+                )
+
+        outcomes = await asyncio.gather(*(one(lens) for lens in lenses))
+        return [outcome.model_dump(mode="json") for outcome in outcomes]
+
+    async def refine(
+        self,
+        agent_id: str,
+        event_id: str,
+        draft: dict[str, Any],
+        critiques: list[dict[str, Any]],
+        *,
+        live: bool = True,
+    ) -> str | None:
+        prepared = pipeline.Prepared.model_validate(draft["prepared"])
+        objections = [
+            objection
+            for outcome in critiques
+            for objection in deliberation.CritiqueOutcome.model_validate(outcome).objections
+        ]
+        sink = None
+        if live:
+            event = await self._event(agent_id, event_id)
+            sink = _safe_sink_for(self.channels.get(event.service), event)
+        return await deliberation.refine(
+            self.gateway(agent_id), prepared.prompt, str(draft["reply"]["text"]), objections, sink
+        )
+
+    def needs_decision(self, setup_data: dict[str, Any], text: str) -> bool:
+        """Whether the decision to speak needs a model: always for overheard traffic and
+        for substantive replies; a short, plain answer to someone talking to the agent is
+        sent on the deterministic gates alone (they still run in transmit)."""
+        if not setup_data.get("addressed", True):
+            return True
+        return deliberation.is_substantive(text, self.settings.deliberation.substantive_min_words)
+
+    async def decide(
+        self, agent_id: str, event_id: str, setup_data: dict[str, Any], text: str
+    ) -> dict[str, Any]:
+        """The model's decision with its stated reason (SPEC §4 step 6)."""
+        setup = TurnSetup.model_validate(setup_data)
+        dialog = await self._dialog_until(setup)
+        decision = await deliberation.decide(
+            self.gateway(agent_id), self.agents[agent_id], dialog, text, addressed=setup.addressed
+        )
+        return decision.model_dump(mode="json")
+
+    async def _gate(self, setup: TurnSetup, text: str) -> deliberation.Decision | None:
+        """Hard gates before anything is sent: silence instead, with the reason, or None."""
+        if not deliberation.clean_for_transmit(text):
+            return deliberation.Decision(action="silent", reason="nothing was left to say")
+        dialog = await self._dialog_until(setup)
+        echo = deliberation.redundant_with(
+            text,
+            dialog,
+            self.settings.deliberation.redundancy_threshold,
+            asker=setup.person_id if setup.addressed else None,
+        )
+        if echo is not None:
+            return deliberation.Decision(
+                action="silent", reason=f"{echo.speaker_name} already said what I would have said"
+            )
+        return None
+
+    async def park(
+        self,
+        agent_id: str,
+        event_id: str,
+        setup_data: dict[str, Any],
+        draft: dict[str, Any],
+        critiques: list[dict[str, Any]],
+        revised: str | None,
+    ) -> None:
+        """Keep a deferred conclusion for the next turn (only if there is something to fix)."""
+        setup = TurnSetup.model_validate(setup_data)
+        outcomes = [deliberation.CritiqueOutcome.model_validate(c) for c in critiques]
+        objections = [o for outcome in outcomes for o in outcome.objections]
+        await self._record_deliberation(agent_id, event_id, {"mode": "deferred", "critiques": critiques})
+        if objections:
+            parked = deliberation.Parked(
+                event_id=event_id, draft=str(draft["reply"]["text"]), revised=revised, objections=objections
+            )
+            await pipeline.park(self.store, setup, parked, self.clock.now())
+        event = await self._event(agent_id, event_id)
+        channel = self.channels.get(event.service)
+        if channel is not None and hasattr(channel, "deliberation_done"):
+            with contextlib.suppress(Exception):
+                channel.deliberation_done(event, len(objections))  # type: ignore[attr-defined]
+
+    async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
+        """What deliberation did for an event (critics, skips, decision): `persyn
+        conversations show --deliberation` reads it."""
+        key = DELIBERATION_FLAG + event_id
+        previous = await self.store.get_flag(agent_id, key)
+        merged: dict[str, Any] = json.loads(previous) if previous else {}
+        merged.update(trace)
+        await self.store.set_flag(agent_id, key, json.dumps(merged))
 
     async def transmit(
-        self, agent_id: str, event_id: str, setup_data: dict[str, Any], reply_data: dict[str, Any]
+        self, agent_id: str, event_id: str, setup_data: dict[str, Any], outcome: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Act on the decision: speak (or decline, in words), redirect, or stay silent.
+
+        Exactly one completion marker per event, whatever happened (SPEC App. B). A waiter
+        in this process is woken once the surface has been given the outcome."""
+        try:
+            return await self._transmit(agent_id, event_id, setup_data, outcome)
+        finally:
+            self._wake(event_id)
+
+    async def _transmit(
+        self, agent_id: str, event_id: str, setup_data: dict[str, Any], outcome: dict[str, Any]
     ) -> dict[str, Any]:
         setup = TurnSetup.model_validate(setup_data)
-        reply = Reply.model_validate(reply_data)
         event = await self._event(agent_id, event_id)
         now = self.clock.now()
         ttl = timedelta(seconds=self.settings.dispatch.marker_ttl_seconds)
         channel = self.channels.get(event.service)
-        if reply.text is None:
-            reason = f"I could not produce a reply: {reply.failure}"
+        draft = outcome.get("draft")
+        decision = (
+            deliberation.Decision.model_validate(outcome["decision"]) if outcome.get("decision") else None
+        )
+
+        async def unsent(reason: str, level: str) -> dict[str, Any]:
             await self.store.put_marker(
                 agent_id,
                 CompletionMarker(
                     event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
                 ),
             )
-            await _safe_notice(channel, event, Notice(level="error", text=reason))
+            await _safe_notice(channel, event, Notice(level=level, text=reason))
             return {"transmitted": False, "reason": reason}
+
+        if draft is not None and draft["reply"]["text"] is None:
+            return await unsent(f"I could not produce a reply: {draft['reply']['failure']}", "error")
+        if decision is not None and decision.action in ("speak", "redirect"):
+            decision = await self._gate(setup, str(outcome.get("text") or "")) or decision
+        critiques = outcome.get("critiques") or []
+        if critiques or (decision is not None and decision.reason != AUTO_SPEAK):
+            trace: dict[str, Any] = {"mode": setup.mode, "critiques": critiques}
+            if decision is not None:
+                trace["decision"] = decision.model_dump(mode="json")
+            await self._record_deliberation(agent_id, event_id, trace)
+        if decision is None or decision.action == "silent":
+            reason = decision.reason if decision is not None else "no decision"
+            return await unsent(f"{self.agents[agent_id].name} chose silence: {reason}", "info")
+        text = deliberation.clean_for_transmit(str(outcome.get("text") or ""))
+        reason: str | None = None
+        target = channel
+        service, channel_name = event.service, event.channel
+        if decision.action == "decline":
+            text = (
+                deliberation.clean_for_transmit(decision.message or "")
+                or f"I'd rather not. {decision.reason}"
+            )
+            reason = f"declined: {decision.reason}"
+        elif decision.action == "redirect":
+            service, _, channel_name = (decision.redirect_to or "").partition(":")
+            target = self.channels.get(service)
+            if target is None or not channel_name:
+                target, service, channel_name = channel, event.service, event.channel
+                reason = f"wanted to redirect to {decision.redirect_to!r}, which is not available here"
+            else:
+                reason = f"redirected to {decision.redirect_to}: {decision.reason}"
         agent = self.agents[agent_id]
-        message = await pipeline.record_reply(self.store, agent.name, setup, reply.text, now)
+        message = await pipeline.record_reply(self.store, agent.name, setup, text, now)
         outbound = Outbound(
             event_id=event_id,
             agent_id=agent_id,
-            service=event.service,
-            channel=event.channel,
+            service=service,
+            channel=channel_name,
             conversation_id=setup.conversation_id,
             message_id=message.id,
             text=message.text,
@@ -378,15 +589,26 @@ class Runtime:
         await self.store.put_marker(
             agent_id,
             CompletionMarker(
-                event_id=event_id, transmitted=True, text=message.text, created_at=now, expires_at=now + ttl
+                event_id=event_id,
+                transmitted=True,
+                text=message.text,
+                reason=reason,
+                created_at=now,
+                expires_at=now + ttl,
             ),
         )
-        if channel is not None:
+        if draft is not None:
+            await pipeline.clear_woven(
+                self.store, agent_id, pipeline.Prepared.model_validate(draft["prepared"]).woven
+            )
+        if target is not None:
             try:
-                await channel.deliver(outbound)
+                await target.deliver(outbound)
             except Exception as exc:  # the reply is stored and marked; the surface failed
-                log.warning("channel %s failed to deliver: %s", event.service, exc)
-        return {"transmitted": True, "text": message.text, "message_id": message.id}
+                log.warning("channel %s failed to deliver: %s", service, exc)
+        if target is not channel and channel is not None:
+            await _safe_notice(channel, event, Notice(level="info", text=reason or "answered elsewhere"))
+        return {"transmitted": True, "text": message.text, "message_id": message.id, "reason": reason}
 
     # conversations ---------------------------------------------------------------------
     def add_conversation_hook(self, name: str, hook: ConversationHook) -> None:

@@ -90,6 +90,17 @@ cull_after_days = 14           # ...and older than this; important ones stay for
 # recency = 0.15
 # participants = 0.15
 # importance = 0.1
+
+[deliberation]
+# Before it speaks the agent critiques its own substantive replies: a provenance check
+# (claims about the past against what it actually recalled) plus one lens drawn at random.
+enabled = true
+# "auto": deferred on interactive channels (the fast reply is sent at once; the critique
+# lands in the agent's next turn), inline elsewhere (the refined reply is what is sent).
+mode = "auto"
+# channels = { terminal = "inline" }   # per-service override: inline | deferred
+# lenses = ["adversarial", "predictive", "constrained", "hopes", "fears"]
+substantive_min_words = 12     # shorter replies are critiqued only if they touch the past
 """
 
 

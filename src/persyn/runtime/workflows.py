@@ -11,14 +11,26 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from dbos import DBOS
+from dbos import DBOS, SetWorkflowID
 
+from persyn.core.ids import derived_id, id_time
 from persyn.usage.context import Attribution, bind, rebind
 
 if TYPE_CHECKING:
     from persyn.runtime.app import Runtime
 
-__all__ = ["BACKGROUND_QUEUE", "EVENTS_QUEUE", "activation", "conversation_closed", "install", "runtime"]
+# The decision recorded when no model was needed (app imports this module, not vice versa).
+AUTO_SPEAK = "a plain answer to someone talking to me"
+
+__all__ = [
+    "BACKGROUND_QUEUE",
+    "EVENTS_QUEUE",
+    "activation",
+    "conversation_closed",
+    "deliberation",
+    "install",
+    "runtime",
+]
 
 EVENTS_QUEUE = "persyn-events"
 BACKGROUND_QUEUE = "persyn-background"
@@ -46,33 +58,132 @@ async def receive_step(agent_id: str, event_id: str) -> dict[str, Any]:
     return await runtime().receive(agent_id, event_id)
 
 
+@DBOS.step(name="persyn.engage")
+async def engage_step(agent_id: str, event_id: str, setup: dict[str, Any]) -> dict[str, Any]:
+    with rebind(step_key=_step_key()):
+        return await runtime().engage(agent_id, event_id, setup)
+
+
 @DBOS.step(name="persyn.respond")
 async def respond_step(agent_id: str, event_id: str, setup: dict[str, Any]) -> dict[str, Any]:
     with rebind(step_key=_step_key()):
         return await runtime().respond(agent_id, event_id, setup)
 
 
+@DBOS.step(name="persyn.critique")
+async def critique_step(
+    agent_id: str, event_id: str, setup: dict[str, Any], draft: dict[str, Any]
+) -> list[dict[str, Any]]:
+    with rebind(step_key=_step_key()):
+        return await runtime().critique(agent_id, event_id, setup, draft)
+
+
+@DBOS.step(name="persyn.refine")
+async def refine_step(
+    agent_id: str, event_id: str, draft: dict[str, Any], critiques: list[dict[str, Any]], live: bool
+) -> str | None:
+    with rebind(step_key=_step_key()):
+        return await runtime().refine(agent_id, event_id, draft, critiques, live=live)
+
+
+@DBOS.step(name="persyn.decide")
+async def decide_step(agent_id: str, event_id: str, setup: dict[str, Any], text: str) -> dict[str, Any]:
+    with rebind(step_key=_step_key()):
+        return await runtime().decide(agent_id, event_id, setup, text)
+
+
 @DBOS.step(name="persyn.transmit")
 async def transmit_step(
-    agent_id: str, event_id: str, setup: dict[str, Any], reply: dict[str, Any]
+    agent_id: str, event_id: str, setup: dict[str, Any], outcome: dict[str, Any]
 ) -> dict[str, Any]:
-    return await runtime().transmit(agent_id, event_id, setup, reply)
+    return await runtime().transmit(agent_id, event_id, setup, outcome)
+
+
+@DBOS.step(name="persyn.park")
+async def park_step(
+    agent_id: str,
+    event_id: str,
+    setup: dict[str, Any],
+    draft: dict[str, Any],
+    critiques: list[dict[str, Any]],
+    revised: str | None,
+) -> None:
+    await runtime().park(agent_id, event_id, setup, draft, critiques, revised)
 
 
 @DBOS.workflow(name="persyn.activation")
 async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
-    """receive → respond → transmit for one event (SPEC §4)."""
+    """receive → (engage) → respond → (critique → refine) → decide → transmit (SPEC §4).
+
+    Overheard traffic first gets an engagement decision. Inline mode critiques and refines
+    before deciding; deferred mode decides and transmits the draft, then hands critique and
+    refinement to `deliberation` on the background queue, whose conclusion the next turn
+    on the channel weaves in."""
     rt = runtime()
     with bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id)):
         setup = await receive_step(agent_id, event_id)
         with rebind(
             surface=setup["service"], channel=setup["channel"], conversation_id=setup["conversation_id"]
         ):
-            reply = await respond_step(agent_id, event_id, setup)
+            if not setup.get("addressed", True):
+                decision = await engage_step(agent_id, event_id, setup)
+                if decision["action"] != "speak":
+                    return await transmit_step(agent_id, event_id, setup, {"decision": decision})
+            draft = await respond_step(agent_id, event_id, setup)
+            text: str | None = draft["reply"]["text"]
+            if text is None:
+                return await transmit_step(agent_id, event_id, setup, {"draft": draft})
+            critique = rt.should_critique(text)
+            critiques: list[dict[str, Any]] = []
+            final = text
+            if critique and setup.get("mode") == "inline":
+                critiques = await critique_step(agent_id, event_id, setup, draft)
+                if any(c["objections"] for c in critiques):
+                    final = await refine_step(agent_id, event_id, draft, critiques, True) or text
+            if rt.needs_decision(setup, final):
+                decision = await decide_step(agent_id, event_id, setup, final)
+            else:
+                decision = {"action": "speak", "reason": AUTO_SPEAK}
             delay = rt.settings.dispatch.debug_transmit_delay_seconds
             if delay:
                 await asyncio.sleep(delay)
-            return await transmit_step(agent_id, event_id, setup, reply)
+            result = await transmit_step(
+                agent_id,
+                event_id,
+                setup,
+                {"draft": draft, "text": final, "decision": decision, "critiques": critiques},
+            )
+            if critique and setup.get("mode") == "deferred" and result.get("transmitted"):
+                await _defer(agent_id, event_id, setup, draft)
+            return result
+
+
+async def _defer(agent_id: str, event_id: str, setup: dict[str, Any], draft: dict[str, Any]) -> None:
+    queue = await DBOS.retrieve_queue_async(BACKGROUND_QUEUE)
+    if queue is None:  # pragma: no cover - registered at start
+        raise RuntimeError("the background queue is not registered")
+    # A ULID derived from the event: a replayed activation enqueues the same workflow.
+    with SetWorkflowID(derived_id(id_time(event_id), event_id, "deliberation")):
+        await queue.enqueue_async(deliberation, agent_id, event_id, setup, draft)
+
+
+@DBOS.workflow(name="persyn.deliberation")
+async def deliberation(agent_id: str, event_id: str, setup: dict[str, Any], draft: dict[str, Any]) -> None:
+    """Deferred critique + refinement of a reply already sent; attributed to its conversation."""
+    with bind(
+        Attribution(
+            agent_id=agent_id,
+            thread_id=DBOS.workflow_id,
+            surface=setup["service"],
+            channel=setup["channel"],
+            conversation_id=setup["conversation_id"],
+        )
+    ):
+        critiques = await critique_step(agent_id, event_id, setup, draft)
+        revised = None
+        if any(c["objections"] for c in critiques):
+            revised = await refine_step(agent_id, event_id, draft, critiques, True)
+        await park_step(agent_id, event_id, setup, draft, critiques, revised)
 
 
 @DBOS.step(name="persyn.conversation_hook")

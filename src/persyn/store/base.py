@@ -226,6 +226,10 @@ class Store(ABC):
         """None deletes the flag."""
 
     @abstractmethod
+    async def flags_with_prefix(self, agent_id: str, prefix: str, limit: int = 100) -> dict[str, str]:
+        """Flags whose key starts with `prefix`, in key order (at most `limit`)."""
+
+    @abstractmethod
     async def set_flag_if_absent(self, agent_id: str, key: str, value: str) -> bool:
         """Compare-and-set: True if this call created the flag."""
 

@@ -519,6 +519,17 @@ class SQLiteStore(SQLiteMemory, Store):
             )
         await self._write("set_flag", lambda connection: connection.execute(statement))
 
+    async def flags_with_prefix(self, agent_id: str, prefix: str, limit: int = 100) -> dict[str, str]:
+        # A range scan on the unique (agent_id, key) index; LIKE would need escaping.
+        statement = (
+            select(flags.c.key, flags.c.value)
+            .where(flags.c.agent_id == agent_id, flags.c.key >= prefix, flags.c.key < prefix + "\U0010ffff")
+            .order_by(flags.c.key)
+            .limit(limit)
+        )
+        rows = await self._read("flags_with_prefix", lambda c: c.execute(statement).all())
+        return {row.key: row.value for row in rows}
+
     async def set_flag_if_absent(self, agent_id: str, key: str, value: str) -> bool:
         """A real compare-and-set: the unique (agent_id, key) decides, not a prior read."""
         agent_id = checked_id(agent_id, "agent id")

@@ -101,8 +101,14 @@ async def test_an_event_is_answered_stored_and_metered(
         ("agent", "Ada", "You said: Hello Ada"),
     ]
     assert runtime.meter.flush()
-    assert len(adapter.records) == 1
-    record = adapter.records[0]
+    # "You said: ..." speaks about the past, so it is substantive: this channel is not
+    # interactive, so deliberation ran inline (provenance + one lens), then the decision.
+    stages = sorted(r.stage for r in adapter.records)
+    assert stages[0].startswith("critique:") and stages[0] != "critique:provenance"
+    assert stages[1] == "critique:provenance"
+    assert stages[2:] == ["decide", "respond"]
+    assert all(r.thread_id == event.id and r.conversation_id == conversation_id for r in adapter.records)
+    record = next(r for r in adapter.records if r.stage == "respond")
     assert (record.stage, record.agent_id, record.surface, record.channel) == (
         "respond",
         agent.id,
@@ -125,7 +131,9 @@ async def test_a_redelivered_event_runs_once(
     await runtime.wait_marker(agent.id, event.id, timeout=30)
     assert len(channel.delivered) == 1
     assert runtime.meter.flush()
-    assert len(adapter.records) == 1
+    stages = [r.stage for r in adapter.records]
+    assert stages.count("respond") == 1 and stages.count("decide") == 1
+    assert len(stages) == 4  # respond, two critics, decide: none of them twice
 
 
 async def test_invalid_input_is_rejected_before_anything_is_stored(

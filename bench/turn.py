@@ -1,0 +1,236 @@
+"""Time to transmit a turn, inline vs deferred deliberation, and platform overhead (issue 4).
+
+Runs turns through the real runtime (DBOS, SQLite, gateway, meter, memory retrieval over
+`--memories` synthetic records) with an in-process model double that sleeps a fixed time per
+call. Every reply is substantive, so each turn is critiqued:
+
+- inline: respond → critique (provenance + one lens, concurrently) → refine → decide → send
+- deferred: respond → decide → send; critique and refine run afterwards in the background
+
+Prints, per mode, the time from submit to the completion marker (p50/p99), the model calls
+on the critical path, and the platform overhead = that time minus the model time on the
+critical path (measured inside the double, so it excludes only time actually spent "in the
+model"). The overhead figure also comes from a run with a 0 ms model.
+
+    uv run python bench/turn.py [--turns 30] [--model-ms 300] [--memories 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from persyn.cognition.deliberation import Critique, Decision, Objection
+from persyn.core.config import AgentConfig, load_settings
+from persyn.core.events import Event, Speaker
+from persyn.core.ids import new_id
+from persyn.core.records import MemoryRecord, channel_key
+from persyn.runtime.app import Runtime
+from persyn.testing import register_double
+from persyn.testing.models import DoubleReply
+
+_WORDS = [
+    "lake",
+    "sailing",
+    "garden",
+    "train",
+    "Lyon",
+    "book",
+    "dinner",
+    "project",
+    "deadline",
+    "sister",
+    "concert",
+    "mountain",
+    "bike",
+    "coffee",
+    "recipe",
+    "piano",
+    "office",
+    "holiday",
+    "doctor",
+    "birthday",
+    "museum",
+    "river",
+    "paint",
+    "chess",
+    "market",
+]
+
+
+class _Model:
+    """Sleeps `delay` per call; records which event each call served and how long it took."""
+
+    def __init__(self) -> None:
+        self.delay = 0.3
+        self.time_by_event: dict[str, list[tuple[str | None, float]]] = {}
+        self.critic_objects = True
+
+    async def __call__(self, task: str | None, messages: Any, info: Any) -> Any:
+        started = time.perf_counter()
+        await asyncio.sleep(self.delay)
+        if task == "critique":
+            objections = [Objection(kind="unsupported", span="surely", explanation="no grounds given")]
+            result: Any = Critique(objections=objections if self.critic_objects else [])
+        elif task == "decide":
+            result = Decision(action="speak", reason="it answers the question")
+        elif task == "refine":
+            result = DoubleReply(text="I think the garden plan could work, though I am not certain.")
+        else:
+            result = DoubleReply(text="Surely the garden plan will work out well, as we discussed last week.")
+        # Which turn a call served, from what it was shown (background calls of an earlier
+        # turn can overlap the next one).
+        shown = (info.instructions or "") + " ".join(
+            str(getattr(part, "content", "")) for message in messages for part in message.parts
+        )
+        turns = _TURN.findall(shown)
+        key = _turn_events.get(max(int(t) for t in turns)) if turns else None
+        if key is not None:
+            self.time_by_event.setdefault(key, []).append((task, time.perf_counter() - started))
+        return result
+
+    def critical_path(self, event_id: str) -> float:
+        """Model seconds a turn waited for: the critics run concurrently, so only the
+        slower of them counts."""
+        calls = self.time_by_event.get(event_id, [])
+        serial = sum(seconds for task, seconds in calls if task != "critique")
+        return serial + max((seconds for task, seconds in calls if task == "critique"), default=0.0)
+
+
+_turn_events: dict[int, str] = {}
+_TURN = re.compile(r"garden plan, turn (\d+)\?")
+_MODEL = _Model()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _seed_memories(runtime: Runtime, agent: AgentConfig, count: int, person_id: str) -> None:
+    assert runtime.embedder is not None
+    rng = random.Random(4)
+    now = runtime.clock.now()
+    batch: list[MemoryRecord] = []
+    for index in range(count):
+        words = " ".join(rng.choice(_WORDS) for _ in range(12))
+        batch.append(
+            MemoryRecord(
+                id=new_id(now),
+                agent_id=agent.id,
+                created_at=now,
+                channel=channel_key("bench", "bench"),
+                participant_ids=(person_id,),
+                summary=f"I talked about {words} ({index}).",
+            )
+        )
+        if len(batch) == 256 or index == count - 1:
+            vectors = await runtime.embedder.embed([r.summary for r in batch])
+            for record, vector in zip(batch, vectors, strict=True):
+                await runtime.store.add_record(record, vector, runtime.embedder.name)
+            batch.clear()
+
+
+def _home(home: Path, mode: str) -> Path:
+    home.mkdir(parents=True)
+    (home / "persyn.toml").write_text(
+        '[models]\ndefault = "test:bench-turn"\n[metering]\nevent_log = false\n'
+        f'[deliberation]\nmode = "{mode}"\nseed = 1\n'
+    )
+    return home
+
+
+async def _run(home: Path, turns: int, memories: int) -> tuple[list[float], list[float], float]:
+    settings = load_settings(home, environ={})
+    agent = AgentConfig(name="Ada", id=new_id())
+    settings = settings.model_copy(update={"agents": [agent]})
+    runtime = Runtime(settings)
+    await runtime.start(workers=True)
+    speaker = Speaker(service="bench", channel="bench", speaker_id="u", display_name="Uma")
+    person_id, _ = await runtime.resolve_speaker(agent.id, speaker)
+    await _seed_memories(runtime, agent, memories, person_id)
+    totals: list[float] = []
+    overheads: list[float] = []
+    calls: list[int] = []
+    try:
+        for index in range(turns + 2):  # the first two warm caches and the model up
+            now = runtime.clock.now()
+            event = Event(
+                id=new_id(now),
+                agent_id=agent.id,
+                service="bench",
+                channel="bench",
+                speaker=speaker,
+                text=f"What do you think about the garden plan, turn {index}?",
+                received_at=now,
+            )
+            _turn_events[index] = event.id
+            started = time.perf_counter()
+            await runtime.submit(event)
+            await runtime.wait_marker(agent.id, event.id, timeout=120)
+            elapsed = time.perf_counter() - started
+            # Only the calls on the critical path: background ones land after the marker.
+            model_time = _MODEL.critical_path(event.id)
+            if index >= 2:
+                calls.append(len(_MODEL.time_by_event.get(event.id, [])))
+                totals.append(elapsed * 1000)
+                overheads.append((elapsed - model_time) * 1000)
+            # Let deferred deliberation finish before the next turn, as a person would pause.
+            await asyncio.sleep(_MODEL.delay * 3 + 0.05)
+    finally:
+        await runtime.stop()
+    return totals, overheads, statistics.mean(calls)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--turns", type=int, default=30, help="measured turns per configuration")
+    parser.add_argument("--model-ms", type=float, default=300.0, help="sleep per model call")
+    parser.add_argument("--memories", type=int, default=10_000, help="synthetic memories in the store")
+    args = parser.parse_args()
+    register_double("bench-turn", _MODEL)
+    rows: list[tuple[str, float, float, float, float, float, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for delay in (args.model_ms / 1000, 0.0):
+            _MODEL.delay = delay
+            for mode in ("inline", "deferred"):
+                _MODEL.time_by_event.clear()
+                totals, overheads, calls = asyncio.run(
+                    _run(_home(Path(tmp) / f"{mode}-{int(delay * 1000)}", mode), args.turns, args.memories)
+                )
+                rows.append(
+                    (
+                        mode,
+                        delay * 1000,
+                        calls,
+                        statistics.median(totals),
+                        _percentile(totals, 0.99),
+                        statistics.median(overheads),
+                        _percentile(overheads, 0.99),
+                    )
+                )
+    print(f"memories: {args.memories}, turns: {args.turns} per row, every reply substantive")
+    print(
+        f"{'mode':>9} {'model ms':>9} {'calls':>6} {'transmit p50':>13} {'p99':>8} "
+        f"{'overhead p50':>13} {'p99':>8}"
+    )
+    for mode, delay, calls, p50, p99, o50, o99 in rows:
+        print(f"{mode:>9} {delay:>9.0f} {calls:>6.1f} {p50:>13.1f} {p99:>8.1f} {o50:>13.1f} {o99:>8.1f}")
+    print(
+        "transmit: submit -> completion marker (ms); calls: model calls before it. overhead: that\n"
+        "minus the model time on the\n"
+        "critical path (inline: respond, 2 concurrent critics, refine, decide; deferred: respond, decide)."
+    )
+
+
+if __name__ == "__main__":
+    main()
