@@ -311,22 +311,61 @@ def conversations_show(
     conversation_id: Annotated[str, typer.Argument(metavar="ID", help="The conversation's ULID.")],
     agent: AgentOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    deliberation: Annotated[
+        bool,
+        typer.Option(
+            "--deliberation",
+            help="Also show, under each message, what deliberation did: the critics' objections "
+            "(or why a critic was skipped) and the decision to speak, stay silent or decline.",
+        ),
+    ] = False,
 ) -> None:
     """Read a conversation's full dialog."""
-    from persyn.runtime.inspect import conversation_dialog
+    from persyn.runtime.inspect import conversation_dialog, deliberation_traces
 
     settings = _settings()
-    conversation, messages = _run(conversation_dialog(settings, settings.agent(agent), conversation_id))
+    chosen = settings.agent(agent)
+    conversation, messages = _run(conversation_dialog(settings, chosen, conversation_id))
+    traces: dict[str, dict[str, Any]] = {}
+    if deliberation:
+        inbound = [m.event_id for m in messages if m.event_id and m.role.value != "agent"]
+        traces = _run(deliberation_traces(settings, chosen, inbound))
     if as_json:
-        payload = {
+        payload: dict[str, Any] = {
             "conversation": conversation.model_dump(mode="json"),
             "messages": [m.model_dump(mode="json") for m in messages],
         }
+        if deliberation:
+            payload["deliberation"] = traces
         typer.echo(json.dumps(payload, indent=2))
         return
     typer.echo(f"Conversation {conversation.id} on {conversation.service}/{conversation.channel}")
     for message in messages:
         typer.echo(f"[{message.created_at:%Y-%m-%d %H:%M:%S}] {message.speaker_name}: {message.text}")
+        trace = traces.get(message.event_id or "") if message.role.value != "agent" else None
+        if trace:
+            for line in _trace_lines(trace):
+                typer.echo(f"    · {line}")
+
+
+def _trace_lines(trace: dict[str, Any]) -> list[str]:
+    lines = [f"deliberation: {trace.get('mode', '?')}"]
+    for critique in trace.get("critiques") or []:
+        lens = critique.get("lens", "?")
+        if critique.get("skipped"):
+            lines.append(f"{lens}: skipped ({critique['skipped']})")
+            continue
+        objections = critique.get("objections") or []
+        if not objections:
+            lines.append(f"{lens}: no objections")
+        for objection in objections:
+            lines.append(
+                f'{lens}: [{objection.get("kind")}] "{objection.get("span")}" - {objection.get("explanation")}'
+            )
+    decision = trace.get("decision")
+    if decision:
+        lines.append(f"decided to {decision.get('action')}: {decision.get('reason')}")
+    return lines
 
 
 # memory ------------------------------------------------------------------------------------

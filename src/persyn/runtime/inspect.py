@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
@@ -11,7 +14,11 @@ from persyn.core.ids import parse_id
 from persyn.store import Store, open_store
 from persyn.store.base import Conversation, Message
 
-__all__ = ["conversation_dialog", "list_conversations", "opened_store"]
+__all__ = ["conversation_dialog", "deliberation_traces", "list_conversations", "opened_store"]
+
+# The same key the runtime writes (runtime/app.py DELIBERATION_FLAG); app is not imported
+# here because it pulls in DBOS and every provider.
+_DELIBERATION_FLAG = "deliberation:"
 
 _DIALOG_LIMIT = 100_000
 
@@ -42,3 +49,17 @@ async def conversation_dialog(
         if conversation is None:
             raise InputError(f"agent {agent.name} has no conversation {wanted!r}")
         return conversation, await store.recent_messages(agent.id, wanted, _DIALOG_LIMIT)
+
+
+async def deliberation_traces(
+    settings: Settings, agent: AgentConfig, event_ids: list[str]
+) -> dict[str, dict[str, Any]]:
+    """What deliberation did per event: critics (objections or why skipped), the decision."""
+    traces: dict[str, dict[str, Any]] = {}
+    async with opened_store(settings) as store:
+        for event_id in event_ids:
+            raw = await store.get_flag(agent.id, _DELIBERATION_FLAG + event_id)
+            if raw:
+                with contextlib.suppress(ValueError):
+                    traces[event_id] = json.loads(raw)
+    return traces
