@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -54,28 +55,28 @@ class SQLiteMemory:
         nothing is stored. An all-zero vector (no direction: cosine cannot compare it) is
         kept as "encoded by that model, no vector": vector search never finds the record,
         and `records_needing_vectors` does not offer it again for the same model."""
-        _check_record_ids(record)
-        values = record_values(record)
-        unit = None
-        if vector is not None:
-            if not embedding_model:
-                raise InputError(f"record {record.id!r}: a vector needs its embedding model name")
-            unit = vectors.unit_vector(vector, f"vector of record {record.id!r}")
-            values.update(embedding_model=embedding_model, dims=None if unit is None else len(vector))
+        rows = [_new_row(record, vector, embedding_model)]
+        [added] = await self._write("add_record", lambda c: _insert_records(c, rows))
+        return added
 
-        def work(connection: Connection) -> bool:
-            # No conflict target: the primary key and unique (agent_id, ref) both make it a no-op.
-            result = connection.execute(insert(memory_records).values(values).on_conflict_do_nothing())
-            if result.rowcount != 1:
-                return False
-            if unit is not None and embedding_model:
-                vectors.put_vector(
-                    connection, record_id=record.id, agent_id=record.agent_id, channel=record.channel,
-                    embedding_model=embedding_model, vector=unit,
-                )  # fmt: skip
-            return True
-
-        return await self._write("add_record", work)
+    async def add_records(
+        self,
+        records: Sequence[MemoryRecord],
+        vectors: Sequence[Sequence[float] | None] | None,
+        embedding_model: str | None,
+    ) -> list[bool]:
+        """Each record as `add_record` would store it, all in one write transaction: one
+        multi-row INSERT per few hundred records and one executemany into the vector index,
+        instead of one transaction per record."""
+        if vectors is not None and len(vectors) != len(records):
+            raise InputError(f"{len(records)} records but {len(vectors)} vectors: one per record (or None)")
+        rows = [
+            _new_row(record, None if vectors is None else vectors[i], embedding_model)
+            for i, record in enumerate(records)
+        ]
+        if not rows:
+            return []
+        return await self._write("add_records", lambda c: _insert_records(c, rows))
 
     async def get_record(self, agent_id: str, record_id: str) -> MemoryRecord | None:
         statement = select(memory_records).where(_r.agent_id == agent_id, _r.id == record_id)
@@ -239,10 +240,11 @@ class SQLiteMemory:
                 vectors.delete_vectors(connection, int(row.dims), [record_id])
             dims = None
             if unit is not None:
-                dims = vectors.put_vector(
-                    connection, record_id=record_id, agent_id=agent_id, channel=row.channel,
-                    embedding_model=embedding_model, vector=unit,
-                )  # fmt: skip
+                vectors.put_vectors(
+                    connection,
+                    [vectors.NewVector(record_id, agent_id, row.channel, embedding_model, unit)],
+                )
+                dims = len(unit) // 4
             connection.execute(
                 update(memory_records).where(where).values(embedding_model=embedding_model, dims=dims)
             )
@@ -347,6 +349,65 @@ def fts_any_query(query: str) -> str | None:
 
 
 # helpers ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _NewRow:
+    """A checked record on its way in: its `memory_records` values and unit vector."""
+
+    values: dict[str, Any]
+    unit: bytes | None
+
+
+def _new_row(record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None) -> _NewRow:
+    """Checks everything before any write, so bad input stores nothing."""
+    _check_record_ids(record)
+    values = record_values(record)
+    values.update(embedding_model=None, dims=None)  # every row of a batch has the same keys
+    unit = None
+    if vector is not None:
+        if not embedding_model:
+            raise InputError(f"record {record.id!r}: a vector needs its embedding model name")
+        unit = vectors.unit_vector(vector, f"vector of record {record.id!r}")
+        values.update(embedding_model=embedding_model, dims=None if unit is None else len(vector))
+    return _NewRow(values, unit)
+
+
+def _insert_records(connection: Connection, rows: Sequence[_NewRow]) -> list[bool]:
+    """Insert `rows` (and their vectors); per row, whether it was stored. A row whose id or
+    (agent, ref) is taken — in the database or earlier in `rows` — is skipped."""
+    ids: set[str] = set()
+    refs: set[tuple[str, str]] = set()
+    first = [False] * len(rows)  # not preceded in `rows` by a row with its id or ref
+    for index, row in enumerate(rows):
+        ref = row.values["ref"]
+        key = (row.values["agent_id"], ref)
+        if row.values["id"] in ids or (ref is not None and key in refs):
+            continue
+        ids.add(row.values["id"])
+        if ref is not None:
+            refs.add(key)
+        first[index] = True
+    fresh = [row for row, is_first in zip(rows, first, strict=True) if is_first]
+    # No conflict target: the primary key and unique (agent_id, ref) both make it a no-op.
+    # RETURNING names the rows stored; SQLAlchemy batches them into multi-row INSERTs.
+    statement = insert(memory_records).on_conflict_do_nothing().returning(_r.id)
+    stored = set(connection.execute(statement, [row.values for row in fresh]).scalars())
+    vectors.put_vectors(
+        connection,
+        [
+            vectors.NewVector(
+                row.values["id"],
+                row.values["agent_id"],
+                row.values["channel"],
+                row.values["embedding_model"],
+                row.unit,
+            )
+            for row in fresh
+            if row.unit is not None and row.values["id"] in stored
+        ],
+    )
+    return [is_first and row.values["id"] in stored for row, is_first in zip(rows, first, strict=True)]
+
+
 def _check_record_ids(record: MemoryRecord) -> None:
     checked_id(record.id, "record id")
     checked_id(record.agent_id, "agent id")

@@ -33,6 +33,7 @@ import json
 import math
 import struct
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -42,10 +43,11 @@ from persyn.core.errors import InputError
 __all__ = [
     "MAX_DIMS",
     "MAX_K",
+    "NewVector",
     "delete_vectors",
     "has_vector_table",
     "nearest",
-    "put_vector",
+    "put_vectors",
     "unit_vector",
     "vector_table",
 ]
@@ -98,33 +100,40 @@ def _ensure_table(connection: Connection, dims: int) -> str:
     return name
 
 
-def put_vector(
-    connection: Connection,
-    *,
-    record_id: str,
-    agent_id: str,
-    channel: str,
-    embedding_model: str,
-    vector: bytes,
-) -> int:
-    """Store a record's unit vector (from `unit_vector`), creating its table if needed;
-    returns its dimensions. The record must have no vector of this size yet."""
-    dims = len(vector) // 4
-    name = _ensure_table(connection, dims)
-    connection.execute(
-        text(
-            f"INSERT INTO {name}(record_id, agent_id, embedding, channel, embedding_model) "
-            "VALUES (:record_id, :agent_id, :embedding, :channel, :model)"
-        ),
-        {
-            "record_id": record_id,
-            "agent_id": agent_id,
-            "embedding": vector,
-            "channel": channel,
-            "model": embedding_model,
-        },
-    )
-    return dims
+@dataclass(frozen=True)
+class NewVector:
+    """A record's unit vector (from `unit_vector`) on its way into the index."""
+
+    record_id: str
+    agent_id: str
+    channel: str
+    embedding_model: str
+    vector: bytes
+
+
+def put_vectors(connection: Connection, new: Sequence[NewVector]) -> None:
+    """Store records' unit vectors, creating tables as needed: one executemany per size.
+    No record may have a vector of its size yet."""
+    by_dims: dict[int, list[dict[str, object]]] = {}
+    for item in new:
+        by_dims.setdefault(len(item.vector) // 4, []).append(
+            {
+                "record_id": item.record_id,
+                "agent_id": item.agent_id,
+                "embedding": item.vector,
+                "channel": item.channel,
+                "model": item.embedding_model,
+            }
+        )
+    for dims, params in by_dims.items():
+        name = _ensure_table(connection, dims)
+        connection.execute(
+            text(
+                f"INSERT INTO {name}(record_id, agent_id, embedding, channel, embedding_model) "
+                "VALUES (:record_id, :agent_id, :embedding, :channel, :model)"
+            ),
+            params,
+        )
 
 
 def delete_vectors(connection: Connection, dims: int, record_ids: Iterable[str]) -> None:
