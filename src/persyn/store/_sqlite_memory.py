@@ -201,17 +201,31 @@ class SQLiteMemory:
         if match is None or k <= 0 or (channels is not None and not channels):
             return []
         weights = ", ".join(str(w) for w in KEYWORD_WEIGHTS)
-        sql = (
-            f"SELECT r.id AS id, bm25(memory_fts, {weights}) AS score FROM memory_fts "
-            # CROSS JOIN pins the join order: search the full-text index first, then fetch
-            # the matching rows. A plain JOIN lets SQLite scan the agent's records and run
-            # the match once per row (22 s per query at 100k records).
-            "CROSS JOIN memory_records AS r ON r.rowid = memory_fts.rowid "
-            "WHERE memory_fts MATCH :match AND r.agent_id = :agent_id"
-        )
         params: dict[str, object] = {"match": match, "agent_id": agent_id, "k": k}
-        if channels is not None:
-            sql += " AND r.channel IN (SELECT value FROM json_each(:channels))"
+        if channels is None:
+            sql = (
+                f"SELECT r.id AS id, bm25(memory_fts, {weights}) AS score FROM memory_fts "
+                # CROSS JOIN pins the join order: search the full-text index first, then fetch
+                # the matching rows. A plain JOIN lets SQLite scan the agent's records and run
+                # the match once per row (22 s per query at 100k records).
+                "CROSS JOIN memory_records AS r ON r.rowid = memory_fts.rowid "
+                "WHERE memory_fts MATCH :match AND r.agent_id = :agent_id"
+            )
+        else:
+            # The compartment's rowids (from the (agent_id, channel) index) filter the
+            # matches inside the full-text scan, so BM25 is computed, and a record row read,
+            # only for matches in the compartment: ~4 ms instead of ~8 ms at 100k records in
+            # 10 channels, where most matches lie outside it. The unary + keeps the IN a
+            # filter: as an index constraint, FTS5 would rerun the match once per rowid.
+            sql = (
+                f"SELECT r.id AS id, hit.score AS score FROM ("
+                f"SELECT rowid, bm25(memory_fts, {weights}) AS score FROM memory_fts "
+                "WHERE memory_fts MATCH :match AND +rowid IN ("
+                "SELECT rowid FROM memory_records WHERE agent_id = :agent_id "
+                "AND channel IN (SELECT value FROM json_each(:channels)))"
+                ") AS hit CROSS JOIN memory_records AS r ON r.rowid = hit.rowid "
+                "WHERE r.agent_id = :agent_id"
+            )
             params["channels"] = json.dumps(list(dict.fromkeys(channels)), ensure_ascii=False)
         sql += " ORDER BY score, r.created_at DESC, r.id DESC LIMIT :k"
 
