@@ -89,6 +89,11 @@ async def test_a_record_round_trips_every_field(store: Store) -> None:
 
     assert await store.get_record(agent_id, record.id) == record
     assert await store.get_record_by_ref(agent_id, "import:discord:123") == record
+    assert await store.records_by_ids(agent_id, [record.id]) == [record]
+    precise = await _add(
+        store, _record(agent_id, "a précise instant", at=T0 + timedelta(microseconds=123456))
+    )
+    assert await store.records_by_ids(agent_id, [precise.id, record.id]) == [precise, record]
     assert await store.get_record(other, record.id) is None
     assert await store.get_record_by_ref(other, "import:discord:123") is None
     assert await store.get_record(agent_id, new_id()) is None

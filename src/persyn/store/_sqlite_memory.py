@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import and_, delete, func, or_, select, text, true, type_coerce, update
@@ -22,7 +22,7 @@ from sqlalchemy.types import Text
 
 from persyn.core.errors import InputError, StoreError
 from persyn.core.ids import id_time, is_id
-from persyn.core.records import MemoryRecord
+from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store import _sqlite_vectors as vectors
 from persyn.store.schema import checked_id, memory_records, record_from_row, record_values
 
@@ -91,10 +91,17 @@ class SQLiteMemory:
         wanted = list(dict.fromkeys(record_ids))
 
         def work(connection: Connection) -> list[MemoryRecord]:
+            # Recall fetches every candidate (~200 a query) through here: plain driver rows
+            # read by `_record_from_driver_row` take half the time of SQLAlchemy's result
+            # processing plus `record_from_row`.
             found: list[MemoryRecord] = []
             for chunk in _chunks(wanted):
-                statement = select(memory_records).where(_r.agent_id == agent_id, _r.id.in_(chunk))
-                found += [record_from_row(row) for row in connection.execute(statement)]
+                marks = ", ".join("?" * len(chunk))
+                rows = connection.exec_driver_sql(
+                    f"SELECT {_DRIVER_COLUMNS} FROM memory_records WHERE agent_id = ? AND id IN ({marks})",
+                    (agent_id, *chunk),
+                )
+                found += [_record_from_driver_row(row) for row in rows]
             return sorted(found, key=lambda r: (r.created_at, r.id), reverse=True)
 
         return await self._read("records_by_ids", work)
@@ -420,6 +427,34 @@ def _insert_records(connection: Connection, rows: Sequence[_NewRow]) -> list[boo
         ],
     )
     return [is_first and row.values["id"] in stored for row, is_first in zip(rows, first, strict=True)]
+
+
+_DRIVER_COLUMNS = (
+    "id, agent_id, created_at, channel, participant_ids, summary, importance, tags, emotion, "
+    "sensitivity, conversation_id, message_ids, ref, kind"
+)
+
+
+def _record_from_driver_row(row: Sequence[Any]) -> MemoryRecord:
+    """`record_from_row` for a plain driver row of `_DRIVER_COLUMNS`: the values as the
+    schema's types store them on SQLite (UTCDateTime: naive UTC ISO text; JSON: text). The
+    contract suite's round trip through `records_by_ids` checks they agree."""
+    return MemoryRecord(
+        id=row[0],
+        agent_id=row[1],
+        created_at=datetime.fromisoformat(row[2]).replace(tzinfo=UTC),
+        channel=row[3],
+        participant_ids=tuple(json.loads(row[4])),
+        summary=row[5],
+        importance=row[6],
+        tags=tuple(json.loads(row[7])),
+        emotion=row[8],
+        sensitivity=Sensitivity(row[9]),
+        conversation_id=row[10],
+        message_ids=tuple(json.loads(row[11])),
+        ref=row[12],
+        kind=row[13],
+    )
 
 
 def _check_record_ids(record: MemoryRecord) -> None:
