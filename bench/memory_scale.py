@@ -1,7 +1,7 @@
 """Recall latency and database size as one agent's memory grows (embedded SQLite store).
 
 For each size, fills a fresh store with synthetic first-person records for one agent —
-spread over 10 channels and 50 people, a year of history, summaries of 8-16 pseudo-words
+spread over 10 channels (--channels) and 50 people, a year of history, summaries of 8-16 pseudo-words
 drawn with Zipf frequencies from a 20k-word vocabulary, so that full-text posting lists
 are as skewed as in real text — embedded with the default encoder and stored through
 `Store.add_records` (the bulk path `persyn memory import` uses). Then runs `--queries`
@@ -113,7 +113,7 @@ def _summary(words: Words, rng: random.Random) -> str:
     return f"I talked with {who}: {body}."
 
 
-def _records(agent_id: str, count: int) -> list[MemoryRecord]:
+def _records(agent_id: str, count: int, channels: int = len(CHANNELS)) -> list[MemoryRecord]:
     rng = random.Random(SEED)
     words = Words(rng)
     spacing = timedelta(days=365) / count
@@ -125,7 +125,8 @@ def _records(agent_id: str, count: int) -> list[MemoryRecord]:
                 id=derived_id(at, agent_id, str(index)),
                 agent_id=agent_id,
                 created_at=at,
-                channel=CHANNELS[index % len(CHANNELS)],
+                # The last `channels` channels: the one recall runs in is always among them.
+                channel=CHANNELS[len(CHANNELS) - channels + index % channels],
                 participant_ids=tuple(rng.sample(PEOPLE, 2)),
                 summary=_summary(words, rng),
                 importance=rng.randint(1, 10),
@@ -169,7 +170,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _measure(size: int, query_count: int, dims: int, tmp: Path) -> str:
+async def _measure(size: int, query_count: int, dims: int, channels: int, tmp: Path) -> str:
     config = MemoryConfig(embedder_dims=dims)
     embedder = embedder_from_config(config)
     path = tmp / f"scale-{size}.db"
@@ -178,7 +179,7 @@ async def _measure(size: int, query_count: int, dims: int, tmp: Path) -> str:
     try:
         agent_id = derived_id(START, "scale-agent", str(size))
         await store.ensure_agent(agent_id, "scale", START)
-        records = _records(agent_id, size)
+        records = _records(agent_id, size, channels)
         rate = await _fill(store, embedder, records)
         queries = _queries(records, query_count)
         retriever = Retriever(store, embedder, config)
@@ -209,15 +210,15 @@ async def _measure(size: int, query_count: int, dims: int, tmp: Path) -> str:
         await store.close()
 
 
-async def run(sizes: Sequence[tuple[int, int]], dims: int) -> None:
+async def run(sizes: Sequence[tuple[int, int]], dims: int, channels: int) -> None:
     embedder = embedder_from_config(MemoryConfig(embedder_dims=dims))
-    print(f"encoder {embedder.name}; one agent, 10 channels, 50 people\n")
+    print(f"encoder {embedder.name}; one agent, {channels} channel(s), 50 people\n")
     header = f"{'records':>9} {'insert/s':>9} {'db MB':>9} {'queries':>7} "
     header += " ".join(f"{m + ' p50':>8} {m[:3] + ' p99':>8}" for m in MODES) + f" {'load':>5}"
     rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for size, query_count in sizes:
-            row = await _measure(size, query_count, dims, Path(tmp))
+            row = await _measure(size, query_count, dims, channels, Path(tmp))
             print(row, flush=True)
             rows.append(row)
     print()
@@ -232,6 +233,12 @@ def main() -> None:
     )
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated record counts")
     parser.add_argument("--million", action="store_true", help="also 1,000,000 records")
+    parser.add_argument(
+        "--channels",
+        type=int,
+        default=len(CHANNELS),
+        help="channels the records spread over (1: every record in the channel recall runs in)",
+    )
     parser.add_argument("--queries", type=int, default=200, help="recall queries per mode")
     parser.add_argument(
         "--million-queries", type=int, default=50, help="recall queries per mode at 1,000,000 records"
@@ -243,7 +250,9 @@ def main() -> None:
     sizes = [(int(s), args.queries) for s in args.sizes.split(",") if s]
     if args.million:
         sizes.append((1_000_000, args.million_queries))
-    asyncio.run(run(sizes, args.dims))
+    if not 1 <= args.channels <= len(CHANNELS):
+        parser.error(f"--channels must be 1..{len(CHANNELS)}")
+    asyncio.run(run(sizes, args.dims, args.channels))
 
 
 if __name__ == "__main__":

@@ -190,7 +190,8 @@ class SQLiteMemory:
     ) -> list[tuple[str, float]]:
         """At most 4096 hits (sqlite-vec's cap on k). A query vector of zeros has no
         neighbours; `channels=[]` allows no channel, so finds nothing. The search is exact:
-        brute force over the agent's partition of the index (see `_sqlite_vectors`)."""
+        brute force over the index partitions of the agent's channels in `channels` (see
+        `_sqlite_vectors`)."""
         unit = vectors.unit_vector(vector, "query vector")
         if unit is None or k <= 0:
             return []
