@@ -89,6 +89,11 @@ async def test_a_record_round_trips_every_field(store: Store) -> None:
 
     assert await store.get_record(agent_id, record.id) == record
     assert await store.get_record_by_ref(agent_id, "import:discord:123") == record
+    assert await store.records_by_ids(agent_id, [record.id]) == [record]
+    precise = await _add(
+        store, _record(agent_id, "a précise instant", at=T0 + timedelta(microseconds=123456))
+    )
+    assert await store.records_by_ids(agent_id, [precise.id, record.id]) == [precise, record]
     assert await store.get_record(other, record.id) is None
     assert await store.get_record_by_ref(other, "import:discord:123") is None
     assert await store.get_record(agent_id, new_id()) is None
@@ -128,6 +133,92 @@ async def test_add_record_rejects_bad_input_and_stores_nothing(store: Store) -> 
     with pytest.raises(InputError, match="non-finite"):
         await store.add_record(_record(agent_id, "x"), [1, math.nan, 0, 0], MODEL)
     assert await store.count_records(agent_id) == 0
+
+
+async def test_add_records_stores_a_batch_as_add_record_would_one_by_one(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    known = await _add(store, _record(agent_id, "already known", ref="history:1"), [1, 0, 0, 0])
+    theirs = await _add(store, _record(other, "theirs"))
+    plain = _record(agent_id, "the lake at dawn", at=T0 + timedelta(1), tags=["lake"])
+    no_vector = _record(agent_id, "a lake without a vector", at=T0 + timedelta(2))
+    blank = _record(agent_id, "a blank lake", at=T0 + timedelta(3))
+    wide = _record(agent_id, "a wider lake", at=T0 + timedelta(4), channel=SLACK)
+    same_ref = _record(agent_id, "re-import of history:1", at=T0 + timedelta(5), ref="history:1")
+    first_ref = _record(agent_id, "new ref", at=T0 + timedelta(6), ref="history:2")
+    again_ref = _record(agent_id, "new ref, twice", at=T0 + timedelta(7), ref="history:2")
+    other_ref = _record(other, "their history:2", at=T0 + timedelta(8), ref="history:2")
+    batch = [
+        plain,
+        known.model_copy(update={"summary": "a replay"}),  # id exists
+        no_vector,
+        blank,
+        wide,
+        plain.model_copy(update={"summary": "the same id again"}),  # earlier in the batch
+        same_ref,  # ref exists
+        first_ref,
+        again_ref,  # ref earlier in the batch
+        other_ref,  # the same ref for another agent is another record
+        theirs.model_copy(update={"agent_id": agent_id}),  # id taken by another agent's record
+    ]
+    vectors: list[list[float] | None] = [
+        [0, 1, 0, 0], [0, 1, 0, 0], None, [0, 0, 0, 0], [0, 1, 0, 0, 0, 0],
+        [1, 0, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 1, 0], [0, 0, 1, 0], [0, 1, 0, 0],
+    ]  # fmt: skip
+
+    added = await store.add_records(batch, vectors, MODEL)
+    assert added == [True, False, True, True, True, False, False, True, False, True, False]
+    assert await store.count_records(agent_id) == 6 and await store.count_records(other) == 2
+    for record in (plain, no_vector, blank, wide, first_ref):
+        assert await store.get_record(agent_id, record.id) == record
+    assert await store.get_record(agent_id, known.id) == known
+    assert await store.get_record_by_ref(agent_id, "history:2") == first_ref
+    assert await store.get_record_by_ref(other, "history:2") == other_ref
+
+    hits = await store.vector_candidates(agent_id, [0, 1, 0, 0], 10, None)
+    assert _ids(hits) == [plain.id, known.id, first_ref.id]  # ties in id order; no vector: not found
+    assert _ids(await store.vector_candidates(agent_id, [0, 1, 0, 0, 0, 0], 10, None)) == [wide.id]
+    assert _ids(await store.vector_candidates(agent_id, [0, 0, 1, 0], 10, [MAIN])) == [
+        first_ref.id,
+        known.id,
+        plain.id,
+    ]
+    found = await store.keyword_candidates(agent_id, "lake", 10, None)
+    assert set(_ids(found)) == {plain.id, no_vector.id, blank.id, wide.id}
+    assert [r.id for r in await store.records_needing_vectors(agent_id, MODEL, 10)] == [no_vector.id]
+    stats = await store.record_stats(agent_id)
+    assert stats["vectors_by_dims"] == {4: 3, 6: 1} and stats["without_vector"] == 2
+
+    assert await store.add_records([], None, None) == []
+    again = await store.add_records([plain, no_vector], None, None)
+    assert again == [False, False]
+    unvectored = _record(agent_id, "no vectors at all", at=T0 + timedelta(9))
+    assert await store.add_records([unvectored], None, None) == [True]
+    needing = await store.records_needing_vectors(agent_id, MODEL, 10)
+    assert [r.id for r in needing] == [unvectored.id, no_vector.id]
+
+
+@pytest.mark.parametrize(
+    "problem", ["participant id", "non-finite", "embedding model", "vectors", "agent id"]
+)
+async def test_add_records_rejects_bad_input_anywhere_and_stores_nothing(store: Store, problem: str) -> None:
+    agent_id = new_id()
+    batch = [_record(agent_id, f"record {i}", at=T0 + timedelta(minutes=i)) for i in range(5)]
+    vectors: list[list[float] | None] = [[1, 0, 0, i] for i in range(5)]
+    model: str | None = MODEL
+    if problem == "participant id":
+        batch[3] = _record(agent_id, "x", participants=["not-a-ulid"])
+    elif problem == "agent id":
+        batch[3] = _record(agent_id.lower(), "x")
+    elif problem == "non-finite":
+        vectors[3] = [1, math.inf, 0, 0]
+    elif problem == "embedding model":
+        model = None
+    else:
+        vectors = vectors[:4]
+    with pytest.raises(InputError, match=problem):
+        await store.add_records(batch, vectors, model)
+    assert await store.count_records(agent_id) == 0
+    assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None) == []
 
 
 async def test_records_by_ids_returns_those_that_exist_for_the_agent(store: Store) -> None:

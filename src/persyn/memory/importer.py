@@ -251,6 +251,8 @@ async def _import_batch(
             tally.degraded = f"encoder {embedder.name!r} unavailable ({exc}); run `persyn memory reindex`"
     elif tally.degraded is None:
         tally.degraded = "no encoder is available; run `persyn memory reindex` when it is"
+    records: list[MemoryRecord] = []
+    record_vectors: list[list[float] | None] = []
     for position, (number, line) in enumerate(batch):
         channel = import_channel_key(line.channel)
         try:
@@ -270,29 +272,32 @@ async def _import_batch(
             # The id the consolidator derives for this conversation: it then sees the
             # conversation as already remembered and never summarises it again.
             record_id = derived_id(line.time, conversation_id, "memory")
-        record = MemoryRecord(
-            id=record_id,
-            agent_id=agent.id,
-            created_at=line.time,
-            channel=channel,
-            participant_ids=participants,
-            summary=line.summary,
-            importance=line.importance,
-            tags=tuple(t for t in line.tags if t),
-            emotion=line.emotion or None,
-            sensitivity=line.sensitivity or default_sensitivity,
-            conversation_id=conversation_id,
-            message_ids=message_ids,
-            ref=line.key(),
-            kind="imported",
+        records.append(
+            MemoryRecord(
+                id=record_id,
+                agent_id=agent.id,
+                created_at=line.time,
+                channel=channel,
+                participant_ids=participants,
+                summary=line.summary,
+                importance=line.importance,
+                tags=tuple(t for t in line.tags if t),
+                emotion=line.emotion or None,
+                sensitivity=line.sensitivity or default_sensitivity,
+                conversation_id=conversation_id,
+                message_ids=message_ids,
+                ref=line.key(),
+                kind="imported",
+            )
         )
-        vector = vectors[position] if vectors is not None else None
-        added = await store.add_record(
-            record, vector, embedder.name if vector is not None and embedder else None
-        )
-        if added:
+        record_vectors.append(vectors[position] if vectors is not None else None)
+    # One transaction for the whole batch (Store.add_records), not one per record.
+    model = embedder.name if vectors is not None and embedder is not None else None
+    added = await store.add_records(records, record_vectors, model)
+    for record, vector, was_added in zip(records, record_vectors, added, strict=True):
+        if was_added:
             tally.imported += 1
-            tally.messages += len(message_ids)
+            tally.messages += len(record.message_ids)
             tally.without_vectors += vector is None
         else:
             tally.duplicates += 1

@@ -107,10 +107,11 @@ def fused_score(components: Components, weights: RetrievalWeights) -> float:
         terms.append((weights.participants, components.participants))
     if components.date is not None:
         terms.append((weights.date, components.date))
-    total = math.fsum(w for w, _ in terms)
+    # Lists, not generators: recall scores every candidate, and this is its inner loop.
+    total = math.fsum([w for w, _ in terms])
     if total <= 0.0:
         return 0.0
-    score = math.fsum(w * _unit(value) for w, value in terms) / total
+    score = math.fsum([w * _unit(value) for w, value in terms]) / total
     return _unit(score)
 
 
@@ -291,16 +292,23 @@ class Retriever:
         channels = eligible_channels(channel, config.channel_groups)
         pool = config.candidates
 
-        async def keyword_search() -> dict[str, float]:
+        # Each search fetches its own candidates' records as soon as it has them, so one
+        # fetch overlaps the other search instead of waiting for both (a record found both
+        # ways is read twice; that costs less than the wait).
+        async def keyword_search() -> tuple[dict[str, float], list[MemoryRecord]]:
             if mode == "vector" or not analysed.keyword_query:
-                return {}
-            return dict(await self.store.keyword_candidates(agent_id, analysed.keyword_query, pool, channels))
+                return {}, []
+            found = dict(
+                await self.store.keyword_candidates(agent_id, analysed.keyword_query, pool, channels)
+            )
+            return found, await self._fetch(agent_id, found)
 
-        async def vector_search() -> tuple[dict[str, float], str | None]:
+        async def vector_search() -> tuple[dict[str, float], str | None, list[MemoryRecord]]:
             if mode == "keyword":
-                return {}, None
+                return {}, None, []
             found, why = await self._vector_search(agent_id, analysed.embedding_text, pool, channels)
-            return {rid: 1.0 - distance for rid, distance in found}, why
+            cosines = {rid: 1.0 - distance for rid, distance in found}
+            return cosines, why, await self._fetch(agent_id, cosines)
 
         async def period_search() -> list[MemoryRecord]:
             # "What did we talk about yesterday?" has no words a record shares: the period
@@ -310,13 +318,14 @@ class Retriever:
                 return []
             return await self._formed_in(agent_id, analysed.periods, pool)
 
-        (cosines, degraded), bm25, in_period = await asyncio.gather(
+        (cosines, degraded, by_vector), (bm25, by_keyword), in_period = await asyncio.gather(
             vector_search(), keyword_search(), period_search()
         )
 
-        have = {r.id for r in in_period}
-        missing = [rid for rid in dict.fromkeys([*cosines, *bm25]) if rid not in have]
-        fetched = [*in_period, *(await self.store.records_by_ids(agent_id, missing) if missing else [])]
+        unique: dict[str, MemoryRecord] = {}
+        for record in (*in_period, *by_vector, *by_keyword):
+            unique.setdefault(record.id, record)
+        fetched = list(unique.values())
         eligible = [r for r in fetched if r.channel in channels]
         allowed = [
             r
@@ -368,6 +377,9 @@ class Retriever:
             budget_tokens=budget_tokens,
             periods=analysed.periods,
         )
+
+    async def _fetch(self, agent_id: str, record_ids: Mapping[str, float]) -> list[MemoryRecord]:
+        return await self.store.records_by_ids(agent_id, list(record_ids)) if record_ids else []
 
     async def _vector_search(
         self, agent_id: str, text: str, pool: int, channels: Sequence[str]

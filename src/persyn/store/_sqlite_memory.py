@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import and_, delete, func, or_, select, text, true, type_coerce, update
@@ -21,7 +22,7 @@ from sqlalchemy.types import Text
 
 from persyn.core.errors import InputError, StoreError
 from persyn.core.ids import id_time, is_id
-from persyn.core.records import MemoryRecord
+from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store import _sqlite_vectors as vectors
 from persyn.store.schema import checked_id, memory_records, record_from_row, record_values
 
@@ -54,28 +55,28 @@ class SQLiteMemory:
         nothing is stored. An all-zero vector (no direction: cosine cannot compare it) is
         kept as "encoded by that model, no vector": vector search never finds the record,
         and `records_needing_vectors` does not offer it again for the same model."""
-        _check_record_ids(record)
-        values = record_values(record)
-        unit = None
-        if vector is not None:
-            if not embedding_model:
-                raise InputError(f"record {record.id!r}: a vector needs its embedding model name")
-            unit = vectors.unit_vector(vector, f"vector of record {record.id!r}")
-            values.update(embedding_model=embedding_model, dims=None if unit is None else len(vector))
+        rows = [_new_row(record, vector, embedding_model)]
+        [added] = await self._write("add_record", lambda c: _insert_records(c, rows))
+        return added
 
-        def work(connection: Connection) -> bool:
-            # No conflict target: the primary key and unique (agent_id, ref) both make it a no-op.
-            result = connection.execute(insert(memory_records).values(values).on_conflict_do_nothing())
-            if result.rowcount != 1:
-                return False
-            if unit is not None and embedding_model:
-                vectors.put_vector(
-                    connection, record_id=record.id, agent_id=record.agent_id, channel=record.channel,
-                    embedding_model=embedding_model, vector=unit,
-                )  # fmt: skip
-            return True
-
-        return await self._write("add_record", work)
+    async def add_records(
+        self,
+        records: Sequence[MemoryRecord],
+        vectors: Sequence[Sequence[float] | None] | None,
+        embedding_model: str | None,
+    ) -> list[bool]:
+        """Each record as `add_record` would store it, all in one write transaction: one
+        multi-row INSERT per few hundred records and one executemany into the vector index,
+        instead of one transaction per record."""
+        if vectors is not None and len(vectors) != len(records):
+            raise InputError(f"{len(records)} records but {len(vectors)} vectors: one per record (or None)")
+        rows = [
+            _new_row(record, None if vectors is None else vectors[i], embedding_model)
+            for i, record in enumerate(records)
+        ]
+        if not rows:
+            return []
+        return await self._write("add_records", lambda c: _insert_records(c, rows))
 
     async def get_record(self, agent_id: str, record_id: str) -> MemoryRecord | None:
         statement = select(memory_records).where(_r.agent_id == agent_id, _r.id == record_id)
@@ -90,10 +91,17 @@ class SQLiteMemory:
         wanted = list(dict.fromkeys(record_ids))
 
         def work(connection: Connection) -> list[MemoryRecord]:
+            # Recall fetches every candidate (~200 a query) through here: plain driver rows
+            # read by `_record_from_driver_row` take half the time of SQLAlchemy's result
+            # processing plus `record_from_row`.
             found: list[MemoryRecord] = []
             for chunk in _chunks(wanted):
-                statement = select(memory_records).where(_r.agent_id == agent_id, _r.id.in_(chunk))
-                found += [record_from_row(row) for row in connection.execute(statement)]
+                marks = ", ".join("?" * len(chunk))
+                rows = connection.exec_driver_sql(
+                    f"SELECT {_DRIVER_COLUMNS} FROM memory_records WHERE agent_id = ? AND id IN ({marks})",
+                    (agent_id, *chunk),
+                )
+                found += [_record_from_driver_row(row) for row in rows]
             return sorted(found, key=lambda r: (r.created_at, r.id), reverse=True)
 
         return await self._read("records_by_ids", work)
@@ -182,7 +190,8 @@ class SQLiteMemory:
     ) -> list[tuple[str, float]]:
         """At most 4096 hits (sqlite-vec's cap on k). A query vector of zeros has no
         neighbours; `channels=[]` allows no channel, so finds nothing. The search is exact:
-        brute force over the agent's partition of the index (see `_sqlite_vectors`)."""
+        brute force over the index partitions of the agent's channels in `channels` (see
+        `_sqlite_vectors`)."""
         unit = vectors.unit_vector(vector, "query vector")
         if unit is None or k <= 0:
             return []
@@ -200,17 +209,31 @@ class SQLiteMemory:
         if match is None or k <= 0 or (channels is not None and not channels):
             return []
         weights = ", ".join(str(w) for w in KEYWORD_WEIGHTS)
-        sql = (
-            f"SELECT r.id AS id, bm25(memory_fts, {weights}) AS score FROM memory_fts "
-            # CROSS JOIN pins the join order: search the full-text index first, then fetch
-            # the matching rows. A plain JOIN lets SQLite scan the agent's records and run
-            # the match once per row (22 s per query at 100k records).
-            "CROSS JOIN memory_records AS r ON r.rowid = memory_fts.rowid "
-            "WHERE memory_fts MATCH :match AND r.agent_id = :agent_id"
-        )
         params: dict[str, object] = {"match": match, "agent_id": agent_id, "k": k}
-        if channels is not None:
-            sql += " AND r.channel IN (SELECT value FROM json_each(:channels))"
+        if channels is None:
+            sql = (
+                f"SELECT r.id AS id, bm25(memory_fts, {weights}) AS score FROM memory_fts "
+                # CROSS JOIN pins the join order: search the full-text index first, then fetch
+                # the matching rows. A plain JOIN lets SQLite scan the agent's records and run
+                # the match once per row (22 s per query at 100k records).
+                "CROSS JOIN memory_records AS r ON r.rowid = memory_fts.rowid "
+                "WHERE memory_fts MATCH :match AND r.agent_id = :agent_id"
+            )
+        else:
+            # The compartment's rowids (from the (agent_id, channel) index) filter the
+            # matches inside the full-text scan, so BM25 is computed, and a record row read,
+            # only for matches in the compartment: ~4 ms instead of ~8 ms at 100k records in
+            # 10 channels, where most matches lie outside it. The unary + keeps the IN a
+            # filter: as an index constraint, FTS5 would rerun the match once per rowid.
+            sql = (
+                f"SELECT r.id AS id, hit.score AS score FROM ("
+                f"SELECT rowid, bm25(memory_fts, {weights}) AS score FROM memory_fts "
+                "WHERE memory_fts MATCH :match AND +rowid IN ("
+                "SELECT rowid FROM memory_records WHERE agent_id = :agent_id "
+                "AND channel IN (SELECT value FROM json_each(:channels)))"
+                ") AS hit CROSS JOIN memory_records AS r ON r.rowid = hit.rowid "
+                "WHERE r.agent_id = :agent_id"
+            )
             params["channels"] = json.dumps(list(dict.fromkeys(channels)), ensure_ascii=False)
         sql += " ORDER BY score, r.created_at DESC, r.id DESC LIMIT :k"
 
@@ -239,10 +262,11 @@ class SQLiteMemory:
                 vectors.delete_vectors(connection, int(row.dims), [record_id])
             dims = None
             if unit is not None:
-                dims = vectors.put_vector(
-                    connection, record_id=record_id, agent_id=agent_id, channel=row.channel,
-                    embedding_model=embedding_model, vector=unit,
-                )  # fmt: skip
+                vectors.put_vectors(
+                    connection,
+                    [vectors.NewVector(record_id, agent_id, row.channel, embedding_model, unit)],
+                )
+                dims = len(unit) // 4
             connection.execute(
                 update(memory_records).where(where).values(embedding_model=embedding_model, dims=dims)
             )
@@ -347,6 +371,93 @@ def fts_any_query(query: str) -> str | None:
 
 
 # helpers ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _NewRow:
+    """A checked record on its way in: its `memory_records` values and unit vector."""
+
+    values: dict[str, Any]
+    unit: bytes | None
+
+
+def _new_row(record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None) -> _NewRow:
+    """Checks everything before any write, so bad input stores nothing."""
+    _check_record_ids(record)
+    values = record_values(record)
+    values.update(embedding_model=None, dims=None)  # every row of a batch has the same keys
+    unit = None
+    if vector is not None:
+        if not embedding_model:
+            raise InputError(f"record {record.id!r}: a vector needs its embedding model name")
+        unit = vectors.unit_vector(vector, f"vector of record {record.id!r}")
+        values.update(embedding_model=embedding_model, dims=None if unit is None else len(vector))
+    return _NewRow(values, unit)
+
+
+def _insert_records(connection: Connection, rows: Sequence[_NewRow]) -> list[bool]:
+    """Insert `rows` (and their vectors); per row, whether it was stored. A row whose id or
+    (agent, ref) is taken — in the database or earlier in `rows` — is skipped."""
+    ids: set[str] = set()
+    refs: set[tuple[str, str]] = set()
+    first = [False] * len(rows)  # not preceded in `rows` by a row with its id or ref
+    for index, row in enumerate(rows):
+        ref = row.values["ref"]
+        key = (row.values["agent_id"], ref)
+        if row.values["id"] in ids or (ref is not None and key in refs):
+            continue
+        ids.add(row.values["id"])
+        if ref is not None:
+            refs.add(key)
+        first[index] = True
+    fresh = [row for row, is_first in zip(rows, first, strict=True) if is_first]
+    # No conflict target: the primary key and unique (agent_id, ref) both make it a no-op.
+    # RETURNING names the rows stored; SQLAlchemy batches them into multi-row INSERTs.
+    statement = insert(memory_records).on_conflict_do_nothing().returning(_r.id)
+    stored = set(connection.execute(statement, [row.values for row in fresh]).scalars())
+    vectors.put_vectors(
+        connection,
+        [
+            vectors.NewVector(
+                row.values["id"],
+                row.values["agent_id"],
+                row.values["channel"],
+                row.values["embedding_model"],
+                row.unit,
+            )
+            for row in fresh
+            if row.unit is not None and row.values["id"] in stored
+        ],
+    )
+    return [is_first and row.values["id"] in stored for row, is_first in zip(rows, first, strict=True)]
+
+
+_DRIVER_COLUMNS = (
+    "id, agent_id, created_at, channel, participant_ids, summary, importance, tags, emotion, "
+    "sensitivity, conversation_id, message_ids, ref, kind"
+)
+
+
+def _record_from_driver_row(row: Sequence[Any]) -> MemoryRecord:
+    """`record_from_row` for a plain driver row of `_DRIVER_COLUMNS`: the values as the
+    schema's types store them on SQLite (UTCDateTime: naive UTC ISO text; JSON: text). The
+    contract suite's round trip through `records_by_ids` checks they agree."""
+    return MemoryRecord(
+        id=row[0],
+        agent_id=row[1],
+        created_at=datetime.fromisoformat(row[2]).replace(tzinfo=UTC),
+        channel=row[3],
+        participant_ids=tuple(json.loads(row[4])),
+        summary=row[5],
+        importance=row[6],
+        tags=tuple(json.loads(row[7])),
+        emotion=row[8],
+        sensitivity=Sensitivity(row[9]),
+        conversation_id=row[10],
+        message_ids=tuple(json.loads(row[11])),
+        ref=row[12],
+        kind=row[13],
+    )
+
+
 def _check_record_ids(record: MemoryRecord) -> None:
     checked_id(record.id, "record id")
     checked_id(record.agent_id, "agent id")

@@ -243,6 +243,19 @@ class Store(ABC):
         agent, exists (re-importing history never duplicates)."""
 
     @abstractmethod
+    async def add_records(
+        self,
+        records: Sequence[MemoryRecord],
+        vectors: Sequence[Sequence[float] | None] | None,
+        embedding_model: str | None,
+    ) -> list[bool]:
+        """Bulk `add_record` (imports, benchmarks): `vectors[i]` belongs to `records[i]`
+        (None: no vector; `vectors=None`: none at all), every vector from `embedding_model`.
+        Returns, per record, whether it was stored — as calling `add_record` for each in
+        order would: a record whose id or ref exists, or came earlier in the batch, is
+        skipped. One transaction: bad input anywhere (InputError) stores nothing."""
+
+    @abstractmethod
     async def get_record(self, agent_id: str, record_id: str) -> MemoryRecord | None: ...
 
     @abstractmethod

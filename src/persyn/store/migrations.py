@@ -20,6 +20,7 @@ cannot pass unnoticed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -158,10 +159,48 @@ def _create_memory_records(connection: Connection, dialect_name: str) -> None:
         connection.exec_driver_sql(statement)
 
 
+# Migration 4: record vectors partitioned by channel as well as by agent (see
+# _sqlite_vectors.py for why). vec0 cannot alter a table, so each `memory_vec_<dims>` table
+# of migration 3's layout (agent partition; channel and model as metadata columns) is copied
+# into a `memory_vectors_<dims>` table of this layout, frozen here, and dropped.
+_V3_VECTOR_TABLE = re.compile(r"memory_vec_([0-9]+)")
+_V4_VECTOR_DDL = (
+    "CREATE VIRTUAL TABLE memory_vectors_{dims} USING vec0("
+    "record_id text primary key, "
+    "agent_id text partition key, "
+    "channel text partition key, "
+    "embedding float[{dims}] distance_metric=cosine, "
+    "+embedding_model text, "
+    "chunk_size=256)"
+)
+
+
+def _partition_vectors_by_channel(connection: Connection, dialect_name: str) -> None:
+    """Migration 4: move every vector into a table partitioned by (agent, channel)."""
+    if dialect_name != "sqlite":
+        raise StoreError(
+            f"migration 4 (vectors by channel) has no variant for dialect {dialect_name!r} yet; "
+            "supported: 'sqlite'"
+        )
+    names = connection.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars()
+    for old in sorted(str(name) for name in names):
+        match = _V3_VECTOR_TABLE.fullmatch(old)  # not the vec0 shadow tables (..._chunks)
+        if match is None:
+            continue
+        dims = int(match.group(1))
+        connection.exec_driver_sql(_V4_VECTOR_DDL.format(dims=dims))
+        connection.exec_driver_sql(
+            f"INSERT INTO memory_vectors_{dims}(record_id, agent_id, channel, embedding, embedding_model) "
+            f"SELECT record_id, agent_id, channel, embedding, embedding_model FROM {old}"
+        )
+        connection.exec_driver_sql(f"DROP TABLE {old}")
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
     Migration(3, "long-term memory records", _create_memory_records),
+    Migration(4, "record vectors partitioned by channel", _partition_vectors_by_channel),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -284,7 +284,7 @@ flags = Table(
 # `conversation_id` has no foreign key: a record outlives the dialog it came from, and
 # imported history names conversations this store never saw. `embedding_model` and `dims`
 # describe the record's current vector (NULL: none); the vector itself lives in a backend's
-# vector index (sqlite-vec `memory_vec_<dims>` tables; pgvector), keyed by the record id.
+# vector index (sqlite-vec `memory_vectors_<dims>` tables; pgvector), keyed by the record id.
 memory_records = Table(
     "memory_records",
     metadata,

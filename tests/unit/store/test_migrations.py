@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -184,3 +185,71 @@ def test_migration_one_is_frozen_and_ignores_later_tables(engine: Engine) -> Non
     with engine.connect() as connection:
         assert "memory_records" not in inspect(connection).get_table_names()
     assert "memory_records" in schema.metadata.tables
+
+
+async def test_migration_four_moves_vectors_into_channel_partitions(tmp_path: Path) -> None:
+    """A database whose vectors are in migration 3's layout (one agent-partitioned vec0
+    table per size, channel as a metadata column) keeps every vector, searchable per
+    channel, after the upgrade."""
+    path = tmp_path / "persyn.db"
+    engine = create_sqlite_engine(path, writer=True)
+    agent_id, other = new_id(), new_id()
+    rows = [  # (record id, agent, channel, vector)
+        (new_id(T0), agent_id, "terminal:main", [1.0, 0.0, 0.0, 0.0]),
+        (new_id(T0), agent_id, "terminal:main", [0.6, 0.8, 0.0, 0.0]),
+        (new_id(T0), agent_id, "discord:a-long-channel-name", [1.0, 0.0, 0.0, 0.0]),
+        (new_id(T0), other, "terminal:main", [1.0, 0.0, 0.0, 0.0]),
+        (new_id(T0), agent_id, "terminal:main", [0.0, 0.0, 1.0]),
+    ]
+    try:
+        _migrate(engine, target=3)
+        with engine.begin() as connection:
+            for dims in (3, 4):  # the layout `put_vector` created before migration 4
+                connection.exec_driver_sql(
+                    f"CREATE VIRTUAL TABLE memory_vec_{dims} USING vec0(record_id text primary key, "
+                    f"agent_id text partition key, embedding float[{dims}] distance_metric=cosine, "
+                    "channel text, embedding_model text)"
+                )
+            for record_id, owner, channel, vector in rows:
+                connection.execute(
+                    insert(schema.memory_records).values(
+                        id=record_id, agent_id=owner, created_at=T0, channel=channel, participant_ids=[],
+                        summary="a memory", importance=5, tags=[], sensitivity="private", message_ids=[],
+                        kind="exchange", embedding_model="m1", dims=len(vector),
+                    )
+                )  # fmt: skip
+                connection.execute(
+                    text(
+                        f"INSERT INTO memory_vec_{len(vector)}(record_id, agent_id, embedding, channel, "
+                        "embedding_model) VALUES (:id, :agent, :embedding, :channel, 'm1')"
+                    ),
+                    {"id": record_id, "agent": owner, "embedding": struct.pack(f"<{len(vector)}f", *vector),
+                     "channel": channel},
+                )  # fmt: skip
+        assert _migrate(engine) == LATEST_VERSION
+        names = {name for name, _ in _schema_sql(engine)}
+    finally:
+        engine.dispose()
+    assert {"memory_vectors_3", "memory_vectors_4"} <= names
+    assert not any(name.startswith("memory_vec_") for name in names)  # shadow tables went too
+
+    store = SQLiteStore(path)
+    await store.setup()
+    try:
+        main = await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, ["terminal:main"])
+        assert [hit[0] for hit in main] == [rows[0][0], rows[1][0]]
+        assert [hit[1] for hit in main] == pytest.approx([0.0, 0.4], abs=1e-6)
+        discord = await store.vector_candidates(agent_id, [1, 0, 0, 0], 1, ["discord:a-long-channel-name"])
+        assert [hit[0] for hit in discord] == [rows[2][0]]
+        assert len(await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None)) == 3
+        assert [hit[0] for hit in await store.vector_candidates(other, [1, 0, 0, 0], 10, None)] == [
+            rows[3][0]
+        ]
+        assert [hit[0] for hit in await store.vector_candidates(agent_id, [0, 0, 1], 10, None)] == [
+            rows[4][0]
+        ]
+        assert await store.delete_records(agent_id, [rows[0][0], rows[4][0]]) == 2
+        nearest = await store.vector_candidates(agent_id, [1, 0, 0, 0], 1, None)
+        assert [hit[0] for hit in nearest] == [rows[2][0]]
+    finally:
+        await store.close()

@@ -132,7 +132,7 @@ def test_unit_vector_refuses_unusable_vectors(bad: list[float]) -> None:
 
 
 def test_vector_table_names_are_checked() -> None:
-    assert vector_table(256) == "memory_vec_256"
+    assert vector_table(256) == "memory_vectors_256"
     for dims in (0, -1, MAX_DIMS + 1):
         with pytest.raises(InputError):
             vector_table(dims)
