@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, SetEnqueueOptions, SetWorkflowID
+from sqlalchemy import Engine
 
 from persyn.channels.base import ChannelAdapter
 from persyn.cognition import pipeline
@@ -33,6 +34,7 @@ from persyn.memory.consolidate import Consolidator
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
 from persyn.runtime import workflows
+from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime.memory_ops import context_window_for
 from persyn.store import Store, open_store
 from persyn.store.base import Conversation, Identity
@@ -85,6 +87,7 @@ class Runtime:
         self.memory_degraded: str | None = None
         self._launched = False
         self._client: DBOSClient | None = None
+        self._dbos_engine: Engine | None = None
         self.uses_offline_model = False
 
     # lifecycle -------------------------------------------------------------------------
@@ -105,11 +108,15 @@ class Runtime:
                 self.settings.metering.prometheus_port, self.settings.metering.prometheus_host
             )
         workflows.install(self)
+        dbos_url = self.settings.dbos_database_url
+        self._dbos_engine = dbos_sqlite_engine(dbos_url)
         config: DBOSConfig = {
             "name": "persyn",
-            "system_database_url": self.settings.dbos_database_url,
+            "system_database_url": dbos_url,
             "log_level": self.settings.log_level.upper(),
         }
+        if self._dbos_engine is not None:
+            config["system_database_engine"] = self._dbos_engine
         if workers:
             DBOS(config=config)
             # Launched from inside the running loop so queued workflows run on it: live
@@ -122,7 +129,7 @@ class Runtime:
             # database exists (idempotent).
             await asyncio.to_thread(DBOS.migrate, self.settings.dbos_database_url)
             self._client = await asyncio.to_thread(
-                DBOSClient, system_database_url=self.settings.dbos_database_url
+                DBOSClient, system_database_url=dbos_url, system_database_engine=self._dbos_engine
             )
         self._launched = workers
         polling = self.settings.dispatch.queue_polling_seconds
@@ -158,6 +165,9 @@ class Runtime:
         if self._client is not None:
             self._client.destroy()
             self._client = None
+        if self._dbos_engine is not None:
+            self._dbos_engine.dispose()  # DBOS does not dispose of an engine it was given
+            self._dbos_engine = None
         workflows.install(None)
         for gateway in self._gateways.values():
             await gateway.aclose()
