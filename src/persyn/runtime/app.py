@@ -117,6 +117,8 @@ class Runtime:
         }
         if self._dbos_engine is not None:
             config["system_database_engine"] = self._dbos_engine
+        if self.settings.dispatch.executor_id:
+            config["executor_id"] = self.settings.dispatch.executor_id
         if workers:
             DBOS(config=config)
             # Launched from inside the running loop so queued workflows run on it: live

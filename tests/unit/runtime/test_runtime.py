@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from dbos import DBOS
 from pydantic_ai.exceptions import ModelHTTPError
 
 from persyn.core.clock import ManualClock
@@ -126,6 +127,24 @@ async def test_a_redelivered_event_runs_once(
     assert len(channel.delivered) == 1
     assert runtime.meter.flush()
     assert len(adapter.records) == 1
+
+
+async def test_the_dbos_executor_id_comes_from_the_config(tmp_path: Path) -> None:
+    settings = _settings(tmp_path / "home")
+    settings = settings.model_copy(
+        update={"dispatch": settings.dispatch.model_copy(update={"executor_id": "worker-a"})}
+    )
+    runtime = Runtime(settings, clock=ManualClock(START))
+    await runtime.start(workers=True)
+    try:
+        agent = settings.agents[0]
+        event = _event(agent, "hello", START)
+        await runtime.submit(event)
+        await runtime.wait_marker(agent.id, event.id, timeout=30)
+        status = await DBOS.get_workflow_status_async(event.id)
+        assert status is not None and status.executor_id == "worker-a"
+    finally:
+        await runtime.stop()
 
 
 async def test_invalid_input_is_rejected_before_anything_is_stored(
