@@ -47,6 +47,8 @@ __all__ = ["DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
 DISPLAY_NAME_PREF = "display_name"
 CONSOLIDATED_FLAG = "consolidated:"
 
+_EVENT_CACHE_SIZE = 4096
+
 log = logging.getLogger(__name__)
 
 ConversationHook = Callable[[str, str], Awaitable[None]]
@@ -88,6 +90,7 @@ class Runtime:
         self._launched = False
         self._client: DBOSClient | None = None
         self._dbos_engine: Engine | None = None
+        self._events: dict[str, Event] = {}  # events of activations in flight, by id
         self.uses_offline_model = False
 
     # lifecycle -------------------------------------------------------------------------
@@ -335,9 +338,17 @@ class Runtime:
 
     # pipeline steps (called from durable workflow steps) ---------------------------------
     async def _event(self, agent_id: str, event_id: str) -> Event:
+        """The stored event. Events never change once saved, so each is read once per
+        activation (receive), kept for its respond and transmit, and dropped after."""
+        event = self._events.get(event_id)
+        if event is not None and event.agent_id == agent_id:
+            return event
         event = await self.store.get_event(agent_id, event_id)
         if event is None:
             raise InputError(f"event {event_id!r} of agent {agent_id!r} is not stored")
+        if len(self._events) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
+            self._events.pop(next(iter(self._events)))
+        self._events[event_id] = event
         return event
 
     async def receive(self, agent_id: str, event_id: str) -> dict[str, Any]:
@@ -363,6 +374,7 @@ class Runtime:
         setup = TurnSetup.model_validate(setup_data)
         reply = Reply.model_validate(reply_data)
         event = await self._event(agent_id, event_id)
+        self._events.pop(event_id, None)  # the last step that needs it
         now = self.clock.now()
         ttl = timedelta(seconds=self.settings.dispatch.marker_ttl_seconds)
         channel = self.channels.get(event.service)

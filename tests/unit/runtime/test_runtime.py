@@ -129,6 +129,28 @@ async def test_a_redelivered_event_runs_once(
     assert len(adapter.records) == 1
 
 
+async def test_an_activation_reads_its_event_from_the_store_once(
+    started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runtime, channel, _adapter, _clock = started
+    agent = runtime.settings.agents[0]
+    reads: list[str] = []
+    get_event = runtime.store.get_event
+
+    async def counted(agent_id: str, event_id: str) -> Event | None:
+        reads.append(event_id)
+        return await get_event(agent_id, event_id)
+
+    monkeypatch.setattr(runtime.store, "get_event", counted)
+    first, second = _event(agent, "one", START), _event(agent, "two", START + timedelta(seconds=1))
+    for event in (first, second):
+        await runtime.submit(event)
+        assert (await runtime.wait_marker(agent.id, event.id, timeout=30)).transmitted
+    assert reads == [first.id, second.id]  # receive reads it; respond and transmit reuse it
+    assert [o.text for o in channel.delivered] == ["You said: one", "You said: two"]
+
+
 async def test_the_dbos_executor_id_comes_from_the_config(tmp_path: Path) -> None:
     settings = _settings(tmp_path / "home")
     settings = settings.model_copy(
