@@ -257,10 +257,8 @@ async def respond(responder: Responder, prompt: Prompt, sink: SinkCallable | Non
 
 
 async def record_reply(store: Store, agent_name: str, setup: TurnSetup, text: str, now: datetime) -> Message:
-    """Store what the agent said. Idempotent per event: a replayed transmit stores nothing new."""
-    existing = await store.agent_reply_for_event(setup.agent_id, setup.event_id)
-    if existing is not None:
-        return existing
+    """Store what the agent said. Idempotent per event: a replayed transmit stores nothing new
+    (the store keeps one AGENT reply per event) and gets the reply stored the first time."""
     # A reply never sorts before what it answers, even on a coarse or frozen clock.
     now = max(now, setup.received_at + timedelta(milliseconds=1))
     message = Message(
@@ -274,5 +272,6 @@ async def record_reply(store: Store, agent_name: str, setup: TurnSetup, text: st
         created_at=now,
         event_id=setup.event_id,
     )
-    await store.add_message(message)
+    if await store.add_message(message):
+        return message
     return await store.agent_reply_for_event(setup.agent_id, setup.event_id) or message

@@ -149,6 +149,10 @@ class DispatchConfig(_Strict):
     queue_polling_seconds: float = Field(default=0.01, gt=0, le=10)
     marker_ttl_seconds: float = Field(default=3600.0, gt=0)
     worker_concurrency: int = Field(default=16, ge=1, le=1000)
+    # DBOS executor id: after a crash, a worker recovers the unfinished activations that
+    # were running under its own id. Unset = DBOS's default ("local", or $DBOS__VMID);
+    # give each worker process sharing one system database its own stable id.
+    executor_id: str | None = Field(default=None, min_length=1, max_length=200)
     # How often the scheduler closes idle conversations, sweeps unconsolidated ones and
     # purges expired markers.
     housekeeping_seconds: float = Field(default=60.0, gt=0)

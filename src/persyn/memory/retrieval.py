@@ -264,6 +264,7 @@ def format_memories(result: RetrievalResult) -> str:
     return "\n".join(lines)
 
 
+_NO_ENCODER = "no encoder is available: keyword-only recall"
 _PARTIAL = "(recall is partial right now: matched by keywords only, so meaning-alike memories may be missing)"
 
 
@@ -274,6 +275,20 @@ class Retriever:
         self.store = store
         self.embedder = embedder
         self.config = config
+        self._remembering: set[str] = set()  # agents known to have had a record
+
+    async def has_memories(self, agent_id: str) -> bool:
+        """Whether the agent has any record to recall. A new agent has none, and then
+        recall would embed the query and search for nothing on every turn. Once records
+        exist the answer is kept (culling rarely empties a store, and a stale yes only
+        costs a search that finds nothing); a no is asked again each time, since
+        consolidation or `persyn memory import` may add the first record at any moment."""
+        if agent_id in self._remembering:
+            return True
+        if not await self.store.list_records(agent_id, limit=1):
+            return False
+        self._remembering.add(agent_id)
+        return True
 
     async def retrieve(
         self,
@@ -289,6 +304,16 @@ class Retriever:
     ) -> RetrievalResult:
         config = self.config
         analysed = analyse_query(query, _aware(now))
+        if not await self.has_memories(agent_id):
+            return RetrievalResult(
+                query=query,
+                channel=channel,
+                now=now,
+                mode=mode,
+                degraded=None if self.embedder is not None or mode == "keyword" else _NO_ENCODER,
+                budget_tokens=budget_tokens,
+                periods=analysed.periods,
+            )
         channels = eligible_channels(channel, config.channel_groups)
         pool = config.candidates
 
@@ -387,7 +412,7 @@ class Retriever:
         """Nearest records to `text`, or none and the reason when the encoder cannot serve:
         an unavailable encoder degrades recall to keyword search, never fails the turn."""
         if self.embedder is None:
-            return [], "no encoder is available: keyword-only recall"
+            return [], _NO_ENCODER
         try:
             [vector] = await self.embedder.embed([text])
         except Exception as exc:  # SPEC §6: whatever the encoder does, the turn goes on

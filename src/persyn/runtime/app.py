@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, SetEnqueueOptions, SetWorkflowID
+from sqlalchemy import Engine
 
 from persyn.channels.base import ChannelAdapter
 from persyn.cognition import deliberation, pipeline
@@ -34,6 +35,7 @@ from persyn.memory.consolidate import Consolidator
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
 from persyn.runtime import workflows
+from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime.memory_ops import context_window_for
 from persyn.store import Store, open_store
 from persyn.store.base import Conversation, Identity, Message
@@ -48,6 +50,8 @@ DISPLAY_NAME_PREF = "display_name"
 CONSOLIDATED_FLAG = "consolidated:"
 DELIBERATION_FLAG = "deliberation:"
 AUTO_SPEAK = workflows.AUTO_SPEAK
+
+_EVENT_CACHE_SIZE = 4096
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +94,8 @@ class Runtime:
         self.memory_degraded: str | None = None
         self._launched = False
         self._client: DBOSClient | None = None
+        self._dbos_engine: Engine | None = None
+        self._events: dict[str, Event] = {}  # events of activations in flight, by id
         self.uses_offline_model = False
 
     # lifecycle -------------------------------------------------------------------------
@@ -110,11 +116,17 @@ class Runtime:
                 self.settings.metering.prometheus_port, self.settings.metering.prometheus_host
             )
         workflows.install(self)
+        dbos_url = self.settings.dbos_database_url
+        self._dbos_engine = dbos_sqlite_engine(dbos_url)
         config: DBOSConfig = {
             "name": "persyn",
-            "system_database_url": self.settings.dbos_database_url,
+            "system_database_url": dbos_url,
             "log_level": self.settings.log_level.upper(),
         }
+        if self._dbos_engine is not None:
+            config["system_database_engine"] = self._dbos_engine
+        if self.settings.dispatch.executor_id:
+            config["executor_id"] = self.settings.dispatch.executor_id
         if workers:
             DBOS(config=config)
             # Launched from inside the running loop so queued workflows run on it: live
@@ -127,7 +139,7 @@ class Runtime:
             # database exists (idempotent).
             await asyncio.to_thread(DBOS.migrate, self.settings.dbos_database_url)
             self._client = await asyncio.to_thread(
-                DBOSClient, system_database_url=self.settings.dbos_database_url
+                DBOSClient, system_database_url=dbos_url, system_database_engine=self._dbos_engine
             )
         self._launched = workers
         polling = self.settings.dispatch.queue_polling_seconds
@@ -163,6 +175,9 @@ class Runtime:
         if self._client is not None:
             self._client.destroy()
             self._client = None
+        if self._dbos_engine is not None:
+            self._dbos_engine.dispose()  # DBOS does not dispose of an engine it was given
+            self._dbos_engine = None
         workflows.install(None)
         for gateway in self._gateways.values():
             await gateway.aclose()
@@ -342,9 +357,17 @@ class Runtime:
 
     # pipeline steps (called from durable workflow steps) ---------------------------------
     async def _event(self, agent_id: str, event_id: str) -> Event:
+        """The stored event. Events never change once saved, so each is read once per
+        activation (receive), kept for its respond and transmit, and dropped after."""
+        event = self._events.get(event_id)
+        if event is not None and event.agent_id == agent_id:
+            return event
         event = await self.store.get_event(agent_id, event_id)
         if event is None:
             raise InputError(f"event {event_id!r} of agent {agent_id!r} is not stored")
+        if len(self._events) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
+            self._events.pop(next(iter(self._events)))
+        self._events[event_id] = event
         return event
 
     async def receive(self, agent_id: str, event_id: str) -> dict[str, Any]:
@@ -526,6 +549,7 @@ class Runtime:
     ) -> dict[str, Any]:
         setup = TurnSetup.model_validate(setup_data)
         event = await self._event(agent_id, event_id)
+        self._events.pop(event_id, None)  # the last step that needs it
         now = self.clock.now()
         ttl = timedelta(seconds=self.settings.dispatch.marker_ttl_seconds)
         channel = self.channels.get(event.service)

@@ -70,6 +70,7 @@ max_message_chars = 32000      # longer inbound messages are rejected
 queue_polling_seconds = 0.01   # how often workers look for new events
 marker_ttl_seconds = 3600      # how long completion markers live
 housekeeping_seconds = 60      # closing idle conversations, consolidation sweep, culling
+# executor_id = "worker-1"     # DBOS executor id; give each worker sharing one database its own
 
 [memory]
 # The encoder: "wordllama" (in-process, offline, 256-d), "openai:MODEL@http://host:port/v1"

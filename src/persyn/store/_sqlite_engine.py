@@ -24,7 +24,7 @@ from sqlalchemy.pool import QueuePool
 
 from persyn.core.errors import StoreError
 
-__all__ = ["MIN_SQLITE_VERSION", "create_sqlite_engine", "sqlite_dbapi"]
+__all__ = ["MIN_SQLITE_VERSION", "create_sqlite_engine", "enable_wal", "sqlite_dbapi"]
 
 MIN_SQLITE_VERSION = (3, 38, 0)
 
@@ -114,7 +114,7 @@ def create_sqlite_engine(
             cursor.execute("PRAGMA foreign_keys = ON")
             cursor.execute("PRAGMA synchronous = NORMAL")
             if writer:
-                _enable_wal(dbapi, cursor, busy_timeout_ms / 1000)
+                enable_wal(dbapi, cursor, busy_timeout_ms / 1000)
             else:
                 cursor.execute("PRAGMA query_only = ON")  # a read connection can never write
         finally:
@@ -127,7 +127,7 @@ def create_sqlite_engine(
     return engine
 
 
-def _enable_wal(dbapi: ModuleType, cursor: Any, timeout_seconds: float) -> None:
+def enable_wal(dbapi: ModuleType, cursor: Any, timeout_seconds: float) -> None:
     """Switch the file to WAL (persistent; a no-op once set). The first switch needs an
     exclusive lock and SQLite reports BUSY at once instead of calling the busy handler, so
     two processes opening a fresh file together would fail: retry until the busy timeout."""

@@ -239,3 +239,24 @@ async def test_recall_surfaces_exactly_what_the_policy_allows(
     )
     surfaced = {s.record.id for s in result.records}
     assert surfaced == {r.id for r in records if _allowed(r, channel, present, groups)}
+
+
+async def test_an_agent_with_no_memories_is_not_searched_until_it_has_one(store: Store) -> None:
+    """Recall for a new agent costs no embedding; the first record, however it arrives, is
+    found on the next turn."""
+    agent = await _agent(store)
+    encoder = HashEmbedder()
+    retriever = Retriever(store, encoder, MemoryConfig())
+    empty = await _recall(retriever, agent, "the ridge hiking trip")
+    assert (empty.records, empty.degraded, empty.considered, encoder.calls) == ((), None, 0, 0)
+    assert await retriever.has_memories(agent) is False
+    hike = await _remember(store, agent, "I helped Ann plan a hiking trip on the Kesch ridge.")
+    found = await _recall(retriever, agent, "the ridge hiking trip")
+    assert [s.record.id for s in found.records] == [hike.id] and encoder.calls == 1
+    assert await retriever.has_memories(agent) is True
+
+
+async def test_with_no_memories_and_no_encoder_recall_still_says_it_is_degraded(store: Store) -> None:
+    agent = await _agent(store)
+    result = await _recall(Retriever(store, None, MemoryConfig()), agent, "the ridge hiking trip")
+    assert result.records == () and result.degraded is not None and "keyword-only" in result.degraded

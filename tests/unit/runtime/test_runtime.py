@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from dbos import DBOS
 from pydantic_ai.exceptions import ModelHTTPError
 
 from persyn.core.clock import ManualClock
@@ -134,6 +135,46 @@ async def test_a_redelivered_event_runs_once(
     stages = [r.stage for r in adapter.records]
     assert stages.count("respond") == 1 and stages.count("decide") == 1
     assert len(stages) == 4  # respond, two critics, decide: none of them twice
+
+
+async def test_an_activation_reads_its_event_from_the_store_once(
+    started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runtime, channel, _adapter, _clock = started
+    agent = runtime.settings.agents[0]
+    reads: list[str] = []
+    get_event = runtime.store.get_event
+
+    async def counted(agent_id: str, event_id: str) -> Event | None:
+        reads.append(event_id)
+        return await get_event(agent_id, event_id)
+
+    monkeypatch.setattr(runtime.store, "get_event", counted)
+    first, second = _event(agent, "one", START), _event(agent, "two", START + timedelta(seconds=1))
+    for event in (first, second):
+        await runtime.submit(event)
+        assert (await runtime.wait_marker(agent.id, event.id, timeout=30)).transmitted
+    assert reads == [first.id, second.id]  # receive reads it; respond and transmit reuse it
+    assert [o.text for o in channel.delivered] == ["You said: one", "You said: two"]
+
+
+async def test_the_dbos_executor_id_comes_from_the_config(tmp_path: Path) -> None:
+    settings = _settings(tmp_path / "home")
+    settings = settings.model_copy(
+        update={"dispatch": settings.dispatch.model_copy(update={"executor_id": "worker-a"})}
+    )
+    runtime = Runtime(settings, clock=ManualClock(START))
+    await runtime.start(workers=True)
+    try:
+        agent = settings.agents[0]
+        event = _event(agent, "hello", START)
+        await runtime.submit(event)
+        await runtime.wait_marker(agent.id, event.id, timeout=30)
+        status = await DBOS.get_workflow_status_async(event.id)
+        assert status is not None and status.executor_id == "worker-a"
+    finally:
+        await runtime.stop()
 
 
 async def test_invalid_input_is_rejected_before_anything_is_stored(
