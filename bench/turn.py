@@ -1,7 +1,7 @@
 """Time to transmit a turn, inline vs deferred deliberation, and platform overhead (issue 4).
 
 Runs turns through the real runtime (DBOS, SQLite, gateway, meter, memory retrieval over
-`--memories` synthetic records) with an in-process model double that sleeps a fixed time per
+`--memories` synthetic records made as `bench/memory_scale.py` makes them, over ten channels) with an in-process model double that sleeps a fixed time per
 call. Every reply is substantive, so each turn is critiqued:
 
 - inline: respond → critique (provenance + one lens, concurrently) → refine → decide → send
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import re
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,38 +31,14 @@ from persyn.cognition.deliberation import Critique, Decision, Objection
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Speaker
 from persyn.core.ids import new_id
-from persyn.core.records import MemoryRecord, channel_key
+from persyn.core.records import channel_key
 from persyn.runtime.app import Runtime
 from persyn.testing import register_double
 from persyn.testing.models import DoubleReply
 
-_WORDS = [
-    "lake",
-    "sailing",
-    "garden",
-    "train",
-    "Lyon",
-    "book",
-    "dinner",
-    "project",
-    "deadline",
-    "sister",
-    "concert",
-    "mountain",
-    "bike",
-    "coffee",
-    "recipe",
-    "piano",
-    "office",
-    "holiday",
-    "doctor",
-    "birthday",
-    "museum",
-    "river",
-    "paint",
-    "chess",
-    "market",
-]
+sys.path.insert(0, str(Path(__file__).parent))
+from memory_scale import CHANNELS
+from memory_scale import _records as scale_records  # pyright: ignore[reportPrivateUsage]
 
 
 class _Model:
@@ -115,27 +91,21 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 async def _seed_memories(runtime: Runtime, agent: AgentConfig, count: int, person_id: str) -> None:
+    """`count` records as `bench/memory_scale.py` makes them (Zipf-distributed words, ten
+    channels, a year of history); the channel this bench talks on is one of the ten, and the
+    speaker is a participant of the records made there."""
     assert runtime.embedder is not None
-    rng = random.Random(4)
-    now = runtime.clock.now()
-    batch: list[MemoryRecord] = []
-    for index in range(count):
-        words = " ".join(rng.choice(_WORDS) for _ in range(12))
-        batch.append(
-            MemoryRecord(
-                id=new_id(now),
-                agent_id=agent.id,
-                created_at=now,
-                channel=channel_key("bench", "bench"),
-                participant_ids=(person_id,),
-                summary=f"I talked about {words} ({index}).",
-            )
-        )
-        if len(batch) == 256 or index == count - 1:
-            vectors = await runtime.embedder.embed([r.summary for r in batch])
-            for record, vector in zip(batch, vectors, strict=True):
-                await runtime.store.add_record(record, vector, runtime.embedder.name)
-            batch.clear()
+    here = channel_key("bench", "bench")
+    records = [
+        r.model_copy(update={"channel": here, "participant_ids": (person_id, *r.participant_ids[1:])})
+        if r.channel == CHANNELS[-1]
+        else r
+        for r in scale_records(agent.id, count)
+    ]
+    for offset in range(0, len(records), 2048):
+        batch = records[offset : offset + 2048]
+        vectors = await runtime.embedder.embed([r.summary for r in batch])
+        await runtime.store.add_records(batch, vectors, runtime.embedder.name)
 
 
 def _home(home: Path, mode: str) -> Path:
