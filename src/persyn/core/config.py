@@ -191,6 +191,10 @@ class DeliberationConfig(_Strict):
     # A candidate whose content words overlap this much with something another speaker just
     # said adds nothing and is suppressed (1.0 = only exact repeats).
     redundancy_threshold: float = Field(default=0.8, gt=0, le=1)
+    # Deliberate even when critique would run on the built-in tiny offline model (Gemma 3
+    # 270M): off by default, as its critiques are noise and each costs seconds of the one
+    # local model server the next reply also needs.
+    offline_model: bool = False
     # How long a parked deferred conclusion waits to be woven into the next turn.
     parked_ttl_hours: float = Field(default=24.0, gt=0)
 

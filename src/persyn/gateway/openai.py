@@ -39,5 +39,11 @@ def build_openai_model(name: str, base_url: str | None, api_key: str | None, tim
         # Persyn never sends mid-conversation system messages: no lookalike-tag notice needed.
         framing_announcement="never",
     )
-    profile = OpenAIModelProfile(openai_chat_supports_multiple_system_messages=False)
+    # The reply bound goes out as `max_completion_tokens` to OpenAI, but as `max_tokens` to a
+    # custom server: llama.cpp's server (and older vLLM / Ollama) ignore the newer field, and
+    # an unbounded tiny model rambles for minutes.
+    profile = OpenAIModelProfile(
+        openai_chat_supports_multiple_system_messages=False,
+        openai_chat_supports_max_completion_tokens=base_url is None,
+    )
     return OpenAIChatModel(name, provider=provider, profile=profile, settings=settings)

@@ -265,7 +265,13 @@ class Runtime:
         )
 
     def offline_notice(self) -> str | None:
-        return OFFLINE_NOTICE if self.uses_offline_model else None
+        if not self.uses_offline_model:
+            return None
+        if any(self.tiny_deliberator(agent_id) for agent_id in self.agents):
+            return (
+                OFFLINE_NOTICE + " Self-critique is off with the tiny model ([deliberation] offline_model)."
+            )
+        return OFFLINE_NOTICE
 
     # people, for channels (which never reach into stores) -------------------------------
     async def resolve_speaker(self, agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
@@ -387,9 +393,23 @@ class Runtime:
         channel = self.channels.get(service)
         return "deferred" if getattr(channel, "interactive", False) else "inline"
 
-    def should_critique(self, text: str) -> bool:
+    def should_critique(self, text: str, agent_id: str | None = None) -> bool:
         config = self.settings.deliberation
-        return config.enabled and deliberation.is_substantive(text, config.substantive_min_words)
+        if not config.enabled or (agent_id is not None and self.tiny_deliberator(agent_id)):
+            return False
+        return deliberation.is_substantive(text, config.substantive_min_words)
+
+    def tiny_deliberator(self, agent_id: str) -> bool:
+        """Whether critique would run on the built-in tiny offline model, where it costs
+        seconds per turn on one shared llama.cpp server and its objections are noise; then
+        deliberation is skipped unless `[deliberation] offline_model = true`."""
+        if self.settings.deliberation.offline_model:
+            return False
+        gateway = self._gateways.get(agent_id)
+        if gateway is None:
+            return False
+        spec = gateway.spec_for(Task.CRITIQUE)
+        return spec.provider == "local" and not spec.name
 
     async def _dialog_until(self, setup: TurnSetup) -> list[Message]:
         """The channel's recent dialog up to and including this turn's input."""
@@ -468,6 +488,8 @@ class Runtime:
         sent on the deterministic gates alone (they still run in transmit)."""
         if not setup_data.get("addressed", True):
             return True
+        if self.tiny_deliberator(str(setup_data["agent_id"])):
+            return False
         return deliberation.is_substantive(text, self.settings.deliberation.substantive_min_words)
 
     async def decide(

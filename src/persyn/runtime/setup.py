@@ -102,6 +102,7 @@ mode = "auto"
 # channels = { terminal = "inline" }   # per-service override: inline | deferred
 # lenses = ["adversarial", "predictive", "constrained", "hopes", "fears"]
 substantive_min_words = 12     # shorter replies are critiqued only if they touch the past
+offline_model = false          # critique with the tiny offline model too (slow, and mostly noise)
 """
 
 

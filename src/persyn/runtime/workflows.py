@@ -133,7 +133,7 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
             text: str | None = draft["reply"]["text"]
             if text is None:
                 return await transmit_step(agent_id, event_id, setup, {"draft": draft})
-            critique = rt.should_critique(text)
+            critique = rt.should_critique(text, agent_id)
             critiques: list[dict[str, Any]] = []
             final = text
             if critique and setup.get("mode") == "inline":

@@ -75,6 +75,8 @@ async def test_the_request_is_one_system_message_then_the_dialog(
     await gateway.complete(Task.RESPOND, PROMPT)
     (body,) = server.requests
     assert body["model"] == "fake-llama"
+    # A custom server gets the bound as `max_tokens`: llama.cpp ignores `max_completion_tokens`.
+    assert body["max_tokens"] == 2048 and "max_completion_tokens" not in body
     assert body["messages"] == [
         {"role": "system", "content": "You are Ada.\n\nIt is now Monday morning."},
         {"role": "user", "content": "Hello?"},

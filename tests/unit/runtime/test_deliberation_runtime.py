@@ -390,3 +390,29 @@ async def test_the_stable_prefix_is_reused_and_the_ledger_shows_cache_reads_on_t
     stable = previous[0][: previous[0].index("It is now")]
     assert previous[1].startswith(stable)
     assert responds[1].cache_read_tokens >= len(stable) // 4 > 50
+
+
+@pytest.mark.parametrize(
+    ("model", "offline_model", "tiny"),
+    [("local:", False, True), ("auto", False, True), ("local:", True, False), ("test:mind", False, False)],
+)
+def test_the_tiny_offline_model_does_not_deliberate_unless_asked(
+    tmp_path: Path, model: str, offline_model: bool, tiny: bool
+) -> None:
+    from persyn.gateway.gateway import ModelGateway
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "persyn.toml").write_text(
+        f'[models]\ndefault = "{model}"\n[deliberation]\noffline_model = {str(offline_model).lower()}\n'
+    )
+    settings = load_settings(home, environ={})
+    agent = AgentConfig(name="Ada", id=new_id(START))
+    settings = settings.model_copy(update={"agents": [agent]})
+    runtime = Runtime(settings)
+    runtime._gateways[agent.id] = ModelGateway(settings, agent, runtime.meter)  # pyright: ignore[reportPrivateUsage]
+    substantive = "I remember we talked about sailing on the lake last summer, and you loved it."
+    assert runtime.tiny_deliberator(agent.id) is tiny
+    assert runtime.should_critique(substantive, agent.id) is not tiny
+    assert runtime.needs_decision({"agent_id": agent.id, "addressed": True}, substantive) is not tiny
+    assert runtime.needs_decision({"agent_id": agent.id, "addressed": False}, "hi") is True
