@@ -45,9 +45,26 @@ def render_gemma3(messages: list[dict[str, Any]]) -> str:
     return "".join(parts) + "<start_of_turn>model\n"
 
 
+# Gemma 3's turn markers are special tokens: detokenized for streaming they are empty text,
+# so the stop *strings* below never match and the model talks on into the next turn. Stop on
+# their token ids too (the same in every Gemma 3 vocabulary; checked against the packaged
+# GGUF: <start_of_turn> = 105, <end_of_turn> = 106).
+GEMMA3_TURN_TOKENS = frozenset({105, 106})
+
+
+def _stop_at_turn_marker(tokens: Any, logits: Any) -> bool:
+    return len(tokens) > 0 and int(tokens[-1]) in GEMMA3_TURN_TOKENS
+
+
 @register_chat_format(GEMMA3_FORMAT)  # type: ignore[misc]
 def format_gemma3(messages: list[dict[str, Any]], **_: Any) -> Any:
-    return ChatFormatterResponse(prompt=render_gemma3(messages), stop=["<end_of_turn>", "<start_of_turn>"])
+    from llama_cpp import StoppingCriteriaList  # type: ignore[import-untyped]
+
+    return ChatFormatterResponse(
+        prompt=render_gemma3(messages),
+        stop=["<end_of_turn>", "<start_of_turn>"],
+        stopping_criteria=StoppingCriteriaList([_stop_at_turn_marker]),
+    )
 
 
 def _stream_with_usage(

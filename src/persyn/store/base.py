@@ -286,9 +286,10 @@ class Store(ABC):
     async def vector_candidates(
         self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
     ) -> list[tuple[str, float]]:
-        """Approximate nearest records by cosine distance (smaller is closer), filtered by
-        agent and, when given, by channel key. Only vectors of `len(vector)` dimensions are
-        searched. Returns (record_id, distance), closest first."""
+        """Nearest records by cosine distance (smaller is closer), filtered by agent and,
+        when given, by channel key. Only vectors of `len(vector)` dimensions are searched.
+        Returns (record_id, distance), closest first. A backend may answer approximately
+        (an ANN index); the embedded SQLite one is exact, one partition per channel."""
 
     @abstractmethod
     async def keyword_candidates(
