@@ -45,6 +45,12 @@ conversations_app = typer.Typer(
     help="Conversations an agent has had, and their full dialog.", no_args_is_help=True
 )
 app.add_typer(conversations_app, name="conversations")
+contacts_app = typer.Typer(
+    help="The agent's contact directory: the people and agents it has met (made on first contact; "
+    "you rename and browse).",
+    no_args_is_help=True,
+)
+app.add_typer(contacts_app, name="contacts")
 
 _state: dict[str, Path | None] = {"home": None}
 
@@ -366,6 +372,81 @@ def _trace_lines(trace: dict[str, Any]) -> list[str]:
     if decision:
         lines.append(f"decided to {decision.get('action')}: {decision.get('reason')}")
     return lines
+
+
+# contacts ------------------------------------------------------------------------------------
+@contacts_app.command("list")
+def contacts_list(
+    agent: AgentOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Everyone the agent has met, most recently seen first."""
+    from persyn.runtime.inspect import contacts
+
+    settings = _settings()
+    people = _run(contacts(settings, settings.agent(agent)))
+    if as_json:
+        typer.echo(json.dumps([p.model_dump(mode="json") for p in people], indent=2))
+        return
+    if not people:
+        typer.echo("No contacts yet: people are added on first contact.")
+    for person in people:
+        seen = f"{person.last_interaction_at:%Y-%m-%d %H:%M}" if person.last_interaction_at else "never"
+        where = ", ".join(f"{i.service}/{i.channel}" for i in person.identities) or "-"
+        typer.echo(f"{person.id}  {person.display_name:<20} {person.kind:<6} last seen {seen}  on {where}")
+
+
+@contacts_app.command("show")
+def contacts_show(
+    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID (see `contacts list`).")],
+    agent: AgentOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """A contact's identities, last interaction and a digest of their latest conversations
+    (summaries, bounded; read one in full with `persyn conversations show ID`)."""
+    from persyn.runtime.inspect import contact
+
+    settings = _settings()
+    digest = _run(contact(settings, settings.agent(agent), person_id))
+    if as_json:
+        payload = {
+            "person": digest.person.model_dump(mode="json"),
+            "display_name_preference": digest.display_name_preference,
+            "conversations": [
+                {"conversation": c.model_dump(mode="json"), "summary": summary}
+                for c, summary in digest.conversations
+            ],
+        }
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    person = digest.person
+    typer.echo(f"{person.display_name} ({person.kind}) {person.id}")
+    if digest.display_name_preference:
+        typer.echo(f"  prefers to be called: {digest.display_name_preference}")
+    seen = f"{person.last_interaction_at:%Y-%m-%d %H:%M}" if person.last_interaction_at else "never"
+    typer.echo(f"  last interaction: {seen}")
+    for identity in person.identities:
+        typer.echo(f"  identity: {identity.service} / {identity.channel} / {identity.speaker_id}")
+    typer.echo("  recent conversations:" if digest.conversations else "  no conversations yet")
+    for conversation, summary in digest.conversations:
+        typer.echo(
+            f"    {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}  "
+            f"{conversation.service}/{conversation.channel}: {summary or '(not consolidated yet)'}"
+        )
+
+
+@contacts_app.command("rename")
+def contacts_rename(
+    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The new display name (1-64 characters).")],
+    agent: AgentOption = None,
+) -> None:
+    """Change how a contact is named; identities and history stay as they are."""
+    from persyn.runtime.inspect import rename_contact
+
+    settings = _settings()
+    person = _run(rename_contact(settings, settings.agent(agent), person_id, name))
+    typer.echo(f"{person.id} is now {person.display_name}")
 
 
 # memory ------------------------------------------------------------------------------------

@@ -6,15 +6,27 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
+
+from pydantic import BaseModel
 
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
 from persyn.core.ids import parse_id
 from persyn.store import Store, open_store
-from persyn.store.base import Conversation, Message
+from persyn.store.base import Conversation, Message, Person
 
-__all__ = ["conversation_dialog", "deliberation_traces", "list_conversations", "opened_store"]
+__all__ = [
+    "ContactDigest",
+    "contact",
+    "contacts",
+    "conversation_dialog",
+    "deliberation_traces",
+    "list_conversations",
+    "opened_store",
+    "rename_contact",
+]
 
 # The same key the runtime writes (runtime/app.py DELIBERATION_FLAG); app is not imported
 # here because it pulls in DBOS and every provider.
@@ -63,3 +75,62 @@ async def deliberation_traces(
                 with contextlib.suppress(ValueError):
                     traces[event_id] = json.loads(raw)
     return traces
+
+
+# contacts (SPEC §4.5 directory browsing; the first slice of the people issue) -------------
+_DIGEST_CONVERSATIONS = 5
+_DIGEST_SCAN = 300  # conversations (and memories) looked through for a digest: bounded
+
+
+class ContactDigest(BaseModel):
+    """A contact as the directory shows it: who, where, and the few latest conversations."""
+
+    person: Person
+    display_name_preference: str | None = None
+    conversations: list[tuple[Conversation, str | None]] = []  # with its summary, if consolidated
+
+
+async def contacts(settings: Settings, agent: AgentConfig) -> list[Person]:
+    async with opened_store(settings) as store:
+        people = await store.list_persons(agent.id)
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return sorted(people, key=lambda p: p.last_interaction_at or p.created_at or epoch, reverse=True)
+
+
+async def _person(store: Store, agent: AgentConfig, person_id: str) -> Person:
+    wanted = parse_id(person_id, what="contact id")
+    person = await store.get_person(agent.id, wanted)
+    if person is None:
+        raise InputError(f"agent {agent.name} has no contact {wanted!r} (see `persyn contacts list`)")
+    return person
+
+
+async def contact(settings: Settings, agent: AgentConfig, person_id: str) -> ContactDigest:
+    """A bounded digest: at most a few recent conversations, however long the history."""
+    async with opened_store(settings) as store:
+        person = await _person(store, agent, person_id)
+        preference = await store.get_preference(agent.id, person.id, "display_name")
+        recent = [
+            c
+            for c in await store.list_conversations(agent.id, limit=_DIGEST_SCAN)
+            if person.id in c.participant_ids
+        ][:_DIGEST_CONVERSATIONS]
+        wanted = {c.id for c in recent}
+        summaries: dict[str, str] = {}
+        for record in await store.list_records(agent.id, limit=_DIGEST_SCAN):
+            if record.conversation_id in wanted and record.conversation_id not in summaries:
+                summaries[record.conversation_id] = record.summary
+        return ContactDigest(
+            person=person,
+            display_name_preference=preference,
+            conversations=[(c, summaries.get(c.id)) for c in recent],
+        )
+
+
+async def rename_contact(settings: Settings, agent: AgentConfig, person_id: str, name: str) -> Person:
+    name = name.strip()
+    if not name or len(name) > 64:
+        raise InputError(f"invalid name {name!r}: use 1 to 64 characters")
+    async with opened_store(settings) as store:
+        person = await _person(store, agent, person_id)
+        return await store.rename_person(agent.id, person.id, name)

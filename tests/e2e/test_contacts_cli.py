@@ -1,0 +1,46 @@
+"""`persyn contacts` through the real CLI: made on first contact, browsed, renamed (issue 5,
+first slice)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from persyn_cli import Persyn
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_contact_is_made_on_first_contact_browsed_and_renamed(persyn: Persyn) -> None:
+    assert persyn.run("contacts", "list").stdout.startswith("No contacts yet")
+    done = persyn.run("chat", "--as", "Sam", input="Hello, I am Sam.\n")
+    assert done.returncode == 0, done.stderr
+    (sam,) = json.loads(persyn.run("contacts", "list", "--json").stdout)
+    # The person is keyed by the operator's login; `--as` names only this session.
+    assert sam["display_name"] and sam["kind"] == "human"
+    assert [i["service"] for i in sam["identities"]] == ["terminal"]
+
+    shown = json.loads(persyn.run("contacts", "show", sam["id"], "--json").stdout)
+    assert shown["display_name_preference"] is None
+    (entry,) = shown["conversations"]
+    assert entry["summary"] is None  # not consolidated yet: the conversation is still open
+    assert sam["id"] in entry["conversation"]["participant_ids"]
+    text = persyn.run("contacts", "show", sam["id"]).stdout
+    assert "identity: terminal / terminal / operator:" in text and "(not consolidated yet)" in text
+
+    renamed = persyn.run("contacts", "rename", sam["id"], "Samuel")
+    assert renamed.returncode == 0 and "is now Samuel" in renamed.stdout
+    assert "Samuel" in persyn.run("contacts", "list").stdout
+
+
+def test_bad_ids_and_names_are_clear_errors_that_change_nothing(persyn: Persyn) -> None:
+    persyn.run("chat", "--as", "Sam", input="hi\n")
+    (sam,) = json.loads(persyn.run("contacts", "list", "--json").stdout)
+    bad = persyn.run("contacts", "show", "not-an-id")
+    assert bad.returncode != 0 and "contact id" in bad.stderr
+    missing = persyn.run("contacts", "rename", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "X")
+    assert missing.returncode != 0 and "has no contact" in missing.stderr
+    empty = persyn.run("contacts", "rename", sam["id"], "  ")
+    assert empty.returncode != 0 and "invalid name" in empty.stderr
+    after = json.loads(persyn.run("contacts", "list", "--json").stdout)
+    assert [p["display_name"] for p in after] == [sam["display_name"]]
