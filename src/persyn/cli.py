@@ -449,6 +449,64 @@ def contacts_rename(
     typer.echo(f"{person.id} is now {person.display_name}")
 
 
+@contacts_app.command("merge")
+def contacts_merge(
+    survivor: Annotated[str, typer.Argument(metavar="SURVIVOR", help="The contact that remains.")],
+    other: Annotated[str, typer.Argument(metavar="OTHER", help="The duplicate folded into it (then gone).")],
+    agent: AgentOption = None,
+    name: Annotated[str | None, typer.Option("--name", help="The survivor's name afterwards.")] = None,
+) -> None:
+    """Fold a duplicate into one contact, retroactively: identities, preferences, dialog,
+    conversations and memories all name the survivor, so the agent recognises the person on
+    every channel either record knew."""
+    from persyn.runtime.inspect import merge_contacts
+
+    settings = _settings()
+    person = _run(merge_contacts(settings, settings.agent(agent), survivor, other, name))
+    where = ", ".join(f"{i.service}/{i.channel}" for i in person.identities) or "-"
+    typer.echo(f"{person.id} ({person.display_name}) now covers {where}")
+
+
+def _identity_command(
+    person_id: str, service: str, channel: str, speaker: str, agent: str | None, attach: bool
+) -> None:
+    from persyn.runtime.inspect import change_identity
+    from persyn.store.base import Identity
+
+    if not all(part.strip() for part in (service, channel, speaker)):
+        raise _fail("SERVICE, CHANNEL and SPEAKER must not be empty")
+    settings = _settings()
+    identity = Identity(service=service, channel=channel, speaker_id=speaker)
+    person = _run(change_identity(settings, settings.agent(agent), person_id, identity, attach=attach))
+    where = ", ".join(f"{i.service}/{i.channel}/{i.speaker_id}" for i in person.identities) or "-"
+    typer.echo(f"{person.id} ({person.display_name}) identities: {where}")
+
+
+@contacts_app.command("attach")
+def contacts_attach(
+    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    service: Annotated[str, typer.Argument(metavar="SERVICE", help="e.g. terminal, slack.")],
+    channel: Annotated[str, typer.Argument(metavar="CHANNEL", help="The channel on that service.")],
+    speaker: Annotated[str, typer.Argument(metavar="SPEAKER", help="The sender id the channel reports.")],
+    agent: AgentOption = None,
+) -> None:
+    """Add an identity to a contact: the next message from it is recognised as them."""
+    _identity_command(person_id, service, channel, speaker, agent, attach=True)
+
+
+@contacts_app.command("detach")
+def contacts_detach(
+    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    service: Annotated[str, typer.Argument(metavar="SERVICE")],
+    channel: Annotated[str, typer.Argument(metavar="CHANNEL")],
+    speaker: Annotated[str, typer.Argument(metavar="SPEAKER")],
+    agent: AgentOption = None,
+) -> None:
+    """Remove an identity from a contact, looking forward: history stays with them, and new
+    traffic on that identity makes a new contact."""
+    _identity_command(person_id, service, channel, speaker, agent, attach=False)
+
+
 # memory ------------------------------------------------------------------------------------
 def _progress(description: str) -> tuple[Any, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn

@@ -4,6 +4,7 @@ first slice)."""
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 from persyn_cli import Persyn
@@ -44,3 +45,41 @@ def test_bad_ids_and_names_are_clear_errors_that_change_nothing(persyn: Persyn) 
     assert empty.returncode != 0 and "invalid name" in empty.stderr
     after = json.loads(persyn.run("contacts", "list", "--json").stdout)
     assert [p["display_name"] for p in after] == [sam["display_name"]]
+
+
+def test_merge_attach_and_detach_through_the_cli(persyn: Persyn) -> None:
+    persyn.run("chat", input="hi from the terminal\n")
+    daemon = persyn.start_daemon("run")
+    try:
+        sent = persyn.run(
+            "send", "--as", "samuel", "--channel", "lounge", "hello from the lounge", timeout=120
+        )
+        assert sent.returncode == 0, sent.stderr
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    people = json.loads(persyn.run("contacts", "list", "--json").stdout)
+    assert len(people) == 2
+    terminal = next(p for p in people if p["identities"][0]["service"] == "terminal")
+    lounge = next(p for p in people if p is not terminal)
+
+    merged = persyn.run("contacts", "merge", terminal["id"], lounge["id"], "--name", "Sam")
+    assert merged.returncode == 0, merged.stderr
+    (sam,) = json.loads(persyn.run("contacts", "list", "--json").stdout)
+    assert sam["id"] == terminal["id"] and sam["display_name"] == "Sam"
+    assert len(sam["identities"]) == 2
+    # The lounge conversation is now part of Sam's digest.
+    shown = json.loads(persyn.run("contacts", "show", sam["id"], "--json").stdout)
+    assert {c["conversation"]["channel"] for c in shown["conversations"]} >= {"lounge"}
+
+    identity = next(i for i in sam["identities"] if i["channel"] == "lounge")
+    detached = persyn.run(
+        "contacts", "detach", sam["id"], identity["service"], identity["channel"], identity["speaker_id"]
+    )
+    assert detached.returncode == 0, detached.stderr
+    again = persyn.run(
+        "contacts", "attach", sam["id"], identity["service"], identity["channel"], identity["speaker_id"]
+    )
+    assert again.returncode == 0 and identity["speaker_id"] in again.stdout
+    refused = persyn.run("contacts", "merge", sam["id"], sam["id"])
+    assert refused.returncode != 0 and "into itself" in refused.stderr

@@ -15,15 +15,17 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
 from persyn.core.ids import parse_id
 from persyn.store import Store, open_store
-from persyn.store.base import Conversation, Message, Person
+from persyn.store.base import Conversation, Identity, Message, Person
 
 __all__ = [
     "ContactDigest",
+    "change_identity",
     "contact",
     "contacts",
     "conversation_dialog",
     "deliberation_traces",
     "list_conversations",
+    "merge_contacts",
     "opened_store",
     "rename_contact",
 ]
@@ -134,3 +136,27 @@ async def rename_contact(settings: Settings, agent: AgentConfig, person_id: str,
     async with opened_store(settings) as store:
         person = await _person(store, agent, person_id)
         return await store.rename_person(agent.id, person.id, name)
+
+
+async def merge_contacts(
+    settings: Settings, agent: AgentConfig, survivor_id: str, other_id: str, name: str | None
+) -> Person:
+    """Fold `other` into `survivor` (retroactive; the operator picks the survivor and name)."""
+    if name is not None and (not name.strip() or len(name.strip()) > 64):
+        raise InputError(f"invalid name {name!r}: use 1 to 64 characters")
+    async with opened_store(settings) as store:
+        survivor = await _person(store, agent, survivor_id)
+        other = await _person(store, agent, other_id)
+        if survivor.id == other.id:
+            raise InputError("a contact cannot be merged into itself")
+        return await store.merge_persons(agent.id, survivor.id, other.id, name.strip() if name else None)
+
+
+async def change_identity(
+    settings: Settings, agent: AgentConfig, person_id: str, identity: Identity, *, attach: bool
+) -> Person:
+    async with opened_store(settings) as store:
+        person = await _person(store, agent, person_id)
+        if attach:
+            return await store.attach_identity(agent.id, person.id, identity)
+        return await store.detach_identity(agent.id, person.id, identity)

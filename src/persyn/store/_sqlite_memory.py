@@ -307,30 +307,10 @@ class SQLiteMemory:
         new_person_id = checked_id(new_person_id, "person id")
         if old_person_id == new_person_id:
             return 0
-
-        def work(connection: Connection) -> int:
-            # A ULID has no LIKE wildcards; the LIKE only narrows, the list decides.
-            pattern = f'%"{old_person_id}"%'
-            rows = connection.execute(
-                select(_r.id, _r.participant_ids).where(
-                    _r.agent_id == agent_id, type_coerce(_r.participant_ids, Text).like(pattern)
-                )
-            ).all()
-            changed = 0
-            for row in rows:
-                before = list(row.participant_ids)
-                if old_person_id not in before:
-                    continue
-                after = list(dict.fromkeys(new_person_id if p == old_person_id else p for p in before))
-                connection.execute(
-                    update(memory_records)
-                    .where(_r.agent_id == agent_id, _r.id == row.id)
-                    .values(participant_ids=after)
-                )
-                changed += 1
-            return changed
-
-        return await self._write("replace_participant", work)
+        return await self._write(
+            "replace_participant",
+            lambda connection: replace_record_participant(connection, agent_id, old_person_id, new_person_id),
+        )
 
 
 # keyword queries ------------------------------------------------------------------------------
@@ -493,3 +473,29 @@ def _before(connection: Connection, agent_id: str, before_id: str) -> Any:
     else:
         raise InputError(f"invalid paging cursor {before_id!r}: expected a record id")
     return or_(_r.created_at < at, and_(_r.created_at == at, _r.id < before_id))
+
+
+def replace_record_participant(
+    connection: Connection, agent_id: str, old_person_id: str, new_person_id: str
+) -> int:
+    """`replace_participant` inside a caller's transaction (a contact merge uses it too)."""
+    # A ULID has no LIKE wildcards; the LIKE only narrows, the list decides.
+    pattern = f'%"{old_person_id}"%'
+    rows = connection.execute(
+        select(_r.id, _r.participant_ids).where(
+            _r.agent_id == agent_id, type_coerce(_r.participant_ids, Text).like(pattern)
+        )
+    ).all()
+    changed = 0
+    for row in rows:
+        before = list(row.participant_ids)
+        if old_person_id not in before:
+            continue
+        after = list(dict.fromkeys(new_person_id if p == old_person_id else p for p in before))
+        connection.execute(
+            update(memory_records)
+            .where(_r.agent_id == agent_id, _r.id == row.id)
+            .values(participant_ids=after)
+        )
+        changed += 1
+    return changed

@@ -144,6 +144,25 @@ class Store(ABC):
     async def rename_person(self, agent_id: str, person_id: str, display_name: str) -> Person: ...
 
     @abstractmethod
+    async def attach_identity(self, agent_id: str, person_id: str, identity: Identity) -> Person:
+        """Add an identity to a person, under the lookup key channels resolve senders by.
+        An identity that already names another person is an error (merge them instead)."""
+
+    @abstractmethod
+    async def detach_identity(self, agent_id: str, person_id: str, identity: Identity) -> Person:
+        """Remove an identity from a person, looking forward: history stays with the person,
+        and the next message on that identity makes a new person (first contact)."""
+
+    @abstractmethod
+    async def merge_persons(
+        self, agent_id: str, survivor_id: str, other_id: str, display_name: str | None = None
+    ) -> Person:
+        """Fold `other` into `survivor`, retroactively and in one transaction: identities,
+        preferences the survivor lacks, messages, conversation participants and memory
+        participant lists move to the survivor; `other` is deleted. Returns the survivor
+        (renamed when `display_name` is given)."""
+
+    @abstractmethod
     async def get_preference(self, agent_id: str, person_id: str, key: str) -> str | None: ...
 
     @abstractmethod

@@ -31,6 +31,7 @@ from sqlalchemy import (
     ColumnElement,
     Engine,
     Integer,
+    Text,
     and_,
     case,
     column,
@@ -40,6 +41,7 @@ from sqlalchemy import (
     select,
     table,
     text,
+    type_coerce,
     update,
 )
 from sqlalchemy.dialects.sqlite import insert
@@ -52,7 +54,7 @@ from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
 from persyn.store import migrations
 from persyn.store._sqlite_engine import create_sqlite_engine
-from persyn.store._sqlite_memory import SQLiteMemory
+from persyn.store._sqlite_memory import SQLiteMemory, replace_record_participant
 from persyn.store.base import AgentRow, Conversation, Identity, Message, Person, Role, Store
 from persyn.store.schema import (
     agent_from_row,
@@ -282,6 +284,121 @@ class SQLiteStore(SQLiteMemory, Store):
             return load_person(connection, agent_id, person_id)
 
         return await self._write("rename_person", work)
+
+    async def attach_identity(self, agent_id: str, person_id: str, identity: Identity) -> Person:
+        agent_id = checked_id(agent_id, "agent id")
+
+        def work(connection: Connection) -> Person:
+            _require_person(connection, agent_id, person_id)
+            owner = _person_for_identity(connection, agent_id, identity)
+            if owner == person_id:
+                return load_person(connection, agent_id, person_id)
+            if owner is not None:
+                raise StoreError(
+                    f"identity {identity.service}/{identity.channel}/{identity.speaker_id} already "
+                    f"belongs to contact {owner}: merge the two contacts instead"
+                )
+            connection.execute(
+                insert(identities).values(
+                    id=new_id(),
+                    agent_id=agent_id,
+                    person_id=person_id,
+                    service=identity.service,
+                    channel=identity.channel,
+                    speaker_id=identity.speaker_id,
+                    created_at=datetime.now(UTC),
+                )
+            )
+            return load_person(connection, agent_id, person_id)
+
+        return await self._write("attach_identity", work)
+
+    async def detach_identity(self, agent_id: str, person_id: str, identity: Identity) -> Person:
+        def work(connection: Connection) -> Person:
+            _require_person(connection, agent_id, person_id)
+            result = connection.execute(
+                delete(identities).where(
+                    identities.c.agent_id == agent_id,
+                    identities.c.person_id == person_id,
+                    identities.c.service == identity.service,
+                    identities.c.channel == identity.channel,
+                    identities.c.speaker_id == identity.speaker_id,
+                )
+            )
+            if result.rowcount != 1:
+                raise StoreError(
+                    f"contact {person_id} has no identity {identity.service}/{identity.channel}/{identity.speaker_id}"
+                )
+            return load_person(connection, agent_id, person_id)
+
+        return await self._write("detach_identity", work)
+
+    async def merge_persons(
+        self, agent_id: str, survivor_id: str, other_id: str, display_name: str | None = None
+    ) -> Person:
+        if survivor_id == other_id:
+            raise StoreError("a contact cannot be merged into itself")
+
+        def work(connection: Connection) -> Person:
+            survivor = _require_person(connection, agent_id, survivor_id)
+            other = _require_person(connection, agent_id, other_id)
+            connection.execute(
+                update(identities)
+                .where(identities.c.agent_id == agent_id, identities.c.person_id == other_id)
+                .values(person_id=survivor_id)
+            )
+            kept = set(
+                connection.execute(
+                    select(person_preferences.c.key).where(
+                        person_preferences.c.agent_id == agent_id,
+                        person_preferences.c.person_id == survivor_id,
+                    )
+                ).scalars()
+            )
+            theirs = person_preferences.c
+            moved = update(person_preferences).where(
+                theirs.agent_id == agent_id, theirs.person_id == other_id
+            )
+            if kept:
+                moved = moved.where(theirs.key.not_in(kept))
+            connection.execute(moved.values(person_id=survivor_id))
+            connection.execute(
+                delete(person_preferences).where(theirs.agent_id == agent_id, theirs.person_id == other_id)
+            )
+            connection.execute(
+                update(messages)
+                .where(messages.c.agent_id == agent_id, messages.c.person_id == other_id)
+                .values(person_id=survivor_id)
+            )
+            pattern = f'%"{other_id}"%'
+            for row in connection.execute(
+                select(conversations.c.id, conversations.c.participants).where(
+                    conversations.c.agent_id == agent_id,
+                    type_coerce(conversations.c.participants, Text).like(pattern),
+                )
+            ).all():
+                after = list(dict.fromkeys(survivor_id if p == other_id else p for p in row.participants))
+                connection.execute(
+                    update(conversations)
+                    .where(conversations.c.agent_id == agent_id, conversations.c.id == row.id)
+                    .values(participants=after)
+                )
+            replace_record_participant(connection, agent_id, other_id, survivor_id)
+            seen = [t for t in (survivor.last_interaction_at, other.last_interaction_at) if t is not None]
+            connection.execute(
+                update(persons)
+                .where(persons.c.agent_id == agent_id, persons.c.id == survivor_id)
+                .values(
+                    display_name=display_name or survivor.display_name,
+                    last_interaction_at=max(seen) if seen else None,
+                )
+            )
+            connection.execute(
+                delete(persons).where(persons.c.agent_id == agent_id, persons.c.id == other_id)
+            )
+            return load_person(connection, agent_id, survivor_id)
+
+        return await self._write("merge_persons", work)
 
     async def get_preference(self, agent_id: str, person_id: str, key: str) -> str | None:
         statement = select(person_preferences.c.value).where(
@@ -608,3 +725,12 @@ def _create_person(
         )
     )
     return person_id
+
+
+def _require_person(connection: Connection, agent_id: str, person_id: str) -> Any:
+    row = connection.execute(
+        select(persons).where(persons.c.agent_id == agent_id, persons.c.id == person_id)
+    ).first()
+    if row is None:
+        raise StoreError(f"no contact {person_id!r} for agent {agent_id!r}")
+    return row

@@ -1,0 +1,113 @@
+"""Contact curation (SPEC §4.5): attach, detach and merge, as every store must do them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from persyn.core.errors import StoreError
+from persyn.core.ids import new_id
+from persyn.core.records import MemoryRecord, channel_key
+from persyn.store import Identity, Message, Role, Store
+
+T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
+TERMINAL = Identity(service="terminal", channel="terminal", speaker_id="operator:sam")
+SLACK = Identity(service="slack", channel="general", speaker_id="U123")
+
+
+async def _message(store: Store, agent_id: str, person_id: str, conversation_id: str, text: str) -> None:
+    await store.add_message(
+        Message(
+            id=new_id(T0),
+            agent_id=agent_id,
+            conversation_id=conversation_id,
+            role=Role.USER,
+            person_id=person_id,
+            speaker_name="Sam",
+            text=text,
+            created_at=T0,
+            event_id=None,
+        )
+    )
+
+
+async def test_merge_moves_identities_history_and_memories_to_the_survivor(store: Store) -> None:
+    agent_id = new_id()
+    sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
+    samuel = await store.resolve_person(agent_id, SLACK, "samuel.k", "human", T0 + timedelta(days=2))
+    await store.set_preference(agent_id, sam.id, "display_name", "Sam")
+    await store.set_preference(agent_id, samuel.id, "display_name", "Samuel")
+    await store.set_preference(agent_id, samuel.id, "pronouns", "he/him")
+    slack_talk = await store.open_conversation(agent_id, "slack", "general", [samuel.id], T0, 3600)
+    await _message(store, agent_id, samuel.id, slack_talk.id, "I play the cello.")
+    memory = MemoryRecord(
+        id=new_id(T0),
+        agent_id=agent_id,
+        created_at=T0,
+        channel=channel_key("slack", "general"),
+        participant_ids=(samuel.id, sam.id),
+        summary="Samuel told me he plays the cello.",
+    )
+    assert await store.add_record(memory, None, None)
+
+    merged = await store.merge_persons(agent_id, sam.id, samuel.id, "Sam K.")
+
+    assert merged.id == sam.id and merged.display_name == "Sam K."
+    assert set(merged.identities) == {TERMINAL, SLACK}
+    assert merged.last_interaction_at == T0 + timedelta(days=2)
+    assert await store.get_person(agent_id, samuel.id) is None
+    # The next message on either identity is recognised as the survivor.
+    again = await store.resolve_person(agent_id, SLACK, "whoever", "human", T0 + timedelta(days=3))
+    assert again.id == sam.id
+    # The survivor's own preference wins; one only the other had moves over.
+    assert await store.get_preference(agent_id, sam.id, "display_name") == "Sam"
+    assert await store.get_preference(agent_id, sam.id, "pronouns") == "he/him"
+    # Retroactive: conversations, messages and memories name the survivor (once).
+    conversation = await store.get_conversation(agent_id, slack_talk.id)
+    assert conversation is not None and conversation.participant_ids == (sam.id,)
+    (message,) = await store.recent_messages(agent_id, slack_talk.id, 10)
+    assert message.person_id == sam.id
+    record = await store.get_record(agent_id, memory.id)
+    assert record is not None and record.participant_ids == (sam.id,)
+
+
+async def test_merge_errors_change_nothing(store: Store) -> None:
+    agent_id = new_id()
+    sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
+    with pytest.raises(StoreError, match="into itself"):
+        await store.merge_persons(agent_id, sam.id, sam.id)
+    with pytest.raises(StoreError, match="no contact"):
+        await store.merge_persons(agent_id, sam.id, new_id())
+    assert await store.get_person(agent_id, sam.id) == sam
+
+
+async def test_detach_is_forward_looking_and_attach_recognises_the_sender(store: Store) -> None:
+    agent_id = new_id()
+    sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
+    sam = await store.attach_identity(agent_id, sam.id, SLACK)
+    assert set(sam.identities) == {TERMINAL, SLACK}
+    assert (await store.resolve_person(agent_id, SLACK, "U123", "human", T0)).id == sam.id
+    talk = await store.open_conversation(agent_id, "slack", "general", [sam.id], T0, 3600)
+    await _message(store, agent_id, sam.id, talk.id, "hello from slack")
+
+    sam = await store.detach_identity(agent_id, sam.id, SLACK)
+    assert sam.identities == (TERMINAL,)
+    # Old history stays where it formed...
+    (message,) = await store.recent_messages(agent_id, talk.id, 10)
+    assert message.person_id == sam.id
+    # ...and new traffic on the detached identity is somebody new.
+    stranger = await store.resolve_person(agent_id, SLACK, "U123", "human", T0 + timedelta(hours=1))
+    assert stranger.id != sam.id and stranger.identities == (SLACK,)
+
+
+async def test_attach_refuses_an_identity_of_someone_else_and_detach_an_unknown_one(store: Store) -> None:
+    agent_id = new_id()
+    sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
+    other = await store.resolve_person(agent_id, SLACK, "U123", "human", T0)
+    with pytest.raises(StoreError, match="merge the two contacts"):
+        await store.attach_identity(agent_id, sam.id, SLACK)
+    with pytest.raises(StoreError, match="has no identity"):
+        await store.detach_identity(agent_id, sam.id, SLACK)
+    assert (await store.get_person(agent_id, other.id)) == other
+    assert (await store.get_person(agent_id, sam.id)) == sam
