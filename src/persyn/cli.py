@@ -51,6 +51,10 @@ contacts_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(contacts_app, name="contacts")
+channels_app = typer.Typer(
+    help="The channels the agent has spoken on, each with its recent conversations.", no_args_is_help=True
+)
+app.add_typer(channels_app, name="channels")
 
 _state: dict[str, Path | None] = {"home": None}
 
@@ -412,6 +416,8 @@ def contacts_show(
         payload = {
             "person": digest.person.model_dump(mode="json"),
             "display_name_preference": digest.display_name_preference,
+            "preferred_channel": digest.preferred_channel,
+            "facts": digest.facts,
             "conversations": [
                 {"conversation": c.model_dump(mode="json"), "summary": summary}
                 for c, summary in digest.conversations
@@ -423,6 +429,10 @@ def contacts_show(
     typer.echo(f"{person.display_name} ({person.kind}) {person.id}")
     if digest.display_name_preference:
         typer.echo(f"  prefers to be called: {digest.display_name_preference}")
+    if digest.preferred_channel:
+        typer.echo(f"  preferred channel: {digest.preferred_channel}")
+    for key, value in digest.facts.items():
+        typer.echo(f"  fact: {key} = {value}")
     seen = f"{person.last_interaction_at:%Y-%m-%d %H:%M}" if person.last_interaction_at else "never"
     typer.echo(f"  last interaction: {seen}")
     for identity in person.identities:
@@ -505,6 +515,69 @@ def contacts_detach(
     """Remove an identity from a contact, looking forward: history stays with them, and new
     traffic on that identity makes a new contact."""
     _identity_command(person_id, service, channel, speaker, agent, attach=False)
+
+
+@contacts_app.command("prefer")
+def contacts_prefer(
+    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    channel: Annotated[
+        str, typer.Argument(metavar="CHANNEL", help="SERVICE:CHANNEL, e.g. terminal:terminal.")
+    ],
+    agent: AgentOption = None,
+) -> None:
+    """Set the channel on which to reach a contact first."""
+    from persyn.runtime.inspect import prefer_channel
+
+    settings = _settings()
+    person = _run(prefer_channel(settings, settings.agent(agent), person_id, channel))
+    typer.echo(f"{person.display_name} is reached first on {channel}")
+
+
+@channels_app.command("list")
+def channels_list(
+    agent: AgentOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Channels the agent has conversed on, most recently active first."""
+    from persyn.runtime.inspect import channels
+
+    settings = _settings()
+    found = _run(channels(settings, settings.agent(agent)))
+    if as_json:
+        typer.echo(json.dumps([f"{c.service}:{c.channel}" for c in found], indent=2))
+        return
+    if not found:
+        typer.echo("No conversations yet.")
+    for digest in found:
+        typer.echo(f"{digest.service}:{digest.channel}")
+
+
+@channels_app.command("show")
+def channels_show(
+    name: Annotated[
+        str, typer.Argument(metavar="CHANNEL", help="SERVICE:CHANNEL, as `channels list` prints it.")
+    ],
+    agent: AgentOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """A channel's latest conversations with their summaries, newest first (bounded); read one
+    in full with `persyn conversations show ID`."""
+    from persyn.runtime.inspect import channel
+
+    settings = _settings()
+    digest = _run(channel(settings, settings.agent(agent), name))
+    if as_json:
+        payload = [
+            {"conversation": c.model_dump(mode="json"), "summary": summary}
+            for c, summary in digest.conversations
+        ]
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    typer.echo(f"{digest.service}:{digest.channel}")
+    for conversation, summary in digest.conversations:
+        typer.echo(
+            f"  {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}: {summary or '(not consolidated yet)'}"
+        )
 
 
 # memory ------------------------------------------------------------------------------------

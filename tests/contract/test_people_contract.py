@@ -111,3 +111,33 @@ async def test_attach_refuses_an_identity_of_someone_else_and_detach_an_unknown_
         await store.detach_identity(agent_id, sam.id, SLACK)
     assert (await store.get_person(agent_id, other.id)) == other
     assert (await store.get_person(agent_id, sam.id)) == sam
+
+
+async def test_quick_facts_are_per_subject_overwritten_and_forgotten(store: Store) -> None:
+    agent_id = new_id()
+    sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
+    await store.set_fact(agent_id, sam.id, "instrument", "cello", T0)
+    await store.set_fact(agent_id, sam.id, "instrument", "viola", T0 + timedelta(days=1))
+    await store.set_fact(agent_id, sam.id, "city", "Lyon", T0)
+    await store.set_fact(agent_id, agent_id, "favourite colour", "green", T0)  # about the agent itself
+    assert await store.facts(agent_id, sam.id) == {"city": "Lyon", "instrument": "viola"}
+    assert await store.facts(agent_id, agent_id) == {"favourite colour": "green"}
+    assert await store.facts(new_id(), sam.id) == {}  # another agent knows nothing of it
+    await store.set_fact(agent_id, sam.id, "city", None, T0)
+    assert await store.facts(agent_id, sam.id) == {"instrument": "viola"}
+    with pytest.raises(StoreError, match="invalid fact key"):
+        await store.set_fact(agent_id, sam.id, "  ", "x", T0)
+    with pytest.raises(Exception, match="subject id"):
+        await store.set_fact(agent_id, "not-an-id", "k", "x", T0)
+
+
+async def test_merge_moves_quick_facts_the_survivor_lacks(store: Store) -> None:
+    agent_id = new_id()
+    sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
+    dup = await store.resolve_person(agent_id, SLACK, "Sam K", "human", T0)
+    await store.set_fact(agent_id, sam.id, "city", "Lyon", T0)
+    await store.set_fact(agent_id, dup.id, "city", "Paris", T0)
+    await store.set_fact(agent_id, dup.id, "instrument", "cello", T0)
+    await store.merge_persons(agent_id, sam.id, dup.id)
+    assert await store.facts(agent_id, sam.id) == {"city": "Lyon", "instrument": "cello"}
+    assert await store.facts(agent_id, dup.id) == {}

@@ -83,3 +83,20 @@ def test_merge_attach_and_detach_through_the_cli(persyn: Persyn) -> None:
     assert again.returncode == 0 and identity["speaker_id"] in again.stdout
     refused = persyn.run("contacts", "merge", sam["id"], sam["id"])
     assert refused.returncode != 0 and "into itself" in refused.stderr
+
+
+def test_prefer_a_channel_and_browse_by_channel(persyn: Persyn) -> None:
+    assert persyn.run("channels", "list").stdout.startswith("No conversations yet")
+    persyn.run("chat", input="hello\n")
+    assert json.loads(persyn.run("channels", "list", "--json").stdout) == ["terminal:terminal"]
+    shown = json.loads(persyn.run("channels", "show", "terminal:terminal", "--json").stdout)
+    assert len(shown) == 1 and shown[0]["summary"] is None
+    missing = persyn.run("channels", "show", "slack:nowhere")
+    assert missing.returncode != 0 and "no conversations on" in missing.stderr
+
+    (me,) = json.loads(persyn.run("contacts", "list", "--json").stdout)
+    bad = persyn.run("contacts", "prefer", me["id"], "nocolon")
+    assert bad.returncode != 0 and "SERVICE:CHANNEL" in bad.stderr
+    assert persyn.run("contacts", "prefer", me["id"], "terminal:terminal").returncode == 0
+    digest = json.loads(persyn.run("contacts", "show", me["id"], "--json").stdout)
+    assert digest["preferred_channel"] == "terminal:terminal" and digest["facts"] == {}

@@ -18,8 +18,12 @@ from persyn.store import Store, open_store
 from persyn.store.base import Conversation, Identity, Message, Person
 
 __all__ = [
+    "PREFERRED_CHANNEL",
+    "ChannelDigest",
     "ContactDigest",
     "change_identity",
+    "channel",
+    "channels",
     "contact",
     "contacts",
     "conversation_dialog",
@@ -27,6 +31,7 @@ __all__ = [
     "list_conversations",
     "merge_contacts",
     "opened_store",
+    "prefer_channel",
     "rename_contact",
 ]
 
@@ -81,6 +86,7 @@ async def deliberation_traces(
 
 # contacts (SPEC §4.5 directory browsing; the first slice of the people issue) -------------
 _DIGEST_CONVERSATIONS = 5
+PREFERRED_CHANNEL = "preferred_channel"  # a per-person preference: "service:channel"
 _DIGEST_SCAN = 300  # conversations (and memories) looked through for a digest: bounded
 
 
@@ -89,6 +95,8 @@ class ContactDigest(BaseModel):
 
     person: Person
     display_name_preference: str | None = None
+    preferred_channel: str | None = None
+    facts: dict[str, str] = {}
     conversations: list[tuple[Conversation, str | None]] = []  # with its summary, if consolidated
 
 
@@ -125,6 +133,8 @@ async def contact(settings: Settings, agent: AgentConfig, person_id: str) -> Con
         return ContactDigest(
             person=person,
             display_name_preference=preference,
+            preferred_channel=await store.get_preference(agent.id, person.id, PREFERRED_CHANNEL),
+            facts=await store.facts(agent.id, person.id),
             conversations=[(c, summaries.get(c.id)) for c in recent],
         )
 
@@ -160,3 +170,53 @@ async def change_identity(
         if attach:
             return await store.attach_identity(agent.id, person.id, identity)
         return await store.detach_identity(agent.id, person.id, identity)
+
+
+async def prefer_channel(settings: Settings, agent: AgentConfig, person_id: str, channel: str) -> Person:
+    """Where to reach this contact first ("service:channel"); the agency issue's outreach uses it."""
+    service, _, name = channel.partition(":")
+    if not service.strip() or not name.strip():
+        raise InputError(f"invalid channel {channel!r}: use SERVICE:CHANNEL, e.g. terminal:terminal")
+    async with opened_store(settings) as store:
+        person = await _person(store, agent, person_id)
+        await store.set_preference(
+            agent.id, person.id, PREFERRED_CHANNEL, f"{service.strip()}:{name.strip()}"
+        )
+        return person
+
+
+class ChannelDigest(BaseModel):
+    service: str
+    channel: str
+    conversations: list[tuple[Conversation, str | None]] = []
+
+
+async def channels(settings: Settings, agent: AgentConfig) -> list[ChannelDigest]:
+    """The channels the agent has conversed on, most recently active first (bounded scan)."""
+    async with opened_store(settings) as store:
+        seen: dict[tuple[str, str], ChannelDigest] = {}
+        for conversation in await store.list_conversations(agent.id, limit=_DIGEST_SCAN):
+            key = (conversation.service, conversation.channel)
+            if key not in seen:
+                seen[key] = ChannelDigest(service=key[0], channel=key[1])
+        return list(seen.values())
+
+
+async def channel(settings: Settings, agent: AgentConfig, name: str) -> ChannelDigest:
+    """One channel ("service:channel") with its latest conversations' summaries, newest first."""
+    service, _, channel_name = name.partition(":")
+    async with opened_store(settings) as store:
+        recent = await store.list_conversations(agent.id, channel=channel_name, limit=_DIGEST_SCAN)
+        recent = [c for c in recent if c.service == service][:_DIGEST_CONVERSATIONS]
+        if not recent:
+            raise InputError(
+                f"agent {agent.name} has no conversations on {name!r} (see `persyn channels list`)"
+            )
+        wanted = {c.id for c in recent}
+        summaries: dict[str, str] = {}
+        for record in await store.list_records(agent.id, limit=_DIGEST_SCAN):
+            if record.conversation_id in wanted and record.conversation_id not in summaries:
+                summaries[record.conversation_id] = record.summary
+        return ChannelDigest(
+            service=service, channel=channel_name, conversations=[(c, summaries.get(c.id)) for c in recent]
+        )

@@ -144,6 +144,16 @@ class Store(ABC):
     async def rename_person(self, agent_id: str, person_id: str, display_name: str) -> Person: ...
 
     @abstractmethod
+    async def set_fact(
+        self, agent_id: str, subject_id: str, key: str, value: str | None, now: datetime
+    ) -> None:
+        """Set (or, with None, forget) one quick fact about a person or the agent itself."""
+
+    @abstractmethod
+    async def facts(self, agent_id: str, subject_id: str) -> dict[str, str]:
+        """Every quick fact about a subject, by key."""
+
+    @abstractmethod
     async def attach_identity(self, agent_id: str, person_id: str, identity: Identity) -> Person:
         """Add an identity to a person, under the lookup key channels resolve senders by.
         An identity that already names another person is an error (merge them instead)."""

@@ -196,11 +196,18 @@ def _partition_vectors_by_channel(connection: Connection, dialect_name: str) -> 
         connection.exec_driver_sql(f"DROP TABLE {old}")
 
 
+def _create_quick_facts(connection: Connection, dialect_name: str) -> None:
+    """Migration 5: the quick-facts scratchpad, from the live definition (freeze it here
+    before a later migration alters that table, as migration 3's note says)."""
+    schema.quick_facts.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
     Migration(3, "long-term memory records", _create_memory_records),
     Migration(4, "record vectors partitioned by channel", _partition_vectors_by_channel),
+    Migration(5, "quick facts about people and the agent", _create_quick_facts),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -72,6 +72,7 @@ __all__ = [
     "person_from_row",
     "person_preferences",
     "persons",
+    "quick_facts",
     "record_from_row",
     "record_values",
 ]
@@ -267,6 +268,21 @@ messages = Table(
         sqlite_where=text("role = 'agent' AND event_id IS NOT NULL"),
         postgresql_where=text("role = 'agent' AND event_id IS NOT NULL"),
     ),
+)
+
+# Quick facts (issue 5): a small key -> value scratchpad of stable facts about a person, or
+# about the agent itself (subject = the agent's id). No foreign key on subject: it names a
+# person or the agent.
+quick_facts = Table(
+    "quick_facts",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("subject_id", nullable=False),
+    Column("key", String(200), nullable=False),
+    Column("value", Text, nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("agent_id", "subject_id", "key"),
 )
 
 flags = Table(

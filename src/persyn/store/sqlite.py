@@ -76,6 +76,7 @@ from persyn.store.schema import (
     person_from_row,
     person_preferences,
     persons,
+    quick_facts,
 )
 
 __all__ = ["SQLiteStore", "create_sqlite_engine", "fts_query"]
@@ -285,6 +286,47 @@ class SQLiteStore(SQLiteMemory, Store):
 
         return await self._write("rename_person", work)
 
+    async def set_fact(
+        self, agent_id: str, subject_id: str, key: str, value: str | None, now: datetime
+    ) -> None:
+        agent_id = checked_id(agent_id, "agent id")
+        subject_id = checked_id(subject_id, "subject id")
+        key = key.strip()
+        if not key or len(key) > 200:
+            raise StoreError(f"invalid fact key {key!r}: use 1 to 200 characters")
+        facts = quick_facts.c
+        if value is None:
+            statement: Any = delete(quick_facts).where(
+                facts.agent_id == agent_id, facts.subject_id == subject_id, facts.key == key
+            )
+        else:
+            statement = (
+                insert(quick_facts)
+                .values(
+                    id=new_id(now),
+                    agent_id=agent_id,
+                    subject_id=subject_id,
+                    key=key,
+                    value=value,
+                    updated_at=now,
+                )
+                .on_conflict_do_update(
+                    index_elements=[facts.agent_id, facts.subject_id, facts.key],
+                    set_={"value": value, "updated_at": now},
+                )
+            )
+        await self._write("set_fact", lambda connection: connection.execute(statement))
+
+    async def facts(self, agent_id: str, subject_id: str) -> dict[str, str]:
+        facts = quick_facts.c
+        statement = (
+            select(facts.key, facts.value)
+            .where(facts.agent_id == agent_id, facts.subject_id == subject_id)
+            .order_by(facts.key)
+        )
+        rows = await self._read("facts", lambda c: c.execute(statement).all())
+        return {row.key: row.value for row in rows}
+
     async def attach_identity(self, agent_id: str, person_id: str, identity: Identity) -> Person:
         agent_id = checked_id(agent_id, "agent id")
 
@@ -364,6 +406,24 @@ class SQLiteStore(SQLiteMemory, Store):
             connection.execute(moved.values(person_id=survivor_id))
             connection.execute(
                 delete(person_preferences).where(theirs.agent_id == agent_id, theirs.person_id == other_id)
+            )
+            known = set(
+                connection.execute(
+                    select(quick_facts.c.key).where(
+                        quick_facts.c.agent_id == agent_id, quick_facts.c.subject_id == survivor_id
+                    )
+                ).scalars()
+            )
+            facts = update(quick_facts).where(
+                quick_facts.c.agent_id == agent_id, quick_facts.c.subject_id == other_id
+            )
+            if known:
+                facts = facts.where(quick_facts.c.key.not_in(known))
+            connection.execute(facts.values(subject_id=survivor_id))
+            connection.execute(
+                delete(quick_facts).where(
+                    quick_facts.c.agent_id == agent_id, quick_facts.c.subject_id == other_id
+                )
             )
             connection.execute(
                 update(messages)

@@ -179,6 +179,16 @@ def test_migration_three_creates_memory_records_and_their_keyword_index(engine: 
     assert not any(name.startswith("memory_vec_") for name in names)  # created with the first vector
 
 
+def test_migration_five_creates_quick_facts(engine: Engine) -> None:
+    assert _migrate(engine, target=4) == 4
+    assert "quick_facts" not in {name for name, _ in _schema_sql(engine)}
+    assert _migrate(engine, target=5) == 5
+    with engine.connect() as connection:
+        columns = [c["name"] for c in inspect(connection).get_columns("quick_facts")]
+    # Created from the live definition: if this fails, freeze migration 5 first.
+    assert columns == ["id", "agent_id", "subject_id", "key", "value", "updated_at"]
+
+
 def test_migration_one_is_frozen_and_ignores_later_tables(engine: Engine) -> None:
     """Migration 1 builds its own copy of the v1 tables, not the live schema."""
     _migrate(engine, target=1)
