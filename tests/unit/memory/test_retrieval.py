@@ -260,3 +260,35 @@ async def test_with_no_memories_and_no_encoder_recall_still_says_it_is_degraded(
     agent = await _agent(store)
     result = await _recall(Retriever(store, None, MemoryConfig()), agent, "the ridge hiking trip")
     assert result.records == () and result.degraded is not None and "keyword-only" in result.degraded
+
+
+async def test_after_a_merge_memories_of_either_identity_are_recalled_for_the_survivor(store: Store) -> None:
+    """Issue 5: the participant match and the access policy use the unified person id, so a
+    contact folded from two records is recognised on both channels."""
+    from persyn.store import Identity
+
+    agent_id = await _agent(store)
+    slack = "slack:general"
+    sam = await store.resolve_person(
+        agent_id, Identity(service="terminal", channel="terminal", speaker_id="sam"), "Sam", "human", NOW
+    )
+    samuel = await store.resolve_person(
+        agent_id, Identity(service="slack", channel="general", speaker_id="U1"), "samuel", "human", NOW
+    )
+    on_terminal = await _remember(
+        store, agent_id, "Sam told me about his cello lessons.", participants=(sam.id,)
+    )
+    on_slack = await _remember(
+        store, agent_id, "Samuel shared his cello practice plan.", channel=slack, participants=(samuel.id,)
+    )
+    retriever = Retriever(store, HashEmbedder(), MemoryConfig(min_score=0.0))
+    # Before: the private slack memory is Samuel's, and Sam (as far as the agent knows) is not Samuel.
+    before = await _recall(retriever, agent_id, "cello practice", present=(sam.id,), channel=slack)
+    assert on_slack.id not in [s.record.id for s in before.records]
+
+    await store.merge_persons(agent_id, sam.id, samuel.id)
+
+    after_slack = await _recall(retriever, agent_id, "cello practice", present=(sam.id,), channel=slack)
+    after_terminal = await _recall(retriever, agent_id, "cello lessons", present=(sam.id,), channel=HERE)
+    assert on_slack.id in [s.record.id for s in after_slack.records]
+    assert on_terminal.id in [s.record.id for s in after_terminal.records]
