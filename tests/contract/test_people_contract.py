@@ -54,7 +54,7 @@ async def test_merge_moves_identities_history_and_memories_to_the_survivor(store
     merged = await store.merge_persons(agent_id, sam.id, samuel.id, "Sam K.")
 
     assert merged.id == sam.id and merged.display_name == "Sam K."
-    assert set(merged.identities) == {TERMINAL, SLACK}
+    assert sorted(merged.identities, key=str) == sorted([TERMINAL, SLACK], key=str)
     assert merged.last_interaction_at == T0 + timedelta(days=2)
     assert await store.get_person(agent_id, samuel.id) is None
     # The next message on either identity is recognised as the survivor.
@@ -86,7 +86,7 @@ async def test_detach_is_forward_looking_and_attach_recognises_the_sender(store:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     sam = await store.attach_identity(agent_id, sam.id, SLACK)
-    assert set(sam.identities) == {TERMINAL, SLACK}
+    assert sorted(sam.identities, key=str) == sorted([TERMINAL, SLACK], key=str)
     assert (await store.resolve_person(agent_id, SLACK, "U123", "human", T0)).id == sam.id
     talk = await store.open_conversation(agent_id, "slack", "general", [sam.id], T0, 3600)
     await _message(store, agent_id, sam.id, talk.id, "hello from slack")
@@ -141,3 +141,41 @@ async def test_merge_moves_quick_facts_the_survivor_lacks(store: Store) -> None:
     await store.merge_persons(agent_id, sam.id, dup.id)
     assert await store.facts(agent_id, sam.id) == {"city": "Lyon", "instrument": "cello"}
     assert await store.facts(agent_id, dup.id) == {}
+
+
+async def test_observations_are_revised_with_an_audit_trail_and_follow_a_merge(store: Store) -> None:
+    from persyn.store.base import Observation
+
+    agent_id = new_id()
+    sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
+    dup = await store.resolve_person(agent_id, SLACK, "Sam K", "human", T0)
+    job = Observation(
+        id=new_id(T0),
+        agent_id=agent_id,
+        subject_id=sam.id,
+        kind="occupation",
+        value="teacher",
+        observed_at=T0,
+    )
+    pet = Observation(
+        id=new_id(T0), agent_id=agent_id, subject_id=dup.id, kind="pet", value="has a dog", observed_at=T0
+    )
+    await store.add_observation(job, "added", "Sam said he teaches")
+    await store.add_observation(pet, "added", "mentioned walking the dog")
+    later = T0 + timedelta(days=30)
+    await store.revise_observation(agent_id, job.id, "head teacher", "superseded", "promoted", later)
+    await store.merge_persons(agent_id, sam.id, dup.id)
+
+    current = await store.observations(agent_id, sam.id)
+    assert [(o.kind, o.value) for o in current] == [("pet", "has a dog"), ("occupation", "head teacher")]
+    history = await store.observation_history(agent_id, sam.id)
+    assert [(h.action, h.before, h.after, h.reason) for h in history] == [
+        ("added", None, "teacher", "Sam said he teaches"),
+        ("added", None, "has a dog", "mentioned walking the dog"),
+        ("superseded", "teacher", "head teacher", "promoted"),
+    ]
+    await store.revise_observation(agent_id, pet.id, None, "contradicted", "the dog was a neighbour's", later)
+    assert [o.kind for o in await store.observations(agent_id, sam.id)] == ["occupation"]
+    assert (await store.observation_history(agent_id, sam.id))[-1].after is None
+    with pytest.raises(StoreError, match="no observation"):
+        await store.revise_observation(agent_id, pet.id, "x", "superseded", "gone", later)

@@ -22,6 +22,8 @@ __all__ = [
     "Conversation",
     "Identity",
     "Message",
+    "Observation",
+    "ObservationChange",
     "Person",
     "Role",
     "Store",
@@ -60,6 +62,31 @@ class Person(_Row):
     created_at: datetime
     last_interaction_at: datetime | None
     identities: tuple[Identity, ...] = ()
+
+
+class Observation(_Row):
+    """A specific fact about a person (SPEC §4.4), from the conversation it was learned in."""
+
+    id: str
+    agent_id: str
+    subject_id: str
+    kind: str  # a type label, e.g. "occupation", "preference", "relationship"
+    value: str
+    observed_at: datetime
+    conversation_id: str | None = None
+
+
+class ObservationChange(_Row):
+    """One entry of the audit trail: what changed about an observation, and why."""
+
+    id: str
+    subject_id: str
+    observation_id: str
+    action: str  # added | superseded | contradicted | supplemented
+    before: str | None
+    after: str | None
+    reason: str
+    at: datetime
 
 
 class Conversation(_Row):
@@ -142,6 +169,24 @@ class Store(ABC):
 
     @abstractmethod
     async def rename_person(self, agent_id: str, person_id: str, display_name: str) -> Person: ...
+
+    @abstractmethod
+    async def add_observation(self, observation: Observation, action: str, reason: str) -> None:
+        """Store a new observation and its audit entry (`action`: added or supplemented)."""
+
+    @abstractmethod
+    async def revise_observation(
+        self, agent_id: str, observation_id: str, value: str | None, action: str, reason: str, now: datetime
+    ) -> None:
+        """Change an observation's value, or delete it (value None), with an audit entry."""
+
+    @abstractmethod
+    async def observations(self, agent_id: str, subject_id: str) -> list[Observation]:
+        """Every current observation about a subject, oldest first."""
+
+    @abstractmethod
+    async def observation_history(self, agent_id: str, subject_id: str) -> list[ObservationChange]:
+        """The audit trail of a subject's observations, oldest first."""
 
     @abstractmethod
     async def set_fact(

@@ -202,12 +202,20 @@ def _create_quick_facts(connection: Connection, dialect_name: str) -> None:
     schema.quick_facts.create(connection, checkfirst=False)
 
 
+def _create_observations(connection: Connection, dialect_name: str) -> None:
+    """Migration 6: observations about people and their audit trail, from the live
+    definitions (freeze them here before a later migration alters those tables)."""
+    schema.observations.create(connection, checkfirst=False)
+    schema.observation_changes.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
     Migration(3, "long-term memory records", _create_memory_records),
     Migration(4, "record vectors partitioned by channel", _partition_vectors_by_channel),
     Migration(5, "quick facts about people and the agent", _create_quick_facts),
+    Migration(6, "observations about people, with an audit trail", _create_observations),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -69,6 +69,8 @@ __all__ = [
     "message_from_row",
     "messages",
     "metadata",
+    "observation_changes",
+    "observations",
     "person_from_row",
     "person_preferences",
     "persons",
@@ -283,6 +285,35 @@ quick_facts = Table(
     Column("value", Text, nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     UniqueConstraint("agent_id", "subject_id", "key"),
+)
+
+# Observations about people (SPEC §4.4) and the audit trail of how each changed.
+observations = Table(
+    "observations",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("subject_id", nullable=False),
+    Column("kind", String(100), nullable=False),
+    Column("value", Text, nullable=False),
+    Column("observed_at", UTCDateTime(), nullable=False),
+    _id("conversation_id", nullable=True),
+    Index(None, "agent_id", "subject_id"),
+)
+
+observation_changes = Table(
+    "observation_changes",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("subject_id", nullable=False),
+    _id("observation_id", nullable=False),
+    Column("action", String(32), nullable=False),  # added | superseded | contradicted | supplemented
+    Column("before", Text, nullable=True),
+    Column("after", Text, nullable=True),
+    Column("reason", Text, nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Index(None, "agent_id", "subject_id", "at"),
 )
 
 flags = Table(

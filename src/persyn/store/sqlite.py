@@ -55,7 +55,17 @@ from persyn.core.ids import new_id
 from persyn.store import migrations
 from persyn.store._sqlite_engine import create_sqlite_engine
 from persyn.store._sqlite_memory import SQLiteMemory, replace_record_participant
-from persyn.store.base import AgentRow, Conversation, Identity, Message, Person, Role, Store
+from persyn.store.base import (
+    AgentRow,
+    Conversation,
+    Identity,
+    Message,
+    Observation,
+    ObservationChange,
+    Person,
+    Role,
+    Store,
+)
 from persyn.store.schema import (
     agent_from_row,
     agents,
@@ -73,6 +83,8 @@ from persyn.store.schema import (
     marker_from_row,
     message_from_row,
     messages,
+    observation_changes,
+    observations,
     person_from_row,
     person_preferences,
     persons,
@@ -286,6 +298,101 @@ class SQLiteStore(SQLiteMemory, Store):
 
         return await self._write("rename_person", work)
 
+    async def add_observation(self, observation: Observation, action: str, reason: str) -> None:
+        agent_id = checked_id(observation.agent_id, "agent id")
+        checked_id(observation.id, "observation id")
+        checked_id(observation.subject_id, "subject id")
+
+        def work(connection: Connection) -> None:
+            connection.execute(
+                insert(observations).values(
+                    id=observation.id,
+                    agent_id=agent_id,
+                    subject_id=observation.subject_id,
+                    kind=observation.kind,
+                    value=observation.value,
+                    observed_at=observation.observed_at,
+                    conversation_id=observation.conversation_id,
+                )
+            )
+            _audit(
+                connection,
+                agent_id,
+                observation.subject_id,
+                observation.id,
+                action,
+                None,
+                observation.value,
+                reason,
+                observation.observed_at,
+            )
+
+        await self._write("add_observation", work)
+
+    async def revise_observation(
+        self, agent_id: str, observation_id: str, value: str | None, action: str, reason: str, now: datetime
+    ) -> None:
+        def work(connection: Connection) -> None:
+            row = connection.execute(
+                select(observations).where(
+                    observations.c.agent_id == agent_id, observations.c.id == observation_id
+                )
+            ).first()
+            if row is None:
+                raise StoreError(f"no observation {observation_id!r} for agent {agent_id!r}")
+            where = (observations.c.agent_id == agent_id, observations.c.id == observation_id)
+            if value is None:
+                connection.execute(delete(observations).where(*where))
+            else:
+                connection.execute(update(observations).where(*where).values(value=value, observed_at=now))
+            _audit(
+                connection, agent_id, row.subject_id, observation_id, action, row.value, value, reason, now
+            )
+
+        await self._write("revise_observation", work)
+
+    async def observations(self, agent_id: str, subject_id: str) -> list[Observation]:
+        statement = (
+            select(observations)
+            .where(observations.c.agent_id == agent_id, observations.c.subject_id == subject_id)
+            .order_by(observations.c.observed_at, observations.c.id)
+        )
+        rows = await self._read("observations", lambda c: c.execute(statement).all())
+        return [
+            Observation(
+                id=r.id,
+                agent_id=r.agent_id,
+                subject_id=r.subject_id,
+                kind=r.kind,
+                value=r.value,
+                observed_at=r.observed_at,
+                conversation_id=r.conversation_id,
+            )
+            for r in rows
+        ]
+
+    async def observation_history(self, agent_id: str, subject_id: str) -> list[ObservationChange]:
+        changes = observation_changes.c
+        statement = (
+            select(observation_changes)
+            .where(changes.agent_id == agent_id, changes.subject_id == subject_id)
+            .order_by(changes.at, changes.id)
+        )
+        rows = await self._read("observation_history", lambda c: c.execute(statement).all())
+        return [
+            ObservationChange(
+                id=r.id,
+                subject_id=r.subject_id,
+                observation_id=r.observation_id,
+                action=r.action,
+                before=r.before,
+                after=r.after,
+                reason=r.reason,
+                at=r.at,
+            )
+            for r in rows
+        ]
+
     async def set_fact(
         self, agent_id: str, subject_id: str, key: str, value: str | None, now: datetime
     ) -> None:
@@ -407,6 +514,12 @@ class SQLiteStore(SQLiteMemory, Store):
             connection.execute(
                 delete(person_preferences).where(theirs.agent_id == agent_id, theirs.person_id == other_id)
             )
+            for about in (observations, observation_changes):
+                connection.execute(
+                    update(about)
+                    .where(about.c.agent_id == agent_id, about.c.subject_id == other_id)
+                    .values(subject_id=survivor_id)
+                )
             known = set(
                 connection.execute(
                     select(quick_facts.c.key).where(
@@ -794,3 +907,29 @@ def _require_person(connection: Connection, agent_id: str, person_id: str) -> An
     if row is None:
         raise StoreError(f"no contact {person_id!r} for agent {agent_id!r}")
     return row
+
+
+def _audit(
+    connection: Connection,
+    agent_id: str,
+    subject_id: str,
+    observation_id: str,
+    action: str,
+    before: str | None,
+    after: str | None,
+    reason: str,
+    at: datetime,
+) -> None:
+    connection.execute(
+        insert(observation_changes).values(
+            id=new_id(at),
+            agent_id=agent_id,
+            subject_id=subject_id,
+            observation_id=observation_id,
+            action=action,
+            before=before,
+            after=after,
+            reason=reason,
+            at=at,
+        )
+    )

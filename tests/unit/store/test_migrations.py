@@ -189,6 +189,27 @@ def test_migration_five_creates_quick_facts(engine: Engine) -> None:
     assert columns == ["id", "agent_id", "subject_id", "key", "value", "updated_at"]
 
 
+def test_migration_six_creates_observations_and_their_audit_trail(engine: Engine) -> None:
+    assert _migrate(engine, target=6) == 6
+    with engine.connect() as connection:
+        found = inspect(connection)
+        observation_columns = [c["name"] for c in found.get_columns("observations")]
+        change_columns = [c["name"] for c in found.get_columns("observation_changes")]
+    # Created from the live definitions: if this fails, freeze migration 6 first.
+    assert observation_columns == [
+        "id",
+        "agent_id",
+        "subject_id",
+        "kind",
+        "value",
+        "observed_at",
+        "conversation_id",
+    ]
+    assert change_columns == [
+        "id", "agent_id", "subject_id", "observation_id", "action", "before", "after", "reason", "at",
+    ]  # fmt: skip
+
+
 def test_migration_one_is_frozen_and_ignores_later_tables(engine: Engine) -> None:
     """Migration 1 builds its own copy of the v1 tables, not the live schema."""
     _migrate(engine, target=1)
