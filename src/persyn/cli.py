@@ -55,6 +55,10 @@ channels_app = typer.Typer(
     help="The channels the agent has spoken on, each with its recent conversations.", no_args_is_help=True
 )
 app.add_typer(channels_app, name="channels")
+people_app = typer.Typer(
+    help="What the agent has observed about people, and its briefing (dossier) on each.", no_args_is_help=True
+)
+app.add_typer(people_app, name="people")
 
 _state: dict[str, Path | None] = {"home": None}
 
@@ -578,6 +582,59 @@ def channels_show(
         typer.echo(
             f"  {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}: {summary or '(not consolidated yet)'}"
         )
+
+
+@people_app.command("observations")
+def people_observations(
+    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID (see `contacts list`).")],
+    agent: AgentOption = None,
+    history: Annotated[
+        bool, typer.Option("--history", help="Also show how each observation changed, and why.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Observations about a person (extracted after each conversation closes)."""
+    from persyn.runtime.inspect import person_observations
+
+    settings = _settings()
+    person, observations, changes, _ = _run(person_observations(settings, settings.agent(agent), person_id))
+    if as_json:
+        payload: dict[str, Any] = {"observations": [o.model_dump(mode="json") for o in observations]}
+        if history:
+            payload["history"] = [c.model_dump(mode="json") for c in changes]
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    typer.echo(f"{person.display_name} ({person.id})")
+    if not observations:
+        typer.echo("  nothing observed yet")
+    for observation in observations:
+        typer.echo(f"  [{observation.kind}] {observation.value}  ({observation.observed_at:%Y-%m-%d})")
+    if history:
+        typer.echo("history:")
+        for change in changes:
+            typer.echo(
+                f"  {change.at:%Y-%m-%d %H:%M} {change.action}: {change.before!r} -> {change.after!r} ({change.reason})"
+            )
+
+
+@people_app.command("dossier")
+def people_dossier(
+    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    agent: AgentOption = None,
+) -> None:
+    """The agent's briefing on a person, as last synthesised from their observations."""
+    from persyn.runtime.inspect import person_observations
+
+    settings = _settings()
+    person, observations, _, dossier = _run(person_observations(settings, settings.agent(agent), person_id))
+    if dossier:
+        typer.echo(dossier)
+    elif observations:
+        typer.echo(
+            f"No dossier on {person.display_name} yet: it is written after their next conversation closes."
+        )
+    else:
+        typer.echo(f"Nothing is known about {person.display_name} yet.")
 
 
 # memory ------------------------------------------------------------------------------------

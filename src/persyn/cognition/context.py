@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Protocol, cast
 
 from persyn.cognition.deliberation import Evidence
 from persyn.cognition.pipeline import TurnSetup
@@ -16,7 +16,7 @@ from persyn.core.records import channel_key
 from persyn.memory.retrieval import Retriever, format_memories
 from persyn.store.base import Store
 
-__all__ = ["RECALLED_FLAG", "MemorySource", "recalled_ids"]
+__all__ = ["RECALLED_FLAG", "MemorySource", "PeopleSource", "recalled_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -86,3 +86,47 @@ class MemorySource:
         known = await recalled_ids(self.store, setup.agent_id, setup.conversation_id)
         merged = list(dict.fromkeys([*known, *ids]))[-_MAX_RECALLED:]
         await self.store.set_flag(setup.agent_id, RECALLED_FLAG + setup.conversation_id, json.dumps(merged))
+
+
+class _Briefings(Protocol):
+    async def cached(self, agent_id: str, person_id: str) -> str | None: ...
+
+
+class PeopleSource:
+    """The cached dossier of the person speaking (SPEC §4.4): never a model call here, so
+    a stale or missing dossier costs context, not latency.
+
+    Compartments: a dossier blends every observation of a person, so it is shown only on a
+    channel where all of them were learned; what someone said in one compartment never
+    reaches another through it. (Per-compartment dossiers would lift this restriction.)"""
+
+    def __init__(self, store: Store, dossiers: Callable[[str], _Briefings]) -> None:
+        self.store = store
+        self.dossiers = dossiers
+
+    async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
+        if setup.person_id is None:
+            return []
+        if not await self._all_learned_here(setup):
+            return []
+        text = await self.dossiers(setup.agent_id).cached(setup.agent_id, setup.person_id)
+        if not text:
+            return []
+        return [ContextSection(f"What I know about {setup.speaker_name}", text)]
+
+    async def _all_learned_here(self, setup: TurnSetup) -> bool:
+        assert setup.person_id is not None
+        seen: dict[str, bool] = {}
+        for observation in await self.store.observations(setup.agent_id, setup.person_id):
+            conversation_id = observation.conversation_id
+            if conversation_id is None:
+                return False
+            if conversation_id not in seen:
+                conversation = await self.store.get_conversation(setup.agent_id, conversation_id)
+                seen[conversation_id] = conversation is not None and (
+                    conversation.service,
+                    conversation.channel,
+                ) == (setup.service, setup.channel)
+            if not seen[conversation_id]:
+                return False
+        return True

@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 
 from persyn.channels.base import ChannelAdapter
 from persyn.cognition import deliberation, pipeline
-from persyn.cognition.context import MemorySource, recalled_ids
+from persyn.cognition.context import MemorySource, PeopleSource, recalled_ids
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import AgentConfig, Settings, Task
@@ -34,6 +34,7 @@ from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.memory.consolidate import Consolidator
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
+from persyn.people.observations import Dossiers, Observer
 from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime.memory_ops import context_window_for
@@ -201,6 +202,33 @@ class Runtime:
         self.retriever = Retriever(self.store, self.embedder, self.settings.memory)
         self.context_sources.append(MemorySource(self.store, self.retriever, self.clock, self.memory_budget))
         self.add_conversation_hook("consolidate", self.consolidate_conversation)
+        # People (SPEC §4.4): observations after each conversation, dossiers in context.
+        self.add_conversation_hook("observe", self.observe_conversation)
+        self.context_sources.append(PeopleSource(self.store, self.dossiers))
+
+    def dossiers(self, agent_id: str) -> Dossiers:
+        return Dossiers(self.store, self.gateway(agent_id), self.agents[agent_id].name)
+
+    async def observe_conversation(self, agent_id: str, conversation_id: str) -> None:
+        """Extract and reconcile observations about who spoke, then refresh their dossiers
+        (off the critical path: a turn only ever reads a cached dossier)."""
+        conversation = await self.store.get_conversation(agent_id, conversation_id)
+        agent = self.agents.get(agent_id)
+        if conversation is None or conversation.closed_at is None or agent is None:
+            return
+        observer = Observer(self.store, self.gateway(agent_id), agent.name)
+        done = await observer.observe(agent_id, conversation)
+        if not done:
+            return
+        dossiers = self.dossiers(agent_id)
+        for person_id in conversation.participant_ids:
+            person = await self.store.get_person(agent_id, person_id)
+            if person is None:
+                continue
+            try:
+                await dossiers.dossier(agent_id, person_id, person.display_name, self.clock.now())
+            except ModelError as exc:  # the stale dossier is simply not shown
+                log.warning("dossier of %s not refreshed: %s", person_id, exc)
 
     def memory_budget(self, agent_id: str) -> int:
         agent = self.agents[agent_id]

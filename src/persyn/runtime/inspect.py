@@ -15,7 +15,7 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
 from persyn.core.ids import parse_id
 from persyn.store import Store, open_store
-from persyn.store.base import Conversation, Identity, Message, Person
+from persyn.store.base import Conversation, Identity, Message, Observation, ObservationChange, Person
 
 __all__ = [
     "PREFERRED_CHANNEL",
@@ -31,6 +31,7 @@ __all__ = [
     "list_conversations",
     "merge_contacts",
     "opened_store",
+    "person_observations",
     "prefer_channel",
     "rename_contact",
 ]
@@ -220,3 +221,21 @@ async def channel(settings: Settings, agent: AgentConfig, name: str) -> ChannelD
         return ChannelDigest(
             service=service, channel=channel_name, conversations=[(c, summaries.get(c.id)) for c in recent]
         )
+
+
+async def person_observations(
+    settings: Settings, agent: AgentConfig, person_id: str
+) -> tuple[Person, list[Observation], list[ObservationChange], str | None]:
+    """What the agent has observed about someone, how that changed, and its cached dossier."""
+    from persyn.people.observations import DOSSIER_FLAG
+
+    async with opened_store(settings) as store:
+        person = await _person(store, agent, person_id)
+        observations = await store.observations(agent.id, person.id)
+        history = await store.observation_history(agent.id, person.id)
+        raw = await store.get_flag(agent.id, DOSSIER_FLAG + person.id)
+    dossier: str | None = None
+    if raw:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            dossier = str(json.loads(raw)["text"])
+    return person, observations, history, dossier
