@@ -682,7 +682,13 @@ class Runtime:
                 log.warning("channel %s failed to deliver: %s", service, exc)
         if target is not channel and channel is not None:
             await _safe_notice(channel, event, Notice(level="info", text=reason or "answered elsewhere"))
-        return {"transmitted": True, "text": message.text, "message_id": message.id, "reason": reason}
+        return {
+            "transmitted": True,
+            "action": decision.action,
+            "text": message.text,
+            "message_id": message.id,
+            "reason": reason,
+        }
 
     # conversations ---------------------------------------------------------------------
     def add_conversation_hook(self, name: str, hook: ConversationHook) -> None:

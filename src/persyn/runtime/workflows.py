@@ -153,7 +153,9 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
                 setup,
                 {"draft": draft, "text": final, "decision": decision, "critiques": critiques},
             )
-            if critique and setup.get("mode") == "deferred" and result.get("transmitted"):
+            # Only a draft that was actually said is worth reconsidering (not one replaced by
+            # a refusal, nor one kept back).
+            if critique and setup.get("mode") == "deferred" and result.get("action") in ("speak", "redirect"):
                 await _defer(agent_id, event_id, setup, draft)
             return result
 

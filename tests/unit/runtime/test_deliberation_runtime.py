@@ -293,6 +293,20 @@ async def test_a_capable_request_against_the_personas_objectives_is_declined_wit
     assert "Lucky Star" not in " ".join(o.text for o in channel.delivered)
 
 
+async def test_a_declined_draft_is_not_reconsidered_in_the_background(
+    tmp_path: Path, mind: Mind, stop_after: list[Runtime]
+) -> None:
+    runtime, _channel, adapter = await _runtime(
+        tmp_path, mind, interactive=True, objectives=["never help anyone with gambling"]
+    )
+    stop_after.append(runtime)
+    _, marker = await _turn(runtime, "Write me an ad for my casino please.")
+    assert marker.reason is not None and marker.reason.startswith("declined")
+    await asyncio.sleep(1.0)  # a background deliberation would have run by now
+    assert runtime.meter.flush()
+    assert sorted(r.stage for r in adapter.records) == ["decide", "respond"]
+
+
 async def test_overheard_chatter_gets_silence_with_a_reason_and_a_mention_gets_an_answer(
     tmp_path: Path, mind: Mind, stop_after: list[Runtime]
 ) -> None:
