@@ -59,6 +59,12 @@ people_app = typer.Typer(
     help="What the agent has observed about people, and its briefing (dossier) on each.", no_args_is_help=True
 )
 app.add_typer(people_app, name="people")
+graph_app = typer.Typer(
+    help="The agent's knowledge graph: entities and how they relate, learned from conversations "
+    "(each fact with the channel it was learned on).",
+    no_args_is_help=True,
+)
+app.add_typer(graph_app, name="graph")
 
 _state: dict[str, Path | None] = {"home": None}
 
@@ -635,6 +641,102 @@ def people_dossier(
         )
     else:
         typer.echo(f"Nothing is known about {person.display_name} yet.")
+
+
+# graph ---------------------------------------------------------------------------------------
+GraphChannelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--channel",
+        help="Only what the agent could bring up on SERVICE:CHANNEL with nobody else present "
+        "(its compartment and sensitivity rules); default: everything, with provenance.",
+        show_default=False,
+    ),
+]
+
+
+def _relation_json(relation: Any) -> dict[str, Any]:
+    return relation.model_dump(mode="json")
+
+
+def _relation_text(relation: Any) -> str:
+    return f"{relation.line()}  [{relation.channel}, {relation.sensitivity}, {relation.learned_at:%Y-%m-%d}]"
+
+
+@graph_app.command("query")
+def graph_query(
+    entity: Annotated[
+        str, typer.Argument(metavar="ENTITY", help="An entity's name (or id, or a unique part of its name).")
+    ],
+    hops: Annotated[int, typer.Option("--hops", "-n", help="How many relations out to follow (1-6).")] = 1,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many relations, nearest first.")] = 50,
+    channel: GraphChannelOption = None,
+    agent: AgentOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """An entity, what is known about it, and everything within N relations of it."""
+    from persyn.runtime.inspect_graph import graph_query as query
+
+    settings = _settings()
+    found = _run(query(settings, settings.agent(agent), entity, hops, limit, channel))
+    if as_json:
+        payload = {
+            "entity": found.entity.model_dump(mode="json"),
+            "entities": [e.model_dump(mode="json") for e in found.around.entities],
+            "relations": [_relation_json(r) for r in found.around.relations],
+        }
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    head = found.entity
+    typer.echo(f"{head.name} ({head.kind}) {head.id}")
+    for key, value in sorted(head.attributes.items()):
+        typer.echo(f"  {key}: {value}")
+    if not found.around.relations:
+        typer.echo(f"  no relations within {hops} hop{'s' if hops != 1 else ''}")
+    for relation in found.around.relations:
+        typer.echo(f"  {_relation_text(relation)}")
+
+
+@graph_app.command("path")
+def graph_path(
+    source: Annotated[str, typer.Argument(metavar="A", help="An entity's name (or id).")],
+    target: Annotated[str, typer.Argument(metavar="B", help="Another entity's name (or id).")],
+    max_hops: Annotated[int, typer.Option("--max-hops", help="Longest chain looked for (1-6).")] = 4,
+    channel: GraphChannelOption = None,
+    agent: AgentOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """A shortest chain of relations between two entities (in either direction). Exits 1
+    when they are not connected within --max-hops."""
+    from persyn.runtime.inspect_graph import graph_path as path
+
+    settings = _settings()
+    found = _run(path(settings, settings.agent(agent), source, target, max_hops, channel))
+    if as_json:
+        relations = None if found.relations is None else [_relation_json(r) for r in found.relations]
+        typer.echo(
+            json.dumps(
+                {"source": found.source.name, "target": found.target.name, "path": relations}, indent=2
+            )
+        )
+    elif found.relations is None:
+        typer.echo(f"{found.source.name} and {found.target.name} are not connected within {max_hops} hops.")
+    else:
+        typer.echo(f"{found.source.name} → {found.target.name}: {len(found.relations)} hop(s)")
+        for relation in found.relations:
+            typer.echo(f"  {_relation_text(relation)}")
+    if found.relations is None:
+        raise typer.Exit(1)
+
+
+@graph_app.command("stats")
+def graph_stats(agent: AgentOption = None) -> None:
+    """How many entities, mentions and relations the agent's graph holds."""
+    from persyn.runtime.inspect_graph import graph_stats as stats
+
+    settings = _settings()
+    counts = _run(stats(settings, settings.agent(agent)))
+    typer.echo(", ".join(f"{count} {name}" for name, count in counts.items()))
 
 
 # memory ------------------------------------------------------------------------------------

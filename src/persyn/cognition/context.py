@@ -12,15 +12,27 @@ from persyn.cognition.deliberation import Evidence
 from persyn.cognition.pipeline import TurnSetup
 from persyn.cognition.prompt import ContextSection
 from persyn.core.clock import Clock
+from persyn.core.config import GraphConfig
 from persyn.core.records import channel_key
+from persyn.graph.recall import recall
+from persyn.memory.access import eligible_channels
 from persyn.memory.retrieval import Retriever, format_memories
 from persyn.store.base import Store
+from persyn.store.graph_rows import GraphView
 
-__all__ = ["RECALLED_FLAG", "MemorySource", "PeopleSource", "recalled_ids"]
+__all__ = [
+    "GRAPH_FAILURE_FLAG",
+    "RECALLED_FLAG",
+    "GraphSource",
+    "MemorySource",
+    "PeopleSource",
+    "recalled_ids",
+]
 
 log = logging.getLogger(__name__)
 
 RECALLED_FLAG = "recalled:"
+GRAPH_FAILURE_FLAG = "degraded:graph"
 _MAX_RECALLED = 500
 
 _LEGEND = (
@@ -130,3 +142,68 @@ class PeopleSource:
             if not seen[conversation_id]:
                 return False
         return True
+
+
+_GRAPH_LEGEND = (
+    "How things I know of relate (from past conversations; each line is source —relation→ "
+    "target). I use it as background, not as something just said."
+)
+
+
+class GraphSource:
+    """The knowledge graph around the entities the input names (SPEC §4.3), read in the
+    current compartment only. Fails soft: a broken graph store costs this section, never
+    the turn; the failure is logged and kept under the flag `degraded:graph` for
+    `persyn doctor`, and the prompt says the graph is unavailable."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: GraphConfig,
+        channel_groups: Sequence[Sequence[str]],
+        clock: Clock,
+        budget_tokens: Callable[[str], int],
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.channel_groups = channel_groups
+        self.clock = clock
+        self.budget_tokens = budget_tokens
+
+    async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
+        try:
+            return await self._sections(setup, query)
+        except Exception as exc:  # fail soft (SPEC §2)
+            log.warning("knowledge graph unavailable: %s", exc)
+            await self._report(setup.agent_id, exc)
+            return [ContextSection("How things relate", "(My knowledge graph is unavailable right now.)")]
+
+    async def _sections(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
+        conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
+        present = tuple(
+            p for p in (conversation.participant_ids if conversation else ()) if p != setup.agent_id
+        )
+        now = channel_key(setup.service, setup.channel)
+        view = GraphView(channel=now, eligible=eligible_channels(now, self.channel_groups), present=present)
+        found = await recall(
+            self.store,
+            setup.agent_id,
+            query,
+            view,
+            hops=self.config.hops,
+            limit=self.config.max_relations,
+            max_path_hops=self.config.max_path_hops,
+        )
+        if found is None:
+            return []
+        lines = found.lines(self.budget_tokens(setup.agent_id))
+        if not lines:
+            return []
+        return [ContextSection("How things relate", _GRAPH_LEGEND + "\n" + "\n".join(lines))]
+
+    async def _report(self, agent_id: str, exc: Exception) -> None:
+        try:
+            value = json.dumps({"at": self.clock.now().isoformat(), "error": f"{type(exc).__name__}: {exc}"})
+            await self.store.set_flag(agent_id, GRAPH_FAILURE_FLAG, value)
+        except Exception:  # the store itself may be what failed
+            log.debug("could not record the graph failure", exc_info=True)

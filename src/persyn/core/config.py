@@ -26,6 +26,7 @@ __all__ = [
     "AgentConfig",
     "ConversationConfig",
     "DispatchConfig",
+    "GraphConfig",
     "MemoryConfig",
     "MeteringConfig",
     "ModelsConfig",
@@ -199,6 +200,21 @@ class DeliberationConfig(_Strict):
     parked_ttl_hours: float = Field(default=24.0, gt=0)
 
 
+class GraphConfig(_Strict):
+    """The knowledge graph (SPEC §4.3): populated after each conversation closes, read as
+    context for the entities an input mentions. Optional: disabled (or failing) it costs
+    context, never a turn."""
+
+    enabled: bool = True
+    # How far from a mentioned entity the context reaches, and how much of it is shown.
+    hops: int = Field(default=2, ge=1, le=4)
+    max_relations: int = Field(default=30, ge=1, le=500)
+    # Shortest paths between mentioned entities are looked for up to this many relations.
+    max_path_hops: int = Field(default=4, ge=1, le=6)
+    # Share of the context window graph lines may take.
+    budget_fraction: float = Field(default=0.05, gt=0, le=0.5)
+
+
 class RetrievalWeights(_Strict):
     """Weights of the relevance function (SPEC §4 step 2); the score is their weighted mean."""
 
@@ -273,6 +289,7 @@ class Settings(_Strict):
     dispatch: DispatchConfig = DispatchConfig()
     memory: MemoryConfig = MemoryConfig()
     deliberation: DeliberationConfig = DeliberationConfig()
+    graph: GraphConfig = GraphConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     secrets: Secrets = Secrets()
 

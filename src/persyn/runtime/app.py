@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 
 from persyn.channels.base import ChannelAdapter
 from persyn.cognition import deliberation, pipeline
-from persyn.cognition.context import MemorySource, PeopleSource, recalled_ids
+from persyn.cognition.context import GRAPH_FAILURE_FLAG, GraphSource, MemorySource, PeopleSource, recalled_ids
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import AgentConfig, Settings, Task
@@ -31,7 +31,8 @@ from persyn.core.ids import derived_id, parse_id
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
 from persyn.gateway.registry import ModelSpec, parse_model_string
-from persyn.memory.consolidate import Consolidator
+from persyn.graph.extract import GraphExtractor
+from persyn.memory.consolidate import Consolidator, default_sensitivity
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers, Observer
@@ -112,6 +113,7 @@ class Runtime:
                 self.settings, agent, self.meter, local_factory=self._local_model, clock=self.clock
             )
         self._start_memory()
+        self._start_graph()
         if self._prometheus is not None:
             self._prometheus.start(
                 self.settings.metering.prometheus_port, self.settings.metering.prometheus_host
@@ -229,6 +231,55 @@ class Runtime:
                 await dossiers.dossier(agent_id, person_id, person.display_name, self.clock.now())
             except ModelError as exc:  # the stale dossier is simply not shown
                 log.warning("dossier of %s not refreshed: %s", person_id, exc)
+
+    # knowledge graph ---------------------------------------------------------------------
+    def _start_graph(self) -> None:
+        """Graph context per turn and extraction after each conversation (SPEC §4.3);
+        `[graph] enabled = false` leaves both out."""
+        if not self.settings.graph.enabled:
+            return
+        self.context_sources.append(
+            GraphSource(
+                self.store,
+                self.settings.graph,
+                self.settings.memory.channel_groups,
+                self.clock,
+                self.graph_budget,
+            )
+        )
+        self.add_conversation_hook("graph", self.graph_conversation)
+
+    def graph_budget(self, agent_id: str) -> int:
+        agent = self.agents[agent_id]
+        return int(context_window_for(self.settings, agent) * self.settings.graph.budget_fraction)
+
+    async def graph_conversation(self, agent_id: str, conversation_id: str) -> None:
+        """Extract the closed conversation's entities and relations into the graph. A failure
+        is logged and flagged for `persyn doctor`; the conversation is not retried."""
+        conversation = await self.store.get_conversation(agent_id, conversation_id)
+        agent = self.agents.get(agent_id)
+        if conversation is None or conversation.closed_at is None or agent is None:
+            return
+        extractor = GraphExtractor(self.store, self.gateway(agent_id), agent.name)
+        default = default_sensitivity(self.settings.memory, conversation.service)
+        try:
+            outcome = await extractor.extract(agent_id, conversation, default)
+        except Exception as exc:  # fail soft: the graph is optional (SPEC §2)
+            log.warning("graph extraction of %s failed: %s", conversation_id, exc)
+            outcome_failure = f"{type(exc).__name__}: {exc}"
+        else:
+            outcome_failure = outcome.failure
+            if outcome.dropped:
+                log.info(
+                    "graph extraction of %s dropped %d items: %s",
+                    conversation_id,
+                    len(outcome.dropped),
+                    outcome.dropped[:3],
+                )
+        if outcome_failure:
+            flag = json.dumps({"at": self.clock.now().isoformat(), "error": f"extraction: {outcome_failure}"})
+            with contextlib.suppress(Exception):
+                await self.store.set_flag(agent_id, GRAPH_FAILURE_FLAG, flag)
 
     def memory_budget(self, agent_id: str) -> int:
         agent = self.agents[agent_id]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,46 @@ async def _check_database(settings: Settings) -> Check:
             "database", False, f"{settings.database_url}: {exc}", "check storage_url and file permissions"
         )
     return Check("database", True, f"{settings.database_url} (schema v{version}, {agents} agent(s) seen)")
+
+
+_GRAPH_FAILURE_FLAG = "degraded:graph"  # cognition/context.py GRAPH_FAILURE_FLAG
+
+
+async def _check_graph(settings: Settings) -> Check:
+    """The knowledge graph is optional: disabled, or failing lately, is a note, not a failure."""
+    if not settings.graph.enabled:
+        return Check("knowledge graph", True, "disabled ([graph] enabled = false)", warning=True)
+    try:
+        store = open_store(settings.database_url)
+        try:
+            await store.setup()
+            lines: list[str] = []
+            for agent in settings.agents:
+                counts = await store.graph_stats(agent.id)
+                raw = await store.get_flag(agent.id, _GRAPH_FAILURE_FLAG)
+                failure = ""
+                if raw:
+                    try:
+                        data = json.loads(raw)
+                        failure = f"; last failure {data.get('at', '?')}: {data.get('error', raw)}"
+                    except ValueError:
+                        failure = f"; last failure: {raw}"
+                lines.append(
+                    f"{agent.name}: {counts['entities']} entities, {counts['relations']} relations{failure}"
+                )
+        finally:
+            await store.close()
+    except Exception as exc:
+        return Check("knowledge graph", True, f"unreadable: {exc}", "check the database", warning=True)
+    detail = "; ".join(lines) or "no agents"
+    failing = "last failure" in detail
+    return Check(
+        "knowledge graph",
+        True,
+        detail,
+        "see the log of `persyn run`; turns still complete without the graph" if failing else "",
+        warning=failing,
+    )
 
 
 async def _check_model(settings: Settings, spec: ModelSpec, tasks: list[str]) -> Check:
@@ -106,6 +147,7 @@ async def collect_checks(home: Path | None) -> list[Check]:
         )
     )
     checks.append(await _check_database(settings))
+    checks.append(await _check_graph(settings))
     by_model: dict[ModelSpec, list[str]] = {}
     for agent in settings.agents:
         for task in Task:

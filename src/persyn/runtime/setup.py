@@ -103,6 +103,14 @@ mode = "auto"
 # lenses = ["adversarial", "predictive", "constrained", "hopes", "fears"]
 substantive_min_words = 12     # shorter replies are critiqued only if they touch the past
 offline_model = false          # critique with the tiny offline model too (slow, and mostly noise)
+
+[graph]
+# The knowledge graph: entities and relations extracted after each conversation closes,
+# shown as context when an input names an entity; same compartment rules as memories.
+enabled = true
+hops = 2                       # how far from a mentioned entity the context reaches
+max_relations = 30             # at most this many relations in a prompt
+max_path_hops = 4              # shortest paths between mentioned entities, up to this long
 """
 
 

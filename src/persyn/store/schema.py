@@ -61,6 +61,11 @@ __all__ = [
     "event_values",
     "events",
     "flags",
+    "graph_entities",
+    "graph_fact_participants",
+    "graph_links",
+    "graph_mentions",
+    "graph_relations",
     "identities",
     "identities_by_person",
     "load_person",
@@ -355,6 +360,88 @@ memory_records = Table(
     UniqueConstraint("agent_id", "ref"),  # re-imports never duplicate; NULLs never collide
     Index(None, "agent_id", "created_at"),
     Index(None, "agent_id", "channel"),
+)
+
+
+# The knowledge graph (SPEC §4.3): entities and typed relations between them. An entity is
+# one row per agent and normalised name (`key`); what the agent learned about it lives in
+# `graph_mentions`, one per compartment it was learned in (channel, sensitivity, the people
+# present), so the same compartment rules as memories decide what may surface. Relations
+# carry that provenance themselves. `graph_fact_participants` lists the people present when
+# a mention or relation was learned (the agent itself excluded), keyed by the fact's id.
+# `graph_links` lists each relation from both ends, for traversal.
+graph_entities = Table(
+    "graph_entities",
+    metadata,
+    _pk(),
+    _agent_id(),
+    Column("name", String(300), nullable=False),
+    Column("key", String(300), nullable=False),
+    Column("kind", String(100), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
+    UniqueConstraint("agent_id", "key"),  # one entity per name: upserts never duplicate
+)
+
+graph_mentions = Table(
+    "graph_mentions",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("entity_id", nullable=False),
+    Column("channel", String(700), nullable=False),  # channel_key(service, channel)
+    Column("sensitivity", String(32), nullable=False),
+    Column("participants_key", Text, nullable=False),  # sorted person ids, comma-joined
+    _id("conversation_id", nullable=True),
+    Column("attributes", JSON, nullable=False),  # {name: value}
+    Column("learned_at", UTCDateTime(), nullable=False),
+    ForeignKeyConstraint(["agent_id", "entity_id"], ["graph_entities.agent_id", "graph_entities.id"]),
+    Index(None, "agent_id", "entity_id"),
+)
+
+graph_relations = Table(
+    "graph_relations",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("source_id", nullable=False),
+    Column("relation", String(100), nullable=False),
+    _id("target_id", nullable=False),
+    Column("channel", String(700), nullable=False),
+    Column("sensitivity", String(32), nullable=False),
+    Column("participants_key", Text, nullable=False),
+    _id("conversation_id", nullable=True),
+    Column("learned_at", UTCDateTime(), nullable=False),
+    ForeignKeyConstraint(["agent_id", "source_id"], ["graph_entities.agent_id", "graph_entities.id"]),
+    ForeignKeyConstraint(["agent_id", "target_id"], ["graph_entities.agent_id", "graph_entities.id"]),
+    Index(None, "agent_id", "source_id"),
+    Index(None, "agent_id", "target_id"),
+)
+
+# Each relation in both directions, so a traversal follows one index whichever way it points.
+graph_links = Table(
+    "graph_links",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("from_id", nullable=False),
+    _id("to_id", nullable=False),
+    _id("relation_id", nullable=False),
+    # Not (agent_id, from_id): ULIDs are unique anyway, and without an agent_id prefix the
+    # planner can only walk outward from the recursive row, never scan the agent's links.
+    Index(None, "from_id"),
+)
+
+graph_fact_participants = Table(
+    "graph_fact_participants",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("fact_id", nullable=False),  # a graph_mentions or graph_relations id
+    _id("person_id", nullable=False),
+    UniqueConstraint("agent_id", "fact_id", "person_id"),
+    Index(None, "agent_id", "person_id"),  # merge re-attributes by person
 )
 
 

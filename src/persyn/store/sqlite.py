@@ -54,6 +54,7 @@ from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
 from persyn.store import migrations
 from persyn.store._sqlite_engine import create_sqlite_engine
+from persyn.store._sqlite_graph import SQLiteGraph, replace_graph_participant
 from persyn.store._sqlite_memory import SQLiteMemory, replace_record_participant
 from persyn.store.base import (
     AgentRow,
@@ -98,7 +99,7 @@ T = TypeVar("T")
 _messages_fts = table("messages_fts", column("rowid", Integer))
 
 
-class SQLiteStore(SQLiteMemory, Store):
+class SQLiteStore(SQLiteMemory, SQLiteGraph, Store):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""
 
     def __init__(
@@ -557,6 +558,7 @@ class SQLiteStore(SQLiteMemory, Store):
                     .values(participants=after)
                 )
             replace_record_participant(connection, agent_id, other_id, survivor_id)
+            replace_graph_participant(connection, agent_id, other_id, survivor_id)
             seen = [t for t in (survivor.last_interaction_at, other.last_interaction_at) if t is not None]
             connection.execute(
                 update(persons)

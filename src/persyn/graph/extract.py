@@ -1,0 +1,174 @@
+"""Knowledge-graph population (SPEC §4.3): after a conversation closes, a model (task
+`extract`, schema-constrained output, usage stage `graph`) lists the entities it mentioned and
+the typed relations between them; the store upserts them with the conversation's provenance
+(channel, the people present, a sensitivity that the model may raise above the channel's
+default but never lower).
+
+Malformed items degrade, they never fail the extraction: a nameless entity or a relation
+without a type is dropped and counted; a failed model call is logged and stores nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from persyn.core.config import Task
+from persyn.core.errors import InputError, ModelError
+from persyn.core.records import Sensitivity, channel_key
+from persyn.gateway.base import Completion, Prompt, UserTurn
+from persyn.store.base import Conversation, Role, Store
+from persyn.store.graph_rows import (
+    EntityFact,
+    FactSource,
+    GraphWrite,
+    RelationFact,
+    entity_key,
+    relation_label,
+)
+
+__all__ = [
+    "TRANSCRIPT_HEADING",
+    "Attribute",
+    "Entity",
+    "GraphExtraction",
+    "GraphExtractor",
+    "Outcome",
+    "Relation",
+]
+
+log = logging.getLogger(__name__)
+
+TRANSCRIPT_HEADING = "The conversation, for the knowledge graph:"
+_MAX_MESSAGES = 200
+
+
+class _Gateway(Protocol):
+    async def complete(
+        self, task: Task, prompt: Prompt, *, output: type[BaseModel] | None = None, stage: str | None = None
+    ) -> Completion: ...
+
+
+class Attribute(BaseModel):
+    name: str = Field(description="e.g. 'city', 'founded', 'role'")
+    value: str
+
+
+class Entity(BaseModel):
+    name: str = Field(description="its proper name as said, e.g. 'Acme Corp', 'Lisbon', 'Ann'")
+    kind: str = Field(
+        default="thing", description="person, organisation, place, project, pet, event, thing, ..."
+    )
+    attributes: list[Attribute] = Field(default_factory=list[Attribute])
+
+
+class Relation(BaseModel):
+    source: str = Field(description="an entity name")
+    relation: str = Field(description="a short verb phrase: works at, lives in, sister of, owns, ...")
+    target: str = Field(description="an entity name")
+
+
+class GraphExtraction(BaseModel):
+    entities: list[Entity] = Field(default_factory=list[Entity])
+    relations: list[Relation] = Field(default_factory=list[Relation])
+    sensitivity: Sensitivity = Field(
+        default=Sensitivity.PRIVATE,
+        description="public: common knowledge anyone may hear; private: said among these people; "
+        "confidential: told in confidence; restricted: only for exactly these people",
+    )
+
+
+_INSTRUCTION = """\
+You build {agent}'s knowledge graph from a conversation {agent} took part in. List the
+specific entities it mentions (people, organisations, places, projects, pets, events, things
+with proper names) and the relations stated or clearly implied between them, each as
+source - relation - target with a short verb phrase ("works at", "lives in", "sister of").
+Use the names as said; refer to {agent} by name. Only facts, no guesses, no small talk.
+Return empty lists when there is nothing worth keeping. Choose the sensitivity of these facts."""
+
+
+@dataclass
+class Outcome:
+    written: GraphWrite | None = None
+    dropped: list[str] = field(default_factory=list[str])
+    failure: str | None = None
+
+
+class GraphExtractor:
+    """Extracts one conversation's entities and relations into the store."""
+
+    def __init__(self, store: Store, gateway: _Gateway, agent_name: str) -> None:
+        self.store = store
+        self.gateway = gateway
+        self.agent_name = agent_name
+
+    async def extract(self, agent_id: str, conversation: Conversation, default: Sensitivity) -> Outcome:
+        messages = await self.store.recent_messages(agent_id, conversation.id, _MAX_MESSAGES)
+        if not any(m.role is Role.USER for m in messages):
+            return Outcome()
+        transcript = "\n".join(
+            f"{self.agent_name if m.role is Role.AGENT else m.speaker_name}: {m.text}" for m in messages
+        )
+        prompt = Prompt(
+            system=_INSTRUCTION.format(agent=self.agent_name),
+            items=(UserTurn(text=f"{TRANSCRIPT_HEADING}\n{transcript}"),),
+        )
+        try:
+            completion = await self.gateway.complete(
+                Task.EXTRACT, prompt, output=GraphExtraction, stage="graph"
+            )
+        except ModelError as exc:
+            log.warning("graph extraction for %s failed: %s", conversation.id, exc)
+            return Outcome(failure=str(exc))
+        extraction = completion.output
+        if not isinstance(extraction, GraphExtraction):  # pragma: no cover - the gateway validates
+            return Outcome(failure="the model returned no extraction")
+        entities, relations, dropped = _clean(extraction)
+        if not entities and not relations:
+            return Outcome(dropped=dropped)
+        source = FactSource(
+            channel=channel_key(conversation.service, conversation.channel),
+            participant_ids=tuple(p for p in conversation.participant_ids if p != agent_id),
+            # The model may raise the channel's default, never lower it.
+            sensitivity=extraction.sensitivity if extraction.sensitivity.rank > default.rank else default,
+            conversation_id=conversation.id,
+            learned_at=conversation.last_activity_at,
+        )
+        written = await self.store.upsert_graph(agent_id, source, entities, relations)
+        return Outcome(written=written, dropped=dropped)
+
+
+def _clean(extraction: GraphExtraction) -> tuple[list[EntityFact], list[RelationFact], list[str]]:
+    """What the store will accept; anything else is dropped with the reason."""
+    entities: list[EntityFact] = []
+    relations: list[RelationFact] = []
+    dropped: list[str] = []
+    for entity in extraction.entities:
+        try:
+            entity_key(entity.name)
+        except InputError as exc:
+            dropped.append(str(exc))
+            continue
+        attributes = {
+            a.name.strip(): a.value.strip() for a in entity.attributes if a.name.strip() and a.value.strip()
+        }
+        entities.append(
+            EntityFact(name=entity.name, kind=entity.kind.strip().lower() or "thing", attributes=attributes)
+        )
+    for relation in extraction.relations:
+        try:
+            source, target = entity_key(relation.source), entity_key(relation.target)
+            relation_label(relation.relation)
+        except InputError as exc:
+            dropped.append(str(exc))
+            continue
+        if source == target:
+            dropped.append(f"relation {relation.relation!r} links {relation.source!r} to itself")
+            continue
+        relations.append(
+            RelationFact(source=relation.source, relation=relation.relation, target=relation.target)
+        )
+    return entities, relations, dropped
