@@ -105,41 +105,62 @@ class _Briefings(Protocol):
 
 
 class PeopleSource:
-    """The cached dossier of the person speaking (SPEC §4.4): never a model call here, so
-    a stale or missing dossier costs context, not latency.
+    """The cached dossiers of the people present (SPEC §4.4), the speaker first: never a
+    model call here, so a stale or missing dossier costs context, not latency.
 
-    Compartments: a dossier blends every observation of a person, so it is shown only on a
-    channel where all of them were learned; what someone said in one compartment never
-    reaches another through it. (Per-compartment dossiers would lift this restriction.)"""
+    Compartments: a dossier blends every observation of a person, so it is shown only when
+    each of them could be repeated here as a private memory could (`memory/access.py`): it
+    was learned on this channel, in a conversation everyone present now took part in. What
+    someone said in one compartment, or before a stranger joined, never reaches others
+    through it. (Per-compartment dossiers would lift this restriction.)"""
+
+    max_people = 4
 
     def __init__(self, store: Store, dossiers: Callable[[str], _Briefings]) -> None:
         self.store = store
         self.dossiers = dossiers
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
-        if setup.person_id is None:
-            return []
-        if not await self._all_learned_here(setup):
-            return []
-        text = await self.dossiers(setup.agent_id).cached(setup.agent_id, setup.person_id)
-        if not text:
-            return []
-        return [ContextSection(f"What I know about {setup.speaker_name}", text)]
+        conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
+        present = [p for p in (conversation.participant_ids if conversation else ()) if p != setup.agent_id]
+        if setup.person_id is not None and setup.person_id not in present:
+            present.insert(0, setup.person_id)
+        if setup.person_id in present:  # the speaker first
+            present.remove(setup.person_id)
+            present.insert(0, setup.person_id)
+        sections: list[ContextSection] = []
+        formed: dict[str, bool] = {}
+        for person_id in present[: self.max_people]:
+            if not await self._shareable(setup, person_id, set(present), formed):
+                continue
+            text = await self.dossiers(setup.agent_id).cached(setup.agent_id, person_id)
+            if not text:
+                continue
+            name = setup.speaker_name if person_id == setup.person_id else await self._name(setup, person_id)
+            sections.append(ContextSection(f"What I know about {name}", text))
+        return sections
 
-    async def _all_learned_here(self, setup: TurnSetup) -> bool:
-        assert setup.person_id is not None
-        seen: dict[str, bool] = {}
-        for observation in await self.store.observations(setup.agent_id, setup.person_id):
+    async def _name(self, setup: TurnSetup, person_id: str) -> str:
+        person = await self.store.get_person(setup.agent_id, person_id)
+        return person.display_name if person else "someone here"
+
+    async def _shareable(
+        self, setup: TurnSetup, person_id: str, present: set[str], formed: dict[str, bool]
+    ) -> bool:
+        """Every observation of the person was learned on this channel, among (at least)
+        everyone present now; `formed` caches the answer per source conversation."""
+        for observation in await self.store.observations(setup.agent_id, person_id):
             conversation_id = observation.conversation_id
             if conversation_id is None:
                 return False
-            if conversation_id not in seen:
-                conversation = await self.store.get_conversation(setup.agent_id, conversation_id)
-                seen[conversation_id] = conversation is not None and (
-                    conversation.service,
-                    conversation.channel,
-                ) == (setup.service, setup.channel)
-            if not seen[conversation_id]:
+            if conversation_id not in formed:
+                source = await self.store.get_conversation(setup.agent_id, conversation_id)
+                formed[conversation_id] = (
+                    source is not None
+                    and (source.service, source.channel) == (setup.service, setup.channel)
+                    and present <= set(source.participant_ids)
+                )
+            if not formed[conversation_id]:
                 return False
         return True
 

@@ -213,14 +213,16 @@ async def test_the_runtime_observes_closed_conversations_and_briefs_itself_only_
     try:
         assert "observe" in runtime.conversation_hook_names()
 
-        async def say(text: str, channel: str) -> None:
+        async def say(text: str, channel: str, speaker: str = "sam") -> None:
             now = clock.now()
             event = Event(
                 id=new_id(now),
                 agent_id=AGENT.id,
                 service="test",
                 channel=channel,
-                speaker=Speaker(service="test", channel=channel, speaker_id="sam", display_name="Sam"),
+                speaker=Speaker(
+                    service="test", channel=channel, speaker_id=speaker, display_name=speaker.title()
+                ),
                 text=text,
                 received_at=now,
             )
@@ -244,6 +246,10 @@ async def test_the_runtime_observes_closed_conversations_and_briefs_itself_only_
             AGENT.id, sam, Identity(service="test", channel="lobby", speaker_id="sam")
         )
         await say("Hello from the lobby!", "lobby")
+        assert "What I know about Sam" not in double.respond_prompts[-1]
+        # Back in the room, but a stranger has joined: what Sam said alone stays unsaid.
+        await say("Hi, I'm Cy.", "room", speaker="cy")
+        await say("Hello again!", "room")
         assert "What I know about Sam" not in double.respond_prompts[-1]
     finally:
         await runtime.stop()
