@@ -48,6 +48,7 @@ class TerminalChannel:
         self.color = color
         self._streamed: dict[str, str] = {}
         self._committed: dict[str, str] = {}  # segments closed by a tool call
+        self._held: dict[str, str] = {}  # a draft's trailing newlines, not yet written
         self._delivered: set[str] = set()
         self._surface: dict[str, str] = {}  # the revise working surface per event
         self._open_line = False
@@ -71,20 +72,34 @@ class TerminalChannel:
             elif item.kind == "tool_start":
                 # What was said before acting is a finished segment of the reply (rule 4).
                 self._end_line()
+                self._held.pop(event.id, None)
                 self._committed[event.id] = self._committed.get(event.id, "") + self._streamed.pop(
                     event.id, ""
                 )
                 self.notice_text(f"(using {item.text or 'a tool'}…)")
             elif item.kind == "delta" and item.text and item.phase == "draft":
-                if event.id not in self._streamed:
-                    self._end_line()
-                    self._write(self._style(f"{self.agent.name}: ", "1;36"))
-                    self._streamed[event.id] = ""
-                self._streamed[event.id] += item.text
-                self._write(item.text)
-                self._open_line = True
+                self._draft(event.id, item.text)
 
         return sink
+
+    def _draft(self, event_id: str, text: str) -> None:
+        """Stream a draft: leading whitespace dropped, trailing newlines held back until
+        more text follows (so a reply that ends in a newline leaves no blank line)."""
+        if event_id not in self._streamed:
+            text = text.lstrip()
+            if not text:
+                return
+            self._end_line()
+            self._write(self._style(f"{self.agent.name}: ", "1;36"))
+            self._streamed[event_id] = ""
+        self._streamed[event_id] += text
+        body = text.rstrip("\n")
+        held = self._held.pop(event_id, "")
+        if body:
+            self._write(held + body)
+            held = ""
+        self._held[event_id] = held + text[len(body) :]
+        self._open_line = True
 
     def _revise(self, event_id: str, item: SinkEvent) -> None:
         if item.kind == "delta" and item.text:
@@ -121,6 +136,7 @@ class TerminalChannel:
             self._delivered.clear()
             self._delivered.add(outbound.event_id)
         streamed = self._committed.pop(outbound.event_id, "") + self._streamed.pop(outbound.event_id, "")
+        self._held.pop(outbound.event_id, None)
         revised = self._surface.pop(outbound.event_id, None) is not None
         self._end_line()
         if streamed and not revised and " ".join(streamed.split()) == " ".join(outbound.text.split()):
@@ -131,6 +147,7 @@ class TerminalChannel:
 
     async def notice(self, event: Event, notice: Notice) -> None:
         streamed = self._streamed.pop(event.id, None)
+        self._held.pop(event.id, None)
         self._surface.pop(event.id, None)
         if streamed is not None or event.id in self._committed:
             self._committed.pop(event.id, None)

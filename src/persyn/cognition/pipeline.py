@@ -245,9 +245,13 @@ async def build_prompt(
 
 
 async def respond(responder: Responder, prompt: Prompt, sink: SinkCallable | None = None) -> Reply:
-    """Generate the candidate. A failed generation degrades to a stated failure, never a crash."""
+    """Generate the candidate. A failed generation degrades to a stated failure, never a crash;
+    an empty one (small local models sometimes end their turn at once) is asked for again, once."""
     try:
         completion = await responder.complete(Task.RESPOND, prompt, sink=sink, phase="draft")
+        if not completion.text.strip():
+            log.info("the model returned an empty reply; asking once more")
+            completion = await responder.complete(Task.RESPOND, prompt, sink=sink, phase="draft")
     except ModelError as exc:
         return Reply(text=None, failure=str(exc))
     text = completion.text.strip()

@@ -1,21 +1,34 @@
 # pyright: basic
 # (a shim over llama-cpp-python's untyped dictionaries, run in a child process)
 """Child-process entry point for the `local:` provider: llama.cpp's OpenAI-compatible
-server with a correct Gemma 3 chat format registered first.
+server with Persyn's chat formats registered first.
 
-The packaged GGUF carries no chat template and llama-cpp-python's built-in "gemma" format
-does not produce Gemma 3's turn markup (the model then echoes its prompt), so the turns
-are rendered here: Gemma has no system role, so the instruction opens the first user turn.
+- `persyn-gemma3`: Gemma 3's turn markup, for instruction-tuned Gemma weights (llama-cpp-
+  python's built-in "gemma" format does not produce it). Gemma has no system role, so the
+  instruction opens the first user turn.
+- `persyn-transcript`: for the packaged default, which is the *pretrained* Gemma 3 270M (its
+  GGUF names no fine-tune and carries no chat template). A base model does not follow
+  instructions or turn markup — given them it echoes its prompt — but it continues a
+  document well, so a persona request is rendered as a chat log to be continued: a short
+  preface (who the agent is, its disposition, the date), the dialog as "Name: text" lines,
+  and the agent's name; generation stops at the end of its line. Requests that are not a
+  persona's turn (summaries, extraction) keep the turn markup.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any, cast
 
 from llama_cpp.llama_chat_format import ChatFormatterResponse, register_chat_format  # type: ignore[import-untyped]
 
 GEMMA3_FORMAT = "persyn-gemma3"
+TRANSCRIPT_FORMAT = "persyn-transcript"
+_PERSONA = re.compile(r"^You are (?P<name>[^.\n]{1,64})\.", re.MULTILINE)
+_DISPOSITION = re.compile(r"^Your disposition: (?P<text>.+)$", re.MULTILINE)
+_NOW = re.compile(r"^It is now (?P<text>.+)$", re.MULTILINE)
+_SPEAKER = re.compile(r"^\[(?P<name>[^\]\n]{1,64})\] ?")
 
 
 def _content(message: dict[str, Any]) -> str:
@@ -45,6 +58,40 @@ def render_gemma3(messages: list[dict[str, Any]]) -> str:
     return "".join(parts) + "<start_of_turn>model\n"
 
 
+def render_transcript(messages: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """The prompt for a base model, and the agent's name when it is a persona's turn
+    (None: not a persona's turn, rendered with `render_gemma3` instead)."""
+    system = "\n\n".join(_content(m) for m in messages if m.get("role") == "system")
+    persona = _PERSONA.search(system)
+    if persona is None:
+        return render_gemma3(messages), None
+    name = persona.group("name").strip()
+    disposition = _DISPOSITION.search(system)
+    now = _NOW.search(system)
+    preface = [f"Below is a chat log. {name} answers in a sentence or two, in the first person."]
+    if disposition:
+        preface.append(f"{name} is {disposition.group('text').strip().rstrip('.')[:300].lower()}.")
+    if now:
+        preface.append(f"It is {now.group('text').strip()}")
+    lines: list[str] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "system":
+            continue
+        text = " ".join(_content(message).split())
+        if not text:
+            continue
+        if role == "assistant":
+            lines.append(f"{name}: {text}")
+            continue
+        speaker = _SPEAKER.match(text)
+        if speaker:
+            lines.append(f"{speaker.group('name')}: {text[speaker.end() :]}")
+        else:
+            lines.append(f"Someone: {text}")
+    return " ".join(preface) + "\n\n" + "\n".join(lines) + f"\n{name}:", name
+
+
 # Gemma 3's turn markers are special tokens: detokenized for streaming they are empty text,
 # so the stop *strings* below never match and the model talks on into the next turn. Stop on
 # their token ids too (the same in every Gemma 3 vocabulary; checked against the packaged
@@ -67,8 +114,59 @@ def format_gemma3(messages: list[dict[str, Any]], **_: Any) -> Any:
     )
 
 
+# Gemma 3's newline tokens ("\n" ... runs of 31 "\n", and "\r\n"), checked against the
+# packaged GGUF's vocabulary.
+GEMMA3_NEWLINE_TOKENS = frozenset({*range(107, 138), 248})
+
+
+def _end_of_line() -> Any:
+    """Stops at the first newline after some text: the agent's line of the log is done.
+    (A stop *string* "\n" would also end a reply that merely starts with a newline, as
+    the base model's often do, leaving it empty.)"""
+    state: dict[str, int] = {}
+
+    def stop(tokens: Any, logits: Any) -> bool:
+        if len(tokens) == 0:
+            return False
+        state.setdefault("start", len(tokens) - 1)  # first call: the prompt plus one token
+        last = int(tokens[-1])
+        if last in GEMMA3_TURN_TOKENS:
+            return True
+        if last not in GEMMA3_NEWLINE_TOKENS:
+            return False
+        generated = [int(t) for t in tokens[state["start"] : -1]]
+        return any(t not in GEMMA3_NEWLINE_TOKENS for t in generated)
+
+    return stop
+
+
+@register_chat_format(TRANSCRIPT_FORMAT)  # type: ignore[misc]
+def format_transcript(messages: list[dict[str, Any]], **_: Any) -> Any:
+    from llama_cpp import StoppingCriteriaList  # type: ignore[import-untyped]
+
+    prompt, name = render_transcript(messages)
+    if name is None:  # not a persona's turn: Gemma's turn markup and markers
+        return ChatFormatterResponse(
+            prompt=prompt,
+            stop=["<end_of_turn>", "<start_of_turn>"],
+            stopping_criteria=StoppingCriteriaList([_stop_at_turn_marker]),
+        )
+    # One line of the log; a runaway that starts the next speaker's line is cut too.
+    return ChatFormatterResponse(
+        prompt=prompt,
+        stop=["<end_of_turn>", f"\n{name}:"],
+        stopping_criteria=StoppingCriteriaList([_end_of_line()]),
+    )
+
+
+def rendered_prompt(chat_format: str | None, messages: list[dict[str, Any]]) -> str:
+    if chat_format == TRANSCRIPT_FORMAT:
+        return render_transcript(messages)[0]
+    return render_gemma3(messages)
+
+
 def _stream_with_usage(
-    llama: Any, chunks: Iterator[dict[str, Any]], messages: list[dict[str, Any]]
+    llama: Any, chunks: Iterator[dict[str, Any]], messages: list[dict[str, Any]], chat_format: str | None
 ) -> Iterator[dict[str, Any]]:
     """Pass chunks through, then report usage in a final chunk, as OpenAI does with
     `stream_options.include_usage` (llama-cpp-python's server reports none on streams, so
@@ -88,7 +186,7 @@ def _stream_with_usage(
         yield chunk
     if last is None:
         return
-    prompt = render_gemma3(messages).encode("utf-8")
+    prompt = rendered_prompt(chat_format, messages).encode("utf-8")
     prompt_tokens = len(llama.tokenize(prompt, add_bos=True, special=True))
     generated = "".join(text).encode("utf-8")
     completion_tokens = len(llama.tokenize(generated, add_bos=False, special=False)) if generated else 0
@@ -113,10 +211,11 @@ def _install_stream_usage() -> None:
 
     def create_chat_completion(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
-        if not kwargs.get("stream") or getattr(self, "chat_format", None) != GEMMA3_FORMAT:
+        chat_format = getattr(self, "chat_format", None)
+        if not kwargs.get("stream") or chat_format not in (GEMMA3_FORMAT, TRANSCRIPT_FORMAT):
             return result
         messages = kwargs.get("messages") or (args[0] if args else [])
-        return _stream_with_usage(self, cast(Iterator[dict[str, Any]], result), list(messages))
+        return _stream_with_usage(self, cast(Iterator[dict[str, Any]], result), list(messages), chat_format)
 
     llama_cpp.Llama.create_chat_completion = create_chat_completion
 

@@ -115,9 +115,12 @@ class LlamaServer:
             "--n_ctx",
             str(self.context_window),
         ]
-        if "gemma" in self.weights.name.lower():
-            # The packaged GGUF carries no chat template; see _llama_server.py.
-            command += ["--chat_format", "persyn-gemma3"]
+        name = self.weights.name.lower()
+        if "gemma" in name:
+            # Gemma GGUFs here carry no chat template; see _llama_server.py. Instruction-tuned
+            # weights ("-it") take Gemma's turn markup; the packaged default is the pretrained
+            # model, which continues a chat log instead.
+            command += ["--chat_format", "persyn-gemma3" if "-it" in name else "persyn-transcript"]
         return command
 
     def start(self) -> None:

@@ -170,8 +170,11 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self._launched:
-            # Let running activations finish their current step; unfinished ones resume
-            # on the next start (DBOS recovery), so nothing accepted is lost.
+            # DBOS.destroy blocks this loop, where DBOS runs our async workflows: let them
+            # finish first (a transmitted reply's workflow still records its outcome), or they
+            # wake after the destroy and fail. Unfinished ones resume on the next start (DBOS
+            # recovery), so nothing accepted is lost either way.
+            await _drain_workflows(timeout=5.0)
             DBOS.destroy(workflow_completion_timeout_sec=5)
             # DBOS made its (now shut down) pool this loop's default executor at launch.
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(thread_name_prefix="persyn"))
@@ -825,6 +828,18 @@ class Runtime:
             except Exception as exc:
                 log.warning("housekeeping failed: %s", exc)
             await asyncio.sleep(self.settings.dispatch.housekeeping_seconds)
+
+
+async def _drain_workflows(timeout: float) -> None:
+    """Wait (bounded) for the async DBOS workflows running on this loop to return."""
+    current = asyncio.current_task()
+    running = [
+        task
+        for task in asyncio.all_tasks()
+        if task is not current and getattr(task.get_coro(), "__name__", "") == "_execute_workflow_async"
+    ]
+    if running:
+        await asyncio.wait(running, timeout=timeout)
 
 
 def _safe_sink_for(channel: ChannelAdapter | None, event: Event) -> Any:

@@ -112,3 +112,24 @@ async def test_text_before_a_tool_call_is_a_committed_segment() -> None:
     lines = out.getvalue().splitlines()
     assert lines[:2] == ["Ada: Let me check.", "· (using calendar…)"]
     assert "(the draft above was withdrawn)" not in out.getvalue()
+
+
+async def test_a_drafts_leading_whitespace_and_trailing_newlines_are_not_printed() -> None:
+    out = io.StringIO()
+    channel = TerminalChannel(AGENT, out, color=False)
+    event = _event()
+    sink = channel.sink_for(event)
+    assert sink is not None
+    for piece in ("\n", " ", " Hi", " there.", "\n", "\n"):  # as a small local model streams
+        sink(SinkEvent(phase="draft", kind="delta", text=piece))
+    sink(SinkEvent(phase="draft", kind="end"))
+    await channel.deliver(_outbound(event, "Hi there."))
+    assert out.getvalue() == "Ada: Hi there.\n"
+    # A newline inside a reply is kept.
+    second = _event()
+    sink = channel.sink_for(second)
+    assert sink is not None
+    for piece in ("One.", "\n", "Two."):
+        sink(SinkEvent(phase="draft", kind="delta", text=piece))
+    await channel.deliver(_outbound(second, "One.\nTwo."))
+    assert out.getvalue().endswith("Ada: One.\nTwo.\n")
