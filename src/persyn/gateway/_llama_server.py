@@ -68,12 +68,8 @@ def render_transcript(messages: list[dict[str, Any]]) -> tuple[str, str | None]:
     name = persona.group("name").strip()
     disposition = _DISPOSITION.search(system)
     now = _NOW.search(system)
-    preface = [f"Below is a chat log. {name} answers in a sentence or two, in the first person."]
-    if disposition:
-        preface.append(f"{name} is {disposition.group('text').strip().rstrip('.')[:300].lower()}.")
-    if now:
-        preface.append(f"It is {now.group('text').strip()}")
     lines: list[str] = []
+    others: dict[str, None] = {}
     for message in messages:
         role = message.get("role")
         if role == "system":
@@ -85,10 +81,17 @@ def render_transcript(messages: list[dict[str, Any]]) -> tuple[str, str | None]:
             lines.append(f"{name}: {text}")
             continue
         speaker = _SPEAKER.match(text)
-        if speaker:
-            lines.append(f"{speaker.group('name')}: {text[speaker.end() :]}")
-        else:
-            lines.append(f"Someone: {text}")
+        who = speaker.group("name") if speaker else "Someone"
+        others.setdefault(who, None)
+        lines.append(f"{who}: {text[speaker.end() :] if speaker else text}")
+    # "A text conversation" rather than "a chat log": sampled from the packaged model, the
+    # latter sometimes drew transcript-style "[inaudible]" lines.
+    preface = [f"A text conversation between {name} and {', '.join(others) or 'a friend'}."]
+    preface.append(f"{name} writes back in a sentence or two, in the first person.")
+    if disposition:
+        preface.append(f"{name} is {disposition.group('text').strip().rstrip('.')[:300].lower()}.")
+    if now:
+        preface.append(f"It is {now.group('text').strip()}")
     return " ".join(preface) + "\n\n" + "\n".join(lines) + f"\n{name}:", name
 
 

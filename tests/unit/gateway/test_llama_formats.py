@@ -26,7 +26,7 @@ def test_a_persona_turn_becomes_a_chat_log_ending_with_the_agents_name() -> None
         ]
     )
     assert name == "Ada"
-    assert prompt.startswith("Below is a chat log. Ada answers in a sentence or two")
+    assert prompt.startswith("A text conversation between Ada and Sam. Ada writes back in a sentence or two")
     assert "Ada is curious, candid and warm; prefers honesty to agreement." in prompt
     assert "It is Monday 30 November 2026, 9:00 in the morning (UTC)." in prompt
     assert prompt.endswith("\n\nSam: Hi there!\nAda: Hello Sam.\nSam: I just got back from Lisbon.\nAda:")
