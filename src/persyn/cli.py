@@ -482,9 +482,9 @@ def contacts_merge(
     agent: AgentOption = None,
     name: Annotated[str | None, typer.Option("--name", help="The survivor's name afterwards.")] = None,
 ) -> None:
-    """Fold a duplicate into one contact, retroactively: identities, preferences, dialog,
-    conversations and memories all name the survivor, so the agent recognises the person on
-    every channel either record knew."""
+    """Fold a duplicate into one contact, retroactively: identities, addresses, preferences,
+    facts, observations, dialog, conversations and memories all name the survivor, so the
+    agent recognises the person on every channel either record knew."""
     from persyn.runtime.inspect import merge_contacts
 
     settings = _settings()
