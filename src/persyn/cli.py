@@ -47,7 +47,7 @@ conversations_app = typer.Typer(
 app.add_typer(conversations_app, name="conversations")
 contacts_app = typer.Typer(
     help="The agent's contact directory: the people and agents it has met (made on first contact; "
-    "you rename and browse).",
+    "you browse, rename, merge, attach identities and record addresses).",
     no_args_is_help=True,
 )
 app.add_typer(contacts_app, name="contacts")
@@ -398,16 +398,25 @@ def contacts_list(
     from persyn.runtime.inspect import contacts
 
     settings = _settings()
-    people = _run(contacts(settings, settings.agent(agent)))
+    found = _run(contacts(settings, settings.agent(agent)))
     if as_json:
-        typer.echo(json.dumps([p.model_dump(mode="json") for p in people], indent=2))
+        payload = [
+            {**c.person.model_dump(mode="json"), "addresses": [_address_json(a) for a in c.addresses]}
+            for c in found
+        ]
+        typer.echo(json.dumps(payload, indent=2))
         return
-    if not people:
+    if not found:
         typer.echo("No contacts yet: people are added on first contact.")
-    for person in people:
+    for entry in found:
+        person = entry.person
         seen = f"{person.last_interaction_at:%Y-%m-%d %H:%M}" if person.last_interaction_at else "never"
         where = ", ".join(f"{i.service}/{i.channel}" for i in person.identities) or "-"
         typer.echo(f"{person.id}  {person.display_name:<20} {person.kind:<6} last seen {seen}  on {where}")
+
+
+def _address_json(address: Any) -> dict[str, Any]:
+    return address.model_dump(mode="json", include={"label", "value", "created_at"})
 
 
 @contacts_app.command("show")
@@ -416,8 +425,8 @@ def contacts_show(
     agent: AgentOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """A contact's identities, last interaction and a digest of their latest conversations
-    (summaries, bounded; read one in full with `persyn conversations show ID`)."""
+    """A contact's identities, addresses, last interaction and a digest of their latest
+    conversations (summaries, bounded; read one in full with `persyn conversations show ID`)."""
     from persyn.runtime.inspect import contact
 
     settings = _settings()
@@ -425,6 +434,7 @@ def contacts_show(
     if as_json:
         payload = {
             "person": digest.person.model_dump(mode="json"),
+            "addresses": [_address_json(a) for a in digest.addresses],
             "display_name_preference": digest.display_name_preference,
             "preferred_channel": digest.preferred_channel,
             "facts": digest.facts,
@@ -447,6 +457,8 @@ def contacts_show(
     typer.echo(f"  last interaction: {seen}")
     for identity in person.identities:
         typer.echo(f"  identity: {identity.service} / {identity.channel} / {identity.speaker_id}")
+    for address in digest.addresses:
+        typer.echo(f"  address: {address.label} {address.value}")
     typer.echo("  recent conversations:" if digest.conversations else "  no conversations yet")
     for conversation, summary in digest.conversations:
         typer.echo(
@@ -476,9 +488,9 @@ def contacts_merge(
     agent: AgentOption = None,
     name: Annotated[str | None, typer.Option("--name", help="The survivor's name afterwards.")] = None,
 ) -> None:
-    """Fold a duplicate into one contact, retroactively: identities, preferences, dialog,
-    conversations and memories all name the survivor, so the agent recognises the person on
-    every channel either record knew."""
+    """Fold a duplicate into one contact, retroactively: identities, addresses, preferences,
+    facts, observations, dialog, conversations and memories all name the survivor, so the
+    agent recognises the person on every channel either record knew."""
     from persyn.runtime.inspect import merge_contacts
 
     settings = _settings()
@@ -525,6 +537,46 @@ def contacts_detach(
     """Remove an identity from a contact, looking forward: history stays with them, and new
     traffic on that identity makes a new contact."""
     _identity_command(person_id, service, channel, speaker, agent, attach=False)
+
+
+_ADDRESS_LABEL_HELP = "The kind of address: a short word such as email, phone, matrix, home or work."
+
+
+def _address_command(person_id: str, label: str, value: str, agent: str | None, add: bool) -> None:
+    from persyn.runtime.inspect import change_address
+
+    settings = _settings()
+    person, changed = _run(change_address(settings, settings.agent(agent), person_id, label, value, add=add))
+    label, value = label.strip().lower(), value.strip()
+    if not add:
+        typer.echo(f"{person.display_name} ({person.id}) no longer has {label} {value}")
+    elif changed:
+        typer.echo(f"{person.display_name} ({person.id}) can be reached at {label} {value}")
+    else:
+        typer.echo(f"{person.display_name} ({person.id}) already has {label} {value}")
+
+
+@contacts_app.command("add-address")
+def contacts_add_address(
+    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    label: Annotated[str, typer.Argument(metavar="LABEL", help=_ADDRESS_LABEL_HELP)],
+    value: Annotated[str, typer.Argument(metavar="VALUE", help="The address, e.g. sam@example.com.")],
+    agent: AgentOption = None,
+) -> None:
+    """Record a way to reach a contact (an email address, a phone number, ...) under a type
+    label. A contact may have several per label; adding one they have changes nothing."""
+    _address_command(person_id, label, value, agent, add=True)
+
+
+@contacts_app.command("remove-address")
+def contacts_remove_address(
+    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    label: Annotated[str, typer.Argument(metavar="LABEL", help=_ADDRESS_LABEL_HELP)],
+    value: Annotated[str, typer.Argument(metavar="VALUE", help="The address, as `contacts show` prints it.")],
+    agent: AgentOption = None,
+) -> None:
+    """Forget one of a contact's addresses."""
+    _address_command(person_id, label, value, agent, add=False)
 
 
 @contacts_app.command("prefer")

@@ -15,12 +15,23 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
 from persyn.core.ids import parse_id
 from persyn.store import Store, open_store
-from persyn.store.base import Conversation, Identity, Message, Observation, ObservationChange, Person
+from persyn.store.base import (
+    ContactAddress,
+    Conversation,
+    Identity,
+    Message,
+    Observation,
+    ObservationChange,
+    Person,
+)
+from persyn.store.schema import checked_address
 
 __all__ = [
     "PREFERRED_CHANNEL",
     "ChannelDigest",
+    "Contact",
     "ContactDigest",
+    "change_address",
     "change_identity",
     "channel",
     "channels",
@@ -88,24 +99,36 @@ async def deliberation_traces(
 # contacts (SPEC §4.5 directory browsing; the first slice of the people issue) -------------
 _DIGEST_CONVERSATIONS = 5
 PREFERRED_CHANNEL = "preferred_channel"  # a per-person preference: "service:channel"
-_DIGEST_SCAN = 300  # conversations (and memories) looked through for a digest: bounded
+_DIGEST_SCAN = 300  # conversations looked through for the channel list and a channel digest
+
+
+class Contact(BaseModel):
+    """A directory entry: the person and the addresses they can be reached at."""
+
+    person: Person
+    addresses: list[ContactAddress] = []
 
 
 class ContactDigest(BaseModel):
     """A contact as the directory shows it: who, where, and the few latest conversations."""
 
     person: Person
+    addresses: list[ContactAddress] = []
     display_name_preference: str | None = None
     preferred_channel: str | None = None
     facts: dict[str, str] = {}
     conversations: list[tuple[Conversation, str | None]] = []  # with its summary, if consolidated
 
 
-async def contacts(settings: Settings, agent: AgentConfig) -> list[Person]:
+async def contacts(settings: Settings, agent: AgentConfig) -> list[Contact]:
     async with opened_store(settings) as store:
         people = await store.list_persons(agent.id)
+        by_person: dict[str, list[ContactAddress]] = {}
+        for address in await store.addresses(agent.id):
+            by_person.setdefault(address.person_id, []).append(address)
     epoch = datetime.min.replace(tzinfo=UTC)
-    return sorted(people, key=lambda p: p.last_interaction_at or p.created_at or epoch, reverse=True)
+    people.sort(key=lambda p: p.last_interaction_at or p.created_at or epoch, reverse=True)
+    return [Contact(person=p, addresses=by_person.get(p.id, [])) for p in people]
 
 
 async def _person(store: Store, agent: AgentConfig, person_id: str) -> Person:
@@ -117,22 +140,16 @@ async def _person(store: Store, agent: AgentConfig, person_id: str) -> Person:
 
 
 async def contact(settings: Settings, agent: AgentConfig, person_id: str) -> ContactDigest:
-    """A bounded digest: at most a few recent conversations, however long the history."""
+    """A bounded digest: a few recent conversations, found through the participant index
+    (SPEC App. B), so its cost does not grow with how long the contact has been known."""
     async with opened_store(settings) as store:
         person = await _person(store, agent, person_id)
         preference = await store.get_preference(agent.id, person.id, "display_name")
-        recent = [
-            c
-            for c in await store.list_conversations(agent.id, limit=_DIGEST_SCAN)
-            if person.id in c.participant_ids
-        ][:_DIGEST_CONVERSATIONS]
-        wanted = {c.id for c in recent}
-        summaries: dict[str, str] = {}
-        for record in await store.list_records(agent.id, limit=_DIGEST_SCAN):
-            if record.conversation_id in wanted and record.conversation_id not in summaries:
-                summaries[record.conversation_id] = record.summary
+        recent = await store.person_conversations(agent.id, person.id, _DIGEST_CONVERSATIONS)
+        summaries = await store.conversation_summaries(agent.id, [c.id for c in recent])
         return ContactDigest(
             person=person,
+            addresses=await store.addresses(agent.id, person.id),
             display_name_preference=preference,
             preferred_channel=await store.get_preference(agent.id, person.id, PREFERRED_CHANNEL),
             facts=await store.facts(agent.id, person.id),
@@ -171,6 +188,24 @@ async def change_identity(
         if attach:
             return await store.attach_identity(agent.id, person.id, identity)
         return await store.detach_identity(agent.id, person.id, identity)
+
+
+async def change_address(
+    settings: Settings, agent: AgentConfig, person_id: str, label: str, value: str, *, add: bool
+) -> tuple[Person, bool]:
+    """Give a contact an address, or take one away (SPEC §4.5 out-of-band curation). Returns
+    the contact and whether anything changed (False: they already had it, when adding)."""
+    label, value = checked_address(label, value)
+    async with opened_store(settings) as store:
+        person = await _person(store, agent, person_id)
+        if add:
+            return person, await store.add_address(agent.id, person.id, label, value, datetime.now(UTC))
+        if not await store.remove_address(agent.id, person.id, label, value):
+            raise InputError(
+                f"contact {person.display_name} ({person.id}) has no {label} address {value!r} "
+                f"(see `persyn contacts show {person.id}`)"
+            )
+        return person, True
 
 
 async def prefer_channel(settings: Settings, agent: AgentConfig, person_id: str, channel: str) -> Person:
@@ -213,11 +248,7 @@ async def channel(settings: Settings, agent: AgentConfig, name: str) -> ChannelD
             raise InputError(
                 f"agent {agent.name} has no conversations on {name!r} (see `persyn channels list`)"
             )
-        wanted = {c.id for c in recent}
-        summaries: dict[str, str] = {}
-        for record in await store.list_records(agent.id, limit=_DIGEST_SCAN):
-            if record.conversation_id in wanted and record.conversation_id not in summaries:
-                summaries[record.conversation_id] = record.summary
+        summaries = await store.conversation_summaries(agent.id, [c.id for c in recent])
         return ChannelDigest(
             service=service, channel=channel_name, conversations=[(c, summaries.get(c.id)) for c in recent]
         )

@@ -29,6 +29,7 @@ from persyn.store.graph_rows import (
 
 __all__ = [
     "AgentRow",
+    "ContactAddress",
     "Conversation",
     "Identity",
     "Message",
@@ -72,6 +73,16 @@ class Person(_Row):
     created_at: datetime
     last_interaction_at: datetime | None
     identities: tuple[Identity, ...] = ()
+
+
+class ContactAddress(_Row):
+    """A way to reach a person (SPEC §4.5) beside the identities they wrote from: an email
+    address, a phone number, a Matrix id, under a short type label."""
+
+    person_id: str
+    label: str  # a lower-case token: "email", "phone", "matrix", "work", ...
+    value: str
+    created_at: datetime
 
 
 class Observation(_Row):
@@ -223,9 +234,24 @@ class Store(ABC):
         self, agent_id: str, survivor_id: str, other_id: str, display_name: str | None = None
     ) -> Person:
         """Fold `other` into `survivor`, retroactively and in one transaction: identities,
-        preferences the survivor lacks, messages, conversation participants and memory
-        participant lists move to the survivor; `other` is deleted. Returns the survivor
+        contact addresses, preferences and quick facts the survivor lacks, observations,
+        messages, conversation participants and memory participant lists move to the
+        survivor; `other` is deleted. Returns the survivor
         (renamed when `display_name` is given)."""
+
+    @abstractmethod
+    async def add_address(self, agent_id: str, person_id: str, label: str, value: str, now: datetime) -> bool:
+        """Give a person a contact address (label and value as `schema.checked_address`
+        accepts them: bad ones are an InputError). False, and nothing changes, when they
+        already have it."""
+
+    @abstractmethod
+    async def remove_address(self, agent_id: str, person_id: str, label: str, value: str) -> bool:
+        """Take a contact address away; False when the person had no such address."""
+
+    @abstractmethod
+    async def addresses(self, agent_id: str, person_id: str | None = None) -> list[ContactAddress]:
+        """A person's contact addresses (None: everyone's), oldest first."""
 
     @abstractmethod
     async def get_preference(self, agent_id: str, person_id: str, key: str) -> str | None: ...
@@ -257,6 +283,11 @@ class Store(ABC):
         self, agent_id: str, *, channel: str | None = None, limit: int = 50
     ) -> list[Conversation]:
         """Newest first."""
+
+    @abstractmethod
+    async def person_conversations(self, agent_id: str, person_id: str, limit: int) -> list[Conversation]:
+        """The `limit` latest conversations (by start, newest first) a person took part in,
+        from the participant index: the cost grows with `limit`, not with their history."""
 
     @abstractmethod
     async def close_idle_conversations(
@@ -400,6 +431,11 @@ class Store(ABC):
         self, agent_id: str, *, below_importance: int, older_than: datetime
     ) -> list[MemoryRecord]:
         """Records rated below the threshold AND formed before `older_than` (SPEC §4.1)."""
+
+    @abstractmethod
+    async def conversation_summaries(self, agent_id: str, conversation_ids: Sequence[str]) -> dict[str, str]:
+        """The summary of each conversation among `conversation_ids` that has been
+        consolidated into a memory (the newest such record's), by conversation id."""
 
     @abstractmethod
     async def replace_participant(self, agent_id: str, old_person_id: str, new_person_id: str) -> int:

@@ -29,6 +29,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, s
 from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
+from persyn.core.ids import new_id
 from persyn.store import schema
 from persyn.store._schema_v1 import v1_metadata
 
@@ -223,6 +224,43 @@ def _create_graph(connection: Connection, dialect_name: str) -> None:
         table.create(connection, checkfirst=False)
 
 
+# Migration 8's index on memory_records, by DDL (schema.py says why it is not declared there).
+_MEMORY_BY_CONVERSATION = (
+    "CREATE INDEX ix_memory_records_agent_id_conversation_id ON memory_records (agent_id, conversation_id)"
+)
+_BACKFILL_BATCH = 1000
+
+
+def _create_directory(connection: Connection, dialect_name: str) -> None:
+    """Migration 8: contact addresses, the conversation participant index (backfilled from
+    every conversation's participant list) and memory records by conversation, from the live
+    definitions (freeze them here before a later migration alters those tables)."""
+    schema.contact_addresses.create(connection, checkfirst=False)
+    schema.conversation_participants.create(connection, checkfirst=False)
+    connection.exec_driver_sql(_MEMORY_BY_CONVERSATION)
+    talks = schema.conversations.c
+    rows = connection.execute(
+        select(talks.agent_id, talks.id, talks.participants, talks.started_at).order_by(talks.id)
+    ).all()
+    batch: list[dict[str, object]] = []
+    for row in rows:
+        for person_id in dict.fromkeys(row.participants):
+            batch.append(
+                {
+                    "id": new_id(row.started_at),
+                    "agent_id": row.agent_id,
+                    "conversation_id": row.id,
+                    "person_id": person_id,
+                    "started_at": row.started_at,
+                }
+            )
+        if len(batch) >= _BACKFILL_BATCH:
+            connection.execute(insert(schema.conversation_participants), batch)
+            batch = []
+    if batch:
+        connection.execute(insert(schema.conversation_participants), batch)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
@@ -231,6 +269,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(5, "quick facts about people and the agent", _create_quick_facts),
     Migration(6, "observations about people, with an audit trail", _create_observations),
     Migration(7, "the knowledge graph", _create_graph),
+    Migration(8, "contact addresses and the conversation participant index", _create_directory),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -18,6 +18,7 @@ later change must be a new numbered migration (see migrations.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -53,9 +54,12 @@ __all__ = [
     "UTCDateTime",
     "agent_from_row",
     "agents",
+    "checked_address",
     "checked_id",
     "completion_markers",
+    "contact_addresses",
     "conversation_from_row",
+    "conversation_participants",
     "conversations",
     "event_from_row",
     "event_values",
@@ -128,6 +132,27 @@ def checked_id(value: str, what: str) -> str:
     if canonical != value:
         raise InputError(f"{what} {value!r} is not canonical; pass parse_id(...) of it: {canonical!r}")
     return canonical
+
+
+_ADDRESS_LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
+_ADDRESS_VALUE_MAX = 500
+
+
+def checked_address(label: str, value: str) -> tuple[str, str]:
+    """A contact address as it is stored: the label a short lower-case token ("email",
+    "phone", "matrix", "work"), the value trimmed, one line, 1 to 500 characters."""
+    canonical_label = label.strip().lower()
+    if not _ADDRESS_LABEL.fullmatch(canonical_label):
+        raise InputError(
+            f"invalid address label {label!r}: use 1 to 32 letters, digits, '.', '-' or '_' "
+            "(e.g. email, phone, matrix, work)"
+        )
+    canonical_value = value.strip()
+    if not 0 < len(canonical_value) <= _ADDRESS_VALUE_MAX:
+        raise InputError(f"invalid address {value!r}: use 1 to {_ADDRESS_VALUE_MAX} characters")
+    if not canonical_value.isprintable():
+        raise InputError(f"invalid address {value!r}: use one line of printable characters")
+    return canonical_label, canonical_value
 
 
 def _id(name: str, **kwargs: Any) -> Column[str]:
@@ -321,6 +346,46 @@ observation_changes = Table(
     Index(None, "agent_id", "subject_id", "at"),
 )
 
+# Contact addresses (SPEC §4.5): ways to reach a person beside the identities they wrote
+# from, each under a short type label ("email", "phone", "matrix", "work"). Curated out of
+# band; a merge moves them to the survivor.
+contact_addresses = Table(
+    "contact_addresses",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("person_id", nullable=False),
+    Column("label", String(32), nullable=False),
+    Column("value", String(500), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("agent_id", "person_id", "label", "value"),  # also the per-person lookup
+    ForeignKeyConstraint(["agent_id", "person_id"], ["persons.agent_id", "persons.id"]),
+)
+
+# Who took part in which conversation, one row per (conversation, participant): the index
+# behind a contact's digest (SPEC App. B), so "this person's latest conversations" walks
+# an index and stops after N rows instead of scanning `conversations.participants` (a JSON
+# list). `started_at` is the conversation's (immutable) start, copied so the walk needs no
+# join to order. Kept in step by open_conversation and merge_persons. No foreign key on
+# person_id: like the JSON list, a participant id need not name a stored person.
+conversation_participants = Table(
+    "conversation_participants",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("conversation_id", nullable=False),
+    _id("person_id", nullable=False),
+    Column("started_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("agent_id", "conversation_id", "person_id"),
+    # Named by hand: the conventional names would pass PostgreSQL's 63-character limit.
+    ForeignKeyConstraint(
+        ["agent_id", "conversation_id"],
+        ["conversations.agent_id", "conversations.id"],
+        name="fk_conversation_participants_conversations",
+    ),
+    Index("ix_conversation_participants_by_person", "agent_id", "person_id", "started_at", "conversation_id"),
+)
+
 flags = Table(
     "flags",
     metadata,
@@ -337,6 +402,9 @@ flags = Table(
 # imported history names conversations this store never saw. `embedding_model` and `dims`
 # describe the record's current vector (NULL: none); the vector itself lives in a backend's
 # vector index (sqlite-vec `memory_vectors_<dims>` tables; pgvector), keyed by the record id.
+# Migration 8 also indexes (agent_id, conversation_id) by DDL (see migrations.py):
+# declared here, migration 3 (which creates this table from this definition) would create
+# it too; move it here when migration 3 is frozen.
 memory_records = Table(
     "memory_records",
     metadata,

@@ -13,7 +13,8 @@ A cancelled caller does not cancel the work: a write that has started still comm
 
 Where the rest lives: engines, the DB-API driver (pysqlite3, for sqlite-vec) and pragmas in
 `_sqlite_engine.py`; long-term memory methods in `_sqlite_memory.py` (mixed in here) over the
-per-dimension vector tables of `_sqlite_vectors.py`.
+per-dimension vector tables of `_sqlite_vectors.py`; contact addresses and the conversation
+participant index in `_sqlite_directory.py` (mixed in here too).
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ from persyn.core.errors import StoreError
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
 from persyn.store import migrations
+from persyn.store._sqlite_directory import (
+    SQLiteDirectory,
+    index_participants,
+    move_addresses,
+    move_participant_index,
+)
 from persyn.store._sqlite_engine import create_sqlite_engine
 from persyn.store._sqlite_graph import SQLiteGraph, replace_graph_participant
 from persyn.store._sqlite_memory import SQLiteMemory, replace_record_participant
@@ -99,7 +106,7 @@ T = TypeVar("T")
 _messages_fts = table("messages_fts", column("rowid", Integer))
 
 
-class SQLiteStore(SQLiteMemory, SQLiteGraph, Store):
+class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, Store):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""
 
     def __init__(
@@ -557,6 +564,8 @@ class SQLiteStore(SQLiteMemory, SQLiteGraph, Store):
                     .where(conversations.c.agent_id == agent_id, conversations.c.id == row.id)
                     .values(participants=after)
                 )
+            move_participant_index(connection, agent_id, other_id, survivor_id)
+            move_addresses(connection, agent_id, other_id, survivor_id)
             replace_record_participant(connection, agent_id, other_id, survivor_id)
             replace_graph_participant(connection, agent_id, other_id, survivor_id)
             seen = [t for t in (survivor.last_interaction_at, other.last_interaction_at) if t is not None]
@@ -634,11 +643,13 @@ class SQLiteStore(SQLiteMemory, SQLiteGraph, Store):
                 )
                 row = None
             if row is None:
+                joining = participants
                 statement = insert(conversations).values(
                     id=new_id(now), agent_id=agent_id, service=service, channel=channel, kind=kind,
                     participants=participants, started_at=now, last_activity_at=now, closed_at=None,
                 )  # fmt: skip
             else:
+                joining = [p for p in participants if p not in row.participants]
                 statement = (
                     update(conversations)
                     .where(conversations.c.id == row.id)
@@ -647,7 +658,11 @@ class SQLiteStore(SQLiteMemory, SQLiteGraph, Store):
                         last_activity_at=_latest(conversations.c.last_activity_at, now),
                     )
                 )
-            return conversation_from_row(connection.execute(statement.returning(*conversations.c)).one())
+            conversation = conversation_from_row(
+                connection.execute(statement.returning(*conversations.c)).one()
+            )
+            index_participants(connection, agent_id, conversation, joining)
+            return conversation
 
         return await self._write("open_conversation", work)
 

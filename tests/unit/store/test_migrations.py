@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -284,3 +284,74 @@ async def test_migration_four_moves_vectors_into_channel_partitions(tmp_path: Pa
         assert [hit[0] for hit in nearest] == [rows[2][0]]
     finally:
         await store.close()
+
+
+async def test_migration_seven_backfills_the_participant_index_from_a_version_six_database(
+    tmp_path: Path,
+) -> None:
+    """Conversations stored before the index existed are found through it after the
+    upgrade, newest first; addresses and the memory index by conversation are created."""
+    path = tmp_path / "persyn.db"
+    engine = create_sqlite_engine(path, writer=True)
+    agent_id, other_agent, sam, ann = new_id(), new_id(), new_id(T0), new_id(T0)
+    talks = [  # (conversation id, agent, start, participants)
+        (new_id(T0), agent_id, T0, [sam]),
+        (new_id(T0), agent_id, T0 + timedelta(days=1), [sam, ann]),
+        (new_id(T0), agent_id, T0 + timedelta(days=2), [ann]),
+        (new_id(T0), agent_id, T0 + timedelta(days=3), []),
+        (new_id(T0), other_agent, T0 + timedelta(days=4), [sam]),
+    ]
+    try:
+        assert _migrate(engine, target=6) == 6
+        with engine.begin() as connection:
+            for conversation_id, owner, start, participants in talks:
+                connection.execute(
+                    insert(schema.conversations).values(
+                        id=conversation_id, agent_id=owner, service="slack", channel="general",
+                        kind="dialog", participants=participants, started_at=start,
+                        last_activity_at=start, closed_at=start,
+                    )
+                )  # fmt: skip
+        assert _migrate(engine, target=8) == 8
+        with engine.connect() as connection:
+            found = inspect(connection)
+            address_columns = [c["name"] for c in found.get_columns("contact_addresses")]
+            index_columns = [c["name"] for c in found.get_columns("conversation_participants")]
+            memory_indexes = {i["name"]: i["column_names"] for i in found.get_indexes("memory_records")}
+            indexed = connection.execute(text("SELECT count(*) FROM conversation_participants")).scalar()
+    finally:
+        engine.dispose()
+    # Created from the live definitions: if this fails, freeze migration 8 first.
+    assert address_columns == ["id", "agent_id", "person_id", "label", "value", "created_at"]
+    assert index_columns == ["id", "agent_id", "conversation_id", "person_id", "started_at"]
+    assert memory_indexes["ix_memory_records_agent_id_conversation_id"] == ["agent_id", "conversation_id"]
+    assert indexed == 5
+
+    store = SQLiteStore(path)
+    await store.setup()
+    try:
+        assert [c.id for c in await store.person_conversations(agent_id, sam, 10)] == [
+            talks[1][0],
+            talks[0][0],
+        ]
+        assert [c.id for c in await store.person_conversations(agent_id, ann, 1)] == [talks[2][0]]
+        assert [c.id for c in await store.person_conversations(other_agent, sam, 10)] == [talks[4][0]]
+    finally:
+        await store.close()
+
+
+def test_a_persons_latest_conversations_walk_the_index_without_sorting(engine: Engine) -> None:
+    """The digest's cost must not grow with history: SQLite answers the query from the
+    participant index in order (no temporary sort of every row the person has)."""
+    from sqlalchemy.dialects import sqlite
+
+    from persyn.store._sqlite_directory import person_conversations_query
+
+    _migrate(engine)
+    query = person_conversations_query(new_id(), new_id(), 5).compile(
+        dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}
+    )
+    with engine.connect() as connection:
+        plan = " | ".join(str(row[-1]) for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}"))
+    assert "ix_conversation_participants_by_person" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan
