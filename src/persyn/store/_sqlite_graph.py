@@ -168,21 +168,22 @@ class SQLiteGraph:
             raise InputError(f"max_hops must be between 1 and {_MAX_HOPS}, not {max_hops}")
 
         def work(connection: Connection) -> list[GraphRelation] | None:
-            depth = _distances(connection, agent_id, [source_id], max_hops, view)
-            if target_id not in depth:
+            # Bidirectional: a ball of half the radius around each end, met in the middle,
+            # costs two small walks instead of one wide one (a hub's fan-out squared, not
+            # to the fourth).
+            if source_id == target_id:
+                return [] if _distances(connection, agent_id, [source_id], 0, view) else None
+            near = _distances(connection, agent_id, [source_id], (max_hops + 1) // 2, view)
+            far = _distances(connection, agent_id, [target_id], max_hops // 2, view)
+            meeting = [(near[m] + far[m], m) for m in near.keys() & far.keys()]
+            if not meeting:
                 return None
-            path: list[GraphRelation] = []
-            here = target_id
-            while depth[here] > 0:
-                around = _relations_touching(connection, agent_id, here, view)
-                before = [r for r in around if depth.get(_other(r, here), -1) == depth[here] - 1]
-                if not before:  # pragma: no cover - a breadth-first distance always has one
-                    return None
-                step = min(before, key=lambda r: r.id)
-                path.append(step)
-                here = _other(step, here)
-            path.reverse()
-            return path
+            _, middle = min(meeting)
+            first = _walk_back(connection, agent_id, near, middle, view)
+            second = _walk_back(connection, agent_id, far, middle, view)
+            if first is None or second is None:  # pragma: no cover - distances always lead back
+                return None
+            return list(reversed(first)) + second
 
         return await self._read("graph_path", work)
 
@@ -243,6 +244,23 @@ def replace_graph_participant(connection: Connection, agent_id: str, old: str, n
                 .values(participants_key=",".join(people))
             )
     return len(facts)
+
+
+def _walk_back(
+    connection: Connection, agent_id: str, depth: dict[str, int], here: str, view: GraphView | None
+) -> list[GraphRelation] | None:
+    """Relations from `here` back to the walk's start, following strictly decreasing
+    distances (the lowest relation id wins a tie, so a path is reproducible)."""
+    path: list[GraphRelation] = []
+    while depth[here] > 0:
+        around = _relations_touching(connection, agent_id, here, view)
+        before = [r for r in around if depth.get(_other(r, here), -1) == depth[here] - 1]
+        if not before:
+            return None
+        step = min(before, key=lambda r: r.id)
+        path.append(step)
+        here = _other(step, here)
+    return path
 
 
 def _other(relation: GraphRelation, entity_id: str) -> str:
