@@ -144,6 +144,10 @@ class ConversationConfig(_Strict):
     idle_timeout_minutes: float = Field(default=30.0, gt=0)
     recent_dialog_messages: int = Field(default=20, ge=0, le=500)
     max_message_chars: int = Field(default=32_000, ge=1)
+    # Observations and the knowledge graph are extracted in the background every this many
+    # new messages of an open conversation (each message is read once), and when it closes;
+    # 0 = only when it closes. One extraction call per several exchanges, not per turn.
+    extract_every_messages: int = Field(default=8, ge=0, le=200)
 
 
 class DispatchConfig(_Strict):

@@ -1,8 +1,14 @@
-"""Knowledge-graph population (SPEC §4.3): after a conversation closes, a model (task
-`extract`, schema-constrained output, usage stage `graph`) lists the entities it mentioned and
-the typed relations between them; the store upserts them with the conversation's provenance
-(channel, the people present, a sensitivity that the model may raise above the channel's
-default but never lower).
+"""Knowledge-graph population (SPEC §4.3): a model (task `extract`, schema-constrained
+output, usage stage `graph`) lists the entities a stretch of dialog mentions and the typed
+relations between them; the store upserts them with the conversation's provenance (channel,
+the people present, a sensitivity that the model may raise above the channel's default but
+never lower).
+
+Extraction is incremental: a per-conversation watermark (flag `graph-seen:<conversation>`,
+the last message extracted) means each message is read once, with a few earlier ones shown
+as context only. The runtime runs it every `[graph] extract_every_messages` new messages of
+an open conversation and once more when the conversation closes, so what was said is in the
+graph during a long conversation, at one model call per several exchanges, not per turn.
 
 Malformed items degrade, they never fail the extraction: a nameless entity or a relation
 without a type is dropped and counted; a failed model call is logged and stores nothing.
@@ -20,7 +26,7 @@ from persyn.core.config import Task
 from persyn.core.errors import InputError, ModelError
 from persyn.core.records import Sensitivity, channel_key
 from persyn.gateway.base import Completion, Prompt, UserTurn
-from persyn.store.base import Conversation, Role, Store
+from persyn.store.base import Conversation, Message, Role, Store
 from persyn.store.graph_rows import (
     EntityFact,
     FactSource,
@@ -43,7 +49,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TRANSCRIPT_HEADING = "The conversation, for the knowledge graph:"
+WATERMARK_FLAG = "graph-seen:"
 _MAX_MESSAGES = 200
+_CONTEXT_MESSAGES = 4
 
 
 class _Gateway(Protocol):
@@ -105,16 +113,34 @@ class GraphExtractor:
         self.gateway = gateway
         self.agent_name = agent_name
 
-    async def extract(self, agent_id: str, conversation: Conversation, default: Sensitivity) -> Outcome:
+    async def pending(self, agent_id: str, conversation: Conversation) -> int:
+        """Messages of the conversation not yet extracted."""
+        fresh, _ = await self._slice(agent_id, conversation)
+        return len(fresh)
+
+    async def _slice(self, agent_id: str, conversation: Conversation) -> tuple[list[Message], list[Message]]:
+        """(messages after the watermark, a few before them as context)."""
         messages = await self.store.recent_messages(agent_id, conversation.id, _MAX_MESSAGES)
-        if not any(m.role is Role.USER for m in messages):
+        seen = await self.store.get_flag(agent_id, WATERMARK_FLAG + conversation.id)
+        start = 0
+        if seen:
+            start = next((i + 1 for i, m in enumerate(messages) if m.id == seen), 0)
+        return messages[start:], messages[max(0, start - _CONTEXT_MESSAGES) : start]
+
+    async def extract(self, agent_id: str, conversation: Conversation, default: Sensitivity) -> Outcome:
+        """Extract what was said since the last extraction of this conversation; the
+        watermark moves only once the facts are stored (a failed call is retried next time)."""
+        fresh, context = await self._slice(agent_id, conversation)
+        if not any(m.role is Role.USER for m in fresh):
+            if fresh:
+                await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
             return Outcome()
-        transcript = "\n".join(
-            f"{self.agent_name if m.role is Role.AGENT else m.speaker_name}: {m.text}" for m in messages
-        )
+        text = self._lines(fresh)
+        if context:
+            text = f"(Earlier, already read:)\n{self._lines(context)}\n(New:)\n{text}"
         prompt = Prompt(
             system=_INSTRUCTION.format(agent=self.agent_name),
-            items=(UserTurn(text=f"{TRANSCRIPT_HEADING}\n{transcript}"),),
+            items=(UserTurn(text=f"{TRANSCRIPT_HEADING}\n{text}"),),
         )
         try:
             completion = await self.gateway.complete(
@@ -128,6 +154,7 @@ class GraphExtractor:
             return Outcome(failure="the model returned no extraction")
         entities, relations, dropped = _clean(extraction)
         if not entities and not relations:
+            await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
             return Outcome(dropped=dropped)
         source = FactSource(
             channel=channel_key(conversation.service, conversation.channel),
@@ -138,7 +165,13 @@ class GraphExtractor:
             learned_at=conversation.last_activity_at,
         )
         written = await self.store.upsert_graph(agent_id, source, entities, relations)
+        await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
         return Outcome(written=written, dropped=dropped)
+
+    def _lines(self, messages: list[Message]) -> str:
+        return "\n".join(
+            f"{self.agent_name if m.role is Role.AGENT else m.speaker_name}: {m.text}" for m in messages
+        )
 
 
 def _clean(extraction: GraphExtraction) -> tuple[list[EntityFact], list[RelationFact], list[str]]:

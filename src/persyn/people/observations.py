@@ -1,6 +1,7 @@
 """Observations about people and the dossier built from them (SPEC §4.4).
 
-After a conversation closes, `Observer.observe` asks a model (task `extract`, structured
+After a stretch of conversation (every `[graph] extract_every_messages` new messages, and
+when it closes; a watermark means each message is read once), `Observer.observe` asks a model (task `extract`, structured
 output) for specific facts about the people who spoke. Each new fact is judged (task
 `classify`) against what is already known about that person:
 
@@ -33,13 +34,16 @@ from persyn.core.config import Task
 from persyn.core.errors import ModelError
 from persyn.core.ids import derived_id
 from persyn.gateway.base import Completion, Prompt, UserTurn
-from persyn.store.base import Conversation, Observation, Role, Store
+from persyn.store.base import Conversation, Message, Observation, Role, Store
 
-__all__ = ["DOSSIER_FLAG", "Dossiers", "Extraction", "Judgement", "Noticed", "Observer"]
+__all__ = ["DOSSIER_FLAG", "WATERMARK_FLAG", "Dossiers", "Extraction", "Judgement", "Noticed", "Observer"]
 
 log = logging.getLogger(__name__)
 
 DOSSIER_FLAG = "dossier:"
+WATERMARK_FLAG = "observed-seen:"
+_MAX_MESSAGES = 200
+_CONTEXT_MESSAGES = 4
 
 
 class _Gateway(Protocol):
@@ -88,15 +92,32 @@ class Observer:
         self.gateway = gateway
         self.agent_name = agent_name
 
+    async def pending(self, agent_id: str, conversation: Conversation) -> int:
+        """Messages of the conversation not yet read for observations."""
+        fresh, _ = await self._slice(agent_id, conversation)
+        return len(fresh)
+
+    async def _slice(self, agent_id: str, conversation: Conversation) -> tuple[list[Message], list[Message]]:
+        messages = await self.store.recent_messages(agent_id, conversation.id, _MAX_MESSAGES)
+        seen = await self.store.get_flag(agent_id, WATERMARK_FLAG + conversation.id)
+        start = 0
+        if seen:
+            start = next((i + 1 for i, m in enumerate(messages) if m.id == seen), 0)
+        return messages[start:], messages[max(0, start - _CONTEXT_MESSAGES) : start]
+
     async def observe(self, agent_id: str, conversation: Conversation) -> list[str]:
-        """Returns what was done ("added occupation of 01J...", ...), for logs and tests."""
-        messages = await self.store.recent_messages(agent_id, conversation.id, 200)
-        names = {m.speaker_name.lower(): m.person_id for m in messages if m.role is Role.USER and m.person_id}
+        """Observations from what was said since the last reading of this conversation (a
+        watermark flag, moved once they are reconciled; a few earlier messages are shown as
+        context). Returns what was done ("added occupation", ...), for logs and tests."""
+        fresh, context = await self._slice(agent_id, conversation)
+        names = {m.speaker_name.lower(): m.person_id for m in fresh if m.role is Role.USER and m.person_id}
         if not names:
+            if fresh:
+                await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
             return []
-        transcript = "\n".join(
-            f"{self.agent_name if m.role is Role.AGENT else m.speaker_name}: {m.text}" for m in messages
-        )
+        transcript = self._lines(fresh)
+        if context:
+            transcript = f"(Earlier, already read:)\n{self._lines(context)}\n(New:)\n{transcript}"
         prompt = Prompt(
             system=_EXTRACT.format(agent=self.agent_name),
             items=(UserTurn(text=f"The conversation:\n{transcript}"),),
@@ -115,7 +136,13 @@ class Observer:
             if subject is None or not noticed.value.strip():
                 continue  # someone who did not speak here, or nothing said
             done.extend(await self._reconcile(agent_id, subject, noticed, conversation))
+        await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
         return done
+
+    def _lines(self, messages: Sequence[Message]) -> str:
+        return "\n".join(
+            f"{self.agent_name if m.role is Role.AGENT else m.speaker_name}: {m.text}" for m in messages
+        )
 
     async def _reconcile(
         self, agent_id: str, subject: str, noticed: Noticed, conversation: Conversation

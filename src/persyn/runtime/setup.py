@@ -65,6 +65,7 @@ prometheus_port = 0       # >0 serves counters on 127.0.0.1:PORT/metrics
 idle_timeout_minutes = 30      # an idle conversation closes (and is consolidated)
 recent_dialog_messages = 20    # how much recent dialog each prompt carries
 max_message_chars = 32000      # longer inbound messages are rejected
+extract_every_messages = 8     # observations + knowledge graph every N new messages (0: at close only)
 
 [dispatch]
 queue_polling_seconds = 0.01   # how often workers look for new events
