@@ -77,7 +77,7 @@ async def _main(sizes: list[int], hops: int, repeat: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--relations", default="1000,10000", help="comma-separated graph sizes")
     parser.add_argument("--hops", type=int, default=2, help="neighbourhood radius ([graph] hops)")
     parser.add_argument("--repeat", type=int, default=20, help="queries timed per input")

@@ -87,6 +87,8 @@ class Runtime:
         self.channels: dict[str, ChannelAdapter] = {}
         self.context_sources: list[ContextSource] = []
         self._hooks: dict[str, ConversationHook] = {}
+        self._extractions: dict[str, ConversationHook] = {}
+        self._unextracted: dict[str, int] = {}  # messages since the last extraction trigger
         self._gateways: dict[str, ModelGateway] = {}
         self._local_servers: dict[str, LlamaServer] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -209,17 +211,19 @@ class Runtime:
         self.add_conversation_hook("consolidate", self.consolidate_conversation)
         # People (SPEC §4.4): observations after each conversation, dossiers in context.
         self.add_conversation_hook("observe", self.observe_conversation)
+        self.add_extraction("observe", self.observe_so_far)
         self.context_sources.append(PeopleSource(self.store, self.dossiers))
 
     def dossiers(self, agent_id: str) -> Dossiers:
         return Dossiers(self.store, self.gateway(agent_id), self.agents[agent_id].name)
 
-    async def observe_conversation(self, agent_id: str, conversation_id: str) -> None:
-        """Extract and reconcile observations about who spoke, then refresh their dossiers
-        (off the critical path: a turn only ever reads a cached dossier)."""
+    async def observe_conversation(self, agent_id: str, conversation_id: str, *, closed: bool = True) -> None:
+        """Extract and reconcile observations about who spoke (what is new since the last
+        reading: the rest once closed, so far while open), then refresh their dossiers (off
+        the critical path: a turn only ever reads a cached dossier)."""
         conversation = await self.store.get_conversation(agent_id, conversation_id)
         agent = self.agents.get(agent_id)
-        if conversation is None or conversation.closed_at is None or agent is None:
+        if conversation is None or agent is None or (closed and conversation.closed_at is None):
             return
         observer = Observer(self.store, self.gateway(agent_id), agent.name)
         done = await observer.observe(agent_id, conversation)
@@ -251,17 +255,22 @@ class Runtime:
             )
         )
         self.add_conversation_hook("graph", self.graph_conversation)
+        self.add_extraction("graph", self.graph_so_far)
+
+    async def graph_so_far(self, agent_id: str, conversation_id: str) -> None:
+        await self.graph_conversation(agent_id, conversation_id, closed=False)
 
     def graph_budget(self, agent_id: str) -> int:
         agent = self.agents[agent_id]
         return int(context_window_for(self.settings, agent) * self.settings.graph.budget_fraction)
 
-    async def graph_conversation(self, agent_id: str, conversation_id: str) -> None:
-        """Extract the closed conversation's entities and relations into the graph. A failure
-        is logged and flagged for `persyn doctor`; the conversation is not retried."""
+    async def graph_conversation(self, agent_id: str, conversation_id: str, *, closed: bool = True) -> None:
+        """Extract what is new in a conversation (the rest of it once closed; so far while
+        open) into the graph. A failure is logged and flagged for `persyn doctor`; what was
+        not read is read on the next run."""
         conversation = await self.store.get_conversation(agent_id, conversation_id)
         agent = self.agents.get(agent_id)
-        if conversation is None or conversation.closed_at is None or agent is None:
+        if conversation is None or agent is None or (closed and conversation.closed_at is None):
             return
         extractor = GraphExtractor(self.store, self.gateway(agent_id), agent.name)
         default = default_sensitivity(self.settings.memory, conversation.service)
@@ -283,6 +292,9 @@ class Runtime:
             flag = json.dumps({"at": self.clock.now().isoformat(), "error": f"extraction: {outcome_failure}"})
             with contextlib.suppress(Exception):
                 await self.store.set_flag(agent_id, GRAPH_FAILURE_FLAG, flag)
+
+    async def observe_so_far(self, agent_id: str, conversation_id: str) -> None:
+        await self.observe_conversation(agent_id, conversation_id, closed=False)
 
     def memory_budget(self, agent_id: str) -> int:
         agent = self.agents[agent_id]
@@ -754,6 +766,32 @@ class Runtime:
 
     async def run_conversation_hook(self, agent_id: str, conversation_id: str, name: str) -> None:
         hook = self._hooks.get(name)
+        if hook is not None:
+            await hook(agent_id, conversation_id)
+
+    def extraction_due(self, conversation_id: str, new_messages: int) -> bool:
+        """Count messages per open conversation; True every `extract_every_messages`."""
+        every = self.settings.conversation.extract_every_messages
+        if every <= 0 or not self.extraction_names():
+            return False
+        count = self._unextracted.pop(conversation_id, 0) + new_messages
+        if count >= every:
+            return True
+        if len(self._unextracted) > 10_000:  # a trigger, not a record: forgetting is safe
+            self._unextracted.clear()
+        self._unextracted[conversation_id] = count
+        return False
+
+    def add_extraction(self, name: str, hook: ConversationHook) -> None:
+        """Run `hook(agent_id, conversation_id)` durably on an open conversation every
+        `extract_every_messages` messages (it reads only what is new: a watermark)."""
+        self._extractions[name] = hook
+
+    def extraction_names(self) -> list[str]:
+        return sorted(self._extractions)
+
+    async def run_extraction(self, agent_id: str, conversation_id: str, name: str) -> None:
+        hook = self._extractions.get(name)
         if hook is not None:
             await hook(agent_id, conversation_id)
 

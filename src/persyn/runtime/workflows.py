@@ -28,6 +28,7 @@ __all__ = [
     "activation",
     "conversation_closed",
     "deliberation",
+    "extract",
     "install",
     "runtime",
 ]
@@ -157,6 +158,7 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
             # a refusal, nor one kept back).
             if critique and setup.get("mode") == "deferred" and result.get("action") in ("speak", "redirect"):
                 await _defer(agent_id, event_id, setup, draft)
+            await _extract_if_due(agent_id, event_id, setup, result)
             return result
 
 
@@ -186,6 +188,37 @@ async def deliberation(agent_id: str, event_id: str, setup: dict[str, Any], draf
         if any(c["objections"] for c in critiques):
             revised = await refine_step(agent_id, event_id, draft, critiques, True)
         await park_step(agent_id, event_id, setup, draft, critiques, revised)
+
+
+async def _extract_if_due(
+    agent_id: str, event_id: str, setup: dict[str, Any], result: dict[str, Any]
+) -> None:
+    """Every `[conversation] extract_every_messages` messages of an open conversation, read
+    what is new for observations and the graph, off the critical path. The count is a
+    trigger only (in memory: a restart just waits for more messages or the close); what is
+    read is decided by durable watermarks, so a replay or a second trigger reads nothing twice."""
+    conversation_id = setup["conversation_id"]
+    if not runtime().extraction_due(conversation_id, 2 if result.get("transmitted") else 1):
+        return
+    queue = await DBOS.retrieve_queue_async(BACKGROUND_QUEUE)
+    if queue is None:  # pragma: no cover - registered at start
+        raise RuntimeError("the background queue is not registered")
+    with SetWorkflowID(derived_id(id_time(event_id), event_id, "extract")):
+        await queue.enqueue_async(extract, agent_id, conversation_id)
+
+
+@DBOS.step(name="persyn.extract_step")
+async def extract_step(agent_id: str, conversation_id: str, hook_name: str) -> None:
+    with rebind(step_key=_step_key()):
+        await runtime().run_extraction(agent_id, conversation_id, hook_name)
+
+
+@DBOS.workflow(name="persyn.extract")
+async def extract(agent_id: str, conversation_id: str) -> None:
+    """Incremental observations and graph extraction for an open conversation."""
+    with bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)):
+        for hook_name in runtime().extraction_names():
+            await extract_step(agent_id, conversation_id, hook_name)
 
 
 @DBOS.step(name="persyn.conversation_hook")

@@ -35,6 +35,7 @@ _FACT = re.compile(r"\b([A-Z]\w+) (works at|lives in) ([A-Z]\w+)")
 class Mind:
     def __init__(self) -> None:
         self.respond_prompts: list[str] = []
+        self.extract_prompts: list[str] = []
         self.sensitivity = Sensitivity.PUBLIC
         self.garbage = False
 
@@ -44,6 +45,7 @@ class Mind:
             self.respond_prompts.append(info.instructions or "")
             return DoubleReply(text="Noted.")
         if task == "extract" and text.startswith(TRANSCRIPT_HEADING):
+            self.extract_prompts.append(text)
             if self.garbage:
                 return DoubleReply(output={"entities": "not a list"})
             entities: list[Entity] = []
@@ -211,5 +213,34 @@ async def test_a_disabled_graph_is_neither_filled_nor_read(tmp_path: Path, mind:
         assert "graph" not in runtime.conversation_hook_names()
         await _say(runtime, "Ann works at Acme.")
         assert "How things relate" not in mind.respond_prompts[-1]
+    finally:
+        await runtime.stop()
+
+
+async def test_a_long_open_conversation_is_read_as_it_goes_each_message_once(
+    tmp_path: Path, mind: Mind
+) -> None:
+    import asyncio
+
+    runtime = await _runtime(tmp_path, "[conversation]\nextract_every_messages = 4\n")
+    try:
+        await _say(runtime, "Ann works at Acme.")  # 2 messages: not yet
+        await asyncio.sleep(0.5)
+        assert (await runtime.store.graph_stats(AGENT.id))["relations"] == 0
+        await _say(runtime, "Bo lives in Porto.")  # 4 messages: read in the background
+        for _ in range(100):
+            if (await runtime.store.graph_stats(AGENT.id))["relations"] == 2:
+                break
+            await asyncio.sleep(0.1)
+        assert (await runtime.store.graph_stats(AGENT.id))["relations"] == 2
+        assert len(mind.extract_prompts) == 1 and "Ann works at Acme" in mind.extract_prompts[0]
+        # The conversation is still open; the next facts arrive with their context only.
+        await _say(runtime, "Cy lives in Braga.")
+        await _close_and_extract(runtime)  # the rest, once closed
+        assert (await runtime.store.graph_stats(AGENT.id))["relations"] == 3
+        last = mind.extract_prompts[-1]
+        assert "(New:)\nSam: Cy lives in Braga." in last and "Bo lives in Porto" in last.split("(New:)")[0]
+        await _close_and_extract(runtime)  # nothing new: no model call
+        assert len(mind.extract_prompts) == 2
     finally:
         await runtime.stop()
