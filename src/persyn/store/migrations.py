@@ -209,6 +209,13 @@ def _create_observations(connection: Connection, dialect_name: str) -> None:
     schema.observation_changes.create(connection, checkfirst=False)
 
 
+def _create_schedule(connection: Connection, dialect_name: str) -> None:
+    """Migration 7: reminders and goals (SPEC §4.7, §4.8), from the live definitions
+    (freeze them here before a later migration alters those tables)."""
+    schema.reminders.create(connection, checkfirst=False)
+    schema.goals.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
@@ -216,6 +223,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(4, "record vectors partitioned by channel", _partition_vectors_by_channel),
     Migration(5, "quick facts about people and the agent", _create_quick_facts),
     Migration(6, "observations about people, with an audit trail", _create_observations),
+    Migration(7, "reminders and goals", _create_schedule),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -13,7 +13,8 @@ A cancelled caller does not cancel the work: a write that has started still comm
 
 Where the rest lives: engines, the DB-API driver (pysqlite3, for sqlite-vec) and pragmas in
 `_sqlite_engine.py`; long-term memory methods in `_sqlite_memory.py` (mixed in here) over the
-per-dimension vector tables of `_sqlite_vectors.py`.
+per-dimension vector tables of `_sqlite_vectors.py`; reminders and goals in `_sqlite_schedule.py`
+(mixed in here).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from persyn.core.ids import new_id
 from persyn.store import migrations
 from persyn.store._sqlite_engine import create_sqlite_engine
 from persyn.store._sqlite_memory import SQLiteMemory, replace_record_participant
+from persyn.store._sqlite_schedule import SQLiteSchedule
 from persyn.store.base import (
     AgentRow,
     Conversation,
@@ -98,7 +100,7 @@ T = TypeVar("T")
 _messages_fts = table("messages_fts", column("rowid", Integer))
 
 
-class SQLiteStore(SQLiteMemory, Store):
+class SQLiteStore(SQLiteMemory, SQLiteSchedule, Store):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""
 
     def __init__(
