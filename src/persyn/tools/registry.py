@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_ai.tools import ToolDefinition
 
 from persyn.core.config import ToolsConfig
-from persyn.core.errors import ConfigError, ToolError
+from persyn.core.errors import ConfigError, InputError, ToolError
 from persyn.gateway.base import ToolCall, ToolResult, ToolSpec
 from persyn.tools.breaker import BreakerTrip, LoopBreaker, canonical_arguments
 
@@ -54,7 +54,8 @@ _TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 @dataclass(frozen=True)
 class Tool(Generic[In, Out]):
     """One callable tool. `handler` gets the validated input and returns the output model;
-    raising `ToolError` (or anything else) reports a failure to the model."""
+    raising `ToolError` or `InputError` reports its message to the model as a failure;
+    anything else is reported too, with its type."""
 
     name: str
     description: str
@@ -220,7 +221,7 @@ class ToolRegistry:
                 "seconds and was stopped."
             )
             return outcome(ToolStatus.FAILED, message, error=message)
-        except ToolError as exc:
+        except (ToolError, InputError) as exc:  # the tool's own, readable refusal
             message = f"Tool {call.name!r} failed: {exc}"
             return outcome(ToolStatus.FAILED, message, error=message)
         except Exception as exc:
