@@ -35,6 +35,7 @@ __all__ = [
     "Secrets",
     "Settings",
     "Task",
+    "ToolsConfig",
     "home_from_env",
     "load_settings",
     "parse_settings",
@@ -273,6 +274,23 @@ class MemoryConfig(_Strict):
     )
 
 
+class ToolsConfig(_Strict):
+    """The tool loop of the respond step (SPEC §4.6) and its loop breakers.
+
+    A round-trip is one model reply that asks for tools and gets their results back; past
+    `max_round_trips` in one activation, further calls are refused and the model must
+    answer. A call with the same tool name and the same arguments as `max_identical_calls`
+    earlier ones in the activation is refused without running. Both refusals are recorded.
+    """
+
+    max_round_trips: int = Field(default=6, ge=1, le=50)
+    max_identical_calls: int = Field(default=2, ge=1, le=20)
+    # A tool still running after this long is abandoned and reported to the model as failed.
+    call_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # Longest tool result the model is shown; longer ones are cut, saying so.
+    max_result_chars: int = Field(default=8000, ge=200, le=1_000_000)
+
+
 class Secrets(BaseModel):
     """Secrets: only ever from the environment, never from the file."""
 
@@ -294,6 +312,7 @@ class Settings(_Strict):
     memory: MemoryConfig = MemoryConfig()
     deliberation: DeliberationConfig = DeliberationConfig()
     graph: GraphConfig = GraphConfig()
+    tools: ToolsConfig = ToolsConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     secrets: Secrets = Secrets()
 

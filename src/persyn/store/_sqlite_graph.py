@@ -1,5 +1,5 @@
 """The knowledge graph on SQLite (SPEC §4.3): the `Store` methods over `graph_entities`,
-`graph_mentions`, `graph_relations` and `graph_fact_participants` (migration 7).
+`graph_mentions`, `graph_relations`, `graph_links` and `graph_fact_participants` (migration 7).
 
 Traversal is a recursive CTE over *visible* relations only, so a relation the current view
 may not see is never a bridge to what lies behind it. Everything here is SQLAlchemy Core

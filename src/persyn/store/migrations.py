@@ -261,6 +261,13 @@ def _create_directory(connection: Connection, dialect_name: str) -> None:
         connection.execute(insert(schema.conversation_participants), batch)
 
 
+def _create_schedule(connection: Connection, dialect_name: str) -> None:
+    """Migration 9: reminders and goals (SPEC §4.7, §4.8), from the live definitions
+    (freeze them here before a later migration alters those tables)."""
+    schema.reminders.create(connection, checkfirst=False)
+    schema.goals.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
@@ -270,6 +277,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(6, "observations about people, with an audit trail", _create_observations),
     Migration(7, "the knowledge graph", _create_graph),
     Migration(8, "contact addresses and the conversation participant index", _create_directory),
+    Migration(9, "reminders and goals", _create_schedule),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

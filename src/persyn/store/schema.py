@@ -47,7 +47,19 @@ from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
 from persyn.core.ids import parse_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.store.base import AgentRow, Conversation, Identity, Message, Person, Role
+from persyn.store.base import (
+    AgentRow,
+    Conversation,
+    Goal,
+    GoalStatus,
+    Identity,
+    Message,
+    Person,
+    Reminder,
+    ReminderAction,
+    ReminderStatus,
+    Role,
+)
 
 __all__ = [
     "ID_LENGTH",
@@ -65,6 +77,8 @@ __all__ = [
     "event_values",
     "events",
     "flags",
+    "goal_from_row",
+    "goals",
     "graph_entities",
     "graph_fact_participants",
     "graph_links",
@@ -86,6 +100,9 @@ __all__ = [
     "quick_facts",
     "record_from_row",
     "record_values",
+    "reminder_from_row",
+    "reminder_values",
+    "reminders",
 ]
 
 ID_LENGTH = 26  # a canonical ULID string
@@ -512,6 +529,44 @@ graph_fact_participants = Table(
     Index(None, "agent_id", "person_id"),  # merge re-attributes by person
 )
 
+# The persistent schedule (SPEC §4.7): reminders the agent set itself and the heartbeat
+# (`kind`). `trigger` and `action` are JSON objects (the port's `Trigger` and
+# `ReminderAction`); `next_fire_at` is what the scheduler scans, across agents.
+reminders = Table(
+    "reminders",
+    metadata,
+    _pk(),
+    _agent_id(),
+    Column("kind", String(32), nullable=False),
+    Column("objective", Text, nullable=False),
+    Column("trigger", JSON, nullable=False),
+    Column("action", JSON, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("next_fire_at", UTCDateTime(), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("last_fired_at", UTCDateTime(), nullable=True),
+    Column("fire_count", Integer, nullable=False),
+    UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
+    Index(None, "status", "next_fire_at"),  # the scheduler's scan over every agent
+    Index(None, "agent_id", "kind", "next_fire_at"),
+)
+
+# Goals the agent set itself (SPEC §4.8).
+goals = Table(
+    "goals",
+    metadata,
+    _pk(),
+    _agent_id(),
+    Column("description", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("outcome", Text, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
+    Index(None, "agent_id", "status", "created_at"),
+)
+
 
 # row mapping between the tables and the port's types, for every backend --------------------
 def agent_from_row(row: Row[Any]) -> AgentRow:
@@ -643,4 +698,44 @@ def record_from_row(row: Row[Any]) -> MemoryRecord:
         message_ids=tuple(row.message_ids),
         ref=row.ref,
         kind=row.kind,
+    )
+
+
+def reminder_values(reminder: Reminder) -> dict[str, Any]:
+    """The `reminders` row for `reminder`; `reminder_from_row` reads it back."""
+    values = reminder.model_dump(exclude={"trigger", "action", "status"})
+    values["trigger"] = reminder.trigger.model_dump(mode="json")
+    values["action"] = reminder.action.model_dump(mode="json", exclude_none=True)
+    values["status"] = reminder.status.value
+    return values
+
+
+def reminder_from_row(row: Row[Any]) -> Reminder:
+    return Reminder.model_validate(
+        {
+            "id": row.id,
+            "agent_id": row.agent_id,
+            "kind": row.kind,
+            "objective": row.objective,
+            "trigger": row.trigger,
+            "action": ReminderAction.model_validate(row.action),
+            "status": ReminderStatus(row.status),
+            "next_fire_at": row.next_fire_at,
+            "created_at": row.created_at,
+            "updated_at": row.updated_at,
+            "last_fired_at": row.last_fired_at,
+            "fire_count": row.fire_count,
+        }
+    )
+
+
+def goal_from_row(row: Row[Any]) -> Goal:
+    return Goal(
+        id=row.id,
+        agent_id=row.agent_id,
+        description=row.description,
+        status=GoalStatus(row.status),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        outcome=row.outcome,
     )

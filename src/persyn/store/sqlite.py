@@ -14,7 +14,8 @@ A cancelled caller does not cancel the work: a write that has started still comm
 Where the rest lives: engines, the DB-API driver (pysqlite3, for sqlite-vec) and pragmas in
 `_sqlite_engine.py`; long-term memory methods in `_sqlite_memory.py` (mixed in here) over the
 per-dimension vector tables of `_sqlite_vectors.py`; contact addresses and the conversation
-participant index in `_sqlite_directory.py` (mixed in here too).
+participant index in `_sqlite_directory.py`; the knowledge graph in `_sqlite_graph.py`; reminders
+and goals in `_sqlite_schedule.py` (all mixed in here too).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from persyn.store._sqlite_directory import (
 from persyn.store._sqlite_engine import create_sqlite_engine
 from persyn.store._sqlite_graph import SQLiteGraph, replace_graph_participant
 from persyn.store._sqlite_memory import SQLiteMemory, replace_record_participant
+from persyn.store._sqlite_schedule import SQLiteSchedule
 from persyn.store.base import (
     AgentRow,
     Conversation,
@@ -106,7 +108,7 @@ T = TypeVar("T")
 _messages_fts = table("messages_fts", column("rowid", Integer))
 
 
-class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, Store):
+class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, Store):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""
 
     def __init__(

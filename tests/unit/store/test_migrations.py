@@ -14,6 +14,7 @@ from sqlalchemy import Engine, insert, inspect, text
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.store import schema
+from persyn.store.base import Goal
 from persyn.store.migrations import LATEST_VERSION, MIGRATIONS, current_version, migrate, schema_version
 from persyn.store.sqlite import SQLiteStore, create_sqlite_engine
 
@@ -286,7 +287,7 @@ async def test_migration_four_moves_vectors_into_channel_partitions(tmp_path: Pa
         await store.close()
 
 
-async def test_migration_seven_backfills_the_participant_index_from_a_version_six_database(
+async def test_migration_eight_backfills_the_participant_index_from_a_version_six_database(
     tmp_path: Path,
 ) -> None:
     """Conversations stored before the index existed are found through it after the
@@ -336,6 +337,45 @@ async def test_migration_seven_backfills_the_participant_index_from_a_version_si
         ]
         assert [c.id for c in await store.person_conversations(agent_id, ann, 1)] == [talks[2][0]]
         assert [c.id for c in await store.person_conversations(other_agent, sam, 10)] == [talks[4][0]]
+    finally:
+        await store.close()
+
+
+async def test_migration_nine_adds_reminders_and_goals_to_a_version_six_database(tmp_path: Path) -> None:
+    path = tmp_path / "persyn.db"
+    engine = create_sqlite_engine(path, writer=True)
+    agent_id = new_id()
+    try:
+        assert _migrate(engine, target=6) == 6
+        with engine.begin() as connection:  # something stored at version 6 survives
+            connection.execute(
+                insert(schema.quick_facts).values(
+                    id=new_id(T0), agent_id=agent_id, subject_id=agent_id, key="home", value="Lisbon",
+                    updated_at=T0,
+                )
+            )  # fmt: skip
+        assert not {"reminders", "goals"} & {name for name, _ in _schema_sql(engine)}
+        assert _migrate(engine, target=9) == 9
+        with engine.connect() as connection:
+            found = inspect(connection)
+            reminder_columns = [c["name"] for c in found.get_columns("reminders")]
+            goal_columns = [c["name"] for c in found.get_columns("goals")]
+    finally:
+        engine.dispose()
+    # Created from the live definitions: if this fails, freeze migration 9 first.
+    assert reminder_columns == [
+        "id", "agent_id", "kind", "objective", "trigger", "action", "status", "next_fire_at",
+        "created_at", "updated_at", "last_fired_at", "fire_count",
+    ]  # fmt: skip
+    assert goal_columns == ["id", "agent_id", "description", "status", "outcome", "created_at", "updated_at"]
+
+    store = SQLiteStore(path)
+    await store.setup()
+    try:
+        assert await store.facts(agent_id, agent_id) == {"home": "Lisbon"}
+        goal = Goal(id=new_id(T0), agent_id=agent_id, description="Settle in", created_at=T0, updated_at=T0)
+        await store.add_goal(goal)
+        assert await store.list_goals(agent_id) == [goal]
     finally:
         await store.close()
 

@@ -1,0 +1,278 @@
+"""The tool registry (SPEC §4.6): tools the model may call, and the one place they run.
+
+A `Tool` is a name, a natural-language description, an input and an output schema (pydantic
+models) and an async handler. The registry
+
+- advertises its tools to the model as `ToolSpec`s (what `Gateway.complete(tools=...)` takes)
+  or pydantic-ai `ToolDefinition`s, rendered deterministically: sorted by name, schemas with
+  sorted keys, so the same tools always give the same bytes and the prompt prefix that holds
+  them stays cacheable (ARCHITECTURE §7);
+- runs a call: validates its arguments against the input schema, runs the handler under a
+  timeout, validates what it returns against the output schema, and turns *every* failure —
+  unknown tool, invalid arguments, an exception, a timeout, bad output, a tripped loop
+  breaker — into a `ToolOutcome` whose text the model can read. `call` never raises (only
+  cancellation propagates): no tool failure crashes the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_ai.tools import ToolDefinition
+
+from persyn.core.config import ToolsConfig
+from persyn.core.errors import ConfigError, InputError, ToolError
+from persyn.gateway.base import ToolCall, ToolResult, ToolSpec
+from persyn.tools.breaker import BreakerTrip, LoopBreaker, canonical_arguments
+
+__all__ = [
+    "Tool",
+    "ToolOutcome",
+    "ToolRegistry",
+    "ToolStatus",
+    "validation_summary",
+]
+
+log = logging.getLogger(__name__)
+
+In = TypeVar("In", bound=BaseModel)
+Out = TypeVar("Out", bound=BaseModel)
+
+# What every provider accepts as a function name (Anthropic and OpenAI: [a-zA-Z0-9_-]{1,64}).
+_TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Tool(Generic[In, Out]):
+    """One callable tool. `handler` gets the validated input and returns the output model;
+    raising `ToolError` or `InputError` reports its message to the model as a failure;
+    anything else is reported too, with its type."""
+
+    name: str
+    description: str
+    input_model: type[In]
+    output_model: type[Out]
+    handler: Callable[[In], Awaitable[Out]]
+
+    def __post_init__(self) -> None:
+        if not _TOOL_NAME.fullmatch(self.name):
+            raise ConfigError(
+                f"invalid tool name {self.name!r}: use 1 to 64 letters, digits, '_' or '-', "
+                "starting with a letter"
+            )
+        if not self.description.strip():
+            raise ConfigError(f"tool {self.name!r} needs a description: the model chooses tools by it")
+
+    def input_schema(self) -> dict[str, Any]:
+        return _canonical_schema(self.input_model.model_json_schema())
+
+    def output_schema(self) -> dict[str, Any]:
+        return _canonical_schema(self.output_model.model_json_schema(mode="serialization"))
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description.strip(), parameters=self.input_schema())
+
+
+class ToolStatus(StrEnum):
+    OK = "ok"
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    FAILED = "failed"  # the handler raised, timed out or returned output that does not fit
+    BREAKER_TRIPPED = "breaker_tripped"
+
+
+class ToolOutcome(BaseModel):
+    """How one tool call ended: what the model is shown (`content`) and what a trace or
+    the activity log records (status, canonical arguments, output, error, duration)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    name: str
+    arguments: str  # canonical JSON of the arguments the model sent
+    status: ToolStatus
+    content: str
+    output: dict[str, Any] | None = None  # the validated output, as JSON-compatible data
+    error: str | None = None
+    trip: BreakerTrip | None = None
+    duration_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ToolStatus.OK
+
+    def as_result(self) -> ToolResult:
+        """The gateway's tool-result item that feeds this outcome back to the model."""
+        return ToolResult(call_id=self.call_id, name=self.name, content=self.content, is_error=not self.ok)
+
+
+class ToolRegistry:
+    """The tools advertised to one agent, keyed by name."""
+
+    def __init__(self, tools: Iterable[Tool[Any, Any]] = (), *, config: ToolsConfig | None = None) -> None:
+        self._config = config or ToolsConfig()
+        self._tools: dict[str, Tool[Any, Any]] = {}
+        for tool in tools:
+            self.register(tool)
+
+    @property
+    def config(self) -> ToolsConfig:
+        return self._config
+
+    def register(self, tool: Tool[Any, Any]) -> None:
+        if tool.name in self._tools:
+            raise ConfigError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool[Any, Any] | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._tools))
+
+    def breaker(self) -> LoopBreaker:
+        """A fresh loop breaker for one activation, with this registry's limits."""
+        return LoopBreaker.from_config(self._config)
+
+    # advertising -------------------------------------------------------------------------
+    def specs(self) -> tuple[ToolSpec, ...]:
+        """Every tool as the gateway takes it, sorted by name."""
+        return tuple(self._tools[name].spec() for name in self.names)
+
+    def tool_definitions(self) -> list[ToolDefinition]:
+        """Every tool as pydantic-ai describes it, sorted by name, with its return schema."""
+        return [
+            ToolDefinition(
+                name=tool.name,
+                description=tool.description.strip(),
+                parameters_json_schema=tool.input_schema(),
+                return_schema=tool.output_schema(),
+            )
+            for tool in (self._tools[name] for name in self.names)
+        ]
+
+    def render(self) -> str:
+        """The tool definitions as one canonical JSON text: the same tools give the same
+        bytes, whatever order they were registered in (a cache key; a prompt section)."""
+        definitions = [
+            {
+                "name": tool.name,
+                "description": tool.description.strip(),
+                "input_schema": tool.input_schema(),
+                "output_schema": tool.output_schema(),
+            }
+            for tool in (self._tools[name] for name in self.names)
+        ]
+        return json.dumps(definitions, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+    # running -----------------------------------------------------------------------------
+    async def call(self, call: ToolCall, breaker: LoopBreaker | None = None) -> ToolOutcome:
+        """Run one call and report how it went. Never raises, except on cancellation."""
+        arguments = canonical_arguments(call.args)
+        started = time.perf_counter()
+
+        def outcome(status: ToolStatus, content: str, **fields: Any) -> ToolOutcome:
+            return ToolOutcome(
+                call_id=call.id,
+                name=call.name,
+                arguments=arguments,
+                status=status,
+                content=self._cut(content),
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                **fields,
+            )
+
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(self.names) or "none"
+            message = f"There is no tool named {call.name!r}. Available tools: {known}."
+            return outcome(ToolStatus.UNKNOWN_TOOL, message, error=message)
+        if breaker is not None:
+            trip = breaker.admit(call)
+            if trip is not None:
+                return outcome(ToolStatus.BREAKER_TRIPPED, trip.message, error=trip.message, trip=trip)
+        try:
+            validated = tool.input_model.model_validate(call.args)
+        except ValidationError as exc:
+            message = f"Invalid arguments for tool {call.name!r}: {validation_summary(exc)}"
+            return outcome(ToolStatus.INVALID_ARGUMENTS, message, error=message)
+        try:
+            async with asyncio.timeout(self._config.call_timeout_seconds):
+                raw = await tool.handler(validated)
+        except TimeoutError:
+            message = (
+                f"Tool {call.name!r} did not finish within {self._config.call_timeout_seconds:g} "
+                "seconds and was stopped."
+            )
+            return outcome(ToolStatus.FAILED, message, error=message)
+        except (ToolError, InputError) as exc:  # the tool's own, readable refusal
+            message = f"Tool {call.name!r} failed: {exc}"
+            return outcome(ToolStatus.FAILED, message, error=message)
+        except Exception as exc:
+            log.warning("tool %r raised", call.name, exc_info=True)
+            message = f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}"
+            return outcome(ToolStatus.FAILED, message, error=message)
+        try:
+            result = tool.output_model.model_validate(raw)
+        except ValidationError as exc:
+            log.warning("tool %r returned output that does not fit its schema: %s", call.name, exc)
+            message = f"Tool {call.name!r} failed: it returned malformed output ({validation_summary(exc)})"
+            return outcome(ToolStatus.FAILED, message, error=message)
+        data = result.model_dump(mode="json")
+        return outcome(ToolStatus.OK, result.model_dump_json(), output=data)
+
+    def refuse(self, calls: Sequence[ToolCall], trip: BreakerTrip) -> list[ToolOutcome]:
+        """Outcomes for calls that are not run because `trip` stopped the loop (the model
+        is still owed a result for each call it made)."""
+        return [
+            ToolOutcome(
+                call_id=call.id,
+                name=call.name,
+                arguments=canonical_arguments(call.args),
+                status=ToolStatus.BREAKER_TRIPPED,
+                content=trip.message,
+                error=trip.message,
+                trip=trip,
+            )
+            for call in calls
+        ]
+
+    def _cut(self, content: str) -> str:
+        limit = self._config.max_result_chars
+        if len(content) <= limit:
+            return content
+        return content[:limit] + f"\n[… {len(content) - limit} more characters cut]"
+
+
+def validation_summary(error: ValidationError, limit: int = 5) -> str:
+    """A pydantic validation error in one line the model can act on."""
+    parts: list[str] = []
+    for issue in error.errors()[:limit]:
+        where = ".".join(str(p) for p in issue["loc"]) or "arguments"
+        parts.append(f"{where}: {issue['msg']}")
+    more = len(error.errors()) - limit
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)
+
+
+def _canonical_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON schema with every mapping's keys sorted (lists keep their order: it matters)."""
+    canonical: dict[str, Any] = json.loads(json.dumps(schema, sort_keys=True))
+    return canonical
