@@ -65,6 +65,16 @@ graph_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(graph_app, name="graph")
+heartbeat_app = typer.Typer(
+    help="The agent's heartbeat: its idle cognition between conversations. Delete it and the agent "
+    "sleeps until spoken to; restore wakes it.",
+    no_args_is_help=True,
+)
+app.add_typer(heartbeat_app, name="heartbeat")
+reminders_app = typer.Typer(help="Reminders the agent set itself (read-only here).", no_args_is_help=True)
+app.add_typer(reminders_app, name="reminders")
+goals_app = typer.Typer(help="Goals the agent set itself (read-only here).", no_args_is_help=True)
+app.add_typer(goals_app, name="goals")
 
 _state: dict[str, Path | None] = {"home": None}
 
@@ -789,6 +799,110 @@ def graph_stats(agent: AgentOption = None) -> None:
     settings = _settings()
     counts = _run(stats(settings, settings.agent(agent)))
     typer.echo(", ".join(f"{count} {name}" for name, count in counts.items()))
+
+
+# autonomy ----------------------------------------------------------------------------------
+@heartbeat_app.command("status")
+def heartbeat_status_command(
+    agent: AgentOption = None,
+    limit: Annotated[int, typer.Option("--limit", help="How many recent self-initiated runs to list.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Whether the heartbeat beats and when next, today's autonomy budget, and what the agent
+    recently did on its own (beats, reminders, skips, rests)."""
+    from persyn.runtime.inspect_autonomy import heartbeat
+
+    settings = _settings()
+    view = _run(heartbeat(settings, settings.agent(agent), limit))
+    if as_json:
+        payload = {
+            "heartbeat": None if view.beat is None else view.beat.model_dump(mode="json"),
+            "tokens_today": view.tokens_today,
+            "daily_token_budget": view.budget,
+            "activity": [e.model_dump(mode="json") for e in view.activity],
+        }
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    if view.beat is None:
+        typer.echo("asleep: the heartbeat is deleted (restore it with `persyn heartbeat restore`)")
+    else:
+        typer.echo(
+            f"beating: next at {view.beat.next_fire_at:%Y-%m-%d %H:%M} UTC, {view.beat.fire_count} beat(s) so far"
+        )
+    typer.echo(f"autonomy budget today: {view.tokens_today} of {view.budget} tokens")
+    for entry in view.activity:
+        typer.echo(
+            f"  {entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {entry.outcome[:100]}  ({entry.tokens} tokens)"
+        )
+
+
+@heartbeat_app.command("delete")
+def heartbeat_delete(agent: AgentOption = None) -> None:
+    """Put the agent to sleep: no beats (durably, across restarts) until `restore`. It still
+    answers messages, and its own reminders still fire."""
+    from persyn.runtime.inspect_autonomy import sleep
+
+    settings = _settings()
+    chosen = settings.agent(agent)
+    if _run(sleep(settings, chosen)):
+        typer.echo(f"{chosen.name}'s heartbeat is deleted: it sleeps until spoken to.")
+    else:
+        typer.echo(f"{chosen.name} was already asleep.")
+
+
+@heartbeat_app.command("restore")
+def heartbeat_restore(agent: AgentOption = None) -> None:
+    """Wake the agent's idle cognition: the heartbeat beats again, first one interval from now."""
+    from persyn.runtime.inspect_autonomy import wake
+
+    settings = _settings()
+    chosen = settings.agent(agent)
+    beat = _run(wake(settings, chosen))
+    typer.echo(f"{chosen.name}'s heartbeat beats again; next at {beat.next_fire_at:%Y-%m-%d %H:%M} UTC.")
+
+
+@reminders_app.command("list")
+def reminders_list(
+    agent: AgentOption = None,
+    cancelled: Annotated[bool, typer.Option("--cancelled", help="Include cancelled reminders.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """The reminders the agent set itself, soonest first (the heartbeat is not one of them)."""
+    from persyn.runtime.inspect_autonomy import agent_reminders
+    from persyn.schedule import describe_trigger
+
+    settings = _settings()
+    found = _run(agent_reminders(settings, settings.agent(agent), cancelled))
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in found], indent=2))
+        return
+    if not found:
+        typer.echo("No reminders: the agent sets them itself, with its reminder tools.")
+    for reminder in found:
+        typer.echo(
+            f"{reminder.id}  next {reminder.next_fire_at:%Y-%m-%d %H:%M}  {describe_trigger(reminder.trigger)}"
+            f"  [{reminder.status}]  {reminder.objective[:80]}"
+        )
+
+
+@goals_app.command("list")
+def goals_list(
+    agent: AgentOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """The goals the agent set itself: open ones first, then how the others ended."""
+    from persyn.runtime.inspect_autonomy import agent_goals
+
+    settings = _settings()
+    found = _run(agent_goals(settings, settings.agent(agent)))
+    if as_json:
+        typer.echo(json.dumps([g.model_dump(mode="json") for g in found], indent=2))
+        return
+    if not found:
+        typer.echo("No goals: the agent creates them itself, with its goal tool.")
+    for goal in found:
+        ending = f" — {goal.outcome}" if goal.outcome else ""
+        typer.echo(f"{goal.id}  [{goal.status}]  {goal.description[:100]}{ending}")
 
 
 # memory ------------------------------------------------------------------------------------

@@ -603,3 +603,19 @@ async def test_purge_dialog_keeps_open_and_recent_conversations(store: Store) ->
     assert [m.text for m in await store.recent_messages(agent_id, recent.id, 10)] == ["a recent line"]
     assert await store.search_messages(agent_id, "old line") == []
     assert await store.count_messages(other_agent) == 1
+
+
+async def test_close_conversation_closes_one_conversation_once(store: Store) -> None:
+    agent_id = new_id()
+    now = datetime(2026, 11, 30, 9, tzinfo=UTC)
+    mine = await store.open_conversation(agent_id, "self", "heartbeat", [], now, 3600, kind="reflection")
+    other = await store.open_conversation(agent_id, "terminal", "terminal", [], now, 3600)
+    closed = await store.close_conversation(agent_id, mine.id, now)
+    assert closed is not None and closed.id == mine.id and closed.closed_at == now
+    assert await store.close_conversation(agent_id, mine.id, now) is None  # hooks enqueue once
+    assert await store.close_conversation(new_id(), other.id, now) is None  # another agent's id
+    still_open = await store.get_conversation(agent_id, other.id)
+    assert still_open is not None and still_open.closed_at is None
+    # The next run on that channel is a new conversation.
+    again = await store.open_conversation(agent_id, "self", "heartbeat", [], now, 3600, kind="reflection")
+    assert again.id != mine.id

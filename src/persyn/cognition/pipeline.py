@@ -64,6 +64,8 @@ class TurnSetup(BaseModel):
     addressed: bool = True
     # "inline" or "deferred" deliberation for this turn (SPEC §4), fixed when received.
     mode: str = "inline"
+    # What started the activation: "message", or a self-initiated "reminder" / "heartbeat".
+    kind: str = "message"
 
 
 class Reply(BaseModel):
@@ -199,6 +201,7 @@ async def receive(
     )
     addressed = event.addressed or (bool(agent_name) and _names(event.text, agent_name))
     return TurnSetup(
+        kind=event.kind.value,
         addressed=addressed,
         agent_id=event.agent_id,
         event_id=event.id,

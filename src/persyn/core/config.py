@@ -24,6 +24,7 @@ __all__ = [
     "CONFIG_FILE",
     "DEFAULT_HOME",
     "AgentConfig",
+    "AutonomyConfig",
     "ConversationConfig",
     "DispatchConfig",
     "GraphConfig",
@@ -220,6 +221,27 @@ class GraphConfig(_Strict):
     budget_fraction: float = Field(default=0.05, gt=0, le=0.5)
 
 
+class AutonomyConfig(_Strict):
+    """What the agent does without being spoken to (SPEC §4.7): the heartbeat, reminders, and
+    the budgets that keep self-initiated activity from burning tokens unbounded."""
+
+    # The heartbeat's interval. Deleting it (`persyn heartbeat delete`) is the off switch.
+    heartbeat_minutes: float = Field(default=60.0, ge=1)
+    # How often due reminders are looked for (a DBOS schedule; every process may run it,
+    # each firing happens once).
+    tick_seconds: int = Field(default=5, ge=1, le=60)
+    # Self-initiated runs stop for the day once they have used this many tokens (input +
+    # output, per agent, UTC day); skipped runs are recorded. 0 = no autonomous runs.
+    daily_token_budget: int = Field(default=200_000, ge=0)
+    # At most this many self-initiated runs per agent per hour (a loop breaker for reminders
+    # that fire too often); the excess is skipped and recorded.
+    max_runs_per_hour: int = Field(default=12, ge=0)
+    # How many recent memories the heartbeat reviews.
+    review_records: int = Field(default=20, ge=1, le=200)
+    # Messages the agent may send to contacts in one self-initiated run.
+    max_messages_per_run: int = Field(default=2, ge=0, le=20)
+
+
 class RetrievalWeights(_Strict):
     """Weights of the relevance function (SPEC §4 step 2); the score is their weighted mean."""
 
@@ -312,6 +334,7 @@ class Settings(_Strict):
     memory: MemoryConfig = MemoryConfig()
     deliberation: DeliberationConfig = DeliberationConfig()
     graph: GraphConfig = GraphConfig()
+    autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     secrets: Secrets = Secrets()

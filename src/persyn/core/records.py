@@ -66,7 +66,7 @@ class MemoryRecord(BaseModel):
     conversation_id: str | None = None
     message_ids: tuple[str, ...] = ()
     ref: str | None = None  # opaque external id (imported history); unique per agent
-    kind: str = "exchange"  # "exchange" | "conversation" | "reminder" | "goal" | "imported"
+    kind: str = "exchange"  # "exchange" | "conversation" | "reminder" | "reflection" | "goal" | "imported"
 
 
 class ScoredRecord(BaseModel):

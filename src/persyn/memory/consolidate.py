@@ -167,8 +167,16 @@ class Consolidator:
         self.agent_name = agent_name
 
     async def consolidate(
-        self, agent_id: str, conversation: Conversation, recalled_ids: Sequence[str] = ()
+        self,
+        agent_id: str,
+        conversation: Conversation,
+        recalled_ids: Sequence[str] = (),
+        *,
+        extra_tags: Sequence[str] = (),
+        kind: str = "conversation",
     ) -> ConsolidationResult:
+        """`extra_tags` and `kind` link the memory to what caused the conversation (a
+        reminder's run: kind "reminder", tag "reminder-<id>")."""
         record_id = derived_id(conversation.started_at, conversation.id, "memory")
         if await self.store.get_record(agent_id, record_id) is not None:
             return ConsolidationResult(None, "already consolidated")
@@ -207,12 +215,15 @@ class Consolidator:
             participant_ids=conversation.participant_ids,
             summary=text,
             importance=rating.importance,
-            tags=tuple(sorted({t.strip().lower() for t in summary.tags if t.strip()}))[:8],
+            tags=(
+                *extra_tags,
+                *tuple(sorted({t.strip().lower() for t in summary.tags if t.strip()} - set(extra_tags)))[:8],
+            ),
             emotion=rating.emotion,
             sensitivity=raise_only(floor, rating.sensitivity),
             conversation_id=conversation.id,
             message_ids=tuple(m.id for m in messages),
-            kind="conversation",
+            kind=kind,
         )
         vector, model_name = await self._embed(text)
         await self.store.add_record(record, vector, model_name)

@@ -20,8 +20,9 @@ from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, SetEnqueueOptions
 from sqlalchemy import Engine
 
 from persyn.channels.base import ChannelAdapter
-from persyn.cognition import deliberation, pipeline
+from persyn.cognition import deliberation, pipeline, reflection
 from persyn.cognition.context import GRAPH_FAILURE_FLAG, GraphSource, MemorySource, PeopleSource, recalled_ids
+from persyn.cognition.goals import GoalsSource
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import AgentConfig, Settings, Task
@@ -38,9 +39,11 @@ from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers, Observer
 from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
+from persyn.runtime.autonomy import RUN_FLAG, Autonomy, RunTokens, run_kind
 from persyn.runtime.memory_ops import context_window_for
+from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store, open_store
-from persyn.store.base import Conversation, Identity, Message
+from persyn.store.base import Conversation, GoalStatus, Identity, Message, Role
 from persyn.usage import context as usage_context
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter, MeterAdapter
@@ -82,7 +85,10 @@ class Runtime:
             self._prometheus = PrometheusAdapter()
             adapters.append(self._prometheus)
         adapters.extend(extra_meter_adapters or [])
+        self.run_tokens = RunTokens()  # what self-initiated runs cost, for their budget
+        adapters.append(self.run_tokens)
         self.meter = Meter(adapters)
+        self.autonomy = Autonomy(self, self.run_tokens)
         self.agents: dict[str, AgentConfig] = {a.id: a for a in settings.agents}
         self.channels: dict[str, ChannelAdapter] = {}
         self.context_sources: list[ContextSource] = []
@@ -98,6 +104,7 @@ class Runtime:
         self.memory_degraded: str | None = None
         self._launched = False
         self._client: DBOSClient | None = None
+        self._scheduler_client: DBOSClient | None = None
         self._dbos_engine: Engine | None = None
         self._events: dict[str, Event] = {}  # events of activations in flight, by id
         self.uses_offline_model = False
@@ -116,6 +123,7 @@ class Runtime:
             )
         self._start_memory()
         self._start_graph()
+        self.context_sources.append(GoalsSource(self.store))
         if self._prometheus is not None:
             self._prometheus.start(
                 self.settings.metering.prometheus_port, self.settings.metering.prometheus_host
@@ -164,6 +172,7 @@ class Runtime:
             )
             if scheduler:
                 self._spawn(self._housekeeping())
+                await self._start_autonomy()
 
     async def stop(self) -> None:
         for task in list(self._background):
@@ -180,9 +189,10 @@ class Runtime:
             DBOS.destroy(workflow_completion_timeout_sec=5)
             # DBOS made its (now shut down) pool this loop's default executor at launch.
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(thread_name_prefix="persyn"))
-        if self._client is not None:
-            self._client.destroy()
-            self._client = None
+        for client in (self._client, self._scheduler_client):
+            if client is not None:
+                client.destroy()
+        self._client = self._scheduler_client = None
         if self._dbos_engine is not None:
             self._dbos_engine.dispose()  # DBOS does not dispose of an engine it was given
             self._dbos_engine = None
@@ -311,8 +321,17 @@ class Runtime:
             self.store, self.gateway(agent_id), self.embedder, self.settings.memory, agent.name
         )
         recalled = await recalled_ids(self.store, agent_id, conversation_id)
+        run = run_kind(await self.store.get_flag(agent_id, RUN_FLAG + conversation_id))
+        tags: tuple[str, ...] = ()
+        kind = "conversation"
+        if run.get("reminder_id") and run.get("kind") == "reminder":
+            tags, kind = ("reminder", f"reminder-{run['reminder_id']}"), "reminder"
+        elif run.get("kind") == "heartbeat":
+            tags, kind = ("heartbeat",), "reflection"
         try:
-            result = await consolidator.consolidate(agent_id, conversation, recalled)
+            result = await consolidator.consolidate(
+                agent_id, conversation, recalled, extra_tags=tags, kind=kind
+            )
         except ModelError as exc:
             # Degrade: the dialog is kept, and the conversation can be consolidated later.
             log.warning("consolidation of %s failed: %s", conversation_id, exc)
@@ -402,25 +421,32 @@ class Runtime:
             raise InputError("message is empty")
         return text
 
-    async def submit(self, event: Event) -> str:
-        """Persist the event, then enqueue its activation (dedup by event id)."""
+    async def submit(self, event: Event, *, from_step: bool = False) -> str:
+        """Persist the event, then enqueue its activation (dedup by event id). From inside a
+        durable step (the scheduler's), the enqueue goes through a DBOS client: a step may
+        not start workflows itself, and the event id keeps it exactly-once either way."""
         parse_id(event.id, what="event id")
         if event.agent_id not in self.agents:
             raise InputError(f"unknown agent id {event.agent_id!r}")
         self.validate_text(event.text)
         await self.store.save_event(event)
-        await self._enqueue_activation(event.agent_id, event.id)
+        await self._enqueue_activation(
+            event.agent_id, event.id, client=self._scheduler_client if from_step else None
+        )
         return event.id
 
-    async def _enqueue_activation(self, agent_id: str, event_id: str) -> None:
-        if self._client is not None:
+    async def _enqueue_activation(
+        self, agent_id: str, event_id: str, client: DBOSClient | None = None
+    ) -> None:
+        client = client or self._client
+        if client is not None:
             options: EnqueueOptions = {
                 "workflow_name": "persyn.activation",
                 "queue_name": workflows.EVENTS_QUEUE,
                 "workflow_id": event_id,
                 "queue_partition_key": agent_id,
             }
-            await self._client.enqueue_async(options, agent_id, event_id)
+            await client.enqueue_async(options, agent_id, event_id)
             return
         queue = await DBOS.retrieve_queue_async(workflows.EVENTS_QUEUE)
         if queue is None:
@@ -755,6 +781,89 @@ class Runtime:
             "message_id": message.id,
             "reason": reason,
         }
+
+    # autonomy (SPEC §4.7) ---------------------------------------------------------------
+    async def _start_autonomy(self) -> None:
+        """Bootstrap each agent's heartbeat (once ever: a deleted one stays deleted) and the
+        DBOS schedule that fires due reminders."""
+        every = int(self.settings.autonomy.heartbeat_minutes * 60)
+        for agent in self.agents.values():
+            await bootstrap_heartbeat(self.store, agent.id, every, self.clock.now())
+        self._scheduler_client = await asyncio.to_thread(
+            DBOSClient,
+            system_database_url=self.settings.dbos_database_url,
+            system_database_engine=self._dbos_engine,
+        )
+        tick = self.settings.autonomy.tick_seconds
+        await DBOS.apply_schedules_async(
+            [
+                {
+                    "schedule_name": "persyn-reminders",
+                    "workflow_fn": workflows.scheduler_tick,
+                    "schedule": f"*/{tick} * * * * *",
+                    "queue_name": workflows.BACKGROUND_QUEUE,
+                }
+            ]
+        )
+
+    async def busy(self, agent_id: str) -> bool:
+        """Whether an activation of the agent is queued or running (any process)."""
+        active = await DBOS.list_queued_workflows_async(
+            queue_name=workflows.EVENTS_QUEUE,
+            status=["ENQUEUED", "PENDING"],
+            load_input=False,
+            load_output=False,
+        )
+        return any(w.queue_partition_key == agent_id for w in active)
+
+    async def assess(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
+        """The heartbeat's self-assessment, kept in the run's conversation as what the agent
+        thought (so the respond step that acts on it sees it in the dialog)."""
+        setup = TurnSetup.model_validate(setup_data)
+        agent = self.agents[agent_id]
+        config = self.settings.autonomy
+        records = await self.store.list_records(agent_id, limit=config.review_records)
+        goals = await self.store.list_goals(agent_id, statuses=[GoalStatus.OPEN], limit=20)
+        now = self.clock.now()
+        assessment = await reflection.assess(self.gateway(agent_id), agent, records, goals, now)
+        serves = (
+            "they serve my objectives" if assessment.serves_objectives else "they do not serve my objectives"
+        )
+        text = (
+            f"My self-assessment: {assessment.patterns} ({serves}). "
+            f"I choose to {assessment.intention.replace('_', ' ')}: {assessment.plan}"
+        )
+        await self.store.add_message(
+            Message(
+                id=derived_id(setup.received_at, event_id, "assessment"),
+                agent_id=agent_id,
+                conversation_id=setup.conversation_id,
+                role=Role.SYSTEM,
+                person_id=None,
+                speaker_name="my self-assessment",
+                text=text,
+                created_at=max(now, setup.received_at + timedelta(microseconds=1)),
+                event_id=None,
+            )
+        )
+        return assessment.model_dump(mode="json")
+
+    async def finish_run(
+        self, agent_id: str, event_id: str, setup_data: dict[str, Any], result: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """After a self-initiated run: log it, count its tokens, close its conversation.
+        Returns the closed conversation (its close hooks are enqueued by the workflow)."""
+        setup = TurnSetup.model_validate(setup_data)
+        event = await self._event(agent_id, event_id)
+        if result.get("transmitted"):
+            outcome = f"said: {str(result.get('text') or '')[:300]}"
+        else:
+            outcome = str(result.get("reason") or "did nothing")
+        conversation = await self.autonomy.finish(event, setup.conversation_id, outcome)
+        return None if conversation is None else conversation.model_dump(mode="json")
+
+    async def enqueue_close_hooks(self, conversation: Conversation) -> None:
+        await self._enqueue_hooks(conversation)
 
     # conversations ---------------------------------------------------------------------
     def add_conversation_hook(self, name: str, hook: ConversationHook) -> None:

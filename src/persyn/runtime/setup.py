@@ -105,6 +105,13 @@ mode = "auto"
 substantive_min_words = 12     # shorter replies are critiqued only if they touch the past
 offline_model = false          # critique with the tiny offline model too (slow, and mostly noise)
 
+[autonomy]
+# The heartbeat: every beat the agent reviews its recent memories and goals, then acts or
+# rests. `persyn heartbeat delete` puts it to sleep (durably); `restore` wakes it.
+heartbeat_minutes = 60
+daily_token_budget = 200000    # self-initiated runs stop for the day after this many tokens
+max_runs_per_hour = 12         # loop breaker for reminders that fire too often
+
 [graph]
 # The knowledge graph: entities and relations extracted after each conversation closes,
 # shown as context when an input names an entity; same compartment rules as memories.

@@ -9,6 +9,7 @@ or transmitting twice. Workflows reach the live composition root through `runtim
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dbos import DBOS, SetWorkflowID
@@ -31,6 +32,7 @@ __all__ = [
     "extract",
     "install",
     "runtime",
+    "scheduler_tick",
 ]
 
 EVENTS_QUEUE = "persyn-events"
@@ -130,11 +132,21 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
                 decision = await engage_step(agent_id, event_id, setup)
                 if decision["action"] != "speak":
                     return await transmit_step(agent_id, event_id, setup, {"decision": decision})
+            if setup.get("kind") == "heartbeat":
+                assessment = await assess_step(agent_id, event_id, setup)
+                if assessment["intention"] == "rest":
+                    rest = {"action": "silent", "reason": f"resting: {assessment['plan']}"}
+                    result = await transmit_step(agent_id, event_id, setup, {"decision": rest})
+                    await _finish_run(agent_id, event_id, setup, result)
+                    return result
             draft = await respond_step(agent_id, event_id, setup)
             text: str | None = draft["reply"]["text"]
             if text is None:
-                return await transmit_step(agent_id, event_id, setup, {"draft": draft})
-            critique = rt.should_critique(text, agent_id)
+                result = await transmit_step(agent_id, event_id, setup, {"draft": draft})
+                await _finish_run(agent_id, event_id, setup, result)
+                return result
+            # A heartbeat's words go to no one: nothing to critique before "saying" them.
+            critique = rt.should_critique(text, agent_id) and setup.get("kind") != "heartbeat"
             critiques: list[dict[str, Any]] = []
             final = text
             if critique and setup.get("mode") == "inline":
@@ -159,6 +171,7 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
             if critique and setup.get("mode") == "deferred" and result.get("action") in ("speak", "redirect"):
                 await _defer(agent_id, event_id, setup, draft)
             await _extract_if_due(agent_id, event_id, setup, result)
+            await _finish_run(agent_id, event_id, setup, result)
             return result
 
 
@@ -188,6 +201,48 @@ async def deliberation(agent_id: str, event_id: str, setup: dict[str, Any], draf
         if any(c["objections"] for c in critiques):
             revised = await refine_step(agent_id, event_id, draft, critiques, True)
         await park_step(agent_id, event_id, setup, draft, critiques, revised)
+
+
+@DBOS.step(name="persyn.assess")
+async def assess_step(agent_id: str, event_id: str, setup: dict[str, Any]) -> dict[str, Any]:
+    with rebind(step_key=_step_key()):
+        return await runtime().assess(agent_id, event_id, setup)
+
+
+@DBOS.step(name="persyn.finish_run")
+async def finish_run_step(
+    agent_id: str, event_id: str, setup: dict[str, Any], result: dict[str, Any]
+) -> dict[str, Any] | None:
+    return await runtime().finish_run(agent_id, event_id, setup, result)
+
+
+async def _finish_run(agent_id: str, event_id: str, setup: dict[str, Any], result: dict[str, Any]) -> None:
+    """A self-initiated run (reminder, heartbeat) is one conversation: log it, close it and
+    consolidate it (its close hooks, enqueued here in the workflow under a derived id)."""
+    if setup.get("kind", "message") == "message":
+        return
+    closed = await finish_run_step(agent_id, event_id, setup, result)
+    if closed is None:
+        return
+    queue = await DBOS.retrieve_queue_async(BACKGROUND_QUEUE)
+    if queue is None:  # pragma: no cover - registered at start
+        raise RuntimeError("the background queue is not registered")
+    conversation_id = closed["id"]
+    with SetWorkflowID(derived_id(id_time(event_id), conversation_id, "closed")):
+        await queue.enqueue_async(conversation_closed, agent_id, conversation_id)
+
+
+@DBOS.step(name="persyn.fire_due")
+async def fire_due_step() -> int:
+    return await runtime().autonomy.fire_due(from_step=True)
+
+
+@DBOS.workflow(name="persyn.scheduler_tick")
+async def scheduler_tick(scheduled_at: datetime, context: Any) -> None:
+    """The DBOS schedule's tick (every `[autonomy] tick_seconds`): fire due reminders. Each
+    firing is an event with a dedup id derived from `reminder_id@fire_time`, so a tick that
+    runs twice, or in several processes, still fires each reminder once."""
+    await fire_due_step()
 
 
 async def _extract_if_due(

@@ -398,6 +398,13 @@ class Store(ABC):
 
     # dialog ------------------------------------------------------------------------------
     @abstractmethod
+    async def close_conversation(
+        self, agent_id: str, conversation_id: str, now: datetime
+    ) -> Conversation | None:
+        """Close one conversation now (a self-initiated run is one conversation); None if it
+        does not exist or was already closed — so its close hooks are enqueued only once."""
+
+    @abstractmethod
     async def add_message(self, message: Message) -> bool:
         """Store a message. Idempotent: a message whose (event_id, role) already exists for
         an AGENT reply, or whose id exists, is not stored twice; returns False then."""

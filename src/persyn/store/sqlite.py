@@ -849,8 +849,25 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
         )
         return await self._write("set_flag_if_absent", lambda c: c.execute(statement).rowcount == 1)
 
+    # helpers -------------------------------------------------------------------------------------
 
-# helpers -------------------------------------------------------------------------------------
+    async def close_conversation(
+        self, agent_id: str, conversation_id: str, now: datetime
+    ) -> Conversation | None:
+        statement = (
+            update(conversations)
+            .where(
+                conversations.c.agent_id == agent_id,
+                conversations.c.id == conversation_id,
+                conversations.c.closed_at.is_(None),
+            )
+            .values(closed_at=now)
+            .returning(*conversations.c)
+        )
+        closed = await self._fetch_all("close_conversation", statement, conversation_from_row, write=True)
+        return closed[0] if closed else None
+
+
 def fts_query(query: str) -> str | None:
     """User text as an FTS5 query of plain words, or None if it has no words.
 

@@ -1,0 +1,267 @@
+"""What the agent does without being spoken to (SPEC §4.7, §4.8): reminders fire, the heartbeat
+beats — each as an event through the agent's own queue and the full pipeline — under budgets.
+
+The scheduler (a DBOS schedule every `[autonomy] tick_seconds`, `fire_due`) turns each due
+reminder into an `Event` whose id is derived from `reminder_id@fire_time`, so however many
+schedulers see it due, the activation runs once (the event id is the queue's dedup key),
+then rolls the reminder forward or deletes it (`schedule.mark_fired`, compare-and-set).
+Heartbeat events go through the same per-agent queue as messages, so a beat never overlaps
+another beat or a conversation; a beat that finds the agent busy is skipped.
+
+Self-initiated runs are bounded before they start (`skip_reason`): a daily token budget
+and a runs-per-hour cap per agent, counted from what earlier runs actually used (the meter's
+records for the run's thread, added to a durable per-day flag when the run ends). Skips,
+rests and outcomes land in the activity log (flags `activity:<run id>`), which `persyn
+heartbeat status` shows and the agent's introspection tool reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from pydantic import BaseModel
+
+from persyn.core.events import Event, EventKind
+from persyn.core.ids import derived_id
+from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
+from persyn.store.base import Conversation, Reminder, Store
+from persyn.usage.records import UsageRecord
+
+if TYPE_CHECKING:
+    from persyn.runtime.app import Runtime
+
+__all__ = [
+    "ACTIVITY_FLAG",
+    "AUTONOMOUS_SERVICE",
+    "RUN_FLAG",
+    "ActivityEntry",
+    "Autonomy",
+    "RunTokens",
+    "recent_activity",
+    "run_kind",
+]
+
+log = logging.getLogger(__name__)
+
+AUTONOMOUS_SERVICE = "self"  # the surface of self-initiated runs with no one to address
+ACTIVITY_FLAG = "activity:"
+RUN_FLAG = "run:"  # + conversation id: what caused a self-initiated conversation
+_TOKENS_FLAG = "autonomy-tokens:"  # + agent-local UTC day
+_ACTIVITY_SCAN = 500
+
+
+class ActivityEntry(BaseModel):
+    """One self-initiated run (or a skip): what the agent did on its own, and what it cost."""
+
+    id: str  # the run's event id (skips: derived from the fire key too)
+    agent_id: str
+    at: datetime
+    kind: str  # "heartbeat" | "reminder"
+    reminder_id: str
+    objective: str
+    outcome: str
+    tokens: int = 0
+    conversation_id: str | None = None
+
+
+async def recent_activity(
+    store: Store, agent_id: str, limit: int = 20, kind: str | None = None
+) -> list[ActivityEntry]:
+    """The newest first."""
+    raw = await store.flags_with_prefix(agent_id, ACTIVITY_FLAG, limit=_ACTIVITY_SCAN)
+    entries: list[ActivityEntry] = []
+    for value in raw.values():
+        try:
+            entry = ActivityEntry.model_validate_json(value)
+        except ValueError:
+            continue
+        if kind is None or entry.kind == kind:
+            entries.append(entry)
+    entries.sort(key=lambda e: (e.at, e.id), reverse=True)
+    return entries[:limit]
+
+
+class RunTokens:
+    """A meter adapter that adds up the tokens of the self-initiated runs in flight, by
+    thread (the activation's workflow id = the run's event id)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watched: dict[str, int] = {}
+
+    def watch(self, thread_id: str) -> None:
+        with self._lock:
+            self._watched.setdefault(thread_id, 0)
+
+    def pop(self, thread_id: str) -> int:
+        with self._lock:
+            return self._watched.pop(thread_id, 0)
+
+    def handle(self, record: UsageRecord) -> None:
+        if record.thread_id is None:
+            return
+        with self._lock:
+            if record.thread_id in self._watched:
+                self._watched[record.thread_id] += record.input_tokens + record.output_tokens
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass
+class Autonomy:
+    runtime: Runtime
+    tokens: RunTokens
+
+    @property
+    def store(self) -> Store:
+        return self.runtime.store
+
+    # firing ----------------------------------------------------------------------------
+    async def fire_due(self, *, from_step: bool = False) -> int:
+        """Fire every due reminder of this deployment's agents once; returns how many fired
+        (skips included: they roll forward too). `from_step`: called inside a durable step."""
+        now = self.runtime.clock.now()
+        fired = 0
+        for reminder in await self.store.due_reminders(now, limit=100):
+            if reminder.agent_id not in self.runtime.agents:
+                continue  # another deployment's agent on a shared database
+            fire_time = reminder.next_fire_at
+            try:
+                await self._fire(reminder, fire_time, now, from_step)
+            except Exception:  # one broken reminder never stops the others
+                log.exception("reminder %s could not fire", reminder.id)
+            await mark_fired(self.store, reminder, fire_time, now)
+            fired += 1
+        return fired
+
+    async def _fire(self, reminder: Reminder, fire_time: datetime, now: datetime, from_step: bool) -> None:
+        key = fire_key(reminder.id, fire_time)
+        event_id = derived_id(fire_time, key)
+        heartbeat = reminder.kind == HEARTBEAT_KIND
+        skip = await self.skip_reason(reminder.agent_id, now, heartbeat=heartbeat)
+        if skip is not None:
+            await self.record(
+                ActivityEntry(
+                    id=event_id,
+                    agent_id=reminder.agent_id,
+                    at=now,
+                    kind=reminder.kind,
+                    reminder_id=reminder.id,
+                    objective=reminder.objective,
+                    outcome=f"skipped: {skip}",
+                )
+            )
+            return
+        service, channel = AUTONOMOUS_SERVICE, "heartbeat" if heartbeat else "reminders"
+        if reminder.action.service and reminder.action.channel:
+            service, channel = reminder.action.service, reminder.action.channel
+        text = reminder.objective if heartbeat else await self._reminder_text(reminder)
+        event = Event(
+            id=event_id,
+            agent_id=reminder.agent_id,
+            kind=EventKind.HEARTBEAT if heartbeat else EventKind.REMINDER,
+            service=service,
+            channel=channel,
+            speaker=None,
+            text=text,
+            received_at=now,
+            addressed=True,
+            meta={"reminder_id": reminder.id, "fire_time": fire_time.isoformat(), "fire_key": key},
+        )
+        self.tokens.watch(event_id)
+        await self.runtime.submit(event, from_step=from_step)
+
+    async def _reminder_text(self, reminder: Reminder) -> str:
+        lines = [f"My reminder (set {reminder.created_at:%Y-%m-%d}) has come due: {reminder.objective}"]
+        if reminder.action.person_id:
+            person = await self.store.get_person(reminder.agent_id, reminder.action.person_id)
+            if person is not None:
+                lines.append(f"It concerns {person.display_name}; what I say now reaches them here.")
+        before = [
+            e
+            for e in await recent_activity(self.store, reminder.agent_id, limit=50)
+            if e.reminder_id == reminder.id
+        ][:2]
+        for entry in before:
+            lines.append(f"Last time it fired ({entry.at:%Y-%m-%d %H:%M}): {entry.outcome}")
+        return "\n".join(lines)
+
+    async def skip_reason(self, agent_id: str, now: datetime, *, heartbeat: bool) -> str | None:
+        config = self.runtime.settings.autonomy
+        used = await self.tokens_used(agent_id, now)
+        if used >= config.daily_token_budget:
+            return f"today's autonomy budget of {config.daily_token_budget} tokens is used ({used})"
+        recent = await recent_activity(self.store, agent_id, limit=_ACTIVITY_SCAN)
+        ran = sum(
+            1 for e in recent if e.at > now - timedelta(hours=1) and not e.outcome.startswith("skipped")
+        )
+        if ran >= config.max_runs_per_hour:
+            return f"{ran} self-initiated runs in the last hour (limit {config.max_runs_per_hour})"
+        if heartbeat and await self.runtime.busy(agent_id):
+            return "busy: a conversation or another run is in progress"
+        return None
+
+    # accounting ------------------------------------------------------------------------
+    async def tokens_used(self, agent_id: str, now: datetime) -> int:
+        raw = await self.store.get_flag(agent_id, _TOKENS_FLAG + now.strftime("%Y-%m-%d"))
+        try:
+            return int(raw or 0)
+        except ValueError:
+            return 0
+
+    async def finish(self, event: Event, conversation_id: str, outcome: str) -> Conversation | None:
+        """A self-initiated run is over: count its tokens, log it, close its conversation (one
+        conversation per run; the caller enqueues its close hooks, which consolidate it into
+        memory linked to the reminder). Returns the conversation if this call closed it."""
+        now = self.runtime.clock.now()
+        await asyncio.to_thread(self.runtime.meter.flush, 2.0)
+        tokens = self.tokens.pop(event.id)
+        if tokens:
+            day = _TOKENS_FLAG + now.strftime("%Y-%m-%d")
+            used = await self.tokens_used(event.agent_id, now)
+            await self.store.set_flag(event.agent_id, day, str(used + tokens))
+        reminder_id = str(event.meta.get("reminder_id", ""))
+        await self.record(
+            ActivityEntry(
+                id=event.id,
+                agent_id=event.agent_id,
+                at=now,
+                kind=event.kind.value,
+                reminder_id=reminder_id,
+                objective=_objective(event),
+                outcome=outcome,
+                tokens=tokens,
+                conversation_id=conversation_id,
+            )
+        )
+        await self.store.set_flag(
+            event.agent_id,
+            RUN_FLAG + conversation_id,
+            json.dumps({"kind": event.kind.value, "reminder_id": reminder_id}),
+        )
+        return await self.store.close_conversation(event.agent_id, conversation_id, now)
+
+    async def record(self, entry: ActivityEntry) -> None:
+        await self.store.set_flag(entry.agent_id, ACTIVITY_FLAG + entry.id, entry.model_dump_json())
+
+
+def _objective(event: Event) -> str:
+    return event.text.splitlines()[0][:300] if event.text else ""
+
+
+def run_kind(raw: str | None) -> dict[str, Any]:
+    """The RUN_FLAG value of a conversation: {"kind", "reminder_id"}, or {}."""
+    if not raw:
+        return {}
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        return {}
+    return cast(dict[str, Any], value) if isinstance(value, dict) else {}
