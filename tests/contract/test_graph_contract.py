@@ -42,6 +42,7 @@ async def _ids(store: Store, agent_id: str, *names: str) -> list[str]:
 def test_entity_keys_normalise_names() -> None:
     assert entity_key("The  Acme Corp.") == entity_key("acme corp") == "acme corp"
     assert entity_key("  'Zoë'  ") == "zoë"
+    assert entity_key("The Who") == "the who" != entity_key("who")  # not every question's "who"
     with pytest.raises(InputError):
         entity_key(" ... ")
 
@@ -82,7 +83,7 @@ async def test_bad_facts_store_nothing(store: Store) -> None:
             RelationFact(source="Ann", relation="knows", target="Bo"),
             RelationFact(source="Bo", relation="!!", target="Cy"),
         ],
-        [RelationFact(source="Ann", relation="is", target="the ann")],
+        [RelationFact(source="Ann Smith", relation="is", target="the ann smith")],
         [RelationFact(source="Ann", relation="knows", target="x" * 300)],
     ):
         with pytest.raises(InputError):
@@ -198,7 +199,10 @@ async def test_visibility_matches_the_memory_policy_exhaustively(store: Store) -
             learned_at=T0 + timedelta(minutes=n),
         )
         await store.upsert_graph(
-            agent_id, source, [], [RelationFact(source=f"x{n}", relation="r", target=f"y{n}")]
+            agent_id,
+            source,
+            [EntityFact(name="Hub", kind=f"kind{n}", attributes={f"a{n}": "v"})],
+            [RelationFact(source=f"x{n}", relation="r", target=f"y{n}")],
         )
         expected_by_name[f"x{n}"] = (channel, sensitivity, people)
     everything = await store.graph_entities(
@@ -218,6 +222,9 @@ async def test_visibility_matches_the_memory_policy_exhaustively(store: Store) -
             e.name
             for e in await store.graph_entities(agent_id, [entity_key(n) for n in expected_by_name], view)
         }
+        hub = await store.graph_entities(agent_id, ["hub"], view)
+        found_hub = await store.search_entities(agent_id, "hu", view)
+        allowed_numbers: set[str] = set()
         for name, (channel, sensitivity, people) in expected_by_name.items():
             record = MemoryRecord(
                 id=new_id(T0),
@@ -231,7 +238,21 @@ async def test_visibility_matches_the_memory_policy_exhaustively(store: Store) -
             allowed = may_surface(record, now, present, groups)
             assert (name in visible) is allowed, (name, channel, sensitivity, people, now, groups, present)
             assert (name in entities) is allowed
+            if allowed:
+                allowed_numbers.add(name[1:])
             checked += 1
+        # The shared entity shows only what was learned where this view may see it.
+        if allowed_numbers:
+            (seen,) = hub
+            assert set(seen.attributes) == {f"a{n}" for n in allowed_numbers}
+            assert seen.kind in {f"kind{n}" for n in allowed_numbers}
+            assert [e.name for e in found_hub] == ["Hub"]
+        else:
+            assert hub == [] and found_hub == []
+        for n in ("0", "5", "17"):
+            x, y = (e.id for e in everything if e.name in (f"x{n}", f"y{n}"))
+            path = await store.graph_path(agent_id, x, y, view, 2)
+            assert (path is not None) is (n in allowed_numbers)
     assert checked == 24 * 3 * 2 * 8
 
 
@@ -265,3 +286,49 @@ async def test_merge_moves_graph_provenance_to_the_survivor(store: Store) -> Non
         [RelationFact(source="Sam", relation="plays", target="cello")],
     )
     assert again.relations_added == 0 and (await store.graph_stats(agent_id))["relations"] == 1
+
+
+async def test_a_merge_folds_a_fact_learned_with_each_record_into_one(store: Store) -> None:
+    from persyn.store import Identity
+
+    agent_id = new_id()
+    sam = await store.resolve_person(
+        agent_id, Identity(service="a", channel="x", speaker_id="s"), "Sam", "human", T0
+    )
+    other = await store.resolve_person(
+        agent_id, Identity(service="b", channel="y", speaker_id="s"), "Samuel", "human", T0
+    )
+    for person, city, at in ((sam.id, "Lisbon", T0), (other.id, "Porto", T0 + timedelta(days=1))):
+        await store.upsert_graph(
+            agent_id,
+            FactSource(channel=DM, participant_ids=(person,), sensitivity=Sensitivity.PRIVATE, learned_at=at),
+            [EntityFact(name="Sam", kind="person", attributes={"city": city})],
+            [RelationFact(source="Sam", relation="plays", target="cello")],
+        )
+    assert (await store.graph_stats(agent_id))["relations"] == 2
+    await store.merge_persons(agent_id, sam.id, other.id)
+    assert await store.graph_stats(agent_id) == {"entities": 2, "mentions": 2, "relations": 1}
+    view = _view(DM, (sam.id,))
+    (person,) = await store.graph_entities(agent_id, ["sam"], view)
+    assert person.attributes == {"city": "Porto"}  # the newer learning wins
+    around = await store.graph_neighbourhood(agent_id, [person.id], 1, view)
+    assert [r.line() for r in around.relations] == ["Sam —plays→ cello"]
+
+
+async def test_relearning_out_of_order_never_lets_the_older_fact_win(store: Store) -> None:
+    agent_id = new_id()
+    naive = datetime(2026, 11, 30, 12)  # no zone: UTC
+    await store.upsert_graph(
+        agent_id,
+        FactSource(channel=ROOM, learned_at=naive),
+        [EntityFact(name="Ann", attributes={"city": "Porto"})],
+        [],
+    )
+    await store.upsert_graph(
+        agent_id,
+        FactSource(channel=ROOM, learned_at=T0),  # earlier (09:00 UTC), extracted later
+        [EntityFact(name="Ann", kind="person", attributes={"city": "Lisbon", "job": "nurse"})],
+        [],
+    )
+    (ann,) = await store.graph_entities(agent_id, ["ann"], None)
+    assert ann.attributes == {"city": "Porto", "job": "nurse"} and ann.kind == "person"

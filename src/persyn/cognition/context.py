@@ -12,10 +12,12 @@ from persyn.cognition.deliberation import Evidence
 from persyn.cognition.pipeline import TurnSetup
 from persyn.cognition.prompt import ContextSection
 from persyn.core.clock import Clock
-from persyn.core.config import GraphConfig
-from persyn.core.records import channel_key
+from persyn.core.config import GraphConfig, MemoryConfig
+from persyn.core.ids import derived_id
+from persyn.core.records import MemoryRecord, channel_key
 from persyn.graph.recall import recall
-from persyn.memory.access import eligible_channels
+from persyn.memory.access import eligible_channels, may_surface
+from persyn.memory.consolidate import default_sensitivity
 from persyn.memory.retrieval import Retriever, format_memories
 from persyn.store.base import Store
 from persyn.store.graph_rows import GraphView
@@ -109,29 +111,30 @@ class PeopleSource:
     model call here, so a stale or missing dossier costs context, not latency.
 
     Compartments: a dossier blends every observation of a person, so it is shown only when
-    each of them could be repeated here as a private memory could (`memory/access.py`): it
-    was learned on this channel, in a conversation everyone present now took part in. What
-    someone said in one compartment, or before a stranger joined, never reaches others
-    through it. (Per-compartment dossiers would lift this restriction.)"""
+    each of them could be brought up here as the memory of the conversation it was learned
+    in could (`memory/access.py`: that conversation's channel, participants and sensitivity
+    — the channel's default, or what its consolidation judged, whichever is higher). What
+    someone said in one compartment, before a stranger joined, or in confidence, never
+    reaches others through it. (Per-compartment dossiers would lift this restriction.)"""
 
     max_people = 4
 
-    def __init__(self, store: Store, dossiers: Callable[[str], _Briefings]) -> None:
+    def __init__(self, store: Store, dossiers: Callable[[str], _Briefings], memory: MemoryConfig) -> None:
         self.store = store
         self.dossiers = dossiers
+        self.memory = memory
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
         conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
         present = [p for p in (conversation.participant_ids if conversation else ()) if p != setup.agent_id]
-        if setup.person_id is not None and setup.person_id not in present:
-            present.insert(0, setup.person_id)
-        if setup.person_id in present:  # the speaker first
-            present.remove(setup.person_id)
+        if setup.person_id is not None:  # the speaker first
+            if setup.person_id in present:
+                present.remove(setup.person_id)
             present.insert(0, setup.person_id)
         sections: list[ContextSection] = []
         formed: dict[str, bool] = {}
         for person_id in present[: self.max_people]:
-            if not await self._shareable(setup, person_id, set(present), formed):
+            if not await self._shareable(setup, person_id, present, formed):
                 continue
             text = await self.dossiers(setup.agent_id).cached(setup.agent_id, person_id)
             if not text:
@@ -145,24 +148,46 @@ class PeopleSource:
         return person.display_name if person else "someone here"
 
     async def _shareable(
-        self, setup: TurnSetup, person_id: str, present: set[str], formed: dict[str, bool]
+        self, setup: TurnSetup, person_id: str, present: Sequence[str], formed: dict[str, bool]
     ) -> bool:
-        """Every observation of the person was learned on this channel, among (at least)
-        everyone present now; `formed` caches the answer per source conversation."""
+        """Every observation of the person may surface here; `formed` caches the answer
+        per source conversation."""
         for observation in await self.store.observations(setup.agent_id, person_id):
             conversation_id = observation.conversation_id
             if conversation_id is None:
                 return False
             if conversation_id not in formed:
-                source = await self.store.get_conversation(setup.agent_id, conversation_id)
-                formed[conversation_id] = (
-                    source is not None
-                    and (source.service, source.channel) == (setup.service, setup.channel)
-                    and present <= set(source.participant_ids)
-                )
+                formed[conversation_id] = await self._may_repeat(setup, conversation_id, present)
             if not formed[conversation_id]:
                 return False
         return True
+
+    async def _may_repeat(self, setup: TurnSetup, conversation_id: str, present: Sequence[str]) -> bool:
+        source = await self.store.get_conversation(setup.agent_id, conversation_id)
+        if source is None:
+            return False
+        level = default_sensitivity(self.memory, source.service)
+        memory = await self.store.get_record(
+            setup.agent_id, derived_id(source.started_at, source.id, "memory")
+        )
+        if memory is not None and memory.sensitivity.rank > level.rank:
+            level = memory.sensitivity
+        as_memory = MemoryRecord(
+            id=conversation_id,
+            agent_id=setup.agent_id,
+            created_at=source.started_at,
+            channel=channel_key(source.service, source.channel),
+            participant_ids=source.participant_ids,
+            summary="",
+            sensitivity=level,
+        )
+        return may_surface(
+            as_memory,
+            channel_key(setup.service, setup.channel),
+            present,
+            self.memory.channel_groups,
+            agent_id=setup.agent_id,
+        )
 
 
 _GRAPH_LEGEND = (
@@ -190,14 +215,20 @@ class GraphSource:
         self.channel_groups = channel_groups
         self.clock = clock
         self.budget_tokens = budget_tokens
+        self._failing: set[str] = set()  # agents whose graph failed in this process
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
         try:
-            return await self._sections(setup, query)
+            sections = await self._sections(setup, query)
         except Exception as exc:  # fail soft (SPEC §2)
             log.warning("knowledge graph unavailable: %s", exc)
             await self._report(setup.agent_id, exc)
+            self._failing.add(setup.agent_id)
             return [ContextSection("How things relate", "(My knowledge graph is unavailable right now.)")]
+        if setup.agent_id in self._failing:  # it works again: `persyn doctor` stops warning
+            self._failing.discard(setup.agent_id)
+            await self.store.set_flag(setup.agent_id, GRAPH_FAILURE_FLAG, None)
+        return sections
 
     async def _sections(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
         conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 TRANSCRIPT_HEADING = "The conversation, for the knowledge graph:"
 WATERMARK_FLAG = "graph-seen:"
+SENSITIVITY_FLAG = "graph-sensitivity:"  # + conversation id: the highest judged so far
 _MAX_MESSAGES = 200
 _CONTEXT_MESSAGES = 4
 
@@ -95,7 +96,9 @@ specific entities it mentions (people, organisations, places, projects, pets, ev
 with proper names) and the relations stated or clearly implied between them, each as
 source - relation - target with a short verb phrase ("works at", "lives in", "sister of").
 Use the names as said; refer to {agent} by name. Only facts, no guesses, no small talk.
-Return empty lists when there is nothing worth keeping. Choose the sensitivity of these facts."""
+Lines under "(Earlier, already read:)" are context only: take nothing from them, only from
+the lines under "(New:)". Return empty lists when there is nothing worth keeping. Choose the
+sensitivity of these facts."""
 
 
 @dataclass
@@ -156,17 +159,31 @@ class GraphExtractor:
         if not entities and not relations:
             await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
             return Outcome(dropped=dropped)
+        # The model may raise the channel's default, never lower it; and a conversation read in
+        # parts never gets less sensitive than an earlier part was judged (a confidence told
+        # early stays one when a later part is small talk).
+        floor = await self._floor(agent_id, conversation.id, default)
+        sensitivity = extraction.sensitivity if extraction.sensitivity.rank > floor.rank else floor
+        if sensitivity is not floor:
+            await self.store.set_flag(agent_id, SENSITIVITY_FLAG + conversation.id, sensitivity.value)
         source = FactSource(
             channel=channel_key(conversation.service, conversation.channel),
             participant_ids=tuple(p for p in conversation.participant_ids if p != agent_id),
-            # The model may raise the channel's default, never lower it.
-            sensitivity=extraction.sensitivity if extraction.sensitivity.rank > default.rank else default,
+            sensitivity=sensitivity,
             conversation_id=conversation.id,
             learned_at=conversation.last_activity_at,
         )
         written = await self.store.upsert_graph(agent_id, source, entities, relations)
         await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
         return Outcome(written=written, dropped=dropped)
+
+    async def _floor(self, agent_id: str, conversation_id: str, default: Sensitivity) -> Sensitivity:
+        raw = await self.store.get_flag(agent_id, SENSITIVITY_FLAG + conversation_id)
+        try:
+            earlier = Sensitivity(raw) if raw else default
+        except ValueError:
+            earlier = default
+        return earlier if earlier.rank > default.rank else default
 
     def _lines(self, messages: list[Message]) -> str:
         return "\n".join(

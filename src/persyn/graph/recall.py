@@ -21,17 +21,18 @@ __all__ = ["GraphContext", "candidate_keys", "recall"]
 _TOKEN = re.compile(r"[\w][\w'&.-]*", re.UNICODE)
 _POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
 _MAX_SPAN = 4
-_MAX_WORDS = 200
+_MAX_WORDS = 120  # 1..4-word spans of 120 words: 474 keys, under the store's bound of 500
 _MAX_STARTS = 8
 _MAX_PATH_ENDS = 3
 
 
 def candidate_keys(text: str) -> list[str]:
-    """Every 1..4-word span of `text` (its last 200 words) as an entity key, longest first."""
+    """Every 1..4-word span of `text` (its last 120 words) as an entity key, in the order
+    the spans start (the longest first at each word), so what was named first comes first."""
     words = [_POSSESSIVE.sub("", w) for w in _TOKEN.findall(text)[-_MAX_WORDS:]]
     keys: dict[str, None] = {}
-    for size in range(_MAX_SPAN, 0, -1):
-        for start in range(len(words) - size + 1):
+    for start in range(len(words)):
+        for size in range(min(_MAX_SPAN, len(words) - start), 0, -1):
             span = " ".join(words[start : start + size])
             try:
                 key = entity_key(span)
@@ -40,6 +41,13 @@ def candidate_keys(text: str) -> list[str]:
             if size > 1 or len(key) > 1:
                 keys.setdefault(key, None)
     return list(keys)
+
+
+def _key_of(name: str) -> str:
+    try:
+        return entity_key(name)
+    except InputError:
+        return name
 
 
 @dataclass(frozen=True)
@@ -81,10 +89,13 @@ async def recall(
     store: Store, agent_id: str, text: str, view: GraphView, *, hops: int, limit: int, max_path_hops: int
 ) -> GraphContext | None:
     """What the graph knows around the entities `text` mentions, or None if it names none."""
-    mentioned = await store.graph_entities(agent_id, candidate_keys(text), view)
-    if not mentioned:
+    keys = candidate_keys(text)
+    found = await store.graph_entities(agent_id, keys, view)
+    if not found:
         return None
-    mentioned = mentioned[:_MAX_STARTS]
+    order = {key: n for n, key in enumerate(keys)}
+    # In the order the input names them (the store answers in key order).
+    mentioned = sorted(found, key=lambda e: order.get(_key_of(e.name), len(order)))[:_MAX_STARTS]
     around = await store.graph_neighbourhood(agent_id, [e.id for e in mentioned], hops, view, limit)
     paths: list[tuple[GraphRelation, ...]] = []
     for a, b in combinations(mentioned[:_MAX_PATH_ENDS], 2):

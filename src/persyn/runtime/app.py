@@ -222,7 +222,7 @@ class Runtime:
         # People (SPEC §4.4): observations after each conversation, dossiers in context.
         self.add_conversation_hook("observe", self.observe_conversation)
         self.add_extraction("observe", self.observe_so_far)
-        self.context_sources.append(PeopleSource(self.store, self.dossiers))
+        self.context_sources.append(PeopleSource(self.store, self.dossiers, self.settings.memory))
 
     def dossiers(self, agent_id: str) -> Dossiers:
         return Dossiers(self.store, self.gateway(agent_id), self.agents[agent_id].name)
@@ -298,10 +298,14 @@ class Runtime:
                     len(outcome.dropped),
                     outcome.dropped[:3],
                 )
-        if outcome_failure:
-            flag = json.dumps({"at": self.clock.now().isoformat(), "error": f"extraction: {outcome_failure}"})
-            with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):
+            if outcome_failure:
+                flag = json.dumps(
+                    {"at": self.clock.now().isoformat(), "error": f"extraction: {outcome_failure}"}
+                )
                 await self.store.set_flag(agent_id, GRAPH_FAILURE_FLAG, flag)
+            elif await self.store.get_flag(agent_id, GRAPH_FAILURE_FLAG) is not None:
+                await self.store.set_flag(agent_id, GRAPH_FAILURE_FLAG, None)  # working again
 
     async def observe_so_far(self, agent_id: str, conversation_id: str) -> None:
         await self.observe_conversation(agent_id, conversation_id, closed=False)

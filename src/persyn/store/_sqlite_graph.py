@@ -14,6 +14,7 @@ combination.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import UTC
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import (
@@ -100,7 +101,7 @@ class SQLiteGraph:
 
         def work(connection: Connection) -> list[GraphEntity]:
             statement = (
-                select(_e.id, _e.name, _e.kind)
+                select(_e.id, _e.name)
                 .where(_e.agent_id == agent_id, _e.key.in_(wanted), _mentioned(agent_id, view))
                 .order_by(_e.key)
             )
@@ -116,7 +117,7 @@ class SQLiteGraph:
 
         def work(connection: Connection) -> list[GraphEntity]:
             statement = (
-                select(_e.id, _e.name, _e.kind)
+                select(_e.id, _e.name)
                 .where(_e.agent_id == agent_id, _e.key.like(pattern, escape="\\"), _mentioned(agent_id, view))
                 .order_by(func.length(_e.key), _e.key)
                 .limit(max(1, limit))
@@ -150,7 +151,7 @@ class SQLiteGraph:
                 | {r.target_id for r in found}
             )
             rows = connection.execute(
-                select(_e.id, _e.name, _e.kind).where(_e.agent_id == agent_id, _e.id.in_(shown))
+                select(_e.id, _e.name).where(_e.agent_id == agent_id, _e.id.in_(shown))
             ).all()
             entities = _with_attributes(connection, agent_id, rows, view)
             entities = sorted(
@@ -243,7 +244,53 @@ def replace_graph_participant(connection: Connection, agent_id: str, old: str, n
                 .where(table.c.agent_id == agent_id, table.c.id == fact_id)
                 .values(participants_key=",".join(people))
             )
+        _fold_duplicate(connection, agent_id, fact_id)
     return len(facts)
+
+
+def _fold_duplicate(connection: Connection, agent_id: str, fact_id: str) -> None:
+    """After a merge a fact may now have the same provenance as another copy of itself
+    (learned once with each of the two records): keep the older row, fold the other in."""
+    for table, same in (
+        (graph_mentions, (_m.entity_id,)),
+        (graph_relations, (_r.source_id, _r.relation, _r.target_id)),
+    ):
+        row = connection.execute(
+            select(table).where(table.c.agent_id == agent_id, table.c.id == fact_id)
+        ).first()
+        if row is None:
+            continue
+        twin_of = [column == getattr(row, column.name) for column in same]
+        twin = connection.execute(
+            select(table)
+            .where(
+                table.c.agent_id == agent_id,
+                table.c.id != fact_id,
+                table.c.channel == row.channel,
+                table.c.sensitivity == row.sensitivity,
+                table.c.participants_key == row.participants_key,
+                *twin_of,
+            )
+            .order_by(table.c.id)
+        ).first()
+        if twin is None:
+            continue
+        keep, drop = (twin, row) if twin.id < row.id else (row, twin)
+        newest = max(keep, drop, key=lambda r: r.learned_at)
+        changes: dict[str, Any] = {"learned_at": newest.learned_at, "conversation_id": newest.conversation_id}
+        if table is graph_mentions:
+            older = min(keep, drop, key=lambda r: r.learned_at)
+            changes["attributes"] = {**dict(older.attributes or {}), **dict(newest.attributes or {})}
+            changes["kind"] = newest.kind if newest.kind != "thing" else older.kind
+        connection.execute(
+            update(table).where(table.c.agent_id == agent_id, table.c.id == keep.id).values(**changes)
+        )
+        connection.execute(
+            graph_fact_participants.delete().where(_p.agent_id == agent_id, _p.fact_id == drop.id)
+        )
+        if table is graph_relations:
+            connection.execute(graph_links.delete().where(_l.agent_id == agent_id, _l.relation_id == drop.id))
+        connection.execute(table.delete().where(table.c.agent_id == agent_id, table.c.id == drop.id))
 
 
 def _walk_back(
@@ -415,19 +462,24 @@ def _relations_by_id(
 def _with_attributes(
     connection: Connection, agent_id: str, rows: Sequence[Any], view: GraphView | None
 ) -> list[GraphEntity]:
-    """Entities with the attributes of their visible mentions merged, newest last (wins)."""
+    """Entities with what their visible mentions say: attributes merged and the most
+    specific kind, the newest winning — nothing learned in a hidden compartment."""
     ids = [row.id for row in rows]
     attributes: dict[str, dict[str, str]] = {i: {} for i in ids}
+    kinds: dict[str, str] = {}
     if ids:
         statement = (
-            select(_m.entity_id, _m.attributes)
+            select(_m.entity_id, _m.attributes, _m.kind)
             .where(_m.agent_id == agent_id, _m.entity_id.in_(ids), _visible(graph_mentions, view))
             .order_by(_m.learned_at, _m.id)
         )
-        for entity_id, values in connection.execute(statement).all():
+        for entity_id, values, kind in connection.execute(statement).all():
             attributes[entity_id].update({str(k): str(v) for k, v in dict(values or {}).items()})
+            if kind != "thing" or entity_id not in kinds:
+                kinds[entity_id] = kind
     return [
-        GraphEntity(id=row.id, name=row.name, kind=row.kind, attributes=attributes[row.id]) for row in rows
+        GraphEntity(id=row.id, name=row.name, kind=kinds.get(row.id, "thing"), attributes=attributes[row.id])
+        for row in rows
     ]
 
 
@@ -481,7 +533,8 @@ def _plan(source: FactSource, entities: Sequence[EntityFact], relations: Sequenc
 def _upsert(connection: Connection, agent_id: str, source: FactSource, plan: _Plan) -> GraphWrite:
     people = sorted(set(source.participant_ids))
     people_key = ",".join(people)
-    at = source.learned_at
+    # Naive means UTC (as UTCDateTime stores it), so it compares with what is stored.
+    at = source.learned_at if source.learned_at.tzinfo else source.learned_at.replace(tzinfo=UTC)
     counts = {"entities_added": 0, "mentions_added": 0, "relations_added": 0, "refreshed": 0}
 
     def participants(fact_id: str) -> None:
@@ -504,32 +557,20 @@ def _upsert(connection: Connection, agent_id: str, source: FactSource, plan: _Pl
 
     ids: dict[str, str] = {}
     for key, (name, kind, attributes) in plan.entities.items():
-        row = connection.execute(select(_e.id, _e.kind).where(_e.agent_id == agent_id, _e.key == key)).first()
+        row = connection.execute(select(_e.id).where(_e.agent_id == agent_id, _e.key == key)).first()
         if row is None:
             entity_id = new_id(at)
             connection.execute(
                 insert(graph_entities).values(
-                    id=entity_id,
-                    agent_id=agent_id,
-                    name=name,
-                    key=key,
-                    kind=kind,
-                    created_at=at,
-                    updated_at=at,
+                    id=entity_id, agent_id=agent_id, name=name, key=key, created_at=at, updated_at=at
                 )
             )
             counts["entities_added"] += 1
         else:
             entity_id = row.id
-            if row.kind == "thing" and kind != "thing":
-                connection.execute(
-                    update(graph_entities)
-                    .where(_e.agent_id == agent_id, _e.id == entity_id)
-                    .values(kind=kind)
-                )
         ids[key] = entity_id
         mention = connection.execute(
-            select(_m.id, _m.attributes, _m.learned_at).where(
+            select(_m.id, _m.attributes, _m.learned_at, _m.kind).where(
                 same_provenance(graph_mentions), _m.entity_id == entity_id
             )
         ).first()
@@ -540,6 +581,7 @@ def _upsert(connection: Connection, agent_id: str, source: FactSource, plan: _Pl
                     id=mention_id,
                     agent_id=agent_id,
                     entity_id=entity_id,
+                    kind=kind,
                     channel=source.channel,
                     sensitivity=source.sensitivity.value,
                     participants_key=people_key,
@@ -551,14 +593,16 @@ def _upsert(connection: Connection, agent_id: str, source: FactSource, plan: _Pl
             participants(mention_id)
             counts["mentions_added"] += 1
         else:
+            newer = at >= mention.learned_at
+            known = dict(mention.attributes or {})
+            # The newer learning wins, whichever order extraction ran in.
+            merged = {**known, **attributes} if newer else {**attributes, **known}
+            sharper = kind if kind != "thing" and (newer or mention.kind == "thing") else mention.kind
+            changes: dict[str, Any] = {"attributes": merged, "kind": sharper}
+            if newer:
+                changes.update(learned_at=at, conversation_id=source.conversation_id)
             connection.execute(
-                update(graph_mentions)
-                .where(_m.agent_id == agent_id, _m.id == mention.id)
-                .values(
-                    attributes={**dict(mention.attributes or {}), **attributes},
-                    learned_at=max(mention.learned_at, at),
-                    conversation_id=source.conversation_id,
-                )
+                update(graph_mentions).where(_m.agent_id == agent_id, _m.id == mention.id).values(**changes)
             )
             counts["refreshed"] += 1
         connection.execute(
@@ -606,10 +650,11 @@ def _upsert(connection: Connection, agent_id: str, source: FactSource, plan: _Pl
             )
             counts["relations_added"] += 1
         else:
-            connection.execute(
-                update(graph_relations)
-                .where(_r.agent_id == agent_id, _r.id == known.id)
-                .values(learned_at=max(known.learned_at, at), conversation_id=source.conversation_id)
-            )
+            if at >= known.learned_at:
+                connection.execute(
+                    update(graph_relations)
+                    .where(_r.agent_id == agent_id, _r.id == known.id)
+                    .values(learned_at=at, conversation_id=source.conversation_id)
+                )
             counts["refreshed"] += 1
     return GraphWrite(**counts)

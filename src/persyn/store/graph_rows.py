@@ -41,10 +41,12 @@ _LABEL = re.compile(r"[^a-z0-9]+")
 
 def entity_key(name: str) -> str:
     """The normalised name an entity is known by: case-folded, whitespace collapsed,
-    surrounding punctuation and a leading "the " dropped — "The  Acme Corp." and "acme corp"
-    are one entity. An empty or over-long name is an InputError."""
+    surrounding punctuation and a leading "the " before two or more words dropped — "The  Acme
+    Corp." and "acme corp" are one entity. An empty or over-long name is an InputError."""
     folded = _SPACE.sub(" ", unicodedata.normalize("NFKC", name).casefold()).strip(_EDGE_PUNCTUATION)
-    if folded.startswith("the "):
+    # "The Acme Corp." is "acme corp", but "The Who" stays "the who": a one-word remainder
+    # would collide with a common word ("who", "office") in every input.
+    if folded.startswith("the ") and " " in folded[4:].strip(_EDGE_PUNCTUATION):
         folded = folded[4:].strip(_EDGE_PUNCTUATION)
     if not folded:
         raise InputError(f"entity name {name!r} is empty once normalised")

@@ -462,7 +462,6 @@ graph_entities = Table(
     _agent_id(),
     Column("name", String(300), nullable=False),
     Column("key", String(300), nullable=False),
-    Column("kind", String(100), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
@@ -475,6 +474,9 @@ graph_mentions = Table(
     _pk(),
     _agent_id(),
     _id("entity_id", nullable=False),
+    # What the entity is (person, place...) as learned here: like its attributes, a kind
+    # learned in one compartment is not shown in another.
+    Column("kind", String(100), nullable=False),
     Column("channel", String(700), nullable=False),  # channel_key(service, channel)
     Column("sensitivity", String(32), nullable=False),
     Column("participants_key", Text, nullable=False),  # sorted person ids, comma-joined

@@ -53,7 +53,9 @@ class Mind:
             for who, verb, where in _FACT.findall(text):
                 entities.append(Entity(name=who, kind="person"))
                 relations.append(Relation(source=who, relation=verb, target=where))
-            relations.append(Relation(source="Same", relation="is", target="the same"))  # dropped: a loop
+            relations.append(
+                Relation(source="Same Thing", relation="is", target="the same thing")
+            )  # a loop: dropped
             return GraphExtraction(entities=entities, relations=relations, sensitivity=self.sensitivity)
         if task == "decide":
             return DoubleReply(output={"action": "speak", "reason": "asked"})
@@ -107,11 +109,14 @@ async def _close_and_extract(runtime: Runtime) -> None:
         await runtime.graph_conversation(AGENT.id, conversation.id)
 
 
-def test_candidate_keys_are_the_inputs_short_spans() -> None:
+def test_candidate_keys_are_the_inputs_short_spans_in_order() -> None:
     keys = candidate_keys("Does the Acme Corp's office know Ann?")
-    assert "acme corp" in keys and "ann" in keys and "acme corp office" not in keys[:1]
-    assert keys.index("acme corp") < keys.index("acme")  # longest spans first
+    assert "acme corp" in keys and "ann" in keys and "corp's" not in keys  # possessive dropped
+    assert keys.index("acme corp") < keys.index("acme") < keys.index("ann")  # longest first, then in order
     assert candidate_keys("") == []
+    # A long input keeps its last words (the newest) and stays under the store's bound.
+    long = candidate_keys(" ".join(["blah"] * 300 + ["Ann"]))
+    assert "ann" in long and len(long) <= 500
 
 
 def test_graph_lines_respect_the_budget() -> None:
@@ -203,6 +208,17 @@ async def test_a_failing_graph_store_costs_context_not_the_turn(tmp_path: Path, 
         assert "knowledge graph is unavailable" in prompt and "Acme" not in prompt
         flag = await runtime.store.get_flag(AGENT.id, GRAPH_FAILURE_FLAG)
         assert flag is not None and "graph_links" in json.loads(flag)["error"]
+        # Repaired (the table is back, empty): the next turn clears the report.
+        from sqlalchemy import create_engine
+
+        from persyn.store.schema import graph_links
+
+        engine = create_engine(f"sqlite:///{tmp_path / 'home' / 'data' / 'persyn.db'}")
+        graph_links.create(engine)
+        engine.dispose()
+        await _say(runtime, "Tell me about Ann again.")
+        assert "unavailable" not in mind.respond_prompts[-1]
+        assert await runtime.store.get_flag(AGENT.id, GRAPH_FAILURE_FLAG) is None
     finally:
         await runtime.stop()
 
@@ -242,5 +258,36 @@ async def test_a_long_open_conversation_is_read_as_it_goes_each_message_once(
         assert "(New:)\nSam: Cy lives in Braga." in last and "Bo lives in Porto" in last.split("(New:)")[0]
         await _close_and_extract(runtime)  # nothing new: no model call
         assert len(mind.extract_prompts) == 2
+    finally:
+        await runtime.stop()
+
+
+async def test_a_conversation_read_in_parts_never_gets_less_sensitive(tmp_path: Path, mind: Mind) -> None:
+    import asyncio
+
+    runtime = await _runtime(tmp_path, "[conversation]\nextract_every_messages = 2\n")
+    try:
+        mind.sensitivity = Sensitivity.CONFIDENTIAL
+        await _say(runtime, "Between us: Ann works at Acme.")
+
+        async def extracted(count: int) -> None:
+            for _ in range(100):
+                if len(mind.extract_prompts) >= count:
+                    return
+                await asyncio.sleep(0.1)
+            raise AssertionError("no extraction")
+
+        await extracted(1)
+        mind.sensitivity = Sensitivity.PRIVATE  # the next part is small talk...
+        await _say(runtime, "Nice weather today.")
+        await extracted(2)
+        await asyncio.sleep(0.3)
+        # ...and this double, like a careless model, re-reads the context lines too.
+        assert "(Earlier, already read:)" in mind.extract_prompts[1]
+        ann = (await runtime.store.graph_entities(AGENT.id, ["ann"], None))[0]
+        relations = (await runtime.store.graph_neighbourhood(AGENT.id, [ann.id], 1, None)).relations
+        assert [(r.line(), r.sensitivity) for r in relations] == [
+            ("Ann —works at→ Acme", Sensitivity.CONFIDENTIAL)
+        ]
     finally:
         await runtime.stop()

@@ -395,3 +395,36 @@ def test_a_persons_latest_conversations_walk_the_index_without_sorting(engine: E
         plan = " | ".join(str(row[-1]) for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}"))
     assert "ix_conversation_participants_by_person" in plan, plan
     assert "TEMP B-TREE" not in plan, plan
+
+
+def test_migration_seven_creates_the_graph_tables_on_a_version_six_database(tmp_path: Path) -> None:
+    engine = create_sqlite_engine(tmp_path / "persyn.db", writer=True)
+    try:
+        assert _migrate(engine, target=6) == 6
+        assert not {n for n, _ in _schema_sql(engine)} & {"graph_entities", "graph_relations"}
+        assert _migrate(engine, target=7) == 7
+        with engine.connect() as connection:
+            found = inspect(connection)
+            columns = {
+                t: [c["name"] for c in found.get_columns(t)]
+                for t in found.get_table_names()
+                if t.startswith("graph_")
+            }
+            link_indexes = [i["column_names"] for i in found.get_indexes("graph_links")]
+    finally:
+        engine.dispose()
+    # Created from the live definitions: if this fails, freeze migration 7 first.
+    assert columns == {
+        "graph_entities": ["id", "agent_id", "name", "key", "created_at", "updated_at"],
+        "graph_mentions": [
+            "id", "agent_id", "entity_id", "kind", "channel", "sensitivity", "participants_key",
+            "conversation_id", "attributes", "learned_at",
+        ],
+        "graph_relations": [
+            "id", "agent_id", "source_id", "relation", "target_id", "channel", "sensitivity",
+            "participants_key", "conversation_id", "learned_at",
+        ],
+        "graph_links": ["id", "agent_id", "from_id", "to_id", "relation_id"],
+        "graph_fact_participants": ["id", "agent_id", "fact_id", "person_id"],
+    }  # fmt: skip
+    assert link_indexes == [["from_id"]]  # traversal walks outward from the recursive row
