@@ -22,7 +22,9 @@ to `private`) to let dialog search cross a channel group.
   any word, in the compartment; dialog: every word), then the other filters apply;
 - without one, records are read newest first from the end of the date range, at most
   `_SCAN_RECORDS` of them (all channels: the store lists records without a channel filter),
-  and dialog is the latest `_SCAN_MESSAGES` messages of each channel in the compartment.
+  and dialog is the latest `_SCAN_MESSAGES` messages of each channel in the compartment;
+- `recall_dialog` reads the latest `_RECALL_SCAN` messages of the record's conversation and
+  keeps the record's own (the store has no fetch of messages by id).
 A regular expression is matched case-insensitively in a child process with a deadline
 (`tools/_regex.py`), so a runaway pattern cannot stall the agent.
 """
@@ -346,9 +348,16 @@ def memory_tools(context: MemoryToolsContext) -> list[Tool[Any, Any]]:
                 f"memory {record.id} has no dialog behind it (it was not formed in a conversation)"
             )
         dialog = await store.recent_messages(agent_id, record.conversation_id, _RECALL_SCAN)
+        scanned_all = len(dialog) < _RECALL_SCAN
         if record.message_ids:
             own = set(record.message_ids)
             dialog = [m for m in dialog if m.id in own]
+        if not dialog and not scanned_all:
+            raise ToolError(
+                f"the dialog behind memory {record.id} lies before the latest {_RECALL_SCAN} "
+                "messages of its conversation, further back than this tool reads; search_dialog "
+                "with a keyword and a date range may find it"
+            )
         if not dialog:
             raise ToolError(
                 f"the dialog behind memory {record.id} is no longer kept (verbatim dialog is "

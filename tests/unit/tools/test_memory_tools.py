@@ -401,6 +401,12 @@ async def test_a_search_says_when_it_hit_its_bound(world: World, monkeypatch: py
         "note"
     ] == "only the 1 best keyword matches were searched"
 
+    monkeypatch.setattr(memory_tools_module, "_RECALL_SCAN", 1)
+    assert world.dm_talk is not None
+    await world.say(world.dm_talk, "Ann", world.ann, "One more thing.", 5)
+    beyond = await dm.call("recall_dialog", memory_id=world.records["exam"].id)
+    assert "lies before the latest 1 messages of its conversation" in beyond.content
+
 
 async def test_a_runaway_regex_is_stopped() -> None:
     started = time.monotonic()

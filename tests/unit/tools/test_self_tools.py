@@ -16,7 +16,11 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import ToolCall
 from persyn.tools import ToolRegistry, ToolStatus
 from persyn.tools.activity import ActivityContext, ActivityEntry, ActivityKind, activity_tools
+from persyn.tools.facts import fact_tools
 from persyn.tools.inspection import SelfInspectionContext, inspection_tools, redact
+from persyn.tools.memory_tools import MemoryToolsContext, memory_tools
+from persyn.tools.outreach import OutreachContext, outreach_tools
+from persyn.tools.own import OwnToolsContext, goal_tools, reminder_tools
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 AGENT = new_id(T0)
@@ -157,3 +161,55 @@ async def test_inspecting_itself(tmp_path: Path) -> None:
         assert host["uptime"] is not None and ":" in host["uptime"]
     if hasattr(os, "getloadavg"):
         assert host["load_average"] is not None and len(host["load_average"]) == 3
+
+
+def test_every_own_tool_is_advertised_under_a_stable_name() -> None:
+    async def send(person_id: str, service: str, channel: str, text: str) -> str:
+        return "sent"
+
+    async def no_activity(limit: int, kind: ActivityKind | None) -> Sequence[ActivityEntry]:
+        return []
+
+    clock = ManualClock(T0)
+    own = OwnToolsContext(store=None, agent_id=AGENT, clock=clock)  # type: ignore[arg-type]
+    tools = [
+        *reminder_tools(own),
+        *goal_tools(own),
+        *fact_tools(own),
+        *memory_tools(
+            MemoryToolsContext(store=None, agent_id=AGENT, channel="a:b", present=()),  # type: ignore[arg-type]
+        ),
+        *outreach_tools(OutreachContext(store=None, agent_id=AGENT, clock=clock, send=send)),  # type: ignore[arg-type]
+        *activity_tools(ActivityContext(source=no_activity)),
+        *inspection_tools(
+            SelfInspectionContext(
+                agent_name="Anna",
+                agent_id=AGENT,
+                clock=clock,
+                models={},
+                memory=MemoryConfig(),
+                advertised_tools=list,
+            )
+        ),
+    ]
+    registry = ToolRegistry(tools)
+    assert registry.names == (
+        "cancel_reminder",
+        "create_goal",
+        "edit_reminder",
+        "get_facts",
+        "inspect_self",
+        "list_goals",
+        "list_reminders",
+        "message_contact",
+        "recall_dialog",
+        "recent_activity",
+        "search_dialog",
+        "search_memories",
+        "set_fact",
+        "set_reminder",
+        "update_goal",
+    )
+    assert registry.render() == ToolRegistry(reversed(tools)).render()  # the same bytes either way
+    for spec in registry.specs():
+        assert spec.parameters["type"] == "object" and "additionalProperties" in spec.parameters
