@@ -3,7 +3,9 @@ heartbeat beats and reminder firings were for and how they ended.
 
 The runs are recorded by the runtime, which owns the scheduler; the tool reads them through
 `ActivityContext.source`, an async callable `source(limit, kind)` returning the latest
-`limit` runs (of `kind`, or of every kind for None), newest first, as `ActivityEntry` rows.
+`limit` runs (of `kind`, or of every kind for None), newest first. A run is anything with
+the attributes of `ActivityRun` — `ActivityEntry` here, or the runtime's own row — so
+`lambda limit, kind: recent_activity(store, agent_id, limit, kind)` is a source as it is.
 The tool does not trust the source to order, filter or bound them: it does all three again.
 """
 
@@ -12,13 +14,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.tools.registry import Tool
 
-__all__ = ["ActivityContext", "ActivityEntry", "ActivityKind", "ActivitySource", "activity_tools"]
+__all__ = [
+    "ActivityContext",
+    "ActivityEntry",
+    "ActivityKind",
+    "ActivityRun",
+    "ActivitySource",
+    "activity_tools",
+]
 
 ActivityKind = Literal["heartbeat", "reminder"]  # schedule.HEARTBEAT_KIND, schedule.REMINDER_KIND
 _OUTCOME_CHARS = 600
@@ -38,7 +47,26 @@ class ActivityEntry(BaseModel):
     tokens: int | None = None  # tokens it spent, when metered
 
 
-ActivitySource = Callable[[int, ActivityKind | None], Awaitable[Sequence[ActivityEntry]]]
+class ActivityRun(Protocol):
+    """What the tool reads of a run (read-only, so richer rows fit too)."""
+
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def objective(self) -> str: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def reminder_id(self) -> str | None: ...
+    @property
+    def conversation_id(self) -> str | None: ...
+    @property
+    def tokens(self) -> int | None: ...
+
+
+ActivitySource = Callable[[int, ActivityKind | None], Awaitable[Sequence[ActivityRun]]]
 
 
 @dataclass(frozen=True)
@@ -59,7 +87,7 @@ class ActivityView(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     at: str = Field(description="When it ran (UTC).")
-    kind: ActivityKind
+    kind: str
     objective: str
     outcome: str
     reminder_id: str | None = None

@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from persyn.core.clock import ManualClock
 from persyn.core.config import MemoryConfig, ToolsConfig
 from persyn.core.ids import new_id
@@ -100,6 +102,47 @@ async def test_recent_autonomous_activity_newest_first_by_kind() -> None:
     assert ledger.asked == [(10, None), (1, "heartbeat"), (10, "reminder")]
     wrong = await registry.call(ToolCall(id="c", name="recent_activity", args={"kind": "dream"}))
     assert wrong.status is ToolStatus.INVALID_ARGUMENTS
+
+
+class RuntimeRow(BaseModel):
+    """A row shaped like the runtime's own activity entry (richer, with plain `str` kinds)."""
+
+    id: str
+    agent_id: str
+    at: datetime
+    kind: str
+    reminder_id: str
+    objective: str
+    outcome: str
+    tokens: int = 0
+    conversation_id: str | None = None
+
+
+async def test_the_runtime_rows_are_a_source_as_they_are() -> None:
+    rows = [
+        RuntimeRow(
+            id=new_id(T0),
+            agent_id=AGENT,
+            at=T0,
+            kind="reminder",
+            reminder_id=new_id(T0),
+            objective="Water the ferns.",
+            outcome="Rested: nothing to do.",
+            tokens=412,
+        )
+    ]
+
+    async def recent_activity(limit: int, kind: str | None) -> list[RuntimeRow]:
+        return [r for r in rows if kind is None or r.kind == kind][:limit]
+
+    registry = ToolRegistry(activity_tools(ActivityContext(source=recent_activity)))
+    (run,) = (await _ok(registry, "recent_activity", kind="reminder"))["runs"]
+    assert (run["objective"], run["tokens"], run["reminder_id"]) == (
+        "Water the ferns.",
+        412,
+        rows[0].reminder_id,
+    )
+    assert (await _ok(registry, "recent_activity", kind="heartbeat"))["runs"] == []
 
 
 def test_credentials_in_urls_are_masked() -> None:
