@@ -1,0 +1,64 @@
+"""Finding the person a tool call names: by id, by name, or by an identity's speaker id.
+
+Shared by the quick-fact and messaging tools. Names are matched case-insensitively: an
+exact display name first, then a name that starts with the words given ("Sam" finds "Sam
+Okafor"), then an identity's speaker id; several matches are an error that lists them, so
+the model can call again with the id it means.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from persyn.core.errors import ToolError
+from persyn.core.ids import is_id, parse_id
+from persyn.store.base import Person, Store
+
+__all__ = ["MAX_LISTED", "SELF_WORDS", "describe", "resolve_contact"]
+
+# Words that mean the agent itself where a tool takes "about whom".
+SELF_WORDS = frozenset({"me", "myself", "self"})
+MAX_LISTED = 10  # names listed in an error, most recently met first
+
+
+def describe(person: Person) -> str:
+    return f"{person.display_name} ({person.id})"
+
+
+def _recent_first(people: list[Person]) -> list[Person]:
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return sorted(people, key=lambda p: (p.last_interaction_at or p.created_at or epoch, p.id), reverse=True)
+
+
+def _listing(people: list[Person]) -> str:
+    shown = [describe(p) for p in _recent_first(people)[:MAX_LISTED]]
+    more = len(people) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+async def resolve_contact(store: Store, agent_id: str, who: str) -> Person:
+    """The one person `who` names, or a ToolError the model can act on."""
+    wanted = " ".join(who.split())
+    if not wanted:
+        raise ToolError("say whom: a contact's name or id")
+    if is_id(wanted):
+        person = await store.get_person(agent_id, parse_id(wanted))
+        if person is None:
+            raise ToolError(f"there is no contact with id {wanted!r}")
+        return person
+    people = await store.list_persons(agent_id)
+    folded = wanted.casefold()
+    for matches in (
+        [p for p in people if " ".join(p.display_name.split()).casefold() == folded],
+        [p for p in people if " ".join(p.display_name.split()).casefold().startswith(folded + " ")],
+        [p for p in people if any(i.speaker_id.casefold() == folded for i in p.identities)],
+    ):
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            raise ToolError(
+                f"{len(matches)} contacts match {wanted!r}: {_listing(matches)}; call again with the id"
+            )
+    if not people:
+        raise ToolError(f"there is no contact named {wanted!r}: you know nobody yet")
+    raise ToolError(f"there is no contact named {wanted!r}; your contacts include {_listing(people)}")
