@@ -28,7 +28,7 @@ from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import InputError, ModelError
 from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
-from persyn.core.ids import derived_id, parse_id
+from persyn.core.ids import derived_id, new_id, parse_id
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
 from persyn.gateway.registry import ModelSpec, parse_model_string
@@ -865,6 +865,47 @@ class Runtime:
             outcome = str(result.get("reason") or "did nothing")
         conversation = await self.autonomy.finish(event, setup.conversation_id, outcome)
         return None if conversation is None else conversation.model_dump(mode="json")
+
+    async def send_to_contact(
+        self, agent_id: str, event_id: str, person_id: str, service: str, channel: str, text: str
+    ) -> str:
+        """The agent initiates (SPEC §4.5): the message is stored as said by the agent in a
+        conversation with the person on that channel, then delivered if that channel runs in
+        this process (otherwise it waits in the dialog for the channel to show it)."""
+        text = self.validate_text(text)
+        now = self.clock.now()
+        conversation = await self.store.open_conversation(
+            agent_id, service, channel, [person_id], now, self.settings.conversation.idle_timeout_minutes * 60
+        )
+        message = Message(
+            id=new_id(now),
+            agent_id=agent_id,
+            conversation_id=conversation.id,
+            role=Role.AGENT,
+            person_id=None,
+            speaker_name=self.agents[agent_id].name,
+            text=text,
+            created_at=now,
+            event_id=None,
+        )
+        await self.store.add_message(message)
+        target = self.channels.get(service)
+        if target is None:
+            return f"stored in my conversation with them on {service}:{channel} (that channel is not connected here)"
+        outbound = Outbound(
+            event_id=event_id,
+            agent_id=agent_id,
+            service=service,
+            channel=channel,
+            conversation_id=conversation.id,
+            message_id=message.id,
+            text=text,
+        )
+        try:
+            await target.deliver(outbound)
+        except Exception as exc:
+            return f"stored, but {service} failed to deliver it: {exc}"
+        return f"delivered on {service}:{channel}"
 
     async def enqueue_close_hooks(self, conversation: Conversation) -> None:
         await self._enqueue_hooks(conversation)

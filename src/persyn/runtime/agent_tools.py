@@ -1,0 +1,111 @@
+"""The agent's own tools, bound to one activation (SPEC §4.6): the registry the respond step
+advertises and the tool-call steps run. Built per activation, so per-activation caps (the
+messages a run may send) start fresh and every tool sees who is present where.
+
+Tools and what they are bound to:
+- reminders and goals (`tools/own.py`): the store, the agent, the clock; a new reminder
+  addresses the person and channel of the turn that set it;
+- quick facts (`tools/facts.py`);
+- memory and dialog search, raw dialog recall (`tools/memory_tools.py`): the current
+  channel, the people present and the channel groups — a tool never shows what retrieval
+  would withhold;
+- message a contact (`tools/outreach.py`): sends through `Runtime.send_to_contact`, at most
+  `[autonomy] max_messages_per_run` per activation;
+- exact arithmetic, recent autonomous activity, self-inspection.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from persyn.cognition.pipeline import TurnSetup
+from persyn.core.config import Task
+from persyn.core.records import Sensitivity, channel_key
+from persyn.runtime.autonomy import recent_activity
+from persyn.store.base import ReminderAction
+from persyn.tools.activity import ActivityContext, activity_tools
+from persyn.tools.arithmetic import calculator_tool
+from persyn.tools.facts import fact_tools
+from persyn.tools.inspection import SelfInspectionContext, inspection_tools
+from persyn.tools.memory_tools import MemoryToolsContext, memory_tools
+from persyn.tools.outreach import OutreachContext, outreach_tools
+from persyn.tools.own import OwnToolsContext, goal_tools, reminder_tools
+from persyn.tools.registry import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from persyn.runtime.app import Runtime
+
+__all__ = ["build_registry"]
+
+_STARTED = datetime.now().astimezone()
+
+
+def build_registry(runtime: Runtime, setup: TurnSetup, event_id: str) -> ToolRegistry:
+    agent_id = setup.agent_id
+    store, clock, settings = runtime.store, runtime.clock, runtime.settings
+    participants: tuple[str, ...] = getattr(setup, "participant_ids", ()) or (
+        (setup.person_id,) if setup.person_id else ()
+    )
+    present = tuple(p for p in participants if p != agent_id)
+    here = ReminderAction(
+        person_id=setup.person_id,
+        service=setup.service if setup.kind == "message" else None,
+        channel=setup.channel if setup.kind == "message" else None,
+    )
+    own = OwnToolsContext(store=store, agent_id=agent_id, clock=clock, default_action=here)
+
+    async def send(person_id: str, service: str, channel: str, text: str) -> str:
+        return await runtime.send_to_contact(agent_id, event_id, person_id, service, channel, text)
+
+    async def activity(limit: int, kind: str | None) -> list[Any]:
+        return await recent_activity(store, agent_id, limit, kind)
+
+    registry = ToolRegistry(config=settings.tools)
+    tools: list[Tool[Any, Any]] = [
+        *reminder_tools(own),
+        *goal_tools(own),
+        *fact_tools(own),
+        *memory_tools(
+            MemoryToolsContext(
+                store=store,
+                agent_id=agent_id,
+                channel=channel_key(setup.service, setup.channel),
+                present=present,
+                channel_groups=settings.memory.channel_groups,
+                # Raw dialog has no sensitivity of its own: as a confidence of its
+                # conversation — this exact channel, only among people who were there.
+                dialog_sensitivity=Sensitivity.CONFIDENTIAL,
+            )
+        ),
+        *outreach_tools(
+            OutreachContext(
+                store=store,
+                agent_id=agent_id,
+                clock=clock,
+                send=send,
+                max_messages=settings.autonomy.max_messages_per_run,
+            )
+        ),
+        calculator_tool(),
+        *activity_tools(ActivityContext(source=activity)),
+        *inspection_tools(
+            SelfInspectionContext(
+                agent_name=runtime.agents[agent_id].name,
+                agent_id=agent_id,
+                clock=clock,
+                models={task.value: settings.model_for(runtime.agents[agent_id], task) for task in Task},
+                memory=settings.memory,
+                advertised_tools=lambda: registry.names,
+                tools=settings.tools,
+                settings={
+                    "heartbeat_minutes": settings.autonomy.heartbeat_minutes,
+                    "daily_token_budget": settings.autonomy.daily_token_budget,
+                },
+                started_at=_STARTED,
+            )
+        ),
+    ]
+    for tool in tools:
+        registry.register(tool)
+    return registry
