@@ -392,6 +392,13 @@ def _trace_lines(trace: dict[str, Any]) -> list[str]:
             lines.append(
                 f'{lens}: [{objection.get("kind")}] "{objection.get("span")}" - {objection.get("explanation")}'
             )
+    for used in trace.get("tools") or []:
+        lines.append(f"tool {used.get('name')}: {used.get('status')}")
+    for trip in trace.get("trips") or []:
+        what = f" ({trip.get('tool')})" if trip.get("tool") else ""
+        lines.append(
+            f"loop breaker {trip.get('reason')}{what}: {trip.get('count')} of at most {trip.get('limit')}"
+        )
     decision = trace.get("decision")
     if decision:
         lines.append(f"decided to {decision.get('action')}: {decision.get('reason')}")

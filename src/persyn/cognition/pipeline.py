@@ -14,9 +14,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.cognition.deliberation import Evidence, Parked
 from persyn.cognition.prompt import ContextSection, assemble_prompt
@@ -24,7 +24,7 @@ from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import ModelError
 from persyn.core.events import Event, EventKind
 from persyn.core.ids import derived_id, new_id
-from persyn.gateway.base import Completion, Prompt, SinkCallable
+from persyn.gateway.base import Completion, Prompt, SinkCallable, ToolSpec
 from persyn.store.base import Identity, Message, Role, Store
 
 __all__ = [
@@ -76,6 +76,8 @@ class Reply(BaseModel):
     text: str | None
     failure: str | None = None
     usage_id: str | None = None
+    # Tools the model asked for before answering (ToolCall dumps); the tool loop runs them.
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
 
 
 class Prepared(BaseModel):
@@ -107,7 +109,13 @@ class ContextSource(Protocol):
 
 class Responder(Protocol):
     async def complete(
-        self, task: Task, prompt: Prompt, *, sink: SinkCallable | None = None, phase: str = "draft"
+        self,
+        task: Task,
+        prompt: Prompt,
+        *,
+        tools: Sequence[ToolSpec] = (),
+        sink: SinkCallable | None = None,
+        phase: str = "draft",
     ) -> Completion: ...
 
 
@@ -247,17 +255,23 @@ async def build_prompt(
     return Prepared(prompt=prompt, evidence=evidence, woven=list(parked))
 
 
-async def respond(responder: Responder, prompt: Prompt, sink: SinkCallable | None = None) -> Reply:
-    """Generate the candidate. A failed generation degrades to a stated failure, never a crash;
-    an empty one (small local models sometimes end their turn at once) is asked for again, once."""
+async def respond(
+    responder: Responder, prompt: Prompt, sink: SinkCallable | None = None, tools: Sequence[ToolSpec] = ()
+) -> Reply:
+    """Generate the candidate (or the first tool calls). A failed generation degrades to a
+    stated failure, never a crash; an empty one (small local models sometimes end their turn
+    at once) is asked for again, once."""
     try:
-        completion = await responder.complete(Task.RESPOND, prompt, sink=sink, phase="draft")
-        if not completion.text.strip():
+        completion = await responder.complete(Task.RESPOND, prompt, tools=tools, sink=sink, phase="draft")
+        if not completion.text.strip() and not completion.tool_calls:
             log.info("the model returned an empty reply; asking once more")
-            completion = await responder.complete(Task.RESPOND, prompt, sink=sink, phase="draft")
+            completion = await responder.complete(Task.RESPOND, prompt, tools=tools, sink=sink, phase="draft")
     except ModelError as exc:
         return Reply(text=None, failure=str(exc))
     text = completion.text.strip()
+    if completion.tool_calls:
+        calls = [call.model_dump(mode="json") for call in completion.tool_calls]
+        return Reply(text=text, usage_id=completion.usage_id, tool_calls=calls)
     if not text:
         return Reply(text=None, failure="the model returned an empty reply", usage_id=completion.usage_id)
     return Reply(text=text, usage_id=completion.usage_id)

@@ -305,6 +305,9 @@ class ToolsConfig(_Strict):
     earlier ones in the activation is refused without running. Both refusals are recorded.
     """
 
+    # Offer the agent's own tools to the respond model (never to the built-in tiny offline
+    # model, which cannot call them).
+    enabled: bool = True
     max_round_trips: int = Field(default=6, ge=1, le=50)
     max_identical_calls: int = Field(default=2, ge=1, le=20)
     # A tool still running after this long is abandoned and reported to the model as failed.

@@ -29,6 +29,7 @@ from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import InputError, ModelError
 from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
 from persyn.core.ids import derived_id, new_id, parse_id
+from persyn.gateway.base import Prompt, SinkEvent, ToolCall
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
 from persyn.gateway.registry import ModelSpec, parse_model_string
@@ -39,11 +40,13 @@ from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers, Observer
 from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
+from persyn.runtime.agent_tools import build_registry
 from persyn.runtime.autonomy import RUN_FLAG, Autonomy, RunTokens, run_kind
 from persyn.runtime.memory_ops import context_window_for
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store, open_store
 from persyn.store.base import Conversation, GoalStatus, Identity, Message, Role
+from persyn.tools.registry import ToolRegistry
 from persyn.usage import context as usage_context
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter, MeterAdapter
@@ -557,8 +560,58 @@ class Runtime:
         )
         channel = self.channels.get(event.service)
         sink = _safe_sink_for(channel, event)
-        reply = await pipeline.respond(self.gateway(agent_id), prepared.prompt, sink)
+        tools = self.tool_registry(setup, event_id).specs() if self.offers_tools(agent_id) else ()
+        reply = await pipeline.respond(self.gateway(agent_id), prepared.prompt, sink, tools)
         return {"reply": reply.model_dump(mode="json"), "prepared": prepared.model_dump(mode="json")}
+
+    # the tool loop (SPEC §4.6): each round-trip and each tool call is its own durable step ----
+    def offers_tools(self, agent_id: str) -> bool:
+        """Tools go to the respond model unless disabled, or it is the built-in tiny model."""
+        if not self.settings.tools.enabled:
+            return False
+        gateway = self._gateways.get(agent_id)
+        spec = gateway.spec_for(Task.RESPOND) if gateway is not None else None
+        return not (spec is not None and spec.provider == "local" and not spec.name)
+
+    def tool_registry(self, setup: TurnSetup, event_id: str) -> ToolRegistry:
+        return build_registry(self, setup, event_id)
+
+    async def continue_respond(
+        self, agent_id: str, event_id: str, setup_data: dict[str, Any], prompt_data: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One more round-trip of the tool loop: the prompt with the tool results so far. A
+        failing model ends the loop with what was said so far (the caller's fallback)."""
+        setup = TurnSetup.model_validate(setup_data)
+        event = await self._event(agent_id, event_id)
+        prompt = Prompt.model_validate(prompt_data)
+        sink = _safe_sink_for(self.channels.get(event.service), event)
+        tools = self.tool_registry(setup, event_id).specs()
+        try:
+            completion = await self.gateway(agent_id).complete(
+                Task.RESPOND, prompt, tools=tools, sink=sink, phase="draft"
+            )
+        except ModelError as exc:
+            log.warning("a tool-loop round-trip failed: %s", exc)
+            return {"text": "", "tool_calls": [], "failure": str(exc)}
+        return {
+            "text": completion.text,
+            "tool_calls": [call.model_dump(mode="json") for call in completion.tool_calls],
+            "usage_id": completion.usage_id,
+        }
+
+    async def run_tool(
+        self, agent_id: str, event_id: str, setup_data: dict[str, Any], call_data: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One tool call; any failure comes back as an error result the model reads."""
+        setup = TurnSetup.model_validate(setup_data)
+        event = await self._event(agent_id, event_id)
+        channel = self.channels.get(event.service)
+        call = ToolCall.model_validate(call_data)
+        sink = _safe_sink_for(channel, event)
+        if sink is not None:
+            sink(SinkEvent(phase="draft", kind="tool_start", text=call.name))
+        outcome = await self.tool_registry(setup, event_id).call(call)
+        return outcome.model_dump(mode="json")
 
     async def critique(
         self, agent_id: str, event_id: str, setup_data: dict[str, Any], draft: dict[str, Any]
@@ -719,8 +772,14 @@ class Runtime:
         if decision is not None and decision.action in ("speak", "redirect"):
             decision = await self._gate(setup, str(outcome.get("text") or "")) or decision
         critiques = outcome.get("critiques") or []
-        if critiques or (decision is not None and decision.reason != AUTO_SPEAK):
+        used = (draft or {}).get("tools") or []
+        trips = (draft or {}).get("trips") or []
+        if critiques or used or (decision is not None and decision.reason != AUTO_SPEAK):
             trace: dict[str, Any] = {"mode": setup.mode, "critiques": critiques}
+            if used:
+                trace["tools"] = used
+            if trips:  # a loop breaker stopped the tool loop: recorded (SPEC §4.6)
+                trace["trips"] = trips
             if decision is not None:
                 trace["decision"] = decision.model_dump(mode="json")
             await self._record_deliberation(agent_id, event_id, trace)

@@ -140,6 +140,8 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
                     await _finish_run(agent_id, event_id, setup, result)
                     return result
             draft = await respond_step(agent_id, event_id, setup)
+            if draft["reply"].get("tool_calls"):
+                draft = await _tool_loop(agent_id, event_id, setup, draft)
             text: str | None = draft["reply"]["text"]
             if text is None:
                 result = await transmit_step(agent_id, event_id, setup, {"draft": draft})
@@ -201,6 +203,73 @@ async def deliberation(agent_id: str, event_id: str, setup: dict[str, Any], draf
         if any(c["objections"] for c in critiques):
             revised = await refine_step(agent_id, event_id, draft, critiques, True)
         await park_step(agent_id, event_id, setup, draft, critiques, revised)
+
+
+@DBOS.step(name="persyn.respond_more")
+async def respond_more_step(
+    agent_id: str, event_id: str, setup: dict[str, Any], prompt: dict[str, Any]
+) -> dict[str, Any]:
+    with rebind(step_key=_step_key()):
+        return await runtime().continue_respond(agent_id, event_id, setup, prompt)
+
+
+@DBOS.step(name="persyn.tool_call")
+async def tool_call_step(
+    agent_id: str, event_id: str, setup: dict[str, Any], call: dict[str, Any]
+) -> dict[str, Any]:
+    return await runtime().run_tool(agent_id, event_id, setup, call)
+
+
+async def _tool_loop(
+    agent_id: str, event_id: str, setup: dict[str, Any], draft: dict[str, Any]
+) -> dict[str, Any]:
+    """The respond step asked for tools: run the loop here, in the workflow, so every model
+    round-trip and every tool call is its own durable step (a crash resumes after the last
+    one, never re-running a tool or re-billing a call), with the loop breakers counted
+    deterministically outside the steps. Returns the draft with the final answer; the
+    tools used and any breaker trips go into it for the deliberation trace."""
+    from persyn.cognition.pipeline import TurnSetup
+    from persyn.gateway.base import Completion, Prompt, ToolCall
+    from persyn.tools.loop import run_tool_loop
+    from persyn.tools.registry import ToolOutcome
+
+    registry = runtime().tool_registry(TurnSetup.model_validate(setup), event_id)
+    reply = draft["reply"]
+    first: list[Completion] = [
+        Completion(
+            text=reply["text"] or "",
+            tool_calls=tuple(ToolCall.model_validate(c) for c in reply["tool_calls"]),
+        )
+    ]
+    failure: list[str] = []
+
+    async def complete(prompt: Prompt, tools: Any) -> Completion:
+        if first:
+            return first.pop()
+        data = await respond_more_step(agent_id, event_id, setup, prompt.model_dump(mode="json"))
+        if data.get("failure"):
+            failure.append(str(data["failure"]))
+        return Completion(
+            text=str(data.get("text") or ""),
+            tool_calls=tuple(ToolCall.model_validate(c) for c in data.get("tool_calls") or []),
+        )
+
+    async def run_call(call: ToolCall) -> ToolOutcome:
+        return ToolOutcome.model_validate(
+            await tool_call_step(agent_id, event_id, setup, call.model_dump(mode="json"))
+        )
+
+    prompt = Prompt.model_validate(draft["prepared"]["prompt"])
+    result = await run_tool_loop(prompt, registry, complete, run_call=run_call)
+    text = result.text.strip()
+    if not text:  # the safe fallback: say what was done rather than nothing
+        done = ", ".join(dict.fromkeys(o.name for o in result.outcomes if o.ok)) or "nothing"
+        text = (
+            f"(I used {done}, but could not put an answer into words{': ' + failure[0] if failure else ''}.)"
+        )
+    tools_used = [{"name": o.name, "status": o.status.value} for o in result.outcomes]
+    trips = [t.model_dump(mode="json") for t in result.trips]
+    return {**draft, "reply": {**reply, "text": text, "tool_calls": []}, "tools": tools_used, "trips": trips}
 
 
 @DBOS.step(name="persyn.assess")
