@@ -411,6 +411,18 @@ class Runtime:
         setup = setup.model_copy(update={"mode": self.deliberation_mode(event.service)})
         return setup.model_dump(mode="json")
 
+    async def receive_and_respond(self, agent_id: str, event_id: str) -> dict[str, Any]:
+        """`receive`, then `respond` when the message is for the agent; overheard traffic
+        gets no draft here (`draft` None): it needs an engagement decision first."""
+        setup = await self.receive(agent_id, event_id)
+        if not setup["addressed"]:
+            return {"setup": setup, "draft": None}
+        with usage_context.rebind(
+            surface=setup["service"], channel=setup["channel"], conversation_id=setup["conversation_id"]
+        ):
+            draft = await self.respond(agent_id, event_id, setup)
+        return {"setup": setup, "draft": draft}
+
     def deliberation_mode(self, service: str) -> str:
         """Per-service override, else deferred on interactive channels, inline elsewhere."""
         config = self.settings.deliberation
