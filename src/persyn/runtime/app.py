@@ -547,6 +547,8 @@ class Runtime:
         """Hard gates before anything is sent: silence instead, with the reason, or None."""
         if not deliberation.clean_for_transmit(text):
             return deliberation.Decision(action="silent", reason="nothing was left to say")
+        if not deliberation.may_be_redundant(text):
+            return None
         dialog = await self._dialog_until(setup)
         echo = deliberation.redundant_with(
             text,
@@ -662,7 +664,19 @@ class Runtime:
             else:
                 reason = f"redirected to {decision.redirect_to}: {decision.reason}"
         agent = self.agents[agent_id]
-        message = await pipeline.record_reply(self.store, agent.name, setup, text, now)
+
+        def marker(message: Message) -> CompletionMarker:
+            return CompletionMarker(
+                event_id=event_id,
+                transmitted=True,
+                text=message.text,
+                reason=reason,
+                created_at=now,
+                expires_at=now + ttl,
+            )
+
+        # The reply and its marker in one transaction.
+        message = await pipeline.record_reply(self.store, agent.name, setup, text, now, marker)
         outbound = Outbound(
             event_id=event_id,
             agent_id=agent_id,
@@ -671,17 +685,6 @@ class Runtime:
             conversation_id=setup.conversation_id,
             message_id=message.id,
             text=message.text,
-        )
-        await self.store.put_marker(
-            agent_id,
-            CompletionMarker(
-                event_id=event_id,
-                transmitted=True,
-                text=message.text,
-                reason=reason,
-                created_at=now,
-                expires_at=now + ttl,
-            ),
         )
         if draft is not None:
             await pipeline.clear_woven(

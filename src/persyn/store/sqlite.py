@@ -214,20 +214,7 @@ class SQLiteStore(SQLiteMemory, Store):
     async def put_marker(self, agent_id: str, marker: CompletionMarker) -> None:
         agent_id = checked_id(agent_id, "agent id")
         checked_id(marker.event_id, "event id")
-        fields = {
-            "transmitted": marker.transmitted,
-            "text": marker.text,
-            "reason": marker.reason,
-            "created_at": marker.created_at,
-            "expires_at": marker.expires_at,
-        }
-        statement = insert(completion_markers).values(
-            id=new_id(marker.created_at), agent_id=agent_id, event_id=marker.event_id, **fields
-        )
-        statement = statement.on_conflict_do_update(
-            index_elements=[completion_markers.c.agent_id, completion_markers.c.event_id], set_=fields
-        )
-        await self._write("put_marker", lambda connection: connection.execute(statement))
+        await self._write("put_marker", lambda connection: _put_marker(connection, agent_id, marker))
 
     async def get_marker(self, agent_id: str, event_id: str, now: datetime) -> CompletionMarker | None:
         statement = select(completion_markers).where(
@@ -249,20 +236,9 @@ class SQLiteStore(SQLiteMemory, Store):
         are serialised (one thread here, BEGIN IMMEDIATE across processes), so concurrent
         first contacts still yield one person; the unique identity key is the backstop."""
         agent_id = checked_id(agent_id, "agent id")
-
-        def work(connection: Connection) -> Person:
-            person_id = _person_for_identity(connection, agent_id, identity)
-            if person_id is None:
-                person_id = _create_person(connection, agent_id, identity, display_name, kind, now)
-            else:
-                connection.execute(
-                    update(persons)
-                    .where(persons.c.agent_id == agent_id, persons.c.id == person_id)
-                    .values(last_interaction_at=_latest(persons.c.last_interaction_at, now))
-                )
-            return load_person(connection, agent_id, person_id)
-
-        return await self._write("resolve_person", work)
+        return await self._write(
+            "resolve_person", lambda c: _resolve_person(c, agent_id, identity, display_name, kind, now)
+        )
 
     async def get_person(self, agent_id: str, person_id: str) -> Person | None:
         def work(connection: Connection) -> Person | None:
@@ -612,42 +588,43 @@ class SQLiteStore(SQLiteMemory, Store):
         does not join the dialog there. Closing an idle one and opening its successor
         happen in the same transaction."""
         agent_id = checked_id(agent_id, "agent id")
-        now = _utc(now)
-        participants = _unique(checked_id(p, "participant id") for p in participant_ids)
-        idle = timedelta(seconds=idle_timeout_seconds)
+        participants = [checked_id(p, "participant id") for p in participant_ids]
+        return await self._write(
+            "open_conversation",
+            lambda c: _open_conversation(
+                c, agent_id, service, channel, participants, now, idle_timeout_seconds, kind
+            ),
+        )
 
-        def work(connection: Connection) -> Conversation:
-            row = connection.execute(
-                select(conversations).where(
-                    conversations.c.agent_id == agent_id,
-                    conversations.c.service == service,
-                    conversations.c.channel == channel,
-                    conversations.c.kind == kind,
-                    conversations.c.closed_at.is_(None),
-                )
-            ).first()
-            if row is not None and now - row.last_activity_at > idle:
-                connection.execute(
-                    update(conversations).where(conversations.c.id == row.id).values(closed_at=now)
-                )
-                row = None
-            if row is None:
-                statement = insert(conversations).values(
-                    id=new_id(now), agent_id=agent_id, service=service, channel=channel, kind=kind,
-                    participants=participants, started_at=now, last_activity_at=now, closed_at=None,
-                )  # fmt: skip
-            else:
-                statement = (
-                    update(conversations)
-                    .where(conversations.c.id == row.id)
-                    .values(
-                        participants=_unique([*row.participants, *participants]),
-                        last_activity_at=_latest(conversations.c.last_activity_at, now),
-                    )
-                )
-            return conversation_from_row(connection.execute(statement.returning(*conversations.c)).one())
+    async def record_inbound(
+        self,
+        agent_id: str,
+        speaker: tuple[Identity, str, str] | None,
+        service: str,
+        channel: str,
+        now: datetime,
+        idle_timeout_seconds: float,
+        kind: str,
+        make_message: Callable[[Person | None, Conversation], Message],
+    ) -> tuple[Person | None, Conversation, Message]:
+        """resolve_person + open_conversation + add_message in one write transaction."""
+        agent_id = checked_id(agent_id, "agent id")
 
-        return await self._write("open_conversation", work)
+        def work(connection: Connection) -> tuple[Person | None, Conversation, Message]:
+            person = None
+            if speaker is not None:
+                identity, display_name, person_kind = speaker
+                person = _resolve_person(connection, agent_id, identity, display_name, person_kind, now)
+            participants = [person.id] if person is not None else []
+            conversation = _open_conversation(
+                connection, agent_id, service, channel, participants, now, idle_timeout_seconds, kind
+            )
+            message = make_message(person, conversation)
+            _checked_message(message)
+            _add_message(connection, message)
+            return person, conversation, message
+
+        return await self._write("record_inbound", work)
 
     async def get_conversation(self, agent_id: str, conversation_id: str) -> Conversation | None:
         statement = select(conversations).where(
@@ -685,29 +662,30 @@ class SQLiteStore(SQLiteMemory, Store):
     # dialog ------------------------------------------------------------------------------
     async def add_message(self, message: Message) -> bool:
         """Also touches the open conversation's last activity: a slow reply is activity."""
-        for value, what in _message_ids(message):
-            checked_id(value, what)
-        values = message.model_dump()
-        values["role"] = message.role.value
+        _checked_message(message)
+        return await self._write("add_message", lambda c: _add_message(c, message))
 
-        def work(connection: Connection) -> bool:
-            # No conflict target: the primary key and the partial unique index on AGENT
-            # replies per event_id both make the insert a no-op.
-            result = connection.execute(insert(messages).values(values).on_conflict_do_nothing())
-            if result.rowcount != 1:
-                return False
-            connection.execute(
-                update(conversations)
-                .where(
-                    conversations.c.agent_id == message.agent_id,
-                    conversations.c.id == message.conversation_id,
-                    conversations.c.closed_at.is_(None),
-                )
-                .values(last_activity_at=_latest(conversations.c.last_activity_at, message.created_at))
-            )
-            return True
+    async def record_reply(self, message: Message, marker: Callable[[Message], CompletionMarker]) -> Message:
+        """The agent's reply (or the one already stored for its event) and the completion
+        marker made from it, in one write transaction."""
+        _checked_message(message)
+        agent_id = checked_id(message.agent_id, "agent id")
 
-        return await self._write("add_message", work)
+        def work(connection: Connection) -> Message:
+            stored = message
+            if not _add_message(connection, message) and message.event_id is not None:
+                row = connection.execute(
+                    select(messages).where(
+                        messages.c.agent_id == agent_id,
+                        messages.c.event_id == message.event_id,
+                        messages.c.role == Role.AGENT.value,
+                    )
+                ).first()
+                stored = message if row is None else message_from_row(row)
+            _put_marker(connection, agent_id, marker(stored))
+            return stored
+
+        return await self._write("record_reply", work)
 
     async def recent_messages(self, agent_id: str, conversation_id: str, limit: int) -> list[Message]:
         condition = and_(messages.c.agent_id == agent_id, messages.c.conversation_id == conversation_id)
@@ -870,6 +848,106 @@ def _latest(column_: Any, when: datetime) -> Any:
     """SQL for max(column, when) that tolerates NULL: an out-of-order (replayed) event
     never moves a last-activity time backwards."""
     return case((column_.is_(None), when), (column_ < when, when), else_=column_)
+
+
+def _put_marker(connection: Connection, agent_id: str, marker: CompletionMarker) -> None:
+    checked_id(marker.event_id, "event id")
+    fields = {
+        "transmitted": marker.transmitted,
+        "text": marker.text,
+        "reason": marker.reason,
+        "created_at": marker.created_at,
+        "expires_at": marker.expires_at,
+    }
+    statement = insert(completion_markers).values(
+        id=new_id(marker.created_at), agent_id=agent_id, event_id=marker.event_id, **fields
+    )
+    statement = statement.on_conflict_do_update(
+        index_elements=[completion_markers.c.agent_id, completion_markers.c.event_id], set_=fields
+    )
+    connection.execute(statement)
+
+
+def _resolve_person(
+    connection: Connection, agent_id: str, identity: Identity, display_name: str, kind: str, now: datetime
+) -> Person:
+    person_id = _person_for_identity(connection, agent_id, identity)
+    if person_id is None:
+        person_id = _create_person(connection, agent_id, identity, display_name, kind, now)
+    else:
+        connection.execute(
+            update(persons)
+            .where(persons.c.agent_id == agent_id, persons.c.id == person_id)
+            .values(last_interaction_at=_latest(persons.c.last_interaction_at, now))
+        )
+    return load_person(connection, agent_id, person_id)
+
+
+def _open_conversation(
+    connection: Connection,
+    agent_id: str,
+    service: str,
+    channel: str,
+    participant_ids: Sequence[str],
+    now: datetime,
+    idle_timeout_seconds: float,
+    kind: str,
+) -> Conversation:
+    now = _utc(now)
+    participants = _unique(participant_ids)
+    idle = timedelta(seconds=idle_timeout_seconds)
+    row = connection.execute(
+        select(conversations).where(
+            conversations.c.agent_id == agent_id,
+            conversations.c.service == service,
+            conversations.c.channel == channel,
+            conversations.c.kind == kind,
+            conversations.c.closed_at.is_(None),
+        )
+    ).first()
+    if row is not None and now - row.last_activity_at > idle:
+        connection.execute(update(conversations).where(conversations.c.id == row.id).values(closed_at=now))
+        row = None
+    if row is None:
+        statement = insert(conversations).values(
+            id=new_id(now), agent_id=agent_id, service=service, channel=channel, kind=kind,
+            participants=participants, started_at=now, last_activity_at=now, closed_at=None,
+        )  # fmt: skip
+    else:
+        statement = (
+            update(conversations)
+            .where(conversations.c.id == row.id)
+            .values(
+                participants=_unique([*row.participants, *participants]),
+                last_activity_at=_latest(conversations.c.last_activity_at, now),
+            )
+        )
+    return conversation_from_row(connection.execute(statement.returning(*conversations.c)).one())
+
+
+def _checked_message(message: Message) -> None:
+    for value, what in _message_ids(message):
+        checked_id(value, what)
+
+
+def _add_message(connection: Connection, message: Message) -> bool:
+    values = message.model_dump()
+    values["role"] = message.role.value
+    # No conflict target: the primary key and the partial unique index on AGENT replies
+    # per event_id both make the insert a no-op.
+    result = connection.execute(insert(messages).values(values).on_conflict_do_nothing())
+    if result.rowcount != 1:
+        return False
+    connection.execute(
+        update(conversations)
+        .where(
+            conversations.c.agent_id == message.agent_id,
+            conversations.c.id == message.conversation_id,
+            conversations.c.closed_at.is_(None),
+        )
+        .values(last_activity_at=_latest(conversations.c.last_activity_at, message.created_at))
+    )
+    return True
 
 
 def _person_for_identity(connection: Connection, agent_id: str, identity: Identity) -> str | None:
