@@ -8,6 +8,7 @@ in a DBOS step.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -222,17 +223,25 @@ async def build_prompt(
 ) -> Prepared:
     """Recent dialog on this channel, every context source's sections, and any conclusion
     deliberation parked for this channel since the agent last spoke here."""
-    dialog = await store.channel_messages(
-        setup.agent_id, setup.service, setup.channel, settings.conversation.recent_dialog_messages
-    )
-    sections: list[ContextSection] = []
-    for source in sources:
+
+    async def fetch(source: ContextSource) -> Sequence[ContextSection]:
         try:
-            sections.extend(await source(setup, query))
+            return await source(setup, query)
         except Exception as exc:  # fail soft (SPEC §2): a broken source costs context, not the turn
             log.warning("context source %r failed: %s", source, exc)
+            return []
+
+    # Independent reads, so they overlap (the store reads on a pool of threads); the
+    # sections keep the sources' order.
     ttl = timedelta(hours=settings.deliberation.parked_ttl_hours)
-    parked = await parked_for(store, setup.agent_id, setup.service, setup.channel, now, ttl)
+    dialog, parked, fetched = await asyncio.gather(
+        store.channel_messages(
+            setup.agent_id, setup.service, setup.channel, settings.conversation.recent_dialog_messages
+        ),
+        parked_for(store, setup.agent_id, setup.service, setup.channel, now, ttl),
+        asyncio.gather(*(fetch(source) for source in sources)),
+    )
+    sections: list[ContextSection] = [section for found in fetched for section in found]
     for item in parked.values():
         sections.append(ContextSection("Second thoughts about my last reply", item.section()))
     situation = None
