@@ -480,6 +480,22 @@ async def test_flags_set_overwrite_and_delete(store: Store) -> None:
     await store.set_flag(agent_id, "cursor", None)  # deleting nothing is fine
 
 
+async def test_update_flag_changes_the_current_value(store: Store) -> None:
+    agent_id = new_id()
+    seen: list[str | None] = []
+
+    def append(value: str | None) -> str:
+        seen.append(value)
+        return (value or "") + "x"
+
+    assert await store.update_flag(agent_id, "k", append) == "x"
+    assert await store.update_flag(agent_id, "k", append) == "xx"
+    assert seen == [None, "x"]
+    assert await store.get_flag(agent_id, "k") == "xx"
+    assert await store.update_flag(agent_id, "k", lambda _: None) is None  # None deletes
+    assert await store.get_flag(agent_id, "k") is None
+
+
 async def test_set_flag_if_absent_is_compare_and_set(store: Store) -> None:
     agent_id = new_id()
     outcomes = await asyncio.gather(*(store.set_flag_if_absent(agent_id, "lock", str(i)) for i in range(10)))

@@ -33,7 +33,10 @@ _LEGEND = (
 
 async def recalled_ids(store: Store, agent_id: str, conversation_id: str) -> list[str]:
     """Records already surfaced in a conversation (consolidation must not re-extract them)."""
-    raw = await store.get_flag(agent_id, RECALLED_FLAG + conversation_id)
+    return _recalled(await store.get_flag(agent_id, RECALLED_FLAG + conversation_id))
+
+
+def _recalled(raw: str | None) -> list[str]:
     if not raw:
         return []
     try:
@@ -83,9 +86,11 @@ class MemorySource:
         return [ContextSection("What I remember", f"{_LEGEND}\n{body}", evidence)]
 
     async def _remember_recalled(self, setup: TurnSetup, ids: list[str]) -> None:
-        known = await recalled_ids(self.store, setup.agent_id, setup.conversation_id)
-        merged = list(dict.fromkeys([*known, *ids]))[-_MAX_RECALLED:]
-        await self.store.set_flag(setup.agent_id, RECALLED_FLAG + setup.conversation_id, json.dumps(merged))
+        def merge(raw: str | None) -> str:
+            merged = list(dict.fromkeys([*_recalled(raw), *ids]))[-_MAX_RECALLED:]
+            return json.dumps(merged)
+
+        await self.store.update_flag(setup.agent_id, RECALLED_FLAG + setup.conversation_id, merge)
 
 
 class _Briefings(Protocol):

@@ -590,11 +590,13 @@ class Runtime:
     async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
         """What deliberation did for an event (critics, skips, decision): `persyn
         conversations show --deliberation` reads it."""
-        key = DELIBERATION_FLAG + event_id
-        previous = await self.store.get_flag(agent_id, key)
-        merged: dict[str, Any] = json.loads(previous) if previous else {}
-        merged.update(trace)
-        await self.store.set_flag(agent_id, key, json.dumps(merged))
+
+        def merge(previous: str | None) -> str:
+            merged: dict[str, Any] = json.loads(previous) if previous else {}
+            merged.update(trace)
+            return json.dumps(merged)
+
+        await self.store.update_flag(agent_id, DELIBERATION_FLAG + event_id, merge)
 
     async def transmit(
         self, agent_id: str, event_id: str, setup_data: dict[str, Any], outcome: dict[str, Any]

@@ -344,6 +344,16 @@ class Store(ABC):
     async def set_flag_if_absent(self, agent_id: str, key: str, value: str) -> bool:
         """Compare-and-set: True if this call created the flag."""
 
+    async def update_flag(
+        self, agent_id: str, key: str, change: Callable[[str | None], str | None]
+    ) -> str | None:
+        """Set a flag to `change(its current value)` (None deletes it) and return the new
+        value. A backend may read and write in one transaction, which also makes the change
+        atomic against other writers; this default is a read, then a write."""
+        value = change(await self.get_flag(agent_id, key))
+        await self.set_flag(agent_id, key, value)
+        return value
+
     # long-term memory (SPEC §4.1, §5, §6 vector index + full text) --------------------------
     @abstractmethod
     async def add_record(

@@ -793,6 +793,24 @@ class SQLiteStore(SQLiteMemory, Store):
         )
         return await self._write("set_flag_if_absent", lambda c: c.execute(statement).rowcount == 1)
 
+    async def update_flag(
+        self, agent_id: str, key: str, change: Callable[[str | None], str | None]
+    ) -> str | None:
+        """Read and write in one write transaction (writes are serialised: atomic)."""
+        agent_id = checked_id(agent_id, "agent id")
+
+        def work(connection: Connection) -> str | None:
+            value = change(connection.execute(_SQL_FLAG, {"p_agent_id": agent_id, "p_key": key}).scalar())
+            if value is None:
+                connection.execute(_SQL_DELETE_FLAG, {"p_agent_id": agent_id, "p_key": key})
+            else:
+                connection.execute(
+                    _SQL_SET_FLAG, {"id": new_id(), "agent_id": agent_id, "key": key, "value": value}
+                )
+            return value
+
+        return await self._write("update_flag", work)
+
 
 # helpers -------------------------------------------------------------------------------------
 def fts_query(query: str) -> str | None:
