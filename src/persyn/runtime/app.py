@@ -90,6 +90,7 @@ class Runtime:
         self._local_servers: dict[str, LlamaServer] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._marker_waiters: dict[str, asyncio.Event] = {}
+        self._put_markers: dict[str, CompletionMarker] = {}  # markers put here, for waiters here
         self.embedder: Embedder | None = None
         self.retriever: Retriever | None = None
         self.memory_degraded: str | None = None
@@ -365,14 +366,17 @@ class Runtime:
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
         """Wait for the completion marker (SPEC App. B) until the run ends. A marker put by
         this process wakes the waiter at once; one put by another worker is found by
-        polling the store (with backoff)."""
+        polling the store (with backoff). A marker this process put (and committed) is
+        handed over without reading it back."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         delay = 0.005
         waiter = self._marker_waiters.setdefault(event_id, asyncio.Event())
         try:
             while True:
-                marker = await self.store.get_marker(agent_id, event_id, self.clock.now())
+                marker = self._put_markers.pop(event_id, None) or await self.store.get_marker(
+                    agent_id, event_id, self.clock.now()
+                )
                 if marker is not None:
                     return marker
                 remaining = deadline - loop.time()
@@ -383,6 +387,12 @@ class Runtime:
                 delay = min(delay * 2, 0.1)
         finally:
             self._marker_waiters.pop(event_id, None)
+            self._put_markers.pop(event_id, None)
+
+    def _marker_put(self, marker: CompletionMarker) -> None:
+        """A marker is stored (committed): a waiter in this process may take it as is."""
+        if marker.event_id in self._marker_waiters:
+            self._put_markers[marker.event_id] = marker
 
     def _wake(self, event_id: str) -> None:
         waiter = self._marker_waiters.get(event_id)
@@ -625,12 +635,11 @@ class Runtime:
         )
 
         async def unsent(reason: str, level: str) -> dict[str, Any]:
-            await self.store.put_marker(
-                agent_id,
-                CompletionMarker(
-                    event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
-                ),
+            marker = CompletionMarker(
+                event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
             )
+            await self.store.put_marker(agent_id, marker)
+            self._marker_put(marker)
             await _safe_notice(channel, event, Notice(level=level, text=reason))
             return {"transmitted": False, "reason": reason}
 
@@ -667,18 +676,25 @@ class Runtime:
                 reason = f"redirected to {decision.redirect_to}: {decision.reason}"
         agent = self.agents[agent_id]
 
+        made: list[CompletionMarker] = []
+
         def marker(message: Message) -> CompletionMarker:
-            return CompletionMarker(
-                event_id=event_id,
-                transmitted=True,
-                text=message.text,
-                reason=reason,
-                created_at=now,
-                expires_at=now + ttl,
+            made.append(
+                CompletionMarker(
+                    event_id=event_id,
+                    transmitted=True,
+                    text=message.text,
+                    reason=reason,
+                    created_at=now,
+                    expires_at=now + ttl,
+                )
             )
+            return made[-1]
 
         # The reply and its marker in one transaction.
         message = await pipeline.record_reply(self.store, agent.name, setup, text, now, marker)
+        if made:
+            self._marker_put(made[-1])
         outbound = Outbound(
             event_id=event_id,
             agent_id=agent_id,
