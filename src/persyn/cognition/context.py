@@ -14,7 +14,7 @@ from persyn.cognition.prompt import ContextSection
 from persyn.core.clock import Clock
 from persyn.core.records import channel_key
 from persyn.memory.retrieval import Retriever, format_memories
-from persyn.store.base import Store
+from persyn.store.base import Observation, Store
 
 __all__ = ["RECALLED_FLAG", "MemorySource", "PeopleSource", "recalled_ids"]
 
@@ -112,17 +112,18 @@ class PeopleSource:
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
         if setup.person_id is None:
             return []
-        if not await self._all_learned_here(setup):
+        found = await self.store.observations(setup.agent_id, setup.person_id)
+        # Nothing observed means no current dossier (`cached` would say None): no more reads.
+        if not found or not await self._all_learned_here(setup, found):
             return []
         text = await self.dossiers(setup.agent_id).cached(setup.agent_id, setup.person_id)
         if not text:
             return []
         return [ContextSection(f"What I know about {setup.speaker_name}", text)]
 
-    async def _all_learned_here(self, setup: TurnSetup) -> bool:
-        assert setup.person_id is not None
+    async def _all_learned_here(self, setup: TurnSetup, found: Sequence[Observation]) -> bool:
         seen: dict[str, bool] = {}
-        for observation in await self.store.observations(setup.agent_id, setup.person_id):
+        for observation in found:
             conversation_id = observation.conversation_id
             if conversation_id is None:
                 return False
