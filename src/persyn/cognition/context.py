@@ -64,8 +64,10 @@ class MemorySource:
         self.budget_tokens = budget_tokens
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
-        conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
-        participants = list(conversation.participant_ids) if conversation else []
+        participants = setup.participant_ids
+        if participants is None:
+            conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
+            participants = conversation.participant_ids if conversation else ()
         result = await self.retriever.retrieve(
             setup.agent_id,
             query,

@@ -65,6 +65,9 @@ class TurnSetup(BaseModel):
     addressed: bool = True
     # "inline" or "deferred" deliberation for this turn (SPEC §4), fixed when received.
     mode: str = "inline"
+    # Who had spoken in the conversation when the input was stored (None: not known here;
+    # read the conversation).
+    participant_ids: tuple[str, ...] | None = None
 
 
 class Reply(BaseModel):
@@ -209,6 +212,7 @@ async def receive(
         speaker_name=speaker_name,
         inbound_message_id=message_id,
         received_at=event.received_at,
+        participant_ids=conversation.participant_ids,
     )
 
 
