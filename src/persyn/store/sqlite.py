@@ -1071,10 +1071,12 @@ _SQL_JOIN_CONVERSATION = (
     )
     .returning(*conversations.c)
 )
+# The role as a literal, not a parameter: only then can SQLite use the partial unique index
+# on agent replies (otherwise it scans the agent's messages).
 _SQL_AGENT_REPLY = select(messages).where(
     messages.c.agent_id == _p("agent_id"),
     messages.c.event_id == _p("event_id"),
-    messages.c.role == Role.AGENT.value,
+    messages.c.role == literal_column(f"'{Role.AGENT.value}'"),
 )
 _SQL_CHANNEL_MESSAGES = (
     select(messages)
