@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from persyn.core.errors import ConfigError, InputError, StoreError
 from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.core.ids import new_id
-from persyn.store import Conversation, Identity, Message, Role, Store, open_store
+from persyn.store import Conversation, Identity, Message, Person, Role, Store, open_store
 from persyn.store.migrations import LATEST_VERSION
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -302,6 +302,69 @@ async def test_add_message_is_idempotent(store: Store) -> None:
     assert await store.count_messages(agent_id) == 3
 
 
+async def test_record_inbound_resolves_opens_and_adds_once(store: Store) -> None:
+    agent_id = new_id()
+    message_id = new_id(T0)
+
+    def inbound(person: Person | None, conversation: Conversation) -> Message:
+        assert person is not None
+        return _message(conversation, "hi", message_id=message_id).model_copy(
+            update={"person_id": person.id, "speaker_name": person.display_name}
+        )
+
+    speaker = (_identity(), "Ann", "human")
+    person, conversation, message = await store.record_inbound(
+        agent_id, speaker, "terminal", "main", T0, HOUR, "dialog", inbound
+    )
+    assert person is not None and person.display_name == "Ann"
+    assert conversation.participant_ids == (person.id,)
+    assert message.conversation_id == conversation.id and message.person_id == person.id
+    # A replay stores nothing new and lands in the same person and conversation.
+    again = await store.record_inbound(
+        agent_id, speaker, "terminal", "main", T0 + timedelta(seconds=1), HOUR, "dialog", inbound
+    )
+    assert again[0] is not None and again[0].id == person.id
+    assert again[1].id == conversation.id
+    assert await store.count_messages(agent_id) == 1
+    # Without a speaker (a system turn) there is no person and no participant.
+    nobody, reflection, _ = await store.record_inbound(
+        agent_id,
+        None,
+        "terminal",
+        "main",
+        T0,
+        HOUR,
+        "reflection",
+        lambda p, c: _message(c, "note", role=Role.SYSTEM),
+    )
+    assert nobody is None and reflection.participant_ids == () and reflection.id != conversation.id
+
+
+async def test_record_reply_stores_once_and_marks_from_the_stored_reply(store: Store) -> None:
+    agent_id = new_id()
+    conversation = await _open(store, agent_id)
+    event_id = new_id(T0)
+
+    def marker(message: Message) -> CompletionMarker:
+        return CompletionMarker(
+            event_id=event_id,
+            transmitted=True,
+            text=message.text,
+            created_at=T0,
+            expires_at=T0 + timedelta(hours=1),
+        )
+
+    first = _message(conversation, "hello!", T0, role=Role.AGENT, event_id=event_id)
+    assert await store.record_reply(first, marker) == first
+    retried = _message(
+        conversation, "hello again!", T0 + timedelta(seconds=1), role=Role.AGENT, event_id=event_id
+    )
+    assert await store.record_reply(retried, marker) == first
+    found = await store.get_marker(agent_id, event_id, T0)
+    assert found is not None and found.transmitted and found.text == "hello!"
+    assert await store.count_messages(agent_id) == 1
+
+
 async def test_add_message_needs_an_existing_conversation(store: Store) -> None:
     agent_id = new_id()
     ghost = Conversation(
@@ -415,6 +478,22 @@ async def test_flags_set_overwrite_and_delete(store: Store) -> None:
     await store.set_flag(agent_id, "cursor", None)
     assert await store.get_flag(agent_id, "cursor") is None
     await store.set_flag(agent_id, "cursor", None)  # deleting nothing is fine
+
+
+async def test_update_flag_changes_the_current_value(store: Store) -> None:
+    agent_id = new_id()
+    seen: list[str | None] = []
+
+    def append(value: str | None) -> str:
+        seen.append(value)
+        return (value or "") + "x"
+
+    assert await store.update_flag(agent_id, "k", append) == "x"
+    assert await store.update_flag(agent_id, "k", append) == "xx"
+    assert seen == [None, "x"]
+    assert await store.get_flag(agent_id, "k") == "xx"
+    assert await store.update_flag(agent_id, "k", lambda _: None) is None  # None deletes
+    assert await store.get_flag(agent_id, "k") is None
 
 
 async def test_set_flag_if_absent_is_compare_and_set(store: Store) -> None:

@@ -19,7 +19,7 @@ from persyn.graph.recall import recall
 from persyn.memory.access import eligible_channels, may_surface
 from persyn.memory.consolidate import default_sensitivity
 from persyn.memory.retrieval import Retriever, format_memories
-from persyn.store.base import Store
+from persyn.store.base import Observation, Store
 from persyn.store.graph_rows import GraphView
 
 __all__ = [
@@ -47,7 +47,10 @@ _LEGEND = (
 
 async def recalled_ids(store: Store, agent_id: str, conversation_id: str) -> list[str]:
     """Records already surfaced in a conversation (consolidation must not re-extract them)."""
-    raw = await store.get_flag(agent_id, RECALLED_FLAG + conversation_id)
+    return _recalled(await store.get_flag(agent_id, RECALLED_FLAG + conversation_id))
+
+
+def _recalled(raw: str | None) -> list[str]:
     if not raw:
         return []
     try:
@@ -75,8 +78,10 @@ class MemorySource:
         self.budget_tokens = budget_tokens
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
-        conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
-        participants = list(conversation.participant_ids) if conversation else []
+        participants = setup.participant_ids
+        if participants is None:
+            conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
+            participants = conversation.participant_ids if conversation else ()
         result = await self.retriever.retrieve(
             setup.agent_id,
             query,
@@ -97,9 +102,11 @@ class MemorySource:
         return [ContextSection("What I remember", f"{_LEGEND}\n{body}", evidence)]
 
     async def _remember_recalled(self, setup: TurnSetup, ids: list[str]) -> None:
-        known = await recalled_ids(self.store, setup.agent_id, setup.conversation_id)
-        merged = list(dict.fromkeys([*known, *ids]))[-_MAX_RECALLED:]
-        await self.store.set_flag(setup.agent_id, RECALLED_FLAG + setup.conversation_id, json.dumps(merged))
+        def merge(raw: str | None) -> str:
+            merged = list(dict.fromkeys([*_recalled(raw), *ids]))[-_MAX_RECALLED:]
+            return json.dumps(merged)
+
+        await self.store.update_flag(setup.agent_id, RECALLED_FLAG + setup.conversation_id, merge)
 
 
 class _Briefings(Protocol):
@@ -125,8 +132,11 @@ class PeopleSource:
         self.memory = memory
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
-        conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
-        present = [p for p in (conversation.participant_ids if conversation else ()) if p != setup.agent_id]
+        participants = setup.participant_ids
+        if participants is None:
+            conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
+            participants = conversation.participant_ids if conversation else ()
+        present = [p for p in participants if p != setup.agent_id]
         if setup.person_id is not None:  # the speaker first
             if setup.person_id in present:
                 present.remove(setup.person_id)
@@ -134,7 +144,9 @@ class PeopleSource:
         sections: list[ContextSection] = []
         formed: dict[str, bool] = {}
         for person_id in present[: self.max_people]:
-            if not await self._shareable(setup, person_id, present, formed):
+            found = await self.store.observations(setup.agent_id, person_id)
+            # Nothing observed means no current dossier (`cached` would say None): no more reads.
+            if not found or not await self._shareable(setup, found, present, formed):
                 continue
             text = await self.dossiers(setup.agent_id).cached(setup.agent_id, person_id)
             if not text:
@@ -148,11 +160,11 @@ class PeopleSource:
         return person.display_name if person else "someone here"
 
     async def _shareable(
-        self, setup: TurnSetup, person_id: str, present: Sequence[str], formed: dict[str, bool]
+        self, setup: TurnSetup, found: Sequence[Observation], present: Sequence[str], formed: dict[str, bool]
     ) -> bool:
         """Every observation of the person may surface here; `formed` caches the answer
         per source conversation."""
-        for observation in await self.store.observations(setup.agent_id, person_id):
+        for observation in found:
             conversation_id = observation.conversation_id
             if conversation_id is None:
                 return False
@@ -231,10 +243,11 @@ class GraphSource:
         return sections
 
     async def _sections(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
-        conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
-        present = tuple(
-            p for p in (conversation.participant_ids if conversation else ()) if p != setup.agent_id
-        )
+        participants = setup.participant_ids
+        if participants is None:
+            conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
+            participants = conversation.participant_ids if conversation else ()
+        present = tuple(p for p in participants if p != setup.agent_id)
         now = channel_key(setup.service, setup.channel)
         view = GraphView(channel=now, eligible=eligible_channels(now, self.channel_groups), present=present)
         found = await recall(

@@ -57,6 +57,7 @@ __all__ = [
     "draw_lens",
     "engage",
     "is_substantive",
+    "may_be_redundant",
     "redundant_with",
     "refine",
     "render_template",
@@ -432,6 +433,12 @@ def _content_words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
 
 
+def may_be_redundant(candidate: str) -> bool:
+    """Whether `redundant_with` could find anything for the candidate: too few content words
+    never make a redundancy, so the dialog need not even be read."""
+    return len(_content_words(candidate)) >= 3
+
+
 def redundant_with(
     candidate: str, dialog: Sequence[Message], threshold: float, *, asker: str | None = None
 ) -> Message | None:
@@ -439,9 +446,9 @@ def redundant_with(
     (content-word overlap ≥ threshold), if any. `asker` is the person who addressed the
     agent: echoing their own words back to them is an answer (a confirmation, a quote), not
     a redundancy, so their messages are not counted."""
-    mine = _content_words(candidate)
-    if len(mine) < 3:
+    if not may_be_redundant(candidate):
         return None
+    mine = _content_words(candidate)
     for message in reversed(dialog):
         if message.role is Role.AGENT:
             break

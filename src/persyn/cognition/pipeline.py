@@ -8,10 +8,11 @@ in a DBOS step.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
@@ -22,10 +23,10 @@ from persyn.cognition.deliberation import Evidence, Parked
 from persyn.cognition.prompt import ContextSection, assemble_prompt
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import ModelError
-from persyn.core.events import Event, EventKind
+from persyn.core.events import CompletionMarker, Event, EventKind
 from persyn.core.ids import derived_id, new_id
 from persyn.gateway.base import Completion, Prompt, SinkCallable, ToolSpec
-from persyn.store.base import Identity, Message, Role, Store
+from persyn.store.base import Conversation, Identity, Message, Person, Role, Store
 
 __all__ = [
     "ContextSource",
@@ -66,6 +67,9 @@ class TurnSetup(BaseModel):
     mode: str = "inline"
     # What started the activation: "message", or a self-initiated "reminder" / "heartbeat".
     kind: str = "message"
+    # Who had spoken in the conversation when the input was stored (None: not known here;
+    # read the conversation).
+    participant_ids: tuple[str, ...] | None = None
 
 
 class Reply(BaseModel):
@@ -168,45 +172,44 @@ async def receive(
 ) -> TurnSetup:
     """Resolve the speaker to a person, resolve or open the conversation, store the input.
     A message that names the agent counts as addressed to it even on a busy channel."""
-    person_id: str | None = None
-    speaker_name = "system"
-    participants: list[str] = []
+    speaker = None
     if event.speaker is not None:
-        speaker = event.speaker
-        person = await store.resolve_person(
-            event.agent_id,
-            Identity(service=speaker.service, channel=speaker.channel, speaker_id=speaker.speaker_id),
-            speaker.display_name,
-            speaker.kind,
-            now,
+        identity = Identity(
+            service=event.speaker.service, channel=event.speaker.channel, speaker_id=event.speaker.speaker_id
         )
-        person_id = person.id
-        speaker_name = speaker.display_name or person.display_name
-        participants.append(person.id)
-    conversation = await store.open_conversation(
-        event.agent_id,
-        event.service,
-        event.channel,
-        participants,
-        now,
-        settings.conversation.idle_timeout_minutes * 60,
-        kind="dialog" if event.kind is EventKind.MESSAGE else "reflection",
-    )
+        speaker = (identity, event.speaker.display_name, event.speaker.kind)
     # Derived, not fresh: if this step is re-run after a crash the input is not stored twice.
     message_id = derived_id(event.received_at, event.id, "inbound")
-    await store.add_message(
-        Message(
+
+    def inbound(person: Person | None, conversation: Conversation) -> Message:
+        speaker_name = "system"
+        if event.speaker is not None and person is not None:
+            speaker_name = event.speaker.display_name or person.display_name
+        return Message(
             id=message_id,
             agent_id=event.agent_id,
             conversation_id=conversation.id,
             role=Role.USER if event.speaker is not None else Role.SYSTEM,
-            person_id=person_id,
+            person_id=person.id if person is not None else None,
             speaker_name=speaker_name,
             text=event.text,
             created_at=event.received_at,
             event_id=event.id,
         )
+
+    # Person, conversation and input together (one transaction where the store can).
+    person, conversation, message = await store.record_inbound(
+        event.agent_id,
+        speaker,
+        event.service,
+        event.channel,
+        now,
+        settings.conversation.idle_timeout_minutes * 60,
+        "dialog" if event.kind is EventKind.MESSAGE else "reflection",
+        inbound,
     )
+    person_id = person.id if person is not None else None
+    speaker_name = message.speaker_name
     addressed = event.addressed or (bool(agent_name) and _names(event.text, agent_name))
     return TurnSetup(
         kind=event.kind.value,
@@ -220,6 +223,7 @@ async def receive(
         speaker_name=speaker_name,
         inbound_message_id=message_id,
         received_at=event.received_at,
+        participant_ids=conversation.participant_ids,
     )
 
 
@@ -234,17 +238,25 @@ async def build_prompt(
 ) -> Prepared:
     """Recent dialog on this channel, every context source's sections, and any conclusion
     deliberation parked for this channel since the agent last spoke here."""
-    dialog = await store.channel_messages(
-        setup.agent_id, setup.service, setup.channel, settings.conversation.recent_dialog_messages
-    )
-    sections: list[ContextSection] = []
-    for source in sources:
+
+    async def fetch(source: ContextSource) -> Sequence[ContextSection]:
         try:
-            sections.extend(await source(setup, query))
+            return await source(setup, query)
         except Exception as exc:  # fail soft (SPEC §2): a broken source costs context, not the turn
             log.warning("context source %r failed: %s", source, exc)
+            return []
+
+    # Independent reads, so they overlap (the store reads on a pool of threads); the
+    # sections keep the sources' order.
     ttl = timedelta(hours=settings.deliberation.parked_ttl_hours)
-    parked = await parked_for(store, setup.agent_id, setup.service, setup.channel, now, ttl)
+    dialog, parked, fetched = await asyncio.gather(
+        store.channel_messages(
+            setup.agent_id, setup.service, setup.channel, settings.conversation.recent_dialog_messages
+        ),
+        parked_for(store, setup.agent_id, setup.service, setup.channel, now, ttl),
+        asyncio.gather(*(fetch(source) for source in sources)),
+    )
+    sections: list[ContextSection] = [section for found in fetched for section in found]
     for item in parked.values():
         sections.append(ContextSection("Second thoughts about my last reply", item.section()))
     situation = None
@@ -277,9 +289,18 @@ async def respond(
     return Reply(text=text, usage_id=completion.usage_id)
 
 
-async def record_reply(store: Store, agent_name: str, setup: TurnSetup, text: str, now: datetime) -> Message:
-    """Store what the agent said. Idempotent per event: a replayed transmit stores nothing new
-    (the store keeps one AGENT reply per event) and gets the reply stored the first time."""
+async def record_reply(
+    store: Store,
+    agent_name: str,
+    setup: TurnSetup,
+    text: str,
+    now: datetime,
+    marker: Callable[[Message], CompletionMarker] | None = None,
+) -> Message:
+    """Store what the agent said, and with `marker` the completion marker made from it (in
+    one transaction where the store can). Idempotent per event: a replayed transmit stores
+    nothing new (the store keeps one AGENT reply per event) and gets the reply stored the
+    first time."""
     # A reply never sorts before what it answers, even on a coarse or frozen clock.
     now = max(now, setup.received_at + timedelta(milliseconds=1))
     message = Message(
@@ -293,6 +314,8 @@ async def record_reply(store: Store, agent_name: str, setup: TurnSetup, text: st
         created_at=now,
         event_id=setup.event_id,
     )
+    if marker is not None:
+        return await store.record_reply(message, marker)
     if await store.add_message(message):
         return message
     return await store.agent_reply_for_event(setup.agent_id, setup.event_id) or message

@@ -27,6 +27,8 @@ Decisions recorded here because callers and doubles depend on them:
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 import inspect
 import json
 import logging
@@ -36,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -480,6 +482,17 @@ def _with_task(request: ModelRequest, task: Task) -> ModelRequest:
     return request
 
 
+@functools.lru_cache(maxsize=64)
+def _cached_json_schema(output: type[BaseModel]) -> dict[str, Any]:
+    return output.model_json_schema()
+
+
+def _json_schema(output: type[BaseModel]) -> dict[str, Any]:
+    """The output type's JSON schema: generated once per type (it is the same every call and
+    costs about half a millisecond), copied so a caller may change its own."""
+    return copy.deepcopy(_cached_json_schema(output))
+
+
 def _request_parameters(
     prompt: Prompt, tools: Sequence[ToolSpec], output: type[BaseModel] | None, mode: OutputMode
 ) -> ModelRequestParameters:
@@ -492,7 +505,7 @@ def _request_parameters(
     )
     if output is None:
         return base
-    schema = output.model_json_schema()
+    schema = _json_schema(output)
     description = (output.__doc__ or "").strip() or f"The {output.__name__} result."
     if mode == "tool":
         tool = ToolDefinition(

@@ -44,9 +44,7 @@ _STARTED = datetime.now().astimezone()
 def build_registry(runtime: Runtime, setup: TurnSetup, event_id: str) -> ToolRegistry:
     agent_id = setup.agent_id
     store, clock, settings = runtime.store, runtime.clock, runtime.settings
-    participants: tuple[str, ...] = getattr(setup, "participant_ids", ()) or (
-        (setup.person_id,) if setup.person_id else ()
-    )
+    participants = setup.participant_ids or ((setup.person_id,) if setup.person_id else ())
     present = tuple(p for p in participants if p != agent_id)
     here = ReminderAction(
         person_id=setup.person_id,

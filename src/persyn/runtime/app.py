@@ -102,6 +102,7 @@ class Runtime:
         self._local_servers: dict[str, LlamaServer] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._marker_waiters: dict[str, asyncio.Event] = {}
+        self._put_markers: dict[str, CompletionMarker] = {}  # markers put here, for waiters here
         self.embedder: Embedder | None = None
         self.retriever: Retriever | None = None
         self.memory_degraded: str | None = None
@@ -464,14 +465,17 @@ class Runtime:
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
         """Wait for the completion marker (SPEC App. B) until the run ends. A marker put by
         this process wakes the waiter at once; one put by another worker is found by
-        polling the store (with backoff)."""
+        polling the store (with backoff). A marker this process put (and committed) is
+        handed over without reading it back."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         delay = 0.005
         waiter = self._marker_waiters.setdefault(event_id, asyncio.Event())
         try:
             while True:
-                marker = await self.store.get_marker(agent_id, event_id, self.clock.now())
+                marker = self._put_markers.pop(event_id, None) or await self.store.get_marker(
+                    agent_id, event_id, self.clock.now()
+                )
                 if marker is not None:
                     return marker
                 remaining = deadline - loop.time()
@@ -482,6 +486,12 @@ class Runtime:
                 delay = min(delay * 2, 0.1)
         finally:
             self._marker_waiters.pop(event_id, None)
+            self._put_markers.pop(event_id, None)
+
+    def _marker_put(self, marker: CompletionMarker) -> None:
+        """A marker is stored (committed): a waiter in this process may take it as is."""
+        if marker.event_id in self._marker_waiters:
+            self._put_markers[marker.event_id] = marker
 
     def _wake(self, event_id: str) -> None:
         waiter = self._marker_waiters.get(event_id)
@@ -509,6 +519,20 @@ class Runtime:
         setup = await pipeline.receive(self.store, self.settings, event, self.clock.now(), agent.name)
         setup = setup.model_copy(update={"mode": self.deliberation_mode(event.service)})
         return setup.model_dump(mode="json")
+
+    async def receive_and_respond(self, agent_id: str, event_id: str) -> dict[str, Any]:
+        """`receive`, then `respond` when the message is for the agent (`draft` None
+        otherwise)."""
+        setup = await self.receive(agent_id, event_id)
+        # Overheard traffic needs an engagement decision first; a heartbeat, its
+        # self-assessment (its own step): no draft here for either.
+        if not setup["addressed"] or setup.get("kind") == "heartbeat":
+            return {"setup": setup, "draft": None}
+        with usage_context.rebind(
+            surface=setup["service"], channel=setup["channel"], conversation_id=setup["conversation_id"]
+        ):
+            draft = await self.respond(agent_id, event_id, setup)
+        return {"setup": setup, "draft": draft}
 
     def deliberation_mode(self, service: str) -> str:
         """Per-service override, else deferred on interactive channels, inline elsewhere."""
@@ -684,6 +708,8 @@ class Runtime:
         """Hard gates before anything is sent: silence instead, with the reason, or None."""
         if not deliberation.clean_for_transmit(text):
             return deliberation.Decision(action="silent", reason="nothing was left to say")
+        if not deliberation.may_be_redundant(text):
+            return None
         dialog = await self._dialog_until(setup)
         echo = deliberation.redundant_with(
             text,
@@ -725,11 +751,13 @@ class Runtime:
     async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
         """What deliberation did for an event (critics, skips, decision): `persyn
         conversations show --deliberation` reads it."""
-        key = DELIBERATION_FLAG + event_id
-        previous = await self.store.get_flag(agent_id, key)
-        merged: dict[str, Any] = json.loads(previous) if previous else {}
-        merged.update(trace)
-        await self.store.set_flag(agent_id, key, json.dumps(merged))
+
+        def merge(previous: str | None) -> str:
+            merged: dict[str, Any] = json.loads(previous) if previous else {}
+            merged.update(trace)
+            return json.dumps(merged)
+
+        await self.store.update_flag(agent_id, DELIBERATION_FLAG + event_id, merge)
 
     async def transmit(
         self, agent_id: str, event_id: str, setup_data: dict[str, Any], outcome: dict[str, Any]
@@ -758,12 +786,11 @@ class Runtime:
         )
 
         async def unsent(reason: str, level: str) -> dict[str, Any]:
-            await self.store.put_marker(
-                agent_id,
-                CompletionMarker(
-                    event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
-                ),
+            marker = CompletionMarker(
+                event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
             )
+            await self.store.put_marker(agent_id, marker)
+            self._marker_put(marker)
             await _safe_notice(channel, event, Notice(level=level, text=reason))
             return {"transmitted": False, "reason": reason}
 
@@ -805,7 +832,26 @@ class Runtime:
             else:
                 reason = f"redirected to {decision.redirect_to}: {decision.reason}"
         agent = self.agents[agent_id]
-        message = await pipeline.record_reply(self.store, agent.name, setup, text, now)
+
+        made: list[CompletionMarker] = []
+
+        def marker(message: Message) -> CompletionMarker:
+            made.append(
+                CompletionMarker(
+                    event_id=event_id,
+                    transmitted=True,
+                    text=message.text,
+                    reason=reason,
+                    created_at=now,
+                    expires_at=now + ttl,
+                )
+            )
+            return made[-1]
+
+        # The reply and its marker in one transaction.
+        message = await pipeline.record_reply(self.store, agent.name, setup, text, now, marker)
+        if made:
+            self._marker_put(made[-1])
         outbound = Outbound(
             event_id=event_id,
             agent_id=agent_id,
@@ -814,17 +860,6 @@ class Runtime:
             conversation_id=setup.conversation_id,
             message_id=message.id,
             text=message.text,
-        )
-        await self.store.put_marker(
-            agent_id,
-            CompletionMarker(
-                event_id=event_id,
-                transmitted=True,
-                text=message.text,
-                reason=reason,
-                created_at=now,
-                expires_at=now + ttl,
-            ),
         )
         if draft is not None:
             await pipeline.clear_woven(

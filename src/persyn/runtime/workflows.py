@@ -56,9 +56,13 @@ def _step_key() -> str:
     return f"{DBOS.workflow_id}:{DBOS.step_id}"
 
 
-@DBOS.step(name="persyn.receive")
-async def receive_step(agent_id: str, event_id: str) -> dict[str, Any]:
-    return await runtime().receive(agent_id, event_id)
+@DBOS.step(name="persyn.receive_respond")
+async def receive_respond_step(agent_id: str, event_id: str) -> dict[str, Any]:
+    """receive, then (when the message is for the agent) respond, as one step: one
+    checkpoint instead of two on the common path. Re-running it after a crash is safe, as
+    re-running receive always was (the inbound message id is derived from the event)."""
+    with rebind(step_key=_step_key()):
+        return await runtime().receive_and_respond(agent_id, event_id)
 
 
 @DBOS.step(name="persyn.engage")
@@ -116,7 +120,7 @@ async def park_step(
 
 @DBOS.workflow(name="persyn.activation")
 async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
-    """receive → (engage) → respond → (critique → refine) → decide → transmit (SPEC §4).
+    """receive + respond (overheard: receive → engage → respond) → (critique → refine) → decide → transmit (SPEC §4).
 
     Overheard traffic first gets an engagement decision. Inline mode critiques and refines
     before deciding; deferred mode decides and transmits the draft, then hands critique and
@@ -124,22 +128,25 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
     on the channel weaves in."""
     rt = runtime()
     with bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id)):
-        setup = await receive_step(agent_id, event_id)
+        received = await receive_respond_step(agent_id, event_id)
+        setup: dict[str, Any] = received["setup"]
         with rebind(
             surface=setup["service"], channel=setup["channel"], conversation_id=setup["conversation_id"]
         ):
-            if not setup.get("addressed", True):
-                decision = await engage_step(agent_id, event_id, setup)
-                if decision["action"] != "speak":
-                    return await transmit_step(agent_id, event_id, setup, {"decision": decision})
-            if setup.get("kind") == "heartbeat":
+            draft: dict[str, Any] | None = received["draft"]
+            if setup.get("kind") == "heartbeat":  # assess first: rest, or act on it
                 assessment = await assess_step(agent_id, event_id, setup)
                 if assessment["intention"] == "rest":
                     rest = {"action": "silent", "reason": f"resting: {assessment['plan']}"}
                     result = await transmit_step(agent_id, event_id, setup, {"decision": rest})
                     await _finish_run(agent_id, event_id, setup, result)
                     return result
-            draft = await respond_step(agent_id, event_id, setup)
+                draft = await respond_step(agent_id, event_id, setup)
+            elif draft is None:  # overheard: decide whether to engage before any draft
+                decision = await engage_step(agent_id, event_id, setup)
+                if decision["action"] != "speak":
+                    return await transmit_step(agent_id, event_id, setup, {"decision": decision})
+                draft = await respond_step(agent_id, event_id, setup)
             if draft["reply"].get("tool_calls"):
                 draft = await _tool_loop(agent_id, event_id, setup, draft)
             text: str | None = draft["reply"]["text"]

@@ -409,6 +409,43 @@ class Store(ABC):
         """Store a message. Idempotent: a message whose (event_id, role) already exists for
         an AGENT reply, or whose id exists, is not stored twice; returns False then."""
 
+    async def record_inbound(
+        self,
+        agent_id: str,
+        speaker: tuple[Identity, str, str] | None,
+        service: str,
+        channel: str,
+        now: datetime,
+        idle_timeout_seconds: float,
+        kind: str,
+        make_message: Callable[[Person | None, Conversation], Message],
+    ) -> tuple[Person | None, Conversation, Message]:
+        """An inbound turn: resolve the speaker (identity, display name, kind) to a person,
+        open the channel's conversation of `kind` with them in it, and add the message
+        `make_message` builds from both. A backend may do it in one transaction; each part
+        is idempotent as its own method is."""
+        person = None
+        if speaker is not None:
+            identity, display_name, person_kind = speaker
+            person = await self.resolve_person(agent_id, identity, display_name, person_kind, now)
+        participants = [person.id] if person is not None else []
+        conversation = await self.open_conversation(
+            agent_id, service, channel, participants, now, idle_timeout_seconds, kind
+        )
+        message = make_message(person, conversation)
+        await self.add_message(message)
+        return person, conversation, message
+
+    async def record_reply(self, message: Message, marker: Callable[[Message], CompletionMarker]) -> Message:
+        """Add the agent's reply to an event (or find the one already stored for it) and put
+        the completion marker `marker` makes from the stored reply. A backend may do it in
+        one transaction."""
+        stored = message
+        if not await self.add_message(message) and message.event_id is not None:
+            stored = await self.agent_reply_for_event(message.agent_id, message.event_id) or message
+        await self.put_marker(message.agent_id, marker(stored))
+        return stored
+
     @abstractmethod
     async def recent_messages(self, agent_id: str, conversation_id: str, limit: int) -> list[Message]:
         """The last `limit` messages of a conversation, oldest first."""
@@ -455,6 +492,16 @@ class Store(ABC):
     @abstractmethod
     async def set_flag_if_absent(self, agent_id: str, key: str, value: str) -> bool:
         """Compare-and-set: True if this call created the flag."""
+
+    async def update_flag(
+        self, agent_id: str, key: str, change: Callable[[str | None], str | None]
+    ) -> str | None:
+        """Set a flag to `change(its current value)` (None deletes it) and return the new
+        value. A backend may read and write in one transaction, which also makes the change
+        atomic against other writers; this default is a read, then a write."""
+        value = change(await self.get_flag(agent_id, key))
+        await self.set_flag(agent_id, key, value)
+        return value
 
     # long-term memory (SPEC §4.1, §5, §6 vector index + full text) --------------------------
     @abstractmethod

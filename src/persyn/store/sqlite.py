@@ -35,6 +35,7 @@ from sqlalchemy import (
     Integer,
     Text,
     and_,
+    bindparam,
     case,
     column,
     delete,
@@ -142,18 +143,30 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
         job = functools.partial(self._in_transaction, engine, what, work)
         return await asyncio.get_running_loop().run_in_executor(threads, job)
 
-    async def _fetch_one(self, what: str, statement: Executable, to_row: Callable[[Row[Any]], T]) -> T | None:
+    async def _fetch_one(
+        self,
+        what: str,
+        statement: Executable,
+        to_row: Callable[[Row[Any]], T],
+        params: dict[str, Any] | None = None,
+    ) -> T | None:
         def work(connection: Connection) -> T | None:
-            row = connection.execute(statement).first()
+            row = connection.execute(statement, params).first()
             return None if row is None else to_row(row)
 
         return await self._read(what, work)
 
     async def _fetch_all(
-        self, what: str, statement: Executable, to_row: Callable[[Row[Any]], T], *, write: bool = False
+        self,
+        what: str,
+        statement: Executable,
+        to_row: Callable[[Row[Any]], T],
+        params: dict[str, Any] | None = None,
+        *,
+        write: bool = False,
     ) -> list[T]:
         run = self._write if write else self._read
-        return await run(what, lambda c: [to_row(row) for row in c.execute(statement)])
+        return await run(what, lambda c: [to_row(row) for row in c.execute(statement, params)])
 
     def _in_transaction(self, engine: Engine, what: str, work: Callable[[Connection], T]) -> T:
         try:
@@ -214,38 +227,21 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
     async def save_event(self, event: Event) -> bool:
         checked_id(event.agent_id, "agent id")
         checked_id(event.id, "event id")
-        statement = insert(events).values(event_values(event)).on_conflict_do_nothing()
-        return await self._write("save_event", lambda c: c.execute(statement).rowcount == 1)
+        values = event_values(event)
+        return await self._write("save_event", lambda c: c.execute(_SQL_SAVE_EVENT, values).rowcount == 1)
 
     async def get_event(self, agent_id: str, event_id: str) -> Event | None:
-        statement = select(events).where(events.c.agent_id == agent_id, events.c.id == event_id)
-        return await self._fetch_one("get_event", statement, event_from_row)
+        params = {"p_agent_id": agent_id, "p_id": event_id}
+        return await self._fetch_one("get_event", _SQL_EVENT, event_from_row, params)
 
     async def put_marker(self, agent_id: str, marker: CompletionMarker) -> None:
         agent_id = checked_id(agent_id, "agent id")
         checked_id(marker.event_id, "event id")
-        fields = {
-            "transmitted": marker.transmitted,
-            "text": marker.text,
-            "reason": marker.reason,
-            "created_at": marker.created_at,
-            "expires_at": marker.expires_at,
-        }
-        statement = insert(completion_markers).values(
-            id=new_id(marker.created_at), agent_id=agent_id, event_id=marker.event_id, **fields
-        )
-        statement = statement.on_conflict_do_update(
-            index_elements=[completion_markers.c.agent_id, completion_markers.c.event_id], set_=fields
-        )
-        await self._write("put_marker", lambda connection: connection.execute(statement))
+        await self._write("put_marker", lambda connection: _put_marker(connection, agent_id, marker))
 
     async def get_marker(self, agent_id: str, event_id: str, now: datetime) -> CompletionMarker | None:
-        statement = select(completion_markers).where(
-            completion_markers.c.agent_id == agent_id,
-            completion_markers.c.event_id == event_id,
-            completion_markers.c.expires_at > now,
-        )
-        return await self._fetch_one("get_marker", statement, marker_from_row)
+        params = {"p_agent_id": agent_id, "p_event_id": event_id, "p_now": now}
+        return await self._fetch_one("get_marker", _SQL_MARKER, marker_from_row, params)
 
     async def purge_markers(self, now: datetime) -> int:
         statement = delete(completion_markers).where(completion_markers.c.expires_at <= now)
@@ -259,20 +255,9 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
         are serialised (one thread here, BEGIN IMMEDIATE across processes), so concurrent
         first contacts still yield one person; the unique identity key is the backstop."""
         agent_id = checked_id(agent_id, "agent id")
-
-        def work(connection: Connection) -> Person:
-            person_id = _person_for_identity(connection, agent_id, identity)
-            if person_id is None:
-                person_id = _create_person(connection, agent_id, identity, display_name, kind, now)
-            else:
-                connection.execute(
-                    update(persons)
-                    .where(persons.c.agent_id == agent_id, persons.c.id == person_id)
-                    .values(last_interaction_at=_latest(persons.c.last_interaction_at, now))
-                )
-            return load_person(connection, agent_id, person_id)
-
-        return await self._write("resolve_person", work)
+        return await self._write(
+            "resolve_person", lambda c: _resolve_person(c, agent_id, identity, display_name, kind, now)
+        )
 
     async def get_person(self, agent_id: str, person_id: str) -> Person | None:
         def work(connection: Connection) -> Person | None:
@@ -362,12 +347,8 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
         await self._write("revise_observation", work)
 
     async def observations(self, agent_id: str, subject_id: str) -> list[Observation]:
-        statement = (
-            select(observations)
-            .where(observations.c.agent_id == agent_id, observations.c.subject_id == subject_id)
-            .order_by(observations.c.observed_at, observations.c.id)
-        )
-        rows = await self._read("observations", lambda c: c.execute(statement).all())
+        params = {"p_agent_id": agent_id, "p_subject_id": subject_id}
+        rows = await self._read("observations", lambda c: c.execute(_SQL_OBSERVATIONS, params).all())
         return [
             Observation(
                 id=r.id,
@@ -625,54 +606,47 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
         does not join the dialog there. Closing an idle one and opening its successor
         happen in the same transaction."""
         agent_id = checked_id(agent_id, "agent id")
-        now = _utc(now)
-        participants = _unique(checked_id(p, "participant id") for p in participant_ids)
-        idle = timedelta(seconds=idle_timeout_seconds)
+        participants = [checked_id(p, "participant id") for p in participant_ids]
+        return await self._write(
+            "open_conversation",
+            lambda c: _open_conversation(
+                c, agent_id, service, channel, participants, now, idle_timeout_seconds, kind
+            ),
+        )
 
-        def work(connection: Connection) -> Conversation:
-            row = connection.execute(
-                select(conversations).where(
-                    conversations.c.agent_id == agent_id,
-                    conversations.c.service == service,
-                    conversations.c.channel == channel,
-                    conversations.c.kind == kind,
-                    conversations.c.closed_at.is_(None),
-                )
-            ).first()
-            if row is not None and now - row.last_activity_at > idle:
-                connection.execute(
-                    update(conversations).where(conversations.c.id == row.id).values(closed_at=now)
-                )
-                row = None
-            if row is None:
-                joining = participants
-                statement = insert(conversations).values(
-                    id=new_id(now), agent_id=agent_id, service=service, channel=channel, kind=kind,
-                    participants=participants, started_at=now, last_activity_at=now, closed_at=None,
-                )  # fmt: skip
-            else:
-                joining = [p for p in participants if p not in row.participants]
-                statement = (
-                    update(conversations)
-                    .where(conversations.c.id == row.id)
-                    .values(
-                        participants=_unique([*row.participants, *participants]),
-                        last_activity_at=_latest(conversations.c.last_activity_at, now),
-                    )
-                )
-            conversation = conversation_from_row(
-                connection.execute(statement.returning(*conversations.c)).one()
+    async def record_inbound(
+        self,
+        agent_id: str,
+        speaker: tuple[Identity, str, str] | None,
+        service: str,
+        channel: str,
+        now: datetime,
+        idle_timeout_seconds: float,
+        kind: str,
+        make_message: Callable[[Person | None, Conversation], Message],
+    ) -> tuple[Person | None, Conversation, Message]:
+        """resolve_person + open_conversation + add_message in one write transaction."""
+        agent_id = checked_id(agent_id, "agent id")
+
+        def work(connection: Connection) -> tuple[Person | None, Conversation, Message]:
+            person = None
+            if speaker is not None:
+                identity, display_name, person_kind = speaker
+                person = _resolve_person(connection, agent_id, identity, display_name, person_kind, now)
+            participants = [person.id] if person is not None else []
+            conversation = _open_conversation(
+                connection, agent_id, service, channel, participants, now, idle_timeout_seconds, kind
             )
-            index_participants(connection, agent_id, conversation, joining)
-            return conversation
+            message = make_message(person, conversation)
+            _checked_message(message)
+            _add_message(connection, message)
+            return person, conversation, message
 
-        return await self._write("open_conversation", work)
+        return await self._write("record_inbound", work)
 
     async def get_conversation(self, agent_id: str, conversation_id: str) -> Conversation | None:
-        statement = select(conversations).where(
-            conversations.c.agent_id == agent_id, conversations.c.id == conversation_id
-        )
-        return await self._fetch_one("get_conversation", statement, conversation_from_row)
+        params = {"p_agent_id": agent_id, "p_id": conversation_id}
+        return await self._fetch_one("get_conversation", _SQL_CONVERSATION, conversation_from_row, params)
 
     async def list_conversations(
         self, agent_id: str, *, channel: str | None = None, limit: int = 50
@@ -704,46 +678,36 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
     # dialog ------------------------------------------------------------------------------
     async def add_message(self, message: Message) -> bool:
         """Also touches the open conversation's last activity: a slow reply is activity."""
-        for value, what in _message_ids(message):
-            checked_id(value, what)
-        values = message.model_dump()
-        values["role"] = message.role.value
+        _checked_message(message)
+        return await self._write("add_message", lambda c: _add_message(c, message))
 
-        def work(connection: Connection) -> bool:
-            # No conflict target: the primary key and the partial unique index on AGENT
-            # replies per event_id both make the insert a no-op.
-            result = connection.execute(insert(messages).values(values).on_conflict_do_nothing())
-            if result.rowcount != 1:
-                return False
-            connection.execute(
-                update(conversations)
-                .where(
-                    conversations.c.agent_id == message.agent_id,
-                    conversations.c.id == message.conversation_id,
-                    conversations.c.closed_at.is_(None),
-                )
-                .values(last_activity_at=_latest(conversations.c.last_activity_at, message.created_at))
-            )
-            return True
+    async def record_reply(self, message: Message, marker: Callable[[Message], CompletionMarker]) -> Message:
+        """The agent's reply (or the one already stored for its event) and the completion
+        marker made from it, in one write transaction."""
+        _checked_message(message)
+        agent_id = checked_id(message.agent_id, "agent id")
 
-        return await self._write("add_message", work)
+        def work(connection: Connection) -> Message:
+            stored = message
+            if not _add_message(connection, message) and message.event_id is not None:
+                params = {"p_agent_id": agent_id, "p_event_id": message.event_id}
+                row = connection.execute(_SQL_AGENT_REPLY, params).first()
+                stored = message if row is None else message_from_row(row)
+            _put_marker(connection, agent_id, marker(stored))
+            return stored
+
+        return await self._write("record_reply", work)
 
     async def recent_messages(self, agent_id: str, conversation_id: str, limit: int) -> list[Message]:
         condition = and_(messages.c.agent_id == agent_id, messages.c.conversation_id == conversation_id)
         return await self._last_messages("recent_messages", condition, limit)
 
     async def channel_messages(self, agent_id: str, service: str, channel: str, limit: int) -> list[Message]:
-        in_channel = (
-            select(conversations.c.id)
-            .where(
-                conversations.c.agent_id == agent_id,
-                conversations.c.service == service,
-                conversations.c.channel == channel,
-            )
-            .scalar_subquery()
-        )
-        condition = and_(messages.c.agent_id == agent_id, messages.c.conversation_id.in_(in_channel))
-        return await self._last_messages("channel_messages", condition, limit)
+        if limit <= 0:
+            return []
+        params = {"p_agent_id": agent_id, "p_service": service, "p_channel": channel, "p_limit": limit}
+        found = await self._fetch_all("channel_messages", _SQL_CHANNEL_MESSAGES, message_from_row, params)
+        return list(reversed(found))
 
     async def _last_messages(self, what: str, condition: ColumnElement[bool], limit: int) -> list[Message]:
         """The last `limit` matching messages, oldest first: (created_at, id) order, so
@@ -759,12 +723,8 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
         return list(reversed(await self._fetch_all(what, statement, message_from_row)))
 
     async def agent_reply_for_event(self, agent_id: str, event_id: str) -> Message | None:
-        statement = select(messages).where(
-            messages.c.agent_id == agent_id,
-            messages.c.event_id == event_id,
-            messages.c.role == Role.AGENT.value,
-        )
-        return await self._fetch_one("agent_reply_for_event", statement, message_from_row)
+        params = {"p_agent_id": agent_id, "p_event_id": event_id}
+        return await self._fetch_one("agent_reply_for_event", _SQL_AGENT_REPLY, message_from_row, params)
 
     async def search_messages(
         self,
@@ -813,30 +773,27 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
 
     # flags ---------------------------------------------------------------------------------
     async def get_flag(self, agent_id: str, key: str) -> str | None:
-        statement = select(flags.c.value).where(flags.c.agent_id == agent_id, flags.c.key == key)
-        return await self._read("get_flag", lambda c: c.execute(statement).scalar_one_or_none())
+        params = {"p_agent_id": agent_id, "p_key": key}
+        return await self._read("get_flag", lambda c: c.execute(_SQL_FLAG, params).scalar_one_or_none())
 
     async def set_flag(self, agent_id: str, key: str, value: str | None) -> None:
         agent_id = checked_id(agent_id, "agent id")
         if value is None:
-            statement: Any = delete(flags).where(flags.c.agent_id == agent_id, flags.c.key == key)
+            statement: Any = _SQL_DELETE_FLAG
+            params: dict[str, Any] = {"p_agent_id": agent_id, "p_key": key}
         else:
-            statement = (
-                insert(flags)
-                .values(id=new_id(), agent_id=agent_id, key=key, value=value)
-                .on_conflict_do_update(index_elements=[flags.c.agent_id, flags.c.key], set_={"value": value})
-            )
-        await self._write("set_flag", lambda connection: connection.execute(statement))
+            statement = _SQL_SET_FLAG
+            params = {"id": new_id(), "agent_id": agent_id, "key": key, "value": value}
+        await self._write("set_flag", lambda connection: connection.execute(statement, params))
 
     async def flags_with_prefix(self, agent_id: str, prefix: str, limit: int = 100) -> dict[str, str]:
         # A range scan on the unique (agent_id, key) index; LIKE would need escaping.
-        statement = (
-            select(flags.c.key, flags.c.value)
-            .where(flags.c.agent_id == agent_id, flags.c.key >= prefix, flags.c.key < prefix + "\U0010ffff")
-            .order_by(flags.c.key)
-            .limit(limit)
+        if limit <= 0:
+            return {}
+        params = {"p_agent_id": agent_id, "p_low": prefix, "p_high": prefix + "\U0010ffff", "p_limit": limit}
+        rows = await self._read(
+            "flags_with_prefix", lambda c: c.execute(_SQL_FLAGS_WITH_PREFIX, params).all()
         )
-        rows = await self._read("flags_with_prefix", lambda c: c.execute(statement).all())
         return {row.key: row.value for row in rows}
 
     async def set_flag_if_absent(self, agent_id: str, key: str, value: str) -> bool:
@@ -849,7 +806,23 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
         )
         return await self._write("set_flag_if_absent", lambda c: c.execute(statement).rowcount == 1)
 
-    # helpers -------------------------------------------------------------------------------------
+    async def update_flag(
+        self, agent_id: str, key: str, change: Callable[[str | None], str | None]
+    ) -> str | None:
+        """Read and write in one write transaction (writes are serialised: atomic)."""
+        agent_id = checked_id(agent_id, "agent id")
+
+        def work(connection: Connection) -> str | None:
+            value = change(connection.execute(_SQL_FLAG, {"p_agent_id": agent_id, "p_key": key}).scalar())
+            if value is None:
+                connection.execute(_SQL_DELETE_FLAG, {"p_agent_id": agent_id, "p_key": key})
+            else:
+                connection.execute(
+                    _SQL_SET_FLAG, {"id": new_id(), "agent_id": agent_id, "key": key, "value": value}
+                )
+            return value
+
+        return await self._write("update_flag", work)
 
     async def close_conversation(
         self, agent_id: str, conversation_id: str, now: datetime
@@ -906,6 +879,96 @@ def _latest(column_: Any, when: datetime) -> Any:
     """SQL for max(column, when) that tolerates NULL: an out-of-order (replayed) event
     never moves a last-activity time backwards."""
     return case((column_.is_(None), when), (column_ < when, when), else_=column_)
+
+
+def _put_marker(connection: Connection, agent_id: str, marker: CompletionMarker) -> None:
+    checked_id(marker.event_id, "event id")
+    values = {
+        "id": new_id(marker.created_at),
+        "agent_id": agent_id,
+        "event_id": marker.event_id,
+        "transmitted": marker.transmitted,
+        "text": marker.text,
+        "reason": marker.reason,
+        "created_at": marker.created_at,
+        "expires_at": marker.expires_at,
+    }
+    connection.execute(_SQL_PUT_MARKER, values)
+
+
+def _resolve_person(
+    connection: Connection, agent_id: str, identity: Identity, display_name: str, kind: str, now: datetime
+) -> Person:
+    params = {
+        "p_agent_id": agent_id,
+        "p_service": identity.service,
+        "p_channel": identity.channel,
+        "p_speaker_id": identity.speaker_id,
+    }
+    person_id = connection.execute(_SQL_IDENTITY_PERSON, params).scalar_one_or_none()
+    if person_id is None:
+        person_id = _create_person(connection, agent_id, identity, display_name, kind, now)
+    else:
+        touch = {"p_agent_id": agent_id, "p_person_id": person_id, "p_now": now}
+        connection.execute(_SQL_TOUCH_PERSON, touch)
+    # load_person, over the prepared statements
+    params = {"p_agent_id": agent_id, "p_person_id": person_id}
+    row = connection.execute(_SQL_PERSON, params).one()
+    known = tuple(
+        Identity(service=r.service, channel=r.channel, speaker_id=r.speaker_id)
+        for r in connection.execute(_SQL_PERSON_IDENTITIES, params)
+    )
+    return person_from_row(row, known)
+
+
+def _open_conversation(
+    connection: Connection,
+    agent_id: str,
+    service: str,
+    channel: str,
+    participant_ids: Sequence[str],
+    now: datetime,
+    idle_timeout_seconds: float,
+    kind: str,
+) -> Conversation:
+    now = _utc(now)
+    participants = _unique(participant_ids)
+    idle = timedelta(seconds=idle_timeout_seconds)
+    params = {"p_agent_id": agent_id, "p_service": service, "p_channel": channel, "p_kind": kind}
+    row = connection.execute(_SQL_OPEN_CONVERSATION, params).first()
+    if row is not None and now - row.last_activity_at > idle:
+        connection.execute(update(conversations).where(conversations.c.id == row.id).values(closed_at=now))
+        row = None
+    if row is not None:
+        joined = {"p_id": row.id, "p_participants": _unique([*row.participants, *participants]), "p_now": now}
+        conversation = conversation_from_row(connection.execute(_SQL_JOIN_CONVERSATION, joined).one())
+        joining = [p for p in participants if p not in row.participants]
+        index_participants(connection, agent_id, conversation, joining)  # usually none: no write
+        return conversation
+    statement = insert(conversations).values(
+        id=new_id(now), agent_id=agent_id, service=service, channel=channel, kind=kind,
+        participants=participants, started_at=now, last_activity_at=now, closed_at=None,
+    )  # fmt: skip
+    conversation = conversation_from_row(connection.execute(statement.returning(*conversations.c)).one())
+    index_participants(connection, agent_id, conversation, participants)
+    return conversation
+
+
+def _checked_message(message: Message) -> None:
+    for value, what in _message_ids(message):
+        checked_id(value, what)
+
+
+def _add_message(connection: Connection, message: Message) -> bool:
+    values = message.model_dump()
+    values["role"] = message.role.value
+    # No conflict target: the primary key and the partial unique index on AGENT replies
+    # per event_id both make the insert a no-op.
+    if connection.execute(_SQL_ADD_MESSAGE, values).rowcount != 1:
+        return False
+    touch = {"p_agent_id": message.agent_id, "p_id": message.conversation_id, "p_now": message.created_at}
+    connection.execute(_SQL_TOUCH_CONVERSATION, touch)
+    return True
 
 
 def _person_for_identity(connection: Connection, agent_id: str, identity: Identity) -> str | None:
@@ -969,3 +1032,122 @@ def _audit(
             at=at,
         )
     )
+
+
+# The statements every turn runs, built once. A statement object reused with parameters
+# skips both building the expression and SQLAlchemy's cache-key walk (memoised per object);
+# together those were most of a turn's store CPU. Parameters are named `p_*` so they never
+# collide with the column names SQLAlchemy reserves for VALUES and SET.
+def _p(name: str, like: Any = None) -> Any:
+    return bindparam(f"p_{name}", type_=None if like is None else like.type)
+
+
+def _upsert(table_: Any, keys: Sequence[str], fields: Sequence[str]) -> Any:
+    """INSERT ... ON CONFLICT (keys) DO UPDATE SET each field to the inserted value."""
+    statement = insert(table_)
+    return statement.on_conflict_do_update(
+        index_elements=[table_.c[k] for k in keys], set_={f: statement.excluded[f] for f in fields}
+    )
+
+
+_SQL_IDENTITY_PERSON = select(identities.c.person_id).where(
+    identities.c.agent_id == _p("agent_id"),
+    identities.c.service == _p("service"),
+    identities.c.channel == _p("channel"),
+    identities.c.speaker_id == _p("speaker_id"),
+)
+_SQL_TOUCH_PERSON = (
+    update(persons)
+    .where(persons.c.agent_id == _p("agent_id"), persons.c.id == _p("person_id"))
+    .values(
+        last_interaction_at=_latest(persons.c.last_interaction_at, _p("now", persons.c.last_interaction_at))
+    )
+)
+_SQL_PERSON = select(persons).where(persons.c.agent_id == _p("agent_id"), persons.c.id == _p("person_id"))
+_SQL_PERSON_IDENTITIES = (
+    select(identities)
+    .where(identities.c.agent_id == _p("agent_id"), identities.c.person_id == _p("person_id"))
+    .order_by(identities.c.created_at, identities.c.id)
+)
+_SQL_OPEN_CONVERSATION = select(conversations).where(
+    conversations.c.agent_id == _p("agent_id"),
+    conversations.c.service == _p("service"),
+    conversations.c.channel == _p("channel"),
+    conversations.c.kind == _p("kind"),
+    conversations.c.closed_at.is_(None),
+)
+_SQL_CONVERSATION = select(conversations).where(
+    conversations.c.agent_id == _p("agent_id"), conversations.c.id == _p("id")
+)
+_SQL_ADD_MESSAGE = insert(messages).on_conflict_do_nothing()
+_SQL_TOUCH_CONVERSATION = (
+    update(conversations)
+    .where(
+        conversations.c.agent_id == _p("agent_id"),
+        conversations.c.id == _p("id"),
+        conversations.c.closed_at.is_(None),
+    )
+    .values(
+        last_activity_at=_latest(
+            conversations.c.last_activity_at, _p("now", conversations.c.last_activity_at)
+        )
+    )
+)
+_SQL_JOIN_CONVERSATION = (
+    update(conversations)
+    .where(conversations.c.id == _p("id"))
+    .values(
+        participants=_p("participants", conversations.c.participants),
+        last_activity_at=_latest(
+            conversations.c.last_activity_at, _p("now", conversations.c.last_activity_at)
+        ),
+    )
+    .returning(*conversations.c)
+)
+# The role as a literal, not a parameter: only then can SQLite use the partial unique index
+# on agent replies (otherwise it scans the agent's messages).
+_SQL_AGENT_REPLY = select(messages).where(
+    messages.c.agent_id == _p("agent_id"),
+    messages.c.event_id == _p("event_id"),
+    messages.c.role == literal_column(f"'{Role.AGENT.value}'"),
+)
+_SQL_CHANNEL_MESSAGES = (
+    select(messages)
+    .where(
+        messages.c.agent_id == _p("agent_id"),
+        messages.c.conversation_id.in_(
+            select(conversations.c.id)
+            .where(
+                conversations.c.agent_id == _p("agent_id"),
+                conversations.c.service == _p("service"),
+                conversations.c.channel == _p("channel"),
+            )
+            .scalar_subquery()
+        ),
+    )
+    .order_by(messages.c.created_at.desc(), messages.c.id.desc())
+    .limit(_p("limit"))
+)
+_SQL_SAVE_EVENT = insert(events).on_conflict_do_nothing()
+_SQL_EVENT = select(events).where(events.c.agent_id == _p("agent_id"), events.c.id == _p("id"))
+_MARKER_FIELDS = ("transmitted", "text", "reason", "created_at", "expires_at")
+_SQL_PUT_MARKER = _upsert(completion_markers, ("agent_id", "event_id"), _MARKER_FIELDS)
+_SQL_MARKER = select(completion_markers).where(
+    completion_markers.c.agent_id == _p("agent_id"),
+    completion_markers.c.event_id == _p("event_id"),
+    completion_markers.c.expires_at > _p("now", completion_markers.c.expires_at),
+)
+_SQL_FLAG = select(flags.c.value).where(flags.c.agent_id == _p("agent_id"), flags.c.key == _p("key"))
+_SQL_SET_FLAG = _upsert(flags, ("agent_id", "key"), ("value",))
+_SQL_DELETE_FLAG = delete(flags).where(flags.c.agent_id == _p("agent_id"), flags.c.key == _p("key"))
+_SQL_FLAGS_WITH_PREFIX = (
+    select(flags.c.key, flags.c.value)
+    .where(flags.c.agent_id == _p("agent_id"), flags.c.key >= _p("low"), flags.c.key < _p("high"))
+    .order_by(flags.c.key)
+    .limit(_p("limit"))
+)
+_SQL_OBSERVATIONS = (
+    select(observations)
+    .where(observations.c.agent_id == _p("agent_id"), observations.c.subject_id == _p("subject_id"))
+    .order_by(observations.c.observed_at, observations.c.id)
+)
