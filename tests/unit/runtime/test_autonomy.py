@@ -205,6 +205,11 @@ async def test_the_heartbeat_rests_or_acts_and_stays_deleted_across_restarts(
 
         mind.intention = "pursue_goal"
         clock.advance(timedelta(hours=1))
+
+        async def idle() -> bool:  # the first beat's workflow has finished, not only its run
+            return not await runtime.busy(AGENT.id)
+
+        await _wait_for(idle)
         assert await runtime.autonomy.fire_due() == 1
 
         async def acted() -> bool:
