@@ -29,7 +29,7 @@ from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import InputError, ModelError
 from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
 from persyn.core.ids import derived_id, new_id, parse_id
-from persyn.gateway.base import Prompt, SinkEvent, ToolCall
+from persyn.gateway.base import Prompt, SinkEvent, ToolCall, ToolSpec
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
 from persyn.gateway.registry import ModelSpec, parse_model_string
@@ -97,6 +97,7 @@ class Runtime:
         self.context_sources: list[ContextSource] = []
         self._hooks: dict[str, ConversationHook] = {}
         self._extractions: dict[str, ConversationHook] = {}
+        self._tool_specs: dict[str, tuple[ToolSpec, ...]] = {}
         self._unextracted: dict[str, int] = {}  # messages since the last extraction trigger
         self._gateways: dict[str, ModelGateway] = {}
         self._local_servers: dict[str, LlamaServer] = {}
@@ -584,7 +585,7 @@ class Runtime:
         )
         channel = self.channels.get(event.service)
         sink = _safe_sink_for(channel, event)
-        tools = self.tool_registry(setup, event_id).specs() if self.offers_tools(agent_id) else ()
+        tools = self.tool_specs(setup, event_id) if self.offers_tools(agent_id) else ()
         reply = await pipeline.respond(self.gateway(agent_id), prepared.prompt, sink, tools)
         return {"reply": reply.model_dump(mode="json"), "prepared": prepared.model_dump(mode="json")}
 
@@ -600,6 +601,14 @@ class Runtime:
     def tool_registry(self, setup: TurnSetup, event_id: str) -> ToolRegistry:
         return build_registry(self, setup, event_id)
 
+    def tool_specs(self, setup: TurnSetup, event_id: str) -> tuple[ToolSpec, ...]:
+        """What the model is offered: the same for every turn of an agent, so built once
+        (building the registry generates every tool's schemas: milliseconds a turn)."""
+        specs = self._tool_specs.get(setup.agent_id)
+        if specs is None:
+            specs = self._tool_specs[setup.agent_id] = self.tool_registry(setup, event_id).specs()
+        return specs
+
     async def continue_respond(
         self, agent_id: str, event_id: str, setup_data: dict[str, Any], prompt_data: dict[str, Any]
     ) -> dict[str, Any]:
@@ -609,7 +618,7 @@ class Runtime:
         event = await self._event(agent_id, event_id)
         prompt = Prompt.model_validate(prompt_data)
         sink = _safe_sink_for(self.channels.get(event.service), event)
-        tools = self.tool_registry(setup, event_id).specs()
+        tools = self.tool_specs(setup, event_id)
         try:
             completion = await self.gateway(agent_id).complete(
                 Task.RESPOND, prompt, tools=tools, sink=sink, phase="draft"
