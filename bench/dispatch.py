@@ -48,7 +48,13 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _settings(home: Path, agent_count: int, polling: float | None) -> tuple[Settings, list[AgentConfig]]:
     home.mkdir(parents=True)
-    toml = '[models]\ndefault = "test:bench"\n[metering]\nevent_log = false\n'
+    # Background extraction (observations, graph) every few messages is not part of an
+    # activation, and the instant double cannot answer its structured requests (each would
+    # fail and be retried): off here, so the figure is the dispatcher's.
+    toml = (
+        '[models]\ndefault = "test:bench"\n[metering]\nevent_log = false\n'
+        "[conversation]\nextract_every_messages = 0\n"
+    )
     if polling is not None:
         toml += f"[dispatch]\nqueue_polling_seconds = {polling}\n"
     (home / "persyn.toml").write_text(toml)

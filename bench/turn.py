@@ -113,6 +113,8 @@ def _home(home: Path, mode: str) -> Path:
     (home / "persyn.toml").write_text(
         '[models]\ndefault = "test:bench-turn"\n[metering]\nevent_log = false\n'
         f'[deliberation]\nmode = "{mode}"\nseed = 1\n'
+        # Background extraction every few messages is off the critical path, not a turn's cost.
+        "[conversation]\nextract_every_messages = 0\n"
     )
     return home
 
