@@ -71,7 +71,10 @@ heartbeat_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(heartbeat_app, name="heartbeat")
-reminders_app = typer.Typer(help="Reminders the agent set itself (read-only here).", no_args_is_help=True)
+reminders_app = typer.Typer(
+    help="Reminders the agent set itself: list, show what happened when they fired, cancel.",
+    no_args_is_help=True,
+)
 app.add_typer(reminders_app, name="reminders")
 goals_app = typer.Typer(help="Goals the agent set itself (read-only here).", no_args_is_help=True)
 app.add_typer(goals_app, name="goals")
@@ -890,6 +893,68 @@ def reminders_list(
             f"{reminder.id}  next {reminder.next_fire_at:%Y-%m-%d %H:%M}  {describe_trigger(reminder.trigger)}"
             f"  [{reminder.status}]  {reminder.objective[:80]}"
         )
+
+
+@reminders_app.command("show")
+def reminders_show(
+    reminder_id: Annotated[
+        str, typer.Argument(metavar="ID", help="The reminder's ULID (see `reminders list`).")
+    ],
+    agent: AgentOption = None,
+) -> None:
+    """A reminder and what happened the last times it fired."""
+    from persyn.runtime.inspect_autonomy import reminder
+    from persyn.schedule import describe_trigger
+
+    settings = _settings()
+    found, runs = _run(reminder(settings, settings.agent(agent), reminder_id))
+    typer.echo(
+        f"{found.objective}\n  {describe_trigger(found.trigger)}; next {found.next_fire_at:%Y-%m-%d %H:%M} UTC"
+    )
+    typer.echo(f"  status {found.status}, fired {found.fire_count} time(s)")
+    for run in runs:
+        typer.echo(f"  {run.at:%Y-%m-%d %H:%M} {run.outcome[:100]} ({run.tokens} tokens)")
+
+
+@reminders_app.command("cancel")
+def reminders_cancel(
+    reminder_id: Annotated[str, typer.Argument(metavar="ID", help="The reminder's ULID.")],
+    agent: AgentOption = None,
+) -> None:
+    """Cancel one of the agent's reminders: it never fires again (it stays listed with
+    `--cancelled`)."""
+    from persyn.runtime.inspect_autonomy import cancel_reminder
+
+    settings = _settings()
+    cancelled = _run(cancel_reminder(settings, settings.agent(agent), reminder_id))
+    typer.echo(f"cancelled: {cancelled.objective[:80]}")
+
+
+@app.command("activity")
+def activity_command(
+    agent: AgentOption = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only since then: 7d, 12h, 30m, or an ISO time.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many runs.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """What the agent did on its own — heartbeat beats, reminder runs, skips and rests — with
+    each run's token cost, newest first."""
+    from persyn.runtime.inspect_autonomy import activity
+
+    settings = _settings()
+    entries = _run(activity(settings, settings.agent(agent), _parse_since(since), limit))
+    if as_json:
+        typer.echo(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
+        return
+    if not entries:
+        typer.echo("Nothing self-initiated yet.")
+    for entry in entries:
+        typer.echo(
+            f"{entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {entry.tokens:>7} tokens  {entry.outcome[:100]}"
+        )
+    typer.echo(f"total: {sum(e.tokens for e in entries)} tokens over {len(entries)} run(s)")
 
 
 @goals_app.command("list")

@@ -8,12 +8,24 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from persyn.core.config import AgentConfig, Settings
+from persyn.core.errors import InputError
+from persyn.core.ids import parse_id
 from persyn.runtime.autonomy import ActivityEntry, recent_activity
 from persyn.runtime.inspect import opened_store
 from persyn.schedule import delete_heartbeat, heartbeat_status, restore_heartbeat
 from persyn.store.base import Goal, Reminder
 
-__all__ = ["HeartbeatView", "agent_goals", "agent_reminders", "heartbeat", "sleep", "wake"]
+__all__ = [
+    "HeartbeatView",
+    "activity",
+    "agent_goals",
+    "agent_reminders",
+    "cancel_reminder",
+    "heartbeat",
+    "reminder",
+    "sleep",
+    "wake",
+]
 
 _TOKENS_FLAG = "autonomy-tokens:"  # runtime/autonomy.py
 
@@ -55,3 +67,30 @@ async def agent_reminders(settings: Settings, agent: AgentConfig, include_cancel
 async def agent_goals(settings: Settings, agent: AgentConfig) -> list[Goal]:
     async with opened_store(settings) as store:
         return await store.list_goals(agent.id)
+
+
+async def reminder(
+    settings: Settings, agent: AgentConfig, reminder_id: str
+) -> tuple[Reminder, list[ActivityEntry]]:
+    """One of the agent's reminders and what happened the last times it fired."""
+    wanted = parse_id(reminder_id, what="reminder id")
+    async with opened_store(settings) as store:
+        found = await store.get_reminder(agent.id, wanted)
+        if found is None or found.kind != "reminder":
+            raise InputError(f"agent {agent.name} has no reminder {wanted!r} (see `persyn reminders list`)")
+        runs = [e for e in await recent_activity(store, agent.id, limit=200) if e.reminder_id == wanted]
+    return found, runs[:10]
+
+
+async def cancel_reminder(settings: Settings, agent: AgentConfig, reminder_id: str) -> Reminder:
+    found, _ = await reminder(settings, agent, reminder_id)
+    async with opened_store(settings) as store:
+        return await store.cancel_reminder(agent.id, found.id, datetime.now(UTC))
+
+
+async def activity(
+    settings: Settings, agent: AgentConfig, since: datetime | None, limit: int
+) -> list[ActivityEntry]:
+    async with opened_store(settings) as store:
+        entries = await recent_activity(store, agent.id, limit=limit)
+    return [e for e in entries if since is None or e.at >= since]

@@ -315,3 +315,37 @@ async def test_the_dbos_schedule_fires_a_due_reminder_on_its_own(tmp_path: Path,
         assert entry.outcome == "said: Time to stretch, Sam!"
     finally:
         await runtime.stop()
+
+
+async def test_a_cancelled_reminder_never_fires_and_the_operator_sees_what_ran(
+    tmp_path: Path, mind: Mind
+) -> None:
+    from persyn.runtime.inspect_autonomy import activity, cancel_reminder, reminder
+
+    runtime = await _runtime(tmp_path, "[autonomy]\nheartbeat_minutes = 1440\n")
+    clock = runtime.clock
+    assert isinstance(clock, ManualClock)
+    try:
+        kept = await set_reminder(
+            runtime.store,
+            AGENT.id,
+            "water the plants",
+            interval_trigger(600, START + timedelta(minutes=10)),
+            START,
+        )
+        dropped = await set_reminder(
+            runtime.store, AGENT.id, "call the bank", at_trigger(START + timedelta(minutes=10), START), START
+        )
+        cancelled = await cancel_reminder(runtime.settings, AGENT, dropped.id)
+        assert cancelled.status.value == "cancelled"
+        clock.advance(timedelta(minutes=11))
+        assert await runtime.autonomy.fire_due() == 1  # only the one still active
+        await _wait_for(lambda: _has_activity(runtime))
+        shown, runs = await reminder(runtime.settings, AGENT, kept.id)
+        assert shown.fire_count == 1 and [r.outcome for r in runs] == ["said: Time to stretch, Sam!"]
+        assert [e.reminder_id for e in await activity(runtime.settings, AGENT, START, 10)] == [kept.id]
+        assert await activity(runtime.settings, AGENT, START + timedelta(days=1), 10) == []
+        with pytest.raises(Exception, match="no reminder"):
+            await reminder(runtime.settings, AGENT, new_id())
+    finally:
+        await runtime.stop()

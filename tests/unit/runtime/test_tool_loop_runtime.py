@@ -47,6 +47,7 @@ class Mind:
         self.scenario = "goal"
         self.seen_results: list[str] = []
         self.tool_names: list[list[str]] = []
+        self.prompts: list[str] = []
 
     def __call__(self, task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
         if task == "reflect":
@@ -59,6 +60,7 @@ class Mind:
         if task != "respond":
             return DoubleReply(text="ok")
         self.tool_names.append(sorted(t.name for t in info.function_tools))
+        self.prompts.append(info.instructions or "")
         results = _returns(messages)
         self.seen_results += [str(r.content) for r in results]
         if self.scenario == "goal":
@@ -174,6 +176,10 @@ async def test_the_model_uses_a_tool_then_answers_each_step_durable_and_metered(
         trace = json.loads(await runtime.store.get_flag(AGENT.id, DELIBERATION_FLAG + event.id) or "{}")
         assert trace["tools"] == [{"name": "create_goal", "status": "ok"}]
         assert [o.text for o in channel.delivered] == [marker.text]
+        # The goal it set itself is standing context from the very next turn.
+        mind.scenario = "plain"
+        await _say(runtime, "Anything new?")
+        assert "My open goals" in mind.prompts[-1] and "Learn to play Go" in mind.prompts[-1]
     finally:
         await runtime.stop()
 
