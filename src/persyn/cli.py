@@ -80,6 +80,7 @@ goals_app = typer.Typer(help="Goals the agent set itself (read-only here).", no_
 app.add_typer(goals_app, name="goals")
 
 _state: dict[str, Path | None] = {"home": None}
+_now: dict[str, datetime | None] = {"now": None}
 
 HomeOption = Annotated[
     Path | None,
@@ -96,8 +97,32 @@ AgentOption = Annotated[
 
 
 @app.callback()
-def _root(home: HomeOption = None) -> None:
+def _root(
+    home: HomeOption = None,
+    now: Annotated[
+        str | None,
+        typer.Option(
+            "--now",
+            help="Run as if it were this ISO time (the clock then moves on in real time): for "
+            "trying reminders and the heartbeat, and for tests.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     _state["home"] = home
+    if now is not None:
+        try:
+            parsed = datetime.fromisoformat(now)
+        except ValueError as exc:
+            raise PersynError(f"invalid --now {now!r}: use ISO 8601, e.g. 2026-12-07T09:00") from exc
+        _now["now"] = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _clock() -> Any:
+    """The runtime's clock: the system's, or shifted to `--now`."""
+    from persyn.core.clock import OffsetClock, SystemClock
+
+    return OffsetClock(_now["now"]) if _now["now"] is not None else SystemClock()
 
 
 def _settings() -> Settings:
@@ -175,7 +200,7 @@ def chat(
     chosen = settings.agent(agent)
 
     async def _chat() -> int:
-        runtime = Runtime(settings)
+        runtime = Runtime(settings, clock=_clock())
         await runtime.start(workers=True)
         try:
             return await run_chat(runtime, chosen, display_name=as_name)
@@ -207,11 +232,11 @@ def send(
     raw: str | bytes = sys.stdin.buffer.read() if text == "-" else text
 
     async def _send() -> int:
-        runtime = Runtime(settings)
+        runtime = Runtime(settings, clock=_clock())
         body = runtime.validate_text(raw)
         await runtime.start(workers=False)
         try:
-            now = datetime.now(UTC)
+            now = runtime.clock.now()
             event = Event(
                 id=new_id(now),
                 agent_id=chosen.id,
@@ -243,7 +268,7 @@ def send(
 async def _serve(settings: Settings, *, housekeeping: bool) -> int:
     from persyn.runtime.app import Runtime
 
-    runtime = Runtime(settings)
+    runtime = Runtime(settings, clock=_clock())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -839,7 +864,7 @@ def heartbeat_status_command(
         typer.echo(
             f"beating: next at {view.beat.next_fire_at:%Y-%m-%d %H:%M} UTC, {view.beat.fire_count} beat(s) so far"
         )
-    typer.echo(f"autonomy budget today: {view.tokens_today} of {view.budget} tokens")
+    typer.echo(f"autonomy budget: {view.tokens_today} of {view.budget} tokens used in the last 24 hours")
     for entry in view.activity:
         typer.echo(
             f"  {entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {entry.outcome[:100]}  ({entry.tokens} tokens)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "SystemClock", "friendly_datetime", "part_of_day"]
+__all__ = ["Clock", "ManualClock", "OffsetClock", "SystemClock", "friendly_datetime", "part_of_day"]
 
 
 class Clock(Protocol):
@@ -33,6 +33,18 @@ class ManualClock:
 
     def set(self, when: datetime) -> None:
         self._now = when
+
+
+class OffsetClock:
+    """The system clock shifted by a fixed offset: a simulated "now" that still moves in
+    real time (`persyn run --now 2026-12-07T09:00`, for trying schedules and in tests)."""
+
+    def __init__(self, now: datetime) -> None:
+        start = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+        self.offset = start - datetime.now(UTC)
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset
 
 
 def part_of_day(when: datetime) -> str:

@@ -240,6 +240,9 @@ class AutonomyConfig(_Strict):
     review_records: int = Field(default=20, ge=1, le=200)
     # Messages the agent may send to contacts in one self-initiated run.
     max_messages_per_run: int = Field(default=2, ge=0, le=20)
+    # Tokens (estimated, 4 characters a token) the agent may initiate per channel in a
+    # rolling 24 hours with its message tool; beyond it, sending is refused and says why.
+    channel_message_tokens: int = Field(default=2000, ge=0)
 
 
 class RetrievalWeights(_Strict):

@@ -26,7 +26,7 @@ from persyn.cognition.goals import GoalsSource
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import AgentConfig, Settings, Task
-from persyn.core.errors import InputError, ModelError
+from persyn.core.errors import InputError, ModelError, ToolError
 from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
 from persyn.core.ids import derived_id, new_id, parse_id
 from persyn.gateway.base import Prompt, SinkEvent, ToolCall, ToolSpec
@@ -59,6 +59,7 @@ CONSOLIDATED_FLAG = "consolidated:"
 DELIBERATION_FLAG = "deliberation:"
 AUTO_SPEAK = workflows.AUTO_SPEAK
 
+_SENT_FLAG = "sent:"  # + service:channel: what the agent initiated there lately (JSON)
 _EVENT_CACHE_SIZE = 4096
 
 log = logging.getLogger(__name__)
@@ -977,6 +978,7 @@ class Runtime:
         this process (otherwise it waits in the dialog for the channel to show it)."""
         text = self.validate_text(text)
         now = self.clock.now()
+        await self._spend_channel_budget(agent_id, service, channel, text, now)
         conversation = await self.store.open_conversation(
             agent_id, service, channel, [person_id], now, self.settings.conversation.idle_timeout_minutes * 60
         )
@@ -1009,6 +1011,33 @@ class Runtime:
         except Exception as exc:
             return f"stored, but {service} failed to deliver it: {exc}"
         return f"delivered on {service}:{channel}"
+
+    async def _spend_channel_budget(
+        self, agent_id: str, service: str, channel: str, text: str, now: Any
+    ) -> None:
+        """A rolling 24-hour budget of what the agent initiates per channel (SPEC §4.5): the
+        first defence against an agent that keeps writing. Refused sends raise ToolError,
+        which the model reads."""
+        limit = self.settings.autonomy.channel_message_tokens
+        cost = max(1, len(text) // 4)
+        key = f"{_SENT_FLAG}{service}:{channel}"
+
+        def spend(raw: str | None) -> str | None:
+            try:
+                spent = [(str(at), int(n)) for at, n in json.loads(raw or "[]")]
+            except (ValueError, TypeError):
+                spent = []
+            since = (now - timedelta(hours=24)).isoformat()
+            spent = [(at, n) for at, n in spent if at > since]
+            used = sum(n for _, n in spent)
+            if used + cost > limit:
+                raise ToolError(
+                    f"not sent: I have initiated {used} of my {limit} tokens on {service}:{channel} in the "
+                    "last 24 hours; this would exceed it. Wait, or say less."
+                )
+            return json.dumps([*spent, (now.isoformat(), cost)])
+
+        await self.store.update_flag(agent_id, key, spend)
 
     async def enqueue_close_hooks(self, conversation: Conversation) -> None:
         await self._enqueue_hooks(conversation)

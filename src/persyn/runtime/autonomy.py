@@ -8,9 +8,9 @@ then rolls the reminder forward or deletes it (`schedule.mark_fired`, compare-an
 Heartbeat events go through the same per-agent queue as messages, so a beat never overlaps
 another beat or a conversation; a beat that finds the agent busy is skipped.
 
-Self-initiated runs are bounded before they start (`skip_reason`): a daily token budget
-and a runs-per-hour cap per agent, counted from what earlier runs actually used (the meter's
-records for the run's thread, added to a durable per-day flag when the run ends). Skips,
+Self-initiated runs are bounded before they start (`skip_reason`): a token budget over a
+rolling 24-hour window and a runs-per-hour cap per agent, counted from what earlier runs
+actually used (the meter's records for the run's thread, kept with each run's activity entry). Skips,
 rests and outcomes land in the activity log (flags `activity:<run id>`), which `persyn
 heartbeat status` shows and the agent's introspection tool reads.
 """
@@ -45,6 +45,7 @@ __all__ = [
     "RunTokens",
     "recent_activity",
     "run_kind",
+    "window_tokens",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 AUTONOMOUS_SERVICE = "self"  # the surface of self-initiated runs with no one to address
 ACTIVITY_FLAG = "activity:"
 RUN_FLAG = "run:"  # + conversation id: what caused a self-initiated conversation
-_TOKENS_FLAG = "autonomy-tokens:"  # + agent-local UTC day
+_WINDOW = timedelta(hours=24)
 _ACTIVITY_SCAN = 500
 
 
@@ -85,6 +86,12 @@ async def recent_activity(
             entries.append(entry)
     entries.sort(key=lambda e: (e.at, e.id), reverse=True)
     return entries[:limit]
+
+
+async def window_tokens(store: Store, agent_id: str, now: datetime) -> int:
+    """Tokens the agent's self-initiated runs used in the last 24 hours (rolling window)."""
+    entries = await recent_activity(store, agent_id, limit=_ACTIVITY_SCAN)
+    return sum(e.tokens for e in entries if now - _WINDOW < e.at <= now)
 
 
 class RunTokens:
@@ -197,7 +204,12 @@ class Autonomy:
         config = self.runtime.settings.autonomy
         used = await self.tokens_used(agent_id, now)
         if used >= config.daily_token_budget:
-            return f"today's autonomy budget of {config.daily_token_budget} tokens is used ({used})"
+            reason = (
+                f"the autonomy budget of {config.daily_token_budget} tokens per 24 hours is used ({used}); "
+                "runs resume as the window moves on"
+            )
+            log.warning("agent %s: %s", agent_id, reason)  # the operator's notice; also in `persyn activity`
+            return reason
         recent = await recent_activity(self.store, agent_id, limit=_ACTIVITY_SCAN)
         ran = sum(
             1 for e in recent if e.at > now - timedelta(hours=1) and not e.outcome.startswith("skipped")
@@ -210,11 +222,8 @@ class Autonomy:
 
     # accounting ------------------------------------------------------------------------
     async def tokens_used(self, agent_id: str, now: datetime) -> int:
-        raw = await self.store.get_flag(agent_id, _TOKENS_FLAG + now.strftime("%Y-%m-%d"))
-        try:
-            return int(raw or 0)
-        except ValueError:
-            return 0
+        """Tokens of the self-initiated runs in the rolling window (the last 24 hours)."""
+        return await window_tokens(self.store, agent_id, now)
 
     async def finish(self, event: Event, conversation_id: str, outcome: str) -> Conversation | None:
         """A self-initiated run is over: count its tokens, log it, close its conversation (one
@@ -223,10 +232,6 @@ class Autonomy:
         now = self.runtime.clock.now()
         await asyncio.to_thread(self.runtime.meter.flush, 2.0)
         tokens = self.tokens.pop(event.id)
-        if tokens:
-            day = _TOKENS_FLAG + now.strftime("%Y-%m-%d")
-            used = await self.tokens_used(event.agent_id, now)
-            await self.store.set_flag(event.agent_id, day, str(used + tokens))
         reminder_id = str(event.meta.get("reminder_id", ""))
         await self.record(
             ActivityEntry(

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
 from persyn.core.ids import parse_id
-from persyn.runtime.autonomy import ActivityEntry, recent_activity
+from persyn.runtime.autonomy import ActivityEntry, recent_activity, window_tokens
 from persyn.runtime.inspect import opened_store
 from persyn.schedule import delete_heartbeat, heartbeat_status, restore_heartbeat
 from persyn.store.base import Goal, Reminder
@@ -27,8 +27,6 @@ __all__ = [
     "wake",
 ]
 
-_TOKENS_FLAG = "autonomy-tokens:"  # runtime/autonomy.py
-
 
 @dataclass
 class HeartbeatView:
@@ -42,9 +40,8 @@ async def heartbeat(settings: Settings, agent: AgentConfig, limit: int = 10) -> 
     now = datetime.now(UTC)
     async with opened_store(settings) as store:
         beat = await heartbeat_status(store, agent.id)
-        raw = await store.get_flag(agent.id, _TOKENS_FLAG + now.strftime("%Y-%m-%d"))
+        tokens = await window_tokens(store, agent.id, now)
         activity = await recent_activity(store, agent.id, limit=limit)
-    tokens = int(raw) if raw and raw.isdigit() else 0
     return HeartbeatView(beat, tokens, settings.autonomy.daily_token_budget, activity)
 
 

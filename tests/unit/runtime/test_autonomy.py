@@ -275,7 +275,12 @@ async def test_budgets_and_a_busy_agent_skip_runs_and_say_why(tmp_path: Path, mi
 
         await _wait_for(two)
         reason = await runtime.autonomy.skip_reason(AGENT.id, clock.now(), heartbeat=False)
-        assert reason is not None and "autonomy budget of 60 tokens is used (100)" in reason
+        assert reason is not None and "autonomy budget of 60 tokens per 24 hours is used (100)" in reason
+        # A rolling window: a day later the budget is free again.
+        assert (
+            await runtime.autonomy.skip_reason(AGENT.id, clock.now() + timedelta(hours=24), heartbeat=False)
+            is None
+        )
 
         # Busy: a conversation is in progress when the heartbeat would beat.
         mind.respond_sleep = 1.0

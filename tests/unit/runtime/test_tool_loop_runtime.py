@@ -244,3 +244,20 @@ async def test_the_heartbeat_acts_by_messaging_a_contact(tmp_path: Path, mind: M
         assert dialog[-1].text == "How is chapter two going?" and dialog[-1].speaker_name == "Ada"
     finally:
         await runtime.stop()
+
+
+async def test_messages_the_agent_initiates_are_capped_per_channel(tmp_path: Path, mind: Mind) -> None:
+    runtime, channel, _ = await _runtime(tmp_path, "[autonomy]\nchannel_message_tokens = 10\n")
+    try:
+        await _say(runtime, "Hi, I'm Sam.")
+        channel.delivered.clear()
+        mind.scenario = "outreach"
+        await _say(runtime, "Please check in with me.")  # 6 tokens: sent
+        await _say(runtime, "And once more.")  # 6 more would pass 10 in 24 hours: refused
+        sent = [o.text for o in channel.delivered if o.text == "How is chapter two going?"]
+        assert len(sent) == 1
+        assert any(
+            "not sent: I have initiated 6 of my 10 tokens on test:room" in r for r in mind.seen_results
+        )
+    finally:
+        await runtime.stop()
