@@ -228,8 +228,10 @@ class AutonomyConfig(_Strict):
     # The heartbeat's interval. Deleting it (`persyn heartbeat delete`) is the off switch.
     heartbeat_minutes: float = Field(default=60.0, ge=1)
     # How often due reminders are looked for (a DBOS schedule; every process may run it,
-    # each firing happens once).
+    # each firing happens once). `schedule = false` leaves the firing to another process
+    # (or to a test that fires by hand).
     tick_seconds: int = Field(default=5, ge=1, le=60)
+    schedule: bool = True
     # Self-initiated runs stop for the day once they have used this many tokens (input +
     # output, per agent, UTC day); skipped runs are recorded. 0 = no autonomous runs.
     daily_token_budget: int = Field(default=200_000, ge=0)

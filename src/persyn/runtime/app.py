@@ -902,6 +902,8 @@ class Runtime:
             system_database_url=self.settings.dbos_database_url,
             system_database_engine=self._dbos_engine,
         )
+        if not self.settings.autonomy.schedule:
+            return
         tick = self.settings.autonomy.tick_seconds
         await DBOS.apply_schedules_async(
             [

@@ -81,12 +81,22 @@ def mind() -> Iterator[Mind]:
         yield instance
 
 
+def _manual(extra: str) -> str:
+    """These tests fire due reminders by hand on a moved clock: no DBOS schedule racing them
+    (except where a test sets `tick_seconds` to exercise that schedule)."""
+    if "tick_seconds" in extra:
+        return extra
+    if "[autonomy]" in extra:
+        return extra.replace("[autonomy]\n", "[autonomy]\nschedule = false\n")
+    return extra + "[autonomy]\nschedule = false\n"
+
+
 async def _runtime(tmp_path: Path, extra: str = "", clock: Any = None) -> Runtime:
     home = tmp_path / "home"
     home.mkdir(parents=True, exist_ok=True)
     (home / "persyn.toml").write_text(
         '[models]\ndefault = "test:autonomous"\n[metering]\nevent_log = false\n'
-        '[memory]\nembedder = "test:hash"\n[deliberation]\nenabled = false\n' + extra
+        '[memory]\nembedder = "test:hash"\n[deliberation]\nenabled = false\n' + _manual(extra)
     )
     settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
     runtime = Runtime(settings, clock=clock or ManualClock(START))

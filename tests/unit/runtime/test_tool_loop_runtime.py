@@ -76,6 +76,16 @@ class Mind:
             return DoubleReply(text="That tool call was malformed; I'll answer directly: 2 + 2 = 4.")
         if self.scenario == "runaway":  # the same call again and again
             return DoubleReply(tool_calls=[{"name": "calculate", "args": {"expression": "1+1"}}])
+        if self.scenario == "remind":
+            if "has come due" in last_user_text(messages):
+                return DoubleReply(text="Sam, time for your walk!")
+            if not results:
+                return DoubleReply(
+                    tool_calls=[
+                        {"name": "set_reminder", "args": {"objective": "tell Sam to walk", "in_minutes": 10}}
+                    ]
+                )
+            return DoubleReply(text="I'll remind you in ten minutes.")
         if self.scenario == "outreach":
             if not results:
                 return DoubleReply(
@@ -114,12 +124,22 @@ class Channel:
         return None
 
 
+def _manual(extra: str) -> str:
+    """These tests fire due reminders by hand on a moved clock: no DBOS schedule racing them
+    (except where a test sets `tick_seconds` to exercise that schedule)."""
+    if "tick_seconds" in extra:
+        return extra
+    if "[autonomy]" in extra:
+        return extra.replace("[autonomy]\n", "[autonomy]\nschedule = false\n")
+    return extra + "[autonomy]\nschedule = false\n"
+
+
 async def _runtime(tmp_path: Path, extra: str = "") -> tuple[Runtime, Channel, RecordingAdapter]:
     home = tmp_path / "home"
     home.mkdir(parents=True, exist_ok=True)
     (home / "persyn.toml").write_text(
         '[models]\ndefault = "test:toolsmith"\n[metering]\nevent_log = false\n'
-        '[memory]\nembedder = "test:hash"\n[deliberation]\nenabled = false\n' + extra
+        '[memory]\nembedder = "test:hash"\n[deliberation]\nenabled = false\n' + _manual(extra)
     )
     settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
     adapter = RecordingAdapter()
@@ -259,5 +279,38 @@ async def test_messages_the_agent_initiates_are_capped_per_channel(tmp_path: Pat
         assert any(
             "not sent: I have initiated 6 of my 10 tokens on test:room" in r for r in mind.seen_results
         )
+    finally:
+        await runtime.stop()
+
+
+async def test_a_reminder_set_in_conversation_reaches_the_person_unprompted(
+    tmp_path: Path, mind: Mind
+) -> None:
+    runtime, channel, _ = await _runtime(tmp_path, "[autonomy]\nheartbeat_minutes = 1440\n")
+    clock = runtime.clock
+    assert isinstance(clock, ManualClock)
+    mind.scenario = "remind"
+    try:
+        _, marker = await _say(runtime, "Remind me to take a walk in ten minutes.")
+        assert marker.text == "I'll remind you in ten minutes.", mind.seen_results
+        channel.delivered.clear()
+        clock.advance(timedelta(minutes=11))
+        for _ in range(200):
+            if not await runtime.busy(AGENT.id):
+                break
+            await asyncio.sleep(0.05)
+        assert await runtime.autonomy.fire_due() == 1, (
+            mind.seen_results,
+            await runtime.store.list_reminders(AGENT.id),
+        )
+        for _ in range(200):
+            if channel.delivered:
+                break
+            await asyncio.sleep(0.05)
+        # Unprompted, on the channel it was set on, to the person who asked.
+        assert [(o.service, o.channel, o.text) for o in channel.delivered] == [
+            ("test", "room", "Sam, time for your walk!")
+        ]
+        assert await runtime.store.list_reminders(AGENT.id) == []  # one-shot: gone
     finally:
         await runtime.stop()
