@@ -153,7 +153,10 @@ class ConversationConfig(_Strict):
 
 
 class DispatchConfig(_Strict):
-    queue_polling_seconds: float = Field(default=0.01, gt=0, le=10)
+    # How often a worker looks for events enqueued by other processes (`persyn send`, other
+    # workers); an enqueue in this process wakes its worker at once (runtime/_dbos_wake.py).
+    # Each look is a claim query (~2 ms CPU), idle or not.
+    queue_polling_seconds: float = Field(default=0.25, gt=0, le=10)
     marker_ttl_seconds: float = Field(default=3600.0, gt=0)
     worker_concurrency: int = Field(default=16, ge=1, le=1000)
     # DBOS executor id: after a crash, a worker recovers the unfinished activations that

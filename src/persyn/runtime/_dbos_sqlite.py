@@ -115,6 +115,7 @@ def dbos_sqlite_engine(url: str) -> Engine | None:
         pool_size=_POOL_SIZE,
         max_overflow=0,
         pool_timeout=30,
+        pool_use_lifo=True,
         connect_args={
             "check_same_thread": False,
             "timeout": _BUSY_TIMEOUT_MS / 1000,

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, SetEnqueueOptions, SetWorkflowID
+from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, Queue, SetEnqueueOptions, SetWorkflowID
 from sqlalchemy import Engine
 
 from persyn.channels.base import ChannelAdapter
@@ -40,6 +40,7 @@ from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers, Observer
 from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
+from persyn.runtime._dbos_wake import QueueWaker, install_queue_waker
 from persyn.runtime.agent_tools import build_registry
 from persyn.runtime.autonomy import RUN_FLAG, Autonomy, RunTokens, run_kind
 from persyn.runtime.memory_ops import context_window_for
@@ -112,7 +113,10 @@ class Runtime:
         self._client: DBOSClient | None = None
         self._scheduler_client: DBOSClient | None = None
         self._dbos_engine: Engine | None = None
+        self._waker: QueueWaker | None = None
+        self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
         self._events: dict[str, Event] = {}  # events of activations in flight, by id
+        self._dialogs: dict[str, list[Message]] = {}  # their dialog up to the input, by event id
         self.uses_offline_model = False
 
     # lifecycle -------------------------------------------------------------------------
@@ -151,6 +155,9 @@ class Runtime:
             # Launched from inside the running loop so queued workflows run on it: live
             # token sinks and adapters then need no cross-thread marshalling.
             DBOS.launch()
+            # Enqueues from this process wake the queue's worker at once; polling remains
+            # for work other processes enqueue.
+            self._waker = install_queue_waker()
         else:
             # A process that only submits (`persyn send`) enqueues for the workers through
             # the system database, without becoming an executor itself.
@@ -165,16 +172,16 @@ class Runtime:
         if workers:
             # partition_concurrency=1 over partition key agent_id *is* the per-agent lock
             # (SPEC §7), across processes and hosts sharing the system database.
-            await DBOS.register_queue_async(
+            self._queues[workflows.EVENTS_QUEUE] = await DBOS.register_queue_async(
                 workflows.EVENTS_QUEUE,
                 partition_concurrency=1,
                 worker_concurrency=self.settings.dispatch.worker_concurrency,
                 polling_interval_sec=polling,
             )
-            await DBOS.register_queue_async(
+            self._queues[workflows.BACKGROUND_QUEUE] = await DBOS.register_queue_async(
                 workflows.BACKGROUND_QUEUE,
                 worker_concurrency=max(1, self.settings.dispatch.worker_concurrency // 4),
-                polling_interval_sec=max(polling, 0.1),
+                polling_interval_sec=max(polling * 2, 0.5),
             )
             if scheduler:
                 self._spawn(self._housekeeping())
@@ -202,6 +209,8 @@ class Runtime:
         if self._dbos_engine is not None:
             self._dbos_engine.dispose()  # DBOS does not dispose of an engine it was given
             self._dbos_engine = None
+        self._waker = None
+        self._queues.clear()
         workflows.install(None)
         for gateway in self._gateways.values():
             await gateway.aclose()
@@ -457,12 +466,24 @@ class Runtime:
                 "queue_partition_key": agent_id,
             }
             await client.enqueue_async(options, agent_id, event_id)
-            return
-        queue = await DBOS.retrieve_queue_async(workflows.EVENTS_QUEUE)
+        else:
+            queue = self.queue(workflows.EVENTS_QUEUE)
+            with SetWorkflowID(event_id), SetEnqueueOptions(queue_partition_key=agent_id):
+                await queue.enqueue_async(workflows.activation, agent_id, event_id)
+        self.wake_queue(workflows.EVENTS_QUEUE)
+
+    def queue(self, name: str) -> Queue:
+        """A queue this process registered (as a worker) at start."""
+        queue = self._queues.get(name)
         if queue is None:
-            raise RuntimeError("the events queue is not registered; start the runtime with workers")
-        with SetWorkflowID(event_id), SetEnqueueOptions(queue_partition_key=agent_id):
-            await queue.enqueue_async(workflows.activation, agent_id, event_id)
+            raise RuntimeError(f"the queue {name!r} is not registered; start the runtime with workers")
+        return queue
+
+    def wake_queue(self, queue_name: str) -> None:
+        """Work was just enqueued (committed) on `queue_name`: if this process runs its
+        worker, let it look now rather than at its next poll."""
+        if self._waker is not None:
+            self._waker.wake(queue_name)
 
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
         """Wait for the completion marker (SPEC App. B) until the run ends. A marker put by
@@ -565,11 +586,20 @@ class Runtime:
         return spec.provider == "local" and not spec.name
 
     async def _dialog_until(self, setup: TurnSetup) -> list[Message]:
-        """The channel's recent dialog up to and including this turn's input."""
+        """The channel's recent dialog up to and including this turn's input. Read once per
+        activation in this process (critique, decide and the redundancy gate all need it;
+        what came before the input does not change) and dropped at transmit."""
+        cached = self._dialogs.get(setup.event_id)
+        if cached is not None:
+            return cached
         dialog = await self.store.channel_messages(
             setup.agent_id, setup.service, setup.channel, self.settings.conversation.recent_dialog_messages
         )
-        return [m for m in dialog if m.created_at <= setup.received_at]
+        until = [m for m in dialog if m.created_at <= setup.received_at]
+        if len(self._dialogs) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
+            self._dialogs.pop(next(iter(self._dialogs)))
+        self._dialogs[setup.event_id] = until
+        return until
 
     async def engage(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
         setup = TurnSetup.model_validate(setup_data)
@@ -779,6 +809,7 @@ class Runtime:
         try:
             return await self._transmit(agent_id, event_id, setup_data, outcome)
         finally:
+            self._dialogs.pop(event_id, None)
             self._wake(event_id)
 
     async def _transmit(
@@ -1092,13 +1123,14 @@ class Runtime:
         return len(closed)
 
     async def _enqueue_hooks(self, conversation: Conversation) -> None:
-        queue = await DBOS.retrieve_queue_async(workflows.BACKGROUND_QUEUE)
-        if queue is None:
+        queue = self._queues.get(workflows.BACKGROUND_QUEUE)
+        if queue is None:  # not a worker: the hooks run where the workers are
             return
         # Derived from the conversation, so a second pass can never run the hooks twice.
         workflow_id = derived_id(conversation.closed_at or self.clock.now(), conversation.id, "closed")
         with SetWorkflowID(workflow_id):
             await queue.enqueue_async(workflows.conversation_closed, conversation.agent_id, conversation.id)
+        self.wake_queue(workflows.BACKGROUND_QUEUE)
 
     async def sweep_unconsolidated(self, grace: timedelta = timedelta(minutes=1)) -> int:
         """Enqueue hooks for conversations closed but never consolidated — a crash between

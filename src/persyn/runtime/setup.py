@@ -68,7 +68,7 @@ max_message_chars = 32000      # longer inbound messages are rejected
 extract_every_messages = 8     # observations + knowledge graph every N new messages (0: at close only)
 
 [dispatch]
-queue_polling_seconds = 0.01   # how often workers look for new events
+queue_polling_seconds = 0.25   # how often workers look for events other processes enqueued (this one wakes them at once)
 marker_ttl_seconds = 3600      # how long completion markers live
 housekeeping_seconds = 60      # closing idle conversations, consolidation sweep, culling
 # executor_id = "worker-1"     # DBOS executor id; give each worker sharing one database its own

@@ -127,6 +127,7 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
     refinement to `deliberation` on the background queue, whose conclusion the next turn
     on the channel weaves in."""
     rt = runtime()
+    _wake_when_done(rt, EVENTS_QUEUE)
     with bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id)):
         received = await receive_respond_step(agent_id, event_id)
         setup: dict[str, Any] = received["setup"]
@@ -184,13 +185,21 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
             return result
 
 
+def _wake_when_done(rt: Runtime, queue_name: str) -> None:
+    """When this workflow's task ends (DBOS has recorded its outcome and released its
+    slot), wake the queue: the agent's next event, held back by the per-agent partition
+    lock, can start now instead of at the next poll."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.add_done_callback(lambda _task: rt.wake_queue(queue_name))
+
+
 async def _defer(agent_id: str, event_id: str, setup: dict[str, Any], draft: dict[str, Any]) -> None:
-    queue = await DBOS.retrieve_queue_async(BACKGROUND_QUEUE)
-    if queue is None:  # pragma: no cover - registered at start
-        raise RuntimeError("the background queue is not registered")
+    queue = runtime().queue(BACKGROUND_QUEUE)
     # A ULID derived from the event: a replayed activation enqueues the same workflow.
     with SetWorkflowID(derived_id(id_time(event_id), event_id, "deliberation")):
         await queue.enqueue_async(deliberation, agent_id, event_id, setup, draft)
+    runtime().wake_queue(BACKGROUND_QUEUE)
 
 
 @DBOS.workflow(name="persyn.deliberation")
@@ -300,12 +309,11 @@ async def _finish_run(agent_id: str, event_id: str, setup: dict[str, Any], resul
     closed = await finish_run_step(agent_id, event_id, setup, result)
     if closed is None:
         return
-    queue = await DBOS.retrieve_queue_async(BACKGROUND_QUEUE)
-    if queue is None:  # pragma: no cover - registered at start
-        raise RuntimeError("the background queue is not registered")
+    queue = runtime().queue(BACKGROUND_QUEUE)
     conversation_id = closed["id"]
     with SetWorkflowID(derived_id(id_time(event_id), conversation_id, "closed")):
         await queue.enqueue_async(conversation_closed, agent_id, conversation_id)
+    runtime().wake_queue(BACKGROUND_QUEUE)
 
 
 @DBOS.step(name="persyn.fire_due")
@@ -331,11 +339,10 @@ async def _extract_if_due(
     conversation_id = setup["conversation_id"]
     if not runtime().extraction_due(conversation_id, 2 if result.get("transmitted") else 1):
         return
-    queue = await DBOS.retrieve_queue_async(BACKGROUND_QUEUE)
-    if queue is None:  # pragma: no cover - registered at start
-        raise RuntimeError("the background queue is not registered")
+    queue = runtime().queue(BACKGROUND_QUEUE)
     with SetWorkflowID(derived_id(id_time(event_id), event_id, "extract")):
         await queue.enqueue_async(extract, agent_id, conversation_id)
+    runtime().wake_queue(BACKGROUND_QUEUE)
 
 
 @DBOS.step(name="persyn.extract_step")

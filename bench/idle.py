@@ -1,0 +1,69 @@
+"""CPU a running deployment burns while nobody talks to it (a laptop runs it for months).
+
+Starts the real runtime (workers, scheduler, the DBOS queues and schedule) for one or more
+agents with nothing to do, lets it settle, then prints the process's CPU time over a quiet
+window as a share of one core. What remains is polling: each queue worker's claim query
+(every `[dispatch] queue_polling_seconds`; in-process enqueues wake it instead), DBOS's
+notification listener and scheduler, the reminder schedule's ticks.
+
+    uv run python bench/idle.py [--seconds 10] [--agents 1] [--polling SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from persyn.core.config import AgentConfig, load_settings
+from persyn.core.ids import new_id
+from persyn.runtime.app import Runtime
+
+
+def _write_home(home: Path, polling: float | None) -> None:
+    home.mkdir(parents=True)
+    toml = '[models]\ndefault = "test:echo"\n[metering]\nevent_log = false\n'
+    if polling is not None:
+        toml += f"[dispatch]\nqueue_polling_seconds = {polling}\n"
+    (home / "persyn.toml").write_text(toml)
+
+
+async def _idle_share(home: Path, agents: int, seconds: float, polling: float | None) -> float:
+    _write_home(home, polling)
+    settings = load_settings(home, environ={})
+    configs = [AgentConfig(name=f"agent{i}", id=new_id()) for i in range(agents)]
+    runtime = Runtime(settings.model_copy(update={"agents": configs}))
+    await runtime.start(workers=True)
+    try:
+        await asyncio.sleep(3)  # queue threads start, heartbeats bootstrap
+        cpu, wall = time.process_time(), time.perf_counter()
+        await asyncio.sleep(seconds)
+        return (time.process_time() - cpu) / (time.perf_counter() - wall)
+    finally:
+        await runtime.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the quiet window")
+    parser.add_argument("--agents", type=int, default=1, help="agents in the deployment")
+    parser.add_argument(
+        "--polling", type=float, default=None, help="[dispatch] queue_polling_seconds (default: the config's)"
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        share = asyncio.run(_idle_share(Path(tmp) / "home", args.agents, args.seconds, args.polling))
+    polling = args.polling if args.polling is not None else "default"
+    print(f"{'agents':>7} {'polling s':>10} {'window s':>9} {'idle CPU % of a core':>21}")
+    print(f"{args.agents:>7} {polling!s:>10} {args.seconds:>9.0f} {share * 100:>21.1f}")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{os.cpu_count()} CPUs, load average {load}.")
+
+
+if __name__ == "__main__":
+    main()

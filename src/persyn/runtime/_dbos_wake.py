@@ -1,0 +1,124 @@
+"""Waking DBOS's queue workers when this process enqueues (ARCHITECTURE §3).
+
+A DBOS queue worker thread finds new work only by polling: it sleeps its polling interval
+on a `threading.Event` (the stop event DBOS shares between its queue threads), then claims
+what it can. A short interval makes a chat reply start sooner but costs a claim query
+(about 1.5 ms of CPU) every time, idle or not, and that CPU competes with every activation
+for the GIL; a long one adds up to the whole interval to every reply. DBOS 3.4 has no
+public way to say "there is work now".
+
+So this module makes the stop event wakeable. After launch it turns DBOS's stop events
+into `_WakeableEvent`s (a subclass of `threading.Event` with the same layout, so the swap is
+safe while threads wait on it): `wait` still returns at once when DBOS sets
+the event to stop, and also when `wake(queue)` is called for the calling thread's queue
+(DBOS names each queue's thread `queue-worker-<queue name>`). A wake that arrives while the
+worker is busy claiming is kept, so the next wait returns at once: no wakeup is lost. Woken
+polls of one queue are at least 10 ms apart, so a burst is claimed in batches.
+Enqueues in this process wake the queue at once; the polling interval remains for work
+enqueued by other processes (`persyn send`, other workers) and can be long.
+
+If DBOS's internals ever differ from what this expects (no global instance, no stop events),
+`install` returns None and dispatch simply polls, as before: slower, never wrong. The wake
+is a latency hint only; correctness (claims, the per-agent partition lock) stays DBOS's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+__all__ = ["QueueWaker", "install_queue_waker"]
+
+log = logging.getLogger(__name__)
+
+_THREAD_PREFIX = "queue-worker-"
+# The least time between two polls of one queue worker when woken (DBOS's own default
+# interval is 1 s; a poll that claims costs a few ms of CPU).
+_MIN_WOKEN_GAP_SECONDS = 0.01
+
+
+class _WakeableEvent(threading.Event):
+    """`threading.Event` whose `wait` also ends when the waiting thread is woken by name.
+
+    Wakes go through a condition of its own: a thread that was already inside the original
+    `Event.wait` when the class was swapped waits on the event's own condition, where a
+    notify would read as "stop" (its wait returns True) — so only `set` notifies that one."""
+
+    _woken: set[str]
+    _wake_cond: threading.Condition
+    _last_return: dict[str, float]
+
+    def set(self) -> None:
+        super().set()
+        with self._wake_cond:
+            self._wake_cond.notify_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        name = threading.current_thread().name
+        with self._wake_cond:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            # `set` sets the flag before taking this condition's lock to notify: no stop is missed.
+            while not self.is_set():
+                now = time.monotonic()
+                if name in self._woken:
+                    # Woken polls keep a minimum gap: a burst of enqueues is claimed in
+                    # batches, not one claim (milliseconds of CPU) per enqueue.
+                    earliest = self._last_return.get(name, 0.0) + _MIN_WOKEN_GAP_SECONDS
+                    if now >= earliest:
+                        break
+                    wake_at = earliest if deadline is None else min(deadline, earliest)
+                else:
+                    wake_at = deadline
+                remaining = None if wake_at is None else wake_at - now
+                if remaining is not None and remaining <= 0:
+                    break
+                self._wake_cond.wait(remaining)
+            self._woken.discard(name)
+            self._last_return[name] = time.monotonic()
+        return self.is_set()
+
+    def wake_thread(self, name: str) -> None:
+        with self._wake_cond:
+            self._woken.add(name)
+            self._wake_cond.notify_all()
+
+
+class QueueWaker:
+    """Wakes this process's DBOS worker thread for a queue (see the module docstring)."""
+
+    def __init__(self, events: list[_WakeableEvent]) -> None:
+        self._events = events
+
+    def wake(self, queue_name: str) -> None:
+        name = _THREAD_PREFIX + queue_name
+        for event in self._events:
+            event.wake_thread(name)
+
+
+def install_queue_waker() -> QueueWaker | None:
+    """Make the launched DBOS instance's stop events wakeable; None if it cannot be done
+    (then the queues are polled only)."""
+    try:
+        from dbos import _dbos
+
+        instance: Any = getattr(_dbos, "_dbos_global_instance", None)
+        stop_events: list[Any] = list(getattr(instance, "background_thread_stop_events", None) or [])
+        wakeable: list[_WakeableEvent] = []
+        for event in stop_events:
+            if type(event) is threading.Event:
+                # State first, class last: a thread calling `wait` sees a complete object.
+                event._woken = set()  # pyright: ignore[reportAttributeAccessIssue]
+                event._wake_cond = threading.Condition()  # pyright: ignore[reportAttributeAccessIssue]
+                event._last_return = {}  # pyright: ignore[reportAttributeAccessIssue]
+                event.__class__ = _WakeableEvent
+            if isinstance(event, _WakeableEvent):
+                wakeable.append(event)
+    except Exception as exc:  # a latency hint only: polling still finds the work
+        log.info("DBOS queues are polled only (no wake on enqueue): %s", exc)
+        return None
+    if not wakeable:
+        log.info("DBOS queues are polled only (no wake on enqueue): no queue stop event found")
+        return None
+    return QueueWaker(wakeable)

@@ -1,0 +1,128 @@
+"""Waking DBOS's queue workers on enqueue: the event semantics, and a real runtime whose
+queues poll so rarely that only the wake can explain a reply."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+from persyn.core.config import AgentConfig, load_settings
+from persyn.core.events import Event, Speaker
+from persyn.core.ids import new_id
+from persyn.runtime import _dbos_wake
+from persyn.runtime.app import Runtime
+
+
+def _wakeable() -> threading.Event:
+    """A plain Event turned wakeable the way `install_queue_waker` turns DBOS's."""
+    event = threading.Event()
+    event._woken = set()  # type: ignore[attr-defined]
+    event._wake_cond = threading.Condition()  # type: ignore[attr-defined]
+    event._last_return = {}  # type: ignore[attr-defined]
+    event.__class__ = _dbos_wake._WakeableEvent  # pyright: ignore[reportPrivateUsage]
+    return event
+
+
+def _wait_in_thread(
+    event: threading.Event, name: str, timeout: float
+) -> tuple[threading.Thread, list[tuple[bool, float]]]:
+    result: list[tuple[bool, float]] = []
+
+    def run() -> None:
+        started = time.monotonic()
+        flag = event.wait(timeout)
+        result.append((flag, time.monotonic() - started))
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_a_wake_ends_only_the_named_queue_workers_wait_and_says_not_stopped() -> None:
+    event = _wakeable()
+    woken, woken_result = _wait_in_thread(event, "queue-worker-events", 30)
+    other, other_result = _wait_in_thread(event, "queue-worker-background", 0.5)
+    time.sleep(0.05)
+    waker = _dbos_wake.QueueWaker([event])  # type: ignore[list-item]
+    waker.wake("events")
+    woken.join(5)
+    other.join(5)
+    [(flag, waited)] = woken_result
+    assert flag is False and waited < 5  # woken, not stopped
+    [(other_flag, other_waited)] = other_result
+    assert other_flag is False and other_waited >= 0.45  # slept its whole timeout
+
+
+def test_a_wake_while_busy_is_kept_and_set_still_stops_everyone() -> None:
+    event = _wakeable()
+    _dbos_wake.QueueWaker([event]).wake("events")  # type: ignore[list-item]
+    # Nobody was waiting: the next wait of that worker returns at once.
+    first, first_result = _wait_in_thread(event, "queue-worker-events", 30)
+    first.join(5)
+    assert first_result and first_result[0][0] is False
+    stopping, stop_result = _wait_in_thread(event, "queue-worker-events", 30)
+    manager, manager_result = _wait_in_thread(event, "Thread-queue-manager", 30)
+    time.sleep(0.05)
+    event.set()
+    stopping.join(5)
+    manager.join(5)
+    assert stop_result[0][0] is True
+    assert manager_result[0][0] is True
+
+
+def test_a_thread_already_in_the_original_wait_is_never_told_to_stop_by_a_wake() -> None:
+    """The swap happens while DBOS's threads wait; a wake must not look like `set` to them."""
+    event = threading.Event()
+    old, old_result = _wait_in_thread(event, "queue-worker-events", 0.5)
+    time.sleep(0.05)
+    event._woken = set()  # type: ignore[attr-defined]
+    event._wake_cond = threading.Condition()  # type: ignore[attr-defined]
+    event._last_return = {}  # type: ignore[attr-defined]
+    event.__class__ = _dbos_wake._WakeableEvent  # pyright: ignore[reportPrivateUsage]
+    _dbos_wake.QueueWaker([event]).wake("events")  # type: ignore[list-item]
+    old.join(5)
+    [(flag, waited)] = old_result
+    assert flag is False and waited >= 0.45
+
+
+async def test_in_process_events_are_answered_although_the_queue_polls_every_ten_seconds(
+    tmp_path: Path,
+) -> None:
+    """With a 10 s polling interval, replies within 5 s comes from the wake on enqueue;
+    the second event of the same agent (held back by the per-agent lock) from the wake when
+    the first activation ends."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "persyn.toml").write_text(
+        '[models]\ndefault = "test:echo"\n[metering]\nevent_log = false\n'
+        "[dispatch]\nqueue_polling_seconds = 10\n"
+    )
+    agent = AgentConfig(name="Ada", id=new_id())
+    settings = load_settings(home, environ={}).model_copy(update={"agents": [agent]})
+    runtime = Runtime(settings)
+    await runtime.start(workers=True)
+    try:
+        # DBOS starts a queue's worker thread up to a second after registration, and that
+        # thread first sleeps its interval before it ever looks: only a wake gets it going.
+        await asyncio.sleep(1.5)
+        speaker = Speaker(service="test", channel="room", speaker_id="sam", display_name="Sam")
+        ids = []
+        for text in ("first", "second"):
+            now = runtime.clock.now()
+            event = Event(
+                id=new_id(now),
+                agent_id=agent.id,
+                service="test",
+                channel="room",
+                speaker=speaker,
+                text=text,
+                received_at=now,
+            )
+            ids.append(await runtime.submit(event))
+        markers = [await runtime.wait_marker(agent.id, event_id, timeout=5) for event_id in ids]
+        assert [m.transmitted for m in markers] == [True, True]
+        assert markers[0].text == "You said: first"
+    finally:
+        await runtime.stop()
