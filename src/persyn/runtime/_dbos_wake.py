@@ -13,7 +13,7 @@ safe while threads wait on it): `wait` still returns at once when DBOS sets
 the event to stop, and also when `wake(queue)` is called for the calling thread's queue
 (DBOS names each queue's thread `queue-worker-<queue name>`). A wake that arrives while the
 worker is busy claiming is kept, so the next wait returns at once: no wakeup is lost. Woken
-polls of one queue are at least 10 ms apart, so a burst is claimed in batches.
+polls of one queue are at least 20 ms apart, so a burst is claimed in batches.
 Enqueues in this process wake the queue at once; the polling interval remains for work
 enqueued by other processes (`persyn send`, other workers) and can be long.
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 _THREAD_PREFIX = "queue-worker-"
 # The least time between two polls of one queue worker when woken (DBOS's own default
 # interval is 1 s; a poll that claims costs a few ms of CPU).
-_MIN_WOKEN_GAP_SECONDS = 0.01
+_MIN_WOKEN_GAP_SECONDS = 0.02
 
 
 class _WakeableEvent(threading.Event):

@@ -99,7 +99,7 @@ class Runtime:
         self.context_sources: list[ContextSource] = []
         self._hooks: dict[str, ConversationHook] = {}
         self._extractions: dict[str, ConversationHook] = {}
-        self._tool_specs: dict[str, tuple[ToolSpec, ...]] = {}
+        self._tool_specs: tuple[ToolSpec, ...] | None = None
         self._unextracted: dict[str, int] = {}  # messages since the last extraction trigger
         self._gateways: dict[str, ModelGateway] = {}
         self._local_servers: dict[str, LlamaServer] = {}
@@ -449,6 +449,8 @@ class Runtime:
             raise InputError(f"unknown agent id {event.agent_id!r}")
         self.validate_text(event.text)
         await self.store.save_event(event)
+        if not from_step:  # the activation will most likely run here: it need not read it back
+            self._remember_event(event)
         await self._enqueue_activation(
             event.agent_id, event.id, client=self._scheduler_client if from_step else None
         )
@@ -524,17 +526,21 @@ class Runtime:
     # pipeline steps (called from durable workflow steps) ---------------------------------
     async def _event(self, agent_id: str, event_id: str) -> Event:
         """The stored event. Events never change once saved, so each is read once per
-        activation (receive), kept for its respond and transmit, and dropped after."""
+        activation (receive; or handed over by `submit` in this process), kept for its respond
+        and transmit, and dropped after."""
         event = self._events.get(event_id)
         if event is not None and event.agent_id == agent_id:
             return event
         event = await self.store.get_event(agent_id, event_id)
         if event is None:
             raise InputError(f"event {event_id!r} of agent {agent_id!r} is not stored")
+        self._remember_event(event)
+        return event
+
+    def _remember_event(self, event: Event) -> None:
         if len(self._events) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
             self._events.pop(next(iter(self._events)))
-        self._events[event_id] = event
-        return event
+        self._events[event.id] = event
 
     async def receive(self, agent_id: str, event_id: str) -> dict[str, Any]:
         event = await self._event(agent_id, event_id)
@@ -633,12 +639,13 @@ class Runtime:
         return build_registry(self, setup, event_id)
 
     def tool_specs(self, setup: TurnSetup, event_id: str) -> tuple[ToolSpec, ...]:
-        """What the model is offered: the same for every turn of an agent, so built once
-        (building the registry generates every tool's schemas: milliseconds a turn)."""
-        specs = self._tool_specs.get(setup.agent_id)
-        if specs is None:
-            specs = self._tool_specs[setup.agent_id] = self.tool_registry(setup, event_id).specs()
-        return specs
+        """What the model is offered: the same for every turn and every agent of the
+        deployment (`[tools]` is deployment-wide; a tool's behaviour is bound per activation,
+        its name, description and schema are not), so built once (building the registry
+        generates every tool's schemas: milliseconds)."""
+        if self._tool_specs is None:
+            self._tool_specs = self.tool_registry(setup, event_id).specs()
+        return self._tool_specs
 
     async def continue_respond(
         self, agent_id: str, event_id: str, setup_data: dict[str, Any], prompt_data: dict[str, Any]

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Integer,
     Table,
     and_,
+    bindparam,
     exists,
     func,
     insert,
@@ -72,6 +73,12 @@ _r = graph_relations.c
 _p = graph_fact_participants.c
 _l = graph_links.c
 
+_SQL_ANY_KEY = (
+    select(_e.id)
+    .where(_e.agent_id == bindparam("p_agent_id"), _e.key.in_(bindparam("p_keys", expanding=True)))
+    .limit(1)
+)
+
 
 class SQLiteGraph:
     """The knowledge-graph part of `SQLiteStore`."""
@@ -100,6 +107,10 @@ class SQLiteGraph:
             return []
 
         def work(connection: Connection) -> list[GraphEntity]:
+            # Most turns name no known entity: a cheap prebuilt probe first, so the
+            # visibility predicate (built per view) is only built when something matches.
+            if connection.execute(_SQL_ANY_KEY, {"p_agent_id": agent_id, "p_keys": wanted}).first() is None:
+                return []
             statement = (
                 select(_e.id, _e.name)
                 .where(_e.agent_id == agent_id, _e.key.in_(wanted), _mentioned(agent_id, view))

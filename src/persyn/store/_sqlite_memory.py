@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import and_, delete, func, or_, select, text, true, type_coerce, update
+from sqlalchemy import and_, bindparam, delete, func, or_, select, text, true, type_coerce, update
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import Text
@@ -37,6 +37,12 @@ _MAX_QUERY_TERMS = 32
 KEYWORD_WEIGHTS = (1.0, 2.0)
 
 _r = memory_records.c
+_SQL_NEWEST_RECORDS = (
+    select(memory_records)
+    .where(_r.agent_id == bindparam("p_agent_id"))
+    .order_by(_r.created_at.desc(), _r.id.desc())
+    .limit(bindparam("p_limit"))
+)
 
 
 class SQLiteMemory:
@@ -115,9 +121,11 @@ class SQLiteMemory:
             return []
 
         def work(connection: Connection) -> list[MemoryRecord]:
+            if before_id is None:  # the newest (recall asks on every turn whether any exist)
+                rows = connection.execute(_SQL_NEWEST_RECORDS, {"p_agent_id": agent_id, "p_limit": limit})
+                return [record_from_row(row) for row in rows]
             statement = select(memory_records).where(_r.agent_id == agent_id)
-            if before_id is not None:
-                statement = statement.where(_before(connection, agent_id, before_id))
+            statement = statement.where(_before(connection, agent_id, before_id))
             statement = statement.order_by(_r.created_at.desc(), _r.id.desc()).limit(limit)
             return [record_from_row(row) for row in connection.execute(statement)]
 

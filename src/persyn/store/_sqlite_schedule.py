@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import case, delete, insert, select, update
+from sqlalchemy import bindparam, case, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from persyn.core.errors import InputError, StoreError
@@ -252,17 +252,32 @@ class SQLiteSchedule:
     async def list_goals(
         self, agent_id: str, *, statuses: Sequence[GoalStatus] | None = None, limit: int = 100
     ) -> list[Goal]:
-        statement = select(goals).where(_g.agent_id == agent_id)
+        # Every turn reads the open goals (standing context): a statement built once.
+        params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": max(limit, 0)}
+        statement = _SQL_GOALS_ANY
         if statuses is not None:
-            statement = statement.where(_g.status.in_([GoalStatus(s).value for s in statuses]))
-        is_open = _g.status == GoalStatus.OPEN.value
-        statement = statement.order_by(
-            case((is_open, 0), else_=1),
-            case((is_open, _g.created_at), else_=None),  # open: oldest first
-            _g.updated_at.desc(),  # closed: latest change first
-            _g.id,
-        ).limit(max(limit, 0))
-        return await self._read("list_goals", lambda c: [goal_from_row(row) for row in c.execute(statement)])
+            statement = _SQL_GOALS
+            params["p_statuses"] = [GoalStatus(s).value for s in statuses]
+        return await self._read(
+            "list_goals", lambda c: [goal_from_row(row) for row in c.execute(statement, params)]
+        )
+
+
+def _goals_query(with_statuses: bool) -> Any:
+    statement = select(goals).where(_g.agent_id == bindparam("p_agent_id"))
+    if with_statuses:
+        statement = statement.where(_g.status.in_(bindparam("p_statuses", expanding=True)))
+    is_open = _g.status == GoalStatus.OPEN.value
+    return statement.order_by(
+        case((is_open, 0), else_=1),
+        case((is_open, _g.created_at), else_=None),  # open: oldest first
+        _g.updated_at.desc(),  # closed: latest change first
+        _g.id,
+    ).limit(bindparam("p_limit"))
+
+
+_SQL_GOALS = _goals_query(True)
+_SQL_GOALS_ANY = _goals_query(False)
 
 
 def _load_reminder(connection: Connection, agent_id: str, reminder_id: str) -> Reminder:

@@ -152,10 +152,16 @@ async def test_an_activation_reads_its_event_from_the_store_once(
 
     monkeypatch.setattr(runtime.store, "get_event", counted)
     first, second = _event(agent, "one", START), _event(agent, "two", START + timedelta(seconds=1))
-    for event in (first, second):
-        await runtime.submit(event)
-        assert (await runtime.wait_marker(agent.id, event.id, timeout=30)).transmitted
-    assert reads == [first.id, second.id]  # receive reads it; respond and transmit reuse it
+    # Submitted here: the activation takes the event from the submit, no read at all.
+    await runtime.submit(first)
+    assert (await runtime.wait_marker(agent.id, first.id, timeout=30)).transmitted
+    assert reads == []
+    # Enqueued by someone else (as another process's submit would be): read once, by
+    # receive; respond and transmit reuse it.
+    await runtime.store.save_event(second)
+    await runtime._enqueue_activation(agent.id, second.id)  # pyright: ignore[reportPrivateUsage]
+    assert (await runtime.wait_marker(agent.id, second.id, timeout=30)).transmitted
+    assert reads == [second.id]
     assert [o.text for o in channel.delivered] == ["You said: one", "You said: two"]
 
 

@@ -314,3 +314,41 @@ async def test_a_reminder_set_in_conversation_reaches_the_person_unprompted(
         assert await runtime.store.list_reminders(AGENT.id) == []  # one-shot: gone
     finally:
         await runtime.stop()
+
+
+async def test_the_tools_offered_are_described_the_same_for_every_agent_channel_and_run(
+    tmp_path: Path, mind: Mind
+) -> None:
+    """The runtime builds the offered tool definitions once per process: that is only right
+    while no channel or kind of run (nor agent: the registry takes nothing else of one but
+    its id) changes a tool's name, description or schema."""
+    from persyn.cognition.pipeline import TurnSetup
+
+    runtime, _channel, _adapter = await _runtime(tmp_path)
+    try:
+        setups = [
+            TurnSetup(
+                agent_id=agent_id,
+                event_id=new_id(START),
+                service=service,
+                channel=channel,
+                conversation_id=new_id(START),
+                person_id=person_id,
+                speaker_name="Sam",
+                inbound_message_id=new_id(START),
+                received_at=START,
+                kind=kind,
+                participant_ids=(person_id,) if person_id else (),
+            )
+            for agent_id, service, channel, person_id, kind in [
+                (AGENT.id, "test", "room", new_id(START), "message"),
+                (AGENT.id, "terminal", "terminal", new_id(START), "message"),
+                (AGENT.id, "heartbeat", "self", None, "heartbeat"),
+            ]
+        ]
+        described = [runtime.tool_registry(setup, setup.event_id).specs() for setup in setups]
+        assert len(described[0]) > 10
+        assert described[1] == described[0] and described[2] == described[0]
+        assert runtime.tool_specs(setups[1], setups[1].event_id) == described[0]
+    finally:
+        await runtime.stop()
