@@ -13,7 +13,8 @@ safe while threads wait on it): `wait` still returns at once when DBOS sets
 the event to stop, and also when `wake(queue)` is called for the calling thread's queue
 (DBOS names each queue's thread `queue-worker-<queue name>`). A wake that arrives while the
 worker is busy claiming is kept, so the next wait returns at once: no wakeup is lost. Woken
-polls of one queue are at least 20 ms apart, so a burst is claimed in batches.
+polls of one queue keep a gap: 5 ms while nothing of it runs here, 40 ms while something
+does, so a lone message starts at once and a burst is claimed in batches.
 Enqueues in this process wake the queue at once; the polling interval remains for work
 enqueued by other processes (`persyn send`, other workers) and can be long.
 
@@ -34,9 +35,11 @@ __all__ = ["QueueWaker", "install_queue_waker"]
 log = logging.getLogger(__name__)
 
 _THREAD_PREFIX = "queue-worker-"
-# The least time between two polls of one queue worker when woken (DBOS's own default
-# interval is 1 s; a poll that claims costs a few ms of CPU).
-_MIN_WOKEN_GAP_SECONDS = 0.02
+# The least time between two polls of one queue worker when woken (a poll that claims costs
+# a few ms of CPU): short while the queue has nothing running here (a chat message starts at
+# once), longer while it does (a burst is claimed in batches, not one claim per enqueue).
+IDLE_GAP_SECONDS = 0.005
+BUSY_GAP_SECONDS = 0.04
 
 
 class _WakeableEvent(threading.Event):
@@ -46,7 +49,7 @@ class _WakeableEvent(threading.Event):
     `Event.wait` when the class was swapped waits on the event's own condition, where a
     notify would read as "stop" (its wait returns True) — so only `set` notifies that one."""
 
-    _woken: set[str]
+    _woken: dict[str, float]  # thread name -> least gap since its last poll
     _wake_cond: threading.Condition
     _last_return: dict[str, float]
 
@@ -62,10 +65,10 @@ class _WakeableEvent(threading.Event):
             # `set` sets the flag before taking this condition's lock to notify: no stop is missed.
             while not self.is_set():
                 now = time.monotonic()
-                if name in self._woken:
-                    # Woken polls keep a minimum gap: a burst of enqueues is claimed in
-                    # batches, not one claim (milliseconds of CPU) per enqueue.
-                    earliest = self._last_return.get(name, 0.0) + _MIN_WOKEN_GAP_SECONDS
+                gap = self._woken.get(name)
+                if gap is not None:
+                    # Woken polls keep a minimum gap (see the constants).
+                    earliest = self._last_return.get(name, 0.0) + gap
                     if now >= earliest:
                         break
                     wake_at = earliest if deadline is None else min(deadline, earliest)
@@ -75,13 +78,13 @@ class _WakeableEvent(threading.Event):
                 if remaining is not None and remaining <= 0:
                     break
                 self._wake_cond.wait(remaining)
-            self._woken.discard(name)
+            self._woken.pop(name, None)
             self._last_return[name] = time.monotonic()
         return self.is_set()
 
-    def wake_thread(self, name: str) -> None:
+    def wake_thread(self, name: str, gap: float) -> None:
         with self._wake_cond:
-            self._woken.add(name)
+            self._woken[name] = min(gap, self._woken.get(name, gap))  # the sooner wake wins
             self._wake_cond.notify_all()
 
 
@@ -91,10 +94,12 @@ class QueueWaker:
     def __init__(self, events: list[_WakeableEvent]) -> None:
         self._events = events
 
-    def wake(self, queue_name: str) -> None:
+    def wake(self, queue_name: str, *, busy: bool = False) -> None:
+        """`busy`: the queue has work running in this process (then polls batch)."""
         name = _THREAD_PREFIX + queue_name
+        gap = BUSY_GAP_SECONDS if busy else IDLE_GAP_SECONDS
         for event in self._events:
-            event.wake_thread(name)
+            event.wake_thread(name, gap)
 
 
 def install_queue_waker() -> QueueWaker | None:
@@ -109,7 +114,7 @@ def install_queue_waker() -> QueueWaker | None:
         for event in stop_events:
             if type(event) is threading.Event:
                 # State first, class last: a thread calling `wait` sees a complete object.
-                event._woken = set()  # pyright: ignore[reportAttributeAccessIssue]
+                event._woken = {}  # pyright: ignore[reportAttributeAccessIssue]
                 event._wake_cond = threading.Condition()  # pyright: ignore[reportAttributeAccessIssue]
                 event._last_return = {}  # pyright: ignore[reportAttributeAccessIssue]
                 event.__class__ = _WakeableEvent

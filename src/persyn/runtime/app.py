@@ -115,6 +115,7 @@ class Runtime:
         self._dbos_engine: Engine | None = None
         self._waker: QueueWaker | None = None
         self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
+        self.running_activations = 0  # in this process, for the wake's batching
         self._events: dict[str, Event] = {}  # events of activations in flight, by id
         self._dialogs: dict[str, list[Message]] = {}  # their dialog up to the input, by event id
         self.uses_offline_model = False
@@ -485,7 +486,8 @@ class Runtime:
         """Work was just enqueued (committed) on `queue_name`: if this process runs its
         worker, let it look now rather than at its next poll."""
         if self._waker is not None:
-            self._waker.wake(queue_name)
+            busy = queue_name == workflows.EVENTS_QUEUE and self.running_activations > 0
+            self._waker.wake(queue_name, busy=busy)
 
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
         """Wait for the completion marker (SPEC App. B) until the run ends. A marker put by

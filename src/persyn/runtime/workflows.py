@@ -186,12 +186,20 @@ async def activation(agent_id: str, event_id: str) -> dict[str, Any]:
 
 
 def _wake_when_done(rt: Runtime, queue_name: str) -> None:
-    """When this workflow's task ends (DBOS has recorded its outcome and released its
-    slot), wake the queue: the agent's next event, held back by the per-agent partition
-    lock, can start now instead of at the next poll."""
+    """Count this activation as running here (woken polls batch while any is) and, when
+    its task ends (DBOS has recorded its outcome and released its slot), wake the queue: the
+    agent's next event, held back by the per-agent partition lock, can start now instead of
+    at the next poll."""
     task = asyncio.current_task()
-    if task is not None:
-        task.add_done_callback(lambda _task: rt.wake_queue(queue_name))
+    if task is None:
+        return
+    rt.running_activations += 1
+
+    def done(_task: object) -> None:
+        rt.running_activations -= 1
+        rt.wake_queue(queue_name)
+
+    task.add_done_callback(done)
 
 
 async def _defer(agent_id: str, event_id: str, setup: dict[str, Any], draft: dict[str, Any]) -> None:

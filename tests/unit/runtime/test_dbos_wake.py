@@ -18,7 +18,7 @@ from persyn.runtime.app import Runtime
 def _wakeable() -> threading.Event:
     """A plain Event turned wakeable the way `install_queue_waker` turns DBOS's."""
     event = threading.Event()
-    event._woken = set()  # type: ignore[attr-defined]
+    event._woken = {}  # type: ignore[attr-defined]
     event._wake_cond = threading.Condition()  # type: ignore[attr-defined]
     event._last_return = {}  # type: ignore[attr-defined]
     event.__class__ = _dbos_wake._WakeableEvent  # pyright: ignore[reportPrivateUsage]
@@ -77,7 +77,7 @@ def test_a_thread_already_in_the_original_wait_is_never_told_to_stop_by_a_wake()
     event = threading.Event()
     old, old_result = _wait_in_thread(event, "queue-worker-events", 0.5)
     time.sleep(0.05)
-    event._woken = set()  # type: ignore[attr-defined]
+    event._woken = {}  # type: ignore[attr-defined]
     event._wake_cond = threading.Condition()  # type: ignore[attr-defined]
     event._last_return = {}  # type: ignore[attr-defined]
     event.__class__ = _dbos_wake._WakeableEvent  # pyright: ignore[reportPrivateUsage]
