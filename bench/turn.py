@@ -12,6 +12,12 @@ on the critical path, and the platform overhead = that time minus the model time
 critical path (measured inside the double, so it excludes only time actually spent "in the
 model"). The overhead figure also comes from a run with a 0 ms model.
 
+A second table says where that overhead goes: the CPU each group of threads used from
+submit to marker (a turn is CPU-bound: the process's CPU time over a turn is about its
+overhead). DBOS runs its system-database calls (a step's check and record, workflow status)
+on its executor threads and its queue claims on its queue workers; Persyn's store has
+threads of its own; the event loop runs the pipeline, the gateway and DBOS's orchestration.
+
     uv run python bench/turn.py [--turns 30] [--model-ms 300] [--memories 10000]
 """
 
@@ -23,6 +29,7 @@ import re
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -85,6 +92,31 @@ _TURN = re.compile(r"garden plan, turn (\d+)\?")
 _MODEL = _Model()
 
 
+# Thread-name prefixes (DBOS 3.4 and ours) -> the group a thread's CPU counts to.
+_THREAD_GROUPS = (
+    ("MainThread", "event loop"),
+    ("dbos-executor", "DBOS db calls"),
+    ("queue-worker", "DBOS claims"),
+    ("persyn-sqlite", "store"),
+)
+GROUPS = (*(group for _, group in _THREAD_GROUPS), "other")
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds used so far by the live threads of this process, by group."""
+    used = dict.fromkeys(GROUPS, 0.0)
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (OSError, ValueError):  # it ended meanwhile
+            continue
+        group = next((g for prefix, g in _THREAD_GROUPS if thread.name.startswith(prefix)), "other")
+        used[group] += seconds
+    return used
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -119,7 +151,9 @@ def _home(home: Path, mode: str) -> Path:
     return home
 
 
-async def _run(home: Path, turns: int, memories: int) -> tuple[list[float], list[float], float]:
+async def _run(
+    home: Path, turns: int, memories: int
+) -> tuple[list[float], list[float], float, dict[str, float]]:
     settings = load_settings(home, environ={})
     agent = AgentConfig(name="Ada", id=new_id())
     settings = settings.model_copy(update={"agents": [agent]})
@@ -131,6 +165,7 @@ async def _run(home: Path, turns: int, memories: int) -> tuple[list[float], list
     totals: list[float] = []
     overheads: list[float] = []
     calls: list[int] = []
+    cpu = dict.fromkeys(GROUPS, 0.0)
     try:
         for index in range(turns + 2):  # the first two warm caches and the model up
             now = runtime.clock.now()
@@ -144,21 +179,25 @@ async def _run(home: Path, turns: int, memories: int) -> tuple[list[float], list
                 received_at=now,
             )
             _turn_events[index] = event.id
+            before = _thread_cpu()
             started = time.perf_counter()
             await runtime.submit(event)
             await runtime.wait_marker(agent.id, event.id, timeout=120)
             elapsed = time.perf_counter() - started
+            after = _thread_cpu()
             # Only the calls on the critical path: background ones land after the marker.
             model_time = _MODEL.critical_path(event.id)
             if index >= 2:
                 calls.append(len(_MODEL.time_by_event.get(event.id, [])))
                 totals.append(elapsed * 1000)
                 overheads.append((elapsed - model_time) * 1000)
+                for group in GROUPS:
+                    cpu[group] += (after[group] - before[group]) * 1000 / turns
             # Let deferred deliberation finish before the next turn, as a person would pause.
             await asyncio.sleep(_MODEL.delay * 3 + 0.05)
     finally:
         await runtime.stop()
-    return totals, overheads, statistics.mean(calls)
+    return totals, overheads, statistics.mean(calls), cpu
 
 
 def main() -> None:
@@ -171,12 +210,13 @@ def main() -> None:
     args = parser.parse_args()
     register_double("bench-turn", _MODEL)
     rows: list[tuple[str, float, float, float, float, float, float]] = []
+    cpu_rows: list[tuple[str, float, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for delay in (args.model_ms / 1000, 0.0):
             _MODEL.delay = delay
             for mode in ("inline", "deferred"):
                 _MODEL.time_by_event.clear()
-                totals, overheads, calls = asyncio.run(
+                totals, overheads, calls, cpu = asyncio.run(
                     _run(_home(Path(tmp) / f"{mode}-{int(delay * 1000)}", mode), args.turns, args.memories)
                 )
                 rows.append(
@@ -190,6 +230,7 @@ def main() -> None:
                         _percentile(overheads, 0.99),
                     )
                 )
+                cpu_rows.append((mode, delay * 1000, cpu))
     print(f"memories: {args.memories}, turns: {args.turns} per row, every reply substantive")
     print(
         f"{'mode':>9} {'model ms':>9} {'calls':>6} {'transmit p50':>13} {'p99':>8} "
@@ -199,8 +240,19 @@ def main() -> None:
         print(f"{mode:>9} {delay:>9.0f} {calls:>6.1f} {p50:>13.1f} {p99:>8.1f} {o50:>13.1f} {o99:>8.1f}")
     print(
         "transmit: submit -> completion marker (ms); calls: model calls before it. overhead: that\n"
-        "minus the model time on the\n"
-        "critical path (inline: respond, 2 concurrent critics, refine, decide; deferred: respond, decide)."
+        "minus the model time on the critical path (inline: respond, 2 concurrent critics, refine,\n"
+        "decide; deferred: respond, decide).\n"
+    )
+    print(f"{'mode':>9} {'model ms':>9} {'CPU':>6} " + " ".join(f"{group:>14}" for group in GROUPS))
+    for mode, delay, cpu in cpu_rows:
+        print(
+            f"{mode:>9} {delay:>9.0f} {sum(cpu.values()):>6.1f} "
+            + " ".join(f"{cpu[group]:>14.1f}" for group in GROUPS)
+        )
+    print(
+        "CPU: mean ms per turn from submit to marker, all threads, split by thread group. DBOS's\n"
+        "share (db calls + claims, plus its orchestration inside the event loop's figure) is the\n"
+        "floor `bench/dbos_floor.py` measures without Persyn."
     )
 
 

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
@@ -235,9 +235,12 @@ async def build_prompt(
     now: datetime,
     query: str,
     sources: Sequence[ContextSource] = (),
+    read_dialog: Callable[[], Awaitable[Sequence[Message]]] | None = None,
 ) -> Prepared:
     """Recent dialog on this channel, every context source's sections, and any conclusion
-    deliberation parked for this channel since the agent last spoke here."""
+    deliberation parked for this channel since the agent last spoke here. `read_dialog`
+    reads the dialog instead of the store (the runtime keeps what it read for the turn's
+    later steps)."""
 
     async def fetch(source: ContextSource) -> Sequence[ContextSection]:
         try:
@@ -250,7 +253,9 @@ async def build_prompt(
     # sections keep the sources' order.
     ttl = timedelta(hours=settings.deliberation.parked_ttl_hours)
     dialog, parked, fetched = await asyncio.gather(
-        store.channel_messages(
+        read_dialog()
+        if read_dialog is not None
+        else store.channel_messages(
             setup.agent_id, setup.service, setup.channel, settings.conversation.recent_dialog_messages
         ),
         parked_for(store, setup.agent_id, setup.service, setup.channel, now, ttl),

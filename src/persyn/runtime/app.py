@@ -62,6 +62,7 @@ AUTO_SPEAK = workflows.AUTO_SPEAK
 
 _SENT_FLAG = "sent:"  # + service:channel: what the agent initiated there lately (JSON)
 _EVENT_CACHE_SIZE = 4096
+_MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
 
 log = logging.getLogger(__name__)
 
@@ -491,12 +492,14 @@ class Runtime:
 
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
         """Wait for the completion marker (SPEC App. B) until the run ends. A marker put by
-        this process wakes the waiter at once; one put by another worker is found by
-        polling the store (with backoff). A marker this process put (and committed) is
-        handed over without reading it back."""
+        this process wakes the waiter at once, and is handed over without reading it back;
+        one put by another worker is found by polling the store. A process with workers
+        most likely runs the event itself, so it polls every 0.1 s (polling sooner would
+        take CPU from the very turn it waits for: a store read each time); a process that
+        only submits starts at 5 ms and backs off to 0.1 s."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        delay = 0.005
+        delay = _MARKER_POLL_MAX if self._launched else 0.005
         waiter = self._marker_waiters.setdefault(event_id, asyncio.Event())
         try:
             while True:
@@ -510,7 +513,7 @@ class Runtime:
                     raise TimeoutError(f"no completion for event {event_id} within {timeout:.0f}s")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter.wait(), min(delay, remaining))
-                delay = min(delay * 2, 0.1)
+                delay = min(delay * 2, _MARKER_POLL_MAX)
         finally:
             self._marker_waiters.pop(event_id, None)
             self._put_markers.pop(event_id, None)
@@ -595,11 +598,17 @@ class Runtime:
 
     async def _dialog_until(self, setup: TurnSetup) -> list[Message]:
         """The channel's recent dialog up to and including this turn's input. Read once per
-        activation in this process (critique, decide and the redundancy gate all need it;
-        what came before the input does not change) and dropped at transmit."""
+        activation in this process (the prompt, critique, decide and the redundancy gate all
+        need it; what came before the input does not change) and dropped at transmit."""
         cached = self._dialogs.get(setup.event_id)
         if cached is not None:
             return cached
+        await self._recent_dialog(setup)
+        return self._dialogs[setup.event_id]
+
+    async def _recent_dialog(self, setup: TurnSetup) -> list[Message]:
+        """The channel's recent dialog as it is now (the prompt's), keeping the part up to
+        this turn's input for `_dialog_until`."""
         dialog = await self.store.channel_messages(
             setup.agent_id, setup.service, setup.channel, self.settings.conversation.recent_dialog_messages
         )
@@ -607,7 +616,7 @@ class Runtime:
         if len(self._dialogs) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
             self._dialogs.pop(next(iter(self._dialogs)))
         self._dialogs[setup.event_id] = until
-        return until
+        return dialog
 
     async def engage(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
         setup = TurnSetup.model_validate(setup_data)
@@ -620,7 +629,14 @@ class Runtime:
         event = await self._event(agent_id, event_id)
         agent = self.agents[agent_id]
         prepared = await pipeline.build_prompt(
-            self.store, self.settings, agent, setup, self.clock.now(), event.text, self.context_sources
+            self.store,
+            self.settings,
+            agent,
+            setup,
+            self.clock.now(),
+            event.text,
+            self.context_sources,
+            read_dialog=lambda: self._recent_dialog(setup),
         )
         channel = self.channels.get(event.service)
         sink = _safe_sink_for(channel, event)

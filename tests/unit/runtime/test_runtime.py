@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,10 +15,11 @@ from pydantic_ai.exceptions import ModelHTTPError
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, Settings, load_settings
 from persyn.core.errors import InputError
-from persyn.core.events import Event, Notice, Outbound, Speaker
+from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
 from persyn.runtime.app import Runtime
+from persyn.store.base import Message
 from persyn.testing import registered_double
 from persyn.testing.meter import RecordingAdapter
 
@@ -163,6 +166,58 @@ async def test_an_activation_reads_its_event_from_the_store_once(
     assert (await runtime.wait_marker(agent.id, second.id, timeout=30)).transmitted
     assert reads == [second.id]
     assert [o.text for o in channel.delivered] == ["You said: one", "You said: two"]
+
+
+async def test_an_activation_reads_the_dialog_once(
+    started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The prompt, both critics, the decision and the redundancy gate see the channel's
+    dialog from one read."""
+    runtime, channel, adapter, _clock = started
+    agent = runtime.settings.agents[0]
+    reads: list[str] = []
+    channel_messages = runtime.store.channel_messages
+
+    async def counted(agent_id: str, service: str, channel_name: str, limit: int) -> list[Message]:
+        reads.append(channel_name)
+        return await channel_messages(agent_id, service, channel_name, limit)
+
+    monkeypatch.setattr(runtime.store, "channel_messages", counted)
+    event = _event(agent, "Do you remember what we said?", START)
+    await runtime.submit(event)
+    assert (await runtime.wait_marker(agent.id, event.id, timeout=30)).transmitted
+    assert [o.text for o in channel.delivered] == ["You said: Do you remember what we said?"]
+    assert runtime.meter.flush()
+    assert {r.stage for r in adapter.records} >= {"respond", "critique:provenance", "decide"}
+    assert reads == ["room"]
+
+
+async def test_a_worker_waiting_for_a_marker_reads_the_store_every_tenth_of_a_second(
+    started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A marker this process puts wakes its waiter; the store is read only for one another
+    worker put, ten times a second (a backoff from 5 ms would read it eight times in the
+    first 0.4 s, taking CPU from the turn being waited for)."""
+    runtime, _channel, _adapter, _clock = started
+    agent = runtime.settings.agents[0]
+    reads: list[float] = []
+    get_marker = runtime.store.get_marker
+    loop = asyncio.get_running_loop()
+
+    async def counted(agent_id: str, event_id: str, now: datetime) -> CompletionMarker | None:
+        reads.append(loop.time())
+        return await get_marker(agent_id, event_id, now)
+
+    monkeypatch.setattr(runtime.store, "get_marker", counted)
+    started_at = loop.time()
+    with pytest.raises(TimeoutError):
+        await runtime.wait_marker(agent.id, new_id(START), timeout=0.45)
+    assert reads[0] - started_at < 0.05  # a marker already there is found at once
+    assert 4 <= len(reads) <= 6
+    gaps = [later - earlier for earlier, later in itertools.pairwise(reads)]
+    assert all(gap >= 0.09 for gap in gaps[:-1])  # the last read is at the deadline
 
 
 async def test_the_dbos_executor_id_comes_from_the_config(tmp_path: Path) -> None:
