@@ -320,6 +320,8 @@ class ToolsConfig(_Strict):
     max_identical_calls: int = Field(default=2, ge=1, le=20)
     # A tool still running after this long is abandoned and reported to the model as failed.
     call_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # CPU-bound tools (exact arithmetic) run in a child process that is killed after this long.
+    cpu_seconds: float = Field(default=5.0, gt=0, le=600)
     # Longest tool result the model is shown; longer ones are cut, saying so.
     max_result_chars: int = Field(default=8000, ge=200, le=1_000_000)
 
