@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -61,6 +62,7 @@ DELIBERATION_FLAG = "deliberation:"
 AUTO_SPEAK = workflows.AUTO_SPEAK
 
 _SENT_FLAG = "sent:"  # + service:channel: what the agent initiated there lately (JSON)
+_SENDS_FLAG = "sends:"  # + event id: the messages a run sent to contacts (JSON list of keys)
 _EVENT_CACHE_SIZE = 4096
 _MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
 
@@ -1036,6 +1038,7 @@ class Runtime:
         this process (otherwise it waits in the dialog for the channel to show it)."""
         text = self.validate_text(text)
         now = self.clock.now()
+        await self._count_outreach(agent_id, event_id, person_id, service, channel, text)
         await self._spend_channel_budget(agent_id, service, channel, text, now)
         conversation = await self.store.open_conversation(
             agent_id, service, channel, [person_id], now, self.settings.conversation.idle_timeout_minutes * 60
@@ -1069,6 +1072,34 @@ class Runtime:
         except Exception as exc:
             return f"stored, but {service} failed to deliver it: {exc}"
         return f"delivered on {service}:{channel}"
+
+    async def messages_sent(self, agent_id: str, event_id: str) -> int:
+        """How many messages the run of `event_id` has sent to contacts (attempts included)."""
+        return len(_sends(await self.store.get_flag(agent_id, _SENDS_FLAG + event_id)))
+
+    async def _count_outreach(
+        self, agent_id: str, event_id: str, person_id: str, service: str, channel: str, text: str
+    ) -> None:
+        """`[autonomy] max_messages_per_run` over the whole run, atomically in the store (the
+        tool registry is rebuilt for every call: a counter there restarted each time, and one
+        turn sent 16 messages to 8 contacts). A send is keyed by what it sends, so a tool-call
+        step re-run after a crash counts once; refused sends raise ToolError, which the model
+        reads."""
+        limit = self.settings.autonomy.max_messages_per_run
+        key = hashlib.sha256("\0".join((person_id, service, channel, text)).encode()).hexdigest()[:16]
+
+        def count(raw: str | None) -> str | None:
+            sends = _sends(raw)
+            if key in sends:
+                return raw  # this very send, again (a replayed step): already counted
+            if len(sends) >= limit:
+                raise ToolError(
+                    f"message cap reached: you have already sent {len(sends)} messages this turn (the "
+                    f"most allowed is {limit}); this one was not sent"
+                )
+            return json.dumps([*sends, key])
+
+        await self.store.update_flag(agent_id, _SENDS_FLAG + event_id, count)
 
     async def _spend_channel_budget(
         self, agent_id: str, service: str, channel: str, text: str, now: Any
@@ -1211,6 +1242,14 @@ class Runtime:
             except Exception as exc:
                 log.warning("housekeeping failed: %s", exc)
             await asyncio.sleep(self.settings.dispatch.housekeeping_seconds)
+
+
+def _sends(raw: str | None) -> list[str]:
+    try:
+        value = json.loads(raw or "[]")
+    except ValueError:
+        return []
+    return [str(key) for key in value] if isinstance(value, list) else []
 
 
 async def _drain_workflows(timeout: float) -> None:
