@@ -248,6 +248,11 @@ class AutonomyConfig(_Strict):
     # Tokens (estimated, 4 characters a token) the agent may initiate per channel in a
     # rolling 24 hours with its message tool; beyond it, sending is refused and says why.
     channel_message_tokens: int = Field(default=2000, ge=0)
+    # Tokens (estimated likewise) of the agent's replies per channel in a rolling 24 hours
+    # (SPEC §4.5: what stops two agents talking forever); past it the channel gets no
+    # generated reply until the window moves on, and the skip is recorded. A person chatting
+    # all day stays far below the default.
+    channel_reply_tokens: int = Field(default=100_000, ge=1)
 
 
 class RetrievalWeights(_Strict):

@@ -43,7 +43,7 @@ from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import QueueWaker, install_queue_waker
 from persyn.runtime.agent_tools import build_registry
-from persyn.runtime.autonomy import RUN_FLAG, Autonomy, RunTokens, run_kind
+from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, RUN_FLAG, Autonomy, BudgetedGateway, run_kind
 from persyn.runtime.memory_ops import context_window_for
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store, open_store
@@ -62,6 +62,7 @@ DELIBERATION_FLAG = "deliberation:"
 AUTO_SPEAK = workflows.AUTO_SPEAK
 
 _SENT_FLAG = "sent:"  # + service:channel: what the agent initiated there lately (JSON)
+_REPLIED_FLAG = "replied:"  # + service:channel: the agent's replies there lately (JSON)
 _SENDS_FLAG = "sends:"  # + event id: the messages a run sent to contacts (JSON list of keys)
 _EVENT_CACHE_SIZE = 4096
 _MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
@@ -93,10 +94,8 @@ class Runtime:
             self._prometheus = PrometheusAdapter()
             adapters.append(self._prometheus)
         adapters.extend(extra_meter_adapters or [])
-        self.run_tokens = RunTokens()  # what self-initiated runs cost, for their budget
-        adapters.append(self.run_tokens)
         self.meter = Meter(adapters)
-        self.autonomy = Autonomy(self, self.run_tokens)
+        self.autonomy = Autonomy(self)
         self.agents: dict[str, AgentConfig] = {a.id: a for a in settings.agents}
         self.channels: dict[str, ChannelAdapter] = {}
         self.context_sources: list[ContextSource] = []
@@ -132,8 +131,13 @@ class Runtime:
             await self.store.ensure_agent(agent.id, agent.name, self.clock.now())
         await self._start_local_models()
         for agent in self.agents.values():
-            self._gateways[agent.id] = ModelGateway(
-                self.settings, agent, self.meter, local_factory=self._local_model, clock=self.clock
+            self._gateways[agent.id] = BudgetedGateway(
+                self.settings,
+                agent,
+                self.meter,
+                local_factory=self._local_model,
+                clock=self.clock,
+                autonomy=self.autonomy,
             )
         self._start_memory()
         self._start_graph()
@@ -544,6 +548,10 @@ class Runtime:
         self._remember_event(event)
         return event
 
+    def known_event(self, event_id: str) -> Event | None:
+        """The event of an activation in flight here, if it is at hand (never a read)."""
+        return self._events.get(event_id)
+
     def _remember_event(self, event: Event) -> None:
         if len(self._events) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
             self._events.pop(next(iter(self._events)))
@@ -622,12 +630,19 @@ class Runtime:
 
     async def engage(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
         setup = TurnSetup.model_validate(setup_data)
+        over = await self._reply_budget_spent(setup)
+        if over is not None:  # no model call for a channel that gets no replies now
+            return deliberation.Decision(action="silent", reason=over).model_dump(mode="json")
         dialog = await self._dialog_until(setup)
         decision = await deliberation.engage(self.gateway(agent_id), self.agents[agent_id], dialog)
         return decision.model_dump(mode="json")
 
     async def respond(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
         setup = TurnSetup.model_validate(setup_data)
+        over = await self._reply_budget_spent(setup)
+        if over is not None:  # nothing is generated; transmit records why
+            reply = pipeline.Reply(text=None, failure=over)
+            return {"reply": reply.model_dump(mode="json"), "prepared": None, "budget": over}
         event = await self._event(agent_id, event_id)
         agent = self.agents[agent_id]
         prepared = await pipeline.build_prompt(
@@ -862,6 +877,15 @@ class Runtime:
             await _safe_notice(channel, event, Notice(level=level, text=reason))
             return {"transmitted": False, "reason": reason}
 
+        if setup.kind != "message":  # a self-initiated run the autonomy budget stopped says so
+            stopped = (await self.autonomy.spent(event)).stopped
+            if stopped is not None:
+                return await unsent(stopped, "info")
+        if draft is not None and draft.get("budget"):  # the channel's reply budget is used
+            await self._record_deliberation(
+                agent_id, event_id, {"mode": setup.mode, "skipped": draft["budget"]}
+            )
+            return await unsent(str(draft["budget"]), "info")
         if draft is not None and draft["reply"]["text"] is None:
             return await unsent(f"I could not produce a reply: {draft['reply']['failure']}", "error")
         if decision is not None and decision.action in ("speak", "redirect"):
@@ -918,6 +942,7 @@ class Runtime:
 
         # The reply and its marker in one transaction.
         message = await pipeline.record_reply(self.store, agent.name, setup, text, now, marker)
+        await self._spend_reply_budget(agent_id, event_id, service, channel_name, message.text, now)
         if made:
             self._marker_put(made[-1])
         outbound = Outbound(
@@ -1128,6 +1153,42 @@ class Runtime:
 
         await self.store.update_flag(agent_id, key, spend)
 
+    async def _reply_budget_spent(self, setup: TurnSetup) -> str | None:
+        """Why the channel gets no generated reply now, or None: its rolling 24-hour budget of
+        reply tokens (`[autonomy] channel_reply_tokens`, SPEC §4.5) is used — the primary
+        defence against two agents talking forever. Self-initiated runs on the agent's own
+        surface (no one reads it) have the autonomy budget instead."""
+        if setup.service == AUTONOMOUS_SERVICE:
+            return None
+        limit = self.settings.autonomy.channel_reply_tokens
+        key = f"{_REPLIED_FLAG}{setup.service}:{setup.channel}"
+        since = (self.clock.now() - timedelta(hours=24)).isoformat()
+        used = sum(n for at, n, _ in _replies(await self.store.get_flag(setup.agent_id, key)) if at > since)
+        if used < limit:
+            return None
+        reason = (
+            f"no reply: the reply budget of {limit} tokens per 24 hours on {setup.service}:{setup.channel} "
+            f"is used ({used}); replies resume as the window moves on"
+        )
+        log.warning("agent %s: %s", setup.agent_id, reason)  # the operator's notice
+        return reason
+
+    async def _spend_reply_budget(
+        self, agent_id: str, event_id: str, service: str, channel: str, text: str, now: Any
+    ) -> None:
+        """Count a transmitted reply against its channel's reply budget, once per event (a
+        re-run transmit step counts it once)."""
+        cost = max(1, len(text) // 4)
+        since = (now - timedelta(hours=24)).isoformat()
+
+        def spend(raw: str | None) -> str:
+            spent = [entry for entry in _replies(raw) if entry[0] > since]
+            if any(entry[2] == event_id for entry in spent):
+                return json.dumps(spent)
+            return json.dumps([*spent, (now.isoformat(), cost, event_id)])
+
+        await self.store.update_flag(agent_id, f"{_REPLIED_FLAG}{service}:{channel}", spend)
+
     async def enqueue_close_hooks(self, conversation: Conversation) -> None:
         await self._enqueue_hooks(conversation)
 
@@ -1242,6 +1303,14 @@ class Runtime:
             except Exception as exc:
                 log.warning("housekeeping failed: %s", exc)
             await asyncio.sleep(self.settings.dispatch.housekeeping_seconds)
+
+
+def _replies(raw: str | None) -> list[tuple[str, int, str]]:
+    """A channel's reply-budget entries: (when, tokens, event id)."""
+    try:
+        return [(str(at), int(n), str(event_id)) for at, n, event_id in json.loads(raw or "[]")]
+    except (ValueError, TypeError):
+        return []
 
 
 def _sends(raw: str | None) -> list[str]:
