@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +24,7 @@ from pydantic_ai.models.function import AgentInfo
 from persyn.cognition.reflection import SelfAssessment
 from persyn.core.clock import ManualClock
 from persyn.gateway.base import TokenUsage
+from persyn.runtime.app import DELIBERATION_FLAG
 from persyn.runtime.autonomy import recent_activity
 from persyn.testing.models import DoubleReply, registered_double
 
@@ -117,7 +119,7 @@ async def test_a_channel_over_its_reply_budget_gets_no_generated_reply(tmp_path:
         _, first = await say(runtime, "Hello there!")  # 40 characters back: 10 tokens, the budget
         assert first.transmitted and first.text == "Here is my forty-character reply to you."
         generated = model.calls.count("respond")
-        _, second = await say(runtime, "Still there?")
+        skipped, second = await say(runtime, "Still there?")
         assert not second.transmitted
         assert second.reason == (
             "no reply: the reply budget of 10 tokens per 24 hours on test:room is used (10); replies "
@@ -125,6 +127,13 @@ async def test_a_channel_over_its_reply_budget_gets_no_generated_reply(tmp_path:
         )
         assert model.calls.count("respond") == generated  # nothing was generated for it
         assert channel.notices[-1] == second.reason  # visible where the message came from
+        trace = json.loads(await runtime.store.get_flag(AGENT.id, DELIBERATION_FLAG + skipped.id) or "{}")
+        assert trace["decision"] == {
+            "action": "silent",
+            "reason": second.reason,
+            "message": None,
+            "redirect_to": None,
+        }
         # Another channel has its own budget; and the window moves on.
         _, elsewhere = await say(runtime, "Hi from the lobby.", channel="lobby")
         assert elsewhere.transmitted

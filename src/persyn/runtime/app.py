@@ -882,8 +882,9 @@ class Runtime:
             if stopped is not None:
                 return await unsent(stopped, "info")
         if draft is not None and draft.get("budget"):  # the channel's reply budget is used
+            skipped = deliberation.Decision(action="silent", reason=str(draft["budget"]))
             await self._record_deliberation(
-                agent_id, event_id, {"mode": setup.mode, "skipped": draft["budget"]}
+                agent_id, event_id, {"mode": setup.mode, "decision": skipped.model_dump(mode="json")}
             )
             return await unsent(str(draft["budget"]), "info")
         if draft is not None and draft["reply"]["text"] is None:
