@@ -20,6 +20,7 @@ from _cost_support import AGENT, say, start_runtime, tool_returns
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
+from persyn.core.errors import ToolError
 from persyn.core.events import Speaker
 from persyn.runtime.app import DELIBERATION_FLAG
 from persyn.testing.models import DoubleReply, registered_double
@@ -60,10 +61,12 @@ async def test_a_run_that_messages_eight_contacts_twice_stops_at_the_cap(
 ) -> None:
     runtime, channel, _ = await start_runtime(tmp_path, "costcaps", "[autonomy]\nmax_messages_per_run = 2\n")
     try:
+        ids: list[str] = []
         for n, name in enumerate(CONTACTS):  # each reachable on a channel of their own
-            await runtime.resolve_speaker(
+            person_id, _ = await runtime.resolve_speaker(
                 AGENT.id, Speaker(service="test", channel=f"dm-{n}", speaker_id=f"pal-{n}", display_name=name)
             )
+            ids.append(person_id)
         model.calls = [
             {"name": "message_contact", "args": {"to": name, "text": f"Hello {name}!"}} for name in CONTACTS
         ]
@@ -84,6 +87,13 @@ async def test_a_run_that_messages_eight_contacts_twice_stops_at_the_cap(
         assert first[2:] == [refusal] * 6 and second == [refusal] * 8
         trace = json.loads(await runtime.store.get_flag(AGENT.id, DELIBERATION_FLAG + event.id) or "{}")
         assert [t["status"] for t in trace["tools"]] == ["ok"] * 2 + ["failed"] * 14
+        # Counted in the store, by what was sent: the same send again (a tool-call step re-run
+        # after a crash) counts once; a new one is refused.
+        assert await runtime.messages_sent(AGENT.id, event.id) == 2
+        await runtime.send_to_contact(AGENT.id, event.id, ids[0], "test", "dm-0", "Hello Pal0!")
+        assert await runtime.messages_sent(AGENT.id, event.id) == 2
+        with pytest.raises(ToolError, match="message cap reached"):
+            await runtime.send_to_contact(AGENT.id, event.id, ids[2], "test", "dm-2", "Hello Pal2!")
     finally:
         await runtime.stop()
 
