@@ -1100,7 +1100,8 @@ class Runtime:
         return f"delivered on {service}:{channel}"
 
     async def messages_sent(self, agent_id: str, event_id: str) -> int:
-        """How many messages the run of `event_id` has sent to contacts (attempts included)."""
+        """How many messages the run of `event_id` has sent to contacts: every send past the
+        cap, including one the channel budget or the channel then refused."""
         return len(_sends(await self.store.get_flag(agent_id, _SENDS_FLAG + event_id)))
 
     async def _count_outreach(
