@@ -248,6 +248,11 @@ class AutonomyConfig(_Strict):
     # Tokens (estimated, 4 characters a token) the agent may initiate per channel in a
     # rolling 24 hours with its message tool; beyond it, sending is refused and says why.
     channel_message_tokens: int = Field(default=2000, ge=0)
+    # Tokens (estimated likewise) of the agent's replies per channel in a rolling 24 hours
+    # (SPEC §4.5: what stops two agents talking forever); past it the channel gets no
+    # generated reply until the window moves on, and the skip is recorded. A person chatting
+    # all day stays far below the default.
+    channel_reply_tokens: int = Field(default=100_000, ge=1)
 
 
 class RetrievalWeights(_Strict):
@@ -309,8 +314,9 @@ class ToolsConfig(_Strict):
 
     A round-trip is one model reply that asks for tools and gets their results back; past
     `max_round_trips` in one activation, further calls are refused and the model must
-    answer. A call with the same tool name and the same arguments as `max_identical_calls`
-    earlier ones in the activation is refused without running. Both refusals are recorded.
+    answer. Of the calls in one reply, at most `max_calls_per_round` run. A call with the same
+    tool name and the same arguments as `max_identical_calls` earlier ones in the activation is
+    refused without running. Every refusal is recorded.
     """
 
     # Offer the agent's own tools to the respond model (never to the built-in tiny offline
@@ -318,8 +324,13 @@ class ToolsConfig(_Strict):
     enabled: bool = True
     max_round_trips: int = Field(default=6, ge=1, le=50)
     max_identical_calls: int = Field(default=2, ge=1, le=20)
+    # At most this many of the tool calls in one model reply are run; the rest get an error
+    # result saying so.
+    max_calls_per_round: int = Field(default=8, ge=1, le=100)
     # A tool still running after this long is abandoned and reported to the model as failed.
     call_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # CPU-bound tools (exact arithmetic) run in a child process that is killed after this long.
+    cpu_seconds: float = Field(default=5.0, gt=0, le=600)
     # Longest tool result the model is shown; longer ones are cut, saying so.
     max_result_chars: int = Field(default=8000, ge=200, le=1_000_000)
 

@@ -1,6 +1,7 @@
 """The agent's own tools, bound to one activation (SPEC §4.6): the registry the respond step
-advertises and the tool-call steps run. Built per activation, so per-activation caps (the
-messages a run may send) start fresh and every tool sees who is present where.
+advertises and the tool-call steps run. Built for every tool call (each is its own durable
+step), so a per-activation cap is counted from durable state, never in the registry; every tool
+sees who is present where.
 
 Tools and what they are bound to:
 - reminders and goals (`tools/own.py`): the store, the agent, the clock; a new reminder
@@ -10,7 +11,8 @@ Tools and what they are bound to:
   channel, the people present and the channel groups — a tool never shows what retrieval
   would withhold;
 - message a contact (`tools/outreach.py`): sends through `Runtime.send_to_contact`, at most
-  `[autonomy] max_messages_per_run` per activation;
+  `[autonomy] max_messages_per_run` per activation, counted from what the run has already
+  sent (durable: this registry is rebuilt for every tool call);
 - exact arithmetic, recent autonomous activity, self-inspection.
 """
 
@@ -56,6 +58,9 @@ def build_registry(runtime: Runtime, setup: TurnSetup, event_id: str) -> ToolReg
     async def send(person_id: str, service: str, channel: str, text: str) -> str:
         return await runtime.send_to_contact(agent_id, event_id, person_id, service, channel, text)
 
+    async def sent() -> int:
+        return await runtime.messages_sent(agent_id, event_id)
+
     async def activity(limit: int, kind: str | None) -> list[Any]:
         return await recent_activity(store, agent_id, limit, kind)
 
@@ -83,6 +88,7 @@ def build_registry(runtime: Runtime, setup: TurnSetup, event_id: str) -> ToolReg
                 clock=clock,
                 send=send,
                 max_messages=settings.autonomy.max_messages_per_run,
+                sent=sent,
             )
         ),
         calculator_tool(),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -42,7 +43,7 @@ from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import QueueWaker, install_queue_waker
 from persyn.runtime.agent_tools import build_registry
-from persyn.runtime.autonomy import RUN_FLAG, Autonomy, RunTokens, run_kind
+from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, RUN_FLAG, Autonomy, BudgetedGateway, run_kind
 from persyn.runtime.memory_ops import context_window_for
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store, open_store
@@ -61,6 +62,8 @@ DELIBERATION_FLAG = "deliberation:"
 AUTO_SPEAK = workflows.AUTO_SPEAK
 
 _SENT_FLAG = "sent:"  # + service:channel: what the agent initiated there lately (JSON)
+_REPLIED_FLAG = "replied:"  # + service:channel: the agent's replies there lately (JSON)
+_SENDS_FLAG = "sends:"  # + event id: the messages a run sent to contacts (JSON list of keys)
 _EVENT_CACHE_SIZE = 4096
 _MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
 
@@ -91,10 +94,8 @@ class Runtime:
             self._prometheus = PrometheusAdapter()
             adapters.append(self._prometheus)
         adapters.extend(extra_meter_adapters or [])
-        self.run_tokens = RunTokens()  # what self-initiated runs cost, for their budget
-        adapters.append(self.run_tokens)
         self.meter = Meter(adapters)
-        self.autonomy = Autonomy(self, self.run_tokens)
+        self.autonomy = Autonomy(self)
         self.agents: dict[str, AgentConfig] = {a.id: a for a in settings.agents}
         self.channels: dict[str, ChannelAdapter] = {}
         self.context_sources: list[ContextSource] = []
@@ -130,8 +131,13 @@ class Runtime:
             await self.store.ensure_agent(agent.id, agent.name, self.clock.now())
         await self._start_local_models()
         for agent in self.agents.values():
-            self._gateways[agent.id] = ModelGateway(
-                self.settings, agent, self.meter, local_factory=self._local_model, clock=self.clock
+            self._gateways[agent.id] = BudgetedGateway(
+                self.settings,
+                agent,
+                self.meter,
+                local_factory=self._local_model,
+                clock=self.clock,
+                autonomy=self.autonomy,
             )
         self._start_memory()
         self._start_graph()
@@ -542,6 +548,10 @@ class Runtime:
         self._remember_event(event)
         return event
 
+    def known_event(self, event_id: str) -> Event | None:
+        """The event of an activation in flight here, if it is at hand (never a read)."""
+        return self._events.get(event_id)
+
     def _remember_event(self, event: Event) -> None:
         if len(self._events) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
             self._events.pop(next(iter(self._events)))
@@ -620,12 +630,19 @@ class Runtime:
 
     async def engage(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
         setup = TurnSetup.model_validate(setup_data)
+        over = await self._reply_budget_spent(setup)
+        if over is not None:  # no model call for a channel that gets no replies now
+            return deliberation.Decision(action="silent", reason=over).model_dump(mode="json")
         dialog = await self._dialog_until(setup)
         decision = await deliberation.engage(self.gateway(agent_id), self.agents[agent_id], dialog)
         return decision.model_dump(mode="json")
 
     async def respond(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
         setup = TurnSetup.model_validate(setup_data)
+        over = await self._reply_budget_spent(setup)
+        if over is not None:  # nothing is generated; transmit records why
+            reply = pipeline.Reply(text=None, failure=over)
+            return {"reply": reply.model_dump(mode="json"), "prepared": None, "budget": over}
         event = await self._event(agent_id, event_id)
         agent = self.agents[agent_id]
         prepared = await pipeline.build_prompt(
@@ -860,6 +877,16 @@ class Runtime:
             await _safe_notice(channel, event, Notice(level=level, text=reason))
             return {"transmitted": False, "reason": reason}
 
+        if setup.kind != "message":  # a self-initiated run the autonomy budget stopped says so
+            stopped = (await self.autonomy.spent(event)).stopped
+            if stopped is not None:
+                return await unsent(stopped, "info")
+        if draft is not None and draft.get("budget"):  # the channel's reply budget is used
+            skipped = deliberation.Decision(action="silent", reason=str(draft["budget"]))
+            await self._record_deliberation(
+                agent_id, event_id, {"mode": setup.mode, "decision": skipped.model_dump(mode="json")}
+            )
+            return await unsent(str(draft["budget"]), "info")
         if draft is not None and draft["reply"]["text"] is None:
             return await unsent(f"I could not produce a reply: {draft['reply']['failure']}", "error")
         if decision is not None and decision.action in ("speak", "redirect"):
@@ -916,6 +943,7 @@ class Runtime:
 
         # The reply and its marker in one transaction.
         message = await pipeline.record_reply(self.store, agent.name, setup, text, now, marker)
+        await self._spend_reply_budget(agent_id, event_id, service, channel_name, message.text, now)
         if made:
             self._marker_put(made[-1])
         outbound = Outbound(
@@ -1036,6 +1064,7 @@ class Runtime:
         this process (otherwise it waits in the dialog for the channel to show it)."""
         text = self.validate_text(text)
         now = self.clock.now()
+        await self._count_outreach(agent_id, event_id, person_id, service, channel, text)
         await self._spend_channel_budget(agent_id, service, channel, text, now)
         conversation = await self.store.open_conversation(
             agent_id, service, channel, [person_id], now, self.settings.conversation.idle_timeout_minutes * 60
@@ -1070,6 +1099,35 @@ class Runtime:
             return f"stored, but {service} failed to deliver it: {exc}"
         return f"delivered on {service}:{channel}"
 
+    async def messages_sent(self, agent_id: str, event_id: str) -> int:
+        """How many messages the run of `event_id` has sent to contacts: every send past the
+        cap, including one the channel budget or the channel then refused."""
+        return len(_sends(await self.store.get_flag(agent_id, _SENDS_FLAG + event_id)))
+
+    async def _count_outreach(
+        self, agent_id: str, event_id: str, person_id: str, service: str, channel: str, text: str
+    ) -> None:
+        """`[autonomy] max_messages_per_run` over the whole run, atomically in the store (the
+        tool registry is rebuilt for every call: a counter there restarted each time, and one
+        turn sent 16 messages to 8 contacts). A send is keyed by what it sends, so a tool-call
+        step re-run after a crash counts once; refused sends raise ToolError, which the model
+        reads."""
+        limit = self.settings.autonomy.max_messages_per_run
+        key = hashlib.sha256("\0".join((person_id, service, channel, text)).encode()).hexdigest()[:16]
+
+        def count(raw: str | None) -> str | None:
+            sends = _sends(raw)
+            if key in sends:
+                return raw  # this very send, again (a replayed step): already counted
+            if len(sends) >= limit:
+                raise ToolError(
+                    f"message cap reached: you have already sent {len(sends)} messages this turn (the "
+                    f"most allowed is {limit}); this one was not sent"
+                )
+            return json.dumps([*sends, key])
+
+        await self.store.update_flag(agent_id, _SENDS_FLAG + event_id, count)
+
     async def _spend_channel_budget(
         self, agent_id: str, service: str, channel: str, text: str, now: Any
     ) -> None:
@@ -1096,6 +1154,42 @@ class Runtime:
             return json.dumps([*spent, (now.isoformat(), cost)])
 
         await self.store.update_flag(agent_id, key, spend)
+
+    async def _reply_budget_spent(self, setup: TurnSetup) -> str | None:
+        """Why the channel gets no generated reply now, or None: its rolling 24-hour budget of
+        reply tokens (`[autonomy] channel_reply_tokens`, SPEC §4.5) is used — the primary
+        defence against two agents talking forever. Self-initiated runs on the agent's own
+        surface (no one reads it) have the autonomy budget instead."""
+        if setup.service == AUTONOMOUS_SERVICE:
+            return None
+        limit = self.settings.autonomy.channel_reply_tokens
+        key = f"{_REPLIED_FLAG}{setup.service}:{setup.channel}"
+        since = (self.clock.now() - timedelta(hours=24)).isoformat()
+        used = sum(n for at, n, _ in _replies(await self.store.get_flag(setup.agent_id, key)) if at > since)
+        if used < limit:
+            return None
+        reason = (
+            f"no reply: the reply budget of {limit} tokens per 24 hours on {setup.service}:{setup.channel} "
+            f"is used ({used}); replies resume as the window moves on"
+        )
+        log.warning("agent %s: %s", setup.agent_id, reason)  # the operator's notice
+        return reason
+
+    async def _spend_reply_budget(
+        self, agent_id: str, event_id: str, service: str, channel: str, text: str, now: Any
+    ) -> None:
+        """Count a transmitted reply against its channel's reply budget, once per event (a
+        re-run transmit step counts it once)."""
+        cost = max(1, len(text) // 4)
+        since = (now - timedelta(hours=24)).isoformat()
+
+        def spend(raw: str | None) -> str:
+            spent = [entry for entry in _replies(raw) if entry[0] > since]
+            if any(entry[2] == event_id for entry in spent):
+                return json.dumps(spent)
+            return json.dumps([*spent, (now.isoformat(), cost, event_id)])
+
+        await self.store.update_flag(agent_id, f"{_REPLIED_FLAG}{service}:{channel}", spend)
 
     async def enqueue_close_hooks(self, conversation: Conversation) -> None:
         await self._enqueue_hooks(conversation)
@@ -1211,6 +1305,22 @@ class Runtime:
             except Exception as exc:
                 log.warning("housekeeping failed: %s", exc)
             await asyncio.sleep(self.settings.dispatch.housekeeping_seconds)
+
+
+def _replies(raw: str | None) -> list[tuple[str, int, str]]:
+    """A channel's reply-budget entries: (when, tokens, event id)."""
+    try:
+        return [(str(at), int(n), str(event_id)) for at, n, event_id in json.loads(raw or "[]")]
+    except (ValueError, TypeError):
+        return []
+
+
+def _sends(raw: str | None) -> list[str]:
+    try:
+        value = json.loads(raw or "[]")
+    except ValueError:
+        return []
+    return [str(key) for key in value] if isinstance(value, list) else []
 
 
 async def _drain_workflows(timeout: float) -> None:

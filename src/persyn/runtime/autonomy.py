@@ -10,28 +10,38 @@ another beat or a conversation; a beat that finds the agent busy is skipped.
 
 Self-initiated runs are bounded before they start (`skip_reason`): a token budget over a
 rolling 24-hour window and a runs-per-hour cap per agent, counted from what earlier runs
-actually used (the meter's records for the run's thread, kept with each run's activity entry). Skips,
-rests and outcomes land in the activity log (flags `activity:<run id>`), which `persyn
-heartbeat status` shows and the agent's introspection tool reads.
+actually used (kept with each run's activity entry). The budget also bounds a run while it
+goes: every model call of a self-initiated run passes `BudgetedGateway`, which first checks
+the window (earlier runs plus what this one has spent so far, `spend:<run id>`, durable, so a
+run resumed after a crash or on another worker counts the same) and refuses the call with
+`BudgetExhausted` once it is used — one beat's tool loop once spent 459,000 tokens against a
+200,000-token budget checked only at its start. A run therefore overshoots by at most one
+call; it then stops cleanly: the refused call degrades like any failed model call, nothing is
+transmitted, and its activity entry says why. Skips, rests and outcomes land in the activity
+log (flags `activity:<run id>`), which `persyn heartbeat status` shows and the agent's
+introspection tool reads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import threading
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
+from persyn.core.config import Task
+from persyn.core.errors import ModelError
 from persyn.core.events import Event, EventKind
-from persyn.core.ids import derived_id
+from persyn.core.ids import derived_id, is_id
+from persyn.gateway.base import Completion, Prompt, SinkCallable, TokenUsage, ToolSpec
+from persyn.gateway.gateway import ModelGateway
 from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
 from persyn.store.base import Conversation, Reminder, Store
-from persyn.usage.records import UsageRecord
+from persyn.usage import context as usage_context
 
 if TYPE_CHECKING:
     from persyn.runtime.app import Runtime
@@ -42,7 +52,9 @@ __all__ = [
     "RUN_FLAG",
     "ActivityEntry",
     "Autonomy",
-    "RunTokens",
+    "BudgetExhausted",
+    "BudgetedGateway",
+    "RunSpend",
     "recent_activity",
     "run_kind",
     "window_tokens",
@@ -53,6 +65,8 @@ log = logging.getLogger(__name__)
 AUTONOMOUS_SERVICE = "self"  # the surface of self-initiated runs with no one to address
 ACTIVITY_FLAG = "activity:"
 RUN_FLAG = "run:"  # + conversation id: what caused a self-initiated conversation
+SPEND_FLAG = "spend:"  # + run id: what a self-initiated run has spent so far (RunSpend JSON)
+_KNOWN_THREADS = 4096  # threads remembered as a self-initiated run's or not
 _WINDOW = timedelta(hours=24)
 _ACTIVITY_SCAN = 500
 
@@ -94,37 +108,21 @@ async def window_tokens(store: Store, agent_id: str, now: datetime) -> int:
     return sum(e.tokens for e in entries if now - _WINDOW < e.at <= now)
 
 
-class RunTokens:
-    """A meter adapter that adds up the tokens of the self-initiated runs in flight, by
-    thread (the activation's workflow id = the run's event id)."""
+class RunSpend(BaseModel):
+    """What one self-initiated run has spent so far, and why it was stopped, if it was."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._watched: dict[str, int] = {}
+    tokens: int = 0
+    stopped: str | None = None
 
-    def watch(self, thread_id: str) -> None:
-        with self._lock:
-            self._watched.setdefault(thread_id, 0)
 
-    def pop(self, thread_id: str) -> int:
-        with self._lock:
-            return self._watched.pop(thread_id, 0)
-
-    def handle(self, record: UsageRecord) -> None:
-        if record.thread_id is None:
-            return
-        with self._lock:
-            if record.thread_id in self._watched:
-                self._watched[record.thread_id] += record.input_tokens + record.output_tokens
-
-    def close(self) -> None:
-        return None
+class BudgetExhausted(ModelError):
+    """A self-initiated run has used the autonomy budget: it makes no more model calls."""
 
 
 @dataclass
 class Autonomy:
     runtime: Runtime
-    tokens: RunTokens
+    _runs: dict[str, Event | None] = field(default_factory=dict)  # thread id -> its run, if one
 
     @property
     def store(self) -> Store:
@@ -182,7 +180,6 @@ class Autonomy:
             addressed=True,
             meta={"reminder_id": reminder.id, "fire_time": fire_time.isoformat(), "fire_key": key},
         )
-        self.tokens.watch(event_id)
         await self.runtime.submit(event, from_step=from_step)
 
     async def _reminder_text(self, reminder: Reminder) -> str:
@@ -230,8 +227,7 @@ class Autonomy:
         conversation per run; the caller enqueues its close hooks, which consolidate it into
         memory linked to the reminder). Returns the conversation if this call closed it."""
         now = self.runtime.clock.now()
-        await asyncio.to_thread(self.runtime.meter.flush, 2.0)
-        tokens = self.tokens.pop(event.id)
+        tokens = (await self.spent(event)).tokens
         reminder_id = str(event.meta.get("reminder_id", ""))
         await self.record(
             ActivityEntry(
@@ -253,8 +249,99 @@ class Autonomy:
         )
         return await self.store.close_conversation(event.agent_id, conversation_id, now)
 
+    # the budget while a run goes ------------------------------------------------------------
+    async def admit_call(self, agent_id: str | None, thread_id: str | None) -> Event | None:
+        """Before a model call: the self-initiated run it belongs to (None: not one), or
+        `BudgetExhausted` when the autonomy budget is used — recorded on the run first."""
+        event = await self._run_of(agent_id, thread_id)
+        if event is None:
+            return None
+        config = self.runtime.settings.autonomy
+        spent = await self.spent(event)
+        if spent.stopped is not None:
+            raise BudgetExhausted(spent.stopped)
+        now = self.runtime.clock.now()
+        used = await self.tokens_used(event.agent_id, now) + spent.tokens
+        if used < config.daily_token_budget:
+            return event
+        reason = (
+            f"stopped: the autonomy budget of {config.daily_token_budget} tokens per 24 hours is used "
+            f"({used}); this run makes no more model calls"
+        )
+        log.warning("agent %s, run %s: %s", event.agent_id, event.id, reason)
+
+        def stop(raw: str | None) -> str:
+            return _spend(raw).model_copy(update={"stopped": reason}).model_dump_json()
+
+        await self.store.update_flag(event.agent_id, SPEND_FLAG + event.id, stop)
+        raise BudgetExhausted(reason)
+
+    async def charge(self, event: Event, usage: TokenUsage) -> None:
+        """After a model call of a self-initiated run: add what it used to the run's spend."""
+        tokens = usage.input_tokens + usage.output_tokens
+
+        def add(raw: str | None) -> str:
+            spent = _spend(raw)
+            return spent.model_copy(update={"tokens": spent.tokens + tokens}).model_dump_json()
+
+        await self.store.update_flag(event.agent_id, SPEND_FLAG + event.id, add)
+
+    async def spent(self, event: Event) -> RunSpend:
+        return _spend(await self.store.get_flag(event.agent_id, SPEND_FLAG + event.id))
+
+    async def _run_of(self, agent_id: str | None, thread_id: str | None) -> Event | None:
+        """The event of the self-initiated run whose activation is `thread_id` (an
+        activation's workflow id is its event id), looked up once per thread."""
+        if agent_id is None or thread_id is None or not is_id(thread_id):
+            return None
+        if thread_id in self._runs:
+            return self._runs[thread_id]
+        event = self.runtime.known_event(thread_id) or await self.store.get_event(agent_id, thread_id)
+        run = event if event is not None and event.kind is not EventKind.MESSAGE else None
+        if len(self._runs) >= _KNOWN_THREADS:
+            self._runs.pop(next(iter(self._runs)))
+        self._runs[thread_id] = run
+        return run
+
     async def record(self, entry: ActivityEntry) -> None:
         await self.store.set_flag(entry.agent_id, ACTIVITY_FLAG + entry.id, entry.model_dump_json())
+
+
+class BudgetedGateway(ModelGateway):
+    """The model gateway with the autonomy budget checked before, and charged after, every
+    call a self-initiated run makes (the attribution's thread says which run a call serves).
+    Calls outside such runs pass straight through."""
+
+    def __init__(self, *args: Any, autonomy: Autonomy, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._autonomy = autonomy
+
+    async def complete(
+        self,
+        task: Task,
+        prompt: Prompt,
+        *,
+        tools: Sequence[ToolSpec] = (),
+        output: type[BaseModel] | None = None,
+        sink: SinkCallable | None = None,
+        phase: str = "draft",
+        stage: str | None = None,
+    ) -> Completion:
+        attribution = usage_context.current()
+        run = await self._autonomy.admit_call(attribution.agent_id, attribution.thread_id)
+        completion = await super().complete(
+            task, prompt, tools=tools, output=output, sink=sink, phase=phase, stage=stage
+        )
+        if run is not None:
+            await self._autonomy.charge(run, completion.usage)
+        return completion
+
+
+def _spend(raw: str | None) -> RunSpend:
+    try:
+        return RunSpend.model_validate_json(raw) if raw else RunSpend()
+    except ValueError:
+        return RunSpend()
 
 
 def _objective(event: Event) -> str:

@@ -111,6 +111,7 @@ offline_model = false          # critique with the tiny offline model too (slow,
 heartbeat_minutes = 60
 daily_token_budget = 200000    # self-initiated runs stop for the day after this many tokens
 max_runs_per_hour = 12         # loop breaker for reminders that fire too often
+channel_reply_tokens = 100000  # replies per channel per 24 hours (tokens); then it gets none
 
 [graph]
 # The knowledge graph: entities and relations extracted after each conversation closes,

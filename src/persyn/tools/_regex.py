@@ -2,32 +2,26 @@
 
 Python's `re` has no timeout, and a pattern such as `(a+)+$` can backtrack for minutes on a
 short text; run in the event loop it would stall every agent in the process, and in a thread
-it could not be stopped. So the matching runs in a short-lived child interpreter (stdlib
-only, no site packages) that is killed when it takes longer than the deadline. The pattern
-is compiled here first, so a malformed one is reported at once without a child process.
+it could not be stopped. So the matching (`tools/_match.py`) runs in a short-lived child
+interpreter (`tools/_isolated.py`: standard library only) that is killed when it takes longer
+than the deadline. The pattern is compiled here first, so a malformed one is reported at once
+without a child process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import re
-import sys
+from pathlib import Path
 
 from persyn.core.errors import ToolError
+from persyn.tools._isolated import run_isolated
 
 __all__ = ["MAX_PATTERN_CHARS", "compile_pattern", "matching"]
 
 MAX_PATTERN_CHARS = 200
 _DEADLINE_SECONDS = 3.0
-
-_CHILD = """
-import json, re, sys
-job = json.load(sys.stdin)
-pattern = re.compile(job["pattern"], re.IGNORECASE)
-json.dump([pattern.search(text) is not None for text in job["texts"]], sys.stdout)
-"""
+_WORK = Path(__file__).with_name("_match.py")
 
 
 def compile_pattern(pattern: str) -> re.Pattern[str]:
@@ -45,31 +39,12 @@ async def matching(pattern: str, texts: list[str], *, deadline: float = _DEADLIN
     compile_pattern(pattern)
     if not texts:
         return []
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        "-S",
-        "-c",
-        _CHILD,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    job = json.dumps({"pattern": pattern, "texts": texts}).encode()
     try:
-        async with asyncio.timeout(deadline):
-            out, err = await child.communicate(job)
+        async with asyncio.timeout(deadline):  # cancelled, the child is killed
+            found: list[bool] = await run_isolated(_WORK, "matching", {"pattern": pattern, "texts": texts})
     except TimeoutError:
         raise ToolError(
             f"the regular expression {pattern!r} took longer than {deadline:g} seconds and was "
             "stopped; simplify it (avoid nested repeats such as '(a+)+')"
         ) from None
-    finally:
-        if child.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                child.kill()
-            await child.wait()
-    if child.returncode != 0:
-        raise ToolError(f"the regular expression {pattern!r} could not be run: {err.decode()[-300:]}")
-    found: list[bool] = json.loads(out)
     return found

@@ -11,7 +11,10 @@ The contact is named by name or id. The channel is, in order:
 Delivery itself belongs to the runtime: the context carries `send(person_id, service,
 channel, text)`, which returns a delivery id or summary. Each activation may send at most
 `max_messages` messages (an autonomous loop breaker, counted per attempt): past that the
-tool refuses and says so in its result, which the trace records.
+tool refuses and says so in its result, which the trace records. The tools are rebuilt for
+every call, so the count is `sent()` when the context has it — what the run has already sent,
+from durable state (the runtime's `send` enforces the same cap there, atomically) — and is
+kept in memory otherwise.
 """
 
 from __future__ import annotations
@@ -52,9 +55,11 @@ class OutreachContext:
     agent_id: str
     clock: Clock
     send: SendMessage
-    # At most this many messages per activation (the factory is called once per activation).
+    # At most this many messages per activation.
     max_messages: int = 3
     max_text_chars: int = 4000
+    # How many messages this activation has already sent (durable); None: counted here.
+    sent: Callable[[], Awaitable[int]] | None = None
 
 
 class MessageContactInput(BaseModel):
@@ -116,6 +121,8 @@ def outreach_tools(context: OutreachContext) -> list[Tool[Any, Any]]:
                 f"the message is {len(text)} characters, over the limit of {context.max_text_chars}; "
                 "shorten it"
             )
+        if context.sent is not None:
+            attempts = await context.sent()
         if attempts >= context.max_messages:
             raise ToolError(
                 f"message cap reached: you have already sent {attempts} messages this turn (the "

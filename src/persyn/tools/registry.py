@@ -8,7 +8,9 @@ models) and an async handler. The registry
   sorted keys, so the same tools always give the same bytes and the prompt prefix that holds
   them stays cacheable (ARCHITECTURE §7);
 - runs a call: validates its arguments against the input schema, runs the handler under a
-  timeout, validates what it returns against the output schema, and turns *every* failure —
+  timeout — or, for a tool marked `isolated` (CPU-bound work the event loop could not
+  interrupt), runs its work in a child interpreter killed at `[tools] cpu_seconds` —
+  validates what it returns against the output schema, and turns *every* failure —
   unknown tool, invalid arguments, an exception, a timeout, bad output, a tripped loop
   breaker — into a `ToolOutcome` whose text the model can read. `call` never raises (only
   cancellation propagates): no tool failure crashes the response.
@@ -32,6 +34,7 @@ from pydantic_ai.tools import ToolDefinition
 from persyn.core.config import ToolsConfig
 from persyn.core.errors import ConfigError, InputError, ToolError
 from persyn.gateway.base import ToolCall, ToolResult, ToolSpec
+from persyn.tools._isolated import IsolatedWork
 from persyn.tools.breaker import BreakerTrip, LoopBreaker, canonical_arguments
 
 __all__ = [
@@ -55,15 +58,23 @@ _TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 class Tool(Generic[In, Out]):
     """One callable tool. `handler` gets the validated input and returns the output model;
     raising `ToolError` or `InputError` reports its message to the model as a failure;
-    anything else is reported too, with its type."""
+    anything else is reported too, with its type.
+
+    A tool whose work is CPU-bound gives `isolated` instead of `handler`: a function of a
+    standard-library-only module that takes the input as JSON data and returns the output's
+    fields. The registry runs it in a child interpreter and kills it at `[tools] cpu_seconds`
+    (`tools/_isolated.py`), so no input can hold the event loop."""
 
     name: str
     description: str
     input_model: type[In]
     output_model: type[Out]
-    handler: Callable[[In], Awaitable[Out]]
+    handler: Callable[[In], Awaitable[Out]] | None = None
+    isolated: IsolatedWork | None = None
 
     def __post_init__(self) -> None:
+        if (self.handler is None) == (self.isolated is None):
+            raise ConfigError(f"tool {self.name!r} needs exactly one of a handler or isolated work")
         if not _TOOL_NAME.fullmatch(self.name):
             raise ConfigError(
                 f"invalid tool name {self.name!r}: use 1 to 64 letters, digits, '_' or '-', "
@@ -212,14 +223,18 @@ class ToolRegistry:
         except ValidationError as exc:
             message = f"Invalid arguments for tool {call.name!r}: {validation_summary(exc)}"
             return outcome(ToolStatus.INVALID_ARGUMENTS, message, error=message)
+        limit = self._config.call_timeout_seconds
+        if tool.isolated is not None:
+            limit = min(limit, self._config.cpu_seconds)
         try:
-            async with asyncio.timeout(self._config.call_timeout_seconds):
-                raw = await tool.handler(validated)
+            async with asyncio.timeout(limit):
+                if tool.isolated is not None:  # cancelled at the limit, the child is killed
+                    raw = await tool.isolated(validated.model_dump(mode="json"))
+                else:
+                    assert tool.handler is not None  # __post_init__: one of the two
+                    raw = await tool.handler(validated)
         except TimeoutError:
-            message = (
-                f"Tool {call.name!r} did not finish within {self._config.call_timeout_seconds:g} "
-                "seconds and was stopped."
-            )
+            message = f"Tool {call.name!r} did not finish within {limit:g} seconds and was stopped."
             return outcome(ToolStatus.FAILED, message, error=message)
         except (ToolError, InputError) as exc:  # the tool's own, readable refusal
             message = f"Tool {call.name!r} failed: {exc}"
