@@ -118,7 +118,7 @@ class Runtime:
         self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
         self.running_activations = 0  # in this process, for the wake's batching
         self._events: dict[str, Event] = {}  # events of activations in flight, by id
-        self._dialogs: dict[str, list[Message]] = {}  # their dialog up to the input, by event id
+        self._dialogs: dict[str, list[Message]] = {}  # their dialog (input last), by event id
         self.uses_offline_model = False
 
     # lifecycle -------------------------------------------------------------------------
@@ -596,31 +596,23 @@ class Runtime:
         spec = gateway.spec_for(Task.CRITIQUE)
         return spec.provider == "local" and not spec.name
 
-    async def _dialog_until(self, setup: TurnSetup) -> list[Message]:
-        """The channel's recent dialog up to and including this turn's input. Read once per
-        activation in this process (the prompt, critique, decide and the redundancy gate all
-        need it; what came before the input does not change) and dropped at transmit."""
+    async def _turn_dialog(self, setup: TurnSetup) -> list[Message]:
+        """The current conversation's recent dialog as this turn sees it, its input last
+        (`pipeline.read_turn_dialog`). Read once per activation in this process: the prompt,
+        both critics, the decision, the engagement decision and the redundancy gate all judge
+        the same dialog (what came before the input does not change); dropped at transmit."""
         cached = self._dialogs.get(setup.event_id)
         if cached is not None:
             return cached
-        await self._recent_dialog(setup)
-        return self._dialogs[setup.event_id]
-
-    async def _recent_dialog(self, setup: TurnSetup) -> list[Message]:
-        """The channel's recent dialog as it is now (the prompt's), keeping the part up to
-        this turn's input for `_dialog_until`."""
-        dialog = await self.store.channel_messages(
-            setup.agent_id, setup.service, setup.channel, self.settings.conversation.recent_dialog_messages
-        )
-        until = [m for m in dialog if m.created_at <= setup.received_at]
+        dialog = await pipeline.read_turn_dialog(self.store, self.settings, setup)
         if len(self._dialogs) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
             self._dialogs.pop(next(iter(self._dialogs)))
-        self._dialogs[setup.event_id] = until
+        self._dialogs[setup.event_id] = dialog
         return dialog
 
     async def engage(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
         setup = TurnSetup.model_validate(setup_data)
-        dialog = await self._dialog_until(setup)
+        dialog = await self._turn_dialog(setup)
         decision = await deliberation.engage(self.gateway(agent_id), self.agents[agent_id], dialog)
         return decision.model_dump(mode="json")
 
@@ -636,7 +628,7 @@ class Runtime:
             self.clock.now(),
             event.text,
             self.context_sources,
-            read_dialog=lambda: self._recent_dialog(setup),
+            read_dialog=lambda: self._turn_dialog(setup),
         )
         channel = self.channels.get(event.service)
         sink = _safe_sink_for(channel, event)
@@ -710,7 +702,7 @@ class Runtime:
         prepared = pipeline.Prepared.model_validate(draft["prepared"])
         text = str(draft["reply"]["text"])
         lenses = [deliberation.PROVENANCE, deliberation.draw_lens(self.settings.deliberation, event_id)]
-        dialog = await self._dialog_until(setup)
+        dialog = await self._turn_dialog(setup)
         agent = self.agents[agent_id]
         gateway = self.gateway(agent_id)
         step_key = usage_context.current().step_key
@@ -763,7 +755,7 @@ class Runtime:
     ) -> dict[str, Any]:
         """The model's decision with its stated reason (SPEC §4 step 6)."""
         setup = TurnSetup.model_validate(setup_data)
-        dialog = await self._dialog_until(setup)
+        dialog = await self._turn_dialog(setup)
         decision = await deliberation.decide(
             self.gateway(agent_id), self.agents[agent_id], dialog, text, addressed=setup.addressed
         )
@@ -775,7 +767,7 @@ class Runtime:
             return deliberation.Decision(action="silent", reason="nothing was left to say")
         if not deliberation.may_be_redundant(text):
             return None
-        dialog = await self._dialog_until(setup)
+        dialog = await self._turn_dialog(setup)
         echo = deliberation.redundant_with(
             text,
             dialog,
@@ -1009,7 +1001,7 @@ class Runtime:
                 speaker_name="my self-assessment",
                 text=text,
                 created_at=max(now, setup.received_at + timedelta(microseconds=1)),
-                event_id=None,
+                event_id=event_id,  # part of this turn: the dialog shows it after the input
             )
         )
         return assessment.model_dump(mode="json")
