@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, Queue, SetEnqueueOptions, SetWorkflowID
@@ -41,6 +43,7 @@ from persyn.people.observations import Dossiers, Observer
 from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import QueueWaker, install_queue_waker
+from persyn.runtime._executor import ExecutorSlot, adopt_dead_executors, claim_executor_slot
 from persyn.runtime.agent_tools import build_registry
 from persyn.runtime.autonomy import RUN_FLAG, Autonomy, RunTokens, run_kind
 from persyn.runtime.memory_ops import context_window_for
@@ -114,6 +117,8 @@ class Runtime:
         self._client: DBOSClient | None = None
         self._scheduler_client: DBOSClient | None = None
         self._dbos_engine: Engine | None = None
+        self._executor_slot: ExecutorSlot | None = None
+        self._executor: str | None = None
         self._waker: QueueWaker | None = None
         self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
         self.running_activations = 0  # in this process, for the wake's batching
@@ -122,8 +127,13 @@ class Runtime:
         self.uses_offline_model = False
 
     # lifecycle -------------------------------------------------------------------------
-    async def start(self, *, workers: bool = True, scheduler: bool = True) -> None:
-        """Set up storage, start the local model if any task needs it, launch DBOS."""
+    async def start(self, *, workers: bool = True, scheduler: bool = True, role: str | None = None) -> None:
+        """Set up storage, start the local model if any task needs it, launch DBOS.
+
+        A process with workers is a DBOS executor with an id of its own (`role`, default
+        `run` with the scheduler and `worker` without, plus a slot: `runtime/_executor.py`),
+        so DBOS recovers only its own unfinished turns, and those of dead executors of this
+        host — never a turn running in a live process."""
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         await self.store.setup()
         for agent in self.agents.values():
@@ -150,13 +160,21 @@ class Runtime:
         }
         if self._dbos_engine is not None:
             config["system_database_engine"] = self._dbos_engine
-        if self.settings.dispatch.executor_id:
-            config["executor_id"] = self.settings.dispatch.executor_id
         if workers:
+            config["executor_id"] = self._executor_id(role or ("run" if scheduler else "worker"))
             DBOS(config=config)
             # Launched from inside the running loop so queued workflows run on it: live
             # token sinks and adapters then need no cross-thread marshalling.
             DBOS.launch()
+            if self._executor_slot is not None:
+                adopted = await asyncio.to_thread(
+                    adopt_dead_executors,
+                    self._executor_dir,
+                    self._executor_slot.executor_id,
+                    DBOS._recover_pending_workflows,  # pyright: ignore[reportPrivateUsage]
+                )
+                if adopted:
+                    log.info("recovered the unfinished work of dead executors %s", ", ".join(adopted))
             # Enqueues from this process wake the queue's worker at once; polling remains
             # for work other processes enqueue.
             self._waker = install_queue_waker()
@@ -189,6 +207,27 @@ class Runtime:
                 self._spawn(self._housekeeping())
                 await self._start_autonomy()
 
+    @property
+    def executor_id(self) -> str | None:
+        """This process's DBOS executor id (None: it only submits)."""
+        return self._executor
+
+    @property
+    def _executor_dir(self) -> Path:
+        return self.settings.data_dir / "executors"
+
+    def _executor_id(self, role: str) -> str:
+        """`[dispatch] executor_id` (or DBOS's own `DBOS__VMID`) when set — the operator
+        keeps it unique per process — or a slot of `role` held for the life of this runtime."""
+        explicit = self.settings.dispatch.executor_id or os.environ.get("DBOS__VMID")
+        if explicit:
+            self._executor = explicit
+            return self._executor
+        if self._executor_slot is None:
+            self._executor_slot = claim_executor_slot(self._executor_dir, role)
+        self._executor = self._executor_slot.executor_id
+        return self._executor
+
     async def stop(self) -> None:
         for task in list(self._background):
             task.cancel()
@@ -213,6 +252,10 @@ class Runtime:
             self._dbos_engine = None
         self._waker = None
         self._queues.clear()
+        if self._executor_slot is not None:  # only once DBOS no longer runs under it
+            self._executor_slot.release()
+            self._executor_slot = None
+        self._executor = None
         workflows.install(None)
         for gateway in self._gateways.values():
             await gateway.aclose()
