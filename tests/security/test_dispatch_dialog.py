@@ -17,12 +17,14 @@ from pathlib import Path
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo
 
+from persyn.cognition.pipeline import arrange_turn_dialog
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, Settings, load_settings
 from persyn.core.events import Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable
 from persyn.runtime.app import Runtime
+from persyn.store.base import Message, Role
 from persyn.testing import DoubleResult, echo_text, registered_double
 from persyn.testing.models import minimal_instance, output_schema
 
@@ -177,3 +179,32 @@ async def test_a_new_conversation_on_a_channel_does_not_carry_the_closed_ones_wo
         [("user", "[Mallory] hi, what was said here before?")],
     ]
     assert "4417" not in double.systems[1]
+
+
+def test_a_turns_dialog_is_what_came_before_then_its_input_then_what_it_added() -> None:
+    conversation_id, agent_id = new_id(START), new_id(START)
+    first, second = new_id(START), new_id(START + timedelta(seconds=1))
+
+    def said(text: str, role: Role, event_id: str, seconds: int) -> Message:
+        at = START + timedelta(seconds=seconds)
+        return Message(
+            id=new_id(at),
+            agent_id=agent_id,
+            conversation_id=conversation_id,
+            role=role,
+            person_id=None,
+            speaker_name="Ada" if role is Role.AGENT else "Sam",
+            text=text,
+            created_at=at,
+            event_id=event_id,
+        )
+
+    question_1 = said("question 1", Role.USER, first, 0)
+    question_2 = said("question 2", Role.USER, second, 1)  # arrived while 1 was answered
+    reply_1 = said("answer 1", Role.AGENT, first, 5)
+    thought_2 = said("my self-assessment", Role.SYSTEM, second, 6)  # added by turn 2
+    reply_2 = said("answer 2", Role.AGENT, second, 7)  # turn 2's own reply: not judged again
+    stored = [question_1, question_2, reply_1, thought_2, reply_2]
+    assert arrange_turn_dialog(stored, second) == [question_1, reply_1, question_2, thought_2]
+    # Turn 1 judged later (a deferred critique): the dialog its reply answered, no more.
+    assert arrange_turn_dialog(stored, first) == [question_2, question_1]

@@ -239,7 +239,14 @@ def arrange_turn_dialog(messages: Sequence[Message], event_id: str) -> list[Mess
     waited in the queue behind another on the same channel is older than the reply to the
     one before it. Read in plain time order, the prompt would end with that reply and the
     model would be asked to continue it; here the input is always what the turn answers,
-    with what was said while it waited shown before it (and marked so by `waited_on`)."""
+    with what was said while it waited shown before it (and marked so by `waited_on`).
+
+    Once the turn's own reply is stored (a deferred critique, a replayed transmit), it and
+    whatever was said after it are left out: what is judged is the dialog the reply answered,
+    not the reply twice, nor later turns it could not have known."""
+    replies = [m.created_at for m in messages if m.event_id == event_id and m.role is Role.AGENT]
+    if replies:
+        messages = [m for m in messages if m.created_at < min(replies)]
     others = [m for m in messages if m.event_id != event_id]
     own = [m for m in messages if m.event_id == event_id]
     return sorted(others, key=_true_order) + sorted(own, key=_true_order)
