@@ -118,7 +118,6 @@ class Runtime:
         self._scheduler_client: DBOSClient | None = None
         self._dbos_engine: Engine | None = None
         self._executor_slot: ExecutorSlot | None = None
-        self._executor: str | None = None
         self._waker: QueueWaker | None = None
         self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
         self.running_activations = 0  # in this process, for the wake's batching
@@ -208,11 +207,6 @@ class Runtime:
                 await self._start_autonomy()
 
     @property
-    def executor_id(self) -> str | None:
-        """This process's DBOS executor id (None: it only submits)."""
-        return self._executor
-
-    @property
     def _executor_dir(self) -> Path:
         return self.settings.data_dir / "executors"
 
@@ -221,12 +215,10 @@ class Runtime:
         keeps it unique per process — or a slot of `role` held for the life of this runtime."""
         explicit = self.settings.dispatch.executor_id or os.environ.get("DBOS__VMID")
         if explicit:
-            self._executor = explicit
-            return self._executor
+            return explicit
         if self._executor_slot is None:
             self._executor_slot = claim_executor_slot(self._executor_dir, role)
-        self._executor = self._executor_slot.executor_id
-        return self._executor
+        return self._executor_slot.executor_id
 
     async def stop(self) -> None:
         for task in list(self._background):
@@ -255,7 +247,6 @@ class Runtime:
         if self._executor_slot is not None:  # only once DBOS no longer runs under it
             self._executor_slot.release()
             self._executor_slot = None
-        self._executor = None
         workflows.install(None)
         for gateway in self._gateways.values():
             await gateway.aclose()
