@@ -201,7 +201,7 @@ def chat(
 
     async def _chat() -> int:
         runtime = Runtime(settings, clock=_clock())
-        await runtime.start(workers=True)
+        await runtime.start(workers=True, role="chat")
         try:
             return await run_chat(runtime, chosen, display_name=as_name)
         finally:

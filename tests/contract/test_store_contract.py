@@ -395,6 +395,21 @@ async def test_recent_messages_are_the_last_ones_oldest_first(store: Store) -> N
     assert await store.recent_messages(agent_id, conversation.id, 0) == []
 
 
+async def test_turn_messages_keep_the_input_and_stay_in_its_conversation(store: Store) -> None:
+    agent_id = new_id()
+    old = await _open(store, agent_id)
+    await _say(store, old, "before, in a closed conversation")
+    await store.close_idle_conversations(agent_id, T0 + timedelta(days=1), HOUR)
+    new = await _open(store, agent_id, at=T0 + timedelta(days=1))
+    day = T0 + timedelta(days=1)
+    first, waiting = await _say(store, new, "first", "waited", start=day)
+    later = await _say(store, new, "a", "b", "c", start=day + timedelta(minutes=5))
+    # Oldest first; the input is kept however many messages were stored after it.
+    assert await store.turn_messages(agent_id, new.id, waiting.id, 10) == [first, waiting, *later]
+    assert await store.turn_messages(agent_id, new.id, waiting.id, 3) == [waiting, *later[1:]]
+    assert await store.turn_messages(agent_id, new.id, waiting.id, 0) == []
+
+
 async def test_channel_messages_span_conversations_on_that_channel_only(store: Store) -> None:
     agent_id = new_id()
     old = await _open(store, agent_id)

@@ -34,13 +34,16 @@ __all__ = [
     "Reply",
     "Responder",
     "TurnSetup",
+    "arrange_turn_dialog",
     "build_prompt",
     "clear_woven",
     "park",
     "parked_for",
+    "read_turn_dialog",
     "receive",
     "record_reply",
     "respond",
+    "waited_on",
 ]
 
 log = logging.getLogger(__name__)
@@ -227,6 +230,51 @@ async def receive(
     )
 
 
+def arrange_turn_dialog(messages: Sequence[Message], event_id: str) -> list[Message]:
+    """A turn's dialog in the order the agent lived it: everything said in the conversation
+    apart from this turn, in true (created_at, id) order, then this turn's own messages —
+    its input first, then whatever the turn added (a heartbeat's self-assessment).
+
+    An inbound row carries when it arrived, a reply when it was written, so a message that
+    waited in the queue behind another on the same channel is older than the reply to the
+    one before it. Read in plain time order, the prompt would end with that reply and the
+    model would be asked to continue it; here the input is always what the turn answers,
+    with what was said while it waited shown before it (and marked so by `waited_on`).
+
+    Once the turn's own reply is stored (a deferred critique, a replayed transmit), it and
+    whatever was said after it are left out: what is judged is the dialog the reply answered,
+    not the reply twice, nor later turns it could not have known."""
+    replies = [m.created_at for m in messages if m.event_id == event_id and m.role is Role.AGENT]
+    if replies:
+        messages = [m for m in messages if m.created_at < min(replies)]
+    others = [m for m in messages if m.event_id != event_id]
+    own = [m for m in messages if m.event_id == event_id]
+    return sorted(others, key=_true_order) + sorted(own, key=_true_order)
+
+
+def _true_order(message: Message) -> tuple[datetime, str]:
+    return (message.created_at, message.id)
+
+
+def waited_on(dialog: Sequence[Message], setup: TurnSetup) -> int:
+    """How many messages of the dialog were stored after the turn's input arrived (while it
+    waited in the queue): the prompt says so, rather than pretend they came first."""
+    return sum(1 for m in dialog if m.event_id != setup.event_id and m.created_at > setup.received_at)
+
+
+async def read_turn_dialog(store: Store, settings: Settings, setup: TurnSetup) -> list[Message]:
+    """The current conversation's recent dialog for a turn, arranged (`arrange_turn_dialog`).
+    Only this conversation: an earlier one on the channel — closed, perhaps with someone
+    else — reaches a prompt only as memories, through the access rules (`memory.access`)."""
+    found = await store.turn_messages(
+        setup.agent_id,
+        setup.conversation_id,
+        setup.inbound_message_id,
+        settings.conversation.recent_dialog_messages,
+    )
+    return arrange_turn_dialog(found, setup.event_id)
+
+
 async def build_prompt(
     store: Store,
     settings: Settings,
@@ -237,10 +285,10 @@ async def build_prompt(
     sources: Sequence[ContextSource] = (),
     read_dialog: Callable[[], Awaitable[Sequence[Message]]] | None = None,
 ) -> Prepared:
-    """Recent dialog on this channel, every context source's sections, and any conclusion
-    deliberation parked for this channel since the agent last spoke here. `read_dialog`
-    reads the dialog instead of the store (the runtime keeps what it read for the turn's
-    later steps)."""
+    """The current conversation's recent dialog (`read_turn_dialog`), every context
+    source's sections, and any conclusion deliberation parked for this channel since the
+    agent last spoke here. `read_dialog` reads the dialog instead of the store (the runtime
+    keeps what it read for the turn's later steps)."""
 
     async def fetch(source: ContextSource) -> Sequence[ContextSection]:
         try:
@@ -253,11 +301,7 @@ async def build_prompt(
     # sections keep the sources' order.
     ttl = timedelta(hours=settings.deliberation.parked_ttl_hours)
     dialog, parked, fetched = await asyncio.gather(
-        read_dialog()
-        if read_dialog is not None
-        else store.channel_messages(
-            setup.agent_id, setup.service, setup.channel, settings.conversation.recent_dialog_messages
-        ),
+        read_dialog() if read_dialog is not None else read_turn_dialog(store, settings, setup),
         parked_for(store, setup.agent_id, setup.service, setup.channel, now, ttl),
         asyncio.gather(*(fetch(source) for source in sources)),
     )
@@ -267,6 +311,13 @@ async def build_prompt(
     situation = None
     if setup.person_id is not None:
         situation = f"You are talking with {setup.speaker_name} on {setup.service} ({setup.channel})."
+    waited = waited_on(dialog, setup)
+    if waited:
+        note = (
+            f"The last message reached you before the {waited} message(s) just above it were said "
+            "(it waited while you answered earlier ones): answer it now."
+        )
+        situation = f"{situation} {note}" if situation else note
     prompt = assemble_prompt(agent, now=now, dialog=dialog, sections=sections, situation=situation)
     evidence = [asdict(e) for section in sections for e in section.evidence]
     return Prepared(prompt=prompt, evidence=evidence, woven=list(parked))

@@ -366,7 +366,8 @@ class ModelGateway:
             now = self._clock.now()
             tokens = _token_usage(usage)
             record = UsageRecord(
-                id=self._record_id(attribution, now),
+                id=new_id(now),
+                call_id=self._call_id(attribution),
                 at=now,
                 agent_id=attribution.agent_id or self._agent.id,
                 stage=stage or task.value,
@@ -394,16 +395,19 @@ class ModelGateway:
             return None
         return record.id
 
-    def _record_id(self, attribution: usage_context.Attribution, now: datetime) -> str:
-        """A fresh id, or — inside a durable step — one derived from the step and the round.
+    def _call_id(self, attribution: usage_context.Attribution) -> str | None:
+        """Inside a durable step, the logical call: derived from the step and the round.
 
-        A replayed step re-binds its attribution (a new object), so its rounds count from zero
-        again and re-emitted records get the same ids. The id's time part is the workflow's
-        start (its id is a ULID) rather than the wall clock, which would differ on a replay.
+        Every physical call gets a fresh record id (two calls are two bills, and the ledger
+        counts each); this one is what a step run again shares with its first run. A re-run
+        step re-binds its attribution (a new object), so its rounds count from zero again and
+        its calls get the same call ids, which is how the ledger shows a repeated call. The
+        id's time part is the workflow's start (its id is a ULID), not the wall clock, which
+        differs on a re-run.
         """
         step_key = attribution.step_key
         if step_key is None:
-            return new_id(now)
+            return None
         key = id(attribution)
         entry = self._rounds.get(key)
         round_no = entry[1] if entry is not None and entry[0] is attribution else 0

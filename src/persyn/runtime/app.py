@@ -12,9 +12,11 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, Queue, SetEnqueueOptions, SetWorkflowID
@@ -42,6 +44,7 @@ from persyn.people.observations import Dossiers, Observer
 from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import QueueWaker, install_queue_waker
+from persyn.runtime._executor import ExecutorSlot, adopt_dead_executors, claim_executor_slot
 from persyn.runtime.agent_tools import build_registry
 from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, RUN_FLAG, Autonomy, BudgetedGateway, run_kind
 from persyn.runtime.memory_ops import context_window_for
@@ -115,16 +118,22 @@ class Runtime:
         self._client: DBOSClient | None = None
         self._scheduler_client: DBOSClient | None = None
         self._dbos_engine: Engine | None = None
+        self._executor_slot: ExecutorSlot | None = None
         self._waker: QueueWaker | None = None
         self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
         self.running_activations = 0  # in this process, for the wake's batching
         self._events: dict[str, Event] = {}  # events of activations in flight, by id
-        self._dialogs: dict[str, list[Message]] = {}  # their dialog up to the input, by event id
+        self._dialogs: dict[str, list[Message]] = {}  # their dialog (input last), by event id
         self.uses_offline_model = False
 
     # lifecycle -------------------------------------------------------------------------
-    async def start(self, *, workers: bool = True, scheduler: bool = True) -> None:
-        """Set up storage, start the local model if any task needs it, launch DBOS."""
+    async def start(self, *, workers: bool = True, scheduler: bool = True, role: str | None = None) -> None:
+        """Set up storage, start the local model if any task needs it, launch DBOS.
+
+        A process with workers is a DBOS executor with an id of its own (`role`, default
+        `run` with the scheduler and `worker` without, plus a slot: `runtime/_executor.py`),
+        so DBOS recovers only its own unfinished turns, and those of dead executors of this
+        host — never a turn running in a live process."""
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         await self.store.setup()
         for agent in self.agents.values():
@@ -156,13 +165,21 @@ class Runtime:
         }
         if self._dbos_engine is not None:
             config["system_database_engine"] = self._dbos_engine
-        if self.settings.dispatch.executor_id:
-            config["executor_id"] = self.settings.dispatch.executor_id
         if workers:
+            config["executor_id"] = self._executor_id(role or ("run" if scheduler else "worker"))
             DBOS(config=config)
             # Launched from inside the running loop so queued workflows run on it: live
             # token sinks and adapters then need no cross-thread marshalling.
             DBOS.launch()
+            if self._executor_slot is not None:
+                adopted = await asyncio.to_thread(
+                    adopt_dead_executors,
+                    self._executor_dir,
+                    self._executor_slot.executor_id,
+                    DBOS._recover_pending_workflows,  # pyright: ignore[reportPrivateUsage]
+                )
+                if adopted:
+                    log.info("recovered the unfinished work of dead executors %s", ", ".join(adopted))
             # Enqueues from this process wake the queue's worker at once; polling remains
             # for work other processes enqueue.
             self._waker = install_queue_waker()
@@ -195,6 +212,20 @@ class Runtime:
                 self._spawn(self._housekeeping())
                 await self._start_autonomy()
 
+    @property
+    def _executor_dir(self) -> Path:
+        return self.settings.data_dir / "executors"
+
+    def _executor_id(self, role: str) -> str:
+        """`[dispatch] executor_id` (or DBOS's own `DBOS__VMID`) when set — the operator
+        keeps it unique per process — or a slot of `role` held for the life of this runtime."""
+        explicit = self.settings.dispatch.executor_id or os.environ.get("DBOS__VMID")
+        if explicit:
+            return explicit
+        if self._executor_slot is None:
+            self._executor_slot = claim_executor_slot(self._executor_dir, role)
+        return self._executor_slot.executor_id
+
     async def stop(self) -> None:
         for task in list(self._background):
             task.cancel()
@@ -219,6 +250,9 @@ class Runtime:
             self._dbos_engine = None
         self._waker = None
         self._queues.clear()
+        if self._executor_slot is not None:  # only once DBOS no longer runs under it
+            self._executor_slot.release()
+            self._executor_slot = None
         workflows.install(None)
         for gateway in self._gateways.values():
             await gateway.aclose()
@@ -606,26 +640,18 @@ class Runtime:
         spec = gateway.spec_for(Task.CRITIQUE)
         return spec.provider == "local" and not spec.name
 
-    async def _dialog_until(self, setup: TurnSetup) -> list[Message]:
-        """The channel's recent dialog up to and including this turn's input. Read once per
-        activation in this process (the prompt, critique, decide and the redundancy gate all
-        need it; what came before the input does not change) and dropped at transmit."""
+    async def _turn_dialog(self, setup: TurnSetup) -> list[Message]:
+        """The current conversation's recent dialog as this turn sees it, its input last
+        (`pipeline.read_turn_dialog`). Read once per activation in this process: the prompt,
+        both critics, the decision, the engagement decision and the redundancy gate all judge
+        the same dialog (what came before the input does not change); dropped at transmit."""
         cached = self._dialogs.get(setup.event_id)
         if cached is not None:
             return cached
-        await self._recent_dialog(setup)
-        return self._dialogs[setup.event_id]
-
-    async def _recent_dialog(self, setup: TurnSetup) -> list[Message]:
-        """The channel's recent dialog as it is now (the prompt's), keeping the part up to
-        this turn's input for `_dialog_until`."""
-        dialog = await self.store.channel_messages(
-            setup.agent_id, setup.service, setup.channel, self.settings.conversation.recent_dialog_messages
-        )
-        until = [m for m in dialog if m.created_at <= setup.received_at]
+        dialog = await pipeline.read_turn_dialog(self.store, self.settings, setup)
         if len(self._dialogs) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
             self._dialogs.pop(next(iter(self._dialogs)))
-        self._dialogs[setup.event_id] = until
+        self._dialogs[setup.event_id] = dialog
         return dialog
 
     async def engage(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
@@ -633,7 +659,7 @@ class Runtime:
         over = await self._reply_budget_spent(setup)
         if over is not None:  # no model call for a channel that gets no replies now
             return deliberation.Decision(action="silent", reason=over).model_dump(mode="json")
-        dialog = await self._dialog_until(setup)
+        dialog = await self._turn_dialog(setup)
         decision = await deliberation.engage(self.gateway(agent_id), self.agents[agent_id], dialog)
         return decision.model_dump(mode="json")
 
@@ -653,7 +679,7 @@ class Runtime:
             self.clock.now(),
             event.text,
             self.context_sources,
-            read_dialog=lambda: self._recent_dialog(setup),
+            read_dialog=lambda: self._turn_dialog(setup),
         )
         channel = self.channels.get(event.service)
         sink = _safe_sink_for(channel, event)
@@ -727,7 +753,7 @@ class Runtime:
         prepared = pipeline.Prepared.model_validate(draft["prepared"])
         text = str(draft["reply"]["text"])
         lenses = [deliberation.PROVENANCE, deliberation.draw_lens(self.settings.deliberation, event_id)]
-        dialog = await self._dialog_until(setup)
+        dialog = await self._turn_dialog(setup)
         agent = self.agents[agent_id]
         gateway = self.gateway(agent_id)
         step_key = usage_context.current().step_key
@@ -780,7 +806,7 @@ class Runtime:
     ) -> dict[str, Any]:
         """The model's decision with its stated reason (SPEC §4 step 6)."""
         setup = TurnSetup.model_validate(setup_data)
-        dialog = await self._dialog_until(setup)
+        dialog = await self._turn_dialog(setup)
         decision = await deliberation.decide(
             self.gateway(agent_id), self.agents[agent_id], dialog, text, addressed=setup.addressed
         )
@@ -792,7 +818,7 @@ class Runtime:
             return deliberation.Decision(action="silent", reason="nothing was left to say")
         if not deliberation.may_be_redundant(text):
             return None
-        dialog = await self._dialog_until(setup)
+        dialog = await self._turn_dialog(setup)
         echo = deliberation.redundant_with(
             text,
             dialog,
@@ -1037,7 +1063,7 @@ class Runtime:
                 speaker_name="my self-assessment",
                 text=text,
                 created_at=max(now, setup.received_at + timedelta(microseconds=1)),
-                event_id=None,
+                event_id=event_id,  # part of this turn: the dialog shows it after the input
             )
         )
         return assessment.model_dump(mode="json")

@@ -451,8 +451,19 @@ class Store(ABC):
         """The last `limit` messages of a conversation, oldest first."""
 
     @abstractmethod
+    async def turn_messages(
+        self, agent_id: str, conversation_id: str, input_message_id: str, limit: int
+    ) -> list[Message]:
+        """The dialog a turn reads: the last `limit` messages of its conversation, oldest
+        first by (created_at, id), always including the turn's input `input_message_id` —
+        however many messages were stored after it while it waited in the queue. Nothing
+        of any other conversation (recent dialog is the current conversation only; earlier
+        ones reach a prompt only as memories, through `memory.access`)."""
+
+    @abstractmethod
     async def channel_messages(self, agent_id: str, service: str, channel: str, limit: int) -> list[Message]:
-        """The last `limit` messages on a channel across conversations, oldest first."""
+        """The last `limit` messages on a channel across conversations, oldest first.
+        Never for a prompt: it crosses conversations (see `turn_messages`)."""
 
     @abstractmethod
     async def agent_reply_for_event(self, agent_id: str, event_id: str) -> Message | None: ...

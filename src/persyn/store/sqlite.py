@@ -702,6 +702,20 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
         condition = and_(messages.c.agent_id == agent_id, messages.c.conversation_id == conversation_id)
         return await self._last_messages("recent_messages", condition, limit)
 
+    async def turn_messages(
+        self, agent_id: str, conversation_id: str, input_message_id: str, limit: int
+    ) -> list[Message]:
+        if limit <= 0:
+            return []
+        params = {
+            "p_agent_id": agent_id,
+            "p_conversation_id": conversation_id,
+            "p_input": input_message_id,
+            "p_limit": limit,
+        }
+        found = await self._fetch_all("turn_messages", _SQL_TURN_MESSAGES, message_from_row, params)
+        return sorted(found, key=lambda m: (m.created_at, m.id))
+
     async def channel_messages(self, agent_id: str, service: str, channel: str, limit: int) -> list[Message]:
         if limit <= 0:
             return []
@@ -1110,6 +1124,17 @@ _SQL_AGENT_REPLY = select(messages).where(
     messages.c.agent_id == _p("agent_id"),
     messages.c.event_id == _p("event_id"),
     messages.c.role == literal_column(f"'{Role.AGENT.value}'"),
+)
+# The input first, then the newest others: one read whatever was stored after the input.
+_SQL_TURN_MESSAGES = (
+    select(messages)
+    .where(messages.c.agent_id == _p("agent_id"), messages.c.conversation_id == _p("conversation_id"))
+    .order_by(
+        case((messages.c.id == _p("input"), 0), else_=1),
+        messages.c.created_at.desc(),
+        messages.c.id.desc(),
+    )
+    .limit(_p("limit"))
 )
 _SQL_CHANNEL_MESSAGES = (
     select(messages)

@@ -1,10 +1,13 @@
 """Exact usage accounting from the event log (SPEC App. C, "event records for the ledger").
 
-Counters answer rate questions; exact totals come from summing the JSONL records, each
-counted once by its stable id even if it was re-emitted (a replayed durable step writes the
-same id again). Costs are summed as recorded — never re-priced — so the ledger agrees with
-what was metered at the time. A line that does not parse (a torn write, a foreign line) is
-skipped and counted rather than failing the whole report.
+Counters answer rate questions; exact totals come from summing the JSONL records. Every
+physical model call has a record of its own id, so each is counted (a line written twice is
+still counted once, by its id). A durable step run again — after a crash, or by an executor
+recovering a dead one's work — calls its models again: those calls share the first run's
+`call_id` and are billed by the provider, so they are counted too, and reported as repeated
+calls rather than hidden. Costs are summed as recorded — never re-priced — so the ledger
+agrees with what was metered at the time. A line that does not parse (a torn write, a
+foreign line) is skipped and counted rather than failing the whole report.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class LedgerReport(_Frozen):
     total: LedgerRow = LedgerRow(key="total")
     records: int = 0  # distinct records counted
     duplicates: int = 0  # re-emitted records skipped by id
+    repeated_calls: int = 0  # counted calls that repeat an earlier one (same call_id): billed again
     malformed_lines: int = 0
 
 
@@ -114,9 +118,10 @@ def summarize_records(
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=UTC)  # records are stamped in UTC
     seen: set[str] = set()
+    calls: set[str] = set()
     rows: dict[str, LedgerRow] = {}
     total = LedgerRow(key="total")
-    duplicates = malformed = 0
+    duplicates = malformed = repeated = 0
     for record in records:
         if record is None:
             malformed += 1
@@ -127,6 +132,9 @@ def summarize_records(
         seen.add(record.id)
         if since is not None and record.at < since:
             continue
+        if record.call_id is not None:
+            repeated += record.call_id in calls
+            calls.add(record.call_id)
         key = _key(record, by)
         rows[key] = rows.get(key, LedgerRow(key=key)).add(record)
         total = total.add(record)
@@ -138,6 +146,7 @@ def summarize_records(
         total=total,
         records=total.calls,
         duplicates=duplicates,
+        repeated_calls=repeated,
         malformed_lines=malformed,
     )
 
@@ -193,6 +202,11 @@ def render_summary(report: LedgerReport) -> str:
     notes: list[str] = []
     if report.duplicates:
         notes.append(f"{report.duplicates} re-emitted record(s) counted once")
+    if report.repeated_calls:
+        notes.append(
+            f"{report.repeated_calls} call(s) made again by a re-run step (after a crash or a "
+            "recovery): billed, so counted"
+        )
     if report.malformed_lines:
         notes.append(f"{report.malformed_lines} malformed line(s) skipped")
     if report.total.unpriced_calls:

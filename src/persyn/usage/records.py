@@ -12,7 +12,7 @@ __all__ = ["UsageRecord"]
 class UsageRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    id: str  # ULID, stable across re-emission (dedup key)
+    id: str  # ULID, one per physical model call (the ledger's dedup key: a line written twice counts once)
     at: datetime
     agent_id: str | None
     stage: str  # the Task value, e.g. "respond", "critique"
@@ -28,3 +28,8 @@ class UsageRecord(BaseModel):
     thread_id: str | None = None  # the reasoning thread: the workflow id
     conversation_id: str | None = None
     cost_usd: float | None = None  # None = unpriced: counted, not costed
+    # The logical call inside a durable step: derived from the step and the call's round in
+    # it, so a step run again (after a crash, by a recovering executor) makes calls with the
+    # same call_id but new ids. Each is billed by the provider, so each is counted; the
+    # ledger reports them as repeated calls. None outside a durable step.
+    call_id: str | None = None

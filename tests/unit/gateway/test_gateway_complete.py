@@ -258,6 +258,7 @@ async def test_one_record_per_round_trip_with_ambient_attribution(
         "thread_id": "wf-1",
         "conversation_id": "01J9Z3K4W5X6Y7Z8A9B0C1D2E4",
         "cost_usd": None,
+        "call_id": None,  # outside a durable step
     }
     assert (record.input_tokens, record.output_tokens) == (
         first.usage.input_tokens,
@@ -277,9 +278,11 @@ async def test_the_agent_is_attributed_even_without_a_bound_context(
     assert recorder.records[0].stage == "summarize"
 
 
-async def test_a_replayed_step_re_emits_the_same_ids(
+async def test_a_re_run_step_bills_new_ids_under_the_same_call_ids(
     tmp_path: Path, meter: Meter, recorder: RecordingAdapter
 ) -> None:
+    """A step run again calls its models again: two bills, so two record ids; the shared
+    call id is what shows the repeat (issue 13: one id hid the second bill)."""
     workflow = new_id()
     step_key = f"{workflow}:3"
     clock = ManualClock(id_time(workflow))
@@ -294,14 +297,14 @@ async def test_a_replayed_step_re_emits_the_same_ids(
     original = await run_step()
     from datetime import timedelta
 
-    clock.advance(timedelta(hours=5))  # the replay happens later; the ids must not change
+    clock.advance(timedelta(hours=5))  # the re-run happens later; the call ids must not change
     replayed = await run_step()
     await gateway.aclose()
-    assert original == replayed
-    assert original[0] != original[1]
-    assert original[0] == derived_id(id_time(workflow), step_key, "0")
     meter.flush()
     assert [record.id for record in recorder.records] == original + replayed
+    assert len(set(original + replayed)) == 4
+    call_ids = [derived_id(id_time(workflow), step_key, str(n)) for n in range(2)]
+    assert [record.call_id for record in recorder.records] == call_ids + call_ids
 
 
 async def test_cost_comes_from_the_price_table(

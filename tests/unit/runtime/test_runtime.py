@@ -172,18 +172,18 @@ async def test_an_activation_reads_the_dialog_once(
     started: tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The prompt, both critics, the decision and the redundancy gate see the channel's
+    """The prompt, both critics, the decision and the redundancy gate see the conversation's
     dialog from one read."""
     runtime, channel, adapter, _clock = started
     agent = runtime.settings.agents[0]
     reads: list[str] = []
-    channel_messages = runtime.store.channel_messages
+    turn_messages = runtime.store.turn_messages
 
-    async def counted(agent_id: str, service: str, channel_name: str, limit: int) -> list[Message]:
-        reads.append(channel_name)
-        return await channel_messages(agent_id, service, channel_name, limit)
+    async def counted(agent_id: str, conversation_id: str, input_id: str, limit: int) -> list[Message]:
+        reads.append("room")
+        return await turn_messages(agent_id, conversation_id, input_id, limit)
 
-    monkeypatch.setattr(runtime.store, "channel_messages", counted)
+    monkeypatch.setattr(runtime.store, "turn_messages", counted)
     event = _event(agent, "Do you remember what we said?", START)
     await runtime.submit(event)
     assert (await runtime.wait_marker(agent.id, event.id, timeout=30)).transmitted
