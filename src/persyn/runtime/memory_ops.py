@@ -16,7 +16,7 @@ from persyn.core.errors import InputError
 from persyn.core.ids import parse_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.memory.embedder import Embedder, embedder_from_config
-from persyn.memory.importer import ImportReport, import_jsonl
+from persyn.memory.importer import ImportLimits, ImportReport, import_jsonl
 from persyn.memory.retrieval import RetrievalResult, Retriever
 from persyn.runtime.inspect import opened_store
 from persyn.store import Store
@@ -91,7 +91,10 @@ class MemoryOps:
         async def resolve(name: str, channel: str) -> str:
             return await self.resolve_participant(name, create=True, channel=channel)
 
-        return await import_jsonl(path, self.store, self.embedder, self.agent, resolve, progress=progress)
+        limits = ImportLimits(max_text_chars=self.settings.conversation.max_message_chars)
+        return await import_jsonl(
+            path, self.store, self.embedder, self.agent, resolve, progress=progress, limits=limits
+        )
 
     async def recall(
         self,
