@@ -48,10 +48,8 @@ def test_ids_around_the_epoch_keep_their_order() -> None:
 
 
 @pytest.mark.e2e
-def test_pre_1970_lines_import_with_their_batch(
-    persyn: Persyn, tmp_path: Path
-) -> None:
-    lines = [
+def test_pre_1970_lines_import_with_their_batch(persyn: Persyn, tmp_path: Path) -> None:
+    lines: list[dict[str, object]] = [
         {
             "time": f"2020-01-{1 + i % 28:02d}T10:00:00Z",
             "channel": "archive",
@@ -67,7 +65,12 @@ def test_pre_1970_lines_import_with_their_batch(
         "ref": "old",
         "dialog": [{"speaker": "Ann", "text": "It was 1958."}, {"speaker": "Ada", "text": "Tell me more."}],
     }
-    lines[5] = {"time": "0001-01-01T00:00:00Z", "channel": "archive", "summary": "Before time.", "ref": "first"}
+    lines[5] = {
+        "time": "0001-01-01T00:00:00Z",
+        "channel": "archive",
+        "summary": "Before time.",
+        "ref": "first",
+    }
     path = tmp_path / "history.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     done = persyn.run("memory", "import", str(path), PERSYN_MEMORY__EMBEDDER="test:hash")
