@@ -7,6 +7,7 @@ them is opt-in (`--extract`, with an estimate and a budget); culling never resur
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -81,3 +82,28 @@ async def test_starting_the_runtime_makes_no_model_call_for_imported_history(
         await runtime.stop()
     assert recorded.records == []
     assert _ledger(persyn) == []
+
+
+def test_extract_prints_an_estimate_and_keeps_to_its_budget(persyn: Persyn, tmp_path: Path) -> None:
+    path = _history(tmp_path / "h.jsonl", 4, importance=5)
+    refused = persyn.run("memory", "import", str(path), "--extract", env=ENV)
+    assert refused.returncode != 0 and "--budget" in refused.stderr
+    estimate_only = persyn.run("memory", "import", str(path), "--extract", "--budget", "0", env=ENV)
+    assert estimate_only.returncode == 0, estimate_only.stderr
+    found = re.search(
+        r"extraction estimate: 4 conversations, \d+ model calls, about (\d+) tokens", estimate_only.stdout
+    )
+    assert found, estimate_only.stdout
+    assert _ledger(persyn) == []  # an estimate costs nothing
+    total = int(found.group(1))
+    # Room for one conversation's estimate: the next must fit beside what was spent.
+    budget = total // 4
+    partial = persyn.run("memory", "import", str(path), "--extract", "--budget", str(budget), env=ENV)
+    assert partial.returncode == 0, partial.stderr
+    assert "extracted 1 of 4 conversations" in partial.stdout
+    assert "stopped: the budget" in partial.stderr
+    spent = _ledger(persyn)
+    assert spent and sum(int(r["input_tokens"]) + int(r["output_tokens"]) for r in spent) <= budget  # type: ignore[call-overload]
+    assert {r["stage"] for r in spent} <= {"graph", "extract", "summarize", "dossier"}
+    rest = persyn.run("memory", "import", str(path), "--extract", "--budget", str(total), env=ENV)
+    assert rest.returncode == 0 and "extracted 4 of 4 conversations" in rest.stdout, rest.stderr

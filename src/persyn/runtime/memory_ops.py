@@ -4,6 +4,7 @@ and exactly the retrieval the agent uses when it answers."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,12 +22,19 @@ from persyn.memory.retrieval import RetrievalResult, Retriever
 from persyn.runtime.inspect import opened_store
 from persyn.store import Store
 from persyn.store.base import Identity, Message
+from persyn.usage.context import Attribution, bind
+from persyn.usage.records import UsageRecord
 
 __all__ = [
     "DEFAULT_RECALL_CHANNEL",
+    "ExtractionEstimate",
+    "ExtractionReport",
     "MemoryOps",
     "context_window_for",
+    "estimate_extraction",
+    "extract_imported",
     "memory_ops",
+    "read_queries",
 ]
 
 DEFAULT_RECALL_CHANNEL = channel_key("terminal", "terminal")
@@ -192,3 +200,106 @@ def read_queries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not isinstance(item, dict) or "query" not in item or "id" not in item:
                 raise InputError(f"{path}:{number}: each line needs 'id' and 'query'")
             yield number, item
+
+
+# extraction over imported dialog (opt-in) ------------------------------------------------
+# A graph or observation call sends its instruction and the transcript and returns a short
+# structured answer; this much on top of the transcript keeps the estimate above what
+# `test:echo` and hosted models were seen to use.
+_CALL_OVERHEAD_TOKENS = 1_500
+_EXTRACTION_HOOKS = ("graph", "observe")
+
+
+@dataclass(frozen=True)
+class ExtractionEstimate:
+    conversations: int
+    calls: int
+    tokens: int
+    per_conversation: dict[str, int]  # conversation id -> estimated tokens
+
+
+@dataclass(frozen=True)
+class ExtractionReport:
+    extracted: int
+    tokens: int
+    stopped: str | None  # why not every conversation was read (the budget), or None
+
+
+async def estimate_extraction(
+    store: Store, settings: Settings, agent: AgentConfig, conversation_ids: Sequence[str]
+) -> ExtractionEstimate:
+    """What extracting the graph and observations from these conversations would cost:
+    ≈ chars/4 of each transcript plus a fixed overhead, once per extraction call, and one
+    dossier refresh per participant after new observations."""
+    hooks = [h for h in _EXTRACTION_HOOKS if h != "graph" or settings.graph.enabled]
+    per: dict[str, int] = {}
+    calls = 0
+    for conversation_id in dict.fromkeys(conversation_ids):
+        said = await store.recent_messages(agent.id, conversation_id, 100_000)
+        if not said:
+            continue
+        conversation = await store.get_conversation(agent.id, conversation_id)
+        people = 0 if conversation is None else len(conversation.participant_ids)
+        transcript = sum(len(m.text) + len(m.speaker_name) + 24 for m in said) // 4
+        per[conversation_id] = (
+            len(hooks) * (transcript + _CALL_OVERHEAD_TOKENS) + people * _CALL_OVERHEAD_TOKENS
+        )
+        calls += len(hooks) + people
+    return ExtractionEstimate(len(per), calls, sum(per.values()), per)
+
+
+class _TokenCount:
+    """A meter adapter that adds up the tokens of every model call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.tokens = 0
+
+    def handle(self, record: UsageRecord) -> None:
+        with self._lock:
+            self.tokens += record.input_tokens + record.output_tokens
+
+    def close(self) -> None:
+        return None
+
+
+async def extract_imported(
+    settings: Settings,
+    agent: AgentConfig,
+    estimate: ExtractionEstimate,
+    budget_tokens: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> ExtractionReport:
+    """Run the graph and observation hooks the runtime runs when a conversation closes, on
+    imported conversations, one at a time, metered as every model call is. Before each, the
+    tokens spent so far plus its estimate must fit `budget_tokens`; otherwise it stops
+    cleanly there (a later run, with more budget, reads what is left: the extractors keep
+    watermarks, so nothing is read twice)."""
+    from persyn.runtime.app import Runtime  # the composition root, only for this opt-in step
+
+    counter = _TokenCount()
+    runtime = Runtime(settings, extra_meter_adapters=[counter])
+    extracted, stopped = 0, None
+    await runtime.start(workers=False, scheduler=False)
+    try:
+        hooks = [h for h in runtime.conversation_hook_names() if h in _EXTRACTION_HOOKS]
+        for conversation_id, cost in estimate.per_conversation.items():
+            runtime.meter.flush()
+            if counter.tokens + cost > budget_tokens:
+                stopped = (
+                    f"the budget of {budget_tokens} tokens would be exceeded: {counter.tokens} spent, "
+                    f"the next conversation is estimated at {cost}"
+                )
+                break
+            with bind(
+                Attribution(agent_id=agent.id, surface=_IMPORT_SERVICE, conversation_id=conversation_id)
+            ):
+                for hook in hooks:
+                    await runtime.run_conversation_hook(agent.id, conversation_id, hook)
+            extracted += 1
+            if progress is not None:
+                progress(extracted, estimate.conversations)
+        runtime.meter.flush()
+    finally:
+        await runtime.stop()
+    return ExtractionReport(extracted, counter.tokens, stopped)
