@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from persyn.core.config import AgentConfig, Settings, Task
-from persyn.core.errors import InputError
-from persyn.core.ids import parse_id
+from persyn.core.errors import InputError, ToolError
+from persyn.core.ids import is_id, parse_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.importer import ImportLimits, ImportReport, import_jsonl
@@ -22,6 +22,7 @@ from persyn.memory.retrieval import RetrievalResult, Retriever
 from persyn.runtime.inspect import opened_store
 from persyn.store import Store
 from persyn.store.base import Identity, Message
+from persyn.tools._contacts import UnknownContact, resolve_contact
 from persyn.usage.context import Attribution, bind
 from persyn.usage.records import UsageRecord
 
@@ -77,20 +78,21 @@ class MemoryOps:
         return int(context_window_for(self.settings, self.agent) * self.settings.memory.budget_fraction)
 
     async def resolve_participant(self, name_or_id: str, *, create: bool, channel: str = "") -> str:
-        """A person id for a name or id; import creates people it has not met, recall does not."""
-        persons = await self.store.list_persons(self.agent.id)
-        upper = name_or_id.upper()
-        for person in persons:
-            if person.id == upper or person.display_name.lower() == name_or_id.lower():
-                return person.id
-        if not create:
-            raise InputError(f"no contact {name_or_id!r} is known to {self.agent.name}")
-        identity = Identity(
-            service=_IMPORT_SERVICE, channel=channel or "history", speaker_id=name_or_id.lower()
-        )
-        person = await self.store.resolve_person(
-            self.agent.id, identity, name_or_id, "human", datetime.now(UTC)
-        )
+        """The one person a name or id names, found as the agent's own tools find them
+        (`tools/_contacts.py`): an exact display name, then a first name, then an identity's
+        speaker id. A name several people go by is an InputError listing them — never the
+        earliest of them, whose history would then be someone else's. Import creates a
+        person for a name nobody goes by; recall does not."""
+        try:
+            return (await resolve_contact(self.store, self.agent.id, name_or_id)).id
+        except UnknownContact as exc:
+            name = " ".join(name_or_id.split())
+            if not create or is_id(name):
+                raise InputError(f"participant {name_or_id!r}: {exc}") from exc
+        except ToolError as exc:
+            raise InputError(f"participant {name_or_id!r}: {exc} (give the id instead)") from exc
+        identity = Identity(service=_IMPORT_SERVICE, channel=channel or "history", speaker_id=name.lower())
+        person = await self.store.resolve_person(self.agent.id, identity, name, "human", datetime.now(UTC))
         return person.id
 
     async def import_file(
