@@ -1129,7 +1129,8 @@ def memory_recall(
         str | None, typer.Option("--channel", help="Channel key, e.g. terminal:terminal.")
     ] = None,
     participant: Annotated[
-        list[str] | None, typer.Option("--participant", "-p", help="Who is present (repeat).")
+        list[str] | None,
+        typer.Option("--participant", "-p", help="Who is present: a name or id (repeat)."),
     ] = None,
     now: Annotated[str | None, typer.Option("--now", help="Pretend it is this time (ISO 8601).")] = None,
     budget_tokens: Annotated[
@@ -1142,29 +1143,31 @@ def memory_recall(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Exactly the retrieval the agent uses when it answers, with each record's band."""
+    """Exactly the retrieval the agent uses when it answers, with each record's band. A name
+    several contacts go by is an error listing them: give the id."""
     from persyn.runtime.memory_ops import memory_ops, read_queries
 
     settings = _settings()
     chosen = settings.agent(agent)
     if (query is None) == (queries is None):
         raise PersynError("give either a QUERY or --queries FILE")
+    batch = read_queries(queries) if queries is not None else []
 
     async def _recall() -> None:
         async with memory_ops(settings, chosen) as ops:
             if ops.degraded:
                 typer.secho(f"· {ops.degraded}; keyword retrieval only", err=True)
             if queries is not None:
-                for _number, item in read_queries(queries):
+                for item in batch:
                     result = await ops.recall(
-                        str(item["query"]),
-                        channel=item.get("channel") or channel,
-                        participants=item.get("participants") or participant or [],
-                        now=_parse_now(item.get("now")) or _parse_now(now),
+                        item.query,
+                        channel=item.channel or channel,
+                        participants=item.participants or participant or [],
+                        now=item.now or _parse_now(now),
                         budget_tokens=budget_tokens,
                         limit=limit,
                     )
-                    typer.echo(json.dumps({"id": item["id"], "results": _scored_json(result)}))
+                    typer.echo(json.dumps({"id": item.id, "results": _scored_json(result)}))
                 return
             assert query is not None
             result = await ops.recall(

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import InputError, ToolError
@@ -31,6 +32,7 @@ __all__ = [
     "ExtractionEstimate",
     "ExtractionReport",
     "MemoryOps",
+    "RecallQuery",
     "context_window_for",
     "estimate_extraction",
     "extract_imported",
@@ -189,19 +191,70 @@ async def memory_ops(settings: Settings, agent: AgentConfig) -> AsyncIterator[Me
         yield MemoryOps(settings, agent, store, embedder, degraded)
 
 
-def read_queries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Batch recall input: one JSON object per line with id, query, channel?, participants?, now?."""
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+class RecallQuery(BaseModel):
+    """One line of `persyn memory recall --queries FILE`. Types are strict: a number is not
+    a channel, a string is not a list of participants, null is not a query."""
+
+    model_config = ConfigDict(frozen=True, strict=True, str_strip_whitespace=True)
+
+    id: str | int
+    query: str = Field(min_length=1)
+    channel: str | None = Field(default=None, min_length=1)
+    participants: list[str] | None = None
+    now: datetime | None = None
+
+
+_MAX_QUERY_LINE_BYTES = 1 << 20
+
+
+def read_queries(path: Path) -> list[RecallQuery]:
+    """Every line of a batch-recall file, checked before any is run: a bad line is an
+    InputError naming the file, the line and the field."""
+    queries: list[RecallQuery] = []
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise InputError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+    with handle:
+        number = 0
+        while chunk := handle.readline(_MAX_QUERY_LINE_BYTES + 1):
+            number += 1
+            where = f"{path}:{number}"
+            if len(chunk) > _MAX_QUERY_LINE_BYTES and not chunk.endswith(b"\n"):
+                raise InputError(f"{where}: line is longer than {_MAX_QUERY_LINE_BYTES} bytes")
+            try:
+                line = chunk.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{where}: not valid UTF-8 (bad byte at position {exc.start})") from exc
             if not line.strip():
                 continue
             try:
                 item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-            if not isinstance(item, dict) or "query" not in item or "id" not in item:
-                raise InputError(f"{path}:{number}: each line needs 'id' and 'query'")
-            yield number, item
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise InputError(f"{where}: not JSON ({getattr(exc, 'msg', exc)})") from exc
+            if not isinstance(item, dict):
+                raise InputError(f"{where}: expected a JSON object with 'id' and 'query'")
+            queries.append(_recall_query(where, item))
+    return queries
+
+
+def _recall_query(where: str, item: dict[str, object]) -> RecallQuery:
+    raw_now = item.get("now")
+    if raw_now is not None:
+        if not isinstance(raw_now, str):
+            raise InputError(f"{where}: now: expected an ISO 8601 string, got {raw_now!r}")
+        try:
+            parsed = datetime.fromisoformat(raw_now)
+        except ValueError as exc:
+            raise InputError(f"{where}: now: {raw_now!r} is not ISO 8601 (e.g. 2026-11-30T09:00)") from exc
+        item = {**item, "now": parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)}
+    try:
+        return RecallQuery.model_validate({k: v for k, v in item.items() if k in RecallQuery.model_fields})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("str", "int"))) or "line"
+        got = f", got {first['input']!r}" if first["type"] != "missing" else ""
+        raise InputError(f"{where}: {field}: {first['msg']}{got}") from exc
 
 
 # extraction over imported dialog (opt-in) ------------------------------------------------
