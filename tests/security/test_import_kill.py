@@ -116,7 +116,8 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 async def test_a_rerun_completes_the_links_an_older_import_left_out(store: Store, tmp_path: Path) -> None:
     """The state a kill left with the older importer: the dialog stored, the record
-    stored by the re-run with only the messages that run added itself (here: none)."""
+    stored by the re-run with only the messages that run added itself (here: none), the
+    conversation open."""
     line = _line(7)
     ann = await store.resolve_person(
         AGENT.id, Identity(service="import", channel="discord:general", speaker_id="ann"), "Ann", "human", NOW
@@ -170,3 +171,8 @@ async def test_a_rerun_completes_the_links_an_older_import_left_out(store: Store
     stored = await store.get_record_by_ref(AGENT.id, "novel-7")
     messages = await store.recent_messages(AGENT.id, conversation.id, 10)
     assert stored is not None and stored.message_ids == tuple(m.id for m in messages) and len(messages) == 3
+    # The older importer also left the conversation open, for `persyn run` to close (and run
+    # its model hooks on): the re-run closes it as of its last message, already remembered.
+    settled = await store.get_conversation(AGENT.id, conversation.id)
+    assert settled is not None and settled.closed_at == settled.last_activity_at
+    assert await store.get_flag(AGENT.id, "consolidated:" + conversation.id) == "imported"

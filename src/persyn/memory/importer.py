@@ -32,8 +32,9 @@ The file is JSON Lines, one record per line:
   memory stays culled. Extracting the graph and observations from imported dialog is a
   separate, opt-in step (`persyn memory import --extract`).
 - A batch's conversations, messages and records are written in one transaction, and every
-  id is derived from the line, so a killed import re-run completes exactly what is missing;
-  a record an older version stored without its message links gets them on a re-run.
+  id is derived from the line, so a killed import re-run completes exactly what is missing.
+  Re-running a file an older version imported repairs what that version left: a record
+  without its message links gets them, a conversation left open is closed and flagged.
 """
 
 from __future__ import annotations
@@ -243,6 +244,8 @@ async def import_jsonl(
         if ref in seen or known is not None:
             if known is not None and await _complete_links(store, known, parsed, limits):
                 tally.repaired += 1
+            if known is not None:
+                await _settle(store, known)
             if known is not None and known.conversation_id and known.kind == IMPORTED_KIND:
                 tally.conversations.append(known.conversation_id)
             tally.duplicates += 1
@@ -369,6 +372,18 @@ async def _complete_links(store: Store, record: MemoryRecord, line: ImportLine, 
     if len(stored) <= len(record.message_ids):
         return False
     return await store.link_record_messages(record.agent_id, record.id, [m.id for m in stored])
+
+
+async def _settle(store: Store, record: MemoryRecord) -> None:
+    """Close and flag consolidated the conversation an older import left open (the first
+    `persyn run` would otherwise close it and run its model hooks), as of its last message."""
+    if record.kind != IMPORTED_KIND or record.conversation_id is None:
+        return
+    conversation = await store.get_conversation(record.agent_id, record.conversation_id)
+    if conversation is None or conversation.kind != IMPORTED_KIND or conversation.closed_at is not None:
+        return
+    await store.set_flag_if_absent(record.agent_id, CONSOLIDATED_FLAG + conversation.id, IMPORTED_KIND)
+    await store.close_conversation(record.agent_id, conversation.id, conversation.last_activity_at)
 
 
 async def _import_batch(
