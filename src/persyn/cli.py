@@ -1088,20 +1088,16 @@ def memory_import(
             progress, update = _progress("embedding")
             with progress:
                 report = await ops.import_file(path, update)
-            estimate = None
-            if extract:
-                estimate = await estimate_extraction(ops.store, settings, chosen, report.conversations)
-            return report, estimate
-
-    report, estimate = _run(_import())
-    for problem in report.problems:
-        typer.secho(f"{path}:{problem.line}: {problem.reason}", err=True, fg=typer.colors.YELLOW)
-    repaired = f", links completed {report.repaired}" if report.repaired else ""
-    typer.echo(
-        f"imported {report.imported}, already present {report.duplicates}, "
-        f"rejected {len(report.problems)}{repaired}"
-    )
-    if estimate is not None and budget is not None:
+            for problem in report.problems:
+                typer.secho(f"{path}:{problem.line}: {problem.reason}", err=True, fg=typer.colors.YELLOW)
+            repaired = f", links completed {report.repaired}" if report.repaired else ""
+            typer.echo(
+                f"imported {report.imported}, already present {report.duplicates}, "
+                f"rejected {len(report.problems)}{repaired}"
+            )
+            if budget is None:
+                return report
+            estimate = await estimate_extraction(ops.store, settings, chosen, report.conversations)
         typer.echo(
             f"extraction estimate: {estimate.conversations} conversations, {estimate.calls} model calls, "
             f"about {estimate.tokens} tokens (budget {budget})"
@@ -1109,7 +1105,7 @@ def memory_import(
         if estimate.conversations and budget > 0:
             progress, update = _progress("extracting")
             with progress:
-                done = _run(extract_imported(settings, chosen, estimate, budget, update))
+                done = await extract_imported(settings, chosen, estimate, budget, update)
             typer.echo(
                 f"extracted {done.extracted} of {estimate.conversations} conversations, {done.tokens} tokens"
             )
@@ -1117,6 +1113,9 @@ def memory_import(
                 typer.secho(
                     f"· stopped: {done.stopped}; run again with a larger --budget for the rest", err=True
                 )
+        return report
+
+    report = _run(_import())
     if report.problems and not report.imported:
         raise typer.Exit(1)
 
