@@ -1048,17 +1048,35 @@ def memory_import(
         Path, typer.Argument(metavar="FILE.jsonl", help="One JSON object per line (see --help).")
     ],
     agent: AgentOption = None,
+    extract: Annotated[
+        bool,
+        typer.Option(
+            "--extract",
+            help="Also extract the knowledge graph and observations from the imported dialog "
+            "(model calls: the estimate is printed first; needs --budget).",
+        ),
+    ] = False,
+    budget: Annotated[
+        int | None,
+        typer.Option("--budget", min=0, metavar="TOKENS", help="With --extract: stop before spending more."),
+    ] = None,
 ) -> None:
     """Import history: one JSON object per line with `time` (ISO 8601), `channel`,
     `participants` (names or person ids), `summary`, and optional `importance`, `tags`,
     `sensitivity`, `ref`, `dialog` ([{speaker, text, time}]). Bad lines are reported with their
-    line number; good lines are imported; re-importing a `ref` never duplicates."""
-    from persyn.runtime.memory_ops import memory_ops
+    line number; good lines are imported; re-importing a `ref` never duplicates. Imported
+    conversations are stored closed and already remembered: no model is called for them
+    unless you ask for --extract."""
+    from persyn.runtime.memory_ops import estimate_extraction, extract_imported, memory_ops
 
     settings = _settings()
     chosen = settings.agent(agent)
     if not path.is_file():
         raise PersynError(f"no such file: {str(path)!r}")
+    if extract and budget is None:
+        raise PersynError("--extract needs --budget TOKENS (--budget 0 prints the estimate only)")
+    if budget is not None and not extract:
+        raise PersynError("--budget applies to --extract only")
 
     async def _import() -> Any:
         async with memory_ops(settings, chosen) as ops:
@@ -1069,14 +1087,35 @@ def memory_import(
                 )
             progress, update = _progress("embedding")
             with progress:
-                return await ops.import_file(path, update)
+                report = await ops.import_file(path, update)
+            for problem in report.problems:
+                typer.secho(f"{path}:{problem.line}: {problem.reason}", err=True, fg=typer.colors.YELLOW)
+            repaired = f", links completed {report.repaired}" if report.repaired else ""
+            typer.echo(
+                f"imported {report.imported}, already present {report.duplicates}, "
+                f"rejected {len(report.problems)}{repaired}"
+            )
+            if budget is None:
+                return report
+            estimate = await estimate_extraction(ops.store, settings, chosen, report.conversations)
+        typer.echo(
+            f"extraction estimate: {estimate.conversations} conversations, {estimate.calls} model calls, "
+            f"about {estimate.tokens} tokens (budget {budget})"
+        )
+        if estimate.conversations and budget > 0:
+            progress, update = _progress("extracting")
+            with progress:
+                done = await extract_imported(settings, chosen, estimate, budget, update)
+            typer.echo(
+                f"extracted {done.extracted} of {estimate.conversations} conversations, {done.tokens} tokens"
+            )
+            if done.stopped:
+                typer.secho(
+                    f"· stopped: {done.stopped}; run again with a larger --budget for the rest", err=True
+                )
+        return report
 
     report = _run(_import())
-    for problem in report.problems:
-        typer.secho(f"{path}:{problem.line}: {problem.reason}", err=True, fg=typer.colors.YELLOW)
-    typer.echo(
-        f"imported {report.imported}, already present {report.duplicates}, rejected {len(report.problems)}"
-    )
     if report.problems and not report.imported:
         raise typer.Exit(1)
 
@@ -1089,7 +1128,8 @@ def memory_recall(
         str | None, typer.Option("--channel", help="Channel key, e.g. terminal:terminal.")
     ] = None,
     participant: Annotated[
-        list[str] | None, typer.Option("--participant", "-p", help="Who is present (repeat).")
+        list[str] | None,
+        typer.Option("--participant", "-p", help="Who is present: a name or id (repeat)."),
     ] = None,
     now: Annotated[str | None, typer.Option("--now", help="Pretend it is this time (ISO 8601).")] = None,
     budget_tokens: Annotated[
@@ -1102,29 +1142,31 @@ def memory_recall(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Exactly the retrieval the agent uses when it answers, with each record's band."""
+    """Exactly the retrieval the agent uses when it answers, with each record's band. A name
+    several contacts go by is an error listing them: give the id."""
     from persyn.runtime.memory_ops import memory_ops, read_queries
 
     settings = _settings()
     chosen = settings.agent(agent)
     if (query is None) == (queries is None):
         raise PersynError("give either a QUERY or --queries FILE")
+    batch = read_queries(queries) if queries is not None else []
 
     async def _recall() -> None:
         async with memory_ops(settings, chosen) as ops:
             if ops.degraded:
                 typer.secho(f"· {ops.degraded}; keyword retrieval only", err=True)
             if queries is not None:
-                for _number, item in read_queries(queries):
+                for item in batch:
                     result = await ops.recall(
-                        str(item["query"]),
-                        channel=item.get("channel") or channel,
-                        participants=item.get("participants") or participant or [],
-                        now=_parse_now(item.get("now")) or _parse_now(now),
+                        item.query,
+                        channel=item.channel or channel,
+                        participants=item.participants or participant or [],
+                        now=item.now or _parse_now(now),
                         budget_tokens=budget_tokens,
                         limit=limit,
                     )
-                    typer.echo(json.dumps({"id": item["id"], "results": _scored_json(result)}))
+                    typer.echo(json.dumps({"id": item.id, "results": _scored_json(result)}))
                 return
             assert query is not None
             result = await ops.recall(

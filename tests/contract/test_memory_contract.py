@@ -598,3 +598,57 @@ async def test_five_thousand_records_with_256_dimensional_vectors(store: Store) 
     assert {r.channel for r in await store.records_by_ids(agent_id, _ids(in_two))} <= {MAIN, DISCORD}
     assert len(await store.keyword_candidates(agent_id, "otter piano", 50, None)) == 50
     assert len(await store.list_records(agent_id, limit=100)) == 100
+
+
+async def test_add_imported_writes_a_batch_whole_once_and_nothing_of_a_bad_one(store: Store) -> None:
+    from persyn.store.base import Conversation, ImportedMemory, Message, Role
+
+    agent_id = new_id()
+    await store.ensure_agent(agent_id, "Ada", T0)
+    conversation = Conversation(
+        id=new_id(T0),
+        agent_id=agent_id,
+        service="import",
+        channel="discord:general#r1",
+        participant_ids=(),
+        started_at=T0,
+        last_activity_at=T0 + timedelta(seconds=1),
+        closed_at=T0 + timedelta(seconds=1),
+        kind="imported",
+    )
+    said = [
+        Message(
+            id=new_id(T0 + timedelta(seconds=i)),
+            agent_id=agent_id,
+            conversation_id=conversation.id,
+            role=Role.AGENT,
+            person_id=None,
+            speaker_name="Ada",
+            text=f"line {i}",
+            created_at=T0 + timedelta(seconds=i),
+            event_id=None,
+        )
+        for i in range(2)
+    ]
+    record = _record(agent_id, "I imported this.", ref="r1").model_copy(
+        update={"conversation_id": conversation.id, "message_ids": tuple(m.id for m in said)}
+    )
+    item = ImportedMemory(
+        record, [1, 0, 0, 0], conversation, said, (("consolidated:" + conversation.id, "imported"),)
+    )
+    bad = ImportedMemory(_record(agent_id, "bad", participants=["not-a-ulid"]))
+    with pytest.raises(InputError, match="participant id"):
+        await store.add_imported([item, bad], MODEL)
+    assert await store.get_conversation(agent_id, conversation.id) is None
+    assert await store.count_messages(agent_id) == 0 and await store.count_records(agent_id) == 0
+    assert await store.add_imported([item], MODEL) == [True]
+    assert await store.add_imported([item], MODEL) == [False]  # a re-run changes nothing
+    stored = await store.get_conversation(agent_id, conversation.id)
+    assert stored is not None and stored.closed_at == conversation.closed_at and stored.kind == "imported"
+    assert [m.id for m in await store.recent_messages(agent_id, conversation.id, 10)] == [m.id for m in said]
+    assert await store.get_flag(agent_id, "consolidated:" + conversation.id) == "imported"
+    assert await store.count_records(agent_id) == 1
+    assert await store.link_record_messages(agent_id, record.id, [said[0].id])
+    linked = await store.get_record(agent_id, record.id)
+    assert linked is not None and linked.message_ids == (said[0].id,)
+    assert not await store.link_record_messages(agent_id, new_id(), [])

@@ -24,6 +24,8 @@ from persyn.memory.embedder import Embedder
 from persyn.store.base import Conversation, Message, Role, Store
 
 __all__ = [
+    "CONSOLIDATED_FLAG",
+    "IMPORTED_KIND",
     "ConsolidationResult",
     "Consolidator",
     "RatingOutput",
@@ -37,6 +39,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _MAX_DIALOG_MESSAGES = 400
+
+# The flag (key + conversation id) that says a conversation needs no consolidation: set
+# once it is consolidated (or found to hold nothing new), and by an import for the
+# conversations it brings with their summaries. The sweep of closed conversations skips
+# flagged ones, so a memory culled later is never re-created from its dialog.
+CONSOLIDATED_FLAG = "consolidated:"
+# The kind of conversation (and record) an import writes: remembered at import, never
+# summarised again.
+IMPORTED_KIND = "imported"
 _DUPLICATE_OVERLAP = 0.8
 
 
@@ -177,6 +188,9 @@ class Consolidator:
     ) -> ConsolidationResult:
         """`extra_tags` and `kind` link the memory to what caused the conversation (a
         reminder's run: kind "reminder", tag "reminder-<id>")."""
+        if conversation.kind == IMPORTED_KIND:
+            # Its summary came with it; a culled imported memory stays culled (SPEC §4.1).
+            return ConsolidationResult(None, "imported history is remembered at import")
         record_id = derived_id(conversation.started_at, conversation.id, "memory")
         if await self.store.get_record(agent_id, record_id) is not None:
             return ConsolidationResult(None, "already consolidated")

@@ -15,17 +15,26 @@ The file is JSON Lines, one record per line:
      "dialog": [{"speaker": "Ann", "text": "…", "time": "…"}]}   # optional raw exchange
 
 - Each line stands alone: a bad line is reported with its number and reason and the good
-  lines still import.
+  lines still import. Lines are read at most `max_line_bytes` at a time, so a huge line is
+  reported, never held in memory; every text field is held to the limits of a live
+  message (`[conversation] max_message_chars`, no NUL characters), names, tags and lists
+  to the bounds of `ImportLimits`.
 - Re-importing never duplicates: a line's `ref` (or, without one, a hash of its time,
   channel and summary) is stored as the record's ref, and a known ref is skipped.
-- Record ids are ULIDs whose time part is the line's `time`, so imported history sorts
-  among live memories by when it happened.
+- Record ids carry the line's `time` (`core/ids.py`; times before 1970 included), so
+  imported history sorts among live memories by when it happened.
 - Summaries are embedded in batches; an unavailable encoder stores records without vectors
   (keyword recall finds them; `persyn memory reindex` adds vectors later) and says so.
 - `dialog` is stored as the messages of a conversation of kind "imported" on a channel of
-  its own, so "remember harder" can pull the raw exchange by the record's id. The record's
-  id is the one the consolidator would derive for that conversation, so closing it later
-  never consolidates it a second time.
+  its own, so "remember harder" can pull the raw exchange by the record's id. The
+  conversation is stored closed and flagged consolidated: it came with its summary, so no
+  close hook or sweep ever summarises it (or extracts from it) again, and a culled imported
+  memory stays culled. Extracting the graph and observations from imported dialog is a
+  separate, opt-in step (`persyn memory import --extract`).
+- A batch's conversations, messages and records are written in one transaction, and every
+  id is derived from the line, so a killed import re-run completes exactly what is missing.
+  Re-running a file an older version imported repairs what that version left: a record
+  without its message links gets them, a conversation left open is closed and flagged.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -43,17 +52,20 @@ from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
+from persyn.memory.consolidate import CONSOLIDATED_FLAG, IMPORTED_KIND
 from persyn.memory.embedder import Embedder
-from persyn.store.base import Message, Role, Store
+from persyn.store.base import Conversation, ImportedMemory, Message, Role, Store
 
 __all__ = [
     "IMPORT_SERVICE",
+    "ImportLimits",
     "ImportLine",
     "ImportProblem",
     "ImportReport",
     "ParticipantResolver",
     "import_channel_key",
     "import_jsonl",
+    "imported_conversation_id",
 ]
 
 IMPORT_SERVICE = "import"
@@ -62,13 +74,38 @@ IMPORT_SERVICE = "import"
 ParticipantResolver = Callable[[str, str], Awaitable[str]]
 Progress = Callable[[int, int], None]  # (lines done, lines in the file)
 
+_LATEST = datetime(9999, 12, 30, tzinfo=UTC)  # undated dialog lines add milliseconds to it
+_SKIP_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class ImportLimits:
+    """What one line may hold. Text (the summary, each dialog line) is held to the limit of
+    a live message; the line as a whole is read at most `max_line_bytes` at a time, before
+    any JSON parsing, so no line can take more memory than that."""
+
+    max_text_chars: int = 32_000  # [conversation] max_message_chars
+    max_line_bytes: int = 4 * 1024 * 1024
+    max_name_chars: int = 200  # a participant, a speaker
+    max_participants: int = 100
+    max_dialog_messages: int = 2_000
+    max_tags: int = 32
+    max_label_chars: int = 100  # a tag, the emotion
+    max_channel_chars: int = 200
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
 
 def _as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        moment = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{value.isoformat()!r} is out of range") from None
+    if moment >= _LATEST:
+        raise ValueError(f"{value.isoformat()!r} is too far in the future")
+    return moment
 
 
 class DialogLine(_Strict):
@@ -124,10 +161,14 @@ class ImportReport(BaseModel):
     path: str
     imported: int = 0
     duplicates: int = 0  # lines whose ref was already known (earlier imports, or earlier lines)
+    repaired: int = 0  # of those, records whose missing message links this run completed
     messages: int = 0  # dialog lines stored
     without_vectors: int = 0  # imported records the encoder could not embed
     problems: tuple[ImportProblem, ...] = ()
     degraded: str | None = None  # why some records have no vector
+    # The imported conversations of the file's lines with dialog (stored now or earlier):
+    # what `persyn memory import --extract` reads.
+    conversations: tuple[str, ...] = ()
 
     @property
     def lines(self) -> int:
@@ -140,13 +181,21 @@ def import_channel_key(channel: str) -> str:
     return channel if ":" in channel else f"{IMPORT_SERVICE}:{channel}"
 
 
+def imported_conversation_id(agent_id: str, line: ImportLine) -> str:
+    """The conversation a line's dialog is stored as: derived from the line, so a re-run
+    after a kill writes into the same one."""
+    return derived_id(line.time, agent_id, IMPORTED_KIND, line.key(), "conversation")
+
+
 @dataclass
 class _Tally:
     imported: int = 0
     duplicates: int = 0
+    repaired: int = 0
     messages: int = 0
     without_vectors: int = 0
     degraded: str | None = None
+    conversations: list[str] = field(default_factory=list[str])
 
 
 async def import_jsonl(
@@ -159,10 +208,12 @@ async def import_jsonl(
     batch_size: int = 64,
     progress: Progress | None = None,
     default_sensitivity: Sensitivity = Sensitivity.PRIVATE,
+    limits: ImportLimits | None = None,
 ) -> ImportReport:
     """Import `path` into `agent`'s memory (see the module docstring for the format)."""
+    limits = limits or ImportLimits()
     try:
-        total = sum(1 for _ in _lines(path))
+        total = sum(1 for _ in _lines(path, limits.max_line_bytes))
     except OSError as exc:
         raise InputError(f"cannot read import file {str(path)!r}: {exc.strerror or exc}") from exc
     problems: list[ImportProblem] = []
@@ -182,14 +233,21 @@ async def import_jsonl(
         if progress is not None:
             progress(done, total)
 
-    for number, raw in _lines(path):
-        parsed = _parse(number, raw)
+    for number, raw in _lines(path, limits.max_line_bytes):
+        parsed = raw if isinstance(raw, ImportProblem) else _parse(number, raw, limits)
         if isinstance(parsed, ImportProblem):
             problems.append(parsed)
             done += 1
             continue
         ref = parsed.key()
-        if ref in seen or await store.get_record_by_ref(agent.id, ref) is not None:
+        known = None if ref in seen else await store.get_record_by_ref(agent.id, ref)
+        if ref in seen or known is not None:
+            if known is not None and await _complete_links(store, known, parsed, limits):
+                tally.repaired += 1
+            if known is not None:
+                await _settle(store, known)
+            if known is not None and known.conversation_id and known.kind == IMPORTED_KIND:
+                tally.conversations.append(known.conversation_id)
             tally.duplicates += 1
             done += 1
             continue
@@ -202,35 +260,130 @@ async def import_jsonl(
         path=str(path),
         imported=tally.imported,
         duplicates=tally.duplicates,
+        repaired=tally.repaired,
         messages=tally.messages,
         without_vectors=tally.without_vectors,
         problems=tuple(sorted(problems, key=lambda p: p.line)),
         degraded=tally.degraded,
+        conversations=tuple(dict.fromkeys(tally.conversations)),
     )
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of every non-blank line; numbers count blank lines too."""
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if raw.strip():
-                yield number, raw
+def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, str | ImportProblem]]:
+    """(line number, text) of every non-blank line, or a problem for a line that is too
+    long or not UTF-8; numbers count blank lines too. A line is never read whole beyond
+    `max_bytes`: the rest of a longer one is skipped in small chunks."""
+    with path.open("rb") as handle:
+        number = 0
+        while chunk := handle.readline(max_bytes + 1):
+            number += 1
+            if len(chunk) > max_bytes and not chunk.endswith(b"\n"):
+                size = len(chunk)
+                while (rest := handle.readline(_SKIP_CHUNK)) and not rest.endswith(b"\n"):
+                    size += len(rest)
+                size += len(rest)
+                yield (
+                    number,
+                    ImportProblem(
+                        line=number, reason=f"line is longer than {max_bytes} bytes ({size} bytes)"
+                    ),
+                )
+                continue
+            try:
+                text = chunk.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield (
+                    number,
+                    ImportProblem(line=number, reason=f"not valid UTF-8 (bad byte at position {exc.start})"),
+                )
+                continue
+            if number == 1:
+                text = text.removeprefix("\ufeff")
+            if text.strip():
+                yield number, text
 
 
-def _parse(number: int, raw: str) -> ImportLine | ImportProblem:
+def _parse(number: int, raw: str, limits: ImportLimits) -> ImportLine | ImportProblem:
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         return ImportProblem(line=number, reason=f"not JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:
+        return ImportProblem(line=number, reason="not JSON: nested too deeply")
     if not isinstance(data, dict):
         return ImportProblem(line=number, reason=f"expected a JSON object, got {type(data).__name__}")
     try:
-        return ImportLine.model_validate(data)
+        line = ImportLine.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "line"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        return ImportProblem(line=number, reason=f"{where}: {first['msg']}{more}")
+        reason = first["msg"].removeprefix("Value error, ")
+        return ImportProblem(line=number, reason=f"{where}: {reason}{more}")
+    beyond = _beyond_limits(line, limits)
+    return ImportProblem(line=number, reason=beyond) if beyond else line
+
+
+def _beyond_limits(line: ImportLine, limits: ImportLimits) -> str | None:
+    """The first field of `line` that exceeds `limits` or holds a NUL, as "field: why"."""
+    text_limit = f"the limit is {limits.max_text_chars} ([conversation] max_message_chars)"
+    checks: list[tuple[str, str | None, int, str]] = [
+        ("channel", line.channel, limits.max_channel_chars, f"the limit is {limits.max_channel_chars}"),
+        ("summary", line.summary, limits.max_text_chars, text_limit),
+        ("emotion", line.emotion, limits.max_label_chars, f"the limit is {limits.max_label_chars}"),
+        ("ref", line.ref, 500, "the limit is 500"),
+    ]
+    counts = [
+        ("participants", len(line.participants), limits.max_participants),
+        ("tags", len(line.tags), limits.max_tags),
+        ("dialog", len(line.dialog), limits.max_dialog_messages),
+    ]
+    for where, count, most in counts:
+        if count > most:
+            return f"{where}: {count} entries; the limit is {most}"
+    for index, name in enumerate(line.participants):
+        checks.append(
+            (f"participants.{index}", name, limits.max_name_chars, f"the limit is {limits.max_name_chars}")
+        )
+    for index, tag in enumerate(line.tags):
+        checks.append(
+            (f"tags.{index}", tag, limits.max_label_chars, f"the limit is {limits.max_label_chars}")
+        )
+    for index, said in enumerate(line.dialog):
+        speaker_limit = f"the limit is {limits.max_name_chars}"
+        checks.append((f"dialog.{index}.speaker", said.speaker, limits.max_name_chars, speaker_limit))
+        checks.append((f"dialog.{index}.text", said.text, limits.max_text_chars, text_limit))
+    for where, value, most, why in checks:
+        if value is None:
+            continue
+        if len(value) > most:
+            return f"{where}: {len(value)} characters; {why}"
+        if "\x00" in value:
+            return f"{where}: contains a NUL character"
+    return None
+
+
+async def _complete_links(store: Store, record: MemoryRecord, line: ImportLine, limits: ImportLimits) -> bool:
+    """A record an older import stored without all its message links (killed between its
+    dialog and its record, then re-run) gets the links of the dialog that is stored."""
+    if not line.dialog or record.conversation_id is None or len(record.message_ids) >= len(line.dialog):
+        return False
+    stored = await store.recent_messages(record.agent_id, record.conversation_id, limits.max_dialog_messages)
+    if len(stored) <= len(record.message_ids):
+        return False
+    return await store.link_record_messages(record.agent_id, record.id, [m.id for m in stored])
+
+
+async def _settle(store: Store, record: MemoryRecord) -> None:
+    """Close and flag consolidated the conversation an older import left open (the first
+    `persyn run` would otherwise close it and run its model hooks), as of its last message."""
+    if record.kind != IMPORTED_KIND or record.conversation_id is None:
+        return
+    conversation = await store.get_conversation(record.agent_id, record.conversation_id)
+    if conversation is None or conversation.kind != IMPORTED_KIND or conversation.closed_at is not None:
+        return
+    await store.set_flag_if_absent(record.agent_id, CONSOLIDATED_FLAG + conversation.id, IMPORTED_KIND)
+    await store.close_conversation(record.agent_id, conversation.id, conversation.last_activity_at)
 
 
 async def _import_batch(
@@ -251,8 +404,7 @@ async def _import_batch(
             tally.degraded = f"encoder {embedder.name!r} unavailable ({exc}); run `persyn memory reindex`"
     elif tally.degraded is None:
         tally.degraded = "no encoder is available; run `persyn memory reindex` when it is"
-    records: list[MemoryRecord] = []
-    record_vectors: list[list[float] | None] = []
+    items: list[ImportedMemory] = []
     for position, (number, line) in enumerate(batch):
         channel = import_channel_key(line.channel)
         try:
@@ -262,83 +414,86 @@ async def _import_batch(
         except InputError as exc:
             problems.append(ImportProblem(line=number, reason=str(exc)))
             continue
-        record_id = derived_id(line.time, agent.id, "imported", line.key())
-        conversation_id: str | None = None
-        message_ids: tuple[str, ...] = ()
-        if line.dialog:
-            conversation_id, message_ids = await _store_dialog(
-                store, agent, line, channel, participants, speakers
-            )
-            # The id the consolidator derives for this conversation: it then sees the
-            # conversation as already remembered and never summarises it again.
-            record_id = derived_id(line.time, conversation_id, "memory")
-        records.append(
-            MemoryRecord(
-                id=record_id,
-                agent_id=agent.id,
-                created_at=line.time,
-                channel=channel,
-                participant_ids=participants,
-                summary=line.summary,
-                importance=line.importance,
-                tags=tuple(t for t in line.tags if t),
-                emotion=line.emotion or None,
-                sensitivity=line.sensitivity or default_sensitivity,
-                conversation_id=conversation_id,
-                message_ids=message_ids,
-                ref=line.key(),
-                kind="imported",
-            )
-        )
-        record_vectors.append(vectors[position] if vectors is not None else None)
-    # One transaction for the whole batch (Store.add_records), not one per record.
+        vector = vectors[position] if vectors is not None else None
+        items.append(_imported(agent, line, channel, participants, speakers, default_sensitivity, vector))
+    # One transaction for the whole batch: its conversations, messages and records.
     model = embedder.name if vectors is not None and embedder is not None else None
-    added = await store.add_records(records, record_vectors, model)
-    for record, vector, was_added in zip(records, record_vectors, added, strict=True):
+    added = await store.add_imported(items, model)
+    for item, was_added in zip(items, added, strict=True):
+        if item.conversation is not None:
+            tally.conversations.append(item.conversation.id)
         if was_added:
             tally.imported += 1
-            tally.messages += len(record.message_ids)
-            tally.without_vectors += vector is None
+            tally.messages += len(item.record.message_ids)
+            tally.without_vectors += item.vector is None
         else:
             tally.duplicates += 1
 
 
-async def _store_dialog(
-    store: Store,
+def _imported(
     agent: AgentConfig,
     line: ImportLine,
     channel: str,
     participants: tuple[str, ...],
     speakers: dict[str, str],
-) -> tuple[str, tuple[str, ...]]:
-    """The dialog as a conversation of kind "imported" on a channel of its own (so no live
-    dialog ever joins it), its messages in order. Returns (conversation id, message ids)."""
-    people = tuple(dict.fromkeys([*participants, *speakers.values()]))
-    conversation = await store.open_conversation(
-        agent.id,
-        IMPORT_SERVICE,
-        f"{channel}#{line.key()}",
-        people,
-        now=line.time,
-        idle_timeout_seconds=0.0,
-        kind="imported",
-    )
-    ids: list[str] = []
-    for index, said in enumerate(line.dialog):
-        # Undated lines follow the record's time a millisecond apart, keeping their order.
-        at = said.time or line.time + timedelta(milliseconds=index)
-        is_agent = said.speaker.lower() == agent.name.lower()
-        message = Message(
-            id=derived_id(at, conversation.id, "imported", str(index)),
+    default_sensitivity: Sensitivity,
+    vector: Sequence[float] | None,
+) -> ImportedMemory:
+    """A line as what the store writes: the record and, with dialog, its conversation —
+    on a channel of its own (no live dialog ever joins it), closed at its last message and
+    flagged consolidated — and its messages in order."""
+    record_id = derived_id(line.time, agent.id, IMPORTED_KIND, line.key())
+    conversation: Conversation | None = None
+    said: list[Message] = []
+    if line.dialog:
+        conversation_id = imported_conversation_id(agent.id, line)
+        for index, spoken in enumerate(line.dialog):
+            # Undated lines follow the record's time a millisecond apart, keeping their order.
+            at = spoken.time or line.time + timedelta(milliseconds=index)
+            is_agent = spoken.speaker.lower() == agent.name.lower()
+            said.append(
+                Message(
+                    id=derived_id(at, conversation_id, IMPORTED_KIND, str(index)),
+                    agent_id=agent.id,
+                    conversation_id=conversation_id,
+                    role=Role.AGENT if is_agent else Role.USER,
+                    person_id=None if is_agent else speakers[spoken.speaker.lower()],
+                    speaker_name=spoken.speaker,
+                    text=spoken.text,
+                    created_at=at,
+                    event_id=None,
+                )
+            )
+        ended = max([line.time, *(m.created_at for m in said)])
+        conversation = Conversation(
+            id=conversation_id,
             agent_id=agent.id,
-            conversation_id=conversation.id,
-            role=Role.AGENT if is_agent else Role.USER,
-            person_id=None if is_agent else speakers[said.speaker.lower()],
-            speaker_name=said.speaker,
-            text=said.text,
-            created_at=at,
-            event_id=None,
+            service=IMPORT_SERVICE,
+            channel=f"{channel}#{line.key()}",
+            participant_ids=tuple(dict.fromkeys([*participants, *speakers.values()])),
+            started_at=line.time,
+            last_activity_at=ended,
+            closed_at=ended,
+            kind=IMPORTED_KIND,
         )
-        if await store.add_message(message):
-            ids.append(message.id)
-    return conversation.id, tuple(ids)
+        # The id the consolidator derives for this conversation (belt and braces: the
+        # flag already says it is remembered).
+        record_id = derived_id(line.time, conversation_id, "memory")
+    record = MemoryRecord(
+        id=record_id,
+        agent_id=agent.id,
+        created_at=line.time,
+        channel=channel,
+        participant_ids=participants,
+        summary=line.summary,
+        importance=line.importance,
+        tags=tuple(t for t in line.tags if t),
+        emotion=line.emotion or None,
+        sensitivity=line.sensitivity or default_sensitivity,
+        conversation_id=None if conversation is None else conversation.id,
+        message_ids=tuple(m.id for m in said),
+        ref=line.key(),
+        kind=IMPORTED_KIND,
+    )
+    flags = () if conversation is None else ((CONSOLIDATED_FLAG + conversation.id, IMPORTED_KIND),)
+    return ImportedMemory(record, vector, conversation, tuple(said), flags)

@@ -37,7 +37,7 @@ from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
 from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.graph.extract import GraphExtractor
-from persyn.memory.consolidate import Consolidator, default_sensitivity
+from persyn.memory.consolidate import CONSOLIDATED_FLAG, IMPORTED_KIND, Consolidator, default_sensitivity
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers, Observer
@@ -60,7 +60,6 @@ from persyn.usage.prometheus import PrometheusAdapter
 __all__ = ["AUTO_SPEAK", "DELIBERATION_FLAG", "DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
 
 DISPLAY_NAME_PREF = "display_name"
-CONSOLIDATED_FLAG = "consolidated:"
 DELIBERATION_FLAG = "deliberation:"
 AUTO_SPEAK = workflows.AUTO_SPEAK
 
@@ -1279,12 +1278,16 @@ class Runtime:
 
     async def sweep_unconsolidated(self, grace: timedelta = timedelta(minutes=1)) -> int:
         """Enqueue hooks for conversations closed but never consolidated — a crash between
-        the close and the enqueue would otherwise lose their memory."""
+        the close and the enqueue would otherwise lose their memory. Imported conversations
+        are remembered at import (flagged there too): their hooks never run, so neither a
+        model call per imported conversation nor a culled imported memory coming back."""
         enqueued = 0
         cutoff = self.clock.now() - grace
         for agent_id in self.agents:
             for conversation in await self.store.list_conversations(agent_id, limit=200):
                 if conversation.closed_at is None or conversation.closed_at > cutoff:
+                    continue
+                if conversation.kind == IMPORTED_KIND:
                     continue
                 if await self.store.get_flag(agent_id, CONSOLIDATED_FLAG + conversation.id) is not None:
                     continue

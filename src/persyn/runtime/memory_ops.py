@@ -4,29 +4,40 @@ and exactly the retrieval the agent uses when it answers."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from persyn.core.config import AgentConfig, Settings, Task
-from persyn.core.errors import InputError
-from persyn.core.ids import parse_id
+from persyn.core.errors import InputError, ToolError
+from persyn.core.ids import is_id, parse_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.memory.embedder import Embedder, embedder_from_config
-from persyn.memory.importer import ImportReport, import_jsonl
+from persyn.memory.importer import ImportLimits, ImportReport, import_jsonl
 from persyn.memory.retrieval import RetrievalResult, Retriever
 from persyn.runtime.inspect import opened_store
 from persyn.store import Store
 from persyn.store.base import Identity, Message
+from persyn.tools._contacts import UnknownContact, resolve_contact
+from persyn.usage.context import Attribution, bind
+from persyn.usage.records import UsageRecord
 
 __all__ = [
     "DEFAULT_RECALL_CHANNEL",
+    "ExtractionEstimate",
+    "ExtractionReport",
     "MemoryOps",
+    "RecallQuery",
     "context_window_for",
+    "estimate_extraction",
+    "extract_imported",
     "memory_ops",
+    "read_queries",
 ]
 
 DEFAULT_RECALL_CHANNEL = channel_key("terminal", "terminal")
@@ -69,20 +80,21 @@ class MemoryOps:
         return int(context_window_for(self.settings, self.agent) * self.settings.memory.budget_fraction)
 
     async def resolve_participant(self, name_or_id: str, *, create: bool, channel: str = "") -> str:
-        """A person id for a name or id; import creates people it has not met, recall does not."""
-        persons = await self.store.list_persons(self.agent.id)
-        upper = name_or_id.upper()
-        for person in persons:
-            if person.id == upper or person.display_name.lower() == name_or_id.lower():
-                return person.id
-        if not create:
-            raise InputError(f"no contact {name_or_id!r} is known to {self.agent.name}")
-        identity = Identity(
-            service=_IMPORT_SERVICE, channel=channel or "history", speaker_id=name_or_id.lower()
-        )
-        person = await self.store.resolve_person(
-            self.agent.id, identity, name_or_id, "human", datetime.now(UTC)
-        )
+        """The one person a name or id names, found as the agent's own tools find them
+        (`tools/_contacts.py`): an exact display name, then a first name, then an identity's
+        speaker id. A name several people go by is an InputError listing them — never the
+        earliest of them, whose history would then be someone else's. Import creates a
+        person for a name nobody goes by; recall does not."""
+        try:
+            return (await resolve_contact(self.store, self.agent.id, name_or_id)).id
+        except UnknownContact as exc:
+            name = " ".join(name_or_id.split())
+            if not create or is_id(name):
+                raise InputError(f"participant {name_or_id!r}: {exc}") from exc
+        except ToolError as exc:
+            raise InputError(f"participant {name_or_id!r}: {exc} (give the id instead)") from exc
+        identity = Identity(service=_IMPORT_SERVICE, channel=channel or "history", speaker_id=name.lower())
+        person = await self.store.resolve_person(self.agent.id, identity, name, "human", datetime.now(UTC))
         return person.id
 
     async def import_file(
@@ -91,7 +103,10 @@ class MemoryOps:
         async def resolve(name: str, channel: str) -> str:
             return await self.resolve_participant(name, create=True, channel=channel)
 
-        return await import_jsonl(path, self.store, self.embedder, self.agent, resolve, progress=progress)
+        limits = ImportLimits(max_text_chars=self.settings.conversation.max_message_chars)
+        return await import_jsonl(
+            path, self.store, self.embedder, self.agent, resolve, progress=progress, limits=limits
+        )
 
     async def recall(
         self,
@@ -176,16 +191,170 @@ async def memory_ops(settings: Settings, agent: AgentConfig) -> AsyncIterator[Me
         yield MemoryOps(settings, agent, store, embedder, degraded)
 
 
-def read_queries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Batch recall input: one JSON object per line with id, query, channel?, participants?, now?."""
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+class RecallQuery(BaseModel):
+    """One line of `persyn memory recall --queries FILE`. Types are strict: a number is not
+    a channel, a string is not a list of participants, null is not a query."""
+
+    model_config = ConfigDict(frozen=True, strict=True, str_strip_whitespace=True)
+
+    id: str | int
+    query: str = Field(min_length=1)
+    channel: str | None = Field(default=None, min_length=1)
+    participants: list[str] | None = None
+    now: datetime | None = None
+
+
+_MAX_QUERY_LINE_BYTES = 1 << 20
+
+
+def read_queries(path: Path) -> list[RecallQuery]:
+    """Every line of a batch-recall file, checked before any is run: a bad line is an
+    InputError naming the file, the line and the field."""
+    queries: list[RecallQuery] = []
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise InputError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+    with handle:
+        number = 0
+        while chunk := handle.readline(_MAX_QUERY_LINE_BYTES + 1):
+            number += 1
+            where = f"{path}:{number}"
+            if len(chunk) > _MAX_QUERY_LINE_BYTES and not chunk.endswith(b"\n"):
+                raise InputError(f"{where}: line is longer than {_MAX_QUERY_LINE_BYTES} bytes")
+            try:
+                line = chunk.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{where}: not valid UTF-8 (bad byte at position {exc.start})") from exc
             if not line.strip():
                 continue
             try:
                 item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-            if not isinstance(item, dict) or "query" not in item or "id" not in item:
-                raise InputError(f"{path}:{number}: each line needs 'id' and 'query'")
-            yield number, item
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise InputError(f"{where}: not JSON ({getattr(exc, 'msg', exc)})") from exc
+            if not isinstance(item, dict):
+                raise InputError(f"{where}: expected a JSON object with 'id' and 'query'")
+            queries.append(_recall_query(where, item))
+    return queries
+
+
+def _recall_query(where: str, item: dict[str, object]) -> RecallQuery:
+    raw_now = item.get("now")
+    if raw_now is not None:
+        if not isinstance(raw_now, str):
+            raise InputError(f"{where}: now: expected an ISO 8601 string, got {raw_now!r}")
+        try:
+            parsed = datetime.fromisoformat(raw_now)
+        except ValueError as exc:
+            raise InputError(f"{where}: now: {raw_now!r} is not ISO 8601 (e.g. 2026-11-30T09:00)") from exc
+        item = {**item, "now": parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)}
+    try:
+        return RecallQuery.model_validate({k: v for k, v in item.items() if k in RecallQuery.model_fields})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("str", "int"))) or "line"
+        got = f", got {first['input']!r}" if first["type"] != "missing" else ""
+        raise InputError(f"{where}: {field}: {first['msg']}{got}") from exc
+
+
+# extraction over imported dialog (opt-in) ------------------------------------------------
+# A graph or observation call sends its instruction and the transcript and returns a short
+# structured answer; this much on top of the transcript keeps the estimate above what
+# `test:echo` and hosted models were seen to use.
+_CALL_OVERHEAD_TOKENS = 1_500
+_EXTRACTION_HOOKS = ("graph", "observe")
+
+
+@dataclass(frozen=True)
+class ExtractionEstimate:
+    conversations: int
+    calls: int
+    tokens: int
+    per_conversation: dict[str, int]  # conversation id -> estimated tokens
+
+
+@dataclass(frozen=True)
+class ExtractionReport:
+    extracted: int
+    tokens: int
+    stopped: str | None  # why not every conversation was read (the budget), or None
+
+
+async def estimate_extraction(
+    store: Store, settings: Settings, agent: AgentConfig, conversation_ids: Sequence[str]
+) -> ExtractionEstimate:
+    """What extracting the graph and observations from these conversations would cost:
+    ≈ chars/4 of each transcript plus a fixed overhead, once per extraction call, and one
+    dossier refresh per participant after new observations."""
+    hooks = [h for h in _EXTRACTION_HOOKS if h != "graph" or settings.graph.enabled]
+    per: dict[str, int] = {}
+    calls = 0
+    for conversation_id in dict.fromkeys(conversation_ids):
+        said = await store.recent_messages(agent.id, conversation_id, 100_000)
+        if not said:
+            continue
+        conversation = await store.get_conversation(agent.id, conversation_id)
+        people = 0 if conversation is None else len(conversation.participant_ids)
+        transcript = sum(len(m.text) + len(m.speaker_name) + 24 for m in said) // 4
+        per[conversation_id] = (
+            len(hooks) * (transcript + _CALL_OVERHEAD_TOKENS) + people * _CALL_OVERHEAD_TOKENS
+        )
+        calls += len(hooks) + people
+    return ExtractionEstimate(len(per), calls, sum(per.values()), per)
+
+
+class _TokenCount:
+    """A meter adapter that adds up the tokens of every model call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.tokens = 0
+
+    def handle(self, record: UsageRecord) -> None:
+        with self._lock:
+            self.tokens += record.input_tokens + record.output_tokens
+
+    def close(self) -> None:
+        return None
+
+
+async def extract_imported(
+    settings: Settings,
+    agent: AgentConfig,
+    estimate: ExtractionEstimate,
+    budget_tokens: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> ExtractionReport:
+    """Run the graph and observation hooks the runtime runs when a conversation closes, on
+    imported conversations, one at a time, metered as every model call is. Before each, the
+    tokens spent so far plus its estimate must fit `budget_tokens`; otherwise it stops
+    cleanly there (a later run, with more budget, reads what is left: the extractors keep
+    watermarks, so nothing is read twice)."""
+    from persyn.runtime.app import Runtime  # the composition root, only for this opt-in step
+
+    counter = _TokenCount()
+    runtime = Runtime(settings, extra_meter_adapters=[counter])
+    extracted, stopped = 0, None
+    await runtime.start(workers=False, scheduler=False)
+    try:
+        hooks = [h for h in runtime.conversation_hook_names() if h in _EXTRACTION_HOOKS]
+        for conversation_id, cost in estimate.per_conversation.items():
+            runtime.meter.flush()
+            if counter.tokens + cost > budget_tokens:
+                stopped = (
+                    f"the budget of {budget_tokens} tokens would be exceeded: {counter.tokens} spent, "
+                    f"the next conversation is estimated at {cost}"
+                )
+                break
+            with bind(
+                Attribution(agent_id=agent.id, surface=_IMPORT_SERVICE, conversation_id=conversation_id)
+            ):
+                for hook in hooks:
+                    await runtime.run_conversation_hook(agent.id, conversation_id, hook)
+            extracted += 1
+            if progress is not None:
+                progress(extracted, estimate.conversations)
+        runtime.meter.flush()
+    finally:
+        await runtime.stop()
+    return ExtractionReport(extracted, counter.tokens, stopped)

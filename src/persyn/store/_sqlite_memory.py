@@ -21,10 +21,20 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.types import Text
 
 from persyn.core.errors import InputError, StoreError
-from persyn.core.ids import id_time, is_id
+from persyn.core.ids import id_time, is_id, new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store import _sqlite_vectors as vectors
-from persyn.store.schema import checked_id, memory_records, record_from_row, record_values
+from persyn.store._sqlite_directory import index_participants
+from persyn.store.base import ImportedMemory
+from persyn.store.schema import (
+    checked_id,
+    conversations,
+    flags,
+    memory_records,
+    messages,
+    record_from_row,
+    record_values,
+)
 
 __all__ = ["KEYWORD_WEIGHTS", "STOP_WORDS", "SQLiteMemory", "fts_any_query"]
 
@@ -83,6 +93,36 @@ class SQLiteMemory:
         if not rows:
             return []
         return await self._write("add_records", lambda c: _insert_records(c, rows))
+
+    async def add_imported(self, items: Sequence[ImportedMemory], embedding_model: str | None) -> list[bool]:
+        """Everything is checked before the write transaction starts, so bad input (an
+        InputError) stores nothing of the batch."""
+        rows = [_new_row(item.record, item.vector, embedding_model) for item in items]
+        for item in items:
+            for message in item.messages:
+                for value, what in ((message.id, "message id"), (message.conversation_id, "conversation id")):
+                    checked_id(value, what)
+            if item.conversation is not None:
+                checked_id(item.conversation.id, "conversation id")
+        if not rows:
+            return []
+
+        def work(connection: Connection) -> list[bool]:
+            for item in items:
+                _insert_imported_dialog(connection, item)
+            return _insert_records(connection, rows)
+
+        return await self._write("add_imported", work)
+
+    async def link_record_messages(self, agent_id: str, record_id: str, message_ids: Sequence[str]) -> bool:
+        for message_id in message_ids:
+            checked_id(message_id, "message id")
+        statement = (
+            update(memory_records)
+            .where(_r.agent_id == agent_id, _r.id == record_id)
+            .values(message_ids=list(message_ids))
+        )
+        return await self._write("link_record_messages", lambda c: c.execute(statement).rowcount == 1)
 
     async def get_record(self, agent_id: str, record_id: str) -> MemoryRecord | None:
         statement = select(memory_records).where(_r.agent_id == agent_id, _r.id == record_id)
@@ -416,6 +456,41 @@ def _insert_records(connection: Connection, rows: Sequence[_NewRow]) -> list[boo
         ],
     )
     return [is_first and row.values["id"] in stored for row, is_first in zip(rows, first, strict=True)]
+
+
+def _insert_imported_dialog(connection: Connection, item: ImportedMemory) -> None:
+    """An imported line's conversation, participant index, messages and flags; each kept as
+    it is when it already exists (a re-run after a kill adds only what is missing)."""
+    conversation = item.conversation
+    agent_id = item.record.agent_id
+    if conversation is not None:
+        connection.execute(
+            insert(conversations).on_conflict_do_nothing(),
+            {
+                "id": conversation.id,
+                "agent_id": agent_id,
+                "service": conversation.service,
+                "channel": conversation.channel,
+                "kind": conversation.kind,
+                "participants": list(conversation.participant_ids),
+                "started_at": conversation.started_at,
+                "last_activity_at": conversation.last_activity_at,
+                "closed_at": conversation.closed_at,
+            },
+        )
+        index_participants(connection, agent_id, conversation, conversation.participant_ids)
+    if item.messages:
+        rows: list[dict[str, Any]] = []
+        for message in item.messages:
+            values = message.model_dump()
+            values["role"] = message.role.value
+            rows.append(values)
+        connection.execute(insert(messages).on_conflict_do_nothing(), rows)
+    for key, value in item.flags:
+        connection.execute(
+            insert(flags).on_conflict_do_nothing(),
+            {"id": new_id(), "agent_id": agent_id, "key": key, "value": value},
+        )
 
 
 _DRIVER_COLUMNS = (

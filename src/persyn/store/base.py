@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -38,6 +39,7 @@ __all__ = [
     "Goal",
     "GoalStatus",
     "Identity",
+    "ImportedMemory",
     "IntervalTrigger",
     "Message",
     "Observation",
@@ -233,6 +235,19 @@ class Goal(_Row):
     created_at: datetime
     updated_at: datetime
     outcome: str | None = None
+
+
+@dataclass(frozen=True)
+class ImportedMemory:
+    """One line of imported history as `Store.add_imported` writes it: the record (and its
+    vector) and, when the line had dialog, its conversation — already closed — with its
+    messages and the flags that say what is already done with it."""
+
+    record: MemoryRecord
+    vector: Sequence[float] | None = None
+    conversation: Conversation | None = None
+    messages: Sequence[Message] = ()
+    flags: Sequence[tuple[str, str]] = ()
 
 
 class Store(ABC):
@@ -535,6 +550,20 @@ class Store(ABC):
         Returns, per record, whether it was stored — as calling `add_record` for each in
         order would: a record whose id or ref exists, or came earlier in the batch, is
         skipped. One transaction: bad input anywhere (InputError) stores nothing."""
+
+    @abstractmethod
+    async def add_imported(self, items: Sequence[ImportedMemory], embedding_model: str | None) -> list[bool]:
+        """A batch of imported history in one transaction: each item's conversation (with
+        its given id, as given: closed), its participant index, messages and flags, then
+        the records as `add_records` stores them. A kill leaves all of a batch or none of
+        it. Idempotent: existing conversations, messages and flags are kept as they are, so
+        a re-run completes what an earlier run left out. Returns, per item, whether its
+        record was stored."""
+
+    @abstractmethod
+    async def link_record_messages(self, agent_id: str, record_id: str, message_ids: Sequence[str]) -> bool:
+        """Set a record's `message_ids` (repairing an import an older version left without
+        its links). False if there is no such record."""
 
     @abstractmethod
     async def get_record(self, agent_id: str, record_id: str) -> MemoryRecord | None: ...

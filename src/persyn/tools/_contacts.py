@@ -14,11 +14,16 @@ from persyn.core.errors import ToolError
 from persyn.core.ids import is_id, parse_id
 from persyn.store.base import Person, Store
 
-__all__ = ["MAX_LISTED", "SELF_WORDS", "describe", "resolve_contact"]
+__all__ = ["MAX_LISTED", "SELF_WORDS", "UnknownContact", "describe", "resolve_contact"]
 
 # Words that mean the agent itself where a tool takes "about whom".
 SELF_WORDS = frozenset({"me", "myself", "self"})
 MAX_LISTED = 10  # names listed in an error, most recently met first
+
+
+class UnknownContact(ToolError):
+    """No contact goes by that name or id (as opposed to several: a plain ToolError), so a
+    caller that may create one (`persyn memory import`) can tell the two apart."""
 
 
 def describe(person: Person) -> str:
@@ -44,7 +49,7 @@ async def resolve_contact(store: Store, agent_id: str, who: str) -> Person:
     if is_id(wanted):
         person = await store.get_person(agent_id, parse_id(wanted))
         if person is None:
-            raise ToolError(f"there is no contact with id {wanted!r}")
+            raise UnknownContact(f"there is no contact with id {wanted!r}")
         return person
     people = await store.list_persons(agent_id)
     folded = wanted.casefold()
@@ -60,5 +65,5 @@ async def resolve_contact(store: Store, agent_id: str, who: str) -> Person:
                 f"{len(matches)} contacts match {wanted!r}: {_listing(matches)}; call again with the id"
             )
     if not people:
-        raise ToolError(f"there is no contact named {wanted!r}: you know nobody yet")
-    raise ToolError(f"there is no contact named {wanted!r}; your contacts include {_listing(people)}")
+        raise UnknownContact(f"there is no contact named {wanted!r}: you know nobody yet")
+    raise UnknownContact(f"there is no contact named {wanted!r}; your contacts include {_listing(people)}")
