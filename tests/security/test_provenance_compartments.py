@@ -1,0 +1,223 @@
+"""Quick facts, goals and reminders stay in the compartment they were set in (issue 13, item 3).
+
+Adversarial scenario through the real runtime (DBOS, SQLite, the tool loop) with a scripted
+respond model that calls the agent's own tools: Ann, in her direct messages, has the agent
+note facts (about her and about itself), a goal and a reminder; Mallory, on another channel,
+asks for them through every listing tool. None of it reaches Mallory — neither in the tool
+results nor anywhere in the request the model receives on her channel — while the goal the
+agent set itself on a heartbeat, with nobody present and nothing read, is visible to both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo
+
+from persyn.cognition.reflection import SelfAssessment
+from persyn.core.clock import ManualClock
+from persyn.core.config import AgentConfig, load_settings
+from persyn.core.events import Event, Notice, Outbound, Speaker
+from persyn.core.ids import new_id
+from persyn.gateway.base import SinkCallable
+from persyn.runtime.app import Runtime
+from persyn.runtime.autonomy import recent_activity
+from persyn.testing.models import DoubleReply, last_user_text, registered_double
+
+START = datetime(2026, 11, 30, 9, tzinfo=UTC)
+AGENT = AgentConfig(name="Ada", id=new_id(START))
+
+# What Ann confides; none of these strings may ever reach Mallory's channel.
+SECRETS = ("4711", "surprise party", "engagement ring", "hates her boss")
+OWN_GOAL = "Learn to play Go"
+
+ASK_EVERYTHING = [
+    {"name": "get_facts", "args": {"about": "Ann"}},
+    {"name": "get_facts", "args": {"about": "me"}},
+    {"name": "list_goals", "args": {"include_closed": True}},
+    {"name": "list_reminders", "args": {}},
+    {"name": "recent_activity", "args": {}},
+]
+
+
+_RUBRIC = ("emotional_significance", "decisions", "novelty", "continuing_themes", "explicit_importance")
+
+
+def _returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
+    last = messages[-1] if messages else None
+    if not isinstance(last, ModelRequest):
+        return []
+    return [p for p in last.parts if isinstance(p, ToolReturnPart)]
+
+
+def _request_text(messages: list[ModelMessage], info: AgentInfo) -> str:
+    """Everything the model was sent: the instruction and every message part."""
+    parts = [info.instructions or ""]
+    for message in messages:
+        parts.extend(str(getattr(part, "content", "")) for part in message.parts)
+    return "\n".join(parts)
+
+
+class Mind:
+    """The respond model: on a heartbeat it sets itself a goal; Ann confides; Mallory asks
+    for everything. Keeps each request it receives, by the input it answers."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, list[str]] = {}
+        self.results: dict[str, list[str]] = {}
+
+    def __call__(self, task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
+        if task == "reflect":
+            return SelfAssessment(
+                patterns="nothing yet",
+                serves_objectives=True,
+                intention="revise_goals",
+                plan="set myself a goal of my own",
+            )
+        if task == "summarize":
+            return DoubleReply(output={"summary": "I talked with someone.", "tags": []})
+        if task == "rate":
+            return DoubleReply(
+                output={**dict.fromkeys(_RUBRIC, 3), "importance": 4, "sensitivity": "private"}
+            )
+        if task != "respond":
+            return DoubleReply(text="ok")
+        said = last_user_text(messages)
+        who = "heartbeat" if said.startswith(("Heartbeat", "My self-assessment")) else said.split(":")[0]
+        self.requests.setdefault(who, []).append(_request_text(messages, info))
+        results = _returns(messages)
+        self.results.setdefault(who, []).extend(str(r.content) for r in results)
+        if results:
+            return DoubleReply(text="Done.")
+        if who == "heartbeat":
+            return DoubleReply(tool_calls=[{"name": "create_goal", "args": {"description": OWN_GOAL}}])
+        if who == "ann":
+            return DoubleReply(
+                tool_calls=[
+                    {"name": "set_fact", "args": {"about": "Ann", "key": "door code", "value": "4711"}},
+                    {
+                        "name": "set_fact",
+                        "args": {"about": "me", "key": "secret", "value": "Ann hates her boss"},
+                    },
+                    {"name": "create_goal", "args": {"description": "Plan Ann's surprise party"}},
+                    {
+                        "name": "set_reminder",
+                        "args": {"objective": "Buy the engagement ring", "in_minutes": 600},
+                    },
+                ]
+            )
+        if who in ("mallory", "ann-asks"):
+            return DoubleReply(tool_calls=ASK_EVERYTHING)
+        return DoubleReply(text="Hello.")
+
+
+@pytest.fixture
+def mind() -> Iterator[Mind]:
+    instance = Mind()
+    with registered_double("compartments", instance):
+        yield instance
+
+
+class Channel:
+    service = "test"
+    interactive = False
+
+    async def deliver(self, outbound: Outbound) -> None:
+        return None
+
+    async def notice(self, event: Event, notice: Notice) -> None:
+        return None
+
+    def sink_for(self, event: Event) -> SinkCallable | None:
+        return None
+
+
+async def _runtime(tmp_path: Path) -> Runtime:
+    home = tmp_path / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "persyn.toml").write_text(
+        '[models]\ndefault = "test:compartments"\n[metering]\nevent_log = false\n'
+        '[memory]\nembedder = "test:hash"\n[deliberation]\nenabled = false\n'
+        "[autonomy]\nschedule = false\n"
+    )
+    settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
+    runtime = Runtime(settings, clock=ManualClock(START))
+    runtime.channels["test"] = Channel()
+    await runtime.start(workers=True)
+    return runtime
+
+
+async def _say(runtime: Runtime, channel: str, speaker: str, text: str) -> None:
+    now = runtime.clock.now()
+    event = Event(
+        id=new_id(now),
+        agent_id=AGENT.id,
+        service="test",
+        channel=channel,
+        speaker=Speaker(service="test", channel=channel, speaker_id=speaker, display_name=speaker.title()),
+        text=text,
+        received_at=now,
+    )
+    await runtime.submit(event)
+    marker = await runtime.wait_marker(AGENT.id, event.id, timeout=60)
+    assert marker.transmitted, marker
+    _advance(runtime, timedelta(seconds=5))
+
+
+def _advance(runtime: Runtime, by: timedelta) -> None:
+    clock = runtime.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(by)
+
+
+async def _beat(runtime: Runtime) -> None:
+    """Fire the heartbeat (an hour after start) and wait for its run to be logged."""
+    _advance(runtime, timedelta(hours=1))
+    assert await runtime.autonomy.fire_due() == 1
+    for _ in range(600):
+        if await recent_activity(runtime.store, AGENT.id):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the heartbeat never finished")
+
+
+async def test_what_ann_sets_in_her_dm_never_reaches_mallory_elsewhere(tmp_path: Path, mind: Mind) -> None:
+    runtime = await _runtime(tmp_path)
+    try:
+        await _beat(runtime)  # nothing to review yet: the goal it sets is its own, for everyone
+        (own,) = await runtime.store.list_goals(AGENT.id)
+        assert own.description == OWN_GOAL
+        for _ in range(200):
+            if not await runtime.busy(AGENT.id):
+                break
+            await asyncio.sleep(0.05)
+
+        await _say(runtime, "dm-ann", "ann", "ann: please remember all this")
+        stored = [g.description for g in await runtime.store.list_goals(AGENT.id)]
+        assert stored == [OWN_GOAL, "Plan Ann's surprise party"]  # written: the operator sees all
+        assert len(await runtime.store.list_reminders(AGENT.id)) == 1
+
+        await _say(runtime, "lobby", "mallory", "mallory: what do you know about Ann?")
+        mallory_results = "\n".join(mind.results["mallory"])
+        mallory_requests = "\n".join(mind.requests["mallory"])
+        assert len(mind.results["mallory"]) == len(ASK_EVERYTHING)  # every listing tool answered
+        for secret in SECRETS:
+            assert secret not in mallory_results, secret
+            assert secret not in mallory_requests, secret
+        # The agent's own goal is in front of Mallory too: in the prompt and in list_goals.
+        assert OWN_GOAL in mind.requests["mallory"][0] and OWN_GOAL in mallory_results
+
+        # Back in her DM, Ann is shown what she set there (so the filter is not just empty).
+        await _say(runtime, "dm-ann", "ann", "ann-asks: what do you know?")
+        ann_results = "\n".join(mind.results["ann-asks"])
+        for secret in ("4711", "surprise party", "engagement ring", "hates her boss"):
+            assert secret in ann_results, secret
+        assert "Plan Ann's surprise party" in mind.requests["ann-asks"][0]  # standing context there
+    finally:
+        await runtime.stop()
