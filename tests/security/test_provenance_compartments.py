@@ -10,28 +10,18 @@ agent set itself on a heartbeat, with nobody present and nothing read, is visibl
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from provenance_runtime import AGENT, background_reply, fire, request_text, say, start_runtime, tool_returns
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.reflection import SelfAssessment
-from persyn.core.clock import ManualClock
-from persyn.core.config import AgentConfig, load_settings
-from persyn.core.events import Event, Notice, Outbound, Speaker
-from persyn.core.ids import new_id
-from persyn.gateway.base import SinkCallable
-from persyn.runtime.app import Runtime
-from persyn.runtime.autonomy import recent_activity
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
-
-START = datetime(2026, 11, 30, 9, tzinfo=UTC)
-AGENT = AgentConfig(name="Ada", id=new_id(START))
 
 # What Ann confides; none of these strings may ever reach Mallory's channel.
 SECRETS = ("4711", "surprise party", "engagement ring", "hates her boss")
@@ -44,24 +34,6 @@ ASK_EVERYTHING = [
     {"name": "list_reminders", "args": {}},
     {"name": "recent_activity", "args": {}},
 ]
-
-
-_RUBRIC = ("emotional_significance", "decisions", "novelty", "continuing_themes", "explicit_importance")
-
-
-def _returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
-    last = messages[-1] if messages else None
-    if not isinstance(last, ModelRequest):
-        return []
-    return [p for p in last.parts if isinstance(p, ToolReturnPart)]
-
-
-def _request_text(messages: list[ModelMessage], info: AgentInfo) -> str:
-    """Everything the model was sent: the instruction and every message part."""
-    parts = [info.instructions or ""]
-    for message in messages:
-        parts.extend(str(getattr(part, "content", "")) for part in message.parts)
-    return "\n".join(parts)
 
 
 class Mind:
@@ -80,18 +52,12 @@ class Mind:
                 intention="revise_goals",
                 plan="set myself a goal of my own",
             )
-        if task == "summarize":
-            return DoubleReply(output={"summary": "I talked with someone.", "tags": []})
-        if task == "rate":
-            return DoubleReply(
-                output={**dict.fromkeys(_RUBRIC, 3), "importance": 4, "sensitivity": "private"}
-            )
         if task != "respond":
-            return DoubleReply(text="ok")
+            return background_reply(task) or DoubleReply(text="ok")
         said = last_user_text(messages)
         who = "heartbeat" if said.startswith(("Heartbeat", "My self-assessment")) else said.split(":")[0]
-        self.requests.setdefault(who, []).append(_request_text(messages, info))
-        results = _returns(messages)
+        self.requests.setdefault(who, []).append(request_text(messages, info))
+        results = tool_returns(messages)
         self.results.setdefault(who, []).extend(str(r.content) for r in results)
         if results:
             return DoubleReply(text="Done.")
@@ -124,86 +90,21 @@ def mind() -> Iterator[Mind]:
         yield instance
 
 
-class Channel:
-    service = "test"
-    interactive = False
-
-    async def deliver(self, outbound: Outbound) -> None:
-        return None
-
-    async def notice(self, event: Event, notice: Notice) -> None:
-        return None
-
-    def sink_for(self, event: Event) -> SinkCallable | None:
-        return None
-
-
-async def _runtime(tmp_path: Path) -> Runtime:
-    home = tmp_path / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "persyn.toml").write_text(
-        '[models]\ndefault = "test:compartments"\n[metering]\nevent_log = false\n'
-        '[memory]\nembedder = "test:hash"\n[deliberation]\nenabled = false\n'
-        "[autonomy]\nschedule = false\n"
-    )
-    settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
-    runtime = Runtime(settings, clock=ManualClock(START))
-    runtime.channels["test"] = Channel()
-    await runtime.start(workers=True)
-    return runtime
-
-
-async def _say(runtime: Runtime, channel: str, speaker: str, text: str) -> None:
-    now = runtime.clock.now()
-    event = Event(
-        id=new_id(now),
-        agent_id=AGENT.id,
-        service="test",
-        channel=channel,
-        speaker=Speaker(service="test", channel=channel, speaker_id=speaker, display_name=speaker.title()),
-        text=text,
-        received_at=now,
-    )
-    await runtime.submit(event)
-    marker = await runtime.wait_marker(AGENT.id, event.id, timeout=60)
-    assert marker.transmitted, marker
-    _advance(runtime, timedelta(seconds=5))
-
-
-def _advance(runtime: Runtime, by: timedelta) -> None:
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    clock.advance(by)
-
-
-async def _beat(runtime: Runtime) -> None:
-    """Fire the heartbeat (an hour after start) and wait for its run to be logged."""
-    _advance(runtime, timedelta(hours=1))
-    assert await runtime.autonomy.fire_due() == 1
-    for _ in range(600):
-        if await recent_activity(runtime.store, AGENT.id):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the heartbeat never finished")
-
-
 async def test_what_ann_sets_in_her_dm_never_reaches_mallory_elsewhere(tmp_path: Path, mind: Mind) -> None:
-    runtime = await _runtime(tmp_path)
+    runtime = await start_runtime(tmp_path, "compartments")
     try:
-        await _beat(runtime)  # nothing to review yet: the goal it sets is its own, for everyone
+        await fire(
+            runtime, timedelta(hours=1)
+        )  # nothing to review yet: the goal it sets is its own, for everyone
         (own,) = await runtime.store.list_goals(AGENT.id)
         assert own.description == OWN_GOAL
-        for _ in range(200):
-            if not await runtime.busy(AGENT.id):
-                break
-            await asyncio.sleep(0.05)
 
-        await _say(runtime, "dm-ann", "ann", "ann: please remember all this")
-        stored = [g.description for g in await runtime.store.list_goals(AGENT.id)]
-        assert stored == [OWN_GOAL, "Plan Ann's surprise party"]  # written: the operator sees all
+        await say(runtime, "dm-ann", "ann", "ann: please remember all this")
+        stored = {g.description for g in await runtime.store.list_goals(AGENT.id)}
+        assert stored == {OWN_GOAL, "Plan Ann's surprise party"}  # written: the operator sees all
         assert len(await runtime.store.list_reminders(AGENT.id)) == 1
 
-        await _say(runtime, "lobby", "mallory", "mallory: what do you know about Ann?")
+        await say(runtime, "lobby", "mallory", "mallory: what do you know about Ann?")
         mallory_results = "\n".join(mind.results["mallory"])
         mallory_requests = "\n".join(mind.requests["mallory"])
         assert len(mind.results["mallory"]) == len(ASK_EVERYTHING)  # every listing tool answered
@@ -214,7 +115,7 @@ async def test_what_ann_sets_in_her_dm_never_reaches_mallory_elsewhere(tmp_path:
         assert OWN_GOAL in mind.requests["mallory"][0] and OWN_GOAL in mallory_results
 
         # Back in her DM, Ann is shown what she set there (so the filter is not just empty).
-        await _say(runtime, "dm-ann", "ann", "ann-asks: what do you know?")
+        await say(runtime, "dm-ann", "ann", "ann-asks: what do you know?")
         ann_results = "\n".join(mind.results["ann-asks"])
         for secret in ("4711", "surprise party", "engagement ring", "hates her boss"):
             assert secret in ann_results, secret
