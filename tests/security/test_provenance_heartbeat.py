@@ -10,6 +10,7 @@ model double.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -150,6 +151,17 @@ async def test_what_a_beat_wrote_after_reading_a_private_record_does_not_show_to
         shown = "\n".join(mind.results["mallory"])
         assert len(mind.results["mallory"]) == len(ASK)
         assert "4711" not in shown  # ...Mallory's tools do not
+
+        # The beat's own memory is at least as sensitive as the most sensitive thing it read
+        # (the restricted musing), so it too stays with the agent alone.
+        reflections: list[MemoryRecord] = []
+        for _ in range(600):
+            reflections = [r for r in await runtime.store.list_records(AGENT.id) if r.kind == "reflection"]
+            if reflections:
+                break
+            await asyncio.sleep(0.05)
+        (memory,) = reflections
+        assert memory.sensitivity is Sensitivity.RESTRICTED and memory.participant_ids == ()
     finally:
         await runtime.stop()
 

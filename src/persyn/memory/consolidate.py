@@ -174,9 +174,11 @@ class Consolidator:
         *,
         extra_tags: Sequence[str] = (),
         kind: str = "conversation",
+        floor: Sensitivity = Sensitivity.PUBLIC,
     ) -> ConsolidationResult:
         """`extra_tags` and `kind` link the memory to what caused the conversation (a
-        reminder's run: kind "reminder", tag "reminder-<id>")."""
+        reminder's run: kind "reminder", tag "reminder-<id>"). `floor`: the least sensitivity
+        the memory gets (a self-initiated run's: that of what it read)."""
         record_id = derived_id(conversation.started_at, conversation.id, "memory")
         if await self.store.get_record(agent_id, record_id) is not None:
             return ConsolidationResult(None, "already consolidated")
@@ -206,7 +208,7 @@ class Consolidator:
         )
         rating = (await self.model.complete(Task.RATE, rating_prompt, output=RatingOutput)).output
         assert isinstance(rating, RatingOutput)
-        floor = default_sensitivity(self.config, conversation.service)
+        floor = raise_only(default_sensitivity(self.config, conversation.service), floor)
         record = MemoryRecord(
             id=record_id,
             agent_id=agent_id,

@@ -43,7 +43,14 @@ from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import QueueWaker, install_queue_waker
 from persyn.runtime.agent_tools import build_registry
-from persyn.runtime.autonomy import RUN_FLAG, Autonomy, RunTokens, run_kind, set_run_provenance
+from persyn.runtime.autonomy import (
+    RUN_FLAG,
+    Autonomy,
+    RunTokens,
+    run_kind,
+    run_sensitivity,
+    set_run_provenance,
+)
 from persyn.runtime.memory_ops import context_window_for
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store, open_store
@@ -350,9 +357,11 @@ class Runtime:
             tags, kind = ("reminder", f"reminder-{run['reminder_id']}"), "reminder"
         elif run.get("kind") == "heartbeat":
             tags, kind = ("heartbeat",), "reflection"
+        # A self-initiated run's memory is at least as sensitive as what the run read.
+        floor = run_sensitivity(run)
         try:
             result = await consolidator.consolidate(
-                agent_id, conversation, recalled, extra_tags=tags, kind=kind
+                agent_id, conversation, recalled, extra_tags=tags, kind=kind, floor=floor
             )
         except ModelError as exc:
             # Degrade: the dialog is kept, and the conversation can be consolidated later.

@@ -59,6 +59,7 @@ __all__ = [
     "recent_activity",
     "run_kind",
     "run_provenance",
+    "run_sensitivity",
     "set_run_provenance",
     "window_tokens",
 ]
@@ -297,7 +298,9 @@ class Autonomy:
         await asyncio.to_thread(self.runtime.meter.flush, 2.0)
         tokens = self.tokens.pop(event.id)
         reminder_id = str(event.meta.get("reminder_id", ""))
-        home = channel_key(event.service, event.channel)
+        provenance = await run_provenance(
+            self.store, event.agent_id, event.id, channel_key(event.service, event.channel)
+        )
         await self.record(
             ActivityEntry(
                 id=event.id,
@@ -309,13 +312,19 @@ class Autonomy:
                 outcome=outcome,
                 tokens=tokens,
                 conversation_id=conversation_id,
-                provenance=await run_provenance(self.store, event.agent_id, event.id, home),
+                provenance=provenance,
             )
         )
         await self.store.set_flag(
             event.agent_id,
             RUN_FLAG + conversation_id,
-            json.dumps({"kind": event.kind.value, "reminder_id": reminder_id}),
+            json.dumps(
+                {
+                    "kind": event.kind.value,
+                    "reminder_id": reminder_id,
+                    "sensitivity": provenance.sensitivity.value,
+                }
+            ),
         )
         return await self.store.close_conversation(event.agent_id, conversation_id, now)
 
@@ -328,7 +337,7 @@ def _objective(event: Event) -> str:
 
 
 def run_kind(raw: str | None) -> dict[str, Any]:
-    """The RUN_FLAG value of a conversation: {"kind", "reminder_id"}, or {}."""
+    """The RUN_FLAG value of a conversation: {"kind", "reminder_id", "sensitivity"}, or {}."""
     if not raw:
         return {}
     try:
@@ -336,3 +345,14 @@ def run_kind(raw: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return cast(dict[str, Any], value) if isinstance(value, dict) else {}
+
+
+def run_sensitivity(run: dict[str, Any]) -> Sensitivity:
+    """The least sensitivity of a run's memory (`run_kind`): that of what it read. Public for
+    a conversation no run caused; private when the flag is unreadable."""
+    if not run:
+        return Sensitivity.PUBLIC
+    try:
+        return Sensitivity(str(run.get("sensitivity", Sensitivity.PRIVATE.value)))
+    except ValueError:
+        return Sensitivity.PRIVATE
