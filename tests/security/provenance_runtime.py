@@ -4,11 +4,12 @@ SQLite, the tool loop, a manual clock, and a function double named by the test."
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.core.clock import ManualClock
@@ -30,6 +31,19 @@ def tool_returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
     if not isinstance(last, ModelRequest):
         return []
     return [p for p in last.parts if isinstance(p, ToolReturnPart)]
+
+
+def last_input(messages: list[ModelMessage]) -> str:
+    """The latest thing said to the agent, without its "[speaker]" tag ("(Continue.)", which
+    ends a request whose dialog ends with the agent, is skipped)."""
+    for message in reversed(messages):
+        if isinstance(message, ModelRequest):
+            for part in reversed(message.parts):
+                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    text = re.sub(r"^\[[^\]\n]{1,80}\]\s*", "", part.content.strip(), count=1)
+                    if text != "(Continue.)":
+                        return text
+    return ""
 
 
 def request_text(messages: list[ModelMessage], info: AgentInfo) -> str:

@@ -16,12 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from provenance_runtime import AGENT, background_reply, fire, request_text, say, start_runtime, tool_returns
+from provenance_runtime import (
+    AGENT,
+    background_reply,
+    fire,
+    last_input,
+    request_text,
+    say,
+    start_runtime,
+    tool_returns,
+)
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.reflection import SelfAssessment
-from persyn.testing.models import DoubleReply, last_user_text, registered_double
+from persyn.testing.models import DoubleReply, registered_double
 
 # What Ann confides; none of these strings may ever reach Mallory's channel.
 SECRETS = ("4711", "surprise party", "engagement ring", "hates her boss")
@@ -43,6 +52,7 @@ class Mind:
     def __init__(self) -> None:
         self.requests: dict[str, list[str]] = {}
         self.results: dict[str, list[str]] = {}
+        self.speaking = ""
 
     def __call__(self, task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
         if task == "reflect":
@@ -54,10 +64,14 @@ class Mind:
             )
         if task != "respond":
             return background_reply(task) or DoubleReply(text="ok")
-        said = last_user_text(messages)
-        who = "heartbeat" if said.startswith(("Heartbeat", "My self-assessment")) else said.split(":")[0]
-        self.requests.setdefault(who, []).append(request_text(messages, info))
+        said = last_input(messages)
         results = tool_returns(messages)
+        if not results:  # a new input (a continuation repeats no input)
+            self.speaking = (
+                "heartbeat" if said.startswith(("Heartbeat", "My self-assessment")) else said.split(":")[0]
+            )
+        who = self.speaking
+        self.requests.setdefault(who, []).append(request_text(messages, info))
         self.results.setdefault(who, []).extend(str(r.content) for r in results)
         if results:
             return DoubleReply(text="Done.")

@@ -22,6 +22,7 @@ from provenance_runtime import (
     START,
     background_reply,
     fire,
+    last_input,
     request_text,
     say,
     start_runtime,
@@ -35,12 +36,14 @@ from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.runtime.app import Runtime
 from persyn.runtime.autonomy import recent_activity
-from persyn.testing.models import DoubleReply, last_user_text, registered_double
+from persyn.store import Identity
+from persyn.testing.models import DoubleReply, registered_double
 
 ANN, BO = new_id(START), new_id(START)
 MERGER = "Ann and Bo told me in confidence about the merger"
 DOOR_CODE = "Ann's door code is 4711"
 MUSING = "I mused alone that I talk too much"
+SALARY = "Bo told me alone that Bo earns 90k"
 
 ASK = [{"name": "recent_activity", "args": {}}, {"name": "list_goals", "args": {"include_closed": True}}]
 
@@ -49,6 +52,7 @@ class Mind:
     def __init__(self) -> None:
         self.reflect_requests: list[str] = []
         self.results: dict[str, list[str]] = {}
+        self.speaking = ""
 
     def __call__(self, task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
         if task == "reflect":
@@ -61,7 +65,7 @@ class Mind:
             )
         if task != "respond":
             return background_reply(task) or DoubleReply(text="ok")
-        said = last_user_text(messages)
+        said = last_input(messages)
         results = tool_returns(messages)
         if said.startswith("My self-assessment"):  # the beat acts on its assessment
             if results:
@@ -72,8 +76,12 @@ class Mind:
                 ]
             )
         if "has come due" in said:  # Ann's reminder
+            if SALARY in (info.instructions or ""):  # it recalled what Bo told it alone
+                return DoubleReply(text="Ann, remember: Bo earns 90k.")
             return DoubleReply(text="Ann, off to the jeweller now!")
-        who = said.split(":")[0]
+        if not results:  # a new input (a continuation repeats no input)
+            self.speaking = said.split(":")[0]
+        who = self.speaking
         self.results.setdefault(who, []).extend(str(r.content) for r in results)
         if results:
             return DoubleReply(text="Done.")
@@ -181,5 +189,30 @@ async def test_a_reminder_run_carries_the_provenance_of_the_reminder(tmp_path: P
         assert "engagement ring" not in shown and "jeweller" not in shown
         await say(runtime, "dm-ann", "ann", "ann: what have you been up to?")
         assert "jeweller" in "\n".join(mind.results["ann"])  # where it was set, it shows
+    finally:
+        await runtime.stop()
+
+
+async def test_a_reminder_run_that_recalled_something_private_to_another_writes_for_nobody_else(
+    tmp_path: Path, mind: Mind
+) -> None:
+    """Ann sets a reminder in the room; when it fires there the run recalls, with nobody
+    present, what Bo told the agent alone in that room. Its activity entry does not show to
+    Ann: the run writes at most where everything it read may surface."""
+    runtime = await start_runtime(tmp_path, "heartbeat-provenance")
+    try:
+        await say(runtime, "room", "ann", "ann-sets: remind me to buy the ring in half an hour")
+        bo = await runtime.store.resolve_person(
+            AGENT.id, Identity(service="test", channel="room", speaker_id="bo"), "Bo", "human", START
+        )
+        record = _record("test:room", (bo.id,), Sensitivity.PRIVATE, SALARY)
+        assert await runtime.store.add_record(record, None, None)
+        await fire(runtime, timedelta(minutes=31))
+        (entry,) = await recent_activity(runtime.store, AGENT.id)
+        assert "90k" in entry.outcome  # it did recall it (the operator sees the run)
+
+        await say(runtime, "room", "ann", "ann: what have you been up to?")
+        assert len(mind.results["ann"]) == len(ASK)
+        assert "90k" not in "\n".join(mind.results["ann"])
     finally:
         await runtime.stop()

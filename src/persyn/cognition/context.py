@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, cast
 
 from persyn.cognition.deliberation import Evidence
@@ -16,7 +16,7 @@ from persyn.core.config import GraphConfig, MemoryConfig
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.graph.recall import recall
-from persyn.memory.access import eligible_channels, may_surface
+from persyn.memory.access import Provenanced, eligible_channels, may_surface
 from persyn.memory.consolidate import default_sensitivity
 from persyn.memory.retrieval import Retriever, format_memories
 from persyn.store.base import Observation, Store
@@ -28,8 +28,18 @@ __all__ = [
     "GraphSource",
     "MemorySource",
     "PeopleSource",
+    "ReadHook",
     "recalled_ids",
 ]
+
+# A source tells the run what it put in front of the model: a self-initiated run then writes
+# at most where that may surface (`runtime.autonomy.Autonomy.noticed`).
+ReadHook = Callable[[TurnSetup, Sequence[Provenanced]], Awaitable[None]]
+
+
+async def _nothing_read(setup: TurnSetup, items: Sequence[Provenanced]) -> None:
+    return None
+
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +81,13 @@ class MemorySource:
         retriever: Retriever,
         clock: Clock,
         budget_tokens: Callable[[str], int],
+        on_read: ReadHook = _nothing_read,
     ) -> None:
         self.store = store
         self.retriever = retriever
         self.clock = clock
         self.budget_tokens = budget_tokens
+        self.on_read = on_read
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
         participants = setup.participant_ids
@@ -92,6 +104,7 @@ class MemorySource:
         )
         if result.records:
             await self._remember_recalled(setup, [s.record.id for s in result.records])
+            await self.on_read(setup, [s.record for s in result.records])
         body = format_memories(result) if result.records else "(nothing I remember matches this)"
         if result.degraded:
             body += f"\n(My semantic recall is impaired right now: {result.degraded}. Keyword recall only.)"

@@ -9,7 +9,7 @@ think about with nobody present (`reflective_view`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from persyn.cognition.pipeline import TurnSetup
 from persyn.cognition.prompt import ContextSection
@@ -59,15 +59,30 @@ async def _present(store: Store, setup: TurnSetup) -> tuple[str, ...]:
     return tuple(p for p in participants if p != setup.agent_id)
 
 
+async def _nothing_read(setup: TurnSetup, items: Sequence[Provenanced]) -> None:
+    return None
+
+
 class GoalsSource:
-    def __init__(self, store: Store, channel_groups: Sequence[Sequence[str]] = (), limit: int = 10) -> None:
+    """`on_read` is told which goals went into the prompt (a self-initiated run then writes
+    at most where they may surface)."""
+
+    def __init__(
+        self,
+        store: Store,
+        channel_groups: Sequence[Sequence[str]] = (),
+        limit: int = 10,
+        on_read: Callable[[TurnSetup, Sequence[Provenanced]], Awaitable[None]] = _nothing_read,
+    ) -> None:
         self.store = store
         self.channel_groups = channel_groups
         self.limit = limit
+        self.on_read = on_read
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
         goals = await visible_goals(self.store, setup, self.channel_groups, self.limit)
         if not goals:
             return []
+        await self.on_read(setup, [g.provenance for g in goals])
         lines = "\n".join(f"- {g.description} (since {g.created_at:%Y-%m-%d}; {g.id})" for g in goals)
         return [ContextSection("My open goals", f"{_LEGEND}\n{lines}")]

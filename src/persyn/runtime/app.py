@@ -143,7 +143,9 @@ class Runtime:
             )
         self._start_memory()
         self._start_graph()
-        self.context_sources.append(GoalsSource(self.store, self.settings.memory.channel_groups))
+        self.context_sources.append(
+            GoalsSource(self.store, self.settings.memory.channel_groups, on_read=self.autonomy.noticed)
+        )
         if self._prometheus is not None:
             self._prometheus.start(
                 self.settings.metering.prometheus_port, self.settings.metering.prometheus_host
@@ -242,7 +244,11 @@ class Runtime:
             self.memory_degraded = f"encoder {self.settings.memory.embedder!r} unavailable: {exc}"
             log.warning("%s; memory falls back to keyword recall", self.memory_degraded)
         self.retriever = Retriever(self.store, self.embedder, self.settings.memory)
-        self.context_sources.append(MemorySource(self.store, self.retriever, self.clock, self.memory_budget))
+        self.context_sources.append(
+            MemorySource(
+                self.store, self.retriever, self.clock, self.memory_budget, on_read=self.autonomy.noticed
+            )
+        )
         self.add_conversation_hook("consolidate", self.consolidate_conversation)
         # People (SPEC §4.4): observations after each conversation, dossiers in context.
         self.add_conversation_hook("observe", self.observe_conversation)

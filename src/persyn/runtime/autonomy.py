@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
+from persyn.cognition.pipeline import TurnSetup
 from persyn.core.events import Event, EventKind
 from persyn.core.ids import derived_id
 from persyn.core.records import Sensitivity, channel_key
@@ -327,6 +328,13 @@ class Autonomy:
             ),
         )
         return await self.store.close_conversation(event.agent_id, conversation_id, now)
+
+    async def noticed(self, setup: TurnSetup, items: Sequence[Provenanced]) -> None:
+        """A context source put `items` in front of the model: a self-initiated run writes at
+        most where they may surface (a conversation turn writes with its own provenance)."""
+        if setup.kind != "message":
+            home = channel_key(setup.service, setup.channel)
+            await narrow_run(self.store, setup.agent_id, setup.event_id, home, items)
 
     async def record(self, entry: ActivityEntry) -> None:
         await self.store.set_flag(entry.agent_id, ACTIVITY_FLAG + entry.id, entry.model_dump_json())
