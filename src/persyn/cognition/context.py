@@ -14,12 +14,12 @@ from persyn.cognition.prompt import ContextSection
 from persyn.core.clock import Clock
 from persyn.core.config import GraphConfig, MemoryConfig
 from persyn.core.ids import derived_id
-from persyn.core.records import MemoryRecord, channel_key
-from persyn.graph.recall import recall
+from persyn.core.records import MemoryRecord, Sensitivity, channel_key
+from persyn.graph.recall import GraphContext, recall
 from persyn.memory.access import Provenanced, eligible_channels, may_surface
 from persyn.memory.consolidate import default_sensitivity
 from persyn.memory.retrieval import Retriever, format_memories
-from persyn.store.base import Observation, Store
+from persyn.store.base import Observation, Provenance, Store
 from persyn.store.graph_rows import GraphView
 
 __all__ = [
@@ -215,6 +215,20 @@ class PeopleSource:
         )
 
 
+def _graph_provenance(found: GraphContext, home: str) -> list[Provenance]:
+    """Where what the graph section shows may surface, conservatively: a relation's row
+    keeps no participants here, so a guarded one counts as formed with nobody; entity
+    attributes, read with the view of this channel, as this channel's with nobody present."""
+    read = [
+        Provenance(channel=r.channel, sensitivity=r.sensitivity)
+        for path in (found.relations, *found.paths)
+        for r in path
+    ]
+    if any(entity.attributes for entity in found.entities):
+        read.append(Provenance(channel=home, sensitivity=Sensitivity.PRIVATE))
+    return read
+
+
 _GRAPH_LEGEND = (
     "How things I know of relate (from past conversations; each line is source —relation→ "
     "target). I use it as background, not as something just said."
@@ -234,12 +248,14 @@ class GraphSource:
         channel_groups: Sequence[Sequence[str]],
         clock: Clock,
         budget_tokens: Callable[[str], int],
+        on_read: ReadHook = _nothing_read,
     ) -> None:
         self.store = store
         self.config = config
         self.channel_groups = channel_groups
         self.clock = clock
         self.budget_tokens = budget_tokens
+        self.on_read = on_read
         self._failing: set[str] = set()  # agents whose graph failed in this process
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
@@ -277,6 +293,7 @@ class GraphSource:
         lines = found.lines(self.budget_tokens(setup.agent_id))
         if not lines:
             return []
+        await self.on_read(setup, _graph_provenance(found, now))
         return [ContextSection("How things relate", _GRAPH_LEGEND + "\n" + "\n".join(lines))]
 
     async def _report(self, agent_id: str, exc: Exception) -> None:

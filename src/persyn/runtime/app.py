@@ -293,6 +293,7 @@ class Runtime:
                 self.settings.memory.channel_groups,
                 self.clock,
                 self.graph_budget,
+                on_read=self.autonomy.noticed,
             )
         )
         self.add_conversation_hook("graph", self.graph_conversation)
