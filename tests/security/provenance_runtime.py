@@ -134,6 +134,7 @@ async def fire(runtime: Runtime, by: timedelta) -> None:
     assert await runtime.autonomy.fire_due() == 1
     for _ in range(600):
         if len(await recent_activity(runtime.store, AGENT.id)) > before:
+            advance(runtime, timedelta(seconds=5))  # what is said next comes after the run
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the run never finished")
