@@ -143,6 +143,33 @@ async def test_merge_moves_quick_facts_the_survivor_lacks(store: Store) -> None:
     assert await store.facts(agent_id, dup.id) == {}
 
 
+async def test_quick_facts_are_kept_per_provenance_and_follow_a_merge_by_scope(store: Store) -> None:
+    from persyn.core.records import Sensitivity
+    from persyn.store.base import Provenance
+
+    agent_id = new_id()
+    sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
+    dup = await store.resolve_person(agent_id, SLACK, "Sam K", "human", T0)
+    dm = Provenance(channel="slack:dm-sam", participant_ids=(sam.id,), sensitivity=Sensitivity.PRIVATE)
+    room = Provenance(
+        channel="slack:general", participant_ids=(sam.id, dup.id), sensitivity=Sensitivity.PUBLIC
+    )
+    await store.set_fact(agent_id, sam.id, "city", "Lyon", T0, provenance=dm)
+    await store.set_fact(agent_id, sam.id, "city", "Paris", T0 + timedelta(days=1), provenance=room)
+    rows = await store.fact_rows(agent_id, sam.id)
+    assert [(f.value, f.provenance) for f in rows] == [("Paris", room), ("Lyon", dm)]  # newest first
+    await store.set_fact(agent_id, sam.id, "city", None, T0, provenance=room)  # forgets that scope only
+    assert [(f.value, f.provenance) for f in await store.fact_rows(agent_id, sam.id)] == [("Lyon", dm)]
+    await store.set_fact(agent_id, dup.id, "city", "Nice", T0, provenance=dm)  # same scope: survivor wins
+    await store.set_fact(agent_id, dup.id, "city", "Rome", T0, provenance=room)  # another scope: moves
+    await store.merge_persons(agent_id, sam.id, dup.id)
+    merged = await store.fact_rows(agent_id, sam.id)
+    assert sorted((f.value, f.provenance.scope) for f in merged) == sorted(
+        [("Lyon", dm.scope), ("Rome", room.scope)]
+    )
+    assert await store.fact_rows(agent_id, dup.id) == []
+
+
 async def test_observations_are_revised_with_an_audit_trail_and_follow_a_merge(store: Store) -> None:
     from persyn.store.base import Observation
 

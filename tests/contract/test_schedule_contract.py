@@ -52,6 +52,24 @@ def _reminder(agent_id: str, objective: str, at: datetime, **fields: object) -> 
     )
 
 
+async def test_goals_and_reminders_keep_where_they_were_set(store: Store) -> None:
+    from persyn.core.records import Sensitivity
+    from persyn.store.base import GLOBAL, Provenance
+
+    agent_id, ann = new_id(), new_id()
+    dm = Provenance(channel="slack:dm-ann", participant_ids=(ann,), sensitivity=Sensitivity.CONFIDENTIAL)
+    goal = await create_goal(store, agent_id, "Plan the party", T0, provenance=dm)
+    reminder = await set_reminder(store, agent_id, "Buy the ring", AtTrigger(at=T0 + HOUR), T0, provenance=dm)
+    assert goal.provenance == dm and (await open_goals(store, agent_id))[0].provenance == dm
+    assert reminder.provenance == dm
+    assert (await store.list_reminders(agent_id))[0].provenance == dm
+    edited = await edit_reminder(store, agent_id, reminder.id, T0, objective="Buy the rings")
+    assert edited.provenance == dm  # an edit keeps where it was set
+    closed = await close_goal(store, agent_id, goal.id, GoalStatus.ACHIEVED, "done", T0 + HOUR)
+    assert closed.provenance == dm
+    assert (await create_goal(store, agent_id, "Learn Go", T0)).provenance == GLOBAL  # the default
+
+
 async def test_reminders_round_trip_with_their_trigger_and_action(store: Store) -> None:
     agent_id, person_id = new_id(), new_id()
     action = ReminderAction(person_id=person_id, service="terminal", channel="terminal")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, cast
 
 from persyn.cognition.deliberation import Evidence
@@ -14,12 +14,12 @@ from persyn.cognition.prompt import ContextSection
 from persyn.core.clock import Clock
 from persyn.core.config import GraphConfig, MemoryConfig
 from persyn.core.ids import derived_id
-from persyn.core.records import MemoryRecord, channel_key
-from persyn.graph.recall import recall
-from persyn.memory.access import eligible_channels, may_surface
+from persyn.core.records import MemoryRecord, Sensitivity, channel_key
+from persyn.graph.recall import GraphContext, recall
+from persyn.memory.access import Provenanced, eligible_channels, may_surface
 from persyn.memory.consolidate import default_sensitivity
 from persyn.memory.retrieval import Retriever, format_memories
-from persyn.store.base import Observation, Store
+from persyn.store.base import Observation, Provenance, Store
 from persyn.store.graph_rows import GraphView
 
 __all__ = [
@@ -28,8 +28,18 @@ __all__ = [
     "GraphSource",
     "MemorySource",
     "PeopleSource",
+    "ReadHook",
     "recalled_ids",
 ]
+
+# A source tells the run what it put in front of the model: a self-initiated run then writes
+# at most where that may surface (`runtime.autonomy.Autonomy.noticed`).
+ReadHook = Callable[[TurnSetup, Sequence[Provenanced]], Awaitable[None]]
+
+
+async def _nothing_read(setup: TurnSetup, items: Sequence[Provenanced]) -> None:
+    return None
+
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +81,13 @@ class MemorySource:
         retriever: Retriever,
         clock: Clock,
         budget_tokens: Callable[[str], int],
+        on_read: ReadHook = _nothing_read,
     ) -> None:
         self.store = store
         self.retriever = retriever
         self.clock = clock
         self.budget_tokens = budget_tokens
+        self.on_read = on_read
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
         participants = setup.participant_ids
@@ -92,6 +104,7 @@ class MemorySource:
         )
         if result.records:
             await self._remember_recalled(setup, [s.record.id for s in result.records])
+            await self.on_read(setup, [s.record for s in result.records])
         body = format_memories(result) if result.records else "(nothing I remember matches this)"
         if result.degraded:
             body += f"\n(My semantic recall is impaired right now: {result.degraded}. Keyword recall only.)"
@@ -202,6 +215,20 @@ class PeopleSource:
         )
 
 
+def _graph_provenance(found: GraphContext, home: str) -> list[Provenance]:
+    """Where what the graph section shows may surface, conservatively: a relation's row
+    keeps no participants here, so a guarded one counts as formed with nobody; entity
+    attributes, read with the view of this channel, as this channel's with nobody present."""
+    read = [
+        Provenance(channel=r.channel, sensitivity=r.sensitivity)
+        for path in (found.relations, *found.paths)
+        for r in path
+    ]
+    if any(entity.attributes for entity in found.entities):
+        read.append(Provenance(channel=home, sensitivity=Sensitivity.PRIVATE))
+    return read
+
+
 _GRAPH_LEGEND = (
     "How things I know of relate (from past conversations; each line is source —relation→ "
     "target). I use it as background, not as something just said."
@@ -221,12 +248,14 @@ class GraphSource:
         channel_groups: Sequence[Sequence[str]],
         clock: Clock,
         budget_tokens: Callable[[str], int],
+        on_read: ReadHook = _nothing_read,
     ) -> None:
         self.store = store
         self.config = config
         self.channel_groups = channel_groups
         self.clock = clock
         self.budget_tokens = budget_tokens
+        self.on_read = on_read
         self._failing: set[str] = set()  # agents whose graph failed in this process
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
@@ -264,6 +293,7 @@ class GraphSource:
         lines = found.lines(self.budget_tokens(setup.agent_id))
         if not lines:
             return []
+        await self.on_read(setup, _graph_provenance(found, now))
         return [ContextSection("How things relate", _GRAPH_LEGEND + "\n" + "\n".join(lines))]
 
     async def _report(self, agent_id: str, exc: Exception) -> None:

@@ -5,11 +5,16 @@ one thing to do — or to rest, with a reason.
 The assessment is structured output (task `reflect`, stage `heartbeat:assess`); a model that
 fails or returns nothing usable degrades to resting, stated as such — a broken model never
 turns into autonomous activity.
+
+What it reviews (`review_material`) is only what may come to mind with nobody present
+(`memory.access`): restricted records formed with others never reach the prompt. What the
+beat then writes may surface at most where what it reviewed may (`Review.provenance`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from importlib import resources
@@ -18,14 +23,19 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from persyn.cognition.goals import reflective_view
 from persyn.core.clock import friendly_datetime
 from persyn.core.config import AgentConfig, Task
 from persyn.core.errors import ModelError
-from persyn.core.records import MemoryRecord
+from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.gateway.base import Completion, Prompt, UserTurn
-from persyn.store.base import Goal
+from persyn.memory.access import derived_provenance
+from persyn.store.base import Goal, GoalStatus, Provenance, Store
 
-__all__ = ["Intention", "SelfAssessment", "assess", "render_assessment_prompt"]
+__all__ = ["Intention", "Review", "SelfAssessment", "assess", "render_assessment_prompt", "review_material"]
+
+_PAGE = 100
+_MAX_PAGES = 20  # records scanned for the newest reviewable ones: at most 2,000
 
 Intention = Literal["revise_goals", "pursue_goal", "read_up", "message_contact", "rest"]
 
@@ -41,6 +51,59 @@ class _Gateway(Protocol):
     async def complete(
         self, task: Task, prompt: Prompt, *, output: type[BaseModel] | None = None, stage: str | None = None
     ) -> Completion: ...
+
+
+@dataclass(frozen=True)
+class Review:
+    """What a beat reviews, and where what it concludes from it may surface."""
+
+    records: Sequence[MemoryRecord]
+    goals: Sequence[Goal]
+    provenance: Provenance
+
+
+async def review_material(
+    store: Store,
+    agent_id: str,
+    home: str,
+    groups: Sequence[Sequence[str]],
+    *,
+    records: int,
+    goals: int,
+) -> Review:
+    """The newest `records` memories and the oldest `goals` open goals the agent may think
+    of on its own (`reflective_view`), and the provenance of the beat that reads them
+    (`derived_provenance`, `home` being the beat's channel).
+
+    Anything read — or a scan that stopped before it was sure there was nothing — also
+    counts the beat's own channel with nobody present as a source: the beat's later steps
+    recall its earlier reflections there, which may hold anything. So a beat writes for
+    everyone only when there was nothing it could not say to anyone."""
+    found: list[MemoryRecord] = []
+    before: str | None = None
+    exhausted = False
+    for _ in range(_MAX_PAGES):
+        page = await store.list_records(agent_id, limit=_PAGE, before_id=before)
+        found.extend(r for r in page if reflective_view(r, home, groups, agent_id))
+        if len(found) >= records:
+            break
+        if len(page) < _PAGE:
+            exhausted = True
+            break
+        before = page[-1].id
+    open_goals = [
+        g
+        for g in await store.list_goals(agent_id, statuses=[GoalStatus.OPEN], limit=200)
+        if reflective_view(g.provenance, home, groups, agent_id)
+    ][:goals]
+    kept = found[:records]
+    sources = [*kept, *(g.provenance for g in open_goals)]
+    provenance = derived_provenance(sources, home)
+    if provenance.channel is not None or provenance.sensitivity is not Sensitivity.PUBLIC or not exhausted:
+        provenance = derived_provenance(
+            [*sources, Provenance(channel=home, sensitivity=Sensitivity.PRIVATE)], home
+        )
+    return Review(records=kept, goals=open_goals, provenance=provenance)
 
 
 @cache

@@ -32,15 +32,40 @@ alone can later be said to someone else.
 
 The levels are monotone: whenever a record surfaces at some level it also surfaces at every
 lower level, so raising a record's sensitivity can only ever hide it.
+
+**Other things the agent can repeat** (quick facts, goals, reminders, activity entries) carry
+the same provenance (`Provenanced`) and pass the same rule. Their channel may be None: formed
+on no channel at all (the agent on its own). Such an item has no compartment — the
+participants rule alone decides — and no exact channel, so a confidential or restricted one
+never surfaces. A public item with no channel (something the agent concluded alone, from
+nothing it could not say to anyone) surfaces everywhere.
+
+**Derived items.** What the agent writes after reading items (a heartbeat's goal, a reminder
+run's activity entry) may surface at most where every item it read may: `derived_provenance`
+is that meet — the strictest sensitivity, the people common to every guarded source, the one
+channel they share, or else the run's own (`home`), where only the agent's reflections see it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from typing import Protocol
 
-from persyn.core.records import MemoryRecord, Sensitivity
+from persyn.core.records import Sensitivity
+from persyn.store.base import GLOBAL, Provenance
 
-__all__ = ["eligible_channels", "in_compartment", "may_surface"]
+__all__ = ["Provenanced", "derived_provenance", "eligible_channels", "in_compartment", "may_surface"]
+
+
+class Provenanced(Protocol):
+    """What the policy reads of a record, fact, goal, reminder or activity entry."""
+
+    @property
+    def channel(self) -> str | None: ...
+    @property
+    def participant_ids(self) -> Sequence[str]: ...
+    @property
+    def sensitivity(self) -> Sensitivity: ...
 
 
 def eligible_channels(current_key: str, groups: Iterable[Sequence[str]]) -> tuple[str, ...]:
@@ -56,7 +81,7 @@ def in_compartment(record_channel: str, now_channel: str, groups: Iterable[Seque
 
 
 def may_surface(
-    record: MemoryRecord,
+    record: Provenanced,
     now_channel: str,
     present_participant_ids: Collection[str],
     groups: Iterable[Sequence[str]],
@@ -65,7 +90,7 @@ def may_surface(
 ) -> bool:
     """True when `record` may be brought up on `now_channel` in front of
     `present_participant_ids` (see the module docstring for each level)."""
-    if not in_compartment(record.channel, now_channel, groups):
+    if record.channel is not None and not in_compartment(record.channel, now_channel, groups):
         return False
     sensitivity = record.sensitivity
     if sensitivity is Sensitivity.PUBLIC:
@@ -86,3 +111,29 @@ def may_surface(
     if sensitivity is Sensitivity.CONFIDENTIAL:
         return True
     return present == formed_with  # RESTRICTED
+
+
+def derived_provenance(sources: Iterable[Provenanced], home: str) -> Provenance:
+    """Where something concluded from `sources` may surface: only where each of them may, on
+    every channel but `home` (the channel of the run that concluded it; property-tested).
+
+    Global sources constrain nothing; none else: global. Sources in several compartments
+    share no channel but the run's own, `home`. The people are those common to every guarded
+    source; a restricted source needs exactly its own company, so sources that disagree on
+    it, or one that can surface nowhere, leave `home` with nobody present."""
+    constraining = [s for s in sources if s.channel is not None or s.sensitivity is not Sensitivity.PUBLIC]
+    if not constraining:
+        return GLOBAL
+    nowhere = Provenance(channel=home, sensitivity=Sensitivity.RESTRICTED)
+    if any(s.channel is None and s.sensitivity.rank >= Sensitivity.CONFIDENTIAL.rank for s in constraining):
+        return nowhere  # no exact channel: it never surfaces
+    channels = {s.channel for s in constraining if s.channel is not None}
+    channel = None if not channels else channels.pop() if len(channels) == 1 else home
+    sensitivity = max((s.sensitivity for s in constraining), key=lambda level: level.rank)
+    guarded = [frozenset(s.participant_ids) for s in constraining if s.sensitivity is not Sensitivity.PUBLIC]
+    people = frozenset[str].intersection(*guarded) if guarded else frozenset[str]()
+    if sensitivity is Sensitivity.RESTRICTED:
+        companies = {frozenset(s.participant_ids) for s in constraining if s.sensitivity is sensitivity}
+        if len(companies) != 1 or not all(people >= company for company in companies):
+            return nowhere
+    return Provenance(channel=channel, participant_ids=tuple(sorted(people)), sensitivity=sensitivity)

@@ -185,9 +185,11 @@ class Consolidator:
         *,
         extra_tags: Sequence[str] = (),
         kind: str = "conversation",
+        floor: Sensitivity = Sensitivity.PUBLIC,
     ) -> ConsolidationResult:
         """`extra_tags` and `kind` link the memory to what caused the conversation (a
-        reminder's run: kind "reminder", tag "reminder-<id>")."""
+        reminder's run: kind "reminder", tag "reminder-<id>"). `floor`: the least sensitivity
+        the memory gets (a self-initiated run's: that of what it read)."""
         if conversation.kind == IMPORTED_KIND:
             # Its summary came with it; a culled imported memory stays culled (SPEC §4.1).
             return ConsolidationResult(None, "imported history is remembered at import")
@@ -220,7 +222,7 @@ class Consolidator:
         )
         rating = (await self.model.complete(Task.RATE, rating_prompt, output=RatingOutput)).output
         assert isinstance(rating, RatingOutput)
-        floor = default_sensitivity(self.config, conversation.service)
+        floor = raise_only(default_sensitivity(self.config, conversation.service), floor)
         record = MemoryRecord(
             id=record_id,
             agent_id=agent_id,

@@ -14,25 +14,42 @@ Tools and what they are bound to:
   `[autonomy] max_messages_per_run` per activation, counted from what the run has already
   sent (durable: this registry is rebuilt for every tool call);
 - exact arithmetic, recent autonomous activity, self-inspection.
+
+Goals, reminders, quick facts and activity entries carry provenance (ARCHITECTURE §4, turn
+2): the tools show them only to the `Audience` of this activation, and store what they write
+with the activation's provenance — a conversation turn's channel, the people present and
+the channel's default sensitivity; a self-initiated run's, narrowed by all it read
+(`runtime.autonomy.narrow_run`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.config import Task
 from persyn.core.records import Sensitivity, channel_key
-from persyn.runtime.autonomy import recent_activity
-from persyn.store.base import ReminderAction
+from persyn.memory.access import Provenanced
+from persyn.memory.consolidate import default_sensitivity
+from persyn.runtime.autonomy import narrow_run, recent_activity, run_provenance
+from persyn.store.base import Provenance, ReminderAction, Store
 from persyn.tools.activity import ActivityContext, activity_tools
 from persyn.tools.arithmetic import calculator_tool
 from persyn.tools.facts import fact_tools
 from persyn.tools.inspection import SelfInspectionContext, inspection_tools
 from persyn.tools.memory_tools import MemoryToolsContext, memory_tools
 from persyn.tools.outreach import OutreachContext, outreach_tools
-from persyn.tools.own import OwnToolsContext, goal_tools, reminder_tools
+from persyn.tools.own import (
+    Audience,
+    FixedProvenance,
+    OwnToolsContext,
+    RunProvenance,
+    goal_tools,
+    reminder_tools,
+)
 from persyn.tools.registry import Tool, ToolRegistry
 
 if TYPE_CHECKING:
@@ -41,6 +58,23 @@ if TYPE_CHECKING:
 __all__ = ["build_registry"]
 
 _STARTED = datetime.now().astimezone()
+_ACTIVITY_SCAN = 500
+
+
+@dataclass(frozen=True)
+class _StoredRun:
+    """A self-initiated run's provenance, kept in the store across its durable steps."""
+
+    store: Store
+    agent_id: str
+    event_id: str
+    home: str
+
+    async def written(self) -> Provenance:
+        return await run_provenance(self.store, self.agent_id, self.event_id, self.home)
+
+    async def read(self, items: Sequence[Provenanced]) -> None:
+        await narrow_run(self.store, self.agent_id, self.event_id, self.home, items)
 
 
 def build_registry(runtime: Runtime, setup: TurnSetup, event_id: str) -> ToolRegistry:
@@ -53,7 +87,26 @@ def build_registry(runtime: Runtime, setup: TurnSetup, event_id: str) -> ToolReg
         service=setup.service if setup.kind == "message" else None,
         channel=setup.channel if setup.kind == "message" else None,
     )
-    own = OwnToolsContext(store=store, agent_id=agent_id, clock=clock, default_action=here)
+    where = channel_key(setup.service, setup.channel)
+    audience = Audience(
+        channel=where,
+        present=present,
+        channel_groups=settings.memory.channel_groups,
+        agent_id=agent_id,
+        reflecting=setup.kind == "heartbeat",
+    )
+    run: RunProvenance = FixedProvenance(
+        Provenance(
+            channel=where,
+            participant_ids=present,
+            sensitivity=default_sensitivity(settings.memory, setup.service),
+        )
+    )
+    if setup.kind != "message":
+        run = _StoredRun(store, agent_id, event_id, where)
+    own = OwnToolsContext(
+        store=store, agent_id=agent_id, clock=clock, default_action=here, audience=audience, run=run
+    )
 
     async def send(person_id: str, service: str, channel: str, text: str) -> str:
         return await runtime.send_to_contact(agent_id, event_id, person_id, service, channel, text)
@@ -62,7 +115,11 @@ def build_registry(runtime: Runtime, setup: TurnSetup, event_id: str) -> ToolReg
         return await runtime.messages_sent(agent_id, event_id)
 
     async def activity(limit: int, kind: str | None) -> list[Any]:
-        return await recent_activity(store, agent_id, limit, kind)
+        entries = await recent_activity(store, agent_id, _ACTIVITY_SCAN, kind)
+        return [e for e in entries if audience.sees(e.provenance)][:limit]
+
+    async def shown(provenances: Sequence[Provenance]) -> None:
+        await run.read(provenances)
 
     registry = ToolRegistry(config=settings.tools)
     tools: list[Tool[Any, Any]] = [
@@ -92,7 +149,7 @@ def build_registry(runtime: Runtime, setup: TurnSetup, event_id: str) -> ToolReg
             )
         ),
         calculator_tool(),
-        *activity_tools(ActivityContext(source=activity)),
+        *activity_tools(ActivityContext(source=activity, sees=audience.sees, read=shown)),
         *inspection_tools(
             SelfInspectionContext(
                 agent_name=runtime.agents[agent_id].name,

@@ -32,6 +32,7 @@ from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import InputError, ModelError, ToolError
 from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
 from persyn.core.ids import derived_id, new_id, parse_id
+from persyn.core.records import channel_key
 from persyn.gateway.base import Prompt, SinkEvent, ToolCall, ToolSpec
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
@@ -46,11 +47,19 @@ from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import QueueWaker, install_queue_waker
 from persyn.runtime._executor import ExecutorSlot, adopt_dead_executors, claim_executor_slot
 from persyn.runtime.agent_tools import build_registry
-from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, RUN_FLAG, Autonomy, BudgetedGateway, run_kind
+from persyn.runtime.autonomy import (
+    AUTONOMOUS_SERVICE,
+    RUN_FLAG,
+    Autonomy,
+    BudgetedGateway,
+    run_kind,
+    run_sensitivity,
+    set_run_provenance,
+)
 from persyn.runtime.memory_ops import context_window_for
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store, open_store
-from persyn.store.base import Conversation, GoalStatus, Identity, Message, Role
+from persyn.store.base import Conversation, Identity, Message, Role
 from persyn.tools.registry import ToolRegistry
 from persyn.usage import context as usage_context
 from persyn.usage.jsonl import JsonlAdapter
@@ -149,7 +158,9 @@ class Runtime:
             )
         self._start_memory()
         self._start_graph()
-        self.context_sources.append(GoalsSource(self.store))
+        self.context_sources.append(
+            GoalsSource(self.store, self.settings.memory.channel_groups, on_read=self.autonomy.noticed)
+        )
         if self._prometheus is not None:
             self._prometheus.start(
                 self.settings.metering.prometheus_port, self.settings.metering.prometheus_host
@@ -273,7 +284,11 @@ class Runtime:
             self.memory_degraded = f"encoder {self.settings.memory.embedder!r} unavailable: {exc}"
             log.warning("%s; memory falls back to keyword recall", self.memory_degraded)
         self.retriever = Retriever(self.store, self.embedder, self.settings.memory)
-        self.context_sources.append(MemorySource(self.store, self.retriever, self.clock, self.memory_budget))
+        self.context_sources.append(
+            MemorySource(
+                self.store, self.retriever, self.clock, self.memory_budget, on_read=self.autonomy.noticed
+            )
+        )
         self.add_conversation_hook("consolidate", self.consolidate_conversation)
         # People (SPEC §4.4): observations after each conversation, dossiers in context.
         self.add_conversation_hook("observe", self.observe_conversation)
@@ -318,6 +333,7 @@ class Runtime:
                 self.settings.memory.channel_groups,
                 self.clock,
                 self.graph_budget,
+                on_read=self.autonomy.noticed,
             )
         )
         self.add_conversation_hook("graph", self.graph_conversation)
@@ -388,9 +404,11 @@ class Runtime:
             tags, kind = ("reminder", f"reminder-{run['reminder_id']}"), "reminder"
         elif run.get("kind") == "heartbeat":
             tags, kind = ("heartbeat",), "reflection"
+        # A self-initiated run's memory is at least as sensitive as what the run read.
+        floor = run_sensitivity(run)
         try:
             result = await consolidator.consolidate(
-                agent_id, conversation, recalled, extra_tags=tags, kind=kind
+                agent_id, conversation, recalled, extra_tags=tags, kind=kind, floor=floor
             )
         except ModelError as exc:
             # Degrade: the dialog is kept, and the conversation can be consolidated later.
@@ -1041,10 +1059,19 @@ class Runtime:
         setup = TurnSetup.model_validate(setup_data)
         agent = self.agents[agent_id]
         config = self.settings.autonomy
-        records = await self.store.list_records(agent_id, limit=config.review_records)
-        goals = await self.store.list_goals(agent_id, statuses=[GoalStatus.OPEN], limit=20)
+        # Only what may come to mind with nobody present; what the beat writes from here on
+        # may surface at most where that may (SPEC §4 step 2, §4.7).
+        review = await reflection.review_material(
+            self.store,
+            agent_id,
+            channel_key(setup.service, setup.channel),
+            self.settings.memory.channel_groups,
+            records=config.review_records,
+            goals=20,
+        )
+        await set_run_provenance(self.store, agent_id, event_id, review.provenance)
         now = self.clock.now()
-        assessment = await reflection.assess(self.gateway(agent_id), agent, records, goals, now)
+        assessment = await reflection.assess(self.gateway(agent_id), agent, review.records, review.goals, now)
         serves = (
             "they serve my objectives" if assessment.serves_objectives else "they do not serve my objectives"
         )

@@ -20,6 +20,13 @@ call; it then stops cleanly: the refused call degrades like any failed model cal
 transmitted, and its activity entry says why. Skips, rests and outcomes land in the activity
 log (flags `activity:<run id>`), which `persyn heartbeat status` shows and the agent's
 introspection tool reads.
+
+Provenance (ARCHITECTURE §4, turn 2): a run writes — goals, facts, reminders, its activity
+entry — with the provenance of what it read, kept under `run-provenance:<event id>` for the
+run's steps. A reminder's run starts from the reminder's own (and its earlier runs'); a
+heartbeat's is set by its assessment (`cognition.reflection.review_material`); each tool
+that shows the run something narrows it (`narrow_run`, `memory.access.derived_provenance`:
+only ever narrower, so a replayed step changes nothing).
 """
 
 from __future__ import annotations
@@ -33,14 +40,18 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
+from persyn.cognition.pipeline import TurnSetup
 from persyn.core.config import Task
 from persyn.core.errors import ModelError
 from persyn.core.events import Event, EventKind
 from persyn.core.ids import derived_id, is_id
+from persyn.core.records import Sensitivity, channel_key
 from persyn.gateway.base import Completion, Prompt, SinkCallable, TokenUsage, ToolSpec
 from persyn.gateway.gateway import ModelGateway
+from persyn.memory.access import Provenanced, derived_provenance
 from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
-from persyn.store.base import Conversation, Reminder, Store
+from persyn.store.base import Conversation, Provenance, Reminder, Store
+from persyn.tools.activity import UNATTRIBUTED_RUN
 from persyn.usage import context as usage_context
 
 if TYPE_CHECKING:
@@ -50,13 +61,18 @@ __all__ = [
     "ACTIVITY_FLAG",
     "AUTONOMOUS_SERVICE",
     "RUN_FLAG",
+    "RUN_PROVENANCE_FLAG",
     "ActivityEntry",
     "Autonomy",
     "BudgetExhausted",
     "BudgetedGateway",
     "RunSpend",
+    "narrow_run",
     "recent_activity",
     "run_kind",
+    "run_provenance",
+    "run_sensitivity",
+    "set_run_provenance",
     "window_tokens",
 ]
 
@@ -67,6 +83,7 @@ ACTIVITY_FLAG = "activity:"
 RUN_FLAG = "run:"  # + conversation id: what caused a self-initiated conversation
 SPEND_FLAG = "spend:"  # + run id: what a self-initiated run has spent so far (RunSpend JSON)
 _KNOWN_THREADS = 4096  # threads remembered as a self-initiated run's or not
+RUN_PROVENANCE_FLAG = "run-provenance:"  # + event id: the provenance of what the run writes
 _WINDOW = timedelta(hours=24)
 _ACTIVITY_SCAN = 500
 
@@ -83,6 +100,45 @@ class ActivityEntry(BaseModel):
     outcome: str
     tokens: int = 0
     conversation_id: str | None = None
+    # Where what the run read may surface; `recent_activity` (the tool) shows it only there.
+    provenance: Provenance = UNATTRIBUTED_RUN
+
+
+def _unknown_run(home: str) -> Provenance:
+    """A run whose provenance was never recorded: its own channel, with nobody present."""
+    return Provenance(channel=home, sensitivity=Sensitivity.PRIVATE)
+
+
+async def run_provenance(store: Store, agent_id: str, event_id: str, home: str) -> Provenance:
+    """The provenance of what run `event_id` writes (`home`: the run's channel)."""
+    raw = await store.get_flag(agent_id, RUN_PROVENANCE_FLAG + event_id)
+    if raw is None:
+        return _unknown_run(home)
+    try:
+        return Provenance.model_validate_json(raw)
+    except ValueError:
+        return _unknown_run(home)
+
+
+async def set_run_provenance(store: Store, agent_id: str, event_id: str, provenance: Provenance) -> None:
+    await store.set_flag(agent_id, RUN_PROVENANCE_FLAG + event_id, provenance.model_dump_json())
+
+
+async def narrow_run(
+    store: Store, agent_id: str, event_id: str, home: str, items: Sequence[Provenanced]
+) -> None:
+    """The run read `items`: from now on it writes at most where they may surface too."""
+    if not items:
+        return
+
+    def narrow(raw: str | None) -> str:
+        try:
+            current = _unknown_run(home) if raw is None else Provenance.model_validate_json(raw)
+        except ValueError:
+            current = _unknown_run(home)
+        return derived_provenance([current, *items], home).model_dump_json()
+
+    await store.update_flag(agent_id, RUN_PROVENANCE_FLAG + event_id, narrow)
 
 
 async def recent_activity(
@@ -161,13 +217,22 @@ class Autonomy:
                     reminder_id=reminder.id,
                     objective=reminder.objective,
                     outcome=f"skipped: {skip}",
+                    provenance=reminder.provenance,
                 )
             )
             return
         service, channel = AUTONOMOUS_SERVICE, "heartbeat" if heartbeat else "reminders"
         if reminder.action.service and reminder.action.channel:
             service, channel = reminder.action.service, reminder.action.channel
-        text = reminder.objective if heartbeat else await self._reminder_text(reminder)
+        home = channel_key(service, channel)
+        text, read = reminder.objective, [reminder.provenance]
+        if heartbeat:  # until its assessment says what it read: its own channel, nobody present
+            read.append(_unknown_run(home))
+        else:
+            text, earlier = await self._reminder_text(reminder)
+            read.extend(earlier)
+        # The run starts from what its input holds; a heartbeat's assessment sets its own.
+        await set_run_provenance(self.store, reminder.agent_id, event_id, derived_provenance(read, home))
         event = Event(
             id=event_id,
             agent_id=reminder.agent_id,
@@ -182,7 +247,7 @@ class Autonomy:
         )
         await self.runtime.submit(event, from_step=from_step)
 
-    async def _reminder_text(self, reminder: Reminder) -> str:
+    async def _reminder_text(self, reminder: Reminder) -> tuple[str, list[Provenance]]:
         lines = [f"My reminder (set {reminder.created_at:%Y-%m-%d}) has come due: {reminder.objective}"]
         if reminder.action.person_id:
             person = await self.store.get_person(reminder.agent_id, reminder.action.person_id)
@@ -195,7 +260,7 @@ class Autonomy:
         ][:2]
         for entry in before:
             lines.append(f"Last time it fired ({entry.at:%Y-%m-%d %H:%M}): {entry.outcome}")
-        return "\n".join(lines)
+        return "\n".join(lines), [entry.provenance for entry in before]
 
     async def skip_reason(self, agent_id: str, now: datetime, *, heartbeat: bool) -> str | None:
         config = self.runtime.settings.autonomy
@@ -229,6 +294,9 @@ class Autonomy:
         now = self.runtime.clock.now()
         tokens = (await self.spent(event)).tokens
         reminder_id = str(event.meta.get("reminder_id", ""))
+        provenance = await run_provenance(
+            self.store, event.agent_id, event.id, channel_key(event.service, event.channel)
+        )
         await self.record(
             ActivityEntry(
                 id=event.id,
@@ -240,12 +308,19 @@ class Autonomy:
                 outcome=outcome,
                 tokens=tokens,
                 conversation_id=conversation_id,
+                provenance=provenance,
             )
         )
         await self.store.set_flag(
             event.agent_id,
             RUN_FLAG + conversation_id,
-            json.dumps({"kind": event.kind.value, "reminder_id": reminder_id}),
+            json.dumps(
+                {
+                    "kind": event.kind.value,
+                    "reminder_id": reminder_id,
+                    "sensitivity": provenance.sensitivity.value,
+                }
+            ),
         )
         return await self.store.close_conversation(event.agent_id, conversation_id, now)
 
@@ -303,6 +378,13 @@ class Autonomy:
         self._runs[thread_id] = run
         return run
 
+    async def noticed(self, setup: TurnSetup, items: Sequence[Provenanced]) -> None:
+        """A context source put `items` in front of the model: a self-initiated run writes at
+        most where they may surface (a conversation turn writes with its own provenance)."""
+        if setup.kind != "message":
+            home = channel_key(setup.service, setup.channel)
+            await narrow_run(self.store, setup.agent_id, setup.event_id, home, items)
+
     async def record(self, entry: ActivityEntry) -> None:
         await self.store.set_flag(entry.agent_id, ACTIVITY_FLAG + entry.id, entry.model_dump_json())
 
@@ -349,7 +431,7 @@ def _objective(event: Event) -> str:
 
 
 def run_kind(raw: str | None) -> dict[str, Any]:
-    """The RUN_FLAG value of a conversation: {"kind", "reminder_id"}, or {}."""
+    """The RUN_FLAG value of a conversation: {"kind", "reminder_id", "sensitivity"}, or {}."""
     if not raw:
         return {}
     try:
@@ -357,3 +439,14 @@ def run_kind(raw: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return cast(dict[str, Any], value) if isinstance(value, dict) else {}
+
+
+def run_sensitivity(run: dict[str, Any]) -> Sensitivity:
+    """The least sensitivity of a run's memory (`run_kind`): that of what it read. Public for
+    a conversation no run caused; private when the flag is unreadable."""
+    if not run:
+        return Sensitivity.PUBLIC
+    try:
+        return Sensitivity(str(run.get("sensitivity", Sensitivity.PRIVATE.value)))
+    except ValueError:
+        return Sensitivity.PRIVATE

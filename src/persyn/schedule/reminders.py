@@ -21,10 +21,12 @@ from persyn.core.errors import InputError
 from persyn.core.ids import new_id
 from persyn.schedule.triggers import first_fire_at, is_recurring, next_fire_after, utc
 from persyn.store.base import (
+    GLOBAL,
     AtTrigger,
     FireResult,
     Goal,
     GoalStatus,
+    Provenance,
     Reminder,
     ReminderAction,
     Store,
@@ -64,8 +66,10 @@ async def set_reminder(
     *,
     action: ReminderAction | None = None,
     kind: str = REMINDER_KIND,
+    provenance: Provenance = GLOBAL,
 ) -> Reminder:
-    """Store a new reminder, first due when its trigger says (`first_fire_at`)."""
+    """Store a new reminder, first due when its trigger says (`first_fire_at`), with where
+    it was set (`provenance`: who may see it listed; its run carries it)."""
     reminder = Reminder(
         id=new_id(now),
         agent_id=agent_id,
@@ -76,6 +80,7 @@ async def set_reminder(
         next_fire_at=first_fire_at(trigger, now),
         created_at=now,
         updated_at=now,
+        provenance=provenance,
     )
     await store.add_reminder(reminder)
     stored = await store.get_reminder(agent_id, reminder.id)
@@ -145,8 +150,18 @@ async def mark_fired(store: Store, reminder: Reminder, fire_time: datetime, now:
     )
 
 
-async def create_goal(store: Store, agent_id: str, description: str, now: datetime) -> Goal:
-    goal = Goal(id=new_id(now), agent_id=agent_id, description=description, created_at=now, updated_at=now)
+async def create_goal(
+    store: Store, agent_id: str, description: str, now: datetime, *, provenance: Provenance = GLOBAL
+) -> Goal:
+    """A new open goal, with where it formed (`provenance`: where it is standing context)."""
+    goal = Goal(
+        id=new_id(now),
+        agent_id=agent_id,
+        description=description,
+        created_at=now,
+        updated_at=now,
+        provenance=provenance,
+    )
     await store.add_goal(goal)
     stored = await store.get_goal(agent_id, goal.id)
     assert stored is not None

@@ -30,6 +30,7 @@ from persyn.store.schema import (
     checked_id,
     goal_from_row,
     goals,
+    provenance_values,
     reminder_from_row,
     reminder_values,
     reminders,
@@ -201,7 +202,8 @@ class SQLiteSchedule:
     async def add_goal(self, goal: Goal) -> None:
         checked_id(goal.id, "goal id")
         checked_id(goal.agent_id, "agent id")
-        values = goal.model_dump()
+        values = goal.model_dump(exclude={"provenance"})
+        values.update(provenance_values(goal.provenance))
         values["description"] = _check_text(goal.description, "goal description", MAX_GOAL_CHARS)
         values["status"] = goal.status.value
         if goal.outcome is not None:

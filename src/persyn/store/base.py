@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.core.events import CompletionMarker, Event
-from persyn.core.records import MemoryRecord
+from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.graph_rows import (
     EntityFact,
     FactSource,
@@ -30,6 +30,7 @@ from persyn.store.graph_rows import (
 )
 
 __all__ = [
+    "GLOBAL",
     "AgentRow",
     "AtTrigger",
     "ContactAddress",
@@ -45,6 +46,8 @@ __all__ = [
     "Observation",
     "ObservationChange",
     "Person",
+    "Provenance",
+    "QuickFact",
     "Reminder",
     "ReminderAction",
     "ReminderStatus",
@@ -177,6 +180,39 @@ class IntervalTrigger(_Row):
 Trigger = Annotated[AtTrigger | CronTrigger | IntervalTrigger, Field(discriminator="kind")]
 
 
+class Provenance(_Row):
+    """Where something the agent can repeat formed (ARCHITECTURE §4, turn 2): the channel
+    (`channel_key`; None: on no channel, the agent on its own), the people present (the agent
+    itself excluded) and the sensitivity. `memory.access.may_surface` decides from it where the
+    thing may be brought up again, exactly as for a memory record. `GLOBAL` — no channel,
+    nobody present, public — is what the agent concluded alone from nothing it could not say
+    to anyone: it surfaces everywhere."""
+
+    channel: str | None = Field(default=None, max_length=700)
+    participant_ids: tuple[str, ...] = ()
+    sensitivity: Sensitivity = Sensitivity.PUBLIC
+
+    @property
+    def scope(self) -> str:
+        """One string per distinct provenance (a key column: quick facts are kept per scope)."""
+        people = ",".join(sorted(set(self.participant_ids)))
+        return f"{self.sensitivity.value}|{self.channel or '*'}|{people}"
+
+
+GLOBAL = Provenance()
+
+
+class QuickFact(_Row):
+    """One quick fact about a person or the agent itself, as kept in one scope: the same
+    key may hold a different value in each provenance it was noted in."""
+
+    subject_id: str
+    key: str
+    value: str
+    updated_at: datetime
+    provenance: Provenance = GLOBAL
+
+
 class ReminderAction(_Row):
     """What a firing reminder does besides waking the agent with its objective: whom to
     address (a person of the directory) and where (a service and channel; unset: the
@@ -208,6 +244,8 @@ class Reminder(_Row):
     updated_at: datetime
     last_fired_at: datetime | None = None
     fire_count: int = 0
+    # Where it was set (its objective is repeated by list_reminders and by the run it wakes).
+    provenance: Provenance = GLOBAL
 
 
 class FireResult(StrEnum):
@@ -235,6 +273,8 @@ class Goal(_Row):
     created_at: datetime
     updated_at: datetime
     outcome: str | None = None
+    # Where it formed: open goals are standing context only where they may surface.
+    provenance: Provenance = GLOBAL
 
 
 @dataclass(frozen=True)
@@ -327,13 +367,26 @@ class Store(ABC):
 
     @abstractmethod
     async def set_fact(
-        self, agent_id: str, subject_id: str, key: str, value: str | None, now: datetime
+        self,
+        agent_id: str,
+        subject_id: str,
+        key: str,
+        value: str | None,
+        now: datetime,
+        *,
+        provenance: Provenance = GLOBAL,
     ) -> None:
-        """Set (or, with None, forget) one quick fact about a person or the agent itself."""
+        """Set (or, with None, forget) one quick fact about a person or the agent itself, in
+        the scope of `provenance`: the same key in another scope is a different fact."""
 
     @abstractmethod
     async def facts(self, agent_id: str, subject_id: str) -> dict[str, str]:
-        """Every quick fact about a subject, by key."""
+        """Every quick fact about a subject, by key, whatever its provenance (the operator's
+        view; the newest value of a key held in several scopes)."""
+
+    @abstractmethod
+    async def fact_rows(self, agent_id: str, subject_id: str) -> list[QuickFact]:
+        """Every quick fact about a subject with its provenance, by key, newest first within one."""
 
     @abstractmethod
     async def attach_identity(self, agent_id: str, person_id: str, identity: Identity) -> Person:

@@ -15,7 +15,8 @@ Migration 3 creates `schema.memory_records` from the live definition: the first 
 migration that alters that table must first freeze migration 3 the same way (copy the
 table as it is now), or fresh databases would get the new columns twice.
 `tests/unit/store/test_migrations.py` pins the columns each migration creates so that moment
-cannot pass unnoticed.
+cannot pass unnoticed. Migrations 5 and 9 are frozen (`_schema_v9.py`); migration 10 creates
+`quick_facts` from the live definition again.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
+from persyn.core.records import Sensitivity, channel_key
 from persyn.store import schema
 from persyn.store._schema_v1 import v1_metadata
+from persyn.store._schema_v9 import v5_quick_facts, v9_goals, v9_reminders
+from persyn.store.base import GLOBAL, Provenance
 
 __all__ = ["LATEST_VERSION", "MIGRATIONS", "Migration", "current_version", "migrate", "schema_version"]
 
@@ -198,9 +202,8 @@ def _partition_vectors_by_channel(connection: Connection, dialect_name: str) -> 
 
 
 def _create_quick_facts(connection: Connection, dialect_name: str) -> None:
-    """Migration 5: the quick-facts scratchpad, from the live definition (freeze it here
-    before a later migration alters that table, as migration 3's note says)."""
-    schema.quick_facts.create(connection, checkfirst=False)
+    """Migration 5: the quick-facts scratchpad, as released (frozen: `_schema_v9.py`)."""
+    v5_quick_facts.create(connection, checkfirst=False)
 
 
 def _create_observations(connection: Connection, dialect_name: str) -> None:
@@ -262,10 +265,68 @@ def _create_directory(connection: Connection, dialect_name: str) -> None:
 
 
 def _create_schedule(connection: Connection, dialect_name: str) -> None:
-    """Migration 9: reminders and goals (SPEC §4.7, §4.8), from the live definitions
-    (freeze them here before a later migration alters those tables)."""
-    schema.reminders.create(connection, checkfirst=False)
-    schema.goals.create(connection, checkfirst=False)
+    """Migration 9: reminders and goals (SPEC §4.7, §4.8), as released (frozen:
+    `_schema_v9.py`)."""
+    v9_reminders.create(connection, checkfirst=False)
+    v9_goals.create(connection, checkfirst=False)
+
+
+# Migration 10: provenance (channel, people present, sensitivity) for quick facts, goals and
+# reminders, so they pass `memory.access.may_surface` like memory records. What existing rows
+# get, and why: nothing recorded which turn wrote a goal or a fact, so they cannot be
+# attributed; they become the agent's own (no channel, nobody present, private), which
+# surfaces only with nobody present — in the heartbeat's and person-less reminders'
+# reflections — never to anyone in a conversation (the operator's CLI still lists them).
+# That hides a harmless fact until it is noted again, never shows a confidence to a
+# stranger. A reminder the agent set in a conversation recorded where (its action's service
+# and channel) and with whom (its person): it keeps that channel, private to that person
+# alone — fewer people than may have been there, so it can only withhold. The heartbeat is
+# core infrastructure formed with nobody: global.
+_UNATTRIBUTED = Provenance(sensitivity=Sensitivity.PRIVATE)
+_PROVENANCE_COLUMNS = (
+    "ALTER TABLE {table} ADD COLUMN channel VARCHAR(700)",
+    "ALTER TABLE {table} ADD COLUMN participant_ids JSON NOT NULL DEFAULT '[]'",
+    "ALTER TABLE {table} ADD COLUMN sensitivity VARCHAR(32) NOT NULL DEFAULT 'private'",
+)
+
+
+def _legacy_reminder_provenance(kind: str, action: dict[str, object]) -> Provenance:
+    if kind == "heartbeat":
+        return GLOBAL
+    service, channel, person = action.get("service"), action.get("channel"), action.get("person_id")
+    if isinstance(service, str) and isinstance(channel, str) and service and channel:
+        people = (person,) if isinstance(person, str) and person else ()
+        return Provenance(
+            channel=channel_key(service, channel), participant_ids=people, sensitivity=Sensitivity.PRIVATE
+        )
+    return _UNATTRIBUTED
+
+
+def _add_provenance(connection: Connection, dialect_name: str) -> None:
+    """Migration 10: provenance for quick facts (kept per scope from now on), goals and
+    reminders (existing rows: see the note above)."""
+    if dialect_name != "sqlite":
+        raise StoreError(
+            f"migration 10 (provenance) has no variant for dialect {dialect_name!r} yet; supported: 'sqlite'"
+        )
+    for table in ("goals", "reminders"):
+        for statement in _PROVENANCE_COLUMNS:
+            connection.exec_driver_sql(statement.format(table=table))
+    old = v9_reminders.c
+    for row in connection.execute(select(old.id, old.kind, old.action)).all():
+        values = schema.provenance_values(_legacy_reminder_provenance(row.kind, dict(row.action)))
+        connection.execute(schema.reminders.update().where(schema.reminders.c.id == row.id).values(**values))
+    # A new unique key (agent, subject, key, scope): SQLite alters no constraint, so copy.
+    connection.exec_driver_sql("ALTER TABLE quick_facts RENAME TO quick_facts_v5")
+    schema.quick_facts.create(connection, checkfirst=False)
+    unattributed = schema.provenance_values(_UNATTRIBUTED)
+    connection.exec_driver_sql(
+        "INSERT INTO quick_facts (id, agent_id, subject_id, key, value, updated_at, channel, "
+        "participant_ids, sensitivity, scope) SELECT id, agent_id, subject_id, key, value, updated_at, "
+        "NULL, ?, ?, ? FROM quick_facts_v5",
+        ("[]", unattributed["sensitivity"], _UNATTRIBUTED.scope),
+    )
+    connection.exec_driver_sql("DROP TABLE quick_facts_v5")
 
 
 MIGRATIONS: Sequence[Migration] = (
@@ -278,6 +339,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(7, "the knowledge graph", _create_graph),
     Migration(8, "contact addresses and the conversation participant index", _create_directory),
     Migration(9, "reminders and goals", _create_schedule),
+    Migration(10, "provenance for quick facts, goals and reminders", _add_provenance),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

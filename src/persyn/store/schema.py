@@ -55,6 +55,8 @@ from persyn.store.base import (
     Identity,
     Message,
     Person,
+    Provenance,
+    QuickFact,
     Reminder,
     ReminderAction,
     ReminderStatus,
@@ -76,6 +78,7 @@ __all__ = [
     "event_from_row",
     "event_values",
     "events",
+    "fact_from_row",
     "flags",
     "goal_from_row",
     "goals",
@@ -97,6 +100,8 @@ __all__ = [
     "person_from_row",
     "person_preferences",
     "persons",
+    "provenance_from_row",
+    "provenance_values",
     "quick_facts",
     "record_from_row",
     "record_values",
@@ -319,9 +324,38 @@ messages = Table(
     ),
 )
 
-# Quick facts (issue 5): a small key -> value scratchpad of stable facts about a person, or
-# about the agent itself (subject = the agent's id). No foreign key on subject: it names a
-# person or the agent.
+
+def _provenance() -> tuple[Column[Any], ...]:
+    """Where a row formed (`Provenance`): the same columns as a memory record's, except that
+    the channel may be NULL (formed on no channel: the agent on its own)."""
+    return (
+        Column("channel", String(700), nullable=True),
+        Column("participant_ids", JSON, nullable=False),
+        Column("sensitivity", String(32), nullable=False),
+    )
+
+
+def provenance_values(provenance: Provenance) -> dict[str, Any]:
+    return {
+        "channel": provenance.channel,
+        "participant_ids": list(provenance.participant_ids),
+        "sensitivity": provenance.sensitivity.value,
+    }
+
+
+def provenance_from_row(row: Row[Any]) -> Provenance:
+    return Provenance(
+        channel=row.channel,
+        participant_ids=tuple(row.participant_ids),
+        sensitivity=Sensitivity(row.sensitivity),
+    )
+
+
+# Quick facts: a small key -> value scratchpad of stable facts about a person, or about the
+# agent itself (subject = the agent's id), kept per provenance (`scope`, `Provenance.scope`):
+# what Ann noted in her direct messages is another row than what someone set elsewhere under
+# the same key. No foreign key on subject: it names a person or the agent. Migration 10
+# created this layout from this definition (freeze it there before altering the table).
 quick_facts = Table(
     "quick_facts",
     metadata,
@@ -331,7 +365,9 @@ quick_facts = Table(
     Column("key", String(200), nullable=False),
     Column("value", Text, nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
-    UniqueConstraint("agent_id", "subject_id", "key"),
+    *_provenance(),
+    Column("scope", Text, nullable=False),
+    UniqueConstraint("agent_id", "subject_id", "key", "scope"),
 )
 
 # Observations about people (SPEC §4.4) and the audit trail of how each changed.
@@ -549,6 +585,7 @@ reminders = Table(
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("last_fired_at", UTCDateTime(), nullable=True),
     Column("fire_count", Integer, nullable=False),
+    *_provenance(),  # migration 10
     UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
     Index(None, "status", "next_fire_at"),  # the scheduler's scan over every agent
     Index(None, "agent_id", "kind", "next_fire_at"),
@@ -565,6 +602,7 @@ goals = Table(
     Column("outcome", Text, nullable=True),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
+    *_provenance(),  # migration 10
     UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
     Index(None, "agent_id", "status", "created_at"),
 )
@@ -705,7 +743,8 @@ def record_from_row(row: Row[Any]) -> MemoryRecord:
 
 def reminder_values(reminder: Reminder) -> dict[str, Any]:
     """The `reminders` row for `reminder`; `reminder_from_row` reads it back."""
-    values = reminder.model_dump(exclude={"trigger", "action", "status"})
+    values = reminder.model_dump(exclude={"trigger", "action", "status", "provenance"})
+    values.update(provenance_values(reminder.provenance))
     values["trigger"] = reminder.trigger.model_dump(mode="json")
     values["action"] = reminder.action.model_dump(mode="json", exclude_none=True)
     values["status"] = reminder.status.value
@@ -727,6 +766,7 @@ def reminder_from_row(row: Row[Any]) -> Reminder:
             "updated_at": row.updated_at,
             "last_fired_at": row.last_fired_at,
             "fire_count": row.fire_count,
+            "provenance": provenance_from_row(row),
         }
     )
 
@@ -740,4 +780,15 @@ def goal_from_row(row: Row[Any]) -> Goal:
         created_at=row.created_at,
         updated_at=row.updated_at,
         outcome=row.outcome,
+        provenance=provenance_from_row(row),
+    )
+
+
+def fact_from_row(row: Row[Any]) -> QuickFact:
+    return QuickFact(
+        subject_id=row.subject_id,
+        key=row.key,
+        value=row.value,
+        updated_at=row.updated_at,
+        provenance=provenance_from_row(row),
     )

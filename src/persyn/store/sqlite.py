@@ -39,6 +39,7 @@ from sqlalchemy import (
     case,
     column,
     delete,
+    exists,
     func,
     literal_column,
     select,
@@ -67,6 +68,7 @@ from persyn.store._sqlite_graph import SQLiteGraph, replace_graph_participant
 from persyn.store._sqlite_memory import SQLiteMemory, replace_record_participant
 from persyn.store._sqlite_schedule import SQLiteSchedule
 from persyn.store.base import (
+    GLOBAL,
     AgentRow,
     Conversation,
     Identity,
@@ -74,6 +76,8 @@ from persyn.store.base import (
     Observation,
     ObservationChange,
     Person,
+    Provenance,
+    QuickFact,
     Role,
     Store,
 )
@@ -87,6 +91,7 @@ from persyn.store.schema import (
     event_from_row,
     event_values,
     events,
+    fact_from_row,
     flags,
     identities,
     identities_by_person,
@@ -99,6 +104,7 @@ from persyn.store.schema import (
     person_from_row,
     person_preferences,
     persons,
+    provenance_values,
     quick_facts,
 )
 
@@ -385,7 +391,14 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
         ]
 
     async def set_fact(
-        self, agent_id: str, subject_id: str, key: str, value: str | None, now: datetime
+        self,
+        agent_id: str,
+        subject_id: str,
+        key: str,
+        value: str | None,
+        now: datetime,
+        *,
+        provenance: Provenance = GLOBAL,
     ) -> None:
         agent_id = checked_id(agent_id, "agent id")
         subject_id = checked_id(subject_id, "subject id")
@@ -393,9 +406,13 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
         if not key or len(key) > 200:
             raise StoreError(f"invalid fact key {key!r}: use 1 to 200 characters")
         facts = quick_facts.c
+        scope = provenance.scope
         if value is None:
             statement: Any = delete(quick_facts).where(
-                facts.agent_id == agent_id, facts.subject_id == subject_id, facts.key == key
+                facts.agent_id == agent_id,
+                facts.subject_id == subject_id,
+                facts.key == key,
+                facts.scope == scope,
             )
         else:
             statement = (
@@ -407,23 +424,31 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
                     key=key,
                     value=value,
                     updated_at=now,
+                    scope=scope,
+                    **provenance_values(provenance),
                 )
                 .on_conflict_do_update(
-                    index_elements=[facts.agent_id, facts.subject_id, facts.key],
+                    index_elements=[facts.agent_id, facts.subject_id, facts.key, facts.scope],
                     set_={"value": value, "updated_at": now},
                 )
             )
         await self._write("set_fact", lambda connection: connection.execute(statement))
 
     async def facts(self, agent_id: str, subject_id: str) -> dict[str, str]:
+        newest: dict[str, str] = {}
+        for fact in await self.fact_rows(agent_id, subject_id):
+            newest.setdefault(fact.key, fact.value)
+        return newest
+
+    async def fact_rows(self, agent_id: str, subject_id: str) -> list[QuickFact]:
         facts = quick_facts.c
         statement = (
-            select(facts.key, facts.value)
+            select(quick_facts)
             .where(facts.agent_id == agent_id, facts.subject_id == subject_id)
-            .order_by(facts.key)
+            .order_by(facts.key, facts.updated_at.desc(), facts.id.desc())
         )
-        rows = await self._read("facts", lambda c: c.execute(statement).all())
-        return {row.key: row.value for row in rows}
+        rows = await self._read("fact_rows", lambda c: c.execute(statement).all())
+        return [fact_from_row(row) for row in rows]
 
     async def attach_identity(self, agent_id: str, person_id: str, identity: Identity) -> Person:
         agent_id = checked_id(agent_id, "agent id")
@@ -511,23 +536,24 @@ class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, St
                     .where(about.c.agent_id == agent_id, about.c.subject_id == other_id)
                     .values(subject_id=survivor_id)
                 )
-            known = set(
-                connection.execute(
-                    select(quick_facts.c.key).where(
-                        quick_facts.c.agent_id == agent_id, quick_facts.c.subject_id == survivor_id
-                    )
-                ).scalars()
-            )
-            facts = update(quick_facts).where(
-                quick_facts.c.agent_id == agent_id, quick_facts.c.subject_id == other_id
-            )
-            if known:
-                facts = facts.where(quick_facts.c.key.not_in(known))
-            connection.execute(facts.values(subject_id=survivor_id))
+            # A fact the survivor already holds in the same scope wins; the rest move over.
+            facts, held = quick_facts.c, quick_facts.alias("held")
             connection.execute(
                 delete(quick_facts).where(
-                    quick_facts.c.agent_id == agent_id, quick_facts.c.subject_id == other_id
+                    facts.agent_id == agent_id,
+                    facts.subject_id == other_id,
+                    exists().where(
+                        held.c.agent_id == agent_id,
+                        held.c.subject_id == survivor_id,
+                        held.c.key == facts.key,
+                        held.c.scope == facts.scope,
+                    ),
                 )
+            )
+            connection.execute(
+                update(quick_facts)
+                .where(facts.agent_id == agent_id, facts.subject_id == other_id)
+                .values(subject_id=survivor_id)
             )
             connection.execute(
                 update(messages)

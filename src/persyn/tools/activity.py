@@ -7,6 +7,10 @@ The runs are recorded by the runtime, which owns the scheduler; the tool reads t
 the attributes of `ActivityRun` — `ActivityEntry` here, or the runtime's own row — so
 `lambda limit, kind: recent_activity(store, agent_id, limit, kind)` is a source as it is.
 The tool does not trust the source to order, filter or bound them: it does all three again.
+
+A run carries the provenance of what it read (the reminder it fired for, the memories a
+beat reviewed); `ActivityContext.sees` keeps the runs that may not surface here out of the
+answer, and `ActivityContext.read` tells a self-initiated run what it has now seen.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from persyn.core.records import Sensitivity
+from persyn.store.base import Provenance
 from persyn.tools.registry import Tool
 
 __all__ = [
+    "UNATTRIBUTED_RUN",
     "ActivityContext",
     "ActivityEntry",
     "ActivityKind",
@@ -31,6 +38,10 @@ __all__ = [
 
 ActivityKind = Literal["heartbeat", "reminder"]  # schedule.HEARTBEAT_KIND, schedule.REMINDER_KIND
 _OUTCOME_CHARS = 600
+
+# An entry written before runs carried provenance: it may hold anything the run read, so it
+# is the agent's own — shown only with nobody present (its reflections), never to anyone.
+UNATTRIBUTED_RUN = Provenance(sensitivity=Sensitivity.PRIVATE)
 
 
 class ActivityEntry(BaseModel):
@@ -45,6 +56,7 @@ class ActivityEntry(BaseModel):
     reminder_id: str | None = None
     conversation_id: str | None = None  # its self-reflection conversation, when it ran
     tokens: int | None = None  # tokens it spent, when metered
+    provenance: Provenance = UNATTRIBUTED_RUN  # where what it read may surface
 
 
 class ActivityRun(Protocol):
@@ -64,14 +76,26 @@ class ActivityRun(Protocol):
     def conversation_id(self) -> str | None: ...
     @property
     def tokens(self) -> int | None: ...
+    @property
+    def provenance(self) -> Provenance: ...
 
 
 ActivitySource = Callable[[int, ActivityKind | None], Awaitable[Sequence[ActivityRun]]]
 
 
+def _everyone(provenance: Provenance) -> bool:
+    return True
+
+
+async def _nothing(provenances: Sequence[Provenance]) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class ActivityContext:
     source: ActivitySource
+    sees: Callable[[Provenance], bool] = _everyone  # may a run's entry surface here?
+    read: Callable[[Sequence[Provenance]], Awaitable[None]] = _nothing  # a run noted what it showed
 
 
 class RecentActivityInput(BaseModel):
@@ -117,9 +141,11 @@ def activity_tools(context: ActivityContext) -> list[Tool[Any, Any]]:
         entries = [
             e
             for e in await context.source(arguments.limit, arguments.kind)
-            if arguments.kind is None or e.kind == arguments.kind
+            if (arguments.kind is None or e.kind == arguments.kind) and context.sees(e.provenance)
         ]
         entries.sort(key=lambda e: _utc(e.at), reverse=True)
+        entries = entries[: arguments.limit]
+        await context.read([e.provenance for e in entries])
         return ActivityList(
             runs=[
                 ActivityView(
@@ -131,7 +157,7 @@ def activity_tools(context: ActivityContext) -> list[Tool[Any, Any]]:
                     conversation_id=e.conversation_id,
                     tokens=e.tokens,
                 )
-                for e in entries[: arguments.limit]
+                for e in entries
             ]
         )
 

@@ -5,7 +5,12 @@ about a person or about itself ("timezone: Europe/Lisbon", "allergy: peanuts").
 contact's name or id, or "me" / "myself" for the agent itself (stored under the agent's
 own id). The scratchpad stays small: at most `MAX_FACTS` per subject, each key at most
 `MAX_KEY_CHARS` and each value at most `MAX_VALUE_CHARS` characters. The tools reuse
-`OwnToolsContext` (store, agent, clock).
+`OwnToolsContext` (store, agent, clock, audience).
+
+A fact is kept with where it was noted (its provenance): `get_facts` shows only the facts
+that may surface here (the newest of a key noted in several places), `set_fact` writes in
+this turn's scope, and forgetting removes only what could be seen here — what Ann told the
+agent in her direct messages is neither read nor overwritten from another channel.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.core.errors import ToolError
+from persyn.store.base import QuickFact
 from persyn.tools._contacts import SELF_WORDS, resolve_contact
 from persyn.tools.own import OwnToolsContext
 from persyn.tools.registry import Tool
@@ -69,9 +75,16 @@ def fact_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
         person = await resolve_contact(store, agent_id, wanted)
         return person.id, person.display_name
 
+    async def visible(subject_id: str) -> list[QuickFact]:
+        return await context.shown(await store.fact_rows(agent_id, subject_id))
+
     async def view(subject_id: str, name: str) -> FactsView:
-        facts = await store.facts(agent_id, subject_id)
-        return FactsView(subject_id=subject_id, subject=name, facts=dict(sorted(facts.items())))
+        newest: dict[str, QuickFact] = {}
+        for fact in await visible(subject_id):
+            if fact.key not in newest or fact.updated_at > newest[fact.key].updated_at:
+                newest[fact.key] = fact
+        facts = {key: fact.value for key, fact in sorted(newest.items())}
+        return FactsView(subject_id=subject_id, subject=name, facts=facts)
 
     async def get(arguments: GetFactsInput) -> FactsView:
         return await view(*await subject(arguments.about))
@@ -82,15 +95,22 @@ def fact_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
         if not key:
             raise ToolError("the key is blank: give a short label such as 'timezone'")
         value = None if arguments.value is None else arguments.value.strip() or None
-        current = await store.facts(agent_id, subject_id)
-        if value is not None and key not in current and len(current) >= MAX_FACTS:
+        seen = await visible(subject_id)
+        if value is None:
+            forgotten = [fact for fact in seen if fact.key == key]
+            if not forgotten:
+                raise ToolError(f"there is no fact {key!r} about {name}; get_facts shows the keys")
+            for fact in forgotten:
+                await store.set_fact(agent_id, subject_id, key, None, clock.now(), provenance=fact.provenance)
+            return await view(subject_id, name)
+        provenance = await context.run.written()
+        here = {fact.key for fact in seen if fact.provenance.scope == provenance.scope}
+        if key not in here and len(here) >= MAX_FACTS:
             raise ToolError(
-                f"{name} already has {len(current)} quick facts, the most kept; forget one "
+                f"{name} already has {len(here)} quick facts, the most kept; forget one "
                 "(set_fact with no value) or fold this into an existing key"
             )
-        if value is None and key not in current:
-            raise ToolError(f"there is no fact {key!r} about {name}; get_facts shows the keys")
-        await store.set_fact(agent_id, subject_id, key, value, clock.now())
+        await store.set_fact(agent_id, subject_id, key, value, clock.now(), provenance=provenance)
         return await view(subject_id, name)
 
     tools: list[Tool[Any, Any]] = [

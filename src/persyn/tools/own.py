@@ -9,19 +9,27 @@ The tools are bound to one activation through `OwnToolsContext`: the store, the 
 clock, and whom a reminder addresses by default (the person and channel of the turn that
 set it). Times the model gives are ISO 8601; one without a zone is taken as UTC, and every
 time the tools report is UTC.
+
+Provenance (ARCHITECTURE §4, turn 2): a goal or reminder is stored with where it was set
+(`RunProvenance.written`) and is shown, found or changed only where it may surface
+(`Audience.sees`, i.e. `memory.access.may_surface`): what Ann set in her direct messages
+is not "yours" to list in front of Mallory elsewhere. What the tools show in a
+self-initiated run also narrows what that run writes (`RunProvenance.read`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, Self
+from typing import Any, Literal, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from persyn.core.clock import Clock
 from persyn.core.errors import ToolError
 from persyn.core.ids import is_id, parse_id
+from persyn.memory.access import Provenanced, may_surface
 from persyn.schedule import (
     REMINDER_KIND,
     AtTrigger,
@@ -41,18 +49,72 @@ from persyn.schedule import (
     set_reminder,
 )
 from persyn.schedule import create_goal as store_goal
-from persyn.store.base import Store
+from persyn.store.base import GLOBAL, Provenance, Store
 from persyn.tools.registry import Tool
 
 __all__ = [
+    "Audience",
+    "FixedProvenance",
     "GoalView",
     "OwnToolsContext",
     "ReminderView",
+    "RunProvenance",
     "goal_tools",
     "reminder_tools",
 ]
 
 _MAX_MINUTES = 10 * 366 * 24 * 60
+
+
+class _HasProvenance(Protocol):
+    @property
+    def provenance(self) -> Provenance: ...
+
+
+_T = TypeVar("_T", bound=_HasProvenance)
+
+
+@dataclass(frozen=True)
+class Audience:
+    """Who hears what the tools show: the current channel (`channel_key`), the people
+    present (the agent excluded) and the channel groups. `reflecting`: the agent on its own
+    reviewing everything it could say with nobody present, in each item's own compartment
+    (the heartbeat; `present` is then empty)."""
+
+    channel: str
+    present: tuple[str, ...] = ()
+    channel_groups: Sequence[Sequence[str]] = ()
+    agent_id: str | None = None
+    reflecting: bool = False
+
+    def sees(self, item: Provenanced) -> bool:
+        channel = (item.channel or self.channel) if self.reflecting else self.channel
+        present = () if self.reflecting else self.present
+        return may_surface(item, channel, present, self.channel_groups, agent_id=self.agent_id)
+
+
+class RunProvenance(Protocol):
+    """The provenance of what this activation writes, and what narrows it."""
+
+    async def written(self) -> Provenance: ...
+
+    async def read(self, items: Sequence[Provenanced]) -> None:
+        """The tools showed `items`: what the run writes from now on may surface at most
+        where they may."""
+        ...
+
+
+@dataclass(frozen=True)
+class FixedProvenance:
+    """A conversation turn's: everything it writes carries the turn's provenance."""
+
+    provenance: Provenance = GLOBAL
+
+    async def written(self) -> Provenance:
+        return self.provenance
+
+    async def read(self, items: Sequence[Provenanced]) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -62,6 +124,18 @@ class OwnToolsContext:
     clock: Clock
     # Whom and where a new reminder addresses unless the model says otherwise.
     default_action: ReminderAction = field(default_factory=ReminderAction)
+    # Who hears the tools' answers (None: the operator's view, everything).
+    audience: Audience | None = None
+    run: RunProvenance = field(default_factory=FixedProvenance)
+
+    def sees(self, item: Provenanced) -> bool:
+        return self.audience is None or self.audience.sees(item)
+
+    async def shown(self, items: Sequence[_T]) -> list[_T]:
+        """The items that may surface here; noted as read by the run."""
+        visible = [item for item in items if self.sees(item.provenance)]
+        await self.run.read([item.provenance for item in visible])
+        return visible
 
 
 # what the model sees -------------------------------------------------------------------------
@@ -238,8 +312,9 @@ def reminder_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
         found = None
         if is_id(reminder_id):
             found = await store.get_reminder(agent_id, parse_id(reminder_id))
-        if found is None or found.kind != REMINDER_KIND:
+        if found is None or found.kind != REMINDER_KIND or not context.sees(found.provenance):
             raise ToolError(f"you have no reminder {reminder_id!r}; list_reminders shows yours")
+        await context.run.read([found.provenance])
         return found
 
     async def set_(arguments: SetReminderInput) -> ReminderView:
@@ -252,11 +327,19 @@ def reminder_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
             action = ReminderAction(person_id=person.id)
         trigger = arguments.trigger(now)
         return ReminderView.of(
-            await set_reminder(store, agent_id, arguments.objective, trigger, now, action=action)
+            await set_reminder(
+                store,
+                agent_id,
+                arguments.objective,
+                trigger,
+                now,
+                action=action,
+                provenance=await context.run.written(),
+            )
         )
 
     async def list_(arguments: NoInput) -> ReminderList:
-        found = await store.list_reminders(agent_id, kind=REMINDER_KIND)
+        found = await context.shown(await store.list_reminders(agent_id, kind=REMINDER_KIND))
         return ReminderList(reminders=[ReminderView.of(reminder) for reminder in found])
 
     async def edit(arguments: EditReminderInput) -> ReminderView:
@@ -323,14 +406,18 @@ def goal_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
     store, agent_id, clock = context.store, context.agent_id, context.clock
 
     async def create(arguments: CreateGoalInput) -> GoalView:
-        return GoalView.of(await store_goal(store, agent_id, arguments.description, clock.now()))
+        provenance = await context.run.written()
+        return GoalView.of(
+            await store_goal(store, agent_id, arguments.description, clock.now(), provenance=provenance)
+        )
 
     async def update(arguments: UpdateGoalInput) -> GoalView:
         goal = None
         if is_id(arguments.goal_id):
             goal = await store.get_goal(agent_id, parse_id(arguments.goal_id))
-        if goal is None:
+        if goal is None or not context.sees(goal.provenance):
             raise ToolError(f"you have no goal {arguments.goal_id!r}; list_goals shows yours")
+        await context.run.read([goal.provenance])
         updated = await store.update_goal(
             agent_id,
             goal.id,
@@ -343,9 +430,8 @@ def goal_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
 
     async def list_(arguments: ListGoalsInput) -> GoalList:
         statuses = None if arguments.include_closed else [GoalStatus.OPEN]
-        return GoalList(
-            goals=[GoalView.of(goal) for goal in await store.list_goals(agent_id, statuses=statuses)]
-        )
+        found = await context.shown(await store.list_goals(agent_id, statuses=statuses))
+        return GoalList(goals=[GoalView.of(goal) for goal in found])
 
     tools: list[Tool[Any, Any]] = [
         Tool(

@@ -428,3 +428,96 @@ def test_migration_seven_creates_the_graph_tables_on_a_version_six_database(tmp_
         "graph_fact_participants": ["id", "agent_id", "fact_id", "person_id"],
     }  # fmt: skip
     assert link_indexes == [["from_id"]]  # traversal walks outward from the recursive row
+
+
+async def test_migration_ten_gives_existing_facts_goals_and_reminders_a_safe_provenance(
+    tmp_path: Path,
+) -> None:
+    """Rows from before provenance: what cannot be attributed becomes the agent's own (no
+    channel, nobody present, private: only its reflections see it); a reminder set in a
+    conversation keeps that channel, private to its person; the heartbeat is global."""
+    from persyn.core.records import Sensitivity
+    from persyn.store._schema_v9 import v5_quick_facts, v9_goals, v9_reminders
+    from persyn.store.base import GLOBAL, Provenance
+
+    path = tmp_path / "persyn.db"
+    engine = create_sqlite_engine(path, writer=True)
+    agent_id, ann = new_id(T0), new_id(T0)
+    at = {"kind": "at", "at": "2026-01-06T09:00:00+00:00"}
+    reminder_ids = {name: new_id(T0) for name in ("heartbeat", "in-dm", "person-only", "nothing")}
+    actions: dict[str, dict[str, str]] = {
+        "heartbeat": {},
+        "in-dm": {"person_id": ann, "service": "discord", "channel": "dm-ann"},
+        "person-only": {"person_id": ann},
+        "nothing": {},
+    }
+    goal_id = new_id(T0)
+    try:
+        assert _migrate(engine, target=9) == 9
+        with engine.begin() as connection:
+            for name, reminder_id in reminder_ids.items():
+                connection.execute(
+                    insert(v9_reminders).values(
+                        id=reminder_id, agent_id=agent_id, kind="heartbeat" if name == "heartbeat" else "reminder",
+                        objective=name, trigger=at, action=actions[name], status="active", next_fire_at=T0,
+                        created_at=T0, updated_at=T0, fire_count=0,
+                    )
+                )  # fmt: skip
+            connection.execute(
+                insert(v9_goals).values(
+                    id=goal_id, agent_id=agent_id, description="Plan the party", status="open",
+                    created_at=T0, updated_at=T0,
+                )
+            )  # fmt: skip
+            for subject in (ann, agent_id):
+                connection.execute(
+                    insert(v5_quick_facts).values(
+                        id=new_id(T0), agent_id=agent_id, subject_id=subject, key="door code", value="4711",
+                        updated_at=T0,
+                    )
+                )  # fmt: skip
+        assert _migrate(engine, target=10) == 10
+        with engine.connect() as connection:
+            found = inspect(connection)
+            columns = {
+                t: [c["name"] for c in found.get_columns(t)] for t in ("quick_facts", "goals", "reminders")
+            }
+            tables = set(found.get_table_names())
+    finally:
+        engine.dispose()
+    provenance = ["channel", "participant_ids", "sensitivity"]
+    # quick_facts is created from the live definition: if this fails, freeze migration 10 first.
+    assert columns["quick_facts"] == [
+        "id", "agent_id", "subject_id", "key", "value", "updated_at", *provenance, "scope",
+    ]  # fmt: skip
+    assert columns["goals"][-3:] == provenance and columns["reminders"][-3:] == provenance
+    assert "quick_facts_v5" not in tables
+
+    unattributed = Provenance(sensitivity=Sensitivity.PRIVATE)
+    store = SQLiteStore(path)
+    await store.setup()
+    try:
+        reminders = {r.objective: r.provenance for r in await store.list_reminders(agent_id, kind=None)}
+        assert reminders == {
+            "heartbeat": GLOBAL,
+            "in-dm": Provenance(
+                channel="discord:dm-ann", participant_ids=(ann,), sensitivity=Sensitivity.PRIVATE
+            ),
+            "person-only": unattributed,
+            "nothing": unattributed,
+        }
+        goal = await store.get_goal(agent_id, goal_id)
+        assert goal is not None and goal.provenance == unattributed
+        for subject in (ann, agent_id):
+            (fact,) = await store.fact_rows(agent_id, subject)
+            assert (fact.key, fact.value, fact.provenance) == ("door code", "4711", unattributed)
+        # From now on a key is kept per scope: Ann's DM gets its own row beside the old one.
+        in_dm = Provenance(channel="discord:dm-ann", participant_ids=(ann,), sensitivity=Sensitivity.PRIVATE)
+        await store.set_fact(agent_id, ann, "door code", "0815", T0 + timedelta(days=1), provenance=in_dm)
+        assert [(f.value, f.provenance) for f in await store.fact_rows(agent_id, ann)] == [
+            ("0815", in_dm),
+            ("4711", unattributed),
+        ]
+        assert await store.facts(agent_id, ann) == {"door code": "0815"}  # the operator: newest
+    finally:
+        await store.close()

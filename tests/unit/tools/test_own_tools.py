@@ -241,3 +241,59 @@ async def test_goals_are_created_revised_closed_and_listed(agent: Agent, clock: 
 
     missing = await agent.call("update_goal", goal_id=new_id(), status="retired", outcome="?")
     assert missing.status is ToolStatus.FAILED and "you have no goal" in missing.content
+
+
+async def test_what_was_set_elsewhere_is_neither_shown_nor_changed_nor_forgotten_here(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    """Provenance: Ann's goal, reminder and fact, set in her DM, are "not yours" to Mallory on
+    another channel — she can neither list, edit, cancel, close nor forget them — while Ann
+    still sees and changes them where she set them."""
+    from persyn.core.records import Sensitivity
+    from persyn.store.base import Provenance
+    from persyn.tools.facts import fact_tools
+    from persyn.tools.own import Audience, FixedProvenance
+
+    ann = await store.resolve_person(
+        AGENT, Identity(service="chat", channel="dm-ann", speaker_id="ann"), "Ann", "human", T0
+    )
+    mallory = await store.resolve_person(
+        AGENT, Identity(service="chat", channel="lobby", speaker_id="m"), "Mallory", "human", T0
+    )
+
+    def agent_for(channel: str, person: str) -> Agent:
+        here = Provenance(channel=channel, participant_ids=(person,), sensitivity=Sensitivity.PRIVATE)
+        context = OwnToolsContext(
+            store=store,
+            agent_id=AGENT,
+            clock=clock,
+            default_action=ReminderAction(person_id=person),
+            audience=Audience(channel=channel, present=(person,), agent_id=AGENT),
+            run=FixedProvenance(here),
+        )
+        agent = Agent(store, clock, ReminderAction())
+        agent.registry = ToolRegistry([*reminder_tools(context), *goal_tools(context), *fact_tools(context)])
+        return agent
+
+    in_dm, in_lobby = agent_for("chat:dm-ann", ann.id), agent_for("chat:lobby", mallory.id)
+    goal = await in_dm.ok("create_goal", description="Plan Ann's surprise party")
+    reminder = await in_dm.ok("set_reminder", objective="Buy the ring", in_minutes=60)
+    await in_dm.ok("set_fact", about="Ann", key="door code", value="4711")
+
+    assert (await in_lobby.ok("list_goals", include_closed=True))["goals"] == []
+    assert (await in_lobby.ok("list_reminders"))["reminders"] == []
+    for name, args in [
+        ("update_goal", {"goal_id": goal["id"], "status": "abandoned", "outcome": "no"}),
+        ("edit_reminder", {"reminder_id": reminder["id"], "objective": "nothing"}),
+        ("cancel_reminder", {"reminder_id": reminder["id"]}),
+        ("set_fact", {"about": "Ann", "key": "door code"}),  # forget
+    ]:
+        refused = await in_lobby.call(name, **args)
+        assert refused.status is not ToolStatus.OK and "no " in refused.content, (name, refused.content)
+    # Mallory's own note under the same key is hers: Ann's value stays as it was.
+    assert (await in_lobby.ok("set_fact", about="Ann", key="door code", value="0000"))["facts"] == {
+        "door code": "0000"
+    }
+    assert (await in_dm.ok("get_facts", about="Ann"))["facts"] == {"door code": "4711"}
+    assert [g["id"] for g in (await in_dm.ok("list_goals"))["goals"]] == [goal["id"]]
+    assert (await in_dm.ok("cancel_reminder", reminder_id=reminder["id"]))["id"] == reminder["id"]

@@ -16,6 +16,7 @@ from persyn.core.clock import ManualClock
 from persyn.core.config import MemoryConfig, ToolsConfig
 from persyn.core.ids import new_id
 from persyn.gateway.base import ToolCall
+from persyn.store.base import GLOBAL, Provenance
 from persyn.tools import ToolRegistry, ToolStatus
 from persyn.tools.activity import ActivityContext, ActivityEntry, ActivityKind, activity_tools
 from persyn.tools.facts import fact_tools
@@ -116,6 +117,7 @@ class RuntimeRow(BaseModel):
     outcome: str
     tokens: int = 0
     conversation_id: str | None = None
+    provenance: Provenance = GLOBAL
 
 
 async def test_the_runtime_rows_are_a_source_as_they_are() -> None:
