@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
-from persyn_cli import Persyn  # noqa: E402
+from persyn_cli import Persyn
 
 
 @pytest.fixture

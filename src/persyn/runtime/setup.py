@@ -25,11 +25,12 @@ _HEADER = """\
 #
 # Every setting here can be overridden by an environment variable: PERSYN_SECTION__KEY,
 # e.g. PERSYN_MODELS__RESPOND="anthropic:claude-sonnet-4-5" or
-# PERSYN_CONVERSATION__IDLE_TIMEOUT_MINUTES=10. Secrets are never read from this file:
-# set ANTHROPIC_API_KEY or OPENAI_API_KEY in the environment.
+# PERSYN_CONVERSATION__IDLE_TIMEOUT_MINUTES=10 (a misspelt one is an error naming it; a
+# PERSYN_ variable that names no section is ignored with a warning). Secrets are never read
+# from this file: set ANTHROPIC_API_KEY or OPENAI_API_KEY in the environment.
 
 # Where agent data lives. Default: SQLite files under data/ beside this file.
-# storage_url = "sqlite:////absolute/path/persyn.db"
+# storage_url = "sqlite:////absolute/path/persyn.db"   # its directory must exist
 
 log_level = "warning"  # debug | info | warning | error
 
@@ -78,10 +79,12 @@ housekeeping_seconds = 60      # closing idle conversations, consolidation sweep
 # (a self-hosted /v1/embeddings service) or "sentence-transformers:NAME" (extra).
 # After changing it, run `persyn memory reindex`.
 embedder = "wordllama"
+# embedder_dims = 0            # 0 = the encoder's own size; WordLlama also takes 64 or 128
 budget_fraction = 0.7          # share of the respond model's context window for memories
 half_life_days = 30            # recency decay of a memory's weight in the relevance score
 strong_threshold = 0.6         # score bands shown to the agent: strong / moderate / weak
-moderate_threshold = 0.35
+moderate_threshold = 0.35      # at most strong_threshold
+# default_sensitivity = { terminal = "private" }  # per service: public | private | confidential | restricted
 # Channels listed together share memory; by default each channel is its own compartment.
 # channel_groups = [["terminal:terminal", "cli:cli"]]
 cull_below_importance = 3      # culling deletes memories rated below this...
