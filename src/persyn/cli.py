@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import signal
 import sys
 from collections.abc import Coroutine
@@ -15,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from persyn.core.config import CONFIG_FILE, Settings, home_from_env, load_settings
-from persyn.core.errors import PersynError
+from persyn.core.errors import InputError, PersynError
 
 __all__ = ["app", "main"]
 
@@ -110,12 +111,33 @@ def _root(
     ] = None,
 ) -> None:
     _state["home"] = home
-    if now is not None:
-        try:
-            parsed = datetime.fromisoformat(now)
-        except ValueError as exc:
-            raise PersynError(f"invalid --now {now!r}: use ISO 8601, e.g. 2026-12-07T09:00") from exc
-        _now["now"] = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    _now["now"] = _parse_instant(now, "--now")
+
+
+# Ids carry their time as milliseconds since 1970 (core/ids.py), and dates a year before
+# datetime's end leave room for the intervals added to "now" (reminders, retention, TTLs).
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def _parse_instant(value: str | None, option: str) -> datetime | None:
+    """An ISO 8601 time given for `option` (naive = UTC), within the years ids can carry."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise InputError(f"invalid {option} {value!r}: use ISO 8601, e.g. 2026-12-07T09:00") from exc
+    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        in_range = _EARLIEST <= parsed < _LATEST
+    except OverflowError:  # an offset that pushes it past datetime's range
+        in_range = False
+    if not in_range:
+        raise InputError(
+            f"invalid {option} {value!r}: use a time from {_EARLIEST:%Y-%m-%d} to before {_LATEST:%Y-%m-%d}"
+        )
+    return parsed
 
 
 def _clock() -> Any:
@@ -133,6 +155,13 @@ def _settings() -> Settings:
 
 def _run(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coroutine)
+
+
+def _preflight(settings: Settings) -> None:
+    """Before a runtime starts: its database files must be databases (runtime/doctor.py)."""
+    from persyn.runtime.doctor import preflight
+
+    preflight(settings)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -198,6 +227,7 @@ def chat(
 
     settings = _settings()
     chosen = settings.agent(agent)
+    _preflight(settings)
 
     async def _chat() -> int:
         runtime = Runtime(settings, clock=_clock())
@@ -227,9 +257,13 @@ def send(
     from persyn.core.ids import new_id
     from persyn.runtime.app import Runtime
 
+    # Checked before anything is queued: a failure after it would make a retry a duplicate.
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise InputError(f"invalid --timeout {timeout!r}: give a positive number of seconds")
     settings = _settings()
     chosen = settings.agent(agent)
     raw: str | bytes = sys.stdin.buffer.read() if text == "-" else text
+    _preflight(settings)
 
     async def _send() -> int:
         runtime = Runtime(settings, clock=_clock())
@@ -252,7 +286,16 @@ def send(
             if not wait:
                 typer.echo(event.id)
                 return 0
-            marker = await runtime.wait_marker(chosen.id, event.id, timeout=timeout)
+            try:
+                marker = await runtime.wait_marker(chosen.id, event.id, timeout=timeout)
+            except TimeoutError:
+                typer.secho(
+                    f"error: no reply to {event.id} within {timeout:g}s; it stays queued and a worker "
+                    "(`persyn run` or `persyn worker`) answers it: do not send it again",
+                    err=True,
+                    fg=typer.colors.RED,
+                )
+                return 1
             if marker.transmitted:
                 typer.echo(marker.text or "")
                 return 0
@@ -268,6 +311,7 @@ def send(
 async def _serve(settings: Settings, *, housekeeping: bool) -> int:
     from persyn.runtime.app import Runtime
 
+    _preflight(settings)
     runtime = Runtime(settings, clock=_clock())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -307,11 +351,16 @@ def _parse_since(value: str | None) -> datetime | None:
         return None
     units = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
     if value[:-1].isdigit() and value[-1] in units:
-        return datetime.now(UTC) - timedelta(**{units[value[-1]]: int(value[:-1])})
+        try:
+            return datetime.now(UTC) - timedelta(**{units[value[-1]]: int(value[:-1])})
+        except OverflowError:
+            raise InputError(
+                f"invalid --since {value!r}: that reaches before the year 1; use a shorter span"
+            ) from None
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
-        raise PersynError(
+        raise InputError(
             f"invalid --since {value!r}: use ISO 8601 (2026-11-30T09:00) or 30m, 12h, 7d, 2w"
         ) from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
@@ -1018,13 +1067,7 @@ def _progress(description: str) -> tuple[Any, Any]:
 
 
 def _parse_now(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise PersynError(f"invalid --now {value!r}: use ISO 8601, e.g. 2026-11-30T09:00") from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return _parse_instant(value, "--now")
 
 
 def _scored_json(result: Any) -> list[dict[str, Any]]:
@@ -1299,11 +1342,26 @@ def doctor() -> None:
     raise typer.Exit(_run(run_doctor(_state["home"])))
 
 
+def _error_text(exc: BaseException) -> str:
+    """An error as the operator reads it: our message, without the SQL and the links to
+    SQLAlchemy's documentation that a wrapped database error carries."""
+    if isinstance(exc, OSError) and not isinstance(exc, PersynError):
+        where = f" {str(exc.filename)!r}" if exc.filename else ""
+        return f"cannot use{where}: {exc.strerror or exc}"
+    lines = [
+        line
+        for line in str(exc).splitlines()
+        if not line.startswith(("(Background on this error at:", "[SQL:", "[parameters:"))
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     try:
         app()
-    except PersynError as exc:
-        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+    except (PersynError, OSError) as exc:
+        # OSError: the machine refused (a full disk, a read-only directory): say which file.
+        typer.secho(f"error: {_error_text(exc)}", err=True, fg=typer.colors.RED)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,17 +148,43 @@ def _agent_table(agent: AgentConfig) -> Table:
     return table
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` all at once: a full disk or a crash mid-write leaves the old
+    file as it was, never a truncated one (which would lose every agent's id)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+
+
 def init_home(home: Path, name: str | None) -> InitResult:
     """Create `home/persyn.toml` with one agent, or add an agent to an existing file."""
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / CONFIG_FILE
     agent_name = (name or "Persyn").strip()
     if not agent_name or len(agent_name) > 64:
         raise InputError(f"invalid agent name {name!r}: use 1 to 64 characters")
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the deployment directory {str(home)!r}: {exc.strerror or exc}"
+        ) from exc
+    path = home / CONFIG_FILE
     agent = AgentConfig(name=agent_name, id=new_id(), disposition=DEFAULT_DISPOSITION)
 
     if path.exists():
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {str(path)!r}: {exc}") from exc
         try:
             existing = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -170,12 +198,12 @@ def init_home(home: Path, name: str | None) -> InitResult:
             agents = tomlkit.aot()
             document.append("agents", agents)
         agents.append(_agent_table(agent))
-        path.write_text(tomlkit.dumps(document), encoding="utf-8")
+        _write_atomically(path, tomlkit.dumps(document))
         return InitResult(path=path, agent=agent, created_file=False)
 
     document = tomlkit.parse(_HEADER)
     agents = tomlkit.aot()
     agents.append(_agent_table(agent))
     document.append("agents", agents)
-    path.write_text(tomlkit.dumps(document), encoding="utf-8")
+    _write_atomically(path, tomlkit.dumps(document))
     return InitResult(path=path, agent=agent, created_file=True)
