@@ -37,7 +37,7 @@ AGENT = f'[[agents]]\nname = "Ada"\nid = "{AGENT_ID}"\n'
     [
         pytest.param(
             '[memory]\ndefault_sensitivity = { terminal = "privat" }\n',
-            ["memory.default_sensitivity.terminal", "'privat'", "'confidential'"],
+            ["memory.default_sensitivity", "'privat'", "service 'terminal'", "'confidential'"],
             id="misspelt-sensitivity",
         ),
         pytest.param(

@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 from pydantic import (
     BaseModel,
@@ -312,11 +312,21 @@ class MemoryConfig(_Strict):
     cull_after_days: float = Field(default=14.0, gt=0)
     dialog_retention_days: float = Field(default=90.0, gt=0)
     # Default sensitivity of new records by service; unknown services get "private".
-    default_sensitivity: dict[str, SensitivityName] = Field(
-        default_factory=lambda: cast(
-            dict[str, SensitivityName], {"terminal": "private", "cli": "private", "web": "private"}
-        )
+    default_sensitivity: dict[str, str] = Field(
+        default_factory=lambda: {"terminal": "private", "cli": "private", "web": "private"}
     )
+
+    @field_validator("default_sensitivity")
+    @classmethod
+    def _known_levels(cls, value: dict[str, str]) -> dict[str, str]:
+        allowed = get_args(SensitivityName)
+        for service, level in value.items():
+            if level not in allowed:
+                raise ValueError(
+                    f"{level!r} for service {service!r} is not a sensitivity level; "
+                    f"allowed: {', '.join(map(repr, allowed))}"
+                )
+        return value
 
     @field_validator("embedder")
     @classmethod
