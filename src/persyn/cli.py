@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from persyn.cli_render import block, dump_json, echo, one_line, visible
 from persyn.core.config import CONFIG_FILE, Settings, home_from_env, load_settings
 from persyn.core.errors import InputError, PersynError
 
@@ -165,7 +166,7 @@ def _preflight(settings: Settings) -> None:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    typer.secho(f"error: {visible(message)}", err=True, fg=typer.colors.RED)
     return typer.Exit(code)
 
 
@@ -184,12 +185,12 @@ def init(
     root = home_from_env(home or _state["home"])
     result = init_home(root, name)
     if result.created_file:
-        typer.echo(f"Created {result.path}")
+        echo(f"Created {result.path}")
     else:
-        typer.echo(f"Added an agent to {result.path}")
-    typer.echo(f"Agent {result.agent.name} ({result.agent.id}) is ready. Talk to it with:")
+        echo(f"Added an agent to {result.path}")
+    echo(f"Agent {result.agent.name} ({result.agent.id}) is ready. Talk to it with:")
     home_flag = "" if home is None and _state["home"] is None else f" --home {root}"
-    typer.echo(f"  persyn{home_flag} chat --agent {result.agent.name}")
+    echo(f"  persyn{home_flag} chat --agent {result.agent.name}")
 
 
 @agents_app.command("list")
@@ -200,13 +201,13 @@ def agents_list(
     settings = _settings()
     rows = [{"name": a.name, "id": a.id, "disposition": a.disposition} for a in settings.agents]
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        echo(dump_json(rows))
         return
     if not rows:
-        typer.echo(f"No agents yet in {settings.home / CONFIG_FILE}. Create one: persyn init --name NAME")
+        echo(f"No agents yet in {settings.home / CONFIG_FILE}. Create one: persyn init --name NAME")
         return
     for row in rows:
-        typer.echo(f"{row['name']:<20} {row['id']}")
+        echo(f"{one_line(row['name']):<20} {row['id']}")
 
 
 # chat / send -----------------------------------------------------------------------------
@@ -284,7 +285,7 @@ def send(
             )
             await runtime.submit(event)
             if not wait:
-                typer.echo(event.id)
+                echo(event.id)
                 return 0
             try:
                 marker = await runtime.wait_marker(chosen.id, event.id, timeout=timeout)
@@ -297,9 +298,9 @@ def send(
                 )
                 return 1
             if marker.transmitted:
-                typer.echo(marker.text or "")
+                echo(marker.text or "")
                 return 0
-            typer.secho(f"· {chosen.name} stayed silent: {marker.reason}", err=True, dim=True)
+            echo(f"· {chosen.name} stayed silent: {marker.reason}", err=True, dim=True)
             return 1
         finally:
             await runtime.stop()
@@ -319,11 +320,11 @@ async def _serve(settings: Settings, *, housekeeping: bool) -> int:
         loop.add_signal_handler(sig, stop.set)
     await runtime.start(workers=True, scheduler=housekeeping)
     names = ", ".join(a.name for a in settings.agents) or "no agents"
-    typer.echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
+    echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
     try:
         await stop.wait()
     finally:
-        typer.echo("stopping...")
+        echo("stopping...")
         await runtime.stop()
     return 0
 
@@ -385,9 +386,9 @@ def usage(
     settings = _settings()
     report = summarize(settings.usage_log_path, by=by, since=_parse_since(since))
     if as_json:
-        typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
+        echo(dump_json(report.model_dump(mode="json")))
     else:
-        typer.echo(render_summary(report))
+        echo(render_summary(report))
 
 
 # conversations -----------------------------------------------------------------------------
@@ -406,11 +407,13 @@ def conversations_list(
     settings = _settings()
     rows = _run(list_conversations(settings, settings.agent(agent), channel, limit))
     if as_json:
-        typer.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+        echo(dump_json([r.model_dump(mode="json") for r in rows]))
         return
     for row in rows:
         state = "open" if row.closed_at is None else "closed"
-        typer.echo(f"{row.id}  {row.started_at:%Y-%m-%d %H:%M}  {row.service}/{row.channel}  {state}")
+        echo(
+            f"{row.id}  {row.started_at:%Y-%m-%d %H:%M}  {one_line(row.service)}/{one_line(row.channel)}  {state}"
+        )
 
 
 @conversations_app.command("show")
@@ -444,15 +447,22 @@ def conversations_show(
         }
         if deliberation:
             payload["deliberation"] = traces
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
-    typer.echo(f"Conversation {conversation.id} on {conversation.service}/{conversation.channel}")
+    echo(
+        f"Conversation {conversation.id} on {one_line(conversation.service)}/{one_line(conversation.channel)}"
+    )
     for message in messages:
-        typer.echo(f"[{message.created_at:%Y-%m-%d %H:%M:%S}] {message.speaker_name}: {message.text}")
+        echo(_message_line(message))
         trace = traces.get(message.event_id or "") if message.role.value != "agent" else None
         if trace:
             for line in _trace_lines(trace):
-                typer.echo(f"    · {line}")
+                echo(f"    · {block(line, '      ')}")
+
+
+def _message_line(message: Any) -> str:
+    """One dialog message: the speaker's name on one line, the text's own lines indented."""
+    return f"[{message.created_at:%Y-%m-%d %H:%M:%S}] {one_line(message.speaker_name)}: {block(message.text)}"
 
 
 def _trace_lines(trace: dict[str, Any]) -> list[str]:
@@ -498,15 +508,18 @@ def contacts_list(
             {**c.person.model_dump(mode="json"), "addresses": [_address_json(a) for a in c.addresses]}
             for c in found
         ]
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
     if not found:
-        typer.echo("No contacts yet: people are added on first contact.")
+        echo("No contacts yet: people are added on first contact.")
     for entry in found:
         person = entry.person
         seen = f"{person.last_interaction_at:%Y-%m-%d %H:%M}" if person.last_interaction_at else "never"
         where = ", ".join(f"{i.service}/{i.channel}" for i in person.identities) or "-"
-        typer.echo(f"{person.id}  {person.display_name:<20} {person.kind:<6} last seen {seen}  on {where}")
+        echo(
+            f"{person.id}  {one_line(person.display_name):<20} {person.kind:<6} last seen {seen}  "
+            f"on {one_line(where)}"
+        )
 
 
 def _address_json(address: Any) -> dict[str, Any]:
@@ -537,27 +550,31 @@ def contacts_show(
                 for c, summary in digest.conversations
             ],
         }
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
     person = digest.person
-    typer.echo(f"{person.display_name} ({person.kind}) {person.id}")
+    echo(f"{one_line(person.display_name)} ({person.kind}) {person.id}")
     if digest.display_name_preference:
-        typer.echo(f"  prefers to be called: {digest.display_name_preference}")
+        echo(f"  prefers to be called: {one_line(digest.display_name_preference)}")
     if digest.preferred_channel:
-        typer.echo(f"  preferred channel: {digest.preferred_channel}")
+        echo(f"  preferred channel: {one_line(digest.preferred_channel)}")
     for key, value in digest.facts.items():
-        typer.echo(f"  fact: {key} = {value}")
+        echo(f"  fact: {one_line(key)} = {one_line(value)}")
     seen = f"{person.last_interaction_at:%Y-%m-%d %H:%M}" if person.last_interaction_at else "never"
-    typer.echo(f"  last interaction: {seen}")
+    echo(f"  last interaction: {seen}")
     for identity in person.identities:
-        typer.echo(f"  identity: {identity.service} / {identity.channel} / {identity.speaker_id}")
+        echo(
+            f"  identity: {one_line(identity.service)} / {one_line(identity.channel)} / "
+            f"{one_line(identity.speaker_id)}"
+        )
     for address in digest.addresses:
-        typer.echo(f"  address: {address.label} {address.value}")
-    typer.echo("  recent conversations:" if digest.conversations else "  no conversations yet")
+        echo(f"  address: {one_line(address.label)} {one_line(address.value)}")
+    echo("  recent conversations:" if digest.conversations else "  no conversations yet")
     for conversation, summary in digest.conversations:
-        typer.echo(
+        echo(
             f"    {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}  "
-            f"{conversation.service}/{conversation.channel}: {summary or '(not consolidated yet)'}"
+            f"{one_line(conversation.service)}/{one_line(conversation.channel)}: "
+            f"{one_line(summary or '(not consolidated yet)')}"
         )
 
 
@@ -572,7 +589,7 @@ def contacts_rename(
 
     settings = _settings()
     person = _run(rename_contact(settings, settings.agent(agent), person_id, name))
-    typer.echo(f"{person.id} is now {person.display_name}")
+    echo(f"{person.id} is now {one_line(person.display_name)}")
 
 
 @contacts_app.command("merge")
@@ -590,7 +607,7 @@ def contacts_merge(
     settings = _settings()
     person = _run(merge_contacts(settings, settings.agent(agent), survivor, other, name))
     where = ", ".join(f"{i.service}/{i.channel}" for i in person.identities) or "-"
-    typer.echo(f"{person.id} ({person.display_name}) now covers {where}")
+    echo(f"{person.id} ({one_line(person.display_name)}) now covers {one_line(where)}")
 
 
 def _identity_command(
@@ -605,7 +622,7 @@ def _identity_command(
     identity = Identity(service=service, channel=channel, speaker_id=speaker)
     person = _run(change_identity(settings, settings.agent(agent), person_id, identity, attach=attach))
     where = ", ".join(f"{i.service}/{i.channel}/{i.speaker_id}" for i in person.identities) or "-"
-    typer.echo(f"{person.id} ({person.display_name}) identities: {where}")
+    echo(f"{person.id} ({one_line(person.display_name)}) identities: {one_line(where)}")
 
 
 @contacts_app.command("attach")
@@ -641,13 +658,14 @@ def _address_command(person_id: str, label: str, value: str, agent: str | None, 
 
     settings = _settings()
     person, changed = _run(change_address(settings, settings.agent(agent), person_id, label, value, add=add))
-    label, value = label.strip().lower(), value.strip()
+    label, value = one_line(label.strip().lower()), one_line(value.strip())
+    name = one_line(person.display_name)
     if not add:
-        typer.echo(f"{person.display_name} ({person.id}) no longer has {label} {value}")
+        echo(f"{name} ({person.id}) no longer has {label} {value}")
     elif changed:
-        typer.echo(f"{person.display_name} ({person.id}) can be reached at {label} {value}")
+        echo(f"{name} ({person.id}) can be reached at {label} {value}")
     else:
-        typer.echo(f"{person.display_name} ({person.id}) already has {label} {value}")
+        echo(f"{name} ({person.id}) already has {label} {value}")
 
 
 @contacts_app.command("add-address")
@@ -686,7 +704,7 @@ def contacts_prefer(
 
     settings = _settings()
     person = _run(prefer_channel(settings, settings.agent(agent), person_id, channel))
-    typer.echo(f"{person.display_name} is reached first on {channel}")
+    echo(f"{one_line(person.display_name)} is reached first on {one_line(channel)}")
 
 
 @channels_app.command("list")
@@ -700,12 +718,12 @@ def channels_list(
     settings = _settings()
     found = _run(channels(settings, settings.agent(agent)))
     if as_json:
-        typer.echo(json.dumps([f"{c.service}:{c.channel}" for c in found], indent=2))
+        echo(dump_json([f"{c.service}:{c.channel}" for c in found]))
         return
     if not found:
-        typer.echo("No conversations yet.")
+        echo("No conversations yet.")
     for digest in found:
-        typer.echo(f"{digest.service}:{digest.channel}")
+        echo(f"{one_line(digest.service)}:{one_line(digest.channel)}")
 
 
 @channels_app.command("show")
@@ -727,12 +745,13 @@ def channels_show(
             {"conversation": c.model_dump(mode="json"), "summary": summary}
             for c, summary in digest.conversations
         ]
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
-    typer.echo(f"{digest.service}:{digest.channel}")
+    echo(f"{one_line(digest.service)}:{one_line(digest.channel)}")
     for conversation, summary in digest.conversations:
-        typer.echo(
-            f"  {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}: {summary or '(not consolidated yet)'}"
+        echo(
+            f"  {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}: "
+            f"{one_line(summary or '(not consolidated yet)')}"
         )
 
 
@@ -754,18 +773,21 @@ def people_observations(
         payload: dict[str, Any] = {"observations": [o.model_dump(mode="json") for o in observations]}
         if history:
             payload["history"] = [c.model_dump(mode="json") for c in changes]
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
-    typer.echo(f"{person.display_name} ({person.id})")
+    echo(f"{one_line(person.display_name)} ({person.id})")
     if not observations:
-        typer.echo("  nothing observed yet")
+        echo("  nothing observed yet")
     for observation in observations:
-        typer.echo(f"  [{observation.kind}] {observation.value}  ({observation.observed_at:%Y-%m-%d})")
+        echo(
+            f"  [{one_line(observation.kind)}] {one_line(observation.value)}  ({observation.observed_at:%Y-%m-%d})"
+        )
     if history:
-        typer.echo("history:")
+        echo("history:")
         for change in changes:
-            typer.echo(
-                f"  {change.at:%Y-%m-%d %H:%M} {change.action}: {change.before!r} -> {change.after!r} ({change.reason})"
+            echo(
+                f"  {change.at:%Y-%m-%d %H:%M} {one_line(change.action)}: {change.before!r} -> "
+                f"{change.after!r} ({one_line(change.reason)})"
             )
 
 
@@ -780,13 +802,13 @@ def people_dossier(
     settings = _settings()
     person, observations, _, dossier = _run(person_observations(settings, settings.agent(agent), person_id))
     if dossier:
-        typer.echo(dossier)
+        echo(dossier)
     elif observations:
-        typer.echo(
-            f"No dossier on {person.display_name} yet: it is written after their next conversation closes."
+        echo(
+            f"No dossier on {one_line(person.display_name)} yet: it is written after their next conversation closes."
         )
     else:
-        typer.echo(f"Nothing is known about {person.display_name} yet.")
+        echo(f"Nothing is known about {one_line(person.display_name)} yet.")
 
 
 # graph ---------------------------------------------------------------------------------------
@@ -806,7 +828,9 @@ def _relation_json(relation: Any) -> dict[str, Any]:
 
 
 def _relation_text(relation: Any) -> str:
-    return f"{relation.line()}  [{relation.channel}, {relation.sensitivity}, {relation.learned_at:%Y-%m-%d}]"
+    return one_line(
+        f"{relation.line()}  [{relation.channel}, {relation.sensitivity}, {relation.learned_at:%Y-%m-%d}]"
+    )
 
 
 @graph_app.command("query")
@@ -831,16 +855,16 @@ def graph_query(
             "entities": [e.model_dump(mode="json") for e in found.around.entities],
             "relations": [_relation_json(r) for r in found.around.relations],
         }
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
     head = found.entity
-    typer.echo(f"{head.name} ({head.kind}) {head.id}")
+    echo(f"{one_line(head.name)} ({one_line(head.kind)}) {head.id}")
     for key, value in sorted(head.attributes.items()):
-        typer.echo(f"  {key}: {value}")
+        echo(f"  {one_line(key)}: {one_line(value)}")
     if not found.around.relations:
-        typer.echo(f"  no relations within {hops} hop{'s' if hops != 1 else ''}")
+        echo(f"  no relations within {hops} hop{'s' if hops != 1 else ''}")
     for relation in found.around.relations:
-        typer.echo(f"  {_relation_text(relation)}")
+        echo(f"  {_relation_text(relation)}")
 
 
 @graph_app.command("path")
@@ -860,17 +884,16 @@ def graph_path(
     found = _run(path(settings, settings.agent(agent), source, target, max_hops, channel))
     if as_json:
         relations = None if found.relations is None else [_relation_json(r) for r in found.relations]
-        typer.echo(
-            json.dumps(
-                {"source": found.source.name, "target": found.target.name, "path": relations}, indent=2
-            )
-        )
+        echo(dump_json({"source": found.source.name, "target": found.target.name, "path": relations}))
     elif found.relations is None:
-        typer.echo(f"{found.source.name} and {found.target.name} are not connected within {max_hops} hops.")
+        echo(
+            f"{one_line(found.source.name)} and {one_line(found.target.name)} are not connected "
+            f"within {max_hops} hops."
+        )
     else:
-        typer.echo(f"{found.source.name} → {found.target.name}: {len(found.relations)} hop(s)")
+        echo(f"{one_line(found.source.name)} → {one_line(found.target.name)}: {len(found.relations)} hop(s)")
         for relation in found.relations:
-            typer.echo(f"  {_relation_text(relation)}")
+            echo(f"  {_relation_text(relation)}")
     if found.relations is None:
         raise typer.Exit(1)
 
@@ -882,7 +905,7 @@ def graph_stats(agent: AgentOption = None) -> None:
 
     settings = _settings()
     counts = _run(stats(settings, settings.agent(agent)))
-    typer.echo(", ".join(f"{count} {name}" for name, count in counts.items()))
+    echo(", ".join(f"{count} {name}" for name, count in counts.items()))
 
 
 # autonomy ----------------------------------------------------------------------------------
@@ -905,18 +928,18 @@ def heartbeat_status_command(
             "daily_token_budget": view.budget,
             "activity": [e.model_dump(mode="json") for e in view.activity],
         }
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
     if view.beat is None:
-        typer.echo("asleep: the heartbeat is deleted (restore it with `persyn heartbeat restore`)")
+        echo("asleep: the heartbeat is deleted (restore it with `persyn heartbeat restore`)")
     else:
-        typer.echo(
+        echo(
             f"beating: next at {view.beat.next_fire_at:%Y-%m-%d %H:%M} UTC, {view.beat.fire_count} beat(s) so far"
         )
-    typer.echo(f"autonomy budget: {view.tokens_today} of {view.budget} tokens used in the last 24 hours")
+    echo(f"autonomy budget: {view.tokens_today} of {view.budget} tokens used in the last 24 hours")
     for entry in view.activity:
-        typer.echo(
-            f"  {entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {entry.outcome[:100]}  ({entry.tokens} tokens)"
+        echo(
+            f"  {entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {one_line(entry.outcome[:100])}  ({entry.tokens} tokens)"
         )
 
 
@@ -929,9 +952,9 @@ def heartbeat_delete(agent: AgentOption = None) -> None:
     settings = _settings()
     chosen = settings.agent(agent)
     if _run(sleep(settings, chosen)):
-        typer.echo(f"{chosen.name}'s heartbeat is deleted: it sleeps until spoken to.")
+        echo(f"{chosen.name}'s heartbeat is deleted: it sleeps until spoken to.")
     else:
-        typer.echo(f"{chosen.name} was already asleep.")
+        echo(f"{chosen.name} was already asleep.")
 
 
 @heartbeat_app.command("restore")
@@ -942,7 +965,7 @@ def heartbeat_restore(agent: AgentOption = None) -> None:
     settings = _settings()
     chosen = settings.agent(agent)
     beat = _run(wake(settings, chosen))
-    typer.echo(f"{chosen.name}'s heartbeat beats again; next at {beat.next_fire_at:%Y-%m-%d %H:%M} UTC.")
+    echo(f"{chosen.name}'s heartbeat beats again; next at {beat.next_fire_at:%Y-%m-%d %H:%M} UTC.")
 
 
 @reminders_app.command("list")
@@ -958,14 +981,14 @@ def reminders_list(
     settings = _settings()
     found = _run(agent_reminders(settings, settings.agent(agent), cancelled))
     if as_json:
-        typer.echo(json.dumps([r.model_dump(mode="json") for r in found], indent=2))
+        echo(dump_json([r.model_dump(mode="json") for r in found]))
         return
     if not found:
-        typer.echo("No reminders: the agent sets them itself, with its reminder tools.")
+        echo("No reminders: the agent sets them itself, with its reminder tools.")
     for reminder in found:
-        typer.echo(
+        echo(
             f"{reminder.id}  next {reminder.next_fire_at:%Y-%m-%d %H:%M}  {describe_trigger(reminder.trigger)}"
-            f"  [{reminder.status}]  {reminder.objective[:80]}"
+            f"  [{reminder.status}]  {one_line(reminder.objective[:80])}"
         )
 
 
@@ -982,12 +1005,13 @@ def reminders_show(
 
     settings = _settings()
     found, runs = _run(reminder(settings, settings.agent(agent), reminder_id))
-    typer.echo(
-        f"{found.objective}\n  {describe_trigger(found.trigger)}; next {found.next_fire_at:%Y-%m-%d %H:%M} UTC"
+    echo(
+        f"{block(found.objective, '  ')}\n  {describe_trigger(found.trigger)}; "
+        f"next {found.next_fire_at:%Y-%m-%d %H:%M} UTC"
     )
-    typer.echo(f"  status {found.status}, fired {found.fire_count} time(s)")
+    echo(f"  status {found.status}, fired {found.fire_count} time(s)")
     for run in runs:
-        typer.echo(f"  {run.at:%Y-%m-%d %H:%M} {run.outcome[:100]} ({run.tokens} tokens)")
+        echo(f"  {run.at:%Y-%m-%d %H:%M} {one_line(run.outcome[:100])} ({run.tokens} tokens)")
 
 
 @reminders_app.command("cancel")
@@ -1001,7 +1025,7 @@ def reminders_cancel(
 
     settings = _settings()
     cancelled = _run(cancel_reminder(settings, settings.agent(agent), reminder_id))
-    typer.echo(f"cancelled: {cancelled.objective[:80]}")
+    echo(f"cancelled: {one_line(cancelled.objective[:80])}")
 
 
 @app.command("activity")
@@ -1020,15 +1044,15 @@ def activity_command(
     settings = _settings()
     entries = _run(activity(settings, settings.agent(agent), _parse_since(since), limit))
     if as_json:
-        typer.echo(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
+        echo(dump_json([e.model_dump(mode="json") for e in entries]))
         return
     if not entries:
-        typer.echo("Nothing self-initiated yet.")
+        echo("Nothing self-initiated yet.")
     for entry in entries:
-        typer.echo(
-            f"{entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {entry.tokens:>7} tokens  {entry.outcome[:100]}"
+        echo(
+            f"{entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {entry.tokens:>7} tokens  {one_line(entry.outcome[:100])}"
         )
-    typer.echo(f"total: {sum(e.tokens for e in entries)} tokens over {len(entries)} run(s)")
+    echo(f"total: {sum(e.tokens for e in entries)} tokens over {len(entries)} run(s)")
 
 
 @goals_app.command("list")
@@ -1042,13 +1066,13 @@ def goals_list(
     settings = _settings()
     found = _run(agent_goals(settings, settings.agent(agent)))
     if as_json:
-        typer.echo(json.dumps([g.model_dump(mode="json") for g in found], indent=2))
+        echo(dump_json([g.model_dump(mode="json") for g in found]))
         return
     if not found:
-        typer.echo("No goals: the agent creates them itself, with its goal tool.")
+        echo("No goals: the agent creates them itself, with its goal tool.")
     for goal in found:
         ending = f" — {goal.outcome}" if goal.outcome else ""
-        typer.echo(f"{goal.id}  [{goal.status}]  {goal.description[:100]}{ending}")
+        echo(f"{goal.id}  [{goal.status}]  {one_line(goal.description[:100] + ending)}")
 
 
 # memory ------------------------------------------------------------------------------------
@@ -1210,11 +1234,12 @@ def memory_list(
 
     records = _run(_list())
     if as_json:
-        typer.echo(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+        echo(dump_json([r.model_dump(mode="json") for r in records]))
         return
     for record in records:
-        typer.echo(
-            f"{record.id}  {record.created_at:%Y-%m-%d}  [{record.importance:>2}/10 {record.sensitivity.value}]  {record.summary[:100]}"
+        echo(
+            f"{record.id}  {record.created_at:%Y-%m-%d}  [{record.importance:>2}/10 {record.sensitivity.value}]  "
+            f"{one_line(record.summary[:100])}"
         )
 
 
@@ -1242,17 +1267,17 @@ def memory_show(
         payload: dict[str, Any] = {"record": record.model_dump(mode="json")}
         if dialog:
             payload["dialog"] = [m.model_dump(mode="json") for m in messages]
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
     for key, value in record.model_dump(mode="json").items():
-        typer.echo(f"{key:>16}: {value}")
+        echo(f"{key:>16}: {block(str(value), ' ' * 18)}")
     if dialog:
         if not messages:
-            typer.echo(
+            echo(
                 "(no verbatim dialog is kept for this memory: it is past the retention window or was imported without it)"
             )
         for message in messages:
-            typer.echo(f"[{message.created_at:%Y-%m-%d %H:%M:%S}] {message.speaker_name}: {message.text}")
+            echo(_message_line(message))
 
 
 @memory_app.command("forget")
@@ -1268,7 +1293,7 @@ def memory_forget(record_id: Annotated[str, typer.Argument(metavar="ID")], agent
             return await ops.forget(record_id)
 
     record = _run(_forget())
-    typer.echo(f"forgot {record.id}: {record.summary[:100]}")
+    echo(f"forgot {record.id}: {one_line(record.summary[:100])}")
 
 
 @memory_app.command("stats")
@@ -1287,7 +1312,7 @@ def memory_stats(
             return await ops.store.record_stats(chosen.id)
 
     stats = _run(_stats())
-    typer.echo(json.dumps(stats, indent=2 if as_json else 1, default=str))
+    echo(dump_json(stats, indent=2 if as_json else 1))
 
 
 @memory_app.command("cull")
@@ -1309,10 +1334,10 @@ def memory_cull(
 
     doomed = _run(_cull())
     verb = "would delete" if dry_run else "deleted"
-    typer.echo(f"{verb} {len(doomed)} memories")
+    echo(f"{verb} {len(doomed)} memories")
     for record in doomed:
-        typer.echo(
-            f"  {record.id}  {record.created_at:%Y-%m-%d}  [{record.importance}/10]  {record.summary[:90]}"
+        echo(
+            f"  {record.id}  {record.created_at:%Y-%m-%d}  [{record.importance}/10]  {one_line(record.summary[:90])}"
         )
 
 
@@ -1330,7 +1355,7 @@ def memory_reindex(agent: AgentOption = None) -> None:
             with progress:
                 return await ops.reindex(update)
 
-    typer.echo(f"re-embedded {_run(_reindex())} memories")
+    echo(f"re-embedded {_run(_reindex())} memories")
 
 
 # doctor ------------------------------------------------------------------------------------
@@ -1361,7 +1386,7 @@ def main() -> None:
         app()
     except (PersynError, OSError) as exc:
         # OSError: the machine refused (a full disk, a read-only directory): say which file.
-        typer.secho(f"error: {_error_text(exc)}", err=True, fg=typer.colors.RED)
+        typer.secho(f"error: {visible(_error_text(exc))}", err=True, fg=typer.colors.RED)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
