@@ -15,7 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from persyn.cli_render import block, dump_json, echo, one_line, visible
+from persyn.cli_render import block, dump_json, echo, error_text, one_line, visible
 from persyn.core.config import CONFIG_FILE, Settings, home_from_env, load_settings
 from persyn.core.errors import InputError, PersynError
 
@@ -1367,26 +1367,12 @@ def doctor() -> None:
     raise typer.Exit(_run(run_doctor(_state["home"])))
 
 
-def _error_text(exc: BaseException) -> str:
-    """An error as the operator reads it: our message, without the SQL and the links to
-    SQLAlchemy's documentation that a wrapped database error carries."""
-    if isinstance(exc, OSError) and not isinstance(exc, PersynError):
-        where = f" {str(exc.filename)!r}" if exc.filename else ""
-        return f"cannot use{where}: {exc.strerror or exc}"
-    lines = [
-        line
-        for line in str(exc).splitlines()
-        if not line.startswith(("(Background on this error at:", "[SQL:", "[parameters:"))
-    ]
-    return "\n".join(lines)
-
-
 def main() -> None:
     try:
         app()
     except (PersynError, OSError) as exc:
         # OSError: the machine refused (a full disk, a read-only directory): say which file.
-        typer.secho(f"error: {visible(_error_text(exc))}", err=True, fg=typer.colors.RED)
+        typer.secho(f"error: {error_text(exc)}", err=True, fg=typer.colors.RED)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)

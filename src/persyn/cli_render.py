@@ -32,7 +32,7 @@ from typing import Any
 
 import typer
 
-__all__ = ["block", "dump_json", "echo", "one_line", "visible"]
+__all__ = ["block", "dump_json", "echo", "error_text", "one_line", "visible"]
 
 # Invisible format characters that change how a line reads: bidirectional embeddings,
 # overrides and isolates (the "Trojan Source" characters), and marks.
@@ -81,3 +81,18 @@ def dump_json(payload: Any, *, indent: int | None = 2) -> str:
     """JSON for `--json`: escapes every control and non-ASCII character, so it is always valid
     JSON and never writes a raw control character to the terminal."""
     return json.dumps(payload, indent=indent, ensure_ascii=True, default=str)
+
+
+# What a wrapped database error appends to our message: the statement, its parameters (stored
+# text, possibly long) and a link to SQLAlchemy's documentation.
+_DATABASE_NOISE = ("(Background on this error at:", "[SQL:", "[parameters:")
+
+
+def error_text(exc: BaseException) -> str:
+    """An error as the operator reads it: our message (for an `OSError`, what refused and
+    which file), without the SQL noise a wrapped database error carries; shown `visible`."""
+    if isinstance(exc, OSError):
+        where = f" {str(exc.filename)!r}" if exc.filename else ""
+        return visible(f"cannot use{where}: {exc.strerror or exc}")
+    lines = [line for line in str(exc).splitlines() if not line.startswith(_DATABASE_NOISE)]
+    return visible("\n".join(lines))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,6 +139,32 @@ def test_chat_on_a_full_disk(small_disk: Path) -> None:
     done = persyn.run("chat", input="are you there?\n")
     _clean_error(done, "full")
     assert "sqlalche.me" not in done.stderr and "[SQL:" not in done.stderr
+
+
+def test_chat_when_the_disk_fills_during_the_session(small_disk: Path) -> None:
+    persyn = Persyn(home=small_disk / "home", env={"PERSYN_MODELS__DEFAULT": "test:echo"})
+    assert persyn.run("init", "--name", "Ada").returncode == 0
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "persyn", "chat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=persyn.environ(PERSYN_DELIBERATION__ENABLED="false"),
+    )
+    assert chat.stdin is not None and chat.stdout is not None
+    chat.stdin.write(b"first\n")
+    chat.stdin.flush()
+    for line in iter(chat.stdout.readline, b""):  # the first reply: the store works
+        if b"You said: first" in line:
+            break
+    _fill(small_disk)
+    out, err = chat.communicate(b"second, with nowhere to put it\n", timeout=120)
+    done = subprocess.CompletedProcess(chat.args, chat.returncode, out.decode(), err.decode())
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stdout.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "disk is full" in errors[0], done.stdout
+    assert "sqlalche.me" not in done.stdout and "[SQL:" not in done.stdout
 
 
 def test_garbage_workflow_database_is_a_clean_error_and_doctor_says_how_to_fix_it(persyn: Persyn) -> None:

@@ -207,6 +207,14 @@ def test_environment_errors_name_the_variable_not_the_file(
     assert "persyn.toml:" not in message and "invalid configuration in the environment:" in message, message
 
 
+def test_a_check_across_keys_names_the_variables_involved(tmp_path: Path) -> None:
+    init_home(tmp_path, "Ada")
+    message = _error(tmp_path, {"PERSYN_MEMORY__MODERATE_THRESHOLD": "0.9"})
+    assert "moderate_threshold 0.9 is above strong_threshold 0.6" in message, message
+    assert "set in the environment: PERSYN_MEMORY__MODERATE_THRESHOLD" in message, message
+    assert "and the environment:" in message, message
+
+
 def test_a_file_error_and_an_environment_error_are_told_apart(tmp_path: Path) -> None:
     _write(tmp_path, "[graph]\nhops = 9\n")
     message = _error(tmp_path, {"PERSYN_MEMORY__HALF_LIFE_DAYS": "-1"})

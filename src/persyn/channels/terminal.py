@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from persyn.cli_render import visible
+from persyn.cli_render import error_text, visible
 from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
 from persyn.core.events import Event, EventKind, Notice, Outbound, Speaker
@@ -200,6 +200,7 @@ async def run_chat(
             raise EOFError
         return line.rstrip("\n")
 
+    failed = False
     while True:
         try:
             line = await asyncio.to_thread(_read)
@@ -244,12 +245,13 @@ async def run_chat(
         except (KeyboardInterrupt, asyncio.CancelledError):
             break
         except Exception as exc:  # keep the chat alive; say what went wrong
-            channel.notice_text(f"error: {exc}", "31")
+            channel.notice_text(f"error: {error_text(exc)}", "31")
+            failed = True  # and exit non-zero at the end: a script piping into chat learns of it
     with contextlib.suppress(Exception):
         channel._end_line()
     if interactive:
         out.write("\n")
-    return 0
+    return 1 if failed else 0
 
 
 def _login_name() -> str:

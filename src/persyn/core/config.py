@@ -584,6 +584,13 @@ def _describe(error: ValidationError, source: Path, origins: Mapping[tuple[str, 
             # An unknown key under a section the environment set: the variable is the culprit.
             variable = next((v for path, v in origins.items() if path[: len(loc)] == loc), None)
         message = issue["msg"]
+        if variable is None and issue["type"] == "value_error":
+            # A check across keys (thresholds, embedder and its size): name the variables
+            # that set any of them, as the file may not be where the fault is.
+            involved = sorted(v for path, v in origins.items() if path[: len(loc)] == loc)
+            if involved:
+                from_env = True
+                message = f"{message} (set in the environment: {', '.join(involved)})"
         ctx = issue.get("ctx") or {}
         if "expected" in ctx and str(ctx["expected"]) not in message:
             message = f"{message} (allowed: {ctx['expected']})"
