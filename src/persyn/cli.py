@@ -148,9 +148,28 @@ def _clock() -> Any:
     return OffsetClock(_now["now"]) if _now["now"] is not None else SystemClock()
 
 
+class _OneLineErrors(logging.Filter):
+    """Below `log_level = "debug"`, a logged exception is one line (its message), not a
+    traceback: a failing write on a full disk says what failed without burying the
+    operator's terminal; `debug` keeps the tracebacks for whoever investigates."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.getMessage()}: {error_text(record.exc_info[1])}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 def _settings() -> Settings:
     settings = load_settings(_state["home"])
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if settings.log_level != "debug":
+        one_line_errors = _OneLineErrors()
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(one_line_errors)
+        logging.getLogger("dbos").addFilter(one_line_errors)  # DBOS logs through its own handler
     return settings
 
 
