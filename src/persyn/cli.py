@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import signal
 import sys
 from collections.abc import Coroutine
@@ -14,8 +15,9 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from persyn.cli_render import block, dump_json, echo, error_text, one_line, visible
 from persyn.core.config import CONFIG_FILE, Settings, home_from_env, load_settings
-from persyn.core.errors import PersynError
+from persyn.core.errors import InputError, PersynError
 
 __all__ = ["app", "main"]
 
@@ -110,12 +112,33 @@ def _root(
     ] = None,
 ) -> None:
     _state["home"] = home
-    if now is not None:
-        try:
-            parsed = datetime.fromisoformat(now)
-        except ValueError as exc:
-            raise PersynError(f"invalid --now {now!r}: use ISO 8601, e.g. 2026-12-07T09:00") from exc
-        _now["now"] = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    _now["now"] = _parse_instant(now, "--now")
+
+
+# Ids carry their time as milliseconds since 1970 (core/ids.py), and dates a year before
+# datetime's end leave room for the intervals added to "now" (reminders, retention, TTLs).
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def _parse_instant(value: str | None, option: str) -> datetime | None:
+    """An ISO 8601 time given for `option` (naive = UTC), within the years ids can carry."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise InputError(f"invalid {option} {value!r}: use ISO 8601, e.g. 2026-12-07T09:00") from exc
+    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        in_range = _EARLIEST <= parsed < _LATEST
+    except OverflowError:  # an offset that pushes it past datetime's range
+        in_range = False
+    if not in_range:
+        raise InputError(
+            f"invalid {option} {value!r}: use a time from {_EARLIEST:%Y-%m-%d} to before {_LATEST:%Y-%m-%d}"
+        )
+    return parsed
 
 
 def _clock() -> Any:
@@ -125,9 +148,28 @@ def _clock() -> Any:
     return OffsetClock(_now["now"]) if _now["now"] is not None else SystemClock()
 
 
+class _OneLineErrors(logging.Filter):
+    """Below `log_level = "debug"`, a logged exception is one line (its message), not a
+    traceback: a failing write on a full disk says what failed without burying the
+    operator's terminal; `debug` keeps the tracebacks for whoever investigates."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.getMessage()}: {error_text(record.exc_info[1])}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 def _settings() -> Settings:
     settings = load_settings(_state["home"])
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if settings.log_level != "debug":
+        one_line_errors = _OneLineErrors()
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(one_line_errors)
+        logging.getLogger("dbos").addFilter(one_line_errors)  # DBOS logs through its own handler
     return settings
 
 
@@ -135,8 +177,15 @@ def _run(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coroutine)
 
 
+def _preflight(settings: Settings) -> None:
+    """Before a runtime starts: its database files must be databases (runtime/doctor.py)."""
+    from persyn.runtime.doctor import preflight
+
+    preflight(settings)
+
+
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    typer.secho(f"error: {visible(message)}", err=True, fg=typer.colors.RED)
     return typer.Exit(code)
 
 
@@ -155,12 +204,12 @@ def init(
     root = home_from_env(home or _state["home"])
     result = init_home(root, name)
     if result.created_file:
-        typer.echo(f"Created {result.path}")
+        echo(f"Created {result.path}")
     else:
-        typer.echo(f"Added an agent to {result.path}")
-    typer.echo(f"Agent {result.agent.name} ({result.agent.id}) is ready. Talk to it with:")
+        echo(f"Added an agent to {result.path}")
+    echo(f"Agent {result.agent.name} ({result.agent.id}) is ready. Talk to it with:")
     home_flag = "" if home is None and _state["home"] is None else f" --home {root}"
-    typer.echo(f"  persyn{home_flag} chat --agent {result.agent.name}")
+    echo(f"  persyn{home_flag} chat --agent {result.agent.name}")
 
 
 @agents_app.command("list")
@@ -171,13 +220,13 @@ def agents_list(
     settings = _settings()
     rows = [{"name": a.name, "id": a.id, "disposition": a.disposition} for a in settings.agents]
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        echo(dump_json(rows))
         return
     if not rows:
-        typer.echo(f"No agents yet in {settings.home / CONFIG_FILE}. Create one: persyn init --name NAME")
+        echo(f"No agents yet in {settings.home / CONFIG_FILE}. Create one: persyn init --name NAME")
         return
     for row in rows:
-        typer.echo(f"{row['name']:<20} {row['id']}")
+        echo(f"{one_line(row['name']):<20} {row['id']}")
 
 
 # chat / send -----------------------------------------------------------------------------
@@ -198,6 +247,7 @@ def chat(
 
     settings = _settings()
     chosen = settings.agent(agent)
+    _preflight(settings)
 
     async def _chat() -> int:
         runtime = Runtime(settings, clock=_clock())
@@ -227,9 +277,13 @@ def send(
     from persyn.core.ids import new_id
     from persyn.runtime.app import Runtime
 
+    # Checked before anything is queued: a failure after it would make a retry a duplicate.
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise InputError(f"invalid --timeout {timeout!r}: give a positive number of seconds")
     settings = _settings()
     chosen = settings.agent(agent)
     raw: str | bytes = sys.stdin.buffer.read() if text == "-" else text
+    _preflight(settings)
 
     async def _send() -> int:
         runtime = Runtime(settings, clock=_clock())
@@ -250,13 +304,22 @@ def send(
             )
             await runtime.submit(event)
             if not wait:
-                typer.echo(event.id)
+                echo(event.id)
                 return 0
-            marker = await runtime.wait_marker(chosen.id, event.id, timeout=timeout)
+            try:
+                marker = await runtime.wait_marker(chosen.id, event.id, timeout=timeout)
+            except TimeoutError:
+                typer.secho(
+                    f"error: no reply to {event.id} within {timeout:g}s; it stays queued and a worker "
+                    "(`persyn run` or `persyn worker`) answers it: do not send it again",
+                    err=True,
+                    fg=typer.colors.RED,
+                )
+                return 1
             if marker.transmitted:
-                typer.echo(marker.text or "")
+                echo(marker.text or "")
                 return 0
-            typer.secho(f"· {chosen.name} stayed silent: {marker.reason}", err=True, dim=True)
+            echo(f"· {chosen.name} stayed silent: {marker.reason}", err=True, dim=True)
             return 1
         finally:
             await runtime.stop()
@@ -268,6 +331,7 @@ def send(
 async def _serve(settings: Settings, *, housekeeping: bool) -> int:
     from persyn.runtime.app import Runtime
 
+    _preflight(settings)
     runtime = Runtime(settings, clock=_clock())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -275,11 +339,11 @@ async def _serve(settings: Settings, *, housekeeping: bool) -> int:
         loop.add_signal_handler(sig, stop.set)
     await runtime.start(workers=True, scheduler=housekeeping)
     names = ", ".join(a.name for a in settings.agents) or "no agents"
-    typer.echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
+    echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
     try:
         await stop.wait()
     finally:
-        typer.echo("stopping...")
+        echo("stopping...")
         await runtime.stop()
     return 0
 
@@ -307,11 +371,16 @@ def _parse_since(value: str | None) -> datetime | None:
         return None
     units = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
     if value[:-1].isdigit() and value[-1] in units:
-        return datetime.now(UTC) - timedelta(**{units[value[-1]]: int(value[:-1])})
+        try:
+            return datetime.now(UTC) - timedelta(**{units[value[-1]]: int(value[:-1])})
+        except OverflowError:
+            raise InputError(
+                f"invalid --since {value!r}: that reaches before the year 1; use a shorter span"
+            ) from None
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
-        raise PersynError(
+        raise InputError(
             f"invalid --since {value!r}: use ISO 8601 (2026-11-30T09:00) or 30m, 12h, 7d, 2w"
         ) from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
@@ -336,9 +405,9 @@ def usage(
     settings = _settings()
     report = summarize(settings.usage_log_path, by=by, since=_parse_since(since))
     if as_json:
-        typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
+        echo(dump_json(report.model_dump(mode="json")))
     else:
-        typer.echo(render_summary(report))
+        echo(render_summary(report))
 
 
 # conversations -----------------------------------------------------------------------------
@@ -357,11 +426,13 @@ def conversations_list(
     settings = _settings()
     rows = _run(list_conversations(settings, settings.agent(agent), channel, limit))
     if as_json:
-        typer.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+        echo(dump_json([r.model_dump(mode="json") for r in rows]))
         return
     for row in rows:
         state = "open" if row.closed_at is None else "closed"
-        typer.echo(f"{row.id}  {row.started_at:%Y-%m-%d %H:%M}  {row.service}/{row.channel}  {state}")
+        echo(
+            f"{row.id}  {row.started_at:%Y-%m-%d %H:%M}  {one_line(row.service)}/{one_line(row.channel)}  {state}"
+        )
 
 
 @conversations_app.command("show")
@@ -395,15 +466,22 @@ def conversations_show(
         }
         if deliberation:
             payload["deliberation"] = traces
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
-    typer.echo(f"Conversation {conversation.id} on {conversation.service}/{conversation.channel}")
+    echo(
+        f"Conversation {conversation.id} on {one_line(conversation.service)}/{one_line(conversation.channel)}"
+    )
     for message in messages:
-        typer.echo(f"[{message.created_at:%Y-%m-%d %H:%M:%S}] {message.speaker_name}: {message.text}")
+        echo(_message_line(message))
         trace = traces.get(message.event_id or "") if message.role.value != "agent" else None
         if trace:
             for line in _trace_lines(trace):
-                typer.echo(f"    · {line}")
+                echo(f"    · {block(line, '      ')}")
+
+
+def _message_line(message: Any) -> str:
+    """One dialog message: the speaker's name on one line, the text's own lines indented."""
+    return f"[{message.created_at:%Y-%m-%d %H:%M:%S}] {one_line(message.speaker_name)}: {block(message.text)}"
 
 
 def _trace_lines(trace: dict[str, Any]) -> list[str]:
@@ -449,15 +527,18 @@ def contacts_list(
             {**c.person.model_dump(mode="json"), "addresses": [_address_json(a) for a in c.addresses]}
             for c in found
         ]
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
     if not found:
-        typer.echo("No contacts yet: people are added on first contact.")
+        echo("No contacts yet: people are added on first contact.")
     for entry in found:
         person = entry.person
         seen = f"{person.last_interaction_at:%Y-%m-%d %H:%M}" if person.last_interaction_at else "never"
         where = ", ".join(f"{i.service}/{i.channel}" for i in person.identities) or "-"
-        typer.echo(f"{person.id}  {person.display_name:<20} {person.kind:<6} last seen {seen}  on {where}")
+        echo(
+            f"{person.id}  {one_line(person.display_name):<20} {person.kind:<6} last seen {seen}  "
+            f"on {one_line(where)}"
+        )
 
 
 def _address_json(address: Any) -> dict[str, Any]:
@@ -488,27 +569,31 @@ def contacts_show(
                 for c, summary in digest.conversations
             ],
         }
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
     person = digest.person
-    typer.echo(f"{person.display_name} ({person.kind}) {person.id}")
+    echo(f"{one_line(person.display_name)} ({person.kind}) {person.id}")
     if digest.display_name_preference:
-        typer.echo(f"  prefers to be called: {digest.display_name_preference}")
+        echo(f"  prefers to be called: {one_line(digest.display_name_preference)}")
     if digest.preferred_channel:
-        typer.echo(f"  preferred channel: {digest.preferred_channel}")
+        echo(f"  preferred channel: {one_line(digest.preferred_channel)}")
     for key, value in digest.facts.items():
-        typer.echo(f"  fact: {key} = {value}")
+        echo(f"  fact: {one_line(key)} = {one_line(value)}")
     seen = f"{person.last_interaction_at:%Y-%m-%d %H:%M}" if person.last_interaction_at else "never"
-    typer.echo(f"  last interaction: {seen}")
+    echo(f"  last interaction: {seen}")
     for identity in person.identities:
-        typer.echo(f"  identity: {identity.service} / {identity.channel} / {identity.speaker_id}")
+        echo(
+            f"  identity: {one_line(identity.service)} / {one_line(identity.channel)} / "
+            f"{one_line(identity.speaker_id)}"
+        )
     for address in digest.addresses:
-        typer.echo(f"  address: {address.label} {address.value}")
-    typer.echo("  recent conversations:" if digest.conversations else "  no conversations yet")
+        echo(f"  address: {one_line(address.label)} {one_line(address.value)}")
+    echo("  recent conversations:" if digest.conversations else "  no conversations yet")
     for conversation, summary in digest.conversations:
-        typer.echo(
+        echo(
             f"    {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}  "
-            f"{conversation.service}/{conversation.channel}: {summary or '(not consolidated yet)'}"
+            f"{one_line(conversation.service)}/{one_line(conversation.channel)}: "
+            f"{one_line(summary or '(not consolidated yet)')}"
         )
 
 
@@ -523,7 +608,7 @@ def contacts_rename(
 
     settings = _settings()
     person = _run(rename_contact(settings, settings.agent(agent), person_id, name))
-    typer.echo(f"{person.id} is now {person.display_name}")
+    echo(f"{person.id} is now {one_line(person.display_name)}")
 
 
 @contacts_app.command("merge")
@@ -541,7 +626,7 @@ def contacts_merge(
     settings = _settings()
     person = _run(merge_contacts(settings, settings.agent(agent), survivor, other, name))
     where = ", ".join(f"{i.service}/{i.channel}" for i in person.identities) or "-"
-    typer.echo(f"{person.id} ({person.display_name}) now covers {where}")
+    echo(f"{person.id} ({one_line(person.display_name)}) now covers {one_line(where)}")
 
 
 def _identity_command(
@@ -556,7 +641,7 @@ def _identity_command(
     identity = Identity(service=service, channel=channel, speaker_id=speaker)
     person = _run(change_identity(settings, settings.agent(agent), person_id, identity, attach=attach))
     where = ", ".join(f"{i.service}/{i.channel}/{i.speaker_id}" for i in person.identities) or "-"
-    typer.echo(f"{person.id} ({person.display_name}) identities: {where}")
+    echo(f"{person.id} ({one_line(person.display_name)}) identities: {one_line(where)}")
 
 
 @contacts_app.command("attach")
@@ -592,13 +677,14 @@ def _address_command(person_id: str, label: str, value: str, agent: str | None, 
 
     settings = _settings()
     person, changed = _run(change_address(settings, settings.agent(agent), person_id, label, value, add=add))
-    label, value = label.strip().lower(), value.strip()
+    label, value = one_line(label.strip().lower()), one_line(value.strip())
+    name = one_line(person.display_name)
     if not add:
-        typer.echo(f"{person.display_name} ({person.id}) no longer has {label} {value}")
+        echo(f"{name} ({person.id}) no longer has {label} {value}")
     elif changed:
-        typer.echo(f"{person.display_name} ({person.id}) can be reached at {label} {value}")
+        echo(f"{name} ({person.id}) can be reached at {label} {value}")
     else:
-        typer.echo(f"{person.display_name} ({person.id}) already has {label} {value}")
+        echo(f"{name} ({person.id}) already has {label} {value}")
 
 
 @contacts_app.command("add-address")
@@ -637,7 +723,7 @@ def contacts_prefer(
 
     settings = _settings()
     person = _run(prefer_channel(settings, settings.agent(agent), person_id, channel))
-    typer.echo(f"{person.display_name} is reached first on {channel}")
+    echo(f"{one_line(person.display_name)} is reached first on {one_line(channel)}")
 
 
 @channels_app.command("list")
@@ -651,12 +737,12 @@ def channels_list(
     settings = _settings()
     found = _run(channels(settings, settings.agent(agent)))
     if as_json:
-        typer.echo(json.dumps([f"{c.service}:{c.channel}" for c in found], indent=2))
+        echo(dump_json([f"{c.service}:{c.channel}" for c in found]))
         return
     if not found:
-        typer.echo("No conversations yet.")
+        echo("No conversations yet.")
     for digest in found:
-        typer.echo(f"{digest.service}:{digest.channel}")
+        echo(f"{one_line(digest.service)}:{one_line(digest.channel)}")
 
 
 @channels_app.command("show")
@@ -678,12 +764,13 @@ def channels_show(
             {"conversation": c.model_dump(mode="json"), "summary": summary}
             for c, summary in digest.conversations
         ]
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
-    typer.echo(f"{digest.service}:{digest.channel}")
+    echo(f"{one_line(digest.service)}:{one_line(digest.channel)}")
     for conversation, summary in digest.conversations:
-        typer.echo(
-            f"  {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}: {summary or '(not consolidated yet)'}"
+        echo(
+            f"  {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}: "
+            f"{one_line(summary or '(not consolidated yet)')}"
         )
 
 
@@ -705,18 +792,21 @@ def people_observations(
         payload: dict[str, Any] = {"observations": [o.model_dump(mode="json") for o in observations]}
         if history:
             payload["history"] = [c.model_dump(mode="json") for c in changes]
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
-    typer.echo(f"{person.display_name} ({person.id})")
+    echo(f"{one_line(person.display_name)} ({person.id})")
     if not observations:
-        typer.echo("  nothing observed yet")
+        echo("  nothing observed yet")
     for observation in observations:
-        typer.echo(f"  [{observation.kind}] {observation.value}  ({observation.observed_at:%Y-%m-%d})")
+        echo(
+            f"  [{one_line(observation.kind)}] {one_line(observation.value)}  ({observation.observed_at:%Y-%m-%d})"
+        )
     if history:
-        typer.echo("history:")
+        echo("history:")
         for change in changes:
-            typer.echo(
-                f"  {change.at:%Y-%m-%d %H:%M} {change.action}: {change.before!r} -> {change.after!r} ({change.reason})"
+            echo(
+                f"  {change.at:%Y-%m-%d %H:%M} {one_line(change.action)}: {change.before!r} -> "
+                f"{change.after!r} ({one_line(change.reason)})"
             )
 
 
@@ -731,13 +821,13 @@ def people_dossier(
     settings = _settings()
     person, observations, _, dossier = _run(person_observations(settings, settings.agent(agent), person_id))
     if dossier:
-        typer.echo(dossier)
+        echo(dossier)
     elif observations:
-        typer.echo(
-            f"No dossier on {person.display_name} yet: it is written after their next conversation closes."
+        echo(
+            f"No dossier on {one_line(person.display_name)} yet: it is written after their next conversation closes."
         )
     else:
-        typer.echo(f"Nothing is known about {person.display_name} yet.")
+        echo(f"Nothing is known about {one_line(person.display_name)} yet.")
 
 
 # graph ---------------------------------------------------------------------------------------
@@ -757,7 +847,9 @@ def _relation_json(relation: Any) -> dict[str, Any]:
 
 
 def _relation_text(relation: Any) -> str:
-    return f"{relation.line()}  [{relation.channel}, {relation.sensitivity}, {relation.learned_at:%Y-%m-%d}]"
+    return one_line(
+        f"{relation.line()}  [{relation.channel}, {relation.sensitivity}, {relation.learned_at:%Y-%m-%d}]"
+    )
 
 
 @graph_app.command("query")
@@ -782,16 +874,16 @@ def graph_query(
             "entities": [e.model_dump(mode="json") for e in found.around.entities],
             "relations": [_relation_json(r) for r in found.around.relations],
         }
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
     head = found.entity
-    typer.echo(f"{head.name} ({head.kind}) {head.id}")
+    echo(f"{one_line(head.name)} ({one_line(head.kind)}) {head.id}")
     for key, value in sorted(head.attributes.items()):
-        typer.echo(f"  {key}: {value}")
+        echo(f"  {one_line(key)}: {one_line(value)}")
     if not found.around.relations:
-        typer.echo(f"  no relations within {hops} hop{'s' if hops != 1 else ''}")
+        echo(f"  no relations within {hops} hop{'s' if hops != 1 else ''}")
     for relation in found.around.relations:
-        typer.echo(f"  {_relation_text(relation)}")
+        echo(f"  {_relation_text(relation)}")
 
 
 @graph_app.command("path")
@@ -811,17 +903,16 @@ def graph_path(
     found = _run(path(settings, settings.agent(agent), source, target, max_hops, channel))
     if as_json:
         relations = None if found.relations is None else [_relation_json(r) for r in found.relations]
-        typer.echo(
-            json.dumps(
-                {"source": found.source.name, "target": found.target.name, "path": relations}, indent=2
-            )
-        )
+        echo(dump_json({"source": found.source.name, "target": found.target.name, "path": relations}))
     elif found.relations is None:
-        typer.echo(f"{found.source.name} and {found.target.name} are not connected within {max_hops} hops.")
+        echo(
+            f"{one_line(found.source.name)} and {one_line(found.target.name)} are not connected "
+            f"within {max_hops} hops."
+        )
     else:
-        typer.echo(f"{found.source.name} → {found.target.name}: {len(found.relations)} hop(s)")
+        echo(f"{one_line(found.source.name)} → {one_line(found.target.name)}: {len(found.relations)} hop(s)")
         for relation in found.relations:
-            typer.echo(f"  {_relation_text(relation)}")
+            echo(f"  {_relation_text(relation)}")
     if found.relations is None:
         raise typer.Exit(1)
 
@@ -833,7 +924,7 @@ def graph_stats(agent: AgentOption = None) -> None:
 
     settings = _settings()
     counts = _run(stats(settings, settings.agent(agent)))
-    typer.echo(", ".join(f"{count} {name}" for name, count in counts.items()))
+    echo(", ".join(f"{count} {name}" for name, count in counts.items()))
 
 
 # autonomy ----------------------------------------------------------------------------------
@@ -856,18 +947,18 @@ def heartbeat_status_command(
             "daily_token_budget": view.budget,
             "activity": [e.model_dump(mode="json") for e in view.activity],
         }
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
     if view.beat is None:
-        typer.echo("asleep: the heartbeat is deleted (restore it with `persyn heartbeat restore`)")
+        echo("asleep: the heartbeat is deleted (restore it with `persyn heartbeat restore`)")
     else:
-        typer.echo(
+        echo(
             f"beating: next at {view.beat.next_fire_at:%Y-%m-%d %H:%M} UTC, {view.beat.fire_count} beat(s) so far"
         )
-    typer.echo(f"autonomy budget: {view.tokens_today} of {view.budget} tokens used in the last 24 hours")
+    echo(f"autonomy budget: {view.tokens_today} of {view.budget} tokens used in the last 24 hours")
     for entry in view.activity:
-        typer.echo(
-            f"  {entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {entry.outcome[:100]}  ({entry.tokens} tokens)"
+        echo(
+            f"  {entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {one_line(entry.outcome[:100])}  ({entry.tokens} tokens)"
         )
 
 
@@ -880,9 +971,9 @@ def heartbeat_delete(agent: AgentOption = None) -> None:
     settings = _settings()
     chosen = settings.agent(agent)
     if _run(sleep(settings, chosen)):
-        typer.echo(f"{chosen.name}'s heartbeat is deleted: it sleeps until spoken to.")
+        echo(f"{chosen.name}'s heartbeat is deleted: it sleeps until spoken to.")
     else:
-        typer.echo(f"{chosen.name} was already asleep.")
+        echo(f"{chosen.name} was already asleep.")
 
 
 @heartbeat_app.command("restore")
@@ -893,7 +984,7 @@ def heartbeat_restore(agent: AgentOption = None) -> None:
     settings = _settings()
     chosen = settings.agent(agent)
     beat = _run(wake(settings, chosen))
-    typer.echo(f"{chosen.name}'s heartbeat beats again; next at {beat.next_fire_at:%Y-%m-%d %H:%M} UTC.")
+    echo(f"{chosen.name}'s heartbeat beats again; next at {beat.next_fire_at:%Y-%m-%d %H:%M} UTC.")
 
 
 @reminders_app.command("list")
@@ -909,14 +1000,14 @@ def reminders_list(
     settings = _settings()
     found = _run(agent_reminders(settings, settings.agent(agent), cancelled))
     if as_json:
-        typer.echo(json.dumps([r.model_dump(mode="json") for r in found], indent=2))
+        echo(dump_json([r.model_dump(mode="json") for r in found]))
         return
     if not found:
-        typer.echo("No reminders: the agent sets them itself, with its reminder tools.")
+        echo("No reminders: the agent sets them itself, with its reminder tools.")
     for reminder in found:
-        typer.echo(
+        echo(
             f"{reminder.id}  next {reminder.next_fire_at:%Y-%m-%d %H:%M}  {describe_trigger(reminder.trigger)}"
-            f"  [{reminder.status}]  {reminder.objective[:80]}"
+            f"  [{reminder.status}]  {one_line(reminder.objective[:80])}"
         )
 
 
@@ -933,12 +1024,13 @@ def reminders_show(
 
     settings = _settings()
     found, runs = _run(reminder(settings, settings.agent(agent), reminder_id))
-    typer.echo(
-        f"{found.objective}\n  {describe_trigger(found.trigger)}; next {found.next_fire_at:%Y-%m-%d %H:%M} UTC"
+    echo(
+        f"{block(found.objective, '  ')}\n  {describe_trigger(found.trigger)}; "
+        f"next {found.next_fire_at:%Y-%m-%d %H:%M} UTC"
     )
-    typer.echo(f"  status {found.status}, fired {found.fire_count} time(s)")
+    echo(f"  status {found.status}, fired {found.fire_count} time(s)")
     for run in runs:
-        typer.echo(f"  {run.at:%Y-%m-%d %H:%M} {run.outcome[:100]} ({run.tokens} tokens)")
+        echo(f"  {run.at:%Y-%m-%d %H:%M} {one_line(run.outcome[:100])} ({run.tokens} tokens)")
 
 
 @reminders_app.command("cancel")
@@ -952,7 +1044,7 @@ def reminders_cancel(
 
     settings = _settings()
     cancelled = _run(cancel_reminder(settings, settings.agent(agent), reminder_id))
-    typer.echo(f"cancelled: {cancelled.objective[:80]}")
+    echo(f"cancelled: {one_line(cancelled.objective[:80])}")
 
 
 @app.command("activity")
@@ -971,15 +1063,15 @@ def activity_command(
     settings = _settings()
     entries = _run(activity(settings, settings.agent(agent), _parse_since(since), limit))
     if as_json:
-        typer.echo(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
+        echo(dump_json([e.model_dump(mode="json") for e in entries]))
         return
     if not entries:
-        typer.echo("Nothing self-initiated yet.")
+        echo("Nothing self-initiated yet.")
     for entry in entries:
-        typer.echo(
-            f"{entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {entry.tokens:>7} tokens  {entry.outcome[:100]}"
+        echo(
+            f"{entry.at:%Y-%m-%d %H:%M} {entry.kind:<9} {entry.tokens:>7} tokens  {one_line(entry.outcome[:100])}"
         )
-    typer.echo(f"total: {sum(e.tokens for e in entries)} tokens over {len(entries)} run(s)")
+    echo(f"total: {sum(e.tokens for e in entries)} tokens over {len(entries)} run(s)")
 
 
 @goals_app.command("list")
@@ -993,13 +1085,13 @@ def goals_list(
     settings = _settings()
     found = _run(agent_goals(settings, settings.agent(agent)))
     if as_json:
-        typer.echo(json.dumps([g.model_dump(mode="json") for g in found], indent=2))
+        echo(dump_json([g.model_dump(mode="json") for g in found]))
         return
     if not found:
-        typer.echo("No goals: the agent creates them itself, with its goal tool.")
+        echo("No goals: the agent creates them itself, with its goal tool.")
     for goal in found:
         ending = f" — {goal.outcome}" if goal.outcome else ""
-        typer.echo(f"{goal.id}  [{goal.status}]  {goal.description[:100]}{ending}")
+        echo(f"{goal.id}  [{goal.status}]  {one_line(goal.description[:100] + ending)}")
 
 
 # memory ------------------------------------------------------------------------------------
@@ -1018,13 +1110,7 @@ def _progress(description: str) -> tuple[Any, Any]:
 
 
 def _parse_now(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise PersynError(f"invalid --now {value!r}: use ISO 8601, e.g. 2026-11-30T09:00") from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return _parse_instant(value, "--now")
 
 
 def _scored_json(result: Any) -> list[dict[str, Any]]:
@@ -1209,11 +1295,12 @@ def memory_list(
 
     records = _run(_list())
     if as_json:
-        typer.echo(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+        echo(dump_json([r.model_dump(mode="json") for r in records]))
         return
     for record in records:
-        typer.echo(
-            f"{record.id}  {record.created_at:%Y-%m-%d}  [{record.importance:>2}/10 {record.sensitivity.value}]  {record.summary[:100]}"
+        echo(
+            f"{record.id}  {record.created_at:%Y-%m-%d}  [{record.importance:>2}/10 {record.sensitivity.value}]  "
+            f"{one_line(record.summary[:100])}"
         )
 
 
@@ -1241,17 +1328,17 @@ def memory_show(
         payload: dict[str, Any] = {"record": record.model_dump(mode="json")}
         if dialog:
             payload["dialog"] = [m.model_dump(mode="json") for m in messages]
-        typer.echo(json.dumps(payload, indent=2))
+        echo(dump_json(payload))
         return
     for key, value in record.model_dump(mode="json").items():
-        typer.echo(f"{key:>16}: {value}")
+        echo(f"{key:>16}: {block(str(value), ' ' * 18)}")
     if dialog:
         if not messages:
-            typer.echo(
+            echo(
                 "(no verbatim dialog is kept for this memory: it is past the retention window or was imported without it)"
             )
         for message in messages:
-            typer.echo(f"[{message.created_at:%Y-%m-%d %H:%M:%S}] {message.speaker_name}: {message.text}")
+            echo(_message_line(message))
 
 
 @memory_app.command("forget")
@@ -1267,7 +1354,7 @@ def memory_forget(record_id: Annotated[str, typer.Argument(metavar="ID")], agent
             return await ops.forget(record_id)
 
     record = _run(_forget())
-    typer.echo(f"forgot {record.id}: {record.summary[:100]}")
+    echo(f"forgot {record.id}: {one_line(record.summary[:100])}")
 
 
 @memory_app.command("stats")
@@ -1286,7 +1373,7 @@ def memory_stats(
             return await ops.store.record_stats(chosen.id)
 
     stats = _run(_stats())
-    typer.echo(json.dumps(stats, indent=2 if as_json else 1, default=str))
+    echo(dump_json(stats, indent=2 if as_json else 1))
 
 
 @memory_app.command("cull")
@@ -1308,10 +1395,10 @@ def memory_cull(
 
     doomed = _run(_cull())
     verb = "would delete" if dry_run else "deleted"
-    typer.echo(f"{verb} {len(doomed)} memories")
+    echo(f"{verb} {len(doomed)} memories")
     for record in doomed:
-        typer.echo(
-            f"  {record.id}  {record.created_at:%Y-%m-%d}  [{record.importance}/10]  {record.summary[:90]}"
+        echo(
+            f"  {record.id}  {record.created_at:%Y-%m-%d}  [{record.importance}/10]  {one_line(record.summary[:90])}"
         )
 
 
@@ -1329,7 +1416,7 @@ def memory_reindex(agent: AgentOption = None) -> None:
             with progress:
                 return await ops.reindex(update)
 
-    typer.echo(f"re-embedded {_run(_reindex())} memories")
+    echo(f"re-embedded {_run(_reindex())} memories")
 
 
 # doctor ------------------------------------------------------------------------------------
@@ -1344,8 +1431,9 @@ def doctor() -> None:
 def main() -> None:
     try:
         app()
-    except PersynError as exc:
-        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+    except (PersynError, OSError) as exc:
+        # OSError: the machine refused (a full disk, a read-only directory): say which file.
+        typer.secho(f"error: {error_text(exc)}", err=True, fg=typer.colors.RED)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)

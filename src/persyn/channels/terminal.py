@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from persyn.cli_render import error_text, visible
 from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
 from persyn.core.events import Event, EventKind, Notice, Outbound, Speaker
@@ -96,7 +97,7 @@ class TerminalChannel:
         body = text.rstrip("\n")
         held = self._held.pop(event_id, "")
         if body:
-            self._write(held + body)
+            self._write(held + visible(body))
             held = ""
         self._held[event_id] = held + text[len(body) :]
         self._open_line = True
@@ -109,7 +110,7 @@ class TerminalChannel:
                 self._write(self._style(f"  ↳ {label}: ", "2"))
                 self._surface[event_id] = ""
             self._surface[event_id] += item.text
-            self._write(self._style(item.text, "2"))
+            self._write(self._style(visible(item.text), "2"))
             self._open_line = True
         elif item.kind == "end" and event_id in self._delivered:
             self._clear_surface(event_id)
@@ -143,7 +144,7 @@ class TerminalChannel:
             return
         if streamed:
             self.notice_text("(revised)", "2")
-        self._write(self._style(f"{self.agent.name}: ", "1;36") + outbound.text + "\n")
+        self._write(self._style(f"{self.agent.name}: ", "1;36") + visible(outbound.text) + "\n")
 
     async def notice(self, event: Event, notice: Notice) -> None:
         streamed = self._streamed.pop(event.id, None)
@@ -158,7 +159,7 @@ class TerminalChannel:
 
     def notice_text(self, text: str, code: str = "2") -> None:
         self._end_line()
-        self._write(self._style(f"· {text}", code) + "\n")
+        self._write(self._style(f"· {visible(text)}", code) + "\n")
 
 
 async def run_chat(
@@ -199,6 +200,7 @@ async def run_chat(
             raise EOFError
         return line.rstrip("\n")
 
+    failed = False
     while True:
         try:
             line = await asyncio.to_thread(_read)
@@ -243,12 +245,13 @@ async def run_chat(
         except (KeyboardInterrupt, asyncio.CancelledError):
             break
         except Exception as exc:  # keep the chat alive; say what went wrong
-            channel.notice_text(f"error: {exc}", "31")
+            channel.notice_text(f"error: {error_text(exc)}", "31")
+            failed = True  # and exit non-zero at the end: a script piping into chat learns of it
     with contextlib.suppress(Exception):
         channel._end_line()
     if interactive:
         out.write("\n")
-    return 0
+    return 1 if failed else 0
 
 
 def _login_name() -> str:

@@ -8,14 +8,23 @@ module that reads `os.environ`.
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from persyn.core.errors import ConfigError
 from persyn.core.ids import is_id
@@ -62,7 +71,10 @@ class Task(StrEnum):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict: `true` is not an integer and "5" is not a number (TOML and the environment
+    # parser already give numbers their type); no inf or nan, which pass every bound check
+    # and then break the arithmetic that uses them.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class AgentConfig(_Strict):
@@ -171,6 +183,7 @@ class DispatchConfig(_Strict):
     debug_transmit_delay_seconds: float = Field(default=0.0, ge=0)
 
 
+SensitivityName = Literal["public", "private", "confidential", "restricted"]  # core/records.py Sensitivity
 Lens = Literal["adversarial", "predictive", "constrained", "hopes", "fears"]
 DeliberationMode = Literal["inline", "deferred"]
 
@@ -308,6 +321,76 @@ class MemoryConfig(_Strict):
         default_factory=lambda: {"terminal": "private", "cli": "private", "web": "private"}
     )
 
+    @field_validator("default_sensitivity")
+    @classmethod
+    def _known_levels(cls, value: dict[str, str]) -> dict[str, str]:
+        allowed = get_args(SensitivityName)
+        for service, level in value.items():
+            if level not in allowed:
+                raise ValueError(
+                    f"{level!r} for service {service!r} is not a sensitivity level; "
+                    f"allowed: {', '.join(map(repr, allowed))}"
+                )
+        return value
+
+    @field_validator("embedder")
+    @classmethod
+    def _known_embedder(cls, value: str) -> str:
+        _embedder_kind(value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MemoryConfig:
+        if self.moderate_threshold > self.strong_threshold:
+            raise ValueError(
+                f"moderate_threshold {self.moderate_threshold!r} is above strong_threshold "
+                f"{self.strong_threshold!r}: the moderate band must start below the strong one"
+            )
+        if self.similarity_floor >= self.similarity_ceiling:
+            raise ValueError(
+                f"similarity_floor {self.similarity_floor!r} is not below similarity_ceiling "
+                f"{self.similarity_ceiling!r}"
+            )
+        kind = _embedder_kind(self.embedder)
+        allowed = _EMBEDDER_DIMS.get(kind)
+        if allowed is not None and self.embedder_dims not in allowed:
+            shown = ", ".join(str(d) for d in allowed)
+            raise ValueError(
+                f"embedder_dims {self.embedder_dims!r} is not valid for embedder {self.embedder!r}; "
+                f"allowed: {shown} (0 = the encoder's own size)"
+            )
+        return self
+
+
+# What `[memory] embedder` may be (memory/embedder.py `build_embedder` builds them), and the
+# `embedder_dims` each takes: WordLlama truncates its 256-d vectors to 64 or 128; a
+# sentence-transformers model and the test doubles have a fixed size of their own (0); a
+# service's size is whatever it returns, checked on first use (None: any).
+_EMBEDDER_FORMS = "'wordllama', 'openai:MODEL@URL', 'sentence-transformers:NAME' or 'test:NAME'"
+_EMBEDDER_DIMS: dict[str, tuple[int, ...] | None] = {
+    "wordllama": (0, 64, 128, 256),
+    "openai": None,
+    "sentence-transformers": (0,),
+    "test": (0,),
+}
+
+
+def _embedder_kind(spec: str) -> str:
+    kind, _, rest = spec.strip().partition(":")
+    if kind not in _EMBEDDER_DIMS:
+        raise ValueError(f"unknown embedder {spec!r}; expected {_EMBEDDER_FORMS}")
+    if kind == "wordllama" and rest:
+        raise ValueError(f"embedder {spec!r}: 'wordllama' takes no model name")
+    if kind == "openai":
+        model, at, url = rest.partition("@")
+        if not at or not model or not url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"embedder {spec!r} must be 'openai:MODEL@URL', e.g. 'openai:bge-small@http://127.0.0.1:8080/v1'"
+            )
+    if kind in ("sentence-transformers", "test") and not rest:
+        raise ValueError(f"embedder {spec!r} names no model: use '{kind}:NAME'")
+    return kind
+
 
 class ToolsConfig(_Strict):
     """The tool loop of the respond step (SPEC §4.6) and its loop breakers.
@@ -361,6 +444,29 @@ class Settings(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     secrets: Secrets = Secrets()
 
+    @field_validator("storage_url")
+    @classmethod
+    def _storage_directory_exists(cls, value: str | None) -> str | None:
+        # A mistyped directory would otherwise be created, holding a new empty database: the
+        # agents would start over with no memories while the real ones sit elsewhere.
+        if value is None:
+            return None
+        scheme, sep, rest = value.partition("://")
+        if not sep or not scheme:
+            raise ValueError(f"{value!r} is not a database URL, e.g. 'sqlite:////absolute/path/persyn.db'")
+        if scheme.split("+")[0] != "sqlite":
+            return value
+        path = rest.removeprefix("/").split("?")[0]
+        if path in ("", ":memory:"):
+            return value
+        parent = Path(path).expanduser().parent
+        if not parent.is_dir():
+            raise ValueError(
+                f"the directory {str(parent)!r} of {value!r} does not exist; create it first "
+                "(an existing database is never created anew)"
+            )
+        return value
+
     @property
     def data_dir(self) -> Path:
         return self.home / "data"
@@ -411,24 +517,54 @@ def home_from_env(explicit: str | Path | None = None, environ: Mapping[str, str]
 
 
 _SECRET_ENV = {"anthropic_api_key": "ANTHROPIC_API_KEY", "openai_api_key": "OPENAI_API_KEY"}
-_NOT_FROM_ENV = {"PERSYN_HOME"}
+# `PERSYN_` variables that are not settings: read by `home_from_env` (and by nothing else).
+NOT_SETTINGS_ENV = frozenset({"PERSYN_HOME"})
+_ENV_PREFIX = "PERSYN_"
+_NOT_FROM_ENV = {
+    "agents": "agents are configured in persyn.toml, not in the environment",
+    "secrets": "secrets have their own variables: set ANTHROPIC_API_KEY / OPENAI_API_KEY instead",
+    "home": "the deployment directory is set by PERSYN_HOME (or --home) alone",
+}
+
+_log = logging.getLogger(__name__)
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    """`PERSYN_A__B=value` → {"a": {"b": value}}. Values are parsed as TOML scalars when
-    they look like one (numbers, booleans), else kept as strings."""
+def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    """`PERSYN_A__B=value` → {"a": {"b": value}}, and where each override came from
+    ({("a", "b"): "PERSYN_A__B"}) so that an error names the variable, not the file.
+    Values are parsed as TOML scalars when they look like one (numbers, booleans), else kept
+    as strings.
+
+    A variable whose first part is no top-level setting (`PERSYN_FOO=1`) is ignored with a
+    warning naming it: wrappers and scripts put their own `PERSYN_` variables beside ours.
+    One that names a setting's section (`PERSYN_MODELS__RESPND`) is validated like the file,
+    so a misspelt key or a bad value is an error naming the variable."""
     overrides: dict[str, Any] = {}
-    for key, raw in environ.items():
-        if not key.startswith("PERSYN_") or key in _NOT_FROM_ENV:
+    origins: dict[tuple[str, ...], str] = {}
+    for variable, raw in sorted(environ.items()):
+        if not variable.startswith(_ENV_PREFIX) or variable in NOT_SETTINGS_ENV:
             continue
-        path = key.removeprefix("PERSYN_").lower().split("__")
-        if path[0] in ("agents", "secrets", "home"):
-            continue  # agents are edited in the file; secrets have their own variables
+        path = tuple(variable.removeprefix(_ENV_PREFIX).lower().split("__"))
+        refused = _NOT_FROM_ENV.get(path[0])
+        if refused is not None:
+            raise ConfigError(f"invalid configuration in the environment:\n  - {variable}: {refused}")
+        if path[0] not in Settings.model_fields or any(not part for part in path):
+            _log.warning(
+                "ignoring environment variable %s: it names no setting (PERSYN_SECTION__KEY, e.g. "
+                "PERSYN_MODELS__RESPOND)",
+                variable,
+            )
+            continue
         node = overrides
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
+        for depth, part in enumerate(path[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                clash = origins.get(path[: depth + 1], variable)
+                raise ConfigError(f"invalid environment variables {clash} and {variable}: they overlap")
+            node = cast(dict[str, Any], child)
         node[path[-1]] = _parse_scalar(raw)
-    return overrides
+        origins[path] = variable
+    return overrides, origins
 
 
 def _parse_scalar(raw: str) -> Any:
@@ -448,27 +584,49 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _describe(error: ValidationError, source: Path) -> str:
-    lines = [f"invalid configuration in {source}:"]
+def _describe(error: ValidationError, source: Path, origins: Mapping[tuple[str, ...], str]) -> str:
+    lines: list[str] = []
+    from_file = from_env = False
     for issue in error.errors():
-        key = ".".join(str(p) for p in issue["loc"])
+        loc = tuple(str(p) for p in issue["loc"])
+        key = ".".join(loc)
+        variable = next((origins[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origins), None)
+        if variable is None and issue["type"] == "extra_forbidden":
+            # An unknown key under a section the environment set: the variable is the culprit.
+            variable = next((v for path, v in origins.items() if path[: len(loc)] == loc), None)
         message = issue["msg"]
+        if variable is None and issue["type"] == "value_error":
+            # A check across keys (thresholds, embedder and its size): name the variables
+            # that set any of them, as the file may not be where the fault is.
+            involved = sorted(v for path, v in origins.items() if path[: len(loc)] == loc)
+            if involved:
+                from_env = True
+                message = f"{message} (set in the environment: {', '.join(involved)})"
         ctx = issue.get("ctx") or {}
         if "expected" in ctx and str(ctx["expected"]) not in message:
             message = f"{message} (allowed: {ctx['expected']})"
         if issue["type"] == "extra_forbidden":
             message = "unknown key"
         value = issue.get("input")
+        if isinstance(value, bool) and issue["type"] in ("int_type", "float_type"):
+            message = f"{message} (a boolean is not a number)"
         shown = "" if isinstance(value, dict) else f" (got {value!r})"
-        lines.append(f"  - {key}: {message}{shown}")
-    return "\n".join(lines)
+        if variable is not None:
+            from_env = True
+            lines.append(f"  - {variable} ({key}): {message}{shown}")
+        else:
+            from_file = True
+            lines.append(f"  - {key}: {message}{shown}")
+    where = " and ".join(w for w, used in ((str(source), from_file), ("the environment", from_env)) if used)
+    return "\n".join([f"invalid configuration in {where}:", *lines])
 
 
 def parse_settings(
     data: Mapping[str, Any], home: Path, environ: Mapping[str, str] | None = None, source: Path | None = None
 ) -> Settings:
     env = os.environ if environ is None else environ
-    merged = _merge(dict(data), _env_overrides(env))
+    overrides, origins = _env_overrides(env)
+    merged = _merge(dict(data), overrides)
     merged["home"] = home
     merged["secrets"] = {field: SecretStr(env[var]) for field, var in _SECRET_ENV.items() if env.get(var)}
     if "secrets" in data:
@@ -479,12 +637,19 @@ def parse_settings(
     try:
         settings = Settings.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, source or home / CONFIG_FILE)) from exc
-    names = [a.name.lower() for a in settings.agents]
-    if len(set(names)) != len(names):
-        raise ConfigError(
-            f"invalid configuration in {source or home / CONFIG_FILE}: agent names must be unique"
-        )
+        raise ConfigError(_describe(exc, source or home / CONFIG_FILE, origins)) from exc
+    where = source or home / CONFIG_FILE
+    for key, values in (
+        ("name", [a.name.lower() for a in settings.agents]),
+        ("id", [a.id for a in settings.agents]),
+    ):
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            # Two agents with one id would share every memory (rows are namespaced by id).
+            raise ConfigError(
+                f"invalid configuration in {where}: agents.{key}: {repeated[0]!r} is used by more "
+                f"than one agent; each agent needs its own {key}"
+            )
     return settings
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,12 +12,12 @@ import httpx
 import typer
 
 from persyn.core.config import CONFIG_FILE, Settings, Task, home_from_env, load_settings
-from persyn.core.errors import PersynError
+from persyn.core.errors import PersynError, StoreError
 from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
 from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.store import open_store
 
-__all__ = ["Check", "collect_checks", "run_doctor"]
+__all__ = ["Check", "collect_checks", "preflight", "run_doctor", "sqlite_problem"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,11 @@ class Check:
 
 
 async def _check_database(settings: Settings) -> Check:
+    for name, path, fix in _database_files(settings):
+        if name == "database":
+            problem = await asyncio.to_thread(sqlite_problem, path, thorough=True)
+            if problem is not None:
+                return Check(name, False, f"{path}: {problem}", fix)
     try:
         store = open_store(settings.database_url)
         try:
@@ -42,6 +48,77 @@ async def _check_database(settings: Settings) -> Check:
             "database", False, f"{settings.database_url}: {exc}", "check storage_url and file permissions"
         )
     return Check("database", True, f"{settings.database_url} (schema v{version}, {agents} agent(s) seen)")
+
+
+def _sqlite_file(url: str) -> Path | None:
+    scheme, _, rest = url.partition(":///")
+    if scheme.split("+")[0] != "sqlite" or not rest or rest.startswith(":memory:"):
+        return None
+    return Path(rest.split("?")[0])
+
+
+def sqlite_problem(path: Path, *, thorough: bool = False) -> str | None:
+    """What is wrong with the SQLite file at `path`, or None when it reads (or does not exist
+    yet: it is created at the first start). `thorough` runs `PRAGMA quick_check`, which reads
+    every page (doctor); without it only the schema is read (every start)."""
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return None
+    if not path.is_file():
+        return "it is not a file"
+    try:
+        connection = sqlite3.connect(path, timeout=5)
+        try:
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            if thorough:
+                rows = connection.execute("PRAGMA quick_check").fetchall()
+                problems = [str(r[0]) for r in rows if r[0] != "ok"]
+                if problems:
+                    return "damaged: " + "; ".join(problems[:3])
+        finally:
+            connection.close()
+    except sqlite3.Error as exc:
+        return str(exc)
+    return None
+
+
+def _move_aside_fix(path: Path, what: str) -> str:
+    return f"move it aside (mv {path} {path}.broken); a new one is made at the next start. {what}"
+
+
+_SYSTEM_DB_LOSS = "Messages and memories (persyn.db) are kept; activations queued in it are lost."
+_STORE_DB_FIX = "restore it from a backup, or move it aside to start this deployment with no memories"
+
+
+def _database_files(settings: Settings) -> list[tuple[str, Path, str]]:
+    files: list[tuple[str, Path, str]] = []
+    store = _sqlite_file(settings.database_url)
+    if store is not None:
+        files.append(("database", store, _STORE_DB_FIX))
+    system = _sqlite_file(settings.dbos_database_url)
+    if system is not None:
+        files.append(("workflow database", system, _move_aside_fix(system, _SYSTEM_DB_LOSS)))
+    return files
+
+
+def preflight(settings: Settings) -> None:
+    """Refuse to start on a database file that is not one (garbage, or a directory), before
+    anything writes to it: a clean error with the fix, instead of a failure deep in DBOS."""
+    for name, path, fix in _database_files(settings):
+        problem = sqlite_problem(path)
+        if problem is not None:
+            raise StoreError(f"the {name} {str(path)!r} is unreadable ({problem}): {fix}")
+
+
+async def _check_system_database(settings: Settings) -> Check | None:
+    for name, path, fix in _database_files(settings):
+        if name != "workflow database":
+            continue
+        problem = await asyncio.to_thread(sqlite_problem, path, thorough=True)
+        if problem is not None:
+            return Check(name, False, f"{path}: {problem}", fix)
+        state = "not created yet" if not path.exists() else "readable"
+        return Check(name, True, f"{path} ({state})")
+    return None
 
 
 _GRAPH_FAILURE_FLAG = "degraded:graph"  # cognition/context.py GRAPH_FAILURE_FLAG
@@ -146,8 +223,13 @@ async def collect_checks(home: Path | None) -> list[Check]:
             "" if settings.agents else "run `persyn init --name NAME`",
         )
     )
-    checks.append(await _check_database(settings))
-    checks.append(await _check_graph(settings))
+    database = await _check_database(settings)
+    checks.append(database)
+    system = await _check_system_database(settings)
+    if system is not None:
+        checks.append(system)
+    if database.ok:  # the graph lives in that database: nothing more to say when it is broken
+        checks.append(await _check_graph(settings))
     by_model: dict[ModelSpec, list[str]] = {}
     for agent in settings.agents:
         for task in Task:

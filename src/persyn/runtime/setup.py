@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +27,12 @@ _HEADER = """\
 #
 # Every setting here can be overridden by an environment variable: PERSYN_SECTION__KEY,
 # e.g. PERSYN_MODELS__RESPOND="anthropic:claude-sonnet-4-5" or
-# PERSYN_CONVERSATION__IDLE_TIMEOUT_MINUTES=10. Secrets are never read from this file:
-# set ANTHROPIC_API_KEY or OPENAI_API_KEY in the environment.
+# PERSYN_CONVERSATION__IDLE_TIMEOUT_MINUTES=10 (a misspelt one is an error naming it; a
+# PERSYN_ variable that names no section is ignored with a warning). Secrets are never read
+# from this file: set ANTHROPIC_API_KEY or OPENAI_API_KEY in the environment.
 
 # Where agent data lives. Default: SQLite files under data/ beside this file.
-# storage_url = "sqlite:////absolute/path/persyn.db"
+# storage_url = "sqlite:////absolute/path/persyn.db"   # its directory must exist
 
 log_level = "warning"  # debug | info | warning | error
 
@@ -78,10 +81,12 @@ housekeeping_seconds = 60      # closing idle conversations, consolidation sweep
 # (a self-hosted /v1/embeddings service) or "sentence-transformers:NAME" (extra).
 # After changing it, run `persyn memory reindex`.
 embedder = "wordllama"
+# embedder_dims = 0            # 0 = the encoder's own size; WordLlama also takes 64 or 128
 budget_fraction = 0.7          # share of the respond model's context window for memories
 half_life_days = 30            # recency decay of a memory's weight in the relevance score
 strong_threshold = 0.6         # score bands shown to the agent: strong / moderate / weak
-moderate_threshold = 0.35
+moderate_threshold = 0.35      # at most strong_threshold
+# default_sensitivity = { terminal = "private" }  # per service: public | private | confidential | restricted
 # Channels listed together share memory; by default each channel is its own compartment.
 # channel_groups = [["terminal:terminal", "cli:cli"]]
 cull_below_importance = 3      # culling deletes memories rated below this...
@@ -144,17 +149,43 @@ def _agent_table(agent: AgentConfig) -> Table:
     return table
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` all at once: a full disk or a crash mid-write leaves the old
+    file as it was, never a truncated one (which would lose every agent's id)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+
+
 def init_home(home: Path, name: str | None) -> InitResult:
     """Create `home/persyn.toml` with one agent, or add an agent to an existing file."""
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / CONFIG_FILE
     agent_name = (name or "Persyn").strip()
     if not agent_name or len(agent_name) > 64:
         raise InputError(f"invalid agent name {name!r}: use 1 to 64 characters")
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the deployment directory {str(home)!r}: {exc.strerror or exc}"
+        ) from exc
+    path = home / CONFIG_FILE
     agent = AgentConfig(name=agent_name, id=new_id(), disposition=DEFAULT_DISPOSITION)
 
     if path.exists():
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {str(path)!r}: {exc}") from exc
         try:
             existing = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -168,12 +199,12 @@ def init_home(home: Path, name: str | None) -> InitResult:
             agents = tomlkit.aot()
             document.append("agents", agents)
         agents.append(_agent_table(agent))
-        path.write_text(tomlkit.dumps(document), encoding="utf-8")
+        _write_atomically(path, tomlkit.dumps(document))
         return InitResult(path=path, agent=agent, created_file=False)
 
     document = tomlkit.parse(_HEADER)
     agents = tomlkit.aot()
     agents.append(_agent_table(agent))
     document.append("agents", agents)
-    path.write_text(tomlkit.dumps(document), encoding="utf-8")
+    _write_atomically(path, tomlkit.dumps(document))
     return InitResult(path=path, agent=agent, created_file=True)
