@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import signal
@@ -1252,7 +1251,7 @@ def memory_recall(
                         budget_tokens=budget_tokens,
                         limit=limit,
                     )
-                    typer.echo(json.dumps({"id": item.id, "results": _scored_json(result)}))
+                    echo(dump_json({"id": item.id, "results": _scored_json(result)}, indent=None))
                 return
             assert query is not None
             result = await ops.recall(
@@ -1264,15 +1263,15 @@ def memory_recall(
                 limit=limit,
             )
             if as_json:
-                typer.echo(json.dumps(_scored_json(result), indent=2))
+                echo(dump_json(_scored_json(result)))
                 return
             if not result.records:
-                typer.echo("I don't remember anything about that here.")
+                echo("I don't remember anything about that here.")
             for scored in result.records:
-                typer.echo(
+                echo(
                     f"[{scored.band.value:>8}] {scored.score:.3f}  {scored.record.created_at:%Y-%m-%d}  {scored.record.id}"
                 )
-                typer.echo(f"           {scored.record.summary}")
+                echo(f"           {one_line(scored.record.summary)}")
 
     _run(_recall())
 
