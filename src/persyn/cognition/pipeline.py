@@ -29,6 +29,7 @@ from persyn.gateway.base import Completion, Prompt, SinkCallable, ToolSpec
 from persyn.store.base import Conversation, Identity, Message, Person, Role, Store
 
 __all__ = [
+    "PRESENT_META",
     "ContextSource",
     "Prepared",
     "Reply",
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+PRESENT_META = "present"  # an event's meta: who a self-initiated run speaks in front of
 
 
 class TurnSetup(BaseModel):
@@ -226,8 +229,16 @@ async def receive(
         speaker_name=speaker_name,
         inbound_message_id=message_id,
         received_at=event.received_at,
-        participant_ids=conversation.participant_ids,
+        participant_ids=tuple(dict.fromkeys((*conversation.participant_ids, *_present(event)))),
     )
+
+
+def _present(event: Event) -> tuple[str, ...]:
+    """People a self-initiated run speaks in front of (`PRESENT_META`: comma-separated ids,
+    set where the run is fired); a message's are its conversation's."""
+    if event.kind is EventKind.MESSAGE:
+        return ()
+    return tuple(p for p in event.meta.get(PRESENT_META, "").split(",") if p)
 
 
 def arrange_turn_dialog(messages: Sequence[Message], event_id: str) -> list[Message]:

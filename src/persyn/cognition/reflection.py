@@ -27,7 +27,7 @@ from persyn.cognition.goals import reflective_view
 from persyn.core.clock import friendly_datetime
 from persyn.core.config import AgentConfig, Task
 from persyn.core.errors import ModelError
-from persyn.core.records import MemoryRecord, Sensitivity
+from persyn.core.records import MemoryRecord
 from persyn.gateway.base import Completion, Prompt, UserTurn
 from persyn.memory.access import derived_provenance
 from persyn.store.base import Goal, GoalStatus, Provenance, Store
@@ -75,20 +75,17 @@ async def review_material(
     of on its own (`reflective_view`), and the provenance of the beat that reads them
     (`derived_provenance`, `home` being the beat's channel).
 
-    Anything read — or a scan that stopped before it was sure there was nothing — also
-    counts the beat's own channel with nobody present as a source: the beat's later steps
-    recall its earlier reflections there, which may hold anything. So a beat writes for
-    everyone only when there was nothing it could not say to anyone."""
+    The provenance is the meet of what was reviewed, nothing more: what the beat's later
+    steps recall (its earlier reflections included) narrows the run when it is read
+    (`runtime.autonomy.narrow_run` through the context sources and tools), so a beat that
+    reviewed only Ann's private memories may still write to Ann where they formed, and one
+    that reviewed nothing it could not say to anyone writes for everyone."""
     found: list[MemoryRecord] = []
     before: str | None = None
-    exhausted = False
     for _ in range(_MAX_PAGES):
         page = await store.list_records(agent_id, limit=_PAGE, before_id=before)
         found.extend(r for r in page if reflective_view(r, home, groups, agent_id))
-        if len(found) >= records:
-            break
-        if len(page) < _PAGE:
-            exhausted = True
+        if len(found) >= records or len(page) < _PAGE:
             break
         before = page[-1].id
     open_goals = [
@@ -98,12 +95,7 @@ async def review_material(
     ][:goals]
     kept = found[:records]
     sources = [*kept, *(g.provenance for g in open_goals)]
-    provenance = derived_provenance(sources, home)
-    if provenance.channel is not None or provenance.sensitivity is not Sensitivity.PUBLIC or not exhausted:
-        provenance = derived_provenance(
-            [*sources, Provenance(channel=home, sensitivity=Sensitivity.PRIVATE)], home
-        )
-    return Review(records=kept, goals=open_goals, provenance=provenance)
+    return Review(records=kept, goals=open_goals, provenance=derived_provenance(sources, home))
 
 
 @cache

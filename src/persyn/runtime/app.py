@@ -30,7 +30,7 @@ from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import InputError, ModelError, ToolError
-from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
+from persyn.core.events import CompletionMarker, Event, EventKind, Notice, Outbound, Speaker
 from persyn.core.ids import derived_id, new_id, parse_id
 from persyn.core.records import channel_key
 from persyn.gateway.base import Prompt, SinkEvent, ToolCall, ToolSpec
@@ -38,6 +38,7 @@ from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
 from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.graph.extract import GraphExtractor
+from persyn.memory.access import may_surface
 from persyn.memory.consolidate import CONSOLIDATED_FLAG, IMPORTED_KIND, Consolidator, default_sensitivity
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
@@ -53,6 +54,7 @@ from persyn.runtime.autonomy import (
     Autonomy,
     BudgetedGateway,
     run_kind,
+    run_provenance,
     run_sensitivity,
     set_run_provenance,
 )
@@ -1116,6 +1118,7 @@ class Runtime:
         this process (otherwise it waits in the dialog for the channel to show it)."""
         text = self.validate_text(text)
         now = self.clock.now()
+        await self._check_outreach_audience(agent_id, event_id, person_id, service, channel)
         await self._count_outreach(agent_id, event_id, person_id, service, channel, text)
         await self._spend_channel_budget(agent_id, service, channel, text, now)
         conversation = await self.store.open_conversation(
@@ -1150,6 +1153,29 @@ class Runtime:
         except Exception as exc:
             return f"stored, but {service} failed to deliver it: {exc}"
         return f"delivered on {service}:{channel}"
+
+    async def _check_outreach_audience(
+        self, agent_id: str, event_id: str, person_id: str, service: str, channel: str
+    ) -> None:
+        """A self-initiated run (a beat, a reminder) tells someone only what may surface in
+        front of them there: its provenance is the meet of everything it read
+        (`autonomy.narrow_run`), so a beat that reviewed Ann's private memories may write to
+        Ann on her channel, never to Bob. A conversation turn relays on behalf of the people
+        present, who see what it read; it is not gated here."""
+        event = await self._event(agent_id, event_id)
+        if event.kind is EventKind.MESSAGE:
+            return
+        home = channel_key(event.service, event.channel)
+        provenance = await run_provenance(self.store, agent_id, event_id, home)
+        target = channel_key(service, channel)
+        if not may_surface(
+            provenance, target, (person_id,), self.settings.memory.channel_groups, agent_id=agent_id
+        ):
+            raise ToolError(
+                f"not sent: this run read things that may not be told to this person on {target} "
+                f"(they formed on {provenance.channel or 'no channel'}, {provenance.sensitivity.value}); "
+                "write to someone they may reach, or leave it"
+            )
 
     async def messages_sent(self, agent_id: str, event_id: str) -> int:
         """How many messages the run of `event_id` has sent to contacts: every send past the

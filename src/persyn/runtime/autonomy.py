@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
-from persyn.cognition.pipeline import TurnSetup
+from persyn.cognition.pipeline import PRESENT_META, TurnSetup
 from persyn.core.config import Task
 from persyn.core.errors import ModelError
 from persyn.core.events import Event, EventKind
@@ -85,6 +85,7 @@ SPEND_FLAG = "spend:"  # + run id: what a self-initiated run has spent so far (R
 _KNOWN_THREADS = 4096  # threads remembered as a self-initiated run's or not
 RUN_PROVENANCE_FLAG = "run-provenance:"  # + event id: the provenance of what the run writes
 _WINDOW = timedelta(hours=24)
+_AUDIENCE_CONVERSATIONS = 20  # a channel's latest conversations whose people a run speaks in front of
 _ACTIVITY_SCAN = 500
 
 
@@ -243,9 +244,29 @@ class Autonomy:
             text=text,
             received_at=now,
             addressed=True,
-            meta={"reminder_id": reminder.id, "fire_time": fire_time.isoformat(), "fire_key": key},
+            meta={
+                "reminder_id": reminder.id,
+                "fire_time": fire_time.isoformat(),
+                "fire_key": key,
+                PRESENT_META: ",".join(await self._audience(reminder, service, channel)),
+            },
         )
         await self.runtime.submit(event, from_step=from_step)
+
+    async def _audience(self, reminder: Reminder, service: str, channel: str) -> list[str]:
+        """Who reads what a run says on its channel, so it recalls only what may surface in
+        front of them (SPEC §4 step 2): the reminder's person and everyone seen in the
+        channel's recent conversations. A run with no channel of its own has no audience.
+        More people present can only withhold (`memory.access` is monotone in them)."""
+        if service == AUTONOMOUS_SERVICE:
+            return []
+        people = [reminder.action.person_id] if reminder.action.person_id else []
+        for conversation in await self.store.list_conversations(
+            reminder.agent_id, channel=channel, limit=_AUDIENCE_CONVERSATIONS
+        ):
+            if conversation.service == service:
+                people.extend(conversation.participant_ids)
+        return list(dict.fromkeys(people))
 
     async def _reminder_text(self, reminder: Reminder) -> tuple[str, list[Provenance]]:
         lines = [f"My reminder (set {reminder.created_at:%Y-%m-%d}) has come due: {reminder.objective}"]

@@ -1,0 +1,166 @@
+"""What a self-initiated run says reaches only people who may hear what it read (issue 13,
+items 3-4: everything the agent can repeat passes the access rules).
+
+A beat reviews what may come to mind with nobody present, Ann's private memories included;
+messaging Bob about them would repeat them to a stranger, so `message_contact` from a run
+checks the run's provenance against the recipient and channel. A reminder that fires in a
+shared room recalls with everyone seen in that room present, so what Ann and Bo said there
+privately is not said in front of Cy. Real runtime, function double.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from provenance_runtime import (
+    AGENT,
+    START,
+    background_reply,
+    fire,
+    last_input,
+    request_text,
+    say,
+    start_runtime,
+    tool_returns,
+)
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo
+
+from persyn.cognition.reflection import SelfAssessment
+from persyn.core.ids import new_id
+from persyn.core.records import MemoryRecord, Sensitivity
+from persyn.store.base import Message, Role
+from persyn.testing.models import DoubleReply, registered_double
+
+DOOR_CODE = "Ann's door code is 4711"
+PLANS = "Ann and Bo privately planned a surprise party for Cy"
+
+
+class Mind:
+    """Says hello in conversations; on a beat, messages Bob and Ann about the door code; on a
+    reminder, repeats the party plan only if it was recalled."""
+
+    def __init__(self) -> None:
+        self.tool_results: list[str] = []
+        self.reminder_prompts: list[str] = []
+
+    def __call__(self, task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
+        if task == "reflect":
+            return SelfAssessment(
+                patterns="Ann trusts me with her door code",
+                serves_objectives=True,
+                intention="pursue_goal",
+                plan="tell people about the door code",
+            )
+        if task != "respond":
+            return background_reply(task) or DoubleReply(text="ok")
+        said = last_input(messages)
+        results = tool_returns(messages)
+        if said.startswith("My self-assessment"):
+            if results:
+                self.tool_results.extend(str(r.content) for r in results)
+                return DoubleReply(text="Done.")
+            return DoubleReply(
+                tool_calls=[
+                    {"name": "message_contact", "args": {"to": "Bob", "text": "Ann's code is 4711"}},
+                    {"name": "message_contact", "args": {"to": "Ann", "text": "Your code is 4711, right?"}},
+                ]
+            )
+        if "has come due" in said:
+            self.reminder_prompts.append(request_text(messages, info))
+            return DoubleReply(text="Time for the party plan!")
+        if said.endswith("remind the room in half an hour"):
+            if results:
+                return DoubleReply(text="Will do.")
+            return DoubleReply(
+                tool_calls=[
+                    {"name": "set_reminder", "args": {"objective": "the party plan", "in_minutes": 30}}
+                ]
+            )
+        return DoubleReply(text="Hello.")
+
+
+@pytest.fixture
+def mind() -> Iterator[Mind]:
+    instance = Mind()
+    with registered_double("outreach-provenance", instance):
+        yield instance
+
+
+async def _agent_messages(runtime: Any, channel: str) -> list[Message]:
+    conversations = await runtime.store.list_conversations(AGENT.id, channel=channel)
+    found: list[Message] = []
+    for conversation in conversations:
+        found += [
+            m
+            for m in await runtime.store.recent_messages(AGENT.id, conversation.id, 100)
+            if m.role is Role.AGENT
+        ]
+    return found
+
+
+async def test_a_beat_that_read_anns_private_memory_cannot_message_it_to_bob(
+    tmp_path: Path, mind: Mind
+) -> None:
+    runtime = await start_runtime(tmp_path, "outreach-provenance")
+    try:
+        await say(runtime, "dm-ann", "ann", "hi")
+        await say(runtime, "dm-bob", "bob", "hi")
+        (ann_person,) = [p for p in await runtime.store.list_persons(AGENT.id) if p.display_name == "Ann"]
+        record = MemoryRecord(
+            id=new_id(START),
+            agent_id=AGENT.id,
+            created_at=START,
+            channel="test:dm-ann",
+            participant_ids=(ann_person.id,),
+            summary=DOOR_CODE,
+            sensitivity=Sensitivity.PRIVATE,
+        )
+        assert await runtime.store.add_record(record, None, None)
+        bob_before = len(await _agent_messages(runtime, "dm-bob"))
+        ann_before = len(await _agent_messages(runtime, "dm-ann"))
+
+        await fire(runtime, timedelta(hours=1))
+
+        bob_result, ann_result = mind.tool_results
+        assert "not sent" in bob_result and "test:dm-bob" in bob_result
+        assert "delivered on test:dm-ann" in ann_result
+        assert len(await _agent_messages(runtime, "dm-bob")) == bob_before
+        ann_texts = [m.text for m in await _agent_messages(runtime, "dm-ann")]
+        assert len(ann_texts) == ann_before + 1 and "Your code is 4711, right?" in ann_texts
+    finally:
+        await runtime.stop()
+
+
+async def test_a_reminder_in_a_shared_room_recalls_only_what_everyone_there_may_hear(
+    tmp_path: Path, mind: Mind
+) -> None:
+    runtime = await start_runtime(tmp_path, "outreach-provenance")
+    try:
+        # Ann, Bo and Cy all talk in the room; then Ann asks for a reminder there.
+        await say(runtime, "room", "cy", "hi all")
+        await say(runtime, "room", "bo", "hello")
+        await say(runtime, "room", "ann", "remind the room in half an hour")
+        people = {p.display_name: p.id for p in await runtime.store.list_persons(AGENT.id)}
+        record = MemoryRecord(
+            id=new_id(START),
+            agent_id=AGENT.id,
+            created_at=START,
+            channel="test:room",
+            participant_ids=(people["Ann"], people["Bo"]),
+            summary=PLANS,
+            sensitivity=Sensitivity.PRIVATE,
+        )
+        assert await runtime.store.add_record(record, None, None)
+
+        await fire(runtime, timedelta(minutes=31))
+
+        (prompt,) = mind.reminder_prompts
+        assert "the party plan" in prompt  # the reminder's own objective is there
+        assert "surprise party" not in prompt  # Cy reads the room: Ann and Bo's plan stays theirs
+    finally:
+        await runtime.stop()
