@@ -90,3 +90,41 @@ async def test_an_ambiguous_participant_in_recall_is_an_error_listing_the_candid
     )
     with pytest.raises(InputError, match="Zed"):
         await opened.recall("x", channel=None, participants=["Zed"], now=START, budget_tokens=500, limit=5)
+
+
+async def test_a_name_is_never_matched_by_its_first_word(tmp_path: Path) -> None:
+    """A stranger who calls themselves "Ann Evil" does not receive what is imported for
+    "Ann", and `recall --participant Ann` does not recall as them (the agent's own tools may
+    guess "Ann" → "Ann Evil" in conversation; the operator's history commands never do)."""
+    settings = _settings(tmp_path / "home")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    async with memory_ops(settings, settings.agents[0]) as opened:
+        agent_id = settings.agents[0].id
+        stranger = await opened.store.resolve_person(
+            agent_id, Identity(service="cli", channel="cli", speaker_id="evil"), "Ann Evil", "human", START
+        )
+        path = tmp_path / "history.jsonl"
+        line = {
+            "time": "2020-01-03T00:00:00Z",
+            "channel": "cli:cli",
+            "participants": ["Ann"],
+            "summary": "Ann told me her diagnosis.",
+            "sensitivity": "private",
+            "ref": "a",
+        }
+        path.write_text(json.dumps(line) + "\n")
+        report = await opened.import_file(path)
+        assert report.imported == 1 and not report.problems
+        record = await opened.store.get_record_by_ref(agent_id, "a")
+        assert record is not None and stranger.id not in record.participant_ids
+        (ann,) = [p for p in await opened.store.list_persons(agent_id) if p.display_name == "Ann"]
+        assert record.participant_ids == (ann.id,)
+        with pytest.raises(InputError, match="Ann Eve"):
+            await opened.recall(
+                "diagnosis",
+                channel="cli:cli",
+                participants=["Ann Eve"],
+                now=START,
+                budget_tokens=500,
+                limit=5,
+            )

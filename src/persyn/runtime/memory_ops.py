@@ -23,7 +23,7 @@ from persyn.memory.retrieval import RetrievalResult, Retriever
 from persyn.runtime.inspect import opened_store
 from persyn.store import Store
 from persyn.store.base import Identity, Message
-from persyn.tools._contacts import UnknownContact, resolve_contact
+from persyn.tools._contacts import UnknownContact, resolve_exactly
 from persyn.usage.context import Attribution, bind
 from persyn.usage.records import UsageRecord
 
@@ -80,19 +80,18 @@ class MemoryOps:
         return int(context_window_for(self.settings, self.agent) * self.settings.memory.budget_fraction)
 
     async def resolve_participant(self, name_or_id: str, *, create: bool, channel: str = "") -> str:
-        """The one person a name or id names, found as the agent's own tools find them
-        (`tools/_contacts.py`): an exact display name, then a first name, then an identity's
-        speaker id. A name several people go by is an InputError listing them — never the
-        earliest of them, whose history would then be someone else's. Import creates a
-        person for a name nobody goes by; recall does not."""
+        """The one person a name or id names, with no guessing (`resolve_exactly`: an exact
+        display name or speaker id, never a prefix). A name several people go by is an
+        InputError listing them — never the earliest of them, whose history would then be
+        someone else's. Import creates a person for a name nobody goes by; recall does not."""
+        name = " ".join(name_or_id.split())
         try:
-            return (await resolve_contact(self.store, self.agent.id, name_or_id)).id
+            return (await resolve_exactly(self.store, self.agent.id, name_or_id)).id
         except UnknownContact as exc:
-            name = " ".join(name_or_id.split())
             if not create or is_id(name):
                 raise InputError(f"participant {name_or_id!r}: {exc}") from exc
         except ToolError as exc:
-            raise InputError(f"participant {name_or_id!r}: {exc} (give the id instead)") from exc
+            raise InputError(f"participant {name_or_id!r}: {exc}") from exc
         identity = Identity(service=_IMPORT_SERVICE, channel=channel or "history", speaker_id=name.lower())
         person = await self.store.resolve_person(self.agent.id, identity, name, "human", datetime.now(UTC))
         return person.id

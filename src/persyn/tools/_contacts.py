@@ -14,7 +14,7 @@ from persyn.core.errors import ToolError
 from persyn.core.ids import is_id, parse_id
 from persyn.store.base import Person, Store
 
-__all__ = ["MAX_LISTED", "SELF_WORDS", "UnknownContact", "describe", "resolve_contact"]
+__all__ = ["MAX_LISTED", "SELF_WORDS", "UnknownContact", "describe", "resolve_contact", "resolve_exactly"]
 
 # Words that mean the agent itself where a tool takes "about whom".
 SELF_WORDS = frozenset({"me", "myself", "self"})
@@ -67,3 +67,31 @@ async def resolve_contact(store: Store, agent_id: str, who: str) -> Person:
     if not people:
         raise UnknownContact(f"there is no contact named {wanted!r}: you know nobody yet")
     raise UnknownContact(f"there is no contact named {wanted!r}; your contacts include {_listing(people)}")
+
+
+async def resolve_exactly(store: Store, agent_id: str, who: str) -> Person:
+    """The one person `who` names with no guessing, for the operator's commands that attach
+    history to someone (`persyn memory import`, `memory recall --participant`): an id, else
+    an exact display name (case and spacing aside) or an identity's exact speaker id. No
+    prefixes: "Ann" is not "Ann Evil", who would otherwise inherit Ann's imported history.
+    Several matches are a ToolError listing them; none, UnknownContact."""
+    wanted = " ".join(who.split())
+    if not wanted:
+        raise ToolError("say whom: a contact's name or id")
+    if is_id(wanted):
+        person = await store.get_person(agent_id, parse_id(wanted))
+        if person is None:
+            raise UnknownContact(f"there is no contact with id {wanted!r}")
+        return person
+    folded = wanted.casefold()
+    matches = [
+        p
+        for p in await store.list_persons(agent_id)
+        if " ".join(p.display_name.split()).casefold() == folded
+        or any(i.speaker_id.casefold() == folded for i in p.identities)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ToolError(f"{len(matches)} contacts match {wanted!r}: {_listing(matches)}; give the id")
+    raise UnknownContact(f"there is no contact named exactly {wanted!r}")
