@@ -140,6 +140,25 @@ def test_non_finite_floats_are_rejected_everywhere(tmp_path: Path, key: str, val
     assert key in message and "finite" in message, message
 
 
+DURATION_KEYS = [k for k in FLOAT_KEYS if k.rsplit("_", 1)[-1] in ("seconds", "minutes", "hours", "days")]
+
+
+def test_every_duration_setting_is_found() -> None:
+    assert "conversation.idle_timeout_minutes" in DURATION_KEYS
+    assert "memory.cull_after_days" in DURATION_KEYS
+    assert "autonomy.heartbeat_minutes" in DURATION_KEYS
+
+
+@pytest.mark.parametrize("key", DURATION_KEYS)
+def test_a_duration_past_what_a_time_can_hold_is_an_error_naming_the_key(tmp_path: Path, key: str) -> None:
+    """1e300 minutes passed every lower bound, then failed every activation ("Python int
+    too large to convert to C int") or every housekeeping tick."""
+    *sections, name = key.split(".")
+    _write(tmp_path, (f"[{'.'.join(sections)}]\n" if sections else "") + f"{name} = 1e300\n")
+    message = _error(tmp_path)
+    assert key in message and ("100 years" in message or "less than or equal" in message), message
+
+
 def test_non_finite_prices_are_rejected(tmp_path: Path) -> None:
     _write(tmp_path, '[prices."test:echo"]\ninput = 1.0\noutput = nan\n')
     message = _error(tmp_path)
