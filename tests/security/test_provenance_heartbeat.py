@@ -193,12 +193,12 @@ async def test_a_reminder_run_carries_the_provenance_of_the_reminder(tmp_path: P
         await runtime.stop()
 
 
-async def test_a_reminder_run_that_recalled_something_private_to_another_writes_for_nobody_else(
+async def test_a_reminder_run_in_a_room_does_not_recall_what_someone_else_said_alone(
     tmp_path: Path, mind: Mind
 ) -> None:
-    """Ann sets a reminder in the room; when it fires there the run recalls, with nobody
-    present, what Bo told the agent alone in that room. Its activity entry does not show to
-    Ann: the run writes at most where everything it read may surface."""
+    """Ann sets a reminder in the room; when it fires there, the run speaks in front of the
+    room's people (Ann), so what Bo told the agent alone in that room does not come to mind:
+    it is neither said nor written where Ann can read it."""
     runtime = await start_runtime(tmp_path, "heartbeat-provenance")
     try:
         await say(runtime, "room", "ann", "ann-sets: remind me to buy the ring in half an hour")
@@ -209,7 +209,7 @@ async def test_a_reminder_run_that_recalled_something_private_to_another_writes_
         assert await runtime.store.add_record(record, None, None)
         await fire(runtime, timedelta(minutes=31))
         (entry,) = await recent_activity(runtime.store, AGENT.id)
-        assert "90k" in entry.outcome  # it did recall it (the operator sees the run)
+        assert entry.outcome == "said: Ann, off to the jeweller now!"
 
         await say(runtime, "room", "ann", "ann: what have you been up to?")
         assert len(mind.results["ann"]) == len(ASK)
