@@ -77,12 +77,15 @@ class Channel:
         return None
 
 
-async def start_runtime(tmp_path: Path, double: str) -> Runtime:
+async def start_runtime(
+    tmp_path: Path, double: str, *, memory: str = "", deliberation: str = "enabled = false"
+) -> Runtime:
+    """`memory` adds lines to `[memory]`; `deliberation` is the `[deliberation]` table's body."""
     home = tmp_path / "home"
     home.mkdir(parents=True, exist_ok=True)
     (home / "persyn.toml").write_text(
         f'[models]\ndefault = "test:{double}"\n[metering]\nevent_log = false\n'
-        '[memory]\nembedder = "test:hash"\n[deliberation]\nenabled = false\n'
+        f'[memory]\nembedder = "test:hash"\n{memory}\n[deliberation]\n{deliberation}\n'
         "[autonomy]\nschedule = false\n"
     )
     settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})

@@ -143,7 +143,7 @@ class CritiqueOutcome(BaseModel):
 
 
 class Parked(BaseModel):
-    """A deferred conclusion waiting to be woven into the next turn on its channel."""
+    """A deferred conclusion waiting to be woven into the next turn of its conversation."""
 
     event_id: str
     draft: str

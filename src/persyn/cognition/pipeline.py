@@ -137,29 +137,38 @@ def parked_prefix(service: str, channel: str) -> str:
 
 
 async def park(store: Store, setup: TurnSetup, parked: Parked, now: datetime) -> None:
-    """Leave a deferred conclusion for the next turn on the same channel."""
-    value = json.dumps({"at": now.isoformat(), **parked.model_dump(mode="json")})
+    """Leave a deferred conclusion for the next turn of the same conversation."""
+    value = json.dumps(
+        {"at": now.isoformat(), "conversation_id": setup.conversation_id, **parked.model_dump(mode="json")}
+    )
     await store.set_flag(setup.agent_id, parked_prefix(setup.service, setup.channel) + setup.event_id, value)
 
 
-async def parked_for(
-    store: Store, agent_id: str, service: str, channel: str, now: datetime, ttl: timedelta
-) -> dict[str, Parked]:
-    """Unexpired parked conclusions for a channel, oldest first (expired ones are dropped)."""
+async def parked_for(store: Store, setup: TurnSetup, now: datetime, ttl: timedelta) -> dict[str, Parked]:
+    """Unexpired conclusions parked in the turn's conversation, oldest first.
+
+    A conclusion quotes the reply it reconsiders, so it is recent dialog of the conversation
+    it was parked in: another conversation on the channel — perhaps with someone else —
+    never sees it (earlier conversations reach a prompt only as memories). Listed by channel
+    so that expired ones, of any conversation there, are dropped; unreadable ones (and those
+    that do not say their conversation) are dropped too."""
     found: dict[str, Parked] = {}
-    for key, raw in (await store.flags_with_prefix(agent_id, parked_prefix(service, channel), 20)).items():
+    prefix = parked_prefix(setup.service, setup.channel)
+    for key, raw in (await store.flags_with_prefix(setup.agent_id, prefix, 20)).items():
         try:
             data = json.loads(raw)
             at = datetime.fromisoformat(data.pop("at"))
+            conversation_id = str(data.pop("conversation_id"))
             parked = Parked.model_validate(data)
         except (ValueError, KeyError, TypeError):
             log.warning("dropping unreadable parked conclusion %s", key)
-            await store.set_flag(agent_id, key, None)
+            await store.set_flag(setup.agent_id, key, None)
             continue
         if now - at > ttl:
-            await store.set_flag(agent_id, key, None)
+            await store.set_flag(setup.agent_id, key, None)
             continue
-        found[key] = parked
+        if conversation_id == setup.conversation_id:
+            found[key] = parked
     return found
 
 
@@ -297,8 +306,8 @@ async def build_prompt(
     read_dialog: Callable[[], Awaitable[Sequence[Message]]] | None = None,
 ) -> Prepared:
     """The current conversation's recent dialog (`read_turn_dialog`), every context
-    source's sections, and any conclusion deliberation parked for this channel since the
-    agent last spoke here. `read_dialog` reads the dialog instead of the store (the runtime
+    source's sections, and any conclusion deliberation parked in this conversation since the
+    agent last spoke in it. `read_dialog` reads the dialog instead of the store (the runtime
     keeps what it read for the turn's later steps)."""
 
     async def fetch(source: ContextSource) -> Sequence[ContextSection]:
@@ -313,7 +322,7 @@ async def build_prompt(
     ttl = timedelta(hours=settings.deliberation.parked_ttl_hours)
     dialog, parked, fetched = await asyncio.gather(
         read_dialog() if read_dialog is not None else read_turn_dialog(store, settings, setup),
-        parked_for(store, setup.agent_id, setup.service, setup.channel, now, ttl),
+        parked_for(store, setup, now, ttl),
         asyncio.gather(*(fetch(source) for source in sources)),
     )
     sections: list[ContextSection] = [section for found in fetched for section in found]

@@ -9,7 +9,8 @@
 **Compartments.** The tools are bound to the situation of one activation — the current
 channel, the people present, `[memory] channel_groups` — and withhold exactly what
 retrieval withholds: a record is shown only when `memory.access.may_surface` allows it,
-and `recall_dialog` only opens a record that may surface. Verbatim dialog carries no
+and `recall_dialog` only opens a record that may surface, and only shows its dialog where
+`search_dialog` would (the rule below). Verbatim dialog carries no
 sensitivity of its own, and the records later formed from a conversation may have been
 raised above the channel's default; so a conversation's dialog is treated as a record of
 that conversation (its channel, its participants) at `dialog_sensitivity`, `restricted`
@@ -346,6 +347,14 @@ def memory_tools(context: MemoryToolsContext) -> list[Tool[Any, Any]]:
         if record.conversation_id is None:
             raise ToolError(
                 f"memory {record.id} has no dialog behind it (it was not formed in a conversation)"
+            )
+        # The words themselves pass the dialog rule, as in search_dialog: a record may surface
+        # where the conversation it was formed from may not be quoted.
+        conversation = await store.get_conversation(agent_id, record.conversation_id)
+        if conversation is None or not dialog_surfaces(conversation):
+            raise ToolError(
+                f"the words behind memory {record.id} may not be repeated here; its summary is all "
+                "you can use"
             )
         dialog = await store.recent_messages(agent_id, record.conversation_id, _RECALL_SCAN)
         scanned_all = len(dialog) < _RECALL_SCAN
