@@ -36,7 +36,7 @@ import random
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -92,6 +92,7 @@ from persyn.usage.records import UsageRecord
 __all__ = [
     "OUTPUT_TOOL_NAME",
     "TASK_METADATA_KEY",
+    "CallUsage",
     "LocalModelFactory",
     "ModelGateway",
     "instruction_parts",
@@ -110,6 +111,19 @@ _MAX_RETRY_AFTER_SECONDS = 30.0
 _ROUND_COUNTERS = 4096  # step executions remembered for usage-id rounds
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n(?P<body>.*?)\n?```\s*$", re.DOTALL)
+
+
+@dataclass
+class CallUsage:
+    """What one `complete` call has used so far: every round-trip that returned (and was
+    metered) is added as it returns, so a call that then raises — structured output invalid
+    twice, the corrective round-trip failing — still shows what it spent. A wrapper that
+    charges for calls (the autonomy budget) reads it however the call ended."""
+
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+    def add(self, more: TokenUsage) -> None:
+        self.usage = _add_usage(self.usage, more)
 
 
 class ModelGateway:
@@ -214,6 +228,7 @@ class ModelGateway:
         sink: SinkCallable | None = None,
         phase: str = "draft",
         stage: str | None = None,
+        used: CallUsage | None = None,
     ) -> Completion:
         """One model call for `task`; with `output`, a validated instance of it.
 
@@ -222,13 +237,16 @@ class ModelGateway:
         Text deltas go to `sink` as they stream (not for structured output, which is not
         presentable text). Raises `ModelError` when the model fails after retries or its
         structured output is still invalid after one corrective round-trip. `usage` sums
-        every round-trip this call made; `usage_id` is the last one's record.
+        every round-trip this call made; `usage_id` is the last one's record. `used`, when
+        given, accumulates the same sum as each round-trip returns, so the caller sees what
+        a call that raised spent (the usage records of those round-trips were emitted).
         """
         raw, spec = self._resolve(task)
         model = await self._model_for(spec)
         mode = self._output_mode(spec)
         params = _request_parameters(prompt, tools, output, mode)
         messages = to_messages(prompt, task)
+        used = used if used is not None else CallUsage()
         usage = TokenUsage()
         for attempt in range(2):
             try:
@@ -247,7 +265,9 @@ class ModelGateway:
                 response, usage_id = await self._round_trip(
                     model, spec, raw, task, messages, params, None, phase, stage
                 )
-            usage = _add_usage(usage, _token_usage(response.usage))
+            round_trip = _token_usage(response.usage)
+            used.add(round_trip)
+            usage = _add_usage(usage, round_trip)
             text = response.text or ""
             calls = tuple(
                 ToolCall(id=part.tool_call_id, name=part.tool_name, args=part.args_as_dict())

@@ -77,7 +77,11 @@ class _StoredRun:
         await narrow_run(self.store, self.agent_id, self.event_id, self.home, items)
 
 
-def build_registry(runtime: Runtime, setup: TurnSetup, event_id: str) -> ToolRegistry:
+def build_registry(
+    runtime: Runtime, setup: TurnSetup, event_id: str, call_key: str | None = None
+) -> ToolRegistry:
+    """The tools of one activation, for the tool call `call_key` (its durable step's
+    identity; `Runtime.run_tool`), which the message cap counts sends by."""
     agent_id = setup.agent_id
     store, clock, settings = runtime.store, runtime.clock, runtime.settings
     participants = setup.participant_ids or ((setup.person_id,) if setup.person_id else ())
@@ -109,7 +113,9 @@ def build_registry(runtime: Runtime, setup: TurnSetup, event_id: str) -> ToolReg
     )
 
     async def send(person_id: str, service: str, channel: str, text: str) -> str:
-        return await runtime.send_to_contact(agent_id, event_id, person_id, service, channel, text)
+        return await runtime.send_to_contact(
+            agent_id, event_id, person_id, service, channel, text, call_key=call_key
+        )
 
     async def sent() -> int:
         return await runtime.messages_sent(agent_id, event_id)

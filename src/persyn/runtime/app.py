@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -715,8 +714,10 @@ class Runtime:
         spec = gateway.spec_for(Task.RESPOND) if gateway is not None else None
         return not (spec is not None and spec.provider == "local" and not spec.name)
 
-    def tool_registry(self, setup: TurnSetup, event_id: str) -> ToolRegistry:
-        return build_registry(self, setup, event_id)
+    def tool_registry(self, setup: TurnSetup, event_id: str, call_key: str | None = None) -> ToolRegistry:
+        """The tools of one activation; `call_key` names the one tool call they serve (see
+        `run_tool`)."""
+        return build_registry(self, setup, event_id, call_key)
 
     def tool_specs(self, setup: TurnSetup, event_id: str) -> tuple[ToolSpec, ...]:
         """What the model is offered: the same for every turn and every agent of the
@@ -751,9 +752,17 @@ class Runtime:
         }
 
     async def run_tool(
-        self, agent_id: str, event_id: str, setup_data: dict[str, Any], call_data: dict[str, Any]
+        self,
+        agent_id: str,
+        event_id: str,
+        setup_data: dict[str, Any],
+        call_data: dict[str, Any],
+        *,
+        call_key: str | None = None,
     ) -> dict[str, Any]:
-        """One tool call; any failure comes back as an error result the model reads."""
+        """One tool call; any failure comes back as an error result the model reads.
+        `call_key` identifies the call across re-runs of its durable step (the step's
+        workflow and position, never what the model put in it): what it sends counts once."""
         setup = TurnSetup.model_validate(setup_data)
         event = await self._event(agent_id, event_id)
         channel = self.channels.get(event.service)
@@ -761,7 +770,7 @@ class Runtime:
         sink = _safe_sink_for(channel, event)
         if sink is not None:
             sink(SinkEvent(phase="draft", kind="tool_start", text=call.name))
-        outcome = await self.tool_registry(setup, event_id).call(call)
+        outcome = await self.tool_registry(setup, event_id, call_key).call(call)
         return outcome.model_dump(mode="json")
 
     async def critique(
@@ -1111,15 +1120,25 @@ class Runtime:
         return None if conversation is None else conversation.model_dump(mode="json")
 
     async def send_to_contact(
-        self, agent_id: str, event_id: str, person_id: str, service: str, channel: str, text: str
+        self,
+        agent_id: str,
+        event_id: str,
+        person_id: str,
+        service: str,
+        channel: str,
+        text: str,
+        *,
+        call_key: str | None = None,
     ) -> str:
         """The agent initiates (SPEC §4.5): the message is stored as said by the agent in a
         conversation with the person on that channel, then delivered if that channel runs in
-        this process (otherwise it waits in the dialog for the channel to show it)."""
+        this process (otherwise it waits in the dialog for the channel to show it).
+        `call_key` is the tool call's (`run_tool`): a send under a key already counted is the
+        same call run again; without one, every send counts."""
         text = self.validate_text(text)
         now = self.clock.now()
         await self._check_outreach_audience(agent_id, event_id, person_id, service, channel)
-        await self._count_outreach(agent_id, event_id, person_id, service, channel, text)
+        await self._count_outreach(agent_id, event_id, call_key)
         await self._spend_channel_budget(agent_id, service, channel, text, now)
         conversation = await self.store.open_conversation(
             agent_id, service, channel, [person_id], now, self.settings.conversation.idle_timeout_minutes * 60
@@ -1182,21 +1201,21 @@ class Runtime:
         cap, including one the channel budget or the channel then refused."""
         return len(_sends(await self.store.get_flag(agent_id, _SENDS_FLAG + event_id)))
 
-    async def _count_outreach(
-        self, agent_id: str, event_id: str, person_id: str, service: str, channel: str, text: str
-    ) -> None:
+    async def _count_outreach(self, agent_id: str, event_id: str, call_key: str | None) -> None:
         """`[autonomy] max_messages_per_run` over the whole run, atomically in the store (the
         tool registry is rebuilt for every call: a counter there restarted each time, and one
-        turn sent 16 messages to 8 contacts). A send is keyed by what it sends, so a tool-call
-        step re-run after a crash counts once; refused sends raise ToolError, which the model
-        reads."""
+        turn sent 16 messages to 8 contacts). A send is keyed by the tool call that makes it,
+        so a tool-call step re-run after a crash counts once and two calls count twice,
+        whatever they say (a key of what is sent let texts differing only in spaces pass as
+        re-runs: 48 messages under a cap of 2). Refused sends raise ToolError, which the
+        model reads."""
         limit = self.settings.autonomy.max_messages_per_run
-        key = hashlib.sha256("\0".join((person_id, service, channel, text)).encode()).hexdigest()[:16]
+        key = call_key or new_id(self.clock.now())  # no durable step to re-run: a send of its own
 
         def count(raw: str | None) -> str | None:
             sends = _sends(raw)
             if key in sends:
-                return raw  # this very send, again (a replayed step): already counted
+                return raw  # this very call, again (a re-run step): already counted
             if len(sends) >= limit:
                 raise ToolError(
                     f"message cap reached: you have already sent {len(sends)} messages this turn (the "

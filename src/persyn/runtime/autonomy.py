@@ -47,7 +47,7 @@ from persyn.core.events import Event, EventKind
 from persyn.core.ids import derived_id, is_id
 from persyn.core.records import Sensitivity, channel_key
 from persyn.gateway.base import Completion, Prompt, SinkCallable, TokenUsage, ToolSpec
-from persyn.gateway.gateway import ModelGateway
+from persyn.gateway.gateway import CallUsage, ModelGateway
 from persyn.memory.access import Provenanced, derived_provenance
 from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
 from persyn.store.base import Conversation, Provenance, Reminder, Store
@@ -413,7 +413,10 @@ class Autonomy:
 class BudgetedGateway(ModelGateway):
     """The model gateway with the autonomy budget checked before, and charged after, every
     call a self-initiated run makes (the attribution's thread says which run a call serves).
-    Calls outside such runs pass straight through."""
+    A call is charged what it used however it ended: one that raises after spending tokens
+    (structured output invalid twice) was billed, and its usage records say so. Calls outside
+    such runs pass straight through (the consolidation of a run's conversation, enqueued on a
+    thread of its own, is one of them)."""
 
     def __init__(self, *args: Any, autonomy: Autonomy, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -429,15 +432,20 @@ class BudgetedGateway(ModelGateway):
         sink: SinkCallable | None = None,
         phase: str = "draft",
         stage: str | None = None,
+        used: CallUsage | None = None,
     ) -> Completion:
         attribution = usage_context.current()
         run = await self._autonomy.admit_call(attribution.agent_id, attribution.thread_id)
-        completion = await super().complete(
-            task, prompt, tools=tools, output=output, sink=sink, phase=phase, stage=stage
-        )
-        if run is not None:
-            await self._autonomy.charge(run, completion.usage)
-        return completion
+        spent = CallUsage()
+        try:
+            return await super().complete(
+                task, prompt, tools=tools, output=output, sink=sink, phase=phase, stage=stage, used=spent
+            )
+        finally:
+            if used is not None:
+                used.add(spent.usage)
+            if run is not None:
+                await self._autonomy.charge(run, spent.usage)
 
 
 def _spend(raw: str | None) -> RunSpend:

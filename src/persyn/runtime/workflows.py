@@ -241,7 +241,9 @@ async def respond_more_step(
 async def tool_call_step(
     agent_id: str, event_id: str, setup: dict[str, Any], call: dict[str, Any]
 ) -> dict[str, Any]:
-    return await runtime().run_tool(agent_id, event_id, setup, call)
+    # The step's identity (workflow and position) is what a re-run of this very call shares
+    # with its first run, and what no other call has: the per-run caps count by it.
+    return await runtime().run_tool(agent_id, event_id, setup, call, call_key=_step_key())
 
 
 async def _tool_loop(
