@@ -133,6 +133,7 @@ class Runtime:
         self.running_activations = 0  # in this process, for the wake's batching
         self._events: dict[str, Event] = {}  # events of activations in flight, by id
         self._dialogs: dict[str, list[Message]] = {}  # their dialog (input last), by event id
+        self._transmitting: set[str] = set()  # events whose transmit runs in this process now
         self.uses_offline_model = False
 
     # lifecycle -------------------------------------------------------------------------
@@ -561,11 +562,15 @@ class Runtime:
         waiter = self._marker_waiters.setdefault(event_id, asyncio.Event())
         try:
             while True:
-                marker = self._put_markers.pop(event_id, None) or await self.store.get_marker(
-                    agent_id, event_id, self.clock.now()
-                )
-                if marker is not None:
-                    return marker
+                # While this process transmits the event, its marker is committed with the
+                # reply, before the surface is given it: wait for the wake at the end of
+                # transmit, so the waiter never returns ahead of the delivery.
+                if event_id not in self._transmitting:
+                    marker = self._put_markers.pop(event_id, None) or await self.store.get_marker(
+                        agent_id, event_id, self.clock.now()
+                    )
+                    if marker is not None:
+                        return marker
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise TimeoutError(f"no completion for event {event_id} within {timeout:.0f}s")
@@ -902,9 +907,11 @@ class Runtime:
 
         Exactly one completion marker per event, whatever happened (SPEC App. B). A waiter
         in this process is woken once the surface has been given the outcome."""
+        self._transmitting.add(event_id)
         try:
             return await self._transmit(agent_id, event_id, setup_data, outcome)
         finally:
+            self._transmitting.discard(event_id)
             self._dialogs.pop(event_id, None)
             self._wake(event_id)
 
