@@ -286,3 +286,13 @@ def test_cli_refuses_to_start_on_wrong_configuration(
     assert done.returncode == 2
     assert expected in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (persyn.home / "data").exists() or not any((persyn.home / "data").iterdir())
+
+
+@pytest.mark.e2e
+def test_doctor_points_an_environment_error_at_the_variable(persyn: Persyn) -> None:
+    done = persyn.run("doctor", PERSYN_CONVERSATION__IDLE_TIMEOUT_MINUTES="-1")
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert "PERSYN_CONVERSATION__IDLE_TIMEOUT_MINUTES" in output, output
+    assert "fix: correct or unset the PERSYN_ variable named above" in output, output
+    assert "edit " not in output, output

@@ -49,6 +49,7 @@ def test_each_field_is_held_to_the_message_limits(persyn: Persyn, tmp_path: Path
         9: _line("tags", tags=[f"t{i}" for i in range(500)]),
         10: _line("long-channel", channel="c" * 5_000),
         11: _line("out-of-range", time="0001-01-01T00:00:00+05:00"),  # OverflowError before
+        12: _line("flag-importance", importance=True),  # imported as importance 1 before
     }
     lines = [_line("good-1"), *bad.values(), _line("good-2")]
     path = tmp_path / "history.jsonl"

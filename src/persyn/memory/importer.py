@@ -138,6 +138,13 @@ class ImportLine(_Strict):
     def _utc(cls, value: datetime) -> datetime:
         return _as_utc(value)
 
+    @field_validator("importance", mode="before")
+    @classmethod
+    def _a_number_not_a_flag(cls, value: object) -> object:
+        if isinstance(value, bool):  # JSON true would otherwise import as importance 1
+            raise ValueError(f"importance must be a whole number from 1 to 10, not {value!r}")
+        return value
+
     def key(self) -> str:
         """The record's ref: the given one, or a hash of what makes the line this memory."""
         if self.ref:

@@ -204,7 +204,12 @@ async def collect_checks(home: Path | None) -> list[Check]:
     try:
         settings = load_settings(root)
     except PersynError as exc:
-        return [Check("configuration", False, str(exc), f"edit {root / CONFIG_FILE}")]
+        fix = (
+            "correct or unset the PERSYN_ variable named above"
+            if "in the environment" in str(exc)
+            else f"edit {root / CONFIG_FILE}"
+        )
+        return [Check("configuration", False, str(exc), fix)]
     if not (root / CONFIG_FILE).exists():
         return [
             Check(
