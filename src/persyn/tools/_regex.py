@@ -30,7 +30,7 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
         raise ToolError(f"the regular expression is longer than {MAX_PATTERN_CHARS} characters")
     try:
         return re.compile(pattern, re.IGNORECASE)
-    except re.error as exc:
+    except (re.error, OverflowError, RecursionError) as exc:  # a{4294967296}: OverflowError
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
 
 

@@ -414,3 +414,9 @@ async def test_a_runaway_regex_is_stopped() -> None:
         await matching("(a+)+$", ["a" * 40 + "!"], deadline=0.5)
     assert time.monotonic() - started < 5
     assert await matching("b+", ["abc", "xyz"]) == [True, False]
+
+
+@pytest.mark.parametrize("pattern", ["a{4294967296}", "[z-a]"])
+async def test_a_pattern_python_cannot_compile_is_a_tool_error_naming_it(pattern: str) -> None:
+    with pytest.raises(ToolError, match="invalid regular expression"):
+        await matching(pattern, ["abc"])
