@@ -48,6 +48,7 @@ from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
 from persyn.core.ids import parse_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.base import (
+    ActivityEntry,
     AgentRow,
     Conversation,
     Goal,
@@ -66,6 +67,9 @@ from persyn.store.base import (
 __all__ = [
     "ID_LENGTH",
     "UTCDateTime",
+    "activity_from_row",
+    "activity_runs",
+    "activity_values",
     "agent_from_row",
     "agents",
     "checked_address",
@@ -75,6 +79,7 @@ __all__ = [
     "conversation_from_row",
     "conversation_participants",
     "conversations",
+    "deliberation_traces",
     "event_from_row",
     "event_values",
     "events",
@@ -608,6 +613,41 @@ goals = Table(
 )
 
 
+# The log of self-initiated runs (SPEC §4.7; `ActivityEntry`), one row per run or skip, keyed
+# by the run's id (its event id). Read newest first by (agent_id, at): the autonomy budget's
+# rolling window and `persyn activity`. Migration 11 created it from this definition.
+activity_runs = Table(
+    "activity_runs",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("run_id", nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("reminder_id", String(100), nullable=False),
+    Column("objective", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    _id("conversation_id", nullable=True),
+    *_provenance(),
+    UniqueConstraint("agent_id", "run_id"),  # a replayed step logs its run once
+    Index(None, "agent_id", "at"),
+)
+
+# What deliberation did for an inbound event (`DeliberationTrace`): one JSON object per
+# event, written in parts as the activation goes. Migration 11 created it from this definition.
+deliberation_traces = Table(
+    "deliberation_traces",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("event_id", nullable=False),
+    Column("trace", JSON, nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("agent_id", "event_id"),
+)
+
+
 # row mapping between the tables and the port's types, for every backend --------------------
 def agent_from_row(row: Row[Any]) -> AgentRow:
     return AgentRow(id=row.id, name=row.name, created_at=row.created_at)
@@ -790,5 +830,36 @@ def fact_from_row(row: Row[Any]) -> QuickFact:
         key=row.key,
         value=row.value,
         updated_at=row.updated_at,
+        provenance=provenance_from_row(row),
+    )
+
+
+def activity_values(entry: ActivityEntry) -> dict[str, Any]:
+    """The `activity_runs` row for `entry` (without its own key); `activity_from_row` reads it."""
+    return {
+        "agent_id": entry.agent_id,
+        "run_id": entry.id,
+        "at": entry.at,
+        "kind": entry.kind,
+        "reminder_id": entry.reminder_id,
+        "objective": entry.objective,
+        "outcome": entry.outcome,
+        "tokens": entry.tokens,
+        "conversation_id": entry.conversation_id,
+        **provenance_values(entry.provenance),
+    }
+
+
+def activity_from_row(row: Row[Any]) -> ActivityEntry:
+    return ActivityEntry(
+        id=row.run_id,
+        agent_id=row.agent_id,
+        at=row.at,
+        kind=row.kind,
+        reminder_id=row.reminder_id,
+        objective=row.objective,
+        outcome=row.outcome,
+        tokens=row.tokens,
+        conversation_id=row.conversation_id,
         provenance=provenance_from_row(row),
     )
