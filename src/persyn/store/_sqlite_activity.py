@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from persyn.core.ids import new_id
 from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.activity import ActivityEntry
-from persyn.store.schema import activity_from_row, activity_runs, activity_values, checked_id
+from persyn.store.schema import activity_from_row, activity_runs, activity_values
 
 __all__ = ["SQLiteActivity"]
 
@@ -25,8 +25,6 @@ class SQLiteActivity(SQLiteWork):
     """The activity half of `SQLiteStore`."""
 
     async def add_activity(self, entry: ActivityEntry) -> None:
-        checked_id(entry.agent_id, "agent id")
-        checked_id(entry.id, "run id")
         values = {"id": new_id(entry.at), **activity_values(entry)}
         statement = insert(activity_runs).values(values)
         statement = statement.on_conflict_do_update(

@@ -39,9 +39,7 @@ class SQLiteFacts(SQLiteWork):
     """The quick facts and observations of `SQLiteStore`."""
 
     async def add_observation(self, observation: Observation, action: str, reason: str) -> None:
-        agent_id = checked_id(observation.agent_id, "agent id")
-        checked_id(observation.id, "observation id")
-        checked_id(observation.subject_id, "subject id")
+        agent_id = observation.agent_id  # the row type validated its ids
 
         def work(connection: Connection) -> None:
             connection.execute(

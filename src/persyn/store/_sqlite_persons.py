@@ -4,7 +4,6 @@ sub-port; contact addresses and the participant index are in `_sqlite_directory.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import (
     Text,
@@ -19,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
-from persyn.store._sqlite_directory import move_addresses, move_participant_index
+from persyn.store._sqlite_directory import move_addresses, move_participant_index, require_person
 from persyn.store._sqlite_graph import replace_graph_participant
 from persyn.store._sqlite_memory import replace_record_participant
 from persyn.store._sqlite_work import SQLiteWork, latest, p
@@ -119,7 +118,7 @@ class SQLitePersons(SQLiteWork):
         agent_id = checked_id(agent_id, "agent id")
 
         def work(connection: Connection) -> Person:
-            _require_person(connection, agent_id, person_id)
+            require_person(connection, agent_id, person_id)
             owner = _person_for_identity(connection, agent_id, identity)
             if owner == person_id:
                 return load_person(connection, agent_id, person_id)
@@ -145,7 +144,7 @@ class SQLitePersons(SQLiteWork):
 
     async def detach_identity(self, agent_id: str, person_id: str, identity: Identity) -> Person:
         def work(connection: Connection) -> Person:
-            _require_person(connection, agent_id, person_id)
+            require_person(connection, agent_id, person_id)
             result = connection.execute(
                 delete(identities).where(
                     identities.c.agent_id == agent_id,
@@ -170,8 +169,8 @@ class SQLitePersons(SQLiteWork):
             raise StoreError("a contact cannot be merged into itself")
 
         def work(connection: Connection) -> Person:
-            survivor = _require_person(connection, agent_id, survivor_id)
-            other = _require_person(connection, agent_id, other_id)
+            survivor = require_person(connection, agent_id, survivor_id)
+            other = require_person(connection, agent_id, other_id)
             connection.execute(
                 update(identities)
                 .where(identities.c.agent_id == agent_id, identities.c.person_id == other_id)
@@ -334,15 +333,6 @@ def _create_person(
         )
     )
     return person_id
-
-
-def _require_person(connection: Connection, agent_id: str, person_id: str) -> Any:
-    row = connection.execute(
-        select(persons).where(persons.c.agent_id == agent_id, persons.c.id == person_id)
-    ).first()
-    if row is None:
-        raise StoreError(f"no contact {person_id!r} for agent {agent_id!r}")
-    return row
 
 
 _SQL_IDENTITY_PERSON = select(identities.c.person_id).where(

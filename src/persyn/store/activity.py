@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from datetime import datetime
+from typing import Annotated
 
 from persyn.core.records import Sensitivity
-from persyn.store.rows import Provenance, Row
+from persyn.store.rows import AgentId, Provenance, Row, ulid
 
 __all__ = ["UNATTRIBUTED_RUN", "ActivityEntry", "ActivityPort"]
 
@@ -23,8 +24,8 @@ UNATTRIBUTED_RUN = Provenance(sensitivity=Sensitivity.PRIVATE)
 class ActivityEntry(Row):
     """One self-initiated run (or a skip): what the agent did on its own, and what it cost."""
 
-    id: str  # the run's event id (skips: derived from the fire key too)
-    agent_id: str
+    id: Annotated[str, ulid("run id")]  # the run's event id (skips: derived from the fire key too)
+    agent_id: AgentId
     at: datetime
     kind: str  # "heartbeat" | "reminder"
     reminder_id: str

@@ -3,12 +3,26 @@ from, contact addresses and per-person preferences."""
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from datetime import datetime
+from typing import Annotated
 
-from persyn.store.rows import Row
+from pydantic import AfterValidator
 
-__all__ = ["AgentRow", "ContactAddress", "DirectoryPort", "Identity", "Person"]
+from persyn.core.errors import InputError
+from persyn.store.rows import Row, ulid
+
+__all__ = [
+    "AgentRow",
+    "ContactAddress",
+    "DirectoryPort",
+    "Identity",
+    "Person",
+    "address_label",
+    "address_value",
+    "checked_address",
+]
 
 
 class AgentRow(Row):
@@ -35,13 +49,44 @@ class Person(Row):
     identities: tuple[Identity, ...] = ()
 
 
+_ADDRESS_LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
+_ADDRESS_VALUE_MAX = 500
+
+
+def address_label(label: str) -> str:
+    """A contact address's type label as stored: a short lower-case token."""
+    canonical = label.strip().lower()
+    if not _ADDRESS_LABEL.fullmatch(canonical):
+        raise InputError(
+            f"invalid address label {label!r}: use 1 to 32 letters, digits, '.', '-' or '_' "
+            "(e.g. email, phone, matrix, work)"
+        )
+    return canonical
+
+
+def address_value(value: str) -> str:
+    """A contact address as stored: trimmed, one line, 1 to 500 characters."""
+    canonical = value.strip()
+    if not 0 < len(canonical) <= _ADDRESS_VALUE_MAX:
+        raise InputError(f"invalid address {value!r}: use 1 to {_ADDRESS_VALUE_MAX} characters")
+    if not canonical.isprintable():
+        raise InputError(f"invalid address {value!r}: use one line of printable characters")
+    return canonical
+
+
+def checked_address(label: str, value: str) -> tuple[str, str]:
+    """A contact address as it is stored: the label a short lower-case token ("email",
+    "phone", "matrix", "work"), the value trimmed, one line, 1 to 500 characters."""
+    return address_label(label), address_value(value)
+
+
 class ContactAddress(Row):
     """A way to reach a person (SPEC §4.5) beside the identities they wrote from: an email
     address, a phone number, a Matrix id, under a short type label."""
 
-    person_id: str
-    label: str  # a lower-case token: "email", "phone", "matrix", "work", ...
-    value: str
+    person_id: Annotated[str, ulid("person id")]
+    label: Annotated[str, AfterValidator(address_label)]  # a lower-case token: "email", "phone", ...
+    value: Annotated[str, AfterValidator(address_value)]
     created_at: datetime
 
 
@@ -91,7 +136,7 @@ class DirectoryPort(ABC):
 
     @abstractmethod
     async def add_address(self, agent_id: str, person_id: str, label: str, value: str, now: datetime) -> bool:
-        """Give a person a contact address (label and value as `schema.checked_address`
+        """Give a person a contact address (label and value as `checked_address`
         accepts them: bad ones are an InputError). False, and nothing changes, when they
         already have it."""
 

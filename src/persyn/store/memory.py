@@ -7,10 +7,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Annotated
 
 from persyn.core.records import MemoryRecord
 from persyn.store.dialog import Conversation, Message
-from persyn.store.rows import GLOBAL, Provenance, Row
+from persyn.store.rows import GLOBAL, AgentId, Provenance, Row, ulid
 
 __all__ = ["ImportedMemory", "MemoryPort", "Observation", "ObservationChange", "QuickFact"]
 
@@ -18,9 +19,9 @@ __all__ = ["ImportedMemory", "MemoryPort", "Observation", "ObservationChange", "
 class Observation(Row):
     """A specific fact about a person (SPEC §4.4), from the conversation it was learned in."""
 
-    id: str
-    agent_id: str
-    subject_id: str
+    id: Annotated[str, ulid("observation id")]
+    agent_id: AgentId
+    subject_id: Annotated[str, ulid("subject id")]
     kind: str  # a type label, e.g. "occupation", "preference", "relationship"
     value: str
     observed_at: datetime

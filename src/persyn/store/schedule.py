@@ -13,9 +13,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from persyn.store.rows import GLOBAL, Provenance, Row
+from persyn.store.rows import GLOBAL, AgentId, Provenance, Row, bounded_text, ulid
 
 __all__ = [
+    "MAX_GOAL_CHARS",
+    "MAX_OBJECTIVE_CHARS",
     "AtTrigger",
     "CronTrigger",
     "FireResult",
@@ -28,6 +30,10 @@ __all__ = [
     "SchedulePort",
     "Trigger",
 ]
+
+
+MAX_OBJECTIVE_CHARS = 4000
+MAX_GOAL_CHARS = 4000
 
 
 class AtTrigger(Row):
@@ -60,7 +66,7 @@ class ReminderAction(Row):
     address (a person of the directory) and where (a service and channel; unset: the
     person's preferred or most recently used channel, SPEC §4.5)."""
 
-    person_id: str | None = None
+    person_id: Annotated[str, ulid("person id")] | None = None
     service: str | None = Field(default=None, max_length=200)
     channel: str | None = Field(default=None, max_length=500)
 
@@ -74,10 +80,10 @@ class Reminder(Row):
     """A row of the persistent schedule (SPEC §4.7). `kind` is "reminder" for the ones the
     agent sets itself, "heartbeat" for the core one the agent's tools never show."""
 
-    id: str
-    agent_id: str
+    id: Annotated[str, ulid("reminder id")]
+    agent_id: AgentId
     kind: str = "reminder"
-    objective: str
+    objective: Annotated[str, bounded_text("reminder objective", MAX_OBJECTIVE_CHARS)]
     trigger: Trigger
     action: ReminderAction = ReminderAction()
     status: ReminderStatus = ReminderStatus.ACTIVE
@@ -108,13 +114,13 @@ class GoalStatus(StrEnum):
 class Goal(Row):
     """A goal the agent set itself (SPEC §4.8); `outcome` says how a closed one ended."""
 
-    id: str
-    agent_id: str
-    description: str
+    id: Annotated[str, ulid("goal id")]
+    agent_id: AgentId
+    description: Annotated[str, bounded_text("goal description", MAX_GOAL_CHARS)]
     status: GoalStatus = GoalStatus.OPEN
     created_at: datetime
     updated_at: datetime
-    outcome: str | None = None
+    outcome: Annotated[str, bounded_text("goal outcome", MAX_GOAL_CHARS)] | None = None
     # Where it formed: open goals are standing context only where they may surface.
     provenance: Provenance = GLOBAL
 

@@ -10,7 +10,7 @@ Rules the tables follow, so a PostgreSQL backend can reuse them unchanged:
 store events for an agent before anything has called `ensure_agent`.
 
 Beside the tables live the pieces every backend over them shares: `checked_id` (what may go
-into an id column), the row mappers that read rows back as the port's types, and
+into an id column; defined in `rows.py`, beside the row validators), the row mappers that read rows back as the port's types, and
 `load_person` (a person spans two tables). The tables here are the *current* schema.
 Migration 1 created the first ones (it keeps a frozen copy), migration 3 `memory_records`; a
 later change must be a new numbered migration (see migrations.py).
@@ -18,7 +18,6 @@ later change must be a new numbered migration (see migrations.py).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -43,9 +42,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Dialect, Row
 from sqlalchemy.types import TypeDecorator
 
-from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
-from persyn.core.ids import parse_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.base import (
     ActivityEntry,
@@ -63,6 +60,8 @@ from persyn.store.base import (
     ReminderStatus,
     Role,
 )
+from persyn.store.directory import checked_address
+from persyn.store.rows import checked_id
 
 __all__ = [
     "ID_LENGTH",
@@ -150,36 +149,6 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def checked_id(value: str, what: str) -> str:
-    """Reject what is not a canonical ULID before it is stored (ARCHITECTURE §4): reads
-    compare ids exactly, so a lower-case copy would silently never be found again."""
-    canonical = parse_id(value, what=what)
-    if canonical != value:
-        raise InputError(f"{what} {value!r} is not canonical; pass parse_id(...) of it: {canonical!r}")
-    return canonical
-
-
-_ADDRESS_LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
-_ADDRESS_VALUE_MAX = 500
-
-
-def checked_address(label: str, value: str) -> tuple[str, str]:
-    """A contact address as it is stored: the label a short lower-case token ("email",
-    "phone", "matrix", "work"), the value trimmed, one line, 1 to 500 characters."""
-    canonical_label = label.strip().lower()
-    if not _ADDRESS_LABEL.fullmatch(canonical_label):
-        raise InputError(
-            f"invalid address label {label!r}: use 1 to 32 letters, digits, '.', '-' or '_' "
-            "(e.g. email, phone, matrix, work)"
-        )
-    canonical_value = value.strip()
-    if not 0 < len(canonical_value) <= _ADDRESS_VALUE_MAX:
-        raise InputError(f"invalid address {value!r}: use 1 to {_ADDRESS_VALUE_MAX} characters")
-    if not canonical_value.isprintable():
-        raise InputError(f"invalid address {value!r}: use one line of printable characters")
-    return canonical_label, canonical_value
 
 
 def _id(name: str, **kwargs: Any) -> Column[str]:
@@ -851,7 +820,9 @@ def activity_values(entry: ActivityEntry) -> dict[str, Any]:
 
 
 def activity_from_row(row: Row[Any]) -> ActivityEntry:
-    return ActivityEntry(
+    """Built without re-validating: the autonomy budget reads up to 500 rows per run, each
+    validated when it was logged."""
+    return ActivityEntry.model_construct(
         id=row.run_id,
         agent_id=row.agent_id,
         at=row.at,
