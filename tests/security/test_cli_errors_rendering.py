@@ -19,7 +19,7 @@ from persyn.cli_render import block, dump_json, one_line, visible
 from persyn.core.config import load_settings
 from persyn.core.ids import new_id
 from persyn.people.observations import DOSSIER_FLAG
-from persyn.runtime.autonomy import ACTIVITY_FLAG, ActivityEntry
+from persyn.runtime.autonomy import ActivityEntry
 from persyn.store import open_store
 from persyn.store.base import AtTrigger, Goal, Observation, Reminder
 from persyn.store.graph_rows import EntityFact, FactSource, RelationFact
@@ -102,7 +102,7 @@ def _seed(persyn: Persyn) -> None:
                 outcome=f"did{EVIL}",
                 tokens=3,
             )
-            await store.set_flag(agent.id, ACTIVITY_FLAG + entry.id, entry.model_dump_json())
+            await store.add_activity(entry)
             await store.upsert_graph(
                 agent.id,
                 FactSource(channel="terminal:terminal", learned_at=now),

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -24,7 +23,6 @@ from pydantic_ai.models.function import AgentInfo
 from persyn.cognition.reflection import SelfAssessment
 from persyn.core.clock import ManualClock
 from persyn.gateway.base import TokenUsage
-from persyn.runtime.app import DELIBERATION_FLAG
 from persyn.runtime.autonomy import recent_activity
 from persyn.testing.models import DoubleReply, registered_double
 
@@ -127,7 +125,7 @@ async def test_a_channel_over_its_reply_budget_gets_no_generated_reply(tmp_path:
         )
         assert model.calls.count("respond") == generated  # nothing was generated for it
         assert channel.notices[-1] == second.reason  # visible where the message came from
-        trace = json.loads(await runtime.store.get_flag(AGENT.id, DELIBERATION_FLAG + skipped.id) or "{}")
+        trace = (await runtime.store.deliberation_traces(AGENT.id, [skipped.id]))[0].trace
         assert trace["decision"] == {
             "action": "silent",
             "reason": second.reason,

@@ -22,7 +22,6 @@ from pydantic_ai.models.function import AgentInfo
 
 from persyn.core.errors import ToolError
 from persyn.core.events import Speaker
-from persyn.runtime.app import DELIBERATION_FLAG
 from persyn.testing.models import DoubleReply, registered_double
 
 CONTACTS = [f"Pal{n}" for n in range(8)]
@@ -85,7 +84,7 @@ async def test_a_run_that_messages_eight_contacts_twice_stops_at_the_cap(
             "this turn (the most allowed is 2); this one was not sent"
         )
         assert first[2:] == [refusal] * 6 and second == [refusal] * 8
-        trace = json.loads(await runtime.store.get_flag(AGENT.id, DELIBERATION_FLAG + event.id) or "{}")
+        trace = (await runtime.store.deliberation_traces(AGENT.id, [event.id]))[0].trace
         assert [t["status"] for t in trace["tools"]] == ["ok"] * 2 + ["failed"] * 14
         # Counted in the store, by tool call: another send is refused, even one repeating a
         # message already sent (test_cost_bypasses.py has the re-run step counting once).
@@ -110,7 +109,7 @@ async def test_forty_tool_calls_in_one_reply_run_only_up_to_the_cap(tmp_path: Pa
             "first 8 ran. Use their results, and ask for fewer calls at a time."
         )
         assert results[8:] == [refusal] * 32  # ...but only the first eight ran
-        trace = json.loads(await runtime.store.get_flag(AGENT.id, DELIBERATION_FLAG + event.id) or "{}")
+        trace = (await runtime.store.deliberation_traces(AGENT.id, [event.id]))[0].trace
         assert {t["reason"] for t in trace["trips"]} == {"max_calls_per_round"}
     finally:
         await runtime.stop()

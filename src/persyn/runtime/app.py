@@ -67,10 +67,9 @@ from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter, MeterAdapter
 from persyn.usage.prometheus import PrometheusAdapter
 
-__all__ = ["AUTO_SPEAK", "DELIBERATION_FLAG", "DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
+__all__ = ["AUTO_SPEAK", "DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
 
 DISPLAY_NAME_PREF = "display_name"
-DELIBERATION_FLAG = "deliberation:"
 AUTO_SPEAK = workflows.AUTO_SPEAK
 
 _SENT_FLAG = "sent:"  # + service:channel: what the agent initiated there lately (JSON)
@@ -892,13 +891,7 @@ class Runtime:
     async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
         """What deliberation did for an event (critics, skips, decision): `persyn
         conversations show --deliberation` reads it."""
-
-        def merge(previous: str | None) -> str:
-            merged: dict[str, Any] = json.loads(previous) if previous else {}
-            merged.update(trace)
-            return json.dumps(merged)
-
-        await self.store.update_flag(agent_id, DELIBERATION_FLAG + event_id, merge)
+        await self.store.merge_deliberation(agent_id, event_id, trace, self.clock.now())
 
     async def transmit(
         self, agent_id: str, event_id: str, setup_data: dict[str, Any], outcome: dict[str, Any]

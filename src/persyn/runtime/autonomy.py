@@ -18,8 +18,10 @@ run resumed after a crash or on another worker counts the same) and refuses the 
 200,000-token budget checked only at its start. A run therefore overshoots by at most one
 call; it then stops cleanly: the refused call degrades like any failed model call, nothing is
 transmitted, and its activity entry says why. Skips, rests and outcomes land in the activity
-log (flags `activity:<run id>`), which `persyn heartbeat status` shows and the agent's
-introspection tool reads.
+log (the store's activity sub-port, a table indexed by agent and time), which `persyn heartbeat
+status` and `persyn activity` show and the agent's introspection tool reads. Entries older
+than `ACTIVITY_RETENTION` (90 days: far longer than the 24-hour budget window, long enough
+for the operator's history) are purged whenever a run is logged.
 
 Provenance (ARCHITECTURE §4, turn 2): a run writes — goals, facts, reminders, its activity
 entry — with the provenance of what it read, kept under `run-provenance:<event id>` for the
@@ -50,15 +52,15 @@ from persyn.gateway.base import Completion, Prompt, SinkCallable, TokenUsage, To
 from persyn.gateway.gateway import CallUsage, ModelGateway
 from persyn.memory.access import Provenanced, derived_provenance
 from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
+from persyn.store.activity import ActivityEntry
 from persyn.store.base import Conversation, Provenance, Reminder, Store
-from persyn.tools.activity import UNATTRIBUTED_RUN
 from persyn.usage import context as usage_context
 
 if TYPE_CHECKING:
     from persyn.runtime.app import Runtime
 
 __all__ = [
-    "ACTIVITY_FLAG",
+    "ACTIVITY_RETENTION",
     "AUTONOMOUS_SERVICE",
     "RUN_FLAG",
     "RUN_PROVENANCE_FLAG",
@@ -79,7 +81,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 AUTONOMOUS_SERVICE = "self"  # the surface of self-initiated runs with no one to address
-ACTIVITY_FLAG = "activity:"
+ACTIVITY_RETENTION = timedelta(days=90)  # how long the activity log keeps a run
 RUN_FLAG = "run:"  # + conversation id: what caused a self-initiated conversation
 SPEND_FLAG = "spend:"  # + run id: what a self-initiated run has spent so far (RunSpend JSON)
 _KNOWN_THREADS = 4096  # threads remembered as a self-initiated run's or not
@@ -87,22 +89,6 @@ RUN_PROVENANCE_FLAG = "run-provenance:"  # + event id: the provenance of what th
 _WINDOW = timedelta(hours=24)
 _AUDIENCE_CONVERSATIONS = 20  # a channel's latest conversations whose people a run speaks in front of
 _ACTIVITY_SCAN = 500
-
-
-class ActivityEntry(BaseModel):
-    """One self-initiated run (or a skip): what the agent did on its own, and what it cost."""
-
-    id: str  # the run's event id (skips: derived from the fire key too)
-    agent_id: str
-    at: datetime
-    kind: str  # "heartbeat" | "reminder"
-    reminder_id: str
-    objective: str
-    outcome: str
-    tokens: int = 0
-    conversation_id: str | None = None
-    # Where what the run read may surface; `recent_activity` (the tool) shows it only there.
-    provenance: Provenance = UNATTRIBUTED_RUN
 
 
 def _unknown_run(home: str) -> Provenance:
@@ -146,23 +132,12 @@ async def recent_activity(
     store: Store, agent_id: str, limit: int = 20, kind: str | None = None
 ) -> list[ActivityEntry]:
     """The newest first."""
-    raw = await store.flags_with_prefix(agent_id, ACTIVITY_FLAG, limit=_ACTIVITY_SCAN)
-    entries: list[ActivityEntry] = []
-    for value in raw.values():
-        try:
-            entry = ActivityEntry.model_validate_json(value)
-        except ValueError:
-            continue
-        if kind is None or entry.kind == kind:
-            entries.append(entry)
-    entries.sort(key=lambda e: (e.at, e.id), reverse=True)
-    return entries[:limit]
+    return await store.recent_activity(agent_id, limit=limit, kind=kind)
 
 
 async def window_tokens(store: Store, agent_id: str, now: datetime) -> int:
     """Tokens the agent's self-initiated runs used in the last 24 hours (rolling window)."""
-    entries = await recent_activity(store, agent_id, limit=_ACTIVITY_SCAN)
-    return sum(e.tokens for e in entries if now - _WINDOW < e.at <= now)
+    return await store.activity_tokens(agent_id, now - _WINDOW, now)
 
 
 class RunSpend(BaseModel):
@@ -407,7 +382,9 @@ class Autonomy:
             await narrow_run(self.store, setup.agent_id, setup.event_id, home, items)
 
     async def record(self, entry: ActivityEntry) -> None:
-        await self.store.set_flag(entry.agent_id, ACTIVITY_FLAG + entry.id, entry.model_dump_json())
+        """Log a run, and let go of the runs older than the retention."""
+        await self.store.add_activity(entry)
+        await self.store.purge_activity(entry.agent_id, entry.at - ACTIVITY_RETENTION)
 
 
 class BudgetedGateway(ModelGateway):

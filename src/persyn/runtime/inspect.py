@@ -47,10 +47,6 @@ __all__ = [
     "rename_contact",
 ]
 
-# The same key the runtime writes (runtime/app.py DELIBERATION_FLAG); app is not imported
-# here because it pulls in DBOS and every provider.
-_DELIBERATION_FLAG = "deliberation:"
-
 _DIALOG_LIMIT = 100_000
 
 
@@ -86,14 +82,9 @@ async def deliberation_traces(
     settings: Settings, agent: AgentConfig, event_ids: list[str]
 ) -> dict[str, dict[str, Any]]:
     """What deliberation did per event: critics (objections or why skipped), the decision."""
-    traces: dict[str, dict[str, Any]] = {}
     async with opened_store(settings) as store:
-        for event_id in event_ids:
-            raw = await store.get_flag(agent.id, _DELIBERATION_FLAG + event_id)
-            if raw:
-                with contextlib.suppress(ValueError):
-                    traces[event_id] = json.loads(raw)
-    return traces
+        found = await store.deliberation_traces(agent.id, event_ids)
+    return {trace.event_id: trace.trace for trace in found}
 
 
 # contacts (SPEC §4.5 directory browsing; the first slice of the people issue) -------------

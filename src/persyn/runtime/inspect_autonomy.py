@@ -75,8 +75,8 @@ async def reminder(
         found = await store.get_reminder(agent.id, wanted)
         if found is None or found.kind != "reminder":
             raise InputError(f"agent {agent.name} has no reminder {wanted!r} (see `persyn reminders list`)")
-        runs = [e for e in await recent_activity(store, agent.id, limit=200) if e.reminder_id == wanted]
-    return found, runs[:10]
+        runs = await store.recent_activity(agent.id, limit=10, reminder_id=wanted)
+    return found, runs
 
 
 async def cancel_reminder(settings: Settings, agent: AgentConfig, reminder_id: str) -> Reminder:
@@ -89,5 +89,4 @@ async def activity(
     settings: Settings, agent: AgentConfig, since: datetime | None, limit: int
 ) -> list[ActivityEntry]:
     async with opened_store(settings) as store:
-        entries = await recent_activity(store, agent.id, limit=limit)
-    return [e for e in entries if since is None or e.at >= since]
+        return await store.recent_activity(agent.id, limit=limit, since=since)

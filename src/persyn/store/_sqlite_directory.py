@@ -9,9 +9,9 @@ rows with `move_addresses` and `move_participant_index`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Select, delete, exists, select, update
 from sqlalchemy.dialects.sqlite import insert
@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
+from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.base import ContactAddress, Conversation
 from persyn.store.schema import (
     checked_address,
@@ -37,6 +38,7 @@ __all__ = [
     "move_addresses",
     "move_participant_index",
     "person_conversations_query",
+    "require_person",
 ]
 
 T = TypeVar("T")
@@ -46,14 +48,8 @@ _p = conversation_participants.c
 _IDS_PER_STATEMENT = 500  # well under SQLite's bound-parameter limit
 
 
-class SQLiteDirectory:
+class SQLiteDirectory(SQLiteWork):
     """The directory half of `SQLiteStore`."""
-
-    if TYPE_CHECKING:  # provided by SQLiteStore
-
-        async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...
-
-        async def _write(self, what: str, work: Callable[[Connection], T]) -> T: ...
 
     # contact addresses ---------------------------------------------------------------------
     async def add_address(self, agent_id: str, person_id: str, label: str, value: str, now: datetime) -> bool:
@@ -62,7 +58,7 @@ class SQLiteDirectory:
         label, value = checked_address(label, value)
 
         def work(connection: Connection) -> bool:
-            _require_person(connection, agent_id, person_id)
+            require_person(connection, agent_id, person_id)
             row = {"agent_id": agent_id, "person_id": person_id, "label": label, "value": value}
             statement = (
                 insert(contact_addresses)
@@ -77,7 +73,7 @@ class SQLiteDirectory:
         label, value = checked_address(label, value)
 
         def work(connection: Connection) -> bool:
-            _require_person(connection, agent_id, person_id)
+            require_person(connection, agent_id, person_id)
             statement = delete(contact_addresses).where(
                 _a.agent_id == agent_id, _a.person_id == person_id, _a.label == label, _a.value == value
             )
@@ -211,7 +207,11 @@ def move_addresses(connection: Connection, agent_id: str, other_id: str, survivo
     )
 
 
-def _require_person(connection: Connection, agent_id: str, person_id: str) -> None:
-    statement = select(persons.c.id).where(persons.c.agent_id == agent_id, persons.c.id == person_id)
-    if connection.execute(statement).first() is None:
+def require_person(connection: Connection, agent_id: str, person_id: str) -> Any:
+    """The person's row; a person this agent does not know is a StoreError."""
+    row = connection.execute(
+        select(persons).where(persons.c.agent_id == agent_id, persons.c.id == person_id)
+    ).first()
+    if row is None:
         raise StoreError(f"no contact {person_id!r} for agent {agent_id!r}")
+    return row

@@ -13,9 +13,9 @@ combination.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -37,6 +37,7 @@ from sqlalchemy.engine import Connection
 from persyn.core.errors import InputError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
+from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.graph_rows import (
     MAX_NAME,
     EntityFact,
@@ -80,14 +81,8 @@ _SQL_ANY_KEY = (
 )
 
 
-class SQLiteGraph:
+class SQLiteGraph(SQLiteWork):
     """The knowledge-graph part of `SQLiteStore`."""
-
-    if TYPE_CHECKING:  # provided by SQLiteStore
-
-        async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...
-
-        async def _write(self, what: str, work: Callable[[Connection], T]) -> T: ...
 
     async def upsert_graph(
         self,

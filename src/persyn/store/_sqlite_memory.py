@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import and_, bindparam, delete, func, or_, select, text, true, type_coerce, update
 from sqlalchemy.dialects.sqlite import insert
@@ -25,6 +25,7 @@ from persyn.core.ids import id_time, is_id, new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store import _sqlite_vectors as vectors
 from persyn.store._sqlite_directory import index_participants
+from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.base import ImportedMemory
 from persyn.store.schema import (
     checked_id,
@@ -55,14 +56,8 @@ _SQL_NEWEST_RECORDS = (
 )
 
 
-class SQLiteMemory:
+class SQLiteMemory(SQLiteWork):
     """The long-term-memory half of `SQLiteStore`."""
-
-    if TYPE_CHECKING:  # provided by SQLiteStore
-
-        async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...
-
-        async def _write(self, what: str, work: Callable[[Connection], T]) -> T: ...
 
     async def add_record(
         self, record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None

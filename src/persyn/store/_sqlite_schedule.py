@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import bindparam, case, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from persyn.core.errors import InputError, StoreError
+from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.base import (
     FireResult,
     Goal,
@@ -26,8 +27,9 @@ from persyn.store.base import (
     ReminderStatus,
     Trigger,
 )
+from persyn.store.rows import checked_text
+from persyn.store.schedule import MAX_GOAL_CHARS, MAX_OBJECTIVE_CHARS
 from persyn.store.schema import (
-    checked_id,
     goal_from_row,
     goals,
     provenance_values,
@@ -40,29 +42,16 @@ __all__ = ["MAX_GOAL_CHARS", "MAX_OBJECTIVE_CHARS", "SQLiteSchedule"]
 
 T = TypeVar("T")
 
-MAX_OBJECTIVE_CHARS = 4000
-MAX_GOAL_CHARS = 4000
-
 _rm = reminders.c
 _g = goals.c
 
 
-class SQLiteSchedule:
+class SQLiteSchedule(SQLiteWork):
     """The reminders-and-goals part of `SQLiteStore`."""
-
-    if TYPE_CHECKING:  # provided by SQLiteStore
-
-        async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...
-
-        async def _write(self, what: str, work: Callable[[Connection], T]) -> T: ...
 
     # reminders ---------------------------------------------------------------------------
     async def add_reminder(self, reminder: Reminder) -> None:
-        checked_id(reminder.id, "reminder id")
-        checked_id(reminder.agent_id, "agent id")
-        _check_action(reminder.action)
-        values = reminder_values(reminder)
-        values["objective"] = _check_text(reminder.objective, "reminder objective", MAX_OBJECTIVE_CHARS)
+        values = reminder_values(reminder)  # the row type validated ids, objective and action
 
         def work(connection: Connection) -> None:
             if connection.execute(select(_rm.id).where(_rm.id == reminder.id)).first() is not None:
@@ -113,13 +102,13 @@ class SQLiteSchedule:
             raise InputError("a new trigger needs the next fire time it gives (next_fire_at)")
         changes: dict[str, Any] = {"updated_at": now}
         if objective is not None:
-            changes["objective"] = _check_text(objective, "reminder objective", MAX_OBJECTIVE_CHARS)
+            changes["objective"] = checked_text(objective, "reminder objective", MAX_OBJECTIVE_CHARS)
         if trigger is not None:
             changes["trigger"] = trigger.model_dump(mode="json")
         if next_fire_at is not None:
             changes["next_fire_at"] = next_fire_at
         if action is not None:
-            changes["action"] = _check_action(action).model_dump(mode="json", exclude_none=True)
+            changes["action"] = action.model_dump(mode="json", exclude_none=True)
 
         def work(connection: Connection) -> Reminder:
             current = _load_reminder(connection, agent_id, reminder_id)
@@ -200,14 +189,9 @@ class SQLiteSchedule:
 
     # goals -------------------------------------------------------------------------------
     async def add_goal(self, goal: Goal) -> None:
-        checked_id(goal.id, "goal id")
-        checked_id(goal.agent_id, "agent id")
-        values = goal.model_dump(exclude={"provenance"})
+        values = goal.model_dump(exclude={"provenance"})  # the row type validated ids and text
         values.update(provenance_values(goal.provenance))
-        values["description"] = _check_text(goal.description, "goal description", MAX_GOAL_CHARS)
         values["status"] = goal.status.value
-        if goal.outcome is not None:
-            values["outcome"] = _check_text(goal.outcome, "goal outcome", MAX_GOAL_CHARS)
 
         def work(connection: Connection) -> None:
             if connection.execute(select(_g.id).where(_g.id == goal.id)).first() is not None:
@@ -237,11 +221,11 @@ class SQLiteSchedule:
     ) -> Goal:
         changes: dict[str, Any] = {"updated_at": now}
         if description is not None:
-            changes["description"] = _check_text(description, "goal description", MAX_GOAL_CHARS)
+            changes["description"] = checked_text(description, "goal description", MAX_GOAL_CHARS)
         if status is not None:
             changes["status"] = GoalStatus(status).value
         if outcome is not None:
-            changes["outcome"] = _check_text(outcome, "goal outcome", MAX_GOAL_CHARS)
+            changes["outcome"] = checked_text(outcome, "goal outcome", MAX_GOAL_CHARS)
         where = (_g.agent_id == agent_id, _g.id == goal_id)
 
         def work(connection: Connection) -> Goal:
@@ -287,21 +271,6 @@ def _load_reminder(connection: Connection, agent_id: str, reminder_id: str) -> R
     if row is None:
         raise StoreError(f"no reminder {reminder_id!r} for agent {agent_id!r}")
     return reminder_from_row(row)
-
-
-def _check_text(value: str, what: str, limit: int) -> str:
-    text = value.strip()
-    if not text:
-        raise InputError(f"the {what} is empty")
-    if len(text) > limit:
-        raise InputError(f"the {what} is {len(text)} characters long; the limit is {limit}")
-    return text
-
-
-def _check_action(action: ReminderAction) -> ReminderAction:
-    if action.person_id is not None:
-        checked_id(action.person_id, "person id")
-    return action
 
 
 def _utc(moment: datetime) -> datetime:

@@ -21,6 +21,7 @@ cannot pass unnoticed. Migrations 5 and 9 are frozen (`_schema_v9.py`); migratio
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -329,6 +330,86 @@ def _add_provenance(connection: Connection, dialect_name: str) -> None:
     connection.exec_driver_sql("DROP TABLE quick_facts_v5")
 
 
+# Migration 11: the flag prefixes that were a log and a per-event record become tables. The
+# flags' values were written by the runtime as JSON (an `ActivityEntry`; a trace object);
+# one that does not parse was already ignored by every reader, so it is dropped with the rest.
+_ACTIVITY_PREFIX = "activity:"
+_DELIBERATION_PREFIX = "deliberation:"
+_ACTIVITY_FIELDS = ("at", "kind", "reminder_id", "objective", "outcome")
+
+
+def _flags_with_prefix(connection: Connection, prefix: str) -> list[tuple[str, str, str]]:
+    """(agent_id, key suffix, value) of every flag under `prefix` (a range scan on the key)."""
+    flags = schema.flags.c
+    statement = select(flags.agent_id, flags.key, flags.value).where(
+        flags.key >= prefix, flags.key < prefix + "\U0010ffff"
+    )
+    return [(row.agent_id, row.key[len(prefix) :], row.value) for row in connection.execute(statement)]
+
+
+def _delete_flags_with_prefix(connection: Connection, prefix: str) -> None:
+    flags = schema.flags.c
+    connection.execute(schema.flags.delete().where(flags.key >= prefix, flags.key < prefix + "\U0010ffff"))
+
+
+def _legacy_activity(agent_id: str, run_id: str, raw: str) -> dict[str, object] | None:
+    """An `activity:` flag's entry as an `activity_runs` row, or None if it does not parse."""
+    try:
+        entry = json.loads(raw)
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(f), str) for f in _ACTIVITY_FIELDS):
+            return None
+        at = datetime.fromisoformat(entry["at"])
+        provenance = Provenance.model_validate(entry.get("provenance") or _UNATTRIBUTED.model_dump())
+        tokens = int(entry.get("tokens") or 0)
+    except (ValueError, TypeError):
+        return None
+    conversation_id = entry.get("conversation_id")
+    return {
+        "id": new_id(at),
+        "agent_id": agent_id,
+        "run_id": run_id,
+        "at": at,
+        **{field: entry[field] for field in _ACTIVITY_FIELDS if field != "at"},
+        "tokens": tokens,
+        "conversation_id": conversation_id if isinstance(conversation_id, str) else None,
+        **schema.provenance_values(provenance),
+    }
+
+
+def _legacy_trace(agent_id: str, event_id: str, raw: str, now: datetime) -> dict[str, object] | None:
+    try:
+        trace = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(trace, dict):
+        return None
+    return {"id": new_id(now), "agent_id": agent_id, "event_id": event_id, "trace": trace, "updated_at": now}
+
+
+def _logs_become_tables(connection: Connection, dialect_name: str) -> None:
+    """Migration 11: `activity_runs` and `deliberation_traces`, filled from the `activity:` and
+    `deliberation:` flags (an upgraded deployment keeps its history), which are then deleted."""
+    schema.activity_runs.create(connection, checkfirst=False)
+    schema.deliberation_traces.create(connection, checkfirst=False)
+    runs = [
+        row
+        for agent_id, run_id, raw in _flags_with_prefix(connection, _ACTIVITY_PREFIX)
+        if (row := _legacy_activity(agent_id, run_id, raw)) is not None
+    ]
+    if runs:
+        connection.execute(insert(schema.activity_runs), runs)
+    now = datetime.now(UTC)
+    traces = [
+        row
+        for agent_id, event_id, raw in _flags_with_prefix(connection, _DELIBERATION_PREFIX)
+        if (row := _legacy_trace(agent_id, event_id, raw, now)) is not None
+    ]
+    if traces:
+        connection.execute(insert(schema.deliberation_traces), traces)
+    _delete_flags_with_prefix(connection, _ACTIVITY_PREFIX)
+    _delete_flags_with_prefix(connection, _DELIBERATION_PREFIX)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
@@ -340,6 +421,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(8, "contact addresses and the conversation participant index", _create_directory),
     Migration(9, "reminders and goals", _create_schedule),
     Migration(10, "provenance for quick facts, goals and reminders", _add_provenance),
+    Migration(11, "activity runs and deliberation traces as tables", _logs_become_tables),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

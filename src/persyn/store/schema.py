@@ -10,7 +10,7 @@ Rules the tables follow, so a PostgreSQL backend can reuse them unchanged:
 store events for an agent before anything has called `ensure_agent`.
 
 Beside the tables live the pieces every backend over them shares: `checked_id` (what may go
-into an id column), the row mappers that read rows back as the port's types, and
+into an id column; defined in `rows.py`, beside the row validators), the row mappers that read rows back as the port's types, and
 `load_person` (a person spans two tables). The tables here are the *current* schema.
 Migration 1 created the first ones (it keeps a frozen copy), migration 3 `memory_records`; a
 later change must be a new numbered migration (see migrations.py).
@@ -18,7 +18,6 @@ later change must be a new numbered migration (see migrations.py).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -43,11 +42,10 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Dialect, Row
 from sqlalchemy.types import TypeDecorator
 
-from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
-from persyn.core.ids import parse_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.base import (
+    ActivityEntry,
     AgentRow,
     Conversation,
     Goal,
@@ -62,10 +60,15 @@ from persyn.store.base import (
     ReminderStatus,
     Role,
 )
+from persyn.store.directory import checked_address
+from persyn.store.rows import checked_id
 
 __all__ = [
     "ID_LENGTH",
     "UTCDateTime",
+    "activity_from_row",
+    "activity_runs",
+    "activity_values",
     "agent_from_row",
     "agents",
     "checked_address",
@@ -75,6 +78,7 @@ __all__ = [
     "conversation_from_row",
     "conversation_participants",
     "conversations",
+    "deliberation_traces",
     "event_from_row",
     "event_values",
     "events",
@@ -145,36 +149,6 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def checked_id(value: str, what: str) -> str:
-    """Reject what is not a canonical ULID before it is stored (ARCHITECTURE §4): reads
-    compare ids exactly, so a lower-case copy would silently never be found again."""
-    canonical = parse_id(value, what=what)
-    if canonical != value:
-        raise InputError(f"{what} {value!r} is not canonical; pass parse_id(...) of it: {canonical!r}")
-    return canonical
-
-
-_ADDRESS_LABEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
-_ADDRESS_VALUE_MAX = 500
-
-
-def checked_address(label: str, value: str) -> tuple[str, str]:
-    """A contact address as it is stored: the label a short lower-case token ("email",
-    "phone", "matrix", "work"), the value trimmed, one line, 1 to 500 characters."""
-    canonical_label = label.strip().lower()
-    if not _ADDRESS_LABEL.fullmatch(canonical_label):
-        raise InputError(
-            f"invalid address label {label!r}: use 1 to 32 letters, digits, '.', '-' or '_' "
-            "(e.g. email, phone, matrix, work)"
-        )
-    canonical_value = value.strip()
-    if not 0 < len(canonical_value) <= _ADDRESS_VALUE_MAX:
-        raise InputError(f"invalid address {value!r}: use 1 to {_ADDRESS_VALUE_MAX} characters")
-    if not canonical_value.isprintable():
-        raise InputError(f"invalid address {value!r}: use one line of printable characters")
-    return canonical_label, canonical_value
 
 
 def _id(name: str, **kwargs: Any) -> Column[str]:
@@ -608,6 +582,41 @@ goals = Table(
 )
 
 
+# The log of self-initiated runs (SPEC §4.7; `ActivityEntry`), one row per run or skip, keyed
+# by the run's id (its event id). Read newest first by (agent_id, at): the autonomy budget's
+# rolling window and `persyn activity`. Migration 11 created it from this definition.
+activity_runs = Table(
+    "activity_runs",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("run_id", nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("reminder_id", String(100), nullable=False),
+    Column("objective", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    _id("conversation_id", nullable=True),
+    *_provenance(),
+    UniqueConstraint("agent_id", "run_id"),  # a replayed step logs its run once
+    Index(None, "agent_id", "at"),
+)
+
+# What deliberation did for an inbound event (`DeliberationTrace`): one JSON object per
+# event, written in parts as the activation goes. Migration 11 created it from this definition.
+deliberation_traces = Table(
+    "deliberation_traces",
+    metadata,
+    _pk(),
+    _agent_id(),
+    _id("event_id", nullable=False),
+    Column("trace", JSON, nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("agent_id", "event_id"),
+)
+
+
 # row mapping between the tables and the port's types, for every backend --------------------
 def agent_from_row(row: Row[Any]) -> AgentRow:
     return AgentRow(id=row.id, name=row.name, created_at=row.created_at)
@@ -790,5 +799,38 @@ def fact_from_row(row: Row[Any]) -> QuickFact:
         key=row.key,
         value=row.value,
         updated_at=row.updated_at,
+        provenance=provenance_from_row(row),
+    )
+
+
+def activity_values(entry: ActivityEntry) -> dict[str, Any]:
+    """The `activity_runs` row for `entry` (without its own key); `activity_from_row` reads it."""
+    return {
+        "agent_id": entry.agent_id,
+        "run_id": entry.id,
+        "at": entry.at,
+        "kind": entry.kind,
+        "reminder_id": entry.reminder_id,
+        "objective": entry.objective,
+        "outcome": entry.outcome,
+        "tokens": entry.tokens,
+        "conversation_id": entry.conversation_id,
+        **provenance_values(entry.provenance),
+    }
+
+
+def activity_from_row(row: Row[Any]) -> ActivityEntry:
+    """Built without re-validating: the autonomy budget reads up to 500 rows per run, each
+    validated when it was logged."""
+    return ActivityEntry.model_construct(
+        id=row.run_id,
+        agent_id=row.agent_id,
+        at=row.at,
+        kind=row.kind,
+        reminder_id=row.reminder_id,
+        objective=row.objective,
+        outcome=row.outcome,
+        tokens=row.tokens,
+        conversation_id=row.conversation_id,
         provenance=provenance_from_row(row),
     )

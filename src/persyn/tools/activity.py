@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from persyn.core.records import Sensitivity
+from persyn.store.activity import UNATTRIBUTED_RUN
 from persyn.store.base import Provenance
 from persyn.tools.registry import Tool
 
@@ -38,10 +38,6 @@ __all__ = [
 
 ActivityKind = Literal["heartbeat", "reminder"]  # schedule.HEARTBEAT_KIND, schedule.REMINDER_KIND
 _OUTCOME_CHARS = 600
-
-# An entry written before runs carried provenance: it may hold anything the run read, so it
-# is the agent's own — shown only with nobody present (its reflections), never to anyone.
-UNATTRIBUTED_RUN = Provenance(sensitivity=Sensitivity.PRIVATE)
 
 
 class ActivityEntry(BaseModel):

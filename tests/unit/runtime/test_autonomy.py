@@ -20,7 +20,7 @@ from persyn.core.events import Event, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import TokenUsage
 from persyn.runtime.app import Runtime
-from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.autonomy import ACTIVITY_RETENTION, ActivityEntry, recent_activity, window_tokens
 from persyn.schedule import at_trigger, create_goal, heartbeat_status, interval_trigger, set_reminder
 from persyn.store.base import Role
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
@@ -362,5 +362,51 @@ async def test_a_cancelled_reminder_never_fires_and_the_operator_sees_what_ran(
         assert await activity(runtime.settings, AGENT, START + timedelta(days=1), 10) == []
         with pytest.raises(Exception, match="no reminder"):
             await reminder(runtime.settings, AGENT, new_id())
+    finally:
+        await runtime.stop()
+
+
+async def test_the_budget_window_counts_the_newest_runs_however_long_the_log(tmp_path: Path) -> None:
+    """600 runs, one every 30 minutes (12.5 days): the rolling 24-hour window holds the newest
+    48 of them, 100 tokens each. The flag-backed log read the 500 oldest keys and counted 0,
+    so the budget and the hourly cap stopped being enforced after about 10 days."""
+    runtime = await _runtime(tmp_path, "[autonomy]\nmax_runs_per_hour = 2\n")
+    try:
+        now = START
+        for k in reversed(range(600)):
+            at = now - timedelta(minutes=30 * k)
+            await runtime.autonomy.record(
+                ActivityEntry(
+                    id=new_id(at),
+                    agent_id=AGENT.id,
+                    at=at,
+                    kind="heartbeat",
+                    reminder_id=new_id(START),
+                    objective="beat",
+                    outcome="rested",
+                    tokens=100,
+                )
+            )
+        assert await window_tokens(runtime.store, AGENT.id, now) == 4_800
+        newest = await recent_activity(runtime.store, AGENT.id, limit=3)
+        assert [e.at for e in newest] == [now - timedelta(minutes=30 * k) for k in range(3)]
+        # Two runs in the last hour (now, and 30 minutes ago): the hourly cap of 2 is reached.
+        reason = await runtime.autonomy.skip_reason(AGENT.id, now, heartbeat=False)
+        assert reason == "2 self-initiated runs in the last hour (limit 2)"
+    finally:
+        await runtime.stop()
+
+
+async def test_runs_older_than_the_retention_are_purged_when_a_run_is_logged(tmp_path: Path) -> None:
+    runtime = await _runtime(tmp_path)
+    try:
+        old, recent = START - ACTIVITY_RETENTION - timedelta(days=1), START - timedelta(days=30)
+        for at in (old, recent, START):
+            entry = ActivityEntry(
+                id=new_id(at), agent_id=AGENT.id, at=at, kind="heartbeat", reminder_id="",
+                objective="beat", outcome="rested",
+            )  # fmt: skip
+            await runtime.autonomy.record(entry)
+        assert [e.at for e in await recent_activity(runtime.store, AGENT.id)] == [START, recent]
     finally:
         await runtime.stop()

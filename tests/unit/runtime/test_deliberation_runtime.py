@@ -9,6 +9,7 @@ each test fails if the pipeline stops passing the right context between stages.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,7 +27,7 @@ from persyn.core.events import Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.gateway.base import SinkCallable, SinkEvent, TokenUsage
-from persyn.runtime.app import DELIBERATION_FLAG, Runtime
+from persyn.runtime.app import Runtime
 from persyn.testing.meter import RecordingAdapter
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
@@ -261,8 +262,8 @@ async def test_a_weakly_remembered_topic_is_hedged_not_asserted(
     await runtime.store.add_record(record, vector, runtime.embedder.name)
     event, marker = await _turn(runtime, "Remember when we talked about sailing?")
     assert marker.text == "I vaguely recall we talked about sailing, but not the details."
-    trace = await runtime.store.get_flag(agent.id, DELIBERATION_FLAG + event.id)
-    assert trace is not None and '"overclaiming"' in trace and record.id not in (marker.text or "")
+    (trace,) = await runtime.store.deliberation_traces(agent.id, [event.id])
+    assert '"overclaiming"' in json.dumps(trace.trace) and record.id not in (marker.text or "")
 
 
 async def test_a_flawed_premise_draws_an_adversarial_objection_and_the_reply_pushes_back(

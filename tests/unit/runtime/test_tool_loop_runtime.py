@@ -6,7 +6,6 @@ heartbeat acts through the same tools."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -23,7 +22,7 @@ from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable
-from persyn.runtime.app import DELIBERATION_FLAG, Runtime
+from persyn.runtime.app import Runtime
 from persyn.runtime.autonomy import recent_activity
 from persyn.store.base import GoalStatus
 from persyn.testing.meter import RecordingAdapter
@@ -193,7 +192,7 @@ async def test_the_model_uses_a_tool_then_answers_each_step_durable_and_metered(
         assert steps.count("persyn.tool_call") == 1 and steps.count("persyn.respond_more") == 1
         assert runtime.meter.flush()
         assert [r.stage for r in adapter.records if r.thread_id == event.id] == ["respond", "respond"]
-        trace = json.loads(await runtime.store.get_flag(AGENT.id, DELIBERATION_FLAG + event.id) or "{}")
+        trace = (await runtime.store.deliberation_traces(AGENT.id, [event.id]))[0].trace
         assert trace["tools"] == [{"name": "create_goal", "status": "ok"}]
         assert [o.text for o in channel.delivered] == [marker.text]
         # The goal it set itself is standing context from the very next turn.
@@ -222,7 +221,7 @@ async def test_loop_breakers_stop_a_runaway_and_are_recorded(tmp_path: Path, min
     try:
         event, marker = await _say(runtime, "Add one and one, forever.")
         assert marker.transmitted and (marker.text or "").startswith("(I used calculate, but could not put")
-        trace = json.loads(await runtime.store.get_flag(AGENT.id, DELIBERATION_FLAG + event.id) or "{}")
+        trace = (await runtime.store.deliberation_traces(AGENT.id, [event.id]))[0].trace
         reasons = {trip["reason"] for trip in trace["trips"]}
         assert reasons == {"repeated_call", "max_round_trips"}
         statuses = [t["status"] for t in trace["tools"]]

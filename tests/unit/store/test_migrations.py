@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -521,3 +522,75 @@ async def test_migration_ten_gives_existing_facts_goals_and_reminders_a_safe_pro
         assert await store.facts(agent_id, ann) == {"door code": "0815"}  # the operator: newest
     finally:
         await store.close()
+
+
+async def test_migration_eleven_moves_the_activity_log_and_deliberation_traces_out_of_flags(
+    tmp_path: Path,
+) -> None:
+    """An upgraded deployment keeps its history: `activity:` and `deliberation:` flags become
+    rows of the new tables (a value that never parsed is dropped, as every reader skipped it),
+    and those flags are deleted; other flags stay."""
+    from persyn.core.records import Sensitivity
+    from persyn.store.base import Provenance
+
+    path = tmp_path / "persyn.db"
+    engine = create_sqlite_engine(path, writer=True)
+    agent_id, run_id, event_id, conversation_id = new_id(T0), new_id(T0), new_id(T0), new_id(T0)
+    ann = new_id(T0)
+    entry = {
+        "id": run_id, "agent_id": agent_id, "at": "2026-01-05T09:00:00Z", "kind": "reminder",
+        "reminder_id": new_id(T0), "objective": "water the plants", "outcome": "said: done",
+        "tokens": 120, "conversation_id": conversation_id,
+        "provenance": {"channel": "discord:dm-ann", "participant_ids": [ann], "sensitivity": "private"},
+    }  # fmt: skip
+    old_entry = {k: v for k, v in entry.items() if k not in ("provenance", "conversation_id")}
+    old_run = new_id(T0 - timedelta(days=1))
+    old_entry.update(id=old_run, at="2026-01-04T09:00:00+00:00")
+    flags = {
+        f"activity:{run_id}": json.dumps(entry),
+        f"activity:{old_run}": json.dumps(old_entry),  # from before runs carried provenance
+        f"activity:{new_id(T0)}": "{not json",
+        f"deliberation:{event_id}": json.dumps({"mode": "inline", "decision": {"action": "speak"}}),
+        "run:other": "kept",
+    }
+    try:
+        assert _migrate(engine, target=10) == 10
+        with engine.begin() as connection:
+            for key, value in flags.items():
+                connection.execute(
+                    insert(schema.flags).values(id=new_id(T0), agent_id=agent_id, key=key, value=value)
+                )
+        assert _migrate(engine, target=11) == 11
+        with engine.connect() as connection:
+            found = inspect(connection)
+            columns = {
+                t: [c["name"] for c in found.get_columns(t)] for t in ("activity_runs", "deliberation_traces")
+            }
+            left = {row.key for row in connection.execute(text("SELECT key FROM flags"))}
+    finally:
+        engine.dispose()
+    # Both tables are created from the live definitions: if this fails, freeze migration 11 first.
+    assert columns == {
+        "activity_runs": [
+            "id", "agent_id", "run_id", "at", "kind", "reminder_id", "objective", "outcome", "tokens",
+            "conversation_id", "channel", "participant_ids", "sensitivity",
+        ],
+        "deliberation_traces": ["id", "agent_id", "event_id", "trace", "updated_at"],
+    }  # fmt: skip
+    assert left == {"run:other"}
+
+    store = SQLiteStore(path)
+    await store.setup()
+    try:
+        newest, older = await store.recent_activity(agent_id, limit=10)
+        (trace,) = await store.deliberation_traces(agent_id, [event_id])
+    finally:
+        await store.close()
+    assert (newest.id, newest.at, newest.tokens, newest.conversation_id) == (run_id, T0, 120, conversation_id)
+    assert newest.provenance == Provenance(
+        channel="discord:dm-ann", participant_ids=(ann,), sensitivity=Sensitivity.PRIVATE
+    )
+    assert (older.id, older.at, older.provenance) == (
+        old_run, T0 - timedelta(days=1), Provenance(sensitivity=Sensitivity.PRIVATE),
+    )  # fmt: skip
+    assert trace.trace == {"mode": "inline", "decision": {"action": "speak"}}

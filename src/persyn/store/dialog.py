@@ -1,0 +1,135 @@
+"""The dialog sub-port (SPEC §4.1): conversations, their messages and full-text search over them."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+
+from persyn.store.rows import Row
+
+__all__ = ["Conversation", "DialogPort", "Message", "Role"]
+
+
+class Role(StrEnum):
+    USER = "user"  # someone else speaking (a person, another agent)
+    AGENT = "agent"  # this agent speaking
+    SYSTEM = "system"  # reminders, heartbeat objectives, notices folded into dialog
+
+
+class Conversation(Row):
+    id: str
+    agent_id: str
+    service: str
+    channel: str
+    participant_ids: tuple[str, ...]
+    started_at: datetime
+    last_activity_at: datetime
+    closed_at: datetime | None
+    kind: str = "dialog"  # "dialog" | "reflection"
+
+
+class Message(Row):
+    id: str
+    agent_id: str
+    conversation_id: str
+    role: Role
+    person_id: str | None  # None for the agent itself
+    speaker_name: str
+    text: str
+    created_at: datetime
+    event_id: str | None
+
+
+class DialogPort(ABC):
+    """Conversations and what was said in them."""
+
+    @abstractmethod
+    async def open_conversation(
+        self,
+        agent_id: str,
+        service: str,
+        channel: str,
+        participant_ids: Sequence[str],
+        now: datetime,
+        idle_timeout_seconds: float,
+        kind: str = "dialog",
+    ) -> Conversation:
+        """The open conversation on this channel, or a new one. A conversation idle longer
+        than the timeout is closed first. New participants are added to an open one.
+        Touches last activity."""
+
+    @abstractmethod
+    async def get_conversation(self, agent_id: str, conversation_id: str) -> Conversation | None: ...
+
+    @abstractmethod
+    async def list_conversations(
+        self, agent_id: str, *, channel: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        """Newest first."""
+
+    @abstractmethod
+    async def person_conversations(self, agent_id: str, person_id: str, limit: int) -> list[Conversation]:
+        """The `limit` latest conversations (by start, newest first) a person took part in,
+        from the participant index: the cost grows with `limit`, not with their history."""
+
+    @abstractmethod
+    async def close_idle_conversations(
+        self, agent_id: str | None, now: datetime, idle_timeout_seconds: float
+    ) -> list[Conversation]:
+        """Close every open conversation idle longer than the timeout; return those closed."""
+
+    @abstractmethod
+    async def close_conversation(
+        self, agent_id: str, conversation_id: str, now: datetime
+    ) -> Conversation | None:
+        """Close one conversation now (a self-initiated run is one conversation); None if it
+        does not exist or was already closed — so its close hooks are enqueued only once."""
+
+    @abstractmethod
+    async def add_message(self, message: Message) -> bool:
+        """Store a message. Idempotent: a message whose (event_id, role) already exists for
+        an AGENT reply, or whose id exists, is not stored twice; returns False then."""
+
+    @abstractmethod
+    async def recent_messages(self, agent_id: str, conversation_id: str, limit: int) -> list[Message]:
+        """The last `limit` messages of a conversation, oldest first."""
+
+    @abstractmethod
+    async def turn_messages(
+        self, agent_id: str, conversation_id: str, input_message_id: str, limit: int
+    ) -> list[Message]:
+        """The dialog a turn reads: the last `limit` messages of its conversation, oldest
+        first by (created_at, id), always including the turn's input `input_message_id` —
+        however many messages were stored after it while it waited in the queue. Nothing
+        of any other conversation (recent dialog is the current conversation only; earlier
+        ones reach a prompt only as memories, through `memory.access`)."""
+
+    @abstractmethod
+    async def channel_messages(self, agent_id: str, service: str, channel: str, limit: int) -> list[Message]:
+        """The last `limit` messages on a channel across conversations, oldest first.
+        Never for a prompt: it crosses conversations (see `turn_messages`)."""
+
+    @abstractmethod
+    async def agent_reply_for_event(self, agent_id: str, event_id: str) -> Message | None: ...
+
+    @abstractmethod
+    async def search_messages(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 20,
+    ) -> list[Message]:
+        """Full-text (FTS5 / tsvector) keyword search over dialog, best match first."""
+
+    @abstractmethod
+    async def count_messages(self, agent_id: str) -> int: ...
+
+    @abstractmethod
+    async def purge_dialog(self, agent_id: str, before: datetime) -> int:
+        """Delete verbatim dialog older than `before` in conversations closed before it (the
+        retention window of SPEC §4.1); memory records stay. Returns messages deleted."""
