@@ -27,7 +27,7 @@ The file is JSON Lines, one record per line:
   (keyword recall finds them; `persyn memory reindex` adds vectors later) and says so.
 - `dialog` is stored as the messages of a conversation of kind "imported" on a channel of
   its own, so "remember harder" can pull the raw exchange by the record's id. The
-  conversation is stored closed and flagged consolidated: it came with its summary, so no
+  conversation is stored closed and its consolidation done: it came with its summary, so no
   close hook or sweep ever summarises it (or extracts from it) again, and a culled imported
   memory stays culled. Extracting the graph and observations from imported dialog is a
   separate, opt-in step (`persyn memory import --extract`).
@@ -52,9 +52,10 @@ from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.memory.consolidate import CONSOLIDATED_FLAG, IMPORTED_KIND
+from persyn.memory.consolidate import IMPORTED_KIND
 from persyn.memory.embedder import Embedder
 from persyn.store.base import Conversation, ImportedMemory, Message, Role, Store
+from persyn.store.jobs import Consolidation, ConsolidationStatus
 
 __all__ = [
     "IMPORT_SERVICE",
@@ -389,7 +390,16 @@ async def _settle(store: Store, record: MemoryRecord) -> None:
     conversation = await store.get_conversation(record.agent_id, record.conversation_id)
     if conversation is None or conversation.kind != IMPORTED_KIND or conversation.closed_at is not None:
         return
-    await store.set_flag_if_absent(record.agent_id, CONSOLIDATED_FLAG + conversation.id, IMPORTED_KIND)
+    if await store.get_consolidation(record.agent_id, conversation.id) is None:
+        await store.set_consolidation(
+            Consolidation(
+                agent_id=record.agent_id,
+                conversation_id=conversation.id,
+                status=ConsolidationStatus.DONE,
+                detail=IMPORTED_KIND,
+                updated_at=conversation.last_activity_at,
+            )
+        )
     await store.close_conversation(record.agent_id, conversation.id, conversation.last_activity_at)
 
 
@@ -502,5 +512,5 @@ def _imported(
         ref=line.key(),
         kind=IMPORTED_KIND,
     )
-    flags = () if conversation is None else ((CONSOLIDATED_FLAG + conversation.id, IMPORTED_KIND),)
-    return ImportedMemory(record, vector, conversation, tuple(said), flags)
+    # Its conversation is consolidated at import: `add_imported` records that with it.
+    return ImportedMemory(record, vector, conversation, tuple(said))
