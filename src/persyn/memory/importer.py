@@ -34,7 +34,7 @@ The file is JSON Lines, one record per line:
 - A batch's conversations, messages and records are written in one transaction, and every
   id is derived from the line, so a killed import re-run completes exactly what is missing.
   Re-running a file an older version imported repairs what that version left: a record
-  without its message links gets them, a conversation left open is closed and flagged.
+  without its message links gets them, a conversation left open is closed, its consolidation done.
 """
 
 from __future__ import annotations
@@ -383,7 +383,7 @@ async def _complete_links(store: Store, record: MemoryRecord, line: ImportLine, 
 
 
 async def _settle(store: Store, record: MemoryRecord) -> None:
-    """Close and flag consolidated the conversation an older import left open (the first
+    """Close (its consolidation done) the conversation an older import left open (the first
     `persyn run` would otherwise close it and run its model hooks), as of its last message."""
     if record.kind != IMPORTED_KIND or record.conversation_id is None:
         return
@@ -458,7 +458,7 @@ def _imported(
 ) -> ImportedMemory:
     """A line as what the store writes: the record and, with dialog, its conversation —
     on a channel of its own (no live dialog ever joins it), closed at its last message and
-    flagged consolidated — and its messages in order."""
+    its consolidation done at import — and its messages in order."""
     record_id = derived_id(line.time, agent.id, IMPORTED_KIND, line.key())
     conversation: Conversation | None = None
     said: list[Message] = []
