@@ -18,6 +18,7 @@ from persyn.core.errors import InputError, StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity, channel_key
 from persyn.store import Store
+from persyn.store.jobs import ConsolidationStatus
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 MAIN = channel_key("terminal", "main")
@@ -633,9 +634,7 @@ async def test_add_imported_writes_a_batch_whole_once_and_nothing_of_a_bad_one(s
     record = _record(agent_id, "I imported this.", ref="r1").model_copy(
         update={"conversation_id": conversation.id, "message_ids": tuple(m.id for m in said)}
     )
-    item = ImportedMemory(
-        record, [1, 0, 0, 0], conversation, said, (("consolidated:" + conversation.id, "imported"),)
-    )
+    item = ImportedMemory(record, [1, 0, 0, 0], conversation, said, (("imported:" + conversation.id, "yes"),))
     bad = ImportedMemory(_record(agent_id, "bad", participants=["not-a-ulid"]))
     with pytest.raises(InputError, match="participant id"):
         await store.add_imported([item, bad], MODEL)
@@ -646,7 +645,10 @@ async def test_add_imported_writes_a_batch_whole_once_and_nothing_of_a_bad_one(s
     stored = await store.get_conversation(agent_id, conversation.id)
     assert stored is not None and stored.closed_at == conversation.closed_at and stored.kind == "imported"
     assert [m.id for m in await store.recent_messages(agent_id, conversation.id, 10)] == [m.id for m in said]
-    assert await store.get_flag(agent_id, "consolidated:" + conversation.id) == "imported"
+    assert await store.get_flag(agent_id, "imported:" + conversation.id) == "yes"
+    # Remembered at import: its consolidation is done, never to run on it.
+    state = await store.get_consolidation(agent_id, conversation.id)
+    assert state is not None and (state.status, state.detail) == (ConsolidationStatus.DONE, "imported")
     assert await store.count_records(agent_id) == 1
     assert await store.link_record_messages(agent_id, record.id, [said[0].id])
     linked = await store.get_record(agent_id, record.id)

@@ -24,6 +24,7 @@ from persyn.core.records import MemoryRecord
 from persyn.memory.importer import import_jsonl
 from persyn.store import Store, open_store
 from persyn.store.base import Identity, Message, Role
+from persyn.store.jobs import ConsolidationStatus
 from persyn.testing.embedder import HashEmbedder
 
 ENV = {"PERSYN_MEMORY__EMBEDDER": "test:hash"}
@@ -175,4 +176,5 @@ async def test_a_rerun_completes_the_links_an_older_import_left_out(store: Store
     # its model hooks on): the re-run closes it as of its last message, already remembered.
     settled = await store.get_conversation(AGENT.id, conversation.id)
     assert settled is not None and settled.closed_at == settled.last_activity_at
-    assert await store.get_flag(AGENT.id, "consolidated:" + conversation.id) == "imported"
+    state = await store.get_consolidation(AGENT.id, conversation.id)
+    assert state is not None and (state.status, state.detail) == (ConsolidationStatus.DONE, "imported")

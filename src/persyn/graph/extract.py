@@ -4,8 +4,8 @@ relations between them; the store upserts them with the conversation's provenanc
 the people present, a sensitivity that the model may raise above the channel's default but
 never lower).
 
-Extraction is incremental: a per-conversation watermark (flag `graph-seen:<conversation>`,
-the last message extracted) means each message is read once, with a few earlier ones shown
+Extraction is incremental: a per-conversation watermark (`store/unread.py`: the last
+message extracted) means each message is read once, with a few earlier ones shown
 as context only. The runtime runs it every `[graph] extract_every_messages` new messages of
 an open conversation and once more when the conversation closes, so what was said is in the
 graph during a long conversation, at one model call per several exchanges, not per turn.
@@ -35,8 +35,10 @@ from persyn.store.graph_rows import (
     entity_key,
     relation_label,
 )
+from persyn.store.unread import WatermarkReader
 
 __all__ = [
+    "GRAPH_READER",
     "TRANSCRIPT_HEADING",
     "Attribute",
     "Entity",
@@ -49,10 +51,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TRANSCRIPT_HEADING = "The conversation, for the knowledge graph:"
-WATERMARK_FLAG = "graph-seen:"
+GRAPH_READER = "graph"  # its watermarks (store/unread.py)
 SENSITIVITY_FLAG = "graph-sensitivity:"  # + conversation id: the highest judged so far
-_MAX_MESSAGES = 200
-_CONTEXT_MESSAGES = 4
 
 
 class _Gateway(Protocol):
@@ -115,28 +115,20 @@ class GraphExtractor:
         self.store = store
         self.gateway = gateway
         self.agent_name = agent_name
+        self._reader = WatermarkReader(store, GRAPH_READER)
 
     async def pending(self, agent_id: str, conversation: Conversation) -> int:
         """Messages of the conversation not yet extracted."""
-        fresh, _ = await self._slice(agent_id, conversation)
-        return len(fresh)
-
-    async def _slice(self, agent_id: str, conversation: Conversation) -> tuple[list[Message], list[Message]]:
-        """(messages after the watermark, a few before them as context)."""
-        messages = await self.store.recent_messages(agent_id, conversation.id, _MAX_MESSAGES)
-        seen = await self.store.get_flag(agent_id, WATERMARK_FLAG + conversation.id)
-        start = 0
-        if seen:
-            start = next((i + 1 for i, m in enumerate(messages) if m.id == seen), 0)
-        return messages[start:], messages[max(0, start - _CONTEXT_MESSAGES) : start]
+        return len((await self._reader.unread(agent_id, conversation)).fresh)
 
     async def extract(self, agent_id: str, conversation: Conversation, default: Sensitivity) -> Outcome:
         """Extract what was said since the last extraction of this conversation; the
         watermark moves only once the facts are stored (a failed call is retried next time)."""
-        fresh, context = await self._slice(agent_id, conversation)
+        unread = await self._reader.unread(agent_id, conversation)
+        fresh, context = unread.fresh, unread.context
         if not any(m.role is Role.USER for m in fresh):
             if fresh:
-                await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
+                await self._reader.advance(agent_id, conversation.id, fresh[-1])
             return Outcome()
         text = self._lines(fresh)
         if context:
@@ -157,7 +149,7 @@ class GraphExtractor:
             return Outcome(failure="the model returned no extraction")
         entities, relations, dropped = _clean(extraction)
         if not entities and not relations:
-            await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
+            await self._reader.advance(agent_id, conversation.id, fresh[-1])
             return Outcome(dropped=dropped)
         # The model may raise the channel's default, never lower it; and a conversation read in
         # parts never gets less sensitive than an earlier part was judged (a confidence told
@@ -174,7 +166,7 @@ class GraphExtractor:
             learned_at=conversation.last_activity_at,
         )
         written = await self.store.upsert_graph(agent_id, source, entities, relations)
-        await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
+        await self._reader.advance(agent_id, conversation.id, fresh[-1])
         return Outcome(written=written, dropped=dropped)
 
     async def _floor(self, agent_id: str, conversation_id: str, default: Sensitivity) -> Sensitivity:

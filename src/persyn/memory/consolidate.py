@@ -24,7 +24,6 @@ from persyn.memory.embedder import Embedder
 from persyn.store.base import Conversation, Message, Role, Store
 
 __all__ = [
-    "CONSOLIDATED_FLAG",
     "IMPORTED_KIND",
     "ConsolidationResult",
     "Consolidator",
@@ -40,11 +39,6 @@ log = logging.getLogger(__name__)
 
 _MAX_DIALOG_MESSAGES = 400
 
-# The flag (key + conversation id) that says a conversation needs no consolidation: set
-# once it is consolidated (or found to hold nothing new), and by an import for the
-# conversations it brings with their summaries. The sweep of closed conversations skips
-# flagged ones, so a memory culled later is never re-created from its dialog.
-CONSOLIDATED_FLAG = "consolidated:"
 # The kind of conversation (and record) an import writes: remembered at import, never
 # summarised again.
 IMPORTED_KIND = "imported"

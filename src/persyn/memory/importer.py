@@ -27,14 +27,14 @@ The file is JSON Lines, one record per line:
   (keyword recall finds them; `persyn memory reindex` adds vectors later) and says so.
 - `dialog` is stored as the messages of a conversation of kind "imported" on a channel of
   its own, so "remember harder" can pull the raw exchange by the record's id. The
-  conversation is stored closed and flagged consolidated: it came with its summary, so no
+  conversation is stored closed and its consolidation done: it came with its summary, so no
   close hook or sweep ever summarises it (or extracts from it) again, and a culled imported
   memory stays culled. Extracting the graph and observations from imported dialog is a
   separate, opt-in step (`persyn memory import --extract`).
 - A batch's conversations, messages and records are written in one transaction, and every
   id is derived from the line, so a killed import re-run completes exactly what is missing.
   Re-running a file an older version imported repairs what that version left: a record
-  without its message links gets them, a conversation left open is closed and flagged.
+  without its message links gets them, a conversation left open is closed, its consolidation done.
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.memory.consolidate import CONSOLIDATED_FLAG, IMPORTED_KIND
+from persyn.memory.consolidate import IMPORTED_KIND
 from persyn.memory.embedder import Embedder
 from persyn.store.base import Conversation, ImportedMemory, Message, Role, Store
+from persyn.store.jobs import Consolidation, ConsolidationStatus
 
 __all__ = [
     "IMPORT_SERVICE",
@@ -382,14 +383,23 @@ async def _complete_links(store: Store, record: MemoryRecord, line: ImportLine, 
 
 
 async def _settle(store: Store, record: MemoryRecord) -> None:
-    """Close and flag consolidated the conversation an older import left open (the first
+    """Close (its consolidation done) the conversation an older import left open (the first
     `persyn run` would otherwise close it and run its model hooks), as of its last message."""
     if record.kind != IMPORTED_KIND or record.conversation_id is None:
         return
     conversation = await store.get_conversation(record.agent_id, record.conversation_id)
     if conversation is None or conversation.kind != IMPORTED_KIND or conversation.closed_at is not None:
         return
-    await store.set_flag_if_absent(record.agent_id, CONSOLIDATED_FLAG + conversation.id, IMPORTED_KIND)
+    if await store.get_consolidation(record.agent_id, conversation.id) is None:
+        await store.set_consolidation(
+            Consolidation(
+                agent_id=record.agent_id,
+                conversation_id=conversation.id,
+                status=ConsolidationStatus.DONE,
+                detail=IMPORTED_KIND,
+                updated_at=conversation.last_activity_at,
+            )
+        )
     await store.close_conversation(record.agent_id, conversation.id, conversation.last_activity_at)
 
 
@@ -448,7 +458,7 @@ def _imported(
 ) -> ImportedMemory:
     """A line as what the store writes: the record and, with dialog, its conversation —
     on a channel of its own (no live dialog ever joins it), closed at its last message and
-    flagged consolidated — and its messages in order."""
+    its consolidation done at import — and its messages in order."""
     record_id = derived_id(line.time, agent.id, IMPORTED_KIND, line.key())
     conversation: Conversation | None = None
     said: list[Message] = []
@@ -502,5 +512,5 @@ def _imported(
         ref=line.key(),
         kind=IMPORTED_KIND,
     )
-    flags = () if conversation is None else ((CONSOLIDATED_FLAG + conversation.id, IMPORTED_KIND),)
-    return ImportedMemory(record, vector, conversation, tuple(said), flags)
+    # Its conversation is consolidated at import: `add_imported` records that with it.
+    return ImportedMemory(record, vector, conversation, tuple(said))

@@ -35,15 +35,14 @@ from persyn.core.errors import ModelError
 from persyn.core.ids import derived_id
 from persyn.gateway.base import Completion, Prompt, UserTurn
 from persyn.store.base import Conversation, Message, Observation, Role, Store
+from persyn.store.unread import WatermarkReader
 
-__all__ = ["DOSSIER_FLAG", "WATERMARK_FLAG", "Dossiers", "Extraction", "Judgement", "Noticed", "Observer"]
+__all__ = ["DOSSIER_FLAG", "OBSERVE_READER", "Dossiers", "Extraction", "Judgement", "Noticed", "Observer"]
 
 log = logging.getLogger(__name__)
 
 DOSSIER_FLAG = "dossier:"
-WATERMARK_FLAG = "observed-seen:"
-_MAX_MESSAGES = 200
-_CONTEXT_MESSAGES = 4
+OBSERVE_READER = "observe"  # its watermarks (store/unread.py)
 
 
 class _Gateway(Protocol):
@@ -91,29 +90,22 @@ class Observer:
         self.store = store
         self.gateway = gateway
         self.agent_name = agent_name
+        self._reader = WatermarkReader(store, OBSERVE_READER)
 
     async def pending(self, agent_id: str, conversation: Conversation) -> int:
         """Messages of the conversation not yet read for observations."""
-        fresh, _ = await self._slice(agent_id, conversation)
-        return len(fresh)
-
-    async def _slice(self, agent_id: str, conversation: Conversation) -> tuple[list[Message], list[Message]]:
-        messages = await self.store.recent_messages(agent_id, conversation.id, _MAX_MESSAGES)
-        seen = await self.store.get_flag(agent_id, WATERMARK_FLAG + conversation.id)
-        start = 0
-        if seen:
-            start = next((i + 1 for i, m in enumerate(messages) if m.id == seen), 0)
-        return messages[start:], messages[max(0, start - _CONTEXT_MESSAGES) : start]
+        return len((await self._reader.unread(agent_id, conversation)).fresh)
 
     async def observe(self, agent_id: str, conversation: Conversation) -> list[str]:
         """Observations from what was said since the last reading of this conversation (a
-        watermark flag, moved once they are reconciled; a few earlier messages are shown as
+        watermark, moved once they are reconciled; a few earlier messages are shown as
         context). Returns what was done ("added occupation", ...), for logs and tests."""
-        fresh, context = await self._slice(agent_id, conversation)
+        unread = await self._reader.unread(agent_id, conversation)
+        fresh, context = unread.fresh, unread.context
         names = {m.speaker_name.lower(): m.person_id for m in fresh if m.role is Role.USER and m.person_id}
         if not names:
             if fresh:
-                await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
+                await self._reader.advance(agent_id, conversation.id, fresh[-1])
             return []
         transcript = self._lines(fresh)
         if context:
@@ -136,7 +128,7 @@ class Observer:
             if subject is None or not noticed.value.strip():
                 continue  # someone who did not speak here, or nothing said
             done.extend(await self._reconcile(agent_id, subject, noticed, conversation))
-        await self.store.set_flag(agent_id, WATERMARK_FLAG + conversation.id, fresh[-1].id)
+        await self._reader.advance(agent_id, conversation.id, fresh[-1])
         return done
 
     def _lines(self, messages: Sequence[Message]) -> str:

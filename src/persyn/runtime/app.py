@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -23,7 +23,6 @@ from sqlalchemy import Engine
 
 from persyn.channels.base import ChannelAdapter
 from persyn.cognition import deliberation, pipeline, reflection
-from persyn.cognition.context import GRAPH_FAILURE_FLAG, GraphSource, MemorySource, PeopleSource, recalled_ids
 from persyn.cognition.goals import GoalsSource
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
@@ -36,12 +35,10 @@ from persyn.gateway.base import Prompt, SinkEvent, ToolCall, ToolSpec
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
 from persyn.gateway.registry import ModelSpec, parse_model_string
-from persyn.graph.extract import GraphExtractor
 from persyn.memory.access import may_surface
-from persyn.memory.consolidate import CONSOLIDATED_FLAG, IMPORTED_KIND, Consolidator, default_sensitivity
-from persyn.memory.embedder import Embedder, embedder_from_config
+from persyn.memory.embedder import Embedder
 from persyn.memory.retrieval import Retriever
-from persyn.people.observations import Dossiers, Observer
+from persyn.people.observations import Dossiers
 from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import QueueWaker, install_queue_waker
@@ -49,15 +46,13 @@ from persyn.runtime._executor import ExecutorSlot, adopt_dead_executors, claim_e
 from persyn.runtime.agent_tools import build_registry
 from persyn.runtime.autonomy import (
     AUTONOMOUS_SERVICE,
-    RUN_FLAG,
     Autonomy,
     BudgetedGateway,
-    run_kind,
     run_provenance,
-    run_sensitivity,
     set_run_provenance,
 )
-from persyn.runtime.memory_ops import context_window_for
+from persyn.runtime.conversation_jobs import ConversationHook, ConversationJobs, JobWorkflow, JobWorkflows
+from persyn.runtime.housekeeping import Housekeeping
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store, open_store
 from persyn.store.base import Conversation, Identity, Message, Role
@@ -79,8 +74,6 @@ _EVENT_CACHE_SIZE = 4096
 _MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
 
 log = logging.getLogger(__name__)
-
-ConversationHook = Callable[[str, str], Awaitable[None]]
 
 
 class Runtime:
@@ -110,10 +103,7 @@ class Runtime:
         self.agents: dict[str, AgentConfig] = {a.id: a for a in settings.agents}
         self.channels: dict[str, ChannelAdapter] = {}
         self.context_sources: list[ContextSource] = []
-        self._hooks: dict[str, ConversationHook] = {}
-        self._extractions: dict[str, ConversationHook] = {}
         self._tool_specs: tuple[ToolSpec, ...] | None = None
-        self._unextracted: dict[str, int] = {}  # messages since the last extraction trigger
         self._gateways: dict[str, ModelGateway] = {}
         self._local_servers: dict[str, LlamaServer] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -134,6 +124,20 @@ class Runtime:
         self._dialogs: dict[str, list[Message]] = {}  # their dialog (input last), by event id
         self._transmitting: set[str] = set()  # events whose transmit runs in this process now
         self.uses_offline_model = False
+        self.jobs = ConversationJobs(
+            settings,
+            store=self.store,
+            clock=self.clock,
+            agents=self.agents,
+            gateway=self.gateway,
+            enqueue=self._enqueue_background,
+            workflows=JobWorkflows(
+                close_hooks=workflows.conversation_closed, consolidation_retry=workflows.consolidation_retry
+            ),
+        )
+        self.housekeeping = Housekeeping(
+            settings, store=self.store, clock=self.clock, agents=self.agents, jobs=self.jobs
+        )
 
     # lifecycle -------------------------------------------------------------------------
     async def start(self, *, workers: bool = True, scheduler: bool = True, role: str | None = None) -> None:
@@ -274,148 +278,41 @@ class Runtime:
             await asyncio.to_thread(server.stop)
         await self.store.close()
 
-    # memory ----------------------------------------------------------------------------
+    # conversation jobs (runtime/conversation_jobs.py): delegated ---------------------------
     def _start_memory(self) -> None:
-        """The encoder, retrieval as a context source, and consolidation after each
-        conversation. An unavailable encoder degrades to keyword recall (SPEC §6)."""
-        try:
-            self.embedder = embedder_from_config(self.settings.memory)
-        except Exception as exc:
-            self.embedder = None
-            self.memory_degraded = f"encoder {self.settings.memory.embedder!r} unavailable: {exc}"
-            log.warning("%s; memory falls back to keyword recall", self.memory_degraded)
-        self.retriever = Retriever(self.store, self.embedder, self.settings.memory)
-        self.context_sources.append(
-            MemorySource(
-                self.store, self.retriever, self.clock, self.memory_budget, on_read=self.autonomy.noticed
-            )
+        memory = self.jobs.start_memory(self.context_sources, self.autonomy.noticed)
+        self.embedder, self.retriever, self.memory_degraded = (
+            memory.embedder,
+            memory.retriever,
+            memory.degraded,
         )
-        self.add_conversation_hook("consolidate", self.consolidate_conversation)
-        # People (SPEC §4.4): observations after each conversation, dossiers in context.
-        self.add_conversation_hook("observe", self.observe_conversation)
-        self.add_extraction("observe", self.observe_so_far)
-        self.context_sources.append(PeopleSource(self.store, self.dossiers, self.settings.memory))
+
+    def _start_graph(self) -> None:
+        self.jobs.start_graph(self.context_sources, self.autonomy.noticed)
 
     def dossiers(self, agent_id: str) -> Dossiers:
-        return Dossiers(self.store, self.gateway(agent_id), self.agents[agent_id].name)
+        return self.jobs.dossiers(agent_id)
 
     async def observe_conversation(self, agent_id: str, conversation_id: str, *, closed: bool = True) -> None:
-        """Extract and reconcile observations about who spoke (what is new since the last
-        reading: the rest once closed, so far while open), then refresh their dossiers (off
-        the critical path: a turn only ever reads a cached dossier)."""
-        conversation = await self.store.get_conversation(agent_id, conversation_id)
-        agent = self.agents.get(agent_id)
-        if conversation is None or agent is None or (closed and conversation.closed_at is None):
-            return
-        observer = Observer(self.store, self.gateway(agent_id), agent.name)
-        done = await observer.observe(agent_id, conversation)
-        if not done:
-            return
-        dossiers = self.dossiers(agent_id)
-        for person_id in conversation.participant_ids:
-            person = await self.store.get_person(agent_id, person_id)
-            if person is None:
-                continue
-            try:
-                await dossiers.dossier(agent_id, person_id, person.display_name, self.clock.now())
-            except ModelError as exc:  # the stale dossier is simply not shown
-                log.warning("dossier of %s not refreshed: %s", person_id, exc)
-
-    # knowledge graph ---------------------------------------------------------------------
-    def _start_graph(self) -> None:
-        """Graph context per turn and extraction after each conversation (SPEC §4.3);
-        `[graph] enabled = false` leaves both out."""
-        if not self.settings.graph.enabled:
-            return
-        self.context_sources.append(
-            GraphSource(
-                self.store,
-                self.settings.graph,
-                self.settings.memory.channel_groups,
-                self.clock,
-                self.graph_budget,
-                on_read=self.autonomy.noticed,
-            )
-        )
-        self.add_conversation_hook("graph", self.graph_conversation)
-        self.add_extraction("graph", self.graph_so_far)
-
-    async def graph_so_far(self, agent_id: str, conversation_id: str) -> None:
-        await self.graph_conversation(agent_id, conversation_id, closed=False)
-
-    def graph_budget(self, agent_id: str) -> int:
-        agent = self.agents[agent_id]
-        return int(context_window_for(self.settings, agent) * self.settings.graph.budget_fraction)
-
-    async def graph_conversation(self, agent_id: str, conversation_id: str, *, closed: bool = True) -> None:
-        """Extract what is new in a conversation (the rest of it once closed; so far while
-        open) into the graph. A failure is logged and flagged for `persyn doctor`; what was
-        not read is read on the next run."""
-        conversation = await self.store.get_conversation(agent_id, conversation_id)
-        agent = self.agents.get(agent_id)
-        if conversation is None or agent is None or (closed and conversation.closed_at is None):
-            return
-        extractor = GraphExtractor(self.store, self.gateway(agent_id), agent.name)
-        default = default_sensitivity(self.settings.memory, conversation.service)
-        try:
-            outcome = await extractor.extract(agent_id, conversation, default)
-        except Exception as exc:  # fail soft: the graph is optional (SPEC §2)
-            log.warning("graph extraction of %s failed: %s", conversation_id, exc)
-            outcome_failure = f"{type(exc).__name__}: {exc}"
-        else:
-            outcome_failure = outcome.failure
-            if outcome.dropped:
-                log.info(
-                    "graph extraction of %s dropped %d items: %s",
-                    conversation_id,
-                    len(outcome.dropped),
-                    outcome.dropped[:3],
-                )
-        with contextlib.suppress(Exception):
-            if outcome_failure:
-                flag = json.dumps(
-                    {"at": self.clock.now().isoformat(), "error": f"extraction: {outcome_failure}"}
-                )
-                await self.store.set_flag(agent_id, GRAPH_FAILURE_FLAG, flag)
-            elif await self.store.get_flag(agent_id, GRAPH_FAILURE_FLAG) is not None:
-                await self.store.set_flag(agent_id, GRAPH_FAILURE_FLAG, None)  # working again
+        await self.jobs.observe_conversation(agent_id, conversation_id, closed=closed)
 
     async def observe_so_far(self, agent_id: str, conversation_id: str) -> None:
-        await self.observe_conversation(agent_id, conversation_id, closed=False)
+        await self.jobs.observe_so_far(agent_id, conversation_id)
+
+    async def graph_conversation(self, agent_id: str, conversation_id: str, *, closed: bool = True) -> None:
+        await self.jobs.graph_conversation(agent_id, conversation_id, closed=closed)
+
+    async def graph_so_far(self, agent_id: str, conversation_id: str) -> None:
+        await self.jobs.graph_so_far(agent_id, conversation_id)
+
+    def graph_budget(self, agent_id: str) -> int:
+        return self.jobs.graph_budget(agent_id)
 
     def memory_budget(self, agent_id: str) -> int:
-        agent = self.agents[agent_id]
-        return int(context_window_for(self.settings, agent) * self.settings.memory.budget_fraction)
+        return self.jobs.memory_budget(agent_id)
 
     async def consolidate_conversation(self, agent_id: str, conversation_id: str) -> None:
-        conversation = await self.store.get_conversation(agent_id, conversation_id)
-        if conversation is None or conversation.closed_at is None:
-            return
-        agent = self.agents.get(agent_id)
-        if agent is None:
-            return
-        consolidator = Consolidator(
-            self.store, self.gateway(agent_id), self.embedder, self.settings.memory, agent.name
-        )
-        recalled = await recalled_ids(self.store, agent_id, conversation_id)
-        run = run_kind(await self.store.get_flag(agent_id, RUN_FLAG + conversation_id))
-        tags: tuple[str, ...] = ()
-        kind = "conversation"
-        if run.get("reminder_id") and run.get("kind") == "reminder":
-            tags, kind = ("reminder", f"reminder-{run['reminder_id']}"), "reminder"
-        elif run.get("kind") == "heartbeat":
-            tags, kind = ("heartbeat",), "reflection"
-        # A self-initiated run's memory is at least as sensitive as what the run read.
-        floor = run_sensitivity(run)
-        try:
-            result = await consolidator.consolidate(
-                agent_id, conversation, recalled, extra_tags=tags, kind=kind, floor=floor
-            )
-        except ModelError as exc:
-            # Degrade: the dialog is kept, and the conversation can be consolidated later.
-            log.warning("consolidation of %s failed: %s", conversation_id, exc)
-            return
-        await self.store.set_flag(agent_id, CONSOLIDATED_FLAG + conversation_id, result.skipped or "stored")
+        await self.jobs.consolidate_conversation(agent_id, conversation_id)
 
     def _spawn(self, coroutine: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
@@ -1288,124 +1185,58 @@ class Runtime:
 
         await self.store.update_flag(agent_id, f"{_REPLIED_FLAG}{service}:{channel}", spend)
 
-    async def enqueue_close_hooks(self, conversation: Conversation) -> None:
-        await self._enqueue_hooks(conversation)
-
-    # conversations ---------------------------------------------------------------------
-    def add_conversation_hook(self, name: str, hook: ConversationHook) -> None:
-        """Run `hook(agent_id, conversation_id)` durably after each conversation closes."""
-        self._hooks[name] = hook
-
-    def conversation_hook_names(self) -> list[str]:
-        return sorted(self._hooks)
-
-    async def run_conversation_hook(self, agent_id: str, conversation_id: str, name: str) -> None:
-        hook = self._hooks.get(name)
-        if hook is not None:
-            await hook(agent_id, conversation_id)
-
-    def extraction_due(self, conversation_id: str, new_messages: int) -> bool:
-        """Count messages per open conversation; True every `extract_every_messages`."""
-        every = self.settings.conversation.extract_every_messages
-        if every <= 0 or not self.extraction_names():
-            return False
-        count = self._unextracted.pop(conversation_id, 0) + new_messages
-        if count >= every:
-            return True
-        if len(self._unextracted) > 10_000:  # a trigger, not a record: forgetting is safe
-            self._unextracted.clear()
-        self._unextracted[conversation_id] = count
-        return False
-
-    def add_extraction(self, name: str, hook: ConversationHook) -> None:
-        """Run `hook(agent_id, conversation_id)` durably on an open conversation every
-        `extract_every_messages` messages (it reads only what is new: a watermark)."""
-        self._extractions[name] = hook
-
-    def extraction_names(self) -> list[str]:
-        return sorted(self._extractions)
-
-    async def run_extraction(self, agent_id: str, conversation_id: str, name: str) -> None:
-        hook = self._extractions.get(name)
-        if hook is not None:
-            await hook(agent_id, conversation_id)
-
-    async def close_idle_conversations(self) -> int:
-        closed = await self.store.close_idle_conversations(
-            None, self.clock.now(), self.settings.conversation.idle_timeout_minutes * 60
-        )
-        for conversation in closed:
-            await self._enqueue_hooks(conversation)
-        return len(closed)
-
-    async def _enqueue_hooks(self, conversation: Conversation) -> None:
+    # conversations (runtime/conversation_jobs.py, runtime/housekeeping.py): delegated -----
+    async def _enqueue_background(
+        self, workflow_id: str, workflow: JobWorkflow, agent_id: str, conversation_id: str
+    ) -> bool:
+        """`ConversationJobs`' way onto the background queue: once per id (DBOS returns the
+        existing workflow for a reused id). False where no workers run here."""
         queue = self._queues.get(workflows.BACKGROUND_QUEUE)
         if queue is None:  # not a worker: the hooks run where the workers are
-            return
-        # Derived from the conversation, so a second pass can never run the hooks twice.
-        workflow_id = derived_id(conversation.closed_at or self.clock.now(), conversation.id, "closed")
+            return False
         with SetWorkflowID(workflow_id):
-            await queue.enqueue_async(workflows.conversation_closed, conversation.agent_id, conversation.id)
+            await queue.enqueue_async(workflow, agent_id, conversation_id)
         self.wake_queue(workflows.BACKGROUND_QUEUE)
+        return True
+
+    async def enqueue_close_hooks(self, conversation: Conversation) -> None:
+        await self.jobs.enqueue_close_hooks(conversation)
+
+    def add_conversation_hook(self, name: str, hook: ConversationHook) -> None:
+        self.jobs.add_conversation_hook(name, hook)
+
+    def conversation_hook_names(self) -> list[str]:
+        return self.jobs.conversation_hook_names()
+
+    async def run_conversation_hook(self, agent_id: str, conversation_id: str, name: str) -> None:
+        await self.jobs.run_conversation_hook(agent_id, conversation_id, name)
+
+    def extraction_due(self, conversation_id: str, new_messages: int) -> bool:
+        return self.jobs.extraction_due(conversation_id, new_messages)
+
+    def add_extraction(self, name: str, hook: ConversationHook) -> None:
+        self.jobs.add_extraction(name, hook)
+
+    def extraction_names(self) -> list[str]:
+        return self.jobs.extraction_names()
+
+    async def run_extraction(self, agent_id: str, conversation_id: str, name: str) -> None:
+        await self.jobs.run_extraction(agent_id, conversation_id, name)
+
+    async def close_idle_conversations(self) -> int:
+        return await self.housekeeping.close_idle_conversations()
 
     async def sweep_unconsolidated(self, grace: timedelta = timedelta(minutes=1)) -> int:
-        """Enqueue hooks for conversations closed but never consolidated — a crash between
-        the close and the enqueue would otherwise lose their memory. Imported conversations
-        are remembered at import (flagged there too): their hooks never run, so neither a
-        model call per imported conversation nor a culled imported memory coming back."""
-        enqueued = 0
-        cutoff = self.clock.now() - grace
-        for agent_id in self.agents:
-            for conversation in await self.store.list_conversations(agent_id, limit=200):
-                if conversation.closed_at is None or conversation.closed_at > cutoff:
-                    continue
-                if conversation.kind == IMPORTED_KIND:
-                    continue
-                if await self.store.get_flag(agent_id, CONSOLIDATED_FLAG + conversation.id) is not None:
-                    continue
-                await self._enqueue_hooks(conversation)
-                enqueued += 1
-        return enqueued
+        return await self.housekeeping.sweep_unconsolidated(grace)
 
     async def cull_memories(self) -> int:
-        """SPEC §4.1: delete records rated below the threshold AND older than the age limit."""
-        config = self.settings.memory
-        older_than = self.clock.now() - timedelta(days=config.cull_after_days)
-        deleted = 0
-        for agent_id in self.agents:
-            doomed = await self.store.cull_candidates(
-                agent_id, below_importance=config.cull_below_importance, older_than=older_than
-            )
-            if doomed:
-                deleted += await self.store.delete_records(agent_id, [r.id for r in doomed])
-        return deleted
+        return await self.housekeeping.cull_memories()
 
     async def purge_old_dialog(self) -> int:
-        """Verbatim dialog is kept for `[memory] dialog_retention_days` (SPEC §4.1); the
-        memories consolidated from it stay."""
-        before = self.clock.now() - timedelta(days=self.settings.memory.dialog_retention_days)
-        return sum([await self.store.purge_dialog(agent_id, before) for agent_id in self.agents])
+        return await self.housekeeping.purge_old_dialog()
 
     async def _housekeeping(self) -> None:
-        """Every `housekeeping_seconds`: close idle conversations, catch unconsolidated ones, purge expired
-        markers; once a day: cull memories."""
-        last_cull = None
-        while True:
-            try:
-                await self.close_idle_conversations()
-                await self.sweep_unconsolidated()
-                await self.store.purge_markers(self.clock.now())
-                if last_cull is None or self.clock.now() - last_cull >= timedelta(days=1):
-                    culled = await self.cull_memories()
-                    purged = await self.purge_old_dialog()
-                    last_cull = self.clock.now()
-                    if culled or purged:
-                        log.info("culled %d memories, purged %d old dialog lines", culled, purged)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("housekeeping failed: %s", exc)
-            await asyncio.sleep(self.settings.dispatch.housekeeping_seconds)
+        await self.housekeeping.run()
 
 
 def _replies(raw: str | None) -> list[tuple[str, int, str]]:

@@ -16,8 +16,9 @@ from persyn.core.errors import PersynError, StoreError
 from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
 from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.store import open_store
+from persyn.store.jobs import ConsolidationStatus
 
-__all__ = ["Check", "collect_checks", "preflight", "run_doctor", "sqlite_problem"]
+__all__ = ["Check", "check_consolidation", "collect_checks", "preflight", "run_doctor", "sqlite_problem"]
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,37 @@ async def _check_graph(settings: Settings) -> Check:
     )
 
 
+_FAILING_SHOWN = 1000
+
+
+async def check_consolidation(settings: Settings) -> Check:
+    """Conversations whose consolidation keeps failing (a model error): they are retried with
+    backoff until it succeeds, their dialog kept meanwhile; a note, not a failure."""
+    name = "consolidation"
+    try:
+        store = open_store(settings.database_url)
+        try:
+            await store.setup()
+            failing = await store.consolidations(ConsolidationStatus.FAILED, limit=_FAILING_SHOWN)
+        finally:
+            await store.close()
+    except Exception as exc:
+        return Check(name, True, f"unreadable: {exc}", "check the database", warning=True)
+    if not failing:
+        return Check(name, True, "no conversation is waiting for a retry")
+    latest = max(failing, key=lambda state: state.updated_at)
+    due = min(state.next_attempt_at for state in failing if state.next_attempt_at is not None)
+    count = f"{len(failing)}{'+' if len(failing) >= _FAILING_SHOWN else ''}"
+    detail = (
+        f"{count} conversation(s) failing to consolidate; last error ({latest.updated_at.isoformat()}, "
+        f"attempt {latest.attempts}): {latest.last_error}; next attempt {due.isoformat()}"
+    )
+    fix = (
+        "see the log of `persyn run`; `persyn run` retries them until the model answers (the dialog is kept)"
+    )
+    return Check(name, True, detail, fix, warning=True)
+
+
 async def _check_model(settings: Settings, spec: ModelSpec, tasks: list[str]) -> Check:
     label = f"model {spec.provider}:{spec.name}" + (f"@{spec.base_url}" if spec.base_url else "")
     used_for = f" for {', '.join(tasks)}"
@@ -235,6 +267,7 @@ async def collect_checks(home: Path | None) -> list[Check]:
         checks.append(system)
     if database.ok:  # the graph lives in that database: nothing more to say when it is broken
         checks.append(await _check_graph(settings))
+        checks.append(await check_consolidation(settings))
     by_model: dict[ModelSpec, list[str]] = {}
     for agent in settings.agents:
         for task in Task:

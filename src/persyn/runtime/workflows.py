@@ -27,6 +27,7 @@ __all__ = [
     "BACKGROUND_QUEUE",
     "EVENTS_QUEUE",
     "activation",
+    "consolidation_retry",
     "conversation_closed",
     "deliberation",
     "extract",
@@ -319,11 +320,11 @@ async def _finish_run(agent_id: str, event_id: str, setup: dict[str, Any], resul
     closed = await finish_run_step(agent_id, event_id, setup, result)
     if closed is None:
         return
-    queue = runtime().queue(BACKGROUND_QUEUE)
-    conversation_id = closed["id"]
-    with SetWorkflowID(derived_id(id_time(event_id), conversation_id, "closed")):
-        await queue.enqueue_async(conversation_closed, agent_id, conversation_id)
-    runtime().wake_queue(BACKGROUND_QUEUE)
+    # The one enqueue of close hooks (its workflow id derived from the conversation and its
+    # close, as the idle close and the sweep derive it: consolidated once).
+    from persyn.store.base import Conversation
+
+    await runtime().enqueue_close_hooks(Conversation.model_validate(closed))
 
 
 @DBOS.step(name="persyn.fire_due")
@@ -373,6 +374,14 @@ async def extract(agent_id: str, conversation_id: str) -> None:
 async def conversation_hook_step(agent_id: str, conversation_id: str, hook_name: str) -> None:
     with rebind(step_key=_step_key()):
         await runtime().run_conversation_hook(agent_id, conversation_id, hook_name)
+
+
+@DBOS.workflow(name="persyn.consolidation_retry")
+async def consolidation_retry(agent_id: str, conversation_id: str) -> None:
+    """A failed consolidation tried again (enqueued by the housekeeping sweep when due,
+    under a fresh id per attempt: `conversation_jobs.consolidation_retry_id`)."""
+    with bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)):
+        await conversation_hook_step(agent_id, conversation_id, "consolidate")
 
 
 @DBOS.workflow(name="persyn.conversation_closed")

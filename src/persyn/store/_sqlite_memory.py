@@ -26,6 +26,7 @@ from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store import _sqlite_vectors as vectors
 from persyn.store._sqlite_directory import index_participants
 from persyn.store._sqlite_work import SQLiteWork
+from persyn.store._sqlite_jobs import consolidated_at_import
 from persyn.store.base import ImportedMemory
 from persyn.store.schema import (
     checked_id,
@@ -474,6 +475,7 @@ def _insert_imported_dialog(connection: Connection, item: ImportedMemory) -> Non
             },
         )
         index_participants(connection, agent_id, conversation, conversation.participant_ids)
+        consolidated_at_import(connection, agent_id, conversation.id, conversation.last_activity_at)
     if item.messages:
         rows: list[dict[str, Any]] = []
         for message in item.messages:

@@ -41,6 +41,7 @@ from persyn.store.schedule import (
     SchedulePort,
     Trigger,
 )
+from persyn.store.jobs import JobsStore
 
 __all__ = [
     "GLOBAL",
@@ -90,6 +91,7 @@ class Store(
     GraphPort,
     SchedulePort,
     ActivityPort,
+    JobsStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

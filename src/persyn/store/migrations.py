@@ -408,6 +408,53 @@ def _logs_become_tables(connection: Connection, dialect_name: str) -> None:
         connection.execute(insert(schema.deliberation_traces), traces)
     _delete_flags_with_prefix(connection, _ACTIVITY_PREFIX)
     _delete_flags_with_prefix(connection, _DELIBERATION_PREFIX)
+# Migration 13: the flag prefixes that were a state machine and a cursor become tables.
+# `consolidated:<conversation>` (value: how it ended) becomes a done consolidation, so an
+# upgraded deployment never consolidates (re-bills) an old conversation again;
+# `graph-seen:` and `observed-seen:` (value: the last message read) become the graph's and
+# the observer's watermarks, so nothing already read is read again. The flags go.
+_MOVED_WATERMARKS = {"graph-seen:": "graph", "observed-seen:": "observe"}
+_CONSOLIDATED_FLAG = "consolidated:"
+
+
+def _create_conversation_jobs(connection: Connection, dialect_name: str) -> None:
+    """Migration 13: `consolidations` and `extraction_watermarks`, filled from the flags
+    they replace (see the note above)."""
+    schema.consolidations.create(connection, checkfirst=False)
+    schema.extraction_watermarks.create(connection, checkfirst=False)
+    flags = schema.flags.c
+    now = datetime.now(UTC)
+    moved = select(flags.agent_id, flags.key, flags.value).where(flags.key.like(_CONSOLIDATED_FLAG + "%"))
+    states = [
+        {
+            "agent_id": row.agent_id,
+            "conversation_id": row.key[len(_CONSOLIDATED_FLAG) :],
+            "status": "done",
+            "attempts": 0,
+            "detail": row.value,
+            "updated_at": now,
+        }
+        for row in connection.execute(moved)
+    ]
+    if states:
+        connection.execute(insert(schema.consolidations), states)
+    marks: list[dict[str, object]] = []
+    for prefix, reader in _MOVED_WATERMARKS.items():
+        read = select(flags.agent_id, flags.key, flags.value).where(flags.key.like(prefix + "%"))
+        marks.extend(
+            {
+                "agent_id": row.agent_id,
+                "conversation_id": row.key[len(prefix) :],
+                "reader": reader,
+                "message_id": row.value,
+                "updated_at": now,
+            }
+            for row in connection.execute(read)
+        )
+    if marks:
+        connection.execute(insert(schema.extraction_watermarks), marks)
+    for prefix in (_CONSOLIDATED_FLAG, *_MOVED_WATERMARKS):
+        connection.execute(schema.flags.delete().where(flags.key.like(prefix + "%")))
 
 
 MIGRATIONS: Sequence[Migration] = (
@@ -422,6 +469,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(9, "reminders and goals", _create_schedule),
     Migration(10, "provenance for quick facts, goals and reminders", _add_provenance),
     Migration(11, "activity runs and deliberation traces as tables", _logs_become_tables),
+    Migration(13, "consolidation state and extraction watermarks as tables", _create_conversation_jobs),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -32,6 +32,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -74,6 +75,7 @@ __all__ = [
     "checked_address",
     "checked_id",
     "completion_markers",
+    "consolidations",
     "contact_addresses",
     "conversation_from_row",
     "conversation_participants",
@@ -82,6 +84,7 @@ __all__ = [
     "event_from_row",
     "event_values",
     "events",
+    "extraction_watermarks",
     "fact_from_row",
     "flags",
     "goal_from_row",
@@ -579,6 +582,35 @@ goals = Table(
     *_provenance(),  # migration 10
     UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
     Index(None, "agent_id", "status", "created_at"),
+)
+
+# Conversation jobs (migration 13): where each conversation's consolidation stands, and
+# what each incremental reader (graph, observe) has read of it. No foreign keys: imported
+# history and purged dialog leave states and watermarks naming conversations that are gone.
+consolidations = Table(
+    "consolidations",
+    metadata,
+    _agent_id(),
+    _id("conversation_id", nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UTCDateTime(), nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("detail", Text, nullable=True),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("agent_id", "conversation_id"),
+    Index(None, "status", "next_attempt_at"),  # the sweep's retries over every agent
+)
+
+extraction_watermarks = Table(
+    "extraction_watermarks",
+    metadata,
+    _agent_id(),
+    _id("conversation_id", nullable=False),
+    Column("reader", String(32), nullable=False),
+    _id("message_id", nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("agent_id", "conversation_id", "reader"),
 )
 
 

@@ -53,6 +53,7 @@ from persyn.store._sqlite_events import SQLiteEvents, put_marker_row
 from persyn.store._sqlite_facts import SQLiteFacts
 from persyn.store._sqlite_flags import SQLiteFlags
 from persyn.store._sqlite_graph import SQLiteGraph
+from persyn.store._sqlite_jobs import SQLiteJobs
 from persyn.store._sqlite_memory import SQLiteMemory
 from persyn.store._sqlite_persons import SQLitePersons, resolve_person_row
 from persyn.store._sqlite_schedule import SQLiteSchedule
@@ -73,6 +74,7 @@ class SQLiteStore(
     SQLiteGraph,
     SQLiteSchedule,
     SQLiteActivity,
+    SQLiteJobs,
     Store,
 ):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""

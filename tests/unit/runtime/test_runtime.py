@@ -20,6 +20,7 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
 from persyn.runtime.app import Runtime
 from persyn.store.base import Message
+from persyn.store.jobs import Consolidation, ConsolidationStatus
 from persyn.testing import registered_double
 from persyn.testing.meter import RecordingAdapter
 
@@ -388,7 +389,15 @@ async def test_a_crash_between_close_and_consolidation_loses_nothing(
 
     async def hook(agent_id: str, conversation_id: str) -> None:
         consolidated.append(conversation_id)
-        await runtime.store.set_flag(agent_id, "consolidated:" + conversation_id, "stored")
+        await runtime.store.set_consolidation(
+            Consolidation(
+                agent_id=agent_id,
+                conversation_id=conversation_id,
+                status=ConsolidationStatus.DONE,
+                detail="stored",
+                updated_at=clock.now(),
+            )
+        )
 
     runtime.add_conversation_hook("consolidate", hook)
     event = _event(agent, "remember this evening", START)

@@ -594,3 +594,77 @@ async def test_migration_eleven_moves_the_activity_log_and_deliberation_traces_o
         old_run, T0 - timedelta(days=1), Provenance(sensitivity=Sensitivity.PRIVATE),
     )  # fmt: skip
     assert trace.trace == {"mode": "inline", "decision": {"action": "speak"}}
+
+
+async def test_migration_thirteen_moves_consolidation_and_watermark_flags_into_tables(tmp_path: Path) -> None:
+    """An upgraded deployment never consolidates (re-bills) a conversation it already had,
+    nor re-reads for the graph or observations what was already read."""
+    from persyn.graph.extract import GRAPH_READER
+    from persyn.people.observations import OBSERVE_READER
+    from persyn.store.jobs import ConsolidationStatus
+    from persyn.store.unread import WatermarkReader
+
+    path = tmp_path / "persyn.db"
+    engine = create_sqlite_engine(path, writer=True)
+    agent_id, talk, other = new_id(T0), new_id(T0), new_id(T0)
+    said = [new_id(T0 + timedelta(seconds=i)) for i in range(2)]
+    try:
+        assert _migrate(engine, target=12) == 12
+        with engine.begin() as connection:
+            connection.execute(
+                insert(schema.conversations).values(
+                    id=talk, agent_id=agent_id, service="terminal", channel="main", kind="dialog",
+                    participants=[], started_at=T0, last_activity_at=T0, closed_at=T0,
+                )
+            )  # fmt: skip
+            for number, message_id in enumerate(said):
+                connection.execute(
+                    insert(schema.messages).values(
+                        id=message_id, agent_id=agent_id, conversation_id=talk, role="user",
+                        speaker_name="Ann", text=f"remark {number}", created_at=T0 + timedelta(seconds=number),
+                    )
+                )  # fmt: skip
+            for key, value in {
+                f"consolidated:{talk}": "stored",
+                f"consolidated:{other}": "imported",
+                f"graph-seen:{talk}": said[1],
+                f"observed-seen:{talk}": said[0],
+                "degraded:graph": "{}",
+            }.items():
+                connection.execute(
+                    insert(schema.flags).values(id=new_id(T0), agent_id=agent_id, key=key, value=value)
+                )
+        assert _migrate(engine, target=13) == 13
+        with engine.connect() as connection:
+            found = inspect(connection)
+            columns = {
+                t: [c["name"] for c in found.get_columns(t)]
+                for t in ("consolidations", "extraction_watermarks")
+            }
+            keys = [row.key for row in connection.execute(schema.flags.select())]
+    finally:
+        engine.dispose()
+    # Created from the live definitions: if this fails, freeze migration 13 first.
+    assert columns == {
+        "consolidations": [
+            "agent_id", "conversation_id", "status", "attempts", "next_attempt_at", "last_error", "detail",
+            "updated_at",
+        ],
+        "extraction_watermarks": ["agent_id", "conversation_id", "reader", "message_id", "updated_at"],
+    }  # fmt: skip
+    assert keys == ["degraded:graph"]  # the moved flags are gone, the others stay
+
+    store = SQLiteStore(path)
+    await store.setup()
+    try:
+        for conversation_id, detail in ((talk, "stored"), (other, "imported")):
+            state = await store.get_consolidation(agent_id, conversation_id)
+            assert state is not None and (state.status, state.detail) == (ConsolidationStatus.DONE, detail)
+        conversation = await store.get_conversation(agent_id, talk)
+        assert conversation is not None
+        graph = await WatermarkReader(store, GRAPH_READER).unread(agent_id, conversation)
+        assert graph.fresh == [] and [m.id for m in graph.context] == said
+        observe = await WatermarkReader(store, OBSERVE_READER).unread(agent_id, conversation)
+        assert [m.id for m in observe.fresh] == [said[1]]
+    finally:
+        await store.close()
