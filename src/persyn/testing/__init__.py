@@ -26,11 +26,20 @@ from persyn.testing.models import (
 from persyn.testing.requests import consolidation_reply, last_input, request_text, tool_returns
 
 if TYPE_CHECKING:
-    from persyn.testing.harness import START, Pilot, RecordingChannel, Turn, harness_settings, run_runtime
+    from persyn.testing.harness import (
+        ADA,
+        START,
+        Pilot,
+        RecordingChannel,
+        Turn,
+        harness_settings,
+        run_runtime,
+    )
 
-_HARNESS = frozenset({"START", "Pilot", "RecordingChannel", "Turn", "harness_settings", "run_runtime"})
+_HARNESS = frozenset({"ADA", "START", "Pilot", "RecordingChannel", "Turn", "harness_settings", "run_runtime"})
 
 __all__ = [
+    "ADA",
     "BUILTIN_DOUBLES",
     "START",
     "DoubleFunction",

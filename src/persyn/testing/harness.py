@@ -14,7 +14,7 @@ pilot that drives it the way the outside world does and waits for what it causes
 What it sets up, and why:
 - Settings for a fresh home: `persyn.toml` holds the harness defaults (no usage log file,
   the `test:hash` embedder, no DBOS reminder schedule, housekeeping only at start) with
-  `config` (TOML text) merged over them table by table, and one agent (Ada, or `agent`).
+  `config` (TOML text) merged over them table by table, and one agent (`ADA`, or `agent`).
   The schedule and the housekeeping loop are off because they fire on the wall clock:
   a test fires reminders (`fire`) and closes conversations (`close_idle`) itself, on a
   `ManualClock` it moves (`advance`); `config` turns them back on where a test is about them.
@@ -56,10 +56,13 @@ from persyn.testing.meter import RecordingAdapter
 from persyn.usage.meter import MeterAdapter
 from persyn.usage.records import UsageRecord
 
-__all__ = ["START", "Pilot", "RecordingChannel", "Turn", "harness_settings", "run_runtime"]
+__all__ = ["ADA", "START", "Pilot", "RecordingChannel", "Turn", "harness_settings", "run_runtime"]
 
 START = datetime(2026, 11, 30, 9, tzinfo=UTC)
 """Where the harness's `ManualClock` starts unless a test gives a clock of its own."""
+
+ADA = AgentConfig(name="Ada", id=new_id(START))
+"""The agent a harness deployment has unless a test gives its own."""
 
 WAIT_SECONDS = 120.0
 """The bound on every wait: far beyond a turn on a loaded machine, reached only when broken."""
@@ -119,13 +122,12 @@ def harness_settings(
     home: Path, *, model: str = "test:echo", config: str = "", agent: AgentConfig | None = None
 ) -> Settings:
     """Settings for a deployment in `home` (created): `model` as `[models] default`, the
-    harness defaults, `config` merged over both, and `agent` (default: Ada) as its one agent.
+    harness defaults, `config` merged over both, and `agent` (default: `ADA`) as its one agent.
     The file is written, so the CLI pointed at `home` sees the same configuration."""
     home.mkdir(parents=True, exist_ok=True)
     data = _merged(_merged(_DEFAULTS, {"models": {"default": model}}), tomllib.loads(config))
     (home / "persyn.toml").write_text(tomlkit.dumps(data))
-    chosen = agent or AgentConfig(name="Ada", id=new_id(START))
-    return load_settings(home, environ={}).model_copy(update={"agents": [chosen]})
+    return load_settings(home, environ={}).model_copy(update={"agents": [agent or ADA]})
 
 
 @asynccontextmanager
