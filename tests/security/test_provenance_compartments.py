@@ -20,16 +20,9 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.reflection import SelfAssessment
-from persyn.testing import (
-    ADA,
-    consolidation_reply,
-    last_input,
-    registered_double,
-    request_text,
-    run_runtime,
-    tool_returns,
-)
+from persyn.testing import ADA, consolidation_reply, registered_double, run_runtime
 from persyn.testing.models import DoubleReply
+from persyn.testing.requests import last_input, request_text, tool_returns
 
 # What Ann confides; none of these strings may ever reach Mallory's channel.
 SECRETS = ("4711", "surprise party", "engagement ring", "hates her boss")

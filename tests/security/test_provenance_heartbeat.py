@@ -11,6 +11,7 @@ model double.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,24 +25,16 @@ from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.runtime.autonomy import recent_activity
 from persyn.store import Identity
-from persyn.testing import (
-    ADA,
-    START,
-    Pilot,
-    consolidation_reply,
-    last_input,
-    registered_double,
-    request_text,
-    run_runtime,
-    tool_returns,
-)
+from persyn.testing import ADA, START, Pilot, consolidation_reply, registered_double, run_runtime
 from persyn.testing.models import DoubleReply
+from persyn.testing.requests import last_input, request_text, tool_returns
 
 ANN, BO = new_id(START), new_id(START)
 MERGER = "Ann and Bo told me in confidence about the merger"
 DOOR_CODE = "Ann's door code is 4711"
 MUSING = "I mused alone that I talk too much"
 SALARY = "Bo told me alone that Bo earns 90k"
+ANN_SETS_A_REMINDER = "ann-sets: remind me to buy the ring in half an hour"
 
 ASK = [{"name": "recent_activity", "args": {}}, {"name": "list_goals", "args": {"include_closed": True}}]
 
@@ -102,6 +95,12 @@ def mind() -> Iterator[Mind]:
         yield instance
 
 
+def _runtime(tmp_path: Path) -> AbstractAsyncContextManager[Pilot]:
+    return run_runtime(
+        tmp_path / "home", model="test:heartbeat-provenance", config="[deliberation]\nenabled = false\n"
+    )
+
+
 def _record(
     channel: str, participants: tuple[str, ...], sensitivity: Sensitivity, summary: str
 ) -> MemoryRecord:
@@ -128,9 +127,7 @@ async def _remember(pilot: Pilot) -> None:
 async def test_a_restricted_record_formed_with_others_never_reaches_the_reflect_prompt(
     tmp_path: Path, mind: Mind
 ) -> None:
-    async with run_runtime(
-        tmp_path / "home", model="test:heartbeat-provenance", config="[deliberation]\nenabled = false\n"
-    ) as pilot:
+    async with _runtime(tmp_path) as pilot:
         await _remember(pilot)
         assert await pilot.fire(timedelta(hours=1)) == 1
         (prompt,) = mind.reflect_requests
@@ -143,9 +140,7 @@ async def test_a_restricted_record_formed_with_others_never_reaches_the_reflect_
 async def test_what_a_beat_wrote_after_reading_a_private_record_does_not_show_to_a_stranger(
     tmp_path: Path, mind: Mind
 ) -> None:
-    async with run_runtime(
-        tmp_path / "home", model="test:heartbeat-provenance", config="[deliberation]\nenabled = false\n"
-    ) as pilot:
+    async with _runtime(tmp_path) as pilot:
         await _remember(pilot)
         assert await pilot.fire(timedelta(hours=1)) == 1
         (entry,) = await recent_activity(pilot.store, ADA.id)
@@ -168,15 +163,8 @@ async def test_what_a_beat_wrote_after_reading_a_private_record_does_not_show_to
 
 
 async def test_a_reminder_run_carries_the_provenance_of_the_reminder(tmp_path: Path, mind: Mind) -> None:
-    async with run_runtime(
-        tmp_path / "home", model="test:heartbeat-provenance", config="[deliberation]\nenabled = false\n"
-    ) as pilot:
-        await pilot.say(
-            "ann-sets: remind me to buy the ring in half an hour",
-            channel="dm-ann",
-            speaker="ann",
-            transmitted=True,
-        )
+    async with _runtime(tmp_path) as pilot:
+        await pilot.say(ANN_SETS_A_REMINDER, channel="dm-ann", speaker="ann", transmitted=True)
         assert await pilot.fire(timedelta(minutes=31)) == 1  # the reminder, on Ann's DM (before the beat)
         (entry,) = await recent_activity(pilot.store, ADA.id)
         assert (
@@ -198,15 +186,8 @@ async def test_a_reminder_run_in_a_room_does_not_recall_what_someone_else_said_a
     """Ann sets a reminder in the room; when it fires there, the run speaks in front of the
     room's people (Ann), so what Bo told the agent alone in that room does not come to mind:
     it is neither said nor written where Ann can read it."""
-    async with run_runtime(
-        tmp_path / "home", model="test:heartbeat-provenance", config="[deliberation]\nenabled = false\n"
-    ) as pilot:
-        await pilot.say(
-            "ann-sets: remind me to buy the ring in half an hour",
-            channel="room",
-            speaker="ann",
-            transmitted=True,
-        )
+    async with _runtime(tmp_path) as pilot:
+        await pilot.say(ANN_SETS_A_REMINDER, channel="room", speaker="ann", transmitted=True)
         bo = await pilot.store.resolve_person(
             ADA.id, Identity(service="test", channel="room", speaker_id="bo"), "Bo", "human", START
         )

@@ -11,6 +11,7 @@ privately is not said in front of Cy. Real runtime, function double.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,18 +24,9 @@ from persyn.cognition.reflection import SelfAssessment
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.base import Message, Role
-from persyn.testing import (
-    ADA,
-    START,
-    Pilot,
-    consolidation_reply,
-    last_input,
-    registered_double,
-    request_text,
-    run_runtime,
-    tool_returns,
-)
+from persyn.testing import ADA, START, Pilot, consolidation_reply, registered_double, run_runtime
 from persyn.testing.models import DoubleReply
+from persyn.testing.requests import last_input, request_text, tool_returns
 
 DOOR_CODE = "Ann's door code is 4711"
 PLANS = "Ann and Bo privately planned a surprise party for Cy"
@@ -91,6 +83,12 @@ def mind() -> Iterator[Mind]:
         yield instance
 
 
+def _runtime(tmp_path: Path) -> AbstractAsyncContextManager[Pilot]:
+    return run_runtime(
+        tmp_path / "home", model="test:outreach-provenance", config="[deliberation]\nenabled = false\n"
+    )
+
+
 async def _agent_messages(pilot: Pilot, channel: str) -> list[Message]:
     conversations = await pilot.store.list_conversations(ADA.id, channel=channel)
     found: list[Message] = []
@@ -104,9 +102,7 @@ async def _agent_messages(pilot: Pilot, channel: str) -> list[Message]:
 async def test_a_beat_that_read_anns_private_memory_cannot_message_it_to_bob(
     tmp_path: Path, mind: Mind
 ) -> None:
-    async with run_runtime(
-        tmp_path / "home", model="test:outreach-provenance", config="[deliberation]\nenabled = false\n"
-    ) as pilot:
+    async with _runtime(tmp_path) as pilot:
         await pilot.say("hi", channel="dm-ann", speaker="ann", transmitted=True)
         await pilot.say("hi", channel="dm-bob", speaker="bob", transmitted=True)
         (ann_person,) = [p for p in await pilot.store.list_persons(ADA.id) if p.display_name == "Ann"]
@@ -136,9 +132,7 @@ async def test_a_beat_that_read_anns_private_memory_cannot_message_it_to_bob(
 async def test_a_reminder_in_a_shared_room_recalls_only_what_everyone_there_may_hear(
     tmp_path: Path, mind: Mind
 ) -> None:
-    async with run_runtime(
-        tmp_path / "home", model="test:outreach-provenance", config="[deliberation]\nenabled = false\n"
-    ) as pilot:
+    async with _runtime(tmp_path) as pilot:
         # Ann, Bo and Cy all talk in the room; then Ann asks for a reminder there.
         await pilot.say("hi all", channel="room", speaker="cy", transmitted=True)
         await pilot.say("hello", channel="room", speaker="bo", transmitted=True)

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
         run_runtime,
     )
 
-_HARNESS = frozenset({"ADA", "START", "Pilot", "RecordingChannel", "Turn", "harness_settings", "run_runtime"})
+_HARNESS = frozenset(
+    {"ADA", "START", "Pilot", "RecordingChannel", "Turn", "Where", "harness_settings", "run_runtime"}
+)
 
 __all__ = [
     "ADA",
@@ -50,6 +52,7 @@ __all__ = [
     "RecordingChannel",
     "ScriptRule",
     "Turn",
+    "Where",
     "build_double",
     "consolidation_reply",
     "echo_text",

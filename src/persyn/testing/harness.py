@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 import tomlkit
 from dbos import DBOS
@@ -56,7 +56,7 @@ from persyn.testing.meter import RecordingAdapter
 from persyn.usage.meter import MeterAdapter
 from persyn.usage.records import UsageRecord
 
-__all__ = ["ADA", "START", "Pilot", "RecordingChannel", "Turn", "harness_settings", "run_runtime"]
+__all__ = ["ADA", "START", "Pilot", "RecordingChannel", "Turn", "Where", "harness_settings", "run_runtime"]
 
 START = datetime(2026, 11, 30, 9, tzinfo=UTC)
 """Where the harness's `ManualClock` starts unless a test gives a clock of its own."""
@@ -75,6 +75,17 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "dispatch": {"housekeeping_seconds": 86_400.0},
 }
 _ACTIVE = ["ENQUEUED", "PENDING"]
+
+
+class Where(TypedDict, total=False):
+    """Who says something where: `speaker` (an id, default "sam") shown as `name` (default the
+    id titled) on `service`:`channel` (default test:room), `addressed` to the agent or not."""
+
+    speaker: str
+    name: str
+    service: str
+    channel: str
+    addressed: bool
 
 
 class Turn(NamedTuple):
@@ -236,30 +247,26 @@ class Pilot:
             )
         self.clock.advance(by)
 
-    def event(
-        self,
-        text: str,
-        *,
-        speaker: str = "sam",
-        name: str | None = None,
-        service: str = "test",
-        channel: str = "room",
-        addressed: bool = True,
-        at: datetime | None = None,
-    ) -> Event:
-        """What `speaker` (shown as `name`, default the id titled) says on service:channel now."""
+    def event(self, text: str, *, at: datetime | None = None, **where: Unpack[Where]) -> Event:
+        """What someone says `where` (default: Sam on test:room, addressed to the agent), now
+        or `at`."""
         when = at or self.clock.now()
+        service, channel = where.get("service", "test"), where.get("channel", "room")
+        speaker = where.get("speaker", "sam")
         return Event(
             id=new_id(when),
             agent_id=self.agent.id,
             service=service,
             channel=channel,
             speaker=Speaker(
-                service=service, channel=channel, speaker_id=speaker, display_name=name or speaker.title()
+                service=service,
+                channel=channel,
+                speaker_id=speaker,
+                display_name=where.get("name") or speaker.title(),
             ),
             text=text,
             received_at=when,
-            addressed=addressed,
+            addressed=where.get("addressed", True),
         )
 
     async def submit(self, event: Event) -> CompletionMarker:
@@ -267,23 +274,12 @@ class Pilot:
         await self.runtime.submit(event)
         return await self.runtime.wait_marker(event.agent_id, event.id, timeout=WAIT_SECONDS)
 
-    async def say(
-        self,
-        text: str,
-        *,
-        speaker: str = "sam",
-        name: str | None = None,
-        service: str = "test",
-        channel: str = "room",
-        addressed: bool = True,
-        transmitted: bool | None = None,
-    ) -> Turn:
-        """`speaker` says `text` once the agent is idle; returns at the completion marker, then
-        moves the clock on by `pace`. `transmitted`, when given, is the outcome the test expects."""
+    async def say(self, text: str, *, transmitted: bool | None = None, **where: Unpack[Where]) -> Turn:
+        """Someone says `text` (see `event`) once the agent is idle; returns at the completion
+        marker, then moves the clock on by `pace`. `transmitted`, when given, is the outcome the
+        test expects."""
         await self.idle()
-        event = self.event(
-            text, speaker=speaker, name=name, service=service, channel=channel, addressed=addressed
-        )
+        event = self.event(text, **where)
         marker = await self.submit(event)
         if transmitted is not None:
             assert marker.transmitted is transmitted, marker
