@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         Pilot,
         RecordingChannel,
         Turn,
+        Where,
         harness_settings,
         run_runtime,
     )

@@ -35,10 +35,10 @@ class ObservedStore(SQLiteStore):
         return await super().get_event(agent_id, event_id)
 
     async def turn_messages(
-        self, agent_id: str, conversation_id: str, input_id: str, limit: int
+        self, agent_id: str, conversation_id: str, input_message_id: str, limit: int
     ) -> list[Message]:
         self.dialog_reads.append(conversation_id)
-        return await super().turn_messages(agent_id, conversation_id, input_id, limit)
+        return await super().turn_messages(agent_id, conversation_id, input_message_id, limit)
 
     async def get_marker(self, agent_id: str, event_id: str, now: datetime) -> CompletionMarker | None:
         self.marker_reads.append(asyncio.get_running_loop().time())
