@@ -9,24 +9,24 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _cost_support import AGENT, idle, say, start_runtime
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.reflection import SelfAssessment
-from persyn.core.clock import ManualClock
 from persyn.gateway.base import TokenUsage
 from persyn.runtime.autonomy import recent_activity
-from persyn.testing.models import DoubleReply, registered_double
+from persyn.testing import ADA, registered_double, run_runtime
+from persyn.testing.models import DoubleReply
 
 CALL = TokenUsage(input_tokens=40, output_tokens=10)  # every model call costs 50 tokens
+
+QUIET = "[deliberation]\nenabled = false\n"
 
 
 class Model:
@@ -70,62 +70,50 @@ def model() -> Iterator[Model]:
 async def test_a_beat_that_keeps_calling_tools_stops_at_the_daily_budget(
     tmp_path: Path, model: Model
 ) -> None:
-    runtime, channel, adapter = await start_runtime(
-        tmp_path, "costbudget", "[autonomy]\ndaily_token_budget = 300\n[tools]\nmax_round_trips = 50\n"
-    )
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    model.counting = True
-    try:
-        clock.advance(timedelta(hours=1))
-        assert await runtime.autonomy.fire_due() == 1  # the heartbeat
-        for _ in range(400):
-            if await recent_activity(runtime.store, AGENT.id):
-                break
-            await asyncio.sleep(0.05)
-        (entry,) = await recent_activity(runtime.store, AGENT.id)
+    async with run_runtime(
+        tmp_path / "home",
+        model="test:costbudget",
+        config=QUIET + "[autonomy]\ndaily_token_budget = 300\n[tools]\nmax_round_trips = 50\n",
+    ) as pilot:
+        channel = pilot.channel
+        model.counting = True
+        assert await pilot.fire(timedelta(hours=1)) == 1  # the heartbeat
+        (entry,) = await recent_activity(pilot.store, ADA.id)
         assert entry.kind == "heartbeat"
         assert entry.outcome == (
             "stopped: the autonomy budget of 300 tokens per 24 hours is used (300); this run makes no "
             "more model calls"
         )
         assert entry.tokens == 300  # six calls: never more than the budget plus one call
-        assert runtime.meter.flush()
-        metered = [r for r in adapter.records if r.thread_id == entry.id]
+        metered = [r for r in pilot.usage() if r.thread_id == entry.id]
         assert sum(r.input_tokens + r.output_tokens for r in metered) == 300
         assert [r.stage for r in metered] == ["heartbeat:assess"] + ["respond"] * 5
         assert channel.delivered == []  # a stopped run says nothing
         # The next beat is skipped before it starts: the window's budget is used.
-        await idle(runtime)
-        clock.advance(timedelta(hours=1))
-        assert await runtime.autonomy.fire_due() == 1
-        latest = (await recent_activity(runtime.store, AGENT.id))[0]
+        assert await pilot.fire(timedelta(hours=1)) == 1
+        latest = (await recent_activity(pilot.store, ADA.id))[0]
         assert latest.outcome.startswith(
             "skipped: the autonomy budget of 300 tokens per 24 hours is used (300)"
         )
-    finally:
-        await runtime.stop()
 
 
 async def test_a_channel_over_its_reply_budget_gets_no_generated_reply(tmp_path: Path, model: Model) -> None:
-    runtime, channel, _ = await start_runtime(
-        tmp_path, "costbudget", "[autonomy]\nchannel_reply_tokens = 10\n"
-    )
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    try:
-        _, first = await say(runtime, "Hello there!")  # 40 characters back: 10 tokens, the budget
+    async with run_runtime(
+        tmp_path / "home", model="test:costbudget", config=QUIET + "[autonomy]\nchannel_reply_tokens = 10\n"
+    ) as pilot:
+        channel = pilot.channel
+        _, first = await pilot.say("Hello there!")  # 40 characters back: 10 tokens, the budget
         assert first.transmitted and first.text == "Here is my forty-character reply to you."
         generated = model.calls.count("respond")
-        skipped, second = await say(runtime, "Still there?")
+        skipped, second = await pilot.say("Still there?")
         assert not second.transmitted
         assert second.reason == (
             "no reply: the reply budget of 10 tokens per 24 hours on test:room is used (10); replies "
             "resume as the window moves on"
         )
         assert model.calls.count("respond") == generated  # nothing was generated for it
-        assert channel.notices[-1] == second.reason  # visible where the message came from
-        trace = (await runtime.store.deliberation_traces(AGENT.id, [skipped.id]))[0].trace
+        assert channel.notices[-1].text == second.reason  # visible where the message came from
+        trace = (await pilot.store.deliberation_traces(ADA.id, [skipped.id]))[0].trace
         assert trace["decision"] == {
             "action": "silent",
             "reason": second.reason,
@@ -133,10 +121,8 @@ async def test_a_channel_over_its_reply_budget_gets_no_generated_reply(tmp_path:
             "redirect_to": None,
         }
         # Another channel has its own budget; and the window moves on.
-        _, elsewhere = await say(runtime, "Hi from the lobby.", channel="lobby")
+        _, elsewhere = await pilot.say("Hi from the lobby.", channel="lobby")
         assert elsewhere.transmitted
-        clock.advance(timedelta(hours=24))
-        _, later = await say(runtime, "A day later?")
+        pilot.advance(timedelta(hours=24))
+        _, later = await pilot.say("A day later?")
         assert later.transmitted
-    finally:
-        await runtime.stop()

@@ -12,26 +12,26 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _cost_support import AGENT, say, start_runtime, tool_returns
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
-from persyn.core.clock import ManualClock
 from persyn.core.errors import ToolError
 from persyn.core.events import Speaker
 from persyn.gateway.base import TokenUsage
 from persyn.runtime.autonomy import recent_activity
-from persyn.testing.models import DoubleReply, registered_double
+from persyn.testing import ADA, registered_double, run_runtime, tool_returns
+from persyn.testing.models import DoubleReply
 
 CALL = TokenUsage(input_tokens=40, output_tokens=10)  # every model call costs 50 tokens
 ROUNDS = 6
+
+QUIET = "[deliberation]\nenabled = false\n"
 
 
 class Model:
@@ -78,20 +78,20 @@ def model() -> Iterator[Model]:
 async def test_eight_calls_a_round_to_one_contact_differing_in_spaces_stop_at_the_cap(
     tmp_path: Path, model: Model
 ) -> None:
-    runtime, channel, _ = await start_runtime(
-        tmp_path, "costbypass", "[autonomy]\nmax_messages_per_run = 2\n"
-    )
-    try:
+    async with run_runtime(
+        tmp_path / "home", model="test:costbypass", config=QUIET + "[autonomy]\nmax_messages_per_run = 2\n"
+    ) as pilot:
+        runtime, channel = pilot.runtime, pilot.channel
         pal, _ = await runtime.resolve_speaker(
-            AGENT.id, Speaker(service="test", channel="dm-pal", speaker_id="pal", display_name="Pal")
+            ADA.id, Speaker(service="test", channel="dm-pal", speaker_id="pal", display_name="Pal")
         )
-        quiet, _ = await say(runtime, "Good morning.")  # a turn that sent nothing
+        quiet, _ = await pilot.say("Good morning.")  # a turn that sent nothing
         model.spam = True
-        event, marker = await say(runtime, "Tell Pal about the sale. Often.")
+        event, marker = await pilot.say("Tell Pal about the sale. Often.")
         assert marker.transmitted and marker.text == "Done."
         sent = [(o.channel, o.text) for o in channel.delivered if o.channel == "dm-pal"]
         assert sent == [("dm-pal", "Buy now!")] * 2
-        assert await runtime.messages_sent(AGENT.id, event.id) == 2
+        assert await runtime.messages_sent(ADA.id, event.id) == 2
         assert len(model.results) == ROUNDS
         results = [r for round_results in model.results for r in round_results]
         assert len(results) == 8 * ROUNDS  # every call ran (none was refused as a repeat)...
@@ -99,39 +99,27 @@ async def test_eight_calls_a_round_to_one_contact_differing_in_spaces_stop_at_th
         # A send is counted by its tool call: the same call again (its step re-run after a
         # crash) counts once; another call with the very same text counts again.
         for _ in range(2):
-            await runtime.send_to_contact(AGENT.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-1")
-        assert await runtime.messages_sent(AGENT.id, quiet.id) == 1
-        await runtime.send_to_contact(AGENT.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-2")
-        assert await runtime.messages_sent(AGENT.id, quiet.id) == 2
+            await runtime.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-1")
+        assert await runtime.messages_sent(ADA.id, quiet.id) == 1
+        await runtime.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-2")
+        assert await runtime.messages_sent(ADA.id, quiet.id) == 2
         with pytest.raises(ToolError, match="message cap reached"):
-            await runtime.send_to_contact(AGENT.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-3")
-    finally:
-        await runtime.stop()
+            await runtime.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-3")
 
 
 async def test_a_beat_whose_self_assessment_fails_is_charged_what_it_spent(
     tmp_path: Path, model: Model
 ) -> None:
-    runtime, channel, adapter = await start_runtime(tmp_path, "costbypass")
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    model.broken_reflection = True
-    try:
-        clock.advance(timedelta(hours=1))
-        assert await runtime.autonomy.fire_due() == 1  # the heartbeat
-        for _ in range(400):
-            if await recent_activity(runtime.store, AGENT.id):
-                break
-            await asyncio.sleep(0.05)
-        (entry,) = await recent_activity(runtime.store, AGENT.id)
+    async with run_runtime(tmp_path / "home", model="test:costbypass", config=QUIET) as pilot:
+        channel = pilot.channel
+        model.broken_reflection = True
+        assert await pilot.fire(timedelta(hours=1)) == 1  # the heartbeat
+        (entry,) = await recent_activity(pilot.store, ADA.id)
         assert entry.kind == "heartbeat"
-        assert runtime.meter.flush()
-        metered = [r for r in adapter.records if r.thread_id == entry.id]
+        metered = [r for r in pilot.usage() if r.thread_id == entry.id]
         # Invalid twice: two round-trips billed, the call raised, and the beat rested.
         assert [(r.stage, r.input_tokens + r.output_tokens) for r in metered] == [
             ("heartbeat:assess", 50)
         ] * 2
         assert entry.tokens == 100
         assert channel.delivered == []
-    finally:
-        await runtime.stop()

@@ -16,15 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cost_support import AGENT, say, start_runtime, tool_returns
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.core.errors import ToolError
 from persyn.core.events import Speaker
-from persyn.testing.models import DoubleReply, registered_double
+from persyn.testing import ADA, registered_double, run_runtime, tool_returns
+from persyn.testing.models import DoubleReply
 
 CONTACTS = [f"Pal{n}" for n in range(8)]
+
+QUIET = "[deliberation]\nenabled = false\n"
 
 
 class Model:
@@ -58,12 +60,14 @@ def model() -> Iterator[Model]:
 async def test_a_run_that_messages_eight_contacts_twice_stops_at_the_cap(
     tmp_path: Path, model: Model
 ) -> None:
-    runtime, channel, _ = await start_runtime(tmp_path, "costcaps", "[autonomy]\nmax_messages_per_run = 2\n")
-    try:
+    async with run_runtime(
+        tmp_path / "home", model="test:costcaps", config=QUIET + "[autonomy]\nmax_messages_per_run = 2\n"
+    ) as pilot:
+        runtime, channel = pilot.runtime, pilot.channel
         ids: list[str] = []
         for n, name in enumerate(CONTACTS):  # each reachable on a channel of their own
             person_id, _ = await runtime.resolve_speaker(
-                AGENT.id, Speaker(service="test", channel=f"dm-{n}", speaker_id=f"pal-{n}", display_name=name)
+                ADA.id, Speaker(service="test", channel=f"dm-{n}", speaker_id=f"pal-{n}", display_name=name)
             )
             ids.append(person_id)
         model.calls = [
@@ -73,7 +77,7 @@ async def test_a_run_that_messages_eight_contacts_twice_stops_at_the_cap(
             {"name": "message_contact", "args": {"to": name, "text": f"Me again, {name}."}}
             for name in CONTACTS
         ]
-        event, marker = await say(runtime, "Write to all my friends, twice.")
+        event, marker = await pilot.say("Write to all my friends, twice.")
         assert marker.transmitted and marker.text == "Done."
         sent = [(o.channel, o.text) for o in channel.delivered if o.channel.startswith("dm-")]
         assert sent == [("dm-0", "Hello Pal0!"), ("dm-1", "Hello Pal1!")]
@@ -84,22 +88,21 @@ async def test_a_run_that_messages_eight_contacts_twice_stops_at_the_cap(
             "this turn (the most allowed is 2); this one was not sent"
         )
         assert first[2:] == [refusal] * 6 and second == [refusal] * 8
-        trace = (await runtime.store.deliberation_traces(AGENT.id, [event.id]))[0].trace
+        trace = (await pilot.store.deliberation_traces(ADA.id, [event.id]))[0].trace
         assert [t["status"] for t in trace["tools"]] == ["ok"] * 2 + ["failed"] * 14
         # Counted in the store, by tool call: another send is refused, even one repeating a
         # message already sent (test_cost_bypasses.py has the re-run step counting once).
-        assert await runtime.messages_sent(AGENT.id, event.id) == 2
+        assert await runtime.messages_sent(ADA.id, event.id) == 2
         with pytest.raises(ToolError, match="message cap reached"):
-            await runtime.send_to_contact(AGENT.id, event.id, ids[0], "test", "dm-0", "Hello Pal0!")
-    finally:
-        await runtime.stop()
+            await runtime.send_to_contact(ADA.id, event.id, ids[0], "test", "dm-0", "Hello Pal0!")
 
 
 async def test_forty_tool_calls_in_one_reply_run_only_up_to_the_cap(tmp_path: Path, model: Model) -> None:
-    runtime, _, _ = await start_runtime(tmp_path, "costcaps", "[tools]\nmax_calls_per_round = 8\n")
-    try:
+    async with run_runtime(
+        tmp_path / "home", model="test:costcaps", config=QUIET + "[tools]\nmax_calls_per_round = 8\n"
+    ) as pilot:
         model.calls = [{"name": "calculate", "args": {"expression": f"{n} + 1"}} for n in range(40)]
-        event, marker = await say(runtime, "Count to forty, one tool call each.")
+        event, marker = await pilot.say("Count to forty, one tool call each.")
         assert marker.transmitted and marker.text == "Done."
         (results,) = model.results
         assert len(results) == 40  # every call gets a result...
@@ -109,25 +112,22 @@ async def test_forty_tool_calls_in_one_reply_run_only_up_to_the_cap(tmp_path: Pa
             "first 8 ran. Use their results, and ask for fewer calls at a time."
         )
         assert results[8:] == [refusal] * 32  # ...but only the first eight ran
-        trace = (await runtime.store.deliberation_traces(AGENT.id, [event.id]))[0].trace
+        trace = (await pilot.store.deliberation_traces(ADA.id, [event.id]))[0].trace
         assert {t["reason"] for t in trace["trips"]} == {"max_calls_per_round"}
-    finally:
-        await runtime.stop()
 
 
 async def test_ten_catastrophic_regexes_in_one_reply_are_capped_and_each_one_stopped(
     tmp_path: Path, model: Model
 ) -> None:
-    runtime, _, _ = await start_runtime(tmp_path, "costcaps", "[tools]\nmax_calls_per_round = 2\n")
-    try:
-        await say(runtime, "a" * 40 + "!")  # dialog the pattern backtracks on
+    async with run_runtime(
+        tmp_path / "home", model="test:costcaps", config=QUIET + "[tools]\nmax_calls_per_round = 2\n"
+    ) as pilot:
+        await pilot.say("a" * 40 + "!")  # dialog the pattern backtracks on
         model.calls = [{"name": "search_dialog", "args": {"regex": f"(a+)+$|x{n}"}} for n in range(10)]
-        _, marker = await say(runtime, "Search for that, ten ways.")
+        _, marker = await pilot.say("Search for that, ten ways.")
         assert marker.transmitted
         (results,) = model.results
         assert len(results) == 10
         stopped = "took longer than 3 seconds and was stopped"
         ran = [r for r in results if not r.startswith("Not run:")]
         assert len(ran) == 2 and all(stopped in r for r in ran), ran
-    finally:
-        await runtime.stop()

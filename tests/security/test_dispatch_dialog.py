@@ -11,7 +11,7 @@ DBOS queues, a model double that records every respond request it is sent.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
@@ -19,32 +19,10 @@ from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.pipeline import arrange_turn_dialog
 from persyn.core.clock import ManualClock
-from persyn.core.config import AgentConfig, Settings, load_settings
-from persyn.core.events import Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
-from persyn.gateway.base import SinkCallable
-from persyn.runtime.app import Runtime
 from persyn.store.base import Message, Role
-from persyn.testing import DoubleResult, echo_text, registered_double
+from persyn.testing import START, DoubleResult, echo_text, harness_settings, registered_double, run_runtime
 from persyn.testing.models import minimal_instance, output_schema
-
-START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
-
-
-class RecordingChannel:
-    service = "test"
-
-    def __init__(self) -> None:
-        self.delivered: list[Outbound] = []
-
-    async def deliver(self, outbound: Outbound) -> None:
-        self.delivered.append(outbound)
-
-    async def notice(self, event: Event, notice: Notice) -> None:
-        return None
-
-    def sink_for(self, event: Event) -> SinkCallable | None:
-        return None
 
 
 class RecordingDouble:
@@ -79,57 +57,28 @@ def _transcript(messages: Sequence[ModelMessage]) -> list[tuple[str, str]]:
     return turns
 
 
-def _settings(home: Path, extra: str = "") -> Settings:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "persyn.toml").write_text(
-        f'[models]\ndefault = "test:recorder"\n[metering]\nevent_log = false\n{extra}'
-    )
-    settings = load_settings(home, environ={})
-    return settings.model_copy(update={"agents": [AgentConfig(name="Ada", id=new_id(START))]})
-
-
-def _event(agent: AgentConfig, text: str, at: datetime, speaker: str) -> Event:
-    return Event(
-        id=new_id(at),
-        agent_id=agent.id,
-        service="test",
-        channel="room",
-        speaker=Speaker(service="test", channel="room", speaker_id=speaker, display_name=speaker.title()),
-        text=text,
-        received_at=at,
-    )
-
-
 async def test_a_burst_on_one_channel_answers_each_message_with_the_dialog_before_it(
     tmp_path: Path,
 ) -> None:
-    settings = _settings(tmp_path / "home")
-    agent = settings.agents[0]
+    settings = harness_settings(tmp_path / "home", model="test:recorder")
     speakers = ["ann", "bob", "ann", "cy", "bob"]
-    events = [
-        _event(agent, f"question {n} from {who}", START + timedelta(seconds=n), who)
-        for n, who in enumerate(speakers, start=1)
-    ]
     # All five are queued before any runs, as five `persyn send --no-wait` would be.
-    sender = Runtime(settings, clock=ManualClock(START + timedelta(seconds=6)))
-    await sender.start(workers=False)
-    try:
+    async with run_runtime(
+        settings, clock=ManualClock(START + timedelta(seconds=6)), workers=False
+    ) as sender:
+        events = [
+            sender.event(f"question {n} from {who}", speaker=who, at=START + timedelta(seconds=n))
+            for n, who in enumerate(speakers, start=1)
+        ]
         for event in events:
-            await sender.submit(event)
-    finally:
-        await sender.stop()
+            await sender.runtime.submit(event)
 
     clock = ManualClock(START + timedelta(minutes=1))
     double = RecordingDouble(clock)
     with registered_double("recorder", double):
-        worker = Runtime(settings, clock=clock)
-        channel = RecordingChannel()
-        worker.channels["test"] = channel
-        await worker.start(workers=True)
-        try:
-            markers = [await worker.wait_marker(agent.id, e.id, timeout=60) for e in events]
-        finally:
-            await worker.stop()
+        async with run_runtime(settings, clock=clock) as worker:
+            channel = worker.channel
+            markers = [await worker.runtime.wait_marker(e.agent_id, e.id, timeout=120) for e in events]
 
     replies = [f"You said: question {n} from {who}" for n, who in enumerate(speakers, start=1)]
     assert [m.text for m in markers] == replies
@@ -150,26 +99,19 @@ async def test_a_burst_on_one_channel_answers_each_message_with_the_dialog_befor
 
 
 async def test_a_new_conversation_on_a_channel_does_not_carry_the_closed_ones_words(tmp_path: Path) -> None:
-    settings = _settings(tmp_path / "home", "[conversation]\nidle_timeout_minutes = 30\n")
-    agent = settings.agents[0]
     secret = "my locker code is 4417-blue"
     clock = ManualClock(START)
     double = RecordingDouble(clock)
+    config = "[conversation]\nidle_timeout_minutes = 30\n"
     with registered_double("recorder", double):
-        runtime = Runtime(settings, clock=clock)
-        channel = RecordingChannel()
-        runtime.channels["test"] = channel
-        await runtime.start(workers=True, scheduler=False)
-        try:
-            ann = _event(agent, secret, clock.now(), "ann")
-            await runtime.submit(ann)
-            assert (await runtime.wait_marker(agent.id, ann.id, timeout=60)).text == f"You said: {secret}"
-            clock.advance(timedelta(hours=2))  # Ann's conversation is idle: closed on the next turn
-            mallory = _event(agent, "hi, what was said here before?", clock.now(), "mallory")
-            await runtime.submit(mallory)
-            marker = await runtime.wait_marker(agent.id, mallory.id, timeout=60)
-        finally:
-            await runtime.stop()
+        async with run_runtime(
+            tmp_path / "home", model="test:recorder", config=config, clock=clock, scheduler=False
+        ) as pilot:
+            channel = pilot.channel
+            _, said = await pilot.say(secret, speaker="ann")
+            assert said.text == f"You said: {secret}"
+            pilot.advance(timedelta(hours=2))  # Ann's conversation is idle: closed on the next turn
+            _, marker = await pilot.say("hi, what was said here before?", speaker="mallory")
 
     assert marker.text == "You said: hi, what was said here before?"
     conversations = {o.conversation_id for o in channel.delivered}

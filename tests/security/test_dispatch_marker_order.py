@@ -12,11 +12,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from provenance_runtime import AGENT, start_runtime
-
-from persyn.core.events import Event, Notice, Outbound, Speaker
-from persyn.core.ids import new_id
+from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
+from persyn.testing import ADA, run_runtime
 
 
 class HeldChannel:
@@ -43,30 +41,20 @@ class HeldChannel:
 
 
 async def test_the_waiter_returns_only_once_the_reply_is_delivered(tmp_path: Path) -> None:
-    runtime = await start_runtime(tmp_path, "echo")
     channel = HeldChannel()
-    runtime.channels["test"] = channel
-    try:
-        now = runtime.clock.now()
-        event = Event(
-            id=new_id(now),
-            agent_id=AGENT.id,
-            service="test",
-            channel="room",
-            speaker=Speaker(service="test", channel="room", speaker_id="ann", display_name="Ann"),
-            text="hello there",
-            received_at=now,
-        )
-        await runtime.submit(event)
-        await channel.entered.wait()  # the marker is committed; the delivery is held
-        assert await runtime.store.get_marker(AGENT.id, event.id, runtime.clock.now()) is not None
-        waiter = asyncio.create_task(runtime.wait_marker(AGENT.id, event.id, timeout=60))
-        await asyncio.sleep(0.5)  # several of the waiter's store reads, while delivery is held
-        assert not waiter.done()
-        channel.release.set()
-        marker = await waiter
-        assert marker.transmitted
-        assert channel.delivered == ["You said: hello there"]
-    finally:
-        channel.release.set()
-        await runtime.stop()
+    quiet = "[deliberation]\nenabled = false\n"
+    async with run_runtime(tmp_path / "home", config=quiet, channels={"test": channel}) as pilot:
+        try:
+            event = pilot.event("hello there", speaker="ann")
+            await pilot.runtime.submit(event)
+            await channel.entered.wait()  # the marker is committed; the delivery is held
+            assert await pilot.store.get_marker(ADA.id, event.id, pilot.clock.now()) is not None
+            waiter = asyncio.create_task(pilot.runtime.wait_marker(ADA.id, event.id, timeout=60))
+            await asyncio.sleep(0.5)  # several of the waiter's store reads, while delivery is held
+            assert not waiter.done()
+            channel.release.set()
+            marker = await waiter
+            assert marker.transmitted
+            assert channel.delivered == ["You said: hello there"]
+        finally:
+            channel.release.set()

@@ -16,8 +16,7 @@ from persyn_cli import Persyn
 
 from persyn.core.clock import ManualClock
 from persyn.core.config import load_settings
-from persyn.runtime.app import Runtime
-from persyn.testing.meter import RecordingAdapter
+from persyn.testing import run_runtime
 
 pytestmark = pytest.mark.e2e
 
@@ -55,11 +54,9 @@ async def test_starting_the_runtime_makes_no_model_call_for_imported_history(
     done = persyn.run("memory", "import", str(_history(tmp_path / "h.jsonl", 20)), env=ENV)
     assert done.returncode == 0 and "imported 20" in done.stdout, done.stderr
     settings = load_settings(persyn.home, environ=ENV)
-    recorded = RecordingAdapter()
     clock = ManualClock(datetime(2026, 12, 1, tzinfo=UTC))
-    runtime = Runtime(settings, clock=clock, extra_meter_adapters=[recorded])
-    await runtime.start(workers=True, scheduler=False)
-    try:
+    async with run_runtime(settings, clock=clock, scheduler=False) as pilot:
+        runtime = pilot.runtime
         agent_id = settings.agents[0].id
         # What the scheduler's housekeeping does on the first `persyn run`, and a day later.
         assert await runtime.close_idle_conversations() == 0
@@ -78,9 +75,8 @@ async def test_starting_the_runtime_makes_no_model_call_for_imported_history(
         await runtime.run_conversation_hook(agent_id, conversation.id, "consolidate")
         remaining = await runtime.store.list_records(agent_id, limit=100)
         assert sorted(r.ref or "" for r in remaining) == sorted(f"garden-{i}" for i in range(0, 20, 5))
-    finally:
-        await runtime.stop()
-    assert recorded.records == []
+        await pilot.settle()
+        assert pilot.usage() == []
     assert _ledger(persyn) == []
 
 

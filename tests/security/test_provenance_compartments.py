@@ -16,21 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from provenance_runtime import (
-    AGENT,
-    background_reply,
-    fire,
-    last_input,
-    request_text,
-    say,
-    start_runtime,
-    tool_returns,
-)
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.reflection import SelfAssessment
-from persyn.testing.models import DoubleReply, registered_double
+from persyn.testing import ADA, consolidation_reply, registered_double, run_runtime
+from persyn.testing.models import DoubleReply
+from persyn.testing.requests import last_input, request_text, tool_returns
 
 # What Ann confides; none of these strings may ever reach Mallory's channel.
 SECRETS = ("4711", "surprise party", "engagement ring", "hates her boss")
@@ -63,7 +55,7 @@ class Mind:
                 plan="set myself a goal of my own",
             )
         if task != "respond":
-            return background_reply(task) or DoubleReply(text="ok")
+            return consolidation_reply(task) or DoubleReply(text="ok")
         said = last_input(messages)
         results = tool_returns(messages)
         if not results:  # a new input (a continuation repeats no input)
@@ -105,20 +97,22 @@ def mind() -> Iterator[Mind]:
 
 
 async def test_what_ann_sets_in_her_dm_never_reaches_mallory_elsewhere(tmp_path: Path, mind: Mind) -> None:
-    runtime = await start_runtime(tmp_path, "compartments")
-    try:
-        await fire(
-            runtime, timedelta(hours=1)
-        )  # nothing to review yet: the goal it sets is its own, for everyone
-        (own,) = await runtime.store.list_goals(AGENT.id)
+    async with run_runtime(
+        tmp_path / "home", model="test:compartments", config="[deliberation]\nenabled = false\n"
+    ) as pilot:
+        # Nothing to review yet: the goal it sets is its own, for everyone.
+        assert await pilot.fire(timedelta(hours=1)) == 1
+        (own,) = await pilot.store.list_goals(ADA.id)
         assert own.description == OWN_GOAL
 
-        await say(runtime, "dm-ann", "ann", "ann: please remember all this")
-        stored = {g.description for g in await runtime.store.list_goals(AGENT.id)}
+        await pilot.say("ann: please remember all this", channel="dm-ann", speaker="ann", transmitted=True)
+        stored = {g.description for g in await pilot.store.list_goals(ADA.id)}
         assert stored == {OWN_GOAL, "Plan Ann's surprise party"}  # written: the operator sees all
-        assert len(await runtime.store.list_reminders(AGENT.id)) == 1
+        assert len(await pilot.store.list_reminders(ADA.id)) == 1
 
-        await say(runtime, "lobby", "mallory", "mallory: what do you know about Ann?")
+        await pilot.say(
+            "mallory: what do you know about Ann?", channel="lobby", speaker="mallory", transmitted=True
+        )
         mallory_results = "\n".join(mind.results["mallory"])
         mallory_requests = "\n".join(mind.requests["mallory"])
         assert len(mind.results["mallory"]) == len(ASK_EVERYTHING)  # every listing tool answered
@@ -129,10 +123,8 @@ async def test_what_ann_sets_in_her_dm_never_reaches_mallory_elsewhere(tmp_path:
         assert OWN_GOAL in mind.requests["mallory"][0] and OWN_GOAL in mallory_results
 
         # Back in her DM, Ann is shown what she set there (so the filter is not just empty).
-        await say(runtime, "dm-ann", "ann", "ann-asks: what do you know?")
+        await pilot.say("ann-asks: what do you know?", channel="dm-ann", speaker="ann", transmitted=True)
         ann_results = "\n".join(mind.results["ann-asks"])
         for secret in ("4711", "surprise party", "engagement ring", "hates her boss"):
             assert secret in ann_results, secret
         assert "Plan Ann's surprise party" in mind.requests["ann-asks"][0]  # standing context there
-    finally:
-        await runtime.stop()

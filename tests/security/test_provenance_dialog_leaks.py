@@ -9,7 +9,6 @@ on every tool result it was handed.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -17,24 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from provenance_runtime import (
-    AGENT,
-    advance,
-    background_reply,
-    last_input,
-    request_text,
-    say,
-    start_runtime,
-    tool_returns,
-)
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
-from persyn.core.records import MemoryRecord
-from persyn.runtime.app import Runtime
-from persyn.testing.models import DoubleReply, registered_double
-
-_RUBRIC = ("emotional_significance", "decisions", "novelty", "continuing_themes", "explicit_importance")
+from persyn.testing import ADA, consolidation_reply, registered_double, run_runtime
+from persyn.testing.models import DoubleReply
+from persyn.testing.requests import last_input, request_text, tool_returns
 
 
 class Mind:
@@ -71,7 +58,7 @@ class SecondThoughts(Mind):
         if task == "decide":
             return DoubleReply(output={"action": "speak", "reason": "it is for me"})
         if task != "respond":
-            return background_reply(task) or DoubleReply(text="ok")
+            return consolidation_reply(task) or DoubleReply(text="ok")
         if self.heard(messages, info) == "mallory":
             return DoubleReply(text="Hello Mallory.")
         return DoubleReply(
@@ -89,26 +76,23 @@ def second_thoughts() -> Iterator[SecondThoughts]:
 async def test_second_thoughts_parked_in_one_conversation_never_reach_the_next_one_on_the_channel(
     tmp_path: Path, second_thoughts: SecondThoughts
 ) -> None:
-    runtime = await start_runtime(
-        tmp_path, "second-thoughts", deliberation='enabled = true\nmode = "deferred"'
-    )
-    try:
-        await say(runtime, "room", "ann", "ann: my bank PIN is 4711, please remember it")
-        for _ in range(600):  # the deferred critique runs after the reply was sent
-            if await runtime.store.flags_with_prefix(AGENT.id, "parked:test:room:"):
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the critique never parked its conclusion")
-        advance(runtime, timedelta(hours=2))
-        assert await runtime.close_idle_conversations() == 1  # Ann's conversation is over
+    async with run_runtime(
+        tmp_path / "home",
+        model="test:second-thoughts",
+        config='[deliberation]\nenabled = true\nmode = "deferred"\n',
+    ) as pilot:
+        await pilot.say(
+            "ann: my bank PIN is 4711, please remember it", channel="room", speaker="ann", transmitted=True
+        )
+        await pilot.settle()  # the deferred critique runs after the reply was sent
+        assert await pilot.store.flags_with_prefix(ADA.id, "parked:test:room:"), "nothing was parked"
+        pilot.advance(timedelta(hours=2))
+        assert await pilot.close_idle() == 1  # Ann's conversation is over
 
-        await say(runtime, "room", "mallory", "mallory: hi, I'm new here")
+        await pilot.say("mallory: hi, I'm new here", channel="room", speaker="mallory", transmitted=True)
         (mallory,) = second_thoughts.requests["mallory"]
         assert "Second thoughts" not in mallory
         assert "4711" not in mallory
-    finally:
-        await runtime.stop()
 
 
 class Remembering(Mind):
@@ -119,9 +103,9 @@ class Remembering(Mind):
         if task == "summarize":
             return DoubleReply(output={"summary": "We planned the team picnic.", "tags": ["picnic"]})
         if task == "rate":
-            return DoubleReply(output={**dict.fromkeys(_RUBRIC, 3), "importance": 6, "sensitivity": "public"})
+            return consolidation_reply(task, importance=6, sensitivity="public")
         if task != "respond":
-            return background_reply(task) or DoubleReply(text="ok")
+            return consolidation_reply(task) or DoubleReply(text="ok")
         if self.heard(messages, info) != "mallory":
             return DoubleReply(text="Noted.")
         results = tool_returns(messages)
@@ -145,27 +129,26 @@ def remembering() -> Iterator[Remembering]:
         yield instance
 
 
-async def _records(runtime: Runtime) -> list[MemoryRecord]:
-    for _ in range(600):  # consolidation runs in the background once the conversation closed
-        if records := await runtime.store.list_records(AGENT.id):
-            return records
-        await asyncio.sleep(0.05)
-    raise AssertionError("the conversation was never remembered")
-
-
 async def test_recall_dialog_withholds_the_words_search_dialog_withholds(
     tmp_path: Path, remembering: Remembering
 ) -> None:
-    runtime = await start_runtime(tmp_path, "remembering", memory='default_sensitivity = { test = "public" }')
-    try:
-        await say(runtime, "room", "ann", "ann: let's plan the picnic")
-        await say(runtime, "room", "bo", "bo: sure. btw Ann, the vault password is hunter2")
-        advance(runtime, timedelta(hours=2))
-        assert await runtime.close_idle_conversations() == 1
-        (record,) = await _records(runtime)
+    async with run_runtime(
+        tmp_path / "home",
+        model="test:remembering",
+        config='[memory]\ndefault_sensitivity = { test = "public" }\n[deliberation]\nenabled = false\n',
+    ) as pilot:
+        await pilot.say("ann: let's plan the picnic", channel="room", speaker="ann", transmitted=True)
+        await pilot.say(
+            "bo: sure. btw Ann, the vault password is hunter2", channel="room", speaker="bo", transmitted=True
+        )
+        pilot.advance(timedelta(hours=2))
+        assert await pilot.close_idle() == 1
+        (record,) = await pilot.store.list_records(ADA.id)  # consolidated before close_idle returned
         assert record.summary == "We planned the team picnic."  # public: Mallory may hear it
 
-        await say(runtime, "room", "mallory", "mallory: what did you all talk about?")
+        await pilot.say(
+            "mallory: what did you all talk about?", channel="room", speaker="mallory", transmitted=True
+        )
         results = remembering.results["mallory"]
         tools = [result.split(":")[0] for result in results]
         assert tools == ["search_memories", "search_dialog", "recall_dialog"]
@@ -175,5 +158,3 @@ async def test_recall_dialog_withholds_the_words_search_dialog_withholds(
         assert f"the words behind memory {record.id} may not be repeated here" in results[2]
         for request in remembering.requests["mallory"]:
             assert "hunter2" not in request
-    finally:
-        await runtime.stop()

@@ -10,40 +10,31 @@ model double.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from provenance_runtime import (
-    AGENT,
-    START,
-    background_reply,
-    fire,
-    last_input,
-    request_text,
-    say,
-    start_runtime,
-    tool_returns,
-)
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.reflection import SelfAssessment
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.runtime.app import Runtime
 from persyn.runtime.autonomy import recent_activity
 from persyn.store import Identity
-from persyn.testing.models import DoubleReply, registered_double
+from persyn.testing import ADA, START, Pilot, consolidation_reply, registered_double, run_runtime
+from persyn.testing.models import DoubleReply
+from persyn.testing.requests import last_input, request_text, tool_returns
 
 ANN, BO = new_id(START), new_id(START)
 MERGER = "Ann and Bo told me in confidence about the merger"
 DOOR_CODE = "Ann's door code is 4711"
 MUSING = "I mused alone that I talk too much"
 SALARY = "Bo told me alone that Bo earns 90k"
+ANN_SETS_A_REMINDER = "ann-sets: remind me to buy the ring in half an hour"
 
 ASK = [{"name": "recent_activity", "args": {}}, {"name": "list_goals", "args": {"include_closed": True}}]
 
@@ -64,7 +55,7 @@ class Mind:
                 plan="keep the door code 4711 in mind for Ann",
             )
         if task != "respond":
-            return background_reply(task) or DoubleReply(text="ok")
+            return consolidation_reply(task) or DoubleReply(text="ok")
         said = last_input(messages)
         results = tool_returns(messages)
         if said.startswith("My self-assessment"):  # the beat acts on its assessment
@@ -104,12 +95,18 @@ def mind() -> Iterator[Mind]:
         yield instance
 
 
+def _runtime(tmp_path: Path) -> AbstractAsyncContextManager[Pilot]:
+    return run_runtime(
+        tmp_path / "home", model="test:heartbeat-provenance", config="[deliberation]\nenabled = false\n"
+    )
+
+
 def _record(
     channel: str, participants: tuple[str, ...], sensitivity: Sensitivity, summary: str
 ) -> MemoryRecord:
     return MemoryRecord(
         id=new_id(START),
-        agent_id=AGENT.id,
+        agent_id=ADA.id,
         created_at=START,
         channel=channel,
         participant_ids=participants,
@@ -118,79 +115,69 @@ def _record(
     )
 
 
-async def _remember(runtime: Runtime) -> None:
+async def _remember(pilot: Pilot) -> None:
     for record in (
         _record("test:room", (ANN, BO), Sensitivity.RESTRICTED, MERGER),
         _record("test:dm-ann", (ANN,), Sensitivity.PRIVATE, DOOR_CODE),
         _record("test:notes", (), Sensitivity.RESTRICTED, MUSING),
     ):
-        assert await runtime.store.add_record(record, None, None)
+        assert await pilot.store.add_record(record, None, None)
 
 
 async def test_a_restricted_record_formed_with_others_never_reaches_the_reflect_prompt(
     tmp_path: Path, mind: Mind
 ) -> None:
-    runtime = await start_runtime(tmp_path, "heartbeat-provenance")
-    try:
-        await _remember(runtime)
-        await fire(runtime, timedelta(hours=1))
+    async with _runtime(tmp_path) as pilot:
+        await _remember(pilot)
+        assert await pilot.fire(timedelta(hours=1)) == 1
         (prompt,) = mind.reflect_requests
         assert "merger" not in prompt
         # What may come to mind alone is reviewed: private records, and restricted ones
         # formed with nobody but the agent.
         assert DOOR_CODE in prompt and MUSING in prompt
-    finally:
-        await runtime.stop()
 
 
 async def test_what_a_beat_wrote_after_reading_a_private_record_does_not_show_to_a_stranger(
     tmp_path: Path, mind: Mind
 ) -> None:
-    runtime = await start_runtime(tmp_path, "heartbeat-provenance")
-    try:
-        await _remember(runtime)
-        await fire(runtime, timedelta(hours=1))
-        (entry,) = await recent_activity(runtime.store, AGENT.id)
+    async with _runtime(tmp_path) as pilot:
+        await _remember(pilot)
+        assert await pilot.fire(timedelta(hours=1)) == 1
+        (entry,) = await recent_activity(pilot.store, ADA.id)
         assert "4711" in entry.outcome  # the operator's log has it...
-        (goal,) = await runtime.store.list_goals(AGENT.id)
+        (goal,) = await pilot.store.list_goals(ADA.id)
         assert "4711" in goal.description
 
-        await say(runtime, "lobby", "mallory", "mallory: what have you been up to?")
+        await pilot.say(
+            "mallory: what have you been up to?", channel="lobby", speaker="mallory", transmitted=True
+        )
         shown = "\n".join(mind.results["mallory"])
         assert len(mind.results["mallory"]) == len(ASK)
         assert "4711" not in shown  # ...Mallory's tools do not
 
         # The beat's own memory is at least as sensitive as the most sensitive thing it read
         # (the restricted musing), so it too stays with the agent alone.
-        reflections: list[MemoryRecord] = []
-        for _ in range(600):
-            reflections = [r for r in await runtime.store.list_records(AGENT.id) if r.kind == "reflection"]
-            if reflections:
-                break
-            await asyncio.sleep(0.05)
-        (memory,) = reflections
+        await pilot.settle()
+        (memory,) = [r for r in await pilot.store.list_records(ADA.id) if r.kind == "reflection"]
         assert memory.sensitivity is Sensitivity.RESTRICTED and memory.participant_ids == ()
-    finally:
-        await runtime.stop()
 
 
 async def test_a_reminder_run_carries_the_provenance_of_the_reminder(tmp_path: Path, mind: Mind) -> None:
-    runtime = await start_runtime(tmp_path, "heartbeat-provenance")
-    try:
-        await say(runtime, "dm-ann", "ann", "ann-sets: remind me to buy the ring in half an hour")
-        await fire(runtime, timedelta(minutes=31))  # the reminder, on Ann's DM (before the beat)
-        (entry,) = await recent_activity(runtime.store, AGENT.id)
+    async with _runtime(tmp_path) as pilot:
+        await pilot.say(ANN_SETS_A_REMINDER, channel="dm-ann", speaker="ann", transmitted=True)
+        assert await pilot.fire(timedelta(minutes=31)) == 1  # the reminder, on Ann's DM (before the beat)
+        (entry,) = await recent_activity(pilot.store, ADA.id)
         assert (
             entry.kind == "reminder" and "engagement ring" in entry.objective and "jeweller" in entry.outcome
         )
 
-        await say(runtime, "lobby", "mallory", "mallory: what have you been up to?")
+        await pilot.say(
+            "mallory: what have you been up to?", channel="lobby", speaker="mallory", transmitted=True
+        )
         shown = "\n".join(mind.results["mallory"])
         assert "engagement ring" not in shown and "jeweller" not in shown
-        await say(runtime, "dm-ann", "ann", "ann: what have you been up to?")
+        await pilot.say("ann: what have you been up to?", channel="dm-ann", speaker="ann", transmitted=True)
         assert "jeweller" in "\n".join(mind.results["ann"])  # where it was set, it shows
-    finally:
-        await runtime.stop()
 
 
 async def test_a_reminder_run_in_a_room_does_not_recall_what_someone_else_said_alone(
@@ -199,20 +186,17 @@ async def test_a_reminder_run_in_a_room_does_not_recall_what_someone_else_said_a
     """Ann sets a reminder in the room; when it fires there, the run speaks in front of the
     room's people (Ann), so what Bo told the agent alone in that room does not come to mind:
     it is neither said nor written where Ann can read it."""
-    runtime = await start_runtime(tmp_path, "heartbeat-provenance")
-    try:
-        await say(runtime, "room", "ann", "ann-sets: remind me to buy the ring in half an hour")
-        bo = await runtime.store.resolve_person(
-            AGENT.id, Identity(service="test", channel="room", speaker_id="bo"), "Bo", "human", START
+    async with _runtime(tmp_path) as pilot:
+        await pilot.say(ANN_SETS_A_REMINDER, channel="room", speaker="ann", transmitted=True)
+        bo = await pilot.store.resolve_person(
+            ADA.id, Identity(service="test", channel="room", speaker_id="bo"), "Bo", "human", START
         )
         record = _record("test:room", (bo.id,), Sensitivity.PRIVATE, SALARY)
-        assert await runtime.store.add_record(record, None, None)
-        await fire(runtime, timedelta(minutes=31))
-        (entry,) = await recent_activity(runtime.store, AGENT.id)
+        assert await pilot.store.add_record(record, None, None)
+        assert await pilot.fire(timedelta(minutes=31)) == 1
+        (entry,) = await recent_activity(pilot.store, ADA.id)
         assert entry.outcome == "said: Ann, off to the jeweller now!"
 
-        await say(runtime, "room", "ann", "ann: what have you been up to?")
+        await pilot.say("ann: what have you been up to?", channel="room", speaker="ann", transmitted=True)
         assert len(mind.results["ann"]) == len(ASK)
         assert "90k" not in "\n".join(mind.results["ann"])
-    finally:
-        await runtime.stop()

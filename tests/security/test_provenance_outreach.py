@@ -11,22 +11,12 @@ privately is not said in front of Cy. Real runtime, function double.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from provenance_runtime import (
-    AGENT,
-    START,
-    background_reply,
-    fire,
-    last_input,
-    request_text,
-    say,
-    start_runtime,
-    tool_returns,
-)
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
@@ -34,7 +24,9 @@ from persyn.cognition.reflection import SelfAssessment
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.base import Message, Role
-from persyn.testing.models import DoubleReply, registered_double
+from persyn.testing import ADA, START, Pilot, consolidation_reply, registered_double, run_runtime
+from persyn.testing.models import DoubleReply
+from persyn.testing.requests import last_input, request_text, tool_returns
 
 DOOR_CODE = "Ann's door code is 4711"
 PLANS = "Ann and Bo privately planned a surprise party for Cy"
@@ -57,7 +49,7 @@ class Mind:
                 plan="tell people about the door code",
             )
         if task != "respond":
-            return background_reply(task) or DoubleReply(text="ok")
+            return consolidation_reply(task) or DoubleReply(text="ok")
         said = last_input(messages)
         results = tool_returns(messages)
         if said.startswith("My self-assessment"):
@@ -91,14 +83,18 @@ def mind() -> Iterator[Mind]:
         yield instance
 
 
-async def _agent_messages(runtime: Any, channel: str) -> list[Message]:
-    conversations = await runtime.store.list_conversations(AGENT.id, channel=channel)
+def _runtime(tmp_path: Path) -> AbstractAsyncContextManager[Pilot]:
+    return run_runtime(
+        tmp_path / "home", model="test:outreach-provenance", config="[deliberation]\nenabled = false\n"
+    )
+
+
+async def _agent_messages(pilot: Pilot, channel: str) -> list[Message]:
+    conversations = await pilot.store.list_conversations(ADA.id, channel=channel)
     found: list[Message] = []
     for conversation in conversations:
         found += [
-            m
-            for m in await runtime.store.recent_messages(AGENT.id, conversation.id, 100)
-            if m.role is Role.AGENT
+            m for m in await pilot.store.recent_messages(ADA.id, conversation.id, 100) if m.role is Role.AGENT
         ]
     return found
 
@@ -106,61 +102,55 @@ async def _agent_messages(runtime: Any, channel: str) -> list[Message]:
 async def test_a_beat_that_read_anns_private_memory_cannot_message_it_to_bob(
     tmp_path: Path, mind: Mind
 ) -> None:
-    runtime = await start_runtime(tmp_path, "outreach-provenance")
-    try:
-        await say(runtime, "dm-ann", "ann", "hi")
-        await say(runtime, "dm-bob", "bob", "hi")
-        (ann_person,) = [p for p in await runtime.store.list_persons(AGENT.id) if p.display_name == "Ann"]
+    async with _runtime(tmp_path) as pilot:
+        await pilot.say("hi", channel="dm-ann", speaker="ann", transmitted=True)
+        await pilot.say("hi", channel="dm-bob", speaker="bob", transmitted=True)
+        (ann_person,) = [p for p in await pilot.store.list_persons(ADA.id) if p.display_name == "Ann"]
         record = MemoryRecord(
             id=new_id(START),
-            agent_id=AGENT.id,
+            agent_id=ADA.id,
             created_at=START,
             channel="test:dm-ann",
             participant_ids=(ann_person.id,),
             summary=DOOR_CODE,
             sensitivity=Sensitivity.PRIVATE,
         )
-        assert await runtime.store.add_record(record, None, None)
-        bob_before = len(await _agent_messages(runtime, "dm-bob"))
-        ann_before = len(await _agent_messages(runtime, "dm-ann"))
+        assert await pilot.store.add_record(record, None, None)
+        bob_before = len(await _agent_messages(pilot, "dm-bob"))
+        ann_before = len(await _agent_messages(pilot, "dm-ann"))
 
-        await fire(runtime, timedelta(hours=1))
+        assert await pilot.fire(timedelta(hours=1)) == 1
 
         bob_result, ann_result = mind.tool_results
         assert "not sent" in bob_result and "test:dm-bob" in bob_result
         assert "delivered on test:dm-ann" in ann_result
-        assert len(await _agent_messages(runtime, "dm-bob")) == bob_before
-        ann_texts = [m.text for m in await _agent_messages(runtime, "dm-ann")]
+        assert len(await _agent_messages(pilot, "dm-bob")) == bob_before
+        ann_texts = [m.text for m in await _agent_messages(pilot, "dm-ann")]
         assert len(ann_texts) == ann_before + 1 and "Your code is 4711, right?" in ann_texts
-    finally:
-        await runtime.stop()
 
 
 async def test_a_reminder_in_a_shared_room_recalls_only_what_everyone_there_may_hear(
     tmp_path: Path, mind: Mind
 ) -> None:
-    runtime = await start_runtime(tmp_path, "outreach-provenance")
-    try:
+    async with _runtime(tmp_path) as pilot:
         # Ann, Bo and Cy all talk in the room; then Ann asks for a reminder there.
-        await say(runtime, "room", "cy", "hi all")
-        await say(runtime, "room", "bo", "hello")
-        await say(runtime, "room", "ann", "remind the room in half an hour")
-        people = {p.display_name: p.id for p in await runtime.store.list_persons(AGENT.id)}
+        await pilot.say("hi all", channel="room", speaker="cy", transmitted=True)
+        await pilot.say("hello", channel="room", speaker="bo", transmitted=True)
+        await pilot.say("remind the room in half an hour", channel="room", speaker="ann", transmitted=True)
+        people = {p.display_name: p.id for p in await pilot.store.list_persons(ADA.id)}
         record = MemoryRecord(
             id=new_id(START),
-            agent_id=AGENT.id,
+            agent_id=ADA.id,
             created_at=START,
             channel="test:room",
             participant_ids=(people["Ann"], people["Bo"]),
             summary=PLANS,
             sensitivity=Sensitivity.PRIVATE,
         )
-        assert await runtime.store.add_record(record, None, None)
+        assert await pilot.store.add_record(record, None, None)
 
-        await fire(runtime, timedelta(minutes=31))
+        assert await pilot.fire(timedelta(minutes=31)) == 1
 
         (prompt,) = mind.reminder_prompts
         assert "the party plan" in prompt  # the reminder's own objective is there
         assert "surprise party" not in prompt  # Cy reads the room: Ann and Bo's plan stays theirs
-    finally:
-        await runtime.stop()

@@ -25,8 +25,8 @@ from persyn.core.ids import id_time, is_id, new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store import _sqlite_vectors as vectors
 from persyn.store._sqlite_directory import index_participants
-from persyn.store._sqlite_work import SQLiteWork
 from persyn.store._sqlite_jobs import consolidated_at_import
+from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.base import ImportedMemory
 from persyn.store.schema import (
     checked_id,

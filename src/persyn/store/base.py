@@ -26,6 +26,7 @@ from persyn.store.directory import AgentRow, ContactAddress, DirectoryPort, Iden
 from persyn.store.events import DeliberationTrace, EventsPort
 from persyn.store.flags import FlagsPort
 from persyn.store.graph import GraphPort
+from persyn.store.jobs import JobsStore
 from persyn.store.memory import ImportedMemory, MemoryPort, Observation, ObservationChange, QuickFact
 from persyn.store.rows import GLOBAL, Provenance
 from persyn.store.schedule import (
@@ -41,7 +42,6 @@ from persyn.store.schedule import (
     SchedulePort,
     Trigger,
 )
-from persyn.store.jobs import JobsStore
 
 __all__ = [
     "GLOBAL",

@@ -408,6 +408,8 @@ def _logs_become_tables(connection: Connection, dialect_name: str) -> None:
         connection.execute(insert(schema.deliberation_traces), traces)
     _delete_flags_with_prefix(connection, _ACTIVITY_PREFIX)
     _delete_flags_with_prefix(connection, _DELIBERATION_PREFIX)
+
+
 # Migration 13: the flag prefixes that were a state machine and a cursor become tables.
 # `consolidated:<conversation>` (value: how it ended) becomes a done consolidation, so an
 # upgraded deployment never consolidates (re-bills) an old conversation again;

@@ -18,6 +18,7 @@ from persyn.core.ids import new_id
 from persyn.gateway.gateway import ModelGateway
 from persyn.people.observations import Dossiers, Extraction, Judgement, Noticed, Observer
 from persyn.store import Identity, Message, Role, Store, open_store
+from persyn.testing import run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 from persyn.usage.meter import Meter
 
@@ -195,61 +196,28 @@ async def test_the_dossier_is_cached_until_the_observations_change(
 async def test_the_runtime_observes_closed_conversations_and_briefs_itself_only_in_that_compartment(
     tmp_path: Path, mind: tuple[Mind, ModelGateway]
 ) -> None:
-    from persyn.core.clock import ManualClock
-    from persyn.core.config import load_settings
-    from persyn.core.events import Event, Speaker
-    from persyn.runtime.app import Runtime
-
     double, _ = mind
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "persyn.toml").write_text(
-        '[models]\ndefault = "test:observer"\n[metering]\nevent_log = false\n[memory]\nembedder = "test:hash"\n'
-    )
-    settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
-    clock = ManualClock(T0)
-    runtime = Runtime(settings, clock=clock)
-    await runtime.start(workers=True, scheduler=False)
-    try:
+    async with run_runtime(tmp_path / "home", model="test:observer", agent=AGENT, scheduler=False) as pilot:
+        runtime = pilot.runtime
         assert "observe" in runtime.conversation_hook_names()
 
-        async def say(text: str, channel: str, speaker: str = "sam") -> None:
-            now = clock.now()
-            event = Event(
-                id=new_id(now),
-                agent_id=AGENT.id,
-                service="test",
-                channel=channel,
-                speaker=Speaker(
-                    service="test", channel=channel, speaker_id=speaker, display_name=speaker.title()
-                ),
-                text=text,
-                received_at=now,
-            )
-            await runtime.submit(event)
-            await runtime.wait_marker(AGENT.id, event.id, timeout=60)
-            clock.advance(timedelta(seconds=5))
-
-        await say("I work as a teacher.", "room")
-        clock.advance(timedelta(hours=2))
-        (closed,) = await runtime.store.close_idle_conversations(AGENT.id, clock.now(), 1800)
+        await pilot.say("I work as a teacher.", channel="room")
+        (closed,) = await pilot.end_conversations(after=timedelta(hours=2))
         await runtime.observe_conversation(AGENT.id, closed.id)
         sam = closed.participant_ids[0]
         assert [o.value for o in await runtime.store.observations(AGENT.id, sam)] == ["works as a teacher"]
         assert await runtime.dossiers(AGENT.id).cached(AGENT.id, sam) == "I know that Sam works as a teacher."
 
-        await say("Hello again!", "room")
+        await pilot.say("Hello again!", channel="room")
         assert "What I know about Sam" in double.respond_prompts[-1]
         assert "works as a teacher" in double.respond_prompts[-1]
         # The same person on another channel: the dossier was learned in "room" and stays there.
         await runtime.store.attach_identity(
             AGENT.id, sam, Identity(service="test", channel="lobby", speaker_id="sam")
         )
-        await say("Hello from the lobby!", "lobby")
+        await pilot.say("Hello from the lobby!", channel="lobby")
         assert "What I know about Sam" not in double.respond_prompts[-1]
         # Back in the room, but a stranger has joined: what Sam said alone stays unsaid.
-        await say("Hi, I'm Cy.", "room", speaker="cy")
-        await say("Hello again!", "room")
+        await pilot.say("Hi, I'm Cy.", channel="room", speaker="cy")
+        await pilot.say("Hello again!", channel="room")
         assert "What I know about Sam" not in double.respond_prompts[-1]
-    finally:
-        await runtime.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,18 +15,16 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.reflection import SelfAssessment
-from persyn.core.clock import ManualClock, SystemClock
-from persyn.core.config import AgentConfig, load_settings
-from persyn.core.events import Event, Speaker
+from persyn.core.clock import Clock, ManualClock, SystemClock
+from persyn.core.config import AgentConfig
 from persyn.core.ids import new_id
 from persyn.gateway.base import TokenUsage
-from persyn.runtime.app import Runtime
 from persyn.runtime.autonomy import ACTIVITY_RETENTION, ActivityEntry, recent_activity, window_tokens
 from persyn.schedule import at_trigger, create_goal, heartbeat_status, interval_trigger, set_reminder
 from persyn.store.base import Role
+from persyn.testing import START, Pilot, consolidation_reply, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
-START = datetime(2026, 11, 30, 9, tzinfo=UTC)
 AGENT = AgentConfig(name="Ada", id=new_id(START), objectives=["help Sam finish the thesis"])
 
 
@@ -34,7 +33,7 @@ class Mind:
         self.intention = "rest"
         self.respond_prompts: list[str] = []
         self.respond_inputs: list[str] = []
-        self.respond_sleep = 0.0
+        self.hold: asyncio.Event | None = None  # respond waits for it, when set
 
     async def __call__(self, task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
         said = last_user_text(messages)
@@ -48,8 +47,8 @@ class Mind:
                 else "nothing calls for me",
             )
         if task == "respond":
-            if self.respond_sleep:
-                await asyncio.sleep(self.respond_sleep)
+            if self.hold is not None:
+                await self.hold.wait()
             self.respond_prompts.append(info.instructions or "")
             self.respond_inputs.append(said)
             return DoubleReply(
@@ -59,19 +58,7 @@ class Mind:
             return DoubleReply(
                 output={"summary": "My reminder fired and I told Sam to stretch.", "tags": ["health"]}
             )
-        if task == "rate":
-            scores = dict.fromkeys(
-                (
-                    "emotional_significance",
-                    "decisions",
-                    "novelty",
-                    "continuing_themes",
-                    "explicit_importance",
-                ),
-                3,
-            )
-            return DoubleReply(output={**scores, "importance": 4, "sensitivity": "private"})
-        return DoubleReply(text="ok")
+        return consolidation_reply(task) or DoubleReply(text="ok")
 
 
 @pytest.fixture
@@ -81,58 +68,38 @@ def mind() -> Iterator[Mind]:
         yield instance
 
 
-def _manual(extra: str) -> str:
-    """These tests fire due reminders by hand on a moved clock: no DBOS schedule racing them
-    (except where a test sets `tick_seconds` to exercise that schedule)."""
-    if "tick_seconds" in extra:
-        return extra
-    if "[autonomy]" in extra:
-        return extra.replace("[autonomy]\n", "[autonomy]\nschedule = false\n")
-    return extra + "[autonomy]\nschedule = false\n"
-
-
-async def _runtime(tmp_path: Path, extra: str = "", clock: Any = None) -> Runtime:
-    home = tmp_path / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "persyn.toml").write_text(
-        '[models]\ndefault = "test:autonomous"\n[metering]\nevent_log = false\n'
-        '[memory]\nembedder = "test:hash"\n[deliberation]\nenabled = false\n' + _manual(extra)
+def _runtime(
+    tmp_path: Path, extra: str = "", clock: Clock | None = None
+) -> AbstractAsyncContextManager[Pilot]:
+    """The heartbeat and reminders fire by hand (`pilot.fire`) on a moved clock, unless `extra`
+    turns the DBOS schedule on."""
+    return run_runtime(
+        tmp_path / "home",
+        model="test:autonomous",
+        agent=AGENT,
+        config="[deliberation]\nenabled = false\n" + extra,
+        clock=clock,
     )
-    settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
-    runtime = Runtime(settings, clock=clock or ManualClock(START))
-    await runtime.start(workers=True)
-    return runtime
 
 
-async def _markers(runtime: Runtime, event_ids: list[str]) -> list[Any]:
-    return [await runtime.wait_marker(AGENT.id, event_id, timeout=30) for event_id in event_ids]
-
-
-async def _wait_for(predicate: Any, timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)
+async def _activity(pilot: Pilot) -> int:
+    return len(await recent_activity(pilot.store, AGENT.id))
 
 
 async def test_a_due_reminder_fires_once_through_the_pipeline_and_is_remembered(
     tmp_path: Path, mind: Mind
 ) -> None:
-    runtime = await _runtime(tmp_path)
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    try:
-        store = runtime.store
+    async with _runtime(tmp_path) as pilot:
+        runtime, store = pilot.runtime, pilot.store
         reminder = await set_reminder(
             store, AGENT.id, "remind Sam to stretch", at_trigger(START + timedelta(minutes=5), START), START
         )
         assert await runtime.autonomy.fire_due() == 0  # not due yet
-        clock.advance(timedelta(minutes=6))
+        pilot.advance(timedelta(minutes=6))
         # Two schedulers see it due at once: the reminder fires once.
         fired = await asyncio.gather(runtime.autonomy.fire_due(), runtime.autonomy.fire_due())
         assert sum(fired) >= 1
-        await _wait_for(lambda: _has_activity(runtime))
+        await pilot.settle()
         (entry,) = await recent_activity(store, AGENT.id)
         assert entry.kind == "reminder" and entry.reminder_id == reminder.id
         assert entry.outcome == "said: Time to stretch, Sam!" and entry.tokens == 50
@@ -146,67 +113,40 @@ async def test_a_due_reminder_fires_once_through_the_pipeline_and_is_remembered(
             and conversation.closed_at is not None
             and conversation.kind == "reflection"
         )
-
-        async def remembered() -> bool:
-            return any(r.kind == "reminder" for r in await store.list_records(AGENT.id))
-
-        await _wait_for(remembered)
         (memory,) = [r for r in await store.list_records(AGENT.id) if r.kind == "reminder"]
         assert f"reminder-{reminder.id}" in memory.tags and memory.channel == "self:reminders"
         assert await runtime.autonomy.fire_due() == 0
-    finally:
-        await runtime.stop()
-
-
-async def _has_activity(runtime: Runtime) -> bool:
-    return bool(await recent_activity(runtime.store, AGENT.id))
 
 
 async def test_a_recurring_reminder_rolls_forward_and_sees_what_happened_last_time(
     tmp_path: Path, mind: Mind
 ) -> None:
-    runtime = await _runtime(tmp_path, "[autonomy]\nheartbeat_minutes = 1440\n")  # no beat in the way
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    try:
+    async with _runtime(tmp_path, "[autonomy]\nheartbeat_minutes = 1440\n") as pilot:  # no beat in the way
         reminder = await set_reminder(
-            runtime.store,
+            pilot.store,
             AGENT.id,
             "check on the thesis",
             interval_trigger(3600, START + timedelta(hours=1)),
             START,
         )
-        clock.advance(timedelta(hours=1, minutes=1))
-        assert await runtime.autonomy.fire_due() == 1
-        await _wait_for(lambda: _has_activity(runtime))
-        rolled = await runtime.store.get_reminder(AGENT.id, reminder.id)
+        assert await pilot.fire(timedelta(hours=1, minutes=1)) == 1
+        assert await _activity(pilot) == 1
+        rolled = await pilot.store.get_reminder(AGENT.id, reminder.id)
         assert rolled is not None and rolled.next_fire_at == START + timedelta(hours=2)
-        clock.advance(timedelta(hours=1))
-        assert await runtime.autonomy.fire_due() == 1
-
-        async def twice() -> bool:
-            return len(await recent_activity(runtime.store, AGENT.id)) == 2
-
-        await _wait_for(twice)
+        assert await pilot.fire(timedelta(hours=1)) == 1
+        assert await _activity(pilot) == 2
         assert "Last time it fired (2026-11-30 10:01): said: Time to stretch, Sam!" in mind.respond_inputs[-1]
-    finally:
-        await runtime.stop()
 
 
 async def test_the_heartbeat_rests_or_acts_and_stays_deleted_across_restarts(
     tmp_path: Path, mind: Mind
 ) -> None:
-    runtime = await _runtime(tmp_path)
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    try:
-        beat = await heartbeat_status(runtime.store, AGENT.id)
+    async with _runtime(tmp_path) as pilot:
+        beat = await heartbeat_status(pilot.store, AGENT.id)
         assert beat is not None and beat.next_fire_at == START + timedelta(hours=1)
-        await create_goal(runtime.store, AGENT.id, "Help Sam finish chapter two", START)
-        clock.advance(timedelta(hours=1, seconds=1))
-        assert await runtime.autonomy.fire_due() == 1
-        await _wait_for(lambda: _has_activity(runtime))
-        (rested,) = await recent_activity(runtime.store, AGENT.id)
+        await create_goal(pilot.store, AGENT.id, "Help Sam finish chapter two", START)
+        assert await pilot.fire(timedelta(hours=1, seconds=1)) == 1
+        (rested,) = await recent_activity(pilot.store, AGENT.id)
         assert (
             rested.kind == "heartbeat"
             and rested.outcome == "Ada chose silence: resting: nothing calls for me"
@@ -214,122 +154,74 @@ async def test_the_heartbeat_rests_or_acts_and_stays_deleted_across_restarts(
         assert mind.respond_prompts == []  # resting costs one reflection call, nothing more
 
         mind.intention = "pursue_goal"
-        clock.advance(timedelta(hours=1))
-
-        async def idle() -> bool:  # the first beat's workflow has finished, not only its run
-            return not await runtime.busy(AGENT.id)
-
-        await _wait_for(idle)
-        assert await runtime.autonomy.fire_due() == 1
-
-        async def acted() -> bool:
-            return len(await recent_activity(runtime.store, AGENT.id)) == 2
-
-        await _wait_for(acted)
-        latest = (await recent_activity(runtime.store, AGENT.id))[0]
+        assert await pilot.fire(timedelta(hours=1)) == 1  # once the first beat's workflow has finished
+        assert await _activity(pilot) == 2
+        latest = (await recent_activity(pilot.store, AGENT.id))[0]
         assert latest.outcome == "said: Time to stretch, Sam!"
         prompt = mind.respond_prompts[-1]
         assert "Help Sam finish chapter two" in prompt  # open goals are standing context
-        run = await runtime.store.recent_messages(AGENT.id, latest.conversation_id or "", 10)
+        run = await pilot.store.recent_messages(AGENT.id, latest.conversation_id or "", 10)
         assert [m.speaker_name for m in run if m.role is Role.SYSTEM][-1] == "my self-assessment"
 
         from persyn.runtime.inspect_autonomy import sleep
 
-        assert await sleep(runtime.settings, AGENT)
-    finally:
-        await runtime.stop()
+        assert await sleep(pilot.settings, AGENT)
     # A restart does not resurrect a deleted heartbeat; the agent still answers messages.
-    again = await _runtime(tmp_path, clock=ManualClock(START + timedelta(days=1)))
-    try:
+    async with _runtime(tmp_path, clock=ManualClock(START + timedelta(days=1))) as again:
         assert await heartbeat_status(again.store, AGENT.id) is None
-        assert await again.autonomy.fire_due() == 0
-        event = Event(
-            id=new_id(again.clock.now()),
-            agent_id=AGENT.id,
-            service="test",
-            channel="room",
-            speaker=Speaker(service="test", channel="room", speaker_id="sam", display_name="Sam"),
-            text="Are you there?",
-            received_at=again.clock.now(),
-        )
-        await again.submit(event)
-        assert (await again.wait_marker(AGENT.id, event.id, timeout=30)).transmitted
-    finally:
-        await again.stop()
+        assert await again.runtime.autonomy.fire_due() == 0
+        await again.say("Are you there?", transmitted=True)
 
 
 async def test_budgets_and_a_busy_agent_skip_runs_and_say_why(tmp_path: Path, mind: Mind) -> None:
-    runtime = await _runtime(
-        tmp_path, "[autonomy]\ndaily_token_budget = 60\nmax_runs_per_hour = 5\nheartbeat_minutes = 1440\n"
-    )
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    try:
+    extra = "[autonomy]\ndaily_token_budget = 60\nmax_runs_per_hour = 5\nheartbeat_minutes = 1440\n"
+    async with _runtime(tmp_path, extra) as pilot:
+        runtime = pilot.runtime
         for minutes in (1, 2):
             await set_reminder(
-                runtime.store,
+                pilot.store,
                 AGENT.id,
                 f"nudge {minutes}",
                 at_trigger(START + timedelta(minutes=minutes), START),
                 START,
             )
-        clock.advance(timedelta(minutes=1, seconds=30))
-        await runtime.autonomy.fire_due()
-        await _wait_for(lambda: _has_activity(runtime))
-        assert await runtime.autonomy.tokens_used(AGENT.id, clock.now()) == 50
-        clock.advance(timedelta(minutes=1))
-        await runtime.autonomy.fire_due()  # 50 < 60: runs, and now the day's budget is spent
-
-        async def two() -> bool:
-            return len(await recent_activity(runtime.store, AGENT.id)) == 2
-
-        await _wait_for(two)
-        reason = await runtime.autonomy.skip_reason(AGENT.id, clock.now(), heartbeat=False)
+        await pilot.fire(timedelta(minutes=1, seconds=30))
+        assert await _activity(pilot) == 1
+        assert await runtime.autonomy.tokens_used(AGENT.id, pilot.clock.now()) == 50
+        await pilot.fire(timedelta(minutes=1))  # 50 < 60: runs, and now the day's budget is spent
+        assert await _activity(pilot) == 2
+        now = pilot.clock.now()
+        reason = await runtime.autonomy.skip_reason(AGENT.id, now, heartbeat=False)
         assert reason is not None and "autonomy budget of 60 tokens per 24 hours is used (100)" in reason
         # A rolling window: a day later the budget is free again.
         assert (
-            await runtime.autonomy.skip_reason(AGENT.id, clock.now() + timedelta(hours=24), heartbeat=False)
-            is None
+            await runtime.autonomy.skip_reason(AGENT.id, now + timedelta(hours=24), heartbeat=False) is None
         )
 
         # Busy: a conversation is in progress when the heartbeat would beat.
-        mind.respond_sleep = 1.0
-        event = Event(
-            id=new_id(clock.now()),
-            agent_id=AGENT.id,
-            service="test",
-            channel="room",
-            speaker=Speaker(service="test", channel="room", speaker_id="sam", display_name="Sam"),
-            text="Long question",
-            received_at=clock.now(),
-        )
+        mind.hold = asyncio.Event()
+        event = pilot.event("Long question")
         await runtime.submit(event)
-        await asyncio.sleep(0.3)
         assert await runtime.busy(AGENT.id)
-        await runtime.wait_marker(AGENT.id, event.id, timeout=30)
-
-        async def idle() -> bool:
-            return not await runtime.busy(AGENT.id)
-
-        await _wait_for(idle)
-    finally:
-        await runtime.stop()
+        mind.hold.set()
+        await runtime.wait_marker(AGENT.id, event.id, timeout=120)
+        await pilot.idle()
 
 
 async def test_the_dbos_schedule_fires_a_due_reminder_on_its_own(tmp_path: Path, mind: Mind) -> None:
-    runtime = await _runtime(
-        tmp_path, "[autonomy]\ntick_seconds = 1\nheartbeat_minutes = 1440\n", clock=SystemClock()
-    )
-    try:
+    extra = "[autonomy]\nschedule = true\ntick_seconds = 1\nheartbeat_minutes = 1440\n"
+    async with _runtime(tmp_path, extra, clock=SystemClock()) as pilot:
         now = datetime.now(UTC)
         await set_reminder(
-            runtime.store, AGENT.id, "say hello", at_trigger(now + timedelta(seconds=1), now), now
+            pilot.store, AGENT.id, "say hello", at_trigger(now + timedelta(seconds=1), now), now
         )
-        await _wait_for(lambda: _has_activity(runtime), timeout=20)
-        (entry,) = await recent_activity(runtime.store, AGENT.id)
+
+        async def fired() -> bool:
+            return await _activity(pilot) > 0
+
+        await pilot.wait_for(fired, "the schedule to fire the reminder")
+        (entry,) = await recent_activity(pilot.store, AGENT.id)
         assert entry.outcome == "said: Time to stretch, Sam!"
-    finally:
-        await runtime.stop()
 
 
 async def test_a_cancelled_reminder_never_fires_and_the_operator_sees_what_ran(
@@ -337,42 +229,34 @@ async def test_a_cancelled_reminder_never_fires_and_the_operator_sees_what_ran(
 ) -> None:
     from persyn.runtime.inspect_autonomy import activity, cancel_reminder, reminder
 
-    runtime = await _runtime(tmp_path, "[autonomy]\nheartbeat_minutes = 1440\n")
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    try:
+    async with _runtime(tmp_path, "[autonomy]\nheartbeat_minutes = 1440\n") as pilot:
         kept = await set_reminder(
-            runtime.store,
+            pilot.store,
             AGENT.id,
             "water the plants",
             interval_trigger(600, START + timedelta(minutes=10)),
             START,
         )
         dropped = await set_reminder(
-            runtime.store, AGENT.id, "call the bank", at_trigger(START + timedelta(minutes=10), START), START
+            pilot.store, AGENT.id, "call the bank", at_trigger(START + timedelta(minutes=10), START), START
         )
-        cancelled = await cancel_reminder(runtime.settings, AGENT, dropped.id)
+        cancelled = await cancel_reminder(pilot.settings, AGENT, dropped.id)
         assert cancelled.status.value == "cancelled"
-        clock.advance(timedelta(minutes=11))
-        assert await runtime.autonomy.fire_due() == 1  # only the one still active
-        await _wait_for(lambda: _has_activity(runtime))
-        shown, runs = await reminder(runtime.settings, AGENT, kept.id)
+        assert await pilot.fire(timedelta(minutes=11)) == 1  # only the one still active
+        shown, runs = await reminder(pilot.settings, AGENT, kept.id)
         assert shown.fire_count == 1 and [r.outcome for r in runs] == ["said: Time to stretch, Sam!"]
-        assert [e.reminder_id for e in await activity(runtime.settings, AGENT, START, 10)] == [kept.id]
-        assert await activity(runtime.settings, AGENT, START + timedelta(days=1), 10) == []
+        assert [e.reminder_id for e in await activity(pilot.settings, AGENT, START, 10)] == [kept.id]
+        assert await activity(pilot.settings, AGENT, START + timedelta(days=1), 10) == []
         with pytest.raises(Exception, match="no reminder"):
-            await reminder(runtime.settings, AGENT, new_id())
-    finally:
-        await runtime.stop()
+            await reminder(pilot.settings, AGENT, new_id())
 
 
 async def test_the_budget_window_counts_the_newest_runs_however_long_the_log(tmp_path: Path) -> None:
     """600 runs, one every 30 minutes (12.5 days): the rolling 24-hour window holds the newest
     48 of them, 100 tokens each. The flag-backed log read the 500 oldest keys and counted 0,
     so the budget and the hourly cap stopped being enforced after about 10 days."""
-    runtime = await _runtime(tmp_path, "[autonomy]\nmax_runs_per_hour = 2\n")
-    try:
-        now = START
+    async with _runtime(tmp_path, "[autonomy]\nmax_runs_per_hour = 2\n") as pilot:
+        runtime, now = pilot.runtime, START
         for k in reversed(range(600)):
             at = now - timedelta(minutes=30 * k)
             await runtime.autonomy.record(
@@ -387,26 +271,21 @@ async def test_the_budget_window_counts_the_newest_runs_however_long_the_log(tmp
                     tokens=100,
                 )
             )
-        assert await window_tokens(runtime.store, AGENT.id, now) == 4_800
-        newest = await recent_activity(runtime.store, AGENT.id, limit=3)
+        assert await window_tokens(pilot.store, AGENT.id, now) == 4_800
+        newest = await recent_activity(pilot.store, AGENT.id, limit=3)
         assert [e.at for e in newest] == [now - timedelta(minutes=30 * k) for k in range(3)]
         # Two runs in the last hour (now, and 30 minutes ago): the hourly cap of 2 is reached.
         reason = await runtime.autonomy.skip_reason(AGENT.id, now, heartbeat=False)
         assert reason == "2 self-initiated runs in the last hour (limit 2)"
-    finally:
-        await runtime.stop()
 
 
 async def test_runs_older_than_the_retention_are_purged_when_a_run_is_logged(tmp_path: Path) -> None:
-    runtime = await _runtime(tmp_path)
-    try:
+    async with _runtime(tmp_path) as pilot:
         old, recent = START - ACTIVITY_RETENTION - timedelta(days=1), START - timedelta(days=30)
         for at in (old, recent, START):
             entry = ActivityEntry(
                 id=new_id(at), agent_id=AGENT.id, at=at, kind="heartbeat", reminder_id="",
                 objective="beat", outcome="rested",
             )  # fmt: skip
-            await runtime.autonomy.record(entry)
-        assert [e.at for e in await recent_activity(runtime.store, AGENT.id)] == [START, recent]
-    finally:
-        await runtime.stop()
+            await pilot.runtime.autonomy.record(entry)
+        assert [e.at for e in await recent_activity(pilot.store, AGENT.id)] == [START, recent]

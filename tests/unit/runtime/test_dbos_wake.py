@@ -8,11 +8,9 @@ import threading
 import time
 from pathlib import Path
 
-from persyn.core.config import AgentConfig, load_settings
-from persyn.core.events import Event, Speaker
-from persyn.core.ids import new_id
+from persyn.core.clock import SystemClock
 from persyn.runtime import _dbos_wake
-from persyn.runtime.app import Runtime
+from persyn.testing import run_runtime
 
 
 def _wakeable() -> threading.Event:
@@ -93,36 +91,12 @@ async def test_in_process_events_are_answered_although_the_queue_polls_every_ten
     """With a 10 s polling interval, replies within 5 s comes from the wake on enqueue;
     the second event of the same agent (held back by the per-agent lock) from the wake when
     the first activation ends."""
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "persyn.toml").write_text(
-        '[models]\ndefault = "test:echo"\n[metering]\nevent_log = false\n'
-        "[dispatch]\nqueue_polling_seconds = 10\n"
-    )
-    agent = AgentConfig(name="Ada", id=new_id())
-    settings = load_settings(home, environ={}).model_copy(update={"agents": [agent]})
-    runtime = Runtime(settings)
-    await runtime.start(workers=True)
-    try:
+    config = "[dispatch]\nqueue_polling_seconds = 10\n"
+    async with run_runtime(tmp_path / "home", config=config, clock=SystemClock()) as pilot:
         # DBOS starts a queue's worker thread up to a second after registration, and that
         # thread first sleeps its interval before it ever looks: only a wake gets it going.
         await asyncio.sleep(1.5)
-        speaker = Speaker(service="test", channel="room", speaker_id="sam", display_name="Sam")
-        ids = []
-        for text in ("first", "second"):
-            now = runtime.clock.now()
-            event = Event(
-                id=new_id(now),
-                agent_id=agent.id,
-                service="test",
-                channel="room",
-                speaker=speaker,
-                text=text,
-                received_at=now,
-            )
-            ids.append(await runtime.submit(event))
-        markers = [await runtime.wait_marker(agent.id, event_id, timeout=5) for event_id in ids]
+        ids = [await pilot.runtime.submit(pilot.event(text)) for text in ("first", "second")]
+        markers = [await pilot.runtime.wait_marker(pilot.agent.id, event_id, timeout=5) for event_id in ids]
         assert [m.transmitted for m in markers] == [True, True]
         assert markers[0].text == "You said: first"
-    finally:
-        await runtime.stop()

@@ -8,11 +8,10 @@ each test fails if the pipeline stops passing the right context between stages.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +20,15 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.deliberation import Critique, Decision, Objection
-from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
-from persyn.core.events import Event, Notice, Outbound, Speaker
+from persyn.core.events import Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
-from persyn.gateway.base import SinkCallable, SinkEvent, TokenUsage
+from persyn.gateway.base import TokenUsage
 from persyn.runtime.app import Runtime
-from persyn.testing.meter import RecordingAdapter
+from persyn.testing import START, Pilot, RecordingChannel, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
-START = datetime(2026, 11, 30, 9, tzinfo=UTC)
 _REMEMBER = re.compile(r"remember when we talked about (\w+)", re.IGNORECASE)
 
 
@@ -41,7 +38,6 @@ class Mind:
     def __init__(self) -> None:
         self.log: list[str] = []
         self.respond_prompts: list[str] = []
-        self.critic_sleep = 0.0
 
     def __call__(self, task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
         system = info.instructions or ""
@@ -71,8 +67,6 @@ class Mind:
         return DoubleReply(text=text, usage=usage)
 
     async def _critique(self, system: str, draft: str) -> Critique:
-        if self.critic_sleep:
-            await asyncio.sleep(self.critic_sleep)
         objections: list[Objection] = []
         if "provenance critic" in system:
             topic = re.search(r"remember our talk about (\w+)", draft)
@@ -136,28 +130,16 @@ class Mind:
         return Decision(action="speak", reason="it answers what was asked")
 
 
-class Channel:
-    service = "test"
+class Channel(RecordingChannel):
+    """Notes each delivery in the mind's log, to order it against the stages."""
 
     def __init__(self, interactive: bool, log: list[str]) -> None:
-        self.interactive = interactive
+        super().__init__(interactive=interactive)
         self.log = log
-        self.delivered: list[Outbound] = []
-        self.notices: list[Notice] = []
-        self.phases: list[tuple[str, str]] = []
 
     async def deliver(self, outbound: Outbound) -> None:
-        self.delivered.append(outbound)
+        await super().deliver(outbound)
         self.log.append("deliver")
-
-    async def notice(self, event: Event, notice: Notice) -> None:
-        self.notices.append(notice)
-
-    def sink_for(self, event: Event) -> SinkCallable | None:
-        def sink(item: SinkEvent) -> None:
-            self.phases.append((item.phase, item.kind))
-
-        return sink
 
 
 @pytest.fixture
@@ -167,202 +149,148 @@ def mind() -> Iterator[Mind]:
         yield instance
 
 
-async def _runtime(
+def _runtime(
     tmp_path: Path, mind: Mind, *, interactive: bool, extra: str = "", objectives: list[str] | None = None
-) -> tuple[Runtime, Channel, RecordingAdapter]:
-    home = tmp_path / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "persyn.toml").write_text(
-        '[models]\ndefault = "test:mind"\n[metering]\nevent_log = false\n'
-        '[memory]\nembedder = "test:hash"\nmin_score = 0.0\n' + extra
+) -> AbstractAsyncContextManager[Pilot]:
+    return run_runtime(
+        tmp_path / "home",
+        model="test:mind",
+        config="[memory]\nmin_score = 0.0\n" + extra,
+        agent=AgentConfig(name="Ada", id=new_id(START), objectives=objectives or []),
+        channels={"test": Channel(interactive, mind.log)},
     )
-    settings = load_settings(home, environ={})
-    agent = AgentConfig(name="Ada", id=new_id(START), objectives=objectives or [])
-    settings = settings.model_copy(update={"agents": [agent]})
-    adapter = RecordingAdapter()
-    runtime = Runtime(settings, clock=ManualClock(START), extra_meter_adapters=[adapter])
-    channel = Channel(interactive, mind.log)
-    runtime.channels["test"] = channel
-    await runtime.start(workers=True)
-    return runtime, channel, adapter
-
-
-@pytest.fixture
-async def stop_after() -> AsyncIterator[list[Runtime]]:
-    runtimes: list[Runtime] = []
-    yield runtimes
-    for runtime in runtimes:
-        await runtime.stop()
-
-
-def _event(runtime: Runtime, text: str, speaker: str = "sam", *, addressed: bool = True) -> Event:
-    agent = runtime.settings.agents[0]
-    now = runtime.clock.now()
-    return Event(
-        id=new_id(now),
-        agent_id=agent.id,
-        service="test",
-        channel="room",
-        speaker=Speaker(service="test", channel="room", speaker_id=speaker, display_name=speaker.title()),
-        text=text,
-        received_at=now,
-        addressed=addressed,
-    )
-
-
-async def _turn(runtime: Runtime, text: str, speaker: str = "sam", *, addressed: bool = True) -> Any:
-    event = _event(runtime, text, speaker, addressed=addressed)
-    await runtime.submit(event)
-    marker = await runtime.wait_marker(event.agent_id, event.id, timeout=60)
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    clock.advance(timedelta(seconds=5))
-    return event, marker
 
 
 async def test_a_claimed_memory_with_no_record_becomes_an_honest_i_dont_remember(
-    tmp_path: Path, mind: Mind, stop_after: list[Runtime]
+    tmp_path: Path, mind: Mind
 ) -> None:
-    runtime, channel, adapter = await _runtime(tmp_path, mind, interactive=False)
-    stop_after.append(runtime)
-    _, marker = await _turn(runtime, "Remember when we talked about sailing?")
-    assert marker.transmitted
-    assert marker.text == "I don't have any memory of talking about sailing. What was it about?"
-    assert [o.text for o in channel.delivered] == [marker.text]
-    assert "remember our talk" not in " ".join(o.text for o in channel.delivered)
-    assert ("revise", "delta") in channel.phases  # the refinement streamed as a revision
-    assert runtime.meter.flush()
-    stages = sorted(r.stage for r in adapter.records)
-    assert {"respond", "critique:provenance", "refine", "decide"} <= set(stages)
-    assert len([s for s in stages if s.startswith("critique:")]) == 2
+    async with _runtime(tmp_path, mind, interactive=False) as pilot:
+        channel = pilot.channel
+        _, marker = await pilot.say("Remember when we talked about sailing?")
+        assert marker.transmitted
+        assert marker.text == "I don't have any memory of talking about sailing. What was it about?"
+        assert [o.text for o in channel.delivered] == [marker.text]
+        assert "remember our talk" not in " ".join(o.text for o in channel.delivered)
+        assert ("revise", "delta") in channel.phases  # the refinement streamed as a revision
+        stages = sorted(r.stage for r in pilot.usage())
+        assert {"respond", "critique:provenance", "refine", "decide"} <= set(stages)
+        assert len([s for s in stages if s.startswith("critique:")]) == 2
 
 
-async def test_a_weakly_remembered_topic_is_hedged_not_asserted(
-    tmp_path: Path, mind: Mind, stop_after: list[Runtime]
-) -> None:
+async def test_a_weakly_remembered_topic_is_hedged_not_asserted(tmp_path: Path, mind: Mind) -> None:
     # Thresholds no score reaches: whatever is recalled is weak.
-    runtime, _channel, _adapter = await _runtime(
+    async with _runtime(
         tmp_path, mind, interactive=False, extra="strong_threshold = 0.99\nmoderate_threshold = 0.98\n"
-    )
-    stop_after.append(runtime)
-    agent = runtime.settings.agents[0]
-    person_id, _ = await runtime.resolve_speaker(
-        agent.id, Speaker(service="test", channel="room", speaker_id="sam", display_name="Sam")
-    )
-    record = MemoryRecord(
-        id=new_id(START),
-        agent_id=agent.id,
-        created_at=START,
-        channel=channel_key("test", "room"),
-        participant_ids=(person_id,),
-        summary="I talked with Sam about sailing on the lake; Sam wants to learn to sail.",
-    )
-    assert runtime.embedder is not None
-    vector = (await runtime.embedder.embed([record.summary]))[0]
-    await runtime.store.add_record(record, vector, runtime.embedder.name)
-    event, marker = await _turn(runtime, "Remember when we talked about sailing?")
-    assert marker.text == "I vaguely recall we talked about sailing, but not the details."
-    (trace,) = await runtime.store.deliberation_traces(agent.id, [event.id])
-    assert '"overclaiming"' in json.dumps(trace.trace) and record.id not in (marker.text or "")
+    ) as pilot:
+        agent = pilot.agent
+        person_id, _ = await pilot.runtime.resolve_speaker(
+            agent.id, Speaker(service="test", channel="room", speaker_id="sam", display_name="Sam")
+        )
+        record = MemoryRecord(
+            id=new_id(START),
+            agent_id=agent.id,
+            created_at=START,
+            channel=channel_key("test", "room"),
+            participant_ids=(person_id,),
+            summary="I talked with Sam about sailing on the lake; Sam wants to learn to sail.",
+        )
+        assert pilot.runtime.embedder is not None
+        vector = (await pilot.runtime.embedder.embed([record.summary]))[0]
+        await pilot.runtime.store.add_record(record, vector, pilot.runtime.embedder.name)
+        event, marker = await pilot.say("Remember when we talked about sailing?")
+        assert marker.text == "I vaguely recall we talked about sailing, but not the details."
+        (trace,) = await pilot.store.deliberation_traces(agent.id, [event.id])
+        assert '"overclaiming"' in json.dumps(trace.trace) and record.id not in (marker.text or "")
 
 
 async def test_a_flawed_premise_draws_an_adversarial_objection_and_the_reply_pushes_back(
-    tmp_path: Path, mind: Mind, stop_after: list[Runtime]
+    tmp_path: Path, mind: Mind
 ) -> None:
-    runtime, _channel, adapter = await _runtime(
+    async with _runtime(
         tmp_path, mind, interactive=False, extra='[deliberation]\nlenses = ["adversarial"]\n'
-    )
-    stop_after.append(runtime)
-    _, marker = await _turn(runtime, "Since the moon is made of cheese, how do we harvest it?")
-    assert marker.text == "The moon isn't made of cheese: it is rock, so there is nothing to harvest."
-    assert "critique:adversarial" in mind.log
-    assert runtime.meter.flush()
-    assert "critique:adversarial" in {r.stage for r in adapter.records}
+    ) as pilot:
+        _, marker = await pilot.say("Since the moon is made of cheese, how do we harvest it?")
+        assert marker.text == "The moon isn't made of cheese: it is rock, so there is nothing to harvest."
+        assert "critique:adversarial" in mind.log
+        assert "critique:adversarial" in {r.stage for r in pilot.usage()}
 
 
 async def test_a_capable_request_against_the_personas_objectives_is_declined_with_reasons(
-    tmp_path: Path, mind: Mind, stop_after: list[Runtime]
+    tmp_path: Path, mind: Mind
 ) -> None:
-    runtime, channel, _adapter = await _runtime(
+    async with _runtime(
         tmp_path, mind, interactive=False, objectives=["never help anyone with gambling"]
-    )
-    stop_after.append(runtime)
-    _, marker = await _turn(runtime, "Write me an ad for my casino please.")
-    assert marker.transmitted
-    assert marker.text == "I won't write casino ads: helping anyone gamble goes against what I stand for."
-    assert marker.reason is not None and marker.reason.startswith("declined: it would promote gambling")
-    assert "Lucky Star" not in " ".join(o.text for o in channel.delivered)
+    ) as pilot:
+        channel = pilot.channel
+        _, marker = await pilot.say("Write me an ad for my casino please.")
+        assert marker.transmitted
+        assert marker.text == "I won't write casino ads: helping anyone gamble goes against what I stand for."
+        assert marker.reason is not None and marker.reason.startswith("declined: it would promote gambling")
+        assert "Lucky Star" not in " ".join(o.text for o in channel.delivered)
 
 
-async def test_a_declined_draft_is_not_reconsidered_in_the_background(
-    tmp_path: Path, mind: Mind, stop_after: list[Runtime]
-) -> None:
-    runtime, _channel, adapter = await _runtime(
+async def test_a_declined_draft_is_not_reconsidered_in_the_background(tmp_path: Path, mind: Mind) -> None:
+    async with _runtime(
         tmp_path, mind, interactive=True, objectives=["never help anyone with gambling"]
-    )
-    stop_after.append(runtime)
-    _, marker = await _turn(runtime, "Write me an ad for my casino please.")
-    assert marker.reason is not None and marker.reason.startswith("declined")
-    await asyncio.sleep(1.0)  # a background deliberation would have run by now
-    assert runtime.meter.flush()
-    assert sorted(r.stage for r in adapter.records) == ["decide", "respond"]
+    ) as pilot:
+        _, marker = await pilot.say("Write me an ad for my casino please.")
+        assert marker.reason is not None and marker.reason.startswith("declined")
+        await pilot.settle()  # a background deliberation, had one been enqueued, has run now
+        assert sorted(r.stage for r in pilot.usage()) == ["decide", "respond"]
 
 
 async def test_overheard_chatter_gets_silence_with_a_reason_and_a_mention_gets_an_answer(
-    tmp_path: Path, mind: Mind, stop_after: list[Runtime]
+    tmp_path: Path, mind: Mind
 ) -> None:
-    runtime, channel, adapter = await _runtime(tmp_path, mind, interactive=False)
-    stop_after.append(runtime)
-    first, marker = await _turn(runtime, "Did you feed the cat this morning?", "bo", addressed=False)
-    assert not marker.transmitted
-    assert marker.reason == "Ada chose silence: Bo and Cy are talking between themselves; it isn't about me"
-    assert channel.notices[-1].level == "info"
-    _second, marker = await _turn(runtime, "Yes, twice.", "cy", addressed=False)
-    assert not marker.transmitted and channel.delivered == []
-    assert runtime.meter.flush()
-    assert [r.stage for r in adapter.records] == ["decide", "decide"]  # no draft was ever written
-    # Observed all the same: the dialog holds both messages.
-    dialog = await runtime.store.channel_messages(first.agent_id, "test", "room", 10)
-    assert [m.text for m in dialog] == ["Did you feed the cat this morning?", "Yes, twice."]
-    _third, marker = await _turn(runtime, "Ada, what do you think?", "bo", addressed=False)
-    assert marker.transmitted and marker.text == "Honestly, I think it depends on the details."
+    async with _runtime(tmp_path, mind, interactive=False) as pilot:
+        channel = pilot.channel
+        first, marker = await pilot.say("Did you feed the cat this morning?", speaker="bo", addressed=False)
+        assert not marker.transmitted
+        assert (
+            marker.reason == "Ada chose silence: Bo and Cy are talking between themselves; it isn't about me"
+        )
+        assert channel.notices[-1].level == "info"
+        _second, marker = await pilot.say("Yes, twice.", speaker="cy", addressed=False)
+        assert not marker.transmitted and channel.delivered == []
+        assert [r.stage for r in pilot.usage()] == ["decide", "decide"]  # no draft was ever written
+        # Observed all the same: the dialog holds both messages.
+        dialog = await pilot.runtime.store.channel_messages(first.agent_id, "test", "room", 10)
+        assert [m.text for m in dialog] == ["Did you feed the cat this morning?", "Yes, twice."]
+        _third, marker = await pilot.say("Ada, what do you think?", speaker="bo", addressed=False)
+        assert marker.transmitted and marker.text == "Honestly, I think it depends on the details."
 
 
 async def test_deferred_mode_sends_first_then_weaves_the_parked_conclusion_into_the_next_turn(
-    tmp_path: Path, mind: Mind, stop_after: list[Runtime]
+    tmp_path: Path, mind: Mind
 ) -> None:
-    runtime, channel, adapter = await _runtime(tmp_path, mind, interactive=True)
-    stop_after.append(runtime)
-    mind.critic_sleep = 0.3
-    agent = runtime.settings.agents[0]
-    first, marker = await _turn(runtime, "Remember when we talked about sailing?")
-    # The fast draft went out as it was: deliberation had not finished.
-    assert marker.text == "Yes, I remember our talk about sailing well, it was lovely."
-    for _ in range(300):
-        if await runtime.store.flags_with_prefix(agent.id, "parked:test:room:"):
-            break
-        await asyncio.sleep(0.05)
-    parked = await runtime.store.flags_with_prefix(agent.id, "parked:test:room:")
-    assert list(parked) == [f"parked:test:room:{first.id}"]
-    assert mind.log.index("deliver") < mind.log.index("critique:provenance") < mind.log.index("refine")
-    _second, marker = await _turn(runtime, "Anyway, how are you?")
-    woven = mind.respond_prompts[-1]
-    assert "Second thoughts about my last reply" in woven
-    assert "confabulation" in woven and "I don't have any memory of talking about sailing" in woven
-    assert "Second thoughts" not in mind.respond_prompts[0]
-    assert await runtime.store.flags_with_prefix(agent.id, "parked:test:room:") == {}  # spent
-    assert runtime.meter.flush()
-    first_turn = [r for r in adapter.records if r.thread_id == first.id]
-    background = [r for r in adapter.records if r.stage in ("refine",) or r.stage.startswith("critique:")]
-    assert sorted(r.stage for r in first_turn) == ["decide", "respond"]
-    assert {r.stage for r in background} >= {"critique:provenance", "refine"}
-    assert len({r.stage for r in background if r.stage.startswith("critique:")}) == 2
-    conversation = channel.delivered[0].conversation_id
-    assert all(r.conversation_id == conversation for r in background)  # attributed to its origin
+    async with _runtime(tmp_path, mind, interactive=True) as pilot:
+        channel = pilot.channel
+        agent = pilot.agent
+        first, marker = await pilot.say("Remember when we talked about sailing?")
+        # The fast draft went out as it was: deliberation runs after it, in the background.
+        assert marker.text == "Yes, I remember our talk about sailing well, it was lovely."
+        await pilot.settle()  # the deferred deliberation has parked its conclusion
+        parked = await pilot.runtime.store.flags_with_prefix(agent.id, "parked:test:room:")
+        assert list(parked) == [f"parked:test:room:{first.id}"]
+        assert mind.log.index("deliver") < mind.log.index("critique:provenance") < mind.log.index("refine")
+        _second, marker = await pilot.say("Anyway, how are you?")
+        woven = mind.respond_prompts[-1]
+        assert "Second thoughts about my last reply" in woven
+        assert "confabulation" in woven and "I don't have any memory of talking about sailing" in woven
+        assert "Second thoughts" not in mind.respond_prompts[0]
+        assert await pilot.runtime.store.flags_with_prefix(agent.id, "parked:test:room:") == {}  # spent
+        records = pilot.usage()
+        first_turn = [r for r in records if r.thread_id == first.id]
+        background = [r for r in records if r.stage in ("refine",) or r.stage.startswith("critique:")]
+        assert sorted(r.stage for r in first_turn) == ["decide", "respond"]
+        assert {r.stage for r in background} >= {"critique:provenance", "refine"}
+        assert len({r.stage for r in background if r.stage.startswith("critique:")}) == 2
+        conversation = channel.delivered[0].conversation_id
+        assert all(r.conversation_id == conversation for r in background)  # attributed to its origin
 
 
 async def test_the_stable_prefix_is_reused_and_the_ledger_shows_cache_reads_on_the_second_turn(
-    tmp_path: Path, mind: Mind, stop_after: list[Runtime]
+    tmp_path: Path, mind: Mind
 ) -> None:
     """A double that caches like a provider: it reports as cache reads the part of the
     instructions identical to the previous request's."""
@@ -384,23 +312,11 @@ async def test_the_stable_prefix_is_reused_and_the_ledger_shows_cache_reads_on_t
         )
 
     with registered_double("caching", caching):
-        runtime, _channel, adapter = await _runtime(
-            tmp_path, mind, interactive=False, extra="[deliberation]\nenabled = false\n"
-        )
-        stop_after.append(runtime)
-        config = runtime.settings.models.model_copy(update={"respond": "test:caching"})
-        runtime.settings = runtime.settings.model_copy(update={"models": config})
-        runtime._gateways.clear()  # pyright: ignore[reportPrivateUsage]
-        from persyn.gateway.gateway import ModelGateway
-
-        agent = runtime.settings.agents[0]
-        runtime._gateways[agent.id] = ModelGateway(
-            runtime.settings, agent, runtime.meter, clock=runtime.clock
-        )  # pyright: ignore[reportPrivateUsage]
-        await _turn(runtime, "hello there")
-        await _turn(runtime, "something completely different about trains")
-    assert runtime.meter.flush()
-    responds = [r for r in adapter.records if r.stage == "respond"]
+        quiet = '[models]\nrespond = "test:caching"\n[deliberation]\nenabled = false\n'
+        async with _runtime(tmp_path, mind, interactive=False, extra=quiet) as pilot:
+            await pilot.say("hello there")
+            await pilot.say("something completely different about trains")
+            responds = [r for r in pilot.usage() if r.stage == "respond"]
     assert responds[0].cache_read_tokens == 0
     stable = previous[0][: previous[0].index("It is now")]
     assert previous[1].startswith(stable)
