@@ -8,9 +8,9 @@ settings when it is built:
 - hosted OpenAI: structured output as a JSON-schema response format (`native`); the reply bound
   goes out as `max_completion_tokens`;
 - a custom server: the same, but the bound goes out as `max_tokens` (llama.cpp's server and older
-  vLLM / Ollama ignore the newer field), and a server that refuses JSON-schema response formats
-  (llama-cpp-python's answers HTTP 422) is asked for a `json_object` with the schema instead,
-  from then on (`CompatibleChatModel`);
+  vLLM / Ollama ignore the newer field), and a server that cannot serve JSON-schema response
+  formats (llama-cpp-python's) is asked for a `json_object` with the schema instead, from then
+  on (`CompatibleChatModel`);
 - the `local:` server (llama-cpp-python's, `gateway/local.py`): `json_object` with the schema,
   which it enforces with a grammar, from the start; and the local reply bound.
 """
@@ -36,18 +36,20 @@ log = logging.getLogger(__name__)
 
 # Local OpenAI-compatible servers ignore the key, but the OpenAI SDK refuses to start without one.
 PLACEHOLDER_API_KEY = "persyn-no-key"
-# What a server that does not know a request field (a `json_schema` response format) answers.
-_REJECTED = frozenset({400, 422})
+_RATE_LIMITED = 429  # not a refusal of the request's form: retried as it is
 
 
 class CompatibleChatModel(OpenAIChatModel):
     """An OpenAI-compatible server: prompted structured output goes out as llama.cpp's
     `json_object` response format *with the schema* (which it turns into a grammar), and a
-    server that rejects a JSON-schema response format is asked that way instead from then on.
+    server that cannot serve a JSON-schema response format is asked that way from then on.
 
-    Only a non-streamed request learns it (the gateway never streams structured output), and
-    only from a rejection of a request that asked for structured output whose retry in the
-    prompted mode then succeeded, so an unrelated 400 switches nothing."""
+    Which servers cannot is learnt by trying, not read from their error text: a structured
+    request that failed with an HTTP error (llama-cpp-python answers 500; others 400 or 422)
+    is sent once more in the prompted mode, and only when that one succeeds does the model
+    switch. When it fails too, the first error is raised (and retried as usual when it is
+    transient), so an unrelated refusal switches nothing. Only non-streamed requests learn it:
+    the gateway never streams structured output."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -61,31 +63,28 @@ class CompatibleChatModel(OpenAIChatModel):
     ) -> ModelResponse:
         params = model_request_parameters
         structured = params.output_mode == "auto" and params.output_object is not None
-        if not structured:
+        if not structured or self.profile.get("default_structured_output_mode") != "native":
             return await super().request(messages, model_settings, params)
+        prompted = params.with_default_output_mode("prompted")
         if self.json_object_only:
-            return await super().request(
-                messages, model_settings, params.with_default_output_mode("prompted")
-            )
+            return await super().request(messages, model_settings, prompted)
         try:
             return await super().request(messages, model_settings, params)
         except ModelHTTPError as exc:
-            if (
-                exc.status_code not in _REJECTED
-                or self.profile.get("default_structured_output_mode") != "native"
-            ):
+            if exc.status_code == _RATE_LIMITED:
                 raise
-            rejection = exc
-        response = await super().request(
-            messages, model_settings, params.with_default_output_mode("prompted")
-        )
-        log.info(
-            "model %s rejected a JSON-schema response format (HTTP %d); using json_object with a schema",
-            self.model_name,
-            rejection.status_code,
-        )
-        self.json_object_only = True
-        return response
+            try:
+                response = await super().request(messages, model_settings, prompted)
+            except Exception:
+                raise exc from None
+            log.info(
+                "model %s failed a JSON-schema response format (HTTP %d) but serves json_object with a "
+                "schema: using that from now on",
+                self.model_name,
+                exc.status_code,
+            )
+            self.json_object_only = True
+            return response
 
     def prepare_request(
         self, model_settings: ModelSettings | None, model_request_parameters: ModelRequestParameters
