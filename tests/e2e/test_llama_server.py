@@ -95,6 +95,13 @@ class Rating(BaseModel):
     reason: str
 
 
+class Note(BaseModel):
+    """A note on an event (no value bounds: llama.cpp's grammar enforces types, not ranges)."""
+
+    reason: str
+    words: int
+
+
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     root = tmp_path_factory.mktemp("llama")
@@ -159,3 +166,50 @@ def test_streamed_turn_and_structured_output_are_metered_as_the_server_reported(
     ]
     assert [r.stage for r in adapter.records][:2] == ["respond", "rate"]
     assert all(r.input_tokens > 0 and r.output_tokens > 0 for r in adapter.records)
+
+
+def test_the_local_provider_asks_the_server_for_json_objects_with_the_schema(
+    llama: LlamaServer, tmp_path: Path
+) -> None:
+    """`local:` is built with the local profile (`build_local_model`): structured output as a
+    `json_object` with the schema, which the server enforces, and the local reply bound."""
+    from persyn.core.config import ModelsConfig
+    from persyn.gateway.openai import build_local_model
+    from persyn.gateway.registry import ModelSpec
+
+    adapter = RecordingAdapter()
+    with RecordingProxy(llama.base_url) as proxy:
+        agent = AgentConfig(name="Ada", id=new_id())
+        settings = Settings(home=tmp_path, agents=[agent], models=ModelsConfig(default="local:"))
+        models = settings.models
+
+        def local(spec: ModelSpec) -> Any:
+            return build_local_model(
+                llama.model_name,
+                proxy.base_url,
+                models.request_timeout_seconds,
+                models.local_max_output_tokens,
+            )
+
+        meter = Meter([adapter])
+        gateway = ModelGateway(settings, agent, meter, local_factory=local)
+
+        async def scenario() -> Any:
+            prompt = Prompt(
+                system="Rate how important this event is for the person, from 1 to 10.",
+                items=(UserTurn(text="Today I got married to the love of my life."),),
+            )
+            rated = await gateway.complete(Task.RATE, prompt, output=Note)
+            await gateway.aclose()
+            return rated.output
+
+        note = asyncio.run(scenario())
+        meter.close()
+
+    # The tiny model's values are its own; that they fit the schema is the server's grammar.
+    assert isinstance(note, Note)
+    first = proxy.requests[0]
+    assert first["response_format"]["type"] == "json_object"
+    assert set(first["response_format"]["schema"]["required"]) == {"reason", "words"}
+    assert first["max_tokens"] == models.local_max_output_tokens
+    assert [r.stage for r in adapter.records][:1] == ["rate"]

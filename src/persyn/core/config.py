@@ -71,6 +71,10 @@ class Task(StrEnum):
     REFLECT = "reflect"
 
 
+ModelChoice = str | list[str]
+"""Where a task's model is configured: one model string, or a fallback chain tried in order."""
+
+
 class _Strict(BaseModel):
     # Strict: `true` is not an integer and "5" is not a number (TOML and the environment
     # parser already give numbers their type); no inf or nan, which pass every bound check
@@ -104,7 +108,7 @@ class AgentConfig(_Strict):
     disposition: str = "Curious, candid and warm; prefers honesty to agreement."
     objectives: list[str] = Field(default_factory=list[str])
     rules: list[str] = Field(default_factory=list[str])
-    models: dict[str, str] = Field(default_factory=dict[str, str])
+    models: dict[str, ModelChoice] = Field(default_factory=dict[str, ModelChoice])
 
     @field_validator("id")
     @classmethod
@@ -115,11 +119,13 @@ class AgentConfig(_Strict):
 
     @field_validator("models")
     @classmethod
-    def _known_tasks(cls, value: dict[str, str]) -> dict[str, str]:
+    def _known_tasks(cls, value: dict[str, ModelChoice]) -> dict[str, ModelChoice]:
+        for choice in value.values():
+            _check_choice(choice)
         return _check_task_keys(value)
 
 
-def _check_task_keys(value: dict[str, str]) -> dict[str, str]:
+def _check_task_keys(value: dict[str, ModelChoice]) -> dict[str, ModelChoice]:
     allowed = {t.value for t in Task} | {"default"}
     for key in value:
         if key not in allowed:
@@ -127,35 +133,63 @@ def _check_task_keys(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
+def _check_choice(choice: ModelChoice | None) -> ModelChoice | None:
+    """A fallback chain names at least one model and no blank one."""
+    if isinstance(choice, list):
+        if not choice:
+            raise ValueError("a list of models (a fallback chain) needs at least one model string")
+        for raw in choice:
+            if not raw.strip():
+                raise ValueError(f"blank model string in the fallback chain {choice!r}")
+    return choice
+
+
+def model_chain(choice: ModelChoice) -> tuple[str, ...]:
+    """A configured choice as the models to try, in order."""
+    return (choice,) if isinstance(choice, str) else tuple(choice)
+
+
 class ModelsConfig(_Strict):
-    """Task → model string. `default` applies to every task not named.
+    """Task → model string, or a list of them (a fallback chain: each is tried, with its own
+    retries, when the one before it failed). `default` applies to every task not named.
 
     Model strings: `auto` (a hosted model if an API key is set, else the local model),
     `anthropic:NAME`, `openai:NAME`, `openai:NAME@http://host:port/v1` (any OpenAI-compatible
     server), `local:` / `local:PATH.gguf` (llama.cpp on this machine), `test:NAME` (doubles).
     """
 
-    default: str = "auto"
-    respond: str | None = None
-    critique: str | None = None
-    refine: str | None = None
-    decide: str | None = None
-    summarize: str | None = None
-    rate: str | None = None
-    classify: str | None = None
-    extract: str | None = None
-    dossier: str | None = None
-    reflect: str | None = None
+    default: ModelChoice = "auto"
+    respond: ModelChoice | None = None
+    critique: ModelChoice | None = None
+    refine: ModelChoice | None = None
+    decide: ModelChoice | None = None
+    summarize: ModelChoice | None = None
+    rate: ModelChoice | None = None
+    classify: ModelChoice | None = None
+    extract: ModelChoice | None = None
+    dossier: ModelChoice | None = None
+    reflect: ModelChoice | None = None
     context_window: int = Field(default=0, ge=0)
     request_timeout_seconds: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0, le=10)
     max_output_tokens: int = Field(default=2048, ge=16)
     # The offline model is slow on a laptop CPU and rambles: keep its replies short.
     local_max_output_tokens: int = Field(default=160, ge=16)
+    # Requests one agent's gateway has in flight to one model at once; 0 = no limit.
+    max_concurrent_requests: int = Field(default=0, ge=0, le=1000)
+
+    @field_validator("default", *(task.value for task in Task))
+    @classmethod
+    def _chain(cls, value: ModelChoice | None) -> ModelChoice | None:
+        return _check_choice(value)
 
     def for_task(self, task: Task) -> str:
-        chosen: str | None = getattr(self, task.value)
-        return chosen or self.default
+        """The first model `task` runs on (the whole chain: `chain_for_task`)."""
+        return self.chain_for_task(task)[0]
+
+    def chain_for_task(self, task: Task) -> tuple[str, ...]:
+        chosen: ModelChoice | None = getattr(self, task.value)
+        return model_chain(chosen or self.default)
 
 
 class Price(_Strict):
@@ -526,7 +560,13 @@ class Settings(_Strict):
         raise ConfigError(f"no agent named {name!r}; configured agents: {names}")
 
     def model_for(self, agent: AgentConfig, task: Task) -> str:
-        return agent.models.get(task.value) or agent.models.get("default") or self.models.for_task(task)
+        """The first model of `task`'s chain for `agent` (what most callers need to know)."""
+        return self.models_for(agent, task)[0]
+
+    def models_for(self, agent: AgentConfig, task: Task) -> tuple[str, ...]:
+        """Every model `task` may run on for `agent`, in the order they are tried."""
+        chosen = agent.models.get(task.value) or agent.models.get("default")
+        return model_chain(chosen) if chosen else self.models.chain_for_task(task)
 
 
 def home_from_env(explicit: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path:

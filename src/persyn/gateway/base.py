@@ -12,6 +12,10 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "MODEL_METADATA_KEY",
+    "STAGE_METADATA_KEY",
+    "TASK_METADATA_KEY",
+    "USAGE_ID_METADATA_KEY",
     "AgentTurn",
     "Completion",
     "Prompt",
@@ -24,6 +28,17 @@ __all__ = [
     "ToolSpec",
     "UserTurn",
 ]
+
+
+# Request metadata: pydantic-ai keeps it in the history it hands a model and never sends it to a
+# provider, so the gateway stamps each request with the task (and the usage label) it serves;
+# the metering wrapper and the test doubles read it back.
+TASK_METADATA_KEY = "persyn_task"
+STAGE_METADATA_KEY = "persyn_stage"
+# Response metadata, stamped by the metering wrapper: which model of a chain answered, and the
+# id of the usage record it emitted for the round-trip.
+MODEL_METADATA_KEY = "persyn_model"
+USAGE_ID_METADATA_KEY = "persyn_usage_id"
 
 
 class _Frozen(BaseModel):

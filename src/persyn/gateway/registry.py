@@ -1,7 +1,8 @@
 """Model strings → model specs (ARCHITECTURE §5).
 
-Configuration names a model with one string per task; this module is the only place that
-string is parsed, so every accepted form, and the error for everything else, lives here:
+Configuration names a task's model with a string (or a list of them, a fallback chain); this
+module is the only place such a string is parsed, so every accepted form, and the error for
+everything else, lives here (which code builds each provider's model: `gateway/providers.py`):
 
 - `anthropic:NAME` (optionally `anthropic:NAME@URL` for an Anthropic-compatible proxy)
 - `openai:NAME`, or `openai:NAME@http://host:port/v1` for any OpenAI-compatible server

@@ -15,6 +15,10 @@ Adapters, chosen by the `[memory] embedder` string (`build_embedder`):
 - `sentence-transformers:NAME_OR_PATH`: the optional extra, loaded from local files only.
 - `test:NAME`: deterministic doubles from `persyn.testing.embedder` (`test:hash`).
 
+Every kind registers its factory in one registry (`register_embedder`): the three above here;
+any other (the test doubles are one) through the `persyn.embedders` entry points of its
+package, loaded the first time a string names it, so this module never imports them.
+
 SPEC §6 fail-soft: an encoder that cannot serve a request raises `EmbedderUnavailable`;
 retrieval catches it, falls back to keyword search and says so (`RetrievalResult.degraded`).
 Blocking work (model loading, inference) runs in a worker thread, never on the event loop.
@@ -24,9 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -39,7 +46,10 @@ from persyn.core.errors import ConfigError, ModelUnavailableError
 
 __all__ = [
     "DEFAULT_EMBEDDER",
+    "ENTRY_POINT_GROUP",
     "Embedder",
+    "EmbedderFactory",
+    "EmbedderOptions",
     "EmbedderUnavailable",
     "OpenAICompatibleEmbedder",
     "SentenceTransformersEmbedder",
@@ -47,10 +57,13 @@ __all__ = [
     "build_embedder",
     "embedder_from_config",
     "normalise",
-    "register_test_embedder",
+    "register_embedder",
 ]
 
+log = logging.getLogger(__name__)
+
 DEFAULT_EMBEDDER = "wordllama"
+ENTRY_POINT_GROUP = "persyn.embedders"
 
 
 class EmbedderUnavailable(ModelUnavailableError):
@@ -359,12 +372,28 @@ class SentenceTransformersEmbedder:
 
 
 # building from configuration -------------------------------------------------------------------
-_TEST_EMBEDDERS: dict[str, Callable[[], Embedder]] = {}
+@dataclass(frozen=True)
+class EmbedderOptions:
+    """The `[memory]` settings that go with an embedder string."""
+
+    spec: str
+    dims: int = 0
+    api_key: str | None = None
+    timeout_seconds: float = 10.0
 
 
-def register_test_embedder(name: str, factory: Callable[[], Embedder]) -> None:
-    """Make `test:NAME` build `factory()` (how `persyn.testing.embedder` ships its doubles)."""
-    _TEST_EMBEDDERS[name] = factory
+EmbedderFactory = Callable[[str, EmbedderOptions], Embedder]
+"""`factory(rest, options)`: `rest` is what follows `KIND:` in the string (may be empty)."""
+
+_factories: dict[str, EmbedderFactory] = {}
+_plugins_loaded = False
+
+
+def register_embedder(kind: str, factory: EmbedderFactory, *, replace: bool = False) -> None:
+    """Make `KIND:...` embedder strings build with `factory` in this process."""
+    if kind in _factories and not replace:
+        raise ValueError(f"an embedder kind {kind!r} is already registered")
+    _factories[kind] = factory
 
 
 def build_embedder(
@@ -374,32 +403,61 @@ def build_embedder(
     contacted here, so a service that is down shows up at the first `embed`, as a degraded
     retrieval rather than a failed start. A malformed string is a `ConfigError`."""
     kind, _, rest = spec.strip().partition(":")
-    if kind == "wordllama":
-        if rest:
-            raise ConfigError(f"embedder {spec!r}: 'wordllama' takes no model name")
-        return WordLlamaEmbedder(dims or 256)
-    if kind == "openai":
-        model, at, url = rest.partition("@")
-        if not at or not model or not url:
-            raise ConfigError(
-                f"embedder {spec!r} must be 'openai:MODEL@URL', e.g. 'openai:bge-small@http://127.0.0.1:8080/v1'"
-            )
-        return OpenAICompatibleEmbedder(
-            model, url, dims=dims, api_key=api_key, timeout_seconds=timeout_seconds
+    factory = _factories.get(kind)
+    if factory is None:
+        _load_plugins()
+        factory = _factories.get(kind)
+    if factory is None:
+        raise ConfigError(
+            f"unknown embedder {spec!r}; expected 'wordllama', 'openai:MODEL@URL', "
+            f"'sentence-transformers:NAME' or 'test:hash' (registered kinds: {', '.join(sorted(_factories))})"
         )
-    if kind == "sentence-transformers":
-        return SentenceTransformersEmbedder(rest)
-    if kind == "test":
-        importlib.import_module("persyn.testing.embedder")  # registers the built-in doubles
-        factory = _TEST_EMBEDDERS.get(rest)
-        if factory is None:
-            known = ", ".join(f"test:{n}" for n in sorted(_TEST_EMBEDDERS))
-            raise ConfigError(f"unknown test embedder {spec!r}; known: {known}")
-        return factory()
-    raise ConfigError(
-        f"unknown embedder {spec!r}; expected 'wordllama', 'openai:MODEL@URL', "
-        "'sentence-transformers:NAME' or 'test:hash'"
+    return factory(
+        rest, EmbedderOptions(spec=spec, dims=dims, api_key=api_key, timeout_seconds=timeout_seconds)
     )
+
+
+def _load_plugins() -> None:
+    """Register every embedder kind a distribution declares (once per process)."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name in _factories:
+            continue
+        try:
+            factory: EmbedderFactory = point.load()
+        except Exception:
+            log.warning("embedder plugin %r (%s) failed to load", point.name, point.value, exc_info=True)
+            continue
+        _factories[point.name] = factory
+
+
+def _wordllama(rest: str, options: EmbedderOptions) -> Embedder:
+    if rest:
+        raise ConfigError(f"embedder {options.spec!r}: 'wordllama' takes no model name")
+    return WordLlamaEmbedder(options.dims or 256)
+
+
+def _openai(rest: str, options: EmbedderOptions) -> Embedder:
+    model, at, url = rest.partition("@")
+    if not at or not model or not url:
+        raise ConfigError(
+            f"embedder {options.spec!r} must be 'openai:MODEL@URL', e.g. 'openai:bge-small@http://127.0.0.1:8080/v1'"
+        )
+    return OpenAICompatibleEmbedder(
+        model, url, dims=options.dims, api_key=options.api_key, timeout_seconds=options.timeout_seconds
+    )
+
+
+def _sentence_transformers(rest: str, options: EmbedderOptions) -> Embedder:
+    return SentenceTransformersEmbedder(rest)
+
+
+register_embedder("wordllama", _wordllama)
+register_embedder("openai", _openai)
+register_embedder("sentence-transformers", _sentence_transformers)
 
 
 def embedder_from_config(config: MemoryConfig, *, api_key: str | None = None) -> Embedder:

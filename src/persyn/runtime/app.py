@@ -47,7 +47,7 @@ from persyn.runtime.agent_tools import build_registry
 from persyn.runtime.autonomy import (
     AUTONOMOUS_SERVICE,
     Autonomy,
-    BudgetedGateway,
+    BudgetedModel,
     run_provenance,
     set_run_provenance,
 )
@@ -153,13 +153,13 @@ class Runtime:
             await self.store.ensure_agent(agent.id, agent.name, self.clock.now())
         await self._start_local_models()
         for agent in self.agents.values():
-            self._gateways[agent.id] = BudgetedGateway(
+            self._gateways[agent.id] = ModelGateway(
                 self.settings,
                 agent,
                 self.meter,
                 local_factory=self._local_model,
                 clock=self.clock,
-                autonomy=self.autonomy,
+                wrappers=[lambda model: BudgetedModel(model, self.autonomy)],
             )
         self._start_memory()
         self._start_graph()
@@ -328,8 +328,8 @@ class Runtime:
 
         Done up front (and off the event loop) so the first reply does not stall."""
         for agent in self.agents.values():
-            for task in Task:
-                spec = parse_model_string(self.settings.model_for(agent, task), self.settings.secrets)
+            for raw in {raw for task in Task for raw in self.settings.models_for(agent, task)}:
+                spec = parse_model_string(raw, self.settings.secrets)
                 if spec.provider != "local" or spec.name in self._local_servers:
                     continue
                 weights = await asyncio.to_thread(resolve_weights, spec.name, self.settings.models_dir)
@@ -344,13 +344,14 @@ class Runtime:
                 self.uses_offline_model = True
 
     def _local_model(self, spec: ModelSpec) -> Any:
-        from persyn.gateway.openai import build_openai_model
+        from persyn.gateway.openai import build_local_model
 
         server = self._local_servers.get(spec.name)
         if server is None:
             raise ModelError(f"the local model {spec.name or 'default'!r} was not started")
-        return build_openai_model(
-            server.model_name, server.base_url, None, self.settings.models.request_timeout_seconds
+        models = self.settings.models
+        return build_local_model(
+            server.model_name, server.base_url, models.request_timeout_seconds, models.local_max_output_tokens
         )
 
     def offline_notice(self) -> str | None:

@@ -11,7 +11,7 @@ another beat or a conversation; a beat that finds the agent busy is skipped.
 Self-initiated runs are bounded before they start (`skip_reason`): a token budget over a
 rolling 24-hour window and a runs-per-hour cap per agent, counted from what earlier runs
 actually used (kept with each run's activity entry). The budget also bounds a run while it
-goes: every model call of a self-initiated run passes `BudgetedGateway`, which first checks
+goes: every model request of a self-initiated run passes `BudgetedModel`, which first checks
 the window (earlier runs plus what this one has spent so far, `spend:<run id>`, durable, so a
 run resumed after a crash or on another worker counts the same) and refuses the call with
 `BudgetExhausted` once it is used — one beat's tool loop once spent 459,000 tokens against a
@@ -35,21 +35,25 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
 
 from persyn.cognition.pipeline import PRESENT_META, TurnSetup
-from persyn.core.config import Task
 from persyn.core.errors import ModelError
 from persyn.core.events import Event, EventKind
 from persyn.core.ids import derived_id, is_id
 from persyn.core.records import Sensitivity, channel_key
-from persyn.gateway.base import Completion, Prompt, SinkCallable, TokenUsage, ToolSpec
-from persyn.gateway.gateway import CallUsage, ModelGateway
+from persyn.gateway.base import TokenUsage
+from persyn.gateway.wrappers import token_usage
 from persyn.memory.access import Provenanced, derived_provenance
 from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
 from persyn.store.activity import ActivityEntry
@@ -67,7 +71,7 @@ __all__ = [
     "ActivityEntry",
     "Autonomy",
     "BudgetExhausted",
-    "BudgetedGateway",
+    "BudgetedModel",
     "RunSpend",
     "narrow_run",
     "recent_activity",
@@ -387,42 +391,50 @@ class Autonomy:
         await self.store.purge_activity(entry.agent_id, entry.at - ACTIVITY_RETENTION)
 
 
-class BudgetedGateway(ModelGateway):
-    """The model gateway with the autonomy budget checked before, and charged after, every
-    call a self-initiated run makes (the attribution's thread says which run a call serves).
-    A call is charged what it used however it ended: one that raises after spending tokens
-    (structured output invalid twice) was billed, and its usage records say so. Calls outside
-    such runs pass straight through (the consolidation of a run's conversation, enqueued on a
-    thread of its own, is one of them)."""
+class BudgetedModel(WrapperModel):
+    """A task's model with the autonomy budget checked before, and charged after, every
+    request a self-initiated run makes (the attribution's thread says which run it serves).
+    The gateway wraps each task's model with it (`ModelGateway(wrappers=...)`), so every
+    round-trip is admitted and charged, however the `complete` call around it ends: one that
+    raises after spending tokens (structured output invalid twice) was billed for each
+    round-trip that returned. Calls outside such runs pass straight through (the consolidation
+    of a run's conversation, enqueued on a thread of its own, is one of them)."""
 
-    def __init__(self, *args: Any, autonomy: Autonomy, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, wrapped: Model, autonomy: Autonomy) -> None:
+        super().__init__(wrapped)
         self._autonomy = autonomy
 
-    async def complete(
+    async def request(
         self,
-        task: Task,
-        prompt: Prompt,
-        *,
-        tools: Sequence[ToolSpec] = (),
-        output: type[BaseModel] | None = None,
-        sink: SinkCallable | None = None,
-        phase: str = "draft",
-        stage: str | None = None,
-        used: CallUsage | None = None,
-    ) -> Completion:
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        run = await self._admit()
+        response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        if run is not None:
+            await self._autonomy.charge(run, token_usage(response.usage))
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: Any = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        run = await self._admit()
+        async with self.wrapped.request_stream(
+            messages, model_settings, model_request_parameters, run_context
+        ) as stream:
+            yield stream
+        if run is not None:
+            await self._autonomy.charge(run, token_usage(stream.usage))
+
+    async def _admit(self) -> Event | None:
         attribution = usage_context.current()
-        run = await self._autonomy.admit_call(attribution.agent_id, attribution.thread_id)
-        spent = CallUsage()
-        try:
-            return await super().complete(
-                task, prompt, tools=tools, output=output, sink=sink, phase=phase, stage=stage, used=spent
-            )
-        finally:
-            if used is not None:
-                used.add(spent.usage)
-            if run is not None:
-                await self._autonomy.charge(run, spent.usage)
+        return await self._autonomy.admit_call(attribution.agent_id, attribution.thread_id)
 
 
 def _spend(raw: str | None) -> RunSpend:

@@ -48,11 +48,14 @@ default = "auto"
 # critique = "anthropic:claude-sonnet-4-5"  # counter-perspective evaluation
 # decide = "anthropic:claude-haiku-4-5"     # the decision to speak (fast, cheap)
 # summarize = "anthropic:claude-haiku-4-5"  # memory consolidation
+# A list is a fallback chain: the next model is tried when one fails after its retries.
+# respond = ["anthropic:claude-sonnet-4-5", "openai:llama3@http://127.0.0.1:11434/v1"]
 # context_window = 0        # tokens; 0 = the model's known window
 # request_timeout_seconds = 120
 # max_retries = 3           # on 429 / 5xx / timeouts, with backoff
 # max_output_tokens = 2048  # bound on every reply
 # local_max_output_tokens = 160  # the offline model is slow: keep its replies short
+# max_concurrent_requests = 0    # per agent and model at once; 0 = no limit
 
 # [prices."anthropic:claude-sonnet-4-5"]  # US dollars per million tokens
 # input = 3.0

@@ -1,5 +1,6 @@
-"""Deterministic embedders for tests, registered through the real `build_embedder`
-mechanism as `test:NAME` (so configuration, the CLI and the runtime use them unchanged):
+"""Deterministic embedders for tests, registered through the real embedder registry as
+`test:NAME` (the `test` entry of the `persyn.embedders` entry points, pyproject.toml), so
+configuration, the CLI and the runtime use them unchanged:
 
 - `test:hash` — `HashEmbedder`: a hashed bag of word stems in 64 dimensions. Texts that
   share content words are closer than texts that share none; no model, no randomness.
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from persyn.core.errors import ConfigError
 from persyn.memory._query import content_terms
-from persyn.memory.embedder import EmbedderUnavailable, register_test_embedder
+from persyn.memory.embedder import Embedder, EmbedderOptions, EmbedderUnavailable
 
-__all__ = ["HashEmbedder", "UnavailableEmbedder"]
+__all__ = ["TEST_EMBEDDERS", "HashEmbedder", "UnavailableEmbedder", "build_test_embedder"]
 
 
 class HashEmbedder:
@@ -70,5 +72,13 @@ class UnavailableEmbedder:
         raise EmbedderUnavailable("test:unavailable: the embedding service is down (by design)")
 
 
-register_test_embedder("hash", HashEmbedder)
-register_test_embedder("unavailable", UnavailableEmbedder)
+TEST_EMBEDDERS: dict[str, Callable[[], Embedder]] = {"hash": HashEmbedder, "unavailable": UnavailableEmbedder}
+
+
+def build_test_embedder(name: str, options: EmbedderOptions) -> Embedder:
+    """The `test` kind's factory: `test:hash`, `test:unavailable`."""
+    factory = TEST_EMBEDDERS.get(name)
+    if factory is None:
+        known = ", ".join(f"test:{n}" for n in sorted(TEST_EMBEDDERS))
+        raise ConfigError(f"unknown test embedder {options.spec!r}; known: {known}")
+    return factory()

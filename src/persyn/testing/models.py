@@ -8,7 +8,12 @@ real CLI and runtime run them through the real gateway — no monkeypatching:
 - `test:instant` — a fixed short reply and 1/1 tokens: the cheapest possible call.
 - `test:script@/abs/rules.json` — rules from a JSON file, first match wins (see `ScriptRule`);
   for subprocess end-to-end tests. Unmatched requests fall back to the echo reply.
+- `test:unreachable` — every request fails like an unreachable server (for fallback chains).
 - anything added with `register_double(name, fn)` — in-process, for unit tests.
+
+The gateway builds them like any provider's models: `build_test_model` is the `test` entry of
+the `persyn.model_providers` entry points (pyproject.toml), so the gateway never imports this
+module; configuring a `test:` model is what loads it.
 
 **How a double learns its task:** the gateway stamps every `ModelRequest` it sends with
 `metadata[TASK_METADATA_KEY] = task.value` (metadata is kept in the history pydantic-ai hands
@@ -50,12 +55,13 @@ from pydantic_ai.models.function import (
     FunctionModel,
     FunctionStreamedResponse,
 )
+from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
 
 from persyn.core.errors import ModelError
-from persyn.gateway.base import TokenUsage
-from persyn.gateway.gateway import TASK_METADATA_KEY
+from persyn.gateway.base import TASK_METADATA_KEY, TokenUsage
+from persyn.gateway.providers import BuildContext
 from persyn.gateway.registry import ModelSpec
 
 __all__ = [
@@ -67,6 +73,7 @@ __all__ = [
     "ScriptResponder",
     "ScriptRule",
     "build_double",
+    "build_test_model",
     "echo_text",
     "estimate_tokens",
     "last_user_text",
@@ -78,7 +85,7 @@ __all__ = [
     "unregister_double",
 ]
 
-BUILTIN_DOUBLES = frozenset({"echo", "instant", "script"})
+BUILTIN_DOUBLES = frozenset({"unreachable", "echo", "instant", "script"})
 INSTANT_REPLY = "OK."
 _SPEAKER_TAG = re.compile(r"^\[[^\]\n]{1,80}\]\s*")
 
@@ -130,8 +137,15 @@ def registered_double(name: str, fn: DoubleFunction) -> Iterator[None]:
         unregister_double(name)
 
 
+def build_test_model(spec: ModelSpec, context: BuildContext) -> DoubleModel:
+    """The `test` provider's builder (registered through the entry points)."""
+    return build_double(spec)
+
+
 def build_double(spec: ModelSpec) -> DoubleModel:
-    """The double a `test:` spec names; the gateway's builder for the "test" provider."""
+    """The double a `test:` spec names."""
+    if spec.name == "unreachable":
+        return DoubleModel("unreachable", _unreachable)
     if spec.name == "echo":
         return DoubleModel("echo", _echo)
     if spec.name == "instant":
@@ -158,7 +172,15 @@ class DoubleModel(FunctionModel):
 
     def __init__(self, name: str, responder: DoubleFunction) -> None:
         self._responder = responder
-        super().__init__(self._respond, stream_function=self._stream, model_name=f"test:{name}")
+        # Structured output as an output tool, like Claude's (the profile is what picks it).
+        profile = ModelProfile(
+            default_structured_output_mode="tool",
+            supports_json_schema_output=True,
+            supports_json_object_output=True,
+        )
+        super().__init__(
+            self._respond, stream_function=self._stream, model_name=f"test:{name}", profile=profile
+        )
 
     async def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         result = self._responder(task_of(messages), messages, info)
@@ -361,6 +383,10 @@ def _echo(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Do
     if schema is not None:
         return DoubleReply(output=minimal_instance(schema))
     return DoubleReply(text=echo_text(messages))
+
+
+def _unreachable(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleResult:
+    raise ConnectionError("test:unreachable: the model is unreachable (by design)")
 
 
 def _instant(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleResult:

@@ -222,8 +222,9 @@ async def test_client_errors_are_not_retried(gateway: ModelGateway, double: Call
 
 async def test_retries_are_bounded_by_settings(tmp_path: Path, meter: Meter) -> None:
     calls = Calls(*[ModelHTTPError(500, "unit") for _ in range(3)])
-    gateway = ModelGateway(make_settings(tmp_path, "test:unit", max_retries=2), make_agent(), meter)
-    gateway._retry_base_delay = 0.001  # pyright: ignore[reportPrivateUsage]
+    gateway = ModelGateway(
+        make_settings(tmp_path, "test:unit", max_retries=2), make_agent(), meter, retry_base_delay=0.001
+    )
     with registered_double("unit", calls), pytest.raises(ModelError) as caught:
         await gateway.complete(Task.RESPOND, PROMPT)
     await gateway.aclose()

@@ -129,3 +129,10 @@ def test_a_custom_server_needs_no_key() -> None:
         parse_model_string("openai:llama3@http://localhost:8080/v1", NONE).base_url
         == "http://localhost:8080/v1"
     )
+
+
+def test_every_provider_registers_through_one_registry() -> None:
+    from persyn.gateway.providers import registered_providers
+
+    # `test` is the doubles' entry point (pyproject.toml): the gateway never imports them.
+    assert {"anthropic", "openai", "local", "test"} <= set(registered_providers())

@@ -190,7 +190,9 @@ def test_missing_script_file_is_a_model_error(tmp_path: Path) -> None:
 
 
 def test_unknown_double_lists_the_available_ones() -> None:
-    with pytest.raises(ModelError, match=r"no test double named 'nope'; available: echo, instant, script"):
+    with pytest.raises(
+        ModelError, match=r"no test double named 'nope'; available: echo, instant, script, unreachable"
+    ):
         build_double(ModelSpec(provider="test", name="nope"))
 
 

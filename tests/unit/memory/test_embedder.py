@@ -30,11 +30,13 @@ from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord
 from persyn.memory.embedder import (
     Embedder,
+    EmbedderOptions,
     EmbedderUnavailable,
     OpenAICompatibleEmbedder,
     SentenceTransformersEmbedder,
     WordLlamaEmbedder,
     build_embedder,
+    register_embedder,
 )
 from persyn.memory.retrieval import Retriever
 from persyn.store import open_store
@@ -67,6 +69,25 @@ def test_doubles_are_built_from_configuration_strings() -> None:
     assert isinstance(build_embedder("test:hash"), HashEmbedder)
     assert isinstance(build_embedder("test:unavailable"), UnavailableEmbedder)
     assert isinstance(build_embedder("test:hash"), Embedder)
+
+
+def test_an_embedder_kind_registers_its_factory() -> None:
+    """Every kind goes through one registry: the built-ins, the doubles (an entry point) and a
+    plugin registered in-process alike."""
+    built: list[tuple[str, EmbedderOptions]] = []
+
+    def factory(rest: str, options: EmbedderOptions) -> Embedder:
+        built.append((rest, options))
+        return HashEmbedder(options.dims)
+
+    register_embedder("unit-kind", factory, replace=True)
+    embedder = build_embedder("unit-kind:small", dims=8, timeout_seconds=2.0)
+    assert embedder.dims == 8
+    assert built == [("small", EmbedderOptions(spec="unit-kind:small", dims=8, timeout_seconds=2.0))]
+    with pytest.raises(ValueError, match="already registered"):
+        register_embedder("unit-kind", factory)
+    with pytest.raises(ConfigError, match=r"registered kinds: .*test.*unit-kind"):
+        build_embedder("other:x")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,404 @@
+"""What every model call goes through, as pydantic-ai model wrappers (ARCHITECTURE §5).
+
+Cross-cutting concerns wrap a model; they are not branches inside the gateway. The gateway
+composes them once per model when it builds it (`ModelGateway._member`), innermost first:
+
+    ConcurrencyLimitedModel  at most `[models] max_concurrent_requests` in flight (0: no limit)
+    RetryingModel            backoff on 429, 5xx, connection errors and timeouts; `ModelError` after
+    MeteredModel             one usage record per round-trip that returned (SPEC App. C)
+    FallbackModel            the next model of a task's chain when one failed after its retries
+
+and then any wrappers the composition root adds around the whole chain (the autonomy budget).
+Each is a `WrapperModel`, so it forwards everything it does not change (profile, settings,
+message preparation) to the model it wraps: output mode and token limits stay the provider
+model's own (`gateway/providers.py`).
+
+The limit sits inside the retries, so a request waiting out a backoff holds no slot; metering
+sits outside them, so a request retried three times before it returned is one record; the
+chain is outside metering, so each attempt is recorded with the model that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from pydantic_ai import exceptions as ai_errors
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.usage import RequestUsage
+
+from persyn.core.clock import Clock
+from persyn.core.config import Price
+from persyn.core.errors import ModelError, ModelUnavailableError
+from persyn.core.ids import derived_id, id_time, is_id, new_id
+from persyn.gateway.base import (
+    MODEL_METADATA_KEY,
+    STAGE_METADATA_KEY,
+    TASK_METADATA_KEY,
+    USAGE_ID_METADATA_KEY,
+    TokenUsage,
+)
+from persyn.gateway.registry import ModelSpec
+from persyn.usage import context as usage_context
+from persyn.usage.meter import Meter
+from persyn.usage.pricing import cost_usd, price_for
+from persyn.usage.records import UsageRecord
+
+__all__ = [
+    "CallMeter",
+    "FallbackModel",
+    "MeteredModel",
+    "RetryingModel",
+    "token_usage",
+]
+
+log = logging.getLogger(__name__)
+
+_MAX_RETRY_AFTER_SECONDS = 30.0
+_ROUND_COUNTERS = 4096  # step executions remembered for usage-id rounds
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# retries ----------------------------------------------------------------------------------
+class RetryingModel(WrapperModel):
+    """Retries transient failures with exponential backoff and jitter, honouring Retry-After;
+    anything else, or the last failure, becomes a `ModelError` naming the model.
+
+    A stream is retried only while it opens (where a provider reports 429 and 5xx): once it
+    is handed to the caller its text may already be on someone's screen, and it cannot be
+    taken back, so a later failure is raised, not repeated."""
+
+    def __init__(
+        self, wrapped: Model, *, label: str, max_retries: int, base_delay: float, max_delay: float
+    ) -> None:
+        super().__init__(wrapped)
+        self._label = label
+        self._max_retries = max_retries
+        self._base_delay = base_delay
+        self._max_delay = max_delay
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        attempt = 0
+        while True:
+            try:
+                return await self.wrapped.request(messages, model_settings, model_request_parameters)
+            except ModelError:
+                raise
+            except Exception as exc:
+                await self._after_failure(exc, attempt)
+                attempt += 1
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: Any = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        attempt = 0
+        while True:
+            async with AsyncExitStack() as stack:
+                try:
+                    stream = await stack.enter_async_context(
+                        self.wrapped.request_stream(
+                            messages, model_settings, model_request_parameters, run_context
+                        )
+                    )
+                except ModelError:
+                    raise
+                except Exception as exc:
+                    await self._after_failure(exc, attempt)
+                    attempt += 1
+                    continue
+                try:
+                    yield stream
+                except ModelError:
+                    raise
+                except Exception as exc:
+                    raise _failure(self._label, exc, attempt + 1) from exc
+                return
+
+    async def _after_failure(self, exc: Exception, attempt: int) -> None:
+        """Wait before the next try, or raise when there is none."""
+        if not _retryable(exc) or attempt >= self._max_retries:
+            raise _failure(self._label, exc, attempt + 1) from exc
+        delay = self._backoff(attempt, exc)
+        log.info("model %s failed (%s); retry %d in %.2fs", self._label, _describe(exc), attempt + 1, delay)
+        await asyncio.sleep(delay)
+
+    def _backoff(self, attempt: int, exc: BaseException) -> float:
+        """Exponential backoff with jitter (half fixed, half random), honouring Retry-After."""
+        ceiling = min(self._max_delay, self._base_delay * (2**attempt))
+        delay = ceiling / 2 + random.uniform(0, ceiling / 2)
+        retry_after = getattr(exc, "retry_after", None)
+        if isinstance(retry_after, int | float) and retry_after > 0:
+            delay = max(delay, min(float(retry_after), _MAX_RETRY_AFTER_SECONDS))
+        return delay
+
+
+def _retryable(exc: BaseException) -> bool:
+    """429, 5xx, connection failures and timeouts are worth another try; other 4xx are not."""
+    if isinstance(exc, ai_errors.ModelHTTPError):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(
+        exc,
+        ai_errors.ModelRateLimitError
+        | ai_errors.ModelUnavailableError
+        | ai_errors.ModelServerError
+        | ai_errors.ModelConnectionError
+        | ai_errors.ModelRequestTimeout
+        | httpx.TransportError
+        | ConnectionError
+        | TimeoutError,
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    status = getattr(exc, "status_code", None)
+    prefix = f"HTTP {status} " if isinstance(status, int) else ""
+    return f"{prefix}{type(exc).__name__}: {exc}"
+
+
+def _failure(label: str, exc: Exception, attempts: int) -> ModelError:
+    message = f"model {label!r} failed after {attempts} attempt(s): {_describe(exc)}"
+    if isinstance(exc, ai_errors.ModelConnectionError | httpx.TransportError | ConnectionError):
+        return ModelUnavailableError(message)
+    return ModelError(message)
+
+
+# metering ---------------------------------------------------------------------------------
+@dataclass
+class CallMeter:
+    """Turns a round-trip into a usage record for one agent's gateway; never raises (metering
+    is fail-soft, SPEC §7). Shared by every model the gateway builds, because call ids count
+    the rounds of a durable step whichever model serves them."""
+
+    meter: Meter
+    clock: Clock
+    agent_id: str
+    prices: dict[str, Price]
+    _rounds: OrderedDict[int, tuple[usage_context.Attribution, int]] = field(
+        default_factory=OrderedDict[int, tuple[usage_context.Attribution, int]]
+    )
+
+    def record(self, spec: ModelSpec, configured: str, stage: str, usage: RequestUsage) -> str | None:
+        """Emit one usage record; its id, or None when it could not be metered."""
+        try:
+            attribution = usage_context.current()
+            now = self.clock.now()
+            tokens = token_usage(usage)
+            record = UsageRecord(
+                id=new_id(now),
+                call_id=self._call_id(attribution),
+                at=now,
+                agent_id=attribution.agent_id or self.agent_id,
+                stage=stage,
+                model=str(spec),
+                tier=spec.tier,
+                input_tokens=tokens.input_tokens,
+                output_tokens=tokens.output_tokens,
+                cache_read_tokens=tokens.cache_read_tokens,
+                cache_write_tokens=tokens.cache_write_tokens,
+                surface=attribution.surface,
+                channel=attribution.channel,
+                thread_id=attribution.thread_id,
+                conversation_id=attribution.conversation_id,
+                cost_usd=cost_usd(
+                    price_for(self.prices, str(spec), configured),
+                    input_tokens=tokens.input_tokens,
+                    output_tokens=tokens.output_tokens,
+                    cache_read_tokens=tokens.cache_read_tokens,
+                    cache_write_tokens=tokens.cache_write_tokens,
+                ),
+            )
+            self.meter.emit(record)
+        except Exception:
+            log.warning("could not meter a call to %s", spec, exc_info=True)
+            return None
+        return record.id
+
+    def _call_id(self, attribution: usage_context.Attribution) -> str | None:
+        """Inside a durable step, the logical call: derived from the step and the round.
+
+        Every physical call gets a fresh record id (two calls are two bills, and the ledger
+        counts each); this one is what a step run again shares with its first run. A re-run
+        step re-binds its attribution (a new object), so its rounds count from zero again and
+        its calls get the same call ids, which is how the ledger shows a repeated call. The
+        id's time part is the workflow's start (its id is a ULID), not the wall clock, which
+        differs on a re-run.
+        """
+        step_key = attribution.step_key
+        if step_key is None:
+            return None
+        key = id(attribution)
+        entry = self._rounds.get(key)
+        round_no = entry[1] if entry is not None and entry[0] is attribution else 0
+        self._rounds[key] = (attribution, round_no + 1)
+        self._rounds.move_to_end(key)
+        while len(self._rounds) > _ROUND_COUNTERS:
+            self._rounds.popitem(last=False)
+        workflow = step_key.split(":", 1)[0]
+        anchor = id_time(workflow) if is_id(workflow) else _EPOCH
+        return derived_id(anchor, step_key, str(round_no))
+
+
+class MeteredModel(WrapperModel):
+    """Emits a usage record for every round-trip that returned, labelled with the stage the
+    gateway stamped on the request, and stamps the response with the record's id and the
+    model string, so the gateway (and a chain's caller) knows which model answered.
+
+    With `record_failures` (a member of a fallback chain), an attempt that failed is recorded
+    too, with the tokens it is known to have used (none), so the ledger shows the failover."""
+
+    def __init__(
+        self, wrapped: Model, *, spec: ModelSpec, configured: str, meter: CallMeter, record_failures: bool
+    ) -> None:
+        super().__init__(wrapped)
+        self._spec = spec
+        self._configured = configured
+        self._meter = meter
+        self._record_failures = record_failures
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        try:
+            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        except ModelError:
+            self._failed(messages)
+            raise
+        response.metadata = self._stamp(response.metadata, messages, response.usage)
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: Any = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        try:
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as stream:
+                yield stream
+        except ModelError:
+            self._failed(messages)
+            raise
+        # Drained and closed: the usage is final. `get()` carries this metadata dict.
+        stream.metadata = self._stamp(stream.metadata, messages, stream.usage)
+
+    def _stamp(
+        self, metadata: dict[str, Any] | None, messages: list[ModelMessage], usage: RequestUsage
+    ) -> dict[str, Any]:
+        usage_id = self._meter.record(self._spec, self._configured, stage_of(messages), usage)
+        return {**(metadata or {}), MODEL_METADATA_KEY: str(self._spec), USAGE_ID_METADATA_KEY: usage_id}
+
+    def _failed(self, messages: list[ModelMessage]) -> None:
+        if self._record_failures:
+            self._meter.record(self._spec, self._configured, stage_of(messages), RequestUsage())
+
+
+def stage_of(messages: Sequence[ModelMessage]) -> str:
+    """The usage label the gateway stamped on the latest request (its task by default)."""
+    for message in reversed(messages):
+        if isinstance(message, ModelRequest) and message.metadata:
+            stage = message.metadata.get(STAGE_METADATA_KEY) or message.metadata.get(TASK_METADATA_KEY)
+            if stage:
+                return str(stage)
+    return "unknown"
+
+
+# fallback ---------------------------------------------------------------------------------
+class FallbackModel(WrapperModel):
+    """A task's chain of models: each is tried in turn until one answers; when every one has
+    failed, the error names each failure. Only a `ModelError` (a model that failed after its
+    retries) moves on to the next; the chain presents itself as its first model (name,
+    profile), which is also the one a caller configured first.
+
+    A stream moves on only while it opens, for the reason `RetryingModel` gives."""
+
+    def __init__(self, models: Sequence[Model]) -> None:
+        if not models:
+            raise ValueError("a fallback chain needs at least one model")
+        super().__init__(models[0])
+        self.models = list(models)
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        failures: list[ModelError] = []
+        for model in self.models:
+            try:
+                return await model.request(messages, model_settings, model_request_parameters)
+            except ModelError as exc:
+                self._moving_on(exc, failures)
+        raise _exhausted(failures)
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: Any = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        failures: list[ModelError] = []
+        for model in self.models:
+            async with AsyncExitStack() as stack:
+                try:
+                    stream = await stack.enter_async_context(
+                        model.request_stream(messages, model_settings, model_request_parameters, run_context)
+                    )
+                except ModelError as exc:
+                    self._moving_on(exc, failures)
+                    continue
+                yield stream
+                return
+        raise _exhausted(failures)
+
+    def _moving_on(self, exc: ModelError, failures: list[ModelError]) -> None:
+        failures.append(exc)
+        if len(failures) < len(self.models):
+            log.warning("%s; trying the next model of the chain", exc)
+
+
+def _exhausted(failures: Sequence[ModelError]) -> ModelError:
+    text = "every model of the chain failed: " + "; ".join(str(failure) for failure in failures)
+    if all(isinstance(failure, ModelUnavailableError) for failure in failures):
+        return ModelUnavailableError(text)
+    return ModelError(text)
+
+
+# usage ------------------------------------------------------------------------------------
+def token_usage(usage: RequestUsage) -> TokenUsage:
+    return TokenUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+    )
