@@ -16,6 +16,7 @@ from persyn.core.events import Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable
 from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.testing.meter import RecordingAdapter
 
 START = datetime(2026, 11, 30, 9, tzinfo=UTC)
@@ -64,7 +65,7 @@ async def start_runtime(
     )
     settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
     adapter = RecordingAdapter()
-    runtime = Runtime(settings, clock=ManualClock(START), extra_meter_adapters=[adapter])
+    runtime = build_runtime(settings, clock=ManualClock(START), meter_adapters=[adapter])
     channel = Channel()
     runtime.channels["test"] = channel
     await runtime.start(workers=True)

@@ -19,6 +19,7 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable
 from persyn.runtime.app import Runtime
 from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.compose import build_runtime
 from persyn.testing.models import DoubleReply
 
 START = datetime(2026, 11, 30, 9, tzinfo=UTC)
@@ -89,7 +90,7 @@ async def start_runtime(
         "[autonomy]\nschedule = false\n"
     )
     settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
-    runtime = Runtime(settings, clock=ManualClock(START))
+    runtime = build_runtime(settings, clock=ManualClock(START))
     runtime.channels["test"] = Channel()
     await runtime.start(workers=True)
     return runtime

@@ -23,7 +23,7 @@ from persyn.core.config import AgentConfig, Settings, load_settings
 from persyn.core.events import Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable
-from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.store.base import Message, Role
 from persyn.testing import DoubleResult, echo_text, registered_double
 from persyn.testing.models import minimal_instance, output_schema
@@ -111,7 +111,7 @@ async def test_a_burst_on_one_channel_answers_each_message_with_the_dialog_befor
         for n, who in enumerate(speakers, start=1)
     ]
     # All five are queued before any runs, as five `persyn send --no-wait` would be.
-    sender = Runtime(settings, clock=ManualClock(START + timedelta(seconds=6)))
+    sender = build_runtime(settings, clock=ManualClock(START + timedelta(seconds=6)))
     await sender.start(workers=False)
     try:
         for event in events:
@@ -122,7 +122,7 @@ async def test_a_burst_on_one_channel_answers_each_message_with_the_dialog_befor
     clock = ManualClock(START + timedelta(minutes=1))
     double = RecordingDouble(clock)
     with registered_double("recorder", double):
-        worker = Runtime(settings, clock=clock)
+        worker = build_runtime(settings, clock=clock)
         channel = RecordingChannel()
         worker.channels["test"] = channel
         await worker.start(workers=True)
@@ -156,7 +156,7 @@ async def test_a_new_conversation_on_a_channel_does_not_carry_the_closed_ones_wo
     clock = ManualClock(START)
     double = RecordingDouble(clock)
     with registered_double("recorder", double):
-        runtime = Runtime(settings, clock=clock)
+        runtime = build_runtime(settings, clock=clock)
         channel = RecordingChannel()
         runtime.channels["test"] = channel
         await runtime.start(workers=True, scheduler=False)

@@ -16,7 +16,7 @@ from persyn_cli import Persyn
 
 from persyn.core.clock import ManualClock
 from persyn.core.config import load_settings
-from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.testing.meter import RecordingAdapter
 
 pytestmark = pytest.mark.e2e
@@ -57,7 +57,7 @@ async def test_starting_the_runtime_makes_no_model_call_for_imported_history(
     settings = load_settings(persyn.home, environ=ENV)
     recorded = RecordingAdapter()
     clock = ManualClock(datetime(2026, 12, 1, tzinfo=UTC))
-    runtime = Runtime(settings, clock=clock, extra_meter_adapters=[recorded])
+    runtime = build_runtime(settings, clock=clock, meter_adapters=[recorded])
     await runtime.start(workers=True, scheduler=False)
     try:
         agent_id = settings.agents[0].id

@@ -24,6 +24,7 @@ from persyn.core.records import Sensitivity
 from persyn.graph.extract import TRANSCRIPT_HEADING, Entity, GraphExtraction, Relation
 from persyn.graph.recall import GraphContext, candidate_keys
 from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.store.graph_rows import GraphRelation
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
@@ -77,7 +78,7 @@ async def _runtime(tmp_path: Path, extra: str = "") -> Runtime:
         '[memory]\nembedder = "test:hash"\n[deliberation]\nenabled = false\n' + extra
     )
     settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
-    runtime = Runtime(settings, clock=ManualClock(T0))
+    runtime = build_runtime(settings, clock=ManualClock(T0))
     await runtime.start(workers=True, scheduler=False)
     return runtime
 

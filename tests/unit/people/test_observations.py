@@ -198,7 +198,7 @@ async def test_the_runtime_observes_closed_conversations_and_briefs_itself_only_
     from persyn.core.clock import ManualClock
     from persyn.core.config import load_settings
     from persyn.core.events import Event, Speaker
-    from persyn.runtime.app import Runtime
+    from persyn.runtime.compose import build_runtime
 
     double, _ = mind
     home = tmp_path / "home"
@@ -208,7 +208,7 @@ async def test_the_runtime_observes_closed_conversations_and_briefs_itself_only_
     )
     settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
     clock = ManualClock(T0)
-    runtime = Runtime(settings, clock=clock)
+    runtime = build_runtime(settings, clock=clock)
     await runtime.start(workers=True, scheduler=False)
     try:
         assert "observe" in runtime.conversation_hook_names()

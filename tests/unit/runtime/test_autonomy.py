@@ -21,6 +21,7 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import TokenUsage
 from persyn.runtime.app import Runtime
 from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.compose import build_runtime
 from persyn.schedule import at_trigger, create_goal, heartbeat_status, interval_trigger, set_reminder
 from persyn.store.base import Role
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
@@ -99,7 +100,7 @@ async def _runtime(tmp_path: Path, extra: str = "", clock: Any = None) -> Runtim
         '[memory]\nembedder = "test:hash"\n[deliberation]\nenabled = false\n' + _manual(extra)
     )
     settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
-    runtime = Runtime(settings, clock=clock or ManualClock(START))
+    runtime = build_runtime(settings, clock=clock or ManualClock(START))
     await runtime.start(workers=True)
     return runtime
 

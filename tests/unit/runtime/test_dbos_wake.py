@@ -12,7 +12,7 @@ from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Speaker
 from persyn.core.ids import new_id
 from persyn.runtime import _dbos_wake
-from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 
 
 def _wakeable() -> threading.Event:
@@ -101,7 +101,7 @@ async def test_in_process_events_are_answered_although_the_queue_polls_every_ten
     )
     agent = AgentConfig(name="Ada", id=new_id())
     settings = load_settings(home, environ={}).model_copy(update={"agents": [agent]})
-    runtime = Runtime(settings)
+    runtime = build_runtime(settings)
     await runtime.start(workers=True)
     try:
         # DBOS starts a queue's worker thread up to a second after registration, and that

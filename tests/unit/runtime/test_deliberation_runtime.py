@@ -20,6 +20,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.deliberation import Critique, Decision, Objection
+from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Notice, Outbound, Speaker
@@ -27,6 +28,7 @@ from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.gateway.base import SinkCallable, SinkEvent, TokenUsage
 from persyn.runtime.app import DELIBERATION_FLAG, Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.testing.meter import RecordingAdapter
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
@@ -179,7 +181,7 @@ async def _runtime(
     agent = AgentConfig(name="Ada", id=new_id(START), objectives=objectives or [])
     settings = settings.model_copy(update={"agents": [agent]})
     adapter = RecordingAdapter()
-    runtime = Runtime(settings, clock=ManualClock(START), extra_meter_adapters=[adapter])
+    runtime = build_runtime(settings, clock=ManualClock(START), meter_adapters=[adapter])
     channel = Channel(interactive, mind.log)
     runtime.channels["test"] = channel
     await runtime.start(workers=True)
@@ -389,13 +391,11 @@ async def test_the_stable_prefix_is_reused_and_the_ledger_shows_cache_reads_on_t
         stop_after.append(runtime)
         config = runtime.settings.models.model_copy(update={"respond": "test:caching"})
         runtime.settings = runtime.settings.model_copy(update={"models": config})
-        runtime._gateways.clear()  # pyright: ignore[reportPrivateUsage]
+        runtime.gateways.clear()
         from persyn.gateway.gateway import ModelGateway
 
         agent = runtime.settings.agents[0]
-        runtime._gateways[agent.id] = ModelGateway(
-            runtime.settings, agent, runtime.meter, clock=runtime.clock
-        )  # pyright: ignore[reportPrivateUsage]
+        runtime.gateways[agent.id] = ModelGateway(runtime.settings, agent, runtime.meter, clock=runtime.clock)
         await _turn(runtime, "hello there")
         await _turn(runtime, "something completely different about trains")
     assert runtime.meter.flush()
@@ -423,10 +423,22 @@ def test_the_tiny_offline_model_does_not_deliberate_unless_asked(
     settings = load_settings(home, environ={})
     agent = AgentConfig(name="Ada", id=new_id(START))
     settings = settings.model_copy(update={"agents": [agent]})
-    runtime = Runtime(settings)
-    runtime._gateways[agent.id] = ModelGateway(settings, agent, runtime.meter)  # pyright: ignore[reportPrivateUsage]
+    runtime = build_runtime(settings)
+    runtime.gateways[agent.id] = ModelGateway(settings, agent, runtime.meter)
     substantive = "I remember we talked about sailing on the lake last summer, and you loved it."
-    assert runtime.tiny_deliberator(agent.id) is tiny
-    assert runtime.should_critique(substantive, agent.id) is not tiny
-    assert runtime.needs_decision({"agent_id": agent.id, "addressed": True}, substantive) is not tiny
-    assert runtime.needs_decision({"agent_id": agent.id, "addressed": False}, "hi") is True
+    steps = runtime.activation
+    assert steps.tiny_deliberator(agent.id) is tiny
+    assert steps.should_critique(substantive, agent.id) is not tiny
+    addressed = TurnSetup(
+        agent_id=agent.id,
+        event_id=new_id(START),
+        service="test",
+        channel="room",
+        conversation_id=new_id(START),
+        person_id=None,
+        speaker_name="Sam",
+        inbound_message_id=new_id(START),
+        received_at=START,
+    )
+    assert steps.needs_decision(addressed, substantive) is not tiny
+    assert steps.needs_decision(addressed.model_copy(update={"addressed": False}), "hi") is True

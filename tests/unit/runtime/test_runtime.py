@@ -19,6 +19,7 @@ from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speake
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
 from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.store.base import Message
 from persyn.testing import registered_double
 from persyn.testing.meter import RecordingAdapter
@@ -76,7 +77,7 @@ async def started(
 ) -> AsyncIterator[tuple[Runtime, RecordingChannel, RecordingAdapter, ManualClock]]:
     clock = ManualClock(START)
     adapter = RecordingAdapter()
-    runtime = Runtime(_settings(tmp_path / "home"), clock=clock, extra_meter_adapters=[adapter])
+    runtime = build_runtime(_settings(tmp_path / "home"), clock=clock, meter_adapters=[adapter])
     channel = RecordingChannel()
     runtime.channels["test"] = channel
     await runtime.start(workers=True)
@@ -162,7 +163,7 @@ async def test_an_activation_reads_its_event_from_the_store_once(
     # Enqueued by someone else (as another process's submit would be): read once, by
     # receive; respond and transmit reuse it.
     await runtime.store.save_event(second)
-    await runtime._enqueue_activation(agent.id, second.id)  # pyright: ignore[reportPrivateUsage]
+    await runtime.intake.enqueue_activation(agent.id, second.id)
     assert (await runtime.wait_marker(agent.id, second.id, timeout=30)).transmitted
     assert reads == [second.id]
     assert [o.text for o in channel.delivered] == ["You said: one", "You said: two"]
@@ -225,7 +226,7 @@ async def test_the_dbos_executor_id_comes_from_the_config(tmp_path: Path) -> Non
     settings = settings.model_copy(
         update={"dispatch": settings.dispatch.model_copy(update={"executor_id": "worker-a"})}
     )
-    runtime = Runtime(settings, clock=ManualClock(START))
+    runtime = build_runtime(settings, clock=ManualClock(START))
     await runtime.start(workers=True)
     try:
         agent = settings.agents[0]
@@ -255,7 +256,7 @@ async def test_invalid_input_is_rejected_before_anything_is_stored(
 
 
 async def test_a_broken_sink_never_reaches_generation(tmp_path: Path) -> None:
-    runtime = Runtime(_settings(tmp_path / "home"), clock=ManualClock(START))
+    runtime = build_runtime(_settings(tmp_path / "home"), clock=ManualClock(START))
     channel = RecordingChannel(sink_raises=True)
     runtime.channels["test"] = channel
     await runtime.start(workers=True)
@@ -275,7 +276,7 @@ async def test_a_failing_model_degrades_to_a_notice_not_a_crash(tmp_path: Path) 
         raise ModelHTTPError(status_code=400, model_name="broken", body="bad request")
 
     with registered_double("broken", broken):
-        runtime = Runtime(_settings(tmp_path / "home", "test:broken"), clock=ManualClock(START))
+        runtime = build_runtime(_settings(tmp_path / "home", "test:broken"), clock=ManualClock(START))
         channel = RecordingChannel()
         runtime.channels["test"] = channel
         await runtime.start(workers=True)

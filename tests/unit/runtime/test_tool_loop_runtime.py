@@ -25,6 +25,7 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable
 from persyn.runtime.app import DELIBERATION_FLAG, Runtime
 from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.compose import build_runtime
 from persyn.store.base import GoalStatus
 from persyn.testing.meter import RecordingAdapter
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
@@ -143,7 +144,7 @@ async def _runtime(tmp_path: Path, extra: str = "") -> tuple[Runtime, Channel, R
     )
     settings = load_settings(home, environ={}).model_copy(update={"agents": [AGENT]})
     adapter = RecordingAdapter()
-    runtime = Runtime(settings, clock=ManualClock(START), extra_meter_adapters=[adapter])
+    runtime = build_runtime(settings, clock=ManualClock(START), meter_adapters=[adapter])
     channel = Channel()
     runtime.channels["test"] = channel
     await runtime.start(workers=True)
@@ -346,9 +347,9 @@ async def test_the_tools_offered_are_described_the_same_for_every_agent_channel_
                 (AGENT.id, "heartbeat", "self", None, "heartbeat"),
             ]
         ]
-        described = [runtime.tool_registry(setup, setup.event_id).specs() for setup in setups]
+        described = [runtime.tools.registry(setup, setup.event_id).specs() for setup in setups]
         assert len(described[0]) > 10
         assert described[1] == described[0] and described[2] == described[0]
-        assert runtime.tool_specs(setups[1], setups[1].event_id) == described[0]
+        assert runtime.tools.specs(setups[1], setups[1].event_id) == described[0]
     finally:
         await runtime.stop()
