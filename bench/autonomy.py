@@ -29,6 +29,7 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import TokenUsage
 from persyn.runtime.app import Runtime
 from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.compose import build_runtime
 from persyn.schedule import interval_trigger, set_reminder
 from persyn.testing.models import DoubleReply, minimal_instance, output_schema, register_double
 
@@ -80,7 +81,7 @@ async def _measure(runs: int, prompt: int, reply: int) -> None:
         agent = AgentConfig(name="Ada", id=new_id(START))
         settings = load_settings(home, environ={}).model_copy(update={"agents": [agent]})
         clock = ManualClock(START)
-        runtime = Runtime(settings, clock=clock)
+        runtime = build_runtime(settings, clock=clock)
         await runtime.start(workers=True)
         try:
             await set_reminder(

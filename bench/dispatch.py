@@ -27,6 +27,7 @@ from persyn.core.config import AgentConfig, Settings, load_settings
 from persyn.core.events import Event, Speaker
 from persyn.core.ids import new_id
 from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.testing import register_double
 
 _SEQUENTIAL = 50
@@ -67,7 +68,7 @@ async def _run(
     settings: Settings, agents: list[AgentConfig], events: int
 ) -> tuple[float, float, list[float]]:
     agent_count = len(agents)
-    runtime = Runtime(settings)
+    runtime = build_runtime(settings)
     await runtime.start(workers=True)
     _first_request.clear()
     _persisted.clear()
@@ -120,7 +121,7 @@ async def _submit(runtime: Runtime, agent: AgentConfig, key: str) -> str:
     )
     await runtime.store.save_event(event)
     _persisted[key] = time.perf_counter()
-    await runtime._enqueue_activation(agent.id, event.id)  # pyright: ignore[reportPrivateUsage]
+    await runtime.intake.enqueue_activation(agent.id, event.id)
     return event.id
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.ids import new_id
-from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 
 
 def _write_home(home: Path, polling: float | None) -> None:
@@ -35,7 +35,7 @@ async def _idle_share(home: Path, agents: int, seconds: float, polling: float | 
     _write_home(home, polling)
     settings = load_settings(home, environ={})
     configs = [AgentConfig(name=f"agent{i}", id=new_id()) for i in range(agents)]
-    runtime = Runtime(settings.model_copy(update={"agents": configs}))
+    runtime = build_runtime(settings.model_copy(update={"agents": configs}))
     await runtime.start(workers=True)
     try:
         await asyncio.sleep(3)  # queue threads start, heartbeats bootstrap

@@ -40,6 +40,7 @@ from persyn.core.events import Event, Speaker
 from persyn.core.ids import new_id
 from persyn.core.records import channel_key
 from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.testing import register_double
 from persyn.testing.models import DoubleReply
 
@@ -157,7 +158,7 @@ async def _run(
     settings = load_settings(home, environ={})
     agent = AgentConfig(name="Ada", id=new_id())
     settings = settings.model_copy(update={"agents": [agent]})
-    runtime = Runtime(settings)
+    runtime = build_runtime(settings)
     await runtime.start(workers=True)
     speaker = Speaker(service="bench", channel="bench", speaker_id="u", display_name="Uma")
     person_id, _ = await runtime.resolve_speaker(agent.id, speaker)

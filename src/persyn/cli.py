@@ -242,14 +242,14 @@ def chat(
     Without an API key the agent runs on a tiny offline model (Gemma 3 270M via llama.cpp);
     set ANTHROPIC_API_KEY / OPENAI_API_KEY or [models] in persyn.toml for a real one."""
     from persyn.channels.terminal import run_chat
-    from persyn.runtime.app import Runtime
+    from persyn.runtime.compose import build_runtime
 
     settings = _settings()
     chosen = settings.agent(agent)
     _preflight(settings)
 
     async def _chat() -> int:
-        runtime = Runtime(settings, clock=_clock())
+        runtime = build_runtime(settings, clock=_clock())
         await runtime.start(workers=True, role="chat")
         try:
             return await run_chat(runtime, chosen, display_name=as_name)
@@ -274,7 +274,7 @@ def send(
     (the default) the reply, or the agent's stated reason for silence, is printed."""
     from persyn.core.events import Event, Speaker
     from persyn.core.ids import new_id
-    from persyn.runtime.app import Runtime
+    from persyn.runtime.compose import build_runtime
 
     # Checked before anything is queued: a failure after it would make a retry a duplicate.
     if not (timeout > 0 and math.isfinite(timeout)):
@@ -285,7 +285,7 @@ def send(
     _preflight(settings)
 
     async def _send() -> int:
-        runtime = Runtime(settings, clock=_clock())
+        runtime = build_runtime(settings, clock=_clock())
         body = runtime.validate_text(raw)
         await runtime.start(workers=False)
         try:
@@ -328,10 +328,10 @@ def send(
 
 # daemon ------------------------------------------------------------------------------------
 async def _serve(settings: Settings, *, housekeeping: bool) -> int:
-    from persyn.runtime.app import Runtime
+    from persyn.runtime.compose import build_runtime
 
     _preflight(settings)
-    runtime = Runtime(settings, clock=_clock())
+    runtime = build_runtime(settings, clock=_clock())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

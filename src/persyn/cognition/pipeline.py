@@ -13,11 +13,10 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict
 from datetime import datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from persyn.cognition.deliberation import Evidence, Parked
 from persyn.cognition.prompt import ContextSection, assemble_prompt
@@ -25,7 +24,7 @@ from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import ModelError
 from persyn.core.events import CompletionMarker, Event, EventKind
 from persyn.core.ids import derived_id, new_id
-from persyn.gateway.base import Completion, Prompt, SinkCallable, ToolSpec
+from persyn.gateway.base import Completion, Prompt, SinkCallable, ToolCall, ToolSpec
 from persyn.store.base import Conversation, Identity, Message, Person, Role, Store
 
 __all__ = [
@@ -87,7 +86,7 @@ class Reply(BaseModel):
     failure: str | None = None
     usage_id: str | None = None
     # Tools the model asked for before answering (ToolCall dumps); the tool loop runs them.
-    tool_calls: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class Prepared(BaseModel):
@@ -96,19 +95,11 @@ class Prepared(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     prompt: Prompt
-    evidence: list[dict[str, object]] = []
-    woven: list[str] = []  # flag keys of parked conclusions folded into this prompt
+    evidence: tuple[Evidence, ...] = ()
+    woven: tuple[str, ...] = ()  # flag keys of parked conclusions folded into this prompt
 
     def evidence_items(self) -> list[Evidence]:
-        return [
-            Evidence(
-                record_id=str(e["record_id"]),
-                summary=str(e["summary"]),
-                score=float(cast(float, e["score"])),
-                band=str(e["band"]),
-            )
-            for e in self.evidence
-        ]
+        return list(self.evidence)
 
 
 class ContextSource(Protocol):
@@ -339,8 +330,8 @@ async def build_prompt(
         )
         situation = f"{situation} {note}" if situation else note
     prompt = assemble_prompt(agent, now=now, dialog=dialog, sections=sections, situation=situation)
-    evidence = [asdict(e) for section in sections for e in section.evidence]
-    return Prepared(prompt=prompt, evidence=evidence, woven=list(parked))
+    evidence = tuple(e for section in sections for e in section.evidence)
+    return Prepared(prompt=prompt, evidence=evidence, woven=tuple(parked))
 
 
 async def respond(
@@ -358,8 +349,7 @@ async def respond(
         return Reply(text=None, failure=str(exc))
     text = completion.text.strip()
     if completion.tool_calls:
-        calls = [call.model_dump(mode="json") for call in completion.tool_calls]
-        return Reply(text=text, usage_id=completion.usage_id, tool_calls=calls)
+        return Reply(text=text, usage_id=completion.usage_id, tool_calls=completion.tool_calls)
     if not text:
         return Reply(text=None, failure="the model returned an empty reply", usage_id=completion.usage_id)
     return Reply(text=text, usage_id=completion.usage_id)

@@ -10,7 +10,7 @@ Tools and what they are bound to:
 - memory and dialog search, raw dialog recall (`tools/memory_tools.py`): the current
   channel, the people present and the channel groups — a tool never shows what retrieval
   would withhold;
-- message a contact (`tools/outreach.py`): sends through `Runtime.send_to_contact`, at most
+- message a contact (`tools/outreach.py`): sends through `Outreach.send_to_contact`, at most
   `[autonomy] max_messages_per_run` per activation, counted from what the run has already
   sent (durable: this registry is rebuilt for every tool call);
 - exact arithmetic, recent autonomous activity, self-inspection.
@@ -24,13 +24,14 @@ the channel's default sensitivity; a self-initiated run's, narrowed by all it re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from persyn.cognition.pipeline import TurnSetup
-from persyn.core.config import Task
+from persyn.core.clock import Clock
+from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.records import Sensitivity, channel_key
 from persyn.memory.access import Provenanced
 from persyn.memory.consolidate import default_sensitivity
@@ -52,10 +53,7 @@ from persyn.tools.own import (
 )
 from persyn.tools.registry import Tool, ToolRegistry
 
-if TYPE_CHECKING:
-    from persyn.runtime.app import Runtime
-
-__all__ = ["build_registry"]
+__all__ = ["AgentToolDeps", "Outreach", "build_registry"]
 
 _STARTED = datetime.now().astimezone()
 _ACTIVITY_SCAN = 500
@@ -77,13 +75,42 @@ class _StoredRun:
         await narrow_run(self.store, self.agent_id, self.event_id, self.home, items)
 
 
+class Outreach(Protocol):
+    """Messages the agent initiates to its contacts (SPEC §4.5), counted per run."""
+
+    async def send_to_contact(
+        self,
+        agent_id: str,
+        event_id: str,
+        person_id: str,
+        service: str,
+        channel: str,
+        text: str,
+        *,
+        call_key: str | None = None,
+    ) -> str: ...
+
+    async def messages_sent(self, agent_id: str, event_id: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class AgentToolDeps:
+    """What the agent's tools are built from."""
+
+    store: Store
+    clock: Clock
+    settings: Settings
+    agents: Mapping[str, AgentConfig]
+    outreach: Outreach
+
+
 def build_registry(
-    runtime: Runtime, setup: TurnSetup, event_id: str, call_key: str | None = None
+    deps: AgentToolDeps, setup: TurnSetup, event_id: str, call_key: str | None = None
 ) -> ToolRegistry:
     """The tools of one activation, for the tool call `call_key` (its durable step's
-    identity; `Runtime.run_tool`), which the message cap counts sends by."""
+    identity; `ToolSteps.run_tool`), which the message cap counts sends by."""
     agent_id = setup.agent_id
-    store, clock, settings = runtime.store, runtime.clock, runtime.settings
+    store, clock, settings = deps.store, deps.clock, deps.settings
     participants = setup.participant_ids or ((setup.person_id,) if setup.person_id else ())
     present = tuple(p for p in participants if p != agent_id)
     here = ReminderAction(
@@ -113,12 +140,12 @@ def build_registry(
     )
 
     async def send(person_id: str, service: str, channel: str, text: str) -> str:
-        return await runtime.send_to_contact(
+        return await deps.outreach.send_to_contact(
             agent_id, event_id, person_id, service, channel, text, call_key=call_key
         )
 
     async def sent() -> int:
-        return await runtime.messages_sent(agent_id, event_id)
+        return await deps.outreach.messages_sent(agent_id, event_id)
 
     async def activity(limit: int, kind: str | None) -> list[Any]:
         entries = await recent_activity(store, agent_id, _ACTIVITY_SCAN, kind)
@@ -158,10 +185,10 @@ def build_registry(
         *activity_tools(ActivityContext(source=activity, sees=audience.sees, read=shown)),
         *inspection_tools(
             SelfInspectionContext(
-                agent_name=runtime.agents[agent_id].name,
+                agent_name=deps.agents[agent_id].name,
                 agent_id=agent_id,
                 clock=clock,
-                models={task.value: settings.model_for(runtime.agents[agent_id], task) for task in Task},
+                models={task.value: settings.model_for(deps.agents[agent_id], task) for task in Task},
                 memory=settings.memory,
                 advertised_tools=lambda: registry.names,
                 tools=settings.tools,

@@ -1,8 +1,10 @@
-"""The composition root: builds everything from config and runs activations.
+"""The runtime: one process's view of a deployment, and its lifespan.
 
-`Runtime` owns the store, the meter, one model gateway per agent, the channel adapters
-and the DBOS launch. Channels call `submit(event)`; workers run `workflows.activation`,
-which calls back into `receive` / `respond` / `transmit` here.
+`Runtime` is the container `runtime.compose.build_runtime` fills: the store, the meter, one
+model gateway per agent, the channel adapters, the activation's steps and the DBOS workflows
+bound to them. `async with runtime:` (or `start()` / `stop()`) sets up storage, starts local
+models, launches DBOS as a worker (or connects as a client only) and shuts it all down again.
+Channels call `submit(event)` and `wait_marker`; workers run `Workflows.activation`.
 """
 
 from __future__ import annotations
@@ -16,114 +18,113 @@ from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
-from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, Queue, SetEnqueueOptions, SetWorkflowID
+from dbos import DBOS, DBOSClient, DBOSConfig, Queue
 from sqlalchemy import Engine
 
 from persyn.channels.base import ChannelAdapter
-from persyn.cognition import deliberation, pipeline, reflection
+from persyn.cognition import deliberation, pipeline
 from persyn.cognition.goals import GoalsSource
 from persyn.cognition.pipeline import ContextSource, TurnSetup
-from persyn.core.clock import Clock, SystemClock
-from persyn.core.config import AgentConfig, Settings, Task
-from persyn.core.errors import InputError, ModelError, ToolError
+from persyn.core.clock import Clock
+from persyn.core.config import AgentConfig, Settings
+from persyn.core.errors import ToolError
 from persyn.core.events import CompletionMarker, Event, EventKind, Notice, Outbound, Speaker
-from persyn.core.ids import derived_id, new_id, parse_id
+from persyn.core.ids import new_id
 from persyn.core.records import channel_key
-from persyn.gateway.base import Prompt, SinkEvent, ToolCall, ToolSpec
 from persyn.gateway.gateway import ModelGateway
-from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
-from persyn.gateway.registry import ModelSpec, parse_model_string
+from persyn.gateway.local import OFFLINE_NOTICE
 from persyn.memory.access import may_surface
 from persyn.memory.embedder import Embedder
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers
-from persyn.runtime import workflows
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
-from persyn.runtime._dbos_wake import QueueWaker, install_queue_waker
+from persyn.runtime._dbos_wake import install_queue_waker
 from persyn.runtime._executor import ExecutorSlot, adopt_dead_executors, claim_executor_slot
-from persyn.runtime.agent_tools import build_registry
+from persyn.runtime.activation import ActivationSteps, TurnCache, record_deliberation
 from persyn.runtime.autonomy import (
     AUTONOMOUS_SERVICE,
     Autonomy,
     BudgetedModel,
     run_provenance,
-    set_run_provenance,
 )
 from persyn.runtime.conversation_jobs import ConversationHook, ConversationJobs, JobWorkflow, JobWorkflows
+from persyn.runtime.dispatch import (
+    BACKGROUND_QUEUE,
+    EVENTS_QUEUE,
+    ClientDispatcher,
+    Intake,
+    Markers,
+    WorkerDispatcher,
+)
+from persyn.runtime.durable import APPLICATION_VERSION
 from persyn.runtime.housekeeping import Housekeeping
+from persyn.runtime.local_models import LocalModels
+from persyn.runtime.tool_steps import ToolSteps
+from persyn.runtime.turn import TransmitRequest, TransmitResult
+from persyn.runtime.workflows import AUTO_SPEAK, Workflows, scheduler_tick
 from persyn.schedule import bootstrap_heartbeat
-from persyn.store import Store, open_store
+from persyn.store import Store
 from persyn.store.base import Conversation, Identity, Message, Role
-from persyn.tools.registry import ToolRegistry
-from persyn.usage import context as usage_context
-from persyn.usage.jsonl import JsonlAdapter
-from persyn.usage.meter import Meter, MeterAdapter
+from persyn.usage.meter import Meter
 from persyn.usage.prometheus import PrometheusAdapter
 
 __all__ = ["AUTO_SPEAK", "DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
 
 DISPLAY_NAME_PREF = "display_name"
-AUTO_SPEAK = workflows.AUTO_SPEAK
 
 _SENT_FLAG = "sent:"  # + service:channel: what the agent initiated there lately (JSON)
 _REPLIED_FLAG = "replied:"  # + service:channel: the agent's replies there lately (JSON)
 _SENDS_FLAG = "sends:"  # + event id: the messages a run sent to contacts (JSON list of keys)
-_EVENT_CACHE_SIZE = 4096
-_MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
 
 log = logging.getLogger(__name__)
 
 
 class Runtime:
-    """One process's view of a deployment: every configured agent, shared infrastructure."""
+    """One process's view of a deployment: every configured agent, shared infrastructure.
+    Built by `runtime.compose.build_runtime`, which wires every collaborator."""
 
     def __init__(
         self,
         settings: Settings,
         *,
-        clock: Clock | None = None,
-        store: Store | None = None,
-        extra_meter_adapters: list[MeterAdapter] | None = None,
+        clock: Clock,
+        store: Store,
+        meter: Meter,
+        prometheus: PrometheusAdapter | None,
+        cache: TurnCache,
+        markers: Markers,
+        intake: Intake,
+        autonomy: Autonomy,
+        local_models: LocalModels,
+        gateways: dict[str, ModelGateway],
+        channels: dict[str, ChannelAdapter],
+        context_sources: list[ContextSource],
     ) -> None:
         self.settings = settings
-        self.clock: Clock = clock or SystemClock()
-        self.store: Store = store or open_store(settings.database_url)
-        adapters: list[MeterAdapter] = []
-        if settings.metering.event_log:
-            adapters.append(JsonlAdapter(settings.usage_log_path))
-        self._prometheus: PrometheusAdapter | None = None
-        if settings.metering.prometheus_port:
-            self._prometheus = PrometheusAdapter()
-            adapters.append(self._prometheus)
-        adapters.extend(extra_meter_adapters or [])
-        self.meter = Meter(adapters)
-        self.autonomy = Autonomy(self)
+        self.clock = clock
+        self.store = store
+        self.meter = meter
+        self._prometheus = prometheus
+        self.cache = cache
+        self.markers = markers
+        self.intake = intake
+        self.autonomy = autonomy
+        self.local_models = local_models
         self.agents: dict[str, AgentConfig] = {a.id: a for a in settings.agents}
-        self.channels: dict[str, ChannelAdapter] = {}
-        self.context_sources: list[ContextSource] = []
-        self._tool_specs: tuple[ToolSpec, ...] | None = None
-        self._gateways: dict[str, ModelGateway] = {}
-        self._local_servers: dict[str, LlamaServer] = {}
+        self.gateways = gateways  # one per agent, built at start (local models come first)
+        self.channels = channels
+        self.context_sources = context_sources
         self._background: set[asyncio.Task[None]] = set()
-        self._marker_waiters: dict[str, asyncio.Event] = {}
-        self._put_markers: dict[str, CompletionMarker] = {}  # markers put here, for waiters here
         self.embedder: Embedder | None = None
         self.retriever: Retriever | None = None
         self.memory_degraded: str | None = None
         self._launched = False
-        self._client: DBOSClient | None = None
-        self._scheduler_client: DBOSClient | None = None
         self._dbos_engine: Engine | None = None
         self._executor_slot: ExecutorSlot | None = None
-        self._waker: QueueWaker | None = None
         self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
-        self.running_activations = 0  # in this process, for the wake's batching
-        self._events: dict[str, Event] = {}  # events of activations in flight, by id
-        self._dialogs: dict[str, list[Message]] = {}  # their dialog (input last), by event id
-        self._transmitting: set[str] = set()  # events whose transmit runs in this process now
-        self.uses_offline_model = False
         self.jobs = ConversationJobs(
             settings,
             store=self.store,
@@ -131,15 +132,34 @@ class Runtime:
             agents=self.agents,
             gateway=self.gateway,
             enqueue=self._enqueue_background,
-            workflows=JobWorkflows(
-                close_hooks=workflows.conversation_closed, consolidation_retry=workflows.consolidation_retry
-            ),
         )
         self.housekeeping = Housekeeping(
             settings, store=self.store, clock=self.clock, agents=self.agents, jobs=self.jobs
         )
+        self._worker: WorkerDispatcher | None = None
+
+    def bind_workflows(self, activation: ActivationSteps, tools: ToolSteps, workflows: Workflows) -> None:
+        """The activation's steps and the DBOS workflows over them (they call back into
+        this runtime's transmit and conversation jobs, so they are built after it)."""
+        self.activation = activation
+        self.tools = tools
+        self.workflows = workflows
+        self.jobs.bind_workflows(
+            JobWorkflows(
+                close_hooks=workflows.conversation_closed, consolidation_retry=workflows.consolidation_retry
+            )
+        )
 
     # lifecycle -------------------------------------------------------------------------
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
     async def start(self, *, workers: bool = True, scheduler: bool = True, role: str | None = None) -> None:
         """Set up storage, start the local model if any task needs it, launch DBOS.
 
@@ -151,13 +171,13 @@ class Runtime:
         await self.store.setup()
         for agent in self.agents.values():
             await self.store.ensure_agent(agent.id, agent.name, self.clock.now())
-        await self._start_local_models()
+        await self.local_models.start(self.agents.values())
         for agent in self.agents.values():
-            self._gateways[agent.id] = ModelGateway(
+            self.gateways[agent.id] = ModelGateway(
                 self.settings,
                 agent,
                 self.meter,
-                local_factory=self._local_model,
+                local_factory=self.local_models.model,
                 clock=self.clock,
                 wrappers=[lambda model: BudgetedModel(model, self.autonomy)],
             )
@@ -170,62 +190,70 @@ class Runtime:
             self._prometheus.start(
                 self.settings.metering.prometheus_port, self.settings.metering.prometheus_host
             )
-        workflows.install(self)
         dbos_url = self.settings.dbos_database_url
         self._dbos_engine = dbos_sqlite_engine(dbos_url)
         config: DBOSConfig = {
             "name": "persyn",
             "system_database_url": dbos_url,
             "log_level": self.settings.log_level.upper(),
+            # The step protocol's version, not a hash of the code (`runtime.durable`).
+            "application_version": APPLICATION_VERSION,
         }
         if self._dbos_engine is not None:
             config["system_database_engine"] = self._dbos_engine
-        if workers:
-            config["executor_id"] = self._executor_id(role or ("run" if scheduler else "worker"))
-            DBOS(config=config)
-            # Launched from inside the running loop so queued workflows run on it: live
-            # token sinks and adapters then need no cross-thread marshalling.
-            DBOS.launch()
-            if self._executor_slot is not None:
-                adopted = await asyncio.to_thread(
-                    adopt_dead_executors,
-                    self._executor_dir,
-                    self._executor_slot.executor_id,
-                    DBOS._recover_pending_workflows,  # pyright: ignore[reportPrivateUsage]
-                )
-                if adopted:
-                    log.info("recovered the unfinished work of dead executors %s", ", ".join(adopted))
-            # Enqueues from this process wake the queue's worker at once; polling remains
-            # for work other processes enqueue.
-            self._waker = install_queue_waker()
-        else:
+        if not workers:
             # A process that only submits (`persyn send`) enqueues for the workers through
             # the system database, without becoming an executor itself.
             # It may run before any worker ever started, so it makes sure the system
             # database exists (idempotent).
             await asyncio.to_thread(DBOS.migrate, self.settings.dbos_database_url)
-            self._client = await asyncio.to_thread(
-                DBOSClient, system_database_url=dbos_url, system_database_engine=self._dbos_engine
+            self.intake.open(ClientDispatcher(await self._client()), self.workflows.activation)
+            return
+        config["executor_id"] = self._executor_id(role or ("run" if scheduler else "worker"))
+        DBOS(config=config)
+        # Launched from inside the running loop so queued workflows run on it: live
+        # token sinks and adapters then need no cross-thread marshalling.
+        DBOS.launch()
+        self._launched = True
+        if self._executor_slot is not None:
+            adopted = await asyncio.to_thread(
+                adopt_dead_executors,
+                self._executor_dir,
+                self._executor_slot.executor_id,
+                DBOS._recover_pending_workflows,  # pyright: ignore[reportPrivateUsage]
             )
-        self._launched = workers
+            if adopted:
+                log.info("recovered the unfinished work of dead executors %s", ", ".join(adopted))
         polling = self.settings.dispatch.queue_polling_seconds
-        if workers:
-            # partition_concurrency=1 over partition key agent_id *is* the per-agent lock
-            # (SPEC §7), across processes and hosts sharing the system database.
-            self._queues[workflows.EVENTS_QUEUE] = await DBOS.register_queue_async(
-                workflows.EVENTS_QUEUE,
-                partition_concurrency=1,
-                worker_concurrency=self.settings.dispatch.worker_concurrency,
-                polling_interval_sec=polling,
-            )
-            self._queues[workflows.BACKGROUND_QUEUE] = await DBOS.register_queue_async(
-                workflows.BACKGROUND_QUEUE,
-                worker_concurrency=max(1, self.settings.dispatch.worker_concurrency // 4),
-                polling_interval_sec=max(polling * 2, 0.5),
-            )
-            if scheduler:
-                self._spawn(self._housekeeping())
-                await self._start_autonomy()
+        # partition_concurrency=1 over partition key agent_id *is* the per-agent lock
+        # (SPEC §7), across processes and hosts sharing the system database.
+        self._queues[EVENTS_QUEUE] = await DBOS.register_queue_async(
+            EVENTS_QUEUE,
+            partition_concurrency=1,
+            worker_concurrency=self.settings.dispatch.worker_concurrency,
+            polling_interval_sec=polling,
+        )
+        self._queues[BACKGROUND_QUEUE] = await DBOS.register_queue_async(
+            BACKGROUND_QUEUE,
+            worker_concurrency=max(1, self.settings.dispatch.worker_concurrency // 4),
+            polling_interval_sec=max(polling * 2, 0.5),
+        )
+        # Enqueues from this process wake the queue's worker at once; polling remains
+        # for work other processes enqueue.
+        self._worker = WorkerDispatcher(self._queues, install_queue_waker())
+        self.workflows.dispatcher = self._worker
+        self.markers.worker = True
+        self.intake.open(self._worker, self.workflows.activation)
+        if scheduler:
+            self._spawn(self._housekeeping())
+            await self._start_autonomy()
+
+    async def _client(self) -> DBOSClient:
+        return await asyncio.to_thread(
+            DBOSClient,
+            system_database_url=self.settings.dbos_database_url,
+            system_database_engine=self._dbos_engine,
+        )
 
     @property
     def _executor_dir(self) -> Path:
@@ -256,26 +284,23 @@ class Runtime:
             DBOS.destroy(workflow_completion_timeout_sec=5)
             # DBOS made its (now shut down) pool this loop's default executor at launch.
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(thread_name_prefix="persyn"))
-        for client in (self._client, self._scheduler_client):
-            if client is not None:
-                client.destroy()
-        self._client = self._scheduler_client = None
+            self._launched = False
+        self.intake.close()
+        self.workflows.dispatcher = None
+        self._worker = None
         if self._dbos_engine is not None:
             self._dbos_engine.dispose()  # DBOS does not dispose of an engine it was given
             self._dbos_engine = None
-        self._waker = None
         self._queues.clear()
         if self._executor_slot is not None:  # only once DBOS no longer runs under it
             self._executor_slot.release()
             self._executor_slot = None
-        workflows.install(None)
-        for gateway in self._gateways.values():
+        for gateway in self.gateways.values():
             await gateway.aclose()
         await asyncio.to_thread(self.meter.close)
         if self._prometheus is not None:
             self._prometheus.stop()
-        for server in self._local_servers.values():
-            await asyncio.to_thread(server.stop)
+        await self.local_models.stop()
         await self.store.close()
 
     # conversation jobs (runtime/conversation_jobs.py): delegated ---------------------------
@@ -321,43 +346,12 @@ class Runtime:
 
     # models ----------------------------------------------------------------------------
     def gateway(self, agent_id: str) -> ModelGateway:
-        return self._gateways[agent_id]
-
-    async def _start_local_models(self) -> None:
-        """Start llama.cpp for every distinct `local:` weights file some task is bound to.
-
-        Done up front (and off the event loop) so the first reply does not stall."""
-        for agent in self.agents.values():
-            for raw in {raw for task in Task for raw in self.settings.models_for(agent, task)}:
-                spec = parse_model_string(raw, self.settings.secrets)
-                if spec.provider != "local" or spec.name in self._local_servers:
-                    continue
-                weights = await asyncio.to_thread(resolve_weights, spec.name, self.settings.models_dir)
-                server = LlamaServer(
-                    weights,
-                    context_window=self.settings.models.context_window or 4096,
-                    log_path=self.settings.home / "logs" / "llama-server.log",
-                )
-                (self.settings.home / "logs").mkdir(parents=True, exist_ok=True)
-                await server.start_async()
-                self._local_servers[spec.name] = server
-                self.uses_offline_model = True
-
-    def _local_model(self, spec: ModelSpec) -> Any:
-        from persyn.gateway.openai import build_local_model
-
-        server = self._local_servers.get(spec.name)
-        if server is None:
-            raise ModelError(f"the local model {spec.name or 'default'!r} was not started")
-        models = self.settings.models
-        return build_local_model(
-            server.model_name, server.base_url, models.request_timeout_seconds, models.local_max_output_tokens
-        )
+        return self.gateways[agent_id]
 
     def offline_notice(self) -> str | None:
-        if not self.uses_offline_model:
+        if not self.local_models.in_use:
             return None
-        if any(self.tiny_deliberator(agent_id) for agent_id in self.agents):
+        if any(self.activation.tiny_deliberator(agent_id) for agent_id in self.agents):
             return (
                 OFFLINE_NOTICE + " Self-critique is off with the tiny model ([deliberation] offline_model)."
             )
@@ -378,369 +372,54 @@ class Runtime:
         await self.store.set_preference(agent_id, person_id, DISPLAY_NAME_PREF, name)
         await self.store.rename_person(agent_id, person_id, name)
 
-    # ingestion -------------------------------------------------------------------------
+    # ingestion and dispatch (`runtime.dispatch`) --------------------------------------------
     def validate_text(self, text: str | bytes) -> str:
-        """Reject what must not enter the pipeline; nothing is stored for rejected input."""
-        if isinstance(text, bytes):
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"message is not valid UTF-8 (bad byte at position {exc.start})") from exc
-        limit = self.settings.conversation.max_message_chars
-        if len(text) > limit:
-            raise InputError(
-                f"message is {len(text)} characters long; the limit is {limit} "
-                "([conversation] max_message_chars)"
-            )
-        if "\x00" in text:
-            raise InputError("message contains a NUL character")
-        if not text.strip():
-            raise InputError("message is empty")
-        return text
+        return self.intake.validate_text(text)
 
     async def submit(self, event: Event, *, from_step: bool = False) -> str:
-        """Persist the event, then enqueue its activation (dedup by event id). From inside a
-        durable step (the scheduler's), the enqueue goes through a DBOS client: a step may
-        not start workflows itself, and the event id keeps it exactly-once either way."""
-        parse_id(event.id, what="event id")
-        if event.agent_id not in self.agents:
-            raise InputError(f"unknown agent id {event.agent_id!r}")
-        self.validate_text(event.text)
-        await self.store.save_event(event)
-        if not from_step:  # the activation will most likely run here: it need not read it back
-            self._remember_event(event)
-        await self._enqueue_activation(
-            event.agent_id, event.id, client=self._scheduler_client if from_step else None
-        )
-        return event.id
+        return await self.intake.submit(event, from_step=from_step)
 
-    async def _enqueue_activation(
-        self, agent_id: str, event_id: str, client: DBOSClient | None = None
-    ) -> None:
-        client = client or self._client
-        if client is not None:
-            options: EnqueueOptions = {
-                "workflow_name": "persyn.activation",
-                "queue_name": workflows.EVENTS_QUEUE,
-                "workflow_id": event_id,
-                "queue_partition_key": agent_id,
-            }
-            await client.enqueue_async(options, agent_id, event_id)
-        else:
-            queue = self.queue(workflows.EVENTS_QUEUE)
-            with SetWorkflowID(event_id), SetEnqueueOptions(queue_partition_key=agent_id):
-                await queue.enqueue_async(workflows.activation, agent_id, event_id)
-        self.wake_queue(workflows.EVENTS_QUEUE)
-
-    def queue(self, name: str) -> Queue:
-        """A queue this process registered (as a worker) at start."""
-        queue = self._queues.get(name)
-        if queue is None:
-            raise RuntimeError(f"the queue {name!r} is not registered; start the runtime with workers")
-        return queue
-
-    def wake_queue(self, queue_name: str) -> None:
-        """Work was just enqueued (committed) on `queue_name`: if this process runs its
-        worker, let it look now rather than at its next poll."""
-        if self._waker is not None:
-            busy = queue_name == workflows.EVENTS_QUEUE and self.running_activations > 0
-            self._waker.wake(queue_name, busy=busy)
+    async def busy(self, agent_id: str) -> bool:
+        """Whether an activation of the agent is queued or running (any process)."""
+        return await self.intake.busy(agent_id)
 
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
-        """Wait for the completion marker (SPEC App. B) until the run ends. A marker put by
-        this process wakes the waiter at once, and is handed over without reading it back;
-        one put by another worker is found by polling the store. A process with workers
-        most likely runs the event itself, so it polls every 0.1 s (polling sooner would
-        take CPU from the very turn it waits for: a store read each time); a process that
-        only submits starts at 5 ms and backs off to 0.1 s."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        delay = _MARKER_POLL_MAX if self._launched else 0.005
-        waiter = self._marker_waiters.setdefault(event_id, asyncio.Event())
-        try:
-            while True:
-                # While this process transmits the event, its marker is committed with the
-                # reply, before the surface is given it: wait for the wake at the end of
-                # transmit, so the waiter never returns ahead of the delivery.
-                if event_id not in self._transmitting:
-                    marker = self._put_markers.pop(event_id, None) or await self.store.get_marker(
-                        agent_id, event_id, self.clock.now()
-                    )
-                    if marker is not None:
-                        return marker
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise TimeoutError(f"no completion for event {event_id} within {timeout:.0f}s")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.wait(), min(delay, remaining))
-                delay = min(delay * 2, _MARKER_POLL_MAX)
-        finally:
-            self._marker_waiters.pop(event_id, None)
-            self._put_markers.pop(event_id, None)
+        return await self.markers.wait(agent_id, event_id, timeout)
+
+    def wake_queue(self, queue_name: str) -> None:
+        if self._worker is not None:
+            self._worker.wake(queue_name)
 
     def _marker_put(self, marker: CompletionMarker) -> None:
-        """A marker is stored (committed): a waiter in this process may take it as is."""
-        if marker.event_id in self._marker_waiters:
-            self._put_markers[marker.event_id] = marker
+        self.markers.put(marker)
 
     def _wake(self, event_id: str) -> None:
-        waiter = self._marker_waiters.get(event_id)
-        if waiter is not None:
-            waiter.set()
+        self.markers.wake(event_id)
 
-    # pipeline steps (called from durable workflow steps) ---------------------------------
+    @property
+    def _transmitting(self) -> set[str]:
+        return self.markers.transmitting
+
+    # the turn cache, for transmit (`runtime.activation.TurnCache`) ---------------------------
     async def _event(self, agent_id: str, event_id: str) -> Event:
-        """The stored event. Events never change once saved, so each is read once per
-        activation (receive; or handed over by `submit` in this process), kept for its respond
-        and transmit, and dropped after."""
-        event = self._events.get(event_id)
-        if event is not None and event.agent_id == agent_id:
-            return event
-        event = await self.store.get_event(agent_id, event_id)
-        if event is None:
-            raise InputError(f"event {event_id!r} of agent {agent_id!r} is not stored")
-        self._remember_event(event)
-        return event
+        return await self.cache.event(agent_id, event_id)
 
     def known_event(self, event_id: str) -> Event | None:
-        """The event of an activation in flight here, if it is at hand (never a read)."""
-        return self._events.get(event_id)
+        return self.cache.known(event_id)
 
-    def _remember_event(self, event: Event) -> None:
-        if len(self._events) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
-            self._events.pop(next(iter(self._events)))
-        self._events[event.id] = event
+    @property
+    def _events(self) -> dict[str, Event]:
+        return self.cache.events
 
-    async def receive(self, agent_id: str, event_id: str) -> dict[str, Any]:
-        event = await self._event(agent_id, event_id)
-        agent = self.agents[agent_id]
-        setup = await pipeline.receive(self.store, self.settings, event, self.clock.now(), agent.name)
-        setup = setup.model_copy(update={"mode": self.deliberation_mode(event.service)})
-        return setup.model_dump(mode="json")
-
-    async def receive_and_respond(self, agent_id: str, event_id: str) -> dict[str, Any]:
-        """`receive`, then `respond` when the message is for the agent (`draft` None
-        otherwise)."""
-        setup = await self.receive(agent_id, event_id)
-        # Overheard traffic needs an engagement decision first; a heartbeat, its
-        # self-assessment (its own step): no draft here for either.
-        if not setup["addressed"] or setup.get("kind") == "heartbeat":
-            return {"setup": setup, "draft": None}
-        with usage_context.rebind(
-            surface=setup["service"], channel=setup["channel"], conversation_id=setup["conversation_id"]
-        ):
-            draft = await self.respond(agent_id, event_id, setup)
-        return {"setup": setup, "draft": draft}
-
-    def deliberation_mode(self, service: str) -> str:
-        """Per-service override, else deferred on interactive channels, inline elsewhere."""
-        config = self.settings.deliberation
-        if service in config.channels:
-            return config.channels[service]
-        if config.mode != "auto":
-            return config.mode
-        channel = self.channels.get(service)
-        return "deferred" if getattr(channel, "interactive", False) else "inline"
-
-    def should_critique(self, text: str, agent_id: str | None = None) -> bool:
-        config = self.settings.deliberation
-        if not config.enabled or (agent_id is not None and self.tiny_deliberator(agent_id)):
-            return False
-        return deliberation.is_substantive(text, config.substantive_min_words)
-
-    def tiny_deliberator(self, agent_id: str) -> bool:
-        """Whether critique would run on the built-in tiny offline model, where it costs
-        seconds per turn on one shared llama.cpp server and its objections are noise; then
-        deliberation is skipped unless `[deliberation] offline_model = true`."""
-        if self.settings.deliberation.offline_model:
-            return False
-        gateway = self._gateways.get(agent_id)
-        if gateway is None:
-            return False
-        spec = gateway.spec_for(Task.CRITIQUE)
-        return spec.provider == "local" and not spec.name
+    @property
+    def _dialogs(self) -> dict[str, list[Message]]:
+        return self.cache.dialogs
 
     async def _turn_dialog(self, setup: TurnSetup) -> list[Message]:
-        """The current conversation's recent dialog as this turn sees it, its input last
-        (`pipeline.read_turn_dialog`). Read once per activation in this process: the prompt,
-        both critics, the decision, the engagement decision and the redundancy gate all judge
-        the same dialog (what came before the input does not change); dropped at transmit."""
-        cached = self._dialogs.get(setup.event_id)
-        if cached is not None:
-            return cached
-        dialog = await pipeline.read_turn_dialog(self.store, self.settings, setup)
-        if len(self._dialogs) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
-            self._dialogs.pop(next(iter(self._dialogs)))
-        self._dialogs[setup.event_id] = dialog
-        return dialog
+        return await self.cache.dialog(setup)
 
-    async def engage(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
-        setup = TurnSetup.model_validate(setup_data)
-        over = await self._reply_budget_spent(setup)
-        if over is not None:  # no model call for a channel that gets no replies now
-            return deliberation.Decision(action="silent", reason=over).model_dump(mode="json")
-        dialog = await self._turn_dialog(setup)
-        decision = await deliberation.engage(self.gateway(agent_id), self.agents[agent_id], dialog)
-        return decision.model_dump(mode="json")
-
-    async def respond(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
-        setup = TurnSetup.model_validate(setup_data)
-        over = await self._reply_budget_spent(setup)
-        if over is not None:  # nothing is generated; transmit records why
-            reply = pipeline.Reply(text=None, failure=over)
-            return {"reply": reply.model_dump(mode="json"), "prepared": None, "budget": over}
-        event = await self._event(agent_id, event_id)
-        agent = self.agents[agent_id]
-        prepared = await pipeline.build_prompt(
-            self.store,
-            self.settings,
-            agent,
-            setup,
-            self.clock.now(),
-            event.text,
-            self.context_sources,
-            read_dialog=lambda: self._turn_dialog(setup),
-        )
-        channel = self.channels.get(event.service)
-        sink = _safe_sink_for(channel, event)
-        tools = self.tool_specs(setup, event_id) if self.offers_tools(agent_id) else ()
-        reply = await pipeline.respond(self.gateway(agent_id), prepared.prompt, sink, tools)
-        return {"reply": reply.model_dump(mode="json"), "prepared": prepared.model_dump(mode="json")}
-
-    # the tool loop (SPEC §4.6): each round-trip and each tool call is its own durable step ----
-    def offers_tools(self, agent_id: str) -> bool:
-        """Tools go to the respond model unless disabled, or it is the built-in tiny model."""
-        if not self.settings.tools.enabled:
-            return False
-        gateway = self._gateways.get(agent_id)
-        spec = gateway.spec_for(Task.RESPOND) if gateway is not None else None
-        return not (spec is not None and spec.provider == "local" and not spec.name)
-
-    def tool_registry(self, setup: TurnSetup, event_id: str, call_key: str | None = None) -> ToolRegistry:
-        """The tools of one activation; `call_key` names the one tool call they serve (see
-        `run_tool`)."""
-        return build_registry(self, setup, event_id, call_key)
-
-    def tool_specs(self, setup: TurnSetup, event_id: str) -> tuple[ToolSpec, ...]:
-        """What the model is offered: the same for every turn and every agent of the
-        deployment (`[tools]` is deployment-wide; a tool's behaviour is bound per activation,
-        its name, description and schema are not), so built once (building the registry
-        generates every tool's schemas: milliseconds)."""
-        if self._tool_specs is None:
-            self._tool_specs = self.tool_registry(setup, event_id).specs()
-        return self._tool_specs
-
-    async def continue_respond(
-        self, agent_id: str, event_id: str, setup_data: dict[str, Any], prompt_data: dict[str, Any]
-    ) -> dict[str, Any]:
-        """One more round-trip of the tool loop: the prompt with the tool results so far. A
-        failing model ends the loop with what was said so far (the caller's fallback)."""
-        setup = TurnSetup.model_validate(setup_data)
-        event = await self._event(agent_id, event_id)
-        prompt = Prompt.model_validate(prompt_data)
-        sink = _safe_sink_for(self.channels.get(event.service), event)
-        tools = self.tool_specs(setup, event_id)
-        try:
-            completion = await self.gateway(agent_id).complete(
-                Task.RESPOND, prompt, tools=tools, sink=sink, phase="draft"
-            )
-        except ModelError as exc:
-            log.warning("a tool-loop round-trip failed: %s", exc)
-            return {"text": "", "tool_calls": [], "failure": str(exc)}
-        return {
-            "text": completion.text,
-            "tool_calls": [call.model_dump(mode="json") for call in completion.tool_calls],
-            "usage_id": completion.usage_id,
-        }
-
-    async def run_tool(
-        self,
-        agent_id: str,
-        event_id: str,
-        setup_data: dict[str, Any],
-        call_data: dict[str, Any],
-        *,
-        call_key: str | None = None,
-    ) -> dict[str, Any]:
-        """One tool call; any failure comes back as an error result the model reads.
-        `call_key` identifies the call across re-runs of its durable step (the step's
-        workflow and position, never what the model put in it): what it sends counts once."""
-        setup = TurnSetup.model_validate(setup_data)
-        event = await self._event(agent_id, event_id)
-        channel = self.channels.get(event.service)
-        call = ToolCall.model_validate(call_data)
-        sink = _safe_sink_for(channel, event)
-        if sink is not None:
-            sink(SinkEvent(phase="draft", kind="tool_start", text=call.name))
-        outcome = await self.tool_registry(setup, event_id, call_key).call(call)
-        return outcome.model_dump(mode="json")
-
-    async def critique(
-        self, agent_id: str, event_id: str, setup_data: dict[str, Any], draft: dict[str, Any]
-    ) -> list[dict[str, Any]]:
-        """Provenance plus one drawn lens, concurrently; each metered as its own stage."""
-        setup = TurnSetup.model_validate(setup_data)
-        prepared = pipeline.Prepared.model_validate(draft["prepared"])
-        text = str(draft["reply"]["text"])
-        lenses = [deliberation.PROVENANCE, deliberation.draw_lens(self.settings.deliberation, event_id)]
-        dialog = await self._turn_dialog(setup)
-        agent = self.agents[agent_id]
-        gateway = self.gateway(agent_id)
-        step_key = usage_context.current().step_key
-
-        async def one(lens: str) -> deliberation.CritiqueOutcome:
-            # Own usage-id sequence per critic: concurrent rounds must not interleave ids.
-            with usage_context.rebind(step_key=f"{step_key}:{lens}" if step_key else None):
-                return await deliberation.critique(
-                    gateway, lens, agent, prepared.evidence_items(), dialog, text
-                )
-
-        outcomes = await asyncio.gather(*(one(lens) for lens in lenses))
-        return [outcome.model_dump(mode="json") for outcome in outcomes]
-
-    async def refine(
-        self,
-        agent_id: str,
-        event_id: str,
-        draft: dict[str, Any],
-        critiques: list[dict[str, Any]],
-        *,
-        live: bool = True,
-    ) -> str | None:
-        prepared = pipeline.Prepared.model_validate(draft["prepared"])
-        objections = [
-            objection
-            for outcome in critiques
-            for objection in deliberation.CritiqueOutcome.model_validate(outcome).objections
-        ]
-        sink = None
-        if live:
-            event = await self._event(agent_id, event_id)
-            sink = _safe_sink_for(self.channels.get(event.service), event)
-        return await deliberation.refine(
-            self.gateway(agent_id), prepared.prompt, str(draft["reply"]["text"]), objections, sink
-        )
-
-    def needs_decision(self, setup_data: dict[str, Any], text: str) -> bool:
-        """Whether the decision to speak needs a model: always for overheard traffic and
-        for substantive replies; a short, plain answer to someone talking to the agent is
-        sent on the deterministic gates alone (they still run in transmit)."""
-        if not setup_data.get("addressed", True):
-            return True
-        if self.tiny_deliberator(str(setup_data["agent_id"])):
-            return False
-        return deliberation.is_substantive(text, self.settings.deliberation.substantive_min_words)
-
-    async def decide(
-        self, agent_id: str, event_id: str, setup_data: dict[str, Any], text: str
-    ) -> dict[str, Any]:
-        """The model's decision with its stated reason (SPEC §4 step 6)."""
-        setup = TurnSetup.model_validate(setup_data)
-        dialog = await self._turn_dialog(setup)
-        decision = await deliberation.decide(
-            self.gateway(agent_id), self.agents[agent_id], dialog, text, addressed=setup.addressed
-        )
-        return decision.model_dump(mode="json")
+    async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
+        await record_deliberation(self.store, agent_id, event_id, trace, self.clock.now())
 
     async def _gate(self, setup: TurnSetup, text: str) -> deliberation.Decision | None:
         """Hard gates before anything is sent: silence instead, with the reason, or None."""
@@ -761,91 +440,58 @@ class Runtime:
             )
         return None
 
-    async def park(
-        self,
-        agent_id: str,
-        event_id: str,
-        setup_data: dict[str, Any],
-        draft: dict[str, Any],
-        critiques: list[dict[str, Any]],
-        revised: str | None,
-    ) -> None:
-        """Keep a deferred conclusion for the next turn (only if there is something to fix)."""
-        setup = TurnSetup.model_validate(setup_data)
-        outcomes = [deliberation.CritiqueOutcome.model_validate(c) for c in critiques]
-        objections = [o for outcome in outcomes for o in outcome.objections]
-        await self._record_deliberation(agent_id, event_id, {"mode": "deferred", "critiques": critiques})
-        if objections:
-            parked = deliberation.Parked(
-                event_id=event_id, draft=str(draft["reply"]["text"]), revised=revised, objections=objections
-            )
-            await pipeline.park(self.store, setup, parked, self.clock.now())
-        event = await self._event(agent_id, event_id)
-        channel = self.channels.get(event.service)
-        if channel is not None and hasattr(channel, "deliberation_done"):
-            with contextlib.suppress(Exception):
-                channel.deliberation_done(event, len(objections))  # type: ignore[attr-defined]
-
-    async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
-        """What deliberation did for an event (critics, skips, decision): `persyn
-        conversations show --deliberation` reads it."""
-        await self.store.merge_deliberation(agent_id, event_id, trace, self.clock.now())
-
     async def transmit(
-        self, agent_id: str, event_id: str, setup_data: dict[str, Any], outcome: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, agent_id: str, event_id: str, setup: TurnSetup, outcome: TransmitRequest
+    ) -> TransmitResult:
         """Act on the decision: speak (or decline, in words), redirect, or stay silent.
 
         Exactly one completion marker per event, whatever happened (SPEC App. B). A waiter
         in this process is woken once the surface has been given the outcome."""
         self._transmitting.add(event_id)
         try:
-            return await self._transmit(agent_id, event_id, setup_data, outcome)
+            return await self._transmit(agent_id, event_id, setup, outcome)
         finally:
             self._transmitting.discard(event_id)
             self._dialogs.pop(event_id, None)
             self._wake(event_id)
 
     async def _transmit(
-        self, agent_id: str, event_id: str, setup_data: dict[str, Any], outcome: dict[str, Any]
-    ) -> dict[str, Any]:
-        setup = TurnSetup.model_validate(setup_data)
+        self, agent_id: str, event_id: str, setup: TurnSetup, outcome: TransmitRequest
+    ) -> TransmitResult:
         event = await self._event(agent_id, event_id)
         self._events.pop(event_id, None)  # the last step that needs it
         now = self.clock.now()
         ttl = timedelta(seconds=self.settings.dispatch.marker_ttl_seconds)
         channel = self.channels.get(event.service)
-        draft = outcome.get("draft")
-        decision = (
-            deliberation.Decision.model_validate(outcome["decision"]) if outcome.get("decision") else None
-        )
+        draft = outcome.draft
+        decision = outcome.decision
 
-        async def unsent(reason: str, level: str) -> dict[str, Any]:
+        async def unsent(reason: str, level: str) -> TransmitResult:
             marker = CompletionMarker(
                 event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
             )
             await self.store.put_marker(agent_id, marker)
             self._marker_put(marker)
             await _safe_notice(channel, event, Notice(level=level, text=reason))
-            return {"transmitted": False, "reason": reason}
+            return TransmitResult(transmitted=False, reason=reason)
 
         if setup.kind != "message":  # a self-initiated run the autonomy budget stopped says so
             stopped = (await self.autonomy.spent(event)).stopped
             if stopped is not None:
                 return await unsent(stopped, "info")
-        if draft is not None and draft.get("budget"):  # the channel's reply budget is used
-            skipped = deliberation.Decision(action="silent", reason=str(draft["budget"]))
+        if draft is not None and draft.budget:  # the channel's reply budget is used
+            skipped = deliberation.Decision(action="silent", reason=draft.budget)
             await self._record_deliberation(
                 agent_id, event_id, {"mode": setup.mode, "decision": skipped.model_dump(mode="json")}
             )
-            return await unsent(str(draft["budget"]), "info")
-        if draft is not None and draft["reply"]["text"] is None:
-            return await unsent(f"I could not produce a reply: {draft['reply']['failure']}", "error")
+            return await unsent(draft.budget, "info")
+        if draft is not None and draft.reply.text is None:
+            return await unsent(f"I could not produce a reply: {draft.reply.failure}", "error")
         if decision is not None and decision.action in ("speak", "redirect"):
-            decision = await self._gate(setup, str(outcome.get("text") or "")) or decision
-        critiques = outcome.get("critiques") or []
-        used = (draft or {}).get("tools") or []
-        trips = (draft or {}).get("trips") or []
+            decision = await self._gate(setup, outcome.text or "") or decision
+        critiques = [c.model_dump(mode="json") for c in outcome.critiques]
+        used = [u.model_dump(mode="json") for u in draft.tools] if draft is not None else []
+        trips = [t.model_dump(mode="json") for t in draft.trips] if draft is not None else []
         if critiques or used or (decision is not None and decision.reason != AUTO_SPEAK):
             trace: dict[str, Any] = {"mode": setup.mode, "critiques": critiques}
             if used:
@@ -858,7 +504,7 @@ class Runtime:
         if decision is None or decision.action == "silent":
             reason = decision.reason if decision is not None else "no decision"
             return await unsent(f"{self.agents[agent_id].name} chose silence: {reason}", "info")
-        text = deliberation.clean_for_transmit(str(outcome.get("text") or ""))
+        text = deliberation.clean_for_transmit(outcome.text or "")
         reason: str | None = None
         target = channel
         service, channel_name = event.service, event.channel
@@ -907,10 +553,8 @@ class Runtime:
             message_id=message.id,
             text=message.text,
         )
-        if draft is not None:
-            await pipeline.clear_woven(
-                self.store, agent_id, pipeline.Prepared.model_validate(draft["prepared"]).woven
-            )
+        if draft is not None and draft.prepared is not None:
+            await pipeline.clear_woven(self.store, agent_id, draft.prepared.woven)
         if target is not None:
             try:
                 await target.deliver(outbound)
@@ -918,13 +562,9 @@ class Runtime:
                 log.warning("channel %s failed to deliver: %s", service, exc)
         if target is not channel and channel is not None:
             await _safe_notice(channel, event, Notice(level="info", text=reason or "answered elsewhere"))
-        return {
-            "transmitted": True,
-            "action": decision.action,
-            "text": message.text,
-            "message_id": message.id,
-            "reason": reason,
-        }
+        return TransmitResult(
+            transmitted=True, action=decision.action, text=message.text, message_id=message.id, reason=reason
+        )
 
     # autonomy (SPEC §4.7) ---------------------------------------------------------------
     async def _start_autonomy(self) -> None:
@@ -933,11 +573,7 @@ class Runtime:
         every = int(self.settings.autonomy.heartbeat_minutes * 60)
         for agent in self.agents.values():
             await bootstrap_heartbeat(self.store, agent.id, every, self.clock.now())
-        self._scheduler_client = await asyncio.to_thread(
-            DBOSClient,
-            system_database_url=self.settings.dbos_database_url,
-            system_database_engine=self._dbos_engine,
-        )
+        self.intake.open_for_steps(ClientDispatcher(await self._client()))
         if not self.settings.autonomy.schedule:
             return
         tick = self.settings.autonomy.tick_seconds
@@ -945,77 +581,12 @@ class Runtime:
             [
                 {
                     "schedule_name": "persyn-reminders",
-                    "workflow_fn": workflows.scheduler_tick,
+                    "workflow_fn": scheduler_tick,
                     "schedule": f"*/{tick} * * * * *",
-                    "queue_name": workflows.BACKGROUND_QUEUE,
+                    "queue_name": BACKGROUND_QUEUE,
                 }
             ]
         )
-
-    async def busy(self, agent_id: str) -> bool:
-        """Whether an activation of the agent is queued or running (any process)."""
-        active = await DBOS.list_queued_workflows_async(
-            queue_name=workflows.EVENTS_QUEUE,
-            status=["ENQUEUED", "PENDING"],
-            load_input=False,
-            load_output=False,
-        )
-        return any(w.queue_partition_key == agent_id for w in active)
-
-    async def assess(self, agent_id: str, event_id: str, setup_data: dict[str, Any]) -> dict[str, Any]:
-        """The heartbeat's self-assessment, kept in the run's conversation as what the agent
-        thought (so the respond step that acts on it sees it in the dialog)."""
-        setup = TurnSetup.model_validate(setup_data)
-        agent = self.agents[agent_id]
-        config = self.settings.autonomy
-        # Only what may come to mind with nobody present; what the beat writes from here on
-        # may surface at most where that may (SPEC §4 step 2, §4.7).
-        review = await reflection.review_material(
-            self.store,
-            agent_id,
-            channel_key(setup.service, setup.channel),
-            self.settings.memory.channel_groups,
-            records=config.review_records,
-            goals=20,
-        )
-        await set_run_provenance(self.store, agent_id, event_id, review.provenance)
-        now = self.clock.now()
-        assessment = await reflection.assess(self.gateway(agent_id), agent, review.records, review.goals, now)
-        serves = (
-            "they serve my objectives" if assessment.serves_objectives else "they do not serve my objectives"
-        )
-        text = (
-            f"My self-assessment: {assessment.patterns} ({serves}). "
-            f"I choose to {assessment.intention.replace('_', ' ')}: {assessment.plan}"
-        )
-        await self.store.add_message(
-            Message(
-                id=derived_id(setup.received_at, event_id, "assessment"),
-                agent_id=agent_id,
-                conversation_id=setup.conversation_id,
-                role=Role.SYSTEM,
-                person_id=None,
-                speaker_name="my self-assessment",
-                text=text,
-                created_at=max(now, setup.received_at + timedelta(microseconds=1)),
-                event_id=event_id,  # part of this turn: the dialog shows it after the input
-            )
-        )
-        return assessment.model_dump(mode="json")
-
-    async def finish_run(
-        self, agent_id: str, event_id: str, setup_data: dict[str, Any], result: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        """After a self-initiated run: log it, count its tokens, close its conversation.
-        Returns the closed conversation (its close hooks are enqueued by the workflow)."""
-        setup = TurnSetup.model_validate(setup_data)
-        event = await self._event(agent_id, event_id)
-        if result.get("transmitted"):
-            outcome = f"said: {str(result.get('text') or '')[:300]}"
-        else:
-            outcome = str(result.get("reason") or "did nothing")
-        conversation = await self.autonomy.finish(event, setup.conversation_id, outcome)
-        return None if conversation is None else conversation.model_dump(mode="json")
 
     async def send_to_contact(
         self,
@@ -1192,12 +763,9 @@ class Runtime:
     ) -> bool:
         """`ConversationJobs`' way onto the background queue: once per id (DBOS returns the
         existing workflow for a reused id). False where no workers run here."""
-        queue = self._queues.get(workflows.BACKGROUND_QUEUE)
-        if queue is None:  # not a worker: the hooks run where the workers are
+        if self._worker is None:  # not a worker: the hooks run where the workers are
             return False
-        with SetWorkflowID(workflow_id):
-            await queue.enqueue_async(workflow, agent_id, conversation_id)
-        self.wake_queue(workflows.BACKGROUND_QUEUE)
+        await self._worker.enqueue_once(BACKGROUND_QUEUE, workflow, workflow_id, agent_id, conversation_id)
         return True
 
     async def enqueue_close_hooks(self, conversation: Conversation) -> None:

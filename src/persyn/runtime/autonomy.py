@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from pydantic import BaseModel
 from pydantic_ai.messages import ModelMessage, ModelResponse
@@ -48,6 +48,8 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
 from persyn.cognition.pipeline import PRESENT_META, TurnSetup
+from persyn.core.clock import Clock
+from persyn.core.config import Settings
 from persyn.core.errors import ModelError
 from persyn.core.events import Event, EventKind
 from persyn.core.ids import derived_id, is_id
@@ -59,9 +61,6 @@ from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
 from persyn.store.activity import ActivityEntry
 from persyn.store.base import Conversation, Provenance, Reminder, Store
 from persyn.usage import context as usage_context
-
-if TYPE_CHECKING:
-    from persyn.runtime.app import Runtime
 
 __all__ = [
     "ACTIVITY_RETENTION",
@@ -155,23 +154,37 @@ class BudgetExhausted(ModelError):
     """A self-initiated run has used the autonomy budget: it makes no more model calls."""
 
 
+class RunHost(Protocol):
+    """What self-initiated runs need of the deployment: submitting their events, whether an
+    agent is busy, and the events of activations in flight here."""
+
+    async def submit(self, event: Event, *, from_step: bool = False) -> str: ...
+
+    async def busy(self, agent_id: str) -> bool: ...
+
+    def known_event(self, event_id: str) -> Event | None: ...
+
+
 @dataclass
 class Autonomy:
-    runtime: Runtime
-    _runs: dict[str, Event | None] = field(default_factory=dict)  # thread id -> its run, if one
+    """Self-initiated runs (SPEC §4.7): firing reminders and the heartbeat, their budget,
+    and their log."""
 
-    @property
-    def store(self) -> Store:
-        return self.runtime.store
+    store: Store
+    clock: Clock
+    settings: Settings
+    agent_ids: Collection[str]
+    host: RunHost
+    _runs: dict[str, Event | None] = field(default_factory=dict)  # thread id -> its run, if one
 
     # firing ----------------------------------------------------------------------------
     async def fire_due(self, *, from_step: bool = False) -> int:
         """Fire every due reminder of this deployment's agents once; returns how many fired
         (skips included: they roll forward too). `from_step`: called inside a durable step."""
-        now = self.runtime.clock.now()
+        now = self.clock.now()
         fired = 0
         for reminder in await self.store.due_reminders(now, limit=100):
-            if reminder.agent_id not in self.runtime.agents:
+            if reminder.agent_id not in self.agent_ids:
                 continue  # another deployment's agent on a shared database
             fire_time = reminder.next_fire_at
             try:
@@ -230,7 +243,7 @@ class Autonomy:
                 PRESENT_META: ",".join(await self._audience(reminder, service, channel)),
             },
         )
-        await self.runtime.submit(event, from_step=from_step)
+        await self.host.submit(event, from_step=from_step)
 
     async def _audience(self, reminder: Reminder, service: str, channel: str) -> list[str]:
         """Who reads what a run says on its channel, so it recalls only what may surface in
@@ -263,7 +276,7 @@ class Autonomy:
         return "\n".join(lines), [entry.provenance for entry in before]
 
     async def skip_reason(self, agent_id: str, now: datetime, *, heartbeat: bool) -> str | None:
-        config = self.runtime.settings.autonomy
+        config = self.settings.autonomy
         used = await self.tokens_used(agent_id, now)
         if used >= config.daily_token_budget:
             reason = (
@@ -278,7 +291,7 @@ class Autonomy:
         )
         if ran >= config.max_runs_per_hour:
             return f"{ran} self-initiated runs in the last hour (limit {config.max_runs_per_hour})"
-        if heartbeat and await self.runtime.busy(agent_id):
+        if heartbeat and await self.host.busy(agent_id):
             return "busy: a conversation or another run is in progress"
         return None
 
@@ -291,7 +304,7 @@ class Autonomy:
         """A self-initiated run is over: count its tokens, log it, close its conversation (one
         conversation per run; the caller enqueues its close hooks, which consolidate it into
         memory linked to the reminder). Returns the conversation if this call closed it."""
-        now = self.runtime.clock.now()
+        now = self.clock.now()
         tokens = (await self.spent(event)).tokens
         reminder_id = str(event.meta.get("reminder_id", ""))
         provenance = await run_provenance(
@@ -331,11 +344,11 @@ class Autonomy:
         event = await self._run_of(agent_id, thread_id)
         if event is None:
             return None
-        config = self.runtime.settings.autonomy
+        config = self.settings.autonomy
         spent = await self.spent(event)
         if spent.stopped is not None:
             raise BudgetExhausted(spent.stopped)
-        now = self.runtime.clock.now()
+        now = self.clock.now()
         used = await self.tokens_used(event.agent_id, now) + spent.tokens
         if used < config.daily_token_budget:
             return event
@@ -371,7 +384,7 @@ class Autonomy:
             return None
         if thread_id in self._runs:
             return self._runs[thread_id]
-        event = self.runtime.known_event(thread_id) or await self.store.get_event(agent_id, thread_id)
+        event = self.host.known_event(thread_id) or await self.store.get_event(agent_id, thread_id)
         run = event if event is not None and event.kind is not EventKind.MESSAGE else None
         if len(self._runs) >= _KNOWN_THREADS:
             self._runs.pop(next(iter(self._runs)))

@@ -121,7 +121,7 @@ class ConversationJobs:
         agents: Mapping[str, AgentConfig],
         gateway: Callable[[str], ModelGateway],
         enqueue: Enqueue,
-        workflows: JobWorkflows,
+        workflows: JobWorkflows | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -129,11 +129,21 @@ class ConversationJobs:
         self.agents = agents
         self.gateway = gateway
         self._enqueue = enqueue
-        self._workflows = workflows
+        self._bound = workflows
         self.embedder: Embedder | None = None
         self._hooks: dict[str, ConversationHook] = {}
         self._extractions: dict[str, ConversationHook] = {}
         self._unextracted: dict[str, int] = {}  # messages since the last extraction trigger
+
+    def bind_workflows(self, workflows: JobWorkflows) -> None:
+        """The durable workflows to enqueue: they run these jobs, so they are built after."""
+        self._bound = workflows
+
+    @property
+    def _workflows(self) -> JobWorkflows:
+        if self._bound is None:
+            raise RuntimeError("the conversation jobs' workflows are not bound")
+        return self._bound
 
     # set-up ------------------------------------------------------------------------------
     def start_memory(self, context_sources: list[ContextSource], noticed: ReadHook) -> MemoryServices:

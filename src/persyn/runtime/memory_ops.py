@@ -329,10 +329,10 @@ async def extract_imported(
     tokens spent so far plus its estimate must fit `budget_tokens`; otherwise it stops
     cleanly there (a later run, with more budget, reads what is left: the extractors keep
     watermarks, so nothing is read twice)."""
-    from persyn.runtime.app import Runtime  # the composition root, only for this opt-in step
+    from persyn.runtime.compose import build_runtime  # the composition root, only for this opt-in step
 
     counter = _TokenCount()
-    runtime = Runtime(settings, extra_meter_adapters=[counter])
+    runtime = build_runtime(settings, meter_adapters=[counter])
     extracted, stopped = 0, None
     await runtime.start(workers=False, scheduler=False)
     try:

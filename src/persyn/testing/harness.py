@@ -50,6 +50,7 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
 from persyn.runtime import workflows
 from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.store import Store
 from persyn.store.base import Conversation
 from persyn.testing.meter import RecordingAdapter
@@ -195,8 +196,9 @@ async def _running(
     scheduler: bool,
 ) -> AsyncIterator[Runtime]:
     """The one place the harness builds and starts a runtime."""
-    runtime = Runtime(settings, clock=clock, store=store, extra_meter_adapters=meter_adapters)
-    runtime.channels.update(channels)
+    runtime = build_runtime(
+        settings, clock=clock, store=store, channels=channels, meter_adapters=meter_adapters
+    )
     try:
         await runtime.start(workers=workers, scheduler=scheduler)
         yield runtime

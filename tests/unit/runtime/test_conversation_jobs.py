@@ -20,6 +20,7 @@ from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.ids import new_id
 from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.runtime.doctor import check_consolidation
 from persyn.schedule import at_trigger, set_reminder
 from persyn.store.jobs import ConsolidationStatus
@@ -77,7 +78,7 @@ def _home(home: Path) -> Path:
 
 async def _runtime(home: Path) -> Runtime:
     settings = load_settings(_home(home), environ={}).model_copy(update={"agents": [AGENT]})
-    runtime = Runtime(settings, clock=ManualClock(START))
+    runtime = build_runtime(settings, clock=ManualClock(START))
     await runtime.start(workers=True)
     return runtime
 

@@ -20,12 +20,13 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.deliberation import Critique, Decision, Objection
+from persyn.cognition.pipeline import TurnSetup
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.gateway.base import TokenUsage
-from persyn.runtime.app import Runtime
+from persyn.runtime.compose import build_runtime
 from persyn.testing import START, Pilot, RecordingChannel, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
@@ -340,10 +341,22 @@ def test_the_tiny_offline_model_does_not_deliberate_unless_asked(
     settings = load_settings(home, environ={})
     agent = AgentConfig(name="Ada", id=new_id(START))
     settings = settings.model_copy(update={"agents": [agent]})
-    runtime = Runtime(settings)
-    runtime._gateways[agent.id] = ModelGateway(settings, agent, runtime.meter)  # pyright: ignore[reportPrivateUsage]
+    runtime = build_runtime(settings)
+    runtime.gateways[agent.id] = ModelGateway(settings, agent, runtime.meter)
     substantive = "I remember we talked about sailing on the lake last summer, and you loved it."
-    assert runtime.tiny_deliberator(agent.id) is tiny
-    assert runtime.should_critique(substantive, agent.id) is not tiny
-    assert runtime.needs_decision({"agent_id": agent.id, "addressed": True}, substantive) is not tiny
-    assert runtime.needs_decision({"agent_id": agent.id, "addressed": False}, "hi") is True
+    steps = runtime.activation
+    assert steps.tiny_deliberator(agent.id) is tiny
+    assert steps.should_critique(substantive, agent.id) is not tiny
+    addressed = TurnSetup(
+        agent_id=agent.id,
+        event_id=new_id(START),
+        service="test",
+        channel="room",
+        conversation_id=new_id(START),
+        person_id=None,
+        speaker_name="Sam",
+        inbound_message_id=new_id(START),
+        received_at=START,
+    )
+    assert steps.needs_decision(addressed, substantive) is not tiny
+    assert steps.needs_decision(addressed.model_copy(update={"addressed": False}), "hi") is True

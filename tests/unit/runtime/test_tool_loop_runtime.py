@@ -230,7 +230,7 @@ async def test_the_tools_offered_are_described_the_same_for_every_agent_channel_
                 (ADA.id, "heartbeat", "self", None, "heartbeat"),
             ]
         ]
-        described = [pilot.runtime.tool_registry(setup, setup.event_id).specs() for setup in setups]
+        described = [pilot.runtime.tools.registry(setup, setup.event_id).specs() for setup in setups]
         assert len(described[0]) > 10
         assert described[1] == described[0] and described[2] == described[0]
-        assert pilot.runtime.tool_specs(setups[1], setups[1].event_id) == described[0]
+        assert pilot.runtime.tools.specs(setups[1], setups[1].event_id) == described[0]

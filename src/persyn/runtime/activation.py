@@ -1,0 +1,359 @@
+"""The activation's steps (SPEC §4): receive, engage, respond, critique, refine, decide, park,
+and a self-initiated run's assess and finish. `runtime.workflows` makes each a durable step;
+here they are plain typed methods over explicit collaborators.
+
+`TurnCache` holds what one activation reads once and several of its steps use: its event
+(events never change once saved) and the dialog as the turn sees it. Both are dropped at
+transmit; a crash simply reads them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from persyn.channels.base import ChannelAdapter
+from persyn.cognition import deliberation, pipeline, reflection
+from persyn.cognition.deliberation import CritiqueOutcome, Decision
+from persyn.cognition.pipeline import ContextSource, TurnSetup
+from persyn.core.clock import Clock
+from persyn.core.config import AgentConfig, Settings, Task
+from persyn.core.errors import InputError
+from persyn.core.events import Event
+from persyn.core.ids import derived_id
+from persyn.core.records import channel_key
+from persyn.gateway.base import SinkCallable
+from persyn.gateway.gateway import ModelGateway
+from persyn.runtime.autonomy import set_run_provenance
+from persyn.runtime.tool_steps import ToolSteps
+from persyn.runtime.turn import ClosedRun, Draft, Received, TransmitResult
+from persyn.store.base import Conversation, Message, Role, Store
+from persyn.usage import context as usage_context
+
+__all__ = ["ActivationSteps", "RunCloser", "TurnCache", "record_deliberation"]
+
+_EVENT_CACHE_SIZE = 4096
+
+ReplyBudget = Callable[[TurnSetup], Awaitable[str | None]]
+
+
+class RunCloser(Protocol):
+    """Logs and closes a self-initiated run (`runtime.autonomy.Autonomy`)."""
+
+    async def finish(self, event: Event, conversation_id: str, outcome: str) -> Conversation | None: ...
+
+
+class TurnCache:
+    """The events and turn dialogs of the activations in flight in this process."""
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self._store = store
+        self._settings = settings
+        self.events: dict[str, Event] = {}
+        self.dialogs: dict[str, list[Message]] = {}  # input last, by event id
+
+    async def event(self, agent_id: str, event_id: str) -> Event:
+        """The stored event. Events never change once saved, so each is read once per
+        activation (receive; or handed over by `submit` in this process), kept for its respond
+        and transmit, and dropped after."""
+        event = self.events.get(event_id)
+        if event is not None and event.agent_id == agent_id:
+            return event
+        event = await self._store.get_event(agent_id, event_id)
+        if event is None:
+            raise InputError(f"event {event_id!r} of agent {agent_id!r} is not stored")
+        self.remember(event)
+        return event
+
+    def known(self, event_id: str) -> Event | None:
+        """The event of an activation in flight here, if it is at hand (never a read)."""
+        return self.events.get(event_id)
+
+    def remember(self, event: Event) -> None:
+        if len(self.events) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
+            self.events.pop(next(iter(self.events)))
+        self.events[event.id] = event
+
+    async def dialog(self, setup: TurnSetup) -> list[Message]:
+        """The current conversation's recent dialog as this turn sees it, its input last
+        (`pipeline.read_turn_dialog`). Read once per activation in this process: the prompt,
+        both critics, the decision, the engagement decision and the redundancy gate all judge
+        the same dialog (what came before the input does not change); dropped at transmit."""
+        cached = self.dialogs.get(setup.event_id)
+        if cached is not None:
+            return cached
+        dialog = await pipeline.read_turn_dialog(self._store, self._settings, setup)
+        if len(self.dialogs) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
+            self.dialogs.pop(next(iter(self.dialogs)))
+        self.dialogs[setup.event_id] = dialog
+        return dialog
+
+
+async def record_deliberation(
+    store: Store, agent_id: str, event_id: str, trace: dict[str, Any], at: datetime
+) -> None:
+    """What deliberation did for an event (critics, skips, decision), merged key by key into
+    its trace: `persyn conversations show --deliberation` reads it."""
+    await store.merge_deliberation(agent_id, event_id, trace, at)
+
+
+def safe_sink(channel: ChannelAdapter | None, event: Event) -> SinkCallable | None:
+    if channel is None:
+        return None
+    try:
+        return channel.sink_for(event)
+    except Exception:
+        return None
+
+
+class ActivationSteps:
+    """The pipeline's steps for one deployment (every configured agent)."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: Store,
+        clock: Clock,
+        agents: Mapping[str, AgentConfig],
+        gateways: Mapping[str, ModelGateway],
+        channels: Mapping[str, ChannelAdapter],
+        context_sources: Sequence[ContextSource],
+        cache: TurnCache,
+        tools: ToolSteps,
+        reply_budget_spent: ReplyBudget,
+        runs: RunCloser,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.agents = agents
+        self.gateways = gateways
+        self.channels = channels
+        self.context_sources = context_sources
+        self.cache = cache
+        self.tools = tools
+        self._reply_budget_spent = reply_budget_spent
+        self._runs = runs
+
+    # policy (deterministic: consulted in the workflow, outside the steps) ----------------
+    def deliberation_mode(self, service: str) -> str:
+        """Per-service override, else deferred on interactive channels, inline elsewhere."""
+        config = self.settings.deliberation
+        if service in config.channels:
+            return config.channels[service]
+        if config.mode != "auto":
+            return config.mode
+        channel = self.channels.get(service)
+        return "deferred" if getattr(channel, "interactive", False) else "inline"
+
+    def should_critique(self, text: str, agent_id: str | None = None) -> bool:
+        config = self.settings.deliberation
+        if not config.enabled or (agent_id is not None and self.tiny_deliberator(agent_id)):
+            return False
+        return deliberation.is_substantive(text, config.substantive_min_words)
+
+    def tiny_deliberator(self, agent_id: str) -> bool:
+        """Whether critique would run on the built-in tiny offline model, where it costs
+        seconds per turn on one shared llama.cpp server and its objections are noise; then
+        deliberation is skipped unless `[deliberation] offline_model = true`."""
+        if self.settings.deliberation.offline_model:
+            return False
+        gateway = self.gateways.get(agent_id)
+        if gateway is None:
+            return False
+        spec = gateway.spec_for(Task.CRITIQUE)
+        return spec.provider == "local" and not spec.name
+
+    def needs_decision(self, setup: TurnSetup, text: str) -> bool:
+        """Whether the decision to speak needs a model: always for overheard traffic and
+        for substantive replies; a short, plain answer to someone talking to the agent is
+        sent on the deterministic gates alone (they still run in transmit)."""
+        if not setup.addressed:
+            return True
+        if self.tiny_deliberator(setup.agent_id):
+            return False
+        return deliberation.is_substantive(text, self.settings.deliberation.substantive_min_words)
+
+    # steps -----------------------------------------------------------------------------
+    async def receive(self, agent_id: str, event_id: str) -> TurnSetup:
+        event = await self.cache.event(agent_id, event_id)
+        agent = self.agents[agent_id]
+        setup = await pipeline.receive(self.store, self.settings, event, self.clock.now(), agent.name)
+        return setup.model_copy(update={"mode": self.deliberation_mode(event.service)})
+
+    async def receive_and_respond(self, agent_id: str, event_id: str) -> Received:
+        """`receive`, then `respond` when the message is for the agent (`draft` None
+        otherwise)."""
+        setup = await self.receive(agent_id, event_id)
+        # Overheard traffic needs an engagement decision first; a heartbeat, its
+        # self-assessment (its own step): no draft here for either.
+        if not setup.addressed or setup.kind == "heartbeat":
+            return Received(setup=setup)
+        with usage_context.rebind(
+            surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id
+        ):
+            draft = await self.respond(agent_id, event_id, setup)
+        return Received(setup=setup, draft=draft)
+
+    async def engage(self, agent_id: str, event_id: str, setup: TurnSetup) -> Decision:
+        over = await self._reply_budget_spent(setup)
+        if over is not None:  # no model call for a channel that gets no replies now
+            return Decision(action="silent", reason=over)
+        dialog = await self.cache.dialog(setup)
+        return await deliberation.engage(self.gateways[agent_id], self.agents[agent_id], dialog)
+
+    async def respond(self, agent_id: str, event_id: str, setup: TurnSetup) -> Draft:
+        over = await self._reply_budget_spent(setup)
+        if over is not None:  # nothing is generated; transmit records why
+            return Draft(reply=pipeline.Reply(text=None, failure=over), prepared=None, budget=over)
+        event = await self.cache.event(agent_id, event_id)
+        agent = self.agents[agent_id]
+        prepared = await pipeline.build_prompt(
+            self.store,
+            self.settings,
+            agent,
+            setup,
+            self.clock.now(),
+            event.text,
+            self.context_sources,
+            read_dialog=lambda: self.cache.dialog(setup),
+        )
+        sink = safe_sink(self.channels.get(event.service), event)
+        tools = self.tools.specs(setup, event_id) if self.tools.offered(agent_id) else ()
+        reply = await pipeline.respond(self.gateways[agent_id], prepared.prompt, sink, tools)
+        return Draft(reply=reply, prepared=prepared)
+
+    async def critique(
+        self, agent_id: str, event_id: str, setup: TurnSetup, draft: Draft
+    ) -> tuple[CritiqueOutcome, ...]:
+        """Provenance plus one drawn lens, concurrently; each metered as its own stage."""
+        prepared = _prepared(draft)
+        lenses = [deliberation.PROVENANCE, deliberation.draw_lens(self.settings.deliberation, event_id)]
+        dialog = await self.cache.dialog(setup)
+        agent = self.agents[agent_id]
+        gateway = self.gateways[agent_id]
+        step_key = usage_context.current().step_key
+
+        async def one(lens: str) -> CritiqueOutcome:
+            # Own usage-id sequence per critic: concurrent rounds must not interleave ids.
+            with usage_context.rebind(step_key=f"{step_key}:{lens}" if step_key else None):
+                return await deliberation.critique(
+                    gateway, lens, agent, prepared.evidence_items(), dialog, draft.text
+                )
+
+        return tuple(await asyncio.gather(*(one(lens) for lens in lenses)))
+
+    async def refine(
+        self,
+        agent_id: str,
+        event_id: str,
+        draft: Draft,
+        critiques: Sequence[CritiqueOutcome],
+        *,
+        live: bool = True,
+    ) -> str | None:
+        objections = [objection for outcome in critiques for objection in outcome.objections]
+        sink = None
+        if live:
+            event = await self.cache.event(agent_id, event_id)
+            sink = safe_sink(self.channels.get(event.service), event)
+        return await deliberation.refine(
+            self.gateways[agent_id], _prepared(draft).prompt, draft.text, objections, sink
+        )
+
+    async def decide(self, agent_id: str, event_id: str, setup: TurnSetup, text: str) -> Decision:
+        """The model's decision with its stated reason (SPEC §4 step 6)."""
+        dialog = await self.cache.dialog(setup)
+        return await deliberation.decide(
+            self.gateways[agent_id], self.agents[agent_id], dialog, text, addressed=setup.addressed
+        )
+
+    async def park(
+        self,
+        agent_id: str,
+        event_id: str,
+        setup: TurnSetup,
+        draft: Draft,
+        critiques: Sequence[CritiqueOutcome],
+        revised: str | None,
+    ) -> None:
+        """Keep a deferred conclusion for the next turn (only if there is something to fix)."""
+        objections = [o for outcome in critiques for o in outcome.objections]
+        trace = {"mode": "deferred", "critiques": [c.model_dump(mode="json") for c in critiques]}
+        await record_deliberation(self.store, agent_id, event_id, trace, self.clock.now())
+        if objections:
+            parked = deliberation.Parked(
+                event_id=event_id, draft=draft.text, revised=revised, objections=objections
+            )
+            await pipeline.park(self.store, setup, parked, self.clock.now())
+        event = await self.cache.event(agent_id, event_id)
+        channel = self.channels.get(event.service)
+        if channel is not None and hasattr(channel, "deliberation_done"):
+            with contextlib.suppress(Exception):
+                channel.deliberation_done(event, len(objections))  # type: ignore[attr-defined]
+
+    # a self-initiated run (SPEC §4.7) -------------------------------------------------------
+    async def assess(self, agent_id: str, event_id: str, setup: TurnSetup) -> reflection.SelfAssessment:
+        """The heartbeat's self-assessment, kept in the run's conversation as what the agent
+        thought (so the respond step that acts on it sees it in the dialog)."""
+        agent = self.agents[agent_id]
+        config = self.settings.autonomy
+        # Only what may come to mind with nobody present; what the beat writes from here on
+        # may surface at most where that may (SPEC §4 step 2, §4.7).
+        review = await reflection.review_material(
+            self.store,
+            agent_id,
+            channel_key(setup.service, setup.channel),
+            self.settings.memory.channel_groups,
+            records=config.review_records,
+            goals=20,
+        )
+        await set_run_provenance(self.store, agent_id, event_id, review.provenance)
+        now = self.clock.now()
+        assessment = await reflection.assess(
+            self.gateways[agent_id], agent, review.records, review.goals, now
+        )
+        serves = (
+            "they serve my objectives" if assessment.serves_objectives else "they do not serve my objectives"
+        )
+        text = (
+            f"My self-assessment: {assessment.patterns} ({serves}). "
+            f"I choose to {assessment.intention.replace('_', ' ')}: {assessment.plan}"
+        )
+        await self.store.add_message(
+            Message(
+                id=derived_id(setup.received_at, event_id, "assessment"),
+                agent_id=agent_id,
+                conversation_id=setup.conversation_id,
+                role=Role.SYSTEM,
+                person_id=None,
+                speaker_name="my self-assessment",
+                text=text,
+                created_at=max(now, setup.received_at + timedelta(microseconds=1)),
+                event_id=event_id,  # part of this turn: the dialog shows it after the input
+            )
+        )
+        return assessment
+
+    async def finish_run(
+        self, agent_id: str, event_id: str, setup: TurnSetup, result: TransmitResult
+    ) -> ClosedRun | None:
+        """After a self-initiated run: log it, count its tokens, close its conversation.
+        Returns the closed conversation (its close hooks are enqueued by the workflow)."""
+        event = await self.cache.event(agent_id, event_id)
+        if result.transmitted:
+            outcome = f"said: {(result.text or '')[:300]}"
+        else:
+            outcome = result.reason or "did nothing"
+        conversation = await self._runs.finish(event, setup.conversation_id, outcome)
+        return None if conversation is None else ClosedRun(conversation=conversation)
+
+
+def _prepared(draft: Draft) -> pipeline.Prepared:
+    if draft.prepared is None:
+        raise ValueError("a draft without a prompt cannot be deliberated")
+    return draft.prepared

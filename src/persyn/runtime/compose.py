@@ -1,0 +1,123 @@
+"""The composition root (ARCHITECTURE §2, turn 2): every collaborator, wired explicitly.
+
+`build_runtime` is the one place that decides what talks to what. Everything it builds
+receives its collaborators as constructor arguments (typed by small protocols where they are
+someone else's), so a test injects a store, a clock, meter adapters or channel adapters here
+and nothing reaches around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from persyn.channels.base import ChannelAdapter
+from persyn.cognition.pipeline import ContextSource
+from persyn.core.clock import Clock, SystemClock
+from persyn.core.config import Settings
+from persyn.core.events import Event
+from persyn.gateway.gateway import ModelGateway
+from persyn.runtime.activation import ActivationSteps, TurnCache
+from persyn.runtime.agent_tools import AgentToolDeps
+from persyn.runtime.app import Runtime
+from persyn.runtime.autonomy import Autonomy
+from persyn.runtime.dispatch import Intake, Markers
+from persyn.runtime.local_models import LocalModels
+from persyn.runtime.tool_steps import ToolSteps
+from persyn.runtime.workflows import Workflows
+from persyn.store import Store, open_store
+from persyn.usage.jsonl import JsonlAdapter
+from persyn.usage.meter import Meter, MeterAdapter
+from persyn.usage.prometheus import PrometheusAdapter
+
+__all__ = ["build_runtime"]
+
+
+def build_runtime(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    store: Store | None = None,
+    channels: Mapping[str, ChannelAdapter] | None = None,
+    meter_adapters: Iterable[MeterAdapter] = (),
+) -> Runtime:
+    """A runtime for `settings`: the store at `database_url` unless one is given, the system
+    clock unless one is given, the configured meter adapters plus `meter_adapters`, and the
+    channel adapters by service (more may be connected before `start`)."""
+    clock = clock or SystemClock()
+    store = store or open_store(settings.database_url)
+    adapters: list[MeterAdapter] = []
+    if settings.metering.event_log:
+        adapters.append(JsonlAdapter(settings.usage_log_path))
+    prometheus: PrometheusAdapter | None = None
+    if settings.metering.prometheus_port:
+        prometheus = PrometheusAdapter()
+        adapters.append(prometheus)
+    adapters.extend(meter_adapters)
+    agents = {agent.id: agent for agent in settings.agents}
+    gateways: dict[str, ModelGateway] = {}  # built at start, once local models run
+    connected: dict[str, ChannelAdapter] = dict(channels or {})
+    sources: list[ContextSource] = []
+    cache = TurnCache(store, settings)
+    intake = Intake(store, settings, cache)
+    runtime = Runtime(
+        settings,
+        clock=clock,
+        store=store,
+        meter=Meter(adapters),
+        prometheus=prometheus,
+        cache=cache,
+        markers=Markers(store, clock),
+        intake=intake,
+        autonomy=Autonomy(store, clock, settings, agents.keys(), _RunHost(intake, cache)),
+        local_models=LocalModels(settings),
+        gateways=gateways,
+        channels=connected,
+        context_sources=sources,
+    )
+    tools = ToolSteps(
+        settings=settings,
+        gateways=gateways,
+        channels=connected,
+        deps=AgentToolDeps(store=store, clock=clock, settings=settings, agents=agents, outreach=runtime),
+        event=cache.event,
+    )
+    steps = ActivationSteps(
+        settings=settings,
+        store=store,
+        clock=clock,
+        agents=agents,
+        gateways=gateways,
+        channels=connected,
+        context_sources=sources,
+        cache=cache,
+        tools=tools,
+        reply_budget_spent=runtime._reply_budget_spent,  # pyright: ignore[reportPrivateUsage]
+        runs=runtime.autonomy,
+    )
+    workflows = Workflows(
+        steps=steps,
+        tools=tools,
+        transmitter=runtime,
+        jobs=runtime.jobs,
+        reminders=runtime.autonomy,
+        transmit_delay=settings.dispatch.debug_transmit_delay_seconds,
+    )
+    runtime.bind_workflows(steps, tools, workflows)
+    return runtime
+
+
+class _RunHost:
+    """What autonomy needs of dispatch: submitting events, busy agents, events at hand."""
+
+    def __init__(self, intake: Intake, cache: TurnCache) -> None:
+        self._intake = intake
+        self._cache = cache
+
+    async def submit(self, event: Event, *, from_step: bool = False) -> str:
+        return await self._intake.submit(event, from_step=from_step)
+
+    async def busy(self, agent_id: str) -> bool:
+        return await self._intake.busy(agent_id)
+
+    def known_event(self, event_id: str) -> Event | None:
+        return self._cache.known(event_id)

@@ -1,0 +1,315 @@
+"""Dispatch (ARCHITECTURE §3): enqueueing durable work, and waiting for a turn's outcome.
+
+A `Dispatcher` enqueues workflows exactly once under a given id. Two adapters:
+- `WorkerDispatcher`, in a process that runs DBOS workers (`persyn run`, `persyn chat`,
+  `persyn worker`): enqueues through the queues it registered, and wakes their worker at once
+  (`_dbos_wake`) instead of leaving the work to the next poll;
+- `ClientDispatcher`, in a process that only submits (`persyn send`) and inside a durable step
+  (a step may not start workflows itself; the event id keeps it exactly-once either way):
+  enqueues by workflow name through a `DBOSClient` on the system database, for the workers.
+
+Every derived workflow id is derived here, once: a replayed workflow that enqueues again asks
+for the same id and DBOS attaches to the first.
+
+`Markers` is the other half of submitting: the completion marker of an event (SPEC App. B),
+handed over in-process when this process transmitted it, polled from the store otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetEnqueueOptions, SetWorkflowID
+
+from persyn.core.clock import Clock
+from persyn.core.config import Settings
+from persyn.core.errors import InputError
+from persyn.core.events import CompletionMarker, Event
+from persyn.core.ids import derived_id, id_time, parse_id
+from persyn.runtime._dbos_wake import QueueWaker
+from persyn.runtime.durable import APPLICATION_VERSION
+from persyn.store.base import Store
+
+__all__ = [
+    "BACKGROUND_QUEUE",
+    "EVENTS_QUEUE",
+    "WORKFLOWS_CLASS",
+    "WORKFLOWS_INSTANCE",
+    "ClientDispatcher",
+    "Dispatcher",
+    "Intake",
+    "Markers",
+    "WorkerDispatcher",
+    "deliberation_workflow_id",
+    "extraction_workflow_id",
+]
+
+EVENTS_QUEUE = "persyn-events"
+BACKGROUND_QUEUE = "persyn-background"
+# The DBOS configured instance every Persyn workflow runs on (`runtime.workflows`): recorded
+# with each workflow, so a worker in any process finds it by these names.
+WORKFLOWS_CLASS = "persyn.Workflows"
+WORKFLOWS_INSTANCE = "persyn"
+_MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
+
+
+def deliberation_workflow_id(event_id: str) -> str:
+    """The deferred deliberation of an event's activation (a ULID of the event's time)."""
+    return derived_id(id_time(event_id), event_id, "deliberation")
+
+
+def extraction_workflow_id(event_id: str) -> str:
+    """The incremental extraction an event's activation triggered."""
+    return derived_id(id_time(event_id), event_id, "extract")
+
+
+class EventMemory(Protocol):
+    def remember(self, event: Event) -> None: ...
+
+
+def _workflow_name(workflow: Callable[..., Any]) -> str:
+    name = getattr(workflow, "dbos_function_name", None)
+    if not isinstance(name, str):
+        raise TypeError(f"{workflow!r} is not a registered DBOS workflow")
+    return name
+
+
+class Dispatcher(ABC):
+    """Enqueues durable work (module docstring)."""
+
+    @abstractmethod
+    async def enqueue_once(
+        self,
+        queue_name: str,
+        workflow: Callable[..., Any],
+        workflow_id: str,
+        *args: Any,
+        partition_key: str | None = None,
+    ) -> None:
+        """Enqueue `workflow(*args)` on `queue_name` under `workflow_id`; a second enqueue
+        under the same id attaches to the first (never runs it twice)."""
+
+    def wake(self, queue_name: str) -> None:  # noqa: B027 - a hint; polling is always correct
+        """Work was just committed on `queue_name`: a worker here may look now."""
+
+    async def busy(self, agent_id: str) -> bool:
+        """Whether an activation of the agent is queued or running (any process)."""
+        active = await DBOS.list_queued_workflows_async(
+            queue_name=EVENTS_QUEUE, status=["ENQUEUED", "PENDING"], load_input=False, load_output=False
+        )
+        return any(w.queue_partition_key == agent_id for w in active)
+
+    def close(self) -> None:  # noqa: B027 - nothing to release by default
+        """Release what the adapter holds."""
+
+
+class WorkerDispatcher(Dispatcher):
+    """This process runs the queues' workers (it registered `queues` at start)."""
+
+    def __init__(self, queues: dict[str, Queue], waker: QueueWaker | None) -> None:
+        self._queues = queues
+        self._waker = waker
+        self.running_activations = 0  # in this process, for the wake's batching
+
+    def queue(self, name: str) -> Queue:
+        queue = self._queues.get(name)
+        if queue is None:
+            raise RuntimeError(f"the queue {name!r} is not registered; start the runtime with workers")
+        return queue
+
+    async def enqueue_once(
+        self,
+        queue_name: str,
+        workflow: Callable[..., Any],
+        workflow_id: str,
+        *args: Any,
+        partition_key: str | None = None,
+    ) -> None:
+        queue = self.queue(queue_name)
+        with SetWorkflowID(workflow_id):
+            if partition_key is None:
+                await queue.enqueue_async(workflow, *args)
+            else:
+                with SetEnqueueOptions(queue_partition_key=partition_key):
+                    await queue.enqueue_async(workflow, *args)
+        self.wake(queue_name)
+
+    def wake(self, queue_name: str) -> None:
+        if self._waker is not None:
+            busy = queue_name == EVENTS_QUEUE and self.running_activations > 0
+            self._waker.wake(queue_name, busy=busy)
+
+    def activation_started(self) -> None:
+        self.running_activations += 1
+
+    def activation_ended(self) -> None:
+        self.running_activations -= 1
+        self.wake(EVENTS_QUEUE)
+
+
+class ClientDispatcher(Dispatcher):
+    """Enqueues for the workers through the system database, by workflow name."""
+
+    def __init__(self, client: DBOSClient) -> None:
+        self._client = client
+
+    async def enqueue_once(
+        self,
+        queue_name: str,
+        workflow: Callable[..., Any],
+        workflow_id: str,
+        *args: Any,
+        partition_key: str | None = None,
+    ) -> None:
+        options: EnqueueOptions = {
+            "workflow_name": _workflow_name(workflow),
+            "queue_name": queue_name,
+            "workflow_id": workflow_id,
+            "class_name": WORKFLOWS_CLASS,
+            "instance_name": WORKFLOWS_INSTANCE,
+            "app_version": APPLICATION_VERSION,
+        }
+        if partition_key is not None:
+            options["queue_partition_key"] = partition_key
+        await self._client.enqueue_async(options, *args)
+
+    def close(self) -> None:
+        self._client.destroy()
+
+
+class Markers:
+    """Completion markers of submitted events, for the submitter to wait on."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._put: dict[str, CompletionMarker] = {}  # markers put here, for waiters here
+        self.transmitting: set[str] = set()  # events whose transmit runs in this process now
+        self.worker = False  # this process runs workers (then it most likely runs the event)
+
+    async def wait(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
+        """Wait for the completion marker (SPEC App. B) until the run ends. A marker put by
+        this process wakes the waiter at once, and is handed over without reading it back;
+        one put by another worker is found by polling the store. A process with workers
+        most likely runs the event itself, so it polls every 0.1 s (polling sooner would
+        take CPU from the very turn it waits for: a store read each time); a process that
+        only submits starts at 5 ms and backs off to 0.1 s."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        delay = _MARKER_POLL_MAX if self.worker else 0.005
+        waiter = self._waiters.setdefault(event_id, asyncio.Event())
+        try:
+            while True:
+                # While this process transmits the event, its marker is committed with the
+                # reply, before the surface is given it: wait for the wake at the end of
+                # transmit, so the waiter never returns ahead of the delivery.
+                if event_id not in self.transmitting:
+                    marker = self._put.pop(event_id, None) or await self._store.get_marker(
+                        agent_id, event_id, self._clock.now()
+                    )
+                    if marker is not None:
+                        return marker
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError(f"no completion for event {event_id} within {timeout:.0f}s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter.wait(), min(delay, remaining))
+                delay = min(delay * 2, _MARKER_POLL_MAX)
+        finally:
+            self._waiters.pop(event_id, None)
+            self._put.pop(event_id, None)
+
+    def put(self, marker: CompletionMarker) -> None:
+        """A marker is stored (committed): a waiter in this process may take it as is."""
+        if marker.event_id in self._waiters:
+            self._put[marker.event_id] = marker
+
+    def wake(self, event_id: str) -> None:
+        waiter = self._waiters.get(event_id)
+        if waiter is not None:
+            waiter.set()
+
+
+class Intake:
+    """Where events enter: validated, persisted, then their activation enqueued (dedup by
+    event id). The dispatchers are chosen when the runtime starts: the worker's (or the
+    client's, in a process that only submits), and a client's for submits from inside a
+    durable step (the scheduler's: a step may not start workflows itself)."""
+
+    def __init__(self, store: Store, settings: Settings, cache: EventMemory) -> None:
+        self._store = store
+        self._settings = settings
+        self._agents = {agent.id for agent in settings.agents}
+        self._cache = cache
+        self._dispatcher: Dispatcher | None = None
+        self._from_step: Dispatcher | None = None
+        self._activation: Callable[..., Any] | None = None
+
+    def open(self, dispatcher: Dispatcher, activation: Callable[..., Any]) -> None:
+        self._dispatcher, self._activation = dispatcher, activation
+
+    def open_for_steps(self, dispatcher: Dispatcher) -> None:
+        self._from_step = dispatcher
+
+    def close(self) -> None:
+        for dispatcher in {id(d): d for d in (self._dispatcher, self._from_step) if d is not None}.values():
+            if isinstance(dispatcher, ClientDispatcher):
+                dispatcher.close()
+        self._dispatcher = self._from_step = self._activation = None
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        if self._dispatcher is None:
+            raise RuntimeError("the runtime is not started")
+        return self._dispatcher
+
+    def validate_text(self, text: str | bytes) -> str:
+        """Reject what must not enter the pipeline; nothing is stored for rejected input."""
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"message is not valid UTF-8 (bad byte at position {exc.start})") from exc
+        limit = self._settings.conversation.max_message_chars
+        if len(text) > limit:
+            raise InputError(
+                f"message is {len(text)} characters long; the limit is {limit} "
+                "([conversation] max_message_chars)"
+            )
+        if "\x00" in text:
+            raise InputError("message contains a NUL character")
+        if not text.strip():
+            raise InputError("message is empty")
+        return text
+
+    async def submit(self, event: Event, *, from_step: bool = False) -> str:
+        """Persist the event, then enqueue its activation (dedup by event id). From inside a
+        durable step (the scheduler's), the enqueue goes through a DBOS client: a step may
+        not start workflows itself, and the event id keeps it exactly-once either way."""
+        parse_id(event.id, what="event id")
+        if event.agent_id not in self._agents:
+            raise InputError(f"unknown agent id {event.agent_id!r}")
+        self.validate_text(event.text)
+        await self._store.save_event(event)
+        if not from_step:  # the activation will most likely run here: it need not read it back
+            self._cache.remember(event)
+        await self.enqueue_activation(event.agent_id, event.id, from_step=from_step)
+        return event.id
+
+    async def enqueue_activation(self, agent_id: str, event_id: str, *, from_step: bool = False) -> None:
+        dispatcher = (self._from_step if from_step else None) or self.dispatcher
+        if self._activation is None:
+            raise RuntimeError("the runtime is not started")
+        await dispatcher.enqueue_once(
+            EVENTS_QUEUE, self._activation, event_id, agent_id, event_id, partition_key=agent_id
+        )
+        if dispatcher is not self.dispatcher:  # through a client: wake this process's worker too
+            self.dispatcher.wake(EVENTS_QUEUE)
+
+    async def busy(self, agent_id: str) -> bool:
+        return await self.dispatcher.busy(agent_id)

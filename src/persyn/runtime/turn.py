@@ -1,0 +1,107 @@
+"""What the activation's durable steps hand each other (SPEC §4): frozen models only.
+
+Each step returns one of these; `runtime.durable.durable_step` dumps it to JSON inside the
+step (that JSON is the DBOS checkpoint) and validates it back outside, so the workflow body
+reads typed fields and a checkpoint never depends on a Python class. The field names are the
+keys the step protocol has always checkpointed (`STEP_PROTOCOL_VERSION` 1), so a checkpoint
+written by an older build of the same protocol validates here.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from persyn.cognition.deliberation import CritiqueOutcome, Decision
+from persyn.cognition.pipeline import Prepared, Reply, TurnSetup
+from persyn.gateway.base import ToolCall
+from persyn.store.base import Conversation
+from persyn.tools.breaker import BreakerTrip
+
+__all__ = [
+    "ClosedRun",
+    "Deferred",
+    "Draft",
+    "Received",
+    "RoundTrip",
+    "ToolUse",
+    "TransmitRequest",
+    "TransmitResult",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ToolUse(_Frozen):
+    """A tool the turn used and how the call ended, for the deliberation trace."""
+
+    name: str
+    status: str
+
+
+class Draft(_Frozen):
+    """The candidate reply with the prompt it came from. `budget` is why nothing was
+    generated (the channel's reply budget is used); `tools` and `trips` are what the tool
+    loop did on the way to `reply` (SPEC §4.6)."""
+
+    reply: Reply
+    prepared: Prepared | None
+    budget: str | None = None
+    tools: tuple[ToolUse, ...] = ()
+    trips: tuple[BreakerTrip, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return self.reply.text or ""
+
+
+class Received(_Frozen):
+    """The receive step: the turn's setup and, when the message was for the agent, the draft
+    (None: overheard traffic or a heartbeat, which decide before drafting)."""
+
+    setup: TurnSetup
+    draft: Draft | None = None
+
+
+class RoundTrip(_Frozen):
+    """One more model round-trip of the tool loop; `failure` ends the loop with what was
+    said so far."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    failure: str | None = None
+    usage_id: str | None = None
+
+
+class TransmitRequest(_Frozen):
+    """What transmit acts on: the draft (if any), the final text, the decision and what the
+    critics said (SPEC §4 step 7)."""
+
+    draft: Draft | None = None
+    text: str | None = None
+    decision: Decision | None = None
+    critiques: tuple[CritiqueOutcome, ...] = ()
+
+
+class TransmitResult(_Frozen):
+    """How the activation ended: said (where, as which message) or not, and why."""
+
+    transmitted: bool
+    action: str | None = None
+    text: str | None = None
+    message_id: str | None = None
+    reason: str | None = None
+
+
+class ClosedRun(_Frozen):
+    """The conversation a self-initiated run closed (its close hooks are enqueued next)."""
+
+    conversation: Conversation
+
+
+class Deferred(_Frozen):
+    """The deferred deliberation's input: the turn and the draft that was already sent."""
+
+    setup: TurnSetup
+    draft: Draft

@@ -1,0 +1,135 @@
+"""Typed steps checkpoint plain JSON: what DBOS stores for a finished activation is JSON that
+validates as the step protocol's models, under the declared application version."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dbos import DBOS
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo
+
+from persyn.cognition.deliberation import Critique, CritiqueOutcome, Decision, Objection
+from persyn.core.clock import ManualClock
+from persyn.core.config import AgentConfig, load_settings
+from persyn.core.events import Event, Notice, Outbound, Speaker
+from persyn.core.ids import new_id
+from persyn.runtime import _dbos_instance
+from persyn.runtime.compose import build_runtime
+from persyn.runtime.dispatch import WORKFLOWS_CLASS, WORKFLOWS_INSTANCE
+from persyn.runtime.durable import APPLICATION_VERSION, step_output_types
+from persyn.runtime.turn import Received, TransmitResult
+from persyn.testing.models import DoubleReply, registered_double
+
+START = datetime(2026, 11, 30, 9, tzinfo=UTC)
+DRAFT = "Honestly, I think the moon is made of cheese and that is why it looks so pale at night."
+REFINED = "The moon is not cheese at all: it is rock and dust, and it looks pale at night because it reflects the light of the sun."
+
+
+def _mind(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
+    if task == "respond":
+        return DoubleReply(text=DRAFT)
+    if task == "critique":
+        return Critique(
+            objections=[
+                Objection(kind="false-premise", span="the moon is made of cheese", explanation="rock")
+            ]
+        )
+    if task == "refine":
+        return REFINED
+    if task == "decide":
+        return Decision(action="speak", reason="it answers what was asked")
+    return DoubleReply(text="ok")
+
+
+class _Channel:
+    service = "test"
+
+    def __init__(self) -> None:
+        self.delivered: list[Outbound] = []
+
+    async def deliver(self, outbound: Outbound) -> None:
+        self.delivered.append(outbound)
+
+    async def notice(self, event: Event, notice: Notice) -> None:
+        pass
+
+    def sink_for(self, event: Event) -> None:
+        return None
+
+
+def _is_plain_json(value: Any) -> bool:
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list):
+        return all(_is_plain_json(v) for v in value)  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain_json(v) for k, v in value.items())  # pyright: ignore[reportUnknownVariableType]
+    return False
+
+
+async def test_a_finished_activation_checkpoints_json_that_validates_as_the_step_models(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "persyn.toml").write_text(
+        '[models]\ndefault = "test:steps"\n[metering]\nevent_log = false\n[deliberation]\nmode = "inline"\n'
+    )
+    settings = load_settings(home, environ={})
+    agent = AgentConfig(name="Ada", id=new_id(START))
+    settings = settings.model_copy(update={"agents": [agent]})
+    with registered_double("steps", _mind):
+        runtime = build_runtime(settings, clock=ManualClock(START), channels={"test": _Channel()})
+        async with runtime:
+            event = Event(
+                id=new_id(START),
+                agent_id=agent.id,
+                service="test",
+                channel="room",
+                speaker=Speaker(service="test", channel="room", speaker_id="sam", display_name="Sam"),
+                text="Why is the moon so pale?",
+                received_at=START,
+            )
+            await runtime.submit(event)
+            marker = await runtime.wait_marker(agent.id, event.id, timeout=60)
+            assert marker.text == REFINED
+            steps = await DBOS.list_workflow_steps_async(event.id)
+            status = await DBOS.get_workflow_status_async(event.id)
+
+    assert status is not None and status.app_version == APPLICATION_VERSION
+    assert (status.class_name, status.config_name) == (WORKFLOWS_CLASS, WORKFLOWS_INSTANCE)
+    names = [step["function_name"] for step in steps]
+    assert names == [
+        "persyn.receive_respond",
+        "persyn.critique",
+        "persyn.refine",
+        "persyn.decide",
+        "persyn.transmit",
+    ]
+    types = step_output_types()
+    outputs = {step["function_name"]: step["output"] for step in steps}
+    for name, output in outputs.items():
+        assert _is_plain_json(output), f"{name} checkpointed {output!r}"
+        assert json.loads(json.dumps(output)) == output
+        types[name].validate_python(output)
+    received = Received.model_validate(outputs["persyn.receive_respond"])
+    assert received.setup.event_id == event.id
+    assert received.draft is not None and received.draft.reply.text == DRAFT
+    critiques = [CritiqueOutcome.model_validate(c) for c in outputs["persyn.critique"] or []]
+    assert any(c.objections for c in critiques)
+    assert outputs["persyn.refine"] == REFINED
+    assert Decision.model_validate(outputs["persyn.decide"]).action == "speak"
+    sent = TransmitResult.model_validate(outputs["persyn.transmit"])
+    assert sent.transmitted and sent.text == REFINED
+
+
+def test_the_dbos_instance_registry_has_the_shape_release_instance_expects() -> None:
+    """`_dbos_instance` reaches into DBOS's registry: this notices when DBOS changes it."""
+    registry = _dbos_instance.dbos_internals._get_or_create_dbos_registry()  # pyright: ignore[reportPrivateUsage]
+    assert isinstance(registry.instance_info_map, dict)
+    assert hasattr(registry, "dbos")
+    assert hasattr(_dbos_instance.dbos_internals, "_dbos_global_instance")
