@@ -28,6 +28,7 @@ from persyn.store.graph_rows import (
     RelationFact,
     Subgraph,
 )
+from persyn.store.outbox import OutboxStore
 
 __all__ = [
     "GLOBAL",
@@ -290,7 +291,7 @@ class ImportedMemory:
     flags: Sequence[tuple[str, str]] = ()
 
 
-class Store(ABC):
+class Store(OutboxStore, ABC):
     """What the rest of Persyn may ask of storage."""
 
     # lifecycle -----------------------------------------------------------------------

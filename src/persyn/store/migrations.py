@@ -329,6 +329,16 @@ def _add_provenance(connection: Connection, dialect_name: str) -> None:
     connection.exec_driver_sql("DROP TABLE quick_facts_v5")
 
 
+def _reserved(connection: Connection, dialect_name: str) -> None:
+    """Migration 11 belongs to the store split of issue 14, merged from another branch."""
+
+
+def _create_outbox(connection: Connection, dialect_name: str) -> None:
+    """Migration 12: the outbox (`store/outbox.py`), from the live definition (freeze it
+    here before a later migration alters that table)."""
+    schema.outbox.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
@@ -340,6 +350,8 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(8, "contact addresses and the conversation participant index", _create_directory),
     Migration(9, "reminders and goals", _create_schedule),
     Migration(10, "provenance for quick facts, goals and reminders", _add_provenance),
+    Migration(11, "reserved for the store sub-port tables (issue 14; replaced at merge)", _reserved),
+    Migration(12, "the outbox", _create_outbox),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

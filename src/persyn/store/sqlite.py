@@ -66,6 +66,7 @@ from persyn.store._sqlite_directory import (
 from persyn.store._sqlite_engine import create_sqlite_engine
 from persyn.store._sqlite_graph import SQLiteGraph, replace_graph_participant
 from persyn.store._sqlite_memory import SQLiteMemory, replace_record_participant
+from persyn.store._sqlite_outbox import SQLiteOutbox
 from persyn.store._sqlite_schedule import SQLiteSchedule
 from persyn.store.base import (
     GLOBAL,
@@ -115,7 +116,7 @@ T = TypeVar("T")
 _messages_fts = table("messages_fts", column("rowid", Integer))
 
 
-class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, Store):
+class SQLiteStore(SQLiteMemory, SQLiteDirectory, SQLiteGraph, SQLiteSchedule, SQLiteOutbox, Store):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""
 
     def __init__(
