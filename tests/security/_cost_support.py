@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 
+from persyn.channels.base import Channel as ChannelPort
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Notice, Outbound, Speaker
@@ -30,7 +31,7 @@ def tool_returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
     return [p for p in last.parts if isinstance(p, ToolReturnPart)]
 
 
-class Channel:
+class Channel(ChannelPort):
     service = "test"
     interactive = False
 

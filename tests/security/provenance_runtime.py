@@ -12,6 +12,7 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo
 
+from persyn.channels.base import Channel as ChannelPort
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Notice, Outbound, Speaker
@@ -63,7 +64,7 @@ def background_reply(task: str | None) -> Any:
     return None
 
 
-class Channel:
+class Channel(ChannelPort):
     service = "test"
     interactive = False
 

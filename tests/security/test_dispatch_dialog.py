@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo
 
+from persyn.channels.base import Channel as ChannelPort
 from persyn.cognition.pipeline import arrange_turn_dialog
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, Settings, load_settings
@@ -31,7 +32,7 @@ from persyn.testing.models import minimal_instance, output_schema
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 
-class RecordingChannel:
+class RecordingChannel(ChannelPort):
     service = "test"
 
     def __init__(self) -> None:

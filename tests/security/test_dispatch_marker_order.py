@@ -14,12 +14,13 @@ from pathlib import Path
 
 from provenance_runtime import AGENT, start_runtime
 
+from persyn.channels.base import Channel as ChannelPort
 from persyn.core.events import Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable
 
 
-class HeldChannel:
+class HeldChannel(ChannelPort):
     """Delivers only when the test lets it."""
 
     service = "test"

@@ -19,6 +19,7 @@ import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
+from persyn.channels.base import Channel as ChannelPort
 from persyn.cognition.deliberation import Critique, Decision, Objection
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
@@ -135,7 +136,7 @@ class Mind:
         return Decision(action="speak", reason="it answers what was asked")
 
 
-class Channel:
+class Channel(ChannelPort):
     service = "test"
 
     def __init__(self, interactive: bool, log: list[str]) -> None:

@@ -12,6 +12,7 @@ import pytest
 from dbos import DBOS
 from pydantic_ai.exceptions import ModelHTTPError
 
+from persyn.channels.base import Channel as ChannelPort
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, Settings, load_settings
 from persyn.core.errors import InputError
@@ -26,7 +27,7 @@ from persyn.testing.meter import RecordingAdapter
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 
-class RecordingChannel:
+class RecordingChannel(ChannelPort):
     service = "test"
 
     def __init__(self, *, sink_raises: bool = False) -> None:

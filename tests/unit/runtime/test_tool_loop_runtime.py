@@ -17,6 +17,7 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo
 
+from persyn.channels.base import Channel as ChannelPort
 from persyn.cognition.reflection import SelfAssessment
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
@@ -107,7 +108,7 @@ def mind() -> Iterator[Mind]:
         yield instance
 
 
-class Channel:
+class Channel(ChannelPort):
     service = "test"
     interactive = False
 
