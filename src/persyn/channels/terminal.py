@@ -250,8 +250,9 @@ async def run_chat(
         )
         try:
             await runtime.submit(event)
-            await runtime.wait_marker(agent.id, event.id)
-            await runtime.deliver_pending(SERVICE)  # a reply another process transmitted
+            marker = await runtime.wait_marker(agent.id, event.id)
+            if marker.transmitted:  # perhaps by another process (`persyn run` took the turn)
+                await runtime.deliver_reply(agent.id, event.id)
         except (KeyboardInterrupt, asyncio.CancelledError):
             break
         except Exception as exc:  # keep the chat alive; say what went wrong

@@ -55,7 +55,7 @@ from persyn.runtime.autonomy import (
     set_run_provenance,
 )
 from persyn.runtime.memory_ops import context_window_for
-from persyn.runtime.outbox import Outbox
+from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
 from persyn.runtime.transmit import Transmitter
 from persyn.schedule import bootstrap_heartbeat
@@ -511,6 +511,23 @@ class Runtime:
     async def deliver_pending(self, service: str) -> int:
         """Deliver now what the outbox holds for `service`, written by any process."""
         return sum([await self.outbox.flush(service, agent_id) for agent_id in self.agents])
+
+    async def deliver_reply(self, agent_id: str, event_id: str, timeout: float = 5.0) -> bool:
+        """The marker says the reply to `event_id` was transmitted, perhaps by another
+        process, which writes its outbox row just after the marker: wait (bounded) for the
+        row, and deliver it here if its channel is connected here. False if no row came."""
+        key = reply_key(event_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            row = await self.store.get_outbox(agent_id, key)
+            if row is not None:
+                if row.delivered_at is None:
+                    await self.outbox.flush(row.service, agent_id)
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(_MARKER_POLL_MAX / 2)
 
     async def _run_stopped(self, event: Event) -> str | None:
         return (await self.autonomy.spent(event)).stopped

@@ -181,6 +181,21 @@ async def test_a_reply_for_a_channel_connected_nowhere_waits_for_it(runtime: Run
     assert "test" not in runtime.channels
 
 
+async def test_a_waiting_chat_is_given_a_reply_that_was_transmitted_without_it(runtime: Runtime) -> None:
+    """As when `persyn run` took the chat's turn: the marker says transmitted, the channel
+    saw nothing; `deliver_reply` shows it (live, not as missed), and only once."""
+    agent = runtime.settings.agents[0]
+    event = _event(agent, "Are you there?", START)
+    await runtime.submit(event)
+    assert (await runtime.wait_marker(agent.id, event.id, timeout=30)).transmitted
+    surface = Surface()
+    runtime.channels[surface.service] = surface  # connected after the turn, without a backlog pass
+    assert await runtime.deliver_reply(agent.id, event.id)
+    assert await runtime.deliver_reply(agent.id, event.id)
+    assert [(o.text, o.while_away) for o in surface.shown] == [("You said: Are you there?", False)]
+    assert not await runtime.deliver_reply(agent.id, new_id(START), timeout=0)  # no such reply
+
+
 async def test_transmit_keeps_a_reminder_id_and_strips_a_recalled_records(runtime: Runtime) -> None:
     surface = Surface()
     await runtime.attach_channel(surface)
