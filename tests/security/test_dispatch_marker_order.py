@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from persyn.channels.base import Channel as ChannelPort
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
 from persyn.testing import ADA, run_runtime
 
 
-class HeldChannel:
+class HeldChannel(ChannelPort):
     """Delivers only when the test lets it."""
 
     service = "test"

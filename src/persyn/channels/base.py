@@ -1,29 +1,65 @@
-"""The channel port: how the runtime hands speech, notices and live tokens to a surface."""
+"""The channel port: how the runtime hands speech, notices and live tokens to a surface.
+
+A `Channel` declares what it can do by overriding defaults, never by the runtime probing
+for attributes: `interactive` (a person waits for the reply: deliberation defers there),
+`streams_tokens` with `sink_for`, `deliberation_done`, `serves` (which agents' messages it
+shows). Everything the agent says reaches a channel through the outbox (`runtime/outbox.py`)
+and `deliver_outbound`, at least once: the base class drops a message whose outbox id it
+has already shown, so a redelivery after a crash or a racing deliverer is shown once.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from abc import ABC, abstractmethod
+from collections import OrderedDict
 
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
 
-__all__ = ["ChannelAdapter"]
+__all__ = ["Channel"]
+
+_REMEMBERED = 4096  # outbox ids remembered per channel for deduplication
 
 
-class ChannelAdapter(Protocol):
+class Channel(ABC):
     """A surface (terminal, web, chat service). Entry points must return quickly: a slow
     or broken adapter never blocks the pipeline (SPEC App. B rule 5)."""
 
     service: str
+    interactive: bool = False
+    streams_tokens: bool = False
 
+    @abstractmethod
     async def deliver(self, outbound: Outbound) -> None:
-        """The agent's transmitted speech."""
-        ...
+        """The agent's transmitted speech (`outbound.while_away`: it waited for this
+        channel to connect)."""
 
     async def notice(self, event: Event, notice: Notice) -> None:
         """Something to show that is not the agent speaking (silence, errors)."""
-        ...
+        return None
 
     def sink_for(self, event: Event) -> SinkCallable | None:
-        """A token sink for live presentation of this event's generation, if any."""
-        ...
+        """A token sink for live presentation of this event's generation (`streams_tokens`)."""
+        return None
+
+    def deliberation_done(self, event: Event, objections: int) -> None:
+        """Deferred deliberation of a reply already delivered has ended."""
+        return None
+
+    def serves(self, agent_id: str) -> bool:
+        """Whether this channel shows `agent_id`'s messages (a terminal shows one agent's)."""
+        return True
+
+    async def deliver_outbound(self, outbound: Outbound) -> bool:
+        """`deliver`, once per outbox id: False (nothing shown) for one already delivered
+        here. A failure raises, and the id is not remembered (the outbox retries it)."""
+        seen: OrderedDict[str, None] = vars(self).setdefault("_outbox_seen", OrderedDict())
+        key = outbound.outbox_id
+        if key is not None and key in seen:
+            return False
+        await self.deliver(outbound)
+        if key is not None:
+            seen[key] = None
+            if len(seen) > _REMEMBERED:
+                seen.popitem(last=False)
+        return True

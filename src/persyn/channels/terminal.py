@@ -16,13 +16,14 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from persyn.channels.base import Channel
 from persyn.cli_render import error_text, visible
 from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
 from persyn.core.events import Event, EventKind, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
-from persyn.runtime.app import Runtime
+from persyn.runtime.api import RuntimeAPI
 
 __all__ = ["TerminalChannel", "run_chat"]
 
@@ -30,7 +31,7 @@ SERVICE = "terminal"
 _HELP = "Commands: /name NEW (change how the agent calls you), /help, /quit. Ctrl-D or Ctrl-C leaves."
 
 
-class TerminalChannel:
+class TerminalChannel(Channel):
     """Adapter between the runtime and one terminal. Prints are synchronous and cheap.
 
     Streaming follows SPEC App. B: the *draft* streams as the reply takes shape; text before a
@@ -42,6 +43,7 @@ class TerminalChannel:
 
     service = SERVICE
     interactive = True  # a person is waiting: deliberation defaults to deferred here
+    streams_tokens = True
 
     def __init__(self, agent: AgentConfig, out: TextIO, *, color: bool) -> None:
         self.agent = agent
@@ -65,6 +67,10 @@ class TerminalChannel:
         if self._open_line:
             self._write("\n")
             self._open_line = False
+
+    def serves(self, agent_id: str) -> bool:
+        """One terminal talks with one agent: another agent's messages wait for its own."""
+        return agent_id == self.agent.id
 
     def sink_for(self, event: Event) -> SinkCallable | None:
         def sink(item: SinkEvent) -> None:
@@ -132,6 +138,9 @@ class TerminalChannel:
         self._clear_surface(event.id)
 
     async def deliver(self, outbound: Outbound) -> None:
+        if outbound.while_away:
+            when = f" at {outbound.sent_at.astimezone():%Y-%m-%d %H:%M}" if outbound.sent_at else ""
+            self.notice_text(f"(while you were away{when})")
         self._delivered.add(outbound.event_id)
         if len(self._delivered) > 1000:
             self._delivered.clear()
@@ -163,7 +172,7 @@ class TerminalChannel:
 
 
 async def run_chat(
-    runtime: Runtime,
+    runtime: RuntimeAPI,
     agent: AgentConfig,
     *,
     stdin: TextIO | None = None,
@@ -177,7 +186,6 @@ async def run_chat(
     source = stdin or sys.stdin
     interactive = source.isatty() and out.isatty()
     channel = TerminalChannel(agent, out, color=interactive)
-    runtime.channels[SERVICE] = channel
     login = user or _login_name()
     operator = Speaker(service=SERVICE, channel=SERVICE, speaker_id=f"operator:{login}", display_name=login)
     person_id, remembered = await runtime.resolve_speaker(agent.id, operator)
@@ -189,6 +197,7 @@ async def run_chat(
     offline = runtime.offline_notice()
     if offline:
         channel.notice_text(offline, "33")
+    await runtime.attach_channel(channel)  # what arrived while away is shown first
 
     def _read() -> str:
         if read_line is not None:
@@ -241,12 +250,15 @@ async def run_chat(
         )
         try:
             await runtime.submit(event)
-            await runtime.wait_marker(agent.id, event.id)
+            marker = await runtime.wait_marker(agent.id, event.id)
+            if marker.transmitted:  # perhaps by another process (`persyn run` took the turn)
+                await runtime.deliver_reply(agent.id, event.id)
         except (KeyboardInterrupt, asyncio.CancelledError):
             break
         except Exception as exc:  # keep the chat alive; say what went wrong
             channel.notice_text(f"error: {error_text(exc)}", "31")
             failed = True  # and exit non-zero at the end: a script piping into chat learns of it
+    runtime.detach_channel(channel)
     with contextlib.suppress(Exception):
         channel._end_line()
     if interactive:

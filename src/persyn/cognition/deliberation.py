@@ -27,7 +27,7 @@ import json
 import logging
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -460,13 +460,17 @@ def redundant_with(
     return None
 
 
-_RECORD_ID = re.compile(r"\s*\(?\b(?:ref\s+)?[0-9A-HJKMNP-TV-Z]{26}\b\)?", re.IGNORECASE)
+_RECORD_ID = re.compile(r"\s*\(?\b(?:ref\s+)?(?P<id>[0-9A-HJKMNP-TV-Z]{26})\b\)?", re.IGNORECASE)
 _BAND_TAG = re.compile(r"\[(?:strong|moderate|weak)\]\s*", re.IGNORECASE)
 
 
-def clean_for_transmit(text: str) -> str:
-    """No record ids, band tags or per-claim citations leave the agent (SPEC §4.2)."""
-    text = _RECORD_ID.sub("", text)
+def clean_for_transmit(text: str, recalled: Collection[str] = ()) -> str:
+    """No band tags, per-claim citations or ids of the records recalled for the turn leave
+    the agent (SPEC §4.2). Other ids stay: the id of a reminder the agent just set is
+    something it may tell (stripping every ULID-shaped token made that impossible)."""
+    strip = {record_id.upper() for record_id in recalled}
+    if strip:
+        text = _RECORD_ID.sub(lambda m: "" if m["id"].upper() in strip else m[0], text)
     text = _BAND_TAG.sub("", text)
     return text.strip()
 

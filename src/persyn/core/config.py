@@ -231,6 +231,10 @@ class DispatchConfig(_Strict):
     # How often the scheduler closes idle conversations, sweeps unconsolidated ones and
     # purges expired markers.
     housekeeping_seconds: float = Field(default=60.0, gt=0)
+    # How often a process with a connected channel looks for outbox rows other processes
+    # wrote for it (its own replies are delivered at once), and how long a row is kept.
+    outbox_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+    outbox_keep_days: float = Field(default=30.0, gt=0)
     # Debug knob for crash-recovery drills: sleep this long between the respond step and
     # transmit, so an operator (or a test) can kill the process in between.
     debug_transmit_delay_seconds: float = Field(default=0.0, ge=0)

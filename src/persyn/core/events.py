@@ -56,6 +56,11 @@ class Outbound(BaseModel):
     conversation_id: str
     message_id: str
     text: str
+    # Set by the outbox: its row id (the idempotency key a channel deduplicates by), when the
+    # row was written, and whether it waited for the channel to connect.
+    outbox_id: str | None = None
+    sent_at: datetime | None = None
+    while_away: bool = False
 
 
 class Notice(BaseModel):

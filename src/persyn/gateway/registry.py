@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from persyn.core.config import Secrets, Task
+from persyn.core.config import AgentConfig, Secrets, Settings, Task
 from persyn.core.errors import ModelError
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "ModelSpec",
     "Provider",
     "Tier",
+    "context_window_for",
     "parse_model_string",
 ]
 
@@ -193,3 +194,25 @@ def _bad_string(raw: str, reason: str | None = None) -> ModelError:
     why = f" ({reason})" if reason else ""
     forms = ", ".join(ACCEPTED_FORMS)
     return ModelError(f"invalid model string {raw!r}{why}; accepted forms: {forms}")
+
+
+_LOCAL_WINDOW = 4_096
+
+
+def context_window_for(settings: Settings, agent: AgentConfig) -> int:
+    """Tokens the respond model can take: `[models] context_window`, else a conservative
+    known value per provider (the local server runs with a 4096-token window)."""
+    if settings.models.context_window:
+        return settings.models.context_window
+    model = settings.model_for(agent, Task.RESPOND)
+    if model == "auto":
+        hosted = settings.secrets.anthropic_api_key or settings.secrets.openai_api_key
+        return 128_000 if hosted else _LOCAL_WINDOW
+    provider = model.split(":", 1)[0]
+    if provider == "anthropic":
+        return 200_000
+    if provider == "openai":
+        return 8_192 if "@" in model else 128_000
+    if provider == "local":
+        return _LOCAL_WINDOW
+    return 8_192

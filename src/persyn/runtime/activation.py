@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from persyn.channels.base import ChannelAdapter
+from persyn.channels.base import Channel
 from persyn.cognition import deliberation, pipeline, reflection
 from persyn.cognition.deliberation import CritiqueOutcome, Decision
 from persyn.cognition.pipeline import ContextSource, TurnSetup
@@ -100,7 +100,7 @@ async def record_deliberation(
     await store.merge_deliberation(agent_id, event_id, trace, at)
 
 
-def safe_sink(channel: ChannelAdapter | None, event: Event) -> SinkCallable | None:
+def safe_sink(channel: Channel | None, event: Event) -> SinkCallable | None:
     if channel is None:
         return None
     try:
@@ -120,7 +120,7 @@ class ActivationSteps:
         clock: Clock,
         agents: Mapping[str, AgentConfig],
         gateways: Mapping[str, ModelGateway],
-        channels: Mapping[str, ChannelAdapter],
+        channels: Mapping[str, Channel],
         context_sources: Sequence[ContextSource],
         cache: TurnCache,
         tools: ToolSteps,
@@ -148,7 +148,7 @@ class ActivationSteps:
         if config.mode != "auto":
             return config.mode
         channel = self.channels.get(service)
-        return "deferred" if getattr(channel, "interactive", False) else "inline"
+        return "deferred" if channel is not None and channel.interactive else "inline"
 
     def should_critique(self, text: str, agent_id: str | None = None) -> bool:
         config = self.settings.deliberation
@@ -292,9 +292,9 @@ class ActivationSteps:
             await pipeline.park(self.store, setup, parked, self.clock.now())
         event = await self.cache.event(agent_id, event_id)
         channel = self.channels.get(event.service)
-        if channel is not None and hasattr(channel, "deliberation_done"):
+        if channel is not None:
             with contextlib.suppress(Exception):
-                channel.deliberation_done(event, len(objections))  # type: ignore[attr-defined]
+                channel.deliberation_done(event, len(objections))
 
     # a self-initiated run (SPEC §4.7) -------------------------------------------------------
     async def assess(self, agent_id: str, event_id: str, setup: TurnSetup) -> reflection.SelfAssessment:

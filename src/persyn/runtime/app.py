@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Awaitable
@@ -24,19 +23,15 @@ from typing import Any
 from dbos import DBOS, DBOSClient, DBOSConfig, Queue
 from sqlalchemy import Engine
 
-from persyn.channels.base import ChannelAdapter
-from persyn.cognition import deliberation, pipeline
+from persyn.channels.base import Channel
+from persyn.cognition import deliberation
 from persyn.cognition.goals import GoalsSource
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
-from persyn.core.errors import ToolError
-from persyn.core.events import CompletionMarker, Event, EventKind, Notice, Outbound, Speaker
-from persyn.core.ids import new_id
-from persyn.core.records import channel_key
+from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE
-from persyn.memory.access import may_surface
 from persyn.memory.embedder import Embedder
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers
@@ -45,10 +40,8 @@ from persyn.runtime._dbos_wake import install_queue_waker
 from persyn.runtime._executor import ExecutorSlot, adopt_dead_executors, claim_executor_slot
 from persyn.runtime.activation import ActivationSteps, TurnCache, record_deliberation
 from persyn.runtime.autonomy import (
-    AUTONOMOUS_SERVICE,
     Autonomy,
     BudgetedModel,
-    run_provenance,
 )
 from persyn.runtime.conversation_jobs import ConversationHook, ConversationJobs, JobWorkflow, JobWorkflows
 from persyn.runtime.dispatch import (
@@ -62,12 +55,15 @@ from persyn.runtime.dispatch import (
 from persyn.runtime.durable import APPLICATION_VERSION
 from persyn.runtime.housekeeping import Housekeeping
 from persyn.runtime.local_models import LocalModels
+from persyn.runtime.outbox import Outbox, reply_key
+from persyn.runtime.outreach import Outreach
 from persyn.runtime.tool_steps import ToolSteps
+from persyn.runtime.transmit import Transmitter
 from persyn.runtime.turn import TransmitRequest, TransmitResult
 from persyn.runtime.workflows import AUTO_SPEAK, Workflows, scheduler_tick
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store
-from persyn.store.base import Conversation, Identity, Message, Role
+from persyn.store.base import Conversation, Identity, Message
 from persyn.usage.meter import Meter
 from persyn.usage.prometheus import PrometheusAdapter
 
@@ -75,9 +71,6 @@ __all__ = ["AUTO_SPEAK", "DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
 
 DISPLAY_NAME_PREF = "display_name"
 
-_SENT_FLAG = "sent:"  # + service:channel: what the agent initiated there lately (JSON)
-_REPLIED_FLAG = "replied:"  # + service:channel: the agent's replies there lately (JSON)
-_SENDS_FLAG = "sends:"  # + event id: the messages a run sent to contacts (JSON list of keys)
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +93,7 @@ class Runtime:
         autonomy: Autonomy,
         local_models: LocalModels,
         gateways: dict[str, ModelGateway],
-        channels: dict[str, ChannelAdapter],
+        channels: dict[str, Channel],
         context_sources: list[ContextSource],
     ) -> None:
         self.settings = settings
@@ -135,6 +128,35 @@ class Runtime:
         )
         self.housekeeping = Housekeeping(
             settings, store=self.store, clock=self.clock, agents=self.agents, jobs=self.jobs
+        )
+        self.outbox = Outbox(
+            self.store,
+            self.clock,
+            self.channels.get,
+            keep=timedelta(days=settings.dispatch.outbox_keep_days),
+        )
+        self.outreach = Outreach(
+            store=self.store,
+            settings=settings,
+            clock=self.clock,
+            agents=self.agents,
+            outbox=self.outbox,
+            event_of=self._event,
+            validate_text=self.validate_text,
+            connected=lambda service: service in self.channels,
+        )
+        self.transmitter = Transmitter(
+            store=self.store,
+            settings=settings,
+            clock=self.clock,
+            agents=self.agents,
+            channels=self.channels.get,
+            outbox=self.outbox,
+            outreach=self.outreach,
+            turn_dialog=self._turn_dialog,
+            record_deliberation=self._record_deliberation,
+            run_stopped=self._run_stopped,
+            marker_put=self._marker_put,
         )
         self._worker: WorkerDispatcher | None = None
 
@@ -172,6 +194,11 @@ class Runtime:
         for agent in self.agents.values():
             await self.store.ensure_agent(agent.id, agent.name, self.clock.now())
         await self.local_models.start(self.agents.values())
+        self._spawn(
+            self.outbox.run(
+                lambda: list(self.channels), list(self.agents), self.settings.dispatch.outbox_poll_seconds
+            )
+        )
         for agent in self.agents.values():
             self.gateways[agent.id] = ModelGateway(
                 self.settings,
@@ -357,6 +384,41 @@ class Runtime:
             )
         return OFFLINE_NOTICE
 
+    # channels (runtime/api.py: what a channel may call) ---------------------------------
+    async def attach_channel(self, channel: Channel) -> int:
+        """Connect `channel` in this process; deliver what waited for it in the outbox
+        (marked `while_away`). Returns how many messages that was."""
+        self.channels[channel.service] = channel
+        return await self.outbox.attach(channel, [a for a in self.agents if channel.serves(a)])
+
+    def detach_channel(self, channel: Channel) -> None:
+        if self.channels.get(channel.service) is channel:
+            del self.channels[channel.service]
+
+    async def deliver_pending(self, service: str) -> int:
+        """Deliver now what the outbox holds for `service`, written by any process."""
+        return sum([await self.outbox.flush(service, agent_id) for agent_id in self.agents])
+
+    async def deliver_reply(self, agent_id: str, event_id: str, timeout: float = 5.0) -> bool:
+        """The marker says the reply to `event_id` was transmitted, perhaps by another
+        process, which writes its outbox row just after the marker: wait (bounded) for the
+        row, and deliver it here if its channel is connected here. False if no row came."""
+        key = reply_key(event_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            row = await self.store.get_outbox(agent_id, key)
+            if row is not None:
+                if row.delivered_at is None:
+                    await self.outbox.flush(row.service, agent_id)
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.05)  # the row follows the marker within milliseconds
+
+    async def _run_stopped(self, event: Event) -> str | None:
+        return (await self.autonomy.spent(event)).stopped
+
     # people, for channels (which never reach into stores) -------------------------------
     async def resolve_speaker(self, agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
         """The person id behind a speaker (created on first contact) and the display name
@@ -422,23 +484,8 @@ class Runtime:
         await record_deliberation(self.store, agent_id, event_id, trace, self.clock.now())
 
     async def _gate(self, setup: TurnSetup, text: str) -> deliberation.Decision | None:
-        """Hard gates before anything is sent: silence instead, with the reason, or None."""
-        if not deliberation.clean_for_transmit(text):
-            return deliberation.Decision(action="silent", reason="nothing was left to say")
-        if not deliberation.may_be_redundant(text):
-            return None
-        dialog = await self._turn_dialog(setup)
-        echo = deliberation.redundant_with(
-            text,
-            dialog,
-            self.settings.deliberation.redundancy_threshold,
-            asker=setup.person_id if setup.addressed else None,
-        )
-        if echo is not None:
-            return deliberation.Decision(
-                action="silent", reason=f"{echo.speaker_name} already said what I would have said"
-            )
-        return None
+        """Hard gates before anything is sent (`Transmitter.gate`)."""
+        return await self.transmitter.gate(setup, text)
 
     async def transmit(
         self, agent_id: str, event_id: str, setup: TurnSetup, outcome: TransmitRequest
@@ -460,111 +507,7 @@ class Runtime:
     ) -> TransmitResult:
         event = await self._event(agent_id, event_id)
         self._events.pop(event_id, None)  # the last step that needs it
-        now = self.clock.now()
-        ttl = timedelta(seconds=self.settings.dispatch.marker_ttl_seconds)
-        channel = self.channels.get(event.service)
-        draft = outcome.draft
-        decision = outcome.decision
-
-        async def unsent(reason: str, level: str) -> TransmitResult:
-            marker = CompletionMarker(
-                event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
-            )
-            await self.store.put_marker(agent_id, marker)
-            self._marker_put(marker)
-            await _safe_notice(channel, event, Notice(level=level, text=reason))
-            return TransmitResult(transmitted=False, reason=reason)
-
-        if setup.kind != "message":  # a self-initiated run the autonomy budget stopped says so
-            stopped = (await self.autonomy.spent(event)).stopped
-            if stopped is not None:
-                return await unsent(stopped, "info")
-        if draft is not None and draft.budget:  # the channel's reply budget is used
-            skipped = deliberation.Decision(action="silent", reason=draft.budget)
-            await self._record_deliberation(
-                agent_id, event_id, {"mode": setup.mode, "decision": skipped.model_dump(mode="json")}
-            )
-            return await unsent(draft.budget, "info")
-        if draft is not None and draft.reply.text is None:
-            return await unsent(f"I could not produce a reply: {draft.reply.failure}", "error")
-        if decision is not None and decision.action in ("speak", "redirect"):
-            decision = await self._gate(setup, outcome.text or "") or decision
-        critiques = [c.model_dump(mode="json") for c in outcome.critiques]
-        used = [u.model_dump(mode="json") for u in draft.tools] if draft is not None else []
-        trips = [t.model_dump(mode="json") for t in draft.trips] if draft is not None else []
-        if critiques or used or (decision is not None and decision.reason != AUTO_SPEAK):
-            trace: dict[str, Any] = {"mode": setup.mode, "critiques": critiques}
-            if used:
-                trace["tools"] = used
-            if trips:  # a loop breaker stopped the tool loop: recorded (SPEC §4.6)
-                trace["trips"] = trips
-            if decision is not None:
-                trace["decision"] = decision.model_dump(mode="json")
-            await self._record_deliberation(agent_id, event_id, trace)
-        if decision is None or decision.action == "silent":
-            reason = decision.reason if decision is not None else "no decision"
-            return await unsent(f"{self.agents[agent_id].name} chose silence: {reason}", "info")
-        text = deliberation.clean_for_transmit(outcome.text or "")
-        reason: str | None = None
-        target = channel
-        service, channel_name = event.service, event.channel
-        if decision.action == "decline":
-            text = (
-                deliberation.clean_for_transmit(decision.message or "")
-                or f"I'd rather not. {decision.reason}"
-            )
-            reason = f"declined: {decision.reason}"
-        elif decision.action == "redirect":
-            service, _, channel_name = (decision.redirect_to or "").partition(":")
-            target = self.channels.get(service)
-            if target is None or not channel_name:
-                target, service, channel_name = channel, event.service, event.channel
-                reason = f"wanted to redirect to {decision.redirect_to!r}, which is not available here"
-            else:
-                reason = f"redirected to {decision.redirect_to}: {decision.reason}"
-        agent = self.agents[agent_id]
-
-        made: list[CompletionMarker] = []
-
-        def marker(message: Message) -> CompletionMarker:
-            made.append(
-                CompletionMarker(
-                    event_id=event_id,
-                    transmitted=True,
-                    text=message.text,
-                    reason=reason,
-                    created_at=now,
-                    expires_at=now + ttl,
-                )
-            )
-            return made[-1]
-
-        # The reply and its marker in one transaction.
-        message = await pipeline.record_reply(self.store, agent.name, setup, text, now, marker)
-        await self._spend_reply_budget(agent_id, event_id, service, channel_name, message.text, now)
-        if made:
-            self._marker_put(made[-1])
-        outbound = Outbound(
-            event_id=event_id,
-            agent_id=agent_id,
-            service=service,
-            channel=channel_name,
-            conversation_id=setup.conversation_id,
-            message_id=message.id,
-            text=message.text,
-        )
-        if draft is not None and draft.prepared is not None:
-            await pipeline.clear_woven(self.store, agent_id, draft.prepared.woven)
-        if target is not None:
-            try:
-                await target.deliver(outbound)
-            except Exception as exc:  # the reply is stored and marked; the surface failed
-                log.warning("channel %s failed to deliver: %s", service, exc)
-        if target is not channel and channel is not None:
-            await _safe_notice(channel, event, Notice(level="info", text=reason or "answered elsewhere"))
-        return TransmitResult(
-            transmitted=True, action=decision.action, text=message.text, message_id=message.id, reason=reason
-        )
+        return await self.transmitter.transmit(event, setup, outcome)
 
     # autonomy (SPEC §4.7) ---------------------------------------------------------------
     async def _start_autonomy(self) -> None:
@@ -599,163 +542,34 @@ class Runtime:
         *,
         call_key: str | None = None,
     ) -> str:
-        """The agent initiates (SPEC §4.5): the message is stored as said by the agent in a
-        conversation with the person on that channel, then delivered if that channel runs in
-        this process (otherwise it waits in the dialog for the channel to show it).
-        `call_key` is the tool call's (`run_tool`): a send under a key already counted is the
-        same call run again; without one, every send counts."""
-        text = self.validate_text(text)
-        now = self.clock.now()
-        await self._check_outreach_audience(agent_id, event_id, person_id, service, channel)
-        await self._count_outreach(agent_id, event_id, call_key)
-        await self._spend_channel_budget(agent_id, service, channel, text, now)
-        conversation = await self.store.open_conversation(
-            agent_id, service, channel, [person_id], now, self.settings.conversation.idle_timeout_minutes * 60
+        """The agent initiates (SPEC §4.5): `Outreach.send_to_contact`."""
+        return await self.outreach.send_to_contact(
+            agent_id, event_id, person_id, service, channel, text, call_key=call_key
         )
-        message = Message(
-            id=new_id(now),
-            agent_id=agent_id,
-            conversation_id=conversation.id,
-            role=Role.AGENT,
-            person_id=None,
-            speaker_name=self.agents[agent_id].name,
-            text=text,
-            created_at=now,
-            event_id=None,
-        )
-        await self.store.add_message(message)
-        target = self.channels.get(service)
-        if target is None:
-            return f"stored in my conversation with them on {service}:{channel} (that channel is not connected here)"
-        outbound = Outbound(
-            event_id=event_id,
-            agent_id=agent_id,
-            service=service,
-            channel=channel,
-            conversation_id=conversation.id,
-            message_id=message.id,
-            text=text,
-        )
-        try:
-            await target.deliver(outbound)
-        except Exception as exc:
-            return f"stored, but {service} failed to deliver it: {exc}"
-        return f"delivered on {service}:{channel}"
 
     async def _check_outreach_audience(
         self, agent_id: str, event_id: str, person_id: str, service: str, channel: str
     ) -> None:
-        """A self-initiated run (a beat, a reminder) tells someone only what may surface in
-        front of them there: its provenance is the meet of everything it read
-        (`autonomy.narrow_run`), so a beat that reviewed Ann's private memories may write to
-        Ann on her channel, never to Bob. A conversation turn relays on behalf of the people
-        present, who see what it read; it is not gated here."""
-        event = await self._event(agent_id, event_id)
-        if event.kind is EventKind.MESSAGE:
-            return
-        home = channel_key(event.service, event.channel)
-        provenance = await run_provenance(self.store, agent_id, event_id, home)
-        target = channel_key(service, channel)
-        if not may_surface(
-            provenance, target, (person_id,), self.settings.memory.channel_groups, agent_id=agent_id
-        ):
-            raise ToolError(
-                f"not sent: this run read things that may not be told to this person on {target} "
-                f"(they formed on {provenance.channel or 'no channel'}, {provenance.sensitivity.value}); "
-                "write to someone they may reach, or leave it"
-            )
+        await self.outreach.check_audience(agent_id, event_id, person_id, service, channel)
 
     async def messages_sent(self, agent_id: str, event_id: str) -> int:
-        """How many messages the run of `event_id` has sent to contacts: every send past the
-        cap, including one the channel budget or the channel then refused."""
-        return len(_sends(await self.store.get_flag(agent_id, _SENDS_FLAG + event_id)))
+        return await self.outreach.messages_sent(agent_id, event_id)
 
     async def _count_outreach(self, agent_id: str, event_id: str, call_key: str | None) -> None:
-        """`[autonomy] max_messages_per_run` over the whole run, atomically in the store (the
-        tool registry is rebuilt for every call: a counter there restarted each time, and one
-        turn sent 16 messages to 8 contacts). A send is keyed by the tool call that makes it,
-        so a tool-call step re-run after a crash counts once and two calls count twice,
-        whatever they say (a key of what is sent let texts differing only in spaces pass as
-        re-runs: 48 messages under a cap of 2). Refused sends raise ToolError, which the
-        model reads."""
-        limit = self.settings.autonomy.max_messages_per_run
-        key = call_key or new_id(self.clock.now())  # no durable step to re-run: a send of its own
-
-        def count(raw: str | None) -> str | None:
-            sends = _sends(raw)
-            if key in sends:
-                return raw  # this very call, again (a re-run step): already counted
-            if len(sends) >= limit:
-                raise ToolError(
-                    f"message cap reached: you have already sent {len(sends)} messages this turn (the "
-                    f"most allowed is {limit}); this one was not sent"
-                )
-            return json.dumps([*sends, key])
-
-        await self.store.update_flag(agent_id, _SENDS_FLAG + event_id, count)
+        await self.outreach.count_outreach(agent_id, event_id, call_key)
 
     async def _spend_channel_budget(
         self, agent_id: str, service: str, channel: str, text: str, now: Any
     ) -> None:
-        """A rolling 24-hour budget of what the agent initiates per channel (SPEC §4.5): the
-        first defence against an agent that keeps writing. Refused sends raise ToolError,
-        which the model reads."""
-        limit = self.settings.autonomy.channel_message_tokens
-        cost = max(1, len(text) // 4)
-        key = f"{_SENT_FLAG}{service}:{channel}"
-
-        def spend(raw: str | None) -> str | None:
-            try:
-                spent = [(str(at), int(n)) for at, n in json.loads(raw or "[]")]
-            except (ValueError, TypeError):
-                spent = []
-            since = (now - timedelta(hours=24)).isoformat()
-            spent = [(at, n) for at, n in spent if at > since]
-            used = sum(n for _, n in spent)
-            if used + cost > limit:
-                raise ToolError(
-                    f"not sent: I have initiated {used} of my {limit} tokens on {service}:{channel} in the "
-                    "last 24 hours; this would exceed it. Wait, or say less."
-                )
-            return json.dumps([*spent, (now.isoformat(), cost)])
-
-        await self.store.update_flag(agent_id, key, spend)
+        await self.outreach.spend_channel_budget(agent_id, service, channel, text, now)
 
     async def _reply_budget_spent(self, setup: TurnSetup) -> str | None:
-        """Why the channel gets no generated reply now, or None: its rolling 24-hour budget of
-        reply tokens (`[autonomy] channel_reply_tokens`, SPEC §4.5) is used — the primary
-        defence against two agents talking forever. Self-initiated runs on the agent's own
-        surface (no one reads it) have the autonomy budget instead."""
-        if setup.service == AUTONOMOUS_SERVICE:
-            return None
-        limit = self.settings.autonomy.channel_reply_tokens
-        key = f"{_REPLIED_FLAG}{setup.service}:{setup.channel}"
-        since = (self.clock.now() - timedelta(hours=24)).isoformat()
-        used = sum(n for at, n, _ in _replies(await self.store.get_flag(setup.agent_id, key)) if at > since)
-        if used < limit:
-            return None
-        reason = (
-            f"no reply: the reply budget of {limit} tokens per 24 hours on {setup.service}:{setup.channel} "
-            f"is used ({used}); replies resume as the window moves on"
-        )
-        log.warning("agent %s: %s", setup.agent_id, reason)  # the operator's notice
-        return reason
+        return await self.outreach.reply_budget_spent(setup)
 
     async def _spend_reply_budget(
         self, agent_id: str, event_id: str, service: str, channel: str, text: str, now: Any
     ) -> None:
-        """Count a transmitted reply against its channel's reply budget, once per event (a
-        re-run transmit step counts it once)."""
-        cost = max(1, len(text) // 4)
-        since = (now - timedelta(hours=24)).isoformat()
-
-        def spend(raw: str | None) -> str:
-            spent = [entry for entry in _replies(raw) if entry[0] > since]
-            if any(entry[2] == event_id for entry in spent):
-                return json.dumps(spent)
-            return json.dumps([*spent, (now.isoformat(), cost, event_id)])
-
-        await self.store.update_flag(agent_id, f"{_REPLIED_FLAG}{service}:{channel}", spend)
+        await self.outreach.spend_reply_budget(agent_id, event_id, service, channel, text, now)
 
     # conversations (runtime/conversation_jobs.py, runtime/housekeeping.py): delegated -----
     async def _enqueue_background(
@@ -808,22 +622,6 @@ class Runtime:
         await self.housekeeping.run()
 
 
-def _replies(raw: str | None) -> list[tuple[str, int, str]]:
-    """A channel's reply-budget entries: (when, tokens, event id)."""
-    try:
-        return [(str(at), int(n), str(event_id)) for at, n, event_id in json.loads(raw or "[]")]
-    except (ValueError, TypeError):
-        return []
-
-
-def _sends(raw: str | None) -> list[str]:
-    try:
-        value = json.loads(raw or "[]")
-    except ValueError:
-        return []
-    return [str(key) for key in value] if isinstance(value, list) else []
-
-
 async def _drain_workflows(timeout: float) -> None:
     """Wait (bounded) for the async DBOS workflows running on this loop to return."""
     current = asyncio.current_task()
@@ -836,17 +634,10 @@ async def _drain_workflows(timeout: float) -> None:
         await asyncio.wait(running, timeout=timeout)
 
 
-def _safe_sink_for(channel: ChannelAdapter | None, event: Event) -> Any:
+def _safe_sink_for(channel: Channel | None, event: Event) -> Any:
     if channel is None:
         return None
     try:
         return channel.sink_for(event)
     except Exception:
         return None
-
-
-async def _safe_notice(channel: ChannelAdapter | None, event: Event, notice: Notice) -> None:
-    if channel is None:
-        return
-    with contextlib.suppress(Exception):
-        await channel.notice(event, notice)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from persyn.channels.base import ChannelAdapter
+from persyn.channels.base import Channel
 from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import Settings
@@ -37,7 +37,7 @@ def build_runtime(
     *,
     clock: Clock | None = None,
     store: Store | None = None,
-    channels: Mapping[str, ChannelAdapter] | None = None,
+    channels: Mapping[str, Channel] | None = None,
     meter_adapters: Iterable[MeterAdapter] = (),
 ) -> Runtime:
     """A runtime for `settings`: the store at `database_url` unless one is given, the system
@@ -55,7 +55,7 @@ def build_runtime(
     adapters.extend(meter_adapters)
     agents = {agent.id: agent for agent in settings.agents}
     gateways: dict[str, ModelGateway] = {}  # built at start, once local models run
-    connected: dict[str, ChannelAdapter] = dict(channels or {})
+    connected: dict[str, Channel] = dict(channels or {})
     sources: list[ContextSource] = []
     cache = TurnCache(store, settings)
     intake = Intake(store, settings, cache)

@@ -40,13 +40,13 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ModelError
 from persyn.core.ids import derived_id
 from persyn.gateway.gateway import ModelGateway
+from persyn.gateway.registry import context_window_for
 from persyn.graph.extract import GraphExtractor
 from persyn.memory.consolidate import IMPORTED_KIND, Consolidator, default_sensitivity
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers, Observer
 from persyn.runtime.autonomy import RUN_FLAG, run_kind, run_sensitivity
-from persyn.runtime.memory_ops import context_window_for
 from persyn.store.base import Conversation, Store
 from persyn.store.jobs import Consolidation, ConsolidationStatus
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from persyn.core.config import AgentConfig, Settings, Task
+from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError, ToolError
 from persyn.core.ids import is_id, parse_id
 from persyn.core.records import MemoryRecord, channel_key
+from persyn.gateway.registry import context_window_for
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.importer import ImportLimits, ImportReport, import_jsonl
 from persyn.memory.retrieval import RetrievalResult, Retriever
@@ -42,26 +43,6 @@ __all__ = [
 
 DEFAULT_RECALL_CHANNEL = channel_key("terminal", "terminal")
 _IMPORT_SERVICE = "import"
-_LOCAL_WINDOW = 4_096
-
-
-def context_window_for(settings: Settings, agent: AgentConfig) -> int:
-    """Tokens the respond model can take: `[models] context_window`, else a conservative
-    known value per provider (the local server runs with a 4096-token window)."""
-    if settings.models.context_window:
-        return settings.models.context_window
-    model = settings.model_for(agent, Task.RESPOND)
-    if model == "auto":
-        hosted = settings.secrets.anthropic_api_key or settings.secrets.openai_api_key
-        return 128_000 if hosted else _LOCAL_WINDOW
-    provider = model.split(":", 1)[0]
-    if provider == "anthropic":
-        return 200_000
-    if provider == "openai":
-        return 8_192 if "@" in model else 128_000
-    if provider == "local":
-        return _LOCAL_WINDOW
-    return 8_192
 
 
 @dataclass

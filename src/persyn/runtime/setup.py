@@ -77,6 +77,8 @@ extract_every_messages = 8     # observations + knowledge graph every N new mess
 queue_polling_seconds = 0.25   # how often workers look for events other processes enqueued (this one wakes them at once)
 marker_ttl_seconds = 3600      # how long completion markers live
 housekeeping_seconds = 60      # closing idle conversations, consolidation sweep, culling
+outbox_poll_seconds = 1.0      # how soon a message sent elsewhere shows in a connected channel
+outbox_keep_days = 30          # messages for a channel never connected are dropped after this
 # executor_id = "worker-1"     # DBOS executor id; give each worker sharing one database its own
 
 [memory]

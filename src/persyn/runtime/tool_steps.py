@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from persyn.channels.base import ChannelAdapter
+from persyn.channels.base import Channel
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.config import Settings, Task
 from persyn.core.errors import ModelError
@@ -37,7 +37,7 @@ class ToolSteps:
         *,
         settings: Settings,
         gateways: Mapping[str, ModelGateway],
-        channels: Mapping[str, ChannelAdapter],
+        channels: Mapping[str, Channel],
         deps: AgentToolDeps,
         event: EventLookup,
     ) -> None:

@@ -40,6 +40,10 @@ class ToolUse(_Frozen):
     status: str
 
 
+# The decision recorded when no model was needed.
+AUTO_SPEAK = "a plain answer to someone talking to me"
+
+
 class Draft(_Frozen):
     """The candidate reply with the prompt it came from. `budget` is why nothing was
     generated (the channel's reply budget is used); `tools` and `trips` are what the tool

@@ -46,6 +46,7 @@ from persyn.runtime.dispatch import (
 from persyn.runtime.durable import APPLICATION_VERSION, durable_step, step_key
 from persyn.runtime.tool_steps import ToolSteps, run_durable_tool_loop
 from persyn.runtime.turn import (
+    AUTO_SPEAK,
     ClosedRun,
     Deferred,
     Draft,
@@ -66,9 +67,6 @@ __all__ = [
     "Workflows",
     "scheduler_tick",
 ]
-
-# The decision recorded when no model was needed.
-AUTO_SPEAK = "a plain answer to someone talking to me"
 
 
 class Transmitter(Protocol):

@@ -28,6 +28,7 @@ from persyn.store.flags import FlagsPort
 from persyn.store.graph import GraphPort
 from persyn.store.jobs import JobsStore
 from persyn.store.memory import ImportedMemory, MemoryPort, Observation, ObservationChange, QuickFact
+from persyn.store.outbox import OutboxStore
 from persyn.store.rows import GLOBAL, Provenance
 from persyn.store.schedule import (
     AtTrigger,
@@ -92,6 +93,7 @@ class Store(
     SchedulePort,
     ActivityPort,
     JobsStore,
+    OutboxStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

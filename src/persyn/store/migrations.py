@@ -459,6 +459,12 @@ def _create_conversation_jobs(connection: Connection, dialect_name: str) -> None
         connection.execute(schema.flags.delete().where(flags.key.like(prefix + "%")))
 
 
+def _create_outbox(connection: Connection, dialect_name: str) -> None:
+    """Migration 12: the outbox (`store/outbox.py`), from the live definition (freeze it
+    here before a later migration alters that table)."""
+    schema.outbox.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
@@ -471,6 +477,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(9, "reminders and goals", _create_schedule),
     Migration(10, "provenance for quick facts, goals and reminders", _add_provenance),
     Migration(11, "activity runs and deliberation traces as tables", _logs_become_tables),
+    Migration(12, "the outbox", _create_outbox),
     Migration(13, "consolidation state and extraction watermarks as tables", _create_conversation_jobs),
 )
 LATEST_VERSION = MIGRATIONS[-1].number

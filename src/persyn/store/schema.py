@@ -104,6 +104,7 @@ __all__ = [
     "metadata",
     "observation_changes",
     "observations",
+    "outbox",
     "person_from_row",
     "person_preferences",
     "persons",
@@ -646,6 +647,28 @@ deliberation_traces = Table(
     Column("trace", JSON, nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     UniqueConstraint("agent_id", "event_id"),
+)
+
+# The outbox (migration 12, `store/outbox.py`): what the agent sends, written before delivery.
+# The id is the idempotency key; `delivered_at` NULL means pending. Deliverers scan one
+# agent's pending rows for one service in the order written.
+outbox = Table(
+    "outbox",
+    metadata,
+    _pk(),
+    _agent_id(),
+    Column("service", String(200), nullable=False),
+    Column("channel", String(500), nullable=False),
+    _id("conversation_id", nullable=False),
+    _id("message_id", nullable=False),
+    _id("event_id", nullable=False),
+    Column("text", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("delivered_at", UTCDateTime(), nullable=True),
+    Column("attempts", Integer, nullable=False),
+    Column("last_error", Text, nullable=True),
+    Index(None, "agent_id", "service", "delivered_at", "created_at"),
+    Index(None, "created_at"),  # the purge
 )
 
 

@@ -55,6 +55,7 @@ from persyn.store._sqlite_flags import SQLiteFlags
 from persyn.store._sqlite_graph import SQLiteGraph
 from persyn.store._sqlite_jobs import SQLiteJobs
 from persyn.store._sqlite_memory import SQLiteMemory
+from persyn.store._sqlite_outbox import SQLiteOutbox
 from persyn.store._sqlite_persons import SQLitePersons, resolve_person_row
 from persyn.store._sqlite_schedule import SQLiteSchedule
 from persyn.store.base import Conversation, Identity, Message, Person, Store
@@ -75,6 +76,7 @@ class SQLiteStore(
     SQLiteSchedule,
     SQLiteActivity,
     SQLiteJobs,
+    SQLiteOutbox,
     Store,
 ):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""

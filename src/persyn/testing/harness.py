@@ -42,7 +42,7 @@ from typing import Any, NamedTuple, TypedDict, Unpack
 import tomlkit
 from dbos import DBOS
 
-from persyn.channels.base import ChannelAdapter
+from persyn.channels.base import Channel
 from persyn.core.clock import Clock, ManualClock
 from persyn.core.config import AgentConfig, Settings, load_settings
 from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
@@ -96,7 +96,7 @@ class Turn(NamedTuple):
     marker: CompletionMarker
 
 
-class RecordingChannel:
+class RecordingChannel(Channel):
     """The `test` surface: keeps what the runtime delivered, noticed and streamed to it.
 
     `interactive` selects the deliberation mode a surface gets (deferred when interactive);
@@ -107,6 +107,7 @@ class RecordingChannel:
     ) -> None:
         self.service = service
         self.interactive = interactive
+        self.streams_tokens = True
         self.sink_raises = sink_raises
         self.delivered: list[Outbound] = []
         self.notices: list[Notice] = []
@@ -150,7 +151,7 @@ async def run_runtime(
     config: str = "",
     agent: AgentConfig | None = None,
     clock: Clock | None = None,
-    channels: Mapping[str, ChannelAdapter] | None = None,
+    channels: Mapping[str, Channel] | None = None,
     store: Store | None = None,
     workers: bool = True,
     scheduler: bool = True,
@@ -169,9 +170,7 @@ async def run_runtime(
     else:
         settings = harness_settings(home, model=model, config=config, agent=agent)
     recording = RecordingAdapter()
-    surfaces: dict[str, ChannelAdapter] = (
-        dict(channels) if channels is not None else {"test": RecordingChannel()}
-    )
+    surfaces: dict[str, Channel] = dict(channels) if channels is not None else {"test": RecordingChannel()}
     async with _running(
         settings,
         clock=clock or ManualClock(START),
@@ -190,7 +189,7 @@ async def _running(
     *,
     clock: Clock,
     store: Store | None,
-    channels: dict[str, ChannelAdapter],
+    channels: dict[str, Channel],
     meter_adapters: list[MeterAdapter],
     workers: bool,
     scheduler: bool,

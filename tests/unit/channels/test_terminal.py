@@ -133,3 +133,18 @@ async def test_a_drafts_leading_whitespace_and_trailing_newlines_are_not_printed
         sink(SinkEvent(phase="draft", kind="delta", text=piece))
     await channel.deliver(_outbound(second, "One.\nTwo."))
     assert out.getvalue().endswith("Ada: One.\nTwo.\n")
+
+
+async def test_a_message_that_waited_is_marked_as_missed_and_shown_once_per_outbox_id() -> None:
+    out = io.StringIO()
+    channel = TerminalChannel(AGENT, out, color=False)
+    sent_at = datetime(2026, 11, 30, 14, 3, tzinfo=UTC)
+    outbound = _outbound(_event(), "Time to water the plants.").model_copy(
+        update={"outbox_id": new_id(), "sent_at": sent_at, "while_away": True}
+    )
+    assert await channel.deliver_outbound(outbound) is True
+    assert await channel.deliver_outbound(outbound) is False  # redelivered: not shown again
+    when = sent_at.astimezone().strftime("%Y-%m-%d %H:%M")
+    assert out.getvalue() == f"· (while you were away at {when})\nAda: Time to water the plants.\n"
+    assert channel.serves(AGENT.id) and not channel.serves(new_id())
+    assert channel.interactive and channel.streams_tokens

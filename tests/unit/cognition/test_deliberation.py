@@ -98,12 +98,19 @@ def test_a_repeat_of_what_another_speaker_just_said_is_redundant() -> None:
     assert deliberation.redundant_with("The Lyon train leaves at nine, platform four.", older, 0.8) is None
 
 
-def test_record_ids_and_band_tags_never_leave_the_agent() -> None:
+def test_recalled_record_ids_and_band_tags_never_leave_the_agent() -> None:
     record_id = new_id()
     text = f"I remember the lake (ref {record_id}). [weak] It was cold {record_id}."
-    cleaned = deliberation.clean_for_transmit(text)
+    cleaned = deliberation.clean_for_transmit(text, [record_id.lower()])
     assert record_id not in cleaned and "[weak]" not in cleaned
     assert cleaned == "I remember the lake. It was cold."
+
+
+def test_an_id_that_is_not_a_recalled_record_is_kept() -> None:
+    recalled, reminder_id = new_id(), new_id()
+    text = f"Done: reminder {reminder_id} is set (ref {recalled})."
+    assert deliberation.clean_for_transmit(text, [recalled]) == f"Done: reminder {reminder_id} is set."
+    assert deliberation.clean_for_transmit(f"[strong] {reminder_id}") == reminder_id
 
 
 def test_the_refine_prompt_keeps_the_turn_prompt_and_lists_each_objection() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from persyn.channels.base import Channel
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Notice, Outbound, Speaker
@@ -20,7 +21,7 @@ def _exists(path: Path) -> bool:
     return path.exists()
 
 
-class _Channel:
+class _Channel(Channel):
     service = "test"
 
     def __init__(self) -> None:

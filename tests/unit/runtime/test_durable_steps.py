@@ -12,6 +12,7 @@ from dbos import DBOS
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
+from persyn.channels.base import Channel
 from persyn.cognition.deliberation import Critique, CritiqueOutcome, Decision, Objection
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
@@ -45,7 +46,7 @@ def _mind(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> An
     return DoubleReply(text="ok")
 
 
-class _Channel:
+class _Channel(Channel):
     service = "test"
 
     def __init__(self) -> None:

@@ -668,3 +668,26 @@ async def test_migration_thirteen_moves_consolidation_and_watermark_flags_into_t
         assert [m.id for m in observe.fresh] == [said[1]]
     finally:
         await store.close()
+
+
+def test_migration_twelve_creates_the_outbox(engine: Engine) -> None:
+    assert _migrate(engine, target=11) == 11
+    assert "outbox" not in {name for name, _ in _schema_sql(engine)}
+    assert _migrate(engine, target=12) == 12
+    with engine.connect() as connection:
+        columns = [c["name"] for c in inspect(connection).get_columns("outbox")]
+    # Created from the live definition: if this fails, freeze migration 12 first.
+    assert columns == [
+        "id",
+        "agent_id",
+        "service",
+        "channel",
+        "conversation_id",
+        "message_id",
+        "event_id",
+        "text",
+        "created_at",
+        "delivered_at",
+        "attempts",
+        "last_error",
+    ]

@@ -1,0 +1,50 @@
+"""`RuntimeAPI`: everything a channel may ask of the runtime (ARCHITECTURE §2: channels
+import core and this protocol only, never the runtime's implementation).
+
+It lives here, in a module that imports nothing of the runtime (only `core` and the channel
+port it names), so `channels/` can depend on it without importing `runtime/app.py` and
+everything behind it; `Runtime` satisfies it structurally.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from persyn.channels.base import Channel
+from persyn.core.clock import Clock
+from persyn.core.events import CompletionMarker, Event, Speaker
+
+__all__ = ["RuntimeAPI"]
+
+
+class RuntimeAPI(Protocol):
+    @property
+    def clock(self) -> Clock: ...
+
+    async def attach_channel(self, channel: Channel) -> int:
+        """Connect `channel` here: from now on replies and messages for its service go to
+        it. What waited for it in the outbox is delivered first (marked `while_away`);
+        returns how many."""
+        ...
+
+    def detach_channel(self, channel: Channel) -> None: ...
+
+    async def deliver_pending(self, service: str) -> int:
+        """Deliver now what the outbox holds for `service` (written by any process)."""
+        ...
+
+    async def deliver_reply(self, agent_id: str, event_id: str, timeout: float = 5.0) -> bool:
+        """After a transmitted marker: show the reply here even if another process sent it."""
+        ...
+
+    async def resolve_speaker(self, agent_id: str, speaker: Speaker) -> tuple[str, str | None]: ...
+
+    async def remember_display_name(self, agent_id: str, person_id: str, name: str) -> None: ...
+
+    def validate_text(self, text: str | bytes) -> str: ...
+
+    def offline_notice(self) -> str | None: ...
+
+    async def submit(self, event: Event, *, from_step: bool = False) -> str: ...
+
+    async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker: ...

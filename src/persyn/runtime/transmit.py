@@ -1,0 +1,215 @@
+"""Transmit (SPEC §4 step 7): act on the decision — speak, decline in words, redirect, or stay
+silent — through the hard gates, the target, the record and the delivery.
+
+Exactly one completion marker per event, whatever happened (SPEC App. B). What is said is
+recorded in the dialog with its marker, counted against the channel's reply budget, then
+written to the outbox and delivered through it (`runtime/outbox.py`): at once when its
+channel is connected in this process, otherwise by whichever process connects it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from persyn.channels.base import Channel
+from persyn.cognition import deliberation, pipeline
+from persyn.cognition.context import recalled_ids
+from persyn.cognition.pipeline import TurnSetup
+from persyn.core.clock import Clock
+from persyn.core.config import AgentConfig, Settings
+from persyn.core.events import CompletionMarker, Event, Notice, Outbound
+from persyn.runtime.autonomy import AUTONOMOUS_SERVICE
+from persyn.runtime.outbox import Outbox, reply_key
+from persyn.runtime.outreach import Outreach
+from persyn.runtime.turn import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult
+from persyn.store import Store
+from persyn.store.base import Message
+
+__all__ = ["Transmitter"]
+
+log = logging.getLogger(__name__)
+
+TurnDialog = Callable[[TurnSetup], Awaitable[list[Message]]]
+RecordDeliberation = Callable[[str, str, dict[str, Any]], Awaitable[None]]
+RunStopped = Callable[[Event], Awaitable[str | None]]
+
+
+class Transmitter:
+    """The transmit step's work, given its collaborators: the store, settings and clock, the
+    connected channels (`channels(service)`), the outbox, the reply budget (`outreach`), the
+    turn's cached dialog, the deliberation trace, the autonomy stop of a run, and where a
+    stored marker is announced to waiters in this process."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        settings: Settings,
+        clock: Clock,
+        agents: Mapping[str, AgentConfig],
+        channels: Callable[[str], Channel | None],
+        outbox: Outbox,
+        outreach: Outreach,
+        turn_dialog: TurnDialog,
+        record_deliberation: RecordDeliberation,
+        run_stopped: RunStopped,
+        marker_put: Callable[[CompletionMarker], None],
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._clock = clock
+        self._agents = agents
+        self._channels = channels
+        self._outbox = outbox
+        self._outreach = outreach
+        self._turn_dialog = turn_dialog
+        self._record_deliberation = record_deliberation
+        self._run_stopped = run_stopped
+        self._marker_put = marker_put
+
+    async def gate(self, setup: TurnSetup, text: str) -> deliberation.Decision | None:
+        """Hard gates before anything is sent: silence instead, with the reason, or None."""
+        if not deliberation.clean_for_transmit(text):
+            return deliberation.Decision(action="silent", reason="nothing was left to say")
+        if not deliberation.may_be_redundant(text):
+            return None
+        dialog = await self._turn_dialog(setup)
+        echo = deliberation.redundant_with(
+            text,
+            dialog,
+            self._settings.deliberation.redundancy_threshold,
+            asker=setup.person_id if setup.addressed else None,
+        )
+        if echo is not None:
+            return deliberation.Decision(
+                action="silent", reason=f"{echo.speaker_name} already said what I would have said"
+            )
+        return None
+
+    async def _recalled(self, setup: TurnSetup, draft: Draft | None) -> set[str]:
+        """The records recalled for this turn (its prompt's evidence) and before it in the
+        conversation: their ids never leave the agent."""
+        ids = set(await recalled_ids(self._store, setup.agent_id, setup.conversation_id))
+        if draft is not None and draft.prepared is not None:
+            ids.update(item.record_id for item in draft.prepared.evidence_items())
+        return ids
+
+    async def transmit(self, event: Event, setup: TurnSetup, outcome: TransmitRequest) -> TransmitResult:
+        agent_id, event_id = setup.agent_id, event.id
+        now = self._clock.now()
+        ttl = timedelta(seconds=self._settings.dispatch.marker_ttl_seconds)
+        channel = self._channels(event.service)
+        draft = outcome.draft
+        decision = outcome.decision
+
+        async def unsent(reason: str, level: str) -> TransmitResult:
+            marker = CompletionMarker(
+                event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
+            )
+            await self._store.put_marker(agent_id, marker)
+            self._marker_put(marker)
+            await _safe_notice(channel, event, Notice(level=level, text=reason))
+            return TransmitResult(transmitted=False, reason=reason)
+
+        if setup.kind != "message":  # a self-initiated run the autonomy budget stopped says so
+            stopped = await self._run_stopped(event)
+            if stopped is not None:
+                return await unsent(stopped, "info")
+        if draft is not None and draft.budget:  # the channel's reply budget is used
+            skipped = deliberation.Decision(action="silent", reason=draft.budget)
+            await self._record_deliberation(
+                agent_id, event_id, {"mode": setup.mode, "decision": skipped.model_dump(mode="json")}
+            )
+            return await unsent(draft.budget, "info")
+        if draft is not None and draft.reply.text is None:
+            return await unsent(f"I could not produce a reply: {draft.reply.failure}", "error")
+        if decision is not None and decision.action in ("speak", "redirect"):
+            decision = await self.gate(setup, outcome.text or "") or decision
+        critiques = [c.model_dump(mode="json") for c in outcome.critiques]
+        used = [u.model_dump(mode="json") for u in draft.tools] if draft is not None else []
+        trips = [t.model_dump(mode="json") for t in draft.trips] if draft is not None else []
+        if critiques or used or (decision is not None and decision.reason != AUTO_SPEAK):
+            trace: dict[str, Any] = {"mode": setup.mode, "critiques": critiques}
+            if used:
+                trace["tools"] = used
+            if trips:  # a loop breaker stopped the tool loop: recorded (SPEC §4.6)
+                trace["trips"] = trips
+            if decision is not None:
+                trace["decision"] = decision.model_dump(mode="json")
+            await self._record_deliberation(agent_id, event_id, trace)
+        if decision is None or decision.action == "silent":
+            reason = decision.reason if decision is not None else "no decision"
+            return await unsent(f"{self._agents[agent_id].name} chose silence: {reason}", "info")
+        recalled = await self._recalled(setup, draft)
+        text = deliberation.clean_for_transmit(outcome.text or "", recalled)
+        reason: str | None = None
+        target = channel
+        service, channel_name = event.service, event.channel
+        if decision.action == "decline":
+            text = (
+                deliberation.clean_for_transmit(decision.message or "", recalled)
+                or f"I'd rather not. {decision.reason}"
+            )
+            reason = f"declined: {decision.reason}"
+        elif decision.action == "redirect":
+            service, _, channel_name = (decision.redirect_to or "").partition(":")
+            target = self._channels(service)
+            if target is None or not channel_name:
+                target, service, channel_name = channel, event.service, event.channel
+                reason = f"wanted to redirect to {decision.redirect_to!r}, which is not available here"
+            else:
+                reason = f"redirected to {decision.redirect_to}: {decision.reason}"
+        agent = self._agents[agent_id]
+
+        made: list[CompletionMarker] = []
+
+        def marker(message: Message) -> CompletionMarker:
+            made.append(
+                CompletionMarker(
+                    event_id=event_id,
+                    transmitted=True,
+                    text=message.text,
+                    reason=reason,
+                    created_at=now,
+                    expires_at=now + ttl,
+                )
+            )
+            return made[-1]
+
+        # The reply and its marker in one transaction.
+        message = await pipeline.record_reply(self._store, agent.name, setup, text, now, marker)
+        await self._outreach.spend_reply_budget(agent_id, event_id, service, channel_name, message.text, now)
+        if made:
+            self._marker_put(made[-1])
+        outbound = Outbound(
+            event_id=event_id,
+            agent_id=agent_id,
+            service=service,
+            channel=channel_name,
+            conversation_id=setup.conversation_id,
+            message_id=message.id,
+            text=message.text,
+        )
+        if draft is not None and draft.prepared is not None:
+            await pipeline.clear_woven(self._store, agent_id, draft.prepared.woven)
+        if service != AUTONOMOUS_SERVICE:  # the agent's own surface has no reader to deliver to
+            try:
+                await self._outbox.send(outbound, reply_key(event_id), message.created_at)
+            except Exception as exc:  # the reply is stored and marked; the delivery failed
+                log.warning("reply to %s not delivered on %s: %s", event_id, service, exc)
+        if target is not channel and channel is not None:
+            await _safe_notice(channel, event, Notice(level="info", text=reason or "answered elsewhere"))
+        return TransmitResult(
+            transmitted=True, action=decision.action, text=message.text, message_id=message.id, reason=reason
+        )
+
+
+async def _safe_notice(channel: Channel | None, event: Event, notice: Notice) -> None:
+    if channel is None:
+        return
+    with contextlib.suppress(Exception):
+        await channel.notice(event, notice)
