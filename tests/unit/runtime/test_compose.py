@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from persyn.channels.base import Channel
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
-from persyn.core.events import Event, Notice, Outbound, Speaker
+from persyn.core.events import Event, Speaker
 from persyn.core.ids import new_id
 from persyn.runtime.compose import build_runtime
 from persyn.store import open_store
+from persyn.testing import RecordingChannel
 from persyn.testing.meter import RecordingAdapter
 
 START = datetime(2026, 11, 30, 9, tzinfo=UTC)
@@ -19,22 +19,6 @@ START = datetime(2026, 11, 30, 9, tzinfo=UTC)
 
 def _exists(path: Path) -> bool:
     return path.exists()
-
-
-class _Channel(Channel):
-    service = "test"
-
-    def __init__(self) -> None:
-        self.delivered: list[Outbound] = []
-
-    async def deliver(self, outbound: Outbound) -> None:
-        self.delivered.append(outbound)
-
-    async def notice(self, event: Event, notice: Notice) -> None:
-        pass
-
-    def sink_for(self, event: Event) -> None:
-        return None
 
 
 async def test_build_runtime_uses_the_injected_store_clock_channel_and_meter(tmp_path: Path) -> None:
@@ -47,7 +31,7 @@ async def test_build_runtime_uses_the_injected_store_clock_channel_and_meter(tmp
     elsewhere = tmp_path / "injected.db"
     store = open_store(f"sqlite:///{elsewhere}")
     clock = ManualClock(START)
-    channel = _Channel()
+    channel = RecordingChannel()
     adapter = RecordingAdapter()
     runtime = build_runtime(
         settings, clock=clock, store=store, channels={"test": channel}, meter_adapters=[adapter]

@@ -5,7 +5,8 @@ until it succeeds, reported by `persyn doctor` meanwhile."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,13 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.core.clock import ManualClock
-from persyn.core.config import AgentConfig, load_settings
+from persyn.core.config import AgentConfig
 from persyn.core.ids import new_id
 from persyn.runtime.app import Runtime
-from persyn.runtime.compose import build_runtime
 from persyn.runtime.doctor import check_consolidation
 from persyn.schedule import at_trigger, set_reminder
 from persyn.store.jobs import ConsolidationStatus
+from persyn.testing import Pilot, run_runtime
 from persyn.testing.models import DoubleReply, registered_double
 
 START = datetime(2026, 11, 30, 9, tzinfo=UTC)
@@ -66,29 +67,11 @@ def mind() -> Iterator[Mind]:
         yield instance
 
 
-def _home(home: Path) -> Path:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "persyn.toml").write_text(
-        '[models]\ndefault = "test:jobs-mind"\n[metering]\nevent_log = false\n[memory]\nembedder = "test:hash"\n'
-        "[deliberation]\nenabled = false\n[graph]\nenabled = false\n"
-        "[autonomy]\nschedule = false\nheartbeat_minutes = 1440\n"
-    )
-    return home
+_CONFIG = "[deliberation]\nenabled = false\n[graph]\nenabled = false\n[autonomy]\nheartbeat_minutes = 1440\n"
 
 
-async def _runtime(home: Path) -> Runtime:
-    settings = load_settings(_home(home), environ={}).model_copy(update={"agents": [AGENT]})
-    runtime = build_runtime(settings, clock=ManualClock(START))
-    await runtime.start(workers=True)
-    return runtime
-
-
-async def _wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)
+def _runtime(tmp_path: Path) -> AbstractAsyncContextManager[Pilot]:
+    return run_runtime(tmp_path / "home", model="test:jobs-mind", agent=AGENT, config=_CONFIG)
 
 
 async def _fire_a_reminder(runtime: Runtime) -> None:
@@ -127,14 +110,14 @@ async def test_a_run_closed_by_its_workflow_then_swept_is_consolidated_once(
     between close and consolidation) and enqueues them again: the same workflow, one
     consolidation, one bill."""
     mind.held.clear()
-    runtime = await _runtime(tmp_path / "home")
-    try:
+    async with _runtime(tmp_path) as pilot:
+        runtime = pilot.runtime
         await _fire_a_reminder(runtime)
 
         async def summarising() -> bool:
             return mind.summaries == 1
 
-        await _wait_for(summarising)  # the run is over, its consolidation under way
+        await pilot.wait_for(summarising)  # the run is over, its consolidation under way
         clock = runtime.clock
         assert isinstance(clock, ManualClock)
         clock.advance(timedelta(minutes=5))
@@ -143,37 +126,34 @@ async def test_a_run_closed_by_its_workflow_then_swept_is_consolidated_once(
         async def every_run_summarising() -> bool:
             return mind.summaries == len(await _close_hook_runs())
 
-        await _wait_for(every_run_summarising)
+        await pilot.wait_for(every_run_summarising)
         mind.held.set()
 
         async def all_done() -> bool:
             runs = await _close_hook_runs()
             return bool(runs) and all(run.status == "SUCCESS" for run in runs)
 
-        await _wait_for(all_done)
+        await pilot.wait_for(all_done)
         assert len(await _close_hook_runs()) == 1
         assert mind.summaries == 1
         assert await _memories(runtime) == ["My reminder fired and I told Sam to stretch."]
         assert await runtime.sweep_unconsolidated() == 0
-    finally:
-        mind.held.set()
-        await runtime.stop()
 
 
 async def test_a_failed_consolidation_is_retried_until_it_succeeds_and_doctor_reports_it(
     tmp_path: Path, mind: Mind
 ) -> None:
     mind.failures = 2
-    runtime = await _runtime(tmp_path / "home")
-    clock = runtime.clock
-    assert isinstance(clock, ManualClock)
-    try:
+    async with _runtime(tmp_path) as pilot:
+        runtime = pilot.runtime
+        clock = runtime.clock
+        assert isinstance(clock, ManualClock)
         await _fire_a_reminder(runtime)
 
         async def closed() -> bool:
             return bool(await _reflections(runtime))
 
-        await _wait_for(closed)
+        await pilot.wait_for(closed)
         (conversation_id,) = await _reflections(runtime)
 
         async def failed(attempts: int) -> bool:
@@ -184,7 +164,7 @@ async def test_a_failed_consolidation_is_retried_until_it_succeeds_and_doctor_re
                 and state.attempts == attempts
             )
 
-        await _wait_for(lambda: failed(1))
+        await pilot.wait_for(lambda: failed(1))
         first_failure = clock.now()
         check = await check_consolidation(runtime.settings)
         assert check.ok and check.warning
@@ -196,7 +176,7 @@ async def test_a_failed_consolidation_is_retried_until_it_succeeds_and_doctor_re
         assert await runtime.sweep_unconsolidated() == 0  # not due yet
         clock.advance(timedelta(minutes=2))
         assert await runtime.sweep_unconsolidated() == 1  # the first retry: fails again
-        await _wait_for(lambda: failed(2))
+        await pilot.wait_for(lambda: failed(2))
         assert "attempt 2" in (await check_consolidation(runtime.settings)).detail
         clock.advance(timedelta(minutes=3))
         assert await runtime.sweep_unconsolidated() == 0  # backing off: 4 minutes now
@@ -207,12 +187,10 @@ async def test_a_failed_consolidation_is_retried_until_it_succeeds_and_doctor_re
             state = await runtime.store.get_consolidation(AGENT.id, conversation_id)
             return state is not None and state.status is ConsolidationStatus.DONE
 
-        await _wait_for(done)
+        await pilot.wait_for(done)
         assert await _memories(runtime) == ["My reminder fired and I told Sam to stretch."]
         assert mind.summaries == 3
         clock.advance(timedelta(hours=12))
         assert await runtime.sweep_unconsolidated() == 0
         check = await check_consolidation(runtime.settings)
         assert not check.warning and check.detail == "no conversation is waiting for a retry"
-    finally:
-        await runtime.stop()

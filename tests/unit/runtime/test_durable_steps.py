@@ -12,17 +12,17 @@ from dbos import DBOS
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
-from persyn.channels.base import Channel
 from persyn.cognition.deliberation import Critique, CritiqueOutcome, Decision, Objection
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
-from persyn.core.events import Event, Notice, Outbound, Speaker
+from persyn.core.events import Event, Speaker
 from persyn.core.ids import new_id
 from persyn.runtime import _dbos_instance
 from persyn.runtime.compose import build_runtime
 from persyn.runtime.dispatch import WORKFLOWS_CLASS, WORKFLOWS_INSTANCE
 from persyn.runtime.durable import APPLICATION_VERSION, step_output_types
 from persyn.runtime.turn import Received, TransmitResult
+from persyn.testing import RecordingChannel
 from persyn.testing.models import DoubleReply, registered_double
 
 START = datetime(2026, 11, 30, 9, tzinfo=UTC)
@@ -44,22 +44,6 @@ def _mind(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> An
     if task == "decide":
         return Decision(action="speak", reason="it answers what was asked")
     return DoubleReply(text="ok")
-
-
-class _Channel(Channel):
-    service = "test"
-
-    def __init__(self) -> None:
-        self.delivered: list[Outbound] = []
-
-    async def deliver(self, outbound: Outbound) -> None:
-        self.delivered.append(outbound)
-
-    async def notice(self, event: Event, notice: Notice) -> None:
-        pass
-
-    def sink_for(self, event: Event) -> None:
-        return None
 
 
 def _is_plain_json(value: Any) -> bool:
@@ -84,7 +68,7 @@ async def test_a_finished_activation_checkpoints_json_that_validates_as_the_step
     agent = AgentConfig(name="Ada", id=new_id(START))
     settings = settings.model_copy(update={"agents": [agent]})
     with registered_double("steps", _mind):
-        runtime = build_runtime(settings, clock=ManualClock(START), channels={"test": _Channel()})
+        runtime = build_runtime(settings, clock=ManualClock(START), channels={"test": RecordingChannel()})
         async with runtime:
             event = Event(
                 id=new_id(START),
