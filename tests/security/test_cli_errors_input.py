@@ -152,13 +152,18 @@ def test_chat_when_the_disk_fills_during_the_session(small_disk: Path) -> None:
         env=persyn.environ(PERSYN_DELIBERATION__ENABLED="false"),
     )
     assert chat.stdin is not None and chat.stdout is not None
-    chat.stdin.write(b"first\n")
-    chat.stdin.flush()
-    for line in iter(chat.stdout.readline, b""):  # the first reply: the store works
-        if b"You said: first" in line:
-            break
-    _fill(small_disk)
-    out, err = chat.communicate(b"second, with nowhere to put it\n", timeout=120)
+    with chat:  # a failure below must not leave the chat running into the next test
+        chat.stdin.write(b"first\n")
+        chat.stdin.flush()
+        for line in iter(chat.stdout.readline, b""):  # the first reply: the store works
+            if b"You said: first" in line:
+                break
+        _fill(small_disk)
+        try:
+            out, err = chat.communicate(b"second, with nowhere to put it\n", timeout=120)
+        finally:
+            if chat.poll() is None:
+                chat.kill()
     done = subprocess.CompletedProcess(chat.args, chat.returncode, out.decode(), err.decode())
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr, done.stderr

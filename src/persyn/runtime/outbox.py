@@ -141,7 +141,10 @@ class Outbox:
             except Exception as store_exc:
                 log.warning("could not record the failed delivery of %s: %s", row.id, store_exc)
             return False
-        await self._store.mark_outbox_delivered(row.agent_id, row.id, self._clock.now())
+        try:
+            await self._store.mark_outbox_delivered(row.agent_id, row.id, self._clock.now())
+        except Exception as exc:  # shown, not recorded: the row stays pending (at least once)
+            log.warning("outbox row %s was delivered but could not be marked: %s", row.id, exc)
         return True
 
     async def attach(self, channel: Channel, agent_ids: Iterable[str]) -> int:
