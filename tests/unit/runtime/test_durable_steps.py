@@ -98,6 +98,8 @@ async def test_a_finished_activation_checkpoints_json_that_validates_as_the_step
             await runtime.submit(event)
             marker = await runtime.wait_marker(agent.id, event.id, timeout=60)
             assert marker.text == REFINED
+            # The marker is written inside the transmit step, before DBOS records that step.
+            await (await DBOS.retrieve_workflow_async(event.id)).get_result()
             steps = await DBOS.list_workflow_steps_async(event.id)
             status = await DBOS.get_workflow_status_async(event.id)
 
