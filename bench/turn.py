@@ -5,7 +5,8 @@ Runs turns through the real runtime (DBOS, SQLite, gateway, meter, memory retrie
 call. Every reply is substantive, so each turn is critiqued:
 
 - inline: respond → critique (provenance + one lens, concurrently) → refine → decide → send
-- deferred: respond → decide → send; critique and refine run afterwards in the background
+- deferred: respond, with the decision on the input made beside it → send; critique and
+  refine run afterwards in the background
 
 Prints, per mode, the time from submit to the completion marker (p50/p99), the model calls
 on the critical path, and the platform overhead = that time minus the model time on the
@@ -42,7 +43,7 @@ from persyn.core.records import channel_key
 from persyn.runtime.app import Runtime
 from persyn.runtime.compose import build_runtime
 from persyn.testing import register_double
-from persyn.testing.models import DoubleReply
+from persyn.testing.models import DoubleReply, last_user_text
 
 sys.path.insert(0, str(Path(__file__).parent))
 from memory_scale import CHANNELS
@@ -50,15 +51,27 @@ from memory_scale import _records as scale_records  # pyright: ignore[reportPriv
 
 
 class _Model:
-    """Sleeps `delay` per call; records which event each call served and how long it took."""
+    """Sleeps `delay` per call; records which event each call served and when it ran."""
 
     def __init__(self) -> None:
         self.delay = 0.3
-        self.time_by_event: dict[str, list[tuple[str | None, float]]] = {}
+        # Per event: (task, start, end) of each call that returned; `started` counts every
+        # call begun, a cancelled one too (a provider may bill what it had read).
+        self.time_by_event: dict[str, list[tuple[str | None, float, float]]] = {}
+        self.started: dict[str, int] = {}
         self.critic_objects = True
 
     async def __call__(self, task: str | None, messages: Any, info: Any) -> Any:
         started = time.perf_counter()
+        # Which turn a call served, from what it was shown (background calls of an earlier
+        # turn can overlap the next one).
+        shown = (info.instructions or "") + " ".join(
+            str(getattr(part, "content", "")) for message in messages for part in message.parts
+        )
+        labels = [label for label in _TURN.findall(shown) if label in _turn_events]
+        key = _turn_events[max(labels, key=list(_turn_events).index)] if labels else None
+        if key is not None:
+            self.started[key] = self.started.get(key, 0) + 1
         await asyncio.sleep(self.delay)
         if task == "critique":
             objections = [Objection(kind="unsupported", span="surely", explanation="no grounds given")]
@@ -67,30 +80,39 @@ class _Model:
             result = Decision(action="speak", reason="it answers the question")
         elif task == "refine":
             result = DoubleReply(text="I think the garden plan could work, though I am not certain.")
+        elif "briefly" in last_user_text(messages):
+            result = DoubleReply(text="Sounds good.")
         else:
             result = DoubleReply(text="Surely the garden plan will work out well, as we discussed last week.")
-        # Which turn a call served, from what it was shown (background calls of an earlier
-        # turn can overlap the next one).
-        shown = (info.instructions or "") + " ".join(
-            str(getattr(part, "content", "")) for message in messages for part in message.parts
-        )
-        turns = _TURN.findall(shown)
-        key = _turn_events.get(max(int(t) for t in turns)) if turns else None
         if key is not None:
-            self.time_by_event.setdefault(key, []).append((task, time.perf_counter() - started))
+            self.time_by_event.setdefault(key, []).append((task, started, time.perf_counter()))
         return result
 
     def critical_path(self, event_id: str) -> float:
-        """Model seconds a turn waited for: the critics run concurrently, so only the
-        slower of them counts."""
-        calls = self.time_by_event.get(event_id, [])
-        serial = sum(seconds for task, seconds in calls if task != "critique")
-        return serial + max((seconds for task, seconds in calls if task == "critique"), default=0.0)
+        """Model seconds a turn waited for: the length of the union of its calls' intervals
+        (concurrent calls, the critics or a decision made while the draft is written, count
+        once)."""
+        total, reach = 0.0, float("-inf")
+        for _task, start, end in sorted(self.time_by_event.get(event_id, []), key=lambda c: c[1]):
+            if end > reach:
+                total += end - max(start, reach)
+                reach = end
+        return total
 
 
-_turn_events: dict[int, str] = {}
-_TURN = re.compile(r"garden plan, turn (\d+)\?")
+_turn_events: dict[str, str] = {}  # turn label -> event id, in the order the turns ran
+_TURN = re.compile(r"garden plan, turn (\w+)\?")
 _MODEL = _Model()
+
+# The kinds of turn whose model calls the second table counts (deferred mode): whether the
+# input and the reply are substantive (SPEC: only substantive replies are decided by a model).
+# No digits in these (a number is substantive); the turn label is letters.
+_KINDS = (
+    ("substantive input, substantive reply", "What will we plant in the garden plan, turn {label}?"),
+    ("substantive input, short reply", "What will we plant, briefly, in the garden plan, turn {label}?"),
+    ("plain input, short reply", "Nice, briefly: garden plan, turn {label}?"),
+    ("plain input, substantive reply", "Nice garden plan, turn {label}?"),
+)
 
 
 # Thread-name prefixes (DBOS 3.4 and ours) -> the group a thread's CPU counts to.
@@ -153,8 +175,8 @@ def _home(home: Path, mode: str) -> Path:
 
 
 async def _run(
-    home: Path, turns: int, memories: int
-) -> tuple[list[float], list[float], float, dict[str, float]]:
+    home: Path, turns: int, memories: int, kind: str | None = None
+) -> tuple[list[float], list[float], float, dict[str, float], float]:
     settings = load_settings(home, environ={})
     agent = AgentConfig(name="Ada", id=new_id())
     settings = settings.model_copy(update={"agents": [agent]})
@@ -166,6 +188,8 @@ async def _run(
     totals: list[float] = []
     overheads: list[float] = []
     calls: list[int] = []
+    started_calls: list[int] = []
+    template = dict(_KINDS).get(kind or "", "What do you think about the garden plan, turn {label}?")
     cpu = dict.fromkeys(GROUPS, 0.0)
     try:
         for index in range(turns + 2):  # the first two warm caches and the model up
@@ -176,10 +200,10 @@ async def _run(
                 service="bench",
                 channel="bench",
                 speaker=speaker,
-                text=f"What do you think about the garden plan, turn {index}?",
+                text=template.format(label=_label(index) if kind else str(index)),
                 received_at=now,
             )
-            _turn_events[index] = event.id
+            _turn_events[_label(index) if kind else str(index)] = event.id
             before = _thread_cpu()
             started = time.perf_counter()
             await runtime.submit(event)
@@ -190,6 +214,7 @@ async def _run(
             model_time = _MODEL.critical_path(event.id)
             if index >= 2:
                 calls.append(len(_MODEL.time_by_event.get(event.id, [])))
+                started_calls.append(_MODEL.started.get(event.id, 0))
                 totals.append(elapsed * 1000)
                 overheads.append((elapsed - model_time) * 1000)
                 for group in GROUPS:
@@ -198,7 +223,17 @@ async def _run(
             await asyncio.sleep(_MODEL.delay * 3 + 0.05)
     finally:
         await runtime.stop()
-    return totals, overheads, statistics.mean(calls), cpu
+    return totals, overheads, statistics.mean(calls), cpu, statistics.mean(started_calls)
+
+
+def _label(index: int) -> str:
+    """A turn label without digits (a number would make any input substantive)."""
+    label = ""
+    index += 1
+    while index:
+        index, digit = divmod(index - 1, 26)
+        label = chr(ord("a") + digit) + label
+    return label
 
 
 def main() -> None:
@@ -207,17 +242,20 @@ def main() -> None:
     )
     parser.add_argument("--turns", type=int, default=30, help="measured turns per configuration")
     parser.add_argument("--model-ms", type=float, default=300.0, help="sleep per model call")
+    parser.add_argument("--kind-turns", type=int, default=5, help="measured turns per kind of turn")
     parser.add_argument("--memories", type=int, default=10_000, help="synthetic memories in the store")
     args = parser.parse_args()
     register_double("bench-turn", _MODEL)
     rows: list[tuple[str, float, float, float, float, float, float]] = []
     cpu_rows: list[tuple[str, float, dict[str, float]]] = []
+    kind_rows: list[tuple[str, float, float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for delay in (args.model_ms / 1000, 0.0):
             _MODEL.delay = delay
             for mode in ("inline", "deferred"):
                 _MODEL.time_by_event.clear()
-                totals, overheads, calls, cpu = asyncio.run(
+                _turn_events.clear()
+                totals, overheads, calls, cpu, _started = asyncio.run(
                     _run(_home(Path(tmp) / f"{mode}-{int(delay * 1000)}", mode), args.turns, args.memories)
                 )
                 rows.append(
@@ -232,6 +270,19 @@ def main() -> None:
                     )
                 )
                 cpu_rows.append((mode, delay * 1000, cpu))
+        _MODEL.delay = args.model_ms / 1000
+        for kind, _text in _KINDS:
+            _MODEL.time_by_event.clear()
+            _turn_events.clear()
+            totals, _overheads, calls, _cpu, started = asyncio.run(
+                _run(
+                    _home(Path(tmp) / f"kind-{len(kind_rows)}", "deferred"),
+                    args.kind_turns,
+                    args.memories,
+                    kind,
+                )
+            )
+            kind_rows.append((kind, calls, started, statistics.median(totals)))
     print(f"memories: {args.memories}, turns: {args.turns} per row, every reply substantive")
     print(
         f"{'mode':>9} {'model ms':>9} {'calls':>6} {'transmit p50':>13} {'p99':>8} "
@@ -241,8 +292,9 @@ def main() -> None:
         print(f"{mode:>9} {delay:>9.0f} {calls:>6.1f} {p50:>13.1f} {p99:>8.1f} {o50:>13.1f} {o99:>8.1f}")
     print(
         "transmit: submit -> completion marker (ms); calls: model calls before it. overhead: that\n"
-        "minus the model time on the critical path (inline: respond, 2 concurrent critics, refine,\n"
-        "decide; deferred: respond, decide).\n"
+        "minus the model time on the critical path (the union of the calls' intervals: inline,\n"
+        "respond, 2 concurrent critics, refine, decide; deferred, respond with the decision on\n"
+        "the input beside it).\n"
     )
     print(f"{'mode':>9} {'model ms':>9} {'CPU':>6} " + " ".join(f"{group:>14}" for group in GROUPS))
     for mode, delay, cpu in cpu_rows:
@@ -253,7 +305,15 @@ def main() -> None:
     print(
         "CPU: mean ms per turn from submit to marker, all threads, split by thread group. DBOS's\n"
         "share (db calls + claims, plus its orchestration inside the event loop's figure) is the\n"
-        "floor `bench/dbos_floor.py` measures without Persyn."
+        "floor `bench/dbos_floor.py` measures without Persyn.\n"
+    )
+    print(f"deferred, {args.model_ms:.0f} ms model: model calls per turn by kind of turn")
+    print(f"{'turn':>38} {'calls':>6} {'begun':>6} {'transmit p50':>13}")
+    for kind, calls, started, p50 in kind_rows:
+        print(f"{kind:>38} {calls:>6.1f} {started:>6.1f} {p50:>13.1f}")
+    print(
+        "calls: model calls that returned before the marker; begun: calls started for the turn\n"
+        "(a decision cancelled when the draft came back short and plain counts here only)."
     )
 
 

@@ -109,6 +109,52 @@ def test_kill_between_respond_and_transmit_resumes_exactly_once(persyn: Persyn) 
     assert marker == [(1, "You said: Please remember the blue door.")]
 
 
+def test_kill_after_a_deferred_turns_draft_and_decision_bills_neither_again(persyn: Persyn) -> None:
+    """Deferred mode drafts and decides on the input concurrently, in one step: once that
+    step is checkpointed, a kill and a restart transmit without calling either again."""
+    deferred = {"PERSYN_DELIBERATION__MODE": "deferred"}
+    daemon = persyn.start_daemon("run", env=deferred, PERSYN_DISPATCH__DEBUG_TRANSMIT_DELAY_SECONDS="600")
+    try:
+        sent = persyn.run("send", "--no-wait", "Please remember the blue door.")
+        assert sent.returncode == 0, sent.stderr
+        event_id = sent.stdout.strip()
+        _wait_for(
+            lambda: _step_done(persyn.home, event_id, "persyn.receive_respond"), 60, "the draft and decision"
+        )
+        assert _agent_replies(persyn.home, event_id) == []
+        # Both calls were made in that step: no decision on the draft follows it.
+        _wait_for(lambda: _turn_stages(persyn.home, event_id) == ["decide", "respond"], 60, "both calls")
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(timeout=30)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+
+    restarted = persyn.start_daemon("run", env=deferred)
+    try:
+        _wait_for(lambda: len(_agent_replies(persyn.home, event_id)) > 0, 60, "the reply after restart")
+        time.sleep(1.0)  # give a duplicate transmit every chance to show up
+    finally:
+        _stop(restarted)
+
+    assert _agent_replies(persyn.home, event_id) == ["You said: Please remember the blue door."]
+    stages = _turn_stages(persyn.home, event_id)
+    assert stages == ["decide", "respond"], f"a model call was repeated or re-billed: {stages}"
+    with sqlite3.connect(persyn.home / "data" / "dbos.sqlite") as db:
+        steps = db.execute(
+            "SELECT function_name FROM operation_outputs WHERE workflow_uuid = ? ORDER BY function_id",
+            (event_id,),
+        ).fetchall()
+    names = [name for (name,) in steps]  # then the background deliberation's enqueue
+    assert names[:2] == ["persyn.receive_respond", "persyn.transmit"] and "persyn.decide" not in names
+
+
+def _turn_stages(home: Path, event_id: str) -> list[str]:
+    """The stages billed for a turn (the background critique runs under its own workflow id)."""
+    return sorted(str(u["stage"]) for u in _usage(home) if u["thread_id"] == event_id)
+
+
 def test_sigterm_keeps_accepted_events(persyn: Persyn) -> None:
     daemon = persyn.start_daemon("run")
     try:

@@ -13,7 +13,10 @@ then the objections, with the instruction to remediate each (modify, remove, ack
 keep everything unflagged. Record ids and band tags are stripped from whatever is sent.
 
 **Decide.** A structured decision with a stated reason: speak, stay silent, decline (with its
-own reasons), or redirect to another channel. Two checks need no model: a candidate that only
+own reasons), or redirect to another channel. Inline deliberation decides on the refined
+draft (`decide`). Deferred deliberation, where a person is waiting, decides on the input
+while the draft is written (`decide_on_input`, its own template): the decision then costs no
+time of its own, and a silence or a refusal still replaces the draft at transmit. Two checks need no model: a candidate that only
 repeats what another speaker just said is suppressed, and on a multi-speaker channel traffic
 that is not addressed to the agent first gets an engagement decision before any draft is
 written (so chatter costs one cheap call, not a whole turn).
@@ -54,6 +57,8 @@ __all__ = [
     "clean_for_transmit",
     "critique",
     "decide",
+    "decide_on_input",
+    "decide_on_input_prompt",
     "draw_lens",
     "engage",
     "is_substantive",
@@ -358,7 +363,12 @@ async def decide(
 ) -> Decision:
     """The model's decision; a failed decision degrades to speaking when addressed (the
     person is waiting) and to silence when overheard (nobody is)."""
-    prompt = decide_prompt(agent, dialog, candidate, addressed=addressed)
+    return await _decision(
+        gateway, decide_prompt(agent, dialog, candidate, addressed=addressed), addressed=addressed
+    )
+
+
+async def _decision(gateway: Responder, prompt: Prompt, *, addressed: bool) -> Decision:
     try:
         completion = await gateway.complete(Task.DECIDE, prompt, output=Decision)
     except ModelError as exc:
@@ -372,6 +382,33 @@ async def decide(
     if not decision.reason.strip():
         decision = decision.model_copy(update={"reason": f"I chose to {decision.action}"})
     return decision
+
+
+@cache
+def _input_brief() -> Template:
+    path = resources.files("persyn.cognition").joinpath("templates", "decide_on_input.md")
+    return Template(path.read_text("utf-8"))
+
+
+def decide_on_input_prompt(agent: AgentConfig, dialog: Sequence[Message]) -> Prompt:
+    """Whether and how to answer the dialog's last message (addressed to the agent), without
+    a draft: what `decide_on_input` asks while the reply is being written."""
+    objectives, rules = _persona_lists(agent)
+    system = _input_brief().safe_substitute(name=agent.name, objectives=objectives, rules=rules)
+    body = (
+        "The last message was addressed to you.\n"
+        f"The conversation:\n{_transcript(dialog)}\n"
+        "\nYou are writing your reply now. Do you answer it (speak), decline it, stay silent, "
+        "or redirect?"
+    )
+    return Prompt(system=system, items=(UserTurn(text=body),))
+
+
+async def decide_on_input(gateway: Responder, agent: AgentConfig, dialog: Sequence[Message]) -> Decision:
+    """The decision on an addressed input, made concurrently with the draft. A failed
+    decision degrades to speaking: the person is waiting, and the draft still passes the
+    deterministic gates."""
+    return await _decision(gateway, decide_on_input_prompt(agent, dialog), addressed=True)
 
 
 async def engage(gateway: Responder, agent: AgentConfig, dialog: Sequence[Message]) -> Decision:

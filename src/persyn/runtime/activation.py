@@ -178,6 +178,20 @@ class ActivationSteps:
             return False
         return deliberation.is_substantive(text, self.settings.deliberation.substantive_min_words)
 
+    def decides_on_input(self, setup: TurnSetup, text: str) -> bool:
+        """Whether the deferred turn decides on its input, concurrently with the draft, so the
+        decision costs no time of its own. Only where the decision would need a model anyway:
+        a message addressed to the agent in deferred mode whose input is itself substantive
+        (a substantive question mostly gets a substantive answer, which is decided on by a
+        model in any case). A short, plain input keeps the model-free path: its reply is
+        mostly short too, and if it is not, it is decided on its draft afterwards, as before.
+        Overheard traffic keeps its engagement decision before any draft."""
+        if setup.mode != "deferred" or setup.kind != "message" or not setup.addressed:
+            return False
+        if self.tiny_deliberator(setup.agent_id):
+            return False
+        return deliberation.is_substantive(text, self.settings.deliberation.substantive_min_words)
+
     # steps -----------------------------------------------------------------------------
     async def receive(self, agent_id: str, event_id: str) -> TurnSetup:
         event = await self.cache.event(agent_id, event_id)
@@ -187,7 +201,8 @@ class ActivationSteps:
 
     async def receive_and_respond(self, agent_id: str, event_id: str) -> Received:
         """`receive`, then `respond` when the message is for the agent (`draft` None
-        otherwise)."""
+        otherwise), and, when the turn decides on its input (`decides_on_input`), the
+        decision concurrently with the draft."""
         setup = await self.receive(agent_id, event_id)
         # Overheard traffic needs an engagement decision first; a heartbeat, its
         # self-assessment (its own step): no draft here for either.
@@ -196,8 +211,39 @@ class ActivationSteps:
         with usage_context.rebind(
             surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id
         ):
+            event = await self.cache.event(agent_id, event_id)
+            if not self.decides_on_input(setup, event.text) or await self._reply_budget_spent(setup):
+                return Received(setup=setup, draft=await self.respond(agent_id, event_id, setup))
+            return await self._respond_and_decide(setup)
+
+    async def _respond_and_decide(self, setup: TurnSetup) -> Received:
+        """The draft and the decision on the input, concurrently, in one step: a replay after
+        the step bills neither again. When the draft comes back short and plain while the
+        decision is still being made, the decision is cancelled: such a reply is sent on the
+        deterministic gates alone, as it always was."""
+        agent_id, event_id = setup.agent_id, setup.event_id
+        await self.cache.dialog(setup)  # one read for both (the prompt and the decision)
+        step_key = usage_context.current().step_key
+
+        async def decide() -> Decision:
+            # Its own usage-id sequence: concurrent rounds of one step must not share ids.
+            with usage_context.rebind(step_key=f"{step_key}:decide" if step_key else None):
+                return await self.decide_on_input(agent_id, event_id, setup)
+
+        deciding = asyncio.ensure_future(decide())
+        try:
             draft = await self.respond(agent_id, event_id, setup)
-        return Received(setup=setup, draft=draft)
+        except BaseException:
+            deciding.cancel()
+            raise
+        failed = draft.reply.text is None  # nothing to send: transmit records why
+        plain = not draft.reply.tool_calls and not self.needs_decision(setup, draft.text)
+        if not deciding.done() and (failed or plain):
+            deciding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await deciding
+            return Received(setup=setup, draft=draft)
+        return Received(setup=setup, draft=draft, decision=await deciding)
 
     async def engage(self, agent_id: str, event_id: str, setup: TurnSetup) -> Decision:
         over = await self._reply_budget_spent(setup)
@@ -271,6 +317,11 @@ class ActivationSteps:
         return await deliberation.decide(
             self.gateways[agent_id], self.agents[agent_id], dialog, text, addressed=setup.addressed
         )
+
+    async def decide_on_input(self, agent_id: str, event_id: str, setup: TurnSetup) -> Decision:
+        """Whether and how to answer the input, without the draft (deferred deliberation)."""
+        dialog = await self.cache.dialog(setup)
+        return await deliberation.decide_on_input(self.gateways[agent_id], self.agents[agent_id], dialog)
 
     async def park(
         self,

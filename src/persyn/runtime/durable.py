@@ -32,7 +32,9 @@ from persyn.usage.context import rebind
 
 __all__ = ["APPLICATION_VERSION", "STEP_PROTOCOL_VERSION", "durable_step", "step_key", "step_output_types"]
 
-STEP_PROTOCOL_VERSION = 1
+# 2: the deferred turn's decision is made on the input inside `persyn.receive_respond`
+# (`Received.decision`), so its workflow has no `persyn.decide` step any more.
+STEP_PROTOCOL_VERSION = 2
 APPLICATION_VERSION = f"persyn-steps-{STEP_PROTOCOL_VERSION}"
 
 S = TypeVar("S")

@@ -3,7 +3,7 @@
 Each step returns one of these; `runtime.durable.durable_step` dumps it to JSON inside the
 step (that JSON is the DBOS checkpoint) and validates it back outside, so the workflow body
 reads typed fields and a checkpoint never depends on a Python class. The field names are the
-keys the step protocol has always checkpointed (`STEP_PROTOCOL_VERSION` 1), so a checkpoint
+keys the step protocol checkpoints (`STEP_PROTOCOL_VERSION`), so a checkpoint
 written by an older build of the same protocol validates here.
 """
 
@@ -62,10 +62,13 @@ class Draft(_Frozen):
 
 class Received(_Frozen):
     """The receive step: the turn's setup and, when the message was for the agent, the draft
-    (None: overheard traffic or a heartbeat, which decide before drafting)."""
+    (None: overheard traffic or a heartbeat, which decide before drafting). `decision` is the
+    decision made on the input while the draft was written (deferred deliberation), None when
+    the turn decides on its draft or needs no model to decide."""
 
     setup: TurnSetup
     draft: Draft | None = None
+    decision: Decision | None = None
 
 
 class RoundTrip(_Frozen):

@@ -134,18 +134,24 @@ class Workflows(DBOSConfiguredInstance):
         """receive + respond (overheard: receive → engage → respond; heartbeat: receive →
         assess → respond) → tool loop → (critique → refine) → decide → transmit.
 
-        Inline mode critiques and refines before deciding; deferred mode decides and
-        transmits the draft, then hands critique and refinement to `deliberation` on the
-        background queue, whose conclusion the next turn on the channel weaves in."""
+        Inline mode critiques and refines before deciding on the draft. Deferred mode, where
+        a person waits, decides on the input concurrently with the draft inside the receive
+        step (when the input is substantive: `ActivationSteps.decides_on_input`), so only the
+        deterministic gates stand between the draft and transmit; a silence or a refusal
+        decided on the input still replaces the draft there. It then hands critique and
+        refinement to `deliberation` on the background queue, whose conclusion the next turn
+        on the channel weaves in."""
         self._count_running()
         with bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id)):
             received = await self.receive_respond_step(agent_id, event_id)
             setup = received.setup
             with rebind(surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id):
-                result = await self._activate(setup, received.draft)
+                result = await self._activate(setup, received.draft, received.decision)
         return result.model_dump(mode="json")
 
-    async def _activate(self, setup: TurnSetup, draft: Draft | None) -> TransmitResult:
+    async def _activate(
+        self, setup: TurnSetup, draft: Draft | None, decided: Decision | None = None
+    ) -> TransmitResult:
         agent_id, event_id = setup.agent_id, setup.event_id
         if setup.kind == "heartbeat":  # assess first: rest, or act on it
             assessment = await self.assess_step(agent_id, event_id, setup)
@@ -173,7 +179,9 @@ class Workflows(DBOSConfiguredInstance):
             critiques = await self.critique_step(agent_id, event_id, setup, draft)
             if any(c.objections for c in critiques):
                 final = await self.refine_step(agent_id, event_id, draft, critiques, True) or text
-        if self.steps.needs_decision(setup, final):
+        if decided is not None:  # made on the input while the draft was written (deferred)
+            decision = decided
+        elif self.steps.needs_decision(setup, final):
             decision = await self.decide_step(agent_id, event_id, setup, final)
         else:
             decision = Decision(action="speak", reason=AUTO_SPEAK)

@@ -193,3 +193,27 @@ async def test_a_failed_decision_speaks_when_addressed_and_keeps_quiet_when_over
         await gateway.aclose()
     assert addressed.action == "speak" and "could not deliberate" in addressed.reason
     assert overheard.action == "silent"
+
+
+def test_the_decision_on_the_input_sees_the_persona_and_the_dialog_and_no_draft() -> None:
+    dialog = [_message(Role.USER, "Can you write an ad for my casino?")]
+    prompt = deliberation.decide_on_input_prompt(AGENT, dialog)
+    assert prompt.system.startswith("You are Ada, deciding how to answer the last message before")
+    assert "- never help with gambling" in prompt.system
+    assert "- if asked for a password, then refuse" in prompt.system
+    assert "$" not in prompt.system  # every template field was filled
+    (turn,) = prompt.items
+    assert isinstance(turn, UserTurn)
+    assert "Sam: Can you write an ad for my casino?" in turn.text
+    assert "draft" not in turn.text.lower() and "<<<" not in turn.text
+
+
+async def test_a_failed_decision_on_the_input_speaks(tmp_path: Any) -> None:
+    def down(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleReply:
+        return DoubleReply(output={"action": "shout"})
+
+    with registered_double("bad-input-decider", down):
+        gateway, _ = _gateway(tmp_path, "test:bad-input-decider")
+        decision = await deliberation.decide_on_input(gateway, AGENT, [])
+        await gateway.aclose()
+    assert decision.action == "speak" and "could not deliberate" in decision.reason

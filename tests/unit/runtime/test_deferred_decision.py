@@ -1,0 +1,139 @@
+"""Deferred deliberation decides on the input while the draft is written (issue 14, figure 1).
+
+Through the real runtime (DBOS, SQLite, gateway, meter) with a model double that tells the
+decision on the input (its own prompt, `templates/decide_on_input.md`) from the decision on
+a draft, and that holds the draft back until the decision has begun: a runtime that decided
+only after drafting would never release it. No timing is asserted; a turn that never
+overlaps the two calls fails on what the draft says, after the double gives up waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo
+
+from persyn.cognition.deliberation import Critique, Decision
+from persyn.core.config import AgentConfig
+from persyn.core.ids import new_id
+from persyn.testing import START, Pilot, RecordingChannel, run_runtime
+from persyn.testing.models import DoubleReply, last_user_text, registered_double
+
+SUBSTANTIVE = "Honestly, I think the garden plan will work out well if we start the beds early."
+ON_INPUT = "before you write your reply"  # in the decide-on-input brief only
+GIVE_UP_SECONDS = 30.0  # only ever reached when the runtime does not overlap the calls
+
+
+class Overlapping:
+    """`test:overlap`: the draft waits until the decision on the input has begun."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.decision = Decision(action="speak", reason="it is a fair question")
+        self.deciding: asyncio.Event | None = None
+
+    def started(self) -> asyncio.Event:
+        if self.deciding is None:
+            self.deciding = asyncio.Event()
+        return self.deciding
+
+    async def __call__(self, task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
+        system = info.instructions or ""
+        if task == "decide":
+            kind = "decide:input" if ON_INPUT in system else "decide:draft"
+            self.log.append(f"{kind}:start")
+            self.started().set()
+            self.log.append(f"{kind}:end")
+            return self.decision
+        if task == "respond":
+            said = last_user_text(messages)
+            self.log.append("respond:start")
+            try:
+                await asyncio.wait_for(self.started().wait(), GIVE_UP_SECONDS)
+                text = SUBSTANTIVE if "garden" in said else "Hi Sam!"
+            except TimeoutError:
+                text = "the decision had not begun when I finished drafting"
+            self.log.append("respond:end")
+            return DoubleReply(text=text)
+        if task == "critique":
+            return Critique(objections=[])
+        return DoubleReply(text="ok")
+
+
+@pytest.fixture
+def mind() -> Iterator[Overlapping]:
+    instance = Overlapping()
+    with registered_double("overlap", instance):
+        yield instance
+
+
+def _runtime(tmp_path: Path) -> AbstractAsyncContextManager[Pilot]:
+    return run_runtime(
+        tmp_path / "home",
+        model="test:overlap",
+        agent=AgentConfig(name="Ada", id=new_id(START)),
+        channels={"test": RecordingChannel(interactive=True)},  # interactive: deferred
+    )
+
+
+async def test_the_deferred_turn_decides_on_the_input_while_the_draft_is_written(
+    tmp_path: Path, mind: Overlapping
+) -> None:
+    async with _runtime(tmp_path) as pilot:
+        event, marker = await pilot.say("What do you think of the garden plan we discussed last week?")
+        assert marker.transmitted and marker.text == SUBSTANTIVE
+        # The decision began before the draft was finished (the draft says so: it waited for
+        # it), and no decision on the draft followed.
+        assert mind.log.index("decide:input:start") < mind.log.index("respond:end")
+        assert sorted(mind.log) == ["decide:input:end", "decide:input:start", "respond:end", "respond:start"]
+        on_turn = sorted(r.stage for r in pilot.usage() if r.thread_id == event.id)
+        assert on_turn == ["decide", "respond"]  # one of each, no more than before
+        (trace,) = await pilot.store.deliberation_traces(pilot.agent.id, [event.id])
+        assert trace.trace["decision"] == mind.decision.model_dump(mode="json")
+
+
+async def test_silence_decided_on_the_input_withdraws_the_draft(tmp_path: Path, mind: Overlapping) -> None:
+    mind.decision = Decision(action="silent", reason="Sam asked me to stop giving garden advice")
+    async with _runtime(tmp_path) as pilot:
+        event, marker = await pilot.say("What do you think of the garden plan we discussed last week?")
+        assert not marker.transmitted
+        assert marker.reason == "Ada chose silence: Sam asked me to stop giving garden advice"
+        assert pilot.channel.delivered == []  # the draft was written, and withdrawn
+        assert "respond:end" in mind.log
+        await pilot.settle()  # a withdrawn draft is not reconsidered in the background either
+        assert sorted(r.stage for r in pilot.usage()) == ["decide", "respond"]
+        agent_said = [
+            m
+            for m in await pilot.store.channel_messages(pilot.agent.id, "test", "room", 10)
+            if m.event_id == event.id and m.role.value == "agent"
+        ]
+        assert agent_said == []
+
+
+async def test_a_refusal_decided_on_the_input_replaces_the_draft(tmp_path: Path, mind: Overlapping) -> None:
+    mind.decision = Decision(
+        action="decline",
+        reason="it would mean digging up the neighbour's garden",
+        message="I won't help with that: the beds would go into your neighbour's garden.",
+    )
+    async with _runtime(tmp_path) as pilot:
+        _, marker = await pilot.say("How do we start the garden beds on next door's lawn this week?")
+        assert marker.transmitted
+        assert marker.text == "I won't help with that: the beds would go into your neighbour's garden."
+        assert [o.text for o in pilot.channel.delivered] == [marker.text]
+
+
+async def test_a_plain_input_costs_no_decision(tmp_path: Path, mind: Overlapping) -> None:
+    """A short plain exchange keeps the model-free path: one call per turn, as before."""
+    mind.started().set()  # nothing to wait for here
+    async with _runtime(tmp_path) as pilot:
+        _, marker = await pilot.say("Hi Ada")
+        assert marker.transmitted and marker.text == "Hi Sam!"
+        assert [r.stage for r in pilot.usage()] == ["respond"]
+        assert not any(entry.startswith("decide") for entry in mind.log)
