@@ -16,7 +16,7 @@ from collections import OrderedDict
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
 
-__all__ = ["Channel"]
+__all__ = ["Channel", "safe_sink"]
 
 _REMEMBERED = 4096  # outbox ids remembered per channel for deduplication
 
@@ -63,3 +63,14 @@ class Channel(ABC):
             if len(seen) > _REMEMBERED:
                 seen.popitem(last=False)
         return True
+
+
+def safe_sink(channel: Channel | None, event: Event) -> SinkCallable | None:
+    """`channel`'s token sink for `event`, or None: a channel that fails to give one is shown
+    no live tokens, and generation goes on (SPEC App. B rule 5)."""
+    if channel is None:
+        return None
+    try:
+        return channel.sink_for(event)
+    except Exception:
+        return None

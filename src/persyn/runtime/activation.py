@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from persyn.channels.base import Channel
+from persyn.channels.base import Channel, safe_sink
 from persyn.cognition import deliberation, pipeline, reflection
 from persyn.cognition.deliberation import CritiqueOutcome, Decision
 from persyn.cognition.pipeline import ContextSource, TurnSetup
@@ -25,7 +25,6 @@ from persyn.core.errors import InputError
 from persyn.core.events import Event
 from persyn.core.ids import derived_id
 from persyn.core.records import channel_key
-from persyn.gateway.base import SinkCallable
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.autonomy import set_run_provenance
 from persyn.runtime.tool_steps import ToolSteps
@@ -98,15 +97,6 @@ async def record_deliberation(
     """What deliberation did for an event (critics, skips, decision), merged key by key into
     its trace: `persyn conversations show --deliberation` reads it."""
     await store.merge_deliberation(agent_id, event_id, trace, at)
-
-
-def safe_sink(channel: Channel | None, event: Event) -> SinkCallable | None:
-    if channel is None:
-        return None
-    try:
-        return channel.sink_for(event)
-    except Exception:
-        return None
 
 
 class ActivationSteps:

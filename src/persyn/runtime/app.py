@@ -632,12 +632,3 @@ async def _drain_workflows(timeout: float) -> None:
     ]
     if running:
         await asyncio.wait(running, timeout=timeout)
-
-
-def _safe_sink_for(channel: Channel | None, event: Event) -> Any:
-    if channel is None:
-        return None
-    try:
-        return channel.sink_for(event)
-    except Exception:
-        return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from persyn.channels.base import Channel
+from persyn.channels.base import Channel, safe_sink
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.config import Settings, Task
 from persyn.core.errors import ModelError
@@ -72,13 +72,7 @@ class ToolSteps:
 
     async def _sink(self, agent_id: str, event_id: str) -> SinkCallable | None:
         event = await self._event(agent_id, event_id)
-        channel = self.channels.get(event.service)
-        if channel is None:
-            return None
-        try:
-            return channel.sink_for(event)
-        except Exception:
-            return None
+        return safe_sink(self.channels.get(event.service), event)
 
     async def continue_respond(
         self, agent_id: str, event_id: str, setup: TurnSetup, prompt: Prompt
