@@ -91,7 +91,7 @@ async def test_eight_calls_a_round_to_one_contact_differing_in_spaces_stop_at_th
         assert marker.transmitted and marker.text == "Done."
         sent = [(o.channel, o.text) for o in channel.delivered if o.channel == "dm-pal"]
         assert sent == [("dm-pal", "Buy now!")] * 2
-        assert await runtime.messages_sent(ADA.id, event.id) == 2
+        assert await runtime.outreach.messages_sent(ADA.id, event.id) == 2
         assert len(model.results) == ROUNDS
         results = [r for round_results in model.results for r in round_results]
         assert len(results) == 8 * ROUNDS  # every call ran (none was refused as a repeat)...
@@ -99,12 +99,12 @@ async def test_eight_calls_a_round_to_one_contact_differing_in_spaces_stop_at_th
         # A send is counted by its tool call: the same call again (its step re-run after a
         # crash) counts once; another call with the very same text counts again.
         for _ in range(2):
-            await runtime.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-1")
-        assert await runtime.messages_sent(ADA.id, quiet.id) == 1
-        await runtime.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-2")
-        assert await runtime.messages_sent(ADA.id, quiet.id) == 2
+            await runtime.outreach.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-1")
+        assert await runtime.outreach.messages_sent(ADA.id, quiet.id) == 1
+        await runtime.outreach.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-2")
+        assert await runtime.outreach.messages_sent(ADA.id, quiet.id) == 2
         with pytest.raises(ToolError, match="message cap reached"):
-            await runtime.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-3")
+            await runtime.outreach.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-3")
 
 
 async def test_a_beat_whose_self_assessment_fails_is_charged_what_it_spent(

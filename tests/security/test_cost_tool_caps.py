@@ -92,9 +92,9 @@ async def test_a_run_that_messages_eight_contacts_twice_stops_at_the_cap(
         assert [t["status"] for t in trace["tools"]] == ["ok"] * 2 + ["failed"] * 14
         # Counted in the store, by tool call: another send is refused, even one repeating a
         # message already sent (test_cost_bypasses.py has the re-run step counting once).
-        assert await runtime.messages_sent(ADA.id, event.id) == 2
+        assert await runtime.outreach.messages_sent(ADA.id, event.id) == 2
         with pytest.raises(ToolError, match="message cap reached"):
-            await runtime.send_to_contact(ADA.id, event.id, ids[0], "test", "dm-0", "Hello Pal0!")
+            await runtime.outreach.send_to_contact(ADA.id, event.id, ids[0], "test", "dm-0", "Hello Pal0!")
 
 
 async def test_forty_tool_calls_in_one_reply_run_only_up_to_the_cap(tmp_path: Path, model: Model) -> None:

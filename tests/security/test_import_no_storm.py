@@ -59,12 +59,12 @@ async def test_starting_the_runtime_makes_no_model_call_for_imported_history(
         runtime = pilot.runtime
         agent_id = settings.agents[0].id
         # What the scheduler's housekeeping does on the first `persyn run`, and a day later.
-        assert await runtime.close_idle_conversations() == 0
-        assert await runtime.sweep_unconsolidated(grace=timedelta(0)) == 0
-        assert await runtime.cull_memories() == 16  # rated 2 and two years old
+        assert await runtime.housekeeping.close_idle_conversations() == 0
+        assert await runtime.housekeeping.sweep_unconsolidated(grace=timedelta(0)) == 0
+        assert await runtime.housekeeping.cull_memories() == 16  # rated 2 and two years old
         clock.advance(timedelta(days=1))
-        assert await runtime.close_idle_conversations() == 0
-        assert await runtime.sweep_unconsolidated(grace=timedelta(0)) == 0
+        assert await runtime.housekeeping.close_idle_conversations() == 0
+        assert await runtime.housekeeping.sweep_unconsolidated(grace=timedelta(0)) == 0
         # Even a close hook run by hand does not re-create a culled imported memory.
         [conversation] = [
             c
@@ -72,7 +72,7 @@ async def test_starting_the_runtime_makes_no_model_call_for_imported_history(
             if c.channel.endswith("#garden-1")
         ]
         assert conversation.closed_at is not None and conversation.kind == "imported"
-        await runtime.run_conversation_hook(agent_id, conversation.id, "consolidate")
+        await runtime.jobs.run_conversation_hook(agent_id, conversation.id, "consolidate")
         remaining = await runtime.store.list_records(agent_id, limit=100)
         assert sorted(r.ref or "" for r in remaining) == sorted(f"garden-{i}" for i in range(0, 20, 5))
         await pilot.settle()

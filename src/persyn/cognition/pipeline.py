@@ -26,6 +26,7 @@ from persyn.core.events import CompletionMarker, Event, EventKind
 from persyn.core.ids import derived_id, new_id
 from persyn.gateway.base import Completion, Prompt, SinkCallable, ToolCall, ToolSpec
 from persyn.store.base import Conversation, Identity, Message, Person, Role, Store
+from persyn.store.outbox import OutboxRow
 
 __all__ = [
     "PRESENT_META",
@@ -362,9 +363,10 @@ async def record_reply(
     text: str,
     now: datetime,
     marker: Callable[[Message], CompletionMarker] | None = None,
+    outbox: Callable[[Message], OutboxRow | None] | None = None,
 ) -> Message:
-    """Store what the agent said, and with `marker` the completion marker made from it (in
-    one transaction where the store can). Idempotent per event: a replayed transmit stores
+    """Store what the agent said, and with `marker` the completion marker (and with `outbox`
+    the outbox row) made from it, in one transaction where the store can. Idempotent per event: a replayed transmit stores
     nothing new (the store keeps one AGENT reply per event) and gets the reply stored the
     first time."""
     # A reply never sorts before what it answers, even on a coarse or frozen clock.
@@ -381,7 +383,7 @@ async def record_reply(
         event_id=setup.event_id,
     )
     if marker is not None:
-        return await store.record_reply(message, marker)
+        return await store.record_reply(message, marker, outbox)
     if await store.add_message(message):
         return message
     return await store.agent_reply_for_event(setup.agent_id, setup.event_id) or message

@@ -15,35 +15,28 @@ import logging
 import os
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from dbos import DBOS, DBOSClient, DBOSConfig, Queue
 from sqlalchemy import Engine
 
 from persyn.channels.base import Channel
-from persyn.cognition import deliberation
 from persyn.cognition.goals import GoalsSource
-from persyn.cognition.pipeline import ContextSource, TurnSetup
+from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.local import OFFLINE_NOTICE
 from persyn.memory.embedder import Embedder
-from persyn.memory.retrieval import Retriever
-from persyn.people.observations import Dossiers
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import install_queue_waker
 from persyn.runtime._executor import ExecutorSlot, adopt_dead_executors, claim_executor_slot
-from persyn.runtime.activation import ActivationSteps, TurnCache, record_deliberation
-from persyn.runtime.autonomy import (
-    Autonomy,
-    BudgetedModel,
-)
-from persyn.runtime.conversation_jobs import ConversationHook, ConversationJobs, JobWorkflow, JobWorkflows
+from persyn.runtime.activation import ActivationSteps, TurnCache
+from persyn.runtime.autonomy import Autonomy, BudgetedModel
+from persyn.runtime.conversation_jobs import ConversationHook, ConversationJobs, JobQueue
 from persyn.runtime.dispatch import (
     BACKGROUND_QUEUE,
     EVENTS_QUEUE,
@@ -59,15 +52,14 @@ from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
 from persyn.runtime.tool_steps import ToolSteps
 from persyn.runtime.transmit import Transmitter
-from persyn.runtime.turn import TransmitRequest, TransmitResult
 from persyn.runtime.workflows import AUTO_SPEAK, Workflows, scheduler_tick
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store
-from persyn.store.base import Conversation, Identity, Message
+from persyn.store.base import Identity
 from persyn.usage.meter import Meter
 from persyn.usage.prometheus import PrometheusAdapter
 
-__all__ = ["AUTO_SPEAK", "DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
+__all__ = ["AUTO_SPEAK", "DISPLAY_NAME_PREF", "ConversationHook", "Runtime", "RuntimeParts"]
 
 DISPLAY_NAME_PREF = "display_name"
 
@@ -75,9 +67,37 @@ DISPLAY_NAME_PREF = "display_name"
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class RuntimeParts:
+    """The collaborators `build_runtime` builds for a runtime to hold and start. `gateways`
+    and `channels` are the live maps the parts share (gateways are built at start, once
+    local models run; channels connect and disconnect while it runs)."""
+
+    cache: TurnCache
+    markers: Markers
+    intake: Intake
+    autonomy: Autonomy
+    local_models: LocalModels
+    gateways: dict[str, ModelGateway]
+    channels: dict[str, Channel]
+    context_sources: list[ContextSource]
+    jobs: ConversationJobs
+    job_queue: JobQueue
+    housekeeping: Housekeeping
+    outbox: Outbox
+    outreach: Outreach
+    transmitter: Transmitter
+    activation: ActivationSteps
+    tools: ToolSteps
+    workflows: Workflows
+
+
 class Runtime:
     """One process's view of a deployment: every configured agent, shared infrastructure.
-    Built by `runtime.compose.build_runtime`, which wires every collaborator."""
+    Built by `runtime.compose.build_runtime`, which builds and wires every collaborator; the
+    runtime holds them, runs their lifespan and answers channels (`RuntimeAPI`). Code that
+    needs a collaborator's work calls the collaborator (`runtime.housekeeping`,
+    `runtime.jobs`, `runtime.outreach`, `runtime.transmitter`, ...), not the runtime."""
 
     def __init__(
         self,
@@ -87,90 +107,38 @@ class Runtime:
         store: Store,
         meter: Meter,
         prometheus: PrometheusAdapter | None,
-        cache: TurnCache,
-        markers: Markers,
-        intake: Intake,
-        autonomy: Autonomy,
-        local_models: LocalModels,
-        gateways: dict[str, ModelGateway],
-        channels: dict[str, Channel],
-        context_sources: list[ContextSource],
+        parts: RuntimeParts,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.store = store
         self.meter = meter
         self._prometheus = prometheus
-        self.cache = cache
-        self.markers = markers
-        self.intake = intake
-        self.autonomy = autonomy
-        self.local_models = local_models
         self.agents: dict[str, AgentConfig] = {a.id: a for a in settings.agents}
-        self.gateways = gateways  # one per agent, built at start (local models come first)
-        self.channels = channels
-        self.context_sources = context_sources
+        self.cache = parts.cache
+        self.markers = parts.markers
+        self.intake = parts.intake
+        self.autonomy = parts.autonomy
+        self.local_models = parts.local_models
+        self.gateways = parts.gateways  # one per agent, built at start (local models come first)
+        self.channels = parts.channels
+        self.context_sources = parts.context_sources
+        self.jobs = parts.jobs
+        self.job_queue = parts.job_queue
+        self.housekeeping = parts.housekeeping
+        self.outbox = parts.outbox
+        self.outreach = parts.outreach
+        self.transmitter = parts.transmitter
+        self.activation = parts.activation
+        self.tools = parts.tools
+        self.workflows = parts.workflows
+        self.embedder: Embedder | None = None  # set at start (None: keyword recall only)
         self._background: set[asyncio.Task[None]] = set()
-        self.embedder: Embedder | None = None
-        self.retriever: Retriever | None = None
-        self.memory_degraded: str | None = None
         self._launched = False
         self._dbos_engine: Engine | None = None
         self._executor_slot: ExecutorSlot | None = None
         self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
-        self.jobs = ConversationJobs(
-            settings,
-            store=self.store,
-            clock=self.clock,
-            agents=self.agents,
-            gateway=self.gateway,
-            enqueue=self._enqueue_background,
-        )
-        self.housekeeping = Housekeeping(
-            settings, store=self.store, clock=self.clock, agents=self.agents, jobs=self.jobs
-        )
-        self.outbox = Outbox(
-            self.store,
-            self.clock,
-            self.channels.get,
-            keep=timedelta(days=settings.dispatch.outbox_keep_days),
-        )
-        self.outreach = Outreach(
-            store=self.store,
-            settings=settings,
-            clock=self.clock,
-            agents=self.agents,
-            outbox=self.outbox,
-            event_of=self._event,
-            validate_text=self.validate_text,
-            connected=lambda service: service in self.channels,
-        )
-        self.transmitter = Transmitter(
-            store=self.store,
-            settings=settings,
-            clock=self.clock,
-            agents=self.agents,
-            channels=self.channels.get,
-            outbox=self.outbox,
-            outreach=self.outreach,
-            turn_dialog=self._turn_dialog,
-            record_deliberation=self._record_deliberation,
-            run_stopped=self._run_stopped,
-            marker_put=self._marker_put,
-        )
         self._worker: WorkerDispatcher | None = None
-
-    def bind_workflows(self, activation: ActivationSteps, tools: ToolSteps, workflows: Workflows) -> None:
-        """The activation's steps and the DBOS workflows over them (they call back into
-        this runtime's transmit and conversation jobs, so they are built after it)."""
-        self.activation = activation
-        self.tools = tools
-        self.workflows = workflows
-        self.jobs.bind_workflows(
-            JobWorkflows(
-                close_hooks=workflows.conversation_closed, consolidation_retry=workflows.consolidation_retry
-            )
-        )
 
     # lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> Runtime:
@@ -208,8 +176,8 @@ class Runtime:
                 clock=self.clock,
                 wrappers=[lambda model: BudgetedModel(model, self.autonomy)],
             )
-        self._start_memory()
-        self._start_graph()
+        self.embedder = self.jobs.start_memory(self.context_sources, self.autonomy.noticed).embedder
+        self.jobs.start_graph(self.context_sources, self.autonomy.noticed)
         self.context_sources.append(
             GoalsSource(self.store, self.settings.memory.channel_groups, on_read=self.autonomy.noticed)
         )
@@ -269,10 +237,11 @@ class Runtime:
         # for work other processes enqueue.
         self._worker = WorkerDispatcher(self._queues, install_queue_waker())
         self.workflows.dispatcher = self._worker
+        self.job_queue.open(self._worker)
         self.markers.worker = True
         self.intake.open(self._worker, self.workflows.activation)
         if scheduler:
-            self._spawn(self._housekeeping())
+            self._spawn(self.housekeeping.run())
             await self._start_autonomy()
 
     async def _client(self) -> DBOSClient:
@@ -314,6 +283,7 @@ class Runtime:
             self._launched = False
         self.intake.close()
         self.workflows.dispatcher = None
+        self.job_queue.close()
         self._worker = None
         if self._dbos_engine is not None:
             self._dbos_engine.dispose()  # DBOS does not dispose of an engine it was given
@@ -330,51 +300,12 @@ class Runtime:
         await self.local_models.stop()
         await self.store.close()
 
-    # conversation jobs (runtime/conversation_jobs.py): delegated ---------------------------
-    def _start_memory(self) -> None:
-        memory = self.jobs.start_memory(self.context_sources, self.autonomy.noticed)
-        self.embedder, self.retriever, self.memory_degraded = (
-            memory.embedder,
-            memory.retriever,
-            memory.degraded,
-        )
-
-    def _start_graph(self) -> None:
-        self.jobs.start_graph(self.context_sources, self.autonomy.noticed)
-
-    def dossiers(self, agent_id: str) -> Dossiers:
-        return self.jobs.dossiers(agent_id)
-
-    async def observe_conversation(self, agent_id: str, conversation_id: str, *, closed: bool = True) -> None:
-        await self.jobs.observe_conversation(agent_id, conversation_id, closed=closed)
-
-    async def observe_so_far(self, agent_id: str, conversation_id: str) -> None:
-        await self.jobs.observe_so_far(agent_id, conversation_id)
-
-    async def graph_conversation(self, agent_id: str, conversation_id: str, *, closed: bool = True) -> None:
-        await self.jobs.graph_conversation(agent_id, conversation_id, closed=closed)
-
-    async def graph_so_far(self, agent_id: str, conversation_id: str) -> None:
-        await self.jobs.graph_so_far(agent_id, conversation_id)
-
-    def graph_budget(self, agent_id: str) -> int:
-        return self.jobs.graph_budget(agent_id)
-
-    def memory_budget(self, agent_id: str) -> int:
-        return self.jobs.memory_budget(agent_id)
-
-    async def consolidate_conversation(self, agent_id: str, conversation_id: str) -> None:
-        await self.jobs.consolidate_conversation(agent_id, conversation_id)
-
     def _spawn(self, coroutine: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    # models ----------------------------------------------------------------------------
-    def gateway(self, agent_id: str) -> ModelGateway:
-        return self.gateways[agent_id]
-
+    # channels (runtime/api.py: what a channel may call) ---------------------------------
     def offline_notice(self) -> str | None:
         if not self.local_models.in_use:
             return None
@@ -384,7 +315,6 @@ class Runtime:
             )
         return OFFLINE_NOTICE
 
-    # channels (runtime/api.py: what a channel may call) ---------------------------------
     async def attach_channel(self, channel: Channel) -> int:
         """Connect `channel` in this process; deliver what waited for it in the outbox
         (marked `while_away`). Returns how many messages that was."""
@@ -416,9 +346,6 @@ class Runtime:
                 return False
             await asyncio.sleep(0.05)  # the row follows the marker within milliseconds
 
-    async def _run_stopped(self, event: Event) -> str | None:
-        return (await self.autonomy.spent(event)).stopped
-
     # people, for channels (which never reach into stores) -------------------------------
     async def resolve_speaker(self, agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
         """The person id behind a speaker (created on first contact) and the display name
@@ -448,67 +375,6 @@ class Runtime:
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
         return await self.markers.wait(agent_id, event_id, timeout)
 
-    def wake_queue(self, queue_name: str) -> None:
-        if self._worker is not None:
-            self._worker.wake(queue_name)
-
-    def _marker_put(self, marker: CompletionMarker) -> None:
-        self.markers.put(marker)
-
-    def _wake(self, event_id: str) -> None:
-        self.markers.wake(event_id)
-
-    @property
-    def _transmitting(self) -> set[str]:
-        return self.markers.transmitting
-
-    # the turn cache, for transmit (`runtime.activation.TurnCache`) ---------------------------
-    async def _event(self, agent_id: str, event_id: str) -> Event:
-        return await self.cache.event(agent_id, event_id)
-
-    def known_event(self, event_id: str) -> Event | None:
-        return self.cache.known(event_id)
-
-    @property
-    def _events(self) -> dict[str, Event]:
-        return self.cache.events
-
-    @property
-    def _dialogs(self) -> dict[str, list[Message]]:
-        return self.cache.dialogs
-
-    async def _turn_dialog(self, setup: TurnSetup) -> list[Message]:
-        return await self.cache.dialog(setup)
-
-    async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
-        await record_deliberation(self.store, agent_id, event_id, trace, self.clock.now())
-
-    async def _gate(self, setup: TurnSetup, text: str) -> deliberation.Decision | None:
-        """Hard gates before anything is sent (`Transmitter.gate`)."""
-        return await self.transmitter.gate(setup, text)
-
-    async def transmit(
-        self, agent_id: str, event_id: str, setup: TurnSetup, outcome: TransmitRequest
-    ) -> TransmitResult:
-        """Act on the decision: speak (or decline, in words), redirect, or stay silent.
-
-        Exactly one completion marker per event, whatever happened (SPEC App. B). A waiter
-        in this process is woken once the surface has been given the outcome."""
-        self._transmitting.add(event_id)
-        try:
-            return await self._transmit(agent_id, event_id, setup, outcome)
-        finally:
-            self._transmitting.discard(event_id)
-            self._dialogs.pop(event_id, None)
-            self._wake(event_id)
-
-    async def _transmit(
-        self, agent_id: str, event_id: str, setup: TurnSetup, outcome: TransmitRequest
-    ) -> TransmitResult:
-        event = await self._event(agent_id, event_id)
-        self._events.pop(event_id, None)  # the last step that needs it
-        return await self.transmitter.transmit(event, setup, outcome)
-
     # autonomy (SPEC §4.7) ---------------------------------------------------------------
     async def _start_autonomy(self) -> None:
         """Bootstrap each agent's heartbeat (once ever: a deleted one stays deleted) and the
@@ -530,96 +396,6 @@ class Runtime:
                 }
             ]
         )
-
-    async def send_to_contact(
-        self,
-        agent_id: str,
-        event_id: str,
-        person_id: str,
-        service: str,
-        channel: str,
-        text: str,
-        *,
-        call_key: str | None = None,
-    ) -> str:
-        """The agent initiates (SPEC §4.5): `Outreach.send_to_contact`."""
-        return await self.outreach.send_to_contact(
-            agent_id, event_id, person_id, service, channel, text, call_key=call_key
-        )
-
-    async def _check_outreach_audience(
-        self, agent_id: str, event_id: str, person_id: str, service: str, channel: str
-    ) -> None:
-        await self.outreach.check_audience(agent_id, event_id, person_id, service, channel)
-
-    async def messages_sent(self, agent_id: str, event_id: str) -> int:
-        return await self.outreach.messages_sent(agent_id, event_id)
-
-    async def _count_outreach(self, agent_id: str, event_id: str, call_key: str | None) -> None:
-        await self.outreach.count_outreach(agent_id, event_id, call_key)
-
-    async def _spend_channel_budget(
-        self, agent_id: str, service: str, channel: str, text: str, now: Any
-    ) -> None:
-        await self.outreach.spend_channel_budget(agent_id, service, channel, text, now)
-
-    async def _reply_budget_spent(self, setup: TurnSetup) -> str | None:
-        return await self.outreach.reply_budget_spent(setup)
-
-    async def _spend_reply_budget(
-        self, agent_id: str, event_id: str, service: str, channel: str, text: str, now: Any
-    ) -> None:
-        await self.outreach.spend_reply_budget(agent_id, event_id, service, channel, text, now)
-
-    # conversations (runtime/conversation_jobs.py, runtime/housekeeping.py): delegated -----
-    async def _enqueue_background(
-        self, workflow_id: str, workflow: JobWorkflow, agent_id: str, conversation_id: str
-    ) -> bool:
-        """`ConversationJobs`' way onto the background queue: once per id (DBOS returns the
-        existing workflow for a reused id). False where no workers run here."""
-        if self._worker is None:  # not a worker: the hooks run where the workers are
-            return False
-        await self._worker.enqueue_once(BACKGROUND_QUEUE, workflow, workflow_id, agent_id, conversation_id)
-        return True
-
-    async def enqueue_close_hooks(self, conversation: Conversation) -> None:
-        await self.jobs.enqueue_close_hooks(conversation)
-
-    def add_conversation_hook(self, name: str, hook: ConversationHook) -> None:
-        self.jobs.add_conversation_hook(name, hook)
-
-    def conversation_hook_names(self) -> list[str]:
-        return self.jobs.conversation_hook_names()
-
-    async def run_conversation_hook(self, agent_id: str, conversation_id: str, name: str) -> None:
-        await self.jobs.run_conversation_hook(agent_id, conversation_id, name)
-
-    def extraction_due(self, conversation_id: str, new_messages: int) -> bool:
-        return self.jobs.extraction_due(conversation_id, new_messages)
-
-    def add_extraction(self, name: str, hook: ConversationHook) -> None:
-        self.jobs.add_extraction(name, hook)
-
-    def extraction_names(self) -> list[str]:
-        return self.jobs.extraction_names()
-
-    async def run_extraction(self, agent_id: str, conversation_id: str, name: str) -> None:
-        await self.jobs.run_extraction(agent_id, conversation_id, name)
-
-    async def close_idle_conversations(self) -> int:
-        return await self.housekeeping.close_idle_conversations()
-
-    async def sweep_unconsolidated(self, grace: timedelta = timedelta(minutes=1)) -> int:
-        return await self.housekeeping.sweep_unconsolidated(grace)
-
-    async def cull_memories(self) -> int:
-        return await self.housekeeping.cull_memories()
-
-    async def purge_old_dialog(self) -> int:
-        return await self.housekeeping.purge_old_dialog()
-
-    async def _housekeeping(self) -> None:
-        await self.housekeeping.run()
 
 
 async def _drain_workflows(timeout: float) -> None:

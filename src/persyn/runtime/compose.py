@@ -9,6 +9,7 @@ and nothing reaches around it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 
 from persyn.channels.base import Channel
 from persyn.cognition.pipeline import ContextSource
@@ -18,11 +19,16 @@ from persyn.core.events import Event
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.activation import ActivationSteps, TurnCache
 from persyn.runtime.agent_tools import AgentToolDeps
-from persyn.runtime.app import Runtime
+from persyn.runtime.app import Runtime, RuntimeParts
 from persyn.runtime.autonomy import Autonomy
+from persyn.runtime.conversation_jobs import ConversationJobs, JobQueue, JobWorkflows
 from persyn.runtime.dispatch import Intake, Markers
+from persyn.runtime.housekeeping import Housekeeping
 from persyn.runtime.local_models import LocalModels
+from persyn.runtime.outbox import Outbox
+from persyn.runtime.outreach import Outreach
 from persyn.runtime.tool_steps import ToolSteps
+from persyn.runtime.transmit import Transmitter
 from persyn.runtime.workflows import Workflows
 from persyn.store import Store, open_store
 from persyn.usage.jsonl import JsonlAdapter
@@ -42,7 +48,11 @@ def build_runtime(
 ) -> Runtime:
     """A runtime for `settings`: the store at `database_url` unless one is given, the system
     clock unless one is given, the configured meter adapters plus `meter_adapters`, and the
-    channel adapters by service (more may be connected before `start`)."""
+    channel adapters by service (more may be connected before `start`).
+
+    Built in dependency order, each part from the ones before it. The one exception is the
+    conversation jobs' queue: the workflows run the jobs, and the jobs enqueue workflows, so
+    the queue is bound to the workflows once they exist (`JobQueue.bind`), before this returns."""
     clock = clock or SystemClock()
     store = store or open_store(settings.database_url)
     adapters: list[MeterAdapter] = []
@@ -58,27 +68,42 @@ def build_runtime(
     connected: dict[str, Channel] = dict(channels or {})
     sources: list[ContextSource] = []
     cache = TurnCache(store, settings)
+    markers = Markers(store, clock)
     intake = Intake(store, settings, cache)
-    runtime = Runtime(
-        settings,
-        clock=clock,
+    autonomy = Autonomy(store, clock, settings, agents.keys(), _RunHost(intake, cache))
+    job_queue = JobQueue()
+    jobs = ConversationJobs(
+        settings, store=store, clock=clock, agents=agents, gateway=gateways.__getitem__, queue=job_queue
+    )
+    housekeeping = Housekeeping(settings, store=store, clock=clock, agents=agents, jobs=jobs)
+    outbox = Outbox(store, clock, connected.get, keep=timedelta(days=settings.dispatch.outbox_keep_days))
+    outreach = Outreach(
         store=store,
-        meter=Meter(adapters),
-        prometheus=prometheus,
+        settings=settings,
+        clock=clock,
+        agents=agents,
+        outbox=outbox,
+        event_of=cache.event,
+        validate_text=intake.validate_text,
+        connected=connected.__contains__,
+    )
+    transmitter = Transmitter(
+        store=store,
+        settings=settings,
+        clock=clock,
+        agents=agents,
+        channels=connected.get,
+        outbox=outbox,
+        outreach=outreach,
         cache=cache,
-        markers=Markers(store, clock),
-        intake=intake,
-        autonomy=Autonomy(store, clock, settings, agents.keys(), _RunHost(intake, cache)),
-        local_models=LocalModels(settings),
-        gateways=gateways,
-        channels=connected,
-        context_sources=sources,
+        markers=markers,
+        runs=autonomy,
     )
     tools = ToolSteps(
         settings=settings,
         gateways=gateways,
         channels=connected,
-        deps=AgentToolDeps(store=store, clock=clock, settings=settings, agents=agents, outreach=runtime),
+        deps=AgentToolDeps(store=store, clock=clock, settings=settings, agents=agents, outreach=outreach),
         event=cache.event,
     )
     steps = ActivationSteps(
@@ -91,19 +116,44 @@ def build_runtime(
         context_sources=sources,
         cache=cache,
         tools=tools,
-        reply_budget_spent=runtime._reply_budget_spent,  # pyright: ignore[reportPrivateUsage]
-        runs=runtime.autonomy,
+        reply_budget_spent=outreach.reply_budget_spent,
+        runs=autonomy,
     )
     workflows = Workflows(
         steps=steps,
         tools=tools,
-        transmitter=runtime,
-        jobs=runtime.jobs,
-        reminders=runtime.autonomy,
+        transmitter=transmitter,
+        jobs=jobs,
+        reminders=autonomy,
         transmit_delay=settings.dispatch.debug_transmit_delay_seconds,
     )
-    runtime.bind_workflows(steps, tools, workflows)
-    return runtime
+    job_queue.bind(
+        JobWorkflows(
+            close_hooks=workflows.conversation_closed, consolidation_retry=workflows.consolidation_retry
+        )
+    )
+    parts = RuntimeParts(
+        cache=cache,
+        markers=markers,
+        intake=intake,
+        autonomy=autonomy,
+        local_models=LocalModels(settings),
+        gateways=gateways,
+        channels=connected,
+        context_sources=sources,
+        jobs=jobs,
+        job_queue=job_queue,
+        housekeeping=housekeeping,
+        outbox=outbox,
+        outreach=outreach,
+        transmitter=transmitter,
+        activation=steps,
+        tools=tools,
+        workflows=workflows,
+    )
+    return Runtime(
+        settings, clock=clock, store=store, meter=Meter(adapters), prometheus=prometheus, parts=parts
+    )
 
 
 class _RunHost:

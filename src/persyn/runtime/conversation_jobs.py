@@ -3,7 +3,7 @@ a conversation — its close hooks (consolidation, observations, graph extractio
 closes, incremental extraction while it is open — and the consolidation state machine.
 
 `ConversationJobs` receives its collaborators explicitly (settings, store, clock, a gateway
-lookup, a way to enqueue on the background queue) instead of the whole runtime. Every
+lookup, the background queue as a `JobQueue`) instead of the whole runtime. Every
 enqueue of a conversation's close hooks derives its workflow id with
 `close_hooks_workflow_id`, so the close of a self-initiated run, the idle close and the
 sweep name the same workflow and DBOS runs it once.
@@ -47,6 +47,7 @@ from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers, Observer
 from persyn.runtime.autonomy import RUN_FLAG, run_kind, run_sensitivity
+from persyn.runtime.dispatch import BACKGROUND_QUEUE, Dispatcher
 from persyn.store.base import Conversation, Store
 from persyn.store.jobs import Consolidation, ConsolidationStatus
 
@@ -54,7 +55,7 @@ __all__ = [
     "CONSOLIDATE_HOOK",
     "ConversationHook",
     "ConversationJobs",
-    "Enqueue",
+    "JobQueue",
     "JobWorkflow",
     "JobWorkflows",
     "MemoryServices",
@@ -67,9 +68,6 @@ log = logging.getLogger(__name__)
 
 ConversationHook = Callable[[str, str], Awaitable[None]]
 JobWorkflow = Callable[[str, str], Coroutine[Any, Any, None]]  # (agent_id, conversation_id)
-Enqueue = Callable[[str, JobWorkflow, str, str], Awaitable[bool]]
-"""`enqueue(workflow_id, workflow, agent_id, conversation_id)` on the background queue; False
-where this process runs no workers (the hooks then run where the workers are)."""
 
 CONSOLIDATE_HOOK = "consolidate"
 _FIRST_RETRY = timedelta(minutes=2)
@@ -102,6 +100,48 @@ class JobWorkflows:
     consolidation_retry: JobWorkflow
 
 
+class JobQueue:
+    """The background queue as the conversation jobs enqueue on it: the one late binding of
+    the composition root.
+
+    The jobs' workflows (`Workflows.conversation_closed`, `consolidation_retry`) run these
+    jobs, so they are built after the jobs, over them: `build_runtime` binds them here before
+    it returns (`bind`), so a built runtime is wired whole. The dispatcher is the worker's,
+    given while workers run in this process (`open` at start, `close` at stop); without it an
+    enqueue does nothing and says so (the hooks then run where the workers are)."""
+
+    def __init__(self) -> None:
+        self._workflows: JobWorkflows | None = None
+        self._dispatcher: Dispatcher | None = None
+
+    def bind(self, workflows: JobWorkflows) -> None:
+        self._workflows = workflows
+
+    def open(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+
+    def close(self) -> None:
+        self._dispatcher = None
+
+    @property
+    def workflows(self) -> JobWorkflows:
+        if self._workflows is None:
+            raise RuntimeError("the conversation jobs' workflows are not bound (build_runtime binds them)")
+        return self._workflows
+
+    async def enqueue(
+        self, workflow_id: str, workflow: JobWorkflow, agent_id: str, conversation_id: str
+    ) -> bool:
+        """Enqueue once per id (DBOS returns the existing workflow for a reused id); False
+        where no workers run here."""
+        if self._dispatcher is None:
+            return False
+        await self._dispatcher.enqueue_once(
+            BACKGROUND_QUEUE, workflow, workflow_id, agent_id, conversation_id
+        )
+        return True
+
+
 @dataclass(frozen=True)
 class MemoryServices:
     embedder: Embedder | None
@@ -120,30 +160,18 @@ class ConversationJobs:
         clock: Clock,
         agents: Mapping[str, AgentConfig],
         gateway: Callable[[str], ModelGateway],
-        enqueue: Enqueue,
-        workflows: JobWorkflows | None = None,
+        queue: JobQueue,
     ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
         self.agents = agents
         self.gateway = gateway
-        self._enqueue = enqueue
-        self._bound = workflows
+        self._queue = queue
         self.embedder: Embedder | None = None
         self._hooks: dict[str, ConversationHook] = {}
         self._extractions: dict[str, ConversationHook] = {}
         self._unextracted: dict[str, int] = {}  # messages since the last extraction trigger
-
-    def bind_workflows(self, workflows: JobWorkflows) -> None:
-        """The durable workflows to enqueue: they run these jobs, so they are built after."""
-        self._bound = workflows
-
-    @property
-    def _workflows(self) -> JobWorkflows:
-        if self._bound is None:
-            raise RuntimeError("the conversation jobs' workflows are not bound")
-        return self._bound
 
     # set-up ------------------------------------------------------------------------------
     def start_memory(self, context_sources: list[ContextSource], noticed: ReadHook) -> MemoryServices:
@@ -342,8 +370,8 @@ class ConversationJobs:
         second enqueue, by the sweep or a replay, names the same workflow: DBOS runs it once)."""
         closed_at = conversation.closed_at or self.clock.now()
         workflow_id = close_hooks_workflow_id(conversation.id, closed_at)
-        enqueued = await self._enqueue(
-            workflow_id, self._workflows.close_hooks, conversation.agent_id, conversation.id
+        enqueued = await self._queue.enqueue(
+            workflow_id, self._queue.workflows.close_hooks, conversation.agent_id, conversation.id
         )
         if enqueued and conversation.kind != IMPORTED_KIND:
             await self.store.consolidation_pending(conversation.agent_id, conversation.id, self.clock.now())
@@ -361,8 +389,8 @@ class ConversationJobs:
             if conversation is None or conversation.closed_at is None:
                 continue
             workflow_id = consolidation_retry_id(conversation.id, conversation.closed_at, state.attempts)
-            if await self._enqueue(
-                workflow_id, self._workflows.consolidation_retry, state.agent_id, state.conversation_id
+            if await self._queue.enqueue(
+                workflow_id, self._queue.workflows.consolidation_retry, state.agent_id, state.conversation_id
             ):
                 enqueued += 1
         return enqueued

@@ -317,7 +317,7 @@ async def extract_imported(
     extracted, stopped = 0, None
     await runtime.start(workers=False, scheduler=False)
     try:
-        hooks = [h for h in runtime.conversation_hook_names() if h in _EXTRACTION_HOOKS]
+        hooks = [h for h in runtime.jobs.conversation_hook_names() if h in _EXTRACTION_HOOKS]
         for conversation_id, cost in estimate.per_conversation.items():
             runtime.meter.flush()
             if counter.tokens + cost > budget_tokens:
@@ -330,7 +330,7 @@ async def extract_imported(
                 Attribution(agent_id=agent.id, surface=_IMPORT_SERVICE, conversation_id=conversation_id)
             ):
                 for hook in hooks:
-                    await runtime.run_conversation_hook(agent.id, conversation_id, hook)
+                    await runtime.jobs.run_conversation_hook(agent.id, conversation_id, hook)
             extracted += 1
             if progress is not None:
                 progress(extracted, estimate.conversations)

@@ -75,9 +75,11 @@ class Outbox:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._purged_at: datetime | None = None
 
-    async def write(self, outbound: Outbound, row_id: str, now: datetime) -> OutboxRow:
-        """Write `outbound` under `row_id` (kept as first written if it exists)."""
-        row = OutboxRow(
+    @staticmethod
+    def row(outbound: Outbound, row_id: str, now: datetime) -> OutboxRow:
+        """The row of `outbound` under `row_id`, for a store transaction to write
+        (`Store.record_reply`)."""
+        return OutboxRow(
             id=row_id,
             agent_id=outbound.agent_id,
             service=outbound.service,
@@ -88,7 +90,10 @@ class Outbox:
             text=outbound.text,
             created_at=now,
         )
-        return await self._store.put_outbox(row)
+
+    async def write(self, outbound: Outbound, row_id: str, now: datetime) -> OutboxRow:
+        """Write `outbound` under `row_id` (kept as first written if it exists)."""
+        return await self._store.put_outbox(self.row(outbound, row_id, now))
 
     async def send(self, outbound: Outbound, row_id: str, now: datetime) -> bool:
         """Write, then deliver at once if the channel is connected here. True when this

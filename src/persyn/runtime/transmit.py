@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from persyn.channels.base import Channel
 from persyn.cognition import deliberation, pipeline
@@ -22,27 +22,33 @@ from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.events import CompletionMarker, Event, Notice, Outbound
-from persyn.runtime.autonomy import AUTONOMOUS_SERVICE
+from persyn.runtime.activation import TurnCache, record_deliberation
+from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, RunSpend
+from persyn.runtime.dispatch import Markers
 from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
 from persyn.runtime.turn import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult
 from persyn.store import Store
 from persyn.store.base import Message
+from persyn.store.outbox import OutboxRow
 
 __all__ = ["Transmitter"]
 
 log = logging.getLogger(__name__)
 
-TurnDialog = Callable[[TurnSetup], Awaitable[list[Message]]]
-RecordDeliberation = Callable[[str, str, dict[str, Any]], Awaitable[None]]
-RunStopped = Callable[[Event], Awaitable[str | None]]
+
+class RunSpending(Protocol):
+    """What a self-initiated run has spent, and whether the autonomy budget stopped it
+    (`runtime.autonomy.Autonomy`)."""
+
+    async def spent(self, event: Event) -> RunSpend: ...
 
 
 class Transmitter:
     """The transmit step's work, given its collaborators: the store, settings and clock, the
     connected channels (`channels(service)`), the outbox, the reply budget (`outreach`), the
-    turn's cached dialog, the deliberation trace, the autonomy stop of a run, and where a
-    stored marker is announced to waiters in this process."""
+    turn cache (the event and the dialog the turn read), the autonomy spend of a run, and the
+    markers that waiters in this process are woken by."""
 
     def __init__(
         self,
@@ -54,10 +60,9 @@ class Transmitter:
         channels: Callable[[str], Channel | None],
         outbox: Outbox,
         outreach: Outreach,
-        turn_dialog: TurnDialog,
-        record_deliberation: RecordDeliberation,
-        run_stopped: RunStopped,
-        marker_put: Callable[[CompletionMarker], None],
+        cache: TurnCache,
+        markers: Markers,
+        runs: RunSpending,
     ) -> None:
         self._store = store
         self._settings = settings
@@ -66,10 +71,9 @@ class Transmitter:
         self._channels = channels
         self._outbox = outbox
         self._outreach = outreach
-        self._turn_dialog = turn_dialog
-        self._record_deliberation = record_deliberation
-        self._run_stopped = run_stopped
-        self._marker_put = marker_put
+        self._cache = cache
+        self._markers = markers
+        self._runs = runs
 
     async def gate(self, setup: TurnSetup, text: str) -> deliberation.Decision | None:
         """Hard gates before anything is sent: silence instead, with the reason, or None."""
@@ -77,7 +81,7 @@ class Transmitter:
             return deliberation.Decision(action="silent", reason="nothing was left to say")
         if not deliberation.may_be_redundant(text):
             return None
-        dialog = await self._turn_dialog(setup)
+        dialog = await self._cache.dialog(setup)
         echo = deliberation.redundant_with(
             text,
             dialog,
@@ -98,7 +102,31 @@ class Transmitter:
             ids.update(item.record_id for item in draft.prepared.evidence_items())
         return ids
 
-    async def transmit(self, event: Event, setup: TurnSetup, outcome: TransmitRequest) -> TransmitResult:
+    async def transmit(
+        self, agent_id: str, event_id: str, setup: TurnSetup, outcome: TransmitRequest
+    ) -> TransmitResult:
+        """Act on the decision: speak (or decline, in words), redirect, or stay silent.
+
+        Exactly one completion marker per event, whatever happened (SPEC App. B). A waiter
+        in this process is woken once the surface has been given the outcome; the turn's
+        cached event and dialog are dropped (transmit is the last step that needs them)."""
+        self._markers.transmitting.add(event_id)
+        try:
+            event = await self._cache.event(agent_id, event_id)
+            self._cache.events.pop(event_id, None)
+            return await self._transmit(event, setup, outcome)
+        finally:
+            self._markers.transmitting.discard(event_id)
+            self._cache.dialogs.pop(event_id, None)
+            self._markers.wake(event_id)
+
+    async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
+        await record_deliberation(self._store, agent_id, event_id, trace, self._clock.now())
+
+    async def _run_stopped(self, event: Event) -> str | None:
+        return (await self._runs.spent(event)).stopped
+
+    async def _transmit(self, event: Event, setup: TurnSetup, outcome: TransmitRequest) -> TransmitResult:
         agent_id, event_id = setup.agent_id, event.id
         now = self._clock.now()
         ttl = timedelta(seconds=self._settings.dispatch.marker_ttl_seconds)
@@ -111,7 +139,7 @@ class Transmitter:
                 event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
             )
             await self._store.put_marker(agent_id, marker)
-            self._marker_put(marker)
+            self._markers.put(marker)
             await _safe_notice(channel, event, Notice(level=level, text=reason))
             return TransmitResult(transmitted=False, reason=reason)
 
@@ -180,26 +208,32 @@ class Transmitter:
             )
             return made[-1]
 
-        # The reply and its marker in one transaction.
-        message = await pipeline.record_reply(self._store, agent.name, setup, text, now, marker)
+        def outbox_row(message: Message) -> OutboxRow | None:
+            if service == AUTONOMOUS_SERVICE:  # the agent's own surface has no reader to deliver to
+                return None
+            outbound = Outbound(
+                event_id=event_id,
+                agent_id=agent_id,
+                service=service,
+                channel=channel_name,
+                conversation_id=setup.conversation_id,
+                message_id=message.id,
+                text=message.text,
+            )
+            return self._outbox.row(outbound, reply_key(event_id), message.created_at)
+
+        # The reply, its marker and its outbox row in one transaction: a reply recorded is
+        # on its way, whichever process delivers it (a crash after this loses nothing).
+        message = await pipeline.record_reply(self._store, agent.name, setup, text, now, marker, outbox_row)
         await self._outreach.spend_reply_budget(agent_id, event_id, service, channel_name, message.text, now)
         if made:
-            self._marker_put(made[-1])
-        outbound = Outbound(
-            event_id=event_id,
-            agent_id=agent_id,
-            service=service,
-            channel=channel_name,
-            conversation_id=setup.conversation_id,
-            message_id=message.id,
-            text=message.text,
-        )
+            self._markers.put(made[-1])
         if draft is not None and draft.prepared is not None:
             await pipeline.clear_woven(self._store, agent_id, draft.prepared.woven)
-        if service != AUTONOMOUS_SERVICE:  # the agent's own surface has no reader to deliver to
+        if service != AUTONOMOUS_SERVICE:
             try:
-                await self._outbox.send(outbound, reply_key(event_id), message.created_at)
-            except Exception as exc:  # the reply is stored and marked; the delivery failed
+                await self._outbox.flush(service, agent_id)
+            except Exception as exc:  # the reply is stored, marked and in the outbox
                 log.warning("reply to %s not delivered on %s: %s", event_id, service, exc)
         if target is not channel and channel is not None:
             await _safe_notice(channel, event, Notice(level="info", text=reason or "answered elsewhere"))

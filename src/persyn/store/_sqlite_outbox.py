@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection, Row
 from persyn.store.outbox import OutboxRow, OutboxStore
 from persyn.store.schema import outbox
 
-__all__ = ["SQLiteOutbox"]
+__all__ = ["SQLiteOutbox", "put_outbox_row"]
 
 T = TypeVar("T")
 
@@ -43,6 +43,14 @@ def _from_row(row: Row[Any]) -> OutboxRow:
     )
 
 
+def put_outbox_row(connection: Connection, row: OutboxRow) -> OutboxRow:
+    """Insert `row` unless its id exists; the stored row (inside the caller's transaction)."""
+    connection.execute(
+        insert(outbox).values(**row.model_dump()).on_conflict_do_nothing(index_elements=["id"])
+    )
+    return _from_row(connection.execute(select(outbox).where(_o.id == row.id)).one())
+
+
 class SQLiteOutbox(OutboxStore):
     """The outbox part of `SQLiteStore`."""
 
@@ -53,14 +61,7 @@ class SQLiteOutbox(OutboxStore):
         async def _write(self, what: str, work: Callable[[Connection], T]) -> T: ...
 
     async def put_outbox(self, row: OutboxRow) -> OutboxRow:
-        values = row.model_dump()
-
-        def work(connection: Connection) -> OutboxRow:
-            connection.execute(insert(outbox).values(**values).on_conflict_do_nothing(index_elements=["id"]))
-            stored = connection.execute(select(outbox).where(_o.id == row.id)).one()
-            return _from_row(stored)
-
-        return await self._write("put_outbox", work)
+        return await self._write("put_outbox", lambda connection: put_outbox_row(connection, row))
 
     async def get_outbox(self, agent_id: str, row_id: str) -> OutboxRow | None:
         statement = select(outbox).where(_o.agent_id == agent_id, _o.id == row_id)

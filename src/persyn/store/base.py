@@ -28,7 +28,7 @@ from persyn.store.flags import FlagsPort
 from persyn.store.graph import GraphPort
 from persyn.store.jobs import JobsStore
 from persyn.store.memory import ImportedMemory, MemoryPort, Observation, ObservationChange, QuickFact
-from persyn.store.outbox import OutboxStore
+from persyn.store.outbox import OutboxRow, OutboxStore
 from persyn.store.rows import GLOBAL, Provenance
 from persyn.store.schedule import (
     AtTrigger,
@@ -138,12 +138,22 @@ class Store(
         await self.add_message(message)
         return person, conversation, message
 
-    async def record_reply(self, message: Message, marker: Callable[[Message], CompletionMarker]) -> Message:
-        """Add the agent's reply to an event (or find the one already stored for it) and put
-        the completion marker `marker` makes from the stored reply. A backend may do it in
-        one transaction."""
+    async def record_reply(
+        self,
+        message: Message,
+        marker: Callable[[Message], CompletionMarker],
+        outbox: Callable[[Message], OutboxRow | None] | None = None,
+    ) -> Message:
+        """Add the agent's reply to an event (or find the one already stored for it), put
+        the completion marker `marker` makes from the stored reply and write the outbox row
+        `outbox` makes from it (None: nothing to deliver; an existing row is kept). A
+        backend should do it in one transaction: a reply recorded is then a reply on its
+        way, and a waiter woken by the marker finds its row; this default does it in turn."""
         stored = message
         if not await self.add_message(message) and message.event_id is not None:
             stored = await self.agent_reply_for_event(message.agent_id, message.event_id) or message
         await self.put_marker(message.agent_id, marker(stored))
+        row = None if outbox is None else outbox(stored)
+        if row is not None:
+            await self.put_outbox(row)
         return stored

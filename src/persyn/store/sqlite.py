@@ -55,10 +55,11 @@ from persyn.store._sqlite_flags import SQLiteFlags
 from persyn.store._sqlite_graph import SQLiteGraph
 from persyn.store._sqlite_jobs import SQLiteJobs
 from persyn.store._sqlite_memory import SQLiteMemory
-from persyn.store._sqlite_outbox import SQLiteOutbox
+from persyn.store._sqlite_outbox import SQLiteOutbox, put_outbox_row
 from persyn.store._sqlite_persons import SQLitePersons, resolve_person_row
 from persyn.store._sqlite_schedule import SQLiteSchedule
 from persyn.store.base import Conversation, Identity, Message, Person, Store
+from persyn.store.outbox import OutboxRow
 from persyn.store.schema import checked_id, message_from_row
 
 __all__ = ["SQLiteStore", "create_sqlite_engine", "fts_query"]
@@ -158,9 +159,14 @@ class SQLiteStore(
 
         return await self._write("record_inbound", work)
 
-    async def record_reply(self, message: Message, marker: Callable[[Message], CompletionMarker]) -> Message:
-        """The agent's reply (or the one already stored for its event) and the completion
-        marker made from it, in one write transaction."""
+    async def record_reply(
+        self,
+        message: Message,
+        marker: Callable[[Message], CompletionMarker],
+        outbox: Callable[[Message], OutboxRow | None] | None = None,
+    ) -> Message:
+        """The agent's reply (or the one already stored for its event), the completion
+        marker and the outbox row made from it, in one write transaction."""
         checked_message(message)
         agent_id = checked_id(message.agent_id, "agent id")
 
@@ -171,6 +177,9 @@ class SQLiteStore(
                 row = connection.execute(AGENT_REPLY, params).first()
                 stored = message if row is None else message_from_row(row)
             put_marker_row(connection, agent_id, marker(stored))
+            row = None if outbox is None else outbox(stored)
+            if row is not None:
+                put_outbox_row(connection, row)
             return stored
 
         return await self._write("record_reply", work)

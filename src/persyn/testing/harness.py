@@ -324,7 +324,7 @@ class Pilot:
         graph); returns how many closed."""
         if after is not None:
             self.advance(after)
-        closed = await self.runtime.close_idle_conversations()
+        closed = await self.runtime.housekeeping.close_idle_conversations()
         await self.settle()
         return closed
 

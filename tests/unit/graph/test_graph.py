@@ -77,7 +77,7 @@ def _runtime(tmp_path: Path, extra: str = "") -> AbstractAsyncContextManager[Pil
 
 async def _close_and_extract(pilot: Pilot) -> None:
     for conversation in await pilot.end_conversations(after=timedelta(hours=2)):
-        await pilot.runtime.graph_conversation(ADA.id, conversation.id)
+        await pilot.runtime.jobs.graph_conversation(ADA.id, conversation.id)
 
 
 def test_candidate_keys_are_the_inputs_short_spans_in_order() -> None:
@@ -112,7 +112,7 @@ async def test_a_closed_conversation_feeds_the_graph_which_informs_later_turns_i
     tmp_path: Path, mind: Mind
 ) -> None:
     async with _runtime(tmp_path) as pilot:
-        assert "graph" in pilot.runtime.conversation_hook_names()
+        assert "graph" in pilot.runtime.jobs.conversation_hook_names()
         await pilot.say("My sister Ann works at Acme. Bo lives in Porto.", transmitted=True)
         mind.sensitivity = Sensitivity.PUBLIC  # the channel default (private) must still win
         await _close_and_extract(pilot)
@@ -184,7 +184,7 @@ async def test_a_failing_graph_store_costs_context_not_the_turn(tmp_path: Path, 
 
 async def test_a_disabled_graph_is_neither_filled_nor_read(tmp_path: Path, mind: Mind) -> None:
     async with _runtime(tmp_path, "[graph]\nenabled = false\n") as pilot:
-        assert "graph" not in pilot.runtime.conversation_hook_names()
+        assert "graph" not in pilot.runtime.jobs.conversation_hook_names()
         await pilot.say("Ann works at Acme.", transmitted=True)
         assert "How things relate" not in mind.respond_prompts[-1]
 

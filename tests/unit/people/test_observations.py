@@ -199,14 +199,14 @@ async def test_the_runtime_observes_closed_conversations_and_briefs_itself_only_
     double, _ = mind
     async with run_runtime(tmp_path / "home", model="test:observer", agent=AGENT, scheduler=False) as pilot:
         runtime = pilot.runtime
-        assert "observe" in runtime.conversation_hook_names()
+        assert "observe" in runtime.jobs.conversation_hook_names()
 
         await pilot.say("I work as a teacher.", channel="room")
         (closed,) = await pilot.end_conversations(after=timedelta(hours=2))
-        await runtime.observe_conversation(AGENT.id, closed.id)
+        await runtime.jobs.observe_conversation(AGENT.id, closed.id)
         sam = closed.participant_ids[0]
         assert [o.value for o in await runtime.store.observations(AGENT.id, sam)] == ["works as a teacher"]
-        assert await runtime.dossiers(AGENT.id).cached(AGENT.id, sam) == "I know that Sam works as a teacher."
+        assert await runtime.jobs.dossiers(AGENT.id).cached(AGENT.id, sam) == "I know that Sam works as a teacher."
 
         await pilot.say("Hello again!", channel="room")
         assert "What I know about Sam" in double.respond_prompts[-1]

@@ -121,7 +121,7 @@ async def test_a_run_closed_by_its_workflow_then_swept_is_consolidated_once(
         clock = runtime.clock
         assert isinstance(clock, ManualClock)
         clock.advance(timedelta(minutes=5))
-        assert await runtime.sweep_unconsolidated() == 1
+        assert await runtime.housekeeping.sweep_unconsolidated() == 1
 
         async def every_run_summarising() -> bool:
             return mind.summaries == len(await _close_hook_runs())
@@ -137,7 +137,7 @@ async def test_a_run_closed_by_its_workflow_then_swept_is_consolidated_once(
         assert len(await _close_hook_runs()) == 1
         assert mind.summaries == 1
         assert await _memories(runtime) == ["My reminder fired and I told Sam to stretch."]
-        assert await runtime.sweep_unconsolidated() == 0
+        assert await runtime.housekeeping.sweep_unconsolidated() == 0
 
 
 async def test_a_failed_consolidation_is_retried_until_it_succeeds_and_doctor_reports_it(
@@ -173,15 +173,15 @@ async def test_a_failed_consolidation_is_retried_until_it_succeeds_and_doctor_re
         assert f"next attempt {(first_failure + timedelta(minutes=2)).isoformat()}" in check.detail
 
         clock.advance(timedelta(minutes=1))
-        assert await runtime.sweep_unconsolidated() == 0  # not due yet
+        assert await runtime.housekeeping.sweep_unconsolidated() == 0  # not due yet
         clock.advance(timedelta(minutes=2))
-        assert await runtime.sweep_unconsolidated() == 1  # the first retry: fails again
+        assert await runtime.housekeeping.sweep_unconsolidated() == 1  # the first retry: fails again
         await pilot.wait_for(lambda: failed(2))
         assert "attempt 2" in (await check_consolidation(runtime.settings)).detail
         clock.advance(timedelta(minutes=3))
-        assert await runtime.sweep_unconsolidated() == 0  # backing off: 4 minutes now
+        assert await runtime.housekeeping.sweep_unconsolidated() == 0  # backing off: 4 minutes now
         clock.advance(timedelta(minutes=2))
-        assert await runtime.sweep_unconsolidated() == 1
+        assert await runtime.housekeeping.sweep_unconsolidated() == 1
 
         async def done() -> bool:
             state = await runtime.store.get_consolidation(AGENT.id, conversation_id)
@@ -191,6 +191,6 @@ async def test_a_failed_consolidation_is_retried_until_it_succeeds_and_doctor_re
         assert await _memories(runtime) == ["My reminder fired and I told Sam to stretch."]
         assert mind.summaries == 3
         clock.advance(timedelta(hours=12))
-        assert await runtime.sweep_unconsolidated() == 0
+        assert await runtime.housekeeping.sweep_unconsolidated() == 0
         check = await check_consolidation(runtime.settings)
         assert not check.warning and check.detail == "no conversation is waiting for a retry"

@@ -4,6 +4,7 @@ connected, on connecting when it was not, in the order written, retried when it 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ from persyn.cognition.deliberation import Decision
 from persyn.cognition.pipeline import Evidence, Prepared, Reply
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, Settings, load_settings
+from persyn.core.errors import StoreError
 from persyn.core.events import Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import Prompt
@@ -22,6 +24,7 @@ from persyn.runtime.app import Runtime
 from persyn.runtime.compose import build_runtime
 from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.turn import AUTO_SPEAK, Draft, TransmitRequest
+from persyn.store._sqlite_engine import sqlite_dbapi
 from persyn.store.sqlite import SQLiteStore
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -214,7 +217,42 @@ async def test_transmit_keeps_a_reminder_id_and_strips_a_recalled_records(runtim
     )
     draft = Draft(reply=Reply(text=text), prepared=prepared)
     outcome = TransmitRequest(draft=draft, text=text, decision=Decision(action="speak", reason=AUTO_SPEAK))
-    result = await runtime.transmit(agent.id, event.id, setup, outcome)
+    result = await runtime.transmitter.transmit(agent.id, event.id, setup, outcome)
     said = f"Done: your reminder is {reminder_id}. You told me about the lake."
     assert result.text == said
     assert [o.text for o in surface.shown] == [said]
+
+
+async def test_a_recorded_reply_has_its_outbox_row_or_neither_is_stored(runtime: Runtime) -> None:
+    """The reply, its marker and its outbox row commit together: a store that refuses the
+    row (a real SQLite trigger) leaves no reply and no marker behind — the transmit step
+    fails and is run again — never a reply recorded that no process will deliver."""
+    surface = Surface()
+    await runtime.attach_channel(surface)
+    agent = runtime.settings.agents[0]
+    event = _event(agent, "Hello?", START)
+    await runtime.store.save_event(event)
+    setup = await runtime.activation.receive(agent.id, event.id)
+    draft = Draft(reply=Reply(text="Hello Sam"), prepared=None)
+    outcome = TransmitRequest(
+        draft=draft, text="Hello Sam", decision=Decision(action="speak", reason=AUTO_SPEAK)
+    )
+    assert isinstance(runtime.store, SQLiteStore)
+    database = runtime.store.path
+    dbapi = sqlite_dbapi()  # the store's own SQLite: the system library may not share its WAL
+    with contextlib.closing(dbapi.connect(database)) as connection, connection:
+        connection.execute(
+            "CREATE TRIGGER refuse_outbox BEFORE INSERT ON outbox BEGIN SELECT RAISE(ABORT, 'outbox refused'); END"
+        )
+    with pytest.raises(StoreError, match="outbox refused"):
+        await runtime.transmitter.transmit(agent.id, event.id, setup, outcome)
+    assert await runtime.store.agent_reply_for_event(agent.id, event.id) is None
+    assert await runtime.store.get_marker(agent.id, event.id, START) is None
+    assert await runtime.store.get_outbox(agent.id, reply_key(event.id)) is None
+
+    with contextlib.closing(dbapi.connect(database)) as connection, connection:
+        connection.execute("DROP TRIGGER refuse_outbox")
+    result = await runtime.transmitter.transmit(agent.id, event.id, setup, outcome)  # the step, retried
+    row = await runtime.store.get_outbox(agent.id, reply_key(event.id))
+    assert row is not None and row.message_id == result.message_id and row.delivered_at is not None
+    assert [o.text for o in surface.shown] == ["Hello Sam"]

@@ -212,7 +212,7 @@ async def test_idle_conversations_close_and_run_their_hooks(pilot: Pilot) -> Non
     async def hook(agent_id: str, conversation_id: str) -> None:
         seen.append((agent_id, conversation_id))
 
-    runtime.add_conversation_hook("record", hook)
+    runtime.jobs.add_conversation_hook("record", hook)
     await pilot.say("first conversation")
     conversation_id = channel.delivered[0].conversation_id
 
@@ -251,15 +251,15 @@ async def test_culling_and_dialog_retention_on_a_moved_clock(pilot: Pilot) -> No
     for record in (trivial, vital):
         await runtime.store.add_record(record, None, None)
     pilot.advance(timedelta(days=13))
-    assert await runtime.cull_memories() == 0  # too young to cull
+    assert await runtime.housekeeping.cull_memories() == 0  # too young to cull
     pilot.advance(timedelta(days=2))
-    assert await runtime.cull_memories() == 1
+    assert await runtime.housekeeping.cull_memories() == 1
     assert [r.id for r in await runtime.store.list_records(agent.id)] == [vital.id]
     # Verbatim dialog outlives the retention window only as the memories made from it.
     assert await pilot.close_idle() == 1
-    assert await runtime.purge_old_dialog() == 0
+    assert await runtime.housekeeping.purge_old_dialog() == 0
     pilot.advance(timedelta(days=91))  # the window counts from when the conversation closed
-    assert await runtime.purge_old_dialog() == 2
+    assert await runtime.housekeeping.purge_old_dialog() == 2
     assert await runtime.store.count_messages(agent.id) == 0
     assert pilot.channel.delivered
 
@@ -280,7 +280,7 @@ async def test_a_crash_between_close_and_consolidation_loses_nothing(pilot: Pilo
             )
         )
 
-    runtime.add_conversation_hook("consolidate", hook)
+    runtime.jobs.add_conversation_hook("consolidate", hook)
     await pilot.say("remember this evening")
     # The conversation is closed in the store, then the process dies before the hooks
     # are enqueued: nothing in the queue knows about it.
@@ -288,7 +288,7 @@ async def test_a_crash_between_close_and_consolidation_loses_nothing(pilot: Pilo
     assert [c.id for c in closed] == [pilot.channel.delivered[0].conversation_id]
     # After the restart the scheduler's sweep finds it and consolidation runs, once.
     pilot.advance(timedelta(minutes=5))
-    assert await runtime.sweep_unconsolidated() == 1
+    assert await runtime.housekeeping.sweep_unconsolidated() == 1
     await pilot.settle()
     assert consolidated == [closed[0].id]
-    assert await runtime.sweep_unconsolidated() == 0
+    assert await runtime.housekeeping.sweep_unconsolidated() == 0
