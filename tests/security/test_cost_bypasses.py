@@ -99,12 +99,18 @@ async def test_eight_calls_a_round_to_one_contact_differing_in_spaces_stop_at_th
         # A send is counted by its tool call: the same call again (its step re-run after a
         # crash) counts once; another call with the very same text counts again.
         for _ in range(2):
-            await runtime.outreach.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-1")
+            await runtime.outreach.send_to_contact(
+                ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-1"
+            )
         assert await runtime.outreach.messages_sent(ADA.id, quiet.id) == 1
-        await runtime.outreach.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-2")
+        await runtime.outreach.send_to_contact(
+            ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-2"
+        )
         assert await runtime.outreach.messages_sent(ADA.id, quiet.id) == 2
         with pytest.raises(ToolError, match="message cap reached"):
-            await runtime.outreach.send_to_contact(ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-3")
+            await runtime.outreach.send_to_contact(
+                ADA.id, quiet.id, pal, "test", "dm-pal", "Hi", call_key="step-3"
+            )
 
 
 async def test_a_beat_whose_self_assessment_fails_is_charged_what_it_spent(

@@ -206,7 +206,10 @@ async def test_the_runtime_observes_closed_conversations_and_briefs_itself_only_
         await runtime.jobs.observe_conversation(AGENT.id, closed.id)
         sam = closed.participant_ids[0]
         assert [o.value for o in await runtime.store.observations(AGENT.id, sam)] == ["works as a teacher"]
-        assert await runtime.jobs.dossiers(AGENT.id).cached(AGENT.id, sam) == "I know that Sam works as a teacher."
+        assert (
+            await runtime.jobs.dossiers(AGENT.id).cached(AGENT.id, sam)
+            == "I know that Sam works as a teacher."
+        )
 
         await pilot.say("Hello again!", channel="room")
         assert "What I know about Sam" in double.respond_prompts[-1]
