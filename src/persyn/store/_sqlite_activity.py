@@ -12,7 +12,8 @@ from sqlalchemy.engine import Connection
 from persyn.core.ids import new_id
 from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.activity import ActivityEntry
-from persyn.store.schema import activity_from_row, activity_runs, activity_values
+from persyn.store.mapping import activity_from_row, activity_values
+from persyn.store.schema import activity_runs
 
 __all__ = ["SQLiteActivity"]
 

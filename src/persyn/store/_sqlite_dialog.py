@@ -32,13 +32,8 @@ from persyn.store.base import (
     Message,
     Role,
 )
-from persyn.store.schema import (
-    checked_id,
-    conversation_from_row,
-    conversations,
-    message_from_row,
-    messages,
-)
+from persyn.store.mapping import conversation_from_row, message_from_row
+from persyn.store.schema import checked_id, conversations, messages
 
 __all__ = [
     "AGENT_REPLY",

@@ -21,11 +21,11 @@ from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.base import ContactAddress, Conversation
+from persyn.store.mapping import conversation_from_row
 from persyn.store.schema import (
     checked_address,
     checked_id,
     contact_addresses,
-    conversation_from_row,
     conversation_participants,
     conversations,
     memory_records,

@@ -17,15 +17,8 @@ from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
 from persyn.store._sqlite_work import SQLiteWork, p, upsert
 from persyn.store.events import DeliberationTrace
-from persyn.store.schema import (
-    checked_id,
-    completion_markers,
-    deliberation_traces,
-    event_from_row,
-    event_values,
-    events,
-    marker_from_row,
-)
+from persyn.store.mapping import event_from_row, event_values, marker_from_row
+from persyn.store.schema import checked_id, completion_markers, deliberation_traces, events
 
 __all__ = ["SQLiteEvents", "put_marker_row"]
 

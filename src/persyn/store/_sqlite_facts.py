@@ -23,14 +23,8 @@ from persyn.store.base import (
     Provenance,
     QuickFact,
 )
-from persyn.store.schema import (
-    checked_id,
-    fact_from_row,
-    observation_changes,
-    observations,
-    provenance_values,
-    quick_facts,
-)
+from persyn.store.mapping import fact_from_row, provenance_values
+from persyn.store.schema import checked_id, observation_changes, observations, quick_facts
 
 __all__ = ["SQLiteFacts"]
 

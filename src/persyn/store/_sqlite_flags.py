@@ -14,10 +14,7 @@ from sqlalchemy.engine import Connection
 
 from persyn.core.ids import new_id
 from persyn.store._sqlite_work import SQLiteWork, p, upsert
-from persyn.store.schema import (
-    checked_id,
-    flags,
-)
+from persyn.store.schema import checked_id, flags
 
 __all__ = ["SQLiteFlags"]
 

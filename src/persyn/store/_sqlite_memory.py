@@ -28,15 +28,8 @@ from persyn.store._sqlite_directory import index_participants
 from persyn.store._sqlite_jobs import consolidated_at_import
 from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.base import ImportedMemory
-from persyn.store.schema import (
-    checked_id,
-    conversations,
-    flags,
-    memory_records,
-    messages,
-    record_from_row,
-    record_values,
-)
+from persyn.store.mapping import record_from_row, record_values
+from persyn.store.schema import checked_id, conversations, flags, memory_records, messages
 
 __all__ = ["KEYWORD_WEIGHTS", "STOP_WORDS", "SQLiteMemory", "fts_any_query"]
 

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.store._sqlite_directory import move_addresses, move_participant_index, require_person
-from persyn.store._sqlite_graph import replace_graph_participant
+from persyn.store._sqlite_graph_write import replace_graph_participant
 from persyn.store._sqlite_memory import replace_record_participant
 from persyn.store._sqlite_work import SQLiteWork, latest, p
 from persyn.store.base import (
@@ -27,18 +27,15 @@ from persyn.store.base import (
     Identity,
     Person,
 )
+from persyn.store.mapping import agent_from_row, identities_by_person, load_person, person_from_row
 from persyn.store.schema import (
-    agent_from_row,
     agents,
     checked_id,
     conversations,
     identities,
-    identities_by_person,
-    load_person,
     messages,
     observation_changes,
     observations,
-    person_from_row,
     person_preferences,
     persons,
     quick_facts,

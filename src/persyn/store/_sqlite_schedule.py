@@ -27,16 +27,10 @@ from persyn.store.base import (
     ReminderStatus,
     Trigger,
 )
+from persyn.store.mapping import goal_from_row, provenance_values, reminder_from_row, reminder_values
 from persyn.store.rows import checked_text
 from persyn.store.schedule import MAX_GOAL_CHARS, MAX_OBJECTIVE_CHARS
-from persyn.store.schema import (
-    goal_from_row,
-    goals,
-    provenance_values,
-    reminder_from_row,
-    reminder_values,
-    reminders,
-)
+from persyn.store.schema import goals, reminders
 
 __all__ = ["MAX_GOAL_CHARS", "MAX_OBJECTIVE_CHARS", "SQLiteSchedule"]
 

@@ -33,7 +33,7 @@ from sqlalchemy.engine import Connection
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity, channel_key
-from persyn.store import schema
+from persyn.store import mapping, schema, schema_graph
 from persyn.store._schema_v1 import v1_metadata
 from persyn.store._schema_v9 import v5_quick_facts, v9_goals, v9_reminders
 from persyn.store.base import GLOBAL, Provenance
@@ -219,11 +219,11 @@ def _create_graph(connection: Connection, dialect_name: str) -> None:
     when each fact was learned), from the live definitions (freeze them here before a later
     migration alters those tables)."""
     for table in (
-        schema.graph_entities,
-        schema.graph_mentions,
-        schema.graph_relations,
-        schema.graph_links,
-        schema.graph_fact_participants,
+        schema_graph.graph_entities,
+        schema_graph.graph_mentions,
+        schema_graph.graph_relations,
+        schema_graph.graph_links,
+        schema_graph.graph_fact_participants,
     ):
         table.create(connection, checkfirst=False)
 
@@ -315,12 +315,12 @@ def _add_provenance(connection: Connection, dialect_name: str) -> None:
             connection.exec_driver_sql(statement.format(table=table))
     old = v9_reminders.c
     for row in connection.execute(select(old.id, old.kind, old.action)).all():
-        values = schema.provenance_values(_legacy_reminder_provenance(row.kind, dict(row.action)))
+        values = mapping.provenance_values(_legacy_reminder_provenance(row.kind, dict(row.action)))
         connection.execute(schema.reminders.update().where(schema.reminders.c.id == row.id).values(**values))
     # A new unique key (agent, subject, key, scope): SQLite alters no constraint, so copy.
     connection.exec_driver_sql("ALTER TABLE quick_facts RENAME TO quick_facts_v5")
     schema.quick_facts.create(connection, checkfirst=False)
-    unattributed = schema.provenance_values(_UNATTRIBUTED)
+    unattributed = mapping.provenance_values(_UNATTRIBUTED)
     connection.exec_driver_sql(
         "INSERT INTO quick_facts (id, agent_id, subject_id, key, value, updated_at, channel, "
         "participant_ids, sensitivity, scope) SELECT id, agent_id, subject_id, key, value, updated_at, "
@@ -372,7 +372,7 @@ def _legacy_activity(agent_id: str, run_id: str, raw: str) -> dict[str, object] 
         **{field: entry[field] for field in _ACTIVITY_FIELDS if field != "at"},
         "tokens": tokens,
         "conversation_id": conversation_id if isinstance(conversation_id, str) else None,
-        **schema.provenance_values(provenance),
+        **mapping.provenance_values(provenance),
     }
 
 

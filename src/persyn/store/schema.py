@@ -9,16 +9,15 @@ Rules the tables follow, so a PostgreSQL backend can reuse them unchanged:
 `agent_id` deliberately has no foreign key to `agents`: it is a namespace key, and callers may
 store events for an agent before anything has called `ensure_agent`.
 
-Beside the tables live the pieces every backend over them shares: `checked_id` (what may go
-into an id column; defined in `rows.py`, beside the row validators), the row mappers that read rows back as the port's types, and
-`load_person` (a person spans two tables). The tables here are the *current* schema.
+The knowledge graph's tables are in `schema_graph.py`, on the same `metadata`; the row
+mappers every backend over these tables shares (the port's row types to rows and back) are in
+`mapping.py`. The tables here are the *current* schema.
 Migration 1 created the first ones (it keeps a frozen copy), migration 3 `memory_records`; a
 later change must be a new numbered migration (see migrations.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,84 +36,45 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
-    select,
     text,
 )
-from sqlalchemy.engine import Connection, Dialect, Row
+from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
-from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.store.base import (
-    ActivityEntry,
-    AgentRow,
-    Conversation,
-    Goal,
-    GoalStatus,
-    Identity,
-    Message,
-    Person,
-    Provenance,
-    QuickFact,
-    Reminder,
-    ReminderAction,
-    ReminderStatus,
-    Role,
-)
 from persyn.store.directory import checked_address
 from persyn.store.rows import checked_id
 
 __all__ = [
     "ID_LENGTH",
     "UTCDateTime",
-    "activity_from_row",
     "activity_runs",
-    "activity_values",
-    "agent_from_row",
+    "agent_column",
     "agents",
     "checked_address",
     "checked_id",
     "completion_markers",
     "consolidations",
     "contact_addresses",
-    "conversation_from_row",
     "conversation_participants",
     "conversations",
     "deliberation_traces",
-    "event_from_row",
-    "event_values",
     "events",
     "extraction_watermarks",
-    "fact_from_row",
     "flags",
-    "goal_from_row",
     "goals",
-    "graph_entities",
-    "graph_fact_participants",
-    "graph_links",
-    "graph_mentions",
-    "graph_relations",
+    "id_column",
     "identities",
-    "identities_by_person",
-    "load_person",
-    "marker_from_row",
     "memory_records",
-    "message_from_row",
     "messages",
     "metadata",
     "observation_changes",
     "observations",
     "outbox",
-    "person_from_row",
     "person_preferences",
     "persons",
-    "provenance_from_row",
-    "provenance_values",
+    "primary_id",
+    "provenance_columns",
     "quick_facts",
-    "record_from_row",
-    "record_values",
-    "reminder_from_row",
-    "reminder_values",
     "reminders",
 ]
 
@@ -155,22 +115,22 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _id(name: str, **kwargs: Any) -> Column[str]:
+def id_column(name: str, **kwargs: Any) -> Column[str]:
     return Column(name, CHAR(ID_LENGTH), **kwargs)
 
 
-def _pk() -> Column[str]:
-    return _id("id", primary_key=True)
+def primary_id() -> Column[str]:
+    return id_column("id", primary_key=True)
 
 
-def _agent_id() -> Column[str]:
-    return _id("agent_id", nullable=False)
+def agent_column() -> Column[str]:
+    return id_column("agent_id", nullable=False)
 
 
 agents = Table(
     "agents",
     metadata,
-    _pk(),
+    primary_id(),
     Column("name", String(200), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
 )
@@ -178,8 +138,8 @@ agents = Table(
 events = Table(
     "events",
     metadata,
-    _pk(),  # the event's own id: the dedup key
-    _agent_id(),
+    primary_id(),  # the event's own id: the dedup key
+    agent_column(),
     Column("kind", String(32), nullable=False),
     Column("service", String(200), nullable=False),
     Column("channel", String(500), nullable=False),
@@ -194,9 +154,9 @@ events = Table(
 completion_markers = Table(
     "completion_markers",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("event_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("event_id", nullable=False),
     Column("transmitted", Boolean, nullable=False),
     Column("text", Text, nullable=True),
     Column("reason", Text, nullable=True),
@@ -209,8 +169,8 @@ completion_markers = Table(
 persons = Table(
     "persons",
     metadata,
-    _pk(),
-    _agent_id(),
+    primary_id(),
+    agent_column(),
     Column("display_name", String(500), nullable=False),
     Column("kind", String(32), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
@@ -221,9 +181,9 @@ persons = Table(
 identities = Table(
     "identities",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("person_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("person_id", nullable=False),
     Column("service", String(200), nullable=False),
     Column("channel", String(500), nullable=False),
     Column("speaker_id", String(500), nullable=False),
@@ -237,9 +197,9 @@ identities = Table(
 person_preferences = Table(
     "person_preferences",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("person_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("person_id", nullable=False),
     Column("key", String(200), nullable=False),
     Column("value", Text, nullable=False),
     UniqueConstraint("agent_id", "person_id", "key"),
@@ -249,8 +209,8 @@ person_preferences = Table(
 conversations = Table(
     "conversations",
     metadata,
-    _pk(),
-    _agent_id(),
+    primary_id(),
+    agent_column(),
     Column("service", String(200), nullable=False),
     Column("channel", String(500), nullable=False),
     Column("kind", String(32), nullable=False),
@@ -277,15 +237,15 @@ conversations = Table(
 messages = Table(
     "messages",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("conversation_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("conversation_id", nullable=False),
     Column("role", String(16), nullable=False),
-    _id("person_id", nullable=True),  # NULL when the agent itself speaks
+    id_column("person_id", nullable=True),  # NULL when the agent itself speaks
     Column("speaker_name", String(500), nullable=False),
     Column("text", Text, nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
-    _id("event_id", nullable=True),  # the inbound event this message belongs to
+    id_column("event_id", nullable=True),  # the inbound event this message belongs to
     ForeignKeyConstraint(["agent_id", "conversation_id"], ["conversations.agent_id", "conversations.id"]),
     ForeignKeyConstraint(["agent_id", "person_id"], ["persons.agent_id", "persons.id"]),
     Index(None, "agent_id", "conversation_id", "created_at"),
@@ -303,29 +263,13 @@ messages = Table(
 )
 
 
-def _provenance() -> tuple[Column[Any], ...]:
+def provenance_columns() -> tuple[Column[Any], ...]:
     """Where a row formed (`Provenance`): the same columns as a memory record's, except that
     the channel may be NULL (formed on no channel: the agent on its own)."""
     return (
         Column("channel", String(700), nullable=True),
         Column("participant_ids", JSON, nullable=False),
         Column("sensitivity", String(32), nullable=False),
-    )
-
-
-def provenance_values(provenance: Provenance) -> dict[str, Any]:
-    return {
-        "channel": provenance.channel,
-        "participant_ids": list(provenance.participant_ids),
-        "sensitivity": provenance.sensitivity.value,
-    }
-
-
-def provenance_from_row(row: Row[Any]) -> Provenance:
-    return Provenance(
-        channel=row.channel,
-        participant_ids=tuple(row.participant_ids),
-        sensitivity=Sensitivity(row.sensitivity),
     )
 
 
@@ -337,13 +281,13 @@ def provenance_from_row(row: Row[Any]) -> Provenance:
 quick_facts = Table(
     "quick_facts",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("subject_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("subject_id", nullable=False),
     Column("key", String(200), nullable=False),
     Column("value", Text, nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
-    *_provenance(),
+    *provenance_columns(),
     Column("scope", Text, nullable=False),
     UniqueConstraint("agent_id", "subject_id", "key", "scope"),
 )
@@ -352,23 +296,23 @@ quick_facts = Table(
 observations = Table(
     "observations",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("subject_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("subject_id", nullable=False),
     Column("kind", String(100), nullable=False),
     Column("value", Text, nullable=False),
     Column("observed_at", UTCDateTime(), nullable=False),
-    _id("conversation_id", nullable=True),
+    id_column("conversation_id", nullable=True),
     Index(None, "agent_id", "subject_id"),
 )
 
 observation_changes = Table(
     "observation_changes",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("subject_id", nullable=False),
-    _id("observation_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("subject_id", nullable=False),
+    id_column("observation_id", nullable=False),
     Column("action", String(32), nullable=False),  # added | superseded | contradicted | supplemented
     Column("before", Text, nullable=True),
     Column("after", Text, nullable=True),
@@ -383,9 +327,9 @@ observation_changes = Table(
 contact_addresses = Table(
     "contact_addresses",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("person_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("person_id", nullable=False),
     Column("label", String(32), nullable=False),
     Column("value", String(500), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
@@ -402,10 +346,10 @@ contact_addresses = Table(
 conversation_participants = Table(
     "conversation_participants",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("conversation_id", nullable=False),
-    _id("person_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("conversation_id", nullable=False),
+    id_column("person_id", nullable=False),
     Column("started_at", UTCDateTime(), nullable=False),
     UniqueConstraint("agent_id", "conversation_id", "person_id"),
     # Named by hand: the conventional names would pass PostgreSQL's 63-character limit.
@@ -420,8 +364,8 @@ conversation_participants = Table(
 flags = Table(
     "flags",
     metadata,
-    _pk(),
-    _agent_id(),
+    primary_id(),
+    agent_column(),
     Column("key", String(500), nullable=False),
     Column("value", Text, nullable=False),
     UniqueConstraint("agent_id", "key"),  # the compare-and-set key
@@ -439,8 +383,8 @@ flags = Table(
 memory_records = Table(
     "memory_records",
     metadata,
-    _pk(),
-    _agent_id(),
+    primary_id(),
+    agent_column(),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("channel", String(700), nullable=False),  # channel_key(service, channel)
     Column("participant_ids", JSON, nullable=False),
@@ -449,7 +393,7 @@ memory_records = Table(
     Column("tags", JSON, nullable=False),
     Column("emotion", String(200), nullable=True),
     Column("sensitivity", String(32), nullable=False),
-    _id("conversation_id", nullable=True),
+    id_column("conversation_id", nullable=True),
     Column("message_ids", JSON, nullable=False),
     Column("ref", String(500), nullable=True),
     Column("kind", String(32), nullable=False),
@@ -462,97 +406,14 @@ memory_records = Table(
 )
 
 
-# The knowledge graph (SPEC §4.3): entities and typed relations between them. An entity is
-# one row per agent and normalised name (`key`); what the agent learned about it lives in
-# `graph_mentions`, one per compartment it was learned in (channel, sensitivity, the people
-# present), so the same compartment rules as memories decide what may surface. Relations
-# carry that provenance themselves. `graph_fact_participants` lists the people present when
-# a mention or relation was learned (the agent itself excluded), keyed by the fact's id.
-# `graph_links` lists each relation from both ends, for traversal.
-graph_entities = Table(
-    "graph_entities",
-    metadata,
-    _pk(),
-    _agent_id(),
-    Column("name", String(300), nullable=False),
-    Column("key", String(300), nullable=False),
-    Column("created_at", UTCDateTime(), nullable=False),
-    Column("updated_at", UTCDateTime(), nullable=False),
-    UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
-    UniqueConstraint("agent_id", "key"),  # one entity per name: upserts never duplicate
-)
-
-graph_mentions = Table(
-    "graph_mentions",
-    metadata,
-    _pk(),
-    _agent_id(),
-    _id("entity_id", nullable=False),
-    # What the entity is (person, place...) as learned here: like its attributes, a kind
-    # learned in one compartment is not shown in another.
-    Column("kind", String(100), nullable=False),
-    Column("channel", String(700), nullable=False),  # channel_key(service, channel)
-    Column("sensitivity", String(32), nullable=False),
-    Column("participants_key", Text, nullable=False),  # sorted person ids, comma-joined
-    _id("conversation_id", nullable=True),
-    Column("attributes", JSON, nullable=False),  # {name: value}
-    Column("learned_at", UTCDateTime(), nullable=False),
-    ForeignKeyConstraint(["agent_id", "entity_id"], ["graph_entities.agent_id", "graph_entities.id"]),
-    Index(None, "agent_id", "entity_id"),
-)
-
-graph_relations = Table(
-    "graph_relations",
-    metadata,
-    _pk(),
-    _agent_id(),
-    _id("source_id", nullable=False),
-    Column("relation", String(100), nullable=False),
-    _id("target_id", nullable=False),
-    Column("channel", String(700), nullable=False),
-    Column("sensitivity", String(32), nullable=False),
-    Column("participants_key", Text, nullable=False),
-    _id("conversation_id", nullable=True),
-    Column("learned_at", UTCDateTime(), nullable=False),
-    ForeignKeyConstraint(["agent_id", "source_id"], ["graph_entities.agent_id", "graph_entities.id"]),
-    ForeignKeyConstraint(["agent_id", "target_id"], ["graph_entities.agent_id", "graph_entities.id"]),
-    Index(None, "agent_id", "source_id"),
-    Index(None, "agent_id", "target_id"),
-)
-
-# Each relation in both directions, so a traversal follows one index whichever way it points.
-graph_links = Table(
-    "graph_links",
-    metadata,
-    _pk(),
-    _agent_id(),
-    _id("from_id", nullable=False),
-    _id("to_id", nullable=False),
-    _id("relation_id", nullable=False),
-    # Not (agent_id, from_id): ULIDs are unique anyway, and without an agent_id prefix the
-    # planner can only walk outward from the recursive row, never scan the agent's links.
-    Index(None, "from_id"),
-)
-
-graph_fact_participants = Table(
-    "graph_fact_participants",
-    metadata,
-    _pk(),
-    _agent_id(),
-    _id("fact_id", nullable=False),  # a graph_mentions or graph_relations id
-    _id("person_id", nullable=False),
-    UniqueConstraint("agent_id", "fact_id", "person_id"),
-    Index(None, "agent_id", "person_id"),  # merge re-attributes by person
-)
-
 # The persistent schedule (SPEC §4.7): reminders the agent set itself and the heartbeat
 # (`kind`). `trigger` and `action` are JSON objects (the port's `Trigger` and
 # `ReminderAction`); `next_fire_at` is what the scheduler scans, across agents.
 reminders = Table(
     "reminders",
     metadata,
-    _pk(),
-    _agent_id(),
+    primary_id(),
+    agent_column(),
     Column("kind", String(32), nullable=False),
     Column("objective", Text, nullable=False),
     Column("trigger", JSON, nullable=False),
@@ -563,7 +424,7 @@ reminders = Table(
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("last_fired_at", UTCDateTime(), nullable=True),
     Column("fire_count", Integer, nullable=False),
-    *_provenance(),  # migration 10
+    *provenance_columns(),  # migration 10
     UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
     Index(None, "status", "next_fire_at"),  # the scheduler's scan over every agent
     Index(None, "agent_id", "kind", "next_fire_at"),
@@ -573,14 +434,14 @@ reminders = Table(
 goals = Table(
     "goals",
     metadata,
-    _pk(),
-    _agent_id(),
+    primary_id(),
+    agent_column(),
     Column("description", Text, nullable=False),
     Column("status", String(16), nullable=False),
     Column("outcome", Text, nullable=True),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
-    *_provenance(),  # migration 10
+    *provenance_columns(),  # migration 10
     UniqueConstraint("agent_id", "id"),  # target of composite foreign keys
     Index(None, "agent_id", "status", "created_at"),
 )
@@ -591,8 +452,8 @@ goals = Table(
 consolidations = Table(
     "consolidations",
     metadata,
-    _agent_id(),
-    _id("conversation_id", nullable=False),
+    agent_column(),
+    id_column("conversation_id", nullable=False),
     Column("status", String(16), nullable=False),
     Column("attempts", Integer, nullable=False),
     Column("next_attempt_at", UTCDateTime(), nullable=True),
@@ -606,10 +467,10 @@ consolidations = Table(
 extraction_watermarks = Table(
     "extraction_watermarks",
     metadata,
-    _agent_id(),
-    _id("conversation_id", nullable=False),
+    agent_column(),
+    id_column("conversation_id", nullable=False),
     Column("reader", String(32), nullable=False),
-    _id("message_id", nullable=False),
+    id_column("message_id", nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     PrimaryKeyConstraint("agent_id", "conversation_id", "reader"),
 )
@@ -621,17 +482,17 @@ extraction_watermarks = Table(
 activity_runs = Table(
     "activity_runs",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("run_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("run_id", nullable=False),
     Column("at", UTCDateTime(), nullable=False),
     Column("kind", String(32), nullable=False),
     Column("reminder_id", String(100), nullable=False),
     Column("objective", Text, nullable=False),
     Column("outcome", Text, nullable=False),
     Column("tokens", Integer, nullable=False),
-    _id("conversation_id", nullable=True),
-    *_provenance(),
+    id_column("conversation_id", nullable=True),
+    *provenance_columns(),
     UniqueConstraint("agent_id", "run_id"),  # a replayed step logs its run once
     Index(None, "agent_id", "at"),
 )
@@ -641,9 +502,9 @@ activity_runs = Table(
 deliberation_traces = Table(
     "deliberation_traces",
     metadata,
-    _pk(),
-    _agent_id(),
-    _id("event_id", nullable=False),
+    primary_id(),
+    agent_column(),
+    id_column("event_id", nullable=False),
     Column("trace", JSON, nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     UniqueConstraint("agent_id", "event_id"),
@@ -655,13 +516,13 @@ deliberation_traces = Table(
 outbox = Table(
     "outbox",
     metadata,
-    _pk(),
-    _agent_id(),
+    primary_id(),
+    agent_column(),
     Column("service", String(200), nullable=False),
     Column("channel", String(500), nullable=False),
-    _id("conversation_id", nullable=False),
-    _id("message_id", nullable=False),
-    _id("event_id", nullable=False),
+    id_column("conversation_id", nullable=False),
+    id_column("message_id", nullable=False),
+    id_column("event_id", nullable=False),
     Column("text", Text, nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("delivered_at", UTCDateTime(), nullable=True),
@@ -670,222 +531,3 @@ outbox = Table(
     Index(None, "agent_id", "service", "delivered_at", "created_at"),
     Index(None, "created_at"),  # the purge
 )
-
-
-# row mapping between the tables and the port's types, for every backend --------------------
-def agent_from_row(row: Row[Any]) -> AgentRow:
-    return AgentRow(id=row.id, name=row.name, created_at=row.created_at)
-
-
-def event_values(event: Event) -> dict[str, Any]:
-    """The `events` row for `event`; `event_from_row` reads it back."""
-    speaker = None if event.speaker is None else event.speaker.model_dump(mode="json")
-    return {
-        **event.model_dump(
-            include={"id", "agent_id", "service", "channel", "text", "received_at", "addressed"}
-        ),
-        "kind": event.kind.value,
-        "speaker": speaker,
-        "meta": dict(event.meta),
-    }
-
-
-def event_from_row(row: Row[Any]) -> Event:
-    return Event(
-        id=row.id,
-        agent_id=row.agent_id,
-        kind=EventKind(row.kind),
-        service=row.service,
-        channel=row.channel,
-        speaker=None if row.speaker is None else Speaker.model_validate(row.speaker),
-        text=row.text,
-        received_at=row.received_at,
-        addressed=row.addressed,
-        meta=dict(row.meta),
-    )
-
-
-def marker_from_row(row: Row[Any]) -> CompletionMarker:
-    return CompletionMarker(
-        event_id=row.event_id,
-        transmitted=row.transmitted,
-        text=row.text,
-        reason=row.reason,
-        created_at=row.created_at,
-        expires_at=row.expires_at,
-    )
-
-
-def person_from_row(row: Row[Any], person_identities: Sequence[Identity]) -> Person:
-    return Person(
-        id=row.id,
-        agent_id=row.agent_id,
-        display_name=row.display_name,
-        kind=row.kind,
-        created_at=row.created_at,
-        last_interaction_at=row.last_interaction_at,
-        identities=tuple(person_identities),
-    )
-
-
-def conversation_from_row(row: Row[Any]) -> Conversation:
-    return Conversation(
-        id=row.id,
-        agent_id=row.agent_id,
-        service=row.service,
-        channel=row.channel,
-        participant_ids=tuple(row.participants),
-        started_at=row.started_at,
-        last_activity_at=row.last_activity_at,
-        closed_at=row.closed_at,
-        kind=row.kind,
-    )
-
-
-def message_from_row(row: Row[Any]) -> Message:
-    return Message(
-        id=row.id,
-        agent_id=row.agent_id,
-        conversation_id=row.conversation_id,
-        role=Role(row.role),
-        person_id=row.person_id,
-        speaker_name=row.speaker_name,
-        text=row.text,
-        created_at=row.created_at,
-        event_id=row.event_id,
-    )
-
-
-def load_person(connection: Connection, agent_id: str, person_id: str) -> Person:
-    row = connection.execute(
-        select(persons).where(persons.c.agent_id == agent_id, persons.c.id == person_id)
-    ).one()
-    return person_from_row(row, identities_by_person(connection, agent_id, person_id).get(person_id, ()))
-
-
-def identities_by_person(
-    connection: Connection, agent_id: str, person_id: str | None = None
-) -> dict[str, tuple[Identity, ...]]:
-    statement = select(identities).where(identities.c.agent_id == agent_id)
-    if person_id is not None:
-        statement = statement.where(identities.c.person_id == person_id)
-    grouped: dict[str, list[Identity]] = {}
-    for row in connection.execute(statement.order_by(identities.c.created_at, identities.c.id)):
-        identity = Identity(service=row.service, channel=row.channel, speaker_id=row.speaker_id)
-        grouped.setdefault(row.person_id, []).append(identity)
-    return {key: tuple(value) for key, value in grouped.items()}
-
-
-def record_values(record: MemoryRecord) -> dict[str, Any]:
-    """The `memory_records` row for `record` (without its vector); `record_from_row` reads it."""
-    values = record.model_dump()
-    values["participant_ids"] = list(record.participant_ids)
-    values["tags"] = list(record.tags)
-    values["message_ids"] = list(record.message_ids)
-    values["sensitivity"] = record.sensitivity.value
-    return values
-
-
-def record_from_row(row: Row[Any]) -> MemoryRecord:
-    return MemoryRecord(
-        id=row.id,
-        agent_id=row.agent_id,
-        created_at=row.created_at,
-        channel=row.channel,
-        participant_ids=tuple(row.participant_ids),
-        summary=row.summary,
-        importance=row.importance,
-        tags=tuple(row.tags),
-        emotion=row.emotion,
-        sensitivity=Sensitivity(row.sensitivity),
-        conversation_id=row.conversation_id,
-        message_ids=tuple(row.message_ids),
-        ref=row.ref,
-        kind=row.kind,
-    )
-
-
-def reminder_values(reminder: Reminder) -> dict[str, Any]:
-    """The `reminders` row for `reminder`; `reminder_from_row` reads it back."""
-    values = reminder.model_dump(exclude={"trigger", "action", "status", "provenance"})
-    values.update(provenance_values(reminder.provenance))
-    values["trigger"] = reminder.trigger.model_dump(mode="json")
-    values["action"] = reminder.action.model_dump(mode="json", exclude_none=True)
-    values["status"] = reminder.status.value
-    return values
-
-
-def reminder_from_row(row: Row[Any]) -> Reminder:
-    return Reminder.model_validate(
-        {
-            "id": row.id,
-            "agent_id": row.agent_id,
-            "kind": row.kind,
-            "objective": row.objective,
-            "trigger": row.trigger,
-            "action": ReminderAction.model_validate(row.action),
-            "status": ReminderStatus(row.status),
-            "next_fire_at": row.next_fire_at,
-            "created_at": row.created_at,
-            "updated_at": row.updated_at,
-            "last_fired_at": row.last_fired_at,
-            "fire_count": row.fire_count,
-            "provenance": provenance_from_row(row),
-        }
-    )
-
-
-def goal_from_row(row: Row[Any]) -> Goal:
-    return Goal(
-        id=row.id,
-        agent_id=row.agent_id,
-        description=row.description,
-        status=GoalStatus(row.status),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        outcome=row.outcome,
-        provenance=provenance_from_row(row),
-    )
-
-
-def fact_from_row(row: Row[Any]) -> QuickFact:
-    return QuickFact(
-        subject_id=row.subject_id,
-        key=row.key,
-        value=row.value,
-        updated_at=row.updated_at,
-        provenance=provenance_from_row(row),
-    )
-
-
-def activity_values(entry: ActivityEntry) -> dict[str, Any]:
-    """The `activity_runs` row for `entry` (without its own key); `activity_from_row` reads it."""
-    return {
-        "agent_id": entry.agent_id,
-        "run_id": entry.id,
-        "at": entry.at,
-        "kind": entry.kind,
-        "reminder_id": entry.reminder_id,
-        "objective": entry.objective,
-        "outcome": entry.outcome,
-        "tokens": entry.tokens,
-        "conversation_id": entry.conversation_id,
-        **provenance_values(entry.provenance),
-    }
-
-
-def activity_from_row(row: Row[Any]) -> ActivityEntry:
-    """Built without re-validating: the autonomy budget reads up to 500 rows per run, each
-    validated when it was logged."""
-    return ActivityEntry.model_construct(
-        id=row.run_id,
-        agent_id=row.agent_id,
-        at=row.at,
-        kind=row.kind,
-        reminder_id=row.reminder_id,
-        objective=row.objective,
-        outcome=row.outcome,
-        tokens=row.tokens,
-        conversation_id=row.conversation_id,
-        provenance=provenance_from_row(row),
-    )

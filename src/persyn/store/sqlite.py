@@ -59,8 +59,9 @@ from persyn.store._sqlite_outbox import SQLiteOutbox, put_outbox_row
 from persyn.store._sqlite_persons import SQLitePersons, resolve_person_row
 from persyn.store._sqlite_schedule import SQLiteSchedule
 from persyn.store.base import Conversation, Identity, Message, Person, Store
+from persyn.store.mapping import message_from_row
 from persyn.store.outbox import OutboxRow
-from persyn.store.schema import checked_id, message_from_row
+from persyn.store.schema import checked_id
 
 __all__ = ["SQLiteStore", "create_sqlite_engine", "fts_query"]
 

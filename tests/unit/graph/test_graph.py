@@ -172,7 +172,7 @@ async def test_a_failing_graph_store_costs_context_not_the_turn(tmp_path: Path, 
         # Repaired (the table is back, empty): the next turn clears the report.
         from sqlalchemy import create_engine
 
-        from persyn.store.schema import graph_links
+        from persyn.store.schema_graph import graph_links
 
         engine = create_engine(f"sqlite:///{tmp_path / 'home' / 'data' / 'persyn.db'}")
         graph_links.create(engine)
