@@ -112,6 +112,53 @@ async def test_non_ulid_ids_are_rejected_before_anything_is_stored(store: Store)
     assert await store.list_agents() == []
 
 
+@pytest.mark.parametrize(
+    ("field", "bad", "complaint"),
+    [
+        ("id", "m-1", "invalid message id 'm-1'"),
+        ("conversation_id", "room-1", "invalid conversation id 'room-1'"),
+        ("person_id", "sam", "invalid person id 'sam'"),
+        ("event_id", new_id(T0).lower(), "event id .* is not canonical"),
+    ],
+)
+async def test_a_message_with_a_bad_id_never_reaches_a_backend(
+    store: Store, field: str, bad: str, complaint: str
+) -> None:
+    """The row type checks its ids as it is built, the same for every backend: a message
+    with a bad id cannot be made, so nothing of it is stored."""
+    agent_id = new_id()
+    conversation = await _open(store, agent_id)
+    good = _message(conversation, "hello").model_dump()
+    with pytest.raises(InputError, match=complaint):
+        Message.model_validate(good | {field: bad})  # refused here, not in an adapter
+    assert await store.count_messages(agent_id) == 0
+
+
+async def test_conversations_and_persons_with_bad_ids_cannot_be_built() -> None:
+    """As they would be handed to a backend by an import or a merge."""
+    agent_id = new_id()
+    with pytest.raises(InputError, match="invalid participant id 'ann'"):
+        Conversation(
+            id=new_id(), agent_id=agent_id, service="terminal", channel="main", participant_ids=("ann",),
+            started_at=T0, last_activity_at=T0, closed_at=T0,
+        )  # fmt: skip
+    with pytest.raises(InputError, match="invalid conversation id 'c1'"):
+        Conversation(
+            id="c1", agent_id=agent_id, service="terminal", channel="main", participant_ids=(),
+            started_at=T0, last_activity_at=T0, closed_at=T0,
+        )  # fmt: skip
+    with pytest.raises(InputError, match="invalid person id 'bob'"):
+        Person(
+            id="bob", agent_id=agent_id, display_name="Bob", kind="human", created_at=T0,
+            last_interaction_at=None,
+        )  # fmt: skip
+    with pytest.raises(InputError, match="invalid agent id"):
+        Person(
+            id=new_id(), agent_id="ada", display_name="Bob", kind="human", created_at=T0,
+            last_interaction_at=None,
+        )  # fmt: skip
+
+
 async def test_times_come_back_timezone_aware_utc(store: Store) -> None:
     eastern = timezone(timedelta(hours=-5))
     agent = await store.ensure_agent(new_id(), "Anna", datetime(2026, 1, 5, 4, 0, tzinfo=eastern))

@@ -323,6 +323,16 @@ class AutonomyConfig(_Strict):
     # generated reply until the window moves on, and the skip is recorded. A person chatting
     # all day stays far below the default.
     channel_reply_tokens: int = Field(default=100_000, ge=1)
+    run_keep_days: float = Field(
+        default=30.0,
+        ge=1,
+        description=(
+            "How long each run's budget state, provenance and sent messages, what caused each "
+            "self-initiated conversation, and the channels' sent and replied ledgers are kept; "
+            "the housekeeping purges older ones daily. At least 1: the channel budgets' window "
+            "is 24 hours."
+        ),
+    )
 
 
 class RetrievalWeights(_Strict):

@@ -1,10 +1,13 @@
 """The runtime: one process's view of a deployment, and its lifespan.
 
-`Runtime` is the container `runtime.compose.build_runtime` fills: the store, the meter, one
-model gateway per agent, the channel adapters, the activation's steps and the DBOS workflows
-bound to them. `async with runtime:` (or `start()` / `stop()`) sets up storage, starts local
-models, launches DBOS as a worker (or connects as a client only) and shuts it all down again.
-Channels call `submit(event)` and `wait_marker`; workers run `Workflows.activation`.
+`Runtime` holds what `runtime.compose.build_runtime` builds (`RuntimeParts`: the store, the
+meter, the turn cache and markers, intake, autonomy, conversation jobs, housekeeping, the
+outbox, outreach, transmit, the activation's steps and the DBOS workflows over them) and
+runs their lifespan: `async with runtime:` (or `start()` / `stop()`) sets up storage, starts
+local models and one model gateway per agent, launches DBOS as a worker (or connects as a
+client only), opens the dispatchers, and shuts it all down again. It adds no behaviour of its
+own beyond that and the channel surface (`RuntimeAPI`: attach, deliver, resolve speakers,
+submit, wait for a marker); code that needs a collaborator's work calls the collaborator.
 """
 
 from __future__ import annotations
@@ -331,8 +334,10 @@ class Runtime:
 
     async def deliver_reply(self, agent_id: str, event_id: str, timeout: float = 5.0) -> bool:
         """The marker says the reply to `event_id` was transmitted, perhaps by another
-        process, which writes its outbox row just after the marker: wait (bounded) for the
-        row, and deliver it here if its channel is connected here. False if no row came."""
+        process: deliver its outbox row here if its channel is connected here. The SQLite
+        store commits the row with the marker, so the first read finds it; the bounded wait
+        is for a backend that writes it just after (`Store.record_reply`'s default). False
+        if no row came (a reply on the agent's own surface has none)."""
         key = reply_key(event_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -344,7 +349,7 @@ class Runtime:
                 return True
             if loop.time() >= deadline:
                 return False
-            await asyncio.sleep(0.05)  # the row follows the marker within milliseconds
+            await asyncio.sleep(0.05)
 
     # people, for channels (which never reach into stores) -------------------------------
     async def resolve_speaker(self, agent_id: str, speaker: Speaker) -> tuple[str, str | None]:

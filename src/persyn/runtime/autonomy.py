@@ -12,8 +12,8 @@ Self-initiated runs are bounded before they start (`skip_reason`): a token budge
 rolling 24-hour window and a runs-per-hour cap per agent, counted from what earlier runs
 actually used (kept with each run's activity entry). The budget also bounds a run while it
 goes: every model request of a self-initiated run passes `BudgetedModel`, which first checks
-the window (earlier runs plus what this one has spent so far, `spend:<run id>`, durable, so a
-run resumed after a crash or on another worker counts the same) and refuses the call with
+the window (earlier runs plus what this one has spent so far, kept in the run's state in the store,
+durable, so a run resumed after a crash or on another worker counts the same) and refuses the call with
 `BudgetExhausted` once it is used — one beat's tool loop once spent 459,000 tokens against a
 200,000-token budget checked only at its start. A run therefore overshoots by at most one
 call; it then stops cleanly: the refused call degrades like any failed model call, nothing is
@@ -24,8 +24,8 @@ than `ACTIVITY_RETENTION` (90 days: far longer than the 24-hour budget window, l
 for the operator's history) are purged whenever a run is logged.
 
 Provenance (ARCHITECTURE §4, turn 2): a run writes — goals, facts, reminders, its activity
-entry — with the provenance of what it read, kept under `run-provenance:<event id>` for the
-run's steps. A reminder's run starts from the reminder's own (and its earlier runs'); a
+entry — with the provenance of what it read, kept in the run's state (`store/runs.py`) for
+the run's steps. A reminder's run starts from the reminder's own (and its earlier runs'); a
 heartbeat's is set by its assessment (`cognition.reflection.review_material`); each tool
 that shows the run something narrows it (`narrow_run`, `memory.access.derived_provenance`:
 only ever narrower, so a replayed step changes nothing).
@@ -33,13 +33,12 @@ only ever narrower, so a replayed step changes nothing).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncGenerator, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, Protocol, cast
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from pydantic_ai.messages import ModelMessage, ModelResponse
@@ -60,13 +59,12 @@ from persyn.memory.access import Provenanced, derived_provenance
 from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
 from persyn.store.activity import ActivityEntry
 from persyn.store.base import Conversation, Provenance, Reminder, Store
+from persyn.store.runs import RunConversation, RunState
 from persyn.usage import context as usage_context
 
 __all__ = [
     "ACTIVITY_RETENTION",
     "AUTONOMOUS_SERVICE",
-    "RUN_FLAG",
-    "RUN_PROVENANCE_FLAG",
     "ActivityEntry",
     "Autonomy",
     "BudgetExhausted",
@@ -74,7 +72,6 @@ __all__ = [
     "RunSpend",
     "narrow_run",
     "recent_activity",
-    "run_kind",
     "run_provenance",
     "run_sensitivity",
     "set_run_provenance",
@@ -85,10 +82,7 @@ log = logging.getLogger(__name__)
 
 AUTONOMOUS_SERVICE = "self"  # the surface of self-initiated runs with no one to address
 ACTIVITY_RETENTION = timedelta(days=90)  # how long the activity log keeps a run
-RUN_FLAG = "run:"  # + conversation id: what caused a self-initiated conversation
-SPEND_FLAG = "spend:"  # + run id: what a self-initiated run has spent so far (RunSpend JSON)
 _KNOWN_THREADS = 4096  # threads remembered as a self-initiated run's or not
-RUN_PROVENANCE_FLAG = "run-provenance:"  # + event id: the provenance of what the run writes
 _WINDOW = timedelta(hours=24)
 _AUDIENCE_CONVERSATIONS = 20  # a channel's latest conversations whose people a run speaks in front of
 _ACTIVITY_SCAN = 500
@@ -101,34 +95,38 @@ def _unknown_run(home: str) -> Provenance:
 
 async def run_provenance(store: Store, agent_id: str, event_id: str, home: str) -> Provenance:
     """The provenance of what run `event_id` writes (`home`: the run's channel)."""
-    raw = await store.get_flag(agent_id, RUN_PROVENANCE_FLAG + event_id)
-    if raw is None:
+    state = await store.get_run(agent_id, event_id)
+    if state is None or state.provenance is None:
         return _unknown_run(home)
-    try:
-        return Provenance.model_validate_json(raw)
-    except ValueError:
-        return _unknown_run(home)
+    return state.provenance
 
 
-async def set_run_provenance(store: Store, agent_id: str, event_id: str, provenance: Provenance) -> None:
-    await store.set_flag(agent_id, RUN_PROVENANCE_FLAG + event_id, provenance.model_dump_json())
+async def set_run_provenance(
+    store: Store, agent_id: str, event_id: str, provenance: Provenance, now: datetime | None = None
+) -> None:
+    def replace(state: RunState) -> RunState:
+        return state.model_copy(update={"provenance": provenance})
+
+    await store.update_run(agent_id, event_id, replace, now or datetime.now(UTC))
 
 
 async def narrow_run(
-    store: Store, agent_id: str, event_id: str, home: str, items: Sequence[Provenanced]
+    store: Store,
+    agent_id: str,
+    event_id: str,
+    home: str,
+    items: Sequence[Provenanced],
+    now: datetime | None = None,
 ) -> None:
     """The run read `items`: from now on it writes at most where they may surface too."""
     if not items:
         return
 
-    def narrow(raw: str | None) -> str:
-        try:
-            current = _unknown_run(home) if raw is None else Provenance.model_validate_json(raw)
-        except ValueError:
-            current = _unknown_run(home)
-        return derived_provenance([current, *items], home).model_dump_json()
+    def narrow(state: RunState) -> RunState:
+        current = state.provenance or _unknown_run(home)
+        return state.model_copy(update={"provenance": derived_provenance([current, *items], home)})
 
-    await store.update_flag(agent_id, RUN_PROVENANCE_FLAG + event_id, narrow)
+    await store.update_run(agent_id, event_id, narrow, now or datetime.now(UTC))
 
 
 async def recent_activity(
@@ -225,7 +223,9 @@ class Autonomy:
             text, earlier = await self._reminder_text(reminder)
             read.extend(earlier)
         # The run starts from what its input holds; a heartbeat's assessment sets its own.
-        await set_run_provenance(self.store, reminder.agent_id, event_id, derived_provenance(read, home))
+        await set_run_provenance(
+            self.store, reminder.agent_id, event_id, derived_provenance(read, home), self.clock.now()
+        )
         event = Event(
             id=event_id,
             agent_id=reminder.agent_id,
@@ -324,16 +324,16 @@ class Autonomy:
                 provenance=provenance,
             )
         )
-        await self.store.set_flag(
-            event.agent_id,
-            RUN_FLAG + conversation_id,
-            json.dumps(
-                {
-                    "kind": event.kind.value,
-                    "reminder_id": reminder_id,
-                    "sensitivity": provenance.sensitivity.value,
-                }
-            ),
+        await self.store.set_run_conversation(
+            RunConversation(
+                agent_id=event.agent_id,
+                conversation_id=conversation_id,
+                run_id=event.id,
+                kind=event.kind.value,
+                reminder_id=reminder_id,
+                sensitivity=provenance.sensitivity,
+                created_at=now,
+            )
         )
         return await self.store.close_conversation(event.agent_id, conversation_id, now)
 
@@ -358,24 +358,24 @@ class Autonomy:
         )
         log.warning("agent %s, run %s: %s", event.agent_id, event.id, reason)
 
-        def stop(raw: str | None) -> str:
-            return _spend(raw).model_copy(update={"stopped": reason}).model_dump_json()
+        def stop(state: RunState) -> RunState:
+            return state.model_copy(update={"stopped": reason})
 
-        await self.store.update_flag(event.agent_id, SPEND_FLAG + event.id, stop)
+        await self.store.update_run(event.agent_id, event.id, stop, now)
         raise BudgetExhausted(reason)
 
     async def charge(self, event: Event, usage: TokenUsage) -> None:
         """After a model call of a self-initiated run: add what it used to the run's spend."""
         tokens = usage.input_tokens + usage.output_tokens
 
-        def add(raw: str | None) -> str:
-            spent = _spend(raw)
-            return spent.model_copy(update={"tokens": spent.tokens + tokens}).model_dump_json()
+        def add(state: RunState) -> RunState:
+            return state.model_copy(update={"tokens": state.tokens + tokens})
 
-        await self.store.update_flag(event.agent_id, SPEND_FLAG + event.id, add)
+        await self.store.update_run(event.agent_id, event.id, add, self.clock.now())
 
     async def spent(self, event: Event) -> RunSpend:
-        return _spend(await self.store.get_flag(event.agent_id, SPEND_FLAG + event.id))
+        state = await self.store.get_run(event.agent_id, event.id)
+        return RunSpend() if state is None else RunSpend(tokens=state.tokens, stopped=state.stopped)
 
     async def _run_of(self, agent_id: str | None, thread_id: str | None) -> Event | None:
         """The event of the self-initiated run whose activation is `thread_id` (an
@@ -396,7 +396,7 @@ class Autonomy:
         most where they may surface (a conversation turn writes with its own provenance)."""
         if setup.kind != "message":
             home = channel_key(setup.service, setup.channel)
-            await narrow_run(self.store, setup.agent_id, setup.event_id, home, items)
+            await narrow_run(self.store, setup.agent_id, setup.event_id, home, items, self.clock.now())
 
     async def record(self, entry: ActivityEntry) -> None:
         """Log a run, and let go of the runs older than the retention."""
@@ -450,34 +450,11 @@ class BudgetedModel(WrapperModel):
         return await self._autonomy.admit_call(attribution.agent_id, attribution.thread_id)
 
 
-def _spend(raw: str | None) -> RunSpend:
-    try:
-        return RunSpend.model_validate_json(raw) if raw else RunSpend()
-    except ValueError:
-        return RunSpend()
-
-
 def _objective(event: Event) -> str:
     return event.text.splitlines()[0][:300] if event.text else ""
 
 
-def run_kind(raw: str | None) -> dict[str, Any]:
-    """The RUN_FLAG value of a conversation: {"kind", "reminder_id", "sensitivity"}, or {}."""
-    if not raw:
-        return {}
-    try:
-        value: Any = json.loads(raw)
-    except ValueError:
-        return {}
-    return cast(dict[str, Any], value) if isinstance(value, dict) else {}
-
-
-def run_sensitivity(run: dict[str, Any]) -> Sensitivity:
-    """The least sensitivity of a run's memory (`run_kind`): that of what it read. Public for
-    a conversation no run caused; private when the flag is unreadable."""
-    if not run:
-        return Sensitivity.PUBLIC
-    try:
-        return Sensitivity(str(run.get("sensitivity", Sensitivity.PRIVATE.value)))
-    except ValueError:
-        return Sensitivity.PRIVATE
+def run_sensitivity(run: RunConversation | None) -> Sensitivity:
+    """The least sensitivity of a conversation's memory: that of what the run that caused it
+    read; public for a conversation no run caused."""
+    return Sensitivity.PUBLIC if run is None else run.sensitivity

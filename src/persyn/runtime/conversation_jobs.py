@@ -46,7 +46,7 @@ from persyn.memory.consolidate import IMPORTED_KIND, Consolidator, default_sensi
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers, Observer
-from persyn.runtime.autonomy import RUN_FLAG, run_kind, run_sensitivity
+from persyn.runtime.autonomy import run_sensitivity
 from persyn.runtime.dispatch import BACKGROUND_QUEUE, Dispatcher
 from persyn.store.base import Conversation, Store
 from persyn.store.jobs import Consolidation, ConsolidationStatus
@@ -305,12 +305,12 @@ class ConversationJobs:
             self.store, self.gateway(agent_id), self.embedder, self.settings.memory, agent.name
         )
         recalled = await recalled_ids(self.store, agent_id, conversation_id)
-        run = run_kind(await self.store.get_flag(agent_id, RUN_FLAG + conversation_id))
+        run = await self.store.get_run_conversation(agent_id, conversation_id)
         tags: tuple[str, ...] = ()
         kind = "conversation"
-        if run.get("reminder_id") and run.get("kind") == "reminder":
-            tags, kind = ("reminder", f"reminder-{run['reminder_id']}"), "reminder"
-        elif run.get("kind") == "heartbeat":
+        if run is not None and run.reminder_id and run.kind == "reminder":
+            tags, kind = ("reminder", f"reminder-{run.reminder_id}"), "reminder"
+        elif run is not None and run.kind == "heartbeat":
             tags, kind = ("heartbeat",), "reflection"
         # A self-initiated run's memory is at least as sensitive as what the run read.
         floor = run_sensitivity(run)

@@ -1,6 +1,7 @@
 """Housekeeping (SPEC §4.1, §7): the scheduler process's periodic chores — close idle
 conversations, catch closed ones never consolidated (and retry failed consolidations when
-due), purge expired completion markers, and once a day cull memories and purge old dialog.
+due), purge expired completion markers, and once a day cull memories, purge old dialog and
+purge run state and channel ledgers past `[autonomy] run_keep_days`.
 
 `Housekeeping` receives its collaborators explicitly; the conversation jobs it enqueues go
 through `ConversationJobs`, so every enqueue derives the same workflow ids.
@@ -91,9 +92,15 @@ class Housekeeping:
         before = self.clock.now() - timedelta(days=self.settings.memory.dialog_retention_days)
         return sum([await self.store.purge_dialog(agent_id, before) for agent_id in self.agents])
 
+    async def purge_runs(self) -> int:
+        """Run state, run conversations and channel ledger entries are kept for `[autonomy]
+        run_keep_days`: far past the 24-hour budget windows and a run's retries."""
+        keep = timedelta(days=self.settings.autonomy.run_keep_days)
+        return await self.store.purge_runs(self.clock.now() - keep)
+
     async def run(self) -> None:
         """Every `housekeeping_seconds`: close idle conversations, catch unconsolidated ones,
-        purge expired markers; once a day: cull memories."""
+        purge expired markers; once a day: cull memories, purge old dialog and old run state."""
         last_cull = None
         while True:
             try:
@@ -103,9 +110,15 @@ class Housekeeping:
                 if last_cull is None or self.clock.now() - last_cull >= timedelta(days=1):
                     culled = await self.cull_memories()
                     purged = await self.purge_old_dialog()
+                    runs = await self.purge_runs()
                     last_cull = self.clock.now()
-                    if culled or purged:
-                        log.info("culled %d memories, purged %d old dialog lines", culled, purged)
+                    if culled or purged or runs:
+                        log.info(
+                            "culled %d memories, purged %d old dialog lines and %d old run rows",
+                            culled,
+                            purged,
+                            runs,
+                        )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -2,13 +2,13 @@
 replies: `message_contact` (`send_to_contact`), the audience check of a self-initiated run,
 the per-run message cap, the rolling 24-hour initiation and reply budgets.
 
-The counters are flags updated with compare-and-set (`Store.update_flag`), keyed so that a
-re-run durable step counts once: a send by its tool call, a reply by its event.
+The counters are in the store's runs sub-port (`store/runs.py`), each updated in one
+transaction and keyed so that a re-run durable step counts once: a send by its tool call (in
+the run's state), a reply by its event (in the channel's ledger).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
@@ -25,14 +25,13 @@ from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, run_provenance
 from persyn.runtime.outbox import Outbox, send_key
 from persyn.store import Store
 from persyn.store.base import Message, Role
+from persyn.store.runs import RunState, SpendKind
 
 __all__ = ["Outreach"]
 
 log = logging.getLogger(__name__)
 
-_SENT_FLAG = "sent:"  # + service:channel: what the agent initiated there lately (JSON)
-_REPLIED_FLAG = "replied:"  # + service:channel: the agent's replies there lately (JSON)
-_SENDS_FLAG = "sends:"  # + event id: the messages a run sent to contacts (JSON list of keys)
+_WINDOW = timedelta(hours=24)
 
 
 class Outreach:
@@ -150,7 +149,8 @@ class Outreach:
     async def messages_sent(self, agent_id: str, event_id: str) -> int:
         """How many messages the run of `event_id` has sent to contacts: every send past the
         cap, including one the channel budget or the channel then refused."""
-        return len(_sends(await self._store.get_flag(agent_id, _SENDS_FLAG + event_id)))
+        state = await self._store.get_run(agent_id, event_id)
+        return 0 if state is None else len(state.sends)
 
     async def count_outreach(self, agent_id: str, event_id: str, call_key: str | None) -> None:
         """`[autonomy] max_messages_per_run` over the whole run, atomically in the store (the
@@ -163,18 +163,17 @@ class Outreach:
         limit = self._settings.autonomy.max_messages_per_run
         key = call_key or new_id(self._clock.now())  # no durable step to re-run: a send of its own
 
-        def count(raw: str | None) -> str | None:
-            sends = _sends(raw)
-            if key in sends:
-                return raw  # this very call, again (a re-run step): already counted
-            if len(sends) >= limit:
+        def count(state: RunState) -> RunState:
+            if key in state.sends:
+                return state  # this very call, again (a re-run step): already counted
+            if len(state.sends) >= limit:
                 raise ToolError(
-                    f"message cap reached: you have already sent {len(sends)} messages this turn (the "
-                    f"most allowed is {limit}); this one was not sent"
+                    f"message cap reached: you have already sent {len(state.sends)} messages this turn "
+                    f"(the most allowed is {limit}); this one was not sent"
                 )
-            return json.dumps([*sends, key])
+            return state.model_copy(update={"sends": (*state.sends, key)})
 
-        await self._store.update_flag(agent_id, _SENDS_FLAG + event_id, count)
+        await self._store.update_run(agent_id, event_id, count, self._clock.now())
 
     async def spend_channel_budget(
         self, agent_id: str, service: str, channel: str, text: str, now: datetime
@@ -184,24 +183,22 @@ class Outreach:
         which the model reads."""
         limit = self._settings.autonomy.channel_message_tokens
         cost = max(1, len(text) // 4)
-        key = f"{_SENT_FLAG}{service}:{channel}"
-
-        def spend(raw: str | None) -> str | None:
-            try:
-                spent = [(str(at), int(n)) for at, n in json.loads(raw or "[]")]
-            except (ValueError, TypeError):
-                spent = []
-            since = (now - timedelta(hours=24)).isoformat()
-            spent = [(at, n) for at, n in spent if at > since]
-            used = sum(n for _, n in spent)
-            if used + cost > limit:
-                raise ToolError(
-                    f"not sent: I have initiated {used} of my {limit} tokens on {service}:{channel} in the "
-                    "last 24 hours; this would exceed it. Wait, or say less."
-                )
-            return json.dumps([*spent, (now.isoformat(), cost)])
-
-        await self._store.update_flag(agent_id, key, spend)
+        spend = await self._store.spend_channel(
+            agent_id,
+            SpendKind.SENT,
+            service,
+            channel,
+            new_id(now),
+            cost,
+            now,
+            since=now - _WINDOW,
+            limit=limit,
+        )
+        if not spend.recorded:
+            raise ToolError(
+                f"not sent: I have initiated {spend.used} of my {limit} tokens on {service}:{channel} in the "
+                "last 24 hours; this would exceed it. Wait, or say less."
+            )
 
     async def reply_budget_spent(self, setup: TurnSetup) -> str | None:
         """Why the channel gets no generated reply now, or None: its rolling 24-hour budget of
@@ -211,9 +208,10 @@ class Outreach:
         if setup.service == AUTONOMOUS_SERVICE:
             return None
         limit = self._settings.autonomy.channel_reply_tokens
-        key = f"{_REPLIED_FLAG}{setup.service}:{setup.channel}"
-        since = (self._clock.now() - timedelta(hours=24)).isoformat()
-        used = sum(n for at, n, _ in _replies(await self._store.get_flag(setup.agent_id, key)) if at > since)
+        since = self._clock.now() - _WINDOW
+        used = await self._store.channel_spent(
+            setup.agent_id, SpendKind.REPLIED, setup.service, setup.channel, since
+        )
         if used < limit:
             return None
         reason = (
@@ -229,28 +227,6 @@ class Outreach:
         """Count a transmitted reply against its channel's reply budget, once per event (a
         re-run transmit step counts it once)."""
         cost = max(1, len(text) // 4)
-        since = (now - timedelta(hours=24)).isoformat()
-
-        def spend(raw: str | None) -> str:
-            spent = [entry for entry in _replies(raw) if entry[0] > since]
-            if any(entry[2] == event_id for entry in spent):
-                return json.dumps(spent)
-            return json.dumps([*spent, (now.isoformat(), cost, event_id)])
-
-        await self._store.update_flag(agent_id, f"{_REPLIED_FLAG}{service}:{channel}", spend)
-
-
-def _replies(raw: str | None) -> list[tuple[str, int, str]]:
-    """A channel's reply-budget entries: (when, tokens, event id)."""
-    try:
-        return [(str(at), int(n), str(event_id)) for at, n, event_id in json.loads(raw or "[]")]
-    except (ValueError, TypeError):
-        return []
-
-
-def _sends(raw: str | None) -> list[str]:
-    try:
-        value = json.loads(raw or "[]")
-    except ValueError:
-        return []
-    return [str(key) for key in value] if isinstance(value, list) else []
+        await self._store.spend_channel(
+            agent_id, SpendKind.REPLIED, service, channel, event_id, cost, now, since=now - _WINDOW
+        )

@@ -2,9 +2,10 @@
 silent — through the hard gates, the target, the record and the delivery.
 
 Exactly one completion marker per event, whatever happened (SPEC App. B). What is said is
-recorded in the dialog with its marker, counted against the channel's reply budget, then
-written to the outbox and delivered through it (`runtime/outbox.py`): at once when its
-channel is connected in this process, otherwise by whichever process connects it.
+recorded in the dialog with its marker and its outbox row in one store transaction (a reply
+recorded is a reply on its way: no crash between leaves it undelivered), counted against the
+channel's reply budget, then delivered through the outbox (`runtime/outbox.py`): at once when
+its channel is connected in this process, otherwise by whichever process connects it.
 """
 
 from __future__ import annotations

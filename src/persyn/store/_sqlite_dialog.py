@@ -39,7 +39,6 @@ __all__ = [
     "AGENT_REPLY",
     "SQLiteDialog",
     "add_message_row",
-    "checked_message",
     "fts_query",
     "open_conversation_row",
 ]
@@ -121,7 +120,6 @@ class SQLiteDialog(SQLiteWork):
     # dialog ------------------------------------------------------------------------------
     async def add_message(self, message: Message) -> bool:
         """Also touches the open conversation's last activity: a slow reply is activity."""
-        checked_message(message)
         return await self._write("add_message", lambda c: add_message_row(c, message))
 
     async def recent_messages(self, agent_id: str, conversation_id: str, limit: int) -> list[Message]:
@@ -228,14 +226,6 @@ def fts_query(query: str) -> str | None:
     return " ".join('"' + chunk.replace('"', '""') + '"' for chunk in chunks)
 
 
-def _message_ids(message: Message) -> list[tuple[str, str]]:
-    """The ids a message carries, named for error messages."""
-    named = [(message.id, "message id"), (message.agent_id, "agent id")]
-    named.append((message.conversation_id, "conversation id"))
-    named += [(v, w) for v, w in ((message.person_id, "person id"), (message.event_id, "event id")) if v]
-    return named
-
-
 def _utc(when: datetime) -> datetime:
     """Aware UTC, taking a naive time as UTC (as `ManualClock` and `UTCDateTime` do)."""
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
@@ -277,11 +267,6 @@ def open_conversation_row(
     conversation = conversation_from_row(connection.execute(statement.returning(*conversations.c)).one())
     index_participants(connection, agent_id, conversation, participants)
     return conversation
-
-
-def checked_message(message: Message) -> None:
-    for value, what in _message_ids(message):
-        checked_id(value, what)
 
 
 def add_message_row(connection: Connection, message: Message) -> bool:

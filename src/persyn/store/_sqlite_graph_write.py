@@ -32,7 +32,6 @@ from persyn.store.graph_rows import (
     entity_key,
     relation_label,
 )
-from persyn.store.schema import checked_id
 from persyn.store.schema_graph import (
     graph_entities,
     graph_fact_participants,
@@ -147,10 +146,6 @@ class GraphPlan:
 def plan_graph_write(
     source: FactSource, entities: Sequence[EntityFact], relations: Sequence[RelationFact]
 ) -> GraphPlan:
-    for person_id in source.participant_ids:
-        checked_id(person_id, "participant id")
-    if source.conversation_id is not None:
-        checked_id(source.conversation_id, "conversation id")
     if not source.channel:
         raise InputError("a graph fact needs the channel it was learned on")
     plan = GraphPlan()

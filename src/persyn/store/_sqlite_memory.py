@@ -87,12 +87,6 @@ class SQLiteMemory(SQLiteWork):
         """Everything is checked before the write transaction starts, so bad input (an
         InputError) stores nothing of the batch."""
         rows = [_new_row(item.record, item.vector, embedding_model) for item in items]
-        for item in items:
-            for message in item.messages:
-                for value, what in ((message.id, "message id"), (message.conversation_id, "conversation id")):
-                    checked_id(value, what)
-            if item.conversation is not None:
-                checked_id(item.conversation.id, "conversation id")
         if not rows:
             return []
 

@@ -5,7 +5,8 @@
 `events` (events, completion markers, deliberation traces), `directory` (agents, persons,
 identities, contact addresses, preferences), `dialog` (conversations, messages, search),
 `flags`, `memory` (records, vectors, quick facts, observations), `graph`, `schedule`
-(reminders, goals) and `activity` (the log of self-initiated runs). A new concern is a module
+(reminders, goals), `activity` (the log of self-initiated runs), `jobs` (consolidation
+state, extraction watermarks), `outbox` and `runs` (run state, channel ledgers). A new concern is a module
 with its port and one more base class below. Code may import a sub-port's names from its own
 module; this module re-exports the row types for the code that imports them from here.
 
@@ -30,6 +31,7 @@ from persyn.store.jobs import JobsStore
 from persyn.store.memory import ImportedMemory, MemoryPort, Observation, ObservationChange, QuickFact
 from persyn.store.outbox import OutboxRow, OutboxStore
 from persyn.store.rows import GLOBAL, Provenance
+from persyn.store.runs import RunsPort
 from persyn.store.schedule import (
     AtTrigger,
     CronTrigger,
@@ -77,6 +79,7 @@ __all__ = [
     "ReminderAction",
     "ReminderStatus",
     "Role",
+    "RunsPort",
     "SchedulePort",
     "Store",
     "Trigger",
@@ -94,6 +97,7 @@ class Store(
     ActivityPort,
     JobsStore,
     OutboxStore,
+    RunsPort,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

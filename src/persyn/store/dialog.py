@@ -6,10 +6,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
-from persyn.store.rows import Row
+from persyn.store.rows import AgentId, Row, ulid
 
-__all__ = ["Conversation", "DialogPort", "Message", "Role"]
+__all__ = ["Conversation", "ConversationId", "DialogPort", "Message", "PersonId", "Role"]
 
 
 class Role(StrEnum):
@@ -18,12 +19,16 @@ class Role(StrEnum):
     SYSTEM = "system"  # reminders, heartbeat objectives, notices folded into dialog
 
 
+ConversationId = Annotated[str, ulid("conversation id")]
+PersonId = Annotated[str, ulid("person id")]
+
+
 class Conversation(Row):
-    id: str
-    agent_id: str
+    id: ConversationId
+    agent_id: AgentId
     service: str
     channel: str
-    participant_ids: tuple[str, ...]
+    participant_ids: tuple[Annotated[str, ulid("participant id")], ...]
     started_at: datetime
     last_activity_at: datetime
     closed_at: datetime | None
@@ -31,15 +36,18 @@ class Conversation(Row):
 
 
 class Message(Row):
-    id: str
-    agent_id: str
-    conversation_id: str
+    """One line of dialog. Its ids are checked as it is built (`rows.ulid`), whatever
+    backend stores it; backends read stored rows back unchecked (`model_construct`)."""
+
+    id: Annotated[str, ulid("message id")]
+    agent_id: AgentId
+    conversation_id: ConversationId
     role: Role
-    person_id: str | None  # None for the agent itself
+    person_id: PersonId | None  # None for the agent itself
     speaker_name: str
     text: str
     created_at: datetime
-    event_id: str | None
+    event_id: Annotated[str, ulid("event id")] | None
 
 
 class DialogPort(ABC):

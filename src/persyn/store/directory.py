@@ -40,8 +40,8 @@ class Identity(Row):
 
 
 class Person(Row):
-    id: str
-    agent_id: str
+    id: Annotated[str, ulid("person id")]
+    agent_id: Annotated[str, ulid("agent id")]
     display_name: str
     kind: str  # "human" | "agent"
     created_at: datetime

@@ -13,11 +13,13 @@ from __future__ import annotations
 import re
 import unicodedata
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.core.errors import InputError
 from persyn.core.records import Sensitivity
+from persyn.store.rows import ulid
 
 __all__ = [
     "MAX_NAME",
@@ -71,9 +73,9 @@ class FactSource(_Row):
     """Where and with whom facts were learned: the provenance every fact carries."""
 
     channel: str  # channel_key(service, channel)
-    participant_ids: tuple[str, ...] = ()  # people present, the agent itself excluded
+    participant_ids: tuple[Annotated[str, ulid("participant id")], ...] = ()  # the agent excluded
     sensitivity: Sensitivity = Sensitivity.PRIVATE
-    conversation_id: str | None = None
+    conversation_id: Annotated[str, ulid("conversation id")] | None = None
     learned_at: datetime
 
 

@@ -114,7 +114,7 @@ def marker_from_row(row: Row[Any]) -> CompletionMarker:
 
 
 def person_from_row(row: Row[Any], person_identities: Sequence[Identity]) -> Person:
-    return Person(
+    return Person.model_construct(  # validated on the way in
         id=row.id,
         agent_id=row.agent_id,
         display_name=row.display_name,
@@ -126,7 +126,7 @@ def person_from_row(row: Row[Any], person_identities: Sequence[Identity]) -> Per
 
 
 def conversation_from_row(row: Row[Any]) -> Conversation:
-    return Conversation(
+    return Conversation.model_construct(  # validated on the way in
         id=row.id,
         agent_id=row.agent_id,
         service=row.service,
@@ -140,7 +140,7 @@ def conversation_from_row(row: Row[Any]) -> Conversation:
 
 
 def message_from_row(row: Row[Any]) -> Message:
-    return Message(
+    return Message.model_construct(  # validated on the way in
         id=row.id,
         agent_id=row.agent_id,
         conversation_id=row.conversation_id,

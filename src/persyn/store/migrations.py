@@ -34,6 +34,7 @@ from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity, channel_key
 from persyn.store import mapping, schema, schema_graph
+from persyn.store._migrate_runs import delete_flags_with_prefix, flags_with_prefix, runs_become_tables
 from persyn.store._schema_v1 import v1_metadata
 from persyn.store._schema_v9 import v5_quick_facts, v9_goals, v9_reminders
 from persyn.store.base import GLOBAL, Provenance
@@ -338,20 +339,6 @@ _DELIBERATION_PREFIX = "deliberation:"
 _ACTIVITY_FIELDS = ("at", "kind", "reminder_id", "objective", "outcome")
 
 
-def _flags_with_prefix(connection: Connection, prefix: str) -> list[tuple[str, str, str]]:
-    """(agent_id, key suffix, value) of every flag under `prefix` (a range scan on the key)."""
-    flags = schema.flags.c
-    statement = select(flags.agent_id, flags.key, flags.value).where(
-        flags.key >= prefix, flags.key < prefix + "\U0010ffff"
-    )
-    return [(row.agent_id, row.key[len(prefix) :], row.value) for row in connection.execute(statement)]
-
-
-def _delete_flags_with_prefix(connection: Connection, prefix: str) -> None:
-    flags = schema.flags.c
-    connection.execute(schema.flags.delete().where(flags.key >= prefix, flags.key < prefix + "\U0010ffff"))
-
-
 def _legacy_activity(agent_id: str, run_id: str, raw: str) -> dict[str, object] | None:
     """An `activity:` flag's entry as an `activity_runs` row, or None if it does not parse."""
     try:
@@ -393,7 +380,7 @@ def _logs_become_tables(connection: Connection, dialect_name: str) -> None:
     schema.deliberation_traces.create(connection, checkfirst=False)
     runs = [
         row
-        for agent_id, run_id, raw in _flags_with_prefix(connection, _ACTIVITY_PREFIX)
+        for agent_id, run_id, raw in flags_with_prefix(connection, _ACTIVITY_PREFIX)
         if (row := _legacy_activity(agent_id, run_id, raw)) is not None
     ]
     if runs:
@@ -401,13 +388,13 @@ def _logs_become_tables(connection: Connection, dialect_name: str) -> None:
     now = datetime.now(UTC)
     traces = [
         row
-        for agent_id, event_id, raw in _flags_with_prefix(connection, _DELIBERATION_PREFIX)
+        for agent_id, event_id, raw in flags_with_prefix(connection, _DELIBERATION_PREFIX)
         if (row := _legacy_trace(agent_id, event_id, raw, now)) is not None
     ]
     if traces:
         connection.execute(insert(schema.deliberation_traces), traces)
-    _delete_flags_with_prefix(connection, _ACTIVITY_PREFIX)
-    _delete_flags_with_prefix(connection, _DELIBERATION_PREFIX)
+    delete_flags_with_prefix(connection, _ACTIVITY_PREFIX)
+    delete_flags_with_prefix(connection, _DELIBERATION_PREFIX)
 
 
 # Migration 13: the flag prefixes that were a state machine and a cursor become tables.
@@ -479,6 +466,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(11, "activity runs and deliberation traces as tables", _logs_become_tables),
     Migration(12, "the outbox", _create_outbox),
     Migration(13, "consolidation state and extraction watermarks as tables", _create_conversation_jobs),
+    Migration(14, "run state, run conversations and channel ledgers as tables", runs_become_tables),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

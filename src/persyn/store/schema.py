@@ -50,6 +50,7 @@ __all__ = [
     "activity_runs",
     "agent_column",
     "agents",
+    "channel_spend",
     "checked_address",
     "checked_id",
     "completion_markers",
@@ -76,6 +77,8 @@ __all__ = [
     "provenance_columns",
     "quick_facts",
     "reminders",
+    "run_conversations",
+    "run_states",
 ]
 
 ID_LENGTH = 26  # a canonical ULID string
@@ -530,4 +533,51 @@ outbox = Table(
     Column("last_error", Text, nullable=True),
     Index(None, "agent_id", "service", "delivered_at", "created_at"),
     Index(None, "created_at"),  # the purge
+)
+
+# Runs (migration 14, `store/runs.py`): what each activation's run has done so far (budget
+# spend, provenance of what it writes, the messages it sent), what caused each self-initiated
+# conversation, and the per-channel ledgers of sent and replied tokens (a rolling window).
+# Each is purged by its time column (`[autonomy] run_keep_days`).
+run_states = Table(
+    "run_states",
+    metadata,
+    agent_column(),
+    id_column("run_id", nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Column("stopped", Text, nullable=True),
+    Column("provenance", JSON, nullable=True),
+    Column("sends", JSON, nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("agent_id", "run_id"),
+    Index(None, "updated_at"),  # the purge
+)
+
+run_conversations = Table(
+    "run_conversations",
+    metadata,
+    agent_column(),
+    id_column("conversation_id", nullable=False),
+    id_column("run_id", nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("reminder_id", String(26), nullable=False),
+    Column("sensitivity", String(32), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("agent_id", "conversation_id"),
+    Index(None, "created_at"),
+)
+
+channel_spend = Table(
+    "channel_spend",
+    metadata,
+    agent_column(),
+    Column("kind", String(16), nullable=False),  # SpendKind
+    Column("service", String(200), nullable=False),
+    Column("channel", String(500), nullable=False),
+    Column("key", String(64), nullable=False),  # the replied event, or the send's own id
+    Column("at", UTCDateTime(), nullable=False),
+    Column("tokens", Integer, nullable=False),
+    PrimaryKeyConstraint("agent_id", "kind", "service", "channel", "key"),
+    Index(None, "agent_id", "kind", "service", "channel", "at"),  # the window's sum
+    Index(None, "at"),
 )

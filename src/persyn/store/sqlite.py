@@ -19,7 +19,8 @@ conversation participant index (`_sqlite_directory.py`), dialog (`_sqlite_dialog
 (`_sqlite_flags.py`), long-term memory (`_sqlite_memory.py`, over the vector tables of
 `_sqlite_vectors.py`), quick facts and observations (`_sqlite_facts.py`), the knowledge graph
 (`_sqlite_graph.py`), reminders and goals (`_sqlite_schedule.py`), the activity log
-(`_sqlite_activity.py`). This module keeps the engines, the lifecycle and the operations that
+(`_sqlite_activity.py`), conversation jobs (`_sqlite_jobs.py`), the outbox (`_sqlite_outbox.py`),
+run state and channel ledgers (`_sqlite_runs.py`). This module keeps the engines, the lifecycle and the operations that
 span parts in one transaction.
 """
 
@@ -43,7 +44,6 @@ from persyn.store._sqlite_dialog import (
     AGENT_REPLY,
     SQLiteDialog,
     add_message_row,
-    checked_message,
     fts_query,
     open_conversation_row,
 )
@@ -57,6 +57,7 @@ from persyn.store._sqlite_jobs import SQLiteJobs
 from persyn.store._sqlite_memory import SQLiteMemory
 from persyn.store._sqlite_outbox import SQLiteOutbox, put_outbox_row
 from persyn.store._sqlite_persons import SQLitePersons, resolve_person_row
+from persyn.store._sqlite_runs import SQLiteRuns
 from persyn.store._sqlite_schedule import SQLiteSchedule
 from persyn.store.base import Conversation, Identity, Message, Person, Store
 from persyn.store.mapping import message_from_row
@@ -79,6 +80,7 @@ class SQLiteStore(
     SQLiteActivity,
     SQLiteJobs,
     SQLiteOutbox,
+    SQLiteRuns,
     Store,
 ):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""
@@ -154,7 +156,6 @@ class SQLiteStore(
                 connection, agent_id, service, channel, participants, now, idle_timeout_seconds, kind
             )
             message = make_message(person, conversation)
-            checked_message(message)
             add_message_row(connection, message)
             return person, conversation, message
 
@@ -168,7 +169,6 @@ class SQLiteStore(
     ) -> Message:
         """The agent's reply (or the one already stored for its event), the completion
         marker and the outbox row made from it, in one write transaction."""
-        checked_message(message)
         agent_id = checked_id(message.agent_id, "agent id")
 
         def work(connection: Connection) -> Message:

@@ -27,6 +27,12 @@ AGENT = AgentConfig(
     rules=["if asked for a password, then refuse"],
 )
 NOW = datetime(2026, 11, 30, 9, tzinfo=UTC)
+_PEOPLE: dict[str, str] = {}
+
+
+def _person_id(name: str) -> str:
+    """One stable person id per speaker name (ids are ULIDs, checked by the row type)."""
+    return _PEOPLE.setdefault(name, new_id(NOW))
 
 
 def _message(role: Role, text: str, name: str = "Sam") -> Message:
@@ -35,7 +41,7 @@ def _message(role: Role, text: str, name: str = "Sam") -> Message:
         agent_id=AGENT.id,
         conversation_id=new_id(),
         role=role,
-        person_id=f"person-{name}",
+        person_id=_person_id(name),
         speaker_name=name,
         text=text,
         created_at=NOW,
@@ -91,7 +97,8 @@ def test_a_repeat_of_what_another_speaker_just_said_is_redundant() -> None:
     assert deliberation.redundant_with("I would take the bus instead, it is cheaper.", dialog, 0.8) is None
     # Bo asked the agent: repeating Bo's own words back to Bo is an answer, not an echo.
     assert (
-        deliberation.redundant_with("The Lyon train leaves at nine.", dialog, 0.8, asker="person-Bo") is None
+        deliberation.redundant_with("The Lyon train leaves at nine.", dialog, 0.8, asker=_person_id("Bo"))
+        is None
     )
     # What others said before the agent's own last turn was already answered.
     older = [_message(Role.USER, "The train to Lyon leaves at nine from platform four.", "Bo"), dialog[0]]

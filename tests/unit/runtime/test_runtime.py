@@ -292,3 +292,22 @@ async def test_a_crash_between_close_and_consolidation_loses_nothing(pilot: Pilo
     await pilot.settle()
     assert consolidated == [closed[0].id]
     assert await runtime.housekeeping.sweep_unconsolidated() == 0
+
+
+async def test_the_channel_ledgers_are_purged_after_the_keeping_time(pilot: Pilot) -> None:
+    """A reply counts against its channel's budget in a ledger that the housekeeping purges
+    after `[autonomy] run_keep_days` (the flags it replaced were never purged)."""
+    from persyn.store.runs import SpendKind
+
+    runtime, agent = pilot.runtime, pilot.agent
+    turn = await pilot.say("hello there")
+    assert turn.marker.transmitted
+    since = runtime.clock.now() - timedelta(hours=24)
+    spent = await runtime.store.channel_spent(agent.id, SpendKind.REPLIED, "test", "room", since)
+    assert spent > 0
+    keep = runtime.settings.autonomy.run_keep_days
+    pilot.advance(timedelta(days=keep - 1))
+    assert await runtime.housekeeping.purge_runs() == 0
+    pilot.advance(timedelta(days=2))
+    assert await runtime.housekeeping.purge_runs() == 1
+    assert await runtime.store.channel_spent(agent.id, SpendKind.REPLIED, "test", "room", since) == 0

@@ -691,3 +691,89 @@ def test_migration_twelve_creates_the_outbox(engine: Engine) -> None:
         "attempts",
         "last_error",
     ]
+
+
+async def test_migration_fourteen_moves_run_and_channel_flags_into_tables(tmp_path: Path) -> None:
+    """An upgraded deployment keeps its budgets and its runs' provenance: what a run spent,
+    what it may write where, the messages it sent, what caused its conversation and the two
+    channel ledgers move out of flags (a value that never parsed is dropped); the flags go."""
+    from persyn.core.records import Sensitivity
+    from persyn.store.base import Provenance
+    from persyn.store.runs import SpendKind
+
+    path = tmp_path / "persyn.db"
+    engine = create_sqlite_engine(path, writer=True)
+    agent_id, run_id, talk, ann, reminder = (new_id(T0) for _ in range(5))
+    provenance = {"channel": "discord:dm-ann", "participant_ids": [ann], "sensitivity": "private"}
+    replied = [["2026-01-05T08:00:00+00:00", 40, new_id(T0)], ["2026-01-05T08:30:00+00:00", 2, new_id(T0)]]
+    flags = {
+        f"spend:{run_id}": json.dumps({"tokens": 1200, "stopped": "stopped: the budget is used"}),
+        f"run-provenance:{run_id}": json.dumps(provenance),
+        f"sends:{run_id}": json.dumps(["call-1", "call-2"]),
+        f"spend:{new_id(T0)}": "{not json",
+        f"run:{talk}": json.dumps({"kind": "reminder", "reminder_id": reminder, "sensitivity": "private"}),
+        "sent:discord:dm-ann": json.dumps([["2026-01-05T08:45:00+00:00", 25]]),
+        "replied:discord:dm-ann": json.dumps(replied),
+        "degraded:graph": "{}",
+    }
+    try:
+        assert _migrate(engine, target=13) == 13
+        with engine.begin() as connection:
+            connection.execute(
+                insert(schema.activity_runs).values(
+                    id=new_id(T0), agent_id=agent_id, run_id=run_id, at=T0, kind="reminder",
+                    reminder_id=reminder, objective="o", outcome="said", tokens=1200, conversation_id=talk,
+                    channel="discord:dm-ann", participant_ids=[ann], sensitivity="private",
+                )
+            )  # fmt: skip
+            for key, value in flags.items():
+                connection.execute(
+                    insert(schema.flags).values(id=new_id(T0), agent_id=agent_id, key=key, value=value)
+                )
+        assert _migrate(engine, target=14) == 14
+        with engine.connect() as connection:
+            found = inspect(connection)
+            columns = {
+                t: [c["name"] for c in found.get_columns(t)]
+                for t in ("run_states", "run_conversations", "channel_spend")
+            }
+            keys = [row.key for row in connection.execute(schema.flags.select())]
+    finally:
+        engine.dispose()
+    # Created from the live definitions: if this fails, freeze migration 14 first.
+    assert columns == {
+        "run_states": ["agent_id", "run_id", "tokens", "stopped", "provenance", "sends", "updated_at"],
+        "run_conversations": [
+            "agent_id", "conversation_id", "run_id", "kind", "reminder_id", "sensitivity", "created_at",
+        ],
+        "channel_spend": ["agent_id", "kind", "service", "channel", "key", "at", "tokens"],
+    }  # fmt: skip
+    assert keys == ["degraded:graph"]
+
+    store = SQLiteStore(path)
+    await store.setup()
+    try:
+        state = await store.get_run(agent_id, run_id)
+        run = await store.get_run_conversation(agent_id, talk)
+        since = T0 - timedelta(hours=24)
+        sent = await store.channel_spent(agent_id, SpendKind.SENT, "discord", "dm-ann", since)
+        said = await store.channel_spent(agent_id, SpendKind.REPLIED, "discord", "dm-ann", since)
+        again = await store.spend_channel(
+            agent_id, SpendKind.REPLIED, "discord", "dm-ann", replied[0][2], 40, T0, since=since
+        )
+    finally:
+        await store.close()
+    assert state is not None
+    assert (state.tokens, state.stopped, state.sends) == (
+        1200,
+        "stopped: the budget is used",
+        ("call-1", "call-2"),
+    )
+    assert state.provenance == Provenance(
+        channel="discord:dm-ann", participant_ids=(ann,), sensitivity=Sensitivity.PRIVATE
+    )
+    assert run is not None and (run.run_id, run.kind, run.reminder_id, run.sensitivity) == (
+        run_id, "reminder", reminder, Sensitivity.PRIVATE,
+    )  # fmt: skip
+    assert (sent, said) == (25, 42)
+    assert again.recorded and again.used == 42  # a migrated reply is the same reply: counted once
