@@ -62,7 +62,7 @@ async def _settle(runtime: Runtime, agent_id: str, runs: int) -> None:
     """Until the fired runs are logged and their workflows have finished (bounded)."""
     for _ in range(3000):
         logged = len(await recent_activity(runtime.store, agent_id, limit=1000)) >= runs
-        if logged and not await runtime.busy(agent_id):
+        if logged and not await runtime.intake.busy(agent_id):
             return
         await asyncio.sleep(0.02)
     raise TimeoutError("self-initiated runs did not finish")

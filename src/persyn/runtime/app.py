@@ -373,10 +373,6 @@ class Runtime:
     async def submit(self, event: Event, *, from_step: bool = False) -> str:
         return await self.intake.submit(event, from_step=from_step)
 
-    async def busy(self, agent_id: str) -> bool:
-        """Whether an activation of the agent is queued or running (any process)."""
-        return await self.intake.busy(agent_id)
-
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
         return await self.markers.wait(agent_id, event_id, timeout)
 

@@ -291,7 +291,9 @@ class Pilot:
         """Until no activation of the agent is queued or running (a heartbeat would be skipped
         as busy, and a message would queue behind it)."""
         if self._workers:
-            await self.wait_for(lambda: _negated(self.runtime.busy(self.agent.id)), "the agent to be idle")
+            await self.wait_for(
+                lambda: _negated(self.runtime.intake.busy(self.agent.id)), "the agent to be idle"
+            )
 
     async def settle(self) -> None:
         """Until no workflow is queued or running on either queue: the runs, and the work they

@@ -202,7 +202,7 @@ async def test_budgets_and_a_busy_agent_skip_runs_and_say_why(tmp_path: Path, mi
         mind.hold = asyncio.Event()
         event = pilot.event("Long question")
         await runtime.submit(event)
-        assert await runtime.busy(AGENT.id)
+        assert await runtime.intake.busy(AGENT.id)
         mind.hold.set()
         await runtime.wait_marker(AGENT.id, event.id, timeout=120)
         await pilot.idle()
