@@ -328,7 +328,7 @@ class ActivationSteps:
         await record_deliberation(self.store, agent_id, event_id, trace, self.clock.now())
         if objections:
             parked = deliberation.Parked(
-                event_id=event_id, draft=draft.text, revised=revised, objections=objections
+                event_id=event_id, draft=draft.text, revised=revised, objections=tuple(objections)
             )
             await pipeline.park(self.store, setup, parked, self.clock.now())
         event = await self.cache.event(agent_id, event_id)

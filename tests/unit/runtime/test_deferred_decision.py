@@ -62,7 +62,7 @@ class Overlapping:
             self.log.append("respond:end")
             return DoubleReply(text=text)
         if task == "critique":
-            return Critique(objections=[])
+            return Critique()
         return DoubleReply(text="ok")
 
 
