@@ -218,7 +218,7 @@ async def primed(stream: StreamedResponse) -> None:
 
     A failure before any text is raised here, while the request can still be retried or
     fall back. This sets the stream's `_event_iterator`, which `StreamedResponse.__aiter__`
-    hands out once set (pydantic-ai 1.x; its own fallback primes a stream the same way):
+    hands out once set (pydantic-ai 2.68; its own fallback primes a stream the same way):
     `test_stream_breaks.py` notices if that changes, since the caller would then miss the
     events read here."""
     events = aiter(stream)
