@@ -10,7 +10,7 @@
   typed fields whether the step ran now or its output was replayed from the checkpoint.
 
 `durable_workflow(name)` does the same for a workflow's own result: the body returns its
-typed model, DBOS records its JSON, and `workflow_result(workflow, output)` validates a
+typed model, DBOS records its JSON, and `workflow_result(name, output)` validates a
 recorded output back (a handle's `get_result()` gives the JSON).
 
 A checkpoint therefore never depends on a Python class: it is the step protocol. The DBOS
