@@ -75,7 +75,7 @@ class _Model:
         await asyncio.sleep(self.delay)
         if task == "critique":
             objections = [Objection(kind="unsupported", span="surely", explanation="no grounds given")]
-            result: Any = Critique(objections=objections if self.critic_objects else [])
+            result: Any = Critique(objections=tuple(objections) if self.critic_objects else ())
         elif task == "decide":
             result = Decision(action="speak", reason="it answers the question")
         elif task == "refine":
@@ -250,7 +250,7 @@ def main() -> None:
     cpu_rows: list[tuple[str, float, dict[str, float]]] = []
     kind_rows: list[tuple[str, float, float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for delay in (args.model_ms / 1000, 0.0):
+        for delay in dict.fromkeys((args.model_ms / 1000, 0.0)):  # --model-ms 0: once
             _MODEL.delay = delay
             for mode in ("inline", "deferred"):
                 _MODEL.time_by_event.clear()

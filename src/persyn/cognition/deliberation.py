@@ -105,11 +105,15 @@ class Objection(BaseModel):
 class Critique(BaseModel):
     """A critic's whole answer: an empty list when it finds nothing to object to."""
 
-    objections: list[Objection] = Field(default_factory=list[Objection])
+    model_config = ConfigDict(frozen=True)
+
+    objections: tuple[Objection, ...] = ()
 
 
 class Decision(BaseModel):
     """Whether the agent speaks, and why (SPEC §4 step 6)."""
+
+    model_config = ConfigDict(frozen=True)
 
     action: Literal["speak", "silent", "decline", "redirect"] = Field(
         description=(
@@ -141,8 +145,10 @@ class Evidence:
 class CritiqueOutcome(BaseModel):
     """What one critic said, or why it said nothing."""
 
+    model_config = ConfigDict(frozen=True)
+
     lens: str
-    objections: list[Objection] = Field(default_factory=list[Objection])
+    objections: tuple[Objection, ...] = ()
     skipped: str | None = None
     usage_id: str | None = None
 
@@ -150,10 +156,12 @@ class CritiqueOutcome(BaseModel):
 class Parked(BaseModel):
     """A deferred conclusion waiting to be woven into the next turn of its conversation."""
 
+    model_config = ConfigDict(frozen=True)
+
     event_id: str
     draft: str
     revised: str | None
-    objections: list[Objection]
+    objections: tuple[Objection, ...]
 
     def section(self) -> str:
         lines = [
@@ -259,7 +267,7 @@ async def critique(
     if not isinstance(result, Critique):  # pragma: no cover - the gateway validates
         return CritiqueOutcome(lens=lens, skipped="the critic returned no critique")
     objections = [o for o in result.objections if o.span.strip() or o.explanation.strip()]
-    return CritiqueOutcome(lens=lens, objections=objections, usage_id=completion.usage_id)
+    return CritiqueOutcome(lens=lens, objections=tuple(objections), usage_id=completion.usage_id)
 
 
 async def critique_all(

@@ -21,7 +21,7 @@ from importlib import resources
 from string import Template
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.cognition.goals import reflective_view
 from persyn.core.clock import friendly_datetime
@@ -41,6 +41,10 @@ Intention = Literal["revise_goals", "pursue_goal", "read_up", "message_contact",
 
 
 class SelfAssessment(BaseModel):
+    """The heartbeat's look at itself (SPEC §4.7): what it sees and the one thing it will do."""
+
+    model_config = ConfigDict(frozen=True)
+
     patterns: str = Field(description="What patterns appear in my recent memories, in a sentence or two.")
     serves_objectives: bool = Field(description="Whether those patterns serve my objectives.")
     intention: Intention = Field(description="The one thing to do now.")

@@ -50,12 +50,9 @@ from pydantic_ai.messages import (
     ModelRequestPart,
     ModelResponse,
     ModelResponsePart,
-    PartDeltaEvent,
-    PartStartEvent,
     RetryFeedbackPart,
     RetryInfo,
     TextPart,
-    TextPartDelta,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -86,7 +83,14 @@ from persyn.gateway.base import (
 )
 from persyn.gateway.providers import BuildContext, LocalModelFactory, build_model
 from persyn.gateway.registry import ModelSpec, parse_model_string
-from persyn.gateway.wrappers import CallMeter, FallbackModel, MeteredModel, RetryingModel, token_usage
+from persyn.gateway.wrappers import (
+    CallMeter,
+    FallbackModel,
+    MeteredModel,
+    RetryingModel,
+    delta_text,
+    token_usage,
+)
 from persyn.usage.meter import Meter
 
 __all__ = [
@@ -293,13 +297,20 @@ async def _round_trip(
     """One request through the task's wrapped model; streamed to `sink` when there is one."""
     if sink is None:
         return await model_request(model, messages, model_request_parameters=params, instrument=False)
-    async with model_request_stream(
-        model, messages, model_request_parameters=params, instrument=False
-    ) as stream:
-        async for event in stream:
-            delta = _delta_text(event)
-            if delta:
-                await _notify(sink, SinkEvent(phase=phase, kind="delta", text=delta))
+    shown = False
+    try:
+        async with model_request_stream(
+            model, messages, model_request_parameters=params, instrument=False
+        ) as stream:
+            async for event in stream:
+                delta = delta_text(event)
+                if delta:
+                    shown = True
+                    await _notify(sink, SinkEvent(phase=phase, kind="delta", text=delta))
+    except ModelError:
+        if shown:  # broke off mid-reply (`RetryingModel`): the draft ends where it stopped
+            await _notify(sink, SinkEvent(phase=phase, kind="end"))
+        raise
     # Read once the stream is closed: the wrappers have metered it and stamped its metadata.
     response = stream.get()
     await _notify(sink, SinkEvent(phase=phase, kind="end"))
@@ -485,14 +496,6 @@ def _errors_text(exc: ValidationError) -> str:
 
 
 # streaming ---------------------------------------------------------------------------------
-def _delta_text(event: object) -> str:
-    if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
-        return event.part.content
-    if isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
-        return event.delta.content_delta
-    return ""
-
-
 async def _notify(sink: SinkCallable, event: SinkEvent) -> None:
     """Best-effort: a sink that raises (sync or async) never reaches generation."""
     try:

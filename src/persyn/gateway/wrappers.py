@@ -24,7 +24,7 @@ import asyncio
 import logging
 import random
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,7 +32,16 @@ from typing import Any
 
 import httpx
 from pydantic_ai import exceptions as ai_errors
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ModelResponseStreamEvent,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+)
 from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
@@ -60,6 +69,8 @@ __all__ = [
     "FallbackModel",
     "MeteredModel",
     "RetryingModel",
+    "delta_text",
+    "primed",
     "token_usage",
 ]
 
@@ -75,9 +86,15 @@ class RetryingModel(WrapperModel):
     """Retries transient failures with exponential backoff and jitter, honouring Retry-After;
     anything else, or the last failure, becomes a `ModelError` naming the model.
 
-    A stream is retried only while it opens (where a provider reports 429 and 5xx): once it
-    is handed to the caller its text may already be on someone's screen, and it cannot be
-    taken back, so a later failure is raised, not repeated."""
+    A stream is handed to the caller only once it has produced its first text (`primed`):
+    a stream that fails before that — while it opens, or accepted and then failing before
+    any text, as a provider reporting an overload as its first event does — has shown
+    nobody anything, so it is retried like a request (and, failing for good, moves on in a
+    fallback chain). A stream that breaks off after its first text is not repeated: that text
+    may already be on someone's screen and cannot be taken back, and a second answer would
+    say it twice. Its failure is raised, as a `ModelError` saying the reply broke off; the
+    gateway closes the sink's draft (an `end` event), and the turn reports that it could not
+    produce a reply instead of sending half of one."""
 
     def __init__(
         self, wrapped: Model, *, label: str, max_retries: int, base_delay: float, max_delay: float
@@ -114,6 +131,7 @@ class RetryingModel(WrapperModel):
     ) -> AsyncGenerator[StreamedResponse]:
         attempt = 0
         while True:
+            failed: Exception | None = None
             async with AsyncExitStack() as stack:
                 try:
                     stream = await stack.enter_async_context(
@@ -121,19 +139,21 @@ class RetryingModel(WrapperModel):
                             messages, model_settings, model_request_parameters, run_context
                         )
                     )
+                    await primed(stream)
                 except ModelError:
                     raise
                 except Exception as exc:
-                    await self._after_failure(exc, attempt)
-                    attempt += 1
-                    continue
-                try:
-                    yield stream
-                except ModelError:
-                    raise
-                except Exception as exc:
-                    raise _failure(self._label, exc, attempt + 1) from exc
-                return
+                    failed = exc
+                else:
+                    try:
+                        yield stream
+                    except ModelError:
+                        raise
+                    except Exception as exc:
+                        raise _broke_off(self._label, exc) from exc
+                    return
+            await self._after_failure(failed, attempt)  # the failed stream is closed first
+            attempt += 1
 
     async def _after_failure(self, exc: Exception, attempt: int) -> None:
         """Wait before the next try, or raise when there is none."""
@@ -174,6 +194,47 @@ def _describe(exc: BaseException) -> str:
     status = getattr(exc, "status_code", None)
     prefix = f"HTTP {status} " if isinstance(status, int) else ""
     return f"{prefix}{type(exc).__name__}: {exc}"
+
+
+def _broke_off(label: str, exc: Exception) -> ModelError:
+    return ModelError(
+        f"model {label!r} broke off its streamed reply after it had begun: {_describe(exc)} "
+        "(not repeated: what it had streamed was already shown)"
+    )
+
+
+def delta_text(event: object) -> str:
+    """The text a stream event adds to the reply (what a token sink is shown), if any."""
+    if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+        return event.part.content
+    if isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+        return event.delta.content_delta
+    return ""
+
+
+async def primed(stream: StreamedResponse) -> None:
+    """Read `stream` up to its first event with text (or to its end), and keep what was read
+    for the caller, who then iterates the stream as if nothing had been read.
+
+    A failure before any text is raised here, while the request can still be retried or
+    fall back. This sets the stream's `_event_iterator`, which `StreamedResponse.__aiter__`
+    hands out once set (pydantic-ai 2.68; its own fallback primes a stream the same way):
+    `test_stream_breaks.py` notices if that changes, since the caller would then miss the
+    events read here."""
+    events = aiter(stream)
+    read: list[ModelResponseStreamEvent] = []
+    async for event in events:
+        read.append(event)
+        if delta_text(event):
+            break
+
+    async def replay() -> AsyncIterator[ModelResponseStreamEvent]:
+        for event in read:
+            yield event
+        async for event in events:
+            yield event
+
+    stream._event_iterator = replay()  # pyright: ignore[reportPrivateUsage]
 
 
 def _failure(label: str, exc: Exception, attempts: int) -> ModelError:
@@ -298,13 +359,18 @@ class MeteredModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: Any = None,
     ) -> AsyncGenerator[StreamedResponse]:
+        opened: StreamedResponse | None = None
         try:
             async with self.wrapped.request_stream(
                 messages, model_settings, model_request_parameters, run_context
             ) as stream:
+                opened = stream
                 yield stream
         except ModelError:
-            self._failed(messages)
+            if opened is None:
+                self._failed(messages)
+            else:  # it broke off after it began: what it streamed is spent, and billed
+                self._meter.record(self._spec, self._configured, stage_of(messages), opened.usage)
             raise
         # Drained and closed: the usage is final. `get()` carries this metadata dict.
         stream.metadata = self._stamp(stream.metadata, messages, stream.usage)

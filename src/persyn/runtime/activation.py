@@ -53,6 +53,7 @@ class TurnCache:
         self._settings = settings
         self.events: dict[str, Event] = {}
         self.dialogs: dict[str, list[Message]] = {}  # input last, by event id
+        self._reading: dict[str, asyncio.Future[list[Message]]] = {}  # dialog reads in flight
 
     async def event(self, agent_id: str, event_id: str) -> Event:
         """The stored event. Events never change once saved, so each is read once per
@@ -84,7 +85,15 @@ class TurnCache:
         cached = self.dialogs.get(setup.event_id)
         if cached is not None:
             return cached
-        dialog = await pipeline.read_turn_dialog(self._store, self._settings, setup)
+        # Steps of one turn that start together (the draft's prompt and the decision on the
+        # input) share one read rather than each making its own or waiting in turn.
+        event_id = setup.event_id
+        reading = self._reading.get(event_id)
+        if reading is None:
+            reading = asyncio.ensure_future(pipeline.read_turn_dialog(self._store, self._settings, setup))
+            self._reading[event_id] = reading
+            reading.add_done_callback(lambda _read: self._reading.pop(event_id, None))
+        dialog = await asyncio.shield(reading)  # a cancelled reader leaves it to the others
         if len(self.dialogs) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
             self.dialogs.pop(next(iter(self.dialogs)))
         self.dialogs[setup.event_id] = dialog
@@ -202,17 +211,18 @@ class ActivationSteps:
             surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id
         ):
             event = await self.cache.event(agent_id, event_id)
-            if not self.decides_on_input(setup, event.text) or await self._reply_budget_spent(setup):
-                return Received(setup=setup, draft=await self.respond(agent_id, event_id, setup))
+            over = await self._reply_budget_spent(setup)  # read once for the whole step
+            if over is not None or not self.decides_on_input(setup, event.text):
+                return Received(setup=setup, draft=await self._respond(agent_id, event_id, setup, over))
             return await self._respond_and_decide(setup)
 
     async def _respond_and_decide(self, setup: TurnSetup) -> Received:
         """The draft and the decision on the input, concurrently, in one step: a replay after
         the step bills neither again. When the draft comes back short and plain while the
         decision is still being made, the decision is cancelled: such a reply is sent on the
-        deterministic gates alone, as it always was."""
+        deterministic gates alone, as it always was. Both read the turn's dialog (one read,
+        `TurnCache.dialog`); the reply budget was found unspent just before."""
         agent_id, event_id = setup.agent_id, setup.event_id
-        await self.cache.dialog(setup)  # one read for both (the prompt and the decision)
         step_key = usage_context.current().step_key
 
         async def decide() -> Decision:
@@ -222,7 +232,7 @@ class ActivationSteps:
 
         deciding = asyncio.ensure_future(decide())
         try:
-            draft = await self.respond(agent_id, event_id, setup)
+            draft = await self._respond(agent_id, event_id, setup, None)
         except BaseException:
             deciding.cancel()
             raise
@@ -243,7 +253,10 @@ class ActivationSteps:
         return await deliberation.engage(self.gateways[agent_id], self.agents[agent_id], dialog)
 
     async def respond(self, agent_id: str, event_id: str, setup: TurnSetup) -> Draft:
-        over = await self._reply_budget_spent(setup)
+        return await self._respond(agent_id, event_id, setup, await self._reply_budget_spent(setup))
+
+    async def _respond(self, agent_id: str, event_id: str, setup: TurnSetup, over: str | None) -> Draft:
+        """The draft, unless the channel's reply budget is spent (`over`, read by the caller)."""
         if over is not None:  # nothing is generated; transmit records why
             return Draft(reply=pipeline.Reply(text=None, failure=over), prepared=None, budget=over)
         event = await self.cache.event(agent_id, event_id)
@@ -328,7 +341,7 @@ class ActivationSteps:
         await record_deliberation(self.store, agent_id, event_id, trace, self.clock.now())
         if objections:
             parked = deliberation.Parked(
-                event_id=event_id, draft=draft.text, revised=revised, objections=objections
+                event_id=event_id, draft=draft.text, revised=revised, objections=tuple(objections)
             )
             await pipeline.park(self.store, setup, parked, self.clock.now())
         event = await self.cache.event(agent_id, event_id)

@@ -9,6 +9,10 @@
   checkpoints, and validates it back into the annotated type outside, so the workflow reads
   typed fields whether the step ran now or its output was replayed from the checkpoint.
 
+`durable_workflow(name)` does the same for a workflow's own result: the body returns its
+typed model, DBOS records its JSON, and `workflow_result(name, output)` validates a
+recorded output back (a handle's `get_result()` gives the JSON).
+
 A checkpoint therefore never depends on a Python class: it is the step protocol. The DBOS
 application version is `APPLICATION_VERSION`, derived from `STEP_PROTOCOL_VERSION`, not from
 a hash of the code (DBOS's default), so a build that changes code but not what the steps and
@@ -30,7 +34,15 @@ from pydantic import TypeAdapter
 
 from persyn.usage.context import rebind
 
-__all__ = ["APPLICATION_VERSION", "STEP_PROTOCOL_VERSION", "durable_step", "step_key", "step_output_types"]
+__all__ = [
+    "APPLICATION_VERSION",
+    "STEP_PROTOCOL_VERSION",
+    "durable_step",
+    "durable_workflow",
+    "step_key",
+    "step_output_types",
+    "workflow_result",
+]
 
 # 2: the deferred turn's decision is made on the input inside `persyn.receive_respond`
 # (`Received.decision`), so its workflow has no `persyn.decide` step any more.
@@ -42,6 +54,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _OUTPUTS: dict[str, TypeAdapter[Any]] = {}
+_WORKFLOW_OUTPUTS: dict[str, TypeAdapter[Any]] = {}
 
 
 def step_key() -> str:
@@ -81,3 +94,29 @@ def durable_step(
         return step
 
     return decorate
+
+
+def durable_workflow(
+    name: str,
+) -> Callable[[Callable[Concatenate[S, P], Awaitable[object]]], Callable[Concatenate[S, P], Awaitable[Any]]]:
+    """A DBOS workflow named `name` whose typed result is recorded as JSON (module docstring).
+    DBOS calls the returned function; read a recorded output with `workflow_result`."""
+
+    def decorate(
+        method: Callable[Concatenate[S, P], Awaitable[object]],
+    ) -> Callable[Concatenate[S, P], Awaitable[Any]]:
+        adapter: TypeAdapter[object] = TypeAdapter(typing.get_type_hints(method)["return"])
+        _WORKFLOW_OUTPUTS[name] = adapter
+
+        @functools.wraps(method)
+        async def recorded(self: S, *args: P.args, **kwargs: P.kwargs) -> Any:
+            return adapter.dump_python(await method(self, *args, **kwargs), mode="json")
+
+        return DBOS.workflow(name=name)(recorded)
+
+    return decorate
+
+
+def workflow_result(name: str, output: Any) -> Any:
+    """A recorded output of the durable workflow `name`, validated as its typed result."""
+    return _WORKFLOW_OUTPUTS[name].validate_python(output)

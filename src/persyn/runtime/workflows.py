@@ -43,7 +43,13 @@ from persyn.runtime.dispatch import (
     deliberation_workflow_id,
     extraction_workflow_id,
 )
-from persyn.runtime.durable import APPLICATION_VERSION, durable_step, step_key
+from persyn.runtime.durable import (
+    APPLICATION_VERSION,
+    durable_step,
+    durable_workflow,
+    step_key,
+    workflow_result,
+)
 from persyn.runtime.tool_steps import ToolSteps, run_durable_tool_loop
 from persyn.runtime.turn import (
     AUTO_SPEAK,
@@ -60,13 +66,24 @@ from persyn.tools.registry import ToolOutcome
 from persyn.usage.context import Attribution, bind, rebind
 
 __all__ = [
+    "ACTIVATION",
     "AUTO_SPEAK",
     "BACKGROUND_QUEUE",
     "EVENTS_QUEUE",
     "BackgroundJobs",
     "Workflows",
+    "activation_result",
     "scheduler_tick",
 ]
+
+
+ACTIVATION = "persyn.activation"
+
+
+def activation_result(output: object) -> TransmitResult:
+    """How an activation ended, from its recorded output (a handle's `get_result()`)."""
+    result: TransmitResult = workflow_result(ACTIVATION, output)
+    return result
 
 
 class Transmitter(Protocol):
@@ -129,8 +146,8 @@ class Workflows(DBOSConfiguredInstance):
         return self.dispatcher
 
     # the activation (SPEC §4) -----------------------------------------------------------------
-    @DBOS.workflow(name="persyn.activation")
-    async def activation(self, agent_id: str, event_id: str) -> dict[str, Any]:
+    @durable_workflow(ACTIVATION)
+    async def activation(self, agent_id: str, event_id: str) -> TransmitResult:
         """receive + respond (overheard: receive → engage → respond; heartbeat: receive →
         assess → respond) → tool loop → (critique → refine) → decide → transmit.
 
@@ -146,8 +163,7 @@ class Workflows(DBOSConfiguredInstance):
             received = await self.receive_respond_step(agent_id, event_id)
             setup = received.setup
             with rebind(surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id):
-                result = await self._activate(setup, received.draft, received.decision)
-        return result.model_dump(mode="json")
+                return await self._activate(setup, received.draft, received.decision)
 
     async def _activate(
         self, setup: TurnSetup, draft: Draft | None, decided: Decision | None = None

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
     InstructionPart,
     ModelMessage,
@@ -97,6 +98,11 @@ class DoubleReply:
     `output` is the structured result (sent as the output tool's arguments, or as JSON text
     for native output); `tool_calls` are `{"name": ..., "args": {...}}`; `usage` overrides
     the computed token counts (e.g. to report cache reads).
+
+    `breaks_after` makes the reply fail like a provider that drops the connection with a 503:
+    streamed, after that many chunks (0: accepted, then failing before any text); not
+    streamed, before anything is returned. What a retry or a fallback does about it is the
+    wrappers' business (`gateway/wrappers.py`).
     """
 
     text: str = ""
@@ -104,6 +110,7 @@ class DoubleReply:
     tool_calls: Sequence[Mapping[str, Any]] = ()
     usage: TokenUsage | None = None
     sleep_ms: int = 0
+    breaks_after: int | None = None
 
 
 DoubleResult = ModelResponse | DoubleReply | str | BaseModel | Mapping[str, Any] | None
@@ -182,17 +189,27 @@ class DoubleModel(FunctionModel):
             self._respond, stream_function=self._stream, model_name=f"test:{name}", profile=profile
         )
 
-    async def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    async def _answer(
+        self, messages: list[ModelMessage], info: AgentInfo
+    ) -> tuple[ModelResponse, int | None]:
+        """The reply, and after how many streamed chunks it breaks (None: it does not)."""
         result = self._responder(task_of(messages), messages, info)
         if isinstance(result, Awaitable):
             result = await cast(Awaitable[DoubleResult], result)
-        return await _to_response(result, messages, info)
+        breaks_after = result.breaks_after if isinstance(result, DoubleReply) else None
+        return await _to_response(result, messages, info), breaks_after
+
+    async def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        response, breaks_after = await self._answer(messages, info)
+        if breaks_after is not None:
+            raise _dropped(self.model_name)
+        return response
 
     async def _stream(
         self, messages: list[ModelMessage], info: AgentInfo
     ) -> AsyncIterator[str | DeltaToolCalls]:
-        response = await self._respond(messages, info)
-        for chunk in _chunks(response):
+        response, breaks_after = await self._answer(messages, info)
+        async for chunk in _aiter(_chunks(response), breaks_after, self.model_name):
             yield chunk
 
     @asynccontextmanager
@@ -212,11 +229,11 @@ class DoubleModel(FunctionModel):
             model_request_parameters=params,
             instructions=InstructionPart.join(params.instruction_parts or []),
         )
-        response = await self._respond(messages, info)
+        response, breaks_after = await self._answer(messages, info)
         yield _ReplayStream(
             model_request_parameters=params,
             _model_name=self.model_name,
-            _iter=_aiter(_chunks(response)),
+            _iter=_aiter(_chunks(response), breaks_after, self.model_name),
             _final_usage=response.usage,
         )
 
@@ -233,9 +250,20 @@ class _ReplayStream(FunctionStreamedResponse):
         self._usage = self._final_usage
 
 
-async def _aiter(items: Sequence[str | DeltaToolCalls]) -> AsyncIterator[str | DeltaToolCalls]:
-    for item in items:
+async def _aiter(
+    items: Sequence[str | DeltaToolCalls], breaks_after: int | None = None, model_name: str = ""
+) -> AsyncIterator[str | DeltaToolCalls]:
+    for index, item in enumerate(items):
+        if index == breaks_after:
+            raise _dropped(model_name)
         yield item
+    if breaks_after is not None and breaks_after >= len(items):
+        raise _dropped(model_name)
+
+
+def _dropped(model_name: str) -> ModelHTTPError:
+    """What a provider's dropped stream looks like to pydantic-ai: a transient 503."""
+    return ModelHTTPError(status_code=503, model_name=model_name, body="the double dropped the stream")
 
 
 def _chunks(response: ModelResponse) -> list[str | DeltaToolCalls]:

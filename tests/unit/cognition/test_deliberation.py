@@ -6,11 +6,13 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition import deliberation
-from persyn.cognition.deliberation import Critique, Evidence, Objection
+from persyn.cognition.deliberation import Critique, CritiqueOutcome, Decision, Evidence, Objection
 from persyn.core.config import AgentConfig, DeliberationConfig, Settings
 from persyn.core.ids import new_id
 from persyn.gateway.base import AgentTurn, Prompt, UserTurn
@@ -164,7 +166,7 @@ async def test_malformed_critic_output_is_retried_once_then_the_critic_is_skippe
         outcome = await deliberation.critique(gateway, "adversarial", AGENT, [], [], "The sky is green.")
         await gateway.aclose()
     assert calls == ["critique", "critique"]  # the original and the one corrective retry
-    assert outcome.objections == [] and outcome.skipped is not None and "invalid Critique" in outcome.skipped
+    assert outcome.objections == () and outcome.skipped is not None and "invalid Critique" in outcome.skipped
     assert [r.stage for r in adapter.flushed] == ["critique:adversarial", "critique:adversarial"]
 
 
@@ -175,7 +177,7 @@ async def test_a_critic_sees_the_draft_and_its_objections_come_back_structured(t
         seen.append(info.instructions or "")
         seen.append(str(messages[-1].parts[-1].content))  # type: ignore[union-attr]
         return Critique(
-            objections=[Objection(kind="false-premise", span="green", explanation="The sky is blue.")]
+            objections=(Objection(kind="false-premise", span="green", explanation="The sky is blue."),)
         )
 
     with registered_double("critic", critic):
@@ -224,3 +226,22 @@ async def test_a_failed_decision_on_the_input_speaks(tmp_path: Any) -> None:
         decision = await deliberation.decide_on_input(gateway, AGENT, [])
         await gateway.aclose()
     assert decision.action == "speak" and "could not deliberate" in decision.reason
+
+
+def test_what_deliberation_decides_is_frozen() -> None:
+    """A decision, a critic's outcome and a self-assessment cross durable-step boundaries:
+    none can be changed after it is made (they hash, so they are values)."""
+    from persyn.cognition.reflection import SelfAssessment
+
+    objection = Objection(kind="unsupported", span="surely", explanation="no grounds")
+    made = [
+        Decision(action="speak", reason="it answers"),
+        CritiqueOutcome(lens="provenance", objections=(objection,)),
+        SelfAssessment(patterns="p", serves_objectives=True, intention="rest", plan="rest"),
+        Critique(objections=(objection,)),
+    ]
+    for value in made:
+        hash(value)
+        name = next(iter(type(value).model_fields))
+        with pytest.raises(ValidationError):
+            setattr(value, name, getattr(value, name))

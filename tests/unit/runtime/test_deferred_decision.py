@@ -22,6 +22,8 @@ from pydantic_ai.models.function import AgentInfo
 from persyn.cognition.deliberation import Critique, Decision
 from persyn.core.config import AgentConfig
 from persyn.core.ids import new_id
+from persyn.store.base import Message
+from persyn.store.sqlite import SQLiteStore
 from persyn.testing import START, Pilot, RecordingChannel, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
@@ -62,7 +64,7 @@ class Overlapping:
             self.log.append("respond:end")
             return DoubleReply(text=text)
         if task == "critique":
-            return Critique(objections=[])
+            return Critique()
         return DoubleReply(text="ok")
 
 
@@ -137,3 +139,44 @@ async def test_a_plain_input_costs_no_decision(tmp_path: Path, mind: Overlapping
         assert marker.transmitted and marker.text == "Hi Sam!"
         assert [r.stage for r in pilot.usage()] == ["respond"]
         assert not any(entry.startswith("decide") for entry in mind.log)
+
+
+class _CountingStore(SQLiteStore):
+    """The real SQLite store, counting the reads of a channel's reply budget and of a
+    turn's dialog (every call still goes to the file)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.budget_reads = 0
+        self.dialog_reads = 0
+
+    async def get_flag(self, agent_id: str, key: str) -> str | None:
+        if key.startswith("replied:"):
+            self.budget_reads += 1
+        return await super().get_flag(agent_id, key)
+
+    async def turn_messages(
+        self, agent_id: str, conversation_id: str, input_message_id: str, limit: int
+    ) -> list[Message]:
+        self.dialog_reads += 1
+        return await super().turn_messages(agent_id, conversation_id, input_message_id, limit)
+
+
+async def test_a_turn_that_decides_on_its_input_reads_the_budget_and_the_dialog_once(
+    tmp_path: Path, mind: Overlapping
+) -> None:
+    """The draft and the decision start together and share what they read: the turn's dialog
+    (one read, both waiting on it) and the reply budget (read once for the step). Deferred
+    critique is off, so no background step reads the dialog again."""
+    store = _CountingStore(tmp_path / "home" / "data" / "persyn.db")
+    async with run_runtime(
+        tmp_path / "home",
+        model="test:overlap",
+        config="[deliberation]\nenabled = false\n",
+        agent=AgentConfig(name="Ada", id=new_id(START)),
+        channels={"test": RecordingChannel(interactive=True)},
+        store=store,
+    ) as pilot:
+        _event, marker = await pilot.say("What do you think of the garden plan we discussed last week?")
+        assert marker.transmitted and marker.text == SUBSTANTIVE
+        assert (store.budget_reads, store.dialog_reads) == (1, 1)

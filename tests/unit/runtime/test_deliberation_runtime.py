@@ -101,7 +101,7 @@ class Mind:
             self.log.append("critique:adversarial")
         else:
             self.log.append("critique:other")
-        return Critique(objections=objections)
+        return Critique(objections=tuple(objections))
 
     def _refine(self, instruction: str) -> str:
         topic = re.search(r"no memory of (\w+)", instruction)

@@ -3,7 +3,9 @@ validates as the step protocol's models, under the declared application version.
 
 from __future__ import annotations
 
+import inspect
 import json
+import typing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from persyn.runtime.compose import build_runtime
 from persyn.runtime.dispatch import WORKFLOWS_CLASS, WORKFLOWS_INSTANCE
 from persyn.runtime.durable import APPLICATION_VERSION, step_output_types
 from persyn.runtime.turn import Received, TransmitResult
+from persyn.runtime.workflows import Workflows, activation_result
 from persyn.testing import RecordingChannel
 from persyn.testing.models import DoubleReply, registered_double
 
@@ -35,9 +38,9 @@ def _mind(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> An
         return DoubleReply(text=DRAFT)
     if task == "critique":
         return Critique(
-            objections=[
-                Objection(kind="false-premise", span="the moon is made of cheese", explanation="rock")
-            ]
+            objections=(
+                Objection(kind="false-premise", span="the moon is made of cheese", explanation="rock"),
+            )
         )
     if task == "refine":
         return REFINED
@@ -84,7 +87,7 @@ async def test_a_finished_activation_checkpoints_json_that_validates_as_the_step
             assert marker.text == REFINED
             # The marker is committed inside transmit; DBOS records the step's output after
             # it returns, and the workflow's after that: read the checkpoints once it ended.
-            await (await DBOS.retrieve_workflow_async(event.id)).get_result()
+            recorded = await (await DBOS.retrieve_workflow_async(event.id)).get_result()
             steps = await DBOS.list_workflow_steps_async(event.id)
             status = await DBOS.get_workflow_status_async(event.id)
 
@@ -113,6 +116,29 @@ async def test_a_finished_activation_checkpoints_json_that_validates_as_the_step
     assert Decision.model_validate(outputs["persyn.decide"]).action == "speak"
     sent = TransmitResult.model_validate(outputs["persyn.transmit"])
     assert sent.transmitted and sent.text == REFINED
+    # The workflow's own result is recorded as JSON too, and read back as its typed model.
+    assert _is_plain_json(recorded)
+    assert activation_result(recorded) == sent
+
+
+def _loose(annotation: Any) -> bool:
+    """Whether a type is, or contains, `Any` or a bare dict (what a typed step must not pass)."""
+    if annotation is Any or annotation is dict or typing.get_origin(annotation) is dict:
+        return True
+    return any(_loose(arg) for arg in typing.get_args(annotation))
+
+
+def test_no_workflow_or_step_of_the_activation_passes_a_loose_dict() -> None:
+    durable = {
+        name: inspect.unwrap(member)
+        for name, member in vars(Workflows).items()
+        if callable(member) and hasattr(member, "__wrapped__")
+    }
+    assert {"activation", "receive_respond_step", "transmit_step"} <= set(durable)
+    for name, function in durable.items():
+        hints = typing.get_type_hints(function)
+        loose = [key for key, hint in hints.items() if _loose(hint)]
+        assert not loose, f"Workflows.{name} passes {loose} untyped"
 
 
 def test_the_dbos_instance_registry_has_the_shape_release_instance_expects() -> None:
