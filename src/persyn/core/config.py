@@ -31,6 +31,7 @@ from persyn.core.errors import ConfigError
 from persyn.core.ids import is_id
 
 __all__ = [
+    "AUTO_PROBE_DEFAULT",
     "CONFIG_FILE",
     "DEFAULT_HOME",
     "AgentConfig",
@@ -103,12 +104,27 @@ _LONGEST_DURATION_SECONDS = 100 * 365 * 86400
 class AgentConfig(_Strict):
     """The seed persona: day-zero voice that memory soon augments (SPEC §1)."""
 
-    name: str = Field(min_length=1, max_length=64)
-    id: str
-    disposition: str = "Curious, candid and warm; prefers honesty to agreement."
-    objectives: list[str] = Field(default_factory=list[str])
-    rules: list[str] = Field(default_factory=list[str])
-    models: dict[str, ModelChoice] = Field(default_factory=dict[str, ModelChoice])
+    name: str = Field(
+        min_length=1, max_length=64, description="How the agent is called (1 to 64 characters)."
+    )
+    id: str = Field(description="ULID: the agent's identity; never change it once it has memories.")
+    disposition: str = Field(
+        default="Curious, candid and warm; prefers honesty to agreement.",
+        description="Its temperament, in its own words.",
+    )
+    objectives: list[str] = Field(
+        default_factory=list[str],
+        description='What it cares about, e.g. ["learn what my operator is building"].',
+    )
+    rules: list[str] = Field(
+        default_factory=list[str],
+        description='Standing rules as conditionals, e.g. ["if asked for secrets, then decline"].',
+    )
+    models: dict[str, ModelChoice] = Field(
+        default_factory=dict[str, ModelChoice],
+        description="This agent's own models by task (or `default`), over [models].",
+        examples=[{"respond": "anthropic:claude-sonnet-4-6"}],
+    )
 
     @field_validator("id")
     @classmethod
@@ -149,34 +165,124 @@ def model_chain(choice: ModelChoice) -> tuple[str, ...]:
     return (choice,) if isinstance(choice, str) else tuple(choice)
 
 
+AUTO_PROBE_DEFAULT = (
+    "http://127.0.0.1:11434/v1",  # Ollama
+    "http://127.0.0.1:8080/v1",  # llama.cpp's server
+    "http://127.0.0.1:8000/v1",  # vLLM
+    "http://127.0.0.1:1234/v1",  # LM Studio
+)
+
+
 class ModelsConfig(_Strict):
     """Task → model string, or a list of them (a fallback chain: each is tried, with its own
     retries, when the one before it failed). `default` applies to every task not named.
 
-    Model strings: `auto` (a hosted model if an API key is set, else the local model),
-    `anthropic:NAME`, `openai:NAME`, `openai:NAME@http://host:port/v1` (any OpenAI-compatible
-    server), `local:` / `local:PATH.gguf` (llama.cpp on this machine), `test:NAME` (doubles).
+    Model strings: `auto` (see `default`), `anthropic:NAME`, `openai:NAME`,
+    `openai:NAME@http://host:port/v1` (any OpenAI-compatible server: Ollama, vLLM, llama.cpp,
+    LM Studio), `local:` (the bundled Gemma 3 270M through llama.cpp in a child process) or
+    `local:/path/model.gguf`, and `test:NAME` (deterministic doubles for tests).
     """
 
-    default: ModelChoice = "auto"
-    respond: ModelChoice | None = None
-    critique: ModelChoice | None = None
-    refine: ModelChoice | None = None
-    decide: ModelChoice | None = None
-    summarize: ModelChoice | None = None
-    rate: ModelChoice | None = None
-    classify: ModelChoice | None = None
-    extract: ModelChoice | None = None
-    dossier: ModelChoice | None = None
-    reflect: ModelChoice | None = None
-    context_window: int = Field(default=0, ge=0)
-    request_timeout_seconds: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=3, ge=0, le=10)
-    max_output_tokens: int = Field(default=2048, ge=16)
-    # The offline model is slow on a laptop CPU and rambles: keep its replies short.
-    local_max_output_tokens: int = Field(default=160, ge=16)
-    # Requests one agent's gateway has in flight to one model at once; 0 = no limit.
-    max_concurrent_requests: int = Field(default=0, ge=0, le=1000)
+    default: ModelChoice = Field(
+        default="auto",
+        description=(
+            'The model of every task not named below. "auto" picks, once per process start: a hosted '
+            "model when ANTHROPIC_API_KEY or OPENAI_API_KEY is set (a strong one for respond, critique, "
+            "refine and reflect, a cheap one for the rest); else the first chat model of an "
+            "OpenAI-compatible server already running on one of `auto_probe`; else the bundled tiny "
+            "model (`local:`). `persyn chat` and `persyn doctor` say which."
+        ),
+    )
+    respond: ModelChoice | None = Field(
+        default=None, description="The agent's voice.", examples=["anthropic:claude-sonnet-4-6"]
+    )
+    critique: ModelChoice | None = Field(
+        default=None,
+        description="Counter-perspective critique of a draft.",
+        examples=["anthropic:claude-sonnet-4-6"],
+    )
+    refine: ModelChoice | None = Field(
+        default=None,
+        description="Revising a draft after its critique.",
+        examples=["anthropic:claude-sonnet-4-6"],
+    )
+    decide: ModelChoice | None = Field(
+        default=None,
+        description="The decision to speak (fast, cheap).",
+        examples=["anthropic:claude-haiku-4-5"],
+    )
+    summarize: ModelChoice | None = Field(
+        default=None,
+        description="Consolidating a conversation into a memory.",
+        examples=["anthropic:claude-haiku-4-5"],
+    )
+    rate: ModelChoice | None = Field(
+        default=None, description="Rating a memory's importance.", examples=["anthropic:claude-haiku-4-5"]
+    )
+    classify: ModelChoice | None = Field(
+        default=None,
+        description="Small classifications (engagement, sensitivity).",
+        examples=["anthropic:claude-haiku-4-5"],
+    )
+    extract: ModelChoice | None = Field(
+        default=None, description="Knowledge-graph extraction.", examples=["anthropic:claude-haiku-4-5"]
+    )
+    dossier: ModelChoice | None = Field(
+        default=None,
+        description="Observations and dossiers about people.",
+        examples=["anthropic:claude-haiku-4-5"],
+    )
+    reflect: ModelChoice | None = Field(
+        default=None,
+        description=(
+            "The heartbeat's self-assessment. Any task takes a list instead, a fallback chain: the next "
+            "model is tried when one has failed after its retries."
+        ),
+        examples=[["anthropic:claude-sonnet-4-6", "openai:llama3@http://127.0.0.1:11434/v1"]],
+    )
+    auto_probe: list[str] = Field(
+        default_factory=lambda: list(AUTO_PROBE_DEFAULT),
+        description=(
+            'Where "auto" looks for a running OpenAI-compatible server when no API key is set, in order of '
+            "preference: Ollama, the llama.cpp server, vLLM, LM Studio. Each is asked for GET /v1/models "
+            "(all at once, each waiting at most `auto_probe_timeout_seconds`); [] looks nowhere."
+        ),
+    )
+    auto_probe_timeout_seconds: float = Field(
+        default=0.5, gt=0, le=30, description="How long each `auto_probe` address may take to answer."
+    )
+    context_window: int = Field(
+        default=0,
+        ge=0,
+        description="Tokens the respond model takes; 0 = the smallest known window of its chain.",
+    )
+    request_timeout_seconds: float = Field(
+        default=120.0, gt=0, description="Longest wait for one model request."
+    )
+    max_retries: int = Field(
+        default=3, ge=0, le=10, description="Retries of a failed request (429, 5xx, timeouts), with backoff."
+    )
+    max_output_tokens: int = Field(default=2048, ge=16, description="Bound on every reply.")
+    local_max_output_tokens: int = Field(
+        default=160,
+        ge=16,
+        description="Bound on replies of `local:` models: slow on a laptop CPU, and they ramble.",
+    )
+    max_concurrent_requests: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Requests one agent's gateway has in flight to one model at once; 0 = no limit.",
+    )
+
+    @field_validator("auto_probe")
+    @classmethod
+    def _probe_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            scheme, sep, rest = url.partition("://")
+            if scheme not in ("http", "https") or not sep or not rest.strip("/"):
+                raise ValueError(f"{url!r} is not a server address, e.g. 'http://127.0.0.1:11434/v1'")
+        return [url.rstrip("/") for url in value]
 
     @field_validator("default", *(task.value for task in Task))
     @classmethod
@@ -193,51 +299,105 @@ class ModelsConfig(_Strict):
 
 
 class Price(_Strict):
-    """US dollars per million tokens."""
+    """US dollars per million tokens of one model string, what `persyn usage` costs with."""
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cache_read: float | None = Field(default=None, ge=0)
-    cache_write: float | None = Field(default=None, ge=0)
+    input: float = Field(ge=0, description="Per million input tokens.", examples=[3.0])
+    output: float = Field(ge=0, description="Per million output tokens.", examples=[15.0])
+    cache_read: float | None = Field(
+        default=None,
+        ge=0,
+        description="Per million tokens read from the prompt cache (unset: the input price).",
+        examples=[0.3],
+    )
+    cache_write: float | None = Field(
+        default=None,
+        ge=0,
+        description="Per million tokens written to the prompt cache (unset: the input price).",
+        examples=[3.75],
+    )
 
 
 class MeteringConfig(_Strict):
-    event_log: bool = True
-    prometheus_port: int = Field(default=0, ge=0, le=65535)
-    prometheus_host: str = "127.0.0.1"
+    """Every model call is metered (SPEC App. C)."""
+
+    event_log: bool = Field(
+        default=True,
+        description="Write usage.jsonl beside persyn.toml: the exact ledger `persyn usage` reads.",
+    )
+    prometheus_port: int = Field(
+        default=0, ge=0, le=65535, description="Above 0, serve usage counters on PORT/metrics."
+    )
+    prometheus_host: str = Field(default="127.0.0.1", description="The address the counters are served on.")
 
 
 class ConversationConfig(_Strict):
-    idle_timeout_minutes: float = Field(default=30.0, gt=0)
-    recent_dialog_messages: int = Field(default=20, ge=0, le=500)
-    max_message_chars: int = Field(default=32_000, ge=1)
-    # Observations and the knowledge graph are extracted in the background every this many
-    # new messages of an open conversation (each message is read once), and when it closes;
-    # 0 = only when it closes. One extraction call per several exchanges, not per turn.
-    extract_every_messages: int = Field(default=8, ge=0, le=200)
+    """Conversations: when they close, how much of them a prompt carries."""
+
+    idle_timeout_minutes: float = Field(
+        default=30.0, gt=0, description="An idle conversation closes, and is consolidated into a memory."
+    )
+    recent_dialog_messages: int = Field(
+        default=20, ge=0, le=500, description="How many recent messages of the dialog each prompt carries."
+    )
+    max_message_chars: int = Field(default=32_000, ge=1, description="Longer inbound messages are refused.")
+    # One extraction call per several exchanges, not per turn.
+    extract_every_messages: int = Field(
+        default=8,
+        ge=0,
+        le=200,
+        description=(
+            "Observations and the knowledge graph are extracted in the background every this many new "
+            "messages of an open conversation (each read once), and when it closes; 0 = only when it closes."
+        ),
+    )
 
 
 class DispatchConfig(_Strict):
-    # How often a worker looks for events enqueued by other processes (`persyn send`, other
-    # workers); an enqueue in this process wakes its worker at once (runtime/_dbos_wake.py).
-    # Each look is a claim query (~2 ms CPU), idle or not.
-    queue_polling_seconds: float = Field(default=0.25, gt=0, le=10)
-    marker_ttl_seconds: float = Field(default=3600.0, gt=0)
-    worker_concurrency: int = Field(default=16, ge=1, le=1000)
-    # DBOS executor id: after a crash, a worker recovers the unfinished activations that
-    # were running under its own id. Unset = DBOS's default ("local", or $DBOS__VMID);
-    # give each worker process sharing one system database its own stable id.
-    executor_id: str | None = Field(default=None, min_length=1, max_length=200)
-    # How often the scheduler closes idle conversations, sweeps unconsolidated ones and
-    # purges expired markers.
-    housekeeping_seconds: float = Field(default=60.0, gt=0)
-    # How often a process with a connected channel looks for outbox rows other processes
-    # wrote for it (its own replies are delivered at once), and how long a row is kept.
-    outbox_poll_seconds: float = Field(default=1.0, gt=0, le=60)
-    outbox_keep_days: float = Field(default=30.0, gt=0)
-    # Debug knob for crash-recovery drills: sleep this long between the respond step and
-    # transmit, so an operator (or a test) can kill the process in between.
-    debug_transmit_delay_seconds: float = Field(default=0.0, ge=0)
+    """The durable queues (DBOS), their workers and the outbox."""
+
+    # Each look is a claim query (~2 ms CPU), idle or not; an enqueue in this process wakes
+    # its worker at once (runtime/_dbos_wake.py).
+    queue_polling_seconds: float = Field(
+        default=0.25,
+        gt=0,
+        le=10,
+        description="How often a worker looks for events other processes enqueued (`persyn send`, other workers).",
+    )
+    marker_ttl_seconds: float = Field(
+        default=3600.0, gt=0, description="How long completion markers are kept."
+    )
+    worker_concurrency: int = Field(
+        default=16, ge=1, le=1000, description="Activations one worker process runs at once (one per agent)."
+    )
+    executor_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description=(
+            "DBOS executor id; unset = a slot of its own per process (<role>-<n>@<host>). If set, give each "
+            "worker sharing one database its own."
+        ),
+        examples=["worker-1"],
+    )
+    housekeeping_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often the scheduler closes idle conversations, sweeps consolidation and purges markers.",
+    )
+    outbox_poll_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="How soon a message another process sent shows in a connected channel.",
+    )
+    outbox_keep_days: float = Field(
+        default=30.0, gt=0, description="Messages for a channel never connected are dropped after this."
+    )
+    debug_transmit_delay_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="Crash-recovery drills: sleep this long between respond and transmit, to kill the process there.",
+    )
 
 
 SensitivityName = Literal["public", "private", "confidential", "restricted"]  # core/records.py Sensitivity
@@ -248,35 +408,63 @@ DeliberationMode = Literal["inline", "deferred"]
 class DeliberationConfig(_Strict):
     """Counter-perspective critique, refinement and the decision to speak (SPEC §4, §4.2).
 
-    `mode` "auto" defers deliberation on interactive channels (the fast draft is sent, the
-    critique lands in the next turn) and runs it inline elsewhere; `channels` overrides the
-    mode per service, e.g. {terminal = "inline"}.
+    Before it speaks the agent critiques its own substantive drafts: a provenance check
+    (claims about the past against what it recalled) plus one lens drawn at random.
     """
 
-    enabled: bool = True
-    mode: Literal["auto", "inline", "deferred"] = "auto"
-    channels: dict[str, DeliberationMode] = Field(default_factory=dict[str, DeliberationMode])
-    # The lenses one is drawn from per substantive response; provenance always runs too.
+    enabled: bool = Field(default=True, description="Critique, refine and decide before speaking.")
+    mode: Literal["auto", "inline", "deferred"] = Field(
+        default="auto",
+        description=(
+            '"auto": deferred on interactive channels (the fast draft is sent at once, the critique lands '
+            "in the next turn), inline elsewhere (the refined reply is what is sent)."
+        ),
+    )
+    channels: dict[str, DeliberationMode] = Field(
+        default_factory=dict[str, DeliberationMode],
+        description="The mode per service, over `mode`.",
+        examples=[{"terminal": "inline"}],
+    )
     lenses: list[Lens] = Field(
         default_factory=lambda: cast(
             list[Lens], ["adversarial", "predictive", "constrained", "hopes", "fears"]
         ),
         min_length=1,
+        description="The lenses one is drawn from per substantive draft; provenance always runs too.",
     )
-    # Fixes the lens draw (per event) for reproducible runs; unset = varies by event.
-    seed: int | None = None
-    # A reply is substantive (and critiqued) when it has at least this many words, or when
-    # it speaks about the past, people, commitments or numbers at any length.
-    substantive_min_words: int = Field(default=12, ge=1)
-    # A candidate whose content words overlap this much with something another speaker just
-    # said adds nothing and is suppressed (1.0 = only exact repeats).
-    redundancy_threshold: float = Field(default=0.8, gt=0, le=1)
-    # Deliberate even when critique would run on the built-in tiny offline model (Gemma 3
-    # 270M): off by default, as its critiques are noise and each costs seconds of the one
-    # local model server the next reply also needs.
-    offline_model: bool = False
-    # How long a parked deferred conclusion waits to be woven into the next turn.
-    parked_ttl_hours: float = Field(default=24.0, gt=0)
+    seed: int | None = Field(
+        default=None,
+        description="Fixes the lens draw (per event) for reproducible runs; unset = varies by event.",
+        examples=[7],
+    )
+    substantive_min_words: int = Field(
+        default=12,
+        ge=1,
+        description=(
+            "A draft is critiqued when it has at least this many words, or speaks about the past, people, "
+            "commitments or numbers at any length."
+        ),
+    )
+    redundancy_threshold: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description=(
+            "A reply whose content words overlap this much with what another speaker just said is "
+            "suppressed (1.0 = only exact repeats)."
+        ),
+    )
+    # Each critique would cost seconds of the one local model server the next reply needs.
+    offline_model: bool = Field(
+        default=False,
+        description=(
+            "Deliberate even when critique would run on the bundled tiny model (Gemma 3 270M, `local:`), "
+            "whose critiques are noise; any other model deliberates."
+        ),
+    )
+    parked_ttl_hours: float = Field(
+        default=24.0, gt=0, description="How long a deferred conclusion waits to be woven into the next turn."
+    )
 
 
 class GraphConfig(_Strict):
@@ -284,98 +472,193 @@ class GraphConfig(_Strict):
     context for the entities an input mentions. Optional: disabled (or failing) it costs
     context, never a turn."""
 
-    enabled: bool = True
-    # How far from a mentioned entity the context reaches, and how much of it is shown.
-    hops: int = Field(default=2, ge=1, le=4)
-    max_relations: int = Field(default=30, ge=1, le=500)
-    # Shortest paths between mentioned entities are looked for up to this many relations.
-    max_path_hops: int = Field(default=4, ge=1, le=6)
-    # Share of the context window graph lines may take.
-    budget_fraction: float = Field(default=0.05, gt=0, le=0.5)
+    enabled: bool = Field(
+        default=True, description="Extract entities and relations, and show them as context."
+    )
+    hops: int = Field(
+        default=2, ge=1, le=4, description="How far from a mentioned entity the context reaches."
+    )
+    max_relations: int = Field(
+        default=30, ge=1, le=500, description="At most this many relations in a prompt."
+    )
+    max_path_hops: int = Field(
+        default=4,
+        ge=1,
+        le=6,
+        description="Shortest paths between mentioned entities, up to this many relations.",
+    )
+    budget_fraction: float = Field(
+        default=0.05,
+        gt=0,
+        le=0.5,
+        description="Share of the respond model's context window graph lines may take.",
+    )
 
 
 class AutonomyConfig(_Strict):
     """What the agent does without being spoken to (SPEC §4.7): the heartbeat, reminders, and
     the budgets that keep self-initiated activity from burning tokens unbounded."""
 
-    # The heartbeat's interval. Deleting it (`persyn heartbeat delete`) is the off switch.
-    heartbeat_minutes: float = Field(default=60.0, ge=1)
-    # How often due reminders are looked for (a DBOS schedule; every process may run it,
-    # each firing happens once). `schedule = false` leaves the firing to another process
-    # (or to a test that fires by hand).
-    tick_seconds: int = Field(default=5, ge=1, le=60)
-    schedule: bool = True
-    # Self-initiated runs stop for the day once they have used this many tokens (input +
-    # output, per agent, UTC day); skipped runs are recorded. 0 = no autonomous runs.
-    daily_token_budget: int = Field(default=200_000, ge=0)
-    # At most this many self-initiated runs per agent per hour (a loop breaker for reminders
-    # that fire too often); the excess is skipped and recorded.
-    max_runs_per_hour: int = Field(default=12, ge=0)
-    # How many recent memories the heartbeat reviews.
-    review_records: int = Field(default=20, ge=1, le=200)
-    # Messages the agent may send to contacts in one self-initiated run.
-    max_messages_per_run: int = Field(default=2, ge=0, le=20)
-    # Tokens (estimated, 4 characters a token) the agent may initiate per channel in a
-    # rolling 24 hours with its message tool; beyond it, sending is refused and says why.
-    channel_message_tokens: int = Field(default=2000, ge=0)
-    # Tokens (estimated likewise) of the agent's replies per channel in a rolling 24 hours
-    # (SPEC §4.5: what stops two agents talking forever); past it the channel gets no
-    # generated reply until the window moves on, and the skip is recorded. A person chatting
-    # all day stays far below the default.
-    channel_reply_tokens: int = Field(default=100_000, ge=1)
+    heartbeat_minutes: float = Field(
+        default=60.0,
+        ge=1,
+        description=(
+            "The heartbeat's interval: each beat the agent reviews its recent memories and goals, then acts "
+            "or rests. `persyn heartbeat delete` puts it to sleep (durably); `restore` wakes it."
+        ),
+    )
+    tick_seconds: int = Field(
+        default=5,
+        ge=1,
+        le=60,
+        description="How often due reminders are looked for (every process may; each firing happens once).",
+    )
+    schedule: bool = Field(
+        default=True, description="Fire reminders in this process; false leaves it to another one."
+    )
+    daily_token_budget: int = Field(
+        default=200_000,
+        ge=0,
+        description=(
+            "Tokens (input + output) an agent's self-initiated runs may use in any rolling 24 hours; past it "
+            "runs are skipped, and recorded, until the window moves on. 0 = no autonomous runs."
+        ),
+    )
+    max_runs_per_hour: int = Field(
+        default=12,
+        ge=0,
+        description="Self-initiated runs per agent per hour (a loop breaker); the excess is skipped and recorded.",
+    )
+    review_records: int = Field(
+        default=20, ge=1, le=200, description="How many recent memories the heartbeat reviews."
+    )
+    max_messages_per_run: int = Field(
+        default=2,
+        ge=0,
+        le=20,
+        description="Messages the agent may send to contacts in one self-initiated run.",
+    )
+    channel_message_tokens: int = Field(
+        default=2000,
+        ge=0,
+        description=(
+            "Tokens (estimated, 4 characters a token) the agent may initiate per channel in a rolling 24 hours "
+            "with its message tool; beyond it sending is refused, saying why."
+        ),
+    )
+    # SPEC §4.5: what stops two agents talking forever.
+    channel_reply_tokens: int = Field(
+        default=100_000,
+        ge=1,
+        description=(
+            "Tokens (estimated likewise) of replies per channel in a rolling 24 hours; past it the channel "
+            "gets no generated reply until the window moves on. A person chatting all day stays far below."
+        ),
+    )
 
 
 class RetrievalWeights(_Strict):
     """Weights of the relevance function (SPEC §4 step 2); the score is their weighted mean."""
 
-    similarity: float = Field(default=1.0, ge=0)
-    keyword: float = Field(default=1.0, ge=0)
-    # A tie-breaker toward fresher memories: questions about the past are as often about
-    # long ago as about last week, and a larger weight cost recall on LoCoMo.
-    recency: float = Field(default=0.05, ge=0)
-    participants: float = Field(default=0.15, ge=0)
-    importance: float = Field(default=0.1, ge=0)
-    # How close the record's time is to a date or period the query names ("on 4 March",
-    # "last week", "in 2023"); only counted for queries that name one.
-    date: float = Field(default=0.3, ge=0)
+    similarity: float = Field(default=1.0, ge=0, description="Vector similarity to the query.")
+    keyword: float = Field(default=1.0, ge=0, description="Full-text keyword match.")
+    # Questions about the past are as often about long ago as about last week, and a larger
+    # weight cost recall on LoCoMo.
+    recency: float = Field(default=0.05, ge=0, description="A tie-breaker toward fresher memories.")
+    participants: float = Field(default=0.15, ge=0, description="The memory involves who is present.")
+    importance: float = Field(default=0.1, ge=0, description="The memory's importance (1-10).")
+    date: float = Field(
+        default=0.3,
+        ge=0,
+        description=(
+            'Closeness to a date or period the query names ("on 4 March", "last week"); only counted '
+            "for queries that name one."
+        ),
+    )
 
 
 class MemoryConfig(_Strict):
     """Long-term memory: encoder, retrieval, compartments, consolidation and culling."""
 
-    # "wordllama" (default, in-process, 256-d), "openai:MODEL@http://host:port/v1" (a
-    # self-hosted /v1/embeddings service), "sentence-transformers:NAME" (extra), or
-    # "test:hash" (deterministic, for tests). Changing it needs `persyn memory reindex`.
-    embedder: str = "wordllama"
+    embedder: str = Field(
+        default="wordllama",
+        description=(
+            'The encoder: "wordllama" (in-process, offline, 256-d), "openai:MODEL@http://host:port/v1" (a '
+            'self-hosted /v1/embeddings service), "sentence-transformers:NAME" (extra) or "test:hash" '
+            "(tests). After changing it, run `persyn memory reindex`."
+        ),
+    )
     weights: RetrievalWeights = RetrievalWeights()
-    half_life_days: float = Field(default=30.0, gt=0)
-    strong_threshold: float = Field(default=0.6, ge=0, le=1)
-    moderate_threshold: float = Field(default=0.35, ge=0, le=1)
-    budget_fraction: float = Field(default=0.7, gt=0, le=1)
-    max_records: int = Field(default=40, ge=1)
-    candidates: int = Field(default=100, ge=1)
-    # Records scoring below this are not surfaced at all (0 = keep every candidate): at 0.1
-    # only noise goes (unrelated queries top out around 0.15 with the default encoder).
-    min_score: float = Field(default=0.1, ge=0, le=1)
-    # Cosine similarity is mapped linearly from [floor, ceiling] to [0, 1]: the floor is what
-    # unrelated texts score with the encoder, the ceiling a close paraphrase. Tuned for
-    # WordLlama; an encoder whose cosines run high (e5, bge) wants e.g. 0.7 / 0.95.
-    similarity_floor: float = Field(default=0.1, ge=-1, le=1)
-    similarity_ceiling: float = Field(default=0.7, ge=-1, le=1)
-    # Vector size: 0 = the encoder's own (WordLlama 256; a service's is learned on first use).
-    # WordLlama also takes 64 or 128 (truncated, smaller and faster); for a service the value
-    # is checked against what it returns. Changing it needs `persyn memory reindex`.
-    embedder_dims: int = Field(default=0, ge=0)
-    # A self-hosted embedding service slower than this counts as unavailable for the turn.
-    embedder_timeout_seconds: float = Field(default=10.0, gt=0)
-    # Channels listed together share memory, e.g. [["terminal:terminal", "cli:cli"]].
-    channel_groups: list[list[str]] = Field(default_factory=list[list[str]])
-    cull_below_importance: int = Field(default=3, ge=1, le=10)
-    cull_after_days: float = Field(default=14.0, gt=0)
-    dialog_retention_days: float = Field(default=90.0, gt=0)
-    # Default sensitivity of new records by service; unknown services get "private".
+    half_life_days: float = Field(
+        default=30.0, gt=0, description="Recency decay of a memory's weight in the relevance score."
+    )
+    strong_threshold: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="Scores from here up are shown to the agent as strong memories...",
+    )
+    moderate_threshold: float = Field(
+        default=0.35,
+        ge=0,
+        le=1,
+        description="...from here up as moderate, below as weak (at most strong_threshold).",
+    )
+    budget_fraction: float = Field(
+        default=0.7, gt=0, le=1, description="Share of the respond model's context window memories may take."
+    )
+    max_records: int = Field(default=40, ge=1, description="At most this many memories in a prompt.")
+    candidates: int = Field(
+        default=100, ge=1, description="Candidates each search (vector, keyword) brings to scoring."
+    )
+    # At 0.1 only noise goes (unrelated queries top out around 0.15 with the default encoder).
+    min_score: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="Memories scoring below this are not surfaced (0 = every candidate).",
+    )
+    # Tuned for WordLlama; an encoder whose cosines run high (e5, bge) wants e.g. 0.7 / 0.95.
+    similarity_floor: float = Field(
+        default=0.1,
+        ge=-1,
+        le=1,
+        description="Cosine similarity is mapped from [floor, ceiling] to [0, 1]: what unrelated texts score...",
+    )
+    similarity_ceiling: float = Field(
+        default=0.7, ge=-1, le=1, description="...and what a close paraphrase scores, with the encoder."
+    )
+    embedder_dims: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Vector size: 0 = the encoder's own (WordLlama 256, which also takes 64 or 128; a service's is "
+            "checked against what it returns). Changing it needs `persyn memory reindex`."
+        ),
+    )
+    embedder_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A self-hosted embedding service slower than this is skipped for the turn.",
+    )
+    channel_groups: list[list[str]] = Field(
+        default_factory=list[list[str]],
+        description="Channels listed together share memory; by default each channel is its own compartment.",
+        examples=[[["terminal:terminal", "cli:cli"]]],
+    )
+    cull_below_importance: int = Field(
+        default=3, ge=1, le=10, description="Culling deletes memories rated below this..."
+    )
+    cull_after_days: float = Field(
+        default=14.0, gt=0, description="...and older than this; important ones stay forever."
+    )
+    dialog_retention_days: float = Field(default=90.0, gt=0, description="Verbatim dialog is kept this long.")
     default_sensitivity: dict[str, str] = Field(
-        default_factory=lambda: {"terminal": "private", "cli": "private", "web": "private"}
+        default_factory=lambda: {"terminal": "private", "cli": "private", "web": "private"},
+        description=(
+            "Sensitivity of new memories by service (public | private | confidential | restricted); "
+            'unknown services get "private".'
+        ),
     )
 
     @field_validator("default_sensitivity")
@@ -459,20 +742,38 @@ class ToolsConfig(_Strict):
     refused without running. Every refusal is recorded.
     """
 
-    # Offer the agent's own tools to the respond model (never to the built-in tiny offline
-    # model, which cannot call them).
-    enabled: bool = True
-    max_round_trips: int = Field(default=6, ge=1, le=50)
-    max_identical_calls: int = Field(default=2, ge=1, le=20)
-    # At most this many of the tool calls in one model reply are run; the rest get an error
-    # result saying so.
-    max_calls_per_round: int = Field(default=8, ge=1, le=100)
-    # A tool still running after this long is abandoned and reported to the model as failed.
-    call_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
-    # CPU-bound tools (exact arithmetic) run in a child process that is killed after this long.
-    cpu_seconds: float = Field(default=5.0, gt=0, le=600)
-    # Longest tool result the model is shown; longer ones are cut, saying so.
-    max_result_chars: int = Field(default=8000, ge=200, le=1_000_000)
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Offer the agent's own tools to the respond model (never to the bundled tiny model, which "
+            "cannot call them)."
+        ),
+    )
+    max_round_trips: int = Field(default=6, ge=1, le=50, description="Tool round-trips per activation.")
+    max_identical_calls: int = Field(
+        default=2, ge=1, le=20, description="Identical calls (same tool, same arguments) per activation."
+    )
+    max_calls_per_round: int = Field(
+        default=8,
+        ge=1,
+        le=100,
+        description="Tool calls run from one model reply; the rest get an error result saying so.",
+    )
+    call_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="A tool still running after this long is reported as failed."
+    )
+    cpu_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="CPU-bound tools (exact arithmetic) are killed after this long.",
+    )
+    max_result_chars: int = Field(
+        default=8000,
+        ge=200,
+        le=1_000_000,
+        description="Longest tool result the model is shown; longer ones are cut.",
+    )
 
 
 class Secrets(BaseModel):
@@ -486,10 +787,17 @@ class Secrets(BaseModel):
 
 class Settings(_Strict):
     home: Path
-    storage_url: str | None = None
+    storage_url: str | None = Field(
+        default=None,
+        description="Where agent data lives; unset = SQLite files under data/ beside persyn.toml. Its directory must exist.",
+        examples=["sqlite:////absolute/path/persyn.db"],
+    )
     agents: list[AgentConfig] = Field(default_factory=list[AgentConfig])
     models: ModelsConfig = ModelsConfig()
-    prices: dict[str, Price] = Field(default_factory=dict[str, Price])
+    prices: dict[str, Price] = Field(
+        default_factory=dict[str, Price],
+        description='US dollars per million tokens, per model string, e.g. [prices."anthropic:claude-sonnet-4-6"].',
+    )
     metering: MeteringConfig = MeteringConfig()
     conversation: ConversationConfig = ConversationConfig()
     dispatch: DispatchConfig = DispatchConfig()
@@ -498,7 +806,9 @@ class Settings(_Strict):
     graph: GraphConfig = GraphConfig()
     autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
-    log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="warning", description="`debug` also keeps the tracebacks of logged failures."
+    )
     secrets: Secrets = Secrets()
 
     @field_validator("storage_url")
