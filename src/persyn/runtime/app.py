@@ -31,7 +31,6 @@ from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.gateway.gateway import ModelGateway
-from persyn.gateway.local import OFFLINE_NOTICE
 from persyn.memory.embedder import Embedder
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers
@@ -376,13 +375,8 @@ class Runtime:
         return self.gateways[agent_id]
 
     def offline_notice(self) -> str | None:
-        if not self.local_models.in_use:
-            return None
-        if any(self.activation.tiny_deliberator(agent_id) for agent_id in self.agents):
-            return (
-                OFFLINE_NOTICE + " Self-critique is off with the tiny model ([deliberation] offline_model)."
-            )
-        return OFFLINE_NOTICE
+        critique_off = any(self.activation.tiny_deliberator(agent_id) for agent_id in self.agents)
+        return self.local_models.notice(critique_off=critique_off)
 
     # channels (runtime/api.py: what a channel may call) ---------------------------------
     async def attach_channel(self, channel: Channel) -> int:

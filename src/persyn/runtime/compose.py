@@ -15,6 +15,7 @@ from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import Settings
 from persyn.core.events import Event
+from persyn.gateway.auto import resolve_auto
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.activation import ActivationSteps, TurnCache
 from persyn.runtime.agent_tools import AgentToolDeps
@@ -42,7 +43,9 @@ def build_runtime(
 ) -> Runtime:
     """A runtime for `settings`: the store at `database_url` unless one is given, the system
     clock unless one is given, the configured meter adapters plus `meter_adapters`, and the
-    channel adapters by service (more may be connected before `start`)."""
+    channel adapters by service (more may be connected before `start`). `auto` is resolved
+    here, once, before any collaborator reads a model string (`gateway/auto.py`)."""
+    settings, auto = resolve_auto(settings)
     clock = clock or SystemClock()
     store = store or open_store(settings.database_url)
     adapters: list[MeterAdapter] = []
@@ -69,7 +72,7 @@ def build_runtime(
         markers=Markers(store, clock),
         intake=intake,
         autonomy=Autonomy(store, clock, settings, agents.keys(), _RunHost(intake, cache)),
-        local_models=LocalModels(settings),
+        local_models=LocalModels(settings, auto),
         gateways=gateways,
         channels=connected,
         context_sources=sources,
