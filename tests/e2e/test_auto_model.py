@@ -103,7 +103,7 @@ async def test_auto_picks_a_running_llama_cpp_server_and_critique_and_tools_are_
 
 
 @needs_llama
-def test_doctor_says_which_server_and_model_auto_chose(
+def test_doctor_and_the_chat_banner_say_which_server_and_model_auto_chose(
     llama_cpp_server: tuple[str, str], tmp_path: Path
 ) -> None:
     url, model = llama_cpp_server
@@ -115,6 +115,15 @@ def test_doctor_says_which_server_and_model_auto_chose(
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"[ ok ] models auto: {model} on the server at {url}" in done.stdout
     assert f"[ ok ] model openai:{model}@{url}: server answers for Ada/respond" in done.stdout
+    chat = persyn.run(
+        "chat",
+        input="/quit\n",
+        PERSYN_MODELS__AUTO_PROBE=f'["{url}"]',
+        PERSYN_MODELS__AUTO_PROBE_TIMEOUT_SECONDS="10",
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert f"[models] auto: {model} on the server at {url}." in chat.stdout
+    assert "tiny offline model" not in chat.stdout
 
 
 def test_doctor_with_a_key_says_auto_is_the_hosted_model_without_calling_it(tmp_path: Path) -> None:
