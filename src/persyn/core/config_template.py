@@ -1,6 +1,6 @@
 """The starter `persyn.toml` and the README's key reference, written from the config models.
 
-Every key, its default and its comment come from the pydantic models of `core/config.py`
+Every key, its default and its comment come from the pydantic models of the configuration
 (`Field(description=..., examples=...)`, section docstrings), so the file `persyn init`
 writes cannot disagree with the code. Keys are written commented out with their default
 (`#key = value`), as postgresql.conf does: a key the operator never set follows the defaults
