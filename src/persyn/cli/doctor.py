@@ -10,7 +10,10 @@ __all__ = ["register"]
 
 
 def doctor(ctx: typer.Context) -> None:
-    """Check configuration, database and model reachability, and say what to fix."""
+    """Check configuration, database and model reachability, and say what to fix.
+
+    Says which model "auto" chose in this process and why, and checks every model of a
+    fallback chain."""
     from persyn.runtime.doctor import run_doctor
 
     raise typer.Exit(run(run_doctor(CliContext.of(ctx).home)))

@@ -20,7 +20,10 @@ def init(
     """Create a deployment with one agent, or add another agent to an existing one.
 
     Agents in one deployment share infrastructure (database, model servers) but never
-    memories: every stored row is namespaced by agent id."""
+    memories: every stored row is namespaced by agent id. The new persyn.toml shows every
+    key with its default and what it means; its models are "auto": a hosted model when an
+    API key is set, else a model server already running on this machine, else the bundled
+    tiny model (`persyn doctor` says which)."""
     from persyn.core.config import home_from_env
     from persyn.runtime.setup import init_home
 
@@ -34,6 +37,10 @@ def init(
     echo(f"Agent {result.agent.name} ({result.agent.id}) is ready. Talk to it with:")
     home_flag = "" if home is None and cli.home is None else f" --home {root}"
     echo(f"  persyn{home_flag} chat --agent {result.agent.name}")
+    if result.created_file:
+        echo(
+            f'Its model is "auto" ([models] default); `persyn{home_flag} doctor` says which model that is here.'
+        )
 
 
 def register(app: typer.Typer) -> None:
