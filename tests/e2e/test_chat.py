@@ -78,7 +78,7 @@ def test_unknown_model_string_is_a_clear_error(persyn: Persyn) -> None:
 def test_malformed_config_is_a_clear_error_and_is_left_alone(persyn: Persyn) -> None:
     path = persyn.home / "persyn.toml"
     original = path.read_text()
-    path.write_text(original.replace("idle_timeout_minutes = 30", "idle_timeout_minutes = -3"))
+    path.write_text(original.replace("#idle_timeout_minutes = 30.0", "idle_timeout_minutes = -3"))
     broken = path.read_text()
     done = persyn.run("chat", input="hi\n")
     assert done.returncode == 2

@@ -269,7 +269,7 @@ def test_cli_names_the_stray_variable_and_carries_on(persyn: Persyn) -> None:
         pytest.param({"PERSYN_GRAPH__HOPS": "true"}, ("", ""), "PERSYN_GRAPH__HOPS (graph.hops)", id="env"),
         pytest.param(
             {},
-            ("idle_timeout_minutes = 30", "idle_timeout_minutes = inf"),
+            ("#idle_timeout_minutes = 30.0", "idle_timeout_minutes = inf"),
             "conversation.idle_timeout_minutes",
             id="file",
         ),

@@ -12,9 +12,8 @@ import logging
 import os
 import tomllib
 from collections.abc import Mapping
-from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -22,24 +21,45 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
-    ValidationInfo,
     field_validator,
-    model_validator,
 )
 
+from persyn.core.config_base import (
+    AUTO_PROBE_DEFAULT,
+    AgentConfig,
+    ConversationConfig,
+    DispatchConfig,
+    MeteringConfig,
+    ModelChoice,
+    ModelsConfig,
+    Price,
+    Section,
+    Task,
+    model_chain,
+)
+from persyn.core.config_cognition import (
+    AutonomyConfig,
+    DeliberationConfig,
+    GraphConfig,
+    MemoryConfig,
+    RetrievalWeights,
+    ToolsConfig,
+)
 from persyn.core.errors import ConfigError
-from persyn.core.ids import is_id
 
 __all__ = [
+    "AUTO_PROBE_DEFAULT",
     "CONFIG_FILE",
     "DEFAULT_HOME",
     "AgentConfig",
     "AutonomyConfig",
     "ConversationConfig",
+    "DeliberationConfig",
     "DispatchConfig",
     "GraphConfig",
     "MemoryConfig",
     "MeteringConfig",
+    "ModelChoice",
     "ModelsConfig",
     "Price",
     "RetrievalWeights",
@@ -49,440 +69,12 @@ __all__ = [
     "ToolsConfig",
     "home_from_env",
     "load_settings",
+    "model_chain",
     "parse_settings",
 ]
 
 CONFIG_FILE = "persyn.toml"
 DEFAULT_HOME = Path("~/.persyn")
-
-
-class Task(StrEnum):
-    """What a model call is for. The registry maps each task to a model (ARCHITECTURE §5)."""
-
-    RESPOND = "respond"
-    CRITIQUE = "critique"
-    REFINE = "refine"
-    DECIDE = "decide"
-    SUMMARIZE = "summarize"
-    RATE = "rate"
-    CLASSIFY = "classify"
-    EXTRACT = "extract"
-    DOSSIER = "dossier"
-    REFLECT = "reflect"
-
-
-ModelChoice = str | list[str]
-"""Where a task's model is configured: one model string, or a fallback chain tried in order."""
-
-
-class _Strict(BaseModel):
-    # Strict: `true` is not an integer and "5" is not a number (TOML and the environment
-    # parser already give numbers their type); no inf or nan, which pass every bound check
-    # and then break the arithmetic that uses them.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-    @field_validator("*")
-    @classmethod
-    def _bounded_duration(cls, value: object, info: ValidationInfo) -> object:
-        # A duration past what `timedelta` holds (about 2.7 million years) passes every
-        # lower bound and then breaks each activation or housekeeping tick that adds it to
-        # a time; nothing in a deployment's life needs more than a century.
-        name = info.field_name or ""
-        unit = next((seconds for suffix, seconds in _DURATION_UNITS.items() if name.endswith(suffix)), None)
-        if unit is not None and isinstance(value, int | float) and value * unit > _LONGEST_DURATION_SECONDS:
-            raise ValueError(
-                f"{value!r} is longer than 100 years; use at most {_LONGEST_DURATION_SECONDS / unit:g}"
-            )
-        return value
-
-
-_DURATION_UNITS = {"_seconds": 1, "_minutes": 60, "_hours": 3600, "_days": 86400}
-_LONGEST_DURATION_SECONDS = 100 * 365 * 86400
-
-
-class AgentConfig(_Strict):
-    """The seed persona: day-zero voice that memory soon augments (SPEC §1)."""
-
-    name: str = Field(min_length=1, max_length=64)
-    id: str
-    disposition: str = "Curious, candid and warm; prefers honesty to agreement."
-    objectives: list[str] = Field(default_factory=list[str])
-    rules: list[str] = Field(default_factory=list[str])
-    models: dict[str, ModelChoice] = Field(default_factory=dict[str, ModelChoice])
-
-    @field_validator("id")
-    @classmethod
-    def _ulid(cls, value: str) -> str:
-        if not is_id(value):
-            raise ValueError(f"{value!r} is not a ULID (26 Crockford base32 characters)")
-        return value.upper()
-
-    @field_validator("models")
-    @classmethod
-    def _known_tasks(cls, value: dict[str, ModelChoice]) -> dict[str, ModelChoice]:
-        for choice in value.values():
-            _check_choice(choice)
-        return _check_task_keys(value)
-
-
-def _check_task_keys(value: dict[str, ModelChoice]) -> dict[str, ModelChoice]:
-    allowed = {t.value for t in Task} | {"default"}
-    for key in value:
-        if key not in allowed:
-            raise ValueError(f"unknown task {key!r}; allowed: {', '.join(sorted(allowed))}")
-    return value
-
-
-def _check_choice(choice: ModelChoice | None) -> ModelChoice | None:
-    """A fallback chain names at least one model and no blank one."""
-    if isinstance(choice, list):
-        if not choice:
-            raise ValueError("a list of models (a fallback chain) needs at least one model string")
-        for raw in choice:
-            if not raw.strip():
-                raise ValueError(f"blank model string in the fallback chain {choice!r}")
-    return choice
-
-
-def model_chain(choice: ModelChoice) -> tuple[str, ...]:
-    """A configured choice as the models to try, in order."""
-    return (choice,) if isinstance(choice, str) else tuple(choice)
-
-
-class ModelsConfig(_Strict):
-    """Task → model string, or a list of them (a fallback chain: each is tried, with its own
-    retries, when the one before it failed). `default` applies to every task not named.
-
-    Model strings: `auto` (a hosted model if an API key is set, else the local model),
-    `anthropic:NAME`, `openai:NAME`, `openai:NAME@http://host:port/v1` (any OpenAI-compatible
-    server), `local:` / `local:PATH.gguf` (llama.cpp on this machine), `test:NAME` (doubles).
-    """
-
-    default: ModelChoice = "auto"
-    respond: ModelChoice | None = None
-    critique: ModelChoice | None = None
-    refine: ModelChoice | None = None
-    decide: ModelChoice | None = None
-    summarize: ModelChoice | None = None
-    rate: ModelChoice | None = None
-    classify: ModelChoice | None = None
-    extract: ModelChoice | None = None
-    dossier: ModelChoice | None = None
-    reflect: ModelChoice | None = None
-    context_window: int = Field(default=0, ge=0)
-    request_timeout_seconds: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=3, ge=0, le=10)
-    max_output_tokens: int = Field(default=2048, ge=16)
-    # The offline model is slow on a laptop CPU and rambles: keep its replies short.
-    local_max_output_tokens: int = Field(default=160, ge=16)
-    # Requests one agent's gateway has in flight to one model at once; 0 = no limit.
-    max_concurrent_requests: int = Field(default=0, ge=0, le=1000)
-
-    @field_validator("default", *(task.value for task in Task))
-    @classmethod
-    def _chain(cls, value: ModelChoice | None) -> ModelChoice | None:
-        return _check_choice(value)
-
-    def for_task(self, task: Task) -> str:
-        """The first model `task` runs on (the whole chain: `chain_for_task`)."""
-        return self.chain_for_task(task)[0]
-
-    def chain_for_task(self, task: Task) -> tuple[str, ...]:
-        chosen: ModelChoice | None = getattr(self, task.value)
-        return model_chain(chosen or self.default)
-
-
-class Price(_Strict):
-    """US dollars per million tokens."""
-
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cache_read: float | None = Field(default=None, ge=0)
-    cache_write: float | None = Field(default=None, ge=0)
-
-
-class MeteringConfig(_Strict):
-    event_log: bool = True
-    prometheus_port: int = Field(default=0, ge=0, le=65535)
-    prometheus_host: str = "127.0.0.1"
-
-
-class ConversationConfig(_Strict):
-    idle_timeout_minutes: float = Field(default=30.0, gt=0)
-    recent_dialog_messages: int = Field(default=20, ge=0, le=500)
-    max_message_chars: int = Field(default=32_000, ge=1)
-    # Observations and the knowledge graph are extracted in the background every this many
-    # new messages of an open conversation (each message is read once), and when it closes;
-    # 0 = only when it closes. One extraction call per several exchanges, not per turn.
-    extract_every_messages: int = Field(default=8, ge=0, le=200)
-
-
-class DispatchConfig(_Strict):
-    # How often a worker looks for events enqueued by other processes (`persyn send`, other
-    # workers); an enqueue in this process wakes its worker at once (runtime/_dbos_wake.py).
-    # Each look is a claim query (~2 ms CPU), idle or not.
-    queue_polling_seconds: float = Field(default=0.25, gt=0, le=10)
-    marker_ttl_seconds: float = Field(default=3600.0, gt=0)
-    worker_concurrency: int = Field(default=16, ge=1, le=1000)
-    # DBOS executor id: after a crash, a worker recovers the unfinished activations that
-    # were running under its own id. Unset = DBOS's default ("local", or $DBOS__VMID);
-    # give each worker process sharing one system database its own stable id.
-    executor_id: str | None = Field(default=None, min_length=1, max_length=200)
-    # How often the scheduler closes idle conversations, sweeps unconsolidated ones and
-    # purges expired markers.
-    housekeeping_seconds: float = Field(default=60.0, gt=0)
-    # How often a process with a connected channel looks for outbox rows other processes
-    # wrote for it (its own replies are delivered at once), and how long a row is kept.
-    outbox_poll_seconds: float = Field(default=1.0, gt=0, le=60)
-    outbox_keep_days: float = Field(default=30.0, gt=0)
-    # Debug knob for crash-recovery drills: sleep this long between the respond step and
-    # transmit, so an operator (or a test) can kill the process in between.
-    debug_transmit_delay_seconds: float = Field(default=0.0, ge=0)
-
-
-SensitivityName = Literal["public", "private", "confidential", "restricted"]  # core/records.py Sensitivity
-Lens = Literal["adversarial", "predictive", "constrained", "hopes", "fears"]
-DeliberationMode = Literal["inline", "deferred"]
-
-
-class DeliberationConfig(_Strict):
-    """Counter-perspective critique, refinement and the decision to speak (SPEC §4, §4.2).
-
-    `mode` "auto" defers deliberation on interactive channels (the fast draft is sent, the
-    critique lands in the next turn) and runs it inline elsewhere; `channels` overrides the
-    mode per service, e.g. {terminal = "inline"}.
-    """
-
-    enabled: bool = True
-    mode: Literal["auto", "inline", "deferred"] = "auto"
-    channels: dict[str, DeliberationMode] = Field(default_factory=dict[str, DeliberationMode])
-    # The lenses one is drawn from per substantive response; provenance always runs too.
-    lenses: list[Lens] = Field(
-        default_factory=lambda: cast(
-            list[Lens], ["adversarial", "predictive", "constrained", "hopes", "fears"]
-        ),
-        min_length=1,
-    )
-    # Fixes the lens draw (per event) for reproducible runs; unset = varies by event.
-    seed: int | None = None
-    # A reply is substantive (and critiqued) when it has at least this many words, or when
-    # it speaks about the past, people, commitments or numbers at any length.
-    substantive_min_words: int = Field(default=12, ge=1)
-    # A candidate whose content words overlap this much with something another speaker just
-    # said adds nothing and is suppressed (1.0 = only exact repeats).
-    redundancy_threshold: float = Field(default=0.8, gt=0, le=1)
-    # Deliberate even when critique would run on the built-in tiny offline model (Gemma 3
-    # 270M): off by default, as its critiques are noise and each costs seconds of the one
-    # local model server the next reply also needs.
-    offline_model: bool = False
-    # How long a parked deferred conclusion waits to be woven into the next turn.
-    parked_ttl_hours: float = Field(default=24.0, gt=0)
-
-
-class GraphConfig(_Strict):
-    """The knowledge graph (SPEC §4.3): populated after each conversation closes, read as
-    context for the entities an input mentions. Optional: disabled (or failing) it costs
-    context, never a turn."""
-
-    enabled: bool = True
-    # How far from a mentioned entity the context reaches, and how much of it is shown.
-    hops: int = Field(default=2, ge=1, le=4)
-    max_relations: int = Field(default=30, ge=1, le=500)
-    # Shortest paths between mentioned entities are looked for up to this many relations.
-    max_path_hops: int = Field(default=4, ge=1, le=6)
-    # Share of the context window graph lines may take.
-    budget_fraction: float = Field(default=0.05, gt=0, le=0.5)
-
-
-class AutonomyConfig(_Strict):
-    """What the agent does without being spoken to (SPEC §4.7): the heartbeat, reminders, and
-    the budgets that keep self-initiated activity from burning tokens unbounded."""
-
-    # The heartbeat's interval. Deleting it (`persyn heartbeat delete`) is the off switch.
-    heartbeat_minutes: float = Field(default=60.0, ge=1)
-    # How often due reminders are looked for (a DBOS schedule; every process may run it,
-    # each firing happens once). `schedule = false` leaves the firing to another process
-    # (or to a test that fires by hand).
-    tick_seconds: int = Field(default=5, ge=1, le=60)
-    schedule: bool = True
-    # Self-initiated runs stop for the day once they have used this many tokens (input +
-    # output, per agent, UTC day); skipped runs are recorded. 0 = no autonomous runs.
-    daily_token_budget: int = Field(default=200_000, ge=0)
-    # At most this many self-initiated runs per agent per hour (a loop breaker for reminders
-    # that fire too often); the excess is skipped and recorded.
-    max_runs_per_hour: int = Field(default=12, ge=0)
-    # How many recent memories the heartbeat reviews.
-    review_records: int = Field(default=20, ge=1, le=200)
-    # Messages the agent may send to contacts in one self-initiated run.
-    max_messages_per_run: int = Field(default=2, ge=0, le=20)
-    # Tokens (estimated, 4 characters a token) the agent may initiate per channel in a
-    # rolling 24 hours with its message tool; beyond it, sending is refused and says why.
-    channel_message_tokens: int = Field(default=2000, ge=0)
-    # Tokens (estimated likewise) of the agent's replies per channel in a rolling 24 hours
-    # (SPEC §4.5: what stops two agents talking forever); past it the channel gets no
-    # generated reply until the window moves on, and the skip is recorded. A person chatting
-    # all day stays far below the default.
-    channel_reply_tokens: int = Field(default=100_000, ge=1)
-    run_keep_days: float = Field(
-        default=30.0,
-        ge=1,
-        description=(
-            "How long each run's budget state, provenance and sent messages, what caused each "
-            "self-initiated conversation, and the channels' sent and replied ledgers are kept; "
-            "the housekeeping purges older ones daily. At least 1: the channel budgets' window "
-            "is 24 hours."
-        ),
-    )
-
-
-class RetrievalWeights(_Strict):
-    """Weights of the relevance function (SPEC §4 step 2); the score is their weighted mean."""
-
-    similarity: float = Field(default=1.0, ge=0)
-    keyword: float = Field(default=1.0, ge=0)
-    # A tie-breaker toward fresher memories: questions about the past are as often about
-    # long ago as about last week, and a larger weight cost recall on LoCoMo.
-    recency: float = Field(default=0.05, ge=0)
-    participants: float = Field(default=0.15, ge=0)
-    importance: float = Field(default=0.1, ge=0)
-    # How close the record's time is to a date or period the query names ("on 4 March",
-    # "last week", "in 2023"); only counted for queries that name one.
-    date: float = Field(default=0.3, ge=0)
-
-
-class MemoryConfig(_Strict):
-    """Long-term memory: encoder, retrieval, compartments, consolidation and culling."""
-
-    # "wordllama" (default, in-process, 256-d), "openai:MODEL@http://host:port/v1" (a
-    # self-hosted /v1/embeddings service), "sentence-transformers:NAME" (extra), or
-    # "test:hash" (deterministic, for tests). Changing it needs `persyn memory reindex`.
-    embedder: str = "wordllama"
-    weights: RetrievalWeights = RetrievalWeights()
-    half_life_days: float = Field(default=30.0, gt=0)
-    strong_threshold: float = Field(default=0.6, ge=0, le=1)
-    moderate_threshold: float = Field(default=0.35, ge=0, le=1)
-    budget_fraction: float = Field(default=0.7, gt=0, le=1)
-    max_records: int = Field(default=40, ge=1)
-    candidates: int = Field(default=100, ge=1)
-    # Records scoring below this are not surfaced at all (0 = keep every candidate): at 0.1
-    # only noise goes (unrelated queries top out around 0.15 with the default encoder).
-    min_score: float = Field(default=0.1, ge=0, le=1)
-    # Cosine similarity is mapped linearly from [floor, ceiling] to [0, 1]: the floor is what
-    # unrelated texts score with the encoder, the ceiling a close paraphrase. Tuned for
-    # WordLlama; an encoder whose cosines run high (e5, bge) wants e.g. 0.7 / 0.95.
-    similarity_floor: float = Field(default=0.1, ge=-1, le=1)
-    similarity_ceiling: float = Field(default=0.7, ge=-1, le=1)
-    # Vector size: 0 = the encoder's own (WordLlama 256; a service's is learned on first use).
-    # WordLlama also takes 64 or 128 (truncated, smaller and faster); for a service the value
-    # is checked against what it returns. Changing it needs `persyn memory reindex`.
-    embedder_dims: int = Field(default=0, ge=0)
-    # A self-hosted embedding service slower than this counts as unavailable for the turn.
-    embedder_timeout_seconds: float = Field(default=10.0, gt=0)
-    # Channels listed together share memory, e.g. [["terminal:terminal", "cli:cli"]].
-    channel_groups: list[list[str]] = Field(default_factory=list[list[str]])
-    cull_below_importance: int = Field(default=3, ge=1, le=10)
-    cull_after_days: float = Field(default=14.0, gt=0)
-    dialog_retention_days: float = Field(default=90.0, gt=0)
-    # Default sensitivity of new records by service; unknown services get "private".
-    default_sensitivity: dict[str, str] = Field(
-        default_factory=lambda: {"terminal": "private", "cli": "private", "web": "private"}
-    )
-
-    @field_validator("default_sensitivity")
-    @classmethod
-    def _known_levels(cls, value: dict[str, str]) -> dict[str, str]:
-        allowed = get_args(SensitivityName)
-        for service, level in value.items():
-            if level not in allowed:
-                raise ValueError(
-                    f"{level!r} for service {service!r} is not a sensitivity level; "
-                    f"allowed: {', '.join(map(repr, allowed))}"
-                )
-        return value
-
-    @field_validator("embedder")
-    @classmethod
-    def _known_embedder(cls, value: str) -> str:
-        _embedder_kind(value)
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> MemoryConfig:
-        if self.moderate_threshold > self.strong_threshold:
-            raise ValueError(
-                f"moderate_threshold {self.moderate_threshold!r} is above strong_threshold "
-                f"{self.strong_threshold!r}: the moderate band must start below the strong one"
-            )
-        if self.similarity_floor >= self.similarity_ceiling:
-            raise ValueError(
-                f"similarity_floor {self.similarity_floor!r} is not below similarity_ceiling "
-                f"{self.similarity_ceiling!r}"
-            )
-        kind = _embedder_kind(self.embedder)
-        allowed = _EMBEDDER_DIMS.get(kind)
-        if allowed is not None and self.embedder_dims not in allowed:
-            shown = ", ".join(str(d) for d in allowed)
-            raise ValueError(
-                f"embedder_dims {self.embedder_dims!r} is not valid for embedder {self.embedder!r}; "
-                f"allowed: {shown} (0 = the encoder's own size)"
-            )
-        return self
-
-
-# What `[memory] embedder` may be (memory/embedder.py `build_embedder` builds them), and the
-# `embedder_dims` each takes: WordLlama truncates its 256-d vectors to 64 or 128; a
-# sentence-transformers model and the test doubles have a fixed size of their own (0); a
-# service's size is whatever it returns, checked on first use (None: any).
-_EMBEDDER_FORMS = "'wordllama', 'openai:MODEL@URL', 'sentence-transformers:NAME' or 'test:NAME'"
-_EMBEDDER_DIMS: dict[str, tuple[int, ...] | None] = {
-    "wordllama": (0, 64, 128, 256),
-    "openai": None,
-    "sentence-transformers": (0,),
-    "test": (0,),
-}
-
-
-def _embedder_kind(spec: str) -> str:
-    kind, _, rest = spec.strip().partition(":")
-    if kind not in _EMBEDDER_DIMS:
-        raise ValueError(f"unknown embedder {spec!r}; expected {_EMBEDDER_FORMS}")
-    if kind == "wordllama" and rest:
-        raise ValueError(f"embedder {spec!r}: 'wordllama' takes no model name")
-    if kind == "openai":
-        model, at, url = rest.partition("@")
-        if not at or not model or not url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"embedder {spec!r} must be 'openai:MODEL@URL', e.g. 'openai:bge-small@http://127.0.0.1:8080/v1'"
-            )
-    if kind in ("sentence-transformers", "test") and not rest:
-        raise ValueError(f"embedder {spec!r} names no model: use '{kind}:NAME'")
-    return kind
-
-
-class ToolsConfig(_Strict):
-    """The tool loop of the respond step (SPEC §4.6) and its loop breakers.
-
-    A round-trip is one model reply that asks for tools and gets their results back; past
-    `max_round_trips` in one activation, further calls are refused and the model must
-    answer. Of the calls in one reply, at most `max_calls_per_round` run. A call with the same
-    tool name and the same arguments as `max_identical_calls` earlier ones in the activation is
-    refused without running. Every refusal is recorded.
-    """
-
-    # Offer the agent's own tools to the respond model (never to the built-in tiny offline
-    # model, which cannot call them).
-    enabled: bool = True
-    max_round_trips: int = Field(default=6, ge=1, le=50)
-    max_identical_calls: int = Field(default=2, ge=1, le=20)
-    # At most this many of the tool calls in one model reply are run; the rest get an error
-    # result saying so.
-    max_calls_per_round: int = Field(default=8, ge=1, le=100)
-    # A tool still running after this long is abandoned and reported to the model as failed.
-    call_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
-    # CPU-bound tools (exact arithmetic) run in a child process that is killed after this long.
-    cpu_seconds: float = Field(default=5.0, gt=0, le=600)
-    # Longest tool result the model is shown; longer ones are cut, saying so.
-    max_result_chars: int = Field(default=8000, ge=200, le=1_000_000)
 
 
 class Secrets(BaseModel):
@@ -494,12 +86,19 @@ class Secrets(BaseModel):
     openai_api_key: SecretStr | None = None
 
 
-class Settings(_Strict):
+class Settings(Section):
     home: Path
-    storage_url: str | None = None
+    storage_url: str | None = Field(
+        default=None,
+        description="Where agent data lives; unset = SQLite files under data/ beside persyn.toml. Its directory must exist.",
+        examples=["sqlite:////absolute/path/persyn.db"],
+    )
     agents: list[AgentConfig] = Field(default_factory=list[AgentConfig])
     models: ModelsConfig = ModelsConfig()
-    prices: dict[str, Price] = Field(default_factory=dict[str, Price])
+    prices: dict[str, Price] = Field(
+        default_factory=dict[str, Price],
+        description='US dollars per million tokens, per model string, e.g. [prices."anthropic:claude-sonnet-4-6"].',
+    )
     metering: MeteringConfig = MeteringConfig()
     conversation: ConversationConfig = ConversationConfig()
     dispatch: DispatchConfig = DispatchConfig()
@@ -508,7 +107,9 @@ class Settings(_Strict):
     graph: GraphConfig = GraphConfig()
     autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
-    log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="warning", description="`debug` also keeps the tracebacks of logged failures."
+    )
     secrets: Secrets = Secrets()
 
     @field_validator("storage_url")

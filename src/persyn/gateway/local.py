@@ -40,8 +40,8 @@ LOCAL_EXTRA_HINT = (
 )
 OFFLINE_NOTICE = (
     "A tiny offline model (Gemma 3 270M) is answering: expect short, shallow replies. "
-    "For a real conversation set ANTHROPIC_API_KEY or OPENAI_API_KEY, or point "
-    '[models] default at a server, e.g. "openai:llama3@http://127.0.0.1:11434/v1".'
+    "For a real conversation set ANTHROPIC_API_KEY or OPENAI_API_KEY, or start an OpenAI-compatible "
+    'server (Ollama, llama.cpp, vLLM, LM Studio): [models] default = "auto" finds it on its usual port.'
 )
 
 

@@ -10,7 +10,9 @@ everything else, lives here (which code builds each provider's model: `gateway/p
 - `local:` / `local:PATH` — llama.cpp on this machine, built by an injected factory
 - `test:NAME` / `test:script@/abs/path.json` — the deterministic doubles of `persyn.testing`
 - `auto` — a hosted model when an API key is set (a strong one for the reasoning tasks, a cheap
-  one for the rest), else the local model
+  one for the rest), else the bundled local model. A process resolves `auto` once when it starts
+  (`gateway/auto.py`), and a local OpenAI-compatible server it finds replaces `auto` in the
+  settings before this module sees it.
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ class ModelSpec(BaseModel):
     base_url: str | None = None
     # `test:script@PATH` only: the JSON rules file the scripted double reads.
     script: str | None = None
+
+    @property
+    def bundled(self) -> bool:
+        """The bundled tiny model (Gemma 3 270M, `local:`): too small to critique or to call
+        tools, so it gets neither (`[deliberation] offline_model` aside)."""
+        return self.provider == "local" and not self.name
 
     @property
     def tier(self) -> Tier:
@@ -200,13 +208,18 @@ _LOCAL_WINDOW = 4_096
 
 
 def context_window_for(settings: Settings, agent: AgentConfig) -> int:
-    """Tokens the respond model can take: `[models] context_window`, else a conservative
-    known value per provider (the local server runs with a 4096-token window)."""
+    """Tokens the respond model can take: `[models] context_window`, else the smallest known
+    window of the respond chain, since any link of it may serve the turn (a conservative
+    value per provider; the local server runs with a 4096-token window)."""
     if settings.models.context_window:
         return settings.models.context_window
-    model = settings.model_for(agent, Task.RESPOND)
+    return min(_known_window(raw, settings.secrets) for raw in settings.models_for(agent, Task.RESPOND))
+
+
+def _known_window(model: str, secrets: Secrets) -> int:
+    model = model.strip()
     if model == "auto":
-        hosted = settings.secrets.anthropic_api_key or settings.secrets.openai_api_key
+        hosted = secrets.anthropic_api_key or secrets.openai_api_key
         return 128_000 if hosted else _LOCAL_WINDOW
     provider = model.split(":", 1)[0]
     if provider == "anthropic":

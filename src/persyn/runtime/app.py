@@ -32,7 +32,6 @@ from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.gateway.gateway import ModelGateway
-from persyn.gateway.local import OFFLINE_NOTICE
 from persyn.memory.embedder import Embedder
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import install_queue_waker
@@ -310,13 +309,8 @@ class Runtime:
 
     # channels (runtime/api.py: what a channel may call) ---------------------------------
     def offline_notice(self) -> str | None:
-        if not self.local_models.in_use:
-            return None
-        if any(self.activation.tiny_deliberator(agent_id) for agent_id in self.agents):
-            return (
-                OFFLINE_NOTICE + " Self-critique is off with the tiny model ([deliberation] offline_model)."
-            )
-        return OFFLINE_NOTICE
+        critique_off = any(self.activation.tiny_deliberator(agent_id) for agent_id in self.agents)
+        return self.local_models.notice(critique_off=critique_off)
 
     async def attach_channel(self, channel: Channel) -> int:
         """Connect `channel` in this process; deliver what waited for it in the outbox

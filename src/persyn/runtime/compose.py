@@ -16,6 +16,7 @@ from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import Settings
 from persyn.core.events import Event
+from persyn.gateway.auto import resolve_auto
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.activation import ActivationSteps, TurnCache
 from persyn.runtime.agent_tools import AgentToolDeps
@@ -52,7 +53,10 @@ def build_runtime(
 
     Built in dependency order, each part from the ones before it. The one exception is the
     conversation jobs' queue: the workflows run the jobs, and the jobs enqueue workflows, so
-    the queue is bound to the workflows once they exist (`JobQueue.bind`), before this returns."""
+    the queue is bound to the workflows once they exist (`JobQueue.bind`), before this returns.
+    `auto` is resolved here, once, before any collaborator reads a model string
+    (`gateway/auto.py`)."""
+    settings, auto = resolve_auto(settings)
     clock = clock or SystemClock()
     store = store or open_store(settings.database_url)
     adapters: list[MeterAdapter] = []
@@ -137,7 +141,7 @@ def build_runtime(
         markers=markers,
         intake=intake,
         autonomy=autonomy,
-        local_models=LocalModels(settings),
+        local_models=LocalModels(settings, auto),
         gateways=gateways,
         channels=connected,
         context_sources=sources,

@@ -13,6 +13,7 @@ import typer
 
 from persyn.core.config import CONFIG_FILE, Settings, Task, home_from_env, load_settings
 from persyn.core.errors import PersynError, StoreError
+from persyn.gateway.auto import AutoChoice, resolve_auto
 from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
 from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.store import open_store
@@ -201,6 +202,8 @@ async def _check_model(settings: Settings, spec: ModelSpec, tasks: list[str]) ->
     if spec.provider == "local":
         if not local_available():
             return Check(label, False, "llama.cpp is not installed" + used_for, LOCAL_EXTRA_HINT)
+        if not spec.bundled:
+            return Check(label, True, "llama.cpp installed" + used_for)
         return Check(
             label,
             True,
@@ -214,10 +217,15 @@ async def _check_model(settings: Settings, spec: ModelSpec, tasks: list[str]) ->
                 response = await client.get(f"{spec.base_url.rstrip('/')}/models")
             if response.status_code >= 400:
                 return Check(
-                    label, False, f"server answered HTTP {response.status_code}", "check the server and URL"
+                    label,
+                    False,
+                    f"server answered HTTP {response.status_code}{used_for}",
+                    "check the server and URL",
                 )
         except httpx.HTTPError as exc:
-            return Check(label, False, f"unreachable: {exc!s}", f"start the server at {spec.base_url}")
+            return Check(
+                label, False, f"unreachable{used_for}: {exc!s}", f"start the server at {spec.base_url}"
+            )
         return Check(label, True, "server answers" + used_for)
     key = "ANTHROPIC_API_KEY" if spec.provider == "anthropic" else "OPENAI_API_KEY"
     present = (
@@ -226,7 +234,7 @@ async def _check_model(settings: Settings, spec: ModelSpec, tasks: list[str]) ->
         else settings.secrets.openai_api_key
     )
     if present is None:
-        return Check(label, False, f"{key} is not set", f"export {key}=... in the environment")
+        return Check(label, False, f"{key} is not set{used_for}", f"export {key}=... in the environment")
     return Check(label, True, f"{key} is set" + used_for)
 
 
@@ -268,19 +276,41 @@ async def collect_checks(home: Path | None) -> list[Check]:
     if database.ok:  # the graph lives in that database: nothing more to say when it is broken
         checks.append(await _check_graph(settings))
         checks.append(await check_consolidation(settings))
+    settings, auto = await asyncio.to_thread(resolve_auto, settings)
+    if auto is not None:
+        checks.append(_check_auto(auto))
     by_model: dict[ModelSpec, list[str]] = {}
     for agent in settings.agents:
         for task in Task:
-            raw = settings.model_for(agent, task)
-            try:
-                spec = parse_model_string(raw, settings.secrets)
-            except PersynError as exc:
-                checks.append(Check(f"model for {agent.name}/{task.value}", False, str(exc), "fix [models]"))
-                continue
-            by_model.setdefault(spec, []).append(f"{agent.name}/{task.value}")
+            # Every link of a fallback chain may serve the task: each is checked.
+            chain = settings.models_for(agent, task)
+            for link, raw in enumerate(chain, 1):
+                used = f"{agent.name}/{task.value}" + (
+                    f" (link {link} of {len(chain)})" if len(chain) > 1 else ""
+                )
+                try:
+                    spec = parse_model_string(raw, settings.secrets, task)
+                except PersynError as exc:
+                    checks.append(Check(f"model for {used}", False, str(exc), "fix [models]"))
+                    continue
+                by_model.setdefault(spec, []).append(used)
     results = await asyncio.gather(*(_check_model(settings, spec, tasks) for spec, tasks in by_model.items()))
     checks.extend(results)
     return checks
+
+
+def _check_auto(auto: AutoChoice) -> Check:
+    """What `auto` chose in this process, and why; the bundled model is a note with the fix."""
+    if auto.source != "bundled":
+        return Check("models auto", True, auto.detail)
+    return Check(
+        "models auto",
+        True,
+        auto.detail,
+        "set ANTHROPIC_API_KEY or OPENAI_API_KEY, or start an OpenAI-compatible server (Ollama, the llama.cpp "
+        "server, vLLM, LM Studio) where [models] auto_probe looks",
+        warning=True,
+    )
 
 
 async def run_doctor(home: Path | None) -> int:

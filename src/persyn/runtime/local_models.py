@@ -8,19 +8,36 @@ from typing import Any
 
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import ModelError
-from persyn.gateway.local import LlamaServer, resolve_weights
+from persyn.gateway.auto import AutoChoice
+from persyn.gateway.local import OFFLINE_NOTICE, LlamaServer, resolve_weights
 from persyn.gateway.registry import ModelSpec, parse_model_string
 
 __all__ = ["LocalModels"]
 
 
 class LocalModels:
-    """The llama.cpp servers of this process, and the models the gateway builds on them."""
+    """The llama.cpp servers of this process, and the models the gateway builds on them.
 
-    def __init__(self, settings: Settings) -> None:
+    `auto` is what `[models] auto` was resolved to when this process started (None: no task
+    uses it); the chat banner says what it chose when that is a server found on this machine."""
+
+    def __init__(self, settings: Settings, auto: AutoChoice | None = None) -> None:
         self.settings = settings
+        self.auto = auto
         self._servers: dict[str, LlamaServer] = {}
         self.in_use = False  # some task runs on a local model (the offline notice says so)
+
+    def notice(self, *, critique_off: bool) -> str | None:
+        """The chat banner's line about the models: which one `auto` found on a local server,
+        or that the tiny offline model answers (and, with `critique_off`, that self-critique
+        is off with it)."""
+        found = self.auto.banner() if self.auto is not None else None
+        if not self.in_use:
+            return found
+        offline = OFFLINE_NOTICE
+        if critique_off:
+            offline += " Self-critique is off with the tiny model ([deliberation] offline_model)."
+        return offline if found is None else f"{found} {offline}"
 
     async def start(self, agents: Iterable[AgentConfig]) -> None:
         """Start llama.cpp for every distinct `local:` weights file some task is bound to.
