@@ -35,9 +35,15 @@ from persyn.gateway.local import OFFLINE_NOTICE
 from persyn.memory.embedder import Embedder
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers
+from persyn.runtime._dbos_shutdown import shutdown_dbos
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import install_queue_waker
-from persyn.runtime._executor import ExecutorSlot, adopt_dead_executors, claim_executor_slot
+from persyn.runtime._executor import (
+    ExecutorSlot,
+    adopt_dead_executors,
+    claim_executor_slot,
+    executor_directory,
+)
 from persyn.runtime.activation import ActivationSteps, TurnCache, record_deliberation
 from persyn.runtime.autonomy import (
     Autonomy,
@@ -284,7 +290,7 @@ class Runtime:
 
     @property
     def _executor_dir(self) -> Path:
-        return self.settings.data_dir / "executors"
+        return executor_directory(self.settings.data_dir)
 
     def _executor_id(self, role: str) -> str:
         """`[dispatch] executor_id` (or DBOS's own `DBOS__VMID`) when set — the operator
@@ -296,19 +302,16 @@ class Runtime:
             self._executor_slot = claim_executor_slot(self._executor_dir, role)
         return self._executor_slot.executor_id
 
-    async def stop(self) -> None:
+    async def stop(self, *, grace: float = 5.0) -> None:
+        """Shut down. Workflows still running here get `grace` seconds to finish; the rest
+        resume in the next process (`runtime/_dbos_shutdown.py`)."""
         for task in list(self._background):
             task.cancel()
         for task in list(self._background):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self._launched:
-            # DBOS.destroy blocks this loop, where DBOS runs our async workflows: let them
-            # finish first (a transmitted reply's workflow still records its outcome), or they
-            # wake after the destroy and fail. Unfinished ones resume on the next start (DBOS
-            # recovery), so nothing accepted is lost either way.
-            await _drain_workflows(timeout=5.0)
-            DBOS.destroy(workflow_completion_timeout_sec=5)
+            await shutdown_dbos(grace)
             # DBOS made its (now shut down) pool this loop's default executor at launch.
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(thread_name_prefix="persyn"))
             self._launched = False
@@ -620,15 +623,3 @@ class Runtime:
 
     async def _housekeeping(self) -> None:
         await self.housekeeping.run()
-
-
-async def _drain_workflows(timeout: float) -> None:
-    """Wait (bounded) for the async DBOS workflows running on this loop to return."""
-    current = asyncio.current_task()
-    running = [
-        task
-        for task in asyncio.all_tasks()
-        if task is not current and getattr(task.get_coro(), "__name__", "") == "_execute_workflow_async"
-    ]
-    if running:
-        await asyncio.wait(running, timeout=timeout)

@@ -12,13 +12,17 @@ Every derived workflow id is derived here, once: a replayed workflow that enqueu
 for the same id and DBOS attaches to the first.
 
 `Markers` is the other half of submitting: the completion marker of an event (SPEC App. B),
-handed over in-process when this process transmitted it, polled from the store otherwise.
+handed over in-process when this process transmitted it, polled from the store otherwise. A
+process that only submits says so at once when no worker is alive to answer
+(`NoWorkerRunning`: no executor slot is held, `_executor.live_executors`) instead of waiting
+out its timeout; the event stays queued for the next worker either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -31,6 +35,7 @@ from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import derived_id, id_time, parse_id
 from persyn.runtime._dbos_wake import QueueWaker
+from persyn.runtime._executor import executor_directory, live_executors
 from persyn.runtime.durable import APPLICATION_VERSION
 from persyn.store.base import Store
 
@@ -43,9 +48,11 @@ __all__ = [
     "Dispatcher",
     "Intake",
     "Markers",
+    "NoWorkerRunning",
     "WorkerDispatcher",
     "deliberation_workflow_id",
     "extraction_workflow_id",
+    "worker_liveness",
 ]
 
 EVENTS_QUEUE = "persyn-events"
@@ -55,6 +62,15 @@ BACKGROUND_QUEUE = "persyn-background"
 WORKFLOWS_CLASS = "persyn.Workflows"
 WORKFLOWS_INSTANCE = "persyn"
 _MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
+_WORKER_CHECK_SECONDS = 1.0  # between looks at the executor slots while waiting (a few file locks)
+
+
+class NoWorkerRunning(Exception):
+    """No worker process of the deployment is alive to answer `event_id`; it stays queued."""
+
+    def __init__(self, event_id: str) -> None:
+        super().__init__(f"no worker is running to answer event {event_id}")
+        self.event_id = event_id
 
 
 def deliberation_workflow_id(event_id: str) -> str:
@@ -65,6 +81,17 @@ def deliberation_workflow_id(event_id: str) -> str:
 def extraction_workflow_id(event_id: str) -> str:
     """The incremental extraction an event's activation triggered."""
     return derived_id(id_time(event_id), event_id, "extract")
+
+
+def worker_liveness(settings: Settings) -> Callable[[], bool] | None:
+    """Whether any worker of the deployment is alive (`Markers.wait`): some executor slot
+    in its data directory is held by a live process. None where the deployment names its
+    executors itself (`[dispatch] executor_id`, `DBOS__VMID`): those hold no slot, so
+    nothing here can tell."""
+    if settings.dispatch.executor_id or os.environ.get("DBOS__VMID"):
+        return None
+    directory = executor_directory(settings.data_dir)
+    return lambda: bool(live_executors(directory))
 
 
 class EventMemory(Protocol):
@@ -192,28 +219,42 @@ class Markers:
         self.transmitting: set[str] = set()  # events whose transmit runs in this process now
         self.worker = False  # this process runs workers (then it most likely runs the event)
 
-    async def wait(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
+    async def wait(
+        self,
+        agent_id: str,
+        event_id: str,
+        timeout: float = 300.0,
+        *,
+        workers_alive: Callable[[], bool] | None = None,
+    ) -> CompletionMarker:
         """Wait for the completion marker (SPEC App. B) until the run ends. A marker put by
         this process wakes the waiter at once, and is handed over without reading it back;
         one put by another worker is found by polling the store. A process with workers
         most likely runs the event itself, so it polls every 0.1 s (polling sooner would
         take CPU from the very turn it waits for: a store read each time); a process that
-        only submits starts at 5 ms and backs off to 0.1 s."""
+        only submits starts at 5 ms and backs off to 0.1 s.
+
+        `workers_alive` (a process that only submits) is asked at once and then every
+        second; when no worker is alive, `NoWorkerRunning` is raised instead of waiting on:
+        a slow turn of a live worker is still waited for."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         delay = _MARKER_POLL_MAX if self.worker else 0.005
+        next_check = loop.time()
         waiter = self._waiters.setdefault(event_id, asyncio.Event())
         try:
             while True:
-                # While this process transmits the event, its marker is committed with the
-                # reply, before the surface is given it: wait for the wake at the end of
-                # transmit, so the waiter never returns ahead of the delivery.
-                if event_id not in self.transmitting:
-                    marker = self._put.pop(event_id, None) or await self._store.get_marker(
-                        agent_id, event_id, self._clock.now()
-                    )
-                    if marker is not None:
-                        return marker
+                marker = await self._take(agent_id, event_id)
+                if marker is not None:
+                    return marker
+                if workers_alive is not None and loop.time() >= next_check:
+                    if not await asyncio.to_thread(workers_alive):
+                        # A worker may have answered and exited since the read above.
+                        marker = await self._take(agent_id, event_id)
+                        if marker is not None:
+                            return marker
+                        raise NoWorkerRunning(event_id)
+                    next_check = loop.time() + _WORKER_CHECK_SECONDS
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise TimeoutError(f"no completion for event {event_id} within {timeout:.0f}s")
@@ -223,6 +264,16 @@ class Markers:
         finally:
             self._waiters.pop(event_id, None)
             self._put.pop(event_id, None)
+
+    async def _take(self, agent_id: str, event_id: str) -> CompletionMarker | None:
+        # While this process transmits the event, its marker is committed with the reply,
+        # before the surface is given it: wait for the wake at the end of transmit, so the
+        # waiter never returns ahead of the delivery.
+        if event_id in self.transmitting:
+            return None
+        return self._put.pop(event_id, None) or await self._store.get_marker(
+            agent_id, event_id, self._clock.now()
+        )
 
     def put(self, marker: CompletionMarker) -> None:
         """A marker is stored (committed): a waiter in this process may take it as is."""
