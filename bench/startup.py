@@ -96,7 +96,7 @@ def _chat_on_a_terminal(env: dict[str, str]) -> tuple[float, float]:
 def _piped_chat_exit(env: dict[str, str]) -> float:
     """From the reply's line on stdout to the exit of `printf 'hi\\n' | persyn chat`."""
     process = subprocess.Popen(
-        _persyn("chat"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        _persyn("chat"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
     )
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write(b"hi\n")
@@ -106,7 +106,8 @@ def _piped_chat_exit(env: dict[str, str]) -> float:
     if b"You said" not in line:
         process.kill()
         raise RuntimeError(f"unexpected chat output {line!r}")
-    process.communicate()
+    process.stdout.read()
+    process.wait()
     exited = time.perf_counter() - replied
     if process.returncode != 0:
         raise RuntimeError(f"persyn chat exited with {process.returncode}")

@@ -8,6 +8,10 @@ A `Dispatcher` enqueues workflows exactly once under a given id. Two adapters:
   (a step may not start workflows itself; the event id keeps it exactly-once either way):
   enqueues by workflow name through a `DBOSClient` on the system database, for the workers.
 
+`Submitter` is all a process that only submits opens: the store, an `Intake` over a client
+dispatcher and the `Markers`. It builds no runtime, so `persyn send` imports no model gateway,
+cognition or embedder: it enqueues the activation by its DBOS name (`ACTIVATION_WORKFLOW`).
+
 Every derived workflow id is derived here, once: a replayed workflow that enqueues again asks
 for the same id and DBOS attaches to the first.
 
@@ -28,18 +32,21 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetEnqueueOptions, SetWorkflowID
+from sqlalchemy import Engine
 
 from persyn.core.clock import Clock
 from persyn.core.config import Settings
 from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import derived_id, id_time, parse_id
+from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import QueueWaker
 from persyn.runtime._executor import executor_directory, live_executors
 from persyn.runtime.durable import APPLICATION_VERSION
-from persyn.store.base import Store
+from persyn.store import Store, open_store
 
 __all__ = [
+    "ACTIVATION_WORKFLOW",
     "BACKGROUND_QUEUE",
     "EVENTS_QUEUE",
     "WORKFLOWS_CLASS",
@@ -49,6 +56,7 @@ __all__ = [
     "Intake",
     "Markers",
     "NoWorkerRunning",
+    "Submitter",
     "WorkerDispatcher",
     "deliberation_workflow_id",
     "extraction_workflow_id",
@@ -61,6 +69,7 @@ BACKGROUND_QUEUE = "persyn-background"
 # with each workflow, so a worker in any process finds it by these names.
 WORKFLOWS_CLASS = "persyn.Workflows"
 WORKFLOWS_INSTANCE = "persyn"
+ACTIVATION_WORKFLOW = "persyn.activation"  # `Workflows.activation`'s DBOS name
 _MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
 _WORKER_CHECK_SECONDS = 1.0  # between looks at the executor slots while waiting (a few file locks)
 
@@ -98,7 +107,9 @@ class EventMemory(Protocol):
     def remember(self, event: Event) -> None: ...
 
 
-def _workflow_name(workflow: Callable[..., Any]) -> str:
+def _workflow_name(workflow: Callable[..., Any] | str) -> str:
+    if isinstance(workflow, str):
+        return workflow
     name = getattr(workflow, "dbos_function_name", None)
     if not isinstance(name, str):
         raise TypeError(f"{workflow!r} is not a registered DBOS workflow")
@@ -112,13 +123,14 @@ class Dispatcher(ABC):
     async def enqueue_once(
         self,
         queue_name: str,
-        workflow: Callable[..., Any],
+        workflow: Callable[..., Any] | str,
         workflow_id: str,
         *args: Any,
         partition_key: str | None = None,
     ) -> None:
         """Enqueue `workflow(*args)` on `queue_name` under `workflow_id`; a second enqueue
-        under the same id attaches to the first (never runs it twice)."""
+        under the same id attaches to the first (never runs it twice). `workflow` is a
+        registered workflow, or its DBOS name where only a client enqueues."""
 
     def wake(self, queue_name: str) -> None:  # noqa: B027 - a hint; polling is always correct
         """Work was just committed on `queue_name`: a worker here may look now."""
@@ -151,11 +163,13 @@ class WorkerDispatcher(Dispatcher):
     async def enqueue_once(
         self,
         queue_name: str,
-        workflow: Callable[..., Any],
+        workflow: Callable[..., Any] | str,
         workflow_id: str,
         *args: Any,
         partition_key: str | None = None,
     ) -> None:
+        if isinstance(workflow, str):
+            raise TypeError(f"a worker enqueues the workflow itself, not its name {workflow!r}")
         queue = self.queue(queue_name)
         with SetWorkflowID(workflow_id):
             if partition_key is None:
@@ -187,7 +201,7 @@ class ClientDispatcher(Dispatcher):
     async def enqueue_once(
         self,
         queue_name: str,
-        workflow: Callable[..., Any],
+        workflow: Callable[..., Any] | str,
         workflow_id: str,
         *args: Any,
         partition_key: str | None = None,
@@ -299,9 +313,9 @@ class Intake:
         self._cache = cache
         self._dispatcher: Dispatcher | None = None
         self._from_step: Dispatcher | None = None
-        self._activation: Callable[..., Any] | None = None
+        self._activation: Callable[..., Any] | str | None = None
 
-    def open(self, dispatcher: Dispatcher, activation: Callable[..., Any]) -> None:
+    def open(self, dispatcher: Dispatcher, activation: Callable[..., Any] | str) -> None:
         self._dispatcher, self._activation = dispatcher, activation
 
     def open_for_steps(self, dispatcher: Dispatcher) -> None:
@@ -364,3 +378,50 @@ class Intake:
 
     async def busy(self, agent_id: str) -> bool:
         return await self.dispatcher.busy(agent_id)
+
+
+class _Unremembered:
+    """A submitter runs no activation: nothing to keep the event for."""
+
+    def remember(self, event: Event) -> None:
+        pass
+
+
+class Submitter:
+    """A process that only submits (`persyn send`): the store, an intake that enqueues through
+    a DBOS client, and the markers to wait on. `async with Submitter(settings, clock) as s:`."""
+
+    def __init__(self, settings: Settings, clock: Clock) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.store = open_store(settings.database_url)
+        self.intake = Intake(self.store, settings, _Unremembered())
+        self.markers = Markers(self.store, clock)
+        self._engine: Engine | None = None
+
+    async def __aenter__(self) -> Submitter:
+        await self.store.setup()
+        url = self.settings.dbos_database_url
+        try:
+            # It may run before any worker ever started: the system database must exist
+            # (idempotent).
+            await asyncio.to_thread(DBOS.migrate, url)
+            self._engine = dbos_sqlite_engine(url)
+            client = await asyncio.to_thread(
+                DBOSClient, system_database_url=url, system_database_engine=self._engine
+            )
+        except BaseException:
+            await self._close()
+            raise
+        self.intake.open(ClientDispatcher(client), ACTIVATION_WORKFLOW)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._close()
+
+    async def _close(self) -> None:
+        self.intake.close()
+        if self._engine is not None:
+            self._engine.dispose()  # DBOS does not dispose of an engine it was given
+            self._engine = None
+        await self.store.close()
