@@ -35,6 +35,7 @@ from persyn.gateway.local import OFFLINE_NOTICE
 from persyn.memory.embedder import Embedder
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers
+from persyn.runtime import speakers
 from persyn.runtime._dbos_shutdown import shutdown_dbos
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import install_queue_waker
@@ -63,19 +64,18 @@ from persyn.runtime.housekeeping import Housekeeping
 from persyn.runtime.local_models import LocalModels
 from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
+from persyn.runtime.speakers import DISPLAY_NAME_PREF
 from persyn.runtime.tool_steps import ToolSteps
 from persyn.runtime.transmit import Transmitter
 from persyn.runtime.turn import TransmitRequest, TransmitResult
 from persyn.runtime.workflows import AUTO_SPEAK, Workflows, scheduler_tick
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store
-from persyn.store.base import Conversation, Identity, Message
+from persyn.store.base import Conversation, Message
 from persyn.usage.meter import Meter
 from persyn.usage.prometheus import PrometheusAdapter
 
 __all__ = ["AUTO_SPEAK", "DISPLAY_NAME_PREF", "ConversationHook", "Runtime"]
-
-DISPLAY_NAME_PREF = "display_name"
 
 
 log = logging.getLogger(__name__)
@@ -424,18 +424,11 @@ class Runtime:
 
     # people, for channels (which never reach into stores) -------------------------------
     async def resolve_speaker(self, agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
-        """The person id behind a speaker (created on first contact) and the display name
-        they chose earlier, if any (SPEC App. B)."""
-        identity = Identity(service=speaker.service, channel=speaker.channel, speaker_id=speaker.speaker_id)
-        person = await self.store.resolve_person(
-            agent_id, identity, speaker.display_name, speaker.kind, self.clock.now()
-        )
-        chosen = await self.store.get_preference(agent_id, person.id, DISPLAY_NAME_PREF)
-        return person.id, chosen
+        """The person id behind a speaker and the name they chose (`runtime.speakers`)."""
+        return await speakers.resolve_speaker(self.store, agent_id, speaker, self.clock.now())
 
     async def remember_display_name(self, agent_id: str, person_id: str, name: str) -> None:
-        await self.store.set_preference(agent_id, person_id, DISPLAY_NAME_PREF, name)
-        await self.store.rename_person(agent_id, person_id, name)
+        await speakers.remember_display_name(self.store, agent_id, person_id, name)
 
     # ingestion and dispatch (`runtime.dispatch`) --------------------------------------------
     def validate_text(self, text: str | bytes) -> str:
