@@ -40,6 +40,12 @@ def test_rendering_help_imports_no_heavy_library(argv: list[str]) -> None:
     assert _imported(argv, {}) == [], f"persyn {' '.join(argv)}"
 
 
+def test_send_imports_dbos_but_no_model_library(tmp_path: Path) -> None:
+    env = {"PERSYN_HOME": str(tmp_path / "home"), "PERSYN_MODELS__DEFAULT": "test:echo"}
+    _imported(["init", "--name", "Ada"], env)
+    assert _imported(["send", "--no-wait", "hello"], env) == ["dbos"]
+
+
 def _imported(argv: list[str], env: dict[str, str]) -> list[str]:
     """Which of `HEAVY` the command `persyn ARGV` imported."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("PERSYN_")}
