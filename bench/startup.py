@@ -5,7 +5,8 @@ instant `test:echo` double, N times each, and prints the median (and the spread)
 
 - `persyn --help`: start to exit (target 0.3 s);
 - `persyn chat` ready: start until the prompt is shown on a terminal (a pty; target 1.5 s);
-- `persyn chat` leaving: Ctrl-D at the prompt to exit;
+- `persyn chat` leaving: Ctrl-D as soon as the prompt shows, to exit (this includes the rest
+  of the runtime's start, which runs behind the prompt and is finished before it stops);
 - piped chat, reply to exit: `printf 'hi\\n' | persyn chat`, from the reply's line on stdout
   to the process's exit (target 2 s: background work left unfinished resumes in the next
   process);
