@@ -89,7 +89,7 @@ async def test_auto_picks_a_running_llama_cpp_server_and_critique_and_tools_are_
     async with run_runtime(settings) as pilot:
         runtime, agent = pilot.runtime, pilot.agent
         for task in Task:
-            assert runtime.gateway(agent.id).spec_for(task) == ModelSpec(
+            assert runtime.gateways[agent.id].spec_for(task) == ModelSpec(
                 provider="openai", name=model, base_url=url
             )
         assert not runtime.activation.tiny_deliberator(agent.id)

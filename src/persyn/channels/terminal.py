@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import inspect
 import shutil
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
 from typing import TextIO
 
 from persyn.channels.base import Channel
@@ -171,48 +173,73 @@ class TerminalChannel(Channel):
         self._write(self._style(f"· {visible(text)}", code) + "\n")
 
 
+SpeakerLookup = Callable[[str, Speaker], Awaitable[tuple[str, str | None]]]
+
+
 async def run_chat(
-    runtime: RuntimeAPI,
+    runtime: RuntimeAPI | Awaitable[RuntimeAPI],
     agent: AgentConfig,
     *,
+    resolve_speaker: SpeakerLookup | None = None,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     user: str | None = None,
     display_name: str | None = None,
     read_line: Callable[[], str] | None = None,
 ) -> int:
-    """Chat until EOF or interrupt. Returns a process exit code."""
+    """Chat until EOF or interrupt. Returns a process exit code.
+
+    `runtime` may still be starting (an awaitable of it): with `resolve_speaker` (the store
+    alone can answer it) a terminal shows its prompt at once and the first line is read while
+    DBOS and the models load; what is printed meanwhile (the offline notice, what arrived
+    while away) is followed by the prompt again."""
     out = stdout or sys.stdout
     source = stdin or sys.stdin
     interactive = source.isatty() and out.isatty()
     channel = TerminalChannel(agent, out, color=interactive)
     login = user or _login_name()
     operator = Speaker(service=SERVICE, channel=SERVICE, speaker_id=f"operator:{login}", display_name=login)
-    person_id, remembered = await runtime.resolve_speaker(agent.id, operator)
+    starting = inspect.isawaitable(runtime)
+    if interactive:
+        channel.notice_text(f"Talking with {agent.name}. {_HELP}")
+    if resolve_speaker is None or not starting:
+        runtime = await _started(runtime)
+        resolve_speaker = runtime.resolve_speaker
+    person_id, remembered = await resolve_speaker(agent.id, operator)
     # An explicit per-session name wins over the remembered preference (SPEC App. B).
     name = display_name or remembered or login
 
-    if interactive:
-        channel.notice_text(f"Talking with {agent.name}. {_HELP}")
-    offline = runtime.offline_notice()
-    if offline:
-        channel.notice_text(offline, "33")
-    await runtime.attach_channel(channel)  # what arrived while away is shown first
+    def _prompt() -> str:
+        return channel._style(f"{name}> ", "1;32")
 
     def _read() -> str:
         if read_line is not None:
             return read_line()
         if interactive:
-            return input(channel._style(f"{name}> ", "1;32"))
+            return input(_prompt())
         line = source.readline()
         if not line:
             raise EOFError
         return line.rstrip("\n")
 
+    first: asyncio.Future[str] | None = None
+    if interactive and inspect.isawaitable(runtime):
+        first = _read_in_daemon_thread(_read)  # the prompt is up while the runtime starts
+    runtime = await _started(runtime)
+    offline = runtime.offline_notice()
+    if offline:
+        channel.notice_text(offline, "33")
+    shown = await runtime.attach_channel(channel)  # what arrived while away is shown first
+    if first is not None and not first.done() and (offline or shown):
+        channel._write(_prompt())  # the prompt scrolled up under what was printed
+
     failed = False
     while True:
         try:
-            line = await asyncio.to_thread(_read)
+            if first is not None:
+                line, first = await first, None
+            else:
+                line = await asyncio.to_thread(_read)
         except (EOFError, KeyboardInterrupt):
             break
         stripped = line.strip()
@@ -264,6 +291,36 @@ async def run_chat(
     if interactive:
         out.write("\n")
     return 1 if failed else 0
+
+
+async def _started(runtime: RuntimeAPI | Awaitable[RuntimeAPI]) -> RuntimeAPI:
+    return await runtime if inspect.isawaitable(runtime) else runtime
+
+
+def _read_in_daemon_thread(read: Callable[[], str]) -> asyncio.Future[str]:
+    """`read()` in a daemon thread: should the runtime fail to start meanwhile, the process
+    exits with its error instead of waiting for a line nobody will read."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[str] = loop.create_future()
+
+    def settle(line: str | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(line or "")
+
+    def run() -> None:
+        try:
+            line, error = read(), None
+        except BaseException as exc:  # EOFError, KeyboardInterrupt: handed to the chat loop
+            line, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, line, error)
+
+    threading.Thread(target=run, name="persyn-chat-input", daemon=True).start()
+    return future
 
 
 def _login_name() -> str:

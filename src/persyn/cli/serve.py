@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import math
 import signal
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,7 +15,19 @@ from persyn.cli.context import AgentOption, CliContext, run
 from persyn.cli.render import echo
 from persyn.core.errors import InputError
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from persyn.core.clock import Clock
+    from persyn.core.config import Settings
+    from persyn.core.events import Speaker
+    from persyn.runtime.app import Runtime
+    from persyn.store import Store
+
+__all__ = ["CHAT_EXIT_GRACE_SECONDS", "NO_WORKER_EXIT", "register"]
+
+# What background work of the chat may still finish at exit (a turn's tail, an instant
+# model's deliberation); the rest resumes in the next process (`runtime/_dbos_shutdown.py`).
+CHAT_EXIT_GRACE_SECONDS = 0.5
+NO_WORKER_EXIT = 3  # `persyn send`: queued, but no worker is running to answer it
 
 
 def chat(
@@ -30,22 +43,47 @@ def chat(
     Without an API key the agent runs on a tiny offline model (Gemma 3 270M via llama.cpp);
     set ANTHROPIC_API_KEY / OPENAI_API_KEY or [models] in persyn.toml for a real one."""
     from persyn.channels.terminal import run_chat
-    from persyn.runtime.compose import build_runtime
+    from persyn.runtime.speakers import resolve_speaker
+    from persyn.store import open_store
 
     cli = CliContext.of(ctx)
     settings = cli.settings
     chosen = settings.agent(agent)
     cli.preflight()
+    clock = cli.clock
 
     async def _chat() -> int:
-        runtime = build_runtime(settings, clock=cli.clock)
-        await runtime.start(workers=True, role="chat")
+        # The store alone answers who the operator is: the prompt is up at once, while the
+        # runtime (DBOS, the models: seconds of imports) starts behind it.
+        store = open_store(settings.database_url)
+        await store.setup()
+        starting = asyncio.ensure_future(_start_chat_runtime(settings, clock, store))
+
+        async def operator(agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
+            return await resolve_speaker(store, agent_id, speaker, clock.now())
+
         try:
-            return await run_chat(runtime, chosen, display_name=as_name)
+            return await run_chat(starting, chosen, resolve_speaker=operator, display_name=as_name)
         finally:
-            await runtime.stop()
+            try:
+                runtime = await starting
+            except BaseException:  # it did not start: run_chat raised its error already
+                await store.close()
+            else:
+                await runtime.stop(grace=CHAT_EXIT_GRACE_SECONDS)
 
     raise typer.Exit(run(_chat()))
+
+
+async def _start_chat_runtime(settings: Settings, clock: Clock, store: Store) -> Runtime:
+    """Build and start the chat's runtime; its imports run off the loop, so the prompt and
+    the first line the operator types are not held up by them."""
+    await asyncio.to_thread(importlib.import_module, "persyn.runtime.compose")
+    from persyn.runtime.compose import build_runtime
+
+    runtime = build_runtime(settings, clock=clock, store=store)
+    await runtime.start(workers=True, role="chat")
+    return runtime
 
 
 def send(
@@ -63,7 +101,7 @@ def send(
     (the default) the reply, or the agent's stated reason for silence, is printed."""
     from persyn.core.events import Event, Speaker
     from persyn.core.ids import new_id
-    from persyn.runtime.compose import build_runtime
+    from persyn.runtime.dispatch import NoWorkerRunning, Submitter, worker_liveness
 
     # Checked before anything is queued: a failure after it would make a retry a duplicate.
     if not (timeout > 0 and math.isfinite(timeout)):
@@ -75,11 +113,12 @@ def send(
     cli.preflight()
 
     async def _send() -> int:
-        runtime = build_runtime(settings, clock=cli.clock)
-        body = runtime.validate_text(raw)
-        await runtime.start(workers=False)
-        try:
-            now = runtime.clock.now()
+        # Only what submitting needs (`dispatch.Submitter`): no model gateway, cognition or
+        # embedder is imported, let alone started.
+        submitter = Submitter(settings, cli.clock)
+        body = submitter.intake.validate_text(raw)
+        async with submitter:
+            now = submitter.clock.now()
             event = Event(
                 id=new_id(now),
                 agent_id=chosen.id,
@@ -91,12 +130,20 @@ def send(
                 text=body,
                 received_at=now,
             )
-            await runtime.submit(event)
+            await submitter.intake.submit(event)
+            alive = worker_liveness(settings)
             if not wait:
                 echo(event.id)
+                if alive is not None and not await asyncio.to_thread(alive):
+                    echo(f"· {_no_worker(event.id)}", err=True, dim=True)
                 return 0
             try:
-                marker = await runtime.wait_marker(chosen.id, event.id, timeout=timeout)
+                marker = await submitter.markers.wait(
+                    chosen.id, event.id, timeout=timeout, workers_alive=alive
+                )
+            except NoWorkerRunning:
+                typer.secho(f"error: {_no_worker(event.id)}", err=True, fg=typer.colors.RED)
+                return NO_WORKER_EXIT
             except TimeoutError:
                 typer.secho(
                     f"error: no reply to {event.id} within {timeout:g}s; it stays queued and a worker "
@@ -110,10 +157,15 @@ def send(
                 return 0
             echo(f"· {chosen.name} stayed silent: {marker.reason}", err=True, dim=True)
             return 1
-        finally:
-            await runtime.stop()
 
     raise typer.Exit(run(_send()))
+
+
+def _no_worker(event_id: str) -> str:
+    return (
+        f"no worker is running, so nothing answers {event_id} yet; it stays queued and is answered "
+        "when a worker starts: start one with `persyn run` (or `persyn worker`), and do not send it again"
+    )
 
 
 async def _serve(cli: CliContext, *, housekeeping: bool) -> int:

@@ -44,7 +44,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ExecutorSlot", "adopt_dead_executors", "claim_executor_slot", "host_name"]
+__all__ = [
+    "ExecutorSlot",
+    "adopt_dead_executors",
+    "claim_executor_slot",
+    "executor_directory",
+    "host_name",
+    "live_executors",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +72,11 @@ class ExecutorSlot:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
+
+
+def executor_directory(data_dir: Path) -> Path:
+    """Where a deployment's slot lock files live."""
+    return data_dir / "executors"
 
 
 def host_name() -> str:
@@ -123,3 +135,19 @@ def adopt_dead_executors(
             with contextlib.suppress(OSError):
                 os.close(fd)
     return adopted
+
+
+def live_executors(directory: Path) -> list[str]:
+    """The executor ids whose slot a live process holds (any host's file in `directory`):
+    how a process that only submits tells whether any worker could answer it. A free lock is
+    taken and released at once; a worker starting meanwhile takes the next slot number."""
+    if not directory.is_dir():
+        return []
+    live: list[str] = []
+    for path in sorted(directory.glob("*.lock")):
+        fd = _try_lock(path)
+        if fd is None:
+            live.append(path.name.removesuffix(".lock"))
+        else:
+            os.close(fd)
+    return live

@@ -33,9 +33,16 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.gateway.gateway import ModelGateway
 from persyn.memory.embedder import Embedder
+from persyn.runtime import speakers
+from persyn.runtime._dbos_shutdown import shutdown_dbos
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import install_queue_waker
-from persyn.runtime._executor import ExecutorSlot, adopt_dead_executors, claim_executor_slot
+from persyn.runtime._executor import (
+    ExecutorSlot,
+    adopt_dead_executors,
+    claim_executor_slot,
+    executor_directory,
+)
 from persyn.runtime.activation import ActivationSteps, TurnCache
 from persyn.runtime.autonomy import Autonomy, BudgetedModel
 from persyn.runtime.conversation_jobs import ConversationHook, ConversationJobs, JobQueue
@@ -52,18 +59,16 @@ from persyn.runtime.housekeeping import Housekeeping
 from persyn.runtime.local_models import LocalModels
 from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
+from persyn.runtime.speakers import DISPLAY_NAME_PREF
 from persyn.runtime.tool_steps import ToolSteps
 from persyn.runtime.transmit import Transmitter
 from persyn.runtime.workflows import AUTO_SPEAK, Workflows, scheduler_tick
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store
-from persyn.store.base import Identity
 from persyn.usage.meter import Meter
 from persyn.usage.prometheus import PrometheusAdapter
 
 __all__ = ["AUTO_SPEAK", "DISPLAY_NAME_PREF", "ConversationHook", "Runtime", "RuntimeParts"]
-
-DISPLAY_NAME_PREF = "display_name"
 
 
 log = logging.getLogger(__name__)
@@ -255,7 +260,7 @@ class Runtime:
 
     @property
     def _executor_dir(self) -> Path:
-        return self.settings.data_dir / "executors"
+        return executor_directory(self.settings.data_dir)
 
     def _executor_id(self, role: str) -> str:
         """`[dispatch] executor_id` (or DBOS's own `DBOS__VMID`) when set — the operator
@@ -267,19 +272,16 @@ class Runtime:
             self._executor_slot = claim_executor_slot(self._executor_dir, role)
         return self._executor_slot.executor_id
 
-    async def stop(self) -> None:
+    async def stop(self, *, grace: float = 5.0) -> None:
+        """Shut down. Workflows still running here get `grace` seconds to finish; the rest
+        resume in the next process (`runtime/_dbos_shutdown.py`)."""
         for task in list(self._background):
             task.cancel()
         for task in list(self._background):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self._launched:
-            # DBOS.destroy blocks this loop, where DBOS runs our async workflows: let them
-            # finish first (a transmitted reply's workflow still records its outcome), or they
-            # wake after the destroy and fail. Unfinished ones resume on the next start (DBOS
-            # recovery), so nothing accepted is lost either way.
-            await _drain_workflows(timeout=5.0)
-            DBOS.destroy(workflow_completion_timeout_sec=5)
+            await shutdown_dbos(grace)
             # DBOS made its (now shut down) pool this loop's default executor at launch.
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(thread_name_prefix="persyn"))
             self._launched = False
@@ -347,18 +349,11 @@ class Runtime:
 
     # people, for channels (which never reach into stores) -------------------------------
     async def resolve_speaker(self, agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
-        """The person id behind a speaker (created on first contact) and the display name
-        they chose earlier, if any (SPEC App. B)."""
-        identity = Identity(service=speaker.service, channel=speaker.channel, speaker_id=speaker.speaker_id)
-        person = await self.store.resolve_person(
-            agent_id, identity, speaker.display_name, speaker.kind, self.clock.now()
-        )
-        chosen = await self.store.get_preference(agent_id, person.id, DISPLAY_NAME_PREF)
-        return person.id, chosen
+        """The person id behind a speaker and the name they chose (`runtime.speakers`)."""
+        return await speakers.resolve_speaker(self.store, agent_id, speaker, self.clock.now())
 
     async def remember_display_name(self, agent_id: str, person_id: str, name: str) -> None:
-        await self.store.set_preference(agent_id, person_id, DISPLAY_NAME_PREF, name)
-        await self.store.rename_person(agent_id, person_id, name)
+        await speakers.remember_display_name(self.store, agent_id, person_id, name)
 
     # ingestion and dispatch (`runtime.dispatch`) --------------------------------------------
     def validate_text(self, text: str | bytes) -> str:
@@ -391,15 +386,3 @@ class Runtime:
                 }
             ]
         )
-
-
-async def _drain_workflows(timeout: float) -> None:
-    """Wait (bounded) for the async DBOS workflows running on this loop to return."""
-    current = asyncio.current_task()
-    running = [
-        task
-        for task in asyncio.all_tasks()
-        if task is not current and getattr(task.get_coro(), "__name__", "") == "_execute_workflow_async"
-    ]
-    if running:
-        await asyncio.wait(running, timeout=timeout)

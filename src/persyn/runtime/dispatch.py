@@ -8,33 +8,45 @@ A `Dispatcher` enqueues workflows exactly once under a given id. Two adapters:
   (a step may not start workflows itself; the event id keeps it exactly-once either way):
   enqueues by workflow name through a `DBOSClient` on the system database, for the workers.
 
+`Submitter` is all a process that only submits opens: the store, an `Intake` over a client
+dispatcher and the `Markers`. It builds no runtime, so `persyn send` imports no model gateway,
+cognition or embedder: it enqueues the activation by its DBOS name (`ACTIVATION_WORKFLOW`).
+
 Every derived workflow id is derived here, once: a replayed workflow that enqueues again asks
 for the same id and DBOS attaches to the first.
 
 `Markers` is the other half of submitting: the completion marker of an event (SPEC App. B),
-handed over in-process when this process transmitted it, polled from the store otherwise.
+handed over in-process when this process transmitted it, polled from the store otherwise. A
+process that only submits says so at once when no worker is alive to answer
+(`NoWorkerRunning`: no executor slot is held, `_executor.live_executors`) instead of waiting
+out its timeout; the event stays queued for the next worker either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetEnqueueOptions, SetWorkflowID
+from sqlalchemy import Engine
 
 from persyn.core.clock import Clock
 from persyn.core.config import Settings
 from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import derived_id, id_time, parse_id
+from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import QueueWaker
+from persyn.runtime._executor import executor_directory, live_executors
 from persyn.runtime.durable import APPLICATION_VERSION
-from persyn.store.base import Store
+from persyn.store import Store, open_store
 
 __all__ = [
+    "ACTIVATION_WORKFLOW",
     "BACKGROUND_QUEUE",
     "EVENTS_QUEUE",
     "WORKFLOWS_CLASS",
@@ -43,9 +55,12 @@ __all__ = [
     "Dispatcher",
     "Intake",
     "Markers",
+    "NoWorkerRunning",
+    "Submitter",
     "WorkerDispatcher",
     "deliberation_workflow_id",
     "extraction_workflow_id",
+    "worker_liveness",
 ]
 
 EVENTS_QUEUE = "persyn-events"
@@ -54,7 +69,17 @@ BACKGROUND_QUEUE = "persyn-background"
 # with each workflow, so a worker in any process finds it by these names.
 WORKFLOWS_CLASS = "persyn.Workflows"
 WORKFLOWS_INSTANCE = "persyn"
+ACTIVATION_WORKFLOW = "persyn.activation"  # `Workflows.activation`'s DBOS name
 _MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
+_WORKER_CHECK_SECONDS = 1.0  # between looks at the executor slots while waiting (a few file locks)
+
+
+class NoWorkerRunning(Exception):
+    """No worker process of the deployment is alive to answer `event_id`; it stays queued."""
+
+    def __init__(self, event_id: str) -> None:
+        super().__init__(f"no worker is running to answer event {event_id}")
+        self.event_id = event_id
 
 
 def deliberation_workflow_id(event_id: str) -> str:
@@ -67,11 +92,24 @@ def extraction_workflow_id(event_id: str) -> str:
     return derived_id(id_time(event_id), event_id, "extract")
 
 
+def worker_liveness(settings: Settings) -> Callable[[], bool] | None:
+    """Whether any worker of the deployment is alive (`Markers.wait`): some executor slot
+    in its data directory is held by a live process. None where the deployment names its
+    executors itself (`[dispatch] executor_id`, `DBOS__VMID`): those hold no slot, so
+    nothing here can tell."""
+    if settings.dispatch.executor_id or os.environ.get("DBOS__VMID"):
+        return None
+    directory = executor_directory(settings.data_dir)
+    return lambda: bool(live_executors(directory))
+
+
 class EventMemory(Protocol):
     def remember(self, event: Event) -> None: ...
 
 
-def _workflow_name(workflow: Callable[..., Any]) -> str:
+def _workflow_name(workflow: Callable[..., Any] | str) -> str:
+    if isinstance(workflow, str):
+        return workflow
     name = getattr(workflow, "dbos_function_name", None)
     if not isinstance(name, str):
         raise TypeError(f"{workflow!r} is not a registered DBOS workflow")
@@ -85,13 +123,14 @@ class Dispatcher(ABC):
     async def enqueue_once(
         self,
         queue_name: str,
-        workflow: Callable[..., Any],
+        workflow: Callable[..., Any] | str,
         workflow_id: str,
         *args: Any,
         partition_key: str | None = None,
     ) -> None:
         """Enqueue `workflow(*args)` on `queue_name` under `workflow_id`; a second enqueue
-        under the same id attaches to the first (never runs it twice)."""
+        under the same id attaches to the first (never runs it twice). `workflow` is a
+        registered workflow, or its DBOS name where only a client enqueues."""
 
     def wake(self, queue_name: str) -> None:  # noqa: B027 - a hint; polling is always correct
         """Work was just committed on `queue_name`: a worker here may look now."""
@@ -124,11 +163,13 @@ class WorkerDispatcher(Dispatcher):
     async def enqueue_once(
         self,
         queue_name: str,
-        workflow: Callable[..., Any],
+        workflow: Callable[..., Any] | str,
         workflow_id: str,
         *args: Any,
         partition_key: str | None = None,
     ) -> None:
+        if isinstance(workflow, str):
+            raise TypeError(f"a worker enqueues the workflow itself, not its name {workflow!r}")
         queue = self.queue(queue_name)
         with SetWorkflowID(workflow_id):
             if partition_key is None:
@@ -160,7 +201,7 @@ class ClientDispatcher(Dispatcher):
     async def enqueue_once(
         self,
         queue_name: str,
-        workflow: Callable[..., Any],
+        workflow: Callable[..., Any] | str,
         workflow_id: str,
         *args: Any,
         partition_key: str | None = None,
@@ -192,28 +233,42 @@ class Markers:
         self.transmitting: set[str] = set()  # events whose transmit runs in this process now
         self.worker = False  # this process runs workers (then it most likely runs the event)
 
-    async def wait(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
+    async def wait(
+        self,
+        agent_id: str,
+        event_id: str,
+        timeout: float = 300.0,
+        *,
+        workers_alive: Callable[[], bool] | None = None,
+    ) -> CompletionMarker:
         """Wait for the completion marker (SPEC App. B) until the run ends. A marker put by
         this process wakes the waiter at once, and is handed over without reading it back;
         one put by another worker is found by polling the store. A process with workers
         most likely runs the event itself, so it polls every 0.1 s (polling sooner would
         take CPU from the very turn it waits for: a store read each time); a process that
-        only submits starts at 5 ms and backs off to 0.1 s."""
+        only submits starts at 5 ms and backs off to 0.1 s.
+
+        `workers_alive` (a process that only submits) is asked at once and then every
+        second; when no worker is alive, `NoWorkerRunning` is raised instead of waiting on:
+        a slow turn of a live worker is still waited for."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         delay = _MARKER_POLL_MAX if self.worker else 0.005
+        next_check = loop.time()
         waiter = self._waiters.setdefault(event_id, asyncio.Event())
         try:
             while True:
-                # While this process transmits the event, its marker is committed with the
-                # reply, before the surface is given it: wait for the wake at the end of
-                # transmit, so the waiter never returns ahead of the delivery.
-                if event_id not in self.transmitting:
-                    marker = self._put.pop(event_id, None) or await self._store.get_marker(
-                        agent_id, event_id, self._clock.now()
-                    )
-                    if marker is not None:
-                        return marker
+                marker = await self._take(agent_id, event_id)
+                if marker is not None:
+                    return marker
+                if workers_alive is not None and loop.time() >= next_check:
+                    if not await asyncio.to_thread(workers_alive):
+                        # A worker may have answered and exited since the read above.
+                        marker = await self._take(agent_id, event_id)
+                        if marker is not None:
+                            return marker
+                        raise NoWorkerRunning(event_id)
+                    next_check = loop.time() + _WORKER_CHECK_SECONDS
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise TimeoutError(f"no completion for event {event_id} within {timeout:.0f}s")
@@ -223,6 +278,16 @@ class Markers:
         finally:
             self._waiters.pop(event_id, None)
             self._put.pop(event_id, None)
+
+    async def _take(self, agent_id: str, event_id: str) -> CompletionMarker | None:
+        # While this process transmits the event, its marker is committed with the reply,
+        # before the surface is given it: wait for the wake at the end of transmit, so the
+        # waiter never returns ahead of the delivery.
+        if event_id in self.transmitting:
+            return None
+        return self._put.pop(event_id, None) or await self._store.get_marker(
+            agent_id, event_id, self._clock.now()
+        )
 
     def put(self, marker: CompletionMarker) -> None:
         """A marker is stored (committed): a waiter in this process may take it as is."""
@@ -248,9 +313,9 @@ class Intake:
         self._cache = cache
         self._dispatcher: Dispatcher | None = None
         self._from_step: Dispatcher | None = None
-        self._activation: Callable[..., Any] | None = None
+        self._activation: Callable[..., Any] | str | None = None
 
-    def open(self, dispatcher: Dispatcher, activation: Callable[..., Any]) -> None:
+    def open(self, dispatcher: Dispatcher, activation: Callable[..., Any] | str) -> None:
         self._dispatcher, self._activation = dispatcher, activation
 
     def open_for_steps(self, dispatcher: Dispatcher) -> None:
@@ -313,3 +378,50 @@ class Intake:
 
     async def busy(self, agent_id: str) -> bool:
         return await self.dispatcher.busy(agent_id)
+
+
+class _Unremembered:
+    """A submitter runs no activation: nothing to keep the event for."""
+
+    def remember(self, event: Event) -> None:
+        pass
+
+
+class Submitter:
+    """A process that only submits (`persyn send`): the store, an intake that enqueues through
+    a DBOS client, and the markers to wait on. `async with Submitter(settings, clock) as s:`."""
+
+    def __init__(self, settings: Settings, clock: Clock) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.store = open_store(settings.database_url)
+        self.intake = Intake(self.store, settings, _Unremembered())
+        self.markers = Markers(self.store, clock)
+        self._engine: Engine | None = None
+
+    async def __aenter__(self) -> Submitter:
+        await self.store.setup()
+        url = self.settings.dbos_database_url
+        try:
+            # It may run before any worker ever started: the system database must exist
+            # (idempotent).
+            await asyncio.to_thread(DBOS.migrate, url)
+            self._engine = dbos_sqlite_engine(url)
+            client = await asyncio.to_thread(
+                DBOSClient, system_database_url=url, system_database_engine=self._engine
+            )
+        except BaseException:
+            await self._close()
+            raise
+        self.intake.open(ClientDispatcher(client), ACTIVATION_WORKFLOW)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._close()
+
+    async def _close(self) -> None:
+        self.intake.close()
+        if self._engine is not None:
+            self._engine.dispose()  # DBOS does not dispose of an engine it was given
+            self._engine = None
+        await self.store.close()

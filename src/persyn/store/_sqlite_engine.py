@@ -12,6 +12,7 @@ of channels through `sqlite3_vtab_in`, which arrived then.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -67,14 +68,21 @@ def _can_load_extensions(module: ModuleType) -> bool:
         connection.close()
 
 
+def _sqlite_vec_path() -> str:
+    """sqlite-vec's loadable extension (`vec0` in its package), found without importing the
+    package: its `__init__` imports numpy (a third of a second) for helpers the store never
+    uses, and every command that opens the store would pay for it."""
+    spec = importlib.util.find_spec("sqlite_vec")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise StoreError(f"the SQLite store needs the 'sqlite-vec' package; {_FIX}")
+    return str(Path(locations[0]) / "vec0")
+
+
 def _load_sqlite_vec(dbapi_connection: Any) -> None:
-    try:
-        import sqlite_vec
-    except ImportError as exc:
-        raise StoreError(f"the SQLite store needs the 'sqlite-vec' package; {_FIX}") from exc
     dbapi_connection.enable_load_extension(True)
     try:
-        sqlite_vec.load(dbapi_connection)
+        dbapi_connection.load_extension(_sqlite_vec_path())
     finally:
         dbapi_connection.enable_load_extension(False)
 

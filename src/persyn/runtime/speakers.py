@@ -1,0 +1,34 @@
+"""Who is talking: a speaker's person (made on first contact) and the display name they chose
+(SPEC App. B), from the store alone.
+
+A channel asks this before anything else, and it needs nothing of the runtime but the store:
+`persyn chat` resolves its operator and shows the prompt while DBOS and the models are still
+loading behind it. `Runtime.resolve_speaker` is this function over the runtime's store.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from persyn.core.events import Speaker
+from persyn.store.base import Identity, Store
+
+__all__ = ["DISPLAY_NAME_PREF", "remember_display_name", "resolve_speaker"]
+
+DISPLAY_NAME_PREF = "display_name"
+
+
+async def resolve_speaker(
+    store: Store, agent_id: str, speaker: Speaker, now: datetime
+) -> tuple[str, str | None]:
+    """The person id behind `speaker` (created on first contact) and the display name they
+    chose earlier, if any."""
+    identity = Identity(service=speaker.service, channel=speaker.channel, speaker_id=speaker.speaker_id)
+    person = await store.resolve_person(agent_id, identity, speaker.display_name, speaker.kind, now)
+    chosen = await store.get_preference(agent_id, person.id, DISPLAY_NAME_PREF)
+    return person.id, chosen
+
+
+async def remember_display_name(store: Store, agent_id: str, person_id: str, name: str) -> None:
+    await store.set_preference(agent_id, person_id, DISPLAY_NAME_PREF, name)
+    await store.rename_person(agent_id, person_id, name)
