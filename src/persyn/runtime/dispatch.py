@@ -29,6 +29,7 @@ import contextlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetEnqueueOptions, SetWorkflowID
@@ -44,6 +45,8 @@ from persyn.runtime._dbos_wake import QueueWaker
 from persyn.runtime._executor import executor_directory, live_executors
 from persyn.runtime.durable import APPLICATION_VERSION
 from persyn.store import Store, open_store
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 __all__ = [
     "ACTIVATION_WORKFLOW",
@@ -285,9 +288,10 @@ class Markers:
         # waiter never returns ahead of the delivery.
         if event_id in self.transmitting:
             return None
-        return self._put.pop(event_id, None) or await self._store.get_marker(
-            agent_id, event_id, self._clock.now()
-        )
+        # Expiry keeps the table bounded; it must not hide the marker of an event this
+        # process is waiting for, which a daemon on another clock (the sender's moved by
+        # `--now`) may have stamped to expire before the sender's "now".
+        return self._put.pop(event_id, None) or await self._store.get_marker(agent_id, event_id, _EPOCH)
 
     def put(self, marker: CompletionMarker) -> None:
         """A marker is stored (committed): a waiter in this process may take it as is."""
