@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from persyn_cli import Persyn
 
-from persyn.cli_render import block, dump_json, one_line, visible
+from persyn.cli.render import block, dump_json, one_line, visible
 from persyn.core.config import load_settings
 from persyn.core.ids import new_id
 from persyn.people.observations import DOSSIER_FLAG

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from persyn.channels.base import Channel
-from persyn.cli_render import error_text, visible
+from persyn.cli.render import error_text, visible
 from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
 from persyn.core.events import Event, EventKind, Notice, Outbound, Speaker

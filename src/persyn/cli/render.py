@@ -32,7 +32,17 @@ from typing import Any
 
 import typer
 
-__all__ = ["block", "dump_json", "echo", "error_text", "one_line", "visible"]
+__all__ = [
+    "block",
+    "dump_json",
+    "echo",
+    "error_text",
+    "message_line",
+    "one_line",
+    "progress_bar",
+    "trace_lines",
+    "visible",
+]
 
 # Invisible format characters that change how a line reads: bidirectional embeddings,
 # overrides and isolates (the "Trojan Source" characters), and marks.
@@ -96,3 +106,49 @@ def error_text(exc: BaseException) -> str:
         return visible(f"cannot use{where}: {exc.strerror or exc}")
     lines = [line for line in str(exc).splitlines() if not line.startswith(_DATABASE_NOISE)]
     return visible("\n".join(lines))
+
+
+def message_line(message: Any) -> str:
+    """One dialog message: the speaker's name on one line, the text's own lines indented."""
+    return f"[{message.created_at:%Y-%m-%d %H:%M:%S}] {one_line(message.speaker_name)}: {block(message.text)}"
+
+
+def trace_lines(trace: dict[str, Any]) -> list[str]:
+    lines = [f"deliberation: {trace.get('mode', '?')}"]
+    for critique in trace.get("critiques") or []:
+        lens = critique.get("lens", "?")
+        if critique.get("skipped"):
+            lines.append(f"{lens}: skipped ({critique['skipped']})")
+            continue
+        objections = critique.get("objections") or []
+        if not objections:
+            lines.append(f"{lens}: no objections")
+        for objection in objections:
+            lines.append(
+                f'{lens}: [{objection.get("kind")}] "{objection.get("span")}" - {objection.get("explanation")}'
+            )
+    for used in trace.get("tools") or []:
+        lines.append(f"tool {used.get('name')}: {used.get('status')}")
+    for trip in trace.get("trips") or []:
+        what = f" ({trip.get('tool')})" if trip.get("tool") else ""
+        lines.append(
+            f"loop breaker {trip.get('reason')}{what}: {trip.get('count')} of at most {trip.get('limit')}"
+        )
+    decision = trace.get("decision")
+    if decision:
+        lines.append(f"decided to {decision.get('action')}: {decision.get('reason')}")
+    return lines
+
+
+def progress_bar(description: str) -> tuple[Any, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=False
+    )
+    task = progress.add_task(description, total=None)
+
+    def update(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    return progress, update

@@ -1,0 +1,73 @@
+"""`persyn channels`: the channels the agent has spoken on."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from persyn.cli.context import AgentOption, CliContext, JsonOption, run
+from persyn.cli.render import dump_json, echo, one_line
+
+__all__ = ["register"]
+
+
+channels_app = typer.Typer(
+    help="The channels the agent has spoken on, each with its recent conversations.", no_args_is_help=True
+)
+
+
+@channels_app.command("list")
+def channels_list(
+    ctx: typer.Context,
+    agent: AgentOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Channels the agent has conversed on, most recently active first."""
+    from persyn.runtime.inspect import channels
+
+    cli = CliContext.of(ctx)
+    settings = cli.settings
+    found = run(channels(settings, settings.agent(agent)))
+    if as_json:
+        echo(dump_json([f"{c.service}:{c.channel}" for c in found]))
+        return
+    if not found:
+        echo("No conversations yet.")
+    for digest in found:
+        echo(f"{one_line(digest.service)}:{one_line(digest.channel)}")
+
+
+@channels_app.command("show")
+def channels_show(
+    ctx: typer.Context,
+    name: Annotated[
+        str, typer.Argument(metavar="CHANNEL", help="SERVICE:CHANNEL, as `channels list` prints it.")
+    ],
+    agent: AgentOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A channel's latest conversations with their summaries, newest first (bounded); read one
+    in full with `persyn conversations show ID`."""
+    from persyn.runtime.inspect import channel
+
+    cli = CliContext.of(ctx)
+    settings = cli.settings
+    digest = run(channel(settings, settings.agent(agent), name))
+    if as_json:
+        payload = [
+            {"conversation": c.model_dump(mode="json"), "summary": summary}
+            for c, summary in digest.conversations
+        ]
+        echo(dump_json(payload))
+        return
+    echo(f"{one_line(digest.service)}:{one_line(digest.channel)}")
+    for conversation, summary in digest.conversations:
+        echo(
+            f"  {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}: "
+            f"{one_line(summary or '(not consolidated yet)')}"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(channels_app, name="channels")

@@ -1,0 +1,20 @@
+"""`persyn doctor`: checking a deployment and saying what to fix."""
+
+from __future__ import annotations
+
+import typer
+
+from persyn.cli.context import CliContext, run
+
+__all__ = ["register"]
+
+
+def doctor(ctx: typer.Context) -> None:
+    """Check configuration, database and model reachability, and say what to fix."""
+    from persyn.runtime.doctor import run_doctor
+
+    raise typer.Exit(run(run_doctor(CliContext.of(ctx).home)))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(doctor)

@@ -1,0 +1,352 @@
+"""`persyn memory`: import, recall, inspect, forget, cull and reindex long-term memory."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from persyn.cli.context import AgentOption, CliContext, JsonOption, run
+from persyn.cli.render import block, dump_json, echo, message_line, one_line, progress_bar
+from persyn.cli.times import parse_time
+from persyn.core.errors import PersynError
+
+__all__ = ["register"]
+
+
+memory_app = typer.Typer(
+    help="The agent's long-term memory: import history, recall, inspect, forget, cull, reindex.",
+    no_args_is_help=True,
+)
+
+
+def _parse_now(value: str | None) -> datetime | None:
+    return None if value is None else parse_time(value, "--now")
+
+
+def _scored_json(result: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": s.record.id,
+            "ref": s.record.ref,
+            "score": round(s.score, 6),
+            "band": s.band.value,
+            "tokens": s.tokens,
+            "summary": s.record.summary,
+            "time": s.record.created_at.isoformat(),
+        }
+        for s in result.records
+    ]
+
+
+@memory_app.command("import")
+def memory_import(
+    ctx: typer.Context,
+    path: Annotated[
+        Path, typer.Argument(metavar="FILE.jsonl", help="One JSON object per line (see --help).")
+    ],
+    agent: AgentOption = None,
+    extract: Annotated[
+        bool,
+        typer.Option(
+            "--extract",
+            help="Also extract the knowledge graph and observations from the imported dialog "
+            "(model calls: the estimate is printed first; needs --budget).",
+        ),
+    ] = False,
+    budget: Annotated[
+        int | None,
+        typer.Option("--budget", min=0, metavar="TOKENS", help="With --extract: stop before spending more."),
+    ] = None,
+) -> None:
+    """Import history: one JSON object per line with `time` (ISO 8601), `channel`,
+    `participants` (names or person ids), `summary`, and optional `importance`, `tags`,
+    `sensitivity`, `ref`, `dialog` ([{speaker, text, time}]). Bad lines are reported with their
+    line number; good lines are imported; re-importing a `ref` never duplicates. Imported
+    conversations are stored closed and already remembered: no model is called for them
+    unless you ask for --extract."""
+    from persyn.runtime.memory_ops import estimate_extraction, extract_imported, memory_ops
+
+    cli = CliContext.of(ctx)
+    settings = cli.settings
+    chosen = settings.agent(agent)
+    if not path.is_file():
+        raise PersynError(f"no such file: {str(path)!r}")
+    if extract and budget is None:
+        raise PersynError("--extract needs --budget TOKENS (--budget 0 prints the estimate only)")
+    if budget is not None and not extract:
+        raise PersynError("--budget applies to --extract only")
+
+    async def _import() -> Any:
+        async with memory_ops(settings, chosen) as ops:
+            if ops.degraded:
+                typer.secho(
+                    f"· {ops.degraded}; importing without vectors (run `persyn memory reindex` later)",
+                    err=True,
+                )
+            progress, update = progress_bar("embedding")
+            with progress:
+                report = await ops.import_file(path, update)
+            for problem in report.problems:
+                typer.secho(f"{path}:{problem.line}: {problem.reason}", err=True, fg=typer.colors.YELLOW)
+            repaired = f", links completed {report.repaired}" if report.repaired else ""
+            typer.echo(
+                f"imported {report.imported}, already present {report.duplicates}, "
+                f"rejected {len(report.problems)}{repaired}"
+            )
+            if budget is None:
+                return report
+            estimate = await estimate_extraction(ops.store, settings, chosen, report.conversations)
+        typer.echo(
+            f"extraction estimate: {estimate.conversations} conversations, {estimate.calls} model calls, "
+            f"about {estimate.tokens} tokens (budget {budget})"
+        )
+        if estimate.conversations and budget > 0:
+            progress, update = progress_bar("extracting")
+            with progress:
+                done = await extract_imported(settings, chosen, estimate, budget, update)
+            typer.echo(
+                f"extracted {done.extracted} of {estimate.conversations} conversations, {done.tokens} tokens"
+            )
+            if done.stopped:
+                typer.secho(
+                    f"· stopped: {done.stopped}; run again with a larger --budget for the rest", err=True
+                )
+        return report
+
+    report = run(_import())
+    if report.problems and not report.imported:
+        raise typer.Exit(1)
+
+
+@memory_app.command("recall")
+def memory_recall(
+    ctx: typer.Context,
+    query: Annotated[str | None, typer.Argument(help="What to remember (omit with --queries).")] = None,
+    agent: AgentOption = None,
+    channel: Annotated[
+        str | None, typer.Option("--channel", help="Channel key, e.g. terminal:terminal.")
+    ] = None,
+    participant: Annotated[
+        list[str] | None,
+        typer.Option("--participant", "-p", help="Who is present: a name or id (repeat)."),
+    ] = None,
+    now: Annotated[str | None, typer.Option("--now", help="Pretend it is this time (ISO 8601).")] = None,
+    budget_tokens: Annotated[
+        int | None, typer.Option("--budget-tokens", min=1, help="Context budget.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many records.")] = None,
+    queries: Annotated[
+        Path | None,
+        typer.Option("--queries", help="Batch: JSONL of {id, query, channel?, participants?, now?}."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Exactly the retrieval the agent uses when it answers, with each record's band. A name
+    several contacts go by is an error listing them: give the id."""
+    from persyn.runtime.memory_ops import memory_ops, read_queries
+
+    cli = CliContext.of(ctx)
+    settings = cli.settings
+    chosen = settings.agent(agent)
+    if (query is None) == (queries is None):
+        raise PersynError("give either a QUERY or --queries FILE")
+    batch = read_queries(queries) if queries is not None else []
+
+    async def _recall() -> None:
+        async with memory_ops(settings, chosen) as ops:
+            if ops.degraded:
+                typer.secho(f"· {ops.degraded}; keyword retrieval only", err=True)
+            if queries is not None:
+                for item in batch:
+                    result = await ops.recall(
+                        item.query,
+                        channel=item.channel or channel,
+                        participants=item.participants or participant or [],
+                        now=item.now or _parse_now(now),
+                        budget_tokens=budget_tokens,
+                        limit=limit,
+                    )
+                    echo(dump_json({"id": item.id, "results": _scored_json(result)}, indent=None))
+                return
+            assert query is not None
+            result = await ops.recall(
+                query,
+                channel=channel,
+                participants=participant or [],
+                now=_parse_now(now),
+                budget_tokens=budget_tokens,
+                limit=limit,
+            )
+            if as_json:
+                echo(dump_json(_scored_json(result)))
+                return
+            if not result.records:
+                echo("I don't remember anything about that here.")
+            for scored in result.records:
+                echo(
+                    f"[{scored.band.value:>8}] {scored.score:.3f}  {scored.record.created_at:%Y-%m-%d}  {scored.record.id}"
+                )
+                echo(f"           {one_line(scored.record.summary)}")
+
+    run(_recall())
+
+
+@memory_app.command("list")
+def memory_list(
+    ctx: typer.Context,
+    agent: AgentOption = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 20,
+    as_json: JsonOption = False,
+) -> None:
+    """The newest memories."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    cli = CliContext.of(ctx)
+    settings = cli.settings
+    chosen = settings.agent(agent)
+
+    async def _list() -> list[Any]:
+        async with memory_ops(settings, chosen) as ops:
+            return await ops.store.list_records(chosen.id, limit=limit)
+
+    records = run(_list())
+    if as_json:
+        echo(dump_json([r.model_dump(mode="json") for r in records]))
+        return
+    for record in records:
+        echo(
+            f"{record.id}  {record.created_at:%Y-%m-%d}  [{record.importance:>2}/10 {record.sensitivity.value}]  "
+            f"{one_line(record.summary[:100])}"
+        )
+
+
+@memory_app.command("show")
+def memory_show(
+    ctx: typer.Context,
+    record_id: Annotated[str, typer.Argument(metavar="ID")],
+    agent: AgentOption = None,
+    dialog: Annotated[
+        bool, typer.Option("--dialog", help="Also print the raw dialog behind it (remember harder).")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """One memory with all its metadata; --dialog pulls the verbatim exchange behind it."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    cli = CliContext.of(ctx)
+    settings = cli.settings
+    chosen = settings.agent(agent)
+
+    async def _show() -> Any:
+        async with memory_ops(settings, chosen) as ops:
+            return await ops.show(record_id)
+
+    record, messages = run(_show())
+    if as_json:
+        payload: dict[str, Any] = {"record": record.model_dump(mode="json")}
+        if dialog:
+            payload["dialog"] = [m.model_dump(mode="json") for m in messages]
+        echo(dump_json(payload))
+        return
+    for key, value in record.model_dump(mode="json").items():
+        echo(f"{key:>16}: {block(str(value), ' ' * 18)}")
+    if dialog:
+        if not messages:
+            echo(
+                "(no verbatim dialog is kept for this memory: it is past the retention window or was imported without it)"
+            )
+        for message in messages:
+            echo(message_line(message))
+
+
+@memory_app.command("forget")
+def memory_forget(
+    ctx: typer.Context, record_id: Annotated[str, typer.Argument(metavar="ID")], agent: AgentOption = None
+) -> None:
+    """Delete one memory (its vector and index entries too)."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    cli = CliContext.of(ctx)
+    settings = cli.settings
+    chosen = settings.agent(agent)
+
+    async def _forget() -> Any:
+        async with memory_ops(settings, chosen) as ops:
+            return await ops.forget(record_id)
+
+    record = run(_forget())
+    echo(f"forgot {record.id}: {one_line(record.summary[:100])}")
+
+
+@memory_app.command("stats")
+def memory_stats(
+    ctx: typer.Context,
+    agent: AgentOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """How many memories, by channel, sensitivity and importance; which encoder made the vectors."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    cli = CliContext.of(ctx)
+    settings = cli.settings
+    chosen = settings.agent(agent)
+
+    async def _stats() -> dict[str, object]:
+        async with memory_ops(settings, chosen) as ops:
+            return await ops.store.record_stats(chosen.id)
+
+    stats = run(_stats())
+    echo(dump_json(stats, indent=2 if as_json else 1))
+
+
+@memory_app.command("cull")
+def memory_cull(
+    ctx: typer.Context,
+    agent: AgentOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be deleted.")] = False,
+    now: Annotated[str | None, typer.Option("--now", help="Pretend it is this time (ISO 8601).")] = None,
+) -> None:
+    """Delete memories rated below [memory] cull_below_importance AND older than
+    cull_after_days (defaults 3/10 and 14 days); important memories stay regardless of age."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    cli = CliContext.of(ctx)
+    settings = cli.settings
+    chosen = settings.agent(agent)
+
+    async def _cull() -> list[Any]:
+        async with memory_ops(settings, chosen) as ops:
+            return await ops.cull(dry_run=dry_run, now=_parse_now(now))
+
+    doomed = run(_cull())
+    verb = "would delete" if dry_run else "deleted"
+    echo(f"{verb} {len(doomed)} memories")
+    for record in doomed:
+        echo(
+            f"  {record.id}  {record.created_at:%Y-%m-%d}  [{record.importance}/10]  {one_line(record.summary[:90])}"
+        )
+
+
+@memory_app.command("reindex")
+def memory_reindex(ctx: typer.Context, agent: AgentOption = None) -> None:
+    """Re-embed memories whose vectors came from another encoder (after changing [memory] embedder)."""
+    from persyn.runtime.memory_ops import memory_ops
+
+    cli = CliContext.of(ctx)
+    settings = cli.settings
+    chosen = settings.agent(agent)
+
+    async def _reindex() -> int:
+        async with memory_ops(settings, chosen) as ops:
+            progress, update = progress_bar("re-embedding")
+            with progress:
+                return await ops.reindex(update)
+
+    echo(f"re-embedded {run(_reindex())} memories")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(memory_app, name="memory")
