@@ -5,12 +5,13 @@ from __future__ import annotations
 import typer
 
 from persyn.cli.context import CliContext, JsonOption
+from persyn.cli.help import command_group
 from persyn.cli.render import dump_json, echo, one_line
 
 __all__ = ["register"]
 
 
-agents_app = typer.Typer(help="The agents of this deployment.", no_args_is_help=True)
+agents_app = command_group("The agents of this deployment.")
 
 
 @agents_app.command("list")

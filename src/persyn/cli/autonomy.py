@@ -7,25 +7,24 @@ from typing import Annotated
 import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
+from persyn.cli.help import command_group
 from persyn.cli.render import block, dump_json, echo, one_line
 
 __all__ = ["register"]
 
 
-heartbeat_app = typer.Typer(
-    help="The agent's heartbeat: its idle cognition between conversations. Delete it and the agent "
-    "sleeps until spoken to; restore wakes it.",
-    no_args_is_help=True,
+heartbeat_app = command_group(
+    "The agent's heartbeat: its idle cognition between conversations. Delete it and the agent "
+    "sleeps until spoken to; restore wakes it."
 )
 
 
-reminders_app = typer.Typer(
-    help="Reminders the agent set itself: list, show what happened when they fired, cancel.",
-    no_args_is_help=True,
+reminders_app = command_group(
+    "Reminders the agent set itself: list, show what happened when they fired, cancel."
 )
 
 
-goals_app = typer.Typer(help="Goals the agent set itself (read-only here).", no_args_is_help=True)
+goals_app = command_group("Goals the agent set itself (read-only here).")
 
 
 @heartbeat_app.command("status")

@@ -7,14 +7,13 @@ from typing import Annotated
 import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
+from persyn.cli.help import command_group
 from persyn.cli.render import dump_json, echo, one_line
 
 __all__ = ["register"]
 
 
-channels_app = typer.Typer(
-    help="The channels the agent has spoken on, each with its recent conversations.", no_args_is_help=True
-)
+channels_app = command_group("The channels the agent has spoken on, each with its recent conversations.")
 
 
 @channels_app.command("list")

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, fail, run
+from persyn.cli.help import command_group
 from persyn.cli.render import dump_json, echo, one_line
 
 __all__ = ["ContactArgument", "register"]
@@ -21,10 +22,9 @@ ContactArgument = Annotated[
 ]
 
 
-contacts_app = typer.Typer(
-    help="The agent's contact directory: the people and agents it has met (made on first contact; "
-    "you browse, rename, merge, attach identities and record addresses).",
-    no_args_is_help=True,
+contacts_app = command_group(
+    "The agent's contact directory: the people and agents it has met (made on first contact; "
+    "you browse, rename, merge, attach identities and record addresses)."
 )
 
 

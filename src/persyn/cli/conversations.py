@@ -7,14 +7,13 @@ from typing import Annotated, Any
 import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
+from persyn.cli.help import command_group
 from persyn.cli.render import block, dump_json, echo, message_line, one_line, trace_lines
 
 __all__ = ["register"]
 
 
-conversations_app = typer.Typer(
-    help="Conversations an agent has had, and their full dialog.", no_args_is_help=True
-)
+conversations_app = command_group("Conversations an agent has had, and their full dialog.")
 
 
 @conversations_app.command("list")

@@ -7,15 +7,15 @@ from typing import Annotated, Any
 import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
+from persyn.cli.help import command_group
 from persyn.cli.render import dump_json, echo, one_line
 
 __all__ = ["register"]
 
 
-graph_app = typer.Typer(
-    help="The agent's knowledge graph: entities and how they relate, learned from conversations "
-    "(each fact with the channel it was learned on).",
-    no_args_is_help=True,
+graph_app = command_group(
+    "The agent's knowledge graph: entities and how they relate, learned from conversations "
+    "(each fact with the channel it was learned on)."
 )
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
+from persyn.cli.help import command_group
 from persyn.cli.render import block, dump_json, echo, message_line, one_line, progress_bar, table
 from persyn.cli.times import parse_time
 from persyn.core.errors import PersynError
@@ -20,9 +21,8 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 
-memory_app = typer.Typer(
-    help="The agent's long-term memory: import history, recall, inspect, forget, cull, reindex.",
-    no_args_is_help=True,
+memory_app = command_group(
+    "The agent's long-term memory: import history, recall, inspect, forget, cull, reindex."
 )
 
 

@@ -8,14 +8,13 @@ import typer
 
 from persyn.cli.contacts import ContactArgument
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
+from persyn.cli.help import command_group
 from persyn.cli.render import dump_json, echo, one_line
 
 __all__ = ["register"]
 
 
-people_app = typer.Typer(
-    help="What the agent has observed about people, and its briefing (dossier) on each.", no_args_is_help=True
-)
+people_app = command_group("What the agent has observed about people, and its briefing (dossier) on each.")
 
 
 @people_app.command("observations")

@@ -22,13 +22,14 @@ from persyn.cli import (
     usage,
 )
 from persyn.cli.context import CliContext, HomeOption
+from persyn.cli.help import command_group
 from persyn.cli.render import error_text
 from persyn.cli.times import parse_time
 from persyn.core.errors import PersynError
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(
+app = command_group(
     name="persyn",
     help=(
         "Persyn runs autonomous agents with a persistent autobiographical memory.\n\n"
@@ -36,7 +37,6 @@ app = typer.Typer(
         "live under PERSYN_HOME (default ~/.persyn); every setting in persyn.toml can be "
         "overridden by a PERSYN_SECTION__KEY environment variable."
     ),
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
