@@ -40,7 +40,7 @@ def heartbeat_status_command(
 
     cli = CliContext.of(ctx)
     settings = cli.settings
-    view = run(heartbeat(settings, settings.agent(agent), limit))
+    view = run(heartbeat(settings, settings.agent(agent), cli.now(), limit))
     if as_json:
         payload = {
             "heartbeat": None if view.beat is None else view.beat.model_dump(mode="json"),
@@ -86,7 +86,7 @@ def heartbeat_restore(ctx: typer.Context, agent: AgentOption = None) -> None:
     cli = CliContext.of(ctx)
     settings = cli.settings
     chosen = settings.agent(agent)
-    beat = run(wake(settings, chosen))
+    beat = run(wake(settings, chosen, cli.now()))
     echo(f"{chosen.name}'s heartbeat beats again; next at {beat.next_fire_at:%Y-%m-%d %H:%M} UTC.")
 
 
@@ -152,7 +152,7 @@ def reminders_cancel(
 
     cli = CliContext.of(ctx)
     settings = cli.settings
-    cancelled = run(cancel_reminder(settings, settings.agent(agent), reminder_id))
+    cancelled = run(cancel_reminder(settings, settings.agent(agent), reminder_id, cli.now()))
     echo(f"cancelled: {one_line(cancelled.objective[:80])}")
 
 

@@ -209,7 +209,9 @@ def _address_command(
     from persyn.runtime.inspect import change_address
 
     settings = cli.settings
-    person, changed = run(change_address(settings, settings.agent(agent), person_id, label, value, add=add))
+    person, changed = run(
+        change_address(settings, settings.agent(agent), person_id, label, value, add=add, now=cli.now())
+    )
     label, value = one_line(label.strip().lower()), one_line(value.strip())
     name = one_line(person.display_name)
     if not add:

@@ -22,6 +22,7 @@ import typer
 from persyn.cli.render import error_text, visible
 from persyn.cli.times import parse_time
 from persyn.core.clock import Clock, OffsetClock, SystemClock
+from persyn.core.errors import InputError
 
 if TYPE_CHECKING:
     from persyn.core.config import AgentConfig, Settings
@@ -31,6 +32,7 @@ __all__ = [
     "CliContext",
     "HomeOption",
     "JsonOption",
+    "NowOption",
     "fail",
     "run",
 ]
@@ -50,6 +52,14 @@ AgentOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+NOW_HELP = (
+    "Run as if it were this ISO time (the clock then moves on in real time): for trying "
+    "reminders and the heartbeat, and for tests."
+)
+NowOption = Annotated[
+    str | None,
+    typer.Option("--now", help=f"{NOW_HELP} The same as `persyn --now`.", show_default=False),
+]
 
 
 @dataclass
@@ -72,6 +82,16 @@ class CliContext:
 
     def now(self) -> datetime:
         return self.clock.now()
+
+    def move_to(self, value: str | None) -> None:
+        """A command's own `--now`, given after its name: exactly the root option."""
+        if value is None:
+            return
+        moved = parse_time(value, "--now")
+        if self.moved_to is not None and moved != self.moved_to:
+            raise InputError(f"--now given twice: {self.moved_to.isoformat()!r} and {value!r}; give it once")
+        self.moved_to = moved
+        self.__dict__.pop("clock", None)  # a clock made before now was the unmoved one
 
     def since(self, value: str | None, option: str = "--since") -> datetime | None:
         """A `--since` value (ISO time or span back from this invocation's now)."""

@@ -58,16 +58,14 @@ def conversations_show(
     ] = False,
 ) -> None:
     """Read a conversation's full dialog."""
-    from persyn.runtime.inspect import conversation_dialog, deliberation_traces
+    from persyn.runtime.inspect import conversation_dialog
 
     cli = CliContext.of(ctx)
     settings = cli.settings
     chosen = settings.agent(agent)
-    conversation, messages = run(conversation_dialog(settings, chosen, conversation_id))
-    traces: dict[str, dict[str, Any]] = {}
-    if deliberation:
-        inbound = [m.event_id for m in messages if m.event_id and m.role.value != "agent"]
-        traces = run(deliberation_traces(settings, chosen, inbound))
+    conversation, messages, traces = run(
+        conversation_dialog(settings, chosen, conversation_id, deliberation=deliberation)
+    )
     if as_json:
         payload: dict[str, Any] = {
             "conversation": conversation.model_dump(mode="json"),

@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from persyn.cli.context import AgentOption, CliContext, JsonOption, run
+from persyn.cli.context import AgentOption, CliContext, JsonOption, NowOption, run
 from persyn.cli.help import command_group
 from persyn.cli.render import block, dump_json, echo, message_line, one_line, progress_bar, table
-from persyn.cli.times import parse_time
 from persyn.core.errors import PersynError
 
 if TYPE_CHECKING:
@@ -24,10 +23,6 @@ __all__ = ["register"]
 memory_app = command_group(
     "The agent's long-term memory: import history, recall, inspect, forget, cull, reindex."
 )
-
-
-def _parse_now(value: str | None) -> datetime | None:
-    return None if value is None else parse_time(value, "--now")
 
 
 def _scored_json(result: Any) -> list[dict[str, Any]]:
@@ -109,7 +104,7 @@ def memory_import(
         speakers.extend(read_speaker_contacts(as_file))
 
     async def _import() -> Any:
-        async with memory_ops(settings, chosen) as ops:
+        async with memory_ops(settings, chosen, cli.clock) as ops:
             if ops.degraded:
                 typer.secho(
                     f"· {ops.degraded}; importing without vectors (run `persyn memory reindex` later)",
@@ -178,7 +173,7 @@ def memory_recall(
         list[str] | None,
         typer.Option("--participant", "-p", help="Who is present: a name or id (repeat)."),
     ] = None,
-    now: Annotated[str | None, typer.Option("--now", help="Pretend it is this time (ISO 8601).")] = None,
+    now: NowOption = None,
     budget_tokens: Annotated[
         int | None, typer.Option("--budget-tokens", min=1, help="Context budget.")
     ] = None,
@@ -194,6 +189,7 @@ def memory_recall(
     from persyn.runtime.memory_ops import memory_ops, read_queries
 
     cli = CliContext.of(ctx)
+    cli.move_to(now)
     settings = cli.settings
     chosen = settings.agent(agent)
     if (query is None) == (queries is None):
@@ -201,7 +197,7 @@ def memory_recall(
     batch = read_queries(queries) if queries is not None else []
 
     async def _recall() -> None:
-        async with memory_ops(settings, chosen) as ops:
+        async with memory_ops(settings, chosen, cli.clock) as ops:
             if ops.degraded:
                 typer.secho(f"· {ops.degraded}; keyword retrieval only", err=True)
             if queries is not None:
@@ -210,7 +206,7 @@ def memory_recall(
                         item.query,
                         channel=item.channel or channel,
                         participants=item.participants or participant or [],
-                        now=item.now or _parse_now(now),
+                        now=item.now or cli.now(),
                         budget_tokens=budget_tokens,
                         limit=limit,
                     )
@@ -221,7 +217,7 @@ def memory_recall(
                 query,
                 channel=channel,
                 participants=participant or [],
-                now=_parse_now(now),
+                now=cli.now(),
                 budget_tokens=budget_tokens,
                 limit=limit,
             )
@@ -254,7 +250,7 @@ def memory_list(
     chosen = settings.agent(agent)
 
     async def _list() -> list[Any]:
-        async with memory_ops(settings, chosen) as ops:
+        async with memory_ops(settings, chosen, cli.clock) as ops:
             return await ops.store.list_records(chosen.id, limit=limit)
 
     records = run(_list())
@@ -286,7 +282,7 @@ def memory_show(
     chosen = settings.agent(agent)
 
     async def _show() -> Any:
-        async with memory_ops(settings, chosen) as ops:
+        async with memory_ops(settings, chosen, cli.clock) as ops:
             return await ops.show(record_id)
 
     record, messages = run(_show())
@@ -319,7 +315,7 @@ def memory_forget(
     chosen = settings.agent(agent)
 
     async def _forget() -> Any:
-        async with memory_ops(settings, chosen) as ops:
+        async with memory_ops(settings, chosen, cli.clock) as ops:
             return await ops.forget(record_id)
 
     record = run(_forget())
@@ -341,7 +337,7 @@ def memory_stats(
     chosen = settings.agent(agent)
 
     async def _stats() -> dict[str, object]:
-        async with memory_ops(settings, chosen) as ops:
+        async with memory_ops(settings, chosen, cli.clock) as ops:
             return await ops.store.record_stats(chosen.id)
 
     stats = run(_stats())
@@ -393,19 +389,20 @@ def memory_cull(
     ctx: typer.Context,
     agent: AgentOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be deleted.")] = False,
-    now: Annotated[str | None, typer.Option("--now", help="Pretend it is this time (ISO 8601).")] = None,
+    now: NowOption = None,
 ) -> None:
     """Delete memories rated below [memory] cull_below_importance AND older than
     cull_after_days (defaults 3/10 and 14 days); important memories stay regardless of age."""
     from persyn.runtime.memory_ops import memory_ops
 
     cli = CliContext.of(ctx)
+    cli.move_to(now)
     settings = cli.settings
     chosen = settings.agent(agent)
 
     async def _cull() -> list[Any]:
-        async with memory_ops(settings, chosen) as ops:
-            return await ops.cull(dry_run=dry_run, now=_parse_now(now))
+        async with memory_ops(settings, chosen, cli.clock) as ops:
+            return await ops.cull(dry_run=dry_run, now=cli.now())
 
     doomed = run(_cull())
     verb = "would delete" if dry_run else "deleted"
@@ -426,7 +423,7 @@ def memory_reindex(ctx: typer.Context, agent: AgentOption = None) -> None:
     chosen = settings.agent(agent)
 
     async def _reindex() -> int:
-        async with memory_ops(settings, chosen) as ops:
+        async with memory_ops(settings, chosen, cli.clock) as ops:
             progress, update = progress_bar("re-embedding")
             with progress:
                 return await ops.reindex(update)

@@ -21,7 +21,7 @@ from persyn.cli import (
     setup,
     usage,
 )
-from persyn.cli.context import CliContext, HomeOption
+from persyn.cli.context import NOW_HELP, CliContext, HomeOption
 from persyn.cli.help import command_group
 from persyn.cli.render import error_text
 from persyn.cli.times import parse_time
@@ -51,8 +51,7 @@ def _root(
         str | None,
         typer.Option(
             "--now",
-            help="Run as if it were this ISO time (the clock then moves on in real time): for "
-            "trying reminders and the heartbeat, and for tests.",
+            help=NOW_HELP,
             show_default=False,
         ),
     ] = None,

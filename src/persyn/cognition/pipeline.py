@@ -186,6 +186,10 @@ async def receive(
         speaker = (identity, event.speaker.display_name, event.speaker.kind)
     # Derived, not fresh: if this step is re-run after a crash the input is not stored twice.
     message_id = derived_id(event.received_at, event.id, "inbound")
+    # Dialog is read in time order, so an input stamped by a sender's clock that runs ahead
+    # of this one (`persyn --now <later> send`) would sort after everything said after it.
+    # Nothing arrives later than the moment it is received.
+    arrived = min(event.received_at, now)
 
     def inbound(person: Person | None, conversation: Conversation) -> Message:
         speaker_name = "system"
@@ -199,7 +203,7 @@ async def receive(
             person_id=person.id if person is not None else None,
             speaker_name=speaker_name,
             text=event.text,
-            created_at=event.received_at,
+            created_at=arrived,
             event_id=event.id,
         )
 
@@ -228,7 +232,7 @@ async def receive(
         person_id=person_id,
         speaker_name=speaker_name,
         inbound_message_id=message_id,
-        received_at=event.received_at,
+        received_at=arrived,
         participant_ids=tuple(dict.fromkeys((*conversation.participant_ids, *_present(event)))),
     )
 

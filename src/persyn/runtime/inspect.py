@@ -23,6 +23,7 @@ from persyn.store.base import (
     Observation,
     ObservationChange,
     Person,
+    Role,
 )
 from persyn.store.schema import checked_address
 from persyn.tools._contacts import named_contact
@@ -39,7 +40,6 @@ __all__ = [
     "contact",
     "contacts",
     "conversation_dialog",
-    "deliberation_traces",
     "list_conversations",
     "merge_contacts",
     "opened_store",
@@ -69,23 +69,21 @@ async def list_conversations(
 
 
 async def conversation_dialog(
-    settings: Settings, agent: AgentConfig, conversation_id: str
-) -> tuple[Conversation, list[Message]]:
+    settings: Settings, agent: AgentConfig, conversation_id: str, *, deliberation: bool = False
+) -> tuple[Conversation, list[Message], dict[str, dict[str, Any]]]:
+    """A conversation, its dialog and, with `deliberation`, what deliberation did for each
+    inbound message (critics' objections or why a critic was skipped, the decision)."""
     wanted = parse_id(conversation_id, what="conversation id")
     async with opened_store(settings) as store:
         conversation = await store.get_conversation(agent.id, wanted)
         if conversation is None:
             raise InputError(f"agent {agent.name} has no conversation {wanted!r}")
-        return conversation, await store.recent_messages(agent.id, wanted, _DIALOG_LIMIT)
-
-
-async def deliberation_traces(
-    settings: Settings, agent: AgentConfig, event_ids: list[str]
-) -> dict[str, dict[str, Any]]:
-    """What deliberation did per event: critics (objections or why skipped), the decision."""
-    async with opened_store(settings) as store:
-        found = await store.deliberation_traces(agent.id, event_ids)
-    return {trace.event_id: trace.trace for trace in found}
+        messages = await store.recent_messages(agent.id, wanted, _DIALOG_LIMIT)
+        traces: dict[str, dict[str, Any]] = {}
+        if deliberation:
+            inbound = [m.event_id for m in messages if m.event_id and m.role is not Role.AGENT]
+            traces = {t.event_id: t.trace for t in await store.deliberation_traces(agent.id, inbound)}
+    return conversation, messages, traces
 
 
 # contacts (SPEC §4.5 directory browsing; the first slice of the people issue) -------------
@@ -180,7 +178,14 @@ async def change_identity(
 
 
 async def change_address(
-    settings: Settings, agent: AgentConfig, person_id: str, label: str, value: str, *, add: bool
+    settings: Settings,
+    agent: AgentConfig,
+    person_id: str,
+    label: str,
+    value: str,
+    *,
+    add: bool,
+    now: datetime,
 ) -> tuple[Person, bool]:
     """Give a contact an address, or take one away (SPEC §4.5 out-of-band curation). Returns
     the contact and whether anything changed (False: they already had it, when adding)."""
@@ -188,7 +193,7 @@ async def change_address(
     async with opened_store(settings) as store:
         person = await _person(store, agent, person_id)
         if add:
-            return person, await store.add_address(agent.id, person.id, label, value, datetime.now(UTC))
+            return person, await store.add_address(agent.id, person.id, label, value, now)
         if not await store.remove_address(agent.id, person.id, label, value):
             raise InputError(
                 f"contact {person.display_name} ({person.id}) has no {label} address {value!r} "

@@ -5,7 +5,7 @@ A running daemon picks the change up at its next scheduler tick."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
@@ -13,7 +13,7 @@ from persyn.core.ids import parse_id
 from persyn.runtime.autonomy import ActivityEntry, recent_activity, window_tokens
 from persyn.runtime.inspect import opened_store
 from persyn.schedule import delete_heartbeat, heartbeat_status, restore_heartbeat
-from persyn.store.base import Goal, Reminder
+from persyn.store.base import Goal, Reminder, Store
 
 __all__ = [
     "HeartbeatView",
@@ -36,8 +36,9 @@ class HeartbeatView:
     activity: list[ActivityEntry] = field(default_factory=list[ActivityEntry])
 
 
-async def heartbeat(settings: Settings, agent: AgentConfig, limit: int = 10) -> HeartbeatView:
-    now = datetime.now(UTC)
+async def heartbeat(settings: Settings, agent: AgentConfig, now: datetime, limit: int = 10) -> HeartbeatView:
+    """The heartbeat, the autonomy budget spent in the 24 hours up to `now` (the command's
+    clock, moved with `persyn --now` like the runs it counts), and the latest runs."""
     async with opened_store(settings) as store:
         beat = await heartbeat_status(store, agent.id)
         tokens = await window_tokens(store, agent.id, now)
@@ -50,10 +51,10 @@ async def sleep(settings: Settings, agent: AgentConfig) -> bool:
         return await delete_heartbeat(store, agent.id)
 
 
-async def wake(settings: Settings, agent: AgentConfig) -> Reminder:
+async def wake(settings: Settings, agent: AgentConfig, now: datetime) -> Reminder:
     every = int(settings.autonomy.heartbeat_minutes * 60)
     async with opened_store(settings) as store:
-        return await restore_heartbeat(store, agent.id, every, datetime.now(UTC))
+        return await restore_heartbeat(store, agent.id, every, now)
 
 
 async def agent_reminders(settings: Settings, agent: AgentConfig, include_cancelled: bool) -> list[Reminder]:
@@ -72,17 +73,25 @@ async def reminder(
     """One of the agent's reminders and what happened the last times it fired."""
     wanted = parse_id(reminder_id, what="reminder id")
     async with opened_store(settings) as store:
-        found = await store.get_reminder(agent.id, wanted)
-        if found is None or found.kind != "reminder":
-            raise InputError(f"agent {agent.name} has no reminder {wanted!r} (see `persyn reminders list`)")
+        found = await _reminder(store, agent, wanted)
         runs = await store.recent_activity(agent.id, limit=10, reminder_id=wanted)
     return found, runs
 
 
-async def cancel_reminder(settings: Settings, agent: AgentConfig, reminder_id: str) -> Reminder:
-    found, _ = await reminder(settings, agent, reminder_id)
+async def _reminder(store: Store, agent: AgentConfig, wanted: str) -> Reminder:
+    found = await store.get_reminder(agent.id, wanted)
+    if found is None or found.kind != "reminder":
+        raise InputError(f"agent {agent.name} has no reminder {wanted!r} (see `persyn reminders list`)")
+    return found
+
+
+async def cancel_reminder(
+    settings: Settings, agent: AgentConfig, reminder_id: str, now: datetime
+) -> Reminder:
+    wanted = parse_id(reminder_id, what="reminder id")
     async with opened_store(settings) as store:
-        return await store.cancel_reminder(agent.id, found.id, datetime.now(UTC))
+        found = await _reminder(store, agent, wanted)
+        return await store.cancel_reminder(agent.id, found.id, now)
 
 
 async def activity(

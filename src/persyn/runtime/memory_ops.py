@@ -7,12 +7,13 @@ import json
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError, ToolError
 from persyn.core.ids import is_id, parse_id
@@ -52,6 +53,7 @@ class MemoryOps:
     store: Store
     embedder: Embedder | None
     degraded: str | None
+    clock: Clock = field(default_factory=SystemClock)  # the command's (`persyn --now`)
 
     @property
     def retriever(self) -> Retriever:
@@ -76,7 +78,7 @@ class MemoryOps:
         except ToolError as exc:
             raise InputError(f"participant {name_or_id!r}: {exc}") from exc
         identity = Identity(service=_IMPORT_SERVICE, channel=channel or "history", speaker_id=name.lower())
-        person = await self.store.resolve_person(self.agent.id, identity, name, "human", datetime.now(UTC))
+        person = await self.store.resolve_person(self.agent.id, identity, name, "human", self.clock.now())
         return person.id
 
     async def attributed(self, attributions: Sequence[SpeakerContact]) -> dict[str, str]:
@@ -138,7 +140,7 @@ class MemoryOps:
             query,
             channel=channel or DEFAULT_RECALL_CHANNEL,
             participants=ids,
-            now=now or datetime.now(UTC),
+            now=now or self.clock.now(),
             budget_tokens=budget_tokens or self.budget_tokens(),
             limit=limit,
         )
@@ -164,7 +166,7 @@ class MemoryOps:
     async def cull(self, *, dry_run: bool, now: datetime | None = None) -> list[MemoryRecord]:
         """SPEC §4.1: delete records rated below the threshold AND older than the age limit."""
         config = self.settings.memory
-        moment = now or datetime.now(UTC)
+        moment = now or self.clock.now()
         doomed = await self.store.cull_candidates(
             self.agent.id,
             below_importance=config.cull_below_importance,
@@ -193,16 +195,19 @@ class MemoryOps:
 
 
 @asynccontextmanager
-async def memory_ops(settings: Settings, agent: AgentConfig) -> AsyncIterator[MemoryOps]:
+async def memory_ops(
+    settings: Settings, agent: AgentConfig, clock: Clock | None = None
+) -> AsyncIterator[MemoryOps]:
+    clock = clock or SystemClock()
     async with opened_store(settings) as store:
-        await store.ensure_agent(agent.id, agent.name, datetime.now(UTC))
+        await store.ensure_agent(agent.id, agent.name, clock.now())
         embedder: Embedder | None
         degraded: str | None = None
         try:
             embedder = embedder_from_config(settings.memory)
         except Exception as exc:  # fail soft: keyword retrieval still works
             embedder, degraded = None, f"encoder {settings.memory.embedder!r} unavailable: {exc}"
-        yield MemoryOps(settings, agent, store, embedder, degraded)
+        yield MemoryOps(settings, agent, store, embedder, degraded, clock)
 
 
 class RecallQuery(BaseModel):

@@ -266,8 +266,9 @@ def open_conversation_row(
     idle = timedelta(seconds=idle_timeout_seconds)
     params = {"p_agent_id": agent_id, "p_service": service, "p_channel": channel, "p_kind": kind}
     row = connection.execute(_SQL_OPEN_CONVERSATION, params).first()
-    if row is not None and now - row.last_activity_at > idle:
-        connection.execute(update(conversations).where(conversations.c.id == row.id).values(closed_at=now))
+    if row is not None and (now - row.last_activity_at > idle or row.last_activity_at - now > _AHEAD):
+        ended = max(now, row.last_activity_at)
+        connection.execute(update(conversations).where(conversations.c.id == row.id).values(closed_at=ended))
         row = None
     if row is not None:
         joined = {"p_id": row.id, "p_participants": _unique([*row.participants, *participants]), "p_now": now}
@@ -302,6 +303,13 @@ def add_message_row(connection: Connection, message: Message) -> bool:
 
 
 _messages_fts = table("messages_fts", column("rowid", Integer))
+
+
+# A conversation last active further ahead of this clock than hosts' clocks drift apart
+# was written under a clock moved forward (`persyn --now <later> ...`). Dialog is read in
+# time order, so continuing it would put everything said from now on before those rows:
+# it ends (when it was last active), and a new conversation begins.
+_AHEAD = timedelta(minutes=1)
 
 
 _SQL_OPEN_CONVERSATION = select(conversations).where(

@@ -240,7 +240,7 @@ async def test_a_cancelled_reminder_never_fires_and_the_operator_sees_what_ran(
         dropped = await set_reminder(
             pilot.store, AGENT.id, "call the bank", at_trigger(START + timedelta(minutes=10), START), START
         )
-        cancelled = await cancel_reminder(pilot.settings, AGENT, dropped.id)
+        cancelled = await cancel_reminder(pilot.settings, AGENT, dropped.id, START)
         assert cancelled.status.value == "cancelled"
         assert await pilot.fire(timedelta(minutes=11)) == 1  # only the one still active
         shown, runs = await reminder(pilot.settings, AGENT, kept.id)
