@@ -38,7 +38,7 @@ def test_bad_ids_and_names_are_clear_errors_that_change_nothing(persyn: Persyn) 
     persyn.run("chat", "--as", "Sam", input="hi\n")
     (sam,) = json.loads(persyn.run("contacts", "list", "--json").stdout)
     bad = persyn.run("contacts", "show", "not-an-id")
-    assert bad.returncode != 0 and "contact id" in bad.stderr
+    assert bad.returncode != 0 and "has no contact named exactly 'not-an-id'" in bad.stderr
     missing = persyn.run("contacts", "rename", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "X")
     assert missing.returncode != 0 and "has no contact" in missing.stderr
     empty = persyn.run("contacts", "rename", sam["id"], "  ")

@@ -64,7 +64,7 @@ def test_bad_addresses_are_clear_errors_that_change_nothing(persyn: Persyn) -> N
         (("add-address", sam_id, "e mail", "sam@example.com"), "invalid address label"),
         (("add-address", sam_id, "email", "  "), "invalid address"),
         (("add-address", sam_id, "email", "a\nb"), "one line"),
-        (("add-address", "not-an-id", "email", "sam@example.com"), "contact id"),
+        (("add-address", "not-an-id", "email", "sam@example.com"), "no contact named exactly"),
         (("add-address", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "email", "x@example.com"), "has no contact"),
         (("remove-address", sam_id, "email", "never@example.com"), "has no email address"),
     ]

@@ -58,4 +58,4 @@ def test_observations_and_dossier_after_a_conversation_closes(persyn: Persyn, tm
     shown = persyn.run("people", "observations", sam["id"], "--history").stdout
     assert "added: None -> 'works as a teacher'" in shown
     bad = persyn.run("people", "observations", "nope")
-    assert bad.returncode != 0 and "contact id" in bad.stderr
+    assert bad.returncode != 0 and "has no contact named exactly 'nope'" in bad.stderr

@@ -10,7 +10,16 @@ from persyn.cli.context import AgentOption, CliContext, JsonOption, fail, run
 from persyn.cli.help import command_group
 from persyn.cli.render import dump_json, echo, one_line
 
-__all__ = ["register"]
+__all__ = ["ContactArgument", "register"]
+
+# Every command that takes a contact resolves it with `named_contact` (tools/_contacts.py).
+ContactArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="WHO",
+        help="The contact: their id, or a name only they go by, case aside (see `contacts list`).",
+    ),
+]
 
 
 contacts_app = command_group(
@@ -57,7 +66,7 @@ def _address_json(address: Any) -> dict[str, Any]:
 @contacts_app.command("show")
 def contacts_show(
     ctx: typer.Context,
-    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID (see `contacts list`).")],
+    person_id: ContactArgument,
     agent: AgentOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -111,7 +120,7 @@ def contacts_show(
 @contacts_app.command("rename")
 def contacts_rename(
     ctx: typer.Context,
-    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    person_id: ContactArgument,
     name: Annotated[str, typer.Argument(metavar="NAME", help="The new display name (1-64 characters).")],
     agent: AgentOption = None,
 ) -> None:
@@ -127,8 +136,13 @@ def contacts_rename(
 @contacts_app.command("merge")
 def contacts_merge(
     ctx: typer.Context,
-    survivor: Annotated[str, typer.Argument(metavar="SURVIVOR", help="The contact that remains.")],
-    other: Annotated[str, typer.Argument(metavar="OTHER", help="The duplicate folded into it (then gone).")],
+    survivor: Annotated[
+        str, typer.Argument(metavar="SURVIVOR", help="The contact that remains: id or unique name.")
+    ],
+    other: Annotated[
+        str,
+        typer.Argument(metavar="OTHER", help="The duplicate folded into it (then gone): id or unique name."),
+    ],
     agent: AgentOption = None,
     name: Annotated[str | None, typer.Option("--name", help="The survivor's name afterwards.")] = None,
 ) -> None:
@@ -162,7 +176,7 @@ def _identity_command(
 @contacts_app.command("attach")
 def contacts_attach(
     ctx: typer.Context,
-    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    person_id: ContactArgument,
     service: Annotated[str, typer.Argument(metavar="SERVICE", help="e.g. terminal, slack.")],
     channel: Annotated[str, typer.Argument(metavar="CHANNEL", help="The channel on that service.")],
     speaker: Annotated[str, typer.Argument(metavar="SPEAKER", help="The sender id the channel reports.")],
@@ -175,7 +189,7 @@ def contacts_attach(
 @contacts_app.command("detach")
 def contacts_detach(
     ctx: typer.Context,
-    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    person_id: ContactArgument,
     service: Annotated[str, typer.Argument(metavar="SERVICE")],
     channel: Annotated[str, typer.Argument(metavar="CHANNEL")],
     speaker: Annotated[str, typer.Argument(metavar="SPEAKER")],
@@ -211,7 +225,7 @@ def _address_command(
 @contacts_app.command("add-address")
 def contacts_add_address(
     ctx: typer.Context,
-    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    person_id: ContactArgument,
     label: Annotated[str, typer.Argument(metavar="LABEL", help=_ADDRESS_LABEL_HELP)],
     value: Annotated[str, typer.Argument(metavar="VALUE", help="The address, e.g. sam@example.com.")],
     agent: AgentOption = None,
@@ -224,7 +238,7 @@ def contacts_add_address(
 @contacts_app.command("remove-address")
 def contacts_remove_address(
     ctx: typer.Context,
-    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    person_id: ContactArgument,
     label: Annotated[str, typer.Argument(metavar="LABEL", help=_ADDRESS_LABEL_HELP)],
     value: Annotated[str, typer.Argument(metavar="VALUE", help="The address, as `contacts show` prints it.")],
     agent: AgentOption = None,
@@ -236,7 +250,7 @@ def contacts_remove_address(
 @contacts_app.command("prefer")
 def contacts_prefer(
     ctx: typer.Context,
-    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    person_id: ContactArgument,
     channel: Annotated[
         str, typer.Argument(metavar="CHANNEL", help="SERVICE:CHANNEL, e.g. terminal:terminal.")
     ],

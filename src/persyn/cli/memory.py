@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, NowOption, run
 from persyn.cli.help import command_group
-from persyn.cli.render import block, dump_json, echo, message_line, one_line, progress_bar
+from persyn.cli.render import block, dump_json, echo, message_line, one_line, progress_bar, table
 from persyn.core.errors import PersynError
+
+if TYPE_CHECKING:
+    from persyn.memory.importer import ImportProblem
 
 __all__ = ["register"]
 
@@ -54,13 +59,35 @@ def memory_import(
         int | None,
         typer.Option("--budget", min=0, metavar="TOKENS", help="With --extract: stop before spending more."),
     ] = None,
+    as_contact: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--as",
+            metavar="NAME=CONTACT",
+            help="The person called NAME in the file is this existing contact (an id or a name only "
+            "they go by), typically yourself; repeat for several.",
+        ),
+    ] = None,
+    as_file: Annotated[
+        Path | None,
+        typer.Option("--as-file", metavar="FILE", help="NAME=CONTACT pairs, one per line (# comments)."),
+    ] = None,
 ) -> None:
     """Import history: one JSON object per line with `time` (ISO 8601), `channel`,
     `participants` (names or person ids), `summary`, and optional `importance`, `tags`,
-    `sensitivity`, `ref`, `dialog` ([{speaker, text, time}]). Bad lines are reported with their
-    line number; good lines are imported; re-importing a `ref` never duplicates. Imported
-    conversations are stored closed and already remembered: no model is called for them
-    unless you ask for --extract."""
+    `sensitivity`, `ref`, `dialog` ([{speaker, text, time}]). Good lines are imported; bad
+    lines are counted and the first few shown with their line numbers; re-importing a `ref`
+    never duplicates. Imported conversations are stored closed and already remembered: no
+    model is called for them unless you ask for --extract.
+
+    A name nobody goes by becomes a contact of its own; `--as "Sam=CONTACT"` makes everything
+    Sam said or took part in that contact's, as if they had said it live (import your own
+    history with `--as "Me=<your contact>"`, as `persyn contacts list` shows you).
+
+    Exit codes: 0 when every line was imported or already present; 1 when some lines were
+    rejected (the others are imported all the same; re-run after fixing them); 2 when nothing
+    could be imported (no such file, a bad option, an unknown or ambiguous --as contact)."""
+    from persyn.memory.importer import parse_speaker_contact, read_speaker_contacts
     from persyn.runtime.memory_ops import estimate_extraction, extract_imported, memory_ops
 
     cli = CliContext.of(ctx)
@@ -72,6 +99,9 @@ def memory_import(
         raise PersynError("--extract needs --budget TOKENS (--budget 0 prints the estimate only)")
     if budget is not None and not extract:
         raise PersynError("--budget applies to --extract only")
+    speakers = [parse_speaker_contact(text, "--as") for text in as_contact or []]
+    if as_file is not None:
+        speakers.extend(read_speaker_contacts(as_file))
 
     async def _import() -> Any:
         async with memory_ops(settings, chosen, cli.clock) as ops:
@@ -80,11 +110,11 @@ def memory_import(
                     f"· {ops.degraded}; importing without vectors (run `persyn memory reindex` later)",
                     err=True,
                 )
+            await ops.attributed(speakers)  # every --as contact exists, before the progress bar
             progress, update = progress_bar("embedding")
             with progress:
-                report = await ops.import_file(path, update)
-            for problem in report.problems:
-                typer.secho(f"{path}:{problem.line}: {problem.reason}", err=True, fg=typer.colors.YELLOW)
+                report = await ops.import_file(path, update, speakers)
+            _report_rejected(path, report.problems)
             repaired = f", links completed {report.repaired}" if report.repaired else ""
             typer.echo(
                 f"imported {report.imported}, already present {report.duplicates}, "
@@ -111,8 +141,24 @@ def memory_import(
         return report
 
     report = run(_import())
-    if report.problems and not report.imported:
-        raise typer.Exit(1)
+    raise typer.Exit(1 if report.problems else 0)
+
+
+_SHOWN_PROBLEMS = 5
+
+
+def _report_rejected(path: Path, problems: Sequence[ImportProblem]) -> None:
+    """The lines not imported, apart from the records: how many, and the first few."""
+    if not problems:
+        return
+    shown = problems[:_SHOWN_PROBLEMS]
+    lines = "line" if len(problems) == 1 else "lines"
+    which = f" (the first {len(shown)})" if len(shown) < len(problems) else ""
+    echo(f"rejected {len(problems)} {lines} of {path}{which}:", err=True, fg=typer.colors.YELLOW)
+    for problem in shown:
+        echo(f"  {path}:{problem.line}: {one_line(problem.reason)}", err=True, fg=typer.colors.YELLOW)
+    if len(shown) < len(problems):
+        echo(f"  … and {len(problems) - len(shown)} more", err=True, fg=typer.colors.YELLOW)
 
 
 @memory_app.command("recall")
@@ -282,7 +328,8 @@ def memory_stats(
     agent: AgentOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """How many memories, by channel, sensitivity and importance; which encoder made the vectors."""
+    """How many memories, by channel, sensitivity, importance and kind, and which encoder made
+    their vectors: a table per grouping (--json: the same numbers as one object)."""
     from persyn.runtime.memory_ops import memory_ops
 
     cli = CliContext.of(ctx)
@@ -294,7 +341,47 @@ def memory_stats(
             return await ops.store.record_stats(chosen.id)
 
     stats = run(_stats())
-    echo(dump_json(stats, indent=2 if as_json else 1))
+    if as_json:
+        echo(dump_json(stats))
+        return
+    echo(_stats_text(chosen.name, stats))
+
+
+def _counts(value: object) -> list[tuple[str, int]]:
+    """A `record_stats` grouping (name -> count) as rows, largest first."""
+    grouped: dict[Any, Any] = value if isinstance(value, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+    return sorted(((str(k), int(v)) for k, v in grouped.items()), key=lambda row: (-row[1], row[0]))
+
+
+def _stats_text(agent_name: str, stats: dict[str, object]) -> str:
+    """`record_stats` as the other commands print: a line, then a table per grouping."""
+    from persyn.core.records import Sensitivity
+
+    count, oldest, newest = stats["count"], stats["oldest"], stats["newest"]
+    if not count or not isinstance(oldest, datetime) or not isinstance(newest, datetime):
+        return (
+            f"{one_line(agent_name)} has no memories yet: they form when a conversation closes, "
+            "or come from `persyn memory import`."
+        )
+    levels = [level.value for level in Sensitivity]
+    by_level = sorted(
+        _counts(stats["by_sensitivity"]), key=lambda row: levels.index(row[0]) if row[0] in levels else 99
+    )
+    by_importance = sorted(_counts(stats["by_importance"]), key=lambda row: -int(row[0]))
+    vectors = [*_counts(stats["vectors_by_model"]), ("without a vector", int(str(stats["without_vector"])))]
+    sections = [
+        table(("channel", "memories"), _counts(stats["by_channel"])),
+        table(("sensitivity", "memories"), by_level),
+        table(("importance", "memories"), by_importance),
+        table(("kind", "memories"), _counts(stats["by_kind"])),
+        table(("encoder", "memories"), vectors),
+        table(("dimensions", "memories"), _counts(stats["vectors_by_dims"])),
+    ]
+    first = (
+        f"{one_line(agent_name)} has {count} memories, from {oldest:%Y-%m-%d %H:%M} "
+        f"to {newest:%Y-%m-%d %H:%M} UTC."
+    )
+    return "\n\n".join([first, *sections])
 
 
 @memory_app.command("cull")

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from persyn.cli.contacts import ContactArgument
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
 from persyn.cli.help import command_group
 from persyn.cli.render import dump_json, echo, one_line
@@ -19,7 +20,7 @@ people_app = command_group("What the agent has observed about people, and its br
 @people_app.command("observations")
 def people_observations(
     ctx: typer.Context,
-    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID (see `contacts list`).")],
+    person_id: ContactArgument,
     agent: AgentOption = None,
     history: Annotated[
         bool, typer.Option("--history", help="Also show how each observation changed, and why.")
@@ -57,7 +58,7 @@ def people_observations(
 @people_app.command("dossier")
 def people_dossier(
     ctx: typer.Context,
-    person_id: Annotated[str, typer.Argument(metavar="ID", help="The contact's ULID.")],
+    person_id: ContactArgument,
     agent: AgentOption = None,
 ) -> None:
     """The agent's briefing on a person, as last synthesised from their observations."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import typer
@@ -40,6 +41,7 @@ __all__ = [
     "message_line",
     "one_line",
     "progress_bar",
+    "table",
     "trace_lines",
     "visible",
 ]
@@ -152,3 +154,16 @@ def progress_bar(description: str) -> tuple[Any, Any]:
         progress.update(task, completed=done, total=total)
 
     return progress, update
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A plain-text table: the first column left-aligned, the others right-aligned (they are
+    counts), a rule under the headers; every cell shown as `one_line`."""
+    lines = [tuple(headers), *(tuple(one_line(cell) for cell in row) for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
+
+    def fmt(cells: tuple[str, ...]) -> str:
+        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join((cells[0].ljust(widths[0]), *rest)).rstrip()
+
+    return "\n".join([fmt(lines[0]), "  ".join("-" * w for w in widths), *(fmt(line) for line in lines[1:])])

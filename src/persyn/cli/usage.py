@@ -20,6 +20,10 @@ def usage(
     since: Annotated[
         str | None, typer.Option("--since", help="ISO time or a span like 30m, 12h, 7d.")
     ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", "-a", help="Only this agent's calls (name or id); default: every agent's."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Sum the usage ledger exactly once (records are deduplicated by id).
@@ -30,11 +34,19 @@ def usage(
 
     cli = CliContext.of(ctx)
     settings = cli.settings
-    report = summarize(settings.usage_log_path, by=by, since=cli.since(since))
+    chosen = None if agent is None else settings.agent(agent)
+    report = summarize(
+        settings.usage_log_path,
+        by=by,
+        since=cli.since(since),
+        agent_id=None if chosen is None else chosen.id,
+    )
     if as_json:
         echo(dump_json(report.model_dump(mode="json")))
-    else:
-        echo(render_summary(report))
+        return
+    if chosen is not None:
+        echo(f"{chosen.name}'s usage ({chosen.id}):")
+    echo(render_summary(report))
 
 
 def register(app: typer.Typer) -> None:

@@ -35,6 +35,11 @@ The file is JSON Lines, one record per line:
   id is derived from the line, so a killed import re-run completes exactly what is missing.
   Re-running a file an older version imported repairs what that version left: a record
   without its message links gets them, a conversation left open is closed, its consolidation done.
+- `--as NAME=CONTACT` (`SpeakerContact`) says that a participant or speaker called NAME in the
+  file is an existing contact: the resolver the caller passes maps NAME to that contact's id,
+  so the records and dialog name them exactly as if they had said it live, and the access
+  rules (memory/access.py) treat it as theirs. Every other name still becomes a contact of
+  its own. A line imported before keeps the people it was imported with (its ref is known).
 """
 
 from __future__ import annotations
@@ -64,16 +69,20 @@ __all__ = [
     "ImportProblem",
     "ImportReport",
     "ParticipantResolver",
+    "SpeakerContact",
     "import_channel_key",
     "import_jsonl",
     "imported_conversation_id",
+    "parse_speaker_contact",
+    "read_speaker_contacts",
 ]
 
 IMPORT_SERVICE = "import"
 
 # (name or person id, channel key) -> person id. The CLI creates people it has not met.
 ParticipantResolver = Callable[[str, str], Awaitable[str]]
-Progress = Callable[[int, int], None]  # (lines done, lines in the file)
+# (records done, records in the file): lines that parse, so bad lines never count.
+Progress = Callable[[int, int], None]
 
 _LATEST = datetime(9999, 12, 30, tzinfo=UTC)  # undated dialog lines add milliseconds to it
 _SKIP_CHUNK = 1 << 16
@@ -93,6 +102,53 @@ class ImportLimits:
     max_tags: int = 32
     max_label_chars: int = 100  # a tag, the emotion
     max_channel_chars: int = 200
+
+
+@dataclass(frozen=True)
+class SpeakerContact:
+    """`NAME=CONTACT`: the person called NAME in an import file is the existing contact
+    CONTACT (an id or a name exactly one contact goes by). `where` is where it was given
+    (`--as`, or `FILE:LINE`), for errors."""
+
+    name: str
+    contact: str
+    where: str
+
+
+_MAX_ATTRIBUTION_FILE_BYTES = 1 << 20
+
+
+def parse_speaker_contact(text: str, where: str, limits: ImportLimits | None = None) -> SpeakerContact:
+    """One `NAME=CONTACT` (split at the first `=`), or an InputError naming `where`."""
+    limits = limits or ImportLimits()
+    name, equals, contact = text.partition("=")
+    name, contact = " ".join(name.split()), contact.strip()
+    if not equals or not name or not contact:
+        raise InputError(f'{where}: {text!r}: use NAME=CONTACT, e.g. Sam=01J9Z3K4W5... or Sam="Sam Okafor"')
+    if len(name) > limits.max_name_chars or "\x00" in text:
+        raise InputError(f"{where}: {text!r}: a name is 1 to {limits.max_name_chars} characters, without NUL")
+    return SpeakerContact(name=name, contact=contact, where=where)
+
+
+def read_speaker_contacts(path: Path, limits: ImportLimits | None = None) -> list[SpeakerContact]:
+    """Every `NAME=CONTACT` line of a mapping file (blank lines and `#` comments skipped),
+    all checked before any is used."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(_MAX_ATTRIBUTION_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+    if len(raw) > _MAX_ATTRIBUTION_FILE_BYTES:
+        raise InputError(f"{path}: a mapping file is at most {_MAX_ATTRIBUTION_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not valid UTF-8 (bad byte at position {exc.start})") from exc
+    return [
+        parse_speaker_contact(line, f"{path}:{number}", limits)
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 class _Strict(BaseModel):
@@ -221,7 +277,11 @@ async def import_jsonl(
     """Import `path` into `agent`'s memory (see the module docstring for the format)."""
     limits = limits or ImportLimits()
     try:
-        total = sum(1 for _ in _lines(path, limits.max_line_bytes))
+        total = sum(
+            1
+            for number, raw in _lines(path, limits.max_line_bytes)
+            if not isinstance(raw, ImportProblem) and isinstance(_parse(number, raw, limits), ImportLine)
+        )
     except OSError as exc:
         raise InputError(f"cannot read import file {str(path)!r}: {exc.strerror or exc}") from exc
     problems: list[ImportProblem] = []
@@ -245,7 +305,6 @@ async def import_jsonl(
         parsed = raw if isinstance(raw, ImportProblem) else _parse(number, raw, limits)
         if isinstance(parsed, ImportProblem):
             problems.append(parsed)
-            done += 1
             continue
         ref = parsed.key()
         known = None if ref in seen else await store.get_record_by_ref(agent.id, ref)

@@ -26,6 +26,7 @@ from persyn.store.base import (
     Role,
 )
 from persyn.store.schema import checked_address
+from persyn.tools._contacts import named_contact
 
 __all__ = [
     "PREFERRED_CHANNEL",
@@ -120,12 +121,9 @@ async def contacts(settings: Settings, agent: AgentConfig) -> list[Contact]:
     return [Contact(person=p, addresses=by_person.get(p.id, [])) for p in people]
 
 
-async def _person(store: Store, agent: AgentConfig, person_id: str) -> Person:
-    wanted = parse_id(person_id, what="contact id")
-    person = await store.get_person(agent.id, wanted)
-    if person is None:
-        raise InputError(f"agent {agent.name} has no contact {wanted!r} (see `persyn contacts list`)")
-    return person
+async def _person(store: Store, agent: AgentConfig, who: str) -> Person:
+    """The contact a command names: an id, or a name exactly one contact goes by."""
+    return await named_contact(store, agent.id, agent.name, who)
 
 
 async def contact(settings: Settings, agent: AgentConfig, person_id: str) -> ContactDigest:

@@ -20,12 +20,12 @@ from persyn.core.ids import is_id, parse_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.gateway.registry import context_window_for
 from persyn.memory.embedder import Embedder, embedder_from_config
-from persyn.memory.importer import ImportLimits, ImportReport, import_jsonl
+from persyn.memory.importer import ImportLimits, ImportReport, SpeakerContact, import_jsonl
 from persyn.memory.retrieval import RetrievalResult, Retriever
 from persyn.runtime.inspect import opened_store
 from persyn.store import Store
 from persyn.store.base import Identity, Message
-from persyn.tools._contacts import UnknownContact, resolve_exactly
+from persyn.tools._contacts import UnknownContact, folded, named_contact, resolve_exactly
 from persyn.usage.context import Attribution, bind
 from persyn.usage.records import UsageRecord
 
@@ -63,15 +63,17 @@ class MemoryOps:
         return int(context_window_for(self.settings, self.agent) * self.settings.memory.budget_fraction)
 
     async def resolve_participant(self, name_or_id: str, *, create: bool, channel: str = "") -> str:
-        """The one person a name or id names, with no guessing (`resolve_exactly`: an exact
+        """The one person a name or id names, with no guessing (`named_contact`: an exact
         display name or speaker id, never a prefix). A name several people go by is an
         InputError listing them — never the earliest of them, whose history would then be
         someone else's. Import creates a person for a name nobody goes by; recall does not."""
+        if not create:
+            return (await named_contact(self.store, self.agent.id, self.agent.name, name_or_id)).id
         name = " ".join(name_or_id.split())
         try:
             return (await resolve_exactly(self.store, self.agent.id, name_or_id)).id
         except UnknownContact as exc:
-            if not create or is_id(name):
+            if is_id(name):
                 raise InputError(f"participant {name_or_id!r}: {exc}") from exc
         except ToolError as exc:
             raise InputError(f"participant {name_or_id!r}: {exc}") from exc
@@ -79,10 +81,42 @@ class MemoryOps:
         person = await self.store.resolve_person(self.agent.id, identity, name, "human", self.clock.now())
         return person.id
 
+    async def attributed(self, attributions: Sequence[SpeakerContact]) -> dict[str, str]:
+        """`--as NAME=CONTACT`: each name (folded) -> the contact's id, every contact found
+        exactly (`named_contact`) before anything is imported. The agent's own name is refused
+        (its lines are its own), and so is one name given to two contacts."""
+        chosen: dict[str, tuple[str, SpeakerContact]] = {}
+        for item in attributions:
+            key = folded(item.name)
+            if key == folded(self.agent.name):
+                raise InputError(
+                    f"{item.where}: {item.name!r} is {self.agent.name} itself; its lines are its own"
+                )
+            try:
+                person = await named_contact(self.store, self.agent.id, self.agent.name, item.contact)
+            except InputError as exc:
+                raise InputError(f"{item.where}: {item.name}={item.contact}: {exc}") from exc
+            earlier = chosen.get(key)
+            if earlier is not None and earlier[0] != person.id:
+                raise InputError(
+                    f"{item.where}: {item.name!r} is already {earlier[0]} ({earlier[1].where}); "
+                    "one name is one contact"
+                )
+            chosen[key] = (person.id, item)
+        return {key: person_id for key, (person_id, _) in chosen.items()}
+
     async def import_file(
-        self, path: Path, progress: Callable[[int, int], None] | None = None
+        self,
+        path: Path,
+        progress: Callable[[int, int], None] | None = None,
+        attributions: Sequence[SpeakerContact] = (),
     ) -> ImportReport:
+        speakers = await self.attributed(attributions)
+
         async def resolve(name: str, channel: str) -> str:
+            mapped = speakers.get(folded(name))
+            if mapped is not None:
+                return mapped
             return await self.resolve_participant(name, create=True, channel=channel)
 
         limits = ImportLimits(max_text_chars=self.settings.conversation.max_message_chars)

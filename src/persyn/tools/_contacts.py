@@ -10,11 +10,20 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from persyn.core.errors import ToolError
+from persyn.core.errors import InputError, ToolError
 from persyn.core.ids import is_id, parse_id
 from persyn.store.base import Person, Store
 
-__all__ = ["MAX_LISTED", "SELF_WORDS", "UnknownContact", "describe", "resolve_contact", "resolve_exactly"]
+__all__ = [
+    "MAX_LISTED",
+    "SELF_WORDS",
+    "UnknownContact",
+    "describe",
+    "folded",
+    "named_contact",
+    "resolve_contact",
+    "resolve_exactly",
+]
 
 # Words that mean the agent itself where a tool takes "about whom".
 SELF_WORDS = frozenset({"me", "myself", "self"})
@@ -24,6 +33,11 @@ MAX_LISTED = 10  # names listed in an error, most recently met first
 class UnknownContact(ToolError):
     """No contact goes by that name or id (as opposed to several: a plain ToolError), so a
     caller that may create one (`persyn memory import`) can tell the two apart."""
+
+
+def folded(name: str) -> str:
+    """A name as it is compared: case and spacing aside."""
+    return " ".join(name.split()).casefold()
 
 
 def describe(person: Person) -> str:
@@ -52,11 +66,11 @@ async def resolve_contact(store: Store, agent_id: str, who: str) -> Person:
             raise UnknownContact(f"there is no contact with id {wanted!r}")
         return person
     people = await store.list_persons(agent_id)
-    folded = wanted.casefold()
+    key = wanted.casefold()
     for matches in (
-        [p for p in people if " ".join(p.display_name.split()).casefold() == folded],
-        [p for p in people if " ".join(p.display_name.split()).casefold().startswith(folded + " ")],
-        [p for p in people if any(i.speaker_id.casefold() == folded for i in p.identities)],
+        [p for p in people if folded(p.display_name) == key],
+        [p for p in people if folded(p.display_name).startswith(key + " ")],
+        [p for p in people if any(i.speaker_id.casefold() == key for i in p.identities)],
     ):
         if len(matches) == 1:
             return matches[0]
@@ -81,17 +95,33 @@ async def resolve_exactly(store: Store, agent_id: str, who: str) -> Person:
     if is_id(wanted):
         person = await store.get_person(agent_id, parse_id(wanted))
         if person is None:
-            raise UnknownContact(f"there is no contact with id {wanted!r}")
+            raise UnknownContact(f"no contact with id {wanted!r}")
         return person
-    folded = wanted.casefold()
+    key = wanted.casefold()
+    people = await store.list_persons(agent_id)
     matches = [
         p
-        for p in await store.list_persons(agent_id)
-        if " ".join(p.display_name.split()).casefold() == folded
-        or any(i.speaker_id.casefold() == folded for i in p.identities)
+        for p in people
+        if folded(p.display_name) == key or any(i.speaker_id.casefold() == key for i in p.identities)
     ]
     if len(matches) == 1:
         return matches[0]
     if matches:
         raise ToolError(f"{len(matches)} contacts match {wanted!r}: {_listing(matches)}; give the id")
-    raise UnknownContact(f"there is no contact named exactly {wanted!r}")
+    longer = [p for p in people if folded(p.display_name).startswith(key + " ")]
+    hint = f"; perhaps {_listing(longer)}: give the whole name or the id" if longer else ""
+    raise UnknownContact(f"no contact named exactly {wanted!r}{hint}")
+
+
+async def named_contact(store: Store, agent_id: str, agent_name: str, who: str) -> Person:
+    """The contact an operator's command names (`persyn contacts show Sam`, `people dossier`,
+    `memory recall --participant`, `memory import --as`): exactly `resolve_exactly`, an id or
+    a unique exact name, so a command never acts on someone its operator did not mean. None
+    or several are an InputError (several listed with their ids), naming the agent and where
+    to look."""
+    try:
+        return await resolve_exactly(store, agent_id, who)
+    except UnknownContact as exc:
+        raise InputError(f"agent {agent_name} has {exc} (see `persyn contacts list`)") from exc
+    except ToolError as exc:
+        raise InputError(f"agent {agent_name}: {exc}") from exc

@@ -74,6 +74,7 @@ class LedgerRow(_Frozen):
 class LedgerReport(_Frozen):
     by: str
     since: datetime | None = None
+    agent_id: str | None = None  # only this agent's calls; None: every agent's
     rows: tuple[LedgerRow, ...] = ()
     total: LedgerRow = LedgerRow(key="total")
     records: int = 0  # distinct records counted
@@ -102,9 +103,12 @@ def read_records(path: Path) -> Iterator[UsageRecord | None]:
                 yield None
 
 
-def summarize(path: Path, *, by: str = "stage", since: datetime | None = None) -> LedgerReport:
-    """Sum the ledger at `path` grouped `by` stage | model | channel | conversation | agent."""
-    return summarize_records(read_records(path), by=by, since=since)
+def summarize(
+    path: Path, *, by: str = "stage", since: datetime | None = None, agent_id: str | None = None
+) -> LedgerReport:
+    """Sum the ledger at `path` grouped `by` stage | model | channel | conversation | agent,
+    of one agent's calls when `agent_id` is given."""
+    return summarize_records(read_records(path), by=by, since=since, agent_id=agent_id)
 
 
 def summarize_records(
@@ -112,6 +116,7 @@ def summarize_records(
     *,
     by: str = "stage",
     since: datetime | None = None,
+    agent_id: str | None = None,
 ) -> LedgerReport:
     if by not in GROUP_BY:
         raise InputError(f"cannot group usage by {by!r}; choose one of: {', '.join(GROUP_BY)}")
@@ -132,6 +137,8 @@ def summarize_records(
         seen.add(record.id)
         if since is not None and record.at < since:
             continue
+        if agent_id is not None and record.agent_id != agent_id:
+            continue
         if record.call_id is not None:
             repeated += record.call_id in calls
             calls.add(record.call_id)
@@ -142,6 +149,7 @@ def summarize_records(
     return LedgerReport(
         by=by,
         since=since,
+        agent_id=agent_id,
         rows=tuple(ordered),
         total=total,
         records=total.calls,

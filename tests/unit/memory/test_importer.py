@@ -14,7 +14,7 @@ from persyn.core.config import AgentConfig, MemoryConfig
 from persyn.core.errors import InputError
 from persyn.core.ids import derived_id, id_time, new_id
 from persyn.core.records import Sensitivity
-from persyn.memory.importer import import_jsonl
+from persyn.memory.importer import SpeakerContact, import_jsonl, parse_speaker_contact, read_speaker_contacts
 from persyn.memory.retrieval import Retriever
 from persyn.store import Store, open_store
 from persyn.store.base import Identity
@@ -163,7 +163,7 @@ async def test_embeds_in_batches_and_reports_progress(store: Store, tmp_path: Pa
         path, store, embedder, AGENT, People(store), batch_size=4, progress=lambda d, t: calls.append((d, t))
     )
     assert report.imported == 10 and embedder.calls == 3
-    assert calls[-1] == (11, 11)
+    assert calls[-1] == (10, 10)  # records: the bad line is reported, not counted
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     assert (await store.get_record_by_ref(AGENT.id, "3")) is not None
     assert (await store.get_record_by_ref(AGENT.id, "3")).channel == "import:web"  # type: ignore[union-attr]
@@ -191,3 +191,58 @@ async def test_an_unavailable_encoder_still_imports_for_keyword_recall(store: St
 async def test_an_unreadable_file_is_an_input_error(store: Store, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read import file"):
         await import_jsonl(tmp_path / "missing.jsonl", store, HashEmbedder(), AGENT, People(store))
+
+
+async def test_progress_counts_records_never_bad_lines(store: Store, tmp_path: Path) -> None:
+    """Bad lines before, between and after the records: the bar runs from 0 to the number of
+    records, and a duplicate is a record done."""
+    good = [
+        {"time": "2026-03-01T10:00:00Z", "channel": "web", "summary": f"M{i}", "ref": str(i)}
+        for i in range(5)
+    ]
+    path = _write(
+        tmp_path / "h.jsonl", "oops", good[0], "[1]", good[1], good[2], good[2], "{", good[3], good[4], "x"
+    )
+    calls: list[tuple[int, int]] = []
+    report = await import_jsonl(
+        path,
+        store,
+        HashEmbedder(),
+        AGENT,
+        People(store),
+        batch_size=2,
+        progress=lambda d, t: calls.append((d, t)),
+    )
+    assert (report.imported, report.duplicates, len(report.problems)) == (5, 1, 4)
+    assert {total for _, total in calls} == {6}
+    assert calls[-1] == (6, 6)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_a_speaker_contact_is_name_equals_contact() -> None:
+    assert parse_speaker_contact(" Sam  Okafor = 01J9Z3K4W5X6Y7Z8A9B0C1D2E3 ", "--as") == SpeakerContact(
+        name="Sam Okafor", contact="01J9Z3K4W5X6Y7Z8A9B0C1D2E3", where="--as"
+    )
+    assert parse_speaker_contact("a=b=c", "--as").contact == "b=c"  # split at the first "="
+    for bad in ("Sam", "=Ann", "Sam=", " = "):
+        with pytest.raises(InputError, match=r"^--as: .*use NAME=CONTACT"):
+            parse_speaker_contact(bad, "--as")
+    with pytest.raises(InputError, match="1 to 200 characters"):
+        parse_speaker_contact("x" * 201 + "=Ann", "--as")
+
+
+def test_a_mapping_file_is_one_speaker_contact_per_line(tmp_path: Path) -> None:
+    path = tmp_path / "as.txt"
+    path.write_text("\ufeff# who is who\nSam=Ann\n\n  Bo = 01J9Z3K4W5X6Y7Z8A9B0C1D2E3\n")
+    assert read_speaker_contacts(path) == [
+        SpeakerContact(name="Sam", contact="Ann", where=f"{path}:2"),
+        SpeakerContact(name="Bo", contact="01J9Z3K4W5X6Y7Z8A9B0C1D2E3", where=f"{path}:4"),
+    ]
+    path.write_text("Sam=Ann\nnonsense\n")
+    with pytest.raises(InputError, match=f"^{path}:2: 'nonsense': use NAME=CONTACT"):
+        read_speaker_contacts(path)
+    path.write_bytes(b"Sam=\xff\n")
+    with pytest.raises(InputError, match="not valid UTF-8"):
+        read_speaker_contacts(path)
+    with pytest.raises(InputError, match="cannot read"):
+        read_speaker_contacts(tmp_path / "missing.txt")

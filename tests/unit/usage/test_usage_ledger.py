@@ -104,3 +104,25 @@ def test_render_summary_shows_unpriced_calls_as_counted(tmp_path: Path) -> None:
     assert lines[5].split() == ["total", "2", "1", "200", "20", "0", "0", "0.012300"]
     assert "1 re-emitted record(s) counted once" in text
     assert "1 call(s) unpriced" in text
+
+
+def test_one_agents_calls_only(tmp_path: Path) -> None:
+    """`persyn usage --agent NAME`: another agent's calls, and calls attributed to no agent,
+    are left out of every row and of the total; the report says whose it is."""
+    path = tmp_path / "usage.jsonl"
+    ada, bob = "01J9Z3K4W5X6Y7Z8A9B0C1D2E3", "01J9Z3K4W5X6Y7Z8A9B0C1D2E4"
+    write(
+        path,
+        make_record(agent_id=ada, cost_usd=0.25),
+        make_record(agent_id=ada, stage="critique", cost_usd=0.5),
+        make_record(agent_id=bob, cost_usd=2.0, input_tokens=900),
+        make_record(agent_id=None, stage="embed", cost_usd=None),
+    )
+    report = summarize(path, by="stage", agent_id=ada)
+    assert report.agent_id == ada
+    assert [(row.key, row.calls) for row in report.rows] == [("critique", 1), ("respond", 1)]
+    assert (report.total.calls, report.total.input_tokens) == (2, 200)
+    assert report.total.cost_usd == pytest.approx(0.75)
+    assert summarize(path, by="agent", agent_id=bob).rows[0].key == bob
+    everyone = summarize(path, by="agent")
+    assert everyone.agent_id is None and everyone.total.calls == 4
