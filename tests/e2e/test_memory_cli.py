@@ -63,7 +63,7 @@ def _write_history(path: Path, extra_lines: list[str] | None = None) -> Path:
 def test_import_recall_show_forget_cull(persyn: Persyn, tmp_path: Path) -> None:
     history = _write_history(tmp_path / "history.jsonl")
     imported = persyn.run("memory", "import", str(history))
-    assert imported.returncode == 1, imported.stderr  # two lines were rejected
+    assert imported.returncode == 0, imported.stderr  # two lines were rejected, reported apart
     assert "imported 3, already present 0, rejected 2" in imported.stdout
     assert f"{history}:2:" in imported.stderr
     assert f"{history}:4:" in imported.stderr

@@ -54,8 +54,8 @@ def test_each_field_is_held_to_the_message_limits(persyn: Persyn, tmp_path: Path
     lines = [_line("good-1"), *bad.values(), _line("good-2")]
     path = tmp_path / "history.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    done = persyn.run("memory", "import", str(path), PERSYN_MEMORY__EMBEDDER="test:hash")
-    assert done.returncode == 1, done.stderr  # lines were rejected, the good ones imported
+    done = persyn.run("memory", "import", "--strict", str(path), PERSYN_MEMORY__EMBEDDER="test:hash")
+    assert done.returncode == 1, done.stderr  # --strict: lines were rejected, the good ones imported
     assert f"imported 2, already present 0, rejected {len(bad)}" in done.stdout
     # The count, then the first few by number (the report holds every one: test_importer.py).
     assert f"rejected {len(bad)} lines of {path} (the first 5):" in done.stderr
@@ -79,7 +79,7 @@ def test_a_5_mb_summary_is_a_line_error_and_its_neighbours_import(persyn: Persyn
         "\n".join([_line("before"), _line("huge", summary="z" * 5_000_000), _line("after")]) + "\n"
     )
     done = persyn.run("memory", "import", str(path), PERSYN_MEMORY__EMBEDDER="test:hash")
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 0, done.stderr
     assert f"{path}:2: " in done.stderr and "imported 2" in done.stdout
     with sqlite3.connect(persyn.home / "data" / "persyn.db") as db:
         refs = {ref for (ref,) in db.execute("SELECT ref FROM memory_records")}

@@ -72,6 +72,12 @@ def memory_import(
         Path | None,
         typer.Option("--as-file", metavar="FILE", help="NAME=CONTACT pairs, one per line (# comments)."),
     ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict", help="Exit 1 when any line was rejected (the good ones are still imported)."
+        ),
+    ] = False,
 ) -> None:
     """Import history: one JSON object per line with `time` (ISO 8601), `channel`,
     `participants` (names or person ids), `summary`, and optional `importance`, `tags`,
@@ -84,9 +90,11 @@ def memory_import(
     Sam said or took part in that contact's, as if they had said it live (import your own
     history with `--as "Me=<your contact>"`, as `persyn contacts list` shows you).
 
-    Exit codes: 0 when every line was imported or already present; 1 when some lines were
-    rejected (the others are imported all the same; re-run after fixing them); 2 when nothing
-    could be imported (no such file, a bad option, an unknown or ambiguous --as contact)."""
+    Exit codes: 0 when every good line was imported or already present (rejected lines are
+    reported on stderr, apart from the summary); 1 with --strict when some lines were rejected
+    (the others are imported all the same; re-run after fixing them, nothing is duplicated);
+    2 when nothing could be imported (no such file, a bad option, an unknown or ambiguous --as
+    contact)."""
     from persyn.memory.importer import parse_speaker_contact, read_speaker_contacts
     from persyn.runtime.memory_ops import estimate_extraction, extract_imported, memory_ops
 
@@ -141,7 +149,7 @@ def memory_import(
         return report
 
     report = run(_import())
-    raise typer.Exit(1 if report.problems else 0)
+    raise typer.Exit(1 if strict and report.problems else 0)
 
 
 _SHOWN_PROBLEMS = 5
