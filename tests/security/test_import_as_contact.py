@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from persyn.core.config import AgentConfig, Settings, load_settings
+from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
@@ -22,6 +22,7 @@ from persyn.memory.access import may_surface
 from persyn.memory.importer import SpeakerContact
 from persyn.runtime.memory_ops import MemoryOps, memory_ops
 from persyn.store.base import Identity, Person, Provenance
+from persyn.testing import harness_settings
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 LATER = datetime(2026, 4, 1, tzinfo=UTC)
@@ -29,12 +30,7 @@ TERMINAL = "terminal:terminal"
 
 
 def _settings(home: Path) -> Settings:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "persyn.toml").write_text(
-        '[models]\ndefault = "test:echo"\n[memory]\nembedder = "test:hash"\n[metering]\nevent_log = false\n'
-    )
-    settings = load_settings(home, environ={})
-    return settings.model_copy(update={"agents": [AgentConfig(name="Ada", id=new_id(START))]})
+    return harness_settings(home, agent=AgentConfig(name="Ada", id=new_id(START)))
 
 
 @pytest.fixture
