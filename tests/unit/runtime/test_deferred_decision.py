@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from persyn.cognition.deliberation import Critique, Decision
 from persyn.core.config import AgentConfig
 from persyn.core.ids import new_id
 from persyn.store.base import Message
+from persyn.store.runs import SpendKind
 from persyn.store.sqlite import SQLiteStore
 from persyn.testing import START, Pilot, RecordingChannel, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
@@ -150,10 +152,12 @@ class _CountingStore(SQLiteStore):
         self.budget_reads = 0
         self.dialog_reads = 0
 
-    async def get_flag(self, agent_id: str, key: str) -> str | None:
-        if key.startswith("replied:"):
+    async def channel_spent(
+        self, agent_id: str, kind: SpendKind, service: str, channel: str, since: datetime
+    ) -> int:
+        if kind is SpendKind.REPLIED:
             self.budget_reads += 1
-        return await super().get_flag(agent_id, key)
+        return await super().channel_spent(agent_id, kind, service, channel, since)
 
     async def turn_messages(
         self, agent_id: str, conversation_id: str, input_message_id: str, limit: int
