@@ -21,7 +21,9 @@ from persyn.core.errors import ConfigError, InputError, StoreError
 from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.core.ids import new_id
 from persyn.store import Conversation, Identity, Message, Person, Role, Store, open_store
+from persyn.store.base import ReplyUpkeep
 from persyn.store.migrations import LATEST_VERSION
+from persyn.store.runs import ChannelEntry, SpendKind
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 HOUR = 3600.0
@@ -410,6 +412,45 @@ async def test_record_reply_stores_once_and_marks_from_the_stored_reply(store: S
     found = await store.get_marker(agent_id, event_id, T0)
     assert found is not None and found.transmitted and found.text == "hello!"
     assert await store.count_messages(agent_id) == 1
+
+
+async def test_record_reply_writes_the_turns_upkeep_with_the_reply_once(store: Store) -> None:
+    """The deliberation trace is merged into the event's, the reply's ledger entry is spent
+    once however often transmit is re-run, and the parked flags it carried are cleared."""
+    agent_id = new_id()
+    conversation = await _open(store, agent_id)
+    event_id = new_id(T0)
+    await store.merge_deliberation(agent_id, event_id, {"critiques": ["kept"]}, T0)
+    await store.set_flag(agent_id, "parked:test:main:a", "woven")
+    await store.set_flag(agent_id, "parked:test:main:b", "not woven")
+
+    def marker(message: Message) -> CompletionMarker:
+        return CompletionMarker(
+            event_id=event_id,
+            transmitted=True,
+            text=message.text,
+            created_at=T0,
+            expires_at=T0 + timedelta(hours=1),
+        )
+
+    spend = ChannelEntry(
+        kind=SpendKind.REPLIED,
+        service="test",
+        channel="main",
+        key=event_id,
+        tokens=7,
+        since=T0 - timedelta(days=1),
+    )
+    upkeep = ReplyUpkeep(trace={"decision": "speak"}, spend=spend, cleared_flags=("parked:test:main:a",))
+    reply = _message(conversation, "hello!", T0, role=Role.AGENT, event_id=event_id)
+    assert await store.record_reply(reply, marker, upkeep=upkeep) == reply
+    assert await store.record_reply(reply, marker, upkeep=upkeep) == reply  # a re-run transmit
+    (trace,) = await store.deliberation_traces(agent_id, [event_id])
+    assert trace.trace == {"critiques": ["kept"], "decision": "speak"}
+    since = T0 - timedelta(days=1)
+    assert await store.channel_spent(agent_id, SpendKind.REPLIED, "test", "main", since) == 7
+    assert await store.get_flag(agent_id, "parked:test:main:a") is None
+    assert await store.get_flag(agent_id, "parked:test:main:b") == "not woven"
 
 
 async def test_add_message_needs_an_existing_conversation(store: Store) -> None:

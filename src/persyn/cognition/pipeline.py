@@ -25,7 +25,7 @@ from persyn.core.errors import ModelError
 from persyn.core.events import CompletionMarker, Event, EventKind
 from persyn.core.ids import derived_id, new_id
 from persyn.gateway.base import Completion, Prompt, SinkCallable, ToolCall, ToolSpec
-from persyn.store.base import Conversation, Identity, Message, Person, Role, Store
+from persyn.store.base import Conversation, Identity, Message, Person, ReplyUpkeep, Role, Store
 from persyn.store.outbox import OutboxRow
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "TurnSetup",
     "arrange_turn_dialog",
     "build_prompt",
-    "clear_woven",
     "park",
     "parked_for",
     "read_turn_dialog",
@@ -162,12 +161,6 @@ async def parked_for(store: Store, setup: TurnSetup, now: datetime, ttl: timedel
         if conversation_id == setup.conversation_id:
             found[key] = parked
     return found
-
-
-async def clear_woven(store: Store, agent_id: str, keys: Sequence[str]) -> None:
-    """The turn that carried these conclusions was delivered: they are spent."""
-    for key in keys:
-        await store.set_flag(agent_id, key, None)
 
 
 def _names(text: str, name: str) -> bool:
@@ -368,11 +361,12 @@ async def record_reply(
     now: datetime,
     marker: Callable[[Message], CompletionMarker] | None = None,
     outbox: Callable[[Message], OutboxRow | None] | None = None,
+    upkeep: ReplyUpkeep | None = None,
 ) -> Message:
     """Store what the agent said, and with `marker` the completion marker (and with `outbox`
-    the outbox row) made from it, in one transaction where the store can. Idempotent per event: a replayed transmit stores
-    nothing new (the store keeps one AGENT reply per event) and gets the reply stored the
-    first time."""
+    the outbox row, and the `upkeep`) made from it, in one transaction where the store can.
+    Idempotent per event: a replayed transmit stores nothing new (the store keeps one AGENT
+    reply per event) and gets the reply stored the first time."""
     # A reply never sorts before what it answers, even on a coarse or frozen clock.
     now = max(now, setup.received_at + timedelta(milliseconds=1))
     message = Message(
@@ -387,7 +381,7 @@ async def record_reply(
         event_id=setup.event_id,
     )
     if marker is not None:
-        return await store.record_reply(message, marker, outbox)
+        return await store.record_reply(message, marker, outbox, upkeep)
     if await store.add_message(message):
         return message
     return await store.agent_reply_for_event(setup.agent_id, setup.event_id) or message

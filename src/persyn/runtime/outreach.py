@@ -25,7 +25,7 @@ from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, run_provenance
 from persyn.runtime.outbox import Outbox, send_key
 from persyn.store import Store
 from persyn.store.base import Message, Role
-from persyn.store.runs import RunState, SpendKind
+from persyn.store.runs import ChannelEntry, RunState, SpendKind
 
 __all__ = ["Outreach"]
 
@@ -221,12 +221,18 @@ class Outreach:
         log.warning("agent %s: %s", setup.agent_id, reason)  # the operator's notice
         return reason
 
-    async def spend_reply_budget(
-        self, agent_id: str, event_id: str, service: str, channel: str, text: str, now: datetime
-    ) -> None:
-        """Count a transmitted reply against its channel's reply budget, once per event (a
-        re-run transmit step counts it once)."""
+    def reply_entry(
+        self, event_id: str, service: str, channel: str, text: str, now: datetime
+    ) -> ChannelEntry:
+        """The entry a transmitted reply spends against its channel's reply budget, keyed by
+        its event (a re-run transmit step counts it once); recorded with the reply
+        (`ReplyUpkeep`)."""
         cost = max(1, len(text) // 4)
-        await self._store.spend_channel(
-            agent_id, SpendKind.REPLIED, service, channel, event_id, cost, now, since=now - _WINDOW
+        return ChannelEntry(
+            kind=SpendKind.REPLIED,
+            service=service,
+            channel=channel,
+            key=event_id,
+            tokens=cost,
+            since=now - _WINDOW,
         )

@@ -30,7 +30,7 @@ from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
 from persyn.runtime.turn import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult
 from persyn.store import Store
-from persyn.store.base import Message
+from persyn.store.base import Message, ReplyUpkeep
 from persyn.store.outbox import OutboxRow
 
 __all__ = ["Transmitter"]
@@ -161,16 +161,18 @@ class Transmitter:
         critiques = [c.model_dump(mode="json") for c in outcome.critiques]
         used = [u.model_dump(mode="json") for u in draft.tools] if draft is not None else []
         trips = [t.model_dump(mode="json") for t in draft.trips] if draft is not None else []
+        trace: dict[str, Any] | None = None
         if critiques or used or (decision is not None and decision.reason != AUTO_SPEAK):
-            trace: dict[str, Any] = {"mode": setup.mode, "critiques": critiques}
+            trace = {"mode": setup.mode, "critiques": critiques}
             if used:
                 trace["tools"] = used
             if trips:  # a loop breaker stopped the tool loop: recorded (SPEC §4.6)
                 trace["trips"] = trips
             if decision is not None:
                 trace["decision"] = decision.model_dump(mode="json")
-            await self._record_deliberation(agent_id, event_id, trace)
         if decision is None or decision.action == "silent":
+            if trace is not None:
+                await self._record_deliberation(agent_id, event_id, trace)
             reason = decision.reason if decision is not None else "no decision"
             return await unsent(f"{self._agents[agent_id].name} chose silence: {reason}", "info")
         recalled = await self._recalled(setup, draft)
@@ -223,14 +225,20 @@ class Transmitter:
             )
             return self._outbox.row(outbound, reply_key(event_id), message.created_at)
 
-        # The reply, its marker and its outbox row in one transaction: a reply recorded is
-        # on its way, whichever process delivers it (a crash after this loses nothing).
-        message = await pipeline.record_reply(self._store, agent.name, setup, text, now, marker, outbox_row)
-        await self._outreach.spend_reply_budget(agent_id, event_id, service, channel_name, message.text, now)
+        # The reply, its marker, its outbox row and the turn's bookkeeping (the deliberation
+        # trace, the reply budget's entry, the parked conclusions it carried, now spent) in
+        # one transaction: a reply recorded is on its way, whichever process delivers it (a
+        # crash after this loses nothing), and one write is the cheapest a turn can make.
+        upkeep = ReplyUpkeep(
+            trace=trace,
+            spend=self._outreach.reply_entry(event_id, service, channel_name, text, now),
+            cleared_flags=draft.prepared.woven if draft is not None and draft.prepared is not None else (),
+        )
+        message = await pipeline.record_reply(
+            self._store, agent.name, setup, text, now, marker, outbox_row, upkeep
+        )
         if made:
             self._markers.put(made[-1])
-        if draft is not None and draft.prepared is not None:
-            await pipeline.clear_woven(self._store, agent_id, draft.prepared.woven)
         if service != AUTONOMOUS_SERVICE:
             try:
                 await self._outbox.flush(service, agent_id)

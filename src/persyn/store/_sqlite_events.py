@@ -59,15 +59,7 @@ class SQLiteEvents(SQLiteWork):
         """Read and write in one write transaction (writes are serialised: atomic)."""
         agent_id = checked_id(agent_id, "agent id")
         event_id = checked_id(event_id, "event id")
-        key = {"p_agent_id": agent_id, "p_event_id": event_id}
-
-        def work(connection: Connection) -> None:
-            merged: dict[str, Any] = dict(connection.execute(_SQL_TRACE, key).scalar() or {})
-            merged.update(trace)
-            values = {"id": new_id(now), "agent_id": agent_id, "event_id": event_id}
-            connection.execute(_SQL_PUT_TRACE, {**values, "trace": merged, "updated_at": now})
-
-        await self._write("merge_deliberation", work)
+        await self._write("merge_deliberation", lambda c: merge_trace_row(c, agent_id, event_id, trace, now))
 
     async def deliberation_traces(self, agent_id: str, event_ids: Sequence[str]) -> list[DeliberationTrace]:
         wanted = list(dict.fromkeys(event_ids))
@@ -86,6 +78,17 @@ class SQLiteEvents(SQLiteWork):
 
 def _trace_from_row(row: Any) -> DeliberationTrace:
     return DeliberationTrace(event_id=row.event_id, trace=dict(row.trace), updated_at=row.updated_at)
+
+
+def merge_trace_row(
+    connection: Connection, agent_id: str, event_id: str, trace: Mapping[str, Any], now: datetime
+) -> None:
+    """`merge_deliberation`'s work inside a caller's write transaction (`record_reply`)."""
+    key = {"p_agent_id": agent_id, "p_event_id": event_id}
+    merged: dict[str, Any] = dict(connection.execute(_SQL_TRACE, key).scalar() or {})
+    merged.update(trace)
+    values = {"id": new_id(now), "agent_id": agent_id, "event_id": event_id}
+    connection.execute(_SQL_PUT_TRACE, {**values, "trace": merged, "updated_at": now})
 
 
 def put_marker_row(connection: Connection, agent_id: str, marker: CompletionMarker) -> None:

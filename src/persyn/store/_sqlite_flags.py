@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -80,6 +80,12 @@ _SQL_FLAG = select(flags.c.value).where(flags.c.agent_id == p("agent_id"), flags
 
 
 _SQL_SET_FLAG = upsert(flags, ("agent_id", "key"), ("value",))
+
+
+def clear_flags_row(connection: Connection, agent_id: str, keys: Sequence[str]) -> None:
+    """Delete the flags `keys` inside a caller's write transaction (`record_reply`)."""
+    for key in keys:
+        connection.execute(_SQL_DELETE_FLAG, {"p_agent_id": agent_id, "p_key": key})
 
 
 _SQL_DELETE_FLAG = delete(flags).where(flags.c.agent_id == p("agent_id"), flags.c.key == p("key"))

@@ -18,8 +18,9 @@ from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection, Row
 
 from persyn.core.records import Sensitivity
+from persyn.store._sqlite_work import p
 from persyn.store.rows import Provenance, checked_id
-from persyn.store.runs import ChannelSpend, RunConversation, RunsPort, RunState, SpendKind
+from persyn.store.runs import ChannelEntry, ChannelSpend, RunConversation, RunsPort, RunState, SpendKind
 from persyn.store.schema import channel_spend, run_conversations, run_states
 
 __all__ = ["SQLiteRuns"]
@@ -139,31 +140,9 @@ class SQLiteRuns(RunsPort):
         since: datetime,
         limit: int | None = None,
     ) -> ChannelSpend:
+        entry = ChannelEntry(kind=kind, service=service, channel=channel, key=key, tokens=tokens, since=since)
         agent_id = checked_id(agent_id, "agent id")
-        where = (_l.agent_id == agent_id, _l.kind == kind.value, _l.service == service, _l.channel == channel)
-        used_since = select(func.coalesce(func.sum(_l.tokens), 0)).where(*where, _l.at > since)
-        known = select(_l.key).where(*where, _l.key == key)
-
-        def work(connection: Connection) -> ChannelSpend:
-            used = int(connection.execute(used_since).scalar_one())
-            if connection.execute(known).first() is not None:
-                return ChannelSpend(used=used, recorded=True)  # this very entry, again
-            if limit is not None and used + tokens > limit:
-                return ChannelSpend(used=used, recorded=False)
-            connection.execute(
-                insert(channel_spend).values(
-                    agent_id=agent_id,
-                    kind=kind.value,
-                    service=service,
-                    channel=channel,
-                    key=key,
-                    at=at,
-                    tokens=tokens,
-                )
-            )
-            return ChannelSpend(used=used, recorded=True)
-
-        return await self._write("spend_channel", work)
+        return await self._write("spend_channel", lambda c: spend_channel_row(c, agent_id, entry, at, limit))
 
     async def channel_spent(
         self, agent_id: str, kind: SpendKind, service: str, channel: str, since: datetime
@@ -184,3 +163,39 @@ class SQLiteRuns(RunsPort):
             return purged + connection.execute(delete(channel_spend).where(_l.at < before)).rowcount
 
         return await self._write("purge_runs", work)
+
+
+def spend_channel_row(
+    connection: Connection, agent_id: str, entry: ChannelEntry, at: datetime, limit: int | None = None
+) -> ChannelSpend:
+    """`spend_channel`'s work inside a caller's write transaction (`record_reply` spends the
+    reply's entry with the reply)."""
+    params = {
+        "p_agent_id": agent_id,
+        "p_kind": entry.kind.value,
+        "p_service": entry.service,
+        "p_channel": entry.channel,
+        "p_key": entry.key,
+        "p_since": entry.since,
+    }
+    used = int(connection.execute(_SQL_SPENT_SINCE, params).scalar_one())
+    if connection.execute(_SQL_ENTRY_KNOWN, params).first() is not None:
+        return ChannelSpend(used=used, recorded=True)  # this very entry, again
+    if limit is not None and used + entry.tokens > limit:
+        return ChannelSpend(used=used, recorded=False)
+    values = {"agent_id": agent_id, "kind": entry.kind.value, "service": entry.service}
+    values |= {"channel": entry.channel, "key": entry.key, "at": at, "tokens": entry.tokens}
+    connection.execute(_SQL_ADD_ENTRY, values)
+    return ChannelSpend(used=used, recorded=True)
+
+
+# Built once (see `_sqlite_work`): a spoken turn spends its reply's entry through these.
+_CHANNEL = (
+    _l.agent_id == p("agent_id"),
+    _l.kind == p("kind"),
+    _l.service == p("service"),
+    _l.channel == p("channel"),
+)
+_SQL_SPENT_SINCE = select(func.coalesce(func.sum(_l.tokens), 0)).where(*_CHANNEL, _l.at > p("since", _l.at))
+_SQL_ENTRY_KNOWN = select(_l.key).where(*_CHANNEL, _l.key == p("key"))
+_SQL_ADD_ENTRY = insert(channel_spend)

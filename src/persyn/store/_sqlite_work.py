@@ -27,6 +27,8 @@ from persyn.core.errors import StoreError
 __all__ = ["SQLiteWork", "latest", "p", "upsert"]
 
 T = TypeVar("T")
+# A read waiting for its batch: what it is (for errors), its work, and where its result goes.
+_PendingRead = tuple[str, Callable[[Connection], Any], "asyncio.Future[Any]"]
 
 
 class SQLiteWork:
@@ -38,12 +40,61 @@ class SQLiteWork:
     _write_thread: ThreadPoolExecutor
     _read_threads: ThreadPoolExecutor
     _closed: bool
+    _pending_reads: dict[asyncio.AbstractEventLoop, list[_PendingRead]]
 
     async def _write(self, what: str, work: Callable[[Connection], T]) -> T:
         return await self._run(self._write_thread, self._writer, what, work)
 
     async def _read(self, what: str, work: Callable[[Connection], T]) -> T:
-        return await self._run(self._read_threads, self._reader, what, work)
+        """Reads asked for in the same pass of the event loop (a turn's context sources,
+        gathered) run together: one hop to a read thread, one transaction, one snapshot.
+        Each reader's earlier writes had committed before it asked (it awaited them), so a
+        read still sees its own writes; each read fails on its own."""
+        if self._closed:
+            raise StoreError(f"{what}: the store for {str(self._path)!r} is closed")
+        loop = asyncio.get_running_loop()
+        batch = self._pending_reads.get(loop)
+        if batch is None:
+            batch = self._pending_reads[loop] = []
+            loop.call_soon(self._flush_reads, loop)
+        future: asyncio.Future[Any] = loop.create_future()
+        batch.append((what, work, future))
+        return await future
+
+    def _flush_reads(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self._pending_reads.pop(loop, [])
+        if self._closed:
+            for what, _work, future in batch:
+                if not future.done():
+                    future.set_exception(StoreError(f"{what}: the store for {str(self._path)!r} is closed"))
+            return
+        try:
+            done = loop.run_in_executor(self._read_threads, self._read_batch, batch)
+        except RuntimeError as exc:  # the read threads were shut down meanwhile
+            failed: asyncio.Future[list[tuple[bool, Any]]] = loop.create_future()
+            failed.set_exception(StoreError(f"reading {str(self._path)!r} failed: {exc}"))
+            done = failed
+        done.add_done_callback(functools.partial(_settle, batch))
+
+    def _read_batch(self, batch: list[_PendingRead]) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            with self._reader.begin() as connection:
+                for what, work, _future in batch:
+                    try:
+                        outcomes.append((True, work(connection)))
+                    except SQLAlchemyError as exc:
+                        outcomes.append((False, self._failure(what, exc)))
+                    except Exception as exc:  # the caller's own error, as a lone read raises it
+                        outcomes.append((False, exc))
+        except SQLAlchemyError as exc:  # the transaction itself (begin, commit)
+            return [(False, self._failure(what, exc)) for what, _work, _future in batch]
+        return outcomes
+
+    def _failure(self, what: str, exc: SQLAlchemyError) -> StoreError:
+        error = StoreError(f"{what} failed on {str(self._path)!r}: {exc}")
+        error.__cause__ = exc
+        return error
 
     async def _run(
         self, threads: ThreadPoolExecutor, engine: Engine, what: str, work: Callable[[Connection], T]
@@ -84,6 +135,24 @@ class SQLiteWork:
                 return work(connection)
         except SQLAlchemyError as exc:
             raise StoreError(f"{what} failed on {str(self._path)!r}: {exc}") from exc
+
+
+def _settle(batch: list[_PendingRead], done: asyncio.Future[list[tuple[bool, Any]]]) -> None:
+    """Hand each read of a batch its result or its error (a reader that gave up is skipped)."""
+    error = None if done.cancelled() else done.exception()
+    for index, (_what, _work, future) in enumerate(batch):
+        if future.done():
+            continue
+        if done.cancelled():
+            future.cancel()
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            ok, value = done.result()[index]
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
 
 
 # The statements every turn runs are built once, at import. A statement object reused with

@@ -17,8 +17,10 @@ writer on SQLite.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from persyn.core.events import CompletionMarker
 from persyn.store.activity import UNATTRIBUTED_RUN, ActivityEntry, ActivityPort
@@ -31,7 +33,7 @@ from persyn.store.jobs import JobsStore
 from persyn.store.memory import ImportedMemory, MemoryPort, Observation, ObservationChange, QuickFact
 from persyn.store.outbox import OutboxRow, OutboxStore
 from persyn.store.rows import GLOBAL, Provenance
-from persyn.store.runs import RunsPort
+from persyn.store.runs import ChannelEntry, RunsPort
 from persyn.store.schedule import (
     AtTrigger,
     CronTrigger,
@@ -78,12 +80,26 @@ __all__ = [
     "Reminder",
     "ReminderAction",
     "ReminderStatus",
+    "ReplyUpkeep",
     "Role",
     "RunsPort",
     "SchedulePort",
     "Store",
     "Trigger",
 ]
+
+
+@dataclass(frozen=True)
+class ReplyUpkeep:
+    """What transmit writes beside a reply (`Store.record_reply`), so that one transaction
+    holds the whole of a spoken turn's bookkeeping: the event's deliberation trace (merged
+    key by key, as `merge_deliberation`), the reply's entry in its channel's ledger (as
+    `spend_channel`, spent at the reply's time, never limited) and the flags it clears (the
+    parked conclusions the reply carried)."""
+
+    trace: Mapping[str, Any] | None = None
+    spend: ChannelEntry | None = None
+    cleared_flags: tuple[str, ...] = ()
 
 
 class Store(
@@ -147,17 +163,32 @@ class Store(
         message: Message,
         marker: Callable[[Message], CompletionMarker],
         outbox: Callable[[Message], OutboxRow | None] | None = None,
+        upkeep: ReplyUpkeep | None = None,
     ) -> Message:
         """Add the agent's reply to an event (or find the one already stored for it), put
-        the completion marker `marker` makes from the stored reply and write the outbox row
-        `outbox` makes from it (None: nothing to deliver; an existing row is kept). A
-        backend should do it in one transaction: a reply recorded is then a reply on its
-        way, and a waiter woken by the marker finds its row; this default does it in turn."""
+        the completion marker `marker` makes from the stored reply, write the outbox row
+        `outbox` makes from it (None: nothing to deliver; an existing row is kept) and the
+        `upkeep`. A backend should do it in one transaction: a reply recorded is then a reply
+        on its way, and a waiter woken by the marker finds its row; this default does it in
+        turn, the upkeep first."""
+        agent_id = message.agent_id
+        if upkeep is not None and upkeep.trace is not None and message.event_id is not None:
+            await self.merge_deliberation(agent_id, message.event_id, upkeep.trace, message.created_at)
         stored = message
         if not await self.add_message(message) and message.event_id is not None:
-            stored = await self.agent_reply_for_event(message.agent_id, message.event_id) or message
-        await self.put_marker(message.agent_id, marker(stored))
+            stored = await self.agent_reply_for_event(agent_id, message.event_id) or message
+        await self.put_marker(agent_id, marker(stored))
         row = None if outbox is None else outbox(stored)
         if row is not None:
             await self.put_outbox(row)
+        if upkeep is not None:
+            spend = upkeep.spend
+            if spend is not None:
+                kind, service, channel, key = spend.kind, spend.service, spend.channel, spend.key
+                at = message.created_at
+                await self.spend_channel(
+                    agent_id, kind, service, channel, key, spend.tokens, at, since=spend.since
+                )
+            for flag in upkeep.cleared_flags:
+                await self.set_flag(agent_id, flag, None)
         return stored

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
@@ -22,7 +23,15 @@ from pydantic import Field
 from persyn.core.records import Sensitivity
 from persyn.store.rows import AgentId, Provenance, Row, ulid
 
-__all__ = ["MAX_STOP_CHARS", "ChannelSpend", "RunConversation", "RunState", "RunsPort", "SpendKind"]
+__all__ = [
+    "MAX_STOP_CHARS",
+    "ChannelEntry",
+    "ChannelSpend",
+    "RunConversation",
+    "RunState",
+    "RunsPort",
+    "SpendKind",
+]
 
 MAX_STOP_CHARS = 2000
 _RunId = Annotated[str, ulid("run id")]
@@ -60,6 +69,19 @@ class RunConversation(Row):
 class SpendKind(StrEnum):
     SENT = "sent"  # what the agent initiated on a channel (`[autonomy] channel_message_tokens`)
     REPLIED = "replied"  # its replies there (`[autonomy] channel_reply_tokens`)
+
+
+@dataclass(frozen=True)
+class ChannelEntry:
+    """An entry for a channel's ledger (`spend_channel`): `tokens` of `kind` under `key`,
+    read against what was spent there since `since`."""
+
+    kind: SpendKind
+    service: str
+    channel: str
+    key: str
+    tokens: int
+    since: datetime
 
 
 class ChannelSpend(Row):

@@ -49,17 +49,17 @@ from persyn.store._sqlite_dialog import (
 )
 from persyn.store._sqlite_directory import SQLiteDirectory
 from persyn.store._sqlite_engine import create_sqlite_engine
-from persyn.store._sqlite_events import SQLiteEvents, put_marker_row
+from persyn.store._sqlite_events import SQLiteEvents, merge_trace_row, put_marker_row
 from persyn.store._sqlite_facts import SQLiteFacts
-from persyn.store._sqlite_flags import SQLiteFlags
+from persyn.store._sqlite_flags import SQLiteFlags, clear_flags_row
 from persyn.store._sqlite_graph import SQLiteGraph
 from persyn.store._sqlite_jobs import SQLiteJobs
 from persyn.store._sqlite_memory import SQLiteMemory
 from persyn.store._sqlite_outbox import SQLiteOutbox, put_outbox_row
 from persyn.store._sqlite_persons import SQLitePersons, resolve_person_row
-from persyn.store._sqlite_runs import SQLiteRuns
+from persyn.store._sqlite_runs import SQLiteRuns, spend_channel_row
 from persyn.store._sqlite_schedule import SQLiteSchedule
-from persyn.store.base import Conversation, Identity, Message, Person, Store
+from persyn.store.base import Conversation, Identity, Message, Person, ReplyUpkeep, Store
 from persyn.store.mapping import message_from_row
 from persyn.store.outbox import OutboxRow
 from persyn.store.schema import checked_id
@@ -96,6 +96,7 @@ class SQLiteStore(
         self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="persyn-sqlite-write")
         self._read_threads = ThreadPoolExecutor(readers, thread_name_prefix="persyn-sqlite-read")
         self._closed = False
+        self._pending_reads = {}
 
     @property
     def path(self) -> Path:
@@ -166,12 +167,17 @@ class SQLiteStore(
         message: Message,
         marker: Callable[[Message], CompletionMarker],
         outbox: Callable[[Message], OutboxRow | None] | None = None,
+        upkeep: ReplyUpkeep | None = None,
     ) -> Message:
         """The agent's reply (or the one already stored for its event), the completion
-        marker and the outbox row made from it, in one write transaction."""
+        marker and the outbox row made from it, and the upkeep, in one write transaction."""
         agent_id = checked_id(message.agent_id, "agent id")
+        if upkeep is not None and upkeep.trace is not None and message.event_id is not None:
+            checked_id(message.event_id, "event id")
 
         def work(connection: Connection) -> Message:
+            if upkeep is not None and upkeep.trace is not None and message.event_id is not None:
+                merge_trace_row(connection, agent_id, message.event_id, upkeep.trace, message.created_at)
             stored = message
             if not add_message_row(connection, message) and message.event_id is not None:
                 params = {"p_agent_id": agent_id, "p_event_id": message.event_id}
@@ -181,6 +187,10 @@ class SQLiteStore(
             row = None if outbox is None else outbox(stored)
             if row is not None:
                 put_outbox_row(connection, row)
+            if upkeep is not None:
+                if upkeep.spend is not None:
+                    spend_channel_row(connection, agent_id, upkeep.spend, message.created_at)
+                clear_flags_row(connection, agent_id, upkeep.cleared_flags)
             return stored
 
         return await self._write("record_reply", work)
