@@ -3,6 +3,7 @@ without DBOS), and what a killed worker's socket or a hostile request does to it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -61,10 +62,9 @@ def _exchange(path: Path, payload: bytes) -> list[dict[str, object]]:
         client.settimeout(30)
         with short_address(path) as address:
             client.connect(address)
-        try:
+        # It may answer and close while the rest is still being written.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             client.sendall(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # it answered and closed while the rest was still being written
         answer = b""
         while True:
             try:
