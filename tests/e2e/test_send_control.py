@@ -185,3 +185,33 @@ def test_garbage_on_the_socket_gets_an_error_and_the_worker_serves_on(persyn: Pe
     finally:
         _stop(daemon)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "You said: still there?", "")
+
+
+def test_a_sender_that_leaves_mid_wait_leaves_its_message_answered(persyn: Persyn, tmp_path: Path) -> None:
+    script = tmp_path / "slow.json"
+    script.write_text(json.dumps([{"task": "respond", "reply": "Sorry, I was thinking.", "sleep_ms": 2000}]))
+    env = {"PERSYN_MODELS__DEFAULT": f"test:script@{script}"}
+    daemon = persyn.start_daemon("run", env=env)
+    try:
+        before = _events(persyn.home)
+        sender = subprocess.Popen(
+            [sys.executable, "-m", "persyn", "send", "think about it"],
+            env=persyn.environ(**env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while _events(persyn.home) == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sender.send_signal(signal.SIGINT)  # Ctrl-C while the worker still thinks
+        assert sender.wait(timeout=60) == 130
+        with sqlite3.connect(persyn.home / "data" / "persyn.db") as db:
+            (event_id,) = db.execute("SELECT id FROM events ORDER BY id DESC LIMIT 1").fetchone()
+        deadline = time.monotonic() + 60
+        while not _agent_replies(persyn.home, event_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _agent_replies(persyn.home, event_id) == ["Sorry, I was thinking."]
+        again = persyn.run("send", "and now?", env=env)
+    finally:
+        _stop(daemon)
+    assert (again.returncode, again.stdout.strip(), again.stderr) == (0, "Sorry, I was thinking.", "")

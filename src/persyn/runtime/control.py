@@ -192,8 +192,23 @@ class ControlServer:
         await _answer(writer, {"accepted": event.id})
         if not wait:
             return
+        # A sender that leaves (Ctrl-C) ends the wait; its event stays queued and is answered.
+        waiting = asyncio.ensure_future(self._target.wait_marker(event.agent_id, event.id, timeout))
+        gone = asyncio.ensure_future(reader.read(1))
         try:
-            marker = await self._target.wait_marker(event.agent_id, event.id, timeout)
+            await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (gone, waiting):
+                if not task.done():
+                    task.cancel()
+            # Collected, so neither a cancellation nor a reset connection is left unretrieved.
+            await asyncio.gather(gone, return_exceptions=True)
+            if not waiting.done():
+                await asyncio.gather(waiting, return_exceptions=True)
+        if waiting.cancelled():
+            return
+        try:
+            marker = waiting.result()
         except TimeoutError:
             await _answer(writer, {"timeout": True})
             return
