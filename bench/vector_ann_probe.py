@@ -19,15 +19,16 @@ recall@10 and recall@100 against exact search.
 
     uv run python bench/vector_ann_probe.py [--size 100000] [--queries 100]
 
-Measured 2026-12-02 on the shared 2-core VM under a load of 15-16 (absolute times are
+Measured 2026-12-02 on the shared 2-core VM under a load of 18.7 (absolute times are
 inflated several-fold; compare within one run), 100,000 records, k=100:
 
-    exact                          p50 186-276 ms   recall@10 1.000
-    vec0 bit[] + rerank 200/1600   p50 137/251 ms   recall@10 0.648/0.926
-    vec0 IVF 316 lists, nprobe 8   p50  35 ms       recall@10 0.596
-    vec0 IVF 316 lists, nprobe 64  p50 343 ms       recall@10 0.954
-    numpy centred bits, R=1000     p50  22 ms       recall@10 0.950
-    numpy centred bits, R=2000     p50  51 ms       recall@10 0.981
+    exact (today)                  p50 479 ms   recall@10 1.000
+    vec0 bit[] + rerank 200        p50 481 ms   recall@10 0.648
+    vec0 bit[] + rerank 1600       p50 712 ms   recall@10 0.926
+    vec0 IVF 316 lists, nprobe 8   p50  49 ms   recall@10 0.596
+    vec0 IVF 316 lists, nprobe 64  p50 597 ms   recall@10 0.954
+    numpy centred bits, R=1000     p50  30 ms   recall@10 0.950
+    numpy centred bits, R=2000     p50  74 ms   recall@10 0.981
 
 vec0's cost is per row, not per byte (bit vectors scan no faster than floats), and its
 per-partition overhead makes many small IVF lists slow; these synthetic embeddings cluster
