@@ -15,7 +15,10 @@ instant `test:echo` double, N times each, and prints the median (and the spread)
 
 Figures move with machine load (`bench/README.md`): the table's header prints `os.getloadavg()`.
 
-    uv run python bench/startup.py [--runs 5]
+    uv run python bench/startup.py [--runs 5] [--only send]
+
+`persyn send` hands the message to the running worker over its control socket
+(`runtime/control.py`); `--only send` measures just that row.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import contextlib
 import os
 import pty
+import resource
 import select
 import signal
 import statistics
@@ -115,13 +119,23 @@ def _piped_chat_exit(env: dict[str, str]) -> float:
     return exited
 
 
-def _send(env: dict[str, str]) -> float:
+def _send(env: dict[str, str]) -> tuple[float, float]:
+    """(wall time, CPU time of the `persyn send` process itself): the CPU time moves less
+    with the machine's load than the wall time does."""
+    before = _children_cpu()
     start = time.perf_counter()
-    done = subprocess.run(_persyn("send", "hi"), env=env, capture_output=True, check=False)
+    process = subprocess.Popen(_persyn("send", "hi"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = process.communicate()
     elapsed = time.perf_counter() - start
-    if done.returncode != 0 or b"You said: hi" not in done.stdout:
-        raise RuntimeError(f"persyn send failed ({done.returncode}): {done.stderr.decode()}")
-    return elapsed
+    cpu = _children_cpu() - before
+    if process.returncode != 0 or b"You said: hi" not in stdout:
+        raise RuntimeError(f"persyn send failed ({process.returncode}): {stderr.decode()}")
+    return elapsed, cpu
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # of the children waited for
+    return usage.ru_utime + usage.ru_stime
 
 
 def _start_daemon(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -146,6 +160,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=5, help="runs of each measurement (median shown)")
+    parser.add_argument("--only", choices=["send"], help="measure only the `persyn send` round trip")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
@@ -153,7 +168,7 @@ def main() -> None:
         subprocess.run(_persyn("init", "--name", "Ada"), env=env, capture_output=True, check=True)
         subprocess.run(_persyn("chat"), env=env, input=b"warm up\n", capture_output=True, check=True)
         rows: dict[str, list[float]] = {}
-        for _ in range(args.runs):
+        for _ in range(0 if args.only else args.runs):
             rows.setdefault("`persyn --help`", []).append(_help(env))
             ready, leaving = _chat_on_a_terminal(env)
             rows.setdefault("`persyn chat` ready for input", []).append(ready)
@@ -162,7 +177,9 @@ def main() -> None:
         daemon = _start_daemon(env, Path(tmp) / "run.log")
         try:
             _send(env)  # warm up
-            rows["`persyn send` round trip (daemon running)"] = [_send(env) for _ in range(args.runs)]
+            sends = [_send(env) for _ in range(args.runs)]
+            rows["`persyn send` round trip (daemon running)"] = [wall for wall, _ in sends]
+            rows["`persyn send` CPU time of the sender"] = [cpu for _, cpu in sends]
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=60)

@@ -7,6 +7,8 @@ import importlib
 import math
 import signal
 import sys
+import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
     from persyn.core.clock import Clock
     from persyn.core.config import Settings
     from persyn.core.events import Speaker
+    from persyn.runtime import control_client
     from persyn.runtime.app import Runtime
     from persyn.store import Store
 
@@ -99,9 +102,9 @@ def send(
 
     The event is stored and queued; any worker of this deployment answers it. With --wait
     (the default) the reply, or the agent's stated reason for silence, is printed."""
-    from persyn.core.events import Event, Speaker
     from persyn.core.ids import new_id
-    from persyn.runtime.dispatch import NoWorkerRunning, Submitter, worker_liveness
+    from persyn.core.messages import validate_message_text
+    from persyn.runtime import control_client as control
 
     # Checked before anything is queued: a failure after it would make a retry a duplicate.
     if not (timeout > 0 and math.isfinite(timeout)):
@@ -110,55 +113,103 @@ def send(
     settings = cli.settings
     chosen = settings.agent(agent)
     raw: str | bytes = sys.stdin.buffer.read() if text == "-" else text
+    body = validate_message_text(raw, settings.conversation.max_message_chars)
+    now = cli.clock.now()
+    request = control.SendRequest(
+        event_id=new_id(now),
+        agent_id=chosen.id,
+        channel=channel,
+        speaker_id=as_name.lower(),
+        display_name=as_name,
+        text=body,
+        received_at=now.isoformat(),
+    )
+    # A running worker takes it over its control socket (`runtime.control`): no DBOS client,
+    # no queue polling. Without one, the queue path, with the same event (idempotent).
+    started = time.monotonic()
+    outcome = control.send(settings.data_dir, request, wait=wait, timeout=timeout)
+    if isinstance(outcome, control.Unreachable | control.Lost):
+        left = max(timeout - (time.monotonic() - started), 0.001)
+        queued = _send_through_queue(cli, request, wait=wait, timeout=timeout, left=left, name=chosen.name)
+        raise typer.Exit(run(queued))
+    if isinstance(outcome, control.Accepted):
+        echo(outcome.event_id)
+        raise typer.Exit(0)
+    if isinstance(outcome, control.TimedOut):
+        raise typer.Exit(_timed_out(request.event_id, timeout))
+    raise typer.Exit(_outcome(chosen.name, outcome.transmitted, outcome.text, outcome.reason))
+
+
+async def _send_through_queue(
+    cli: CliContext,
+    request: control_client.SendRequest,
+    *,
+    wait: bool,
+    timeout: float,
+    left: float,
+    name: str,
+) -> int:
+    """`persyn send` with no worker on the control socket: store and enqueue through a DBOS
+    client (`dispatch.Submitter`), then wait for the marker in the store."""
+    from persyn.core.events import Event, Speaker
+    from persyn.runtime.dispatch import NoWorkerRunning, Submitter, worker_liveness
+
     cli.preflight()
-
-    async def _send() -> int:
-        # Only what submitting needs (`dispatch.Submitter`): no model gateway, cognition or
-        # embedder is imported, let alone started.
-        submitter = Submitter(settings, cli.clock)
-        body = submitter.intake.validate_text(raw)
-        async with submitter:
-            now = submitter.clock.now()
-            event = Event(
-                id=new_id(now),
-                agent_id=chosen.id,
-                service="cli",
-                channel=channel,
-                speaker=Speaker(
-                    service="cli", channel=channel, speaker_id=as_name.lower(), display_name=as_name
-                ),
-                text=body,
-                received_at=now,
+    settings = cli.settings
+    # Only what submitting needs: no model gateway, cognition or embedder is imported.
+    submitter = Submitter(settings, cli.clock)
+    body = submitter.intake.validate_text(request.text)
+    async with submitter:
+        speaker = Speaker(
+            service="cli",
+            channel=request.channel,
+            speaker_id=request.speaker_id,
+            display_name=request.display_name,
+        )
+        event = Event(
+            id=request.event_id,
+            agent_id=request.agent_id,
+            service="cli",
+            channel=request.channel,
+            speaker=speaker,
+            text=body,
+            received_at=datetime.fromisoformat(request.received_at),
+        )
+        await submitter.intake.submit(event)  # a second submit of the same event changes nothing
+        alive = worker_liveness(settings)
+        if not wait:
+            echo(event.id)
+            if alive is not None and not await asyncio.to_thread(alive):
+                echo(f"· {_no_worker(event.id)}", err=True, dim=True)
+            return 0
+        try:
+            marker = await submitter.markers.wait(
+                request.agent_id, event.id, timeout=left, workers_alive=alive
             )
-            await submitter.intake.submit(event)
-            alive = worker_liveness(settings)
-            if not wait:
-                echo(event.id)
-                if alive is not None and not await asyncio.to_thread(alive):
-                    echo(f"· {_no_worker(event.id)}", err=True, dim=True)
-                return 0
-            try:
-                marker = await submitter.markers.wait(
-                    chosen.id, event.id, timeout=timeout, workers_alive=alive
-                )
-            except NoWorkerRunning:
-                typer.secho(f"error: {_no_worker(event.id)}", err=True, fg=typer.colors.RED)
-                return NO_WORKER_EXIT
-            except TimeoutError:
-                typer.secho(
-                    f"error: no reply to {event.id} within {timeout:g}s; it stays queued and a worker "
-                    "(`persyn run` or `persyn worker`) answers it: do not send it again",
-                    err=True,
-                    fg=typer.colors.RED,
-                )
-                return 1
-            if marker.transmitted:
-                echo(marker.text or "")
-                return 0
-            echo(f"· {chosen.name} stayed silent: {marker.reason}", err=True, dim=True)
-            return 1
+        except NoWorkerRunning:
+            typer.secho(f"error: {_no_worker(event.id)}", err=True, fg=typer.colors.RED)
+            return NO_WORKER_EXIT
+        except TimeoutError:
+            return _timed_out(event.id, timeout)
+        return _outcome(name, marker.transmitted, marker.text, marker.reason)
 
-    raise typer.Exit(run(_send()))
+
+def _timed_out(event_id: str, timeout: float) -> int:
+    typer.secho(
+        f"error: no reply to {event_id} within {timeout:g}s; it stays queued and a worker "
+        "(`persyn run` or `persyn worker`) answers it: do not send it again",
+        err=True,
+        fg=typer.colors.RED,
+    )
+    return 1
+
+
+def _outcome(name: str, transmitted: bool, text: str | None, reason: str | None) -> int:
+    if transmitted:
+        echo(text or "")
+        return 0
+    echo(f"· {name} stayed silent: {reason}", err=True, dim=True)
+    return 1
 
 
 def _no_worker(event_id: str) -> str:
@@ -170,6 +221,7 @@ def _no_worker(event_id: str) -> str:
 
 async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
     from persyn.runtime.compose import build_runtime
+    from persyn.runtime.control import ControlServer
 
     settings = cli.settings
     cli.preflight()
@@ -179,12 +231,14 @@ async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await runtime.start(workers=True, scheduler=housekeeping)
+    control = await ControlServer.start(runtime, settings)  # `persyn send`'s fast path
     names = ", ".join(a.name for a in settings.agents) or "no agents"
     echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
     try:
         await stop.wait()
     finally:
         echo("stopping...")
+        await control.close()
         await runtime.stop()
     return 0
 

@@ -40,6 +40,7 @@ from persyn.core.config import Settings
 from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import derived_id, id_time, parse_id
+from persyn.core.messages import validate_message_text
 from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
 from persyn.runtime._dbos_wake import QueueWaker
 from persyn.runtime._executor import executor_directory, live_executors
@@ -339,22 +340,7 @@ class Intake:
 
     def validate_text(self, text: str | bytes) -> str:
         """Reject what must not enter the pipeline; nothing is stored for rejected input."""
-        if isinstance(text, bytes):
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"message is not valid UTF-8 (bad byte at position {exc.start})") from exc
-        limit = self._settings.conversation.max_message_chars
-        if len(text) > limit:
-            raise InputError(
-                f"message is {len(text)} characters long; the limit is {limit} "
-                "([conversation] max_message_chars)"
-            )
-        if "\x00" in text:
-            raise InputError("message contains a NUL character")
-        if not text.strip():
-            raise InputError("message is empty")
-        return text
+        return validate_message_text(text, self._settings.conversation.max_message_chars)
 
     async def submit(self, event: Event, *, from_step: bool = False) -> str:
         """Persist the event, then enqueue its activation (dedup by event id). From inside a
