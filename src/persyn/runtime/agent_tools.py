@@ -13,7 +13,10 @@ Tools and what they are bound to:
 - message a contact (`tools/outreach.py`): sends through `Outreach.send_to_contact`, at most
   `[autonomy] max_messages_per_run` per activation, counted from what the run has already
   sent (durable: this registry is rebuilt for every tool call);
-- exact arithmetic, recent autonomous activity, self-inspection.
+- exact arithmetic, recent autonomous activity, self-inspection;
+- the tools of the configured MCP servers (`tools/mcp_servers.py`), named `<server>__<tool>`:
+  the connections are the runtime's, held across activations; a call runs in the tool step
+  like any other, under the same breakers and caps.
 
 Goals, reminders, quick facts and activity entries carry provenance (ARCHITECTURE §4, turn
 2): the tools show them only to the `Audience` of this activation, and store what they write
@@ -41,6 +44,7 @@ from persyn.tools.activity import ActivityContext, activity_tools
 from persyn.tools.arithmetic import calculator_tool
 from persyn.tools.facts import fact_tools
 from persyn.tools.inspection import SelfInspectionContext, inspection_tools
+from persyn.tools.mcp_servers import McpTools
 from persyn.tools.memory_tools import MemoryToolsContext, memory_tools
 from persyn.tools.outreach import OutreachContext, outreach_tools
 from persyn.tools.own import (
@@ -102,6 +106,7 @@ class AgentToolDeps:
     settings: Settings
     agents: Mapping[str, AgentConfig]
     outreach: Outreach
+    mcp: McpTools | None = None
 
 
 def build_registry(
@@ -202,4 +207,7 @@ def build_registry(
     ]
     for tool in tools:
         registry.register(tool)
+    for tool in deps.mcp.tools() if deps.mcp is not None else ():
+        if tool.name not in registry:  # `__` never appears in a built-in tool's name
+            registry.register(tool)
     return registry
