@@ -145,8 +145,7 @@ async def test_list_changed_refreshes_the_offered_tools() -> None:
         before = mcp.version
         assert (await _call(mcp, "lock__unlock")).ok
         async with asyncio.timeout(20):
-            while mcp.version == before:
-                await asyncio.sleep(0.02)
+            await mcp.wait_for_change(before)
         assert [tool.name for tool in mcp.tools()] == ["lock__secret", "lock__unlock"]
         secret = await _call(mcp, "lock__secret")
         assert secret.ok and secret.output == {"result": "the secret is 42"}

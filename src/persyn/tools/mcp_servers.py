@@ -429,6 +429,7 @@ class McpTools:
     def __init__(self, config: McpConfig, headers: Mapping[str, Mapping[str, str]] | None = None) -> None:
         self.config = config
         self.version = 0
+        self._change = asyncio.Event()
         self.servers = tuple(
             McpServer(
                 server,
@@ -442,6 +443,14 @@ class McpTools:
 
     def _changed(self) -> None:
         self.version += 1
+        self._change.set()
+        self._change = asyncio.Event()
+
+    async def wait_for_change(self, since: int) -> int:
+        """Wait until the offered tools differ from those of version `since`; the new version."""
+        while self.version == since:
+            await self._change.wait()
+        return self.version
 
     async def start(self) -> None:
         """Connect every server at once; returns when all are connected or have failed."""
