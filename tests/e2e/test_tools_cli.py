@@ -71,7 +71,9 @@ def test_tools_call_runs_a_tool_as_the_agent_would(configured: Persyn) -> None:
         (["time__get_current_time", "--args", '{"timezone": "Mars/Olympus_Mons"}'], 1, "failed"),
     ],
 )
-def test_tools_call_refuses_bad_input_clearly(configured: Persyn, args: list[str], code: int, message: str) -> None:
+def test_tools_call_refuses_bad_input_clearly(
+    configured: Persyn, args: list[str], code: int, message: str
+) -> None:
     done = configured.run("tools", "call", *args)
     assert done.returncode == code, (done.stdout, done.stderr)
     assert message in done.stderr and "Traceback" not in done.stderr
@@ -79,5 +81,7 @@ def test_tools_call_refuses_bad_input_clearly(configured: Persyn, args: list[str
 
 def test_doctor_reports_each_mcp_server(configured: Persyn) -> None:
     done = configured.run("doctor")
-    assert "[ ok ] mcp server everything: stdio: 2 tool(s): everything__echo, everything__get-sum" in done.stdout
+    assert (
+        "[ ok ] mcp server everything: stdio: 2 tool(s): everything__echo, everything__get-sum" in done.stdout
+    )
     assert "[FAIL] mcp server gone: http: ConnectError" in done.stdout

@@ -14,8 +14,7 @@ from persyn.cli.render import dump_json, echo, one_line
 __all__ = ["register"]
 
 tools_app = command_group(
-    "The agent's tools: the built-in ones and those of the configured MCP servers "
-    "(offered as SERVER__TOOL)."
+    "The agent's tools: the built-in ones and those of the configured MCP servers (offered as SERVER__TOOL)."
 )
 
 
@@ -47,14 +46,17 @@ def tools_list(ctx: typer.Context, agent: AgentOption = None, as_json: JsonOptio
 @tools_app.command("call")
 def tools_call(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(metavar="NAME", help="The tool's name, as `persyn tools list` shows it.")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The tool's name, as `persyn tools list` shows it.")
+    ],
     args: Annotated[
         str, typer.Option("--args", help='The arguments as a JSON object, e.g. \'{"message": "hi"}\'.')
     ] = "{}",
     channel: Annotated[
         str,
         typer.Option(
-            "--channel", help="Run it as on SERVICE:CHANNEL with nobody else present (what the agent may show there)."
+            "--channel",
+            help="Run it as on SERVICE:CHANNEL with nobody else present (what the agent may show there).",
         ),
     ] = "cli:operator",
     agent: AgentOption = None,
@@ -78,7 +80,11 @@ def tools_call(
         echo(dump_json(outcome.model_dump(mode="json", exclude={"trip"})))
     elif outcome.ok:
         output = outcome.output or {}
-        echo(output["result"] if set(output) == {"result"} else json.dumps(output, ensure_ascii=False, indent=2))
+        echo(
+            output["result"]
+            if set(output) == {"result"}
+            else json.dumps(output, ensure_ascii=False, indent=2)
+        )
     if outcome.ok:
         return
     if outcome.status.value in ("unknown_tool", "invalid_arguments"):
