@@ -29,7 +29,7 @@ from persyn.core.clock import SystemClock
 from persyn.core.config import McpConfig
 from persyn.gateway.base import ToolCall
 from persyn.memory.retrieval import estimate_tokens
-from persyn.runtime.tool_ops import OPERATOR_CHANNEL, _registry  # pyright: ignore[reportPrivateUsage]
+from persyn.runtime.tool_ops import OPERATOR_CHANNEL, agent_registry
 from persyn.testing import ADA
 from persyn.testing.harness import harness_settings
 from persyn.tools.mcp_servers import McpTools
@@ -59,7 +59,7 @@ async def _standing_cost(home: Path) -> list[tuple[str, int, int, int]]:
     )
     settings = harness_settings(home, config=servers)
     rows: list[tuple[str, int, int, int]] = []
-    async with _registry(settings, ADA, SystemClock(), OPERATOR_CHANNEL) as (registry, mcp):
+    async with agent_registry(settings, ADA, SystemClock(), OPERATOR_CHANNEL) as (registry, mcp):
         by_source: dict[str, set[str]] = {"built-in": set()}
         for name in registry.names:
             by_source.setdefault(mcp.server_of(name) or "built-in", set()).add(name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -109,6 +110,14 @@ async def test_unreachable_servers_offer_no_tools_are_reported_and_block_nothing
         notice = mcp.notice() or ""
         assert "closed-port" in notice and "no-such-program" in notice and "crashes" in notice
         assert "time" not in notice.split(":", 1)[1]
+
+
+async def test_a_server_that_never_answers_is_given_up_at_the_connect_timeout() -> None:
+    config = _config({"name": "mute", "command": "sleep", "args": ["600"]}, connect_timeout_seconds=1.0)
+    async with McpTools(config) as mcp:
+        (status,) = mcp.statuses()
+        assert not status.connected and status.error == "no answer within 1 seconds" and mcp.tools() == ()
+    assert children_running(Path("sleep")) == []  # the child was stopped with the attempt
 
 
 async def test_a_killed_stdio_server_is_started_again_by_the_next_call() -> None:

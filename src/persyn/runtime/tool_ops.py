@@ -26,7 +26,7 @@ from persyn.runtime.inspect import opened_store
 from persyn.tools.mcp_servers import McpServerStatus, McpTools
 from persyn.tools.registry import ToolOutcome, ToolRegistry
 
-__all__ = ["OPERATOR_CHANNEL", "ToolListing", "ToolsReport", "call_tool", "list_tools"]
+__all__ = ["OPERATOR_CHANNEL", "ToolListing", "ToolsReport", "agent_registry", "call_tool", "list_tools"]
 
 OPERATOR_CHANNEL = "cli:operator"
 
@@ -61,9 +61,11 @@ class _NoOutreach:
 
 
 @asynccontextmanager
-async def _registry(
+async def agent_registry(
     settings: Settings, agent: AgentConfig, clock: Clock, channel: str
 ) -> AsyncIterator[tuple[ToolRegistry, McpTools]]:
+    """The registry an activation of `agent` on `channel` (nobody else present) would get,
+    with the MCP servers connected for as long as the context lasts."""
     service, sep, name = channel.partition(":")
     if not sep or not service or not name:
         raise InputError(f"channel {channel!r} must be SERVICE:CHANNEL, as `persyn channels list` prints it")
@@ -94,7 +96,7 @@ async def _registry(
 
 
 async def list_tools(settings: Settings, agent: AgentConfig, clock: Clock) -> ToolsReport:
-    async with _registry(settings, agent, clock, OPERATOR_CHANNEL) as (registry, mcp):
+    async with agent_registry(settings, agent, clock, OPERATOR_CHANNEL) as (registry, mcp):
         listings: list[ToolListing] = []
         for spec in registry.specs():
             server = mcp.server_of(spec.name)
@@ -117,5 +119,5 @@ async def call_tool(
     arguments: dict[str, Any],
     channel: str = OPERATOR_CHANNEL,
 ) -> ToolOutcome:
-    async with _registry(settings, agent, clock, channel) as (registry, _mcp):
+    async with agent_registry(settings, agent, clock, channel) as (registry, _mcp):
         return await registry.call(ToolCall(id=new_id(), name=name, args=arguments), registry.breaker())

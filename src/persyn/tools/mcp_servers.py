@@ -58,7 +58,11 @@ log = logging.getLogger(__name__)
 _NAME_LIMIT = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _LIST_PAGES = 50  # a server whose tools/list never stops paginating cannot hang start-up
-_DESCRIPTION_LIMIT = 2000  # characters of a server's tool description offered to the model
+# What one server may put into every prompt: a tool description is cut, a tool with a larger
+# schema is skipped, and tools past the count are not offered (each is logged).
+_DESCRIPTION_LIMIT = 2000
+_SCHEMA_LIMIT = 16_000
+_TOOLS_LIMIT = 64
 
 
 class McpToolOutput(BaseModel):
@@ -197,6 +201,8 @@ class _Session:
         task, self._task = self._task, None
         if task is None:
             return
+        if self.client is None:  # still connecting: nothing to close gracefully
+            task.cancel()
         try:
             async with asyncio.timeout(5):
                 await asyncio.shield(task)
@@ -378,6 +384,21 @@ class McpServer:
             description = (item.description or item.title or "").strip()
             description = description[:_DESCRIPTION_LIMIT] or f"The {item.name!r} tool of {self.name!r}."
             schema = {k: v for k, v in item.input_schema.items() if k != "$schema"}
+            if len(json.dumps(schema)) > _SCHEMA_LIMIT:
+                log.warning(
+                    "MCP server %r: tool %r has an input schema over %d characters, skipped",
+                    self.name,
+                    item.name,
+                    _SCHEMA_LIMIT,
+                )
+                continue
+            if len(remotes) >= _TOOLS_LIMIT:
+                log.warning(
+                    "MCP server %r lists more than %d tools; the rest are not offered",
+                    self.name,
+                    _TOOLS_LIMIT,
+                )
+                break
             remotes[offered] = _Remote(offered, item.name, description, schema)
         if remotes == self._remotes:
             return
