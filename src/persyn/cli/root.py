@@ -19,6 +19,7 @@ from persyn.cli import (
     people,
     serve,
     setup,
+    tools,
     usage,
 )
 from persyn.cli.context import NOW_HELP, CliContext, HomeOption
@@ -71,6 +72,7 @@ for group in (
     channels,
     people,
     graph,
+    tools,
     autonomy,
     doctor,
 ):

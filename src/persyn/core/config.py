@@ -45,6 +45,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
+from persyn.core.config_tools import McpConfig, McpServerConfig
 from persyn.core.errors import ConfigError
 
 __all__ = [
@@ -57,6 +58,8 @@ __all__ = [
     "DeliberationConfig",
     "DispatchConfig",
     "GraphConfig",
+    "McpConfig",
+    "McpServerConfig",
     "MemoryConfig",
     "MeteringConfig",
     "ModelChoice",
@@ -69,6 +72,7 @@ __all__ = [
     "ToolsConfig",
     "home_from_env",
     "load_settings",
+    "mcp_headers",
     "model_chain",
     "parse_settings",
 ]
@@ -107,6 +111,7 @@ class Settings(Section):
     graph: GraphConfig = GraphConfig()
     autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
+    mcp: McpConfig = McpConfig()
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="warning", description="`debug` also keeps the tracebacks of logged failures."
     )
@@ -344,3 +349,14 @@ def load_settings(home: str | Path | None = None, environ: Mapping[str, str] | N
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"invalid configuration in {path}: not valid TOML: {exc}") from exc
     return parse_settings(data, root, env, path)
+
+
+def mcp_headers(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """Each `[[mcp.servers]]` entry's HTTP headers with their values read from the environment
+    variables the file names (a variable that is unset sends no header: the server's refusal
+    then says what is missing)."""
+    env = os.environ if environ is None else environ
+    return {
+        server.name: {header: env[variable] for header, variable in server.headers.items() if variable in env}
+        for server in settings.mcp.servers
+    }

@@ -21,7 +21,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from persyn.core.config import AgentConfig, Price, Settings
+from persyn.core.config import AgentConfig, McpServerConfig, Price, Settings
 
 __all__ = ["ConfigKey", "config_keys", "readme_reference", "render_agent", "starter_toml"]
 
@@ -30,6 +30,9 @@ _SET_IN_STARTER = frozenset({("models", "default")})
 _NOT_IN_FILE = frozenset({"home", "secrets", "agents", "prices"})
 _PRICE_EXAMPLE = "anthropic:claude-sonnet-4-6"
 _EXAMPLE = "  # (an example; unset by default)"
+# Tables of tables (`[[mcp.servers]]`): their keys follow their parent section, commented out
+# with the table header, since an empty `[[...]]` table would not validate.
+_ARRAY_TABLES: dict[tuple[str, ...], type[BaseModel]] = {("mcp", "servers"): McpServerConfig}
 
 _HEADER = """\
 # Persyn deployment configuration, written by `persyn init`.
@@ -77,6 +80,8 @@ def _keys(model: type[BaseModel], section: tuple[str, ...]) -> Iterator[ConfigKe
         if submodel is not None:
             nested.append((name, submodel))
             continue
+        if (*section, name) in _ARRAY_TABLES:
+            nested.append((name, _ARRAY_TABLES[(*section, name)]))
         if not info.description:
             raise ValueError(f"{model.__name__}.{name} has no description: the starter file needs one")
         default = None if info.is_required() else info.get_default(call_default_factory=True)
@@ -152,6 +157,8 @@ def _key_lines(key: ConfigKey) -> list[str]:
 
 
 def _section_doc(section: tuple[str, ...]) -> str:
+    if section in _ARRAY_TABLES:
+        return " ".join((_ARRAY_TABLES[section].__doc__ or "").split())
     model: type[BaseModel] = Settings
     for part in section:
         submodel = _submodel(model.model_fields[part])
@@ -169,8 +176,14 @@ def starter_toml() -> str:
             break
         if key.section != current:
             current = key.section
-            lines += ["", f"[{'.'.join(current)}]", *_comment(_section_doc(current))]
-        lines += ["", *_key_lines(key)]
+            if current in _ARRAY_TABLES:
+                lines += ["", f"#[[{'.'.join(current)}]]", *_comment(_section_doc(current))]
+            else:
+                lines += ["", f"[{'.'.join(current)}]", *_comment(_section_doc(current))]
+        key_lines = _key_lines(key)
+        if key.section in _ARRAY_TABLES:  # every line commented: an empty table would not validate
+            key_lines = [line if line.startswith("#") else f"#{line}" for line in key_lines]
+        lines += ["", *key_lines]
     lines += ["", *_prices_lines(), ""]
     return "\n".join(lines)
 
@@ -206,6 +219,8 @@ def readme_reference() -> str:
             where = '[prices."MODEL"] '
         if section == ("agents",):
             where = "[[agents]] "
+        if section in _ARRAY_TABLES:
+            where = f"[[{'.'.join(section)}]] "
         shown = "—" if key.default is None else f"`{toml_value(key.default)}`"
         meaning = key.description.replace("|", "\\|")
         rows.append(f"| `{where}{key.name}` | {shown} | {meaning} |")

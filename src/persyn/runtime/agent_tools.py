@@ -13,7 +13,12 @@ Tools and what they are bound to:
 - message a contact (`tools/outreach.py`): sends through `Outreach.send_to_contact`, at most
   `[autonomy] max_messages_per_run` per activation, counted from what the run has already
   sent (durable: this registry is rebuilt for every tool call);
-- exact arithmetic, recent autonomous activity, self-inspection.
+- exact arithmetic, recent autonomous activity, self-inspection;
+- the knowledge graph (`tools/graph_tools.py`), through the same view as the turn's graph
+  context (this channel, its compartment, the people present), when `[graph]` is enabled;
+- the tools of the configured MCP servers (`tools/mcp_servers.py`), named `<server>__<tool>`:
+  the connections are the runtime's, held across activations; a call runs in the tool step
+  like any other, under the same breakers and caps.
 
 Goals, reminders, quick facts and activity entries carry provenance (ARCHITECTURE §4, turn
 2): the tools show them only to the `Audience` of this activation, and store what they write
@@ -33,14 +38,17 @@ from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.records import Sensitivity, channel_key
-from persyn.memory.access import Provenanced
+from persyn.memory.access import Provenanced, eligible_channels
 from persyn.memory.consolidate import default_sensitivity
 from persyn.runtime.autonomy import narrow_run, recent_activity, run_provenance
 from persyn.store.base import Provenance, ReminderAction, Store
+from persyn.store.graph_rows import GraphView
 from persyn.tools.activity import ActivityContext, activity_tools
 from persyn.tools.arithmetic import calculator_tool
 from persyn.tools.facts import fact_tools
+from persyn.tools.graph_tools import GraphToolsContext, graph_tools
 from persyn.tools.inspection import SelfInspectionContext, inspection_tools
+from persyn.tools.mcp_servers import McpTools
 from persyn.tools.memory_tools import MemoryToolsContext, memory_tools
 from persyn.tools.outreach import OutreachContext, outreach_tools
 from persyn.tools.own import (
@@ -102,6 +110,7 @@ class AgentToolDeps:
     settings: Settings
     agents: Mapping[str, AgentConfig]
     outreach: Outreach
+    mcp: McpTools | None = None
 
 
 def build_registry(
@@ -200,6 +209,24 @@ def build_registry(
             )
         ),
     ]
+    if settings.graph.enabled:
+        tools += graph_tools(
+            GraphToolsContext(
+                store=store,
+                agent_id=agent_id,
+                view=GraphView(
+                    channel=where,
+                    eligible=eligible_channels(where, settings.memory.channel_groups),
+                    present=present,
+                ),
+                read=shown,
+                max_relations=settings.graph.max_relations,
+                max_path_hops=settings.graph.max_path_hops,
+            )
+        )
     for tool in tools:
         registry.register(tool)
+    for tool in deps.mcp.tools() if deps.mcp is not None else ():
+        if tool.name not in registry:  # `__` never appears in a built-in tool's name
+            registry.register(tool)
     return registry

@@ -183,6 +183,7 @@ class Runtime:
                 clock=self.clock,
                 wrappers=[lambda model: BudgetedModel(model, self.autonomy)],
             )
+        await self.tools.start()
         self.embedder = self.jobs.start_memory(self.context_sources, self.autonomy.noticed).embedder
         self.jobs.start_graph(self.context_sources, self.autonomy.noticed)
         self.context_sources.append(
@@ -302,6 +303,7 @@ class Runtime:
         if self._prometheus is not None:
             self._prometheus.stop()
         await self.local_models.stop()
+        await self.tools.stop()
         await self.store.close()
 
     def _spawn(self, coroutine: Awaitable[None]) -> None:
@@ -312,7 +314,8 @@ class Runtime:
     # channels (runtime/api.py: what a channel may call) ---------------------------------
     def offline_notice(self) -> str | None:
         critique_off = any(self.activation.tiny_deliberator(agent_id) for agent_id in self.agents)
-        return self.local_models.notice(critique_off=critique_off)
+        notices = [self.local_models.notice(critique_off=critique_off), self.tools.notice()]
+        return "\n".join(n for n in notices if n) or None
 
     async def attach_channel(self, channel: Channel) -> int:
         """Connect `channel` in this process; deliver what waited for it in the outbox

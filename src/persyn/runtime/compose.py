@@ -14,7 +14,7 @@ from datetime import timedelta
 from persyn.channels.base import Channel
 from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock, SystemClock
-from persyn.core.config import Settings
+from persyn.core.config import Settings, mcp_headers
 from persyn.core.events import Event
 from persyn.gateway.auto import resolve_auto
 from persyn.gateway.gateway import ModelGateway
@@ -32,6 +32,7 @@ from persyn.runtime.tool_steps import ToolSteps
 from persyn.runtime.transmit import Transmitter
 from persyn.runtime.workflows import Workflows
 from persyn.store import Store, open_store
+from persyn.tools.mcp_servers import McpTools
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter, MeterAdapter
 from persyn.usage.prometheus import PrometheusAdapter
@@ -107,7 +108,14 @@ def build_runtime(
         settings=settings,
         gateways=gateways,
         channels=connected,
-        deps=AgentToolDeps(store=store, clock=clock, settings=settings, agents=agents, outreach=outreach),
+        deps=AgentToolDeps(
+            store=store,
+            clock=clock,
+            settings=settings,
+            agents=agents,
+            outreach=outreach,
+            mcp=McpTools(settings.mcp, mcp_headers(settings)) if settings.mcp.servers else None,
+        ),
         event=cache.event,
     )
     steps = ActivationSteps(

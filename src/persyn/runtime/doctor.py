@@ -296,6 +296,35 @@ async def collect_checks(home: Path | None) -> list[Check]:
                 by_model.setdefault(spec, []).append(used)
     results = await asyncio.gather(*(_check_model(settings, spec, tasks) for spec, tasks in by_model.items()))
     checks.extend(results)
+    checks.extend(await _check_mcp(settings))
+    return checks
+
+
+async def _check_mcp(settings: Settings) -> list[Check]:
+    """Each configured MCP server: connected and listed, or why not (its tools are then not
+    offered; the agent answers without them)."""
+    if not settings.mcp.servers:
+        return []
+    from persyn.core.config import mcp_headers
+    from persyn.tools.mcp_servers import McpTools
+
+    checks: list[Check] = []
+    async with McpTools(settings.mcp, mcp_headers(settings)) as mcp:
+        for status in mcp.statuses():
+            name = f"mcp server {status.name}"
+            if status.error is not None:
+                checks.append(
+                    Check(
+                        name,
+                        False,
+                        f"{status.transport}: {status.error}",
+                        f"check [[mcp.servers]] {status.name!r}: its command or url, headers and environment "
+                        "(the agent runs without its tools meanwhile)",
+                    )
+                )
+            else:
+                shown = ", ".join(status.tools[:8]) + (" ..." if len(status.tools) > 8 else "")
+                checks.append(Check(name, True, f"{status.transport}: {len(status.tools)} tool(s): {shown}"))
     return checks
 
 

@@ -47,6 +47,20 @@ class ToolSteps:
         self.deps = deps
         self._event = event
         self._specs: tuple[ToolSpec, ...] | None = None
+        self._specs_version = -1  # the MCP tools' version the cached specs were built with
+
+    async def start(self) -> None:
+        """Connect the MCP servers (bounded; one that fails offers no tools)."""
+        if self.deps.mcp is not None:
+            await self.deps.mcp.start()
+
+    async def stop(self) -> None:
+        if self.deps.mcp is not None:
+            await self.deps.mcp.stop()
+
+    def notice(self) -> str | None:
+        """What the operator should know about the tools at start: MCP servers that failed."""
+        return self.deps.mcp.notice() if self.deps.mcp is not None else None
 
     def offered(self, agent_id: str) -> bool:
         """Tools go to the respond model unless disabled, or it is the built-in tiny model."""
@@ -65,9 +79,12 @@ class ToolSteps:
         """What the model is offered: the same for every turn and every agent of the
         deployment (`[tools]` is deployment-wide; a tool's behaviour is bound per activation,
         its name, description and schema are not), so built once (building the registry
-        generates every tool's schemas: milliseconds)."""
-        if self._specs is None:
+        generates every tool's schemas: milliseconds) — and again when an MCP server's tools
+        change."""
+        version = self.deps.mcp.version if self.deps.mcp is not None else 0
+        if self._specs is None or version != self._specs_version:
             self._specs = self.registry(setup, event_id).specs()
+            self._specs_version = version
         return self._specs
 
     async def _sink(self, agent_id: str, event_id: str) -> SinkCallable | None:

@@ -1,0 +1,123 @@
+"""`persyn tools`: the tools an agent is offered, by source, and one call run as the agent
+would run it — the same registry (`runtime.agent_tools.build_registry`), the same MCP
+connections, argument checks, timeouts and result caps — for checking a configuration.
+
+The call runs as an activation on `--channel` (default `cli:operator`, a channel of its own
+with nobody present), so the memory tools show what the agent could bring up there and no
+more. It sends nothing: `message_contact` is refused here (`persyn send` exists for that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from persyn.cognition.pipeline import TurnSetup
+from persyn.core.clock import Clock
+from persyn.core.config import AgentConfig, Settings, mcp_headers
+from persyn.core.errors import InputError, ToolError
+from persyn.core.ids import new_id
+from persyn.gateway.base import ToolCall
+from persyn.runtime.agent_tools import AgentToolDeps, build_registry
+from persyn.runtime.inspect import opened_store
+from persyn.tools.mcp_servers import McpServerStatus, McpTools
+from persyn.tools.registry import ToolOutcome, ToolRegistry
+
+__all__ = ["OPERATOR_CHANNEL", "ToolListing", "ToolsReport", "agent_registry", "call_tool", "list_tools"]
+
+OPERATOR_CHANNEL = "cli:operator"
+
+
+class ToolListing(BaseModel):
+    """One tool the agent is offered."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    source: Literal["built-in", "mcp"]
+    server: str | None = None  # the MCP server that offers it
+    description: str
+
+
+class ToolsReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    agent: str
+    tools: tuple[ToolListing, ...]
+    mcp_servers: tuple[McpServerStatus, ...]
+
+
+class _NoOutreach:
+    """`persyn tools call` sends nothing on the agent's behalf."""
+
+    async def send_to_contact(self, *args: Any, **kwargs: Any) -> str:
+        raise ToolError("persyn tools call does not send messages; use `persyn send` to talk to the agent")
+
+    async def messages_sent(self, agent_id: str, event_id: str) -> int:
+        return 0
+
+
+@asynccontextmanager
+async def agent_registry(
+    settings: Settings, agent: AgentConfig, clock: Clock, channel: str
+) -> AsyncIterator[tuple[ToolRegistry, McpTools]]:
+    """The registry an activation of `agent` on `channel` (nobody else present) would get,
+    with the MCP servers connected for as long as the context lasts."""
+    service, sep, name = channel.partition(":")
+    if not sep or not service or not name:
+        raise InputError(f"channel {channel!r} must be SERVICE:CHANNEL, as `persyn channels list` prints it")
+    async with opened_store(settings) as store, McpTools(settings.mcp, mcp_headers(settings)) as mcp:
+        await store.ensure_agent(agent.id, agent.name, clock.now())
+        deps = AgentToolDeps(
+            store=store,
+            clock=clock,
+            settings=settings,
+            agents={a.id: a for a in settings.agents},
+            outreach=_NoOutreach(),
+            mcp=mcp,
+        )
+        event_id = new_id()
+        setup = TurnSetup(
+            agent_id=agent.id,
+            event_id=event_id,
+            service=service,
+            channel=name,
+            conversation_id=new_id(),
+            person_id=None,
+            speaker_name="operator",
+            inbound_message_id=event_id,
+            received_at=clock.now(),
+            participant_ids=(),
+        )
+        yield build_registry(deps, setup, event_id, call_key=event_id), mcp
+
+
+async def list_tools(settings: Settings, agent: AgentConfig, clock: Clock) -> ToolsReport:
+    async with agent_registry(settings, agent, clock, OPERATOR_CHANNEL) as (registry, mcp):
+        listings: list[ToolListing] = []
+        for spec in registry.specs():
+            server = mcp.server_of(spec.name)
+            listings.append(
+                ToolListing(
+                    name=spec.name,
+                    source="mcp" if server else "built-in",
+                    server=server,
+                    description=spec.description,
+                )
+            )
+        return ToolsReport(agent=agent.name, tools=tuple(listings), mcp_servers=mcp.statuses())
+
+
+async def call_tool(
+    settings: Settings,
+    agent: AgentConfig,
+    clock: Clock,
+    name: str,
+    arguments: dict[str, Any],
+    channel: str = OPERATOR_CHANNEL,
+) -> ToolOutcome:
+    async with agent_registry(settings, agent, clock, channel) as (registry, _mcp):
+        return await registry.call(ToolCall(id=new_id(), name=name, args=arguments), registry.breaker())
