@@ -37,6 +37,7 @@ from persyn.core.config_base import (
     Task,
     model_chain,
 )
+from persyn.core.config_chat import ChannelsConfig, IrcConfig, PacingConfig, PacingRules
 from persyn.core.config_cognition import (
     AutonomyConfig,
     DeliberationConfig,
@@ -53,14 +54,18 @@ __all__ = [
     "DEFAULT_HOME",
     "AgentConfig",
     "AutonomyConfig",
+    "ChannelsConfig",
     "ConversationConfig",
     "DeliberationConfig",
     "DispatchConfig",
     "GraphConfig",
+    "IrcConfig",
     "MemoryConfig",
     "MeteringConfig",
     "ModelChoice",
     "ModelsConfig",
+    "PacingConfig",
+    "PacingRules",
     "Price",
     "RetrievalWeights",
     "Secrets",
@@ -84,6 +89,7 @@ class Secrets(BaseModel):
 
     anthropic_api_key: SecretStr | None = None
     openai_api_key: SecretStr | None = None
+    irc_password: SecretStr | None = None
 
 
 class Settings(Section):
@@ -107,6 +113,8 @@ class Settings(Section):
     graph: GraphConfig = GraphConfig()
     autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
+    channels: ChannelsConfig = ChannelsConfig()
+    pacing: PacingConfig = PacingConfig()
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="warning", description="`debug` also keeps the tracebacks of logged failures."
     )
@@ -190,7 +198,11 @@ def home_from_env(explicit: str | Path | None = None, environ: Mapping[str, str]
     return Path(raw).expanduser().resolve()
 
 
-_SECRET_ENV = {"anthropic_api_key": "ANTHROPIC_API_KEY", "openai_api_key": "OPENAI_API_KEY"}
+_SECRET_ENV = {
+    "anthropic_api_key": "ANTHROPIC_API_KEY",
+    "openai_api_key": "OPENAI_API_KEY",
+    "irc_password": "IRC_PASSWORD",
+}
 # `PERSYN_` variables that are not settings: read by `home_from_env` (and by nothing else).
 NOT_SETTINGS_ENV = frozenset({"PERSYN_HOME"})
 _ENV_PREFIX = "PERSYN_"

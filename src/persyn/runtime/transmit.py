@@ -28,6 +28,7 @@ from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, RunSpend
 from persyn.runtime.dispatch import Markers
 from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
+from persyn.runtime.pacing import PacingHold
 from persyn.runtime.turn import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult
 from persyn.store import Store
 from persyn.store.base import Message, ReplyUpkeep
@@ -43,6 +44,12 @@ class RunSpending(Protocol):
     (`runtime.autonomy.Autonomy`)."""
 
     async def spent(self, event: Event) -> RunSpend: ...
+
+
+class PacingGate(Protocol):
+    """The last pacing safeguards before a reply is recorded (`runtime.pacing.Pacing`)."""
+
+    async def hold(self, setup: TurnSetup, text: str) -> PacingHold: ...
 
 
 class Transmitter:
@@ -64,6 +71,7 @@ class Transmitter:
         cache: TurnCache,
         markers: Markers,
         runs: RunSpending,
+        pacing: PacingGate | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
@@ -75,6 +83,7 @@ class Transmitter:
         self._cache = cache
         self._markers = markers
         self._runs = runs
+        self._pacing = pacing
 
     async def gate(self, setup: TurnSetup, text: str) -> deliberation.Decision | None:
         """Hard gates before anything is sent: silence instead, with the reason, or None."""
@@ -195,6 +204,17 @@ class Transmitter:
             else:
                 reason = f"redirected to {decision.redirect_to}: {decision.reason}"
         agent = self._agents[agent_id]
+        if self._pacing is not None:  # SPEC §4.5: budgets, intervals, delays (recorded when they act)
+            held = await self._pacing.hold(setup, text)
+            if held.silent is not None:
+                paced = deliberation.Decision(action="silent", reason=held.silent)
+                await self._record_deliberation(
+                    agent_id, event_id, {"mode": setup.mode, "decision": paced.model_dump(mode="json")}
+                )
+                return await unsent(held.silent, "info")
+            if held.record is not None:
+                await self._record_deliberation(agent_id, event_id, {"pacing": held.record})
+            now = self._clock.now()  # the reply is said when the hold ends
 
         made: list[CompletionMarker] = []
 
