@@ -18,8 +18,10 @@ spoke.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
+from contextvars import Context
 
 from persyn.channels.base import Channel
 from persyn.core.config import AgentConfig
@@ -77,4 +79,8 @@ class AgentLink(Channel):
             received_at=at,
             addressed=True,
         )
-        await self._api.submit(event)
+        # Delivered from inside the sender's durable transmit step: the other agent's event is
+        # submitted in a context of its own, as any channel's inbound message is (a step may
+        # not start workflows itself); the derived event id keeps it exactly-once.
+        submitting = asyncio.get_running_loop().create_task(self._api.submit(event), context=Context())
+        await submitting
