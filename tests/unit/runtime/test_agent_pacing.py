@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from persyn.core.ids import new_id
 from persyn.store.base import Role
 from persyn.store.runs import SpendKind
 from persyn.testing import models
-from persyn.testing.harness import ADA, START, Pilot, harness_settings, run_runtime
+from persyn.testing.harness import ADA, START, Pilot, RecordingChannel, Where, harness_settings, run_runtime
 
 BOB = AgentConfig(name="Bob", id=new_id(START + timedelta(milliseconds=1)))
 CHATTY = "chatty"
@@ -152,3 +152,36 @@ async def test_a_human_resets_the_agent_only_exchange(tmp_path: Path) -> None:
         assert ended.marker.transmitted, ended.marker
         await pilot.settle()
         assert await _agent_messages(pilot) > before + 1
+
+
+async def test_a_burst_in_a_room_gets_one_answer_after_the_listening_period(tmp_path: Path) -> None:
+    """Three messages in a row on a paced channel: the first two turns listen, find the next
+    message queued behind them and stay silent, saying so; the last answers once. All three
+    are in the dialog. The listening period ends only when the moved clock reaches it."""
+    clock = ManualClock(START)
+    room = RecordingChannel("irc")
+    async with run_runtime(tmp_path / "home", clock=clock, channels={"irc": room}) as pilot:
+        where: Where = {"service": "irc", "channel": "#lab", "speaker": "sam"}
+        said_at = [START + timedelta(milliseconds=n) for n in range(3)]  # one after another
+        texts = ("one thing", "another thing", "Ada, a question?")
+        events = [pilot.event(text, at=at, **where) for text, at in zip(texts, said_at, strict=True)]
+        for event in events:
+            await pilot.runtime.submit(event)
+        await pilot.wait_for(_queued(pilot, 2), "the burst to queue behind the first turn")
+        assert room.delivered == []  # the first turn is listening: nothing is said before the clock moves
+        async with ticking(clock, timedelta(seconds=1)):
+            markers = [await pilot.runtime.wait_marker(ADA.id, e.id, timeout=120) for e in events]
+        assert [m.transmitted for m in markers] == [False, False, True]
+        assert all((m.reason or "").startswith("listening: ") for m in markers[:2]), markers
+        assert [o.text for o in room.delivered] == ["You said: Ada, a question?"]
+        said = await pilot.store.channel_messages(ADA.id, "irc", "#lab", 10)
+        assert [m.text for m in said if m.role is Role.USER] == [e.text for e in events]
+        usage = pilot.usage()
+        assert [r.stage for r in usage].count("respond") == 1  # the merged turns made no model call
+
+
+def _queued(pilot: Pilot, count: int) -> Callable[[], Awaitable[bool]]:
+    async def queued() -> bool:
+        return len(await pilot.runtime.intake.queued_events(ADA.id)) >= count
+
+    return queued
