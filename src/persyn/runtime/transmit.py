@@ -201,6 +201,12 @@ class Transmitter:
             if target is None or not channel_name:
                 target, service, channel_name = channel, event.service, event.channel
                 reason = f"wanted to redirect to {decision.redirect_to!r}, which is not available here"
+            elif not await self._may_redirect(event, setup, service, channel_name):
+                target, service, channel_name = channel, event.service, event.channel
+                reason = (
+                    f"wanted to redirect to {decision.redirect_to!r}, where someone who is not here could "
+                    "read it; answered here instead"
+                )
             else:
                 reason = f"redirected to {decision.redirect_to}: {decision.reason}"
         agent = self._agents[agent_id]
@@ -269,6 +275,27 @@ class Transmitter:
         return TransmitResult(
             transmitted=True, action=decision.action, text=message.text, message_id=message.id, reason=reason
         )
+
+    async def _may_redirect(self, event: Event, setup: TurnSetup, service: str, channel: str) -> bool:
+        """Whether an answer may go to `service:channel` instead: only where no one reads it who
+        was not in this conversation (the reply may repeat what was said here). That is the
+        asker's own private channel on the same service (named by their speaker id or name, as
+        IRC names a private chat and the agent link an agent), or a channel whose latest
+        conversation had no one else in it."""
+        speaker = event.speaker
+        if (
+            speaker is not None
+            and service == event.service
+            and channel.lower() in (speaker.speaker_id.lower(), speaker.display_name.lower())
+        ):
+            return True
+        present = set(setup.participant_ids or ()) | ({setup.person_id} if setup.person_id else set())
+        there = [
+            c
+            for c in await self._store.list_conversations(setup.agent_id, channel=channel, limit=5)
+            if c.service == service
+        ]
+        return bool(there) and set(there[0].participant_ids) <= present
 
 
 async def _safe_notice(channel: Channel | None, event: Event, notice: Notice) -> None:

@@ -38,9 +38,16 @@ def _room_double(task: str | None, messages: list[ModelMessage], info: AgentInfo
                 "action": "silent",
                 "reason": "others are chatting among themselves; I have nothing to add",
             }
+        draft = asked.rpartition("Your draft reply:")[2]
+        if "Do you send it?" in asked and "privately" in draft:
+            to = "lee" if "lee" in draft else "sam"
+            return {"action": "redirect", "reason": "better said in private", "redirect_to": f"irc:{to}"}
         return {"action": "speak", "reason": "I was asked"}
     if models.last_user_text(messages).endswith("tell me everything"):
         return LONG_REPLY
+    schema = models.output_schema(info)
+    if schema is not None:  # critique and the like: nothing to object to
+        return models.DoubleReply(output=models.minimal_instance(schema))
     return models.echo_text(messages)
 
 
@@ -164,6 +171,42 @@ async def test_room_chatter_is_observed_silently_and_questions_answered(
     finally:
         await sam.close()
         await kim.close()
+
+
+async def test_redirect_answers_privately_and_never_to_someone_absent(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    """The decision may move the answer to the asker's private chat (through the outbox); a
+    redirect to someone who was not in the room is refused, and the answer stays in the room."""
+    sam = await IrcPeer("sam").connect(ircd.port)
+    kim = await IrcPeer("kim").connect(ircd.port)
+    lee = await IrcPeer("lee").connect(ircd.port)
+    try:
+        async with on_irc(tmp_path / "home", ircd.port, rooms=("#garden",)) as (pilot, irc):
+            await sam.join("#garden")
+            await kim.join("#garden")
+            nick = await _ready(irc, sam, "#garden")
+            ask = f"{nick}, privately please: what is the plan for the garden and the shed this spring and summer?"
+            await sam.say("#garden", ask)
+            private = await sam.wait_for(lambda h: h.nick == nick and h.command == "PRIVMSG", "the answer")
+            assert (private.target, private.text) == ("sam", f"You said: {ask}")
+            ask_lee = f"{nick}, privately tell lee what the plan for the garden and the shed is this spring and summer"
+            await kim.say("#garden", ask_lee)
+            here = await kim.wait_for(
+                lambda h: h.nick == nick and h.command == "PRIVMSG", "the answer in the room"
+            )
+            assert (here.target, here.text) == ("#garden", f"You said: {ask_lee}")
+            await pilot.settle()
+            assert lee.said_by(nick) == [] and kim.said_by(nick) == [here.text]
+            assert sam.said_by(nick) == [private.text, here.text]  # sam saw kim's answer in the room
+            events = await _events(pilot)
+            markers = [await pilot.store.get_marker(pilot.agent.id, e.id, pilot.clock.now()) for e in events]
+            reasons = [m.reason for m in markers if m is not None]
+            assert reasons[0] == "redirected to irc:sam: better said in private"
+            assert "where someone who is not here could read it" in (reasons[1] or "")
+    finally:
+        for peer in (sam, kim, lee):
+            await peer.close()
 
 
 async def test_long_reply_is_split_at_the_line_limit(tmp_path: Path, ircd: IrcServer) -> None:

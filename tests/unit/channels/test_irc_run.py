@@ -26,25 +26,41 @@ def _environ() -> dict[str, str]:
     return {**base, "PERSYN_MODELS__DEFAULT": "test:echo"}
 
 
-async def test_persyn_run_serves_irc(tmp_path: Path, ircd: IrcServer) -> None:
-    home = tmp_path / "home"
-    done = subprocess.run(_persyn(home, "init", "--name", "Ada"), env=_environ(), capture_output=True, check=False)
+def _start_run(home: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """`persyn init`, the IRC keys set in the starter file, then `persyn run` in the background."""
+    done = subprocess.run(
+        _persyn(home, "init", "--name", "Ada"), env=_environ(), capture_output=True, check=False
+    )
     assert done.returncode == 0, done.stderr
     # The starter file has every section's header, its keys commented out: set them there.
     config = home / "persyn.toml"
-    irc = f'server = "127.0.0.1"\nport = {ircd.port}\ntls = false\nchannels = ["#run"]\n'
+    irc = f'server = "127.0.0.1"\nport = {port}\ntls = false\nchannels = ["#run"]\n'
     pacing = "[pacing.channels.irc]\nlisten_seconds = 0.2\nmin_interval_seconds = 0.0\njitter_seconds = 0.1\n"
     text = config.read_text()
     assert "\n[channels.irc]\n" in text
     config.write_text(text.replace("\n[channels.irc]\n", f"\n[channels.irc]\n{irc}", 1) + "\n" + pacing)
-    log = (tmp_path / "run.log").open("wb")
-    daemon = subprocess.Popen(
-        _persyn(home, "run"), env=_environ(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-    )
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            _persyn(home, "run"),
+            env=_environ(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def _stop(daemon: subprocess.Popen[bytes]) -> int:
+    daemon.send_signal(signal.SIGTERM)
+    return daemon.wait(timeout=60)
+
+
+async def test_persyn_run_serves_irc(tmp_path: Path, ircd: IrcServer) -> None:
+    log = tmp_path / "run.log"
+    daemon = _start_run(tmp_path / "home", ircd.port, log)
     sam = await IrcPeer("sam").connect(ircd.port)
     try:
         if daemon.poll() is not None:
-            raise AssertionError((tmp_path / "run.log").read_text(errors="replace"))
+            raise AssertionError(log.read_text(errors="replace"))
         await sam.join("#run")
         await sam.wait_for(lambda h: h.command == "JOIN" and h.nick == "Ada", "Ada joining #run")
         await sam.say("Ada", "hello from IRC")
@@ -52,9 +68,7 @@ async def test_persyn_run_serves_irc(tmp_path: Path, ircd: IrcServer) -> None:
         assert (reply.target, reply.text) == ("sam", "You said: hello from IRC")
     finally:
         await sam.close()
-        daemon.send_signal(signal.SIGTERM)
-        code = daemon.wait(timeout=60)
-        log.close()
-    output = (tmp_path / "run.log").read_text(errors="replace")
+        code = _stop(daemon)
+    output = log.read_text(errors="replace")
     assert code == 0, output
     assert "Traceback" not in output
