@@ -22,7 +22,7 @@ import itertools
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -144,10 +144,16 @@ async def first_reply(listen: float | None, runs: int) -> list[float]:
                 event = pilot.event(f"Ada, question {n}?", service="irc", channel=f"#room{n}")
                 began = time.perf_counter()
                 await pilot.runtime.submit(event)
-                while len(room.delivered) <= n:
-                    await asyncio.sleep(0.005)
+                await pilot.wait_for(_delivered(room, n + 1), "the reply")  # polled every 20 ms
                 timings.append(time.perf_counter() - began)
     return timings
+
+
+def _delivered(room: RecordingChannel, count: int) -> Callable[[], Awaitable[bool]]:
+    async def delivered() -> bool:
+        return len(room.delivered) >= count
+
+    return delivered
 
 
 async def main(runs: int, pacing: str) -> None:
