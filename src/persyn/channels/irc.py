@@ -199,7 +199,10 @@ class _Connection:
             log.warning("irc: %s was kicked from %s: %s", self.nick, room, params[-1])
             self._owner.later(_KICK_REJOIN_SECONDS, self._rejoin(room))
         elif command == "PRIVMSG" and len(params) >= 2:
-            await self._owner.received(self, message.nick, params[0], _plain(params[1]))
+            text = params[1]
+            if text.startswith("\x01") and not text.startswith("\x01ACTION "):
+                return  # a CTCP request (VERSION, PING...) is the client's business, not said to anyone
+            await self._owner.received(self, message.nick, params[0], _plain(text))
 
     async def _rejoin(self, room: str) -> None:
         if self.ready.is_set():

@@ -7,7 +7,9 @@ from typing import Protocol
 
 from persyn.channels.agents import AgentLink
 from persyn.channels.irc import IrcChannel
+from persyn.channels.telegram import TelegramChannel
 from persyn.core.config import Settings
+from persyn.core.errors import ConfigError
 from persyn.runtime.api import RuntimeAPI
 
 __all__ = ["NetworkChannel", "configured_channels"]
@@ -35,4 +37,15 @@ def configured_channels(settings: Settings, api: RuntimeAPI) -> list[NetworkChan
                 irc, agents, api, password=password.get_secret_value() if password is not None else None
             )
         )
+    telegram = settings.channels.telegram
+    if telegram.enabled:
+        token = settings.secrets.telegram_bot_token
+        if token is None:
+            raise ConfigError("[channels.telegram] enabled = true needs the bot token in TELEGRAM_BOT_TOKEN")
+        agent = (
+            settings.agent(telegram.agent)
+            if telegram.agent or len(settings.agents) == 1
+            else settings.agents[0]
+        )
+        found.append(TelegramChannel(telegram, agent, api, token=token.get_secret_value()))
     return found

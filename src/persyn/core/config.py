@@ -37,7 +37,7 @@ from persyn.core.config_base import (
     Task,
     model_chain,
 )
-from persyn.core.config_chat import ChannelsConfig, IrcConfig, PacingConfig, PacingRules
+from persyn.core.config_chat import ChannelsConfig, IrcConfig, PacingConfig, PacingRules, TelegramConfig
 from persyn.core.config_cognition import (
     AutonomyConfig,
     DeliberationConfig,
@@ -71,6 +71,7 @@ __all__ = [
     "Secrets",
     "Settings",
     "Task",
+    "TelegramConfig",
     "ToolsConfig",
     "home_from_env",
     "load_settings",
@@ -90,6 +91,7 @@ class Secrets(BaseModel):
     anthropic_api_key: SecretStr | None = None
     openai_api_key: SecretStr | None = None
     irc_password: SecretStr | None = None
+    telegram_bot_token: SecretStr | None = None
 
 
 class Settings(Section):
@@ -202,6 +204,7 @@ _SECRET_ENV = {
     "anthropic_api_key": "ANTHROPIC_API_KEY",
     "openai_api_key": "OPENAI_API_KEY",
     "irc_password": "IRC_PASSWORD",
+    "telegram_bot_token": "TELEGRAM_BOT_TOKEN",
 }
 # `PERSYN_` variables that are not settings: read by `home_from_env` (and by nothing else).
 NOT_SETTINGS_ENV = frozenset({"PERSYN_HOME"})

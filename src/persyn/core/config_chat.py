@@ -12,7 +12,7 @@ from pydantic import Field, field_validator
 
 from persyn.core.config_base import Section
 
-__all__ = ["ChannelsConfig", "IrcConfig", "PacingConfig", "PacingRules"]
+__all__ = ["ChannelsConfig", "IrcConfig", "PacingConfig", "PacingRules", "TelegramConfig"]
 
 # RFC 2812 channel names: a prefix, then anything but space, comma, BEL and colon.
 _IRC_CHANNEL = re.compile(r"^[#&+!][^\s,\x07:]{1,49}$")
@@ -87,8 +87,36 @@ class IrcConfig(Section):
         return nick
 
 
+class TelegramConfig(Section):
+    enabled: bool = Field(
+        default=False,
+        description="Serve an agent as a Telegram bot (Bot API long polling); the token comes from TELEGRAM_BOT_TOKEN.",
+    )
+    api_url: str = Field(
+        default="https://api.telegram.org",
+        min_length=1,
+        description="Base URL of the Bot API (a local Bot API server, or a test double).",
+    )
+    agent: str | None = Field(
+        default=None,
+        description="Name of the agent that is the bot; unset = the only (or first) agent.",
+        examples=["Ada"],
+    )
+    poll_seconds: int = Field(
+        default=30, ge=0, le=50, description="How long one getUpdates call waits for messages (long polling)."
+    )
+
+    @field_validator("api_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("https://", "http://")):
+            raise ValueError(f"{url!r} is not an http(s) URL")
+        return url.rstrip("/")
+
+
 class ChannelsConfig(Section):
     irc: IrcConfig = IrcConfig()
+    telegram: TelegramConfig = TelegramConfig()
 
 
 class PacingRules(Section):

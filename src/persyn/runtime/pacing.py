@@ -159,8 +159,8 @@ class Pacing:
         now = self._clock.now()
         last = await self._last_said(setup)
         due = max(now, setup.received_at + timedelta(seconds=rules.listen_seconds))
-        if last is not None:
-            due = max(due, last + timedelta(seconds=interval))
+        if last is not None:  # a reply is stamped just after its input, which may be ahead of now
+            due = max(due, min(last, now) + timedelta(seconds=interval))
         due += timedelta(seconds=jitter)
         await wait_until(self._clock, due)
         record = {

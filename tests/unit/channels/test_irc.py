@@ -152,9 +152,11 @@ async def test_room_chatter_is_observed_silently_and_questions_answered(
             await sam.say("#lab", f"{nick}, what did kim say about the week?")
             reply = await sam.wait_for(lambda h: h.nick == nick and h.command == "PRIVMSG", "the answer")
             assert reply.target == "#lab" and "what did kim say" in reply.text
+            await kim.say(nick, "\x01VERSION\x01")  # a client's query, not something said
             await kim.say(nick, "just between us: hello")
             private = await kim.wait_for(lambda h: h.nick == nick and h.target == "kim", "a private answer")
             assert private.text == "You said: just between us: hello"
+            assert kim.said_by(nick, "kim") == [private.text]  # the CTCP query got no answer
             await pilot.settle()
             events = await _events(pilot)
             chatter = [e for e in events if e.text in ("the weather is lovely today", "yes, sunny all week")]
