@@ -118,6 +118,7 @@ class _Connection:
         self.nick = self.wanted_nick
         self.ready = asyncio.Event()
         self.connections = 0  # completed registrations (a test waits for a reconnection by it)
+        self.attempts = 0  # connections tried, registered or not
         self.joined: set[str] = set()
         self._writer: asyncio.StreamWriter | None = None
         self._send_lock = asyncio.Lock()
@@ -142,6 +143,7 @@ class _Connection:
     async def _session(self) -> None:
         config = self._owner.config
         context = ssl.create_default_context() if config.tls else None
+        self.attempts += 1
         reader, writer = await asyncio.open_connection(config.server, config.port, ssl=context)
         self._writer = writer
         self.nick = self.wanted_nick
@@ -169,6 +171,10 @@ class _Connection:
         command, params = message.command, message.params
         if command == "PING":
             await self._send_raw(f"PONG :{params[-1] if params else ''}")
+        elif command == "ERROR":  # the server's last word before it closes (a bad password, a ban)
+            log.warning(
+                "irc %s refused %s: %s", self._owner.config.server, self.nick, params[-1] if params else ""
+            )
         elif command == "CAP" and len(params) >= 3 and params[1] == "ACK":
             await self._send_raw("AUTHENTICATE PLAIN")
         elif command == "AUTHENTICATE" and params[:1] == ("+",):

@@ -29,13 +29,15 @@ class IrcServer:
     directory: Path
     port: int = field(default_factory=_free_port)
     process: subprocess.Popen[bytes] | None = None
+    password: str | None = None  # the server's connection password (PASS), if any
 
     def start(self) -> None:
         conf = self.directory / "ngircd.conf"
         conf.write_text(
             "[Global]\nName = irc.test.local\nInfo = persyn tests\nListen = 127.0.0.1\n"
             f"Ports = {self.port}\nMotdPhrase = tests\n"
-            "[Limits]\nMaxNickLength = 30\nMaxConnectionsIP = 0\nPingTimeout = 120\nPongTimeout = 20\n"
+            + (f"Password = {self.password}\n" if self.password else "")
+            + "[Limits]\nMaxNickLength = 30\nMaxConnectionsIP = 0\nPingTimeout = 120\nPongTimeout = 20\n"
             "[Options]\nPAM = no\nIdent = no\nDNS = no\n"
         )
         self.process = subprocess.Popen(
@@ -81,9 +83,11 @@ class IrcPeer:
         self._task: asyncio.Task[None] | None = None
         self._welcome = asyncio.Event()
 
-    async def connect(self, port: int) -> IrcPeer:
+    async def connect(self, port: int, password: str | None = None) -> IrcPeer:
         self._reader, self._writer = await asyncio.open_connection("127.0.0.1", port)
         self._task = asyncio.ensure_future(self._read())
+        if password is not None:
+            await self.send(f"PASS {password}")
         await self.send(f"NICK {self.nick}")
         await self.send(f"USER {self.nick} 0 * :{self.nick}")
         await asyncio.wait_for(self._welcome.wait(), WAIT_SECONDS)

@@ -327,3 +327,47 @@ async def _markers(pilot: Pilot, count: int) -> bool:
     events = await _events(pilot)
     done = [await pilot.store.get_marker(pilot.agent.id, e.id, pilot.clock.now()) for e in events]
     return sum(1 for m in done if m is not None) >= count
+
+
+async def test_server_password_wrong_then_right(tmp_path: Path) -> None:
+    """A server that wants a password: with a wrong one the adapter is refused, says so in the
+    log and keeps retrying without taking the runtime down; with the right one it serves."""
+    server = IrcServer(tmp_path / "ircd", password="opensesame")
+    server.directory.mkdir()
+    server.start()
+    sam = await IrcPeer("sam").connect(server.port, password="opensesame")
+    try:
+        settings = harness_settings(
+            tmp_path / "home", model=f"test:{ROOM_DOUBLE}", config=_config(server.port, ())
+        )
+        async with run_runtime(settings, clock=ManualClock(START)) as pilot:
+            wrong = IrcChannel(
+                settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime, password="nope"
+            )
+            await wrong.start()
+            refused = next(iter(wrong.connections.values()))
+            await pilot.wait_for(_attempts(wrong, 2), "a second attempt after the refusal")
+            assert not refused.ready.is_set() and refused.connections == 0
+            await wrong.stop()
+            right = IrcChannel(
+                settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime, password="opensesame"
+            )
+            await right.start()
+            try:
+                nick = await _ready(right, sam)
+                await sam.say(nick, "let me in")
+                answer = await sam.wait_for(lambda h: h.nick == nick and h.command == "PRIVMSG", "an answer")
+                assert answer.text == "You said: let me in"
+                await pilot.settle()
+            finally:
+                await right.stop()
+    finally:
+        await sam.close()
+        server.stop()
+
+
+def _attempts(channel: IrcChannel, count: int) -> Callable[[], Awaitable[bool]]:
+    async def attempted() -> bool:
+        return all(c.attempts >= count for c in channel.connections.values())
+
+    return attempted
