@@ -54,6 +54,7 @@ agent-only exchange hold everywhere."""
 
 _WINDOW = timedelta(hours=24)
 _MANUAL_POLL_SECONDS = 0.01
+_REMEMBERED_TURNS = 4096
 
 
 async def wait_until(clock: Clock, due: datetime) -> None:
@@ -95,6 +96,9 @@ class Pacing:
         self._reply_budget_spent = reply_budget_spent
         self._queued_events = queued_events
         self._event_of = event_of
+        # Whether a turn's other party is an agent, read once per turn in this process: the
+        # draft's check and the transmit's share it (bounded; a miss only reads it again).
+        self._agentish: dict[str, bool] = {}
 
     def rules(self, setup: TurnSetup) -> PacingRules:
         return self._settings.pacing.rules_for(setup.service, setup.channel)
@@ -201,8 +205,14 @@ class Pacing:
         """Whether the other party (the input's speaker) is an agent, by the directory."""
         if setup.person_id is None:
             return False
-        person = await self._store.get_person(setup.agent_id, setup.person_id)
-        return person is not None and person.kind == "agent"
+        known = self._agentish.get(setup.event_id)
+        if known is None:
+            person = await self._store.get_person(setup.agent_id, setup.person_id)
+            known = person is not None and person.kind == "agent"
+            if len(self._agentish) >= _REMEMBERED_TURNS:
+                self._agentish.pop(next(iter(self._agentish)))
+            self._agentish[setup.event_id] = known
+        return known
 
     async def _replied(self, setup: TurnSetup) -> int:
         since = self._clock.now() - _WINDOW
