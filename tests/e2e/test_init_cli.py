@@ -58,7 +58,9 @@ def _uncommented(text: str, *, examples: bool) -> str:
         if match is not None:
             is_example = bool(match["example"]) or in_commented_table
             value = f"{match['key']} = {match['value'].split('  # ')[0]}"
-            if match["key"] == "storage_url":  # its example names a directory of another machine
+            if match["key"] == "storage_url" or "  # (instead of " in line:
+                # storage_url's example names a directory of another machine; an alternative
+                # (an MCP server's url instead of its command) is never set beside the other
                 lines.append(line)
             elif examples or not is_example:
                 lines.append(value)

@@ -220,6 +220,7 @@ def _no_worker(event_id: str) -> str:
 
 
 async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
+    from persyn.channels.network import configured_channels
     from persyn.runtime.compose import build_runtime
     from persyn.runtime.control import ControlServer
 
@@ -232,6 +233,11 @@ async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
         loop.add_signal_handler(sig, stop.set)
     await runtime.start(workers=True, scheduler=housekeeping)
     control = await ControlServer.start(runtime, settings)  # `persyn send`'s fast path
+    # The chat networks connect in the process that runs the scheduler (`persyn run`); a
+    # scale-out worker would join the rooms a second time.
+    channels = configured_channels(settings, runtime) if housekeeping else []
+    for channel in channels:
+        await channel.start()
     names = ", ".join(a.name for a in settings.agents) or "no agents"
     echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
     try:
@@ -239,6 +245,8 @@ async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
     finally:
         echo("stopping...")
         await control.close()
+        for channel in channels:
+            await channel.stop()
         await runtime.stop()
     return 0
 

@@ -37,6 +37,7 @@ from persyn.core.config_base import (
     Task,
     model_chain,
 )
+from persyn.core.config_chat import ChannelsConfig, IrcConfig, PacingConfig, PacingRules, TelegramConfig
 from persyn.core.config_cognition import (
     AutonomyConfig,
     DeliberationConfig,
@@ -54,21 +55,26 @@ __all__ = [
     "DEFAULT_HOME",
     "AgentConfig",
     "AutonomyConfig",
+    "ChannelsConfig",
     "ConversationConfig",
     "DeliberationConfig",
     "DispatchConfig",
     "GraphConfig",
+    "IrcConfig",
     "McpConfig",
     "McpServerConfig",
     "MemoryConfig",
     "MeteringConfig",
     "ModelChoice",
     "ModelsConfig",
+    "PacingConfig",
+    "PacingRules",
     "Price",
     "RetrievalWeights",
     "Secrets",
     "Settings",
     "Task",
+    "TelegramConfig",
     "ToolsConfig",
     "home_from_env",
     "load_settings",
@@ -88,6 +94,8 @@ class Secrets(BaseModel):
 
     anthropic_api_key: SecretStr | None = None
     openai_api_key: SecretStr | None = None
+    irc_password: SecretStr | None = None
+    telegram_bot_token: SecretStr | None = None
 
 
 class Settings(Section):
@@ -112,6 +120,8 @@ class Settings(Section):
     autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
     mcp: McpConfig = McpConfig()
+    channels: ChannelsConfig = ChannelsConfig()
+    pacing: PacingConfig = PacingConfig()
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="warning", description="`debug` also keeps the tracebacks of logged failures."
     )
@@ -195,7 +205,12 @@ def home_from_env(explicit: str | Path | None = None, environ: Mapping[str, str]
     return Path(raw).expanduser().resolve()
 
 
-_SECRET_ENV = {"anthropic_api_key": "ANTHROPIC_API_KEY", "openai_api_key": "OPENAI_API_KEY"}
+_SECRET_ENV = {
+    "anthropic_api_key": "ANTHROPIC_API_KEY",
+    "openai_api_key": "OPENAI_API_KEY",
+    "irc_password": "IRC_PASSWORD",
+    "telegram_bot_token": "TELEGRAM_BOT_TOKEN",
+}
 # `PERSYN_` variables that are not settings: read by `home_from_env` (and by nothing else).
 NOT_SETTINGS_ENV = frozenset({"PERSYN_HOME"})
 _ENV_PREFIX = "PERSYN_"

@@ -33,6 +33,12 @@ _EXAMPLE = "  # (an example; unset by default)"
 # Tables of tables (`[[mcp.servers]]`): their keys follow their parent section, commented out
 # with the table header, since an empty `[[...]]` table would not validate.
 _ARRAY_TABLES: dict[tuple[str, ...], type[BaseModel]] = {("mcp", "servers"): McpServerConfig}
+# Keys whose example is another way of saying what an earlier key's example says: shown, but
+# never set together with it (a server is a command or a url; the list is its tables).
+_ALTERNATIVES: dict[str, str] = {
+    "mcp.servers.url": "command",
+    "mcp.servers": "the [[mcp.servers]] tables below",
+}
 
 _HEADER = """\
 # Persyn deployment configuration, written by `persyn init`.
@@ -148,7 +154,10 @@ def _comment(text: str, indent: str = "") -> list[str]:
 
 def _key_lines(key: ConfigKey) -> list[str]:
     lines = _comment(key.description)
-    if key.default is None:
+    if key.dotted in _ALTERNATIVES:
+        shown = key.example if key.default is None else key.default
+        lines.append(f"#{key.name} = {toml_value(shown)}  # (instead of {_ALTERNATIVES[key.dotted]})")
+    elif key.default is None:
         lines.append(f"#{key.name} = {toml_value(key.example)}{_EXAMPLE}")
     else:
         mark = "" if (*key.section, key.name) in _SET_IN_STARTER else "#"

@@ -28,6 +28,7 @@ from persyn.runtime.housekeeping import Housekeeping
 from persyn.runtime.local_models import LocalModels
 from persyn.runtime.outbox import Outbox
 from persyn.runtime.outreach import Outreach
+from persyn.runtime.pacing import Pacing
 from persyn.runtime.tool_steps import ToolSteps
 from persyn.runtime.transmit import Transmitter
 from persyn.runtime.workflows import Workflows
@@ -92,6 +93,14 @@ def build_runtime(
         validate_text=intake.validate_text,
         connected=connected.__contains__,
     )
+    pacing = Pacing(
+        store=store,
+        settings=settings,
+        clock=clock,
+        reply_budget_spent=outreach.reply_budget_spent,
+        queued_events=intake.queued_events,
+        event_of=cache.event,
+    )
     transmitter = Transmitter(
         store=store,
         settings=settings,
@@ -103,6 +112,7 @@ def build_runtime(
         cache=cache,
         markers=markers,
         runs=autonomy,
+        pacing=pacing,
     )
     tools = ToolSteps(
         settings=settings,
@@ -128,7 +138,7 @@ def build_runtime(
         context_sources=sources,
         cache=cache,
         tools=tools,
-        reply_budget_spent=outreach.reply_budget_spent,
+        reply_budget_spent=pacing.blocked,
         runs=autonomy,
     )
     workflows = Workflows(

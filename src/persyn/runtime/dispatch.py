@@ -146,6 +146,14 @@ class Dispatcher(ABC):
         )
         return any(w.queue_partition_key == agent_id for w in active)
 
+    async def queued_events(self, agent_id: str) -> list[str]:
+        """The ids of the agent's activations still waiting in the queue (any process): an
+        activation's workflow id is its event's id."""
+        waiting = await DBOS.list_queued_workflows_async(
+            queue_name=EVENTS_QUEUE, status=["ENQUEUED"], load_input=False, load_output=False
+        )
+        return [w.workflow_id for w in waiting if w.queue_partition_key == agent_id]
+
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release what the adapter holds."""
 
@@ -368,6 +376,9 @@ class Intake:
 
     async def busy(self, agent_id: str) -> bool:
         return await self.dispatcher.busy(agent_id)
+
+    async def queued_events(self, agent_id: str) -> list[str]:
+        return await self.dispatcher.queued_events(agent_id)
 
 
 class _Unremembered:

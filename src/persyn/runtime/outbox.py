@@ -140,7 +140,7 @@ class Outbox:
         try:
             await channel.deliver_outbound(outbound)
         except Exception as exc:  # the surface failed: the row stays pending, retried later
-            log.warning("channel %s failed to deliver outbox row %s: %s", row.service, row.id, exc)
+            log.warning("channel %s failed to deliver outbox row %s: %r", row.service, row.id, exc)
             try:
                 await self._store.outbox_failed(row.agent_id, row.id, f"{type(exc).__name__}: {exc}")
             except Exception as store_exc:

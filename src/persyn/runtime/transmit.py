@@ -28,6 +28,7 @@ from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, RunSpend
 from persyn.runtime.dispatch import Markers
 from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
+from persyn.runtime.pacing import PacingHold
 from persyn.runtime.turn import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult
 from persyn.store import Store
 from persyn.store.base import Message, ReplyUpkeep
@@ -43,6 +44,12 @@ class RunSpending(Protocol):
     (`runtime.autonomy.Autonomy`)."""
 
     async def spent(self, event: Event) -> RunSpend: ...
+
+
+class PacingGate(Protocol):
+    """The last pacing safeguards before a reply is recorded (`runtime.pacing.Pacing`)."""
+
+    async def hold(self, setup: TurnSetup, text: str) -> PacingHold: ...
 
 
 class Transmitter:
@@ -64,6 +71,7 @@ class Transmitter:
         cache: TurnCache,
         markers: Markers,
         runs: RunSpending,
+        pacing: PacingGate | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
@@ -75,6 +83,7 @@ class Transmitter:
         self._cache = cache
         self._markers = markers
         self._runs = runs
+        self._pacing = pacing
 
     async def gate(self, setup: TurnSetup, text: str) -> deliberation.Decision | None:
         """Hard gates before anything is sent: silence instead, with the reason, or None."""
@@ -192,9 +201,26 @@ class Transmitter:
             if target is None or not channel_name:
                 target, service, channel_name = channel, event.service, event.channel
                 reason = f"wanted to redirect to {decision.redirect_to!r}, which is not available here"
+            elif not await self._may_redirect(event, setup, service, channel_name):
+                target, service, channel_name = channel, event.service, event.channel
+                reason = (
+                    f"wanted to redirect to {decision.redirect_to!r}, where someone who is not here could "
+                    "read it; answered here instead"
+                )
             else:
                 reason = f"redirected to {decision.redirect_to}: {decision.reason}"
         agent = self._agents[agent_id]
+        if self._pacing is not None:  # SPEC §4.5: budgets, intervals, delays (recorded when they act)
+            held = await self._pacing.hold(setup, text)
+            if held.silent is not None:
+                paced = deliberation.Decision(action="silent", reason=held.silent)
+                await self._record_deliberation(
+                    agent_id, event_id, {"mode": setup.mode, "decision": paced.model_dump(mode="json")}
+                )
+                return await unsent(held.silent, "info")
+            if held.record is not None:
+                await self._record_deliberation(agent_id, event_id, {"pacing": held.record})
+            now = self._clock.now()  # the reply is said when the hold ends
 
         made: list[CompletionMarker] = []
 
@@ -249,6 +275,27 @@ class Transmitter:
         return TransmitResult(
             transmitted=True, action=decision.action, text=message.text, message_id=message.id, reason=reason
         )
+
+    async def _may_redirect(self, event: Event, setup: TurnSetup, service: str, channel: str) -> bool:
+        """Whether an answer may go to `service:channel` instead: only where no one reads it who
+        was not in this conversation (the reply may repeat what was said here). That is the
+        asker's own private channel on the same service (named by their speaker id or name, as
+        IRC names a private chat and the agent link an agent), or a channel whose latest
+        conversation had no one else in it."""
+        speaker = event.speaker
+        if (
+            speaker is not None
+            and service == event.service
+            and channel.lower() in (speaker.speaker_id.lower(), speaker.display_name.lower())
+        ):
+            return True
+        present = set(setup.participant_ids or ()) | ({setup.person_id} if setup.person_id else set())
+        there = [
+            c
+            for c in await self._store.list_conversations(setup.agent_id, channel=channel, limit=5)
+            if c.service == service
+        ]
+        return bool(there) and set(there[0].participant_ids) <= present
 
 
 async def _safe_notice(channel: Channel | None, event: Event, notice: Notice) -> None:

@@ -1,0 +1,195 @@
+"""The Telegram adapter (SPEC §3): one agent as a bot, over the Bot API with long polling.
+
+- `getUpdates` with a long-poll timeout; the offset moves past each update once it is
+  submitted, so an update is confirmed to Telegram only after it is stored. An update seen
+  again (a restart before the next poll confirmed it) is the same event: its id derives from
+  the chat and the message id, and the store and the queue deduplicate.
+- A private chat is addressed to the agent; in a group, a message that mentions the bot's
+  @username or replies to one of its messages is. Privacy mode is the group's business: the
+  bot sees what Telegram sends it, and nothing is done to see more.
+- The sender is one contact per Telegram user (directory key `telegram`, `telegram`, user
+  id) in every chat; Telegram's `is_bot` marks a bot's contact as `agent`.
+- Replies are `sendMessage` to the chat, split at 4,096 characters, sent as plain text
+  (Markdown would need Telegram's own escaping; not done yet). A 429 is waited out for its
+  `retry_after` and the call retried; any other failure raises, so the outbox keeps the row
+  and retries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from persyn.channels.base import Channel
+from persyn.core.config import AgentConfig, TelegramConfig
+from persyn.core.errors import ChannelError, InputError
+from persyn.core.events import Event, Outbound, Speaker
+from persyn.core.ids import derived_id
+from persyn.runtime.api import RuntimeAPI
+
+__all__ = ["TELEGRAM_SERVICE", "TelegramChannel", "split_message"]
+
+log = logging.getLogger(__name__)
+
+TELEGRAM_SERVICE = "telegram"
+_MESSAGE_LIMIT = 4096
+_RETRIES_AFTER_429 = 5
+_ERROR_WAIT_SECONDS = 2.0
+
+
+def split_message(text: str, limit: int = _MESSAGE_LIMIT) -> list[str]:
+    """`text` in pieces of at most `limit` characters, cut at a line break or space if possible."""
+    pieces: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        cut = max(rest.rfind("\n", 0, limit), rest.rfind(" ", 0, limit))
+        cut = cut if cut > 0 else limit
+        pieces.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest:
+        pieces.append(rest)
+    return pieces
+
+
+class TelegramChannel(Channel):
+    """The `telegram` service: one agent answering as the bot of `token`."""
+
+    service = TELEGRAM_SERVICE
+
+    def __init__(
+        self,
+        config: TelegramConfig,
+        agent: AgentConfig,
+        api: RuntimeAPI,
+        *,
+        token: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not token:
+            raise ChannelError("[channels.telegram] is enabled but TELEGRAM_BOT_TOKEN is not set")
+        self.config = config
+        self.agent = agent
+        self._api = api
+        self._base = f"{config.api_url}/bot{token}"
+        self._client = httpx.AsyncClient(timeout=config.poll_seconds + 15, transport=transport)
+        self._offset: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.username: str | None = None
+        self.bot_id: int | None = None
+        self.ready = asyncio.Event()
+
+    # lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._api.attach_channel(self)
+        self._task = asyncio.ensure_future(self._poll_forever())
+
+    async def stop(self) -> None:
+        self._api.detach_channel(self)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self._client.aclose()
+
+    async def _poll_forever(self) -> None:
+        while True:
+            try:
+                if self.bot_id is None:
+                    me = await self._call("getMe", {})
+                    self.bot_id, self.username = int(me["id"]), str(me.get("username") or "")
+                    self.ready.set()
+                    await self._api.deliver_pending(TELEGRAM_SERVICE)
+                await self._poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("telegram: %s", exc)
+                await asyncio.sleep(_ERROR_WAIT_SECONDS)
+
+    async def _poll_once(self) -> None:
+        body: dict[str, Any] = {"timeout": self.config.poll_seconds, "allowed_updates": ["message"]}
+        if self._offset is not None:
+            body["offset"] = self._offset
+        for update in await self._call("getUpdates", body):
+            await self._received(update)
+            self._offset = int(update["update_id"]) + 1
+
+    async def _call(self, method: str, body: dict[str, Any]) -> Any:
+        """One Bot API call; a 429 is waited out (`retry_after`) and retried."""
+        for _ in range(_RETRIES_AFTER_429):
+            response = await self._client.post(f"{self._base}/{method}", json=body)
+            try:
+                data = response.json()
+            except ValueError as exc:
+                raise ChannelError(f"telegram {method}: HTTP {response.status_code}, not JSON") from exc
+            if data.get("ok"):
+                return data.get("result")
+            parameters = data.get("parameters") or {}
+            if data.get("error_code") == 429 and "retry_after" in parameters:
+                wait = float(parameters["retry_after"])
+                log.info("telegram %s: rate limited, retrying after %gs", method, wait)
+                await asyncio.sleep(wait)
+                continue
+            raise ChannelError(f"telegram {method}: {data.get('error_code')} {data.get('description')!r}")
+        raise ChannelError(f"telegram {method}: still rate limited after {_RETRIES_AFTER_429} tries")
+
+    # the channel port ----------------------------------------------------------------------
+    def serves(self, agent_id: str) -> bool:
+        return agent_id == self.agent.id
+
+    async def deliver(self, outbound: Outbound) -> None:
+        if outbound.agent_id != self.agent.id:
+            raise ChannelError(f"agent {outbound.agent_id!r} is not the Telegram bot here")
+        for piece in split_message(outbound.text):
+            await self._call("sendMessage", {"chat_id": outbound.channel, "text": piece})
+
+    # inbound -----------------------------------------------------------------------------
+    def _addressed(self, message: dict[str, Any]) -> bool:
+        chat = message.get("chat") or {}
+        if chat.get("type") == "private":
+            return True
+        replied = (message.get("reply_to_message") or {}).get("from") or {}
+        if self.bot_id is not None and replied.get("id") == self.bot_id:
+            return True
+        text = str(message.get("text") or "")
+        return bool(self.username) and re.search(rf"@{re.escape(self.username)}\b", text, re.I) is not None
+
+    async def _received(self, update: dict[str, Any]) -> None:
+        message = update.get("message") or {}
+        text = message.get("text")
+        sender = message.get("from") or {}
+        chat = message.get("chat") or {}
+        if not isinstance(text, str) or not text.strip() or "id" not in sender or "id" not in chat:
+            return  # stickers, joins, photos without a caption: nothing said to answer
+        if self.bot_id is not None and sender.get("id") == self.bot_id:
+            return
+        said_at = datetime.fromtimestamp(int(message.get("date") or 0), UTC)
+        now = self._api.clock.now()
+        name = str(sender.get("username") or sender.get("first_name") or sender["id"])
+        event = Event(
+            id=derived_id(said_at, TELEGRAM_SERVICE, str(chat["id"]), str(message.get("message_id"))),
+            agent_id=self.agent.id,
+            service=TELEGRAM_SERVICE,
+            channel=str(chat["id"]),
+            speaker=Speaker(
+                service=TELEGRAM_SERVICE,
+                channel=TELEGRAM_SERVICE,
+                speaker_id=str(sender["id"]),
+                display_name=name,
+                kind="agent" if sender.get("is_bot") else "human",
+            ),
+            text=text,
+            received_at=min(said_at, now) if said_at.year > 2000 else now,
+            addressed=self._addressed(message),
+        )
+        try:
+            self._api.validate_text(text)
+            await self._api.submit(event)
+        except InputError as exc:
+            log.warning("telegram: dropped a message in chat %s: %s", chat["id"], exc)

@@ -1,0 +1,373 @@
+"""The IRC adapter against a real ngircd on loopback (SPEC §3, §4): rooms and private
+messages, addressed and overheard traffic, long replies, nick collisions, kicks, and a
+server restart with no lost or doubled message."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from irc_server import IrcPeer, IrcServer
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo
+
+from persyn.channels.irc import IrcChannel, parse_line, split_text
+from persyn.core.clock import ManualClock
+from persyn.core.config import IrcConfig
+from persyn.core.errors import ConfigError
+from persyn.core.events import Event
+from persyn.testing import models
+from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+
+ROOM_DOUBLE = "irc-room"
+LONG_REPLY = " ".join(f"word{n}" for n in range(180))  # ~1,200 bytes: three IRC lines at least
+
+
+def _room_double(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> models.DoubleResult:
+    """Answers what it is asked (the echo), and stays out of other people's small talk."""
+    if task == "decide":
+        asked = models.last_user_text(messages)
+        if "overhearing" in asked and "Should you join in?" in asked:
+            return {
+                "action": "silent",
+                "reason": "others are chatting among themselves; I have nothing to add",
+            }
+        draft = asked.rpartition("Your draft reply:")[2]
+        if "Do you send it?" in asked and "privately" in draft:
+            to = "lee" if "lee" in draft else "sam"
+            return {"action": "redirect", "reason": "better said in private", "redirect_to": f"irc:{to}"}
+        return {"action": "speak", "reason": "I was asked"}
+    if models.last_user_text(messages).endswith("tell me everything"):
+        return LONG_REPLY
+    schema = models.output_schema(info)
+    if schema is not None:  # critique and the like: nothing to object to
+        return models.DoubleReply(output=models.minimal_instance(schema))
+    return models.echo_text(messages)
+
+
+@pytest.fixture(autouse=True)
+def _doubles() -> Iterator[None]:
+    models.register_double(ROOM_DOUBLE, _room_double, replace=True)
+    yield
+    models.unregister_double(ROOM_DOUBLE)
+
+
+def _config(port: int, rooms: Sequence[str] = ("#lab",), extra: str = "") -> str:
+    listed = ", ".join(f'"{room}"' for room in rooms)
+    return (
+        f'[channels.irc]\nserver = "127.0.0.1"\nport = {port}\ntls = false\nchannels = [{listed}]\n'
+        "reconnect_min_seconds = 0.05\nreconnect_max_seconds = 0.5\n"
+        "[pacing]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\njitter_seconds = 0.0\n" + extra
+    )
+
+
+@contextlib.asynccontextmanager
+async def ticking(clock: ManualClock) -> AsyncIterator[None]:
+    """The moved clock runs on by a second every few milliseconds, so messages that arrive
+    one after another are stamped in that order (no wait below depends on its rate)."""
+
+    async def tick() -> None:
+        while True:
+            clock.advance(timedelta(seconds=1))
+            await asyncio.sleep(0.005)
+
+    task = asyncio.ensure_future(tick())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@contextlib.asynccontextmanager
+async def on_irc(
+    home: Path, port: int, rooms: Sequence[str] = ("#lab",)
+) -> AsyncIterator[tuple[Pilot, IrcChannel]]:
+    clock = ManualClock(START)
+    settings = harness_settings(home, model=f"test:{ROOM_DOUBLE}", config=_config(port, rooms))
+    async with run_runtime(settings, clock=clock) as pilot, ticking(clock):
+        irc = IrcChannel(settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime)
+        await irc.start()
+        try:
+            yield pilot, irc
+        finally:
+            await irc.stop()
+
+
+async def _ready(irc: IrcChannel, peer: IrcPeer, room: str | None = None) -> str:
+    connection = next(iter(irc.connections.values()))
+    await asyncio.wait_for(connection.ready.wait(), 60)
+    if room is not None:
+        await peer.wait_for(
+            lambda h: h.command == "JOIN" and h.nick == connection.nick, f"the agent in {room}"
+        )
+    return connection.nick
+
+
+# the protocol, without a server -----------------------------------------------------------------
+def test_parse_line_reads_prefix_command_and_trailing() -> None:
+    message = parse_line("@time=x :sam!s@host PRIVMSG #lab :hello: there  ")
+    assert (message.nick, message.command, message.params) == ("sam", "PRIVMSG", ("#lab", "hello: there  "))
+    assert parse_line("PING :irc.test").params == ("irc.test",)
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=2000), st.integers(64, 480))
+def test_split_text_keeps_every_word_within_the_limit(text: str, limit: int) -> None:
+    pieces = split_text(text, limit)
+    assert all(piece and len(piece.encode()) <= limit for piece in pieces)
+    assert "".join("".join(pieces).split()) == "".join(text.replace("\r", "").split())
+
+
+def test_bad_irc_config_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="lab"):
+        harness_settings(tmp_path, config='[channels.irc]\nserver = "x"\nchannels = ["lab"]\n')
+    with pytest.raises(ConfigError, match="port"):
+        harness_settings(tmp_path, config='[channels.irc]\nserver = "x"\nport = 70000\n')
+    assert IrcConfig(nick="{agent}-bot").nick_for("Ada Lovelace") == "AdaLovelace-bot"
+
+
+# against ngircd ----------------------------------------------------------------------------------
+async def test_room_chatter_is_observed_silently_and_questions_answered(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    """Three speakers in a room: the agent keeps out of their small talk, saying why, and
+    still records it; named, it answers in the room; privately, it answers privately."""
+    sam = await IrcPeer("sam").connect(ircd.port)
+    kim = await IrcPeer("kim").connect(ircd.port)
+    try:
+        async with on_irc(tmp_path / "home", ircd.port) as (pilot, irc):
+            await sam.join("#lab")
+            await kim.join("#lab")
+            nick = await _ready(irc, sam, "#lab")
+            await sam.say("#lab", "the weather is lovely today")
+            await kim.say("#lab", "yes, sunny all week")
+            await pilot.wait_for(lambda: _markers(pilot, 2), "two silent turns")
+            await sam.say("#lab", f"{nick}, what did kim say about the week?")
+            reply = await sam.wait_for(lambda h: h.nick == nick and h.command == "PRIVMSG", "the answer")
+            assert reply.target == "#lab" and "what did kim say" in reply.text
+            await kim.say(nick, "\x01VERSION\x01")  # a client's query, not something said
+            await kim.say(nick, "just between us: hello")
+            private = await kim.wait_for(lambda h: h.nick == nick and h.target == "kim", "a private answer")
+            assert private.text == "You said: just between us: hello"
+            assert kim.said_by(nick, "kim") == [private.text]  # the CTCP query got no answer
+            await pilot.settle()
+            events = await _events(pilot)
+            chatter = [e for e in events if e.text in ("the weather is lovely today", "yes, sunny all week")]
+            markers = [await pilot.store.get_marker(pilot.agent.id, e.id, pilot.clock.now()) for e in chatter]
+            assert [m.transmitted for m in markers if m] == [False, False]
+            assert all("others are chatting" in (m.reason or "") for m in markers if m)
+            # Overheard traffic is still in the dialog (and so consolidated with the rest).
+            said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "irc", "#lab", 10)]
+            assert said[:2] == ["the weather is lovely today", "yes, sunny all week"]
+            # One contact per nick, whatever room or private conversation it spoke in.
+            people = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}
+            assert {"sam", "kim"} <= set(people) and people["kim"].kind == "human"
+            assert len([p for p in people if p == "kim"]) == 1
+    finally:
+        await sam.close()
+        await kim.close()
+
+
+async def test_redirect_answers_privately_and_never_to_someone_absent(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    """The decision may move the answer to the asker's private chat (through the outbox); a
+    redirect to someone who was not in the room is refused, and the answer stays in the room."""
+    sam = await IrcPeer("sam").connect(ircd.port)
+    kim = await IrcPeer("kim").connect(ircd.port)
+    lee = await IrcPeer("lee").connect(ircd.port)
+    try:
+        async with on_irc(tmp_path / "home", ircd.port, rooms=("#garden",)) as (pilot, irc):
+            await sam.join("#garden")
+            await kim.join("#garden")
+            nick = await _ready(irc, sam, "#garden")
+            ask = f"{nick}, privately please: what is the plan for the garden and the shed this spring and summer?"
+            await sam.say("#garden", ask)
+            private = await sam.wait_for(lambda h: h.nick == nick and h.command == "PRIVMSG", "the answer")
+            assert (private.target, private.text) == ("sam", f"You said: {ask}")
+            ask_lee = f"{nick}, privately tell lee what the plan for the garden and the shed is this spring and summer"
+            await kim.say("#garden", ask_lee)
+            here = await kim.wait_for(
+                lambda h: h.nick == nick and h.command == "PRIVMSG", "the answer in the room"
+            )
+            assert (here.target, here.text) == ("#garden", f"You said: {ask_lee}")
+            await pilot.settle()
+            assert lee.said_by(nick) == [] and kim.said_by(nick) == [here.text]
+            assert sam.said_by(nick) == [private.text, here.text]  # sam saw kim's answer in the room
+            events = await _events(pilot)
+            markers = [await pilot.store.get_marker(pilot.agent.id, e.id, pilot.clock.now()) for e in events]
+            reasons = [m.reason for m in markers if m is not None]
+            assert reasons[0] == "redirected to irc:sam: better said in private"
+            assert "where someone who is not here could read it" in (reasons[1] or "")
+    finally:
+        for peer in (sam, kim, lee):
+            await peer.close()
+
+
+async def test_long_reply_is_split_at_the_line_limit(tmp_path: Path, ircd: IrcServer) -> None:
+    sam = await IrcPeer("sam2").connect(ircd.port)
+    try:
+        async with on_irc(tmp_path / "home", ircd.port, rooms=()) as (pilot, irc):
+            nick = await _ready(irc, sam)
+            await sam.say(nick, "tell me everything")
+            await sam.wait_for(lambda h: h.nick == nick and "word179" in h.text, "the end of the reply")
+            lines = sam.said_by(nick, "sam2")
+            assert len(lines) >= 3 and all(len(line.encode()) <= 400 for line in lines)
+            assert " ".join(lines) == LONG_REPLY
+            await pilot.settle()
+    finally:
+        await sam.close()
+
+
+async def test_nick_collision_and_kick(tmp_path: Path, ircd: IrcServer) -> None:
+    """The agent's nick is taken: it takes the next free one and answers there; kicked from a
+    room, it joins again."""
+    squatter = await IrcPeer("Ada").connect(ircd.port)
+    await squatter.join("#ops")  # first in: the room's operator
+    try:
+        async with on_irc(tmp_path / "home", ircd.port, rooms=("#ops",)) as (pilot, irc):
+            nick = await _ready(irc, squatter, "#ops")
+            assert nick == "Ada_"
+            await squatter.say(nick, "are you there?")
+            await squatter.wait_for(lambda h: h.nick == nick and h.command == "PRIVMSG", "an answer")
+            joins = sum(1 for h in squatter.heard if h.command == "JOIN" and h.nick == nick)
+            await squatter.send(f"KICK #ops {nick} :out")
+            await squatter.wait_for(
+                lambda h: (
+                    h.command == "JOIN"
+                    and h.nick == nick
+                    and squatter.heard.count(h) >= 1
+                    and sum(1 for x in squatter.heard if x.command == "JOIN" and x.nick == nick) > joins
+                ),
+                "the agent back in #ops",
+            )
+            await pilot.settle()
+    finally:
+        await squatter.close()
+
+
+async def test_server_restart_loses_and_doubles_nothing(tmp_path: Path, ircd: IrcServer) -> None:
+    """The server dies mid-conversation. What the agent says meanwhile waits in the outbox;
+    it reconnects with backoff, rejoins, and delivers it exactly once; the conversation goes on."""
+    sam = await IrcPeer("sam3").connect(ircd.port)
+    try:
+        async with on_irc(tmp_path / "home", ircd.port) as (pilot, irc):
+            await sam.join("#lab")
+            nick = await _ready(irc, sam, "#lab")
+            await sam.say(nick, "remember me")
+            await sam.wait_for(
+                lambda h: h.nick == nick and h.text == "You said: remember me", "the first answer"
+            )
+            await pilot.settle()
+            first = (await _events(pilot))[-1]
+            person = (await pilot.store.get_event(pilot.agent.id, first.id)) and next(
+                p for p in await pilot.store.list_persons(pilot.agent.id) if p.display_name == "sam3"
+            )
+            assert person
+            await sam.close()
+            connection = next(iter(irc.connections.values()))
+            ircd.stop()
+            await pilot.wait_for(_negated(connection.ready.is_set), "the adapter to notice")
+            status = await pilot.runtime.outreach.send_to_contact(
+                pilot.agent.id, first.id, person.id, "irc", "sam3", "while you were away"
+            )
+            assert "retried" in status or "not connected" in status
+            ircd.start()
+            sam = await IrcPeer("sam3").connect(ircd.port)
+            await sam.wait_for(lambda h: h.text == "while you were away", "the held message")
+            assert connection.connections >= 2
+            await sam.join("#lab")
+            await sam.wait_for(  # it rejoined before sam came back (NAMES lists it) or after
+                lambda h: (
+                    (h.command == "JOIN" and h.nick == nick)
+                    or (h.command == "353" and nick in [n.lstrip("@+") for n in h.text.split()])
+                ),
+                "the agent back in #lab",
+            )
+            await sam.say("#lab", f"{nick}: still there?")
+            await sam.wait_for(
+                lambda h: h.nick == nick and "still there" in h.text, "an answer after the restart"
+            )
+            await pilot.settle()
+            assert sam.said_by(nick).count("while you were away") == 1
+            assert sam.said_by(nick, "#lab") == [f"You said: {nick}: still there?"]
+            rows = await pilot.store.pending_outbox(pilot.agent.id, "irc")
+            assert rows == []
+    finally:
+        await sam.close()
+
+
+def _negated(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    async def negated() -> bool:
+        return not check()
+
+    return negated
+
+
+async def _events(pilot: Pilot) -> list[Event]:
+    conversations = await pilot.store.list_conversations(pilot.agent.id, limit=50)
+    found: list[Event] = []
+    for conversation in conversations:
+        for message in await pilot.store.recent_messages(pilot.agent.id, conversation.id, 50):
+            if message.event_id and message.role.value == "user":
+                event = await pilot.store.get_event(pilot.agent.id, message.event_id)
+                if event is not None:
+                    found.append(event)
+    return sorted(found, key=lambda e: e.received_at)
+
+
+async def _markers(pilot: Pilot, count: int) -> bool:
+    events = await _events(pilot)
+    done = [await pilot.store.get_marker(pilot.agent.id, e.id, pilot.clock.now()) for e in events]
+    return sum(1 for m in done if m is not None) >= count
+
+
+async def test_server_password_wrong_then_right(tmp_path: Path) -> None:
+    """A server that wants a password: with a wrong one the adapter is refused, says so in the
+    log and keeps retrying without taking the runtime down; with the right one it serves."""
+    server = IrcServer(tmp_path / "ircd", password="opensesame")
+    server.directory.mkdir()
+    server.start()
+    sam = await IrcPeer("sam").connect(server.port, password="opensesame")
+    try:
+        settings = harness_settings(
+            tmp_path / "home", model=f"test:{ROOM_DOUBLE}", config=_config(server.port, ())
+        )
+        async with run_runtime(settings, clock=ManualClock(START)) as pilot:
+            wrong = IrcChannel(
+                settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime, password="nope"
+            )
+            await wrong.start()
+            refused = next(iter(wrong.connections.values()))
+            await pilot.wait_for(_attempts(wrong, 2), "a second attempt after the refusal")
+            assert not refused.ready.is_set() and refused.connections == 0
+            await wrong.stop()
+            right = IrcChannel(
+                settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime, password="opensesame"
+            )
+            await right.start()
+            try:
+                nick = await _ready(right, sam)
+                await sam.say(nick, "let me in")
+                answer = await sam.wait_for(lambda h: h.nick == nick and h.command == "PRIVMSG", "an answer")
+                assert answer.text == "You said: let me in"
+                await pilot.settle()
+            finally:
+                await right.stop()
+    finally:
+        await sam.close()
+        server.stop()
+
+
+def _attempts(channel: IrcChannel, count: int) -> Callable[[], Awaitable[bool]]:
+    async def attempted() -> bool:
+        return all(c.attempts >= count for c in channel.connections.values())
+
+    return attempted

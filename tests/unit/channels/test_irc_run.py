@@ -1,0 +1,74 @@
+"""`persyn run` with `[channels.irc]` configured: the real command connects the agent to a
+real ngircd, answers a private message there, and leaves on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from irc_server import IrcPeer, IrcServer
+
+pytestmark = pytest.mark.e2e
+
+
+def _persyn(home: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "persyn", "--home", str(home), *args]
+
+
+def _environ() -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PERSYN_")}
+    base.pop("ANTHROPIC_API_KEY", None)
+    base.pop("OPENAI_API_KEY", None)
+    return {**base, "PERSYN_MODELS__DEFAULT": "test:echo"}
+
+
+def _start_run(home: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """`persyn init`, the IRC keys set in the starter file, then `persyn run` in the background."""
+    done = subprocess.run(
+        _persyn(home, "init", "--name", "Ada"), env=_environ(), capture_output=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    # The starter file has every section's header, its keys commented out: set them there.
+    config = home / "persyn.toml"
+    irc = f'server = "127.0.0.1"\nport = {port}\ntls = false\nchannels = ["#run"]\n'
+    pacing = "[pacing.channels.irc]\nlisten_seconds = 0.2\nmin_interval_seconds = 0.0\njitter_seconds = 0.1\n"
+    text = config.read_text()
+    assert "\n[channels.irc]\n" in text
+    config.write_text(text.replace("\n[channels.irc]\n", f"\n[channels.irc]\n{irc}", 1) + "\n" + pacing)
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            _persyn(home, "run"),
+            env=_environ(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def _stop(daemon: subprocess.Popen[bytes]) -> int:
+    daemon.send_signal(signal.SIGTERM)
+    return daemon.wait(timeout=60)
+
+
+async def test_persyn_run_serves_irc(tmp_path: Path, ircd: IrcServer) -> None:
+    log = tmp_path / "run.log"
+    daemon = _start_run(tmp_path / "home", ircd.port, log)
+    sam = await IrcPeer("sam").connect(ircd.port)
+    try:
+        if daemon.poll() is not None:
+            raise AssertionError(log.read_text(errors="replace"))
+        await sam.join("#run")
+        await sam.wait_for(lambda h: h.command == "JOIN" and h.nick == "Ada", "Ada joining #run")
+        await sam.say("Ada", "hello from IRC")
+        reply = await sam.wait_for(lambda h: h.nick == "Ada" and h.command == "PRIVMSG", "Ada's answer")
+        assert (reply.target, reply.text) == ("sam", "You said: hello from IRC")
+    finally:
+        await sam.close()
+        code = _stop(daemon)
+    output = log.read_text(errors="replace")
+    assert code == 0, output
+    assert "Traceback" not in output

@@ -1,0 +1,189 @@
+"""The Telegram adapter against a local fake of the Bot API, served over real HTTP on loopback
+(uvicorn): the methods the adapter uses (getMe, getUpdates with long polling, sendMessage)
+with the payload shapes of the public Bot API documentation, including a 429 with
+`retry_after`. Telegram itself cannot run here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from persyn.channels.telegram import TelegramChannel, split_message
+from persyn.core.clock import ManualClock
+from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+
+TOKEN = "123456:TEST-token"
+BOT = {"id": 99, "is_bot": True, "first_name": "Ada", "username": "ada_bot"}
+WAIT_SECONDS = 60.0
+
+
+class FakeBotApi:
+    """The Bot API as far as the adapter uses it. `throttle` sendMessage calls answer 429 first."""
+
+    def __init__(self, throttle: int = 0) -> None:
+        self.updates: list[dict[str, Any]] = []
+        self.sent: list[dict[str, Any]] = []
+        self.calls: list[str] = []
+        self.throttle = throttle
+        self._arrived = asyncio.Event()
+        self._next_id = 1000
+
+    def message(
+        self, text: str, *, chat: dict[str, Any], sender: dict[str, Any], at: datetime, **extra: Any
+    ) -> int:
+        """A message as Telegram delivers it (an Update with a Message); returns its update_id."""
+        self._next_id += 1
+        self.updates.append(
+            {
+                "update_id": self._next_id,
+                "message": {
+                    "message_id": self._next_id * 10,
+                    "from": sender,
+                    "chat": chat,
+                    "date": int(at.timestamp()),
+                    "text": text,
+                    **extra,
+                },
+            }
+        )
+        self._arrived.set()
+        return self._next_id
+
+    async def handle(self, request: Request) -> JSONResponse:
+        token, method = request.path_params["token"], request.path_params["method"]
+        self.calls.append(method)
+        if token != f"bot{TOKEN}":
+            return JSONResponse({"ok": False, "error_code": 401, "description": "Unauthorized"}, 401)
+        body = json.loads(await request.body() or b"{}")
+        if method == "getMe":
+            return JSONResponse({"ok": True, "result": BOT})
+        if method == "getUpdates":
+            offset = int(body.get("offset") or 0)
+            pending = [u for u in self.updates if u["update_id"] >= offset]
+            if not pending:  # long polling: hold the request until something arrives (bounded)
+                self._arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), min(float(body.get("timeout") or 0), 1.0))
+                pending = [u for u in self.updates if u["update_id"] >= offset]
+            return JSONResponse({"ok": True, "result": pending})
+        if method == "sendMessage":
+            if self.throttle > 0:
+                self.throttle -= 1
+                return JSONResponse(
+                    {
+                        "ok": False,
+                        "error_code": 429,
+                        "description": "Too Many Requests: retry after 1",
+                        "parameters": {"retry_after": 1},
+                    },
+                    429,
+                )
+            self.sent.append(body)
+            return JSONResponse(
+                {"ok": True, "result": {"message_id": len(self.sent), "chat": {"id": body["chat_id"]}}}
+            )
+        return JSONResponse({"ok": False, "error_code": 404, "description": "Not Found"}, 404)
+
+
+@contextlib.asynccontextmanager
+async def serving(fake: FakeBotApi) -> AsyncIterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = Starlette(routes=[Route("/{token}/{method}", fake.handle, methods=["POST"])])
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    task = asyncio.ensure_future(server.serve())
+    await _until(lambda: server.started, "the fake Bot API to listen")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@contextlib.asynccontextmanager
+async def bot(home: Path, fake: FakeBotApi) -> AsyncIterator[tuple[Pilot, TelegramChannel]]:
+    async with serving(fake) as url:
+        config = (
+            f'[channels.telegram]\nenabled = true\napi_url = "{url}"\npoll_seconds = 1\n'
+            "[pacing.channels.telegram]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
+            "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
+        )
+        settings = harness_settings(home, config=config)
+        async with run_runtime(settings, clock=ManualClock(START)) as pilot:
+            channel = TelegramChannel(settings.channels.telegram, pilot.agent, pilot.runtime, token=TOKEN)
+            await channel.start()
+            try:
+                yield pilot, channel
+            finally:
+                await channel.stop()
+
+
+async def _until(condition: Any, what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_private_chat_is_answered_through_a_rate_limit(tmp_path: Path) -> None:
+    fake = FakeBotApi(throttle=1)
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    async with bot(tmp_path / "home", fake) as (pilot, _channel):
+        fake.message("hello bot", chat={"id": 7, "type": "private"}, sender=ann, at=START)
+        await _until(lambda: fake.sent, "the reply")
+        assert fake.sent == [{"chat_id": "7", "text": "You said: hello bot"}]
+        assert fake.calls.count("sendMessage") == 2  # the 429, then the retry after it
+        await pilot.settle()
+        people = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}
+        assert people["ann"].kind == "human"
+
+
+async def test_groups_answer_mentions_and_a_repeated_update_once(tmp_path: Path) -> None:
+    fake = FakeBotApi()
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    other_bot = {"id": 8, "is_bot": True, "first_name": "Bob", "username": "bob_bot"}
+    group = {"id": -100, "type": "supergroup", "title": "lab"}
+    async with bot(tmp_path / "home", fake) as (pilot, channel):
+        await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+        fake.message("@ada_bot what is up?", chat=group, sender=ann, at=START)
+        await _until(lambda: fake.sent, "the reply in the group")
+        assert fake.sent == [{"chat_id": "-100", "text": "You said: @ada_bot what is up?"}]
+        # A restarted adapter has no offset: Telegram sends what it kept again, and the same
+        # message is the same event, not answered twice.
+        await channel.stop()
+        again = TelegramChannel(pilot.settings.channels.telegram, pilot.agent, pilot.runtime, token=TOKEN)
+        await again.start()
+        calls = len(fake.calls)
+        await _until(lambda: fake.calls[calls:].count("getUpdates") >= 2, "the updates read again")
+        fake.message("@ada_bot and again", chat=group, sender=other_bot, at=START)
+        await _until(lambda: len(fake.sent) == 2, "the second reply")
+        await pilot.settle()
+        assert [m["text"] for m in fake.sent] == [
+            "You said: @ada_bot what is up?",
+            "You said: @ada_bot and again",
+        ]
+        people = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}
+        assert people["bob_bot"].kind == "agent"
+        await again.stop()
+
+
+def test_split_message_keeps_pieces_within_the_limit() -> None:
+    text = ("word " * 2000).strip()
+    pieces = split_message(text)
+    assert all(len(p) <= 4096 for p in pieces) and " ".join(pieces) == text
