@@ -20,6 +20,7 @@ from persyn.cli import (
     serve,
     setup,
     usage,
+    web,
 )
 from persyn.cli.context import NOW_HELP, CliContext, HomeOption
 from persyn.cli.help import command_group
@@ -73,6 +74,7 @@ for group in (
     graph,
     autonomy,
     doctor,
+    web,
 ):
     group.register(app)
 

@@ -171,20 +171,27 @@ def _no_worker(event_id: str) -> str:
 async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
     from persyn.runtime.compose import build_runtime
 
+    from persyn.cli.web import serve_web, web_surface
+
     settings = cli.settings
     cli.preflight()
-    runtime = build_runtime(settings, clock=cli.clock)
+    web = await web_surface(settings) if housekeeping else None  # `persyn run` serves it
+    runtime = build_runtime(settings, clock=cli.clock, meter_adapters=[web.usage] if web else ())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await runtime.start(workers=True, scheduler=housekeeping)
+    if web is not None:
+        await serve_web(web, runtime)
     names = ", ".join(a.name for a in settings.agents) or "no agents"
     echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
     try:
         await stop.wait()
     finally:
         echo("stopping...")
+        if web is not None:
+            await web.stop()
         await runtime.stop()
     return 0
 

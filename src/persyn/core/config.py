@@ -45,6 +45,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
+from persyn.core.config_web import WebConfig
 from persyn.core.errors import ConfigError
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "Settings",
     "Task",
     "ToolsConfig",
+    "WebConfig",
     "home_from_env",
     "load_settings",
     "model_chain",
@@ -107,6 +109,7 @@ class Settings(Section):
     graph: GraphConfig = GraphConfig()
     autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
+    web: WebConfig = WebConfig()
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="warning", description="`debug` also keeps the tracebacks of logged failures."
     )

@@ -32,6 +32,7 @@ from persyn.store.graph import GraphPort
 from persyn.store.jobs import JobsStore
 from persyn.store.memory import ImportedMemory, MemoryPort, Observation, ObservationChange, QuickFact
 from persyn.store.outbox import OutboxRow, OutboxStore
+from persyn.store.web_keys import WebKeysStore
 from persyn.store.rows import GLOBAL, Provenance
 from persyn.store.runs import ChannelEntry, RunsPort
 from persyn.store.schedule import (
@@ -114,6 +115,7 @@ class Store(
     JobsStore,
     OutboxStore,
     RunsPort,
+    WebKeysStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the
