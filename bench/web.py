@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -146,13 +145,17 @@ async def main() -> None:
         print(f"difference p50: {statistics.median(remote) - statistics.median(local):.2f} ms (goal <= 5 ms)")
 
         before = _rss_kib()
-        child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, url + "v1/agents/Ada/stream", secret, str(args.clients)],
-            stdout=subprocess.PIPE,
-            text=True,
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _CHILD,
+            url + "v1/agents/Ada/stream",
+            secret,
+            str(args.clients),
+            stdout=asyncio.subprocess.PIPE,
         )
         assert child.stdout is not None
-        line = await asyncio.to_thread(child.stdout.readline)
+        line = (await child.stdout.readline()).decode()
         if line.strip() != "ready":
             raise RuntimeError(f"the SSE clients did not connect: {line!r}")
         held = web.channel.stream_count
@@ -164,8 +167,8 @@ async def main() -> None:
                 headers={"Authorization": f"Bearer {secret}"},
             )  # fmt: skip
             posted.raise_for_status()
-        received = json.loads(await asyncio.to_thread(child.stdout.readline))
-        child.wait(timeout=60)
+        received = json.loads(await child.stdout.readline())
+        await asyncio.wait_for(child.wait(), 60)
         print(f"\nSSE clients on one agent: {held} held (goal 200), all {len(received)} got the reply")
         print(f"server memory: {before / 1024:.1f} MiB before, {after / 1024:.1f} MiB with them "
               f"({(after - before) / max(held, 1):.1f} KiB per client)")  # fmt: skip

@@ -49,7 +49,9 @@ class SseReader:
                 self.ended = True
                 self._changed.notify_all()
 
-    def wait(self, condition: Callable[[list[tuple[str, dict[str, Any]]]], bool], timeout: float = 60) -> bool:
+    def wait(
+        self, condition: Callable[[list[tuple[str, dict[str, Any]]]], bool], timeout: float = 60
+    ) -> bool:
         deadline = time.monotonic() + timeout
         with self._changed:
             while not condition(self.events):

@@ -96,7 +96,9 @@ def test_a_withdrawn_draft_ends_the_stream_with_the_reason_not_an_error(web: Web
     withdrawn = [m for m in marked if m and m.get("withdrawn")]
     assert withdrawn and withdrawn[-1]["reason"] == f"Ada chose silence: {SILENCE}"
     # Unstreamed, the same turn is one assistant message saying so.
-    reply = _client(web, "bob").chat.completions.create(model="Ada", messages=[{"role": "user", "content": GARDEN}])
+    reply = _client(web, "bob").chat.completions.create(
+        model="Ada", messages=[{"role": "user", "content": GARDEN}]
+    )
     assert reply.choices[0].message.content == f"(Ada chose silence: {SILENCE})"
     assert dict(reply.model_extra or {})["persyn"]["withdrawn"] is True
 
@@ -109,7 +111,9 @@ def test_the_native_api_returns_the_event_at_once_and_streams_its_phases_in_orde
             posted = http.post("/v1/agents/Ada/events", json={"text": "hello again"})
             assert posted.status_code == 202, posted.text
             event_id = posted.json()["event_id"]
-            assert stream.wait(lambda events: any(k == "message" and d["event_id"] == event_id for k, d in events))
+            assert stream.wait(
+                lambda events: any(k == "message" and d["event_id"] == event_id for k, d in events)
+            )
             marker = http.get(f"/v1/events/{event_id}").json()
         assert (marker["status"], marker["text"]) == ("transmitted", HELLO)
         seen = stream.of(event_id)
@@ -128,7 +132,9 @@ def test_a_withdrawn_draft_on_the_stream_is_withdrawn_then_explained(web: WebDae
     try:
         with _http(web, "bob") as http:
             event_id = http.post("/v1/agents/Ada/events", json={"text": GARDEN}).json()["event_id"]
-            assert stream.wait(lambda events: any(k == "notice" and d["event_id"] == event_id for k, d in events))
+            assert stream.wait(
+                lambda events: any(k == "notice" and d["event_id"] == event_id for k, d in events)
+            )
             marker = http.get(f"/v1/events/{event_id}").json()
         assert marker["status"] == "silent" and marker["reason"] == f"Ada chose silence: {SILENCE}"
         kinds = [k for k, _ in stream.of(event_id)]
@@ -169,7 +175,10 @@ def test_keys_scope_what_a_client_may_read(web: WebDaemon) -> None:
     with _http(web, "gone") as revoked:
         assert revoked.get("/v1/models").status_code == 401
     with _http(web, "alice") as alice, _http(web, "bob") as bob, _http(web, "ops") as ops:
-        said = bob.post("/v1/chat/completions", json={"model": "Ada", "messages": [{"role": "user", "content": "hello, Bob here"}]})
+        said = bob.post(
+            "/v1/chat/completions",
+            json={"model": "Ada", "messages": [{"role": "user", "content": "hello, Bob here"}]},
+        )
         assert said.json()["choices"][0]["message"]["content"] == HELLO
         mine = alice.post("/v1/agents/Ada/events", json={"text": "hello, just me"}).json()["event_id"]
         assert bob.get(f"/v1/events/{mine}").status_code == 404
@@ -197,13 +206,18 @@ def test_bad_requests_get_a_json_error_naming_the_field_and_lose_nothing(web: We
         before = http.get("/v1/agents/Ada/conversations").json()
         huge = http.post(
             "/v1/chat/completions",
-            content=b'{"model": "Ada", "messages": [{"role": "user", "content": "' + b"x" * 10_000_000 + b'"}]}',
+            content=b'{"model": "Ada", "messages": [{"role": "user", "content": "'
+            + b"x" * 10_000_000
+            + b'"}]}',
             headers={"Content-Type": "application/json"},
         )
         assert huge.status_code == 413 and "max_body_bytes" in huge.json()["error"]["message"]
         assert error(http.post("/v1/chat/completions", content=b"{not json")) == (400, "body")
         assert error(http.post("/v1/chat/completions", json={"messages": []})) == (400, "model")
-        assert error(http.post("/v1/chat/completions", json={"model": "Ada", "messages": []})) == (400, "messages")
+        assert error(http.post("/v1/chat/completions", json={"model": "Ada", "messages": []})) == (
+            400,
+            "messages",
+        )
         bad_role = {"model": "Ada", "messages": [{"role": "wizard", "content": "hi"}]}
         assert error(http.post("/v1/chat/completions", json=bad_role)) == (400, "messages.0.role")
         no_user = {"model": "Ada", "messages": [{"role": "system", "content": "hi"}]}
@@ -212,7 +226,10 @@ def test_bad_requests_get_a_json_error_naming_the_field_and_lose_nothing(web: We
         assert error(http.post("/v1/chat/completions", json=unknown)) == (404, "model")
         long = {"model": "Ada", "messages": [{"role": "user", "content": "y" * (MAX_CHARS + 1)}]}
         assert error(http.post("/v1/chat/completions", json=long)) == (413, "messages.0.content")
-        assert error(http.post("/v1/agents/Ada/events", json={"text": "hi", "color": "red"})) == (400, "color")
+        assert error(http.post("/v1/agents/Ada/events", json={"text": "hi", "color": "red"})) == (
+            400,
+            "color",
+        )
         assert error(http.get("/v1/events/not-an-id")) == (400, "event_id")
         assert http.get("/v1/nowhere").status_code == 404
         assert http.get("/v1/nowhere").json()["error"]["message"]
@@ -224,7 +241,11 @@ def test_bad_requests_get_a_json_error_naming_the_field_and_lose_nothing(web: We
 def test_a_public_bind_without_any_key_is_refused_at_start(tmp_path: Path) -> None:
     persyn = Persyn(
         home=tmp_path / "home",
-        env={"PERSYN_MODELS__DEFAULT": "test:echo", "PERSYN_WEB__ENABLED": "true", "PERSYN_WEB__HOST": "0.0.0.0"},
+        env={
+            "PERSYN_MODELS__DEFAULT": "test:echo",
+            "PERSYN_WEB__ENABLED": "true",
+            "PERSYN_WEB__HOST": "0.0.0.0",
+        },
     )
     assert persyn.run("init", "--name", "Ada").returncode == 0
     done = persyn.run("run", timeout=60)

@@ -47,7 +47,11 @@ def test_the_page_chats_streams_withdraws_and_curates_the_directory(web: WebDaem
     print(f"\nscreenshots: {shots}")
     # A second contact to merge with: a client key says hello over the API.
     with httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {web.keys['alice']}"}) as alice:
-        said = alice.post("/v1/chat/completions", json={"model": "Ada", "messages": [{"role": "user", "content": "hello"}]}, timeout=60)
+        said = alice.post(
+            "/v1/chat/completions",
+            json={"model": "Ada", "messages": [{"role": "user", "content": "hello"}]},
+            timeout=60,
+        )
         assert said.status_code == 200, said.text
 
     with sync_playwright() as playwright:

@@ -20,7 +20,12 @@ REMINDED = "Time to water the plants, as you asked!"
 def rules(path: Path, reminder_at: str | None = None) -> None:
     """The model double's script: a greeting, a withdrawn garden draft, a reminder."""
     script: list[dict[str, object]] = [
-        {"task": "respond", "match": "^hello", "reply": HELLO, "usage": {"input_tokens": 40, "output_tokens": 9}},
+        {
+            "task": "respond",
+            "match": "^hello",
+            "reply": HELLO,
+            "usage": {"input_tokens": 40, "output_tokens": 9},
+        },
         {"task": "respond", "match": "garden plan", "reply": "The raised beds look lovely to me."},
         {"task": "decide", "match": "garden plan", "output": {"action": "silent", "reason": SILENCE}},
         {"task": "respond", "match": "has come due", "reply": REMINDED},
@@ -33,7 +38,9 @@ def rules(path: Path, reminder_at: str | None = None) -> None:
                 "task": "respond",
                 "match": "remind me",
                 "times": 1,
-                "tool_calls": [{"name": "set_reminder", "args": {"objective": "water the plants", "at": reminder_at}}],
+                "tool_calls": [
+                    {"name": "set_reminder", "args": {"objective": "water the plants", "at": reminder_at}}
+                ],
             },
         )
     path.write_text(json.dumps(script))
@@ -77,7 +84,9 @@ def start(root: Path, *, keys: dict[str, bool], revoked: tuple[str, ...] = (), *
     made: dict[str, str] = {}
     ids: dict[str, str] = {}
     for name, operator in keys.items():
-        created = persyn.run("web", "keys", "create", "--name", name, "--json", *(["--operator"] if operator else []))
+        created = persyn.run(
+            "web", "keys", "create", "--name", name, "--json", *(["--operator"] if operator else [])
+        )
         assert created.returncode == 0, created.stderr
         data = json.loads(created.stdout)
         made[name], ids[name] = data["key"], data["id"]

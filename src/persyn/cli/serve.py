@@ -169,9 +169,8 @@ def _no_worker(event_id: str) -> str:
 
 
 async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
-    from persyn.runtime.compose import build_runtime
-
     from persyn.cli.web import serve_web, web_surface
+    from persyn.runtime.compose import build_runtime
 
     settings = cli.settings
     cli.preflight()

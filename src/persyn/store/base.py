@@ -32,7 +32,6 @@ from persyn.store.graph import GraphPort
 from persyn.store.jobs import JobsStore
 from persyn.store.memory import ImportedMemory, MemoryPort, Observation, ObservationChange, QuickFact
 from persyn.store.outbox import OutboxRow, OutboxStore
-from persyn.store.web_keys import WebKeysStore
 from persyn.store.rows import GLOBAL, Provenance
 from persyn.store.runs import ChannelEntry, RunsPort
 from persyn.store.schedule import (
@@ -48,6 +47,7 @@ from persyn.store.schedule import (
     SchedulePort,
     Trigger,
 )
+from persyn.store.web_keys import WebKeysStore
 
 __all__ = [
     "GLOBAL",

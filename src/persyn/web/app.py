@@ -36,6 +36,8 @@ __all__ = ["build_app"]
 
 STATIC = Path(__file__).parent / "static"
 _HEARTBEAT_SECONDS = 15.0
+
+
 # native API ---------------------------------------------------------------------------------
 async def healthz(context: WebContext, request: Request) -> Response:
     return JSONResponse({"ok": True})
@@ -47,17 +49,23 @@ async def post_event(context: WebContext, request: Request) -> Response:
     body = await context.body(request, EventRequest)
     text = context.text(body.text, param="text")
     event, _ = await context.submit(key, agent, text, body.user)
-    return JSONResponse({"event_id": event.id, "agent": agent.name, "status_url": f"/v1/events/{event.id}"}, status_code=202)
+    return JSONResponse(
+        {"event_id": event.id, "agent": agent.name, "status_url": f"/v1/events/{event.id}"}, status_code=202
+    )
 
 
 async def get_event(context: WebContext, request: Request) -> Response:
     key = await context.key(request)
     event_id = request.path_params["event_id"].upper()
     if not is_id(event_id):
-        raise ApiError(400, f"invalid event id {request.path_params['event_id']!r}: expected a ULID", param="event_id")
+        raise ApiError(
+            400, f"invalid event id {request.path_params['event_id']!r}: expected a ULID", param="event_id"
+        )
     known = context.events.get(event_id)
     if known is None or (known[1] != key.id and not key.operator):
-        raise ApiError(404, f"no event {event_id} submitted with this key", param="event_id", kind="not_found_error")
+        raise ApiError(
+            404, f"no event {event_id} submitted with this key", param="event_id", kind="not_found_error"
+        )
     agent = context.agent(known[0])
     try:
         marker = await context.runtime.wait_marker(agent.id, event_id, 0.01)
@@ -89,7 +97,9 @@ async def stream(context: WebContext, request: Request) -> Response:
             yield ": connected\n\n"
             while True:
                 if listener.dropped and listener.queue.empty():
-                    yield sse("dropped", {"reason": "this client fell too far behind and was dropped; reconnect"})
+                    yield sse(
+                        "dropped", {"reason": "this client fell too far behind and was dropped; reconnect"}
+                    )
                     return
                 try:
                     item: LiveEvent = await asyncio.wait_for(listener.queue.get(), _HEARTBEAT_SECONDS)
@@ -159,6 +169,10 @@ def build_app(context: WebContext) -> Starlette:
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 404)
-        return ApiError(status, f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'not found')}").response()
+        return ApiError(
+            status, f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'not found')}"
+        ).response()
 
-    return Starlette(routes=routes, middleware=middleware, exception_handlers={404: not_found, 405: not_found})
+    return Starlette(
+        routes=routes, middleware=middleware, exception_handlers={404: not_found, 405: not_found}
+    )

@@ -192,5 +192,7 @@ class WebChannel(Channel):
 
     def deliberation_done(self, event: Event, objections: int) -> None:
         self._publish(
-            event.agent_id, event.channel, LiveEvent("deliberation_done", event.id, {"objections": objections})
+            event.agent_id,
+            event.channel,
+            LiveEvent("deliberation_done", event.id, {"objections": objections}),
         )

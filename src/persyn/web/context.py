@@ -33,7 +33,9 @@ Authenticate = Callable[[str], Awaitable[WebKey | None]]
 class ApiError(Exception):
     """An HTTP error with a JSON body in the OpenAI error shape (clients show `message`)."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self, status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error"
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
 
@@ -63,9 +65,15 @@ class WebContext:
         header = request.headers.get("authorization", "")
         scheme, _, secret = header.partition(" ")
         if not header:
-            raise ApiError(401, "an API key is required: send 'Authorization: Bearer psk-...'", kind="authentication_error")
+            raise ApiError(
+                401,
+                "an API key is required: send 'Authorization: Bearer psk-...'",
+                kind="authentication_error",
+            )
         if scheme.lower() != "bearer" or not secret.strip():
-            raise ApiError(401, "malformed Authorization header: expected 'Bearer <key>'", kind="authentication_error")
+            raise ApiError(
+                401, "malformed Authorization header: expected 'Bearer <key>'", kind="authentication_error"
+            )
         key = await self.authenticate(secret.strip())
         if key is None:
             raise ApiError(401, "unknown or revoked API key", kind="authentication_error")
@@ -74,7 +82,11 @@ class WebContext:
     async def operator(self, request: Request) -> WebKey:
         key = await self.key(request)
         if not key.operator:
-            raise ApiError(403, f"key {key.name!r} is not an operator key: the directory is not open to it", kind="permission_error")
+            raise ApiError(
+                403,
+                f"key {key.name!r} is not an operator key: the directory is not open to it",
+                kind="permission_error",
+            )
         return key
 
     async def body(self, request: Request, model: type[M]) -> M:
@@ -85,7 +97,10 @@ class WebContext:
             if not declared.isdigit():
                 raise ApiError(400, f"invalid Content-Length {declared!r}", param="Content-Length")
             if int(declared) > limit:
-                raise ApiError(413, f"request body of {int(declared)} bytes is over the limit of {limit} ([web] max_body_bytes)")
+                raise ApiError(
+                    413,
+                    f"request body of {int(declared)} bytes is over the limit of {limit} ([web] max_body_bytes)",
+                )
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
@@ -121,7 +136,9 @@ class WebContext:
             raise ApiError(status, f"invalid field {param!r}: {exc}", param=param) from exc
 
     # turns -------------------------------------------------------------------------------
-    async def submit(self, key: WebKey, agent: AgentConfig, text: str, user: str | None, listener: bool = False) -> tuple[Event, Listener | None]:
+    async def submit(
+        self, key: WebKey, agent: AgentConfig, text: str, user: str | None, listener: bool = False
+    ) -> tuple[Event, Listener | None]:
         """The client's message as an event of the web channel; with `listener`, a queue of
         the turn's live events, registered before the turn can start."""
         identity = web_identity(key.id, user)
@@ -158,7 +175,11 @@ class WebContext:
         try:
             return await self.runtime.wait_marker(agent.id, event_id, self.settings.web.reply_timeout_seconds)
         except TimeoutError as exc:
-            raise ApiError(504, f"no reply to {event_id} within {self.settings.web.reply_timeout_seconds:g}s; it stays queued", kind="timeout_error") from exc
+            raise ApiError(
+                504,
+                f"no reply to {event_id} within {self.settings.web.reply_timeout_seconds:g}s; it stays queued",
+                kind="timeout_error",
+            ) from exc
 
     async def turn_usage(self, event_id: str) -> dict[str, int]:
         if self.flush_usage is not None:
@@ -171,7 +192,9 @@ def sse(kind: str, data: dict[str, Any]) -> str:
     return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-def handler(context: WebContext, work: Callable[[WebContext, Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+def handler(
+    context: WebContext, work: Callable[[WebContext, Request], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Response]]:
     """One endpoint: its errors become JSON (4xx for the client's mistakes)."""
 
     async def endpoint(request: Request) -> Response:
@@ -185,5 +208,3 @@ def handler(context: WebContext, work: Callable[[WebContext, Request], Awaitable
             return ApiError(503, str(exc), kind="server_error").response()
 
     return endpoint
-
-

@@ -104,9 +104,13 @@ async def conversation(context: WebContext, request: Request) -> Response:
     """A conversation's full dialog: any for an operator key, a client's own otherwise."""
     key = await context.key(request)
     agent = context.agent(request.path_params["agent"])
-    talk, messages, _ = await inspect.conversation_dialog(context.settings, agent, request.path_params["conversation"])
+    talk, messages, _ = await inspect.conversation_dialog(
+        context.settings, agent, request.path_params["conversation"]
+    )
     if not key.operator and (talk.service, talk.channel) != (SERVICE, key.id):
-        raise ApiError(404, f"no conversation {talk.id} of this key", param="conversation", kind="not_found_error")
+        raise ApiError(
+            404, f"no conversation {talk.id} of this key", param="conversation", kind="not_found_error"
+        )
     return JSONResponse(
         {
             "conversation": talk.model_dump(mode="json"),
@@ -120,9 +124,7 @@ async def own_conversations(context: WebContext, request: Request) -> Response:
     key = await context.key(request)
     agent = context.agent(request.path_params["agent"])
     found = await inspect.list_conversations(context.settings, agent, key.id, 20)
-    return JSONResponse(
-        {"conversations": [c.model_dump(mode="json") for c in found if c.service == SERVICE]}
-    )
+    return JSONResponse({"conversations": [c.model_dump(mode="json") for c in found if c.service == SERVICE]})
 
 
 def routes(context: WebContext) -> list[Route]:

@@ -22,8 +22,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from persyn.core.config import AgentConfig
 from persyn.core.events import CompletionMarker, Event
-from persyn.web.context import ApiError, WebContext
 from persyn.web.channel import Listener, LiveEvent
+from persyn.web.context import ApiError, WebContext
 from persyn.web.models import ChatRequest
 
 __all__ = ["chat_completions", "models", "silence_text"]
@@ -40,7 +40,13 @@ async def models(context: WebContext, request: Request) -> Response:
         {
             "object": "list",
             "data": [
-                {"id": a.name, "object": "model", "created": created, "owned_by": "persyn", "persyn": {"agent_id": a.id}}
+                {
+                    "id": a.name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "persyn",
+                    "persyn": {"agent_id": a.id},
+                }
                 for a in context.settings.agents
             ],
         }
@@ -81,7 +87,9 @@ def _persyn(event: Event, marker: CompletionMarker) -> dict[str, Any]:
     }
 
 
-async def _completion(context: WebContext, agent: AgentConfig, event: Event, marker: CompletionMarker) -> dict[str, Any]:
+async def _completion(
+    context: WebContext, agent: AgentConfig, event: Event, marker: CompletionMarker
+) -> dict[str, Any]:
     content = marker.text if marker.transmitted else silence_text(marker)
     return {
         "id": f"chatcmpl-{event.id}",
@@ -89,14 +97,21 @@ async def _completion(context: WebContext, agent: AgentConfig, event: Event, mar
         "created": int(event.received_at.timestamp()),
         "model": agent.name,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": None}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
         ],
         "usage": await context.turn_usage(event.id),
         "persyn": _persyn(event, marker),
     }
 
 
-def _chunk(event: Event, agent: AgentConfig, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+def _chunk(
+    event: Event, agent: AgentConfig, delta: dict[str, Any], finish: str | None = None, **extra: Any
+) -> str:
     data: dict[str, Any] = {
         "id": f"chatcmpl-{event.id}",
         "object": "chat.completion.chunk",
@@ -111,7 +126,9 @@ def _chunk(event: Event, agent: AgentConfig, delta: dict[str, Any], finish: str 
 async def _stream(
     context: WebContext, agent: AgentConfig, event: Event, listener: Listener, include_usage: bool
 ) -> AsyncIterator[str]:
-    waiting = asyncio.ensure_future(context.runtime.wait_marker(agent.id, event.id, context.settings.web.reply_timeout_seconds))
+    waiting = asyncio.ensure_future(
+        context.runtime.wait_marker(agent.id, event.id, context.settings.web.reply_timeout_seconds)
+    )
     streamed: list[str] = []
     try:
         yield _chunk(event, agent, {"role": "assistant", "content": ""})
@@ -131,8 +148,12 @@ async def _stream(
         try:
             marker = waiting.result()
         except TimeoutError:
-            note = f"(no reply within {context.settings.web.reply_timeout_seconds:g}s; the message stays queued)"
-            yield _chunk(event, agent, {"content": note}, "stop", persyn={"event_id": event.id, "timeout": True})
+            note = (
+                f"(no reply within {context.settings.web.reply_timeout_seconds:g}s; the message stays queued)"
+            )
+            yield _chunk(
+                event, agent, {"content": note}, "stop", persyn={"event_id": event.id, "timeout": True}
+            )
             yield "data: [DONE]\n\n"
             return
         said = "".join(streamed)
@@ -141,10 +162,17 @@ async def _stream(
             if " ".join(said.split()) != " ".join(final.split()):
                 # Revised, declined or redirected after the draft streamed: the sent text follows.
                 lead = "\n\n" if said else ""
-                yield _chunk(event, agent, {"content": lead + final}, persyn={**_persyn(event, marker), "revised": bool(said)})
+                yield _chunk(
+                    event,
+                    agent,
+                    {"content": lead + final},
+                    persyn={**_persyn(event, marker), "revised": bool(said)},
+                )
         else:
             lead = "\n\n" if said else ""
-            yield _chunk(event, agent, {"content": lead + silence_text(marker)}, persyn=_persyn(event, marker))
+            yield _chunk(
+                event, agent, {"content": lead + silence_text(marker)}, persyn=_persyn(event, marker)
+            )
         yield _chunk(event, agent, {}, "stop", persyn=_persyn(event, marker))
         if include_usage:
             usage = await context.turn_usage(event.id)

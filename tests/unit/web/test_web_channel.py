@@ -15,7 +15,9 @@ T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
 
 def _event(channel: str = "key-a") -> Event:
-    return Event(id=new_id(T0), agent_id=new_id(T0), service="web", channel=channel, text="hi", received_at=T0)
+    return Event(
+        id=new_id(T0), agent_id=new_id(T0), service="web", channel=channel, text="hi", received_at=T0
+    )
 
 
 async def test_a_listener_that_stops_reading_is_dropped_and_the_others_get_everything() -> None:
