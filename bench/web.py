@@ -86,12 +86,13 @@ def _http_first_token(url: str, key: str, text: str) -> float:
         with client.stream(
             "POST", url + "v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
         ) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: ") and '"content": "' in line and '"content": ""' not in line:
+            first: float | None = None
+            for line in response.iter_lines():  # read to the end: the turn is over then
+                content = line.startswith("data: ") and '"content": "' in line and '"content": ""' not in line
+                if first is None and content:
                     first = time.perf_counter() - started
-                    for _ in response.iter_lines():  # read to the end: the turn is over
-                        pass
-                    return first
+            if first is not None:
+                return first
     raise RuntimeError("no content chunk")
 
 
