@@ -50,7 +50,7 @@ class SseReader:
                 self._changed.notify_all()
 
     def wait(
-        self, condition: Callable[[list[tuple[str, dict[str, Any]]]], bool], timeout: float = 60
+        self, condition: Callable[[list[tuple[str, dict[str, Any]]]], bool], timeout: float = 120
     ) -> bool:
         deadline = time.monotonic() + timeout
         with self._changed:

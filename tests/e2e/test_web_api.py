@@ -15,7 +15,7 @@ import openai
 import pytest
 from persyn_cli import Persyn
 from sse_reader import SseReader
-from web_daemon import GARDEN, HELLO, REMINDED, SILENCE, WebDaemon, rules, start
+from web_daemon import GARDEN, HELLO, LISBON, LISBON_FIXED, REMINDED, SILENCE, WebDaemon, rules, start
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -127,6 +127,33 @@ def test_the_native_api_returns_the_event_at_once_and_streams_its_phases_in_orde
         stream.close()
 
 
+def test_a_deferred_revision_streams_under_the_delivered_reply_and_ends(web: WebDaemon) -> None:
+    stream = SseReader(web.url + "v1/agents/Ada/stream", web.keys["alice"])
+    try:
+        with _http(web) as http:
+            event_id = http.post(
+                "/v1/agents/Ada/events", json={"text": "Remember our trip to Lisbon?"}
+            ).json()["event_id"]
+        done = stream.wait(
+            lambda events: any(k == "deliberation_done" and d["event_id"] == event_id for k, d in events)
+        )
+        assert done, stream.of(event_id)
+        seen = stream.of(event_id)
+        labels = [(k, d.get("phase")) for k, d in seen]
+        message = labels.index(("message", None))
+        first_revise = labels.index(("token", "revise"))
+        assert all(phase == "draft" for kind, phase in labels[:message] if kind == "token")
+        assert message < first_revise < labels.index(("deliberation_done", None))
+        assert seen[message][1]["text"] == LISBON  # deferred: the draft is what was said
+        revised = "".join(
+            d["text"] for k, d in seen if k == "token" and d["phase"] == "revise" and d["kind"] == "delta"
+        )
+        assert revised == LISBON_FIXED  # the working surface, folded into the next reply
+        assert seen[-1][1]["objections"] >= 1  # one per critic lens that raised it
+    finally:
+        stream.close()
+
+
 def test_a_withdrawn_draft_on_the_stream_is_withdrawn_then_explained(web: WebDaemon) -> None:
     stream = SseReader(web.url + "v1/agents/Ada/stream", web.keys["bob"])
     try:
@@ -196,6 +223,53 @@ def test_keys_scope_what_a_client_may_read(web: WebDaemon) -> None:
         assert alice.get(f"/v1/agents/Ada/conversations/{bobs}").status_code == 404
         assert ops.get(f"/v1/agents/Ada/conversations/{bobs}").status_code == 200
         assert "/v1/chat/completions" in ops.get("/openapi.json").json()["paths"]
+        # A `user` field is one of several people behind one key: a contact of its own.
+        carol = alice.post(
+            "/v1/chat/completions",
+            json={
+                "model": "Ada",
+                "user": "carol",
+                "messages": [{"role": "user", "content": "hello, Carol here"}],
+            },
+        )
+        assert carol.status_code == 200, carol.text
+        listed = ops.get("/v1/agents/Ada/contacts").json()["contacts"]
+        (found,) = [c for c in listed if c["person"]["display_name"] == "carol"]
+        assert found["person"]["identities"][0]["speaker_id"] == f"{web.key_ids['alice']}:carol"
+
+
+def test_a_key_tied_to_a_contact_speaks_as_them_and_a_revoked_key_stops_at_once(web: WebDaemon) -> None:
+    with _http(web, "bob") as bob:
+        assert (
+            bob.post(
+                "/v1/chat/completions",
+                json={"model": "Ada", "messages": [{"role": "user", "content": "hello"}]},
+            ).status_code
+            == 200
+        )
+    made = web.persyn.run("web", "keys", "create", "--name", "bob-phone", "--contact", "bob", "--json")
+    assert made.returncode == 0, made.stderr
+    phone = json.loads(made.stdout)
+    headers = {"Authorization": f"Bearer {phone['key']}"}
+    with httpx.Client(base_url=web.url, headers=headers, timeout=60) as http:
+        said = http.post(
+            "/v1/chat/completions", json={"model": "Ada", "messages": [{"role": "user", "content": "hello"}]}
+        )
+        assert said.status_code == 200, said.text
+        with _http(web, "ops") as ops:
+            listed = ops.get("/v1/agents/Ada/contacts").json()["contacts"]
+        (bob_contact,) = [c for c in listed if c["person"]["display_name"] == "bob"]
+        speakers = {i["speaker_id"] for i in bob_contact["person"]["identities"]}
+        assert speakers == {web.key_ids["bob"], phone["id"]}
+        assert not [c for c in listed if c["person"]["display_name"] == "bob-phone"]
+        revoked = web.persyn.run("web", "keys", "revoke", phone["id"])
+        assert revoked.returncode == 0, revoked.stderr
+        after = http.get("/v1/models")
+        assert after.status_code == 401 and "revoked" in after.json()["error"]["message"]
+    listed_keys = json.loads(web.persyn.run("web", "keys", "list", "--json").stdout)
+    (entry,) = [k for k in listed_keys if k["id"] == phone["id"]]
+    assert entry["revoked_at"] is not None and entry["contact_id"] == bob_contact["person"]["id"]
+    assert all("key_hash" not in k and "key" not in k for k in listed_keys)
 
 
 def test_bad_requests_get_a_json_error_naming_the_field_and_lose_nothing(web: WebDaemon) -> None:

@@ -15,6 +15,8 @@ HELLO = "Hello there, friend. Nice to meet you."
 GARDEN = "What do you think of the garden plan we discussed last week, with all the raised beds?"
 SILENCE = "Sam asked me to stop giving garden advice"
 REMINDED = "Time to water the plants, as you asked!"
+LISBON = "Yes, I remember our trip to Lisbon last spring very clearly, the tiles and the trams."
+LISBON_FIXED = "I don't have any memory of a trip to Lisbon. Tell me about it?"
 
 
 def rules(path: Path, reminder_at: str | None = None) -> None:
@@ -27,8 +29,25 @@ def rules(path: Path, reminder_at: str | None = None) -> None:
             "usage": {"input_tokens": 40, "output_tokens": 9},
         },
         {"task": "respond", "match": "garden plan", "reply": "The raised beds look lovely to me."},
+        # Decisions see the dialog: the latest question's rule comes first.
+        {"task": "decide", "match": "Lisbon", "output": {"action": "speak", "reason": "it answers"}},
         {"task": "decide", "match": "garden plan", "output": {"action": "silent", "reason": SILENCE}},
         {"task": "respond", "match": "has come due", "reply": REMINDED},
+        {"task": "respond", "match": "Lisbon", "reply": LISBON},
+        {
+            "task": "critique",
+            "match": "Lisbon",
+            "output": {
+                "objections": [
+                    {
+                        "kind": "confabulation",
+                        "span": "I remember our trip to Lisbon",
+                        "explanation": "no memory of a trip to Lisbon was recalled",
+                    }
+                ]
+            },
+        },
+        {"task": "refine", "reply": LISBON_FIXED},
         {"task": "respond", "match": "remind me", "reply": "I will remind you."},
     ]
     if reminder_at is not None:
