@@ -328,3 +328,7 @@ def test_a_public_bind_without_any_key_is_refused_at_start(tmp_path: Path) -> No
     assert "Traceback" not in done.stderr
     listed = persyn.run("web", "keys", "list", "--json")
     assert json.loads(listed.stdout) == []
+    doctor = persyn.run("doctor")
+    assert "[FAIL] web channel: http://0.0.0.0:8765/ is not loopback and no key exists" in doctor.stdout
+    assert persyn.run("web", "keys", "create", "--name", "first").returncode == 0
+    assert "[ ok ] web channel: http://0.0.0.0:8765/, 1 key(s), 0 operator" in persyn.run("doctor").stdout
