@@ -286,6 +286,12 @@ def test_bad_requests_get_a_json_error_naming_the_field_and_lose_nothing(web: We
             headers={"Content-Type": "application/json"},
         )
         assert huge.status_code == 413 and "max_body_bytes" in huge.json()["error"]["message"]
+        chunked = http.post(  # no Content-Length: counted as it arrives
+            "/v1/chat/completions",
+            content=iter([b'{"model": "Ada", "messages": "'] + [b"z" * 65536] * 40 + [b'"}']),
+            headers={"Content-Type": "application/json"},
+        )
+        assert chunked.status_code == 413, chunked.text
         assert error(http.post("/v1/chat/completions", content=b"{not json")) == (400, "body")
         assert error(http.post("/v1/chat/completions", json={"messages": []})) == (400, "model")
         assert error(http.post("/v1/chat/completions", json={"model": "Ada", "messages": []})) == (
@@ -307,6 +313,14 @@ def test_bad_requests_get_a_json_error_naming_the_field_and_lose_nothing(web: We
         assert error(http.get("/v1/events/not-an-id")) == (400, "event_id")
         assert http.get("/v1/nowhere").status_code == 404
         assert http.get("/v1/nowhere").json()["error"]["message"]
+        # CORS is off: no origin is ever allowed to read a response from another site.
+        preflight = http.options(
+            "/v1/chat/completions",
+            headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+        )
+        assert "access-control-allow-origin" not in preflight.headers
+        cross = http.get("/v1/models", headers={"Origin": "https://evil.example"})
+        assert cross.status_code == 200 and "access-control-allow-origin" not in cross.headers
         after = http.get("/v1/agents/Ada/conversations").json()
         assert after == before  # nothing of the refused requests was stored
         assert http.get("/healthz").status_code == 200  # and the daemon still serves
