@@ -75,7 +75,7 @@ class TurnUsage:
         with self._lock:
             tokens_in, tokens_out = self._turns.pop(record.thread_id, (0, 0))
             self._turns[record.thread_id] = (
-                tokens_in + record.input_tokens + record.cache_read_tokens + record.cache_write_tokens,
+                tokens_in + record.input_tokens,  # cached prompt tokens are part of it already
                 tokens_out + record.output_tokens,
             )
             while len(self._turns) > _USAGE_KEPT:

@@ -83,12 +83,12 @@ def test_turn_usage_adds_up_a_turns_calls_and_forgets_them_once_taken() -> None:
     def record(thread: str | None, tokens_in: int, tokens_out: int) -> UsageRecord:
         return UsageRecord(
             id=new_id(T0), at=T0, agent_id=None, stage="respond", model="test:echo", tier="test",
-            input_tokens=tokens_in, output_tokens=tokens_out, thread_id=thread,
+            input_tokens=tokens_in, output_tokens=tokens_out, cache_read_tokens=tokens_in // 2, thread_id=thread,
         )  # fmt: skip
 
     usage.handle(record(turn, 30, 5))
     usage.handle(record(turn, 12, 3))
     usage.handle(record(new_id(T0), 1000, 1000))
     usage.handle(record(None, 7, 7))
-    assert usage.take(turn) == (42, 8)
+    assert usage.take(turn) == (42, 8)  # cache reads are part of the input, not added to it
     assert usage.take(turn) == (0, 0)
