@@ -346,3 +346,39 @@ def test_a_public_bind_without_any_key_is_refused_at_start(tmp_path: Path) -> No
     assert "[FAIL] web channel: http://0.0.0.0:8765/ is not loopback and no key exists" in doctor.stdout
     assert persyn.run("web", "keys", "create", "--name", "first").returncode == 0
     assert "[ ok ] web channel: http://0.0.0.0:8765/, 1 key(s), 0 operator" in persyn.run("doctor").stdout
+
+
+def test_a_burst_of_completions_each_get_their_own_reply_and_usage(web: WebDaemon) -> None:
+    """Concurrent turns of several clients: each answer is its own, and each usage is exactly
+    what the usage ledger recorded for that turn's calls (queued turns also decide, so it is
+    more than the lone greeting's 40 + 9)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(index: int) -> tuple[str, str | None, int, int]:
+        who = ("alice", "bob", "ops")[index % 3]
+        reply = _client(web, who).chat.completions.create(
+            model="Ada", messages=[{"role": "user", "content": f"hello number {index}"}]
+        )
+        assert reply.usage is not None
+        event_id = dict(reply.model_extra or {})["persyn"]["event_id"]
+        return (
+            event_id,
+            reply.choices[0].message.content,
+            reply.usage.prompt_tokens,
+            reply.usage.completion_tokens,
+        )
+
+    with ThreadPoolExecutor(9) as pool:
+        answers = list(pool.map(ask, range(9)))
+    assert [text for _, text, _, _ in answers] == [HELLO] * 9
+    ledger: dict[str, list[int]] = {}
+    records = {
+        r["id"]: r for r in map(json.loads, (web.persyn.home / "usage.jsonl").read_text().splitlines())
+    }
+    for record in records.values():  # by id: a line written twice counts once
+        spent = ledger.setdefault(record["thread_id"] or "", [0, 0])
+        spent[0] += record["input_tokens"]
+        spent[1] += record["output_tokens"]
+    for event_id, _, prompt, completion in answers:
+        assert [prompt, completion] == ledger[event_id]
+        assert prompt >= 40 and completion >= 9  # the greeting's own call is in it
