@@ -382,3 +382,26 @@ def test_a_burst_of_completions_each_get_their_own_reply_and_usage(web: WebDaemo
     for event_id, _, prompt, completion in answers:
         assert [prompt, completion] == ledger[event_id]
         assert prompt >= 40 and completion >= 9  # the greeting's own call is in it
+
+
+def test_a_port_already_taken_stops_the_start_with_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        persyn = Persyn(
+            home=tmp_path / "home",
+            env={
+                "PERSYN_MODELS__DEFAULT": "test:echo",
+                "PERSYN_WEB__ENABLED": "true",
+                "PERSYN_WEB__PORT": str(port),
+            },
+        )
+        assert persyn.run("init", "--name", "Ada").returncode == 0
+        done = persyn.run("run", timeout=120)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert f"could not listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "persyn is serving" not in done.stdout

@@ -29,7 +29,8 @@ def rules(path: Path, reminder_at: str | None = None) -> None:
             "usage": {"input_tokens": 40, "output_tokens": 9},
         },
         {"task": "respond", "match": "garden plan", "reply": "The raised beds look lovely to me."},
-        # Decisions see the dialog: the latest question's rule comes first.
+        # Decisions see the dialog: the rules of later questions come first.
+        {"task": "decide", "match": "hello number", "output": {"action": "speak", "reason": "a greeting"}},
         {"task": "decide", "match": "Lisbon", "output": {"action": "speak", "reason": "it answers"}},
         {"task": "decide", "match": "garden plan", "output": {"action": "silent", "reason": SILENCE}},
         {"task": "respond", "match": "has come due", "reply": REMINDED},

@@ -181,11 +181,11 @@ async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await runtime.start(workers=True, scheduler=housekeeping)
-    if web is not None:
-        await serve_web(web, runtime)
-    names = ", ".join(a.name for a in settings.agents) or "no agents"
-    echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
     try:
+        if web is not None:  # a port already taken stops the start, and the runtime with it
+            await serve_web(web, runtime)
+        names = ", ".join(a.name for a in settings.agents) or "no agents"
+        echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
         await stop.wait()
     finally:
         echo("stopping...")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable, Generator
 
 import uvicorn
@@ -38,6 +39,28 @@ def check_bind(settings: Settings, *, has_keys: bool) -> None:
         )
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so a taken port is a clear error (uvicorn binding it
+    itself would exit the process)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listening = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"the web channel could not listen on {host}:{port}: {exc}") from exc
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(address)
+        listening.listen(2048)
+    except OSError as exc:
+        listening.close()
+        raise ConfigError(
+            f"the web channel could not listen on {host}:{port}: {exc.strerror or exc} "
+            "(set [web] port, or stop what uses it)"
+        ) from exc
+    listening.set_inheritable(True)
+    return listening
+
+
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handlers: `persyn run` owns SIGTERM and SIGINT."""
 
@@ -58,6 +81,7 @@ class WebSurface:
         self, runtime: RuntimeAPI, authenticate: Authenticate, flush_usage: Callable[[], object] | None = None
     ) -> str:
         """Attach the channel and serve; returns the base URL (the bound port, even for 0)."""
+        listening = _listen(self.settings.web.host, self.settings.web.port)
         self.channel.bind_loop(asyncio.get_running_loop())
         await runtime.attach_channel(self.channel)
         context = WebContext(
@@ -79,17 +103,13 @@ class WebSurface:
             timeout_graceful_shutdown=1,
         )
         self._server = _Server(config)
-        self._task = asyncio.ensure_future(self._server.serve())
+        self._task = asyncio.ensure_future(self._server.serve(sockets=[listening]))
         while not self._server.started:
             if self._task.done():
-                with contextlib.suppress(SystemExit):  # uvicorn exits when it cannot bind
-                    self._task.result()
-                raise ConfigError(
-                    f"the web channel could not listen on {self.settings.web.host}:{self.settings.web.port}"
-                )
+                self._task.result()  # raises what stopped it
+                raise ConfigError(f"the web channel stopped while starting on {self.settings.web.host}")
             await asyncio.sleep(0.01)
-        sockets = [s for server in self._server.servers for s in server.sockets]
-        port = sockets[0].getsockname()[1] if sockets else self.settings.web.port
+        port = listening.getsockname()[1]
         host = self.settings.web.host
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}/"
