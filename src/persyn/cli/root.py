@@ -21,6 +21,7 @@ from persyn.cli import (
     setup,
     tools,
     usage,
+    web,
 )
 from persyn.cli.context import NOW_HELP, CliContext, HomeOption
 from persyn.cli.help import command_group
@@ -75,6 +76,7 @@ for group in (
     tools,
     autonomy,
     doctor,
+    web,
 ):
     group.register(app)
 

@@ -221,12 +221,14 @@ def _no_worker(event_id: str) -> str:
 
 async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
     from persyn.channels.network import configured_channels
+    from persyn.cli.web import serve_web, web_surface
     from persyn.runtime.compose import build_runtime
     from persyn.runtime.control import ControlServer
 
     settings = cli.settings
     cli.preflight()
-    runtime = build_runtime(settings, clock=cli.clock)
+    web = await web_surface(settings) if housekeeping else None  # `persyn run` serves it
+    runtime = build_runtime(settings, clock=cli.clock, meter_adapters=[web.usage] if web else ())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -236,15 +238,19 @@ async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
     # The chat networks connect in the process that runs the scheduler (`persyn run`); a
     # scale-out worker would join the rooms a second time.
     channels = configured_channels(settings, runtime) if housekeeping else []
-    for channel in channels:
-        await channel.start()
-    names = ", ".join(a.name for a in settings.agents) or "no agents"
-    echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
     try:
+        if web is not None:  # a port already taken stops the start, and the runtime with it
+            await serve_web(web, runtime)
+        for channel in channels:
+            await channel.start()
+        names = ", ".join(a.name for a in settings.agents) or "no agents"
+        echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
         await stop.wait()
     finally:
         echo("stopping...")
         await control.close()
+        if web is not None:
+            await web.stop()
         for channel in channels:
             await channel.stop()
         await runtime.stop()

@@ -47,6 +47,7 @@ from persyn.core.config_cognition import (
     ToolsConfig,
 )
 from persyn.core.config_tools import McpConfig, McpServerConfig
+from persyn.core.config_web import WebConfig
 from persyn.core.errors import ConfigError
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "Task",
     "TelegramConfig",
     "ToolsConfig",
+    "WebConfig",
     "home_from_env",
     "load_settings",
     "mcp_headers",
@@ -122,6 +124,7 @@ class Settings(Section):
     mcp: McpConfig = McpConfig()
     channels: ChannelsConfig = ChannelsConfig()
     pacing: PacingConfig = PacingConfig()
+    web: WebConfig = WebConfig()
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="warning", description="`debug` also keeps the tracebacks of logged failures."
     )

@@ -238,6 +238,28 @@ async def _check_model(settings: Settings, spec: ModelSpec, tasks: list[str]) ->
     return Check(label, True, f"{key} is set" + used_for)
 
 
+async def _check_web(settings: Settings) -> Check:
+    """The web channel `persyn run` serves: where, and whether any key can use it."""
+    from persyn.core.config_web import is_loopback_host
+    from persyn.runtime.web_keys import list_keys
+
+    web = settings.web
+    where = f"http://{web.host}:{web.port}/"
+    try:
+        active = [k for k in await list_keys(settings) if k.revoked_at is None]
+    except PersynError as exc:
+        return Check("web channel", False, f"keys unreadable: {exc}", "check the database")
+    create = "create one: `persyn web keys create --name NAME`"
+    if not active and not is_loopback_host(web.host):
+        return Check("web channel", False, f"{where} is not loopback and no key exists", create)
+    if not active:
+        return Check(
+            "web channel", True, f"{where}, but no key: every request is refused", create, warning=True
+        )
+    operators = sum(k.operator for k in active)
+    return Check("web channel", True, f"{where}, {len(active)} key(s), {operators} operator")
+
+
 async def collect_checks(home: Path | None) -> list[Check]:
     root = home_from_env(home)
     checks: list[Check] = []
@@ -276,6 +298,8 @@ async def collect_checks(home: Path | None) -> list[Check]:
     if database.ok:  # the graph lives in that database: nothing more to say when it is broken
         checks.append(await _check_graph(settings))
         checks.append(await check_consolidation(settings))
+        if settings.web.enabled:
+            checks.append(await _check_web(settings))
     settings, auto = await asyncio.to_thread(resolve_auto, settings)
     if auto is not None:
         checks.append(_check_auto(auto))

@@ -47,6 +47,7 @@ from persyn.store.schedule import (
     SchedulePort,
     Trigger,
 )
+from persyn.store.web_keys import WebKeysStore
 
 __all__ = [
     "GLOBAL",
@@ -114,6 +115,7 @@ class Store(
     JobsStore,
     OutboxStore,
     RunsPort,
+    WebKeysStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

@@ -452,6 +452,12 @@ def _create_outbox(connection: Connection, dialect_name: str) -> None:
     schema.outbox.create(connection, checkfirst=False)
 
 
+def _create_web_keys(connection: Connection, dialect_name: str) -> None:
+    """Migration 15: web API keys (`store/web_keys.py`), from the live definition (freeze it
+    here before a later migration alters that table)."""
+    schema.web_keys.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search),
@@ -467,6 +473,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(12, "the outbox", _create_outbox),
     Migration(13, "consolidation state and extraction watermarks as tables", _create_conversation_jobs),
     Migration(14, "run state, run conversations and channel ledgers as tables", runs_become_tables),
+    Migration(15, "web API keys", _create_web_keys),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -79,6 +79,7 @@ __all__ = [
     "reminders",
     "run_conversations",
     "run_states",
+    "web_keys",
 ]
 
 ID_LENGTH = 26  # a canonical ULID string
@@ -580,4 +581,18 @@ channel_spend = Table(
     PrimaryKeyConstraint("agent_id", "kind", "service", "channel", "key"),
     Index(None, "agent_id", "kind", "service", "channel", "at"),  # the window's sum
     Index(None, "at"),
+)
+
+# Web API keys (migration 15, `store/web_keys.py`): deployment-wide, not per agent. Only a
+# key's SHA-256 is kept; the key itself is shown once, when created.
+web_keys = Table(
+    "web_keys",
+    metadata,
+    primary_id(),
+    Column("name", String(200), nullable=False),
+    Column("key_hash", CHAR(64), nullable=False, unique=True),
+    id_column("contact_id", nullable=True),
+    Column("operator", Boolean, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("revoked_at", UTCDateTime(), nullable=True),
 )

@@ -59,6 +59,7 @@ from persyn.store._sqlite_outbox import SQLiteOutbox, put_outbox_row
 from persyn.store._sqlite_persons import SQLitePersons, resolve_person_row
 from persyn.store._sqlite_runs import SQLiteRuns, spend_channel_row
 from persyn.store._sqlite_schedule import SQLiteSchedule
+from persyn.store._sqlite_web_keys import SQLiteWebKeys
 from persyn.store.base import Conversation, Identity, Message, Person, ReplyUpkeep, Store
 from persyn.store.mapping import message_from_row
 from persyn.store.outbox import OutboxRow
@@ -81,6 +82,7 @@ class SQLiteStore(
     SQLiteJobs,
     SQLiteOutbox,
     SQLiteRuns,
+    SQLiteWebKeys,
     Store,
 ):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""

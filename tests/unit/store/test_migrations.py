@@ -777,3 +777,13 @@ async def test_migration_fourteen_moves_run_and_channel_flags_into_tables(tmp_pa
     )  # fmt: skip
     assert (sent, said) == (25, 42)
     assert again.recorded and again.used == 42  # a migrated reply is the same reply: counted once
+
+
+def test_migration_fifteen_creates_the_web_keys(engine: Engine) -> None:
+    assert _migrate(engine, target=14) == 14
+    assert "web_keys" not in {name for name, _ in _schema_sql(engine)}
+    assert _migrate(engine, target=15) == 15
+    with engine.connect() as connection:
+        columns = [c["name"] for c in inspect(connection).get_columns("web_keys")]
+    # Created from the live definition: if this fails, freeze migration 15 first.
+    assert columns == ["id", "name", "key_hash", "contact_id", "operator", "created_at", "revoked_at"]

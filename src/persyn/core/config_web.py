@@ -1,0 +1,67 @@
+"""The `[web]` section: the web channel `persyn run` serves (HTTP API, chat page, directory).
+
+Composed into `Settings` by `core/config.py`; every key's description is its documentation.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pydantic import Field, field_validator
+
+from persyn.core.config_base import Section
+
+__all__ = ["WebConfig", "is_loopback_host"]
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether binding `host` keeps the server reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class WebConfig(Section):
+    """The web channel: an OpenAI-compatible API, a native API with live events, a chat page."""
+
+    enabled: bool = Field(default=False, description="Serve the web channel from `persyn run`.")
+    host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        max_length=255,
+        description=(
+            "Address to listen on. Loopback by default; any other address needs at least one key "
+            "(`persyn web keys create`) or `persyn run` refuses to start."
+        ),
+    )
+    port: int = Field(default=8765, ge=0, le=65535, description="TCP port to listen on (0: any free port).")
+    max_body_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=64 * 1_048_576,
+        description="Larger request bodies are refused with 413 (the message itself is also held to [conversation] max_message_chars).",
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list[str],
+        description="Browser origins allowed to call the API from other sites (empty: CORS off).",
+        examples=[["https://chat.example.org"]],
+    )
+    sse_buffer: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="Live events queued per stream client; a client that falls this far behind is dropped.",
+    )
+    reply_timeout_seconds: float = Field(
+        default=300.0, gt=0, le=3600, description="How long a chat completion waits for the agent's turn."
+    )
+
+    @field_validator("host")
+    @classmethod
+    def _host_has_no_scheme(cls, value: str) -> str:
+        if "/" in value or " " in value:
+            raise ValueError(f"invalid host {value!r}: give an address such as 127.0.0.1 or 0.0.0.0")
+        return value

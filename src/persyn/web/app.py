@@ -1,0 +1,178 @@
+"""The web API (SPEC §3 web channel, App. B): a Starlette application over `RuntimeAPI`.
+
+- `/v1/chat/completions`, `/v1/models`: OpenAI-compatible (`web/openai_api.py`).
+- `/v1/agents/{agent}/events`, `/v1/events/{id}`, `/v1/agents/{agent}/stream`: the native
+  API — submit, the completion marker, live Server-Sent Events.
+- `/v1/agents/{agent}/contacts...`, `/channels...`, `/conversations/{id}`: the directory,
+  through the same operator logic the CLI uses (`runtime/inspect.py`); operator keys only.
+- `/`: the chat page (static files of this package); `/healthz`; `/openapi.json`.
+
+Every endpoint but `/healthz` and the page's static files needs a key (`Authorization:
+Bearer psk-...`); bodies are size-limited; every error is JSON naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from persyn.core.ids import is_id
+from persyn.web import directory, openai_api
+from persyn.web.channel import SERVICE, LiveEvent
+from persyn.web.context import ApiError, WebContext, handler, sse
+from persyn.web.models import EventRequest
+from persyn.web.openapi import schema
+
+__all__ = ["build_app"]
+
+STATIC = Path(__file__).parent / "static"
+_HEARTBEAT_SECONDS = 15.0
+
+
+# native API ---------------------------------------------------------------------------------
+async def healthz(context: WebContext, request: Request) -> Response:
+    return JSONResponse({"ok": True})
+
+
+async def post_event(context: WebContext, request: Request) -> Response:
+    key = await context.key(request)
+    agent = context.agent(request.path_params["agent"])
+    body = await context.body(request, EventRequest)
+    text = context.text(body.text, param="text")
+    event, _ = await context.submit(key, agent, text, body.user)
+    return JSONResponse(
+        {"event_id": event.id, "agent": agent.name, "status_url": f"/v1/events/{event.id}"}, status_code=202
+    )
+
+
+async def get_event(context: WebContext, request: Request) -> Response:
+    key = await context.key(request)
+    event_id = request.path_params["event_id"].upper()
+    if not is_id(event_id):
+        raise ApiError(
+            400, f"invalid event id {request.path_params['event_id']!r}: expected a ULID", param="event_id"
+        )
+    known = context.events.get(event_id)
+    if known is None or (known[1] != key.id and not key.operator):
+        raise ApiError(
+            404, f"no event {event_id} submitted with this key", param="event_id", kind="not_found_error"
+        )
+    agent = context.agent(known[0])
+    try:
+        marker = await context.runtime.wait_marker(agent.id, event_id, 0.01)
+    except TimeoutError:
+        return JSONResponse({"event_id": event_id, "status": "pending"})
+    return JSONResponse(
+        {
+            "event_id": event_id,
+            "status": "transmitted" if marker.transmitted else "silent",
+            "text": marker.text,
+            "reason": marker.reason,
+            "created_at": marker.created_at.isoformat(),
+        }
+    )
+
+
+async def stream(context: WebContext, request: Request) -> Response:
+    """Server-Sent Events for the key's conversation with one agent: token deltas labelled
+    by phase, withdrawals, notices, every message delivered (replies and what the agent
+    sends on its own, such as a reminder firing)."""
+    key = await context.key(request)
+    agent = context.agent(request.path_params["agent"])
+    listener = context.channel.listen(agent.id, key.id)
+    # What waited for this channel in the outbox (written by any process) is delivered now.
+    await context.runtime.deliver_pending(SERVICE)
+
+    async def events() -> AsyncIterator[str]:
+        try:
+            yield ": connected\n\n"
+            while True:
+                if listener.dropped and listener.queue.empty():
+                    yield sse(
+                        "dropped", {"reason": "this client fell too far behind and was dropped; reconnect"}
+                    )
+                    return
+                try:
+                    item: LiveEvent = await asyncio.wait_for(listener.queue.get(), _HEARTBEAT_SECONDS)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                yield sse(item.type, item.payload())
+        finally:
+            context.channel.unlisten(agent.id, key.id, listener)
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def whoami(context: WebContext, request: Request) -> Response:
+    key = await context.key(request)
+    return JSONResponse({"id": key.id, "name": key.name, "operator": key.operator})
+
+
+async def agents(context: WebContext, request: Request) -> Response:
+    await context.key(request)
+    return JSONResponse({"agents": [{"id": a.id, "name": a.name} for a in context.settings.agents]})
+
+
+async def index(context: WebContext, request: Request) -> Response:
+    return FileResponse(STATIC / "index.html", headers=_PAGE_HEADERS)
+
+
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def build_app(context: WebContext) -> Starlette:
+    async def openapi(context: WebContext, request: Request) -> Response:
+        return JSONResponse(schema())
+
+    routes: list[Route | Mount] = [
+        Route("/", handler(context, index)),
+        Route("/healthz", handler(context, healthz)),
+        Route("/openapi.json", handler(context, openapi)),
+        Route("/v1/models", handler(context, openai_api.models)),
+        Route("/v1/chat/completions", handler(context, openai_api.chat_completions), methods=["POST"]),
+        Route("/v1/me", handler(context, whoami)),
+        Route("/v1/agents", handler(context, agents)),
+        Route("/v1/agents/{agent}/events", handler(context, post_event), methods=["POST"]),
+        Route("/v1/events/{event_id}", handler(context, get_event)),
+        Route("/v1/agents/{agent}/stream", handler(context, stream)),
+        *directory.routes(context),
+        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+    ]
+    middleware: list[Middleware] = []
+    if context.settings.web.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(context.settings.web.cors_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type"],
+            )
+        )
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        return ApiError(
+            status, f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'not found')}"
+        ).response()
+
+    return Starlette(
+        routes=routes, middleware=middleware, exception_handlers={404: not_found, 405: not_found}
+    )

@@ -1,0 +1,210 @@
+"""What the web API's handlers share: the context (runtime, channel, keys), request parsing
+that turns every bad input into a 4xx JSON error naming the field, and the SSE framing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from persyn.core.config import AgentConfig, Settings
+from persyn.core.errors import InputError, PersynError
+from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
+from persyn.core.ids import new_id
+from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.web_keys import WebKey, web_identity
+from persyn.web.channel import SERVICE, Listener, TurnUsage, WebChannel
+
+__all__ = ["ApiError", "Authenticate", "WebContext", "handler", "sse"]
+
+_EVENTS_KEPT = 10_000  # events submitted here, remembered for `GET /v1/events/{id}`
+M = TypeVar("M", bound=BaseModel)
+
+Authenticate = Callable[[str], Awaitable[WebKey | None]]
+
+
+class ApiError(Exception):
+    """An HTTP error with a JSON body in the OpenAI error shape (clients show `message`)."""
+
+    def __init__(
+        self, status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error"
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(
+            {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}},
+            status_code=self.status,
+        )
+
+
+@dataclass
+class WebContext:
+    """What the handlers share: the runtime (as a channel sees it), the channel, the keys."""
+
+    settings: Settings
+    runtime: RuntimeAPI
+    channel: WebChannel
+    usage: TurnUsage
+    authenticate: Authenticate
+    flush_usage: Callable[[], object] | None = None
+
+    def __post_init__(self) -> None:
+        self.events: OrderedDict[str, tuple[str, str]] = OrderedDict()  # event → (agent, key)
+
+    # requests ----------------------------------------------------------------------------
+    async def key(self, request: Request) -> WebKey:
+        header = request.headers.get("authorization", "")
+        scheme, _, secret = header.partition(" ")
+        if not header:
+            raise ApiError(
+                401,
+                "an API key is required: send 'Authorization: Bearer psk-...'",
+                kind="authentication_error",
+            )
+        if scheme.lower() != "bearer" or not secret.strip():
+            raise ApiError(
+                401, "malformed Authorization header: expected 'Bearer <key>'", kind="authentication_error"
+            )
+        key = await self.authenticate(secret.strip())
+        if key is None:
+            raise ApiError(401, "unknown or revoked API key", kind="authentication_error")
+        return key
+
+    async def operator(self, request: Request) -> WebKey:
+        key = await self.key(request)
+        if not key.operator:
+            raise ApiError(
+                403,
+                f"key {key.name!r} is not an operator key: the directory is not open to it",
+                kind="permission_error",
+            )
+        return key
+
+    async def body(self, request: Request, model: type[M]) -> M:
+        """The JSON body as `model`: 413 over the limit, 400 naming the first bad field."""
+        limit = self.settings.web.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                raise ApiError(400, f"invalid Content-Length {declared!r}", param="Content-Length")
+            if int(declared) > limit:
+                raise ApiError(
+                    413,
+                    f"request body of {int(declared)} bytes is over the limit of {limit} ([web] max_body_bytes)",
+                )
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"request body is over the limit of {limit} bytes ([web] max_body_bytes)")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"the body is not valid JSON: {exc}", param="body") from exc
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or "body"
+            raise ApiError(400, f"invalid field {field!r}: {first['msg']}", param=field) from exc
+
+    def agent(self, name: str, *, param: str = "agent") -> AgentConfig:
+        wanted = name.strip().lower()
+        for agent in self.settings.agents:
+            if agent.name.lower() == wanted or agent.id.lower() == wanted:
+                return agent
+        known = ", ".join(a.name for a in self.settings.agents) or "none"
+        raise ApiError(404, f"no agent {name!r} here (agents: {known})", param=param, kind="not_found_error")
+
+    def text(self, raw: str, *, param: str) -> str:
+        try:
+            return self.runtime.validate_text(raw)
+        except InputError as exc:
+            status = 413 if len(raw) > self.settings.conversation.max_message_chars else 400
+            raise ApiError(status, f"invalid field {param!r}: {exc}", param=param) from exc
+
+    # turns -------------------------------------------------------------------------------
+    async def submit(
+        self, key: WebKey, agent: AgentConfig, text: str, user: str | None, listener: bool = False
+    ) -> tuple[Event, Listener | None]:
+        """The client's message as an event of the web channel; with `listener`, a queue of
+        the turn's live events, registered before the turn can start."""
+        identity = web_identity(key.id, user)
+        now = self.runtime.clock.now()
+        speaker = Speaker(
+            service=SERVICE,
+            channel=identity.channel,
+            speaker_id=identity.speaker_id,
+            display_name=user or key.name,
+        )
+        await self.runtime.resolve_speaker(agent.id, speaker)
+        event = Event(
+            id=new_id(now),
+            agent_id=agent.id,
+            kind=EventKind.MESSAGE,
+            service=SERVICE,
+            channel=identity.channel,
+            speaker=speaker,
+            text=text,
+            received_at=now,
+        )
+        waiter = self.channel.wait_for(event.id) if listener else None
+        try:
+            await self.runtime.submit(event)
+        except BaseException:
+            self.channel.stop_waiting(event.id)
+            raise
+        self.events[event.id] = (agent.id, key.id)
+        while len(self.events) > _EVENTS_KEPT:
+            self.events.popitem(last=False)
+        return event, waiter
+
+    async def marker(self, agent: AgentConfig, event_id: str) -> CompletionMarker:
+        try:
+            return await self.runtime.wait_marker(agent.id, event_id, self.settings.web.reply_timeout_seconds)
+        except TimeoutError as exc:
+            raise ApiError(
+                504,
+                f"no reply to {event_id} within {self.settings.web.reply_timeout_seconds:g}s; it stays queued",
+                kind="timeout_error",
+            ) from exc
+
+    async def turn_usage(self, event_id: str) -> dict[str, int]:
+        if self.flush_usage is not None:
+            await asyncio.to_thread(self.flush_usage)
+        prompt, completion = self.usage.take(event_id)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def sse(kind: str, data: dict[str, Any]) -> str:
+    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def handler(
+    context: WebContext, work: Callable[[WebContext, Request], Awaitable[Response]]
+) -> Callable[[Request], Awaitable[Response]]:
+    """One endpoint: its errors become JSON (4xx for the client's mistakes)."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await work(context, request)
+        except ApiError as exc:
+            return exc.response()
+        except InputError as exc:
+            return ApiError(400, str(exc)).response()
+        except PersynError as exc:
+            return ApiError(503, str(exc), kind="server_error").response()
+
+    return endpoint

@@ -1,0 +1,100 @@
+"""Request bodies of the web API, validated at the edge (a bad field is a 4xx naming it)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AddressChange",
+    "ChatMessage",
+    "ChatRequest",
+    "EventRequest",
+    "IdentityChange",
+    "MergeRequest",
+    "RenameRequest",
+    "StreamOptions",
+    "TextPart",
+]
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        if not self.content:
+            return ""
+        return "\n".join(part.text for part in self.content if part.type == "text" and part.text)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = False
+
+
+class ChatRequest(BaseModel):
+    """`POST /v1/chat/completions`. Unknown OpenAI parameters (temperature, ...) are accepted
+    and ignored: the agent's own configuration decides how it answers."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1, max_length=200)
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+class EventRequest(BaseModel):
+    """`POST /v1/agents/{agent}/events`: one message from the key's client."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    user: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+class RenameRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64)
+
+
+class MergeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    survivor: str = Field(min_length=1, max_length=200)
+    other: str = Field(min_length=1, max_length=200)
+    name: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+class IdentityChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    service: str = Field(min_length=1, max_length=200)
+    channel: str = Field(min_length=1, max_length=500)
+    speaker_id: str = Field(min_length=1, max_length=500)
+    attach: bool = True
+
+
+class AddressChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field(min_length=1, max_length=100)
+    value: str = Field(min_length=1, max_length=500)
+    add: bool = True

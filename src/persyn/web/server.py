@@ -1,0 +1,124 @@
+"""`WebSurface`: the web channel served by `persyn run` (uvicorn on the runtime's loop).
+
+Built before the runtime (its usage adapter is one of the runtime's meter adapters), started
+after it: the channel is attached like any other (what waited in the outbox for `web` is
+delivered first), then uvicorn serves the app on the same event loop, so the runtime's
+token sinks publish to HTTP clients without crossing threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable, Generator
+
+import uvicorn
+
+from persyn.core.config import Settings
+from persyn.core.config_web import is_loopback_host
+from persyn.core.errors import ConfigError
+from persyn.runtime.api import RuntimeAPI
+from persyn.web.app import build_app
+from persyn.web.channel import TurnUsage, WebChannel
+from persyn.web.context import Authenticate, WebContext
+
+__all__ = ["WebSurface", "check_bind"]
+
+log = logging.getLogger(__name__)
+
+
+def check_bind(settings: Settings, *, has_keys: bool) -> None:
+    """Refuse to serve beyond this machine with no key to guard it."""
+    host = settings.web.host
+    if not is_loopback_host(host) and not has_keys:
+        raise ConfigError(
+            f"[web] host = {host!r} is reachable from other machines, and no web key exists: "
+            "create one first (`persyn web keys create --name NAME`) or bind 127.0.0.1"
+        )
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so a taken port is a clear error (uvicorn binding it
+    itself would exit the process)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listening = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"the web channel could not listen on {host}:{port}: {exc}") from exc
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(address)
+        listening.listen(2048)
+    except OSError as exc:
+        listening.close()
+        raise ConfigError(
+            f"the web channel could not listen on {host}:{port}: {exc.strerror or exc} "
+            "(set [web] port, or stop what uses it)"
+        ) from exc
+    listening.set_inheritable(True)
+    return listening
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: `persyn run` owns SIGTERM and SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None]:
+        yield
+
+
+class WebSurface:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.channel = WebChannel(settings.web.sse_buffer)
+        self.usage = TurnUsage()
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(
+        self, runtime: RuntimeAPI, authenticate: Authenticate, flush_usage: Callable[[], object] | None = None
+    ) -> str:
+        """Attach the channel and serve; returns the base URL (the bound port, even for 0)."""
+        listening = _listen(self.settings.web.host, self.settings.web.port)
+        self.channel.bind_loop(asyncio.get_running_loop())
+        await runtime.attach_channel(self.channel)
+        context = WebContext(
+            settings=self.settings,
+            runtime=runtime,
+            channel=self.channel,
+            usage=self.usage,
+            authenticate=authenticate,
+            flush_usage=flush_usage,
+        )
+        config = uvicorn.Config(
+            build_app(context),
+            host=self.settings.web.host,
+            port=self.settings.web.port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            server_header=False,
+            timeout_graceful_shutdown=1,
+        )
+        self._server = _Server(config)
+        self._task = asyncio.ensure_future(self._server.serve(sockets=[listening]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+                raise ConfigError(f"the web channel stopped while starting on {self.settings.web.host}")
+            await asyncio.sleep(0.01)
+        port = listening.getsockname()[1]
+        host = self.settings.web.host
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{port}/"
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self._task, 5)
+        self._server = None
+        self._task = None
