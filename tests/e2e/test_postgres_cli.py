@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from persyn_cli import Persyn
 
+from persyn.store import open_store
 from persyn.store.migrations import LATEST_VERSION
 from persyn.testing.postgres import PostgresForTests
 
@@ -39,3 +40,26 @@ def test_doctor_says_how_to_reach_a_server_that_does_not_answer(
     assert "fix: start the server, or correct host, port, user, password and database" in done.stdout
     assert "hunter2" not in done.stdout + done.stderr
     assert "test double" in done.stdout  # the rest of the checks still ran
+
+
+async def test_chat_keeps_dialog_and_workflows_in_postgres(
+    persyn: Persyn, postgres_server: PostgresForTests
+) -> None:
+    """The whole runtime on PostgreSQL: the store and DBOS (its own schema) in one database;
+    a second process continues the same conversation."""
+    url = postgres_server.fresh_database()
+    first = persyn.run("chat", input="hello there\nsecond\n", PERSYN_STORAGE_URL=url)
+    assert first.returncode == 0, first.stderr
+    assert "You said: hello there" in first.stdout and "You said: second" in first.stdout
+    again = persyn.run("chat", input="third\n", PERSYN_STORAGE_URL=url)
+    assert again.returncode == 0, again.stderr
+    store = open_store(url)
+    await store.setup()
+    try:
+        [agent] = await store.list_agents()
+        found = await store.search_messages(agent.id, "third")
+        assert [m.text for m in found] == ["third"]
+        assert await store.count_messages(agent.id) == 6  # three said, three answered
+    finally:
+        await store.close()
+    assert not (persyn.home / "data" / "persyn.db").exists()  # nothing went to SQLite

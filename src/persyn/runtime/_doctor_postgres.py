@@ -4,15 +4,24 @@ with what to do about it (ARCHITECTURE §7.2)."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-if TYPE_CHECKING:
-    from persyn.runtime.doctor import Check
+__all__ = ["Check", "is_postgres", "postgres_checks", "shown_url"]
 
-__all__ = ["is_postgres", "postgres_checks", "shown_url"]
+
+@dataclass(frozen=True)
+class Check:
+    """One line of `persyn doctor` (defined here, re-exported by `doctor`, so this module
+    needs nothing from it)."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    warning: bool = False
 
 
 def is_postgres(url: str) -> bool:
@@ -30,8 +39,7 @@ def shown_url(url: str) -> str:
 
 
 async def postgres_checks(url: str) -> list[Check]:
-    from persyn.runtime.doctor import Check
-    from persyn.store.postgres import probe
+    from persyn.store.postgres import probe  # psycopg only where PostgreSQL is used
 
     found = await asyncio.to_thread(probe, url)
     if found.error is not None:

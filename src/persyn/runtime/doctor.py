@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -16,20 +15,11 @@ from persyn.core.errors import PersynError, StoreError
 from persyn.gateway.auto import AutoChoice, resolve_auto
 from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
 from persyn.gateway.registry import ModelSpec, parse_model_string
-from persyn.runtime._doctor_postgres import is_postgres, postgres_checks, shown_url
+from persyn.runtime._doctor_postgres import Check, is_postgres, postgres_checks, shown_url
 from persyn.store import open_store
 from persyn.store.jobs import ConsolidationStatus
 
 __all__ = ["Check", "check_consolidation", "collect_checks", "preflight", "run_doctor", "sqlite_problem"]
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    warning: bool = False
 
 
 async def _check_database(settings: Settings) -> Check:

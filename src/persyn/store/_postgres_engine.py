@@ -38,7 +38,8 @@ def create_postgres_engine(url: URL, *, writer: bool, pool_size: int) -> Engine:
         driver_url(url),
         pool_size=pool_size,
         max_overflow=0,
-        pool_pre_ping=True,
+        # No pre-ping (a round trip per transaction): a connection the server dropped fails
+        # one call with a StoreError, is discarded by the pool, and the next call reconnects.
         json_serializer=_json_serializer,
     )
     if not writer:

@@ -72,13 +72,24 @@ class NewVector:
 
 
 def _has_table(connection: Connection, dims: int) -> bool:
+    """Whether the `dims` table exists. Tables are never dropped, so one seen committed is
+    remembered on the driver connection (`info` lives as long as it), saving a round trip
+    on every later write; one created in the current transaction is not (it may roll back)."""
+    known: set[int] = connection.info.setdefault("persyn_vector_tables", set())
+    if dims in known:
+        return True
     found = connection.execute(text("SELECT to_regclass(:name)"), {"name": vector_table(dims)}).scalar()
     return found is not None
+
+
+def _remember_table(connection: Connection, dims: int) -> None:
+    connection.info.setdefault("persyn_vector_tables", set()).add(dims)
 
 
 def _ensure_table(connection: Connection, dims: int) -> str:
     name = vector_table(dims)
     if _has_table(connection, dims):
+        _remember_table(connection, dims)
         return name
     connection.exec_driver_sql(
         f"CREATE TABLE IF NOT EXISTS {name} ("
