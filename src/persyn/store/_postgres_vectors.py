@@ -16,13 +16,14 @@ rules allow (`memory/access.py`), and the planner picks one of two paths:
   channel) btree and sorted exactly: no index can beat reading a few thousand rows;
 - a compartment that is a large share (the one-busy-channel case of issue 20) walks the
   HNSW graph in distance order and filters as it goes, sub-linear in the table.
-pgvector 0.6 stops an HNSW walk after `hnsw.ef_search` candidates (raised here to k, at
-most 1000), so a filter that rejects most candidates can leave fewer than k; then — and
+pgvector 0.6 stops an HNSW walk after `hnsw.ef_search` candidates (here k, at least 200
+and at most 1000), so a filter that rejects most candidates can leave fewer than k; then — and
 whenever fewer than k came back — the query is repeated as an exact scan of the
-compartment, which is cheap exactly when the compartment is small. A search is therefore
-never short of a neighbour the compartment has; the approximation only ever reorders
-near-ties at the HNSW path's recall (≥ 0.98 @10 at pgvector's defaults, m=16,
-ef_construction=64). Vectors over 2000 dimensions (HNSW's limit) are always exact.
+compartment, which is cheap exactly when the compartment is small. A search therefore never
+returns fewer hits than the compartment can give, but the HNSW path is approximate: it can
+miss a true neighbour (recall@10 against exact search is measured by `bench/pg_vectors.py`;
+index built with pgvector's defaults, m=16, ef_construction=64). Vectors over 2000
+dimensions (HNSW's limit) are always searched exactly.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ __all__ = ["MAX_K", "NewVector", "delete_vectors", "nearest", "put_vectors", "ve
 MAX_DIMS = 8192  # the SQLite backend's limit: a vector either backend accepts, both do
 MAX_HNSW_DIMS = 2000  # pgvector's limit for an HNSW index on `vector`
 MAX_K = 4096  # as on SQLite, so both backends cut the same candidate list
+# The HNSW walk's candidate list: at least k, and never under _MIN_EF_SEARCH, where recall
+# on hard (unclustered) data stays high; pgvector's default of 40 gave recall@10 0.63 on
+# 20k random 64-dimensional vectors (bench/pg_vectors.py).
+_MIN_EF_SEARCH = 200
 _MAX_EF_SEARCH = 1000
 TABLE_PREFIX = "memory_vectors_"
 
@@ -157,7 +162,7 @@ def nearest(
     distance = f"embedding <=> CAST(:vector AS vector({dims}))"
     rows: list[tuple[str, float]] = []
     if dims <= MAX_HNSW_DIMS:
-        connection.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {max(40, min(k, _MAX_EF_SEARCH))}")
+        connection.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {max(_MIN_EF_SEARCH, min(k, _MAX_EF_SEARCH))}")
         indexed = (
             f"SELECT record_id, {distance} AS distance FROM {name} WHERE {where} ORDER BY {distance} LIMIT :k"
         )
