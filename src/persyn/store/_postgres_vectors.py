@@ -162,7 +162,9 @@ def nearest(
     distance = f"embedding <=> CAST(:vector AS vector({dims}))"
     rows: list[tuple[str, float]] = []
     if dims <= MAX_HNSW_DIMS:
-        connection.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {max(_MIN_EF_SEARCH, min(k, _MAX_EF_SEARCH))}")
+        connection.exec_driver_sql(
+            f"SET LOCAL hnsw.ef_search = {max(_MIN_EF_SEARCH, min(k, _MAX_EF_SEARCH))}"
+        )
         indexed = (
             f"SELECT record_id, {distance} AS distance FROM {name} WHERE {where} ORDER BY {distance} LIMIT :k"
         )
