@@ -1,31 +1,15 @@
-"""The contract suite runs every test against every storage backend (ARCHITECTURE §4, §9).
-
-A backend is added by adding its name to `BACKENDS` and a branch to `_fresh_url`; nothing
-in the tests themselves names a backend.
+"""The contract suite runs every test against every storage backend (ARCHITECTURE §4, §9):
+`store_url` (tests/conftest.py) is parametrized over them; nothing in the tests themselves
+names a backend.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from persyn.store import Store, open_store
-
-BACKENDS = ["sqlite"]
-
-
-def _fresh_url(backend: str, tmp_path: Path) -> str:
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'store' / 'persyn.db'}"  # absolute: sqlite:////tmp/...
-    raise AssertionError(f"no fresh-database recipe for backend {backend!r}")
-
-
-@pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The URL of an empty database of each backend, not yet set up."""
-    return _fresh_url(request.param, tmp_path)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -16,19 +15,11 @@ from persyn.core.errors import PersynError, StoreError
 from persyn.gateway.auto import AutoChoice, resolve_auto
 from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
 from persyn.gateway.registry import ModelSpec, parse_model_string
+from persyn.runtime._doctor_postgres import Check, is_postgres, postgres_checks, shown_url
 from persyn.store import open_store
 from persyn.store.jobs import ConsolidationStatus
 
 __all__ = ["Check", "check_consolidation", "collect_checks", "preflight", "run_doctor", "sqlite_problem"]
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    warning: bool = False
 
 
 async def _check_database(settings: Settings) -> Check:
@@ -47,9 +38,14 @@ async def _check_database(settings: Settings) -> Check:
             await store.close()
     except Exception as exc:
         return Check(
-            "database", False, f"{settings.database_url}: {exc}", "check storage_url and file permissions"
+            "database",
+            False,
+            f"{shown_url(settings.database_url)}: {exc}",
+            "check storage_url and file permissions",
         )
-    return Check("database", True, f"{settings.database_url} (schema v{version}, {agents} agent(s) seen)")
+    return Check(
+        "database", True, f"{shown_url(settings.database_url)} (schema v{version}, {agents} agent(s) seen)"
+    )
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -290,16 +286,19 @@ async def collect_checks(home: Path | None) -> list[Check]:
             "" if settings.agents else "run `persyn init --name NAME`",
         )
     )
-    database = await _check_database(settings)
-    checks.append(database)
-    system = await _check_system_database(settings)
-    if system is not None:
-        checks.append(system)
-    if database.ok:  # the graph lives in that database: nothing more to say when it is broken
-        checks.append(await _check_graph(settings))
-        checks.append(await check_consolidation(settings))
-        if settings.web.enabled:
-            checks.append(await _check_web(settings))
+    server = await postgres_checks(settings.database_url) if is_postgres(settings.database_url) else []
+    checks.extend(server)
+    if all(check.ok for check in server):  # a server that fails has said why: no store to open
+        database = await _check_database(settings)
+        checks.append(database)
+        system = await _check_system_database(settings)
+        if system is not None:
+            checks.append(system)
+        if database.ok:  # the graph lives in that database: nothing more to say when it is broken
+            checks.append(await _check_graph(settings))
+            checks.append(await check_consolidation(settings))
+            if settings.web.enabled:
+                checks.append(await _check_web(settings))
     settings, auto = await asyncio.to_thread(resolve_auto, settings)
     if auto is not None:
         checks.append(_check_auto(auto))

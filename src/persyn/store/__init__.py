@@ -22,7 +22,7 @@ __all__ = [
     "open_store",
 ]
 
-SUPPORTED_SCHEMES = ("sqlite",)
+SUPPORTED_SCHEMES = ("sqlite", "postgresql")
 
 
 def open_store(url: str) -> Store:
@@ -30,7 +30,9 @@ def open_store(url: str) -> Store:
 
     URLs are parsed as SQLAlchemy parses them (as the DBOS database URL is):
     `sqlite:///relative/path.db` and `sqlite:////absolute/path.db` open that file, creating
-    its parent directories.
+    its parent directories; `postgresql://user:password@host:port/database` (or a Unix
+    socket: `postgresql://user@/database?host=/socket/dir`) opens that database through
+    psycopg 3, whatever driver the URL names.
     """
     try:
         parsed = make_url(url)
@@ -41,6 +43,8 @@ def open_store(url: str) -> Store:
     scheme = parsed.get_backend_name()
     if scheme == "sqlite":
         return _open_sqlite(url, parsed)
+    if scheme == "postgresql":
+        return _open_postgres(url, parsed)
     raise ConfigError(
         f"unsupported store URL {url!r}: scheme {scheme!r} is not one of "
         f"{', '.join(repr(s) for s in SUPPORTED_SCHEMES)} (e.g. 'sqlite:///data/persyn.db')"
@@ -63,3 +67,15 @@ def _open_sqlite(url: str, parsed: URL) -> Store:
     except OSError as exc:
         raise ConfigError(f"cannot create the directory for store URL {url!r}: {exc}") from exc
     return SQLiteStore(file)
+
+
+def _open_postgres(url: str, parsed: URL) -> Store:
+    # Imported here so that choosing SQLite never imports psycopg.
+    from persyn.store.postgres import PostgresStore
+
+    if not parsed.database:
+        raise ConfigError(
+            f"invalid PostgreSQL store URL {parsed.render_as_string(hide_password=True)!r}: it names no "
+            "database; expected e.g. 'postgresql://persyn:secret@db.example:5432/persyn'"
+        )
+    return PostgresStore(parsed)

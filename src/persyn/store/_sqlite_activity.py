@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import delete, func, select
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection
 
 from persyn.core.ids import new_id
+from persyn.store._dml import insert
 from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.activity import ActivityEntry
 from persyn.store.mapping import activity_from_row, activity_values

@@ -21,10 +21,10 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection
 
 from persyn.core.ids import new_id
+from persyn.store._dml import insert
 from persyn.store._sqlite_directory import index_participants
 from persyn.store._sqlite_work import SQLiteWork, latest, p
 from persyn.store.base import (

@@ -14,11 +14,11 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Select, delete, exists, select, update
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
+from persyn.store._dml import insert
 from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.base import ContactAddress, Conversation
 from persyn.store.mapping import conversation_from_row

@@ -10,11 +10,11 @@ from sqlalchemy import (
     delete,
     select,
 )
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection
 
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
+from persyn.store._dml import insert
 from persyn.store._sqlite_work import SQLiteWork, p, upsert
 from persyn.store.events import DeliberationTrace
 from persyn.store.mapping import event_from_row, event_values, marker_from_row

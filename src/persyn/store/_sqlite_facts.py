@@ -10,11 +10,11 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
+from persyn.store._dml import insert
 from persyn.store._sqlite_work import SQLiteWork, p
 from persyn.store.base import (
     GLOBAL,

@@ -9,10 +9,10 @@ from sqlalchemy import (
     delete,
     select,
 )
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection
 
 from persyn.core.ids import new_id
+from persyn.store._dml import insert
 from persyn.store._sqlite_work import SQLiteWork, p, upsert
 from persyn.store.schema import checked_id, flags
 

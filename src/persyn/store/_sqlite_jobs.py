@@ -12,9 +12,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import select
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection, Row
 
+from persyn.store._dml import insert
 from persyn.store.jobs import Consolidation, ConsolidationStatus, Watermark
 from persyn.store.schema import consolidations, extraction_watermarks
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import and_, bindparam, delete, func, or_, select, text, true, type_coerce, update
-from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy import and_, bindparam, cast, delete, func, or_, select, text, true, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import Text
 
@@ -24,6 +23,7 @@ from persyn.core.errors import InputError, StoreError
 from persyn.core.ids import id_time, is_id, new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store import _sqlite_vectors as vectors
+from persyn.store._dml import insert
 from persyn.store._sqlite_directory import index_participants
 from persyn.store._sqlite_jobs import consolidated_at_import
 from persyn.store._sqlite_work import SQLiteWork
@@ -550,7 +550,7 @@ def replace_record_participant(
     pattern = f'%"{old_person_id}"%'
     rows = connection.execute(
         select(_r.id, _r.participant_ids).where(
-            _r.agent_id == agent_id, type_coerce(_r.participant_ids, Text).like(pattern)
+            _r.agent_id == agent_id, cast(_r.participant_ids, Text).like(pattern)
         )
     ).all()
     changed = 0

@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection, Row
 
+from persyn.store._dml import insert
 from persyn.store.outbox import OutboxRow, OutboxStore
 from persyn.store.schema import outbox
 

@@ -7,17 +7,17 @@ from datetime import UTC, datetime
 
 from sqlalchemy import (
     Text,
+    cast,
     delete,
     exists,
     select,
-    type_coerce,
     update,
 )
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
+from persyn.store._dml import insert
 from persyn.store._sqlite_directory import move_addresses, move_participant_index, require_person
 from persyn.store._sqlite_graph_write import replace_graph_participant
 from persyn.store._sqlite_memory import replace_record_participant
@@ -225,7 +225,7 @@ class SQLitePersons(SQLiteWork):
             for row in connection.execute(
                 select(conversations.c.id, conversations.c.participants).where(
                     conversations.c.agent_id == agent_id,
-                    type_coerce(conversations.c.participants, Text).like(pattern),
+                    cast(conversations.c.participants, Text).like(pattern),
                 )
             ).all():
                 after = list(dict.fromkeys(survivor_id if p == other_id else p for p in row.participants))

@@ -14,10 +14,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import delete, func, select
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection, Row
 
 from persyn.core.records import Sensitivity
+from persyn.store._dml import insert
 from persyn.store._sqlite_work import p
 from persyn.store.rows import Provenance, checked_id
 from persyn.store.runs import ChannelEntry, ChannelSpend, RunConversation, RunsPort, RunState, SpendKind

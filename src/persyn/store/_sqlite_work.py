@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, bindparam, case
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.expression import Executable
 
 from persyn.core.errors import StoreError
+from persyn.store._dml import insert
 
 __all__ = ["SQLiteWork", "latest", "p", "upsert"]
 
@@ -42,6 +42,10 @@ class SQLiteWork:
     _closed: bool
     _pending_reads: dict[asyncio.AbstractEventLoop, list[_PendingRead]]
 
+    def _label(self) -> str:
+        """The database as errors name it (a file path; a URL without its password)."""
+        return str(self._path)
+
     async def _write(self, what: str, work: Callable[[Connection], T]) -> T:
         return await self._run(self._write_thread, self._writer, what, work)
 
@@ -51,7 +55,7 @@ class SQLiteWork:
         Each reader's earlier writes had committed before it asked (it awaited them), so a
         read still sees its own writes; each read fails on its own."""
         if self._closed:
-            raise StoreError(f"{what}: the store for {str(self._path)!r} is closed")
+            raise StoreError(f"{what}: the store for {self._label()!r} is closed")
         loop = asyncio.get_running_loop()
         batch = self._pending_reads.get(loop)
         if batch is None:
@@ -66,13 +70,13 @@ class SQLiteWork:
         if self._closed:
             for what, _work, future in batch:
                 if not future.done():
-                    future.set_exception(StoreError(f"{what}: the store for {str(self._path)!r} is closed"))
+                    future.set_exception(StoreError(f"{what}: the store for {self._label()!r} is closed"))
             return
         try:
             done = loop.run_in_executor(self._read_threads, self._read_batch, batch)
         except RuntimeError as exc:  # the read threads were shut down meanwhile
             failed: asyncio.Future[list[tuple[bool, Any]]] = loop.create_future()
-            failed.set_exception(StoreError(f"reading {str(self._path)!r} failed: {exc}"))
+            failed.set_exception(StoreError(f"reading {self._label()!r} failed: {exc}"))
             done = failed
         done.add_done_callback(functools.partial(_settle, batch))
 
@@ -92,7 +96,7 @@ class SQLiteWork:
         return outcomes
 
     def _failure(self, what: str, exc: SQLAlchemyError) -> StoreError:
-        error = StoreError(f"{what} failed on {str(self._path)!r}: {exc}")
+        error = StoreError(f"{what} failed on {self._label()!r}: {exc}")
         error.__cause__ = exc
         return error
 
@@ -100,7 +104,7 @@ class SQLiteWork:
         self, threads: ThreadPoolExecutor, engine: Engine, what: str, work: Callable[[Connection], T]
     ) -> T:
         if self._closed:
-            raise StoreError(f"{what}: the store for {str(self._path)!r} is closed")
+            raise StoreError(f"{what}: the store for {self._label()!r} is closed")
         job = functools.partial(self._in_transaction, engine, what, work)
         return await asyncio.get_running_loop().run_in_executor(threads, job)
 
@@ -134,7 +138,7 @@ class SQLiteWork:
             with engine.begin() as connection:
                 return work(connection)
         except SQLAlchemyError as exc:
-            raise StoreError(f"{what} failed on {str(self._path)!r}: {exc}") from exc
+            raise StoreError(f"{what} failed on {self._label()!r}: {exc}") from exc
 
 
 def _settle(batch: list[_PendingRead], done: asyncio.Future[list[tuple[bool, Any]]]) -> None:

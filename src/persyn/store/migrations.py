@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select, text
@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity, channel_key
+from persyn.store import _postgres_migrations as pg
 from persyn.store import mapping, schema, schema_graph
 from persyn.store._migrate_runs import delete_flags_with_prefix, flags_with_prefix, runs_become_tables
 from persyn.store._schema_v1 import v1_metadata
@@ -55,11 +56,23 @@ schema_version = Table(
 _PG_MIGRATION_LOCK = 0x7065_7273_796E
 
 
+Apply = Callable[[Connection, str], None]  # (connection inside a transaction, dialect name)
+
+
 @dataclass(frozen=True)
 class Migration:
+    """One schema step. `apply` runs on every dialect unless `variants` names one for the
+    connection's dialect (e.g. `{"postgresql": ...}`): a migration written in portable
+    SQLAlchemy Core needs no variant; one that uses a dialect's own DDL (FTS5, vec0, table
+    rebuilds) supplies a variant for each other dialect, or that dialect refuses it."""
+
     number: int
     name: str
-    apply: Callable[[Connection, str], None]  # (connection inside a transaction, dialect name)
+    apply: Apply
+    variants: Mapping[str, Apply] = field(default_factory=dict[str, Apply])
+
+    def for_dialect(self, dialect_name: str) -> Apply:
+        return self.variants.get(dialect_name, self.apply)
 
 
 def _create_tables(connection: Connection, dialect_name: str) -> None:
@@ -460,15 +473,19 @@ def _create_web_keys(connection: Connection, dialect_name: str) -> None:
 
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
-    Migration(2, "full-text search over messages", _create_message_search),
-    Migration(3, "long-term memory records", _create_memory_records),
-    Migration(4, "record vectors partitioned by channel", _partition_vectors_by_channel),
+    Migration(2, "full-text search over messages", _create_message_search, {"postgresql": pg.message_search}),
+    Migration(3, "long-term memory records", _create_memory_records, {"postgresql": pg.memory_records}),
+    Migration(
+        4, "record vectors partitioned by channel", _partition_vectors_by_channel, {"postgresql": pg.nothing}
+    ),
     Migration(5, "quick facts about people and the agent", _create_quick_facts),
     Migration(6, "observations about people, with an audit trail", _create_observations),
     Migration(7, "the knowledge graph", _create_graph),
     Migration(8, "contact addresses and the conversation participant index", _create_directory),
     Migration(9, "reminders and goals", _create_schedule),
-    Migration(10, "provenance for quick facts, goals and reminders", _add_provenance),
+    Migration(
+        10, "provenance for quick facts, goals and reminders", _add_provenance, {"postgresql": pg.provenance}
+    ),
     Migration(11, "activity runs and deliberation traces as tables", _logs_become_tables),
     Migration(12, "the outbox", _create_outbox),
     Migration(13, "consolidation state and extraction watermarks as tables", _create_conversation_jobs),
@@ -510,7 +527,7 @@ def _apply_if_missing(connection: Connection, dialect_name: str, migration: Migr
         _lock(connection, dialect_name)
         if _checked_version(connection) >= migration.number:
             return  # applied earlier, or by a process that won the race
-        migration.apply(connection, dialect_name)
+        migration.for_dialect(dialect_name)(connection, dialect_name)
         connection.execute(
             insert(schema_version).values(
                 version=migration.number, name=migration.name, applied_at=datetime.now(UTC)

@@ -95,6 +95,33 @@ metadata = MetaData(
 )
 
 
+class NulSafeText(TypeDecorator[str]):
+    """TEXT that keeps a NUL character on PostgreSQL, whose text type cannot hold one (SQLite
+    can): there U+0000 is stored as U+FFFE followed by "0", and U+FFFE itself as two of it,
+    and read back as it was. U+FFFE is a Unicode noncharacter, absent from real text, so
+    stored text (and what search sees) differs only where it held one of the two."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        if value is None or dialect.name != "postgresql" or ("\x00" not in value and _ESCAPE not in value):
+            return value
+        return value.replace(_ESCAPE, _ESCAPE * 2).replace("\x00", _ESCAPE + "0")
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
+        if value is None or dialect.name != "postgresql" or _ESCAPE not in value:
+            return value
+        out: list[str] = []
+        chars = iter(value)
+        for char in chars:
+            out.append(("\x00" if next(chars, "") == "0" else _ESCAPE) if char == _ESCAPE else char)
+        return "".join(out)
+
+
+_ESCAPE = "\ufffe"
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """A timestamp that is always timezone-aware UTC when it leaves the database.
 
@@ -247,7 +274,7 @@ messages = Table(
     Column("role", String(16), nullable=False),
     id_column("person_id", nullable=True),  # NULL when the agent itself speaks
     Column("speaker_name", String(500), nullable=False),
-    Column("text", Text, nullable=False),
+    Column("text", NulSafeText(), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     id_column("event_id", nullable=True),  # the inbound event this message belongs to
     ForeignKeyConstraint(["agent_id", "conversation_id"], ["conversations.agent_id", "conversations.id"]),

@@ -1,0 +1,208 @@
+"""Long-term memory on PostgreSQL: the `memory_records` methods that touch the keyword index
+(the `search_tsv` column, migration 3's PostgreSQL variant) or the vectors (pgvector,
+`_postgres_vectors.py`). The rest is the shared SQL of `_sqlite_memory.py`. A record and its
+vector change in one write transaction, as on SQLite."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import and_, delete, select, text, update
+from sqlalchemy.engine import Connection
+
+from persyn.core.errors import InputError, StoreError
+from persyn.core.records import MemoryRecord
+from persyn.store import _postgres_vectors as vectors
+from persyn.store._dml import insert
+from persyn.store._postgres_migrations import TEXT_CONFIG
+from persyn.store._sqlite_memory import (
+    KEYWORD_WEIGHTS,
+    SQLiteMemory,
+    _insert_imported_dialog,  # pyright: ignore[reportPrivateUsage]
+    _new_row,  # pyright: ignore[reportPrivateUsage]
+    _NewRow,  # pyright: ignore[reportPrivateUsage]
+    fts_any_query,
+)
+from persyn.store._sqlite_vectors import unit_vector
+from persyn.store.base import ImportedMemory
+from persyn.store.mapping import record_from_row
+from persyn.store.schema import memory_records
+
+__all__ = ["PostgresMemory", "any_word_query"]
+
+_r = memory_records.c
+
+# ts_rank's weights, in its order {D, C, B, A}, each at most 1: summary is B, tags A, in
+# the ratio of KEYWORD_WEIGHTS.
+_TOP = max(KEYWORD_WEIGHTS)
+_RANK_WEIGHTS = f"'{{0, 0, {KEYWORD_WEIGHTS[0] / _TOP}, {KEYWORD_WEIGHTS[1] / _TOP}}}'::float4[]"
+
+
+def any_word_query(query: str) -> str | None:
+    """The words `fts_any_query` keeps (stop-words dropped unless nothing else is left),
+    as a tsquery text matching ANY of them. Words are runs of letters and digits, so the
+    text holds no tsquery syntax but the `|` between them."""
+    match = fts_any_query(query)
+    if match is None:
+        return None
+    return " | ".join(word.strip('"') for word in match.split(" OR "))
+
+
+class PostgresMemory(SQLiteMemory):
+    """The long-term-memory part of `PostgresStore`."""
+
+    async def add_record(
+        self, record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None
+    ) -> bool:
+        rows = [_new_row(record, vector, embedding_model)]
+        [added] = await self._write("add_record", lambda c: _insert_records(c, rows))
+        return added
+
+    async def add_records(
+        self,
+        records: Sequence[MemoryRecord],
+        vectors: Sequence[Sequence[float] | None] | None,
+        embedding_model: str | None,
+    ) -> list[bool]:
+        if vectors is not None and len(vectors) != len(records):
+            raise InputError(f"{len(records)} records but {len(vectors)} vectors: one per record (or None)")
+        rows = [
+            _new_row(record, None if vectors is None else vectors[i], embedding_model)
+            for i, record in enumerate(records)
+        ]
+        if not rows:
+            return []
+        return await self._write("add_records", lambda c: _insert_records(c, rows))
+
+    async def add_imported(self, items: Sequence[ImportedMemory], embedding_model: str | None) -> list[bool]:
+        rows = [_new_row(item.record, item.vector, embedding_model) for item in items]
+        if not rows:
+            return []
+
+        def work(connection: Connection) -> list[bool]:
+            for item in items:
+                _insert_imported_dialog(connection, item)
+            return _insert_records(connection, rows)
+
+        return await self._write("add_imported", work)
+
+    async def records_by_ids(self, agent_id: str, record_ids: Sequence[str]) -> list[MemoryRecord]:
+        wanted = list(dict.fromkeys(record_ids))
+        if not wanted:
+            return []
+        statement = (
+            select(memory_records)
+            .where(_r.agent_id == agent_id, _r.id.in_(wanted))
+            .order_by(_r.created_at.desc(), _r.id.desc())
+        )
+        return await self._read(
+            "records_by_ids", lambda c: [record_from_row(row) for row in c.execute(statement)]
+        )
+
+    async def delete_records(self, agent_id: str, record_ids: Sequence[str]) -> int:
+        """The vectors go with their records (ON DELETE CASCADE)."""
+        wanted = list(dict.fromkeys(record_ids))
+        if not wanted:
+            return 0
+        statement = delete(memory_records).where(_r.agent_id == agent_id, _r.id.in_(wanted))
+        return await self._write("delete_records", lambda c: int(c.execute(statement).rowcount or 0))
+
+    async def vector_candidates(
+        self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
+    ) -> list[tuple[str, float]]:
+        """At most 4096 hits, as on SQLite; see `_postgres_vectors` for the index paths."""
+        unit = unit_vector(vector, "query vector")
+        if unit is None or k <= 0:
+            return []
+        return await self._read(
+            "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels)
+        )
+
+    async def keyword_candidates(
+        self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
+    ) -> list[tuple[str, float]]:
+        """Scores are `ts_rank` with tags weighted over summaries, higher better; ties go
+        to the newer record. `channels=[]` finds nothing."""
+        words = any_word_query(query)
+        if words is None or k <= 0 or (channels is not None and not channels):
+            return []
+        params: dict[str, Any] = {"words": words, "agent_id": agent_id, "k": k}
+        where = "search_tsv @@ q.query AND agent_id = :agent_id"
+        if channels is not None:
+            where += " AND channel = ANY(:channels)"
+            params["channels"] = list(dict.fromkeys(channels))
+        sql = (
+            f"SELECT id, ts_rank({_RANK_WEIGHTS}, search_tsv, q.query) AS score "
+            f"FROM memory_records, to_tsquery('{TEXT_CONFIG}', :words) AS q(query) "
+            f"WHERE {where} ORDER BY score DESC, created_at DESC, id DESC LIMIT :k"
+        )
+
+        def work(connection: Connection) -> list[tuple[str, float]]:
+            return [(str(row.id), float(row.score)) for row in connection.execute(text(sql), params)]
+
+        return await self._read("keyword_candidates", work)
+
+    async def set_record_vector(
+        self, agent_id: str, record_id: str, vector: Sequence[float], embedding_model: str
+    ) -> None:
+        if not embedding_model:
+            raise InputError(f"record {record_id!r}: a vector needs its embedding model name")
+        unit = unit_vector(vector, f"vector of record {record_id!r}")
+
+        def work(connection: Connection) -> None:
+            where = and_(_r.agent_id == agent_id, _r.id == record_id)
+            row = connection.execute(select(_r.channel, _r.dims).where(where)).first()
+            if row is None:
+                raise StoreError(f"no memory record {record_id!r} for agent {agent_id!r}")
+            if row.dims is not None:
+                vectors.delete_vectors(connection, int(row.dims), [record_id])
+            dims = None
+            if unit is not None:
+                new = vectors.NewVector(record_id, agent_id, row.channel, embedding_model, unit)
+                vectors.put_vectors(connection, [new])
+                dims = len(unit) // 4
+            connection.execute(
+                update(memory_records).where(where).values(embedding_model=embedding_model, dims=dims)
+            )
+
+        await self._write("set_record_vector", work)
+
+
+def _insert_records(connection: Connection, rows: Sequence[_NewRow]) -> list[bool]:
+    """As on SQLite: per row, whether it was stored; a row whose id or (agent, ref) is taken
+    — in the database or earlier in `rows` — is skipped (ON CONFLICT DO NOTHING, which on
+    PostgreSQL also settles a race with another process's insert)."""
+    seen_ids: set[str] = set()
+    seen_refs: set[tuple[str, str]] = set()
+    first = [False] * len(rows)
+    for index, row in enumerate(rows):
+        ref = row.values["ref"]
+        key = (row.values["agent_id"], ref)
+        if row.values["id"] in seen_ids or (ref is not None and key in seen_refs):
+            continue
+        seen_ids.add(row.values["id"])
+        if ref is not None:
+            seen_refs.add(key)
+        first[index] = True
+    fresh = [row for row, is_first in zip(rows, first, strict=True) if is_first]
+    statement = insert(memory_records).on_conflict_do_nothing().returning(_r.id)
+    # SQLAlchemy batches the rows into multi-row INSERTs and gathers every RETURNING row.
+    stored = (
+        set(connection.execute(statement, [row.values for row in fresh]).scalars()) if fresh else set[str]()
+    )
+    vectors.put_vectors(
+        connection,
+        [
+            vectors.NewVector(
+                row.values["id"],
+                row.values["agent_id"],
+                row.values["channel"],
+                row.values["embedding_model"],
+                row.unit,
+            )
+            for row in fresh
+            if row.unit is not None and row.values["id"] in stored
+        ],
+    )
+    return [is_first and row.values["id"] in stored for row, is_first in zip(rows, first, strict=True)]

@@ -1,0 +1,42 @@
+"""Session-wide fixtures shared by the suites: the storage backends every store test runs on.
+
+A backend is added by adding its name to `BACKENDS` and a branch to `_fresh_url`; nothing in
+the tests themselves names a backend. PostgreSQL is a real server (`pgserver`), started once
+per session on first use; each test gets a new, empty schema on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from persyn.testing.postgres import PostgresForTests
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresForTests]:
+    """One real PostgreSQL (with pgvector) for the whole session, started on first use."""
+    server = PostgresForTests()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _fresh_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'store' / 'persyn.db'}"  # absolute: sqlite:////tmp/...
+    if backend == "postgresql":
+        server: PostgresForTests = request.getfixturevalue("postgres_server")
+        return server.fresh_schema()
+    raise AssertionError(f"no fresh-database recipe for backend {backend!r}")
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty database of each backend, not yet set up."""
+    return _fresh_url(request.param, request, tmp_path)
