@@ -116,7 +116,10 @@ class DirectoryPanel(Panel):
 
     @on(DataTable.RowHighlighted, "#contacts")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key.value is not None and event.row_key.value != self.selected:
+        if event.row_key.value is None or event.cursor_row != event.data_table.cursor_row:
+            return  # stale: re-filling the table moved the cursor, and it has been put back
+        if event.row_key.value != self.selected:
+            self.selected = event.row_key.value  # what curation acts on: the highlighted row
             self._load_contact(event.row_key.value)
 
     @work(exclusive=True, group="contact")
@@ -144,6 +147,7 @@ class DirectoryPanel(Panel):
         conversations = self.query_one("#contact-conversations", ListView)
         await conversations.clear()
         await conversations.extend(ConversationItem(c, s) for c, s in digest.conversations)
+        conversations.index = 0 if digest.conversations else None
         self.query_one("#contact-dialog", Static).update("")
 
     @on(ListView.Selected, "#contact-conversations")
@@ -252,6 +256,7 @@ class ChannelsPanel(Panel):
         listing = self.query_one("#channel-conversations", ListView)
         await listing.clear()
         await listing.extend(ConversationItem(c, s) for c, s in digest.conversations)
+        listing.index = 0 if digest.conversations else None
         self.query_one("#channel-dialog", Static).update("")
 
     @on(ListView.Selected, "#channel-conversations")
