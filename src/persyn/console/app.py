@@ -29,7 +29,7 @@ from persyn.channels.terminal import SERVICE, name_command, operator_speaker
 from persyn.cli.render import error_text
 from persyn.console.channel import ConsoleChannel, Update
 from persyn.console.operator import Operator
-from persyn.console.panels import ChannelsPanel, DirectoryPanel, MindPanel, UsagePanel
+from persyn.console.panels import ChannelsPanel, DirectoryPanel, MindPanel, Panel, UsagePanel
 from persyn.console.transcript import Transcript
 from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
@@ -65,7 +65,11 @@ class ConsoleApp(App[int]):
     CSS = """
     #transcript { height: 1fr; padding: 0 1; }
     #composer { dock: bottom; }
-    #status { dock: bottom; height: 1; background: $panel; color: $text-muted; padding: 0 1; }
+    TabbedContent { height: 1fr; }
+    #status {
+        height: 1; background: $panel; color: $text-muted; padding: 0 1;
+        text-wrap: nowrap; text-overflow: ellipsis;
+    }
     .operator { color: $success; margin-top: 1; }
     Reply { margin: 0; padding: 0; }
     .draft { color: $text; }
@@ -161,11 +165,13 @@ class ConsoleApp(App[int]):
         self.query_one(TabbedContent).active = tab
         if tab == "chat":
             self.query_one("#composer", Input).focus()
-        else:
-            panel = self.query_one(f"#{tab}", TabPane).children[0]
-            refresh = getattr(panel, "reload", None)
-            if refresh is not None:
-                self.run_worker(refresh(), group=f"panel-{tab}", exclusive=True)
+            return
+        panel = self.query_one(f"#{tab}", TabPane).children[0]
+        # Focus moves into the panel (a focused composer would pull its own tab back up).
+        focusable = [w for w in panel.query("*") if w.focusable]
+        (focusable[0] if focusable else panel).focus()
+        if isinstance(panel, Panel):
+            self.run_worker(panel.reload(), group=f"panel-{tab}", exclusive=True)
 
     # the runtime ---------------------------------------------------------------------------
     async def _connect(self) -> None:
@@ -278,5 +284,5 @@ class ConsoleApp(App[int]):
             spend = f"today: {self._tokens.tokens:,} tokens{cost}"
         state = "" if self.ready.is_set() else " · starting…"
         self.query_one("#status", Static).update(
-            Text(f"{self.agent.name} · {self.model_label} · you are {self.display_name} · {spend}{state}")
+            Text(f"{self.agent.name} · you are {self.display_name} · {spend}{state} · {self.model_label}")
         )

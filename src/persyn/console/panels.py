@@ -17,7 +17,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import DataTable, Input, ListItem, ListView, Static
 
@@ -26,7 +26,7 @@ from persyn.console.operator import Operator
 from persyn.core.errors import PersynError
 from persyn.store.base import Conversation, Identity
 
-__all__ = ["DIALOG_LINES", "LIST_ROWS", "ChannelsPanel", "DirectoryPanel", "MindPanel", "UsagePanel"]
+__all__ = ["DIALOG_LINES", "LIST_ROWS", "ChannelsPanel", "DirectoryPanel", "MindPanel", "Panel", "UsagePanel"]
 
 DIALOG_LINES = 200
 LIST_ROWS = 500
@@ -132,7 +132,7 @@ class DirectoryPanel(Panel):
         digest = await self.operator.contact(person_id)
         self.selected = digest.person.id
         person = digest.person
-        lines = [f"{one_line(person.display_name)}  ({person.kind}, {person.id})"]
+        lines = [f"{one_line(person.display_name)}  ({person.kind})"]
         lines += [
             f"identity: {i.service} / {i.channel} / {one_line(i.speaker_id)}" for i in person.identities
         ]
@@ -347,7 +347,7 @@ class UsagePanel(Panel):
         super().__init__(operator, id="usage-panel")
 
     def compose(self) -> ComposeResult:
-        with Vertical():
+        with VerticalScroll():
             yield Static(id="usage-view")
         yield Static(classes="result")
 
