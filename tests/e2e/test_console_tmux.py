@@ -143,3 +143,10 @@ def test_the_console_in_a_terminal_with_a_daemon_firing_a_reminder_live(
         time.sleep(0.2)
     assert exit_file.read_text().strip() == "0", terminal.screen()
     assert "Traceback" not in persyn.log("run")
+
+
+def test_the_console_without_a_terminal_says_to_use_chat(persyn: Persyn) -> None:
+    done = persyn.run("console", input="hello\n")
+    assert done.returncode == 2, done.stderr
+    assert "persyn console needs a terminal" in done.stderr and "persyn chat" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -13,7 +13,7 @@ from typing import Any
 from rich.text import Text
 from textual.pilot import Pilot
 from textual.widget import Widget
-from textual.widgets import Markdown, Static
+from textual.widgets import Input, Markdown, Static
 
 from persyn.channels.terminal import operator_speaker
 from persyn.console import ConsoleApp, ConsoleChannel, Operator, Update
@@ -265,3 +265,22 @@ async def test_unprompted_messages_arrive_while_away_and_then_live(tmp_path: Pat
                 "the live reminder",
             )
             assert sum("while you were away" in t for t in lines(app)) == 2  # the first two only
+
+
+async def test_stored_markup_and_control_characters_are_shown_as_written(tmp_path: Path, mind: Mind) -> None:
+    async with console(tmp_path) as (runtime, app, pilot):
+        await say(pilot, "/name [red]Boss[/red]")
+        await until(pilot, lambda: any("will call you" in t for t in lines(app)), "the rename")
+        assert lines(app)[-1] == "· Ada will call you [red]Boss[/red] from now on."
+        _, sink = _sink(app, runtime)
+        sink(SinkEvent(phase="draft", kind="delta", text="evil \x1b[2J text"))
+        await until(pilot, lambda: any("evil" in t for t in lines(app)), "the draft")
+        await pilot.pause()
+        assert lines(app)[-1] == "Ada: evil \\x1b[2J text"  # the escape is shown, not obeyed
+        composer = app.query_one("#composer", Input)
+        composer.value = "x" * 40_000  # pasted: over the message size limit, refused, nothing stored
+        await pilot.press("enter")
+        await until(pilot, lambda: app.transcript.children[-1].has_class("notice-error"), "the refusal")
+        assert "40000" in lines(app)[-1] or "40,000" in lines(app)[-1] or "too long" in lines(app)[-1]
+        dialog = await runtime.store.channel_messages(runtime.agent.id, "terminal", "terminal", 10)
+        assert dialog == []
