@@ -181,6 +181,7 @@ class ConsoleApp(App[int]):
         except Exception as exc:  # the runtime did not start: say so, keep the screen
             self.transcript.note(f"error: {error_text(exc)}", "error")
             self.failed = True
+            self.ready.set()  # what waits for it learns there is no runtime
             return
         self.runtime, self.person_id = runtime, person_id
         # An explicit per-session name wins over the remembered preference (SPEC App. B).
@@ -226,9 +227,14 @@ class ConsoleApp(App[int]):
         self.transcript.operator(self.display_name, line)
         self.run_worker(self._turn(line), group="turns")
 
+    async def action_quit(self) -> None:
+        self.exit(1 if self.failed else 0)
+
     async def _rename(self, name: str) -> None:
         await self.ready.wait()
-        assert self.runtime is not None and self.person_id is not None
+        if self.runtime is None or self.person_id is None:
+            self.transcript.note("error: the runtime did not start; nothing was changed", "error")
+            return
         self.display_name = name
         await self.runtime.remember_display_name(self.agent.id, self.person_id, name)
         self.transcript.note(f"{self.agent.name} will call you {name} from now on.")
@@ -237,7 +243,9 @@ class ConsoleApp(App[int]):
     async def _turn(self, line: str) -> CompletionMarker | None:
         await self.ready.wait()
         runtime = self.runtime
-        assert runtime is not None
+        if runtime is None:
+            self.transcript.note("error: the runtime did not start; nothing was sent", "error")
+            return None
         try:
             text = runtime.validate_text(line)
         except InputError as exc:

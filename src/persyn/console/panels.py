@@ -211,6 +211,7 @@ class ChannelsPanel(Panel):
 
     def __init__(self, operator: Operator | None) -> None:
         super().__init__(operator, id="channels-panel")
+        self.shown: str | None = None  # the channel whose conversations are listed
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -236,14 +237,18 @@ class ChannelsPanel(Panel):
                 key=f"{digest.service}:{digest.channel}",
             )
         if found:
-            await self.show_channel(f"{found[0].service}:{found[0].channel}")
+            self.shown = f"{found[0].service}:{found[0].channel}"
+            await self.show_channel(self.shown)
         else:
             self.show_result("No conversations yet.")
 
     @on(DataTable.RowHighlighted, "#channel-list")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key.value is not None:
-            self._load(event.row_key.value)
+        name = event.row_key.value
+        if name is None or event.cursor_row != event.data_table.cursor_row or name == self.shown:
+            return  # stale, or already on screen
+        self.shown = name
+        self._load(name)
 
     @work(exclusive=True, group="channel")
     async def _load(self, name: str) -> None:

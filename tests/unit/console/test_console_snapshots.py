@@ -105,6 +105,7 @@ def _panel(key: str, ready: Callable[[ConsoleApp], bool]) -> Callable[[Pilot[Any
         await until(pilot, app.ready.is_set, "the console to connect")
         await pilot.press(key)
         await until(pilot, lambda: ready(app), f"the panel behind {key}")
+        await app.workers.wait_for_complete()  # nothing is still loading when it is taken
         await pilot.pause()
 
     return run_before
