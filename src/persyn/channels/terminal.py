@@ -27,7 +27,7 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
 from persyn.runtime.api import RuntimeAPI
 
-__all__ = ["TerminalChannel", "run_chat"]
+__all__ = ["SERVICE", "TerminalChannel", "login_name", "name_command", "operator_speaker", "run_chat"]
 
 SERVICE = "terminal"
 _HELP = "Commands: /name NEW (change how the agent calls you), /help, /quit. Ctrl-D or Ctrl-C leaves."
@@ -173,6 +173,23 @@ class TerminalChannel(Channel):
         self._write(self._style(f"· {visible(text)}", code) + "\n")
 
 
+def operator_speaker(login: str) -> Speaker:
+    """The operator at this terminal: the stable identity key (`operator:<login>`) that
+    `persyn chat` and `persyn console` share, so both are one person to the agent."""
+    return Speaker(service=SERVICE, channel=SERVICE, speaker_id=f"operator:{login}", display_name=login)
+
+
+def name_command(line: str) -> str | None:
+    """The new display name of a `/name NEW` line, or None when it is not one. Raises
+    `InputError` for an empty or over-long name."""
+    if not line.startswith("/name"):
+        return None
+    new_name = line.removeprefix("/name").strip()
+    if not new_name or len(new_name) > 64:
+        raise InputError(f"invalid name {new_name!r}: usage /name NEW (1 to 64 characters)")
+    return new_name
+
+
 SpeakerLookup = Callable[[str, Speaker], Awaitable[tuple[str, str | None]]]
 
 
@@ -197,8 +214,8 @@ async def run_chat(
     source = stdin or sys.stdin
     interactive = source.isatty() and out.isatty()
     channel = TerminalChannel(agent, out, color=interactive)
-    login = user or _login_name()
-    operator = Speaker(service=SERVICE, channel=SERVICE, speaker_id=f"operator:{login}", display_name=login)
+    login = user or login_name()
+    operator = operator_speaker(login)
     starting = inspect.isawaitable(runtime)
     if interactive:
         channel.notice_text(f"Talking with {agent.name}. {_HELP}")
@@ -250,11 +267,12 @@ async def run_chat(
         if stripped == "/help":
             channel.notice_text(_HELP)
             continue
-        if stripped.startswith("/name"):
-            new_name = stripped.removeprefix("/name").strip()
-            if not new_name or len(new_name) > 64:
-                channel.notice_text("usage: /name NEW (1 to 64 characters)", "33")
-                continue
+        try:
+            new_name = name_command(stripped)
+        except InputError:
+            channel.notice_text("usage: /name NEW (1 to 64 characters)", "33")
+            continue
+        if new_name is not None:
             name = new_name
             await runtime.remember_display_name(agent.id, person_id, name)
             channel.notice_text(f"{agent.name} will call you {name} from now on.")
@@ -323,7 +341,7 @@ def _read_in_daemon_thread(read: Callable[[], str]) -> asyncio.Future[str]:
     return future
 
 
-def _login_name() -> str:
+def login_name() -> str:
     try:
         return getpass.getuser()
     except (KeyError, OSError):

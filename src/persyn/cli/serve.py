@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from persyn.runtime.app import Runtime
     from persyn.store import Store
 
-__all__ = ["CHAT_EXIT_GRACE_SECONDS", "NO_WORKER_EXIT", "register"]
+__all__ = ["CHAT_EXIT_GRACE_SECONDS", "NO_WORKER_EXIT", "register", "start_chat_runtime"]
 
 # What background work of the chat may still finish at exit (a turn's tail, an instant
 # model's deliberation); the rest resumes in the next process (`runtime/_dbos_shutdown.py`).
@@ -60,7 +60,7 @@ def chat(
         # runtime (DBOS, the models: seconds of imports) starts behind it.
         store = open_store(settings.database_url)
         await store.setup()
-        starting = asyncio.ensure_future(_start_chat_runtime(settings, clock, store))
+        starting = asyncio.ensure_future(start_chat_runtime(settings, clock, store))
 
         async def operator(agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
             return await resolve_speaker(store, agent_id, speaker, clock.now())
@@ -78,8 +78,8 @@ def chat(
     raise typer.Exit(run(_chat()))
 
 
-async def _start_chat_runtime(settings: Settings, clock: Clock, store: Store) -> Runtime:
-    """Build and start the chat's runtime; its imports run off the loop, so the prompt and
+async def start_chat_runtime(settings: Settings, clock: Clock, store: Store) -> Runtime:
+    """Build and start the chat's (or the console's) runtime; its imports run off the loop, so the prompt and
     the first line the operator types are not held up by them."""
     await asyncio.to_thread(importlib.import_module, "persyn.runtime.compose")
     from persyn.runtime.compose import build_runtime

@@ -1,0 +1,16 @@
+"""The operator console (`persyn console`, SPEC App. B): a full-screen Textual surface that
+is an ordinary channel adapter with presentation privileges only.
+
+- `channel.py` — `ConsoleChannel`: the runtime's entry points become `Update`s queued on
+  the console's loop (arrival order; the pipeline never waits).
+- `transcript.py` — the transcript and the five live-cognition rules.
+- `panels.py` — Directory, Channels, Mind, Usage: bounded views and curation.
+- `operator.py` — what the panels call: the CLI's operator functions, bound to an agent.
+- `app.py` — `ConsoleApp`: the layout, the composer, the status line.
+"""
+
+from persyn.console.app import ConsoleApp, Spend
+from persyn.console.channel import ConsoleChannel, Update
+from persyn.console.operator import Operator
+
+__all__ = ["ConsoleApp", "ConsoleChannel", "Operator", "Spend", "Update"]

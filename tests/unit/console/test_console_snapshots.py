@@ -1,0 +1,132 @@
+"""SVG snapshots of the console (pytest-textual-snapshot): the transcript after each live
+cognition rule and each panel, rendered from the real runtime with the scripted mind and the
+harness's manual clock (so times are the same every run), the composer's cursor not blinking.
+
+`uv run --frozen pytest tests/unit/console/test_console_snapshots.py --snapshot-update`
+writes them anew after a deliberate change of the console's look."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from persyn.console import ConsoleApp, Operator
+from persyn.core.clock import ManualClock
+from persyn.runtime.api import RuntimeAPI
+from persyn.testing import ADA, START, harness_settings, run_runtime
+from persyn.testing import Pilot as RuntimePilot
+
+from .kit import Mind, until
+
+SIZE = (100, 30)
+Setup = Callable[[RuntimePilot], Awaitable[None]]
+
+
+def _app(tmp_path: Path, config: str = "", setup: Setup | None = None) -> ConsoleApp:
+    """The console over a runtime that starts inside the app's own loop (as `persyn console`
+    starts it) and stops when the app closes."""
+    settings = harness_settings(tmp_path / "home", model="test:console", config=config)
+    clock = ManualClock(START)
+    stack = AsyncExitStack()
+
+    async def started() -> RuntimeAPI:
+        runtime = await stack.enter_async_context(run_runtime(settings, clock=clock, channels={}))
+        if setup is not None:
+            await setup(runtime)
+        return runtime.runtime
+
+    return ConsoleApp(
+        started(),
+        ADA,
+        login="ops",
+        model_label="test:console",
+        operator=Operator(settings, ADA, clock.now),
+        cursor_blink=False,
+        on_close=stack.aclose,
+    )
+
+
+def _typed(text: str, done: Callable[[ConsoleApp], bool]) -> Callable[[Pilot[Any]], Awaitable[None]]:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, ConsoleApp)
+        await until(pilot, app.ready.is_set, "the console to connect")
+        await pilot.press(*[key if key != " " else "space" for key in text], "enter")
+        await until(pilot, lambda: done(app), "the turn to show")
+        await pilot.pause()
+
+    return run_before
+
+
+def _has(text: str) -> Callable[[ConsoleApp], bool]:
+    def check(app: ConsoleApp) -> bool:
+        shown = [
+            str(getattr(c, "content", "")) + str(getattr(c, "source", "")) for c in app.transcript.children
+        ]
+        return any(text in line for line in shown)
+
+    return check
+
+
+DELIBERATE = "[deliberation]\nsubstantive_min_words = 1\n"
+
+
+@pytest.mark.parametrize(
+    ("typed", "config", "shown"),
+    [
+        ("hello", "", "Nice to see you"),  # rule 1: the streamed draft became the reply
+        ("please withdraw", DELIBERATE, "chose silence"),  # rule 2
+        ("remember sailing?", DELIBERATE, "reconsidered"),  # rule 3: the surface cleared
+        ("add two and two", "[deliberation]\nenabled = false\n", "**4**"),  # rule 4
+    ],
+    ids=["reply", "silence", "deferred", "tool"],
+)
+def test_the_transcript_after_each_rule(
+    snap_compare: Any, tmp_path: Path, mind: Mind, typed: str, config: str, shown: str
+) -> None:
+    app = _app(tmp_path, config)
+    assert snap_compare(app, run_before=_typed(typed, _has(shown)), terminal_size=SIZE)
+
+
+async def _history(runtime: RuntimePilot) -> None:
+    await runtime.say("Hello, I'm Sam.", speaker="sam", name="Sam")
+    await runtime.say("Hi, Samuel here.", speaker="samuel", name="Samuel", channel="lobby")
+
+
+def _panel(key: str, ready: Callable[[ConsoleApp], bool]) -> Callable[[Pilot[Any]], Awaitable[None]]:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, ConsoleApp)
+        await until(pilot, app.ready.is_set, "the console to connect")
+        await pilot.press(key)
+        await until(pilot, lambda: ready(app), f"the panel behind {key}")
+        await app.workers.wait_for_complete()  # nothing is still loading when it is taken
+        await pilot.pause()
+
+    return run_before
+
+
+def _static(selector: str, text: str) -> Callable[[ConsoleApp], bool]:
+    return lambda app: text in str(app.query_one(selector).content)  # pyright: ignore[reportAttributeAccessIssue]
+
+
+@pytest.mark.parametrize(
+    ("key", "ready"),
+    [
+        ("f2", _static("#contact-digest", "recent conversations")),
+        ("f3", lambda app: len(app.query_one("#channel-conversations").children) > 0),
+        ("f4", _static("#mind-view", "Heartbeat: next at")),
+        ("f5", _static("#usage-view", "Burn rate")),
+    ],
+    ids=["directory", "channels", "mind", "usage"],
+)
+def test_each_panel(
+    snap_compare: Any, tmp_path: Path, mind: Mind, key: str, ready: Callable[[ConsoleApp], bool]
+) -> None:
+    app = _app(tmp_path, "[metering]\nevent_log = true\n", _history)
+    assert snap_compare(app, run_before=_panel(key, ready), terminal_size=(120, 30))
