@@ -2,6 +2,9 @@
 .PHONY: help install install-local chat test test-fast lint typecheck format bench
 
 UV ?= uv
+# Test processes run side by side (pytest-xdist), each test file on one of them: 2 fits CI's
+# two cores; PYTEST_WORKERS=0 runs everything in this process.
+PYTEST_WORKERS ?= 2
 
 help:
 	@echo "make chat        - create an agent if none exists and chat with it (offline model by default)"
@@ -34,10 +37,10 @@ format:
 	$(UV) run --frozen ruff check --fix src tests bench
 
 test: install-local lint typecheck
-	$(UV) run --frozen --extra local pytest
+	$(UV) run --frozen --extra local pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 test-fast: install
-	$(UV) run --frozen pytest -m "not local_llm"
+	$(UV) run --frozen pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not local_llm"
 
 bench: install
 	$(UV) run --frozen python bench/dispatch.py
