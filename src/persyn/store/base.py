@@ -30,7 +30,14 @@ from persyn.store.events import DeliberationTrace, EventsPort
 from persyn.store.flags import FlagsPort
 from persyn.store.graph import GraphPort
 from persyn.store.jobs import JobsStore
-from persyn.store.memory import ImportedMemory, MemoryPort, Observation, ObservationChange, QuickFact
+from persyn.store.memory import (
+    ImportedMemory,
+    MemoryPort,
+    Observation,
+    ObservationChange,
+    QuickFact,
+    RecallCandidate,
+)
 from persyn.store.outbox import OutboxRow, OutboxStore
 from persyn.store.rows import GLOBAL, Provenance
 from persyn.store.runs import ChannelEntry, RunsPort
@@ -77,6 +84,7 @@ __all__ = [
     "Person",
     "Provenance",
     "QuickFact",
+    "RecallCandidate",
     "Reminder",
     "ReminderAction",
     "ReminderStatus",
