@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from persyn.channels.base import Channel
 from persyn.cognition import deliberation, pipeline
-from persyn.cognition.context import recalled_ids
+from persyn.cognition.context import recalled_ids, remember_recalled
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
@@ -229,10 +229,15 @@ class Transmitter:
         # trace, the reply budget's entry, the parked conclusions it carried, now spent) in
         # one transaction: a reply recorded is on its way, whichever process delivers it (a
         # crash after this loses nothing), and one write is the cheapest a turn can make.
+        prepared = draft.prepared if draft is not None else None
+        evidence = [item.record_id for item in prepared.evidence_items()] if prepared is not None else []
         upkeep = ReplyUpkeep(
             trace=trace,
             spend=self._outreach.reply_entry(event_id, service, channel_name, text, now),
-            cleared_flags=draft.prepared.woven if draft is not None and draft.prepared is not None else (),
+            cleared_flags=prepared.woven if prepared is not None else (),
+            # The records recalled for the turn, surfaced by the reply: consolidation and the
+            # next turns' transmits know them from here.
+            updated_flags=(remember_recalled(setup.conversation_id, evidence),) if evidence else (),
         )
         message = await pipeline.record_reply(
             self._store, agent.name, setup, text, now, marker, outbox_row, upkeep
