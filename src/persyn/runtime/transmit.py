@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from persyn.channels.base import Channel
 from persyn.cognition import deliberation, pipeline
-from persyn.cognition.context import recalled_ids, remember_recalled
+from persyn.cognition.context import remember_recalled
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
@@ -98,7 +98,7 @@ class Transmitter:
     async def _recalled(self, setup: TurnSetup, draft: Draft | None) -> set[str]:
         """The records recalled for this turn (its prompt's evidence) and before it in the
         conversation: their ids never leave the agent."""
-        ids = set(await recalled_ids(self._store, setup.agent_id, setup.conversation_id))
+        ids = set(await self._cache.recalled(setup))
         if draft is not None and draft.prepared is not None:
             ids.update(item.record_id for item in draft.prepared.evidence_items())
         return ids
@@ -118,7 +118,7 @@ class Transmitter:
             return await self._transmit(event, setup, outcome)
         finally:
             self._markers.transmitting.discard(event_id)
-            self._cache.dialogs.pop(event_id, None)
+            self._cache.drop(event_id)
             self._markers.wake(event_id)
 
     async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
