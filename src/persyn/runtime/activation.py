@@ -4,7 +4,7 @@ here they are plain typed methods over explicit collaborators.
 
 `TurnCache` holds what one activation reads once and several of its steps use: its event
 (events never change once saved), the dialog as the turn sees it, and the records recalled
-earlier in its conversation (read with the dialog, for transmit). All are dropped at
+earlier in its conversation (read with the draft's prompt, for transmit). All are dropped at
 transmit; a crash simply reads them again.
 """
 
