@@ -18,6 +18,7 @@ from persyn.core.errors import InputError, StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity, channel_key
 from persyn.store import Store
+from persyn.store.base import RecallCandidate
 from persyn.store.jobs import ConsolidationStatus
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -95,6 +96,10 @@ async def test_a_record_round_trips_every_field(store: Store) -> None:
         store, _record(agent_id, "a précise instant", at=T0 + timedelta(microseconds=123456))
     )
     assert await store.records_by_ids(agent_id, [precise.id, record.id]) == [precise, record]
+    # Recall's candidates carry what it scores by, and build the very same record.
+    [candidate] = await store.recall_candidates(agent_id, [record.id])
+    assert candidate == RecallCandidate.of(record)
+    assert candidate.record() == record
     assert await store.get_record(other, record.id) is None
     assert await store.get_record_by_ref(other, "import:discord:123") is None
     assert await store.get_record(agent_id, new_id()) is None
@@ -233,6 +238,10 @@ async def test_records_by_ids_returns_those_that_exist_for_the_agent(store: Stor
     assert await store.records_by_ids(agent_id, []) == []
     many = [new_id() for _ in range(1200)] + [mine[1].id]  # more ids than one statement binds
     assert [r.id for r in await store.records_by_ids(agent_id, many)] == [mine[1].id]
+    candidates = await store.recall_candidates(agent_id, wanted)
+    assert sorted((c.record() for c in candidates), key=lambda r: r.id) == sorted(found, key=lambda r: r.id)
+    assert await store.recall_candidates(agent_id, []) == []
+    assert [c.id for c in await store.recall_candidates(agent_id, many)] == [mine[1].id]
 
 
 async def test_list_records_pages_newest_first(store: Store) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "PeopleSource",
     "ReadHook",
     "recalled_ids",
+    "remember_recalled",
 ]
 
 # A source tells the run what it put in front of the model: a self-initiated run then writes
@@ -58,6 +59,20 @@ _LEGEND = (
 async def recalled_ids(store: Store, agent_id: str, conversation_id: str) -> list[str]:
     """Records already surfaced in a conversation (consolidation must not re-extract them)."""
     return _recalled(await store.get_flag(agent_id, RECALLED_FLAG + conversation_id))
+
+
+def remember_recalled(
+    conversation_id: str, ids: Sequence[str]
+) -> tuple[str, Callable[[str | None], str | None]]:
+    """The change that adds `ids` to the records surfaced in a conversation, as a flag key
+    and an `update_flag` change. A reply writes it with itself (`ReplyUpkeep`): what was
+    recalled for a turn is surfaced by what the agent said, in the one write a spoken turn
+    makes, instead of a write of its own while the context is read."""
+
+    def merge(raw: str | None) -> str:
+        return json.dumps(list(dict.fromkeys([*_recalled(raw), *ids]))[-_MAX_RECALLED:])
+
+    return RECALLED_FLAG + conversation_id, merge
 
 
 def _recalled(raw: str | None) -> list[str]:
@@ -102,8 +117,7 @@ class MemorySource:
             now=self.clock.now(),
             budget_tokens=self.budget_tokens(setup.agent_id),
         )
-        if result.records:
-            await self._remember_recalled(setup, [s.record.id for s in result.records])
+        if result.records:  # their ids are kept with the reply (`remember_recalled`)
             await self.on_read(setup, [s.record for s in result.records])
         body = format_memories(result) if result.records else "(nothing I remember matches this)"
         if result.degraded:
@@ -113,13 +127,6 @@ class MemorySource:
             for s in result.records
         )
         return [ContextSection("What I remember", f"{_LEGEND}\n{body}", evidence)]
-
-    async def _remember_recalled(self, setup: TurnSetup, ids: list[str]) -> None:
-        def merge(raw: str | None) -> str:
-            merged = list(dict.fromkeys([*_recalled(raw), *ids]))[-_MAX_RECALLED:]
-            return json.dumps(merged)
-
-        await self.store.update_flag(setup.agent_id, RECALLED_FLAG + setup.conversation_id, merge)
 
 
 class _Briefings(Protocol):

@@ -54,7 +54,7 @@ from persyn.memory._query import (
 )
 from persyn.memory.access import eligible_channels, may_surface
 from persyn.memory.embedder import Embedder
-from persyn.store.base import Store
+from persyn.store.base import RecallCandidate, Store
 
 __all__ = [
     "Components",
@@ -320,7 +320,7 @@ class Retriever:
         # Each search fetches its own candidates' records as soon as it has them, so one
         # fetch overlaps the other search instead of waiting for both (a record found both
         # ways is read twice; that costs less than the wait).
-        async def keyword_search() -> tuple[dict[str, float], list[MemoryRecord]]:
+        async def keyword_search() -> tuple[dict[str, float], list[RecallCandidate]]:
             if mode == "vector" or not analysed.keyword_query:
                 return {}, []
             found = dict(
@@ -328,14 +328,14 @@ class Retriever:
             )
             return found, await self._fetch(agent_id, found)
 
-        async def vector_search() -> tuple[dict[str, float], str | None, list[MemoryRecord]]:
+        async def vector_search() -> tuple[dict[str, float], str | None, list[RecallCandidate]]:
             if mode == "keyword":
                 return {}, None, []
             found, why = await self._vector_search(agent_id, analysed.embedding_text, pool, channels)
             cosines = {rid: 1.0 - distance for rid, distance in found}
             return cosines, why, await self._fetch(agent_id, cosines)
 
-        async def period_search() -> list[MemoryRecord]:
+        async def period_search() -> list[RecallCandidate]:
             # "What did we talk about yesterday?" has no words a record shares: the period
             # itself is the cue, so records formed in it are candidates too (hybrid only:
             # the vector and keyword modes are the pure methods).
@@ -347,7 +347,8 @@ class Retriever:
             vector_search(), keyword_search(), period_search()
         )
 
-        unique: dict[str, MemoryRecord] = {}
+        # Candidates, not records: only the few kept are built in full (`RecallCandidate`).
+        unique: dict[str, RecallCandidate] = {}
         for record in (*in_period, *by_vector, *by_keyword):
             unique.setdefault(record.id, record)
         fetched = list(unique.values())
@@ -367,7 +368,7 @@ class Retriever:
                 best_coverage = _coverage(analysed.terms, best)
         keyword = keyword_components(bm25, best_coverage)
 
-        scored: list[tuple[float, MemoryRecord]] = []
+        scored: list[tuple[float, RecallCandidate]] = []
         for record in allowed:
             parts = Components(
                 similarity=similarity_component(
@@ -385,8 +386,10 @@ class Retriever:
 
         cap = config.max_records if limit is None else max(0, limit)
         ranked = [
-            self._annotate(score, record, now, cosines.get(record.id), keyword.get(record.id))
-            for score, record in scored[:cap]
+            self._annotate(
+                score, candidate.record(), now, cosines.get(candidate.id), keyword.get(candidate.id)
+            )
+            for score, candidate in scored[:cap]
         ]
         packed = pack(ranked, lambda s: s.tokens, budget_tokens)
         return RetrievalResult(
@@ -403,8 +406,8 @@ class Retriever:
             periods=analysed.periods,
         )
 
-    async def _fetch(self, agent_id: str, record_ids: Mapping[str, float]) -> list[MemoryRecord]:
-        return await self.store.records_by_ids(agent_id, list(record_ids)) if record_ids else []
+    async def _fetch(self, agent_id: str, record_ids: Mapping[str, float]) -> list[RecallCandidate]:
+        return await self.store.recall_candidates(agent_id, list(record_ids)) if record_ids else []
 
     async def _vector_search(
         self, agent_id: str, text: str, pool: int, channels: Sequence[str]
@@ -424,7 +427,7 @@ class Retriever:
             log.warning("vector search failed, recalling by keyword only: %s", exc)
             return [], f"vector search failed ({exc}): keyword-only recall"
 
-    async def _formed_in(self, agent_id: str, periods: Sequence[Period], pool: int) -> list[MemoryRecord]:
+    async def _formed_in(self, agent_id: str, periods: Sequence[Period], pool: int) -> list[RecallCandidate]:
         """Up to `pool` records formed in each of the (first three) periods, newest first.
         Paging starts at the smallest ULID of the period's end: record ids are ULIDs whose
         time part is when the record formed."""
@@ -437,7 +440,7 @@ class Retriever:
             for record in await self.store.list_records(agent_id, limit=pool, before_id=before):
                 if _aware(record.created_at) >= _aware(period.start):
                     found.setdefault(record.id, record)
-        return list(found.values())
+        return [RecallCandidate.of(record) for record in found.values()]
 
     def _annotate(
         self, score: float, record: MemoryRecord, now: datetime, cosine: float | None, keyword: float | None
@@ -454,7 +457,7 @@ class Retriever:
         )
 
 
-def _coverage(terms: Sequence[str], record: MemoryRecord) -> float:
+def _coverage(terms: Sequence[str], record: RecallCandidate) -> float:
     """The share of the query's content words (stemmed) that occur in the record."""
     if not terms:
         return 0.0

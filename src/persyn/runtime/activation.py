@@ -3,7 +3,8 @@ and a self-initiated run's assess and finish. `runtime.workflows` makes each a d
 here they are plain typed methods over explicit collaborators.
 
 `TurnCache` holds what one activation reads once and several of its steps use: its event
-(events never change once saved) and the dialog as the turn sees it. Both are dropped at
+(events never change once saved), the dialog as the turn sees it, and the records recalled
+earlier in its conversation (read with the draft's prompt, for transmit). All are dropped at
 transmit; a crash simply reads them again.
 """
 
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 
 from persyn.channels.base import Channel, safe_sink
 from persyn.cognition import deliberation, pipeline, reflection
+from persyn.cognition.context import recalled_ids
 from persyn.cognition.deliberation import CritiqueOutcome, Decision
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock
@@ -54,6 +56,7 @@ class TurnCache:
         self.events: dict[str, Event] = {}
         self.dialogs: dict[str, list[Message]] = {}  # input last, by event id
         self._reading: dict[str, asyncio.Future[list[Message]]] = {}  # dialog reads in flight
+        self._recalled: dict[str, asyncio.Future[list[str]]] = {}  # by event id, see `recalled`
 
     async def event(self, agent_id: str, event_id: str) -> Event:
         """The stored event. Events never change once saved, so each is read once per
@@ -98,6 +101,37 @@ class TurnCache:
             self.dialogs.pop(next(iter(self.dialogs)))
         self.dialogs[setup.event_id] = dialog
         return dialog
+
+    def read_recalled(self, setup: TurnSetup) -> None:
+        """Start reading the records recalled earlier in the turn's conversation, for its
+        transmit: asked for with the draft's prompt, it joins that read batch instead of
+        being a read of its own at transmit."""
+        if setup.event_id in self._recalled:
+            return
+        if len(self._recalled) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
+            self._recalled.pop(next(iter(self._recalled))).cancel()
+        self._recalled[setup.event_id] = asyncio.ensure_future(
+            recalled_ids(self._store, setup.agent_id, setup.conversation_id)
+        )
+
+    async def recalled(self, setup: TurnSetup) -> list[str]:
+        """The records recalled earlier in the turn's conversation (`recalled_ids`): read with
+        the draft's prompt when this process built it, otherwise now. Only a reply writes them
+        (`remember_recalled`, with itself), so what was read for the turn is still what is
+        stored when it transmits."""
+        reading = self._recalled.pop(setup.event_id, None)
+        if reading is not None and not reading.cancelled():
+            with contextlib.suppress(Exception):  # a failed early read is simply read again
+                return list(await reading)
+        return await recalled_ids(self._store, setup.agent_id, setup.conversation_id)
+
+    def drop(self, event_id: str) -> None:
+        """Forget an activation's event, dialog and recalled ids (its transmit ran)."""
+        self.events.pop(event_id, None)
+        self.dialogs.pop(event_id, None)
+        reading = self._recalled.pop(event_id, None)
+        if reading is not None and not reading.done():
+            reading.cancel()
 
 
 async def record_deliberation(
@@ -211,12 +245,18 @@ class ActivationSteps:
             surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id
         ):
             event = await self.cache.event(agent_id, event_id)
-            over = await self._reply_budget_spent(setup)  # read once for the whole step
-            if over is not None or not self.decides_on_input(setup, event.text):
-                return Received(setup=setup, draft=await self._respond(agent_id, event_id, setup, over))
-            return await self._respond_and_decide(setup)
+            # The reply budget (read once for the whole step) is read with the prompt's
+            # context, in one read batch: a spent budget wastes those reads, never a model call.
+            over, prepared = await asyncio.gather(
+                self._reply_budget_spent(setup), self._prepare(agent_id, event_id, setup)
+            )
+            if over is not None:
+                return Received(setup=setup, draft=_over_budget(over))
+            if not self.decides_on_input(setup, event.text):
+                return Received(setup=setup, draft=await self._generate(agent_id, event_id, setup, prepared))
+            return await self._respond_and_decide(setup, prepared)
 
-    async def _respond_and_decide(self, setup: TurnSetup) -> Received:
+    async def _respond_and_decide(self, setup: TurnSetup, prepared: pipeline.Prepared) -> Received:
         """The draft and the decision on the input, concurrently, in one step: a replay after
         the step bills neither again. When the draft comes back short and plain while the
         decision is still being made, the decision is cancelled: such a reply is sent on the
@@ -232,7 +272,7 @@ class ActivationSteps:
 
         deciding = asyncio.ensure_future(decide())
         try:
-            draft = await self._respond(agent_id, event_id, setup, None)
+            draft = await self._generate(agent_id, event_id, setup, prepared)
         except BaseException:
             deciding.cancel()
             raise
@@ -258,19 +298,29 @@ class ActivationSteps:
     async def _respond(self, agent_id: str, event_id: str, setup: TurnSetup, over: str | None) -> Draft:
         """The draft, unless the channel's reply budget is spent (`over`, read by the caller)."""
         if over is not None:  # nothing is generated; transmit records why
-            return Draft(reply=pipeline.Reply(text=None, failure=over), prepared=None, budget=over)
+            return _over_budget(over)
+        return await self._generate(agent_id, event_id, setup, await self._prepare(agent_id, event_id, setup))
+
+    async def _prepare(self, agent_id: str, event_id: str, setup: TurnSetup) -> pipeline.Prepared:
+        """The draft's prompt: the dialog, the context sources and the parked conclusions
+        (`pipeline.build_prompt`); transmit's recalled ids are read with them."""
         event = await self.cache.event(agent_id, event_id)
-        agent = self.agents[agent_id]
-        prepared = await pipeline.build_prompt(
+        self.cache.read_recalled(setup)
+        return await pipeline.build_prompt(
             self.store,
             self.settings,
-            agent,
+            self.agents[agent_id],
             setup,
             self.clock.now(),
             event.text,
             self.context_sources,
             read_dialog=lambda: self.cache.dialog(setup),
         )
+
+    async def _generate(
+        self, agent_id: str, event_id: str, setup: TurnSetup, prepared: pipeline.Prepared
+    ) -> Draft:
+        event = await self.cache.event(agent_id, event_id)
         sink = safe_sink(self.channels.get(event.service), event)
         tools = self.tools.specs(setup, event_id) if self.tools.offered(agent_id) else ()
         reply = await pipeline.respond(self.gateways[agent_id], prepared.prompt, sink, tools)
@@ -405,6 +455,11 @@ class ActivationSteps:
             outcome = result.reason or "did nothing"
         conversation = await self._runs.finish(event, setup.conversation_id, outcome)
         return None if conversation is None else ClosedRun(conversation=conversation)
+
+
+def _over_budget(reason: str) -> Draft:
+    """No draft: the channel's reply budget is spent (transmit records why)."""
+    return Draft(reply=pipeline.Reply(text=None, failure=reason), prepared=None, budget=reason)
 
 
 def _prepared(draft: Draft) -> pipeline.Prepared:

@@ -74,7 +74,7 @@ def build_runtime(
     connected: dict[str, Channel] = dict(channels or {})
     sources: list[ContextSource] = []
     cache = TurnCache(store, settings)
-    markers = Markers(store, clock)
+    markers = Markers(store, clock, in_flight=lambda event_id: cache.known(event_id) is not None)
     intake = Intake(store, settings, cache)
     autonomy = Autonomy(store, clock, settings, agents.keys(), _RunHost(intake, cache))
     job_queue = JobQueue()

@@ -237,9 +237,12 @@ class ClientDispatcher(Dispatcher):
 class Markers:
     """Completion markers of submitted events, for the submitter to wait on."""
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, in_flight: Callable[[str], bool] | None = None) -> None:
         self._store = store
         self._clock = clock
+        # Whether an event's activation is still in flight in this process (submitted here,
+        # not yet transmitted): its marker cannot be stored yet unless another worker ran it.
+        self._in_flight = in_flight or (lambda _event_id: False)
         self._waiters: dict[str, asyncio.Event] = {}
         self._put: dict[str, CompletionMarker] = {}  # markers put here, for waiters here
         self.transmitting: set[str] = set()  # events whose transmit runs in this process now
@@ -257,8 +260,11 @@ class Markers:
         this process wakes the waiter at once, and is handed over without reading it back;
         one put by another worker is found by polling the store. A process with workers
         most likely runs the event itself, so it polls every 0.1 s (polling sooner would
-        take CPU from the very turn it waits for: a store read each time); a process that
-        only submits starts at 5 ms and backs off to 0.1 s.
+        take CPU from the very turn it waits for: a store read each time), and skips the
+        first read while the event's activation is in flight here (submitted by this
+        process, not yet transmitted): its marker is most likely put here, and one another
+        worker put is still found by the next poll. A process that only submits starts at
+        5 ms and backs off to 0.1 s.
 
         `workers_alive` (a process that only submits) is asked at once and then every
         second; when no worker is alive, `NoWorkerRunning` is raised instead of waiting on:
@@ -268,9 +274,11 @@ class Markers:
         delay = _MARKER_POLL_MAX if self.worker else 0.005
         next_check = loop.time()
         waiter = self._waiters.setdefault(event_id, asyncio.Event())
+        # From here a marker put in this process wakes the waiter: no read is needed to see it.
+        read = not (self.worker and self._in_flight(event_id))
         try:
             while True:
-                marker = await self._take(agent_id, event_id)
+                marker = await self._take(agent_id, event_id, read=read)
                 if marker is not None:
                     return marker
                 if workers_alive is not None and loop.time() >= next_check:
@@ -283,15 +291,19 @@ class Markers:
                     next_check = loop.time() + _WORKER_CHECK_SECONDS
                 remaining = deadline - loop.time()
                 if remaining <= 0:
+                    if not read:  # never give up without having looked once
+                        read = True
+                        continue
                     raise TimeoutError(f"no completion for event {event_id} within {timeout:.0f}s")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter.wait(), min(delay, remaining))
                 delay = min(delay * 2, _MARKER_POLL_MAX)
+                read = True
         finally:
             self._waiters.pop(event_id, None)
             self._put.pop(event_id, None)
 
-    async def _take(self, agent_id: str, event_id: str) -> CompletionMarker | None:
+    async def _take(self, agent_id: str, event_id: str, *, read: bool = True) -> CompletionMarker | None:
         # While this process transmits the event, its marker is committed with the reply,
         # before the surface is given it: wait for the wake at the end of transmit, so the
         # waiter never returns ahead of the delivery.
@@ -300,7 +312,10 @@ class Markers:
         # Expiry keeps the table bounded; it must not hide the marker of an event this
         # process is waiting for, which a daemon on another clock (the sender's moved by
         # `--now`) may have stamped to expire before the sender's "now".
-        return self._put.pop(event_id, None) or await self._store.get_marker(agent_id, event_id, _EPOCH)
+        put = self._put.pop(event_id, None)
+        if put is not None or not read:
+            return put
+        return await self._store.get_marker(agent_id, event_id, _EPOCH)
 
     def put(self, marker: CompletionMarker) -> None:
         """A marker is stored (committed): a waiter in this process may take it as is."""

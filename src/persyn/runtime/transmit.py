@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from persyn.channels.base import Channel
 from persyn.cognition import deliberation, pipeline
-from persyn.cognition.context import recalled_ids
+from persyn.cognition.context import remember_recalled
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
@@ -107,7 +107,7 @@ class Transmitter:
     async def _recalled(self, setup: TurnSetup, draft: Draft | None) -> set[str]:
         """The records recalled for this turn (its prompt's evidence) and before it in the
         conversation: their ids never leave the agent."""
-        ids = set(await recalled_ids(self._store, setup.agent_id, setup.conversation_id))
+        ids = set(await self._cache.recalled(setup))
         if draft is not None and draft.prepared is not None:
             ids.update(item.record_id for item in draft.prepared.evidence_items())
         return ids
@@ -127,7 +127,7 @@ class Transmitter:
             return await self._transmit(event, setup, outcome)
         finally:
             self._markers.transmitting.discard(event_id)
-            self._cache.dialogs.pop(event_id, None)
+            self._cache.drop(event_id)
             self._markers.wake(event_id)
 
     async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
@@ -255,10 +255,15 @@ class Transmitter:
         # trace, the reply budget's entry, the parked conclusions it carried, now spent) in
         # one transaction: a reply recorded is on its way, whichever process delivers it (a
         # crash after this loses nothing), and one write is the cheapest a turn can make.
+        prepared = draft.prepared if draft is not None else None
+        evidence = [item.record_id for item in prepared.evidence_items()] if prepared is not None else []
         upkeep = ReplyUpkeep(
             trace=trace,
             spend=self._outreach.reply_entry(event_id, service, channel_name, text, now),
-            cleared_flags=draft.prepared.woven if draft is not None and draft.prepared is not None else (),
+            cleared_flags=prepared.woven if prepared is not None else (),
+            # The records recalled for the turn, surfaced by the reply: consolidation and the
+            # next turns' transmits know them from here.
+            updated_flags=(remember_recalled(setup.conversation_id, evidence),) if evidence else (),
         )
         message = await pipeline.record_reply(
             self._store, agent.name, setup, text, now, marker, outbox_row, upkeep

@@ -130,7 +130,13 @@ def create_sqlite_engine(
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:  # pyright: ignore[reportUnusedFunction]
-        connection.exec_driver_sql(begin)
+        # On the driver's connection, not through `exec_driver_sql`: SQLAlchemy's execution
+        # context around one BEGIN cost more than the rest of a short transaction (about
+        # 0.1 ms of CPU, paid by every store call). The commit or rollback SQLAlchemy sends
+        # ends it as before.
+        driver = connection.connection.driver_connection
+        assert driver is not None  # a connection in use always has one
+        driver.execute(begin)
 
     return engine
 

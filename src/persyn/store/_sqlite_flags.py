@@ -63,17 +63,19 @@ class SQLiteFlags(SQLiteWork):
         """Read and write in one write transaction (writes are serialised: atomic)."""
         agent_id = checked_id(agent_id, "agent id")
 
-        def work(connection: Connection) -> str | None:
-            value = change(connection.execute(_SQL_FLAG, {"p_agent_id": agent_id, "p_key": key}).scalar())
-            if value is None:
-                connection.execute(_SQL_DELETE_FLAG, {"p_agent_id": agent_id, "p_key": key})
-            else:
-                connection.execute(
-                    _SQL_SET_FLAG, {"id": new_id(), "agent_id": agent_id, "key": key, "value": value}
-                )
-            return value
+        return await self._write("update_flag", lambda c: update_flag_row(c, agent_id, key, change))
 
-        return await self._write("update_flag", work)
+
+def update_flag_row(
+    connection: Connection, agent_id: str, key: str, change: Callable[[str | None], str | None]
+) -> str | None:
+    """`update_flag` inside a caller's write transaction (`record_reply`)."""
+    value = change(connection.execute(_SQL_FLAG, {"p_agent_id": agent_id, "p_key": key}).scalar())
+    if value is None:
+        connection.execute(_SQL_DELETE_FLAG, {"p_agent_id": agent_id, "p_key": key})
+    else:
+        connection.execute(_SQL_SET_FLAG, {"id": new_id(), "agent_id": agent_id, "key": key, "value": value})
+    return value
 
 
 _SQL_FLAG = select(flags.c.value).where(flags.c.agent_id == p("agent_id"), flags.c.key == p("key"))

@@ -27,7 +27,7 @@ from persyn.store._dml import insert
 from persyn.store._sqlite_directory import index_participants
 from persyn.store._sqlite_jobs import consolidated_at_import
 from persyn.store._sqlite_work import SQLiteWork
-from persyn.store.base import ImportedMemory
+from persyn.store.base import ImportedMemory, RecallCandidate
 from persyn.store.mapping import record_from_row, record_values
 from persyn.store.schema import checked_id, conversations, flags, memory_records, messages
 
@@ -134,6 +134,23 @@ class SQLiteMemory(SQLiteWork):
             return sorted(found, key=lambda r: (r.created_at, r.id), reverse=True)
 
         return await self._read("records_by_ids", work)
+
+    async def recall_candidates(self, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
+        """As `records_by_ids`, each record built from its driver row only when asked for."""
+        wanted = list(dict.fromkeys(record_ids))
+
+        def work(connection: Connection) -> list[RecallCandidate]:
+            found: list[RecallCandidate] = []
+            for chunk in _chunks(wanted):
+                marks = ", ".join("?" * len(chunk))
+                rows = connection.exec_driver_sql(
+                    f"SELECT {_DRIVER_COLUMNS} FROM memory_records WHERE agent_id = ? AND id IN ({marks})",
+                    (agent_id, *chunk),
+                )
+                found += [_candidate_from_driver_row(tuple(row)) for row in rows]
+            return found
+
+        return await self._read("recall_candidates", work)
 
     async def list_records(
         self, agent_id: str, *, limit: int = 50, before_id: str | None = None
@@ -502,6 +519,22 @@ def _record_from_driver_row(row: Sequence[Any]) -> MemoryRecord:
         message_ids=tuple(json.loads(row[11])),
         ref=row[12],
         kind=row[13],
+    )
+
+
+def _candidate_from_driver_row(row: tuple[Any, ...]) -> RecallCandidate:
+    """What recall scores by, from a driver row of `_DRIVER_COLUMNS`; the whole record is
+    built from the same row if the candidate is kept."""
+    return RecallCandidate(
+        id=row[0],
+        created_at=datetime.fromisoformat(row[2]).replace(tzinfo=UTC),
+        channel=row[3],
+        participant_ids=tuple(json.loads(row[4])),
+        importance=row[6],
+        sensitivity=Sensitivity(row[9]),
+        summary=row[5],
+        tags=tuple(json.loads(row[7])),
+        build=lambda: _record_from_driver_row(row),
     )
 
 

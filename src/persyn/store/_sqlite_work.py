@@ -27,6 +27,7 @@ from persyn.store._dml import insert
 __all__ = ["SQLiteWork", "latest", "p", "upsert"]
 
 T = TypeVar("T")
+_BATCH_PASSES = 4  # event-loop passes a read batch may wait for more reads to join it
 # A read waiting for its batch: what it is (for errors), its work, and where its result goes.
 _PendingRead = tuple[str, Callable[[Connection], Any], "asyncio.Future[Any]"]
 
@@ -50,22 +51,29 @@ class SQLiteWork:
         return await self._run(self._write_thread, self._writer, what, work)
 
     async def _read(self, what: str, work: Callable[[Connection], T]) -> T:
-        """Reads asked for in the same pass of the event loop (a turn's context sources,
-        gathered) run together: one hop to a read thread, one transaction, one snapshot.
-        Each reader's earlier writes had committed before it asked (it awaited them), so a
-        read still sees its own writes; each read fails on its own."""
+        """Reads asked for in the same few passes of the event loop (a turn's context
+        sources, gathered, each a task or two deep) run together: one hop to a read thread,
+        one transaction, one snapshot. The batch waits for a pass in which no read joined it,
+        at least one and at most `_BATCH_PASSES` (a pass takes microseconds; reads asked for
+        in the pass its wait ends in are queued behind it). Each reader's earlier writes
+        had committed before it asked (it awaited them), so a read still sees its own
+        writes; each read fails on its own."""
         if self._closed:
             raise StoreError(f"{what}: the store for {self._label()!r} is closed")
         loop = asyncio.get_running_loop()
         batch = self._pending_reads.get(loop)
         if batch is None:
             batch = self._pending_reads[loop] = []
-            loop.call_soon(self._flush_reads, loop)
+            loop.call_soon(self._flush_reads, loop, 0, 1)
         future: asyncio.Future[Any] = loop.create_future()
         batch.append((what, work, future))
         return await future
 
-    def _flush_reads(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _flush_reads(self, loop: asyncio.AbstractEventLoop, seen: int, passes: int) -> None:
+        waiting = self._pending_reads.get(loop, [])
+        if len(waiting) > seen and passes < _BATCH_PASSES and not self._closed:
+            loop.call_soon(self._flush_reads, loop, len(waiting), passes + 1)  # more may come
+            return
         batch = self._pending_reads.pop(loop, [])
         if self._closed:
             for what, _work, future in batch:

@@ -30,7 +30,14 @@ from persyn.store.events import DeliberationTrace, EventsPort
 from persyn.store.flags import FlagsPort
 from persyn.store.graph import GraphPort
 from persyn.store.jobs import JobsStore
-from persyn.store.memory import ImportedMemory, MemoryPort, Observation, ObservationChange, QuickFact
+from persyn.store.memory import (
+    ImportedMemory,
+    MemoryPort,
+    Observation,
+    ObservationChange,
+    QuickFact,
+    RecallCandidate,
+)
 from persyn.store.outbox import OutboxRow, OutboxStore
 from persyn.store.rows import GLOBAL, Provenance
 from persyn.store.runs import ChannelEntry, RunsPort
@@ -78,6 +85,7 @@ __all__ = [
     "Person",
     "Provenance",
     "QuickFact",
+    "RecallCandidate",
     "Reminder",
     "ReminderAction",
     "ReminderStatus",
@@ -95,12 +103,14 @@ class ReplyUpkeep:
     """What transmit writes beside a reply (`Store.record_reply`), so that one transaction
     holds the whole of a spoken turn's bookkeeping: the event's deliberation trace (merged
     key by key, as `merge_deliberation`), the reply's entry in its channel's ledger (as
-    `spend_channel`, spent at the reply's time, never limited) and the flags it clears (the
-    parked conclusions the reply carried)."""
+    `spend_channel`, spent at the reply's time, never limited), the flags it clears (the
+    parked conclusions the reply carried) and the flags it changes as `update_flag` does
+    (key and change: the records recalled for the turn, added to its conversation's)."""
 
     trace: Mapping[str, Any] | None = None
     spend: ChannelEntry | None = None
     cleared_flags: tuple[str, ...] = ()
+    updated_flags: tuple[tuple[str, Callable[[str | None], str | None]], ...] = ()
 
 
 class Store(
@@ -193,4 +203,6 @@ class Store(
                 )
             for flag in upkeep.cleared_flags:
                 await self.set_flag(agent_id, flag, None)
+            for key, change in upkeep.updated_flags:
+                await self.update_flag(agent_id, key, change)
         return stored

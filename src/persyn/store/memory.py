@@ -4,16 +4,58 @@ full-text index, quick facts and observations about people."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
 
-from persyn.core.records import MemoryRecord
+from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.dialog import Conversation, Message
 from persyn.store.rows import GLOBAL, AgentId, Provenance, Row, ulid
 
-__all__ = ["ImportedMemory", "MemoryPort", "Observation", "ObservationChange", "QuickFact"]
+__all__ = [
+    "ImportedMemory",
+    "MemoryPort",
+    "Observation",
+    "ObservationChange",
+    "QuickFact",
+    "RecallCandidate",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RecallCandidate:
+    """A stored record as recall scores it: what the access rules and the fused score read,
+    without the whole record. Recall weighs a few hundred candidates a turn and keeps a few
+    dozen; only those are built in full (`record()`), which was most of a turn's memory cost.
+    Read back from storage, so already validated on the way in."""
+
+    id: str
+    created_at: datetime
+    channel: str
+    participant_ids: tuple[str, ...]
+    importance: int
+    sensitivity: Sensitivity
+    summary: str
+    tags: tuple[str, ...]
+    build: Callable[[], MemoryRecord] = field(repr=False, compare=False)
+
+    def record(self) -> MemoryRecord:
+        return self.build()
+
+    @classmethod
+    def of(cls, record: MemoryRecord) -> RecallCandidate:
+        return cls(
+            id=record.id,
+            created_at=record.created_at,
+            channel=record.channel,
+            participant_ids=record.participant_ids,
+            importance=record.importance,
+            sensitivity=record.sensitivity,
+            summary=record.summary,
+            tags=record.tags,
+            build=lambda: record,
+        )
 
 
 class Observation(Row):
@@ -112,6 +154,11 @@ class MemoryPort(ABC):
     @abstractmethod
     async def records_by_ids(self, agent_id: str, record_ids: Sequence[str]) -> list[MemoryRecord]:
         """The records that exist among `record_ids` (any order)."""
+
+    async def recall_candidates(self, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
+        """`records_by_ids` as recall candidates (any order). A backend may build each
+        record only when its candidate's `record()` is asked for."""
+        return [RecallCandidate.of(record) for record in await self.records_by_ids(agent_id, record_ids)]
 
     @abstractmethod
     async def list_records(

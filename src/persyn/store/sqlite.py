@@ -51,7 +51,7 @@ from persyn.store._sqlite_directory import SQLiteDirectory
 from persyn.store._sqlite_engine import create_sqlite_engine
 from persyn.store._sqlite_events import SQLiteEvents, merge_trace_row, put_marker_row
 from persyn.store._sqlite_facts import SQLiteFacts
-from persyn.store._sqlite_flags import SQLiteFlags, clear_flags_row
+from persyn.store._sqlite_flags import SQLiteFlags, clear_flags_row, update_flag_row
 from persyn.store._sqlite_graph import SQLiteGraph
 from persyn.store._sqlite_jobs import SQLiteJobs
 from persyn.store._sqlite_memory import SQLiteMemory
@@ -193,6 +193,8 @@ class SQLiteStore(
                 if upkeep.spend is not None:
                     spend_channel_row(connection, agent_id, upkeep.spend, message.created_at)
                 clear_flags_row(connection, agent_id, upkeep.cleared_flags)
+                for key, change in upkeep.updated_flags:
+                    update_flag_row(connection, agent_id, key, change)
             return stored
 
         return await self._write("record_reply", work)

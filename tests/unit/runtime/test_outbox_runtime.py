@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from persyn.channels.base import Channel
+from persyn.cognition.context import recalled_ids
 from persyn.cognition.deliberation import Decision
 from persyn.cognition.pipeline import Evidence, Prepared, Reply
 from persyn.core.clock import ManualClock
@@ -221,6 +222,9 @@ async def test_transmit_keeps_a_reminder_id_and_strips_a_recalled_records(runtim
     said = f"Done: your reminder is {reminder_id}. You told me about the lake."
     assert result.text == said
     assert [o.text for o in surface.shown] == [said]
+    # The record recalled for the turn is kept with the reply as surfaced in the conversation
+    # (consolidation does not extract it again; later turns strip its id too).
+    assert await recalled_ids(runtime.store, agent.id, setup.conversation_id) == [record_id]
 
 
 async def test_a_recorded_reply_has_its_outbox_row_or_neither_is_stored(runtime: Runtime) -> None:

@@ -159,6 +159,23 @@ async def test_a_worker_waiting_for_a_marker_reads_the_store_at_most_ten_times_a
     assert all(gap >= 0.09 for gap in gaps[:-1])  # the last read is at the deadline
 
 
+async def test_a_worker_waiting_for_its_own_turn_reads_no_marker_before_its_first_poll(
+    observed: tuple[Pilot, ObservedStore],
+) -> None:
+    """An event this process submitted most likely runs here, and its marker wakes the
+    waiter: the store is not read for it at once, only by the polls (every 0.1 s), which
+    still find a marker another worker put. A lower bound only: a slow turn just polls."""
+    pilot, store = observed
+    loop = asyncio.get_running_loop()
+    event = pilot.event("mine")
+    store.marker_reads.clear()
+    await pilot.runtime.submit(event)
+    waiting = loop.time()
+    marker = await pilot.runtime.wait_marker(pilot.agent.id, event.id, timeout=120)
+    assert marker.transmitted and marker.event_id == event.id
+    assert all(read - waiting >= 0.09 for read in store.marker_reads)
+
+
 async def test_the_dbos_executor_id_comes_from_the_config(tmp_path: Path) -> None:
     async with run_runtime(tmp_path / "home", config='[dispatch]\nexecutor_id = "worker-a"\n') as pilot:
         event, _ = await pilot.say("hello")

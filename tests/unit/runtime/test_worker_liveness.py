@@ -71,3 +71,25 @@ async def test_waiting_with_no_worker_alive_ends_at_once_and_a_live_one_is_waite
     )
     await store.put_marker(agent_id, marker)
     assert await markers.wait(agent_id, event_id, timeout=300, workers_alive=alive) == marker
+
+
+async def test_a_worker_finds_a_marker_another_worker_put_for_an_event_in_flight_here(
+    store: SQLiteStore,
+) -> None:
+    """The first read is skipped for an event in flight in this process, but another worker
+    may have run it: its marker is still found, and a wait that times out looks once first."""
+    markers = Markers(store, ManualClock(START), in_flight=lambda _event_id: True)
+    markers.worker = True
+    agent_id, event_id = new_id(START), new_id(START)
+    marker = CompletionMarker(
+        event_id=event_id,
+        transmitted=True,
+        text="answered elsewhere",
+        created_at=START,
+        expires_at=START + timedelta(hours=1),
+    )
+    await store.put_marker(agent_id, marker)
+    assert await markers.wait(agent_id, event_id, timeout=0) == marker
+    assert await markers.wait(agent_id, event_id, timeout=30) == marker
+    with pytest.raises(TimeoutError):
+        await markers.wait(agent_id, new_id(START), timeout=0)
