@@ -19,6 +19,7 @@ from persyn.cli import (
     people,
     serve,
     setup,
+    traces,
     usage,
 )
 from persyn.cli.context import NOW_HELP, CliContext, HomeOption
@@ -66,6 +67,7 @@ for group in (
     memory,
     serve,
     usage,
+    traces,
     conversations,
     contacts,
     channels,

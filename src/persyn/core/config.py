@@ -45,6 +45,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
+from persyn.core.config_tracing import TracingConfig
 from persyn.core.errors import ConfigError
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "Settings",
     "Task",
     "ToolsConfig",
+    "TracingConfig",
     "home_from_env",
     "load_settings",
     "model_chain",
@@ -107,6 +109,7 @@ class Settings(Section):
     graph: GraphConfig = GraphConfig()
     autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
+    tracing: TracingConfig = TracingConfig()
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="warning", description="`debug` also keeps the tracebacks of logged failures."
     )
@@ -152,6 +155,10 @@ class Settings(Section):
     @property
     def usage_log_path(self) -> Path:
         return self.home / "usage.jsonl"
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.data_dir / "traces"
 
     @property
     def models_dir(self) -> Path:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
+from opentelemetry.sdk.trace.export import SpanExporter
+
 from persyn.channels.base import Channel
 from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock, SystemClock
@@ -32,6 +34,7 @@ from persyn.runtime.tool_steps import ToolSteps
 from persyn.runtime.transmit import Transmitter
 from persyn.runtime.workflows import Workflows
 from persyn.store import Store, open_store
+from persyn.tracing import Tracing
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter, MeterAdapter
 from persyn.usage.prometheus import PrometheusAdapter
@@ -46,9 +49,11 @@ def build_runtime(
     store: Store | None = None,
     channels: Mapping[str, Channel] | None = None,
     meter_adapters: Iterable[MeterAdapter] = (),
+    span_exporters: Iterable[SpanExporter] = (),
 ) -> Runtime:
     """A runtime for `settings`: the store at `database_url` unless one is given, the system
-    clock unless one is given, the configured meter adapters plus `meter_adapters`, and the
+    clock unless one is given, the configured meter adapters plus `meter_adapters`, the
+    configured span exporters plus `span_exporters` (used when `[tracing] enabled`), and the
     channel adapters by service (more may be connected before `start`).
 
     Built in dependency order, each part from the ones before it. The one exception is the
@@ -67,6 +72,7 @@ def build_runtime(
         prometheus = PrometheusAdapter()
         adapters.append(prometheus)
     adapters.extend(meter_adapters)
+    tracing = Tracing(settings.tracing, directory=settings.traces_dir, exporters=tuple(span_exporters))
     agents = {agent.id: agent for agent in settings.agents}
     gateways: dict[str, ModelGateway] = {}  # built at start, once local models run
     connected: dict[str, Channel] = dict(channels or {})
@@ -109,6 +115,7 @@ def build_runtime(
         channels=connected,
         deps=AgentToolDeps(store=store, clock=clock, settings=settings, agents=agents, outreach=outreach),
         event=cache.event,
+        tracing=tracing,
     )
     steps = ActivationSteps(
         settings=settings,
@@ -129,6 +136,7 @@ def build_runtime(
         transmitter=transmitter,
         jobs=jobs,
         reminders=autonomy,
+        tracing=tracing,
         transmit_delay=settings.dispatch.debug_transmit_delay_seconds,
     )
     job_queue.bind(
@@ -154,6 +162,7 @@ def build_runtime(
         activation=steps,
         tools=tools,
         workflows=workflows,
+        tracing=tracing,
     )
     return Runtime(
         settings, clock=clock, store=store, meter=Meter(adapters), prometheus=prometheus, parts=parts
