@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,10 @@ from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.deliberation import Critique, Decision, Objection
 from persyn.gateway.base import TokenUsage
+from persyn.runtime.autonomy import recent_activity
 from persyn.runtime.doctor import check_tracing
-from persyn.testing import ADA, RecordingChannel, run_runtime, tool_returns
+from persyn.schedule import at_trigger, set_reminder
+from persyn.testing import ADA, RecordingChannel, consolidation_reply, run_runtime, tool_returns
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 from persyn.tracing import ATTR, read_losses, read_spans, trace_id_of
 
@@ -205,6 +208,43 @@ async def test_a_deferred_turns_background_work_joins_its_trace(tmp_path: Path, 
         if dict(span.attributes or {}).get(ATTR.CONVERSATION)
         == dict(root.attributes or {})[ATTR.CONVERSATION]
     )
+
+
+def _reminding(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
+    if task == "decide":
+        return Decision(action="speak", reason="it is due")
+    return consolidation_reply(task) or DoubleReply(text="Time to stretch, Sam!")
+
+
+async def test_a_reminder_is_a_trace_and_its_consolidation_joins_it(tmp_path: Path) -> None:
+    memory = InMemorySpanExporter()
+    config = "[deliberation]\nenabled = false\n[tracing]\nenabled = true\nexporters = []\n"
+    with registered_double("reminding", _reminding):
+        async with run_runtime(
+            tmp_path / "home", model="test:reminding", config=config, span_exporters=[memory]
+        ) as pilot:
+            now = pilot.clock.now()
+            await set_reminder(
+                pilot.store, ADA.id, "tell Sam to stretch", at_trigger(now + timedelta(minutes=5), now), now
+            )
+            assert await pilot.fire(timedelta(minutes=6)) == 1  # waits for the run and its close hooks
+            assert pilot.runtime.tracing.force_flush()
+            (entry,) = await recent_activity(pilot.store, ADA.id)
+    spans = list(memory.get_finished_spans())
+    (root,) = [span for span in spans if span.parent is None]
+    assert root.name == "activation reminder" and root.context is not None
+    values = dict(root.attributes or {})
+    assert values[ATTR.SURFACE] == "self" and values[ATTR.CONVERSATION] == entry.conversation_id
+    assert all(span.context is not None and span.context.trace_id == root.context.trace_id for span in spans)
+    (closed,) = [span for span in spans if span.name == "conversation closed"]
+    assert closed.parent is not None and closed.parent.span_id == root.context.span_id
+    assert closed.context is not None
+    under = {
+        span.name
+        for span in spans
+        if span.parent is not None and span.parent.span_id == closed.context.span_id
+    }
+    assert {"model summarize", "model rate"} <= under
 
 
 async def test_metadata_content_leaves_no_conversation_text_in_any_exported_byte(
