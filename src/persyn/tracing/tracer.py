@@ -248,6 +248,7 @@ class Tracing:
             shutdown_on_exit=False,
         )
         flush = self.config.otlp_timeout_seconds + 1.0
+        self.processors = []
         for name, exporter in self._exporters():
             processor = BoundedExport(
                 exporter,
