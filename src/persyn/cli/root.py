@@ -21,6 +21,7 @@ from persyn.cli import (
     serve,
     setup,
     tools,
+    traces,
     usage,
     web,
 )
@@ -70,6 +71,7 @@ for group in (
     serve,
     console,
     usage,
+    traces,
     conversations,
     contacts,
     channels,

@@ -47,6 +47,7 @@ from persyn.core.config_cognition import (
     ToolsConfig,
 )
 from persyn.core.config_tools import McpConfig, McpServerConfig
+from persyn.core.config_tracing import TracingConfig
 from persyn.core.config_web import WebConfig
 from persyn.core.errors import ConfigError
 
@@ -77,6 +78,7 @@ __all__ = [
     "Task",
     "TelegramConfig",
     "ToolsConfig",
+    "TracingConfig",
     "WebConfig",
     "home_from_env",
     "load_settings",
@@ -125,6 +127,7 @@ class Settings(Section):
     channels: ChannelsConfig = ChannelsConfig()
     pacing: PacingConfig = PacingConfig()
     web: WebConfig = WebConfig()
+    tracing: TracingConfig = TracingConfig()
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="warning", description="`debug` also keeps the tracebacks of logged failures."
     )
@@ -170,6 +173,10 @@ class Settings(Section):
     @property
     def usage_log_path(self) -> Path:
         return self.home / "usage.jsonl"
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.data_dir / "traces"
 
     @property
     def models_dir(self) -> Path:

@@ -8,6 +8,7 @@ starter `persyn.toml` and the README's reference from it.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -244,6 +245,14 @@ class ModelsConfig(Section):
         ge=0,
         le=1000,
         description="Requests one agent's gateway has in flight to one model at once; 0 = no limit.",
+    )
+    tiers: dict[str, Literal["strong", "cheap"]] = Field(
+        default_factory=dict[str, Literal["strong", "cheap"]],
+        description=(
+            "The usage counters' model tier per model string, e.g. "
+            '{"openai:llama3.1:8b@http://127.0.0.1:11434/v1" = "cheap"}. Unnamed models are inferred: '
+            "haiku, mini, nano, flash, lite and the bundled `local:` are cheap; others strong."
+        ),
     )
 
     @field_validator("auto_probe")

@@ -88,9 +88,11 @@ from persyn.gateway.wrappers import (
     FallbackModel,
     MeteredModel,
     RetryingModel,
+    TracedModel,
     delta_text,
     token_usage,
 )
+from persyn.tracing import Tracing
 from persyn.usage.meter import Meter
 
 __all__ = [
@@ -134,7 +136,8 @@ class ModelGateway:
     A task's model is built once, with its wrappers, and its provider models are entered (their
     HTTP clients opened) on first use; `aclose()` closes them. `local_factory` builds `local:`
     models (the runtime serves them through llama.cpp's OpenAI-compatible server); without one,
-    `local:` is an error. `wrappers` wrap each task's model, outermost last.
+    `local:` is an error. `wrappers` wrap each task's model, outermost last. With a `tracing`
+    that is enabled, each model is traced too (`TracedModel`).
     """
 
     def __init__(
@@ -148,11 +151,15 @@ class ModelGateway:
         retry_base_delay: float = 0.5,
         retry_max_delay: float = 8.0,
         wrappers: Sequence[ModelWrapper] = (),
+        tracing: Tracing | None = None,
     ) -> None:
         self._settings = settings
+        self._tracing = tracing if tracing is not None and tracing.enabled else None
         self._agent = agent
         self._context = BuildContext(settings.models, settings.secrets, local_factory)
-        self._meter = CallMeter(meter, clock or SystemClock(), agent.id, settings.prices)
+        self._meter = CallMeter(
+            meter, clock or SystemClock(), agent.id, settings.prices, tiers=settings.models.tiers
+        )
         self._retry_base_delay = retry_base_delay
         self._retry_max_delay = retry_max_delay
         self._wrappers = tuple(wrappers)
@@ -187,7 +194,7 @@ class ModelGateway:
         return model
 
     async def _member(self, raw: str, spec: ModelSpec, *, in_chain: bool) -> Model:
-        """One model of a chain: the provider's, limited, retried and metered."""
+        """One model of a chain: the provider's, limited, retried, metered and traced."""
         model = await self._provider(spec)
         limit = self._settings.models.max_concurrent_requests
         if limit:
@@ -200,7 +207,10 @@ class ModelGateway:
             base_delay=self._retry_base_delay,
             max_delay=self._retry_max_delay,
         )
-        return MeteredModel(model, spec=spec, configured=raw, meter=self._meter, record_failures=in_chain)
+        model = MeteredModel(model, spec=spec, configured=raw, meter=self._meter, record_failures=in_chain)
+        if self._tracing is not None:
+            model = TracedModel(model, spec=spec, tracing=self._tracing)
+        return model
 
     async def _provider(self, spec: ModelSpec) -> Model:
         model = self._providers.get(spec)

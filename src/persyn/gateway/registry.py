@@ -18,6 +18,7 @@ everything else, lives here (which code builds each provider's model: `gateway/p
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -30,15 +31,20 @@ __all__ = [
     "ACCEPTED_FORMS",
     "AUTO_MODELS",
     "STRONG_TASKS",
+    "Hosting",
     "ModelSpec",
     "Provider",
     "Tier",
     "context_window_for",
+    "model_tier",
     "parse_model_string",
 ]
 
 Provider = Literal["anthropic", "openai", "local", "test"]
-Tier = Literal["local", "hosted", "test"]
+Hosting = Literal["local", "hosted", "test"]
+Tier = Literal["strong", "cheap"]
+# Model names that mark a provider's fast, cheap line (SPEC App. C: "cheap/fast vs strong").
+_CHEAP_MARKERS = ("haiku", "mini", "nano", "flash", "lite")
 
 ACCEPTED_FORMS = (
     "auto",
@@ -86,12 +92,10 @@ class ModelSpec(BaseModel):
         return self.provider == "local" and not self.name
 
     @property
-    def tier(self) -> Tier:
-        """Low-cardinality tier for counters (SPEC App. C).
-
-        An OpenAI-compatible server on loopback or a private network is operator-run, so it
-        counts as "local"; anything else reached over the network is "hosted".
-        """
+    def hosting(self) -> Hosting:
+        """Where the model runs. An OpenAI-compatible server on loopback or a private network
+        is operator-run, so it counts as "local"; anything else reached over the network is
+        "hosted"."""
         if self.provider == "test":
             return "test"
         if self.provider == "local":
@@ -110,6 +114,20 @@ class ModelSpec(BaseModel):
             return f"test:{self.name}@{self.script}"
         text = f"{self.provider}:{self.name}"
         return f"{text}@{self.base_url}" if self.base_url else text
+
+
+def model_tier(spec: ModelSpec, configured: Mapping[str, Tier]) -> Tier:
+    """The counters' model tier (SPEC App. C: the strong-vs-cheap split): as `[models] tiers`
+    names it for the model string, else inferred from known names (a provider's haiku, mini,
+    nano, flash and lite lines, and the bundled tiny model, are cheap). An unknown model is
+    counted as strong, so spend on it never hides among the cheap calls."""
+    named = configured.get(str(spec))
+    if named is not None:
+        return named
+    if spec.bundled:
+        return "cheap"
+    name = spec.name.lower()
+    return "cheap" if any(marker in name for marker in _CHEAP_MARKERS) else "strong"
 
 
 def parse_model_string(raw: str, secrets: Secrets, task: Task | None = None) -> ModelSpec:

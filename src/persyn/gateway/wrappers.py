@@ -6,6 +6,7 @@ composes them once per model when it builds it (`ModelGateway._member`), innermo
     ConcurrencyLimitedModel  at most `[models] max_concurrent_requests` in flight (0: no limit)
     RetryingModel            backoff on 429, 5xx, connection errors and timeouts; `ModelError` after
     MeteredModel             one usage record per round-trip that returned (SPEC App. C)
+    TracedModel              one model-call span per round-trip, with [tracing] on (SPEC App. D)
     FallbackModel            the next model of a task's chain when one failed after its retries
 
 and then any wrappers the composition root adds around the whole chain (the autonomy budget).
@@ -15,7 +16,10 @@ model's own (`gateway/providers.py`).
 
 The limit sits inside the retries, so a request waiting out a backoff holds no slot; metering
 sits outside them, so a request retried three times before it returned is one record; the
-chain is outside metering, so each attempt is recorded with the model that made it.
+chain is outside metering, so each attempt is recorded with the model that made it. Tracing
+sits just outside metering, beside it: a span covers what the usage record covers (retries
+included, in its latency) and carries the record's id, so a span and a ledger line can be
+matched; like metering, it is absent when off rather than a branch in every call.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import asyncio
 import logging
 import random
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,8 +43,12 @@ from pydantic_ai.messages import (
     ModelResponseStreamEvent,
     PartDeltaEvent,
     PartStartEvent,
+    SystemPromptPart,
     TextPart,
     TextPartDelta,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
@@ -58,7 +66,8 @@ from persyn.gateway.base import (
     USAGE_ID_METADATA_KEY,
     TokenUsage,
 )
-from persyn.gateway.registry import ModelSpec
+from persyn.gateway.registry import ModelSpec, Tier, model_tier
+from persyn.tracing import ModelCallSpan, Tracing
 from persyn.usage import context as usage_context
 from persyn.usage.meter import Meter
 from persyn.usage.pricing import cost_usd, price_for
@@ -69,6 +78,7 @@ __all__ = [
     "FallbackModel",
     "MeteredModel",
     "RetryingModel",
+    "TracedModel",
     "delta_text",
     "primed",
     "token_usage",
@@ -255,6 +265,7 @@ class CallMeter:
     clock: Clock
     agent_id: str
     prices: dict[str, Price]
+    tiers: Mapping[str, Tier] = field(default_factory=dict[str, Tier])
     _rounds: OrderedDict[int, tuple[usage_context.Attribution, int]] = field(
         default_factory=OrderedDict[int, tuple[usage_context.Attribution, int]]
     )
@@ -272,7 +283,7 @@ class CallMeter:
                 agent_id=attribution.agent_id or self.agent_id,
                 stage=stage,
                 model=str(spec),
-                tier=spec.tier,
+                tier=model_tier(spec, self.tiers),
                 input_tokens=tokens.input_tokens,
                 output_tokens=tokens.output_tokens,
                 cache_read_tokens=tokens.cache_read_tokens,
@@ -394,6 +405,102 @@ def stage_of(messages: Sequence[ModelMessage]) -> str:
             if stage:
                 return str(stage)
     return "unknown"
+
+
+# tracing ----------------------------------------------------------------------------------
+class TracedModel(WrapperModel):
+    """One model-call span per round-trip (SPEC App. D): the stage, the model, the tokens
+    (cached ones apart), the latency, the usage record's id and — by the content policy —
+    the messages, the tools offered and the output. Never changes the call: a span that
+    cannot be recorded is the tracer's loss, not the turn's."""
+
+    def __init__(self, wrapped: Model, *, spec: ModelSpec, tracing: Tracing) -> None:
+        super().__init__(wrapped)
+        self._spec = spec
+        self._tracing = tracing
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        with self._tracing.model_call(stage_of(messages), str(self._spec)) as span:
+            _traced_request(span, messages, model_request_parameters)
+            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+            _traced_response(span, response.usage, response.metadata, lambda: _response_text(response))
+            return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: Any = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        with self._tracing.model_call(stage_of(messages), str(self._spec)) as span:
+            _traced_request(span, messages, model_request_parameters)
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as stream:
+                yield stream
+            # Closed: the usage is final and metering has stamped the metadata.
+            _traced_response(span, stream.usage, stream.metadata, lambda: _response_text(stream.get()))
+
+
+def _traced_request(
+    span: ModelCallSpan, messages: list[ModelMessage], params: ModelRequestParameters
+) -> None:
+    tools = [
+        {"name": tool.name, "description": tool.description, "parameters": tool.parameters_json_schema}
+        for tool in params.function_tools
+    ]
+    span.request(lambda: _messages_text(messages, params), tools)
+
+
+def _traced_response(
+    span: ModelCallSpan, usage: RequestUsage, metadata: dict[str, Any] | None, output: Any
+) -> None:
+    stamped = metadata or {}
+    tokens = token_usage(usage)
+    span.response(
+        model=stamped.get(MODEL_METADATA_KEY),
+        input_tokens=tokens.input_tokens,
+        output_tokens=tokens.output_tokens,
+        cache_read_tokens=tokens.cache_read_tokens,
+        cache_write_tokens=tokens.cache_write_tokens,
+        usage_id=stamped.get(USAGE_ID_METADATA_KEY),
+        output=output,
+    )
+
+
+def _messages_text(messages: Sequence[ModelMessage], params: ModelRequestParameters) -> str:
+    """The request as a reader wants it: one line per part, the instructions first."""
+    lines = [f"[system] {part.content}" for part in params.instruction_parts or ()]
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, SystemPromptPart):
+                lines.append(f"[system] {part.content}")
+            elif isinstance(part, UserPromptPart):
+                lines.append(f"[user] {part.content}")
+            elif isinstance(part, ToolReturnPart):
+                lines.append(f"[tool {part.tool_name}] {part.model_response_str()}")
+            elif isinstance(part, TextPart):
+                lines.append(f"[assistant] {part.content}")
+            elif isinstance(part, ToolCallPart):
+                lines.append(f"[assistant calls {part.tool_name}] {part.args_as_json_str()}")
+    return "\n".join(lines)
+
+
+def _response_text(response: ModelResponse) -> str:
+    lines: list[str] = []
+    for part in response.parts:
+        if isinstance(part, TextPart):
+            lines.append(part.content)
+        elif isinstance(part, ToolCallPart):
+            lines.append(f"[calls {part.tool_name}] {part.args_as_json_str()}")
+    return "\n".join(lines)
 
 
 # fallback ---------------------------------------------------------------------------------

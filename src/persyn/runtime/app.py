@@ -65,6 +65,7 @@ from persyn.runtime.transmit import Transmitter
 from persyn.runtime.workflows import AUTO_SPEAK, Workflows, scheduler_tick
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store
+from persyn.tracing import Tracing
 from persyn.usage.meter import Meter
 from persyn.usage.prometheus import PrometheusAdapter
 
@@ -97,6 +98,7 @@ class RuntimeParts:
     activation: ActivationSteps
     tools: ToolSteps
     workflows: Workflows
+    tracing: Tracing
 
 
 class Runtime:
@@ -139,6 +141,7 @@ class Runtime:
         self.activation = parts.activation
         self.tools = parts.tools
         self.workflows = parts.workflows
+        self.tracing = parts.tracing
         self.embedder: Embedder | None = None  # set at start (None: keyword recall only)
         self._background: set[asyncio.Task[None]] = set()
         self._launched = False
@@ -169,6 +172,8 @@ class Runtime:
         for agent in self.agents.values():
             await self.store.ensure_agent(agent.id, agent.name, self.clock.now())
         await self.local_models.start(self.agents.values())
+        if workers:  # only a process that runs turns records their traces
+            self.tracing.start()
         self._spawn(
             self.outbox.run(
                 lambda: list(self.channels), list(self.agents), self.settings.dispatch.outbox_poll_seconds
@@ -182,6 +187,7 @@ class Runtime:
                 local_factory=self.local_models.model,
                 clock=self.clock,
                 wrappers=[lambda model: BudgetedModel(model, self.autonomy)],
+                tracing=self.tracing,
             )
         await self.tools.start()
         self.embedder = self.jobs.start_memory(self.context_sources, self.autonomy.noticed).embedder
@@ -300,6 +306,7 @@ class Runtime:
         for gateway in self.gateways.values():
             await gateway.aclose()
         await asyncio.to_thread(self.meter.close)
+        await asyncio.to_thread(self.tracing.shutdown)  # flushes, bounded by the export timeout
         if self._prometheus is not None:
             self._prometheus.stop()
         await self.local_models.stop()

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
+from opentelemetry.sdk.trace.export import SpanExporter
+
 from persyn.channels.base import Channel
 from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock, SystemClock
@@ -34,6 +36,7 @@ from persyn.runtime.transmit import Transmitter
 from persyn.runtime.workflows import Workflows
 from persyn.store import Store, open_store
 from persyn.tools.mcp_servers import McpTools
+from persyn.tracing import Tracing
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter, MeterAdapter
 from persyn.usage.prometheus import PrometheusAdapter
@@ -48,9 +51,11 @@ def build_runtime(
     store: Store | None = None,
     channels: Mapping[str, Channel] | None = None,
     meter_adapters: Iterable[MeterAdapter] = (),
+    span_exporters: Iterable[SpanExporter] = (),
 ) -> Runtime:
     """A runtime for `settings`: the store at `database_url` unless one is given, the system
-    clock unless one is given, the configured meter adapters plus `meter_adapters`, and the
+    clock unless one is given, the configured meter adapters plus `meter_adapters`, the
+    configured span exporters plus `span_exporters` (used when `[tracing] enabled`), and the
     channel adapters by service (more may be connected before `start`).
 
     Built in dependency order, each part from the ones before it. The one exception is the
@@ -69,6 +74,7 @@ def build_runtime(
         prometheus = PrometheusAdapter()
         adapters.append(prometheus)
     adapters.extend(meter_adapters)
+    tracing = Tracing(settings.tracing, directory=settings.traces_dir, exporters=tuple(span_exporters))
     agents = {agent.id: agent for agent in settings.agents}
     gateways: dict[str, ModelGateway] = {}  # built at start, once local models run
     connected: dict[str, Channel] = dict(channels or {})
@@ -127,6 +133,7 @@ def build_runtime(
             mcp=McpTools(settings.mcp, mcp_headers(settings)) if settings.mcp.servers else None,
         ),
         event=cache.event,
+        tracing=tracing,
     )
     steps = ActivationSteps(
         settings=settings,
@@ -147,6 +154,7 @@ def build_runtime(
         transmitter=transmitter,
         jobs=jobs,
         reminders=autonomy,
+        tracing=tracing,
         transmit_delay=settings.dispatch.debug_transmit_delay_seconds,
     )
     job_queue.bind(
@@ -172,6 +180,7 @@ def build_runtime(
         activation=steps,
         tools=tools,
         workflows=workflows,
+        tracing=tracing,
     )
     return Runtime(
         settings, clock=clock, store=store, meter=Meter(adapters), prometheus=prometheus, parts=parts

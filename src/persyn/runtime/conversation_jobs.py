@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -50,6 +51,7 @@ from persyn.runtime.autonomy import run_sensitivity
 from persyn.runtime.dispatch import BACKGROUND_QUEUE, Dispatcher
 from persyn.store.base import Conversation, Store
 from persyn.store.jobs import Consolidation, ConsolidationStatus
+from persyn.usage import context as usage_context
 
 __all__ = [
     "CONSOLIDATE_HOOK",
@@ -67,7 +69,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ConversationHook = Callable[[str, str], Awaitable[None]]
-JobWorkflow = Callable[[str, str], Coroutine[Any, Any, None]]  # (agent_id, conversation_id)
+# (agent_id, conversation_id[, trace_parent]): the trace a spawning turn carries (SPEC App. D)
+JobWorkflow = Callable[..., Coroutine[Any, Any, None]]
 
 CONSOLIDATE_HOOK = "consolidate"
 _FIRST_RETRY = timedelta(minutes=2)
@@ -130,14 +133,21 @@ class JobQueue:
         return self._workflows
 
     async def enqueue(
-        self, workflow_id: str, workflow: JobWorkflow, agent_id: str, conversation_id: str
+        self,
+        workflow_id: str,
+        workflow: JobWorkflow,
+        agent_id: str,
+        conversation_id: str,
+        trace_parent: str | None = None,
     ) -> bool:
         """Enqueue once per id (DBOS returns the existing workflow for a reused id); False
-        where no workers run here."""
+        where no workers run here. `trace_parent` is passed on only when there is one, so a
+        job enqueued outside any turn has the arguments it always had."""
         if self._dispatcher is None:
             return False
+        extra = (trace_parent,) if trace_parent else ()
         await self._dispatcher.enqueue_once(
-            BACKGROUND_QUEUE, workflow, workflow_id, agent_id, conversation_id
+            BACKGROUND_QUEUE, workflow, workflow_id, agent_id, conversation_id, *extra
         )
         return True
 
@@ -363,15 +373,32 @@ class ConversationJobs:
     async def run_conversation_hook(self, agent_id: str, conversation_id: str, name: str) -> None:
         hook = self._hooks.get(name)
         if hook is not None:
-            await hook(agent_id, conversation_id)
+            with await self._exchange(agent_id, conversation_id):
+                await hook(agent_id, conversation_id)
 
-    async def enqueue_close_hooks(self, conversation: Conversation) -> bool:
+    async def _exchange(self, agent_id: str, conversation_id: str) -> AbstractContextManager[object]:
+        """The attribution of the exchange background work serves (SPEC App. C): the channel
+        and surface of its conversation, so consolidation, observations and the graph are
+        billed where the conversation happened, not under `(none)`."""
+        conversation = await self.store.get_conversation(agent_id, conversation_id)
+        if conversation is None:
+            return contextlib.nullcontext()
+        return usage_context.rebind(surface=conversation.service, channel=conversation.channel)
+
+    async def enqueue_close_hooks(
+        self, conversation: Conversation, *, trace_parent: str | None = None
+    ) -> bool:
         """Enqueue the close hooks of a closed conversation under its one derived id (a
-        second enqueue, by the sweep or a replay, names the same workflow: DBOS runs it once)."""
+        second enqueue, by the sweep or a replay, names the same workflow: DBOS runs it once).
+        `trace_parent`: the trace of the turn that closed it, which the hooks' spans join."""
         closed_at = conversation.closed_at or self.clock.now()
         workflow_id = close_hooks_workflow_id(conversation.id, closed_at)
         enqueued = await self._queue.enqueue(
-            workflow_id, self._queue.workflows.close_hooks, conversation.agent_id, conversation.id
+            workflow_id,
+            self._queue.workflows.close_hooks,
+            conversation.agent_id,
+            conversation.id,
+            trace_parent,
         )
         if enqueued and conversation.kind != IMPORTED_KIND:
             await self.store.consolidation_pending(conversation.agent_id, conversation.id, self.clock.now())
@@ -420,4 +447,5 @@ class ConversationJobs:
     async def run_extraction(self, agent_id: str, conversation_id: str, name: str) -> None:
         hook = self._extractions.get(name)
         if hook is not None:
-            await hook(agent_id, conversation_id)
+            with await self._exchange(agent_id, conversation_id):
+                await hook(agent_id, conversation_id)

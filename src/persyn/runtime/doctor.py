@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,7 @@ from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.runtime._doctor_postgres import Check, is_postgres, postgres_checks, shown_url
 from persyn.store import open_store
 from persyn.store.jobs import ConsolidationStatus
+from persyn.tracing import read_losses
 
 __all__ = ["Check", "check_consolidation", "collect_checks", "preflight", "run_doctor", "sqlite_problem"]
 
@@ -299,6 +301,8 @@ async def collect_checks(home: Path | None) -> list[Check]:
             checks.append(await check_consolidation(settings))
             if settings.web.enabled:
                 checks.append(await _check_web(settings))
+    if settings.tracing.enabled:
+        checks.append(await check_tracing(settings))
     settings, auto = await asyncio.to_thread(resolve_auto, settings)
     if auto is not None:
         checks.append(_check_auto(auto))
@@ -349,6 +353,43 @@ async def _check_mcp(settings: Settings) -> list[Check]:
                 shown = ", ".join(status.tools[:8]) + (" ..." if len(status.tools) > 8 else "")
                 checks.append(Check(name, True, f"{status.transport}: {len(status.tools)} tool(s): {shown}"))
     return checks
+
+
+async def check_tracing(settings: Settings) -> Check:
+    """Spans lost in the last 24 hours (every process reports its drops to the traces
+    directory), and whether the OTLP collector answers. Tracing never fails a turn, so a
+    loss is a note, not a failure."""
+    config = settings.tracing
+    since = datetime.now(UTC) - timedelta(hours=24)
+    losses = await asyncio.to_thread(read_losses, settings.traces_dir, since=since)
+    lost = [f"{loss.exporter}: {loss.dropped} dropped, {loss.failed} not exported" for loss in losses]
+    problems: list[str] = []
+    if "otlp" in config.exporters:
+        try:
+            async with httpx.AsyncClient(timeout=2.0) as client:
+                # An empty body is an empty ExportTraceServiceRequest: a collector accepts it.
+                response = await client.post(
+                    config.otlp_endpoint, content=b"", headers={"Content-Type": "application/x-protobuf"}
+                )
+            if response.status_code >= 400:
+                problems.append(
+                    f"the collector at {config.otlp_endpoint} answers HTTP {response.status_code}"
+                )
+        except httpx.HTTPError as exc:
+            problems.append(f"the collector at {config.otlp_endpoint} does not answer ({type(exc).__name__})")
+    exporters = ", ".join(config.exporters) or "none"
+    if not lost and not problems:
+        return Check(
+            "tracing", True, f"exporters {exporters}, content {config.content}; no span lost in 24 h"
+        )
+    detail = "; ".join([*problems, *(["spans lost in 24 h: " + "; ".join(lost)] if lost else [])])
+    return Check(
+        "tracing",
+        True,
+        detail,
+        'start the collector, or set [tracing] exporters = ["local"] (turns are never held up either way)',
+        warning=True,
+    )
 
 
 def _check_auto(auto: AutoChoice) -> Check:

@@ -7,6 +7,7 @@ counted deterministically outside the steps.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
@@ -21,6 +22,7 @@ from persyn.runtime.agent_tools import AgentToolDeps, build_registry
 from persyn.runtime.turn import Draft, RoundTrip, ToolUse
 from persyn.tools.loop import run_tool_loop
 from persyn.tools.registry import ToolOutcome, ToolRegistry
+from persyn.tracing import Tracing
 
 __all__ = ["ToolSteps", "run_durable_tool_loop"]
 
@@ -40,8 +42,10 @@ class ToolSteps:
         channels: Mapping[str, Channel],
         deps: AgentToolDeps,
         event: EventLookup,
+        tracing: Tracing,
     ) -> None:
         self.settings = settings
+        self.tracing = tracing
         self.gateways = gateways
         self.channels = channels
         self.deps = deps
@@ -113,10 +117,13 @@ class ToolSteps:
         """One tool call; any failure comes back as an error result the model reads.
         `call_key` identifies the call across re-runs of its durable step (the step's
         workflow and position, never what the model put in it): what it sends counts once."""
-        sink = await self._sink(agent_id, event_id)
-        if sink is not None:
-            sink(SinkEvent(phase="draft", kind="tool_start", text=call.name))
-        return await self.registry(setup, event_id, call_key).call(call)
+        with self.tracing.tool_call(call.name, lambda: json.dumps(call.args, default=str)) as span:
+            sink = await self._sink(agent_id, event_id)
+            if sink is not None:
+                sink(SinkEvent(phase="draft", kind="tool_start", text=call.name))
+            outcome = await self.registry(setup, event_id, call_key).call(call)
+            span.result(status=outcome.status.value, ok=outcome.ok, content=outcome.content)
+            return outcome
 
 
 async def run_durable_tool_loop(

@@ -108,7 +108,10 @@ class ClosedRun(_Frozen):
 
 
 class Deferred(_Frozen):
-    """The deferred deliberation's input: the turn and the draft that was already sent."""
+    """The deferred deliberation's input: the turn and the draft that was already sent.
+    `trace_parent` joins the deliberation's spans to the turn's trace (a W3C traceparent;
+    None when tracing is off)."""
 
     setup: TurnSetup
     draft: Draft
+    trace_parent: str | None = None

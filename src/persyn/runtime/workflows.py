@@ -63,6 +63,7 @@ from persyn.runtime.turn import (
 )
 from persyn.store.base import Conversation
 from persyn.tools.registry import ToolOutcome
+from persyn.tracing import Tracing, TurnSpan
 from persyn.usage.context import Attribution, bind, rebind
 
 __all__ = [
@@ -107,8 +108,11 @@ class BackgroundJobs(Protocol):
 
     async def run_conversation_hook(self, agent_id: str, conversation_id: str, name: str) -> None: ...
 
-    async def enqueue_close_hooks(self, conversation: Conversation) -> bool:
-        """Under the conversation's one derived workflow id (`conversation_jobs`)."""
+    async def enqueue_close_hooks(
+        self, conversation: Conversation, *, trace_parent: str | None = None
+    ) -> bool:
+        """Under the conversation's one derived workflow id (`conversation_jobs`); `trace_parent`
+        joins the hooks' spans to the trace of the turn that closed it."""
         ...
 
 
@@ -128,6 +132,7 @@ class Workflows(DBOSConfiguredInstance):
         transmitter: Transmitter,
         jobs: BackgroundJobs,
         reminders: ReminderFiring,
+        tracing: Tracing,
         transmit_delay: float = 0.0,
     ) -> None:
         self.steps = steps
@@ -135,6 +140,7 @@ class Workflows(DBOSConfiguredInstance):
         self.transmitter = transmitter
         self.jobs = jobs
         self.reminders = reminders
+        self.tracing = tracing
         self.transmit_delay = transmit_delay
         self.dispatcher: Dispatcher | None = None  # the worker's, set when workers start
         release_instance(WORKFLOWS_CLASS, WORKFLOWS_INSTANCE)  # the newest runtime runs them
@@ -159,11 +165,33 @@ class Workflows(DBOSConfiguredInstance):
         refinement to `deliberation` on the background queue, whose conclusion the next turn
         on the channel weaves in."""
         self._count_running()
-        with bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id)):
+        with (
+            bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id)),
+            self.tracing.activation(agent_id, event_id, DBOS.workflow_id) as turn,
+        ):
             received = await self.receive_respond_step(agent_id, event_id)
             setup = received.setup
+            await self._trace_setup(turn, setup)
             with rebind(surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id):
-                return await self._activate(setup, received.draft, received.decision)
+                result = await self._activate(setup, received.draft, received.decision)
+            turn.outcome(
+                transmitted=result.transmitted, action=result.action, text=result.text, reason=result.reason
+            )
+            return result
+
+    async def _trace_setup(self, turn: TurnSpan, setup: TurnSetup) -> None:
+        """Who and what the turn serves, on its root span (SPEC App. D grouping)."""
+        turn.setup(
+            kind=setup.kind,
+            surface=setup.service,
+            channel=setup.channel,
+            participant=setup.person_id,
+            participant_name=setup.speaker_name,
+            conversation_id=setup.conversation_id,
+            mode=setup.mode,
+        )
+        if turn.wants_input:  # the event is cached for the turn: no store read
+            turn.input((await self.steps.cache.event(setup.agent_id, setup.event_id)).text)
 
     async def _activate(
         self, setup: TurnSetup, draft: Draft | None, decided: Decision | None = None
@@ -228,7 +256,7 @@ class Workflows(DBOSConfiguredInstance):
         return await self.transmit_step(setup.agent_id, setup.event_id, setup, request)
 
     async def _defer(self, setup: TurnSetup, draft: Draft) -> None:
-        deferred = Deferred(setup=setup, draft=draft).model_dump_json()
+        deferred = Deferred(setup=setup, draft=draft, trace_parent=self.tracing.carrier()).model_dump_json()
         await self._dispatcher().enqueue_once(
             BACKGROUND_QUEUE,
             self.deliberation,
@@ -244,14 +272,23 @@ class Workflows(DBOSConfiguredInstance):
         conversation. `deferred` is a `Deferred` as JSON (a plain-JSON checkpoint)."""
         given = Deferred.model_validate_json(deferred)
         setup, draft = given.setup, given.draft
-        with bind(
-            Attribution(
+        with (
+            bind(
+                Attribution(
+                    agent_id=agent_id,
+                    thread_id=DBOS.workflow_id,
+                    surface=setup.service,
+                    channel=setup.channel,
+                    conversation_id=setup.conversation_id,
+                )
+            ),
+            self.tracing.background(
+                "deliberation",
+                parent=given.trace_parent,
                 agent_id=agent_id,
-                thread_id=DBOS.workflow_id,
-                surface=setup.service,
-                channel=setup.channel,
                 conversation_id=setup.conversation_id,
-            )
+                event_id=event_id,
+            ),
         ):
             critiques = await self.critique_step(agent_id, event_id, setup, draft)
             revised = None
@@ -279,7 +316,7 @@ class Workflows(DBOSConfiguredInstance):
             return result
         closed = await self.finish_run_step(setup.agent_id, setup.event_id, setup, result)
         if closed is not None:
-            await self.jobs.enqueue_close_hooks(closed.conversation)
+            await self.jobs.enqueue_close_hooks(closed.conversation, trace_parent=self.tracing.carrier())
         return result
 
     async def _extract_if_due(self, setup: TurnSetup, result: TransmitResult) -> None:
@@ -296,6 +333,7 @@ class Workflows(DBOSConfiguredInstance):
             extraction_workflow_id(setup.event_id),
             setup.agent_id,
             conversation_id,
+            self.tracing.carrier(),
         )
 
     # the activation's steps -------------------------------------------------------------------
@@ -390,10 +428,14 @@ class Workflows(DBOSConfiguredInstance):
         await self.jobs.run_extraction(agent_id, conversation_id, hook_name)
 
     @DBOS.workflow(name="persyn.extract")
-    async def extract(self, agent_id: str, conversation_id: str) -> None:
-        """Incremental observations and graph extraction for an open conversation."""
-        with bind(
-            Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)
+    async def extract(self, agent_id: str, conversation_id: str, trace_parent: str | None = None) -> None:
+        """Incremental observations and graph extraction for an open conversation, in the
+        trace of the turn that triggered it (`trace_parent`)."""
+        with (
+            bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)),
+            self.tracing.background(
+                "extraction", parent=trace_parent, agent_id=agent_id, conversation_id=conversation_id
+            ),
         ):
             for hook_name in self.jobs.extraction_names():
                 await self.extract_step(agent_id, conversation_id, hook_name)
@@ -406,18 +448,27 @@ class Workflows(DBOSConfiguredInstance):
     async def consolidation_retry(self, agent_id: str, conversation_id: str) -> None:
         """A failed consolidation tried again (enqueued by the housekeeping sweep when due,
         under a fresh id per attempt: `conversation_jobs.consolidation_retry_id`)."""
-        with bind(
-            Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)
+        with (
+            bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)),
+            self.tracing.background(
+                "consolidation retry", parent=None, agent_id=agent_id, conversation_id=conversation_id
+            ),
         ):
             await self.conversation_hook_step(agent_id, conversation_id, "consolidate")
 
     @DBOS.workflow(name="persyn.conversation_closed")
-    async def conversation_closed(self, agent_id: str, conversation_id: str) -> None:
+    async def conversation_closed(
+        self, agent_id: str, conversation_id: str, trace_parent: str | None = None
+    ) -> None:
         """Runs on the background queue after a conversation closes: each registered hook
         (consolidation, later) is a durable step, so a crash between close and hook loses
-        nothing."""
-        with bind(
-            Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)
+        nothing. A run that closed its own conversation passes its trace (`trace_parent`); an
+        idle close has no turn, and gets a trace of its own."""
+        with (
+            bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)),
+            self.tracing.background(
+                "conversation closed", parent=trace_parent, agent_id=agent_id, conversation_id=conversation_id
+            ),
         ):
             for hook_name in self.jobs.conversation_hook_names():
                 await self.conversation_hook_step(agent_id, conversation_id, hook_name)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,6 +41,7 @@ from typing import Any, NamedTuple, TypedDict, Unpack
 
 import tomlkit
 from dbos import DBOS
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from persyn.channels.base import Channel
 from persyn.core.clock import Clock, ManualClock
@@ -156,9 +157,11 @@ async def run_runtime(
     workers: bool = True,
     scheduler: bool = True,
     pace: timedelta = timedelta(seconds=5),
+    span_exporters: Sequence[SpanExporter] = (),
 ) -> AsyncIterator[Pilot]:
     """A started runtime for `home` (see `harness_settings`; or ready `Settings`), stopped on
-    exit. `workers=False` is a process that only submits (`persyn send`); `scheduler=False`
+    exit. `span_exporters` receive the spans when `[tracing] enabled` (the SDK's in-memory
+    exporter, a test's collector). `workers=False` is a process that only submits (`persyn send`); `scheduler=False`
     starts no housekeeping and bootstraps no heartbeat (`persyn worker`). `pace` is how far
     `say` and `fire` move a `ManualClock` after each run, so what happens next comes later."""
     if isinstance(home, Settings):
@@ -177,6 +180,7 @@ async def run_runtime(
         store=store,
         channels=surfaces,
         meter_adapters=[recording],
+        span_exporters=span_exporters,
         workers=workers,
         scheduler=scheduler,
     ) as runtime:
@@ -191,12 +195,18 @@ async def _running(
     store: Store | None,
     channels: dict[str, Channel],
     meter_adapters: list[MeterAdapter],
+    span_exporters: Sequence[SpanExporter],
     workers: bool,
     scheduler: bool,
 ) -> AsyncIterator[Runtime]:
     """The one place the harness builds and starts a runtime."""
     runtime = build_runtime(
-        settings, clock=clock, store=store, channels=channels, meter_adapters=meter_adapters
+        settings,
+        clock=clock,
+        store=store,
+        channels=channels,
+        meter_adapters=meter_adapters,
+        span_exporters=span_exporters,
     )
     try:
         await runtime.start(workers=workers, scheduler=scheduler)

@@ -17,7 +17,7 @@ class UsageRecord(BaseModel):
     agent_id: str | None
     stage: str  # the Task value, e.g. "respond", "critique"
     model: str  # the model string as configured, e.g. "anthropic:claude-sonnet-4-5"
-    tier: str  # "local" | "hosted" | "test": low-cardinality model tier for counters
+    tier: str  # "strong" | "cheap": the low-cardinality model tier for counters (SPEC App. C)
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0

@@ -80,7 +80,7 @@ async def test_cache_read_tokens_reach_the_usage_record(
     # pydantic-ai's convention: input_tokens includes the cached tokens, reported again separately
     assert (record.input_tokens, record.cache_read_tokens, record.cache_write_tokens) == (2_312, 2_000, 300)
     assert completion.usage.cache_read_tokens == 2_000
-    assert (record.model, record.tier, record.stage) == (model, "local", "respond")
+    assert (record.model, record.tier, record.stage) == (model, "strong", "respond")
     assert record.cost_usd == pytest.approx((12 * 3.0 + 2_000 * 0.3 + 300 * 3.75 + 5 * 15.0) / 1_000_000)
 
 

@@ -113,7 +113,7 @@ def test_auto_takes_the_first_chat_model_of_the_first_server_in_the_list_that_an
     assert resolved.models_for(agent, Task.SUMMARIZE) == (found, "test:echo")
     spec = parse_model_string(found, resolved.secrets, Task.CRITIQUE)
     assert spec == ModelSpec(provider="openai", name="qwen2.5:7b", base_url=first.url)
-    assert not spec.bundled and spec.tier == "local"
+    assert not spec.bundled and spec.hosting == "local"
 
 
 def test_a_server_that_lists_no_chat_model_is_passed_over(tmp_path: Path) -> None:

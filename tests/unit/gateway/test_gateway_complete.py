@@ -250,7 +250,7 @@ async def test_one_record_per_round_trip_with_ambient_attribution(
         "agent_id": "01J9Z3K4W5X6Y7Z8A9B0C1D2E3",
         "stage": "respond",
         "model": "test:unit",
-        "tier": "test",
+        "tier": "strong",
         "cache_read_tokens": 0,
         "cache_write_tokens": 0,
         "units": 0,

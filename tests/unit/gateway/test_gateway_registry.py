@@ -7,7 +7,7 @@ from pydantic import SecretStr
 
 from persyn.core.config import Secrets, Task
 from persyn.core.errors import ModelError
-from persyn.gateway.registry import AUTO_MODELS, ModelSpec, parse_model_string
+from persyn.gateway.registry import AUTO_MODELS, ModelSpec, Tier, model_tier, parse_model_string
 
 ANTHROPIC = Secrets(anthropic_api_key=SecretStr("sk-ant"))
 OPENAI = Secrets(openai_api_key=SecretStr("sk-oai"))
@@ -45,7 +45,7 @@ def test_accepted_forms(raw: str, secrets: Secrets, expected: ModelSpec) -> None
 
 
 @pytest.mark.parametrize(
-    ("raw", "tier"),
+    ("raw", "hosting"),
     [
         ("anthropic:claude-haiku-4-5", "hosted"),
         ("openai:gpt-4.1", "hosted"),
@@ -56,8 +56,35 @@ def test_accepted_forms(raw: str, secrets: Secrets, expected: ModelSpec) -> None
         ("test:echo", "test"),
     ],
 )
-def test_tier_is_low_cardinality(raw: str, tier: str) -> None:
-    assert parse_model_string(raw, BOTH).tier == tier
+def test_hosting_tells_operator_run_servers_from_hosted_ones(raw: str, hosting: str) -> None:
+    assert parse_model_string(raw, BOTH).hosting == hosting
+
+
+@pytest.mark.parametrize(
+    ("raw", "tier"),
+    [
+        ("anthropic:claude-haiku-4-5", "cheap"),
+        ("anthropic:claude-sonnet-4-6", "strong"),
+        ("anthropic:claude-opus-4-1", "strong"),
+        ("openai:gpt-4.1", "strong"),
+        ("openai:gpt-4.1-mini", "cheap"),
+        ("openai:gpt-5-nano", "cheap"),
+        ("openai:gemini-2.5-flash@http://127.0.0.1:8080/v1", "cheap"),
+        ("local:", "cheap"),  # the bundled Gemma 3 270M
+        ("openai:llama3@http://127.0.0.1:11434/v1", "strong"),  # unknown: never hidden among the cheap
+        ("test:echo", "strong"),
+    ],
+)
+def test_the_counters_tier_is_strong_or_cheap_inferred_for_known_models(raw: str, tier: str) -> None:
+    assert model_tier(parse_model_string(raw, BOTH), {}) == tier
+
+
+def test_a_configured_tier_wins_over_the_inference() -> None:
+    llama = parse_model_string("openai:llama3@http://127.0.0.1:11434/v1", BOTH)
+    haiku = parse_model_string("anthropic:claude-haiku-4-5", BOTH)
+    configured: dict[str, Tier] = {str(llama): "cheap", str(haiku): "strong"}
+    assert (model_tier(llama, configured), model_tier(haiku, configured)) == ("cheap", "strong")
+    assert model_tier(parse_model_string("openai:gpt-4.1-mini", BOTH), configured) == "cheap"
 
 
 def test_canonical_string_round_trips() -> None:

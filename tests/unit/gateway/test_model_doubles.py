@@ -98,7 +98,7 @@ async def test_instant_is_fixed_and_cheap(tmp_path: Path) -> None:
     completion, records = await complete(tmp_path, "test:instant", prompt("a long question " * 50))
     assert completion.text == "OK."  # type: ignore[attr-defined]
     assert completion.usage == TokenUsage(input_tokens=1, output_tokens=1)  # type: ignore[attr-defined]
-    assert records[0].tier == "test"  # type: ignore[attr-defined]
+    assert records[0].tier == "strong"  # type: ignore[attr-defined]  # unnamed: strong
 
 
 def test_minimal_instance_validates_against_its_schema() -> None:

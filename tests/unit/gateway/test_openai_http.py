@@ -62,7 +62,12 @@ async def test_429_then_500_then_success_is_recorded_once(
     assert len(server.requests) == 3
     meter.flush()
     (record,) = recorder.records
-    assert (record.model, record.tier, record.input_tokens, record.output_tokens) == (model, "local", 40, 4)
+    assert (record.model, record.tier, record.input_tokens, record.output_tokens) == (
+        model,
+        "strong",
+        40,
+        4,
+    )  # an unknown model counts as strong
     assert record.cost_usd == pytest.approx((40 * 1.0 + 4 * 2.0) / 1_000_000)
     assert completion.usage_id == record.id
 
