@@ -14,19 +14,17 @@ from sqlalchemy.engine import Connection
 from persyn.core.errors import InputError, StoreError
 from persyn.core.records import MemoryRecord
 from persyn.store import _postgres_vectors as vectors
-from persyn.store._dml import insert
 from persyn.store._postgres_migrations import TEXT_CONFIG
 from persyn.store._sqlite_memory import (
     KEYWORD_WEIGHTS,
     SQLiteMemory,
-    _insert_imported_dialog,  # pyright: ignore[reportPrivateUsage]
-    _new_row,  # pyright: ignore[reportPrivateUsage]
+    _insert_records,  # pyright: ignore[reportPrivateUsage]
     _NewRow,  # pyright: ignore[reportPrivateUsage]
     fts_any_query,
 )
 from persyn.store._sqlite_vectors import unit_vector
-from persyn.store.base import ImportedMemory
 from persyn.store.mapping import record_from_row
+from persyn.store.memory import RecallCandidate
 from persyn.store.schema import memory_records
 
 __all__ = ["PostgresMemory", "any_word_query"]
@@ -52,40 +50,15 @@ def any_word_query(query: str) -> str | None:
 class PostgresMemory(SQLiteMemory):
     """The long-term-memory part of `PostgresStore`."""
 
-    async def add_record(
-        self, record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None
-    ) -> bool:
-        rows = [_new_row(record, vector, embedding_model)]
-        [added] = await self._write("add_record", lambda c: _insert_records(c, rows))
-        return added
+    def _insert_rows(self, connection: Connection, rows: Sequence[_NewRow]) -> list[bool]:
+        # As on SQLite (ON CONFLICT DO NOTHING, which on PostgreSQL also settles a race with
+        # another process's insert), into pgvector's tables.
+        return _insert_records(connection, rows, _put_vectors)
 
-    async def add_records(
-        self,
-        records: Sequence[MemoryRecord],
-        vectors: Sequence[Sequence[float] | None] | None,
-        embedding_model: str | None,
-    ) -> list[bool]:
-        if vectors is not None and len(vectors) != len(records):
-            raise InputError(f"{len(records)} records but {len(vectors)} vectors: one per record (or None)")
-        rows = [
-            _new_row(record, None if vectors is None else vectors[i], embedding_model)
-            for i, record in enumerate(records)
-        ]
-        if not rows:
-            return []
-        return await self._write("add_records", lambda c: _insert_records(c, rows))
-
-    async def add_imported(self, items: Sequence[ImportedMemory], embedding_model: str | None) -> list[bool]:
-        rows = [_new_row(item.record, item.vector, embedding_model) for item in items]
-        if not rows:
-            return []
-
-        def work(connection: Connection) -> list[bool]:
-            for item in items:
-                _insert_imported_dialog(connection, item)
-            return _insert_records(connection, rows)
-
-        return await self._write("add_imported", work)
+    async def recall_candidates(self, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
+        # SQLite's version reads driver rows (qmark placeholders, times as text); here the
+        # port's default, over `records_by_ids` below.
+        return [RecallCandidate.of(record) for record in await self.records_by_ids(agent_id, record_ids)]
 
     async def records_by_ids(self, agent_id: str, record_ids: Sequence[str]) -> list[MemoryRecord]:
         wanted = list(dict.fromkeys(record_ids))
@@ -169,28 +142,8 @@ class PostgresMemory(SQLiteMemory):
         await self._write("set_record_vector", work)
 
 
-def _insert_records(connection: Connection, rows: Sequence[_NewRow]) -> list[bool]:
-    """As on SQLite: per row, whether it was stored; a row whose id or (agent, ref) is taken
-    — in the database or earlier in `rows` — is skipped (ON CONFLICT DO NOTHING, which on
-    PostgreSQL also settles a race with another process's insert)."""
-    seen_ids: set[str] = set()
-    seen_refs: set[tuple[str, str]] = set()
-    first = [False] * len(rows)
-    for index, row in enumerate(rows):
-        ref = row.values["ref"]
-        key = (row.values["agent_id"], ref)
-        if row.values["id"] in seen_ids or (ref is not None and key in seen_refs):
-            continue
-        seen_ids.add(row.values["id"])
-        if ref is not None:
-            seen_refs.add(key)
-        first[index] = True
-    fresh = [row for row, is_first in zip(rows, first, strict=True) if is_first]
-    statement = insert(memory_records).on_conflict_do_nothing().returning(_r.id)
-    # SQLAlchemy batches the rows into multi-row INSERTs and gathers every RETURNING row.
-    stored = (
-        set(connection.execute(statement, [row.values for row in fresh]).scalars()) if fresh else set[str]()
-    )
+def _put_vectors(connection: Connection, rows: Sequence[_NewRow]) -> None:
+    """The stored rows' unit vectors into pgvector."""
     vectors.put_vectors(
         connection,
         [
@@ -201,8 +154,7 @@ def _insert_records(connection: Connection, rows: Sequence[_NewRow]) -> list[boo
                 row.values["embedding_model"],
                 row.unit,
             )
-            for row in fresh
-            if row.unit is not None and row.values["id"] in stored
+            for row in rows
+            if row.unit is not None  # always set: the caller passes rows with a vector
         ],
     )
-    return [is_first and row.values["id"] in stored for row, is_first in zip(rows, first, strict=True)]

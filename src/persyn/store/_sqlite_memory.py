@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -61,7 +61,7 @@ class SQLiteMemory(SQLiteWork):
         kept as "encoded by that model, no vector": vector search never finds the record,
         and `records_needing_vectors` does not offer it again for the same model."""
         rows = [_new_row(record, vector, embedding_model)]
-        [added] = await self._write("add_record", lambda c: _insert_records(c, rows))
+        [added] = await self._write("add_record", lambda c: self._insert_rows(c, rows))
         return added
 
     async def add_records(
@@ -81,7 +81,7 @@ class SQLiteMemory(SQLiteWork):
         ]
         if not rows:
             return []
-        return await self._write("add_records", lambda c: _insert_records(c, rows))
+        return await self._write("add_records", lambda c: self._insert_rows(c, rows))
 
     async def add_imported(self, items: Sequence[ImportedMemory], embedding_model: str | None) -> list[bool]:
         """Everything is checked before the write transaction starts, so bad input (an
@@ -93,9 +93,14 @@ class SQLiteMemory(SQLiteWork):
         def work(connection: Connection) -> list[bool]:
             for item in items:
                 _insert_imported_dialog(connection, item)
-            return _insert_records(connection, rows)
+            return self._insert_rows(connection, rows)
 
         return await self._write("add_imported", work)
+
+    def _insert_rows(self, connection: Connection, rows: Sequence[_NewRow]) -> list[bool]:
+        """`_insert_records` with this backend's vector index (a backend with another index
+        overrides this one method)."""
+        return _insert_records(connection, rows, _put_vectors)
 
     async def link_record_messages(self, agent_id: str, record_id: str, message_ids: Sequence[str]) -> bool:
         for message_id in message_ids:
@@ -421,7 +426,11 @@ def _new_row(record: MemoryRecord, vector: Sequence[float] | None, embedding_mod
     return _NewRow(values, unit)
 
 
-def _insert_records(connection: Connection, rows: Sequence[_NewRow]) -> list[bool]:
+def _insert_records(
+    connection: Connection,
+    rows: Sequence[_NewRow],
+    put_vectors: Callable[[Connection, Sequence[_NewRow]], None],
+) -> list[bool]:
     """Insert `rows` (and their vectors); per row, whether it was stored. A row whose id or
     (agent, ref) is taken — in the database or earlier in `rows` — is skipped."""
     ids: set[str] = set()
@@ -440,7 +449,15 @@ def _insert_records(connection: Connection, rows: Sequence[_NewRow]) -> list[boo
     # No conflict target: the primary key and unique (agent_id, ref) both make it a no-op.
     # RETURNING names the rows stored; SQLAlchemy batches them into multi-row INSERTs.
     statement = insert(memory_records).on_conflict_do_nothing().returning(_r.id)
-    stored = set(connection.execute(statement, [row.values for row in fresh]).scalars())
+    stored = (
+        set(connection.execute(statement, [row.values for row in fresh]).scalars()) if fresh else set[str]()
+    )
+    put_vectors(connection, [row for row in fresh if row.unit is not None and row.values["id"] in stored])
+    return [is_first and row.values["id"] in stored for row, is_first in zip(rows, first, strict=True)]
+
+
+def _put_vectors(connection: Connection, rows: Sequence[_NewRow]) -> None:
+    """The stored rows' unit vectors into sqlite-vec."""
     vectors.put_vectors(
         connection,
         [
@@ -451,11 +468,10 @@ def _insert_records(connection: Connection, rows: Sequence[_NewRow]) -> list[boo
                 row.values["embedding_model"],
                 row.unit,
             )
-            for row in fresh
-            if row.unit is not None and row.values["id"] in stored
+            for row in rows
+            if row.unit is not None  # always set: the caller passes rows with a vector
         ],
     )
-    return [is_first and row.values["id"] in stored for row, is_first in zip(rows, first, strict=True)]
 
 
 def _insert_imported_dialog(connection: Connection, item: ImportedMemory) -> None:
