@@ -28,7 +28,14 @@ def rules(path: Path, reminder_at: str | None = None) -> None:
             "reply": HELLO,
             "usage": {"input_tokens": 40, "output_tokens": 9},
         },
-        {"task": "respond", "match": "garden plan", "reply": "The raised beds look lovely to me."},
+        {
+            "task": "respond",
+            "match": "garden plan",
+            # Substantive (twelve words or more): a short plain draft that came back before the
+            # decision on the input would be sent on the gates alone (docs/architecture.md §3),
+            # and this script's double answers both at once.
+            "reply": "The raised beds look lovely to me, and the herbs in the sunny corner should thrive.",
+        },
         # Decisions see the dialog: the rules of later questions come first.
         {"task": "decide", "match": "hello number", "output": {"action": "speak", "reason": "a greeting"}},
         {"task": "decide", "match": "Lisbon", "output": {"action": "speak", "reason": "it answers"}},
