@@ -58,7 +58,8 @@ def memory_records(connection: Connection, dialect_name: str) -> None:
 
 
 def nothing(connection: Connection, dialect_name: str) -> None:
-    """A step with nothing to do on PostgreSQL (migration 4 re-laid sqlite-vec tables)."""
+    """A step with nothing to do on PostgreSQL (migration 4 re-laid sqlite-vec tables;
+    migration 16 codes vectors for sub-linear search, which pgvector's HNSW index gives)."""
 
 
 _PROVENANCE_COLUMNS = (

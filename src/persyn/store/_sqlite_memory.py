@@ -24,6 +24,7 @@ from persyn.core.ids import id_time, is_id, new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store import _sqlite_vectors as vectors
 from persyn.store._dml import insert
+from persyn.store._sqlite_ann import AnnCache
 from persyn.store._sqlite_directory import index_participants
 from persyn.store._sqlite_jobs import consolidated_at_import
 from persyn.store._sqlite_work import SQLiteWork
@@ -52,6 +53,14 @@ _SQL_NEWEST_RECORDS = (
 
 class SQLiteMemory(SQLiteWork):
     """The long-term-memory half of `SQLiteStore`."""
+
+    @property
+    def _ann_cache(self) -> AnnCache:
+        """This store's in-memory copy of its large partitions' binary codes (`_sqlite_ann`)."""
+        cache = self.__dict__.get("_ann_cache_instance")
+        if cache is None:
+            cache = self.__dict__.setdefault("_ann_cache_instance", AnnCache())
+        return cache
 
     async def add_record(
         self, record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None
@@ -242,14 +251,16 @@ class SQLiteMemory(SQLiteWork):
         self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
     ) -> list[tuple[str, float]]:
         """At most 4096 hits (sqlite-vec's cap on k). A query vector of zeros has no
-        neighbours; `channels=[]` allows no channel, so finds nothing. The search is exact:
-        brute force over the index partitions of the agent's channels in `channels` (see
-        `_sqlite_vectors`)."""
+        neighbours; `channels=[]` allows no channel, so finds nothing. Each of the agent's
+        channels in `channels` is searched on its own: exactly (brute force over its index
+        partition, see `_sqlite_vectors`) below 2,000 vectors, through binary codes and an
+        exact re-rank above (`_sqlite_ann`). The distances are exact either way."""
         unit = vectors.unit_vector(vector, "query vector")
         if unit is None or k <= 0:
             return []
+        cache = self._ann_cache
         return await self._read(
-            "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels)
+            "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels, cache)
         )
 
     async def keyword_candidates(

@@ -32,6 +32,10 @@ the float32 arithmetic inside sqlite-vec can then neither overflow nor underflow
 without a direction (all zeros) is never stored, and one with a non-finite component is
 refused: vec0 would give either a NULL distance that sorts before every real neighbour.
 vec0 caps k at 4096.
+
+A partition of 2,000 vectors or more is searched sub-linearly instead (`_sqlite_ann.py`:
+binary codes scanned by Hamming distance, then an exact re-rank): every vector stored here
+is also kept, by integer id, in `memory_ann_units` for that re-rank.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from persyn.core.errors import InputError
+from persyn.store import _sqlite_ann as ann
 
 __all__ = [
     "MAX_DIMS",
@@ -143,6 +148,9 @@ def put_vectors(connection: Connection, new: Sequence[NewVector]) -> None:
             ),
             params,
         )
+    ann.add_units(
+        connection, [ann.NewUnit(item.record_id, item.agent_id, item.channel, item.vector) for item in new]
+    )
 
 
 def delete_vectors(connection: Connection, dims: int, record_ids: Iterable[str]) -> None:
@@ -154,13 +162,21 @@ def delete_vectors(connection: Connection, dims: int, record_ids: Iterable[str])
     params = [{"record_id": record_id} for record_id in record_ids]
     if params:
         connection.execute(statement, params)
+        ann.delete_units(connection, [p["record_id"] for p in params])
 
 
 def nearest(
-    connection: Connection, agent_id: str, vector: bytes, k: int, channels: Sequence[str] | None
+    connection: Connection,
+    agent_id: str,
+    vector: bytes,
+    k: int,
+    channels: Sequence[str] | None,
+    cache: ann.AnnCache | None = None,
 ) -> list[tuple[str, float]]:
     """The `k` records of `agent_id` (in `channels`, if given) nearest to the unit `vector`,
-    as (record_id, cosine distance), closest first; ties in id order."""
+    as (record_id, cosine distance), closest first; ties in id order. With a `cache`, a
+    channel whose partition is built is searched through its binary codes (`_sqlite_ann`);
+    the agent-wide search (`channels=None`, operator tools) stays exact."""
     dims = len(vector) // 4
     k = min(k, MAX_K)
     if k <= 0 or (channels is not None and not channels) or not has_vector_table(connection, dims):
@@ -172,14 +188,16 @@ def nearest(
         "WHERE embedding MATCH :vector AND k = :k AND agent_id = :agent_id"
     )
     params: dict[str, object] = {"vector": vector, "k": k, "agent_id": agent_id}
+    found: list[tuple[str, float]] = []
     if channels is None:
         rows = connection.execute(text(sql + " ORDER BY distance"), params).all()
+        found += [(str(row.record_id), float(row.distance)) for row in rows if row.distance is not None]
     else:
         statement = text(sql + " AND channel = :channel ORDER BY distance")
-        rows = [
-            row
-            for channel in dict.fromkeys(channels)
-            for row in connection.execute(statement, {**params, "channel": channel})
-        ]
-    found = [(str(row.record_id), float(row.distance)) for row in rows if row.distance is not None]
+        for channel in dict.fromkeys(channels):
+            hits = None if cache is None else ann.search(connection, cache, agent_id, channel, vector, k)
+            if hits is None:  # a small partition: exact
+                rows = connection.execute(statement, {**params, "channel": channel}).all()
+                hits = [(str(row.record_id), float(row.distance)) for row in rows if row.distance is not None]
+            found += hits
     return sorted(found, key=lambda hit: (hit[1], hit[0]))[:k]

@@ -34,6 +34,7 @@ from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity, channel_key
 from persyn.store import _postgres_migrations as pg
+from persyn.store import _sqlite_ann as ann
 from persyn.store import mapping, schema, schema_graph
 from persyn.store._migrate_runs import delete_flags_with_prefix, flags_with_prefix, runs_become_tables
 from persyn.store._schema_v1 import v1_metadata
@@ -471,6 +472,18 @@ def _create_web_keys(connection: Connection, dialect_name: str) -> None:
     schema.web_keys.create(connection, checkfirst=False)
 
 
+_VECTOR_TABLE = re.compile(r"memory_vectors_([0-9]+)")
+
+
+def _create_vector_codes(connection: Connection, dialect_name: str) -> None:
+    """Migration 16: binary codes for sub-linear search in large compartments
+    (`_sqlite_ann.py`), backfilled from every vector already stored."""
+    names = connection.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars()
+    tables = sorted(name for name in names if _VECTOR_TABLE.fullmatch(name))
+    ann.create_tables(connection)
+    ann.backfill(connection, tables)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search, {"postgresql": pg.message_search}),
@@ -491,6 +504,9 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(13, "consolidation state and extraction watermarks as tables", _create_conversation_jobs),
     Migration(14, "run state, run conversations and channel ledgers as tables", runs_become_tables),
     Migration(15, "web API keys", _create_web_keys),
+    Migration(
+        16, "binary vector codes for large compartments", _create_vector_codes, {"postgresql": pg.nothing}
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -1,0 +1,426 @@
+"""Sub-linear vector search in one large compartment (ARCHITECTURE §7.3; issue 20 item 5).
+
+sqlite-vec's kNN (`_sqlite_vectors.py`) is exact and costs about half a microsecond per
+stored vector: 85 ms at 100k records in ONE channel, half a second at 1M. A partition of
+`EXACT_BELOW` vectors or more is searched here instead, in three steps:
+
+1. **Binary codes, scanned by Hamming distance.** Each vector is coded as the signs of
+   `code_bits(dims)` random projections (2 x dims, at most 512) of the vector minus the
+   partition's mean. Subtracting the mean matters: embeddings share a large common
+   direction, and uncentred sign bits spend most of their information on it. Two
+   projections per dimension (rather than the coordinates' own signs) halve the candidates
+   needed for the same recall (measured: `bench/memory_scale.py`). The codes live packed in
+   blocks of `BLOCK` (`memory_ann_blocks`: one blob of codes, one of unit-row ids), which a
+   store caches in memory per partition and re-reads only when a block changed (each
+   block carries a version); at 1M vectors the codes are 64 MB and a scan takes ~15 ms of
+   numpy popcount.
+2. The `candidates(k)` codes nearest the query's code (20 x k: a threshold on the Hamming
+   histogram, no sort) name rows of `memory_ann_units`, where every vector is also kept as
+   float32 by integer id.
+3. **Exact re-rank** of those candidates by cosine distance, the k best returned. The
+   distances returned are exact; only the candidate set is approximate: recall@10 of the
+   vector stage against exact search is >= 0.98 on the benchmark's data.
+
+Access rules: the re-rank reads candidates with `agent_id = ? AND channel = ?` in the SQL,
+so an id that a stale block, a bug or a corrupted blob points elsewhere can never surface a
+record of another agent or another compartment.
+
+The mean (and the projection) are stored per partition (`memory_ann_partitions`). A
+partition is built (mean computed, every vector coded) when it reaches `EXACT_BELOW`
+vectors. Later vectors are coded against the stored mean, appended to the last block. The
+mean drifts as the partition grows, so the partition is rebuilt whenever it has doubled
+since its last build, or when more than a quarter of its coded entries are stale (deleted
+or replaced records: their block entries stay until the rebuild, their unit rows are gone,
+so the re-rank drops them). Rebuilds are O(n) each and geometric, so amortised O(1) per
+vector. Correctness never depends on the mean: a stale mean only lowers recall.
+
+Migration 16 creates the tables and backfills them from the vec0 tables.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy.engine import Connection
+
+__all__ = [
+    "BLOCK",
+    "EXACT_BELOW",
+    "AnnCache",
+    "NewUnit",
+    "add_units",
+    "backfill",
+    "candidates",
+    "code_bits",
+    "create_tables",
+    "delete_units",
+    "search",
+]
+
+EXACT_BELOW = 2_000  # a smaller partition is scanned exactly by sqlite-vec: it is as fast
+BLOCK = 4_096  # codes per block row: appending one vector rewrites at most 256 KB
+_MAX_CODE_BITS = 512
+_SEED = 20_261_202  # the projections are stored with the partition: the seed only starts them
+
+Vector = np.ndarray[Any, np.dtype[np.float32]]
+
+_DDL = (
+    "CREATE TABLE memory_ann_units ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"  # never reused: a stale code can never name a new row
+    " record_id TEXT NOT NULL UNIQUE,"
+    " agent_id TEXT NOT NULL,"
+    " channel TEXT NOT NULL,"
+    " dims INTEGER NOT NULL,"
+    " unit BLOB NOT NULL)",
+    "CREATE INDEX ix_memory_ann_units_partition ON memory_ann_units (agent_id, channel, dims, id)",
+    "CREATE TABLE memory_ann_partitions ("
+    " agent_id TEXT NOT NULL,"
+    " channel TEXT NOT NULL,"
+    " dims INTEGER NOT NULL,"
+    " vectors INTEGER NOT NULL,"  # live unit rows of the partition
+    " built_at INTEGER,"  # `vectors` when the mean was last computed (NULL: not built)
+    " stale INTEGER NOT NULL DEFAULT 0,"  # coded entries whose unit row is gone
+    " generation INTEGER NOT NULL DEFAULT 0,"
+    " mean BLOB,"
+    " projection BLOB,"
+    " PRIMARY KEY (agent_id, channel, dims))",
+    "CREATE TABLE memory_ann_blocks ("
+    " agent_id TEXT NOT NULL,"
+    " channel TEXT NOT NULL,"
+    " dims INTEGER NOT NULL,"
+    " block INTEGER NOT NULL,"
+    " version INTEGER NOT NULL,"
+    " ids BLOB NOT NULL,"  # int64 memory_ann_units.id per entry
+    " codes BLOB NOT NULL,"  # code_bits/8 bytes per entry, same order
+    " PRIMARY KEY (agent_id, channel, dims, block))",
+)
+
+
+def create_tables(connection: Connection) -> None:
+    for statement in _DDL:
+        connection.exec_driver_sql(statement)
+
+
+def code_bits(dims: int) -> int:
+    """Bits per code: two random projections per dimension, at most 512, a whole number
+    of 64-bit words."""
+    return min(_MAX_CODE_BITS, -(-2 * dims // 64) * 64)
+
+
+def candidates(k: int) -> int:
+    """How many codes go to the exact re-rank for a search of `k`."""
+    return max(20 * k, 200)
+
+
+@dataclass(frozen=True)
+class NewUnit:
+    record_id: str
+    agent_id: str
+    channel: str
+    unit: bytes  # float32, unit length
+
+
+# writing ------------------------------------------------------------------------------------------
+def add_units(connection: Connection, new: Sequence[NewUnit]) -> None:
+    """Keep the new vectors by id and code them into their partitions (building or
+    rebuilding a partition that has reached its threshold)."""
+    if not new:
+        return
+    connection.exec_driver_sql(
+        "INSERT INTO memory_ann_units (record_id, agent_id, channel, dims, unit) VALUES (?, ?, ?, ?, ?)",
+        [(u.record_id, u.agent_id, u.channel, len(u.unit) // 4, u.unit) for u in new],
+    )
+    by_partition: dict[tuple[str, str, int], list[NewUnit]] = {}
+    for unit in new:
+        by_partition.setdefault((unit.agent_id, unit.channel, len(unit.unit) // 4), []).append(unit)
+    for key, units in by_partition.items():
+        connection.exec_driver_sql(
+            "INSERT INTO memory_ann_partitions (agent_id, channel, dims, vectors) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (agent_id, channel, dims) DO UPDATE SET vectors = vectors + excluded.vectors",
+            (*key, len(units)),
+        )
+        _refresh(connection, key, [u.record_id for u in units])
+
+
+def delete_units(connection: Connection, record_ids: Iterable[str]) -> None:
+    """Forget these records' vectors. Their codes stay in the blocks (stale) until the
+    partition's next rebuild; the re-rank finds no unit row for them and drops them."""
+    wanted = list(dict.fromkeys(record_ids))
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        rows = connection.exec_driver_sql(
+            "DELETE FROM memory_ann_units WHERE record_id IN (SELECT value FROM json_each(?)) "
+            "RETURNING agent_id, channel, dims",
+            (json.dumps(chunk),),
+        ).all()
+        gone: dict[tuple[str, str, int], int] = {}
+        for row in rows:
+            key = (str(row[0]), str(row[1]), int(row[2]))
+            gone[key] = gone.get(key, 0) + 1
+        for key, count in gone.items():
+            # Only a built partition has codes to go stale.
+            connection.exec_driver_sql(
+                "UPDATE memory_ann_partitions SET vectors = vectors - ?, "
+                "stale = stale + CASE WHEN built_at IS NULL THEN 0 ELSE ? END "
+                "WHERE agent_id = ? AND channel = ? AND dims = ?",
+                (count, count, *key),
+            )
+            _refresh(connection, key, [])
+
+
+def _refresh(connection: Connection, key: tuple[str, str, int], added: Sequence[str]) -> None:
+    """Build, rebuild or extend the partition's codes after a change."""
+    row = connection.exec_driver_sql(
+        "SELECT vectors, built_at, stale, generation, mean, projection FROM memory_ann_partitions "
+        "WHERE agent_id = ? AND channel = ? AND dims = ?",
+        key,
+    ).one()
+    vectors, built_at, stale, generation = int(row[0]), row[1], int(row[2]), int(row[3])
+    if built_at is None:
+        if vectors >= EXACT_BELOW:
+            _build(connection, key, generation, None)
+        return
+    if vectors < EXACT_BELOW // 2:  # shrunk (a cull): exact again, the codes go
+        connection.exec_driver_sql(
+            "DELETE FROM memory_ann_blocks WHERE agent_id = ? AND channel = ? AND dims = ?", key
+        )
+        connection.exec_driver_sql(
+            "UPDATE memory_ann_partitions SET built_at = NULL, stale = 0, mean = NULL, "
+            "generation = generation + 1 WHERE agent_id = ? AND channel = ? AND dims = ?",
+            key,
+        )
+        return
+    if vectors >= 2 * int(built_at) or 4 * stale > vectors + stale:
+        _build(connection, key, generation, row[5])
+        return
+    if added:
+        mean = np.frombuffer(row[4], dtype=np.float32)
+        projection = np.frombuffer(row[5], dtype=np.float32).reshape(key[2], -1)
+        ids, units = _read_units(connection, key, added)
+        _append(connection, key, ids, _codes(units, mean, projection))
+
+
+def _build(connection: Connection, key: tuple[str, str, int], generation: int, projection: Any) -> None:
+    """Compute the partition's mean from all its vectors and code them all afresh."""
+    dims = key[2]
+    ids, units = _read_units(connection, key, None)
+    mean = units.mean(axis=0, dtype=np.float64).astype(np.float32)
+    if projection is None:
+        rng = np.random.default_rng(_SEED)
+        matrix = rng.standard_normal((dims, code_bits(dims)), dtype=np.float32)
+    else:
+        matrix = np.frombuffer(projection, dtype=np.float32).reshape(dims, -1)
+    codes = _codes(units, mean, matrix)
+    connection.exec_driver_sql(
+        "DELETE FROM memory_ann_blocks WHERE agent_id = ? AND channel = ? AND dims = ?", key
+    )
+    connection.exec_driver_sql(
+        "INSERT INTO memory_ann_blocks (agent_id, channel, dims, block, version, ids, codes) "
+        "VALUES (?, ?, ?, ?, 0, ?, ?)",
+        [
+            (*key, number, ids[start : start + BLOCK].tobytes(), codes[start : start + BLOCK].tobytes())
+            for number, start in enumerate(range(0, len(ids), BLOCK))
+        ],
+    )
+    connection.exec_driver_sql(
+        "UPDATE memory_ann_partitions SET vectors = ?, built_at = ?, stale = 0, generation = ?, "
+        "mean = ?, projection = ? WHERE agent_id = ? AND channel = ? AND dims = ?",
+        (len(ids), len(ids), generation + 1, mean.tobytes(), np.ascontiguousarray(matrix).tobytes(), *key),
+    )
+
+
+def _append(
+    connection: Connection,
+    key: tuple[str, str, int],
+    ids: np.ndarray[Any, np.dtype[np.int64]],
+    codes: np.ndarray[Any, np.dtype[np.uint8]],
+) -> None:
+    last = connection.exec_driver_sql(
+        "SELECT block, ids, codes FROM memory_ann_blocks WHERE agent_id = ? AND channel = ? AND dims = ? "
+        "ORDER BY block DESC LIMIT 1",
+        key,
+    ).first()
+    width = codes.shape[1]
+    if last is None:
+        number, old_ids, old_codes = 0, np.zeros(0, np.int64), np.zeros((0, width), np.uint8)
+    else:
+        number = int(last[0])
+        old_ids = np.frombuffer(last[1], dtype=np.int64)
+        old_codes = np.frombuffer(last[2], dtype=np.uint8).reshape(-1, width)
+    all_ids = np.concatenate([old_ids, ids])
+    all_codes = np.concatenate([old_codes, codes])
+    rows = [
+        (
+            *key,
+            number + i,
+            all_ids[start : start + BLOCK].tobytes(),
+            all_codes[start : start + BLOCK].tobytes(),
+        )
+        for i, start in enumerate(range(0, len(all_ids), BLOCK))
+    ]
+    # A rewritten block gets a new version, so every cache re-reads it.
+    connection.exec_driver_sql(
+        "INSERT INTO memory_ann_blocks (agent_id, channel, dims, block, version, ids, codes) "
+        "VALUES (?, ?, ?, ?, 0, ?, ?) ON CONFLICT (agent_id, channel, dims, block) DO UPDATE SET "
+        "version = version + 1, ids = excluded.ids, codes = excluded.codes",
+        rows,
+    )
+
+
+def _read_units(
+    connection: Connection, key: tuple[str, str, int], record_ids: Sequence[str] | None
+) -> tuple[np.ndarray[Any, np.dtype[np.int64]], Vector]:
+    sql = "SELECT id, unit FROM memory_ann_units WHERE agent_id = ? AND channel = ? AND dims = ?"
+    params: tuple[object, ...] = key
+    if record_ids is not None:
+        sql += " AND record_id IN (SELECT value FROM json_each(?))"
+        params = (*key, json.dumps(list(record_ids)))
+    rows = connection.exec_driver_sql(sql + " ORDER BY id", params).all()
+    ids = np.fromiter((int(row[0]) for row in rows), dtype=np.int64, count=len(rows))
+    units = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), key[2])
+    return ids, units
+
+
+def _codes(units: Vector, mean: Vector, projection: Vector) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """Packed sign bits of the centred vectors' projections, one row per vector."""
+    out = np.empty((len(units), projection.shape[1] // 8), dtype=np.uint8)
+    for start in range(0, len(units), 65_536):  # bounds the float temporaries
+        part = (units[start : start + 65_536] - mean) @ projection
+        out[start : start + 65_536] = np.packbits(part > 0, axis=1)
+    return out
+
+
+def backfill(connection: Connection, vector_tables: Sequence[str]) -> None:
+    """Migration 16: every vector already in the vec0 tables into `memory_ann_units`, then
+    the partitions built as `add_units` would have built them."""
+    for table in vector_tables:
+        rows = connection.exec_driver_sql(f"SELECT record_id, agent_id, channel, embedding FROM {table}")
+        batch: list[NewUnit] = []
+        for row in rows.all():
+            batch.append(NewUnit(str(row[0]), str(row[1]), str(row[2]), bytes(row[3])))
+        for start in range(0, len(batch), 50_000):
+            connection.exec_driver_sql(
+                "INSERT INTO memory_ann_units (record_id, agent_id, channel, dims, unit) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (u.record_id, u.agent_id, u.channel, len(u.unit) // 4, u.unit)
+                    for u in batch[start : start + 50_000]
+                ],
+            )
+    connection.exec_driver_sql(
+        "INSERT INTO memory_ann_partitions (agent_id, channel, dims, vectors) "
+        "SELECT agent_id, channel, dims, count(*) FROM memory_ann_units GROUP BY agent_id, channel, dims"
+    )
+    for row in connection.exec_driver_sql(
+        "SELECT agent_id, channel, dims FROM memory_ann_partitions WHERE vectors >= ?", (EXACT_BELOW,)
+    ).all():
+        _build(connection, (str(row[0]), str(row[1]), int(row[2])), 0, None)
+
+
+# searching ---------------------------------------------------------------------------------------
+@dataclass
+class _Partition:
+    generation: int
+    mean: Vector
+    projection: Vector
+    blocks: dict[int, tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]] = field(
+        default_factory=dict[int, tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]]
+    )  # block -> (version, ids, codes as 64-bit words, one row per word)
+
+
+class AnnCache:
+    """A store's in-memory copy of its partitions' codes, checked against the database's
+    block versions on every search (one small read), so it is never stale."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._partitions: dict[tuple[str, str, int], _Partition] = {}
+
+    def load(self, connection: Connection, key: tuple[str, str, int]) -> _Partition | None:
+        row = connection.exec_driver_sql(
+            "SELECT built_at, generation, mean, projection FROM memory_ann_partitions "
+            "WHERE agent_id = ? AND channel = ? AND dims = ?",
+            key,
+        ).first()
+        if row is None or row[0] is None:
+            with self._lock:
+                self._partitions.pop(key, None)
+            return None
+        with self._lock:
+            cached = self._partitions.get(key)
+        if cached is None or cached.generation != int(row[1]):
+            cached = _Partition(
+                int(row[1]),
+                np.frombuffer(row[2], dtype=np.float32),
+                np.frombuffer(row[3], dtype=np.float32).reshape(key[2], -1),
+            )
+        versions = connection.exec_driver_sql(
+            "SELECT block, version FROM memory_ann_blocks WHERE agent_id = ? AND channel = ? AND dims = ?",
+            key,
+        ).all()
+        current = {int(block): int(version) for block, version in versions}
+        changed = [b for b, v in current.items() if b not in cached.blocks or cached.blocks[b][0] != v]
+        blocks = {b: entry for b, entry in cached.blocks.items() if b in current}
+        if changed:
+            words = cached.projection.shape[1] // 64
+            for block, version, ids, codes in connection.exec_driver_sql(
+                "SELECT block, version, ids, codes FROM memory_ann_blocks WHERE agent_id = ? AND "
+                "channel = ? AND dims = ? AND block IN (SELECT value FROM json_each(?))",
+                (*key, json.dumps(changed)),
+            ):
+                packed = np.frombuffer(codes, dtype=np.uint64).reshape(-1, words)
+                blocks[int(block)] = (int(version), np.frombuffer(ids, dtype=np.int64), packed.T.copy())
+        fresh = _Partition(cached.generation, cached.mean, cached.projection, blocks)
+        with self._lock:
+            self._partitions[key] = fresh
+        return fresh
+
+
+def search(
+    connection: Connection, cache: AnnCache, agent_id: str, channel: str, unit: bytes, k: int
+) -> list[tuple[str, float]] | None:
+    """The k nearest of one built partition as (record_id, cosine distance), closest first;
+    None if the partition is not built (the caller searches it exactly)."""
+    dims = len(unit) // 4
+    key = (agent_id, channel, dims)
+    partition = cache.load(connection, key)
+    if partition is None:
+        return None
+    query = np.frombuffer(unit, dtype=np.float32)
+    code = np.packbits(((query - partition.mean) @ partition.projection) > 0).view(np.uint64)
+    distances: list[np.ndarray[Any, Any]] = []
+    for _, _, words in partition.blocks.values():
+        hamming = np.bitwise_count(words[0] ^ code[0]).astype(np.uint16)
+        for word in range(1, len(code)):
+            hamming += np.bitwise_count(words[word] ^ code[word])
+        distances.append(hamming)
+    if not distances:
+        return []
+    wanted = candidates(k)
+    # The smallest threshold that admits `wanted` codes: a histogram, not a sort.
+    cumulative = np.bincount(np.concatenate(distances), minlength=len(code) * 64 + 1).cumsum()
+    threshold = int(np.searchsorted(cumulative, wanted))
+    room = wanted - (int(cumulative[threshold - 1]) if threshold > 0 else 0)  # ties at the threshold
+    chosen_parts: list[np.ndarray[Any, Any]] = []
+    for (_, ids, _), hamming in zip(partition.blocks.values(), distances, strict=True):
+        chosen_parts.append(ids[hamming < threshold])
+        tied = ids[hamming == threshold][: max(room, 0)]
+        room -= len(tied)
+        chosen_parts.append(tied)
+    chosen = np.concatenate(chosen_parts)
+    rows = connection.exec_driver_sql(
+        "SELECT record_id, unit FROM memory_ann_units WHERE id IN (SELECT value FROM json_each(?)) "
+        "AND agent_id = ? AND channel = ? AND dims = ?",
+        (json.dumps(chosen.tolist()), agent_id, channel, dims),
+    ).all()
+    if not rows:
+        return []
+    matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), dims)
+    cosine = 1.0 - matrix @ query
+    best = np.argsort(cosine, kind="stable")[: 4 * k]
+    hits = [(str(rows[i][0]), float(cosine[i])) for i in best]
+    return sorted(hits, key=lambda hit: (hit[1], hit[0]))[:k]
