@@ -30,7 +30,17 @@ filtered by the compartment's rowids inside the FTS5 scan, lighter candidate fet
 
 Vector search is exact brute force over the compartment's channels, so its cost follows
 the size of the compartment, not of the whole memory: an agent whose memories all sit in
-one channel pays for all of them (last row).
+one channel pays for all of them (last row). Migration 16 made a channel of 2,000 vectors
+or more searched through binary codes and an exact re-rank (`store/_sqlite_ann.py`):
+
+    uv run python bench/memory_scale.py --vector-stage [--stage-sizes 10000,100000,1000000]
+
+measures that vector stage alone (`Store.vector_candidates`, k=100, the retriever's
+`candidates`) in ONE compartment holding every vector, against today's exact sqlite-vec
+kNN on the same file, with recall@10 against exact search. The vectors are synthetic but
+shaped like sentence embeddings (`clustered_vectors`), generated once and cached with the
+filled stores under $TMPDIR/persyn-bench-cache (1M: ~1 GB of vectors, ~3.5 GB of store;
+the first run fills for several minutes, later runs only query).
 """
 
 from __future__ import annotations
@@ -45,12 +55,16 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from persyn.core.config import MemoryConfig
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Mode, Retriever
+from persyn.store._sqlite_engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
 from persyn.store.sqlite import SQLiteStore
 
 SEED = 20260301
@@ -244,6 +258,157 @@ async def run(sizes: Sequence[tuple[int, int]], dims: int, channels: int) -> Non
         print(row)
 
 
+# the vector stage in one compartment ----------------------------------------------------------
+STAGE_K = 100  # [memory] candidates
+STAGE_CHANNEL = "terminal:terminal"
+
+
+def clustered_vectors(count: int, dims: int = 256, seed: int = SEED) -> np.ndarray[Any, Any]:
+    """Unit vectors shaped like sentence embeddings rather than uniform noise: a common
+    direction every vector shares (norm 0.9: embeddings are anisotropic, their mean is far
+    from zero), 2,000 topic clusters of Zipf-like sizes (weight 1/rank^0.8), and a spread
+    within each cluster as large as the distance between centres, with a decaying spectrum
+    (variance 1/i^0.6 along a random basis). Nearest neighbours then sit at cosine ~0.8
+    against a median of ~0.4, and the last few of a top-10 are close calls: harder for a
+    binary code than the WordLlama embeddings of the records above (recall@10 0.95 vs
+    0.99 at 100k, same method). The last rows are the queries: from the same
+    distribution, not stored."""
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.standard_normal((dims, dims)))[0].astype(np.float32)
+    spectrum = (1.0 / np.arange(1, dims + 1) ** 0.6).astype(np.float32)
+    common = rng.standard_normal(dims).astype(np.float32)
+    common *= 0.9 / np.linalg.norm(common)
+    clusters = 2_000
+    centres = (rng.standard_normal((clusters, dims)).astype(np.float32) * spectrum) @ basis.T
+    centres *= 0.8 / np.sqrt((centres**2).sum(1).mean())
+    weights = 1.0 / np.arange(1, clusters + 1) ** 0.8
+    weights /= weights.sum()
+    out = np.empty((count, dims), np.float32)
+    for start in range(0, count, 100_000):
+        size = min(count, start + 100_000) - start
+        noise = (rng.standard_normal((size, dims)).astype(np.float32) * spectrum) @ basis.T
+        noise *= 1.0 / np.sqrt((noise**2).sum(1).mean())
+        rows = common + centres[rng.choice(clusters, size, p=weights)] + noise
+        out[start : start + size] = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    return out
+
+
+def _cache_dir() -> Path:
+    path = Path(tempfile.gettempdir()) / "persyn-bench-cache"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _cached_vectors(count: int, queries: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    path = _cache_dir() / f"clustered-{count}-{queries}-{SEED}.npy"
+    if not path.exists():
+        np.save(path.with_suffix(".tmp.npy"), clustered_vectors(count + queries))
+        path.with_suffix(".tmp.npy").rename(path)
+    vectors = np.load(path, mmap_mode="r")
+    return vectors[:count], np.asarray(vectors[count:])
+
+
+async def _stage_store(count: int, vectors: np.ndarray[Any, Any]) -> tuple[Path, str, float]:
+    """A store holding `vectors` in one channel of one agent (filled once, then cached)."""
+    path = _cache_dir() / f"stage-{count}-{SEED}.db"
+    done = path.with_suffix(".done")
+    agent_id = derived_id(START, "stage-agent", str(count))
+    if done.exists():
+        return path, agent_id, float(done.read_text())
+    for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        stale.unlink(missing_ok=True)
+    store = SQLiteStore(path)
+    await store.setup()
+    try:
+        await store.ensure_agent(agent_id, "stage", START)
+        spacing = timedelta(days=365) / count
+        started = time.perf_counter()
+        batch = 4096
+        for offset in range(0, count, batch):
+            records = [
+                MemoryRecord(
+                    id=derived_id(START + spacing * i, agent_id, str(i)),
+                    agent_id=agent_id,
+                    created_at=START + spacing * i,
+                    channel=STAGE_CHANNEL,
+                    summary=f"memory number {i}",
+                    importance=5,
+                    sensitivity=Sensitivity.PUBLIC,
+                )
+                for i in range(offset, min(count, offset + batch))
+            ]
+            chunk = np.asarray(vectors[offset : offset + len(records)])
+            await store.add_records(records, [row.tolist() for row in chunk], "clustered")
+        rate = count / (time.perf_counter() - started)
+    finally:
+        await store.close()
+    done.write_text(f"{rate:.0f}")
+    return path, agent_id, rate
+
+
+def _exact_search(path: Path) -> Any:
+    """Today's exact kNN as the store ran it before migration 16 (and still does below
+    2,000 vectors): sqlite-vec, the (agent, channel) partition."""
+    connection = sqlite_dbapi().connect(str(path))
+    connection.enable_load_extension(True)
+    connection.load_extension(_sqlite_vec_path())
+    return connection
+
+
+async def _stage_row(count: int, query_count: int) -> str:
+    vectors, queries = _cached_vectors(count, 200)
+    queries = queries[:query_count]
+    path, agent_id, rate = await _stage_store(count, vectors)
+    exact = _exact_search(path)
+    sql = (
+        "SELECT record_id, distance FROM memory_vectors_256 WHERE embedding MATCH ? AND k = ? "
+        "AND agent_id = ? AND channel = ? ORDER BY distance"
+    )
+    before: list[float] = []
+    truths: list[list[str]] = []
+    for query in queries:
+        started = time.perf_counter()
+        rows = exact.execute(
+            sql, (query.astype(np.float32).tobytes(), STAGE_K, agent_id, STAGE_CHANNEL)
+        ).fetchall()
+        before.append((time.perf_counter() - started) * 1000)
+        truths.append([row[0] for row in rows[:10]])
+    exact.close()
+    store = SQLiteStore(path)
+    await store.setup()
+    after: list[float] = []
+    recall: list[float] = []
+    try:
+        await store.vector_candidates(
+            agent_id, queries[0].tolist(), STAGE_K, [STAGE_CHANNEL]
+        )  # loads the codes
+        for query, truth in zip(queries, truths, strict=True):
+            started = time.perf_counter()
+            hits = await store.vector_candidates(agent_id, query.tolist(), STAGE_K, [STAGE_CHANNEL])
+            after.append((time.perf_counter() - started) * 1000)
+            recall.append(len({hit[0] for hit in hits[:10]} & set(truth)) / 10)
+    finally:
+        await store.close()
+    load = os.getloadavg()[0]
+    return (
+        f"{count:>9,} {query_count:>7} {_size_mb(path):>8.0f} {rate:>8.0f} "
+        f"{statistics.median(before):>8.1f} {_percentile(before, 0.95):>8.1f} "
+        f"{statistics.median(after):>8.1f} {_percentile(after, 0.95):>8.1f} "
+        f"{statistics.mean(recall):>9.3f} {load:>5.1f}"
+    )
+
+
+async def run_stage(sizes: Sequence[int], query_count: int) -> None:
+    print(f"vector stage, one agent, ONE channel, 256 dims, k={STAGE_K}; cache {_cache_dir()}\n")
+    header = (
+        f"{'records':>9} {'queries':>7} {'db MB':>8} {'insert/s':>8} {'exact50':>8} {'exact95':>8} "
+        f"{'codes50':>8} {'codes95':>8} {'recall@10':>9} {'load':>5}"
+    )
+    print(header + "   (latencies in ms)", flush=True)
+    for count in sizes:
+        print(await _stage_row(count, query_count), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -263,7 +428,16 @@ def main() -> None:
     parser.add_argument(
         "--dims", type=int, default=0, help="[memory] embedder_dims (WordLlama: 64, 128, 256)"
     )
+    parser.add_argument(
+        "--vector-stage",
+        action="store_true",
+        help="measure the vector stage alone in one compartment (synthetic clustered vectors)",
+    )
+    parser.add_argument("--stage-sizes", default="10000,100000,1000000", help="with --vector-stage")
     args = parser.parse_args()
+    if args.vector_stage:
+        asyncio.run(run_stage([int(s) for s in args.stage_sizes.split(",") if s], min(args.queries, 200)))
+        return
     sizes = [(int(s), args.queries) for s in args.sizes.split(",") if s]
     if args.million:
         sizes.append((1_000_000, args.million_queries))

@@ -14,8 +14,8 @@ stored vector: 85 ms at 100k records in ONE channel, half a second at 1M. A part
    store caches in memory per partition and re-reads only when a block changed (each
    block carries a version); at 1M vectors the codes are 64 MB and a scan takes ~15 ms of
    numpy popcount.
-2. The `candidates(k)` codes nearest the query's code (20 x k: a threshold on the Hamming
-   histogram, no sort) name rows of `memory_ann_units`, where every vector is also kept as
+2. The `candidates(k, n)` codes nearest the query's code (3.2 x sqrt(n), at least 2 x k: a
+   threshold on the Hamming histogram, no sort) name rows of `memory_ann_units`, where every vector is also kept as
    float32 by integer id.
 3. **Exact re-rank** of those candidates by cosine distance, the k best returned. The
    distances returned are exact; only the candidate set is approximate: recall@10 of the
@@ -40,6 +40,7 @@ Migration 16 creates the tables and backfills them from the vec0 tables.
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ __all__ = [
 EXACT_BELOW = 2_000  # a smaller partition is scanned exactly by sqlite-vec: it is as fast
 BLOCK = 4_096  # codes per block row: appending one vector rewrites at most 256 KB
 _MAX_CODE_BITS = 512
+_IDS_PER_STATEMENT = 10_000  # well under SQLite's 32,766 bound parameters
 _SEED = 20_261_202  # the projections are stored with the partition: the seed only starts them
 
 Vector = np.ndarray[Any, np.dtype[np.float32]]
@@ -112,9 +114,12 @@ def code_bits(dims: int) -> int:
     return min(_MAX_CODE_BITS, -(-2 * dims // 64) * 64)
 
 
-def candidates(k: int) -> int:
-    """How many codes go to the exact re-rank for a search of `k`."""
-    return max(20 * k, 200)
+def candidates(k: int, vectors: int) -> int:
+    """How many codes go to the exact re-rank for a search of `k` in a partition of
+    `vectors`. The true top 10 hide among more codes as the partition grows; 3.2 x sqrt(n)
+    kept recall@10 >= 0.98 from 100k (1,012) to 1M (3,200) on the benchmark's data, while
+    20 x k would re-rank 2,000 at every size."""
+    return max(2 * k, 200, math.ceil(3.2 * math.sqrt(vectors)))
 
 
 @dataclass(frozen=True)
@@ -325,6 +330,7 @@ def backfill(connection: Connection, vector_tables: Sequence[str]) -> None:
 @dataclass
 class _Partition:
     generation: int
+    vectors: int
     mean: Vector
     projection: Vector
     blocks: dict[int, tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]] = field(
@@ -342,7 +348,7 @@ class AnnCache:
 
     def load(self, connection: Connection, key: tuple[str, str, int]) -> _Partition | None:
         row = connection.exec_driver_sql(
-            "SELECT built_at, generation, mean, projection FROM memory_ann_partitions "
+            "SELECT built_at, generation, mean, projection, vectors FROM memory_ann_partitions "
             "WHERE agent_id = ? AND channel = ? AND dims = ?",
             key,
         ).first()
@@ -355,6 +361,7 @@ class AnnCache:
         if cached is None or cached.generation != int(row[1]):
             cached = _Partition(
                 int(row[1]),
+                int(row[4]),
                 np.frombuffer(row[2], dtype=np.float32),
                 np.frombuffer(row[3], dtype=np.float32).reshape(key[2], -1),
             )
@@ -374,7 +381,7 @@ class AnnCache:
             ):
                 packed = np.frombuffer(codes, dtype=np.uint64).reshape(-1, words)
                 blocks[int(block)] = (int(version), np.frombuffer(ids, dtype=np.int64), packed.T.copy())
-        fresh = _Partition(cached.generation, cached.mean, cached.projection, blocks)
+        fresh = _Partition(cached.generation, int(row[4]), cached.mean, cached.projection, blocks)
         with self._lock:
             self._partitions[key] = fresh
         return fresh
@@ -390,6 +397,11 @@ def search(
     partition = cache.load(connection, key)
     if partition is None:
         return None
+    wanted = candidates(k, partition.vectors)
+    # Re-ranking a candidate costs ~20 exact comparisons (a row lookup against a scan of
+    # contiguous chunks): below 16 x candidates the exact scan is as fast.
+    if partition.vectors < 16 * wanted:
+        return None
     query = np.frombuffer(unit, dtype=np.float32)
     code = np.packbits(((query - partition.mean) @ partition.projection) > 0).view(np.uint64)
     distances: list[np.ndarray[Any, Any]] = []
@@ -400,7 +412,6 @@ def search(
         distances.append(hamming)
     if not distances:
         return []
-    wanted = candidates(k)
     # The smallest threshold that admits `wanted` codes: a histogram, not a sort.
     cumulative = np.bincount(np.concatenate(distances), minlength=len(code) * 64 + 1).cumsum()
     threshold = int(np.searchsorted(cumulative, wanted))
@@ -412,11 +423,15 @@ def search(
         room -= len(tied)
         chosen_parts.append(tied)
     chosen = np.concatenate(chosen_parts)
-    rows = connection.exec_driver_sql(
-        "SELECT record_id, unit FROM memory_ann_units WHERE id IN (SELECT value FROM json_each(?)) "
-        "AND agent_id = ? AND channel = ? AND dims = ?",
-        (json.dumps(chosen.tolist()), agent_id, channel, dims),
-    ).all()
+    # Bound parameters, not json_each: SQLite then walks the ids as rowid lookups (3x faster).
+    rows: list[Any] = []
+    for start in range(0, len(chosen), _IDS_PER_STATEMENT):
+        part = chosen[start : start + _IDS_PER_STATEMENT].tolist()
+        rows += connection.exec_driver_sql(
+            f"SELECT record_id, unit FROM memory_ann_units WHERE id IN ({', '.join('?' * len(part))}) "
+            "AND agent_id = ? AND channel = ? AND dims = ?",
+            (*part, agent_id, channel, dims),
+        ).all()
     if not rows:
         return []
     matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), dims)
