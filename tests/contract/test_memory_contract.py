@@ -610,6 +610,45 @@ async def test_five_thousand_records_with_256_dimensional_vectors(store: Store) 
     assert len(await store.list_records(agent_id, limit=100)) == 100
 
 
+async def test_one_large_compartment_is_searched_well_and_never_leaks(store: Store) -> None:
+    """4,000 clustered 32-d vectors in ONE channel (large enough for a backend's approximate
+    index), beside the same agent's other channel and another agent's same channel, which
+    hold exact copies of every query. Recall@10 against brute force stays high, the
+    distances are exact, and nothing outside the compartment asked for comes back."""
+    agent_id, stranger = new_id(), new_id()
+    rng = random.Random(20)
+    common = [rng.gauss(0, 1.5) for _ in range(32)]
+    centres = [[rng.gauss(0, 1) for _ in range(32)] for _ in range(30)]
+
+    def draw() -> list[float]:
+        centre = rng.choice(centres)
+        return [c + m + rng.gauss(0, 0.8) for c, m in zip(common, centre, strict=True)]
+
+    mine = [
+        (_record(agent_id, f"memory {i}", at=T0 + timedelta(milliseconds=i)), draw()) for i in range(4000)
+    ]
+    assert all(await store.add_records([r for r, _ in mine], [v for _, v in mine], MODEL))
+    queries = [draw() for _ in range(15)]
+    for owner, channel in ((agent_id, DISCORD), (stranger, MAIN)):
+        copies = [
+            (_record(owner, "a copy", at=T0 + timedelta(seconds=i), channel=channel), queries[i % 15])
+            for i in range(300)
+        ]
+        assert all(await store.add_records([r for r, _ in copies], [v for _, v in copies], MODEL))
+    allowed = {r.id for r, _ in mine}
+    found = 0
+    for query in queries:
+        hits = await store.vector_candidates(agent_id, query, 10, [MAIN])
+        assert len(hits) == 10 and set(_ids(hits)) <= allowed
+        exact = sorted((_cosine_distance(query, v), r.id) for r, v in mine)[:10]
+        found += len(set(_ids(hits)) & {i for _, i in exact})
+        by_id = dict((r.id, v) for r, v in mine)
+        assert [d for _, d in hits] == pytest.approx(
+            [_cosine_distance(query, by_id[i]) for i, _ in hits], abs=1e-5
+        )
+    assert found / (10 * len(queries)) >= 0.9
+
+
 async def test_add_imported_writes_a_batch_whole_once_and_nothing_of_a_bad_one(store: Store) -> None:
     from persyn.store.base import Conversation, ImportedMemory, Message, Role
 
