@@ -66,7 +66,6 @@ __all__ = [
 EXACT_BELOW = 2_000  # a smaller partition is scanned exactly by sqlite-vec: it is as fast
 BLOCK = 4_096  # codes per block row: appending one vector rewrites at most 256 KB
 _MAX_CODE_BITS = 512
-_IDS_PER_STATEMENT = 10_000  # well under SQLite's 32,766 bound parameters
 _SEED = 20_261_202  # the projections are stored with the partition: the seed only starts them
 
 Vector = np.ndarray[Any, np.dtype[np.float32]]
@@ -98,7 +97,7 @@ _DDL = (
     " block INTEGER NOT NULL,"
     " version INTEGER NOT NULL,"
     " ids BLOB NOT NULL,"  # int64 memory_ann_units.id per entry
-    " codes BLOB NOT NULL,"  # code_bits/8 bytes per entry, same order
+    " codes BLOB NOT NULL,"  # per entry, same order: sign bits, int8 vector, float32 scale
     " PRIMARY KEY (agent_id, channel, dims, block))",
 )
 
@@ -116,10 +115,10 @@ def code_bits(dims: int) -> int:
 
 def candidates(k: int, vectors: int) -> int:
     """How many codes go to the exact re-rank for a search of `k` in a partition of
-    `vectors`. The true top 10 hide among more codes as the partition grows; 3.2 x sqrt(n)
-    kept recall@10 >= 0.98 from 100k (1,012) to 1M (3,200) on the benchmark's data, while
-    20 x k would re-rank 2,000 at every size."""
-    return max(2 * k, 200, math.ceil(3.2 * math.sqrt(vectors)))
+    `vectors`. The true top 10 hide among more codes as the partition grows: 5 x sqrt(n)
+    (1,581 at 100k, 5,000 at 1M) keeps recall@10 >= 0.98 on the benchmark's data. They are
+    re-ranked in memory (int8), so a few thousand cost about a millisecond."""
+    return max(2 * k, 200, math.ceil(5 * math.sqrt(vectors)))
 
 
 @dataclass(frozen=True)
@@ -292,11 +291,19 @@ def _read_units(
 
 
 def _codes(units: Vector, mean: Vector, projection: Vector) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    """Packed sign bits of the centred vectors' projections, one row per vector."""
-    out = np.empty((len(units), projection.shape[1] // 8), dtype=np.uint8)
+    """One entry per vector: the packed sign bits of the centred vector's projections
+    (`code_bits` / 8 bytes), then the vector in int8 (`dims` bytes) and its float32 scale
+    (4 bytes): the bits for the scan, the int8 copy to re-rank the candidates in memory."""
+    bits = projection.shape[1] // 8
+    dims = projection.shape[0]
+    out = np.empty((len(units), bits + dims + 4), dtype=np.uint8)
     for start in range(0, len(units), 65_536):  # bounds the float temporaries
-        part = (units[start : start + 65_536] - mean) @ projection
-        out[start : start + 65_536] = np.packbits(part > 0, axis=1)
+        part = units[start : start + 65_536]
+        end = start + len(part)
+        out[start:end, :bits] = np.packbits(((part - mean) @ projection) > 0, axis=1)
+        scale = np.maximum(np.abs(part).max(axis=1), np.float32(1e-30)) / np.float32(127)
+        out[start:end, bits : bits + dims] = np.rint(part / scale[:, None]).astype(np.int8).view(np.uint8)
+        out[start:end, bits + dims :] = scale.astype("<f4")[:, None].view(np.uint8)
     return out
 
 
@@ -333,9 +340,16 @@ class _Partition:
     vectors: int
     mean: Vector
     projection: Vector
-    blocks: dict[int, tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]] = field(
-        default_factory=dict[int, tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]]
-    )  # block -> (version, ids, codes as 64-bit words, one row per word)
+    blocks: dict[int, _Block] = field(default_factory=dict[int, "_Block"])
+
+
+@dataclass(frozen=True)
+class _Block:
+    version: int
+    ids: np.ndarray[Any, np.dtype[np.int64]]
+    words: np.ndarray[Any, np.dtype[np.uint64]]  # the sign bits, one row per 64-bit word
+    fine: np.ndarray[Any, np.dtype[np.int8]]  # the vectors in int8, one row per entry
+    scales: np.ndarray[Any, np.dtype[np.float32]]
 
 
 class AnnCache:
@@ -370,17 +384,23 @@ class AnnCache:
             key,
         ).all()
         current = {int(block): int(version) for block, version in versions}
-        changed = [b for b, v in current.items() if b not in cached.blocks or cached.blocks[b][0] != v]
+        changed = [b for b, v in current.items() if b not in cached.blocks or cached.blocks[b].version != v]
         blocks = {b: entry for b, entry in cached.blocks.items() if b in current}
         if changed:
-            words = cached.projection.shape[1] // 64
+            bits, dims = cached.projection.shape[1] // 8, key[2]
             for block, version, ids, codes in connection.exec_driver_sql(
                 "SELECT block, version, ids, codes FROM memory_ann_blocks WHERE agent_id = ? AND "
                 "channel = ? AND dims = ? AND block IN (SELECT value FROM json_each(?))",
                 (*key, json.dumps(changed)),
             ):
-                packed = np.frombuffer(codes, dtype=np.uint64).reshape(-1, words)
-                blocks[int(block)] = (int(version), np.frombuffer(ids, dtype=np.int64), packed.T.copy())
+                entries = np.frombuffer(codes, dtype=np.uint8).reshape(-1, bits + dims + 4)
+                blocks[int(block)] = _Block(
+                    int(version),
+                    np.frombuffer(ids, dtype=np.int64),
+                    np.ascontiguousarray(entries[:, :bits]).view(np.uint64).T.copy(),
+                    np.ascontiguousarray(entries[:, bits : bits + dims]).view(np.int8),
+                    np.ascontiguousarray(entries[:, bits + dims :]).view("<f4").ravel().astype(np.float32),
+                )
         fresh = _Partition(cached.generation, int(row[4]), cached.mean, cached.projection, blocks)
         with self._lock:
             self._partitions[key] = fresh
@@ -405,10 +425,10 @@ def search(
     query = np.frombuffer(unit, dtype=np.float32)
     code = np.packbits(((query - partition.mean) @ partition.projection) > 0).view(np.uint64)
     distances: list[np.ndarray[Any, Any]] = []
-    for _, _, words in partition.blocks.values():
-        hamming = np.bitwise_count(words[0] ^ code[0]).astype(np.uint16)
+    for block in partition.blocks.values():
+        hamming = np.bitwise_count(block.words[0] ^ code[0]).astype(np.uint16)
         for word in range(1, len(code)):
-            hamming += np.bitwise_count(words[word] ^ code[word])
+            hamming += np.bitwise_count(block.words[word] ^ code[word])
         distances.append(hamming)
     if not distances:
         return []
@@ -416,26 +436,37 @@ def search(
     cumulative = np.bincount(np.concatenate(distances), minlength=len(code) * 64 + 1).cumsum()
     threshold = int(np.searchsorted(cumulative, wanted))
     room = wanted - (int(cumulative[threshold - 1]) if threshold > 0 else 0)  # ties at the threshold
-    chosen_parts: list[np.ndarray[Any, Any]] = []
-    for (_, ids, _), hamming in zip(partition.blocks.values(), distances, strict=True):
-        chosen_parts.append(ids[hamming < threshold])
-        tied = ids[hamming == threshold][: max(room, 0)]
+    chosen: list[np.ndarray[Any, Any]] = []
+    scores: list[np.ndarray[Any, Any]] = []
+    for block, hamming in zip(partition.blocks.values(), distances, strict=True):
+        tied = np.flatnonzero(hamming == threshold)[: max(room, 0)]
         room -= len(tied)
-        chosen_parts.append(tied)
-    chosen = np.concatenate(chosen_parts)
-    # Bound parameters, not json_each: SQLite then walks the ids as rowid lookups (3x faster).
+        picked = np.concatenate([np.flatnonzero(hamming < threshold), tied])
+        chosen.append(block.ids[picked])
+        # The candidates' cosines from their int8 copies (error ~1e-3): in memory, no I/O.
+        scores.append(block.scales[picked] * (block.fine[picked].astype(np.float32) @ query))
+    ids = np.concatenate(chosen)
+    approximate = np.concatenate(scores)
+    # Only the best few are read as float32 for their exact distances: the int8 order is
+    # exact but for near-ties, which the margin covers. Stale entries (deleted records)
+    # find no row: then the next few are read, until k are found or none are left.
+    order = ids[np.argsort(-approximate, kind="stable")]
+    batch = k + k // 4 + 10
     rows: list[Any] = []
-    for start in range(0, len(chosen), _IDS_PER_STATEMENT):
-        part = chosen[start : start + _IDS_PER_STATEMENT].tolist()
+    for start in range(0, len(order), batch):
+        part = order[start : start + batch].tolist()
+        # Bound parameters, not json_each: SQLite walks them as rowid lookups. The
+        # compartment is in the WHERE: a code naming any other row finds nothing.
         rows += connection.exec_driver_sql(
             f"SELECT record_id, unit FROM memory_ann_units WHERE id IN ({', '.join('?' * len(part))}) "
             "AND agent_id = ? AND channel = ? AND dims = ?",
             (*part, agent_id, channel, dims),
         ).all()
+        if len(rows) >= k:
+            break
     if not rows:
         return []
     matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), dims)
     cosine = 1.0 - matrix @ query
-    best = np.argsort(cosine, kind="stable")[: 4 * k]
-    hits = [(str(rows[i][0]), float(cosine[i])) for i in best]
+    hits = [(str(row[0]), float(distance)) for row, distance in zip(rows, cosine, strict=True)]
     return sorted(hits, key=lambda hit: (hit[1], hit[0]))[:k]
