@@ -1,25 +1,29 @@
 """Sub-linear vector search in one large compartment (ARCHITECTURE §7.3; issue 20 item 5).
 
 sqlite-vec's kNN (`_sqlite_vectors.py`) is exact and costs about half a microsecond per
-stored vector: 85 ms at 100k records in ONE channel, half a second at 1M. A partition of
-`EXACT_BELOW` vectors or more is searched here instead, in three steps:
+stored vector: 85 ms at 100k records in ONE channel, half a second at 1M. A partition (an
+agent's channel, one vector size) of `EXACT_BELOW` vectors or more is searched here
+instead, in three steps:
 
 1. **Binary codes, scanned by Hamming distance.** Each vector is coded as the signs of
    `code_bits(dims)` random projections (2 x dims, at most 512) of the vector minus the
    partition's mean. Subtracting the mean matters: embeddings share a large common
    direction, and uncentred sign bits spend most of their information on it. Two
    projections per dimension (rather than the coordinates' own signs) halve the candidates
-   needed for the same recall (measured: `bench/memory_scale.py`). The codes live packed in
-   blocks of `BLOCK` (`memory_ann_blocks`: one blob of codes, one of unit-row ids), which a
-   store caches in memory per partition and re-reads only when a block changed (each
-   block carries a version); at 1M vectors the codes are 64 MB and a scan takes ~15 ms of
-   numpy popcount.
-2. The `candidates(k, n)` codes nearest the query's code (3.2 x sqrt(n), at least 2 x k: a
-   threshold on the Hamming histogram, no sort) name rows of `memory_ann_units`, where every vector is also kept as
-   float32 by integer id.
-3. **Exact re-rank** of those candidates by cosine distance, the k best returned. The
-   distances returned are exact; only the candidate set is approximate: recall@10 of the
-   vector stage against exact search is >= 0.98 on the benchmark's data.
+   needed for the same recall. The `candidates(k, n)` codes nearest the query's code
+   (5 x sqrt(n)) are chosen by a threshold on the Hamming histogram, not a sort.
+2. **An int8 re-rank in memory.** Each entry also holds the vector in int8 with its scale
+   (cosine error ~1e-3): the candidates are ordered by it without any I/O.
+3. **An exact re-rank** of the best k + k/4 + 10, read as float32 by integer id from
+   `memory_ann_units`. The distances returned are exact; only the candidate set is
+   approximate: recall@10 against exact search >= 0.98 on the benchmark's data.
+
+The entries live packed in blocks of `BLOCK` (`memory_ann_blocks`: one blob of entries,
+one of unit-row ids), which a store caches in memory per partition and re-reads only when
+a block changed (each block carries a version, read on every search). Per vector that is
+dims + 4 + code_bits/8 + 8 bytes: 332 MB of memory at 1M 256-d vectors in one channel, and
+a scan of ~15 ms. Reading float32 vectors for every candidate instead cost ~20 us a row
+(a random page each), which is why the int8 copy exists.
 
 Access rules: the re-rank reads candidates with `agent_id = ? AND channel = ?` in the SQL,
 so an id that a stale block, a bug or a corrupted blob points elsewhere can never surface a
@@ -64,7 +68,7 @@ __all__ = [
 ]
 
 EXACT_BELOW = 2_000  # a smaller partition is scanned exactly by sqlite-vec: it is as fast
-BLOCK = 4_096  # codes per block row: appending one vector rewrites at most 256 KB
+BLOCK = 4_096  # entries per block row: appending one vector rewrites one block (~1.3 MB at 256-d)
 _MAX_CODE_BITS = 512
 _SEED = 20_261_202  # the projections are stored with the partition: the seed only starts them
 
