@@ -184,7 +184,8 @@ class MemoryPort(ABC):
         """Nearest records by cosine distance (smaller is closer), filtered by agent and,
         when given, by channel key. Only vectors of `len(vector)` dimensions are searched.
         Returns (record_id, distance), closest first. A backend may answer approximately
-        (an ANN index); the embedded SQLite one is exact, one partition per channel."""
+        (an ANN index) but returns exact distances: SQLite is exact per channel below 2,000
+        vectors and uses binary codes with an exact re-rank above (ARCHITECTURE §7.1).
 
     @abstractmethod
     async def keyword_candidates(
