@@ -185,7 +185,7 @@ class MemoryPort(ABC):
         when given, by channel key. Only vectors of `len(vector)` dimensions are searched.
         Returns (record_id, distance), closest first. A backend may answer approximately
         (an ANN index) but returns exact distances: SQLite is exact per channel below 2,000
-        vectors and uses binary codes with an exact re-rank above (ARCHITECTURE §7.1).
+        vectors and uses binary codes with an exact re-rank above (ARCHITECTURE §7.1)."""
 
     @abstractmethod
     async def keyword_candidates(
