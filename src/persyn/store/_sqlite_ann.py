@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,7 @@ __all__ = [
 EXACT_BELOW = 2_000  # a smaller partition is scanned exactly by sqlite-vec: it is as fast
 BLOCK = 4_096  # entries per block row: appending one vector rewrites one block (~1.3 MB at 256-d)
 _MAX_CODE_BITS = 512
+_CHUNK = 4 * BLOCK  # vectors per read while building (16 MB at 256-d)
 _SEED = 20_261_202  # the projections are stored with the partition: the seed only starts them
 
 Vector = np.ndarray[Any, np.dtype[np.float32]]
@@ -214,32 +215,63 @@ def _refresh(connection: Connection, key: tuple[str, str, int], added: Sequence[
 
 
 def _build(connection: Connection, key: tuple[str, str, int], generation: int, projection: Any) -> None:
-    """Compute the partition's mean from all its vectors and code them all afresh."""
+    """Compute the partition's mean from all its vectors and code them all afresh. Two
+    streamed passes of `_CHUNK` vectors (a multiple of BLOCK), so memory stays bounded
+    whatever the partition's size."""
     dims = key[2]
-    ids, units = _read_units(connection, key, None)
-    mean = units.mean(axis=0, dtype=np.float64).astype(np.float32)
+    total = np.zeros(dims, dtype=np.float64)
+    count = 0
+    for _, units in _unit_chunks(connection, key):
+        total += units.sum(axis=0, dtype=np.float64)
+        count += len(units)
+    mean = (total / max(count, 1)).astype(np.float32)
     if projection is None:
         rng = np.random.default_rng(_SEED)
         matrix = rng.standard_normal((dims, code_bits(dims)), dtype=np.float32)
     else:
         matrix = np.frombuffer(projection, dtype=np.float32).reshape(dims, -1)
-    codes = _codes(units, mean, matrix)
     connection.exec_driver_sql(
         "DELETE FROM memory_ann_blocks WHERE agent_id = ? AND channel = ? AND dims = ?", key
     )
-    connection.exec_driver_sql(
-        "INSERT INTO memory_ann_blocks (agent_id, channel, dims, block, version, ids, codes) "
-        "VALUES (?, ?, ?, ?, 0, ?, ?)",
-        [
-            (*key, number, ids[start : start + BLOCK].tobytes(), codes[start : start + BLOCK].tobytes())
-            for number, start in enumerate(range(0, len(ids), BLOCK))
-        ],
-    )
+    number = 0
+    for ids, units in _unit_chunks(connection, key):
+        codes = _codes(units, mean, matrix)
+        rows = [
+            (*key, number + i, ids[start : start + BLOCK].tobytes(), codes[start : start + BLOCK].tobytes())
+            for i, start in enumerate(range(0, len(ids), BLOCK))
+        ]
+        connection.exec_driver_sql(
+            "INSERT INTO memory_ann_blocks (agent_id, channel, dims, block, version, ids, codes) "
+            "VALUES (?, ?, ?, ?, 0, ?, ?)",
+            rows,
+        )
+        number += len(rows)
     connection.exec_driver_sql(
         "UPDATE memory_ann_partitions SET vectors = ?, built_at = ?, stale = 0, generation = ?, "
         "mean = ?, projection = ? WHERE agent_id = ? AND channel = ? AND dims = ?",
-        (len(ids), len(ids), generation + 1, mean.tobytes(), np.ascontiguousarray(matrix).tobytes(), *key),
+        (count, count, generation + 1, mean.tobytes(), np.ascontiguousarray(matrix).tobytes(), *key),
     )
+
+
+def _unit_chunks(
+    connection: Connection, key: tuple[str, str, int]
+) -> Iterator[tuple[np.ndarray[Any, np.dtype[np.int64]], Vector]]:
+    """The partition's vectors in id order, `_CHUNK` at a time."""
+    after = 0
+    while True:
+        rows = connection.exec_driver_sql(
+            "SELECT id, unit FROM memory_ann_units WHERE agent_id = ? AND channel = ? AND dims = ? "
+            "AND id > ? ORDER BY id LIMIT ?",
+            (*key, after, _CHUNK),
+        ).all()
+        if not rows:
+            return
+        ids = np.fromiter((int(row[0]) for row in rows), dtype=np.int64, count=len(rows))
+        yield (
+            ids,
+            np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), key[2]),
+        )
+        after = int(ids[-1])
 
 
 def _append(
@@ -314,19 +346,12 @@ def _codes(units: Vector, mean: Vector, projection: Vector) -> np.ndarray[Any, n
 def backfill(connection: Connection, vector_tables: Sequence[str]) -> None:
     """Migration 16: every vector already in the vec0 tables into `memory_ann_units`, then
     the partitions built as `add_units` would have built them."""
-    for table in vector_tables:
-        rows = connection.exec_driver_sql(f"SELECT record_id, agent_id, channel, embedding FROM {table}")
-        batch: list[NewUnit] = []
-        for row in rows.all():
-            batch.append(NewUnit(str(row[0]), str(row[1]), str(row[2]), bytes(row[3])))
-        for start in range(0, len(batch), 50_000):
-            connection.exec_driver_sql(
-                "INSERT INTO memory_ann_units (record_id, agent_id, channel, dims, unit) VALUES (?, ?, ?, ?, ?)",
-                [
-                    (u.record_id, u.agent_id, u.channel, len(u.unit) // 4, u.unit)
-                    for u in batch[start : start + 50_000]
-                ],
-            )
+    for table in vector_tables:  # in SQL: nothing held in memory
+        dims = int(table.rsplit("_", 1)[1])
+        connection.exec_driver_sql(
+            "INSERT INTO memory_ann_units (record_id, agent_id, channel, dims, unit) "
+            f"SELECT record_id, agent_id, channel, {dims}, embedding FROM {table}"
+        )
     connection.exec_driver_sql(
         "INSERT INTO memory_ann_partitions (agent_id, channel, dims, vectors) "
         "SELECT agent_id, channel, dims, count(*) FROM memory_ann_units GROUP BY agent_id, channel, dims"
