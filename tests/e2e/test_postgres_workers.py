@@ -128,3 +128,48 @@ def test_a_worker_killed_mid_turn_is_taken_over_by_another_host_exactly_once(
     assert not (other.home / "usage.jsonl").exists() or all(
         u["thread_id"] != event_id for u in _usage(other.home)
     )  # the model calls were the first worker's; the second only transmitted
+
+
+def test_two_workers_share_three_agents_in_order_each_event_answered_once(
+    persyn: Persyn, postgres_server: PostgresForTests, tmp_path: Path
+) -> None:
+    url = postgres_server.fresh_database("share")
+    for name in ("Bo", "Cy"):
+        assert persyn.run("init", "--name", name).returncode == 0
+    script = tmp_path / "slow.json"  # long enough that one worker alone cannot keep the others idle
+    script.write_text(json.dumps([{"task": "respond", "reply": "Noted.", "sleep_ms": 700}]))
+    env = {
+        "PERSYN_STORAGE_URL": url,
+        "PERSYN_MODELS__DEFAULT": f"test:script@{script}",
+        "PERSYN_DISPATCH__WORKER_CONCURRENCY": "1",  # one turn at a time per process
+    }
+    sent: dict[str, list[str]] = {}
+    for number in range(2):  # queued before any worker runs, so both find work waiting
+        for agent in ("Ada", "Bo", "Cy"):
+            done = persyn.run("send", "--no-wait", "--agent", agent, f"{agent} message {number}", env=env)
+            assert done.returncode == 0, done.stderr
+            sent.setdefault(agent, []).append(done.stdout.strip())
+    events = [event for ids in sent.values() for event in ids]
+    workers = [persyn.popen("worker", **env), persyn.popen("worker", **env)]
+    try:
+        _wait_for(
+            lambda: all((_status(url, event) or ("",))[0] == "SUCCESS" for event in events),
+            180,
+            "every reply",
+        )
+    finally:
+        for worker in workers:
+            _stop(worker)
+
+    for agent, ids in sent.items():
+        rows = _query(
+            url,
+            "SELECT m.event_id FROM messages m WHERE m.role = 'agent' AND m.event_id = ANY(:ids) "
+            "ORDER BY m.created_at, m.id",
+            ids=ids,
+        )
+        assert [str(r[0]) for r in rows] == ids, f"{agent}'s replies out of order or not once each"
+    executors = {(_status(url, event) or ("", ""))[1] for event in events}
+    assert len(executors) == 2, f"one worker did everything: {executors}"
+    responds = [u for u in _usage(persyn.home) if u["thread_id"] in events and u["stage"] == "respond"]
+    assert sorted(str(u["thread_id"]) for u in responds) == sorted(events)  # one bill per turn
