@@ -25,7 +25,7 @@ from types import TracebackType
 from dbos import DBOS, DBOSClient, DBOSConfig, Queue
 from sqlalchemy import Engine
 
-from persyn.channels.base import Channel
+from persyn.channels.base import Channel, safe_sink
 from persyn.cognition.goals import GoalsSource
 from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock
@@ -57,6 +57,7 @@ from persyn.runtime.dispatch import (
 )
 from persyn.runtime.durable import APPLICATION_VERSION
 from persyn.runtime.housekeeping import Housekeeping
+from persyn.runtime.live import LiveBus, live_bus
 from persyn.runtime.local_models import LocalModels
 from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
@@ -149,6 +150,7 @@ class Runtime:
         self._dbos_engine: Engine | None = None
         self._executor_slot: ExecutorSlot | None = None
         self._liveness: PostgresLiveness | None = None
+        self.live: LiveBus = live_bus(self.settings.database_url)
         self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
         self._worker: WorkerDispatcher | None = None
 
@@ -171,6 +173,11 @@ class Runtime:
         host — never a turn running in a live process."""
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         await self.store.setup()
+        self.outbox.announcer = self.live.announce_outbox
+        self.activation.remote_sink = self.live.remote_sink
+        await self.live.start(
+            self.outbox.flush, lambda event: safe_sink(self.channels.get(event.service), event)
+        )
         for agent in self.agents.values():
             await self.store.ensure_agent(agent.id, agent.name, self.clock.now())
         await self.local_models.start(self.agents.values())
@@ -315,6 +322,7 @@ class Runtime:
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(thread_name_prefix="persyn"))
             self._launched = False
         self.intake.close()
+        await self.live.close()
         self.workflows.dispatcher = None
         self.job_queue.close()
         self._worker = None
@@ -395,6 +403,7 @@ class Runtime:
         return self.intake.validate_text(text)
 
     async def submit(self, event: Event, *, from_step: bool = False) -> str:
+        self.live.taken_in(event)  # its tokens come back here if another process runs it
         return await self.intake.submit(event, from_step=from_step)
 
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
