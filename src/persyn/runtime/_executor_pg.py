@@ -22,11 +22,14 @@ again) but can run an unfinished step twice, so the connection has TCP keepalive
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.pool import NullPool
+
+from persyn.core.errors import ConfigError
 
 __all__ = ["PostgresLiveness", "is_postgres_url"]
 
@@ -36,7 +39,6 @@ log = logging.getLogger(__name__)
 # one-key locks live in another key space.
 _LOCK_CLASS = 0x7065_7878
 
-_HOLD = text("SELECT pg_advisory_lock(:cls, hashtext(:id))")
 _TRY = text("SELECT pg_try_advisory_lock(:cls, hashtext(:id))")
 _UNLOCK = text("SELECT pg_advisory_unlock(:cls, hashtext(:id))")
 
@@ -67,11 +69,22 @@ class PostgresLiveness:
         self._held: Connection | None = None
         self._own: str | None = None
 
-    def hold(self, executor_id: str) -> None:
-        """Take this executor's lock for the life of the process. Blocks while another
-        worker is adopting this id's work (that takes a moment)."""
+    def hold(self, executor_id: str, *, wait_seconds: float = 30.0) -> None:
+        """Take this executor's lock for the life of the process. Waits while another
+        worker adopts this id's work (a moment); a live process holding it longer is
+        another executor under the same id, a ConfigError."""
         connection = self._engine.connect()
-        connection.execute(_HOLD, {"cls": _LOCK_CLASS, "id": executor_id})
+        params = {"cls": _LOCK_CLASS, "id": executor_id}
+        deadline = time.monotonic() + wait_seconds
+        while not connection.execute(_TRY, params).scalar():
+            if time.monotonic() >= deadline:
+                connection.close()
+                raise ConfigError(
+                    f"executor id {executor_id!r} is held by another live process on this database "
+                    "(another host with the same name, or a copied [dispatch] executor_id): give each "
+                    "worker its own [dispatch] executor_id"
+                )
+            time.sleep(0.2)
         self._held, self._own = connection, executor_id
 
     def adopt_dead(self, version: str, recover: Callable[[list[str]], object]) -> list[str]:
