@@ -403,7 +403,8 @@ class Runtime:
         return self.intake.validate_text(text)
 
     async def submit(self, event: Event, *, from_step: bool = False) -> str:
-        self.live.taken_in(event)  # its tokens come back here if another process runs it
+        # Its tokens come back here if another process runs it (`runtime/live.py`).
+        event = self.live.taken_in(event, self.channels.get(event.service))
         return await self.intake.submit(event, from_step=from_step)
 
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:

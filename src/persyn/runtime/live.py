@@ -33,6 +33,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from persyn.channels.base import Channel
 from persyn.core.events import Event
 from persyn.gateway.base import SinkCallable, SinkEvent
 
@@ -45,6 +46,9 @@ LIVE_CHANNEL = "persyn_live"
 _QUEUE = 2000  # items waiting to be published; beyond that, live tokens are dropped
 _PAYLOAD = 7000  # bytes of text in one NOTIFY (PostgreSQL's payload limit is 8000)
 _REMEMBERED = 1000  # events taken in here whose streams this process can show
+# Set on an event taken in by a process whose channel streams tokens: only then does a
+# worker elsewhere publish them (an event from `persyn send` or a chat network has no viewer).
+LIVE_META = "persyn.live"
 
 OnOutbox = Callable[[str, str], Awaitable[object]]
 
@@ -56,8 +60,12 @@ class LiveBus:
         """Listen: `on_outbox(service, agent_id)` for an announced row; `channel_sink(event)`
         for the local channel's sink of an event taken in here."""
 
-    def taken_in(self, event: Event) -> None:
-        """`event` was submitted in this process: its stream may come back here."""
+    def taken_in(self, event: Event, channel: Channel | None) -> Event:
+        """`event` is being submitted in this process, where `channel` (its service's, if
+        connected) may show its stream: the event to store, marked if it wants its tokens
+        back from another process."""
+        del channel
+        return event
 
     def remote_sink(self, event: Event) -> SinkCallable | None:
         """A sink publishing `event`'s tokens for the process that took it in; None: none."""
@@ -96,12 +104,19 @@ class PostgresLiveBus(LiveBus):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(listening.wait(), 10)
 
-    def taken_in(self, event: Event) -> None:
+    def taken_in(self, event: Event, channel: Channel | None) -> Event:
+        if channel is None or not channel.streams_tokens:
+            return event  # nobody here shows tokens: a worker elsewhere publishes none
+        event = event.model_copy(update={"meta": {**event.meta, LIVE_META: "1"}})
         self._events[event.id] = event
         while len(self._events) > _REMEMBERED:
             self._events.popitem(last=False)
+        return event
 
     def remote_sink(self, event: Event) -> SinkCallable | None:
+        if event.meta.get(LIVE_META) != "1":
+            return None  # taken in where no channel streams: publishing would be waste
+
         def sink(item: SinkEvent) -> None:
             self._put(LIVE_CHANNEL, {"e": event.id, "p": item.phase, "k": item.kind, "t": item.text})
 
