@@ -93,7 +93,7 @@ async def _burst(
             )
             await runtime.store.save_event(event)
             await runtime.intake.enqueue_activation(agent.id, event.id)
-        while _markers(database) - before < events:
+        while _markers(database) - before < events:  # noqa: ASYNC110 (other processes write them)
             await asyncio.sleep(0.05)
         elapsed = time.perf_counter() - started
         return events / elapsed, (_cpu_ms(pids) - cpu) / events
