@@ -20,6 +20,7 @@ from persyn.cli import (
     people,
     serve,
     setup,
+    store,
     tools,
     traces,
     usage,
@@ -80,6 +81,7 @@ for group in (
     tools,
     autonomy,
     doctor,
+    store,
     web,
 ):
     group.register(app)

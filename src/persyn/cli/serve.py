@@ -219,7 +219,7 @@ def _no_worker(event_id: str) -> str:
     )
 
 
-async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
+async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -> int:
     from persyn.channels.network import configured_channels
     from persyn.cli.web import serve_web, web_surface
     from persyn.runtime.compose import build_runtime
@@ -233,7 +233,7 @@ async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await runtime.start(workers=True, scheduler=housekeeping)
+    await runtime.start(workers=workers, scheduler=housekeeping)
     control = await ControlServer.start(runtime, settings)  # `persyn send`'s fast path
     # The chat networks connect in the process that runs the scheduler (`persyn run`); a
     # scale-out worker would join the rooms a second time.
@@ -257,12 +257,23 @@ async def _serve(cli: CliContext, *, housekeeping: bool) -> int:
     return 0
 
 
-def run_command(ctx: typer.Context) -> None:
+def run_command(
+    ctx: typer.Context,
+    workers: Annotated[
+        bool,
+        typer.Option(
+            "--workers/--no-workers",
+            help="--no-workers serves the channels (web, chat networks) only: the turns, the scheduler "
+            "and the reminders are left to `persyn worker` processes and a `persyn run` elsewhere "
+            "sharing the store (PostgreSQL for processes on several hosts).",
+        ),
+    ] = True,
+) -> None:
     """Run the deployment: workers, scheduler and configured channels in one process.
 
     SIGTERM stops it without losing accepted events; activations that were running resume
     after the last finished step when it starts again."""
-    raise typer.Exit(run(_serve(CliContext.of(ctx), housekeeping=True)))
+    raise typer.Exit(run(_serve(CliContext.of(ctx), housekeeping=True, workers=workers)))
 
 
 def worker_command(ctx: typer.Context) -> None:

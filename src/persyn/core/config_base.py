@@ -359,6 +359,15 @@ class DispatchConfig(Section):
         ),
         examples=["worker-1"],
     )
+    dead_executor_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description=(
+            "How often a worker looks for workers that died mid-turn (kill -9, a lost host) and takes over "
+            "their unfinished turns."
+        ),
+    )
     housekeeping_seconds: float = Field(
         default=60.0,
         gt=0,

@@ -27,6 +27,7 @@ from persyn.core.errors import InputError
 from persyn.core.events import Event
 from persyn.core.ids import derived_id
 from persyn.core.records import channel_key
+from persyn.gateway.base import SinkCallable
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.autonomy import set_run_provenance
 from persyn.runtime.tool_steps import ToolSteps
@@ -142,6 +143,11 @@ async def record_deliberation(
     await store.merge_deliberation(agent_id, event_id, trace, at)
 
 
+def _no_sink(event: Event) -> SinkCallable | None:
+    del event
+    return None
+
+
 class ActivationSteps:
     """The pipeline's steps for one deployment (every configured agent)."""
 
@@ -171,6 +177,13 @@ class ActivationSteps:
         self.tools = tools
         self._reply_budget_spent = reply_budget_spent
         self._runs = runs
+        # Where a turn's tokens go when its channel is connected in another process (the
+        # runtime sets it on PostgreSQL: `runtime/live.py`).
+        self.remote_sink: Callable[[Event], SinkCallable | None] = _no_sink
+
+    def _sink(self, event: Event) -> SinkCallable | None:
+        channel = self.channels.get(event.service)
+        return safe_sink(channel, event) if channel is not None else self.remote_sink(event)
 
     # policy (deterministic: consulted in the workflow, outside the steps) ----------------
     def deliberation_mode(self, service: str) -> str:
@@ -321,7 +334,7 @@ class ActivationSteps:
         self, agent_id: str, event_id: str, setup: TurnSetup, prepared: pipeline.Prepared
     ) -> Draft:
         event = await self.cache.event(agent_id, event_id)
-        sink = safe_sink(self.channels.get(event.service), event)
+        sink = self._sink(event)
         tools = self.tools.specs(setup, event_id) if self.tools.offered(agent_id) else ()
         reply = await pipeline.respond(self.gateways[agent_id], prepared.prompt, sink, tools)
         return Draft(reply=reply, prepared=prepared)
@@ -359,7 +372,7 @@ class ActivationSteps:
         sink = None
         if live:
             event = await self.cache.event(agent_id, event_id)
-            sink = safe_sink(self.channels.get(event.service), event)
+            sink = self._sink(event)
         return await deliberation.refine(
             self.gateways[agent_id], _prepared(draft).prompt, draft.text, objections, sink
         )

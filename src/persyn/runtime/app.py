@@ -25,7 +25,7 @@ from types import TracebackType
 from dbos import DBOS, DBOSClient, DBOSConfig, Queue
 from sqlalchemy import Engine
 
-from persyn.channels.base import Channel
+from persyn.channels.base import Channel, safe_sink
 from persyn.cognition.goals import GoalsSource
 from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock
@@ -43,6 +43,7 @@ from persyn.runtime._executor import (
     claim_executor_slot,
     executor_directory,
 )
+from persyn.runtime._executor_pg import PostgresLiveness, is_postgres_url
 from persyn.runtime.activation import ActivationSteps, TurnCache
 from persyn.runtime.autonomy import Autonomy, BudgetedModel
 from persyn.runtime.conversation_jobs import ConversationHook, ConversationJobs, JobQueue
@@ -56,6 +57,7 @@ from persyn.runtime.dispatch import (
 )
 from persyn.runtime.durable import APPLICATION_VERSION
 from persyn.runtime.housekeeping import Housekeeping
+from persyn.runtime.live import LiveBus, live_bus
 from persyn.runtime.local_models import LocalModels
 from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
@@ -147,6 +149,8 @@ class Runtime:
         self._launched = False
         self._dbos_engine: Engine | None = None
         self._executor_slot: ExecutorSlot | None = None
+        self._liveness: PostgresLiveness | None = None
+        self.live: LiveBus = live_bus(self.settings.database_url)
         self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
         self._worker: WorkerDispatcher | None = None
 
@@ -169,6 +173,11 @@ class Runtime:
         host — never a turn running in a live process."""
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         await self.store.setup()
+        self.outbox.announcer = self.live.announce_outbox
+        self.activation.remote_sink = self.live.remote_sink
+        await self.live.start(
+            self.outbox.flush, lambda event: safe_sink(self.channels.get(event.service), event)
+        )
         for agent in self.agents.values():
             await self.store.ensure_agent(agent.id, agent.name, self.clock.now())
         await self.local_models.start(self.agents.values())
@@ -219,20 +228,16 @@ class Runtime:
             self.intake.open(ClientDispatcher(await self._client()), self.workflows.activation)
             return
         config["executor_id"] = self._executor_id(role or ("run" if scheduler else "worker"))
+        if is_postgres_url(dbos_url):  # liveness other hosts can see (`_executor_pg.py`)
+            self._liveness = PostgresLiveness(dbos_url)
+            await asyncio.to_thread(self._liveness.hold, config["executor_id"])
         DBOS(config=config)
         # Launched from inside the running loop so queued workflows run on it: live
         # token sinks and adapters then need no cross-thread marshalling.
         DBOS.launch()
         self._launched = True
-        if self._executor_slot is not None:
-            adopted = await asyncio.to_thread(
-                adopt_dead_executors,
-                self._executor_dir,
-                self._executor_slot.executor_id,
-                DBOS._recover_pending_workflows,  # pyright: ignore[reportPrivateUsage]
-            )
-            if adopted:
-                log.info("recovered the unfinished work of dead executors %s", ", ".join(adopted))
+        await self._adopt_dead_executors()
+        self._spawn(self._watch_dead_executors(self.settings.dispatch.dead_executor_seconds))
         polling = self.settings.dispatch.queue_polling_seconds
         # partition_concurrency=1 over partition key agent_id *is* the per-agent lock
         # (SPEC §7), across processes and hosts sharing the system database.
@@ -257,6 +262,30 @@ class Runtime:
         if scheduler:
             self._spawn(self.housekeeping.run())
             await self._start_autonomy()
+
+    async def _adopt_dead_executors(self) -> None:
+        """Take over the PENDING work of executors that died: this host's by their slot
+        lock files, any host's by their PostgreSQL liveness lock."""
+        recover = DBOS._recover_pending_workflows  # pyright: ignore[reportPrivateUsage]
+        adopted: list[str] = []
+        if self._executor_slot is not None:
+            adopted += await asyncio.to_thread(
+                adopt_dead_executors, self._executor_dir, self._executor_slot.executor_id, recover
+            )
+        if self._liveness is not None:
+            adopted += await asyncio.to_thread(self._liveness.adopt_dead, APPLICATION_VERSION, recover)
+        if adopted:
+            log.info("recovered the unfinished work of dead executors %s", ", ".join(sorted(set(adopted))))
+
+    async def _watch_dead_executors(self, every: float) -> None:
+        """A worker killed mid-turn has its turn resumed by a live one within `every`
+        seconds, not only when a process starts."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self._adopt_dead_executors()
+            except Exception as exc:  # the database may be briefly away; look again later
+                log.warning("looking for dead executors failed: %s", exc)
 
     async def _client(self) -> DBOSClient:
         return await asyncio.to_thread(
@@ -293,6 +322,7 @@ class Runtime:
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(thread_name_prefix="persyn"))
             self._launched = False
         self.intake.close()
+        await self.live.close()
         self.workflows.dispatcher = None
         self.job_queue.close()
         self._worker = None
@@ -303,6 +333,9 @@ class Runtime:
         if self._executor_slot is not None:  # only once DBOS no longer runs under it
             self._executor_slot.release()
             self._executor_slot = None
+        if self._liveness is not None:
+            await asyncio.to_thread(self._liveness.close)
+            self._liveness = None
         for gateway in self.gateways.values():
             await gateway.aclose()
         await asyncio.to_thread(self.meter.close)
@@ -370,6 +403,8 @@ class Runtime:
         return self.intake.validate_text(text)
 
     async def submit(self, event: Event, *, from_step: bool = False) -> str:
+        # Its tokens come back here if another process runs it (`runtime/live.py`).
+        event = self.live.taken_in(event, self.channels.get(event.service))
         return await self.intake.submit(event, from_step=from_step)
 
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 
 from persyn.channels.base import Channel
@@ -74,6 +74,9 @@ class Outbox:
         self._keep = keep
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._purged_at: datetime | None = None
+        # Tells the other processes a row waits for a channel not connected here (set by the
+        # runtime on PostgreSQL: `runtime/live.py`); their poll finds it otherwise.
+        self.announcer: Callable[[str, str], Awaitable[None]] | None = None
 
     @staticmethod
     def row(outbound: Outbound, row_id: str, now: datetime) -> OutboxRow:
@@ -101,9 +104,20 @@ class Outbox:
         row = await self.write(outbound, row_id, now)
         if row.delivered_at is not None:
             return True  # a replayed step: shown the first time
-        await self.flush(row.service, row.agent_id)
+        await self.deliver(row.service, row.agent_id)
         stored = await self._store.get_outbox(row.agent_id, row.id)
         return stored is not None and stored.delivered_at is not None
+
+    async def deliver(self, service: str, agent_id: str) -> int:
+        """`flush` a row just written; if its channel is not connected here, announce it to
+        the processes where it may be."""
+        channel = self._channels(service)
+        if (channel is None or not channel.serves(agent_id)) and self.announcer is not None:
+            try:
+                await self.announcer(service, agent_id)
+            except Exception as exc:  # best-effort: the other processes' poll finds the row
+                log.warning("could not announce an outbox row for %s: %s", service, exc)
+        return await self.flush(service, agent_id)
 
     async def flush(self, service: str, agent_id: str, *, while_away: bool = False) -> int:
         """Deliver `agent_id`'s pending rows for `service`, oldest first, if a channel that

@@ -272,7 +272,7 @@ class Transmitter:
             self._markers.put(made[-1])
         if service != AUTONOMOUS_SERVICE:
             try:
-                await self._outbox.flush(service, agent_id)
+                await self._outbox.deliver(service, agent_id)
             except Exception as exc:  # the reply is stored, marked and in the outbox
                 log.warning("reply to %s not delivered on %s: %s", event_id, service, exc)
         if target is not channel and channel is not None:
