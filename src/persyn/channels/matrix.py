@@ -97,7 +97,9 @@ def _without_reply_fallback(body: str) -> str:
 
 
 def _names(text: str, name: str) -> bool:
-    return bool(name) and re.search(rf"(?<![\w@-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE) is not None
+    return (
+        bool(name) and re.search(rf"(?<![\w@-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE) is not None
+    )
 
 
 @dataclass
@@ -134,7 +136,12 @@ class _State:
         while len(self.answered) > _REMEMBERED:
             del self.answered[next(iter(self.answered))]
         del self.mine[:-_REMEMBERED]
-        body = {"next_batch": self.next_batch, "answered": self.answered, "mine": self.mine, "direct": self.direct}
+        body = {
+            "next_batch": self.next_batch,
+            "answered": self.answered,
+            "mine": self.mine,
+            "direct": self.direct,
+        }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_suffix(".tmp")
         with temporary.open("w", encoding="utf-8") as out:
@@ -176,7 +183,11 @@ class _Account:
 
     # HTTP ----------------------------------------------------------------------------------
     async def call(
-        self, method: str, path: str, body: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One client-server call; a 429 is waited out (`retry_after_ms`) and retried."""
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
@@ -229,7 +240,11 @@ class _Account:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if isinstance(exc, _MatrixError) and exc.errcode == "M_UNKNOWN_TOKEN" and self._owner.password:
+                if (
+                    isinstance(exc, _MatrixError)
+                    and exc.errcode == "M_UNKNOWN_TOKEN"
+                    and self._owner.password
+                ):
                     self._token = None  # logged out elsewhere: log in again
                 log.warning("matrix %s (%s): %s", config.homeserver, self.user_id, exc)
                 self.ready.clear()
@@ -327,8 +342,10 @@ class _Account:
         allowed = self._owner.config.invites_from
         if not allowed:
             return inviter.endswith(f":{self.server_name}")
-        return "*" in allowed or inviter in allowed or any(
-            entry.startswith(":") and inviter.endswith(entry) for entry in allowed
+        return (
+            "*" in allowed
+            or inviter in allowed
+            or any(entry.startswith(":") and inviter.endswith(entry) for entry in allowed)
         )
 
     async def _invited(self, room_id: str, invited: Mapping[str, Any]) -> None:
@@ -394,7 +411,15 @@ class _Account:
         path = f"/rooms/{quote(room_id, safe='')}/messages"
         while token and len(found) < _GAP_EVENTS:
             page = await self.call(
-                "GET", path, params={"from": token, "to": since, "dir": "b", "limit": 100, "filter": json.dumps({"types": ["m.room.message"]})}
+                "GET",
+                path,
+                params={
+                    "from": token,
+                    "to": since,
+                    "dir": "b",
+                    "limit": 100,
+                    "filter": json.dumps({"types": ["m.room.message"]}),
+                },
             )
             chunk = [e for e in page.get("chunk") or [] if isinstance(e, dict)]
             if not chunk:
@@ -469,7 +494,9 @@ class _Account:
             or self.user_id in mentions
             or replied in self.state.mine
             or (thread and thread in self.state.mine)
-            or any(_names(text, n) for n in (self.user_id, self.user_id[1:].partition(":")[0], self.agent.name))
+            or any(
+                _names(text, n) for n in (self.user_id, self.user_id[1:].partition(":")[0], self.agent.name)
+            )
         )
         said_at = datetime.fromtimestamp(int(message.get("origin_server_ts") or 0) / 1000, UTC)
         now = self._owner.api.clock.now()
@@ -507,7 +534,9 @@ class _Account:
 
     async def say(self, outbound: Outbound) -> None:
         if not self.ready.is_set():
-            raise ChannelError(f"{self.user_id!r} is not connected to Matrix; the message waits in the outbox")
+            raise ChannelError(
+                f"{self.user_id!r} is not connected to Matrix; the message waits in the outbox"
+            )
         room = outbound.channel
         if room.startswith("@"):
             room = await self._direct_room(room)
@@ -517,7 +546,7 @@ class _Account:
         if answered is not None and answered[0] == room:
             _, matrix_id, thread, sender = answered
             mentions = [sender]
-            in_room = not await self._member_count(room) == 2
+            in_room = await self._member_count(room) != 2
             if thread or (self._owner.config.threads and in_room):
                 relation = {
                     "rel_type": "m.thread",
@@ -566,7 +595,9 @@ class MatrixChannel(Channel):
         chosen = {name.lower() for name in config.agents}
         served = {k: a for k, a in agents.items() if not chosen or a.name.lower() in chosen}
         if access_token is None and password is None:
-            raise ConfigError("[channels.matrix] needs MATRIX_ACCESS_TOKEN or MATRIX_PASSWORD in the environment")
+            raise ConfigError(
+                "[channels.matrix] needs MATRIX_ACCESS_TOKEN or MATRIX_PASSWORD in the environment"
+            )
         if access_token is not None and len(served) > 1:
             raise ConfigError(
                 "MATRIX_ACCESS_TOKEN is one account, but several agents are on Matrix: use MATRIX_PASSWORD "

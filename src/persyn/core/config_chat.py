@@ -209,8 +209,14 @@ class MatrixConfig(Section):
     @classmethod
     def _inviters(cls, entries: list[str]) -> list[str]:
         for entry in entries:
-            if entry != "*" and not _MATRIX_USER.match(entry) and not re.match(r"^:[A-Za-z0-9.\-\[\]:]+$", entry):
-                raise ValueError(f"{entry!r} is not a user id ('@sam:example.org'), a server (':example.org') or '*'")
+            if (
+                entry != "*"
+                and not _MATRIX_USER.match(entry)
+                and not re.match(r"^:[A-Za-z0-9.\-\[\]:]+$", entry)
+            ):
+                raise ValueError(
+                    f"{entry!r} is not a user id ('@sam:example.org'), a server (':example.org') or '*'"
+                )
         return entries
 
     def user_for(self, agent_name: str) -> str:

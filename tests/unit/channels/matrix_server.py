@@ -63,8 +63,11 @@ class Synapse:
 
     def generate(self) -> None:
         subprocess.run(
-            [str(SYNAPSE_PYTHON), "-m", "synapse.app.homeserver", "--server-name", SERVER_NAME]
-            + ["-c", str(self.config), "--generate-config", "--report-stats=no"],
+            [
+                str(SYNAPSE_PYTHON),
+                *("-m", "synapse.app.homeserver", "--server-name", SERVER_NAME),
+                *("-c", str(self.config), "--generate-config", "--report-stats=no"),
+            ],
             cwd=self.directory,
             check=True,
             capture_output=True,
@@ -155,6 +158,7 @@ class MatrixPerson:
         self._task: asyncio.Task[None] | None = None
         self._since: str | None = None
         self._txn = 0
+        self.token = ""
 
     async def login(self) -> MatrixPerson:
         done = await self._client.post(
@@ -166,7 +170,8 @@ class MatrixPerson:
             },
         )
         done.raise_for_status()
-        self._client.headers["Authorization"] = f"Bearer {done.json()['access_token']}"
+        self.token = str(done.json()["access_token"])
+        self._client.headers["Authorization"] = f"Bearer {self.token}"
         first = await self._call("GET", "/sync", params={"timeout": 0})
         self._since = first["next_batch"]
         self._task = asyncio.ensure_future(self._sync_forever())
@@ -194,7 +199,7 @@ class MatrixPerson:
                     if event.get("type") != "m.receipt":
                         continue
                     for event_id, kinds in (event.get("content") or {}).items():
-                        for reader in (kinds.get("m.read") or {}):
+                        for reader in kinds.get("m.read") or {}:
                             self.receipts.append((room_id, event_id, reader))
             self._since = data["next_batch"]
 

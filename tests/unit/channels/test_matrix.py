@@ -16,16 +16,20 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from irc_server import IrcServer
 from matrix_server import SERVER_NAME, MatrixPerson, Synapse
+from pydantic import SecretStr
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 from test_irc import ticking
 
 from persyn.channels.matrix import MatrixChannel, render_html
 from persyn.core.clock import ManualClock
-from persyn.core.config import MatrixConfig
+from persyn.core.config import MatrixConfig, Secrets, Settings
 from persyn.core.errors import ConfigError
 from persyn.core.events import Event
+from persyn.runtime._doctor_channels import channel_checks
+from persyn.runtime.doctor import Check
 from persyn.testing import models
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 
@@ -40,7 +44,10 @@ def _room_double(task: str | None, messages: list[ModelMessage], info: AgentInfo
     if task == "decide":
         asked = models.last_user_text(messages)
         if "overhearing" in asked and "Should you join in?" in asked:
-            return {"action": "silent", "reason": "others are chatting among themselves; I have nothing to add"}
+            return {
+                "action": "silent",
+                "reason": "others are chatting among themselves; I have nothing to add",
+            }
         return {"action": "speak", "reason": "I was asked"}
     schema = models.output_schema(info)
     if schema is not None:  # critique and the like: nothing to object to
@@ -88,7 +95,9 @@ def _channel(pilot: Pilot) -> MatrixChannel:
 
 
 @contextlib.asynccontextmanager
-async def on_matrix(home: Path, synapse: Synapse, extra: str = "") -> AsyncIterator[tuple[Pilot, MatrixChannel]]:
+async def on_matrix(
+    home: Path, synapse: Synapse, extra: str = ""
+) -> AsyncIterator[tuple[Pilot, MatrixChannel]]:
     settings = harness_settings(home, model=f"test:{ROOM_DOUBLE}", config=_config(synapse, extra))
     clock = ManualClock(START)
     async with run_runtime(settings, clock=clock) as pilot, ticking(clock):
@@ -132,7 +141,7 @@ async def _events(pilot: Pilot) -> list[Event]:
 # without a server ---------------------------------------------------------------------------------
 def test_markdown_is_rendered_and_model_output_cannot_inject_markup() -> None:
     assert render_html("plain *words*") == "plain <em>words</em>"
-    html = render_html('<script>alert(1)</script> [x](javascript:alert(1)) ![p](http://tracker/p.png)\n\n- a')
+    html = render_html("<script>alert(1)</script> [x](javascript:alert(1)) ![p](http://tracker/p.png)\n\n- a")
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert 'href="javascript' not in html and "<img" not in html
     assert "<ul>" in html
@@ -144,14 +153,23 @@ def test_bad_matrix_config_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="lobby"):
         harness_settings(tmp_path, config='[channels.matrix]\nhomeserver = "http://x"\nrooms = ["lobby"]\n')
     with pytest.raises(ConfigError, match="sam"):
-        harness_settings(tmp_path, config='[channels.matrix]\nhomeserver = "http://x"\ninvites_from = ["sam"]\n')
+        harness_settings(
+            tmp_path, config='[channels.matrix]\nhomeserver = "http://x"\ninvites_from = ["sam"]\n'
+        )
     assert MatrixConfig(user_id="@{agent}-bot:x.org").user_for("Ada Lovelace") == "@adalovelace-bot:x.org"
 
 
 async def test_no_credentials_is_a_config_error(tmp_path: Path) -> None:
-    async with run_runtime(tmp_path / "home", config='[channels.matrix]\nhomeserver = "http://127.0.0.1:9"\n') as pilot:
+    async with run_runtime(
+        tmp_path / "home", config='[channels.matrix]\nhomeserver = "http://127.0.0.1:9"\n'
+    ) as pilot:
         with pytest.raises(ConfigError, match="MATRIX_ACCESS_TOKEN or MATRIX_PASSWORD"):
-            MatrixChannel(pilot.settings.channels.matrix, {pilot.agent.id: pilot.agent}, pilot.runtime, state_dir=tmp_path)
+            MatrixChannel(
+                pilot.settings.channels.matrix,
+                {pilot.agent.id: pilot.agent},
+                pilot.runtime,
+                state_dir=tmp_path,
+            )
 
 
 # against Synapse -----------------------------------------------------------------------------------
@@ -159,55 +177,61 @@ async def test_rooms_threads_direct_chats_and_invitations(tmp_path: Path, accoun
     """Invited by someone allowed, the agent joins; it keeps out of small talk (saying why),
     answers a mention in the message's thread and a direct chat as a reply, with Markdown as
     escaped HTML, marks what it processed read, and declines a stranger's invitation."""
-    async with people(accounts, "sam", "kim", "lee", "helper") as (sam, kim, lee, helper):
-        async with on_matrix(tmp_path / "home", accounts) as (pilot, _matrix):
-            room = await sam.create_room(ADA, kim.user_id, helper.user_id)
-            await kim.join(room)
-            await helper.join(room)
-            await _joined(sam, room)
-            await sam.say(room, "the weather is lovely today")
-            await kim.say(room, "yes, sunny all week")
-            await helper.say(room, "beep: 3 new builds")
-            await pilot.wait_for(lambda: _silent(pilot, 3), "three silent turns")
-            asked = await sam.say(room, "Ada, what did kim say about the week?")
-            await sam.wait_for(lambda: bool(sam.said_by(ADA, room)), "the answer in the room")
-            reply = sam.said_by(ADA, room)[0]
-            assert reply.body == "You said: Ada, what did kim say about the week?"
-            assert reply.content["m.relates_to"] == {
-                "rel_type": "m.thread",
-                "event_id": asked,
-                "is_falling_back": False,
-                "m.in_reply_to": {"event_id": asked},
-            }
-            assert reply.content["m.mentions"] == {"user_ids": [sam.user_id]}
-            await sam.wait_for(lambda: (room, asked, ADA) in sam.receipts, "the agent's read receipt")
+    async with (
+        people(accounts, "sam", "kim", "lee", "helper") as (sam, kim, lee, helper),
+        on_matrix(tmp_path / "home", accounts) as (pilot, _matrix),
+    ):
+        room = await sam.create_room(ADA, kim.user_id, helper.user_id)
+        await kim.join(room)
+        await helper.join(room)
+        await _joined(sam, room)
+        await sam.say(room, "the weather is lovely today")
+        await kim.say(room, "yes, sunny all week")
+        await helper.say(room, "beep: 3 new builds")
+        await pilot.wait_for(lambda: _silent(pilot, 3), "three silent turns")
+        asked = await sam.say(room, "Ada, what did kim say about the week?")
+        await sam.wait_for(lambda: bool(sam.said_by(ADA, room)), "the answer in the room")
+        reply = sam.said_by(ADA, room)[0]
+        assert reply.body == "You said: Ada, what did kim say about the week?"
+        assert reply.content["m.relates_to"] == {
+            "rel_type": "m.thread",
+            "event_id": asked,
+            "is_falling_back": False,
+            "m.in_reply_to": {"event_id": asked},
+        }
+        assert reply.content["m.mentions"] == {"user_ids": [sam.user_id]}
+        await sam.wait_for(lambda: (room, asked, ADA) in sam.receipts, "the agent's read receipt")
 
-            direct = await lee.create_room(ADA, direct=True)
-            await _joined(lee, direct)
-            said = await lee.say(direct, "show me *this* <b>raw</b> & [that](javascript:alert(1))")
-            await lee.wait_for(lambda: bool(lee.said_by(ADA, direct)), "the direct answer")
-            answer = lee.said_by(ADA, direct)[0]
-            assert answer.content["m.relates_to"] == {"m.in_reply_to": {"event_id": said}}
-            assert answer.content["format"] == "org.matrix.custom.html"
-            assert answer.body == "You said: show me *this* <b>raw</b> & [that](javascript:alert(1))"
-            formatted = answer.content["formatted_body"]
-            assert formatted.startswith("You said: show me <em>this</em> &lt;b&gt;raw&lt;/b&gt; &amp; ")
-            assert "<a " not in formatted
+        direct = await lee.create_room(ADA, direct=True)
+        await _joined(lee, direct)
+        said = await lee.say(direct, "show me *this* <b>raw</b> & [that](javascript:alert(1))")
+        await lee.wait_for(lambda: bool(lee.said_by(ADA, direct)), "the direct answer")
+        answer = lee.said_by(ADA, direct)[0]
+        assert answer.content["m.relates_to"] == {"m.in_reply_to": {"event_id": said}}
+        assert answer.content["format"] == "org.matrix.custom.html"
+        assert answer.body == "You said: show me *this* <b>raw</b> & [that](javascript:alert(1))"
+        formatted = answer.content["formatted_body"]
+        assert formatted.startswith("You said: show me <em>this</em> &lt;b&gt;raw&lt;/b&gt; &amp; ")
+        assert "<a " not in formatted
 
-            refused = await kim.create_room(ADA)
-            await _left(kim, refused, ADA)
+        refused = await kim.create_room(ADA)
+        await _left(kim, refused, ADA)
 
-            await pilot.settle()
-            events = await _events(pilot)
-            chatter = [e for e in events if e.text in ("the weather is lovely today", "yes, sunny all week")]
-            markers = [await pilot.store.get_marker(pilot.agent.id, e.id, pilot.clock.now()) for e in chatter]
-            assert [m.transmitted for m in markers if m] == [False, False]
-            assert all("others are chatting" in (m.reason or "") for m in markers if m)
-            said_there = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "matrix", room, 10)]
-            assert said_there[:3] == ["the weather is lovely today", "yes, sunny all week", "beep: 3 new builds"]
-            kinds = {p.display_name: p.kind for p in await pilot.store.list_persons(pilot.agent.id)}
-            assert kinds["helper"] == "agent" and kinds["sam"] == kinds["kim"] == kinds["lee"] == "human"
-            assert len(sam.said_by(ADA)) == 1 and len(lee.said_by(ADA)) == 1
+        await pilot.settle()
+        events = await _events(pilot)
+        chatter = [e for e in events if e.text in ("the weather is lovely today", "yes, sunny all week")]
+        markers = [await pilot.store.get_marker(pilot.agent.id, e.id, pilot.clock.now()) for e in chatter]
+        assert [m.transmitted for m in markers if m] == [False, False]
+        assert all("others are chatting" in (m.reason or "") for m in markers if m)
+        said_there = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "matrix", room, 10)]
+        assert said_there[:3] == [
+            "the weather is lovely today",
+            "yes, sunny all week",
+            "beep: 3 new builds",
+        ]
+        kinds = {p.display_name: p.kind for p in await pilot.store.list_persons(pilot.agent.id)}
+        assert kinds["helper"] == "agent" and kinds["sam"] == kinds["kim"] == kinds["lee"] == "human"
+        assert len(sam.said_by(ADA)) == 1 and len(lee.said_by(ADA)) == 1
 
 
 async def _silent(pilot: Pilot, count: int) -> bool:
@@ -254,7 +278,9 @@ async def test_homeserver_restart_loses_and_doubles_nothing(tmp_path: Path, acco
         )
         assert account.connections > connections
         await sam.say(direct, "still there?")
-        await sam.wait_for(lambda: any("still there" in s.body for s in sam.said_by(ADA)), "an answer after it")
+        await sam.wait_for(
+            lambda: any("still there" in s.body for s in sam.said_by(ADA)), "an answer after it"
+        )
         await pilot.settle()
         bodies = [s.body for s in sam.said_by(ADA, direct)]
         assert bodies == ["You said: remember me", "while you were away", "You said: still there?"]
@@ -264,31 +290,33 @@ async def test_homeserver_restart_loses_and_doubles_nothing(tmp_path: Path, acco
 async def test_restarted_adapter_resumes_from_its_sync_token(tmp_path: Path, accounts: Synapse) -> None:
     """Stopped and started again, the adapter answers every message said meanwhile — more than
     one sync's timeline holds, so the gap is fetched — once, and nothing from before again."""
-    async with people(accounts, "lee") as (lee,):
-        async with on_matrix(tmp_path / "home", accounts, extra="timeline_limit = 2\n") as (pilot, matrix):
-            direct = await lee.create_room(ADA, direct=True)
-            await _joined(lee, direct)
-            await lee.say(direct, "before")
-            await lee.wait_for(lambda: len(lee.said_by(ADA, direct)) == 1, "the first answer")
+    async with (
+        people(accounts, "lee") as (lee,),
+        on_matrix(tmp_path / "home", accounts, extra="timeline_limit = 2\n") as (pilot, matrix),
+    ):
+        direct = await lee.create_room(ADA, direct=True)
+        await _joined(lee, direct)
+        await lee.say(direct, "before")
+        await lee.wait_for(lambda: len(lee.said_by(ADA, direct)) == 1, "the first answer")
+        await pilot.settle()
+        await matrix.stop()
+        state = json.loads(next((pilot.settings.data_dir / "matrix").glob("*.json")).read_text())
+        assert state["next_batch"]
+        for n in range(1, 6):
+            await lee.say(direct, f"meanwhile {n}")
+        again = _channel(pilot)
+        await again.start()
+        try:
+            await lee.wait_for(lambda: len(lee.said_by(ADA, direct)) == 6, "five more answers")
             await pilot.settle()
-            await matrix.stop()
-            state = json.loads(next((pilot.settings.data_dir / "matrix").glob("*.json")).read_text())
-            assert state["next_batch"]
-            for n in range(1, 6):
-                await lee.say(direct, f"meanwhile {n}")
-            again = _channel(pilot)
-            await again.start()
-            try:
-                await lee.wait_for(lambda: len(lee.said_by(ADA, direct)) == 6, "five more answers")
-                await pilot.settle()
-                await lee.say(direct, "and now")
-                await lee.wait_for(lambda: len(lee.said_by(ADA, direct)) == 7, "the last answer")
-                await pilot.settle()
-            finally:
-                await again.stop()
-            bodies = [s.body for s in lee.said_by(ADA, direct)]
-            expected = ["before", *(f"meanwhile {n}" for n in range(1, 6)), "and now"]
-            assert bodies == [f"You said: {text}" for text in expected]
+            await lee.say(direct, "and now")
+            await lee.wait_for(lambda: len(lee.said_by(ADA, direct)) == 7, "the last answer")
+            await pilot.settle()
+        finally:
+            await again.stop()
+        bodies = [s.body for s in lee.said_by(ADA, direct)]
+        expected = ["before", *(f"meanwhile {n}" for n in range(1, 6)), "and now"]
+        assert bodies == [f"You said: {text}" for text in expected]
 
 
 # `persyn run`, killed mid-turn -------------------------------------------------------------------------
@@ -306,27 +334,48 @@ def _environ(model: str) -> dict[str, str]:
 def _run(home: Path, model: str, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            _persyn(home, "run"), env=_environ(model), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            _persyn(home, "run"),
+            env=_environ(model),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
 
 
+def _init_home(home: Path, homeserver: str, model: str) -> None:
+    """`persyn init`, then the Matrix keys set in the starter file (it has every section's header)."""
+    done = subprocess.run(
+        _persyn(home, "init", "--name", "Ada"), env=_environ(model), capture_output=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    config = home / "persyn.toml"
+    text = config.read_text()
+    assert "\n[channels.matrix]\n" in text
+    matrix = (
+        f'homeserver = "{homeserver}"\nuser_id = "@{{agent}}:{SERVER_NAME}"\nreconnect_min_seconds = 0.1\n'
+    )
+    pacing = (
+        "[pacing.channels.matrix]\nlisten_seconds = 0.2\nmin_interval_seconds = 0.0\njitter_seconds = 0.1\n"
+    )
+    config.write_text(
+        text.replace("\n[channels.matrix]\n", f"\n[channels.matrix]\n{matrix}", 1) + "\n" + pacing
+    )
+
+
 @pytest.mark.e2e
-async def test_persyn_run_killed_mid_turn_answers_once_after_restart(tmp_path: Path, accounts: Synapse) -> None:
+async def test_persyn_run_killed_mid_turn_answers_once_after_restart(
+    tmp_path: Path, accounts: Synapse
+) -> None:
     """`persyn run` serves Matrix; killed (-9) while its model is still answering, then started
     again: the interrupted turn is answered once, what was said while it was down is answered
     once, and nothing is answered twice."""
     home = tmp_path / "home"
     rules = tmp_path / "rules.json"
-    rules.write_text(json.dumps([{"task": "respond", "match": "slowly", "sleep_ms": 8000, "reply": "a slow answer"}]))
+    rules.write_text(
+        json.dumps([{"task": "respond", "match": "slowly", "sleep_ms": 3000, "reply": "a slow answer"}])
+    )
     model = f"test:script@{rules}"
-    done = subprocess.run(_persyn(home, "init", "--name", "Ada"), env=_environ(model), capture_output=True, check=False)
-    assert done.returncode == 0, done.stderr
-    config = home / "persyn.toml"
-    text = config.read_text()
-    assert "\n[channels.matrix]\n" in text
-    matrix = f'homeserver = "{accounts.url}"\nuser_id = "@{{agent}}:{SERVER_NAME}"\nreconnect_min_seconds = 0.1\n'
-    pacing = "[pacing.channels.matrix]\nlisten_seconds = 0.2\nmin_interval_seconds = 0.0\njitter_seconds = 0.1\n"
-    config.write_text(text.replace("\n[channels.matrix]\n", f"\n[channels.matrix]\n{matrix}", 1) + "\n" + pacing)
+    _init_home(home, accounts.url, model)
     log = tmp_path / "run.log"
     daemon = _run(home, model, log)
     async with people(accounts, "kim") as (kim,):
@@ -352,3 +401,55 @@ async def test_persyn_run_killed_mid_turn_answers_once_after_restart(tmp_path: P
     assert bodies == sorted(
         ["a slow answer", "You said: and this while you were down", "You said: one more"]
     ), output
+
+
+# persyn doctor --------------------------------------------------------------------------------------
+async def test_doctor_reports_each_chat_channel(tmp_path: Path, accounts: Synapse, ircd: IrcServer) -> None:
+    """Each configured network: credentials present, server answering, the token's owner; a
+    server that is down or a refused token is a failure with its fix, found within seconds."""
+
+    def settings(irc_port: int, homeserver: str, **secrets: str) -> Settings:
+        config = (
+            f'[channels.irc]\nserver = "127.0.0.1"\nport = {irc_port}\ntls = false\nchannels = ["#lab"]\n'
+            '[channels.telegram]\nenabled = true\napi_url = "http://127.0.0.1:9"\n'
+            f'[channels.matrix]\nhomeserver = "{homeserver}"\nuser_id = "@{{agent}}:{SERVER_NAME}"\n'
+        )
+        base = harness_settings(tmp_path / "home", config=config)
+        return base.model_copy(update={"secrets": Secrets(**{k: SecretStr(v) for k, v in secrets.items()})})
+
+    def lines(checks: list[Check]) -> dict[str, tuple[bool, str]]:
+        return {c.name: (c.ok, c.detail) for c in checks}
+
+    bare = lines(await channel_checks(settings(ircd.port, accounts.url)))
+    assert bare["irc"] == (True, f"127.0.0.1:{ircd.port} answers; no password; rooms #lab")
+    assert bare["telegram"] == (False, "enabled but TELEGRAM_BOT_TOKEN is not set")
+    assert (
+        bare["matrix"][0] is False and "neither MATRIX_ACCESS_TOKEN nor MATRIX_PASSWORD" in bare["matrix"][1]
+    )
+
+    async with people(accounts, "sam") as (sam,):
+        ada = await MatrixPerson(accounts, "ada", AGENT_PASSWORD).login()
+        try:
+            good = lines(
+                await channel_checks(
+                    settings(ircd.port, accounts.url, telegram_bot_token="1:x", matrix_access_token=ada.token)
+                )
+            )
+            theirs = lines(
+                await channel_checks(settings(ircd.port, accounts.url, matrix_access_token=sam.token))
+            )
+        finally:
+            await ada.close()
+    assert good["matrix"] == (True, f"{accounts.url} answers; MATRIX_ACCESS_TOKEN is {ADA}")
+    assert good["telegram"][0] is False and "does not answer" in good["telegram"][1]
+    assert theirs["matrix"] == (
+        False,
+        f"MATRIX_ACCESS_TOKEN is '@sam:test.local''s, but [channels.matrix] user_id is '{ADA}'",
+    )
+    refused = lines(await channel_checks(settings(ircd.port, accounts.url, matrix_access_token="nope")))
+    assert refused["matrix"] == (False, f"{accounts.url} refused MATRIX_ACCESS_TOKEN (HTTP 401)")
+    down = lines(await channel_checks(settings(9, "http://127.0.0.1:9", matrix_password="x")))
+    assert down["irc"][0] is False and "does not answer" in down["irc"][1]
+    assert down["matrix"][0] is False and "does not answer" in down["matrix"][1]
+    none = lines(await channel_checks(harness_settings(tmp_path / "other")))
+    assert list(none) == ["chat channels"] and none["chat channels"][0] is True
