@@ -69,7 +69,9 @@ MATRIX_SERVICE = "matrix"
 _API = "/_matrix/client/v3"
 _REMEMBERED = 4096  # answered events and own message ids kept in the state file
 _GAP_EVENTS = 1000  # most messages fetched to fill one room's gap after a downtime
-_BODY_LIMIT = 16_000  # characters per message (events are capped at 64 KiB as JSON)
+# Characters per message: an event is capped at 64 KiB, and the body and its HTML are both in
+# it (6,000 four-byte characters twice, or 6,000 `<` escaped as `&lt;`, stay well below).
+_BODY_LIMIT = 6000
 _RATE_LIMIT_TRIES = 5
 _TEXT_TYPES = ("m.text", "m.emote")  # m.notice is for bots' output: never answered (spec)
 
@@ -132,7 +134,8 @@ class _State:
             direct={str(k): str(v) for k, v in (data.get("direct") or {}).items()},
         )
 
-    def save(self) -> None:
+    def snapshot(self) -> str:
+        """The state as JSON, taken on the event loop (the dicts are not changed meanwhile)."""
         while len(self.answered) > _REMEMBERED:
             del self.answered[next(iter(self.answered))]
         del self.mine[:-_REMEMBERED]
@@ -142,10 +145,14 @@ class _State:
             "mine": self.mine,
             "direct": self.direct,
         }
+        return json.dumps(body)
+
+    def write(self, text: str) -> None:
+        """`text` as the state file, atomically (a crash leaves the old file or the new one)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_suffix(".tmp")
         with temporary.open("w", encoding="utf-8") as out:
-            json.dump(body, out)
+            out.write(text)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, self.path)
@@ -180,6 +187,7 @@ class _Account:
         self._members: dict[str, int] = {}
         self._display: dict[tuple[str, str], str] = {}
         self._joined_rooms = False
+        self._save_lock = asyncio.Lock()
 
     # HTTP ----------------------------------------------------------------------------------
     async def call(
@@ -220,6 +228,12 @@ class _Account:
 
     async def close(self) -> None:
         await self._client.aclose()
+
+    async def _persist(self) -> None:
+        # One writer at a time (the sync loop and deliveries both save); the snapshot is
+        # taken under the lock, so the file written last is the newest state.
+        async with self._save_lock:
+            await asyncio.to_thread(self.state.write, self.state.snapshot())
 
     # the sync loop -------------------------------------------------------------------------
     async def run(self) -> None:
@@ -334,7 +348,7 @@ class _Account:
         next_batch = data.get("next_batch")
         if isinstance(next_batch, str) and next_batch != self.state.next_batch:
             self.state.next_batch = next_batch
-            await asyncio.to_thread(self.state.save)
+            await self._persist()
         self.syncs += 1
 
     # rooms ------------------------------------------------------------------------------------
@@ -451,7 +465,7 @@ class _Account:
         if events:
             # Where to answer is known before anything is submitted: a recovered turn after a
             # crash finds it, even if the batch is not seen again.
-            await asyncio.to_thread(self.state.save)
+            await self._persist()
         last: dict[str, str] = {}
         for room_id, matrix_id, event in events:
             try:
@@ -529,7 +543,7 @@ class _Account:
         )
         room = str(created["room_id"])
         self.state.direct[user] = room
-        await asyncio.to_thread(self.state.save)
+        await self._persist()
         return room
 
     async def say(self, outbound: Outbound) -> None:
@@ -571,7 +585,7 @@ class _Account:
             sent = await self.call("PUT", f"/rooms/{quote(room, safe='')}/send/m.room.message/{txn}", content)
             if isinstance(sent.get("event_id"), str):
                 self.state.mine.append(sent["event_id"])
-        await asyncio.to_thread(self.state.save)
+        await self._persist()
 
 
 class MatrixChannel(Channel):

@@ -191,6 +191,9 @@ class MatrixPerson:
             except (httpx.HTTPError, AssertionError):
                 await asyncio.sleep(0.2)  # the server is down (a restart test): try again
                 continue
+            for room_id in (data.get("rooms") or {}).get("invite") or {}:
+                with contextlib.suppress(httpx.HTTPError, AssertionError):
+                    await self.join(room_id)  # people here accept every invitation
             for room_id, room in ((data.get("rooms") or {}).get("join") or {}).items():
                 for event in (room.get("timeline") or {}).get("events") or []:
                     if event.get("type") == "m.room.message":

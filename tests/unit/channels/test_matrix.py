@@ -36,7 +36,9 @@ from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 ROOM_DOUBLE = "matrix-room"
 AGENT_PASSWORD = "agent-secret"
 ADA = f"@ada:{SERVER_NAME}"
+SAM = f"@sam:{SERVER_NAME}"
 PEOPLE = ("sam", "kim", "lee", "helper")
+HUGE = "😀<&" * 5000  # 15,000 characters, 60 KB as UTF-8 before its HTML: more than one event holds
 
 
 def _room_double(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> models.DoubleResult:
@@ -48,7 +50,12 @@ def _room_double(task: str | None, messages: list[ModelMessage], info: AgentInfo
                 "action": "silent",
                 "reason": "others are chatting among themselves; I have nothing to add",
             }
+        draft = asked.rpartition("Your draft reply:")[2]
+        if "Do you send it?" in asked and "privately" in draft:
+            return {"action": "redirect", "reason": "better said in private", "redirect_to": f"matrix:{SAM}"}
         return {"action": "speak", "reason": "I was asked"}
+    if models.last_user_text(messages).endswith("tell me everything"):
+        return HUGE
     schema = models.output_schema(info)
     if schema is not None:  # critique and the like: nothing to object to
         return models.DoubleReply(output=models.minimal_instance(schema))
@@ -232,6 +239,40 @@ async def test_rooms_threads_direct_chats_and_invitations(tmp_path: Path, accoun
         kinds = {p.display_name: p.kind for p in await pilot.store.list_persons(pilot.agent.id)}
         assert kinds["helper"] == "agent" and kinds["sam"] == kinds["kim"] == kinds["lee"] == "human"
         assert len(sam.said_by(ADA)) == 1 and len(lee.said_by(ADA)) == 1
+
+
+async def test_redirect_to_a_direct_chat_and_a_reply_too_big_for_one_event(
+    tmp_path: Path, accounts: Synapse
+) -> None:
+    """The decision moves an answer to the asker's direct chat: the agent opens one (the outbox
+    row names the user); a reply bigger than a Matrix event arrives whole, in pieces."""
+    async with (
+        people(accounts, "sam", "kim") as (sam, kim),
+        on_matrix(tmp_path / "home", accounts) as (pilot, _matrix),
+    ):
+        room = await sam.create_room(ADA, kim.user_id)  # kim joins: a room, not a private chat
+        await _joined(sam, room)
+        await _joined(sam, room, kim.user_id)
+        await sam.say(
+            room,
+            "Ada, privately please: what is the plan for the garden and the shed this spring and summer?",
+        )
+        await sam.wait_for(lambda: any(s.room != room for s in sam.said_by(ADA)), "the answer elsewhere")
+        private = next(s for s in sam.said_by(ADA) if s.room != room)
+        assert (
+            private.body
+            == "You said: Ada, privately please: what is the plan for the garden and the shed this spring and summer?"
+        )
+        assert await sam.members(private.room) == {ADA, SAM}
+        await sam.say(private.room, "now tell me everything")
+        await sam.wait_for(
+            lambda: "".join(s.body for s in sam.said_by(ADA, private.room)[1:]) == HUGE, "it all"
+        )
+        pieces = sam.said_by(ADA, private.room)[1:]
+        assert len(pieces) == 3 and "<" not in "".join(p.content["formatted_body"] for p in pieces)
+        await pilot.settle()
+        assert sam.said_by(ADA, room) == [] and kim.said_by(ADA) == []
+        assert await pilot.store.pending_outbox(pilot.agent.id, "matrix") == []
 
 
 async def _silent(pilot: Pilot, count: int) -> bool:
