@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -25,18 +26,21 @@ from test_irc import ticking
 
 from persyn.channels.matrix import MatrixChannel, render_html
 from persyn.core.clock import ManualClock
-from persyn.core.config import MatrixConfig, Secrets, Settings
+from persyn.core.config import AgentConfig, MatrixConfig, Secrets, Settings
 from persyn.core.errors import ConfigError
 from persyn.core.events import Event
 from persyn.runtime._doctor_channels import channel_checks
 from persyn.runtime.doctor import Check
 from persyn.testing import models
+from persyn.core.ids import new_id
+from persyn.testing.harness import ADA as ADA_AGENT
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 
 ROOM_DOUBLE = "matrix-room"
 AGENT_PASSWORD = "agent-secret"
 ADA = f"@ada:{SERVER_NAME}"
 SAM = f"@sam:{SERVER_NAME}"
+BOB = AgentConfig(name="Bob", id=new_id(START + timedelta(milliseconds=1)))
 PEOPLE = ("sam", "kim", "lee", "helper")
 HUGE = "😀<&" * 5000  # 15,000 characters, 60 KB as UTF-8 before its HTML: more than one event holds
 
@@ -72,7 +76,7 @@ def _doubles() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def accounts(synapse: Synapse) -> Synapse:
     """The agents' and the people's accounts, made once (in parallel: each is a process)."""
-    names = [("ada", AGENT_PASSWORD)] + [(name, f"pw-{name}") for name in PEOPLE]
+    names = [("ada", AGENT_PASSWORD), ("bob", AGENT_PASSWORD)] + [(name, f"pw-{name}") for name in PEOPLE]
     made = [synapse.register_later(name, password) for name, password in names]
     for process in made:
         _, error = process.communicate(timeout=120)
@@ -273,6 +277,38 @@ async def test_redirect_to_a_direct_chat_and_a_reply_too_big_for_one_event(
         await pilot.settle()
         assert sam.said_by(ADA, room) == [] and kim.said_by(ADA) == []
         assert await pilot.store.pending_outbox(pilot.agent.id, "matrix") == []
+
+
+async def test_the_deployments_other_agent_is_a_contact_of_kind_agent(
+    tmp_path: Path, accounts: Synapse
+) -> None:
+    """Two agents of one deployment in a room, each on its own account: what one says reaches the
+    other as said by an agent; the person who spoke is a human to both."""
+    settings = harness_settings(tmp_path / "home", model=f"test:{ROOM_DOUBLE}", config=_config(accounts))
+    settings = settings.model_copy(update={"agents": [ADA_AGENT, BOB]})
+    clock = ManualClock(START)
+    async with people(accounts, "sam") as (sam,), run_runtime(settings, clock=clock) as pilot, ticking(clock):
+        matrix = MatrixChannel(
+            settings.channels.matrix,
+            {a.id: a for a in settings.agents},
+            pilot.runtime,
+            state_dir=settings.data_dir / "matrix",
+            password=AGENT_PASSWORD,
+        )
+        await matrix.start()
+        try:
+            bob = f"@bob:{SERVER_NAME}"
+            room = await sam.create_room(ADA, bob)
+            await _joined(sam, room)
+            await _joined(sam, room, bob)
+            await sam.say(room, "Ada, how are you today?")
+            await sam.wait_for(lambda: bool(sam.said_by(ADA, room)), "Ada's answer")
+            await pilot.settle()
+            kinds = {p.display_name: p.kind for p in await pilot.store.list_persons(BOB.id)}
+            assert kinds == {"Ada": "agent", "sam": "human"}
+            assert sam.said_by(bob) == []  # nothing was said to Bob
+        finally:
+            await matrix.stop()
 
 
 async def _silent(pilot: Pilot, count: int) -> bool:
