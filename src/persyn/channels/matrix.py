@@ -385,11 +385,11 @@ class _Account:
         if isinstance(count, int):
             self._members[room_id] = count
         for event in (joined.get("state") or {}).get("events") or []:
-            self._member_event(room_id, event, counted=isinstance(count, int))
+            self._member_event(room_id, event, changed=False)  # lazy-loaded: who spoke, as they are
         timeline = joined.get("timeline") or {}
         events: list[dict[str, Any]] = [e for e in timeline.get("events") or [] if isinstance(e, dict)]
         for event in events:
-            self._member_event(room_id, event, counted=isinstance(count, int))
+            self._member_event(room_id, event, changed=not isinstance(count, int))
         if not history:
             return []
         # Newly joined: only what was said after the agent came in (the timeline of a room just
@@ -408,14 +408,14 @@ class _Account:
             events = await self._gap(room_id, str(timeline["prev_batch"]), self.state.next_batch) + events
         return [(room_id, e) for e in events if e.get("type") == "m.room.message"]
 
-    def _member_event(self, room_id: str, event: Mapping[str, Any], *, counted: bool) -> None:
+    def _member_event(self, room_id: str, event: Mapping[str, Any], *, changed: bool) -> None:
         if event.get("type") != "m.room.member":
             return
         user = str(event.get("state_key") or "")
         content = event.get("content") or {}
         if isinstance(content.get("displayname"), str):
             self._display[(room_id, user)] = content["displayname"]
-        if not counted:
+        if changed:
             self._members.pop(room_id, None)  # someone came or went: count again when needed
 
     async def _gap(self, room_id: str, before: str, since: str) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@ Matrix (`matrix_server.Synapse`: PyPI's Synapse in its own venv), each started w
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,8 @@ def ircd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IrcServer]:
 def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
     """Synapse from its own venv (.ci/run makes tests/servers/synapse/.venv); one per session."""
     if not SYNAPSE_PYTHON.exists():
+        if os.environ.get("CI"):  # CI always makes it: a missing venv there is a broken CI, not a skip
+            pytest.fail(f"no Synapse venv at {SYNAPSE_PYTHON.parent.parent}; .ci/run should have made it")
         pytest.skip(
             f"no Synapse venv at {SYNAPSE_PYTHON.parent.parent} (CI makes it: see the Matrix block of .ci/run)"
         )
