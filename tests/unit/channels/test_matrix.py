@@ -311,6 +311,50 @@ async def test_the_deployments_other_agent_is_a_contact_of_kind_agent(
             await matrix.stop()
 
 
+async def test_an_access_token_serves_its_own_user_only(
+    tmp_path: Path, accounts: Synapse, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MATRIX_ACCESS_TOKEN instead of a password: someone else's token is refused with the two
+    user ids named (the agent never syncs as them); the agent's own token serves."""
+    settings = harness_settings(tmp_path / "home", model=f"test:{ROOM_DOUBLE}", config=_config(accounts))
+    async with (
+        people(accounts, "sam") as (sam,),
+        run_runtime(settings, clock=ManualClock(START)) as pilot,
+    ):
+        ada = await MatrixPerson(accounts, "ada", AGENT_PASSWORD).login()
+        await ada.close()  # only its token is wanted
+
+        def by_token(token: str) -> MatrixChannel:
+            return MatrixChannel(
+                settings.channels.matrix,
+                {pilot.agent.id: pilot.agent},
+                pilot.runtime,
+                state_dir=settings.data_dir / "matrix",
+                access_token=token,
+            )
+
+        theirs = by_token(sam.token)
+        await theirs.start()
+        try:
+            await sam.wait_for(lambda: "belongs to '@sam:test.local'" in caplog.text, "the refusal")
+            account = next(iter(theirs.accounts.values()))
+            assert account.syncs == 0 and not account.ready.is_set()
+        finally:
+            await theirs.stop()
+        own = by_token(ada.token)
+        await own.start()
+        try:
+            await asyncio.wait_for(next(iter(own.accounts.values())).ready.wait(), 60)
+            direct = await sam.create_room(ADA, direct=True)
+            await _joined(sam, direct)
+            await sam.say(direct, "hello by token")
+            await sam.wait_for(lambda: len(sam.said_by(ADA, direct)) == 1, "the answer")
+            await pilot.settle()
+        finally:
+            await own.stop()
+        assert [s.body for s in sam.said_by(ADA)] == ["You said: hello by token"]
+
+
 async def _silent(pilot: Pilot, count: int) -> bool:
     events = await _events(pilot)
     done = [await pilot.store.get_marker(pilot.agent.id, e.id, pilot.clock.now()) for e in events]
