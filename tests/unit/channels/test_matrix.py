@@ -192,9 +192,11 @@ async def test_rooms_threads_direct_chats_and_invitations(tmp_path: Path, accoun
         people(accounts, "sam", "kim", "lee", "helper") as (sam, kim, lee, helper),
         on_matrix(tmp_path / "home", accounts) as (pilot, _matrix),
     ):
-        room = await sam.create_room(ADA, kim.user_id, helper.user_id)
+        room = await sam.create_room(kim.user_id, helper.user_id)
         await kim.join(room)
         await helper.join(room)
+        await sam.say(room, "Ada, this was said before you came")  # history: not said to the agent
+        await sam.invite(room, ADA)
         await _joined(sam, room)
         await sam.say(room, "the weather is lovely today")
         await kim.say(room, "yes, sunny all week")
@@ -243,6 +245,7 @@ async def test_rooms_threads_direct_chats_and_invitations(tmp_path: Path, accoun
         kinds = {p.display_name: p.kind for p in await pilot.store.list_persons(pilot.agent.id)}
         assert kinds["helper"] == "agent" and kinds["sam"] == kinds["kim"] == kinds["lee"] == "human"
         assert len(sam.said_by(ADA)) == 1 and len(lee.said_by(ADA)) == 1
+        assert not any("before you came" in e.text for e in events)
 
 
 async def test_redirect_to_a_direct_chat_and_a_reply_too_big_for_one_event(
@@ -435,8 +438,24 @@ async def test_restarted_adapter_resumes_from_its_sync_token(tmp_path: Path, acc
             await pilot.settle()
         finally:
             await again.stop()
+        # A first start (no state yet) takes the current position: no history is answered.
+        fresh = MatrixChannel(
+            pilot.settings.channels.matrix,
+            {pilot.agent.id: pilot.agent},
+            pilot.runtime,
+            state_dir=tmp_path / "fresh",
+            password=AGENT_PASSWORD,
+        )
+        await fresh.start()
+        try:
+            await asyncio.wait_for(next(iter(fresh.accounts.values())).ready.wait(), 60)
+            await lee.say(direct, "first start")
+            await lee.wait_for(lambda: len(lee.said_by(ADA, direct)) == 8, "the answer to what is new")
+            await pilot.settle()
+        finally:
+            await fresh.stop()
         bodies = [s.body for s in lee.said_by(ADA, direct)]
-        expected = ["before", *(f"meanwhile {n}" for n in range(1, 6)), "and now"]
+        expected = ["before", *(f"meanwhile {n}" for n in range(1, 6)), "and now", "first start"]
         assert bodies == [f"You said: {text}" for text in expected]
 
 
