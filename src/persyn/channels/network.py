@@ -7,6 +7,7 @@ from typing import Protocol
 
 from persyn.channels.agents import AgentLink
 from persyn.channels.irc import IrcChannel
+from persyn.channels.matrix import MatrixChannel
 from persyn.channels.telegram import TelegramChannel
 from persyn.core.config import Settings
 from persyn.core.errors import ConfigError
@@ -48,4 +49,17 @@ def configured_channels(settings: Settings, api: RuntimeAPI) -> list[NetworkChan
             else settings.agents[0]
         )
         found.append(TelegramChannel(telegram, agent, api, token=token.get_secret_value()))
+    matrix = settings.channels.matrix
+    if matrix.homeserver:
+        token, password = settings.secrets.matrix_access_token, settings.secrets.matrix_password
+        found.append(
+            MatrixChannel(
+                matrix,
+                agents,
+                api,
+                state_dir=settings.data_dir / "matrix",
+                access_token=token.get_secret_value() if token is not None else None,
+                password=password.get_secret_value() if password is not None else None,
+            )
+        )
     return found

@@ -37,7 +37,14 @@ from persyn.core.config_base import (
     Task,
     model_chain,
 )
-from persyn.core.config_chat import ChannelsConfig, IrcConfig, PacingConfig, PacingRules, TelegramConfig
+from persyn.core.config_chat import (
+    ChannelsConfig,
+    IrcConfig,
+    MatrixConfig,
+    PacingConfig,
+    PacingRules,
+    TelegramConfig,
+)
 from persyn.core.config_cognition import (
     AutonomyConfig,
     DeliberationConfig,
@@ -63,6 +70,7 @@ __all__ = [
     "DispatchConfig",
     "GraphConfig",
     "IrcConfig",
+    "MatrixConfig",
     "McpConfig",
     "McpServerConfig",
     "MemoryConfig",
@@ -100,6 +108,8 @@ class Secrets(BaseModel):
     openai_api_key: SecretStr | None = None
     irc_password: SecretStr | None = None
     telegram_bot_token: SecretStr | None = None
+    matrix_access_token: SecretStr | None = None
+    matrix_password: SecretStr | None = None
 
 
 class Settings(Section):
@@ -220,6 +230,8 @@ _SECRET_ENV = {
     "openai_api_key": "OPENAI_API_KEY",
     "irc_password": "IRC_PASSWORD",
     "telegram_bot_token": "TELEGRAM_BOT_TOKEN",
+    "matrix_access_token": "MATRIX_ACCESS_TOKEN",
+    "matrix_password": "MATRIX_PASSWORD",
 }
 # `PERSYN_` variables that are not settings: read by `home_from_env` (and by nothing else).
 NOT_SETTINGS_ENV = frozenset({"PERSYN_HOME"})

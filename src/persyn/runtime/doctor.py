@@ -16,6 +16,7 @@ from persyn.core.errors import PersynError, StoreError
 from persyn.gateway.auto import AutoChoice, resolve_auto
 from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
 from persyn.gateway.registry import ModelSpec, parse_model_string
+from persyn.runtime._doctor_channels import channel_checks
 from persyn.runtime._doctor_postgres import Check, is_postgres, postgres_checks, shown_url
 from persyn.store import open_store
 from persyn.store.jobs import ConsolidationStatus
@@ -324,6 +325,7 @@ async def collect_checks(home: Path | None) -> list[Check]:
     results = await asyncio.gather(*(_check_model(settings, spec, tasks) for spec, tasks in by_model.items()))
     checks.extend(results)
     checks.extend(await _check_mcp(settings))
+    checks.extend(await channel_checks(settings))
     return checks
 
 

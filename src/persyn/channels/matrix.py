@@ -1,0 +1,676 @@
+"""The Matrix adapter (SPEC §3): one account per served agent, over the client-server API.
+
+Why a small httpx client and not matrix-nio or mautrix: an agent needs eight endpoints
+(login, whoami, sync, join, leave, send, receipt, createRoom) and two reads (joined members,
+room messages), and the part that must be right here — where the sync token is kept and when
+it moves — is ours either way: nio keeps its token in its own store and moves it when its
+callbacks return, and both libraries bring aiohttp and an end-to-end-encryption stack that is
+not used yet. httpx is already the HTTP client of the gateway and the Telegram adapter.
+
+What it does:
+- Every served agent logs in as `[channels.matrix] user_id` (`{agent}` filled) with
+  MATRIX_ACCESS_TOKEN (one agent) or MATRIX_PASSWORD, on a fixed device id, so the
+  homeserver's per-device transaction ids make a resent message one message.
+- It joins `rooms` at start and accepts invitations from `invites_from` (else declines them),
+  then long-polls `/sync`. Every text message in a joined room becomes an `Event` (channel the
+  room id); one in a direct chat (two members), one that mentions the agent (`m.mentions`, its
+  user id, localpart or name) or that replies to or threads under its own message is
+  addressed, the rest is overheard traffic, which gets the engagement decision.
+- Resuming: the sync token (`next_batch`) is kept in a small JSON file per account under the
+  data directory, written (atomically) only after the batch's messages were submitted. A crash
+  before that write replays the batch, and an event's id derives from the Matrix event id, so
+  the store and the queue deduplicate it: nothing is missed and nothing answered twice. The
+  first start takes the current position and answers no history; a gap longer than one sync's
+  timeline (a long downtime) is fetched page by page with `/messages`.
+- Replies answer the message they were given for: in a room, in its thread (a thread started on
+  it when `threads`); in a direct chat as a reply. The body is the model's Markdown as plain
+  `body` plus `org.matrix.custom.html` rendered with raw HTML disabled (model output is escaped,
+  never markup) and images off (nothing loads a URL the model wrote).
+- What it processed is marked read (a read receipt on the last event of each room's batch).
+- Senders resolve through the directory key (`matrix`, homeserver, user id); the deployment's
+  other agents and `bots` are marked `agent`.
+- A delivery while the homeserver is unreachable raises, so the outbox keeps the row; the sync
+  loop retries with a doubling backoff and, on every (re)connection, delivers the backlog
+  (`RuntimeAPI.deliver_pending`).
+- End-to-end encryption is not supported: encrypted rooms' messages are not seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlparse
+
+import httpx
+from markdown_it import MarkdownIt
+
+from persyn.channels.base import Channel
+from persyn.channels.telegram import split_message
+from persyn.core.config import AgentConfig, MatrixConfig
+from persyn.core.errors import ChannelError, ConfigError, InputError
+from persyn.core.events import Event, Outbound, Speaker
+from persyn.core.ids import derived_id
+from persyn.runtime.api import RuntimeAPI
+
+__all__ = ["MATRIX_SERVICE", "MatrixChannel", "render_html"]
+
+log = logging.getLogger(__name__)
+
+MATRIX_SERVICE = "matrix"
+_API = "/_matrix/client/v3"
+_REMEMBERED = 4096  # answered events and own message ids kept in the state file
+_GAP_EVENTS = 1000  # most messages fetched to fill one room's gap after a downtime
+# Characters per message: an event is capped at 64 KiB, and the body and its HTML are both in
+# it (6,000 four-byte characters twice, or 6,000 `<` escaped as `&lt;`, stay well below).
+_BODY_LIMIT = 6000
+_RATE_LIMIT_TRIES = 5
+_TEXT_TYPES = ("m.text", "m.emote")  # m.notice is for bots' output: never answered (spec)
+
+_markdown = MarkdownIt("commonmark", {"html": False}).disable("image")
+
+
+def render_html(text: str) -> str:
+    """`text` (Markdown) as the HTML of `formatted_body`. Raw HTML in it is escaped, links with
+    unsafe schemes are not links, images are off; one plain paragraph loses its `<p>`."""
+    html = _markdown.render(text).strip()
+    if html.startswith("<p>") and html.endswith("</p>") and html.count("<p>") == 1:
+        return html[3:-4]
+    return html
+
+
+def _without_reply_fallback(body: str) -> str:
+    """A reply's body without the quoted original older clients put before it."""
+    lines = body.split("\n")
+    if not lines or not lines[0].startswith("> "):
+        return body
+    index = 0
+    while index < len(lines) and lines[index].startswith(">"):
+        index += 1
+    return "\n".join(lines[index:]).lstrip("\n")
+
+
+def _names(text: str, name: str) -> bool:
+    return (
+        bool(name) and re.search(rf"(?<![\w@-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE) is not None
+    )
+
+
+@dataclass
+class _State:
+    """What an account keeps between runs (a JSON file): the sync position, the Matrix event
+    behind each event it submitted (to reply in place), its own message ids (a reply to one
+    is addressed to it) and the direct chats it knows."""
+
+    path: Path
+    next_batch: str | None = None
+    answered: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    mine: list[str] = field(default_factory=list[str])
+    direct: dict[str, str] = field(default_factory=dict[str, str])
+
+    @classmethod
+    def load(cls, path: Path) -> _State:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, ValueError) as exc:
+            # A damaged cursor must not stop the agent: it starts from now, like a first start.
+            log.warning("matrix: unreadable state %s (%s); starting from the current position", path, exc)
+            return cls(path)
+        return cls(
+            path,
+            next_batch=data.get("next_batch"),
+            answered={str(k): [str(x) for x in v] for k, v in (data.get("answered") or {}).items()},
+            mine=[str(x) for x in data.get("mine") or []],
+            direct={str(k): str(v) for k, v in (data.get("direct") or {}).items()},
+        )
+
+    def snapshot(self) -> str:
+        """The state as JSON, taken on the event loop (the dicts are not changed meanwhile)."""
+        while len(self.answered) > _REMEMBERED:
+            del self.answered[next(iter(self.answered))]
+        del self.mine[:-_REMEMBERED]
+        body = {
+            "next_batch": self.next_batch,
+            "answered": self.answered,
+            "mine": self.mine,
+            "direct": self.direct,
+        }
+        return json.dumps(body)
+
+    def write(self, text: str) -> None:
+        """`text` as the state file, atomically (a crash leaves the old file or the new one)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(".tmp")
+        with temporary.open("w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self.path)
+
+
+class _MatrixError(ChannelError):
+    def __init__(self, message: str, status: int, errcode: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.errcode = errcode
+
+
+class _Account:
+    """One agent's Matrix account: logs in, syncs, and reconnects with backoff."""
+
+    def __init__(self, channel: MatrixChannel, agent: AgentConfig) -> None:
+        self._owner = channel
+        self.agent = agent
+        self.user_id = channel.config.user_for(agent.name)
+        self.server_name = self.user_id.partition(":")[2]
+        self.device_id = f"PERSYN{agent.id[-10:]}"
+        self.ready = asyncio.Event()
+        self.connections = 0  # successful first syncs after a (re)connection (tests wait on it)
+        self.syncs = 0
+        self.state = _State.load(channel.state_dir / f"{quote(self.user_id, safe='')}.json")
+        self._token = channel.access_token
+        self._client = httpx.AsyncClient(
+            base_url=channel.config.homeserver or "",
+            timeout=httpx.Timeout(channel.config.sync_timeout_seconds + 30, connect=10),
+            transport=channel.transport,
+        )
+        self._members: dict[str, int] = {}
+        self._display: dict[tuple[str, str], str] = {}
+        self._joined_rooms = False
+        self._save_lock = asyncio.Lock()
+
+    # HTTP ----------------------------------------------------------------------------------
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One client-server call; a 429 is waited out (`retry_after_ms`) and retried."""
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        for _ in range(_RATE_LIMIT_TRIES):
+            try:
+                response = await self._client.request(
+                    method, _API + path, json=body, params=params, headers=headers
+                )
+            except httpx.HTTPError as exc:
+                raise ChannelError(f"matrix {method} {path}: {type(exc).__name__}: {exc}") from exc
+            try:
+                data = response.json()
+            except ValueError:
+                data = {}
+            if not isinstance(data, dict):
+                data = {}
+            if response.status_code == 429:
+                wait = float(data.get("retry_after_ms") or 1000) / 1000
+                await asyncio.sleep(min(wait, 60.0))
+                continue
+            if response.status_code >= 400:
+                errcode = str(data.get("errcode") or "")
+                raise _MatrixError(
+                    f"matrix {method} {path}: HTTP {response.status_code} {errcode} {data.get('error')!r}",
+                    response.status_code,
+                    errcode,
+                )
+            return data
+        raise ChannelError(f"matrix {method} {path}: still rate limited after {_RATE_LIMIT_TRIES} tries")
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def _persist(self) -> None:
+        # One writer at a time (the sync loop and deliveries both save); the snapshot is
+        # taken under the lock, so the file written last is the newest state.
+        async with self._save_lock:
+            await asyncio.to_thread(self.state.write, self.state.snapshot())
+
+    # the sync loop -------------------------------------------------------------------------
+    async def run(self) -> None:
+        config = self._owner.config
+        wait = config.reconnect_min_seconds
+        while True:
+            try:
+                if self._token is None:
+                    await self._login()
+                if not self._joined_rooms:
+                    await self._join_configured()
+                await self._sync_once()
+                wait = config.reconnect_min_seconds
+                if not self.ready.is_set():
+                    self.ready.set()
+                    self.connections += 1
+                    self._owner.connected()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if (
+                    isinstance(exc, _MatrixError)
+                    and exc.errcode == "M_UNKNOWN_TOKEN"
+                    and self._owner.password
+                ):
+                    self._token = None  # logged out elsewhere: log in again
+                log.warning("matrix %s (%s): %s", config.homeserver, self.user_id, exc)
+                self.ready.clear()
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, config.reconnect_max_seconds)
+
+    async def _login(self) -> None:
+        password = self._owner.password
+        if password is None:
+            raise ChannelError("neither MATRIX_ACCESS_TOKEN nor MATRIX_PASSWORD is set")
+        done = await self.call(
+            "POST",
+            "/login",
+            {
+                "type": "m.login.password",
+                "identifier": {"type": "m.id.user", "user": self.user_id},
+                "password": password,
+                "device_id": self.device_id,
+                "initial_device_display_name": f"persyn ({self.agent.name})",
+            },
+        )
+        self._token = str(done["access_token"])
+        self.device_id = str(done.get("device_id") or self.device_id)
+        await self._set_display_name()
+
+    async def check_token(self) -> None:
+        """With an access token: it must belong to the configured user."""
+        who = await self.call("GET", "/account/whoami")
+        if who.get("user_id") != self.user_id:
+            raise ConfigError(
+                f"MATRIX_ACCESS_TOKEN belongs to {who.get('user_id')!r}, not to the configured "
+                f"[channels.matrix] user_id {self.user_id!r}"
+            )
+        await self._set_display_name()
+
+    async def _set_display_name(self) -> None:
+        # Only when it differs: every change is a membership event in every joined room.
+        with contextlib.suppress(ChannelError):
+            path = f"/profile/{quote(self.user_id, safe='')}/displayname"
+            current = await self.call("GET", path)
+            if current.get("displayname") != self.agent.name:
+                await self.call("PUT", path, {"displayname": self.agent.name})
+
+    async def _join_configured(self) -> None:
+        if self._owner.access_token is not None and not self._joined_rooms:
+            await self.check_token()
+        for room in self._owner.config.rooms:
+            try:
+                await self.call("POST", f"/join/{quote(room, safe='')}", {})
+            except _MatrixError as exc:  # a room that refuses us is reported, the others are served
+                log.warning("matrix: %s could not join %s: %s", self.user_id, room, exc)
+        self._joined_rooms = True
+
+    def _filter(self) -> str:
+        limit = self._owner.config.timeline_limit
+        return json.dumps(
+            {
+                "presence": {"types": []},
+                "account_data": {"types": []},
+                "room": {
+                    "timeline": {"limit": limit, "types": ["m.room.message", "m.room.member"]},
+                    "state": {"types": ["m.room.member"], "lazy_load_members": True},
+                    "ephemeral": {"types": []},
+                    "account_data": {"types": []},
+                },
+            }
+        )
+
+    async def _sync_once(self) -> None:
+        since = self.state.next_batch
+        params: dict[str, Any] = {"filter": self._filter()}
+        if since is None:
+            params["timeout"] = 0  # the first start: take the position, answer no history
+        else:
+            params["since"] = since
+            params["timeout"] = self._owner.config.sync_timeout_seconds * 1000 if self.ready.is_set() else 0
+        data = await self.call("GET", "/sync", params=params)
+        rooms = data.get("rooms") or {}
+        for room_id, invited in (rooms.get("invite") or {}).items():
+            await self._invited(str(room_id), invited)
+        batch: list[tuple[str, dict[str, Any]]] = []
+        for room_id, joined in (rooms.get("join") or {}).items():
+            batch.extend(await self._joined(str(room_id), joined, history=since is not None))
+        for room_id in rooms.get("leave") or {}:
+            self._members.pop(str(room_id), None)
+        await self._submit(batch)
+        next_batch = data.get("next_batch")
+        if isinstance(next_batch, str) and next_batch != self.state.next_batch:
+            self.state.next_batch = next_batch
+            await self._persist()
+        self.syncs += 1
+
+    # rooms ------------------------------------------------------------------------------------
+    def _may_invite(self, inviter: str) -> bool:
+        allowed = self._owner.config.invites_from
+        if not allowed:
+            return inviter.endswith(f":{self.server_name}")
+        return (
+            "*" in allowed
+            or inviter in allowed
+            or any(entry.startswith(":") and inviter.endswith(entry) for entry in allowed)
+        )
+
+    async def _invited(self, room_id: str, invited: Mapping[str, Any]) -> None:
+        inviter = ""
+        for event in (invited.get("invite_state") or {}).get("events") or []:
+            if event.get("type") == "m.room.member" and event.get("state_key") == self.user_id:
+                inviter = str(event.get("sender") or "")
+        path = f"/rooms/{quote(room_id, safe='')}"
+        try:
+            if self._may_invite(inviter):
+                await self.call("POST", f"/join/{quote(room_id, safe='')}", {})
+                log.info("matrix: %s joined %s (invited by %s)", self.user_id, room_id, inviter)
+            else:
+                await self.call("POST", f"{path}/leave", {"reason": "invitations are not accepted from you"})
+                log.info("matrix: %s declined %s's invitation to %s", self.user_id, inviter, room_id)
+        except _MatrixError as exc:
+            log.warning("matrix: answering the invitation to %s failed: %s", room_id, exc)
+
+    async def _joined(
+        self, room_id: str, joined: Mapping[str, Any], *, history: bool
+    ) -> list[tuple[str, dict[str, Any]]]:
+        count = (joined.get("summary") or {}).get("m.joined_member_count")
+        if isinstance(count, int):
+            self._members[room_id] = count
+        for event in (joined.get("state") or {}).get("events") or []:
+            self._member_event(room_id, event, changed=False)  # lazy-loaded: who spoke, as they are
+        timeline = joined.get("timeline") or {}
+        events: list[dict[str, Any]] = [e for e in timeline.get("events") or [] if isinstance(e, dict)]
+        for event in events:
+            self._member_event(room_id, event, changed=not isinstance(count, int))
+        if not history:
+            return []
+        # Newly joined: only what was said after the agent came in (the timeline of a room just
+        # joined holds earlier history, which nobody said to the agent).
+        arrived = [
+            i
+            for i, e in enumerate(events)
+            if e.get("type") == "m.room.member"
+            and e.get("state_key") == self.user_id
+            and (e.get("content") or {}).get("membership") == "join"
+            and ((e.get("unsigned") or {}).get("prev_content") or {}).get("membership") != "join"
+        ]
+        if arrived:
+            events = events[arrived[-1] + 1 :]
+        elif timeline.get("limited") and timeline.get("prev_batch") and self.state.next_batch:
+            events = await self._gap(room_id, str(timeline["prev_batch"]), self.state.next_batch) + events
+        return [(room_id, e) for e in events if e.get("type") == "m.room.message"]
+
+    def _member_event(self, room_id: str, event: Mapping[str, Any], *, changed: bool) -> None:
+        if event.get("type") != "m.room.member":
+            return
+        user = str(event.get("state_key") or "")
+        content = event.get("content") or {}
+        if isinstance(content.get("displayname"), str):
+            self._display[(room_id, user)] = content["displayname"]
+        if changed:
+            self._members.pop(room_id, None)  # someone came or went: count again when needed
+
+    async def _gap(self, room_id: str, before: str, since: str) -> list[dict[str, Any]]:
+        """The messages between the last sync and this one's timeline (oldest first)."""
+        found: list[dict[str, Any]] = []
+        token: str | None = before
+        path = f"/rooms/{quote(room_id, safe='')}/messages"
+        while token and len(found) < _GAP_EVENTS:
+            page = await self.call(
+                "GET",
+                path,
+                params={
+                    "from": token,
+                    "to": since,
+                    "dir": "b",
+                    "limit": 100,
+                    "filter": json.dumps({"types": ["m.room.message"]}),
+                },
+            )
+            chunk = [e for e in page.get("chunk") or [] if isinstance(e, dict)]
+            if not chunk:
+                break
+            found.extend(chunk)
+            end = page.get("end")
+            token = str(end) if end and end != token else None
+        return list(reversed(found))
+
+    async def _member_count(self, room_id: str) -> int:
+        count = self._members.get(room_id)
+        if count is None:
+            try:
+                joined = await self.call("GET", f"/rooms/{quote(room_id, safe='')}/joined_members")
+                count = len(joined.get("joined") or {})
+            except ChannelError:
+                count = 0
+            self._members[room_id] = count
+        return count
+
+    # inbound ----------------------------------------------------------------------------------
+    async def _submit(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        """Each message as an event, in order; then a read receipt per room."""
+        events: list[tuple[str, str, Event]] = []
+        for room_id, message in batch:
+            event = await self._event(room_id, message)
+            if event is not None:
+                events.append((room_id, str(message["event_id"]), event))
+        if events:
+            # Where to answer is known before anything is submitted: a recovered turn after a
+            # crash finds it, even if the batch is not seen again.
+            await self._persist()
+        last: dict[str, str] = {}
+        for room_id, matrix_id, event in events:
+            try:
+                self._owner.api.validate_text(event.text)
+                await self._owner.api.submit(event)
+            except InputError as exc:
+                log.warning("matrix: dropped a message in %s: %s", room_id, exc)
+            last[room_id] = matrix_id
+        for room_id, matrix_id in last.items():
+            try:
+                path = f"/rooms/{quote(room_id, safe='')}/receipt/m.read/{quote(matrix_id, safe='')}"
+                await self.call("POST", path, {})
+            except ChannelError as exc:  # a receipt is a courtesy: the message is stored
+                log.info("matrix: read receipt in %s failed: %s", room_id, exc)
+
+    async def _event(self, room_id: str, message: Mapping[str, Any]) -> Event | None:
+        sender = str(message.get("sender") or "")
+        content = message.get("content") or {}
+        body = content.get("body")
+        matrix_id = message.get("event_id")
+        if sender == self.user_id or not isinstance(matrix_id, str) or not isinstance(body, str):
+            return None
+        relation = content.get("m.relates_to") or {}
+        if content.get("msgtype") not in _TEXT_TYPES or relation.get("rel_type") == "m.replace":
+            return None  # notices, media, edits: nothing said to answer (an edit repeats a message)
+        replied = str((relation.get("m.in_reply_to") or {}).get("event_id") or "")
+        text = _without_reply_fallback(body) if replied else body
+        name = self._display.get((room_id, sender)) or sender[1:].partition(":")[0]
+        if content.get("msgtype") == "m.emote":
+            text = f"* {name} {text}"
+        if not text.strip():
+            return None
+        thread = str(relation.get("event_id") or "") if relation.get("rel_type") == "m.thread" else ""
+        direct = await self._member_count(room_id) == 2
+        if direct:
+            self.state.direct.setdefault(sender, room_id)
+        mentions = (content.get("m.mentions") or {}).get("user_ids") or []
+        addressed = (
+            direct
+            or self.user_id in mentions
+            or replied in self.state.mine
+            or (thread and thread in self.state.mine)
+            or any(
+                _names(text, n) for n in (self.user_id, self.user_id[1:].partition(":")[0], self.agent.name)
+            )
+        )
+        said_at = datetime.fromtimestamp(int(message.get("origin_server_ts") or 0) / 1000, UTC)
+        now = self._owner.api.clock.now()
+        event = Event(
+            id=derived_id(said_at, MATRIX_SERVICE, self.agent.id, matrix_id),
+            agent_id=self.agent.id,
+            service=MATRIX_SERVICE,
+            channel=room_id,
+            speaker=Speaker(
+                service=MATRIX_SERVICE,
+                channel=self._owner.network,
+                speaker_id=sender,
+                display_name=name,
+                kind="agent" if self._owner.is_agent(sender) else "human",
+            ),
+            text=text,
+            received_at=min(said_at, now) if said_at.year > 2000 else now,
+            addressed=bool(addressed),
+        )
+        self.state.answered[event.id] = [room_id, matrix_id, thread, sender]
+        return event
+
+    # outbound ---------------------------------------------------------------------------------
+    async def _direct_room(self, user: str) -> str:
+        known = self.state.direct.get(user)
+        if known is not None:
+            return known
+        created = await self.call(
+            "POST", "/createRoom", {"invite": [user], "is_direct": True, "preset": "trusted_private_chat"}
+        )
+        room = str(created["room_id"])
+        self.state.direct[user] = room
+        await self._persist()
+        return room
+
+    async def say(self, outbound: Outbound) -> None:
+        if not self.ready.is_set():
+            raise ChannelError(
+                f"{self.user_id!r} is not connected to Matrix; the message waits in the outbox"
+            )
+        room = outbound.channel
+        if room.startswith("@"):
+            room = await self._direct_room(room)
+        relation: dict[str, Any] | None = None
+        mentions: list[str] = []
+        answered = self.state.answered.get(outbound.event_id)
+        if answered is not None and answered[0] == room:
+            _, matrix_id, thread, sender = answered
+            mentions = [sender]
+            in_room = await self._member_count(room) != 2
+            if thread or (self._owner.config.threads and in_room):
+                relation = {
+                    "rel_type": "m.thread",
+                    "event_id": thread or matrix_id,
+                    "is_falling_back": False,
+                    "m.in_reply_to": {"event_id": matrix_id},
+                }
+            else:
+                relation = {"m.in_reply_to": {"event_id": matrix_id}}
+        key = outbound.outbox_id or outbound.message_id
+        for index, piece in enumerate(split_message(outbound.text, _BODY_LIMIT)):
+            content: dict[str, Any] = {
+                "msgtype": "m.text",
+                "body": piece,
+                "format": "org.matrix.custom.html",
+                "formatted_body": render_html(piece),
+                "m.mentions": {"user_ids": mentions},
+            }
+            if relation is not None:
+                content["m.relates_to"] = relation
+            txn = quote(f"{key}.{index}", safe="")
+            sent = await self.call("PUT", f"/rooms/{quote(room, safe='')}/send/m.room.message/{txn}", content)
+            if isinstance(sent.get("event_id"), str):
+                self.state.mine.append(sent["event_id"])
+        await self._persist()
+
+
+class MatrixChannel(Channel):
+    """The `matrix` service: every served agent's account on `[channels.matrix] homeserver`."""
+
+    service = MATRIX_SERVICE
+
+    def __init__(
+        self,
+        config: MatrixConfig,
+        agents: Mapping[str, AgentConfig],
+        api: RuntimeAPI,
+        *,
+        state_dir: Path,
+        access_token: str | None = None,
+        password: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not config.homeserver:
+            raise ChannelError("[channels.matrix] homeserver is not set")
+        chosen = {name.lower() for name in config.agents}
+        served = {k: a for k, a in agents.items() if not chosen or a.name.lower() in chosen}
+        if access_token is None and password is None:
+            raise ConfigError(
+                "[channels.matrix] needs MATRIX_ACCESS_TOKEN or MATRIX_PASSWORD in the environment"
+            )
+        if access_token is not None and len(served) > 1:
+            raise ConfigError(
+                "MATRIX_ACCESS_TOKEN is one account, but several agents are on Matrix: use MATRIX_PASSWORD "
+                "(each agent's account) or list one agent in [channels.matrix] agents"
+            )
+        self.config = config
+        self.api = api
+        self.state_dir = state_dir
+        self.access_token = access_token
+        self.password = password
+        self.transport = transport
+        parsed = urlparse(config.homeserver)
+        self.network = parsed.netloc.lower()
+        self.accounts = {agent_id: _Account(self, agent) for agent_id, agent in served.items()}
+        self._others = {a.user_id for a in self.accounts.values()} | {
+            config.user_for(a.name) for a in agents.values()
+        }
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.api.attach_channel(self)
+        for account in self.accounts.values():
+            self._spawn(account.run())
+
+    async def stop(self) -> None:
+        self.api.detach_channel(self)
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for account in self.accounts.values():
+            await account.close()
+
+    def _spawn(self, coroutine: Any) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def connected(self) -> None:
+        """Synced (again): what waited in the outbox goes out now."""
+        self._spawn(self._deliver_backlog())
+
+    async def _deliver_backlog(self) -> None:
+        try:
+            await self.api.deliver_pending(MATRIX_SERVICE)
+        except Exception as exc:  # the outbox poll retries it
+            log.warning("matrix: delivering the backlog failed: %s", exc)
+
+    def is_agent(self, user_id: str) -> bool:
+        return user_id in self._others or user_id in self.config.bots
+
+    # the channel port ----------------------------------------------------------------------
+    def serves(self, agent_id: str) -> bool:
+        return agent_id in self.accounts
+
+    async def deliver(self, outbound: Outbound) -> None:
+        account = self.accounts.get(outbound.agent_id)
+        if account is None:
+            raise ChannelError(f"agent {outbound.agent_id!r} is not on Matrix here")
+        await account.say(outbound)
