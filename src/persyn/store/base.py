@@ -54,6 +54,8 @@ from persyn.store.schedule import (
     SchedulePort,
     Trigger,
 )
+from persyn.store.emotions import EmotionsStore
+from persyn.store.guardrails import GuardrailsStore
 from persyn.store.web_keys import WebKeysStore
 
 __all__ = [
@@ -126,6 +128,8 @@ class Store(
     OutboxStore,
     RunsPort,
     WebKeysStore,
+    GuardrailsStore,
+    EmotionsStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

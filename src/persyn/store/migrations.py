@@ -471,6 +471,22 @@ def _create_web_keys(connection: Connection, dialect_name: str) -> None:
     schema.web_keys.create(connection, checkfirst=False)
 
 
+def _reserved(connection: Connection, dialect_name: str) -> None:
+    """Migrations 16 and 17 belong to other branches of this session, merged by the integrator."""
+
+
+def _create_guardrails(connection: Connection, dialect_name: str) -> None:
+    """Migration 18: guardrail events and checks (`store/guardrails.py`), from the live
+    definitions (freeze them here before a later migration alters those tables)."""
+    schema.guardrail_events.create(connection, checkfirst=False)
+    schema.guardrail_checks.create(connection, checkfirst=False)
+
+
+def _create_emotion_readings(connection: Connection, dialect_name: str) -> None:
+    """Migration 19: emotional-state readings (`store/emotions.py`), from the live definition."""
+    schema.emotion_readings.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search, {"postgresql": pg.message_search}),
@@ -491,6 +507,10 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(13, "consolidation state and extraction watermarks as tables", _create_conversation_jobs),
     Migration(14, "run state, run conversations and channel ledgers as tables", runs_become_tables),
     Migration(15, "web API keys", _create_web_keys),
+    Migration(16, "reserved for another branch (16; replaced at merge)", _reserved),
+    Migration(17, "reserved for another branch (17; replaced at merge)", _reserved),
+    Migration(18, "guardrail events and checks", _create_guardrails),
+    Migration(19, "emotional-state readings", _create_emotion_readings),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 
