@@ -80,7 +80,9 @@ async def test_checks_give_the_watermark_and_the_budget_and_are_purged(store: St
 
 async def test_the_interaction_window_spans_conversations_oldest_first(store: Store) -> None:
     await store.ensure_agent(AGENT, "Ada", T0)
-    sam = await store.resolve_person(AGENT, Identity(service="irc", channel="irc", speaker_id="sam"), "Sam", "human", T0)
+    sam = await store.resolve_person(
+        AGENT, Identity(service="irc", channel="irc", speaker_id="sam"), "Sam", "human", T0
+    )
     said: list[str] = []
     for n, channel in enumerate(("#a", "#b", "#a")):
         at = T0 + timedelta(hours=n)
@@ -116,7 +118,12 @@ async def test_emotion_readings_by_exchange_conversation_and_record(store: Store
         at = T0 + timedelta(minutes=minutes)
         other = "calm" if top != "calm" else "engaged"
         return EmotionReading(
-            id=new_id(at), agent_id=AGENT, created_at=at, distribution={top: 0.7, other: 0.3}, top=top, **where
+            id=new_id(at),
+            agent_id=AGENT,
+            created_at=at,
+            distribution={top: 0.7, other: 0.3},
+            top=top,
+            **where,
         )
 
     early = reading(0, "curious", conversation_id=conversation, event_id=new_id(T0))

@@ -16,6 +16,7 @@ from persyn.cli import (
     conversations,
     doctor,
     graph,
+    guardrails,
     memory,
     people,
     serve,
@@ -80,6 +81,7 @@ for group in (
     tools,
     autonomy,
     doctor,
+    guardrails,
     web,
 ):
     group.register(app)

@@ -46,8 +46,8 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
-from persyn.core.config_tools import McpConfig, McpServerConfig
 from persyn.core.config_safety import EmotionConfig, GuardrailConfig, SafetyConfig
+from persyn.core.config_tools import McpConfig, McpServerConfig
 from persyn.core.config_tracing import TracingConfig
 from persyn.core.config_web import WebConfig
 from persyn.core.errors import ConfigError

@@ -203,7 +203,10 @@ class SafetyConfig(Section):
         description="Tokens guardrail classifiers may spend per agent over 24 hours; beyond it only rules run.",
     )
     max_window_messages: int = Field(
-        default=60, ge=5, le=1000, description="At most this many of a person's latest messages go to a classifier."
+        default=60,
+        ge=5,
+        le=1000,
+        description="At most this many of a person's latest messages go to a classifier.",
     )
 
 

@@ -127,7 +127,9 @@ class SQLiteGuardrails(GuardrailsStore, EmotionsStore):
         statement = insert(guardrail_checks).values(**check.model_dump()).on_conflict_do_nothing()
         await self._write("add_guardrail_check", lambda connection: connection.execute(statement))
 
-    async def last_guardrail_check(self, agent_id: str, guardrail: str, subject: str) -> GuardrailCheck | None:
+    async def last_guardrail_check(
+        self, agent_id: str, guardrail: str, subject: str
+    ) -> GuardrailCheck | None:
         statement = (
             select(guardrail_checks)
             .where(_c.agent_id == agent_id, _c.guardrail == guardrail, _c.subject == subject)
@@ -159,9 +161,17 @@ class SQLiteGuardrails(GuardrailsStore, EmotionsStore):
         m, c = messages.c, conversations.c
         statement = (
             select(
-                m.id, m.conversation_id, c.service, c.channel, m.role, m.person_id,
-                m.speaker_name, m.text, m.created_at, m.event_id,
-            )  # fmt: skip
+                m.id,
+                m.conversation_id,
+                c.service,
+                c.channel,
+                m.role,
+                m.person_id,
+                m.speaker_name,
+                m.text,
+                m.created_at,
+                m.event_id,
+            )
             .join(conversations, (c.agent_id == m.agent_id) & (c.id == m.conversation_id))
             .where(m.agent_id == agent_id, m.created_at >= since)
             .order_by(m.created_at.desc(), m.id.desc())

@@ -98,7 +98,9 @@ class GuardrailsStore(ABC):
     async def add_guardrail_check(self, check: GuardrailCheck) -> None: ...
 
     @abstractmethod
-    async def last_guardrail_check(self, agent_id: str, guardrail: str, subject: str) -> GuardrailCheck | None:
+    async def last_guardrail_check(
+        self, agent_id: str, guardrail: str, subject: str
+    ) -> GuardrailCheck | None:
         """The check of `subject` by `guardrail` whose window ends last."""
 
     @abstractmethod
