@@ -215,7 +215,10 @@ class EmotionConfig(Section):
     `emotion`) gives a probability distribution over `categories`; its top category tags the
     memory records of the conversation, and the recent trajectory is context."""
 
-    enabled: bool = Field(default=True, description="Classify the agent's state after each exchange.")
+    enabled: bool = Field(
+        default=False,
+        description="Classify the agent's state after each answered message (one more call per exchange, off the reply's path).",
+    )
     categories: list[str] = Field(
         default_factory=lambda: list(EMOTION_CATEGORIES),
         min_length=2,

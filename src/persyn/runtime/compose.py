@@ -14,6 +14,7 @@ from datetime import timedelta
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from persyn.channels.base import Channel
+from persyn.cognition.emotion import EmotionSource
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import Settings, mcp_headers
@@ -79,7 +80,7 @@ def build_runtime(
     agents = {agent.id: agent for agent in settings.agents}
     gateways: dict[str, ModelGateway] = {}  # built at start, once local models run
     connected: dict[str, Channel] = dict(channels or {})
-    sources: list[ContextSource] = []
+    sources: list[ContextSource] = [EmotionSource(store, settings.emotion)]  # the rest join at start
     cache = TurnCache(store, settings)
     markers = Markers(store, clock, in_flight=lambda event_id: cache.known(event_id) is not None)
     intake = Intake(store, settings, cache)

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["EmotionReading", "EmotionsStore"]
+__all__ = ["EmotionReading", "EmotionsStore", "mean_distribution", "reading_for_record", "top_category"]
 
 
 class EmotionReading(BaseModel):
@@ -46,3 +46,36 @@ class EmotionsStore(ABC):
     @abstractmethod
     async def record_emotions(self, agent_id: str, record_ids: Sequence[str]) -> dict[str, EmotionReading]:
         """The readings kept with memory records, by record id."""
+
+
+def top_category(distribution: Mapping[str, float]) -> str:
+    """The strongest category (ties: the first in alphabetical order, so it is stable)."""
+    return min(distribution, key=lambda category: (-distribution[category], category))
+
+
+def mean_distribution(readings: Sequence[EmotionReading]) -> dict[str, float]:
+    """The mean of several distributions (a category missing from one counts 0 there)."""
+    categories = sorted({c for r in readings for c in r.distribution})
+    return {
+        c: round(sum(r.distribution.get(c, 0.0) for r in readings) / len(readings), 4) for c in categories
+    }
+
+
+def reading_for_record(
+    readings: Sequence[EmotionReading], *, reading_id: str, record_id: str, at: datetime
+) -> EmotionReading | None:
+    """The reading kept with a memory record: the mean of its conversation's exchange
+    readings (None when it had none)."""
+    if not readings:
+        return None
+    distribution = mean_distribution(readings)
+    first = readings[0]
+    return EmotionReading(
+        id=reading_id,
+        agent_id=first.agent_id,
+        created_at=at,
+        conversation_id=first.conversation_id,
+        record_id=record_id,
+        distribution=distribution,
+        top=top_category(distribution),
+    )
