@@ -111,6 +111,7 @@ def build_runtime(
         event_of=cache.event,
         validate_text=intake.validate_text,
         connected=connected.__contains__,
+        guardrails=guardrails,
     )
     pacing = Pacing(
         store=store,

@@ -77,12 +77,19 @@ class Guardrails:
     # the hard gate ---------------------------------------------------------------------------
     async def blocking(self, setup: TurnSetup) -> GuardrailEvent | None:
         """The block in force on this turn's person, channel or agent, if any."""
+        return await self.blocking_target(setup.agent_id, setup.person_id, setup.service, setup.channel)
+
+    async def blocking_target(
+        self, agent_id: str, person_id: str | None, service: str, channel: str
+    ) -> GuardrailEvent | None:
+        """The block in force on a person, a channel or the agent, if any: what a reply and
+        a message the agent initiates (`Outreach.send_to_contact`) both pass."""
         if not self.settings.safety.enabled:
             return None
-        where = channel_key(setup.service, setup.channel)
-        for event in await self.store.guardrail_blocks(setup.agent_id, self.clock.now()):
+        where = channel_key(service, channel)
+        for event in await self.store.guardrail_blocks(agent_id, self.clock.now()):
             if (
-                (event.subject_kind == "person" and event.subject == setup.person_id)
+                (event.subject_kind == "person" and event.subject == person_id)
                 or (event.subject_kind == "channel" and event.subject == where)
                 or event.subject_kind == "agent"
             ):

@@ -20,6 +20,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.guardrails import Verdict
+from persyn.core.errors import ToolError
 from persyn.core.ids import new_id
 from persyn.store.guardrails import GuardrailEvent
 from persyn.testing import Pilot, RecordingChannel, run_runtime
@@ -124,6 +125,12 @@ async def test_escalating_conflict_over_three_conversations_notifies_and_blocks(
         assert len(pilot.usage()) == spent  # no model call for a blocked person
         (trace,) = await pilot.store.deliberation_traces(pilot.agent.id, [blocked.event.id])
         assert trace.trace["decision"]["action"] == "silent" and trace.trace["guardrail"] == event.id
+        # What the agent initiates is held too (the message_contact tool's path), for Sam only.
+        with pytest.raises(ToolError, match="not sent: guardrail 'escalating-conflict' blocks"):
+            await pilot.runtime.outreach.send_to_contact(
+                pilot.agent.id, blocked.event.id, event.subject, "test", "room", "Shall we talk?"
+            )
+        assert event.person_id == event.subject  # a person pattern blocks a person id
         assert await rails.evaluate() == []  # blocked already: not judged or recorded again
         assert len(guard.judged) == 4
         await pilot.say("Hello Ada", speaker="ann", transmitted=True)  # Ann is not blocked
