@@ -17,7 +17,7 @@ NOW = "2026-11-30T10:00:00+00:00"  # the harness's clock after the turns below
 _SPIKE = (
     "[deliberation]\nenabled = false\n"
     '[[guardrails]]\nname = "outbound-spike"\ndetector = "outbound_messages"\nwindow_minutes = 10.0\n'
-    'threshold = 2.0\nactions = ["notify", "block"]\nblock_minutes = 525600.0\n'  # a year: still on for doctor
+    'threshold = 2.0\nactions = ["notify", "block"]\nblock_minutes = 5256000.0\n'  # ten years: still on for doctor
 )
 
 

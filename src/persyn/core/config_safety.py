@@ -94,7 +94,7 @@ class GuardrailConfig(Section):
         description="What a trigger does: `notify` the operator, `block` replies to the person or channel, `end_conversation`.",
     )
     block_minutes: float = Field(
-        default=1440.0, gt=0, le=60 * 24 * 365, description="How long a `block` lasts."
+        default=1440.0, gt=0, le=60 * 24 * 3650, description="How long a `block` lasts (at most ten years)."
     )
 
     @field_validator("actions")
