@@ -19,7 +19,7 @@ overhead). DBOS runs its system-database calls (a step's check and record, workf
 on its executor threads and its queue claims on its queue workers; Persyn's store has
 threads of its own; the event loop runs the pipeline, the gateway and DBOS's orchestration.
 
-    uv run python bench/turn.py [--turns 30] [--model-ms 300] [--memories 10000]
+    uv run python bench/turn.py [--turns 30] [--model-ms 300] [--memories 10000] [--tracing]
 """
 
 from __future__ import annotations
@@ -163,6 +163,9 @@ async def _seed_memories(runtime: Runtime, agent: AgentConfig, count: int, perso
         await runtime.store.add_records(batch, vectors, runtime.embedder.name)
 
 
+_TRACING = {"on": False}  # --tracing: [tracing] enabled, local span files, metadata only
+
+
 def _home(home: Path, mode: str) -> Path:
     home.mkdir(parents=True)
     (home / "persyn.toml").write_text(
@@ -170,6 +173,7 @@ def _home(home: Path, mode: str) -> Path:
         f'[deliberation]\nmode = "{mode}"\nseed = 1\n'
         # Background extraction every few messages is off the critical path, not a turn's cost.
         "[conversation]\nextract_every_messages = 0\n"
+        + ('[tracing]\nenabled = true\nexporters = ["local"]\n' if _TRACING["on"] else "")
     )
     return home
 
@@ -244,7 +248,9 @@ def main() -> None:
     parser.add_argument("--model-ms", type=float, default=300.0, help="sleep per model call")
     parser.add_argument("--kind-turns", type=int, default=5, help="measured turns per kind of turn")
     parser.add_argument("--memories", type=int, default=10_000, help="synthetic memories in the store")
+    parser.add_argument("--tracing", action="store_true", help="with [tracing] enabled (local spans)")
     args = parser.parse_args()
+    _TRACING["on"] = args.tracing
     register_double("bench-turn", _MODEL)
     rows: list[tuple[str, float, float, float, float, float, float]] = []
     cpu_rows: list[tuple[str, float, dict[str, float]]] = []

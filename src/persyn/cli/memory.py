@@ -291,17 +291,21 @@ def memory_show(
 
     async def _show() -> Any:
         async with memory_ops(settings, chosen, cli.clock) as ops:
-            return await ops.show(record_id)
+            record, messages = await ops.show(record_id)
+            return record, messages, await ops.emotions(record.id)
 
-    record, messages = run(_show())
+    record, messages, feelings = run(_show())
     if as_json:
-        payload: dict[str, Any] = {"record": record.model_dump(mode="json")}
+        payload: dict[str, Any] = {"record": record.model_dump(mode="json"), "emotions": feelings}
         if dialog:
             payload["dialog"] = [m.model_dump(mode="json") for m in messages]
         echo(dump_json(payload))
         return
     for key, value in record.model_dump(mode="json").items():
         echo(f"{key:>16}: {block(str(value), ' ' * 18)}")
+    if feelings:  # SPEC §4.9: the state over the conversation, strongest first
+        ranked = sorted(feelings.items(), key=lambda item: (-item[1], item[0]))
+        echo(f"{'emotions':>16}: " + ", ".join(f"{category} {value:.0%}" for category, value in ranked))
     if dialog:
         if not messages:
             echo(

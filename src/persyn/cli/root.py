@@ -16,6 +16,7 @@ from persyn.cli import (
     conversations,
     doctor,
     graph,
+    guardrails,
     memory,
     people,
     serve,
@@ -82,6 +83,7 @@ for group in (
     autonomy,
     doctor,
     store,
+    guardrails,
     web,
 ):
     group.register(app)

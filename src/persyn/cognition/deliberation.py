@@ -343,11 +343,24 @@ def _persona_lists(agent: AgentConfig) -> tuple[str, str]:
     return objectives, rules
 
 
+def _weighed(system: str, preferences: str) -> str:
+    """The brief with the agent's accumulated preferences (self-knowledge, open goals, its
+    current emotional state: `cognition.emotion.decision_preferences`), when it has any."""
+    if not preferences.strip():
+        return system
+    return f"{system}\n\nBesides your rules, weigh what you have come to prefer and feel:\n{preferences}"
+
+
 def decide_prompt(
-    agent: AgentConfig, dialog: Sequence[Message], candidate: str | None, *, addressed: bool
+    agent: AgentConfig,
+    dialog: Sequence[Message],
+    candidate: str | None,
+    *,
+    addressed: bool,
+    preferences: str = "",
 ) -> Prompt:
     objectives, rules = _persona_lists(agent)
-    system = _DECIDE_BRIEF.format(name=agent.name, objectives=objectives, rules=rules)
+    system = _weighed(_DECIDE_BRIEF.format(name=agent.name, objectives=objectives, rules=rules), preferences)
     situation = (
         "The last message was addressed to you."
         if addressed
@@ -368,12 +381,12 @@ async def decide(
     candidate: str | None,
     *,
     addressed: bool,
+    preferences: str = "",
 ) -> Decision:
     """The model's decision; a failed decision degrades to speaking when addressed (the
     person is waiting) and to silence when overheard (nobody is)."""
-    return await _decision(
-        gateway, decide_prompt(agent, dialog, candidate, addressed=addressed), addressed=addressed
-    )
+    prompt = decide_prompt(agent, dialog, candidate, addressed=addressed, preferences=preferences)
+    return await _decision(gateway, prompt, addressed=addressed)
 
 
 async def _decision(gateway: Responder, prompt: Prompt, *, addressed: bool) -> Decision:
@@ -398,11 +411,13 @@ def _input_brief() -> Template:
     return Template(path.read_text("utf-8"))
 
 
-def decide_on_input_prompt(agent: AgentConfig, dialog: Sequence[Message]) -> Prompt:
+def decide_on_input_prompt(agent: AgentConfig, dialog: Sequence[Message], preferences: str = "") -> Prompt:
     """Whether and how to answer the dialog's last message (addressed to the agent), without
     a draft: what `decide_on_input` asks while the reply is being written."""
     objectives, rules = _persona_lists(agent)
-    system = _input_brief().safe_substitute(name=agent.name, objectives=objectives, rules=rules)
+    system = _weighed(
+        _input_brief().safe_substitute(name=agent.name, objectives=objectives, rules=rules), preferences
+    )
     body = (
         "The last message was addressed to you.\n"
         f"The conversation:\n{_transcript(dialog)}\n"
@@ -412,11 +427,13 @@ def decide_on_input_prompt(agent: AgentConfig, dialog: Sequence[Message]) -> Pro
     return Prompt(system=system, items=(UserTurn(text=body),))
 
 
-async def decide_on_input(gateway: Responder, agent: AgentConfig, dialog: Sequence[Message]) -> Decision:
+async def decide_on_input(
+    gateway: Responder, agent: AgentConfig, dialog: Sequence[Message], preferences: str = ""
+) -> Decision:
     """The decision on an addressed input, made concurrently with the draft. A failed
     decision degrades to speaking: the person is waiting, and the draft still passes the
     deterministic gates."""
-    return await _decision(gateway, decide_on_input_prompt(agent, dialog), addressed=True)
+    return await _decision(gateway, decide_on_input_prompt(agent, dialog, preferences), addressed=True)
 
 
 async def engage(gateway: Responder, agent: AgentConfig, dialog: Sequence[Message]) -> Decision:

@@ -53,6 +53,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
+from persyn.core.config_safety import EmotionConfig, GuardrailConfig, SafetyConfig
 from persyn.core.config_tools import McpConfig, McpServerConfig
 from persyn.core.config_tracing import TracingConfig
 from persyn.core.config_web import WebConfig
@@ -68,7 +69,9 @@ __all__ = [
     "ConversationConfig",
     "DeliberationConfig",
     "DispatchConfig",
+    "EmotionConfig",
     "GraphConfig",
+    "GuardrailConfig",
     "IrcConfig",
     "MatrixConfig",
     "McpConfig",
@@ -81,6 +84,7 @@ __all__ = [
     "PacingRules",
     "Price",
     "RetrievalWeights",
+    "SafetyConfig",
     "Secrets",
     "Settings",
     "Task",
@@ -138,10 +142,25 @@ class Settings(Section):
     pacing: PacingConfig = PacingConfig()
     web: WebConfig = WebConfig()
     tracing: TracingConfig = TracingConfig()
+    safety: SafetyConfig = SafetyConfig()
+    emotion: EmotionConfig = EmotionConfig()
+    guardrails: list[GuardrailConfig] = Field(
+        default_factory=list[GuardrailConfig],
+        description="Guardrail patterns beyond (or replacing, by name) the built-in ones: one [[guardrails]] table each.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="warning", description="`debug` also keeps the tracebacks of logged failures."
     )
     secrets: Secrets = Secrets()
+
+    @field_validator("guardrails")
+    @classmethod
+    def _unique_guardrails(cls, value: list[GuardrailConfig]) -> list[GuardrailConfig]:
+        names = [g.name for g in value]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"guardrail names must be unique; repeated: {repeated!r}")
+        return value
 
     @field_validator("storage_url")
     @classmethod

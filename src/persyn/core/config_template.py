@@ -21,7 +21,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from persyn.core.config import AgentConfig, McpServerConfig, Price, Settings
+from persyn.core.config import AgentConfig, GuardrailConfig, McpServerConfig, Price, Settings
 
 __all__ = ["ConfigKey", "config_keys", "readme_reference", "render_agent", "starter_toml"]
 
@@ -32,12 +32,16 @@ _PRICE_EXAMPLE = "anthropic:claude-sonnet-4-6"
 _EXAMPLE = "  # (an example; unset by default)"
 # Tables of tables (`[[mcp.servers]]`): their keys follow their parent section, commented out
 # with the table header, since an empty `[[...]]` table would not validate.
-_ARRAY_TABLES: dict[tuple[str, ...], type[BaseModel]] = {("mcp", "servers"): McpServerConfig}
+_ARRAY_TABLES: dict[tuple[str, ...], type[BaseModel]] = {
+    ("mcp", "servers"): McpServerConfig,
+    ("guardrails",): GuardrailConfig,
+}
 # Keys whose example is another way of saying what an earlier key's example says: shown, but
 # never set together with it (a server is a command or a url; the list is its tables).
 _ALTERNATIVES: dict[str, str] = {
     "mcp.servers.url": "command",
     "mcp.servers": "the [[mcp.servers]] tables below",
+    "guardrails": "the [[guardrails]] tables below",
 }
 
 _HEADER = """\

@@ -27,9 +27,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Mapping, Sequence
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -331,13 +332,80 @@ class CallMeter:
         return derived_id(anchor, step_key, str(round_no))
 
 
-class MeteredModel(WrapperModel):
+class RoundTrip(ABC):
+    """What a `RoundTripWrapper` does at the end of one round-trip. `returned` gets the final
+    usage, the response's metadata and its output (lazily) and returns the metadata to keep;
+    `broke` is told the usage of a stream that broke off after it began (None: it never did)."""
+
+    @abstractmethod
+    def returned(
+        self, usage: RequestUsage, metadata: dict[str, Any] | None, output: Callable[[], str]
+    ) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def broke(self, streamed: RequestUsage | None) -> None: ...
+
+
+class RoundTripWrapper(WrapperModel):
+    """A wrapper around each round-trip, plain or streamed, written once: `_around` is entered
+    before the request and yields the `RoundTrip` told how it ended. A stream's end is when it
+    was drained and closed (its usage is final then); `returned` runs after the wrapped
+    model's own wrappers stamped the metadata."""
+
+    @abstractmethod
+    def _around(
+        self, messages: list[ModelMessage], params: ModelRequestParameters
+    ) -> AbstractContextManager[RoundTrip]: ...
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        with self._around(messages, model_request_parameters) as trip:
+            try:
+                response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+            except ModelError:
+                trip.broke(None)
+                raise
+            response.metadata = trip.returned(
+                response.usage, response.metadata, lambda: _response_text(response)
+            )
+            return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: Any = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        with self._around(messages, model_request_parameters) as trip:
+            opened: StreamedResponse | None = None
+            try:
+                async with self.wrapped.request_stream(
+                    messages, model_settings, model_request_parameters, run_context
+                ) as stream:
+                    opened = stream
+                    yield stream
+            except ModelError:
+                trip.broke(None if opened is None else opened.usage)
+                raise
+            stream.metadata = trip.returned(
+                stream.usage, stream.metadata, lambda: _response_text(stream.get())
+            )
+
+
+class MeteredModel(RoundTripWrapper):
     """Emits a usage record for every round-trip that returned, labelled with the stage the
     gateway stamped on the request, and stamps the response with the record's id and the
     model string, so the gateway (and a chain's caller) knows which model answered.
 
     With `record_failures` (a member of a fallback chain), an attempt that failed is recorded
-    too, with the tokens it is known to have used (none), so the ledger shows the failover."""
+    too, with the tokens it is known to have used (none), so the ledger shows the failover.
+    A stream that broke off after it began is recorded with what it streamed (billed)."""
 
     def __init__(
         self, wrapped: Model, *, spec: ModelSpec, configured: str, meter: CallMeter, record_failures: bool
@@ -348,53 +416,38 @@ class MeteredModel(WrapperModel):
         self._meter = meter
         self._record_failures = record_failures
 
-    async def request(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-    ) -> ModelResponse:
-        try:
-            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
-        except ModelError:
-            self._failed(messages)
-            raise
-        response.metadata = self._stamp(response.metadata, messages, response.usage)
-        return response
+    @contextmanager
+    def _around(self, messages: list[ModelMessage], params: ModelRequestParameters) -> Generator[RoundTrip]:
+        stage = stage_of(messages)
 
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: Any = None,
-    ) -> AsyncGenerator[StreamedResponse]:
-        opened: StreamedResponse | None = None
-        try:
-            async with self.wrapped.request_stream(
-                messages, model_settings, model_request_parameters, run_context
-            ) as stream:
-                opened = stream
-                yield stream
-        except ModelError:
-            if opened is None:
-                self._failed(messages)
-            else:  # it broke off after it began: what it streamed is spent, and billed
-                self._meter.record(self._spec, self._configured, stage_of(messages), opened.usage)
-            raise
-        # Drained and closed: the usage is final. `get()` carries this metadata dict.
-        stream.metadata = self._stamp(stream.metadata, messages, stream.usage)
+        def record(usage: RequestUsage) -> str | None:
+            return self._meter.record(self._spec, self._configured, stage, usage)
 
-    def _stamp(
-        self, metadata: dict[str, Any] | None, messages: list[ModelMessage], usage: RequestUsage
+        yield _MeteredTrip(record, str(self._spec), self._record_failures)
+
+
+class _MeteredTrip(RoundTrip):
+    def __init__(
+        self, record: Callable[[RequestUsage], str | None], model: str, record_failures: bool
+    ) -> None:
+        self._record = record
+        self._model = model
+        self._record_failures = record_failures
+
+    def returned(
+        self, usage: RequestUsage, metadata: dict[str, Any] | None, output: Callable[[], str]
     ) -> dict[str, Any]:
-        usage_id = self._meter.record(self._spec, self._configured, stage_of(messages), usage)
-        return {**(metadata or {}), MODEL_METADATA_KEY: str(self._spec), USAGE_ID_METADATA_KEY: usage_id}
+        return {
+            **(metadata or {}),
+            MODEL_METADATA_KEY: self._model,
+            USAGE_ID_METADATA_KEY: self._record(usage),
+        }
 
-    def _failed(self, messages: list[ModelMessage]) -> None:
-        if self._record_failures:
-            self._meter.record(self._spec, self._configured, stage_of(messages), RequestUsage())
+    def broke(self, streamed: RequestUsage | None) -> None:
+        if streamed is not None:  # it broke off after it began: what it streamed is spent, and billed
+            self._record(streamed)
+        elif self._record_failures:
+            self._record(RequestUsage())
 
 
 def stage_of(messages: Sequence[ModelMessage]) -> str:
@@ -408,7 +461,7 @@ def stage_of(messages: Sequence[ModelMessage]) -> str:
 
 
 # tracing ----------------------------------------------------------------------------------
-class TracedModel(WrapperModel):
+class TracedModel(RoundTripWrapper):
     """One model-call span per round-trip (SPEC App. D): the stage, the model, the tokens
     (cached ones apart), the latency, the usage record's id and — by the content policy —
     the messages, the tools offered and the output. Never changes the call: a span that
@@ -419,34 +472,25 @@ class TracedModel(WrapperModel):
         self._spec = spec
         self._tracing = tracing
 
-    async def request(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-    ) -> ModelResponse:
+    @contextmanager
+    def _around(self, messages: list[ModelMessage], params: ModelRequestParameters) -> Generator[RoundTrip]:
         with self._tracing.model_call(stage_of(messages), str(self._spec)) as span:
-            _traced_request(span, messages, model_request_parameters)
-            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
-            _traced_response(span, response.usage, response.metadata, lambda: _response_text(response))
-            return response
+            _traced_request(span, messages, params)
+            yield _TracedTrip(span)
 
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: Any = None,
-    ) -> AsyncGenerator[StreamedResponse]:
-        with self._tracing.model_call(stage_of(messages), str(self._spec)) as span:
-            _traced_request(span, messages, model_request_parameters)
-            async with self.wrapped.request_stream(
-                messages, model_settings, model_request_parameters, run_context
-            ) as stream:
-                yield stream
-            # Closed: the usage is final and metering has stamped the metadata.
-            _traced_response(span, stream.usage, stream.metadata, lambda: _response_text(stream.get()))
+
+class _TracedTrip(RoundTrip):
+    def __init__(self, span: ModelCallSpan) -> None:
+        self._span = span
+
+    def returned(
+        self, usage: RequestUsage, metadata: dict[str, Any] | None, output: Callable[[], str]
+    ) -> dict[str, Any] | None:
+        _traced_response(self._span, usage, metadata, output)  # metering, inside, stamped it
+        return metadata
+
+    def broke(self, streamed: RequestUsage | None) -> None:
+        """The span records the error as it leaves `model_call`."""
 
 
 def _traced_request(

@@ -22,6 +22,7 @@ from persyn.core.records import MemoryRecord, Sensitivity, channel_key
 from persyn.gateway.base import Completion, Prompt, UserTurn
 from persyn.memory.embedder import Embedder
 from persyn.store.base import Conversation, Message, Role, Store
+from persyn.store.emotions import reading_for_record
 
 __all__ = [
     "IMPORTED_KIND",
@@ -217,6 +218,16 @@ class Consolidator:
         rating = (await self.model.complete(Task.RATE, rating_prompt, output=RatingOutput)).output
         assert isinstance(rating, RatingOutput)
         floor = raise_only(default_sensitivity(self.config, conversation.service), floor)
+        # SPEC §4.9: the state measured after each exchange, averaged over the conversation,
+        # is kept with the record; its top category is the record's emotion tag.
+        felt = reading_for_record(
+            await self.store.conversation_emotions(agent_id, conversation.id),
+            reading_id=derived_id(conversation.started_at, record_id, "emotion"),
+            record_id=record_id,
+            at=conversation.started_at,
+        )
+        if felt is not None:  # written first: a replay after the record finds both
+            await self.store.add_emotion_reading(felt)
         record = MemoryRecord(
             id=record_id,
             agent_id=agent_id,
@@ -229,7 +240,7 @@ class Consolidator:
                 *extra_tags,
                 *tuple(sorted({t.strip().lower() for t in summary.tags if t.strip()} - set(extra_tags)))[:8],
             ),
-            emotion=rating.emotion,
+            emotion=felt.top if felt is not None else rating.emotion,
             sensitivity=raise_only(floor, rating.sensitivity),
             conversation_id=conversation.id,
             message_ids=tuple(m.id for m in messages),

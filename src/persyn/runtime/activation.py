@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from persyn.channels.base import Channel, safe_sink
-from persyn.cognition import deliberation, pipeline, reflection
+from persyn.cognition import deliberation, emotion, pipeline, reflection
 from persyn.cognition.context import recalled_ids
 from persyn.cognition.deliberation import CritiqueOutcome, Decision
 from persyn.cognition.pipeline import ContextSource, TurnSetup
@@ -25,7 +25,7 @@ from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import InputError
 from persyn.core.events import Event
-from persyn.core.ids import derived_id
+from persyn.core.ids import derived_id, id_time
 from persyn.core.records import channel_key
 from persyn.gateway.base import SinkCallable
 from persyn.gateway.gateway import ModelGateway
@@ -33,6 +33,7 @@ from persyn.runtime.autonomy import set_run_provenance
 from persyn.runtime.tool_steps import ToolSteps
 from persyn.runtime.turn import ClosedRun, Draft, Received, TransmitResult
 from persyn.store.base import Conversation, Message, Role, Store
+from persyn.store.emotions import EmotionReading, top_category
 from persyn.usage import context as usage_context
 
 __all__ = ["ActivationSteps", "RunCloser", "TurnCache", "record_deliberation"]
@@ -377,17 +378,55 @@ class ActivationSteps:
             self.gateways[agent_id], _prepared(draft).prompt, draft.text, objections, sink
         )
 
+    async def _preferences(self, setup: TurnSetup) -> str:
+        """What the decision weighs besides the configured rules (SPEC §4 step 6): quick
+        facts about the agent itself, its open goals, its current emotional state."""
+        return await emotion.decision_preferences(
+            self.store, setup, self.settings.memory.channel_groups, self.settings.emotion, self.clock.now()
+        )
+
     async def decide(self, agent_id: str, event_id: str, setup: TurnSetup, text: str) -> Decision:
         """The model's decision with its stated reason (SPEC §4 step 6)."""
-        dialog = await self.cache.dialog(setup)
+        dialog, preferences = await asyncio.gather(self.cache.dialog(setup), self._preferences(setup))
         return await deliberation.decide(
-            self.gateways[agent_id], self.agents[agent_id], dialog, text, addressed=setup.addressed
+            self.gateways[agent_id],
+            self.agents[agent_id],
+            dialog,
+            text,
+            addressed=setup.addressed,
+            preferences=preferences,
         )
 
     async def decide_on_input(self, agent_id: str, event_id: str, setup: TurnSetup) -> Decision:
         """Whether and how to answer the input, without the draft (deferred deliberation)."""
-        dialog = await self.cache.dialog(setup)
-        return await deliberation.decide_on_input(self.gateways[agent_id], self.agents[agent_id], dialog)
+        dialog, preferences = await asyncio.gather(self.cache.dialog(setup), self._preferences(setup))
+        return await deliberation.decide_on_input(
+            self.gateways[agent_id], self.agents[agent_id], dialog, preferences
+        )
+
+    async def feel(self, agent_id: str, event_id: str, conversation_id: str) -> None:
+        """The agent's emotional state after an exchange (SPEC §4.9): one classifier call
+        (stage `emotion`) over the exchange, kept as a reading keyed by the event. A failed
+        or unusable answer keeps no reading; the reply was already sent."""
+        dialog = await self.store.recent_messages(agent_id, conversation_id, 6)
+        if not dialog:
+            return
+        distribution = await emotion.classify(
+            self.gateways[agent_id], self.agents[agent_id], dialog, self.settings.emotion
+        )
+        if distribution is None:
+            return
+        await self.store.add_emotion_reading(
+            EmotionReading(
+                id=derived_id(id_time(event_id), event_id, "emotion"),
+                agent_id=agent_id,
+                created_at=self.clock.now(),
+                conversation_id=conversation_id,
+                event_id=event_id,
+                distribution=distribution,
+                top=top_category(distribution),
+            )
+        )
 
     async def park(
         self,

@@ -14,18 +14,20 @@ from datetime import timedelta
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from persyn.channels.base import Channel
-from persyn.cognition.pipeline import ContextSource
+from persyn.cognition.emotion import EmotionSource
+from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
 from persyn.core.config import Settings, mcp_headers
 from persyn.core.events import Event
 from persyn.gateway.auto import resolve_auto
 from persyn.gateway.gateway import ModelGateway
-from persyn.runtime.activation import ActivationSteps, TurnCache
+from persyn.runtime.activation import ActivationSteps, ReplyBudget, TurnCache
 from persyn.runtime.agent_tools import AgentToolDeps
 from persyn.runtime.app import Runtime, RuntimeParts
 from persyn.runtime.autonomy import Autonomy
 from persyn.runtime.conversation_jobs import ConversationJobs, JobQueue, JobWorkflows
 from persyn.runtime.dispatch import Intake, Markers
+from persyn.runtime.guardrails import Guardrails
 from persyn.runtime.housekeeping import Housekeeping
 from persyn.runtime.local_models import LocalModels
 from persyn.runtime.outbox import Outbox
@@ -78,7 +80,7 @@ def build_runtime(
     agents = {agent.id: agent for agent in settings.agents}
     gateways: dict[str, ModelGateway] = {}  # built at start, once local models run
     connected: dict[str, Channel] = dict(channels or {})
-    sources: list[ContextSource] = []
+    sources: list[ContextSource] = [EmotionSource(store, settings.emotion)]  # the rest join at start
     cache = TurnCache(store, settings)
     markers = Markers(store, clock, in_flight=lambda event_id: cache.known(event_id) is not None)
     intake = Intake(store, settings, cache)
@@ -87,8 +89,19 @@ def build_runtime(
     jobs = ConversationJobs(
         settings, store=store, clock=clock, agents=agents, gateway=gateways.__getitem__, queue=job_queue
     )
-    housekeeping = Housekeeping(settings, store=store, clock=clock, agents=agents, jobs=jobs)
     outbox = Outbox(store, clock, connected.get, keep=timedelta(days=settings.dispatch.outbox_keep_days))
+    guardrails = Guardrails(
+        settings,
+        store=store,
+        clock=clock,
+        agents=agents,
+        gateway=gateways.__getitem__,
+        outbox=outbox,
+        conversation_closed=jobs.enqueue_close_hooks,
+    )
+    housekeeping = Housekeeping(
+        settings, store=store, clock=clock, agents=agents, jobs=jobs, guardrails=guardrails
+    )
     outreach = Outreach(
         store=store,
         settings=settings,
@@ -98,6 +111,7 @@ def build_runtime(
         event_of=cache.event,
         validate_text=intake.validate_text,
         connected=connected.__contains__,
+        guardrails=guardrails,
     )
     pacing = Pacing(
         store=store,
@@ -119,6 +133,7 @@ def build_runtime(
         markers=markers,
         runs=autonomy,
         pacing=pacing,
+        guardrails=guardrails,
     )
     tools = ToolSteps(
         settings=settings,
@@ -145,7 +160,7 @@ def build_runtime(
         context_sources=sources,
         cache=cache,
         tools=tools,
-        reply_budget_spent=pacing.blocked,
+        reply_budget_spent=_first_reason(guardrails.blocked_reason, pacing.blocked),
         runs=autonomy,
     )
     workflows = Workflows(
@@ -185,6 +200,20 @@ def build_runtime(
     return Runtime(
         settings, clock=clock, store=store, meter=Meter(adapters), prometheus=prometheus, parts=parts
     )
+
+
+def _first_reason(*checks: ReplyBudget) -> ReplyBudget:
+    """One reply-budget check from several, in order: the first reason a turn gets no draft
+    (a guardrail's block, then pacing), so a blocked person costs no model call."""
+
+    async def check(setup: TurnSetup) -> str | None:
+        for one in checks:
+            reason = await one(setup)
+            if reason is not None:
+                return reason
+        return None
+
+    return check
 
 
 class _RunHost:

@@ -63,6 +63,7 @@ __all__ = [
     "Submitter",
     "WorkerDispatcher",
     "deliberation_workflow_id",
+    "emotion_workflow_id",
     "extraction_workflow_id",
     "worker_liveness",
 ]
@@ -89,6 +90,11 @@ class NoWorkerRunning(Exception):
 def deliberation_workflow_id(event_id: str) -> str:
     """The deferred deliberation of an event's activation (a ULID of the event's time)."""
     return derived_id(id_time(event_id), event_id, "deliberation")
+
+
+def emotion_workflow_id(event_id: str) -> str:
+    """The emotional-state reading after an event's exchange (SPEC §4.9)."""
+    return derived_id(id_time(event_id), event_id, "emotion")
 
 
 def extraction_workflow_id(event_id: str) -> str:

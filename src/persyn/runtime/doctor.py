@@ -22,7 +22,15 @@ from persyn.store import open_store
 from persyn.store.jobs import ConsolidationStatus
 from persyn.tracing import read_losses
 
-__all__ = ["Check", "check_consolidation", "collect_checks", "preflight", "run_doctor", "sqlite_problem"]
+__all__ = [
+    "Check",
+    "check_consolidation",
+    "check_guardrails",
+    "collect_checks",
+    "preflight",
+    "run_doctor",
+    "sqlite_problem",
+]
 
 
 async def _check_database(settings: Settings) -> Check:
@@ -259,6 +267,35 @@ async def _check_web(settings: Settings) -> Check:
     return Check("web channel", True, f"{where}, {len(active)} key(s), {operators} operator")
 
 
+async def check_guardrails(settings: Settings, now: datetime) -> Check:
+    """The guardrail blocks in force (SPEC §4.10): each silences replies to a person or
+    channel until it ends, so the operator should know of every one."""
+    from persyn.runtime.inspect_guardrails import active_blocks, guardrail_patterns
+
+    name = "guardrails"
+    patterns = guardrail_patterns(settings)
+    if not patterns:
+        return Check(name, True, "none in force ([safety] enabled = false, or no patterns)", warning=True)
+    try:
+        blocks = await active_blocks(settings, now)
+    except PersynError as exc:
+        return Check(name, True, f"unreadable: {exc}", "check the database", warning=True)
+    if not blocks:
+        return Check(name, True, f"{len(patterns)} pattern(s); no active block")
+    shown = "; ".join(
+        f"{b.guardrail} blocks {b.subject_kind} {b.subject or 'the agent'} until {b.blocked_until:%Y-%m-%d %H:%M} UTC"
+        for b in blocks[:5]
+    )
+    more = f" (and {len(blocks) - 5} more)" if len(blocks) > 5 else ""
+    return Check(
+        name,
+        True,
+        f"{len(blocks)} active block(s): {shown}{more}",
+        "see `persyn guardrails events`; `persyn guardrails lift EVENT_ID` ends one now",
+        warning=True,
+    )
+
+
 async def collect_checks(home: Path | None) -> list[Check]:
     root = home_from_env(home)
     checks: list[Check] = []
@@ -300,6 +337,7 @@ async def collect_checks(home: Path | None) -> list[Check]:
         if database.ok:  # the graph lives in that database: nothing more to say when it is broken
             checks.append(await _check_graph(settings))
             checks.append(await check_consolidation(settings))
+            checks.append(await check_guardrails(settings, datetime.now(UTC)))
             if settings.web.enabled:
                 checks.append(await _check_web(settings))
     if settings.tracing.enabled:

@@ -1,6 +1,7 @@
 """Housekeeping (SPEC §4.1, §7): the scheduler process's periodic chores — close idle
 conversations, catch closed ones never consolidated (and retry failed consolidations when
-due), purge expired completion markers, and once a day cull memories, purge old dialog and
+due), purge expired completion markers, evaluate the guardrails (SPEC §4.10, every `[safety]
+evaluate_seconds`), and once a day cull memories, purge old dialog and
 purge run state and channel ledgers past `[autonomy] run_keep_days`.
 
 `Housekeeping` receives its collaborators explicitly; the conversation jobs it enqueues go
@@ -18,6 +19,7 @@ from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
 from persyn.memory.consolidate import IMPORTED_KIND
 from persyn.runtime.conversation_jobs import ConversationJobs
+from persyn.runtime.guardrails import Guardrails
 from persyn.store.base import Store
 from persyn.store.jobs import ConsolidationStatus
 
@@ -37,12 +39,14 @@ class Housekeeping:
         clock: Clock,
         agents: Mapping[str, AgentConfig],
         jobs: ConversationJobs,
+        guardrails: Guardrails | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
         self.agents = agents
         self.jobs = jobs
+        self.guardrails = guardrails
 
     async def close_idle_conversations(self) -> int:
         closed = await self.store.close_idle_conversations(
@@ -107,6 +111,8 @@ class Housekeeping:
                 await self.close_idle_conversations()
                 await self.sweep_unconsolidated()
                 await self.store.purge_markers(self.clock.now())
+                if self.guardrails is not None and self.guardrails.due():
+                    await self.guardrails.evaluate()  # SPEC §4.10: over recent history
                 if last_cull is None or self.clock.now() - last_cull >= timedelta(days=1):
                     culled = await self.cull_memories()
                     purged = await self.purge_old_dialog()

@@ -158,6 +158,12 @@ class MemoryOps:
                 dialog = [m for m in dialog if m.id in wanted_ids] or dialog
         return record, dialog
 
+    async def emotions(self, record_id: str) -> dict[str, float] | None:
+        """The emotional-state distribution kept with a memory (SPEC §4.9), if it has one."""
+        found = await self.store.record_emotions(self.agent.id, [parse_id(record_id, what="memory id")])
+        reading = next(iter(found.values()), None)
+        return None if reading is None else dict(reading.distribution)
+
     async def forget(self, record_id: str) -> MemoryRecord:
         record, _ = await self.show(record_id)
         await self.store.delete_records(self.agent.id, [record.id])

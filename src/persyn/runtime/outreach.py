@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
@@ -22,9 +23,11 @@ from persyn.core.ids import new_id
 from persyn.core.records import channel_key
 from persyn.memory.access import may_surface
 from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, run_provenance
+from persyn.runtime.guardrails import block_reason
 from persyn.runtime.outbox import Outbox, send_key
 from persyn.store import Store
 from persyn.store.base import Message, Role
+from persyn.store.guardrails import GuardrailEvent
 from persyn.store.runs import ChannelEntry, RunState, SpendKind
 
 __all__ = ["Outreach"]
@@ -32,6 +35,14 @@ __all__ = ["Outreach"]
 log = logging.getLogger(__name__)
 
 _WINDOW = timedelta(hours=24)
+
+
+class TargetGate(Protocol):
+    """The guardrails' hard gate for a message the agent initiates (`runtime.guardrails`)."""
+
+    async def blocking_target(
+        self, agent_id: str, person_id: str | None, service: str, channel: str
+    ) -> GuardrailEvent | None: ...
 
 
 class Outreach:
@@ -49,6 +60,7 @@ class Outreach:
         event_of: Callable[[str, str], Awaitable[Event]],
         validate_text: Callable[[str], str],
         connected: Callable[[str], bool],
+        guardrails: TargetGate | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
@@ -58,6 +70,7 @@ class Outreach:
         self._event_of = event_of
         self._validate_text = validate_text
         self._connected = connected
+        self._guardrails = guardrails
 
     async def send_to_contact(
         self,
@@ -77,6 +90,10 @@ class Outreach:
         call run again, and writes the same outbox row; without one, every send counts."""
         text = self._validate_text(text)
         now = self._clock.now()
+        if self._guardrails is not None:  # SPEC §4.10: a block holds for what the agent starts too
+            blocked = await self._guardrails.blocking_target(agent_id, person_id, service, channel)
+            if blocked is not None:
+                raise ToolError(f"not sent: {block_reason(blocked)}")
         await self.check_audience(agent_id, event_id, person_id, service, channel)
         await self.count_outreach(agent_id, event_id, call_key)
         await self.spend_channel_budget(agent_id, service, channel, text, now)

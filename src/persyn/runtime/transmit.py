@@ -26,12 +26,14 @@ from persyn.core.events import CompletionMarker, Event, Notice, Outbound
 from persyn.runtime.activation import TurnCache, record_deliberation
 from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, RunSpend
 from persyn.runtime.dispatch import Markers
+from persyn.runtime.guardrails import block_reason
 from persyn.runtime.outbox import Outbox, reply_key
 from persyn.runtime.outreach import Outreach
 from persyn.runtime.pacing import PacingHold
 from persyn.runtime.turn import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult
 from persyn.store import Store
 from persyn.store.base import Message, ReplyUpkeep
+from persyn.store.guardrails import GuardrailEvent
 from persyn.store.outbox import OutboxRow
 
 __all__ = ["Transmitter"]
@@ -50,6 +52,13 @@ class PacingGate(Protocol):
     """The last pacing safeguards before a reply is recorded (`runtime.pacing.Pacing`)."""
 
     async def hold(self, setup: TurnSetup, text: str) -> PacingHold: ...
+
+
+class GuardrailGate(Protocol):
+    """The guardrails' hard gate (`runtime.guardrails.Guardrails`): the block in force on a
+    turn's person, channel or agent, if any."""
+
+    async def blocking(self, setup: TurnSetup) -> GuardrailEvent | None: ...
 
 
 class Transmitter:
@@ -72,6 +81,7 @@ class Transmitter:
         markers: Markers,
         runs: RunSpending,
         pacing: PacingGate | None = None,
+        guardrails: GuardrailGate | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
@@ -84,6 +94,7 @@ class Transmitter:
         self._markers = markers
         self._runs = runs
         self._pacing = pacing
+        self._guardrails = guardrails
 
     async def gate(self, setup: TurnSetup, text: str) -> deliberation.Decision | None:
         """Hard gates before anything is sent: silence instead, with the reason, or None."""
@@ -157,6 +168,21 @@ class Transmitter:
             stopped = await self._run_stopped(event)
             if stopped is not None:
                 return await unsent(stopped, "info")
+        if self._guardrails is not None:  # SPEC §4.10: the hard gate, on every transmission
+            blocked = await self._guardrails.blocking(setup)
+            if blocked is not None:
+                reason = block_reason(blocked)
+                silenced = deliberation.Decision(action="silent", reason=reason)
+                await self._record_deliberation(
+                    agent_id,
+                    event_id,
+                    {
+                        "mode": setup.mode,
+                        "decision": silenced.model_dump(mode="json"),
+                        "guardrail": blocked.id,
+                    },
+                )
+                return await unsent(f"{self._agents[agent_id].name} chose silence: {reason}", "info")
         if draft is not None and draft.budget:  # the channel's reply budget is used
             skipped = deliberation.Decision(action="silent", reason=draft.budget)
             await self._record_deliberation(

@@ -41,6 +41,7 @@ from persyn.runtime.dispatch import (
     Dispatcher,
     WorkerDispatcher,
     deliberation_workflow_id,
+    emotion_workflow_id,
     extraction_workflow_id,
 )
 from persyn.runtime.durable import (
@@ -238,6 +239,7 @@ class Workflows(DBOSConfiguredInstance):
         if critique and setup.mode == "deferred" and result.action in ("speak", "redirect"):
             await self._defer(setup, draft)
         await self._extract_if_due(setup, result)
+        await self._feel_later(setup, result)
         return await self._finish_run(setup, result)
 
     def _count_running(self) -> None:
@@ -336,6 +338,47 @@ class Workflows(DBOSConfiguredInstance):
             self.tracing.carrier(),
         )
 
+    async def _feel_later(self, setup: TurnSetup, result: TransmitResult) -> None:
+        """After an exchange (a message answered), the agent's emotional state (SPEC §4.9), on
+        the background queue: off the reply's path and outside the agent's lock."""
+        if setup.kind != "message" or not result.transmitted or not self.steps.settings.emotion.enabled:
+            return
+        await self._dispatcher().enqueue_once(
+            BACKGROUND_QUEUE,
+            self.feel,
+            emotion_workflow_id(setup.event_id),
+            setup.agent_id,
+            setup.event_id,
+            setup.conversation_id,
+            self.tracing.carrier(),
+        )
+
+    @DBOS.workflow(name="persyn.feel")
+    async def feel(
+        self, agent_id: str, event_id: str, conversation_id: str, trace_parent: str | None = None
+    ) -> None:
+        """The emotion classifier after an exchange, attributed to its conversation."""
+        conversation = await self.steps.store.get_conversation(agent_id, conversation_id)
+        with (
+            bind(
+                Attribution(
+                    agent_id=agent_id,
+                    thread_id=DBOS.workflow_id,
+                    surface=conversation.service if conversation else None,
+                    channel=conversation.channel if conversation else None,
+                    conversation_id=conversation_id,
+                )
+            ),
+            self.tracing.background(
+                "emotion",
+                parent=trace_parent,
+                agent_id=agent_id,
+                conversation_id=conversation_id,
+                event_id=event_id,
+            ),
+        ):
+            await self.feel_step(agent_id, event_id, conversation_id)
+
     # the activation's steps -------------------------------------------------------------------
     @durable_step("persyn.receive_respond")
     async def receive_respond_step(self, agent_id: str, event_id: str) -> Received:
@@ -399,6 +442,10 @@ class Workflows(DBOSConfiguredInstance):
         # The step's identity (workflow and position) is what a re-run of this very call shares
         # with its first run, and what no other call has: the per-run caps count by it.
         return await self.tools.run_tool(agent_id, event_id, setup, call, call_key=step_key())
+
+    @durable_step("persyn.feel_step")
+    async def feel_step(self, agent_id: str, event_id: str, conversation_id: str) -> None:
+        await self.steps.feel(agent_id, event_id, conversation_id)
 
     @durable_step("persyn.assess")
     async def assess_step(self, agent_id: str, event_id: str, setup: TurnSetup) -> SelfAssessment:

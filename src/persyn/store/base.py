@@ -26,9 +26,11 @@ from persyn.core.events import CompletionMarker
 from persyn.store.activity import UNATTRIBUTED_RUN, ActivityEntry, ActivityPort
 from persyn.store.dialog import Conversation, DialogPort, Message, Role
 from persyn.store.directory import AgentRow, ContactAddress, DirectoryPort, Identity, Person
+from persyn.store.emotions import EmotionsStore
 from persyn.store.events import DeliberationTrace, EventsPort
 from persyn.store.flags import FlagsPort
 from persyn.store.graph import GraphPort
+from persyn.store.guardrails import GuardrailsStore
 from persyn.store.jobs import JobsStore
 from persyn.store.memory import (
     ImportedMemory,
@@ -126,6 +128,8 @@ class Store(
     OutboxStore,
     RunsPort,
     WebKeysStore,
+    GuardrailsStore,
+    EmotionsStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

@@ -482,6 +482,20 @@ def _create_vector_codes(connection: Connection, dialect_name: str) -> None:
     tables = sorted(name for name in names if _VECTOR_TABLE.fullmatch(name))
     ann.create_tables(connection)
     ann.backfill(connection, tables)
+def _reserved(connection: Connection, dialect_name: str) -> None:
+    """Migrations 16 and 17 belong to other branches of this session, merged by the integrator."""
+
+
+def _create_guardrails(connection: Connection, dialect_name: str) -> None:
+    """Migration 18: guardrail events and checks (`store/guardrails.py`), from the live
+    definitions (freeze them here before a later migration alters those tables)."""
+    schema.guardrail_events.create(connection, checkfirst=False)
+    schema.guardrail_checks.create(connection, checkfirst=False)
+
+
+def _create_emotion_readings(connection: Connection, dialect_name: str) -> None:
+    """Migration 19: emotional-state readings (`store/emotions.py`), from the live definition."""
+    schema.emotion_readings.create(connection, checkfirst=False)
 
 
 MIGRATIONS: Sequence[Migration] = (
@@ -507,6 +521,9 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(
         16, "binary vector codes for large compartments", _create_vector_codes, {"postgresql": pg.nothing}
     ),
+    Migration(17, "reserved for another branch (17; replaced at merge)", _reserved),
+    Migration(18, "guardrail events and checks", _create_guardrails),
+    Migration(19, "emotional-state readings", _create_emotion_readings),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKeyConstraint,
     Index,
     Integer,
@@ -59,10 +60,13 @@ __all__ = [
     "conversation_participants",
     "conversations",
     "deliberation_traces",
+    "emotion_readings",
     "events",
     "extraction_watermarks",
     "flags",
     "goals",
+    "guardrail_checks",
+    "guardrail_events",
     "id_column",
     "identities",
     "memory_records",
@@ -622,4 +626,67 @@ web_keys = Table(
     Column("operator", Boolean, nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("revoked_at", UTCDateTime(), nullable=True),
+)
+
+
+# Guardrails (migration 18, `store/guardrails.py`, SPEC §4.10). Every trigger is an event; a
+# `block` lasts until `blocked_until` (or until the operator lifts it), and transmit's hard gate
+# reads the blocks in force on every transmission. `subject` is what the pattern judged: a
+# person id, a channel key (`service:channel`) or "" for the agent itself. A classifier's check
+# is a row of `guardrail_checks`: its window end is the watermark (a person is judged again only
+# after they said something new) and its tokens are what the daily budget sums.
+guardrail_events = Table(
+    "guardrail_events",
+    metadata,
+    primary_id(),
+    agent_column(),
+    Column("guardrail", String(64), nullable=False),
+    Column("subject_kind", String(16), nullable=False),  # person | channel | agent
+    Column("subject", String(700), nullable=False),
+    id_column("person_id", nullable=True),
+    Column("service", String(200), nullable=True),
+    Column("channel", String(500), nullable=True),
+    id_column("conversation_id", nullable=True),
+    Column("reason", Text, nullable=False),
+    Column("score", Float, nullable=False),
+    Column("actions", JSON, nullable=False),
+    Column("detected_at", UTCDateTime(), nullable=False),
+    Column("blocked_until", UTCDateTime(), nullable=True),
+    Column("lifted_at", UTCDateTime(), nullable=True),
+    Index(None, "agent_id", "detected_at"),
+    Index(None, "agent_id", "blocked_until"),
+)
+
+guardrail_checks = Table(
+    "guardrail_checks",
+    metadata,
+    primary_id(),
+    agent_column(),
+    Column("guardrail", String(64), nullable=False),
+    Column("subject", String(700), nullable=False),
+    Column("window_end", UTCDateTime(), nullable=False),  # the newest message judged
+    Column("checked_at", UTCDateTime(), nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Index(None, "agent_id", "guardrail", "subject", "window_end"),
+    Index(None, "agent_id", "checked_at"),
+)
+
+# Emotional state (migration 19, `store/emotions.py`, SPEC §4.9): one reading per exchange
+# (`event_id`, the id derived from it), and one per memory record consolidated from a
+# conversation (`record_id`): the distribution over the configured categories and its top one,
+# which is also the record's `emotion` tag.
+emotion_readings = Table(
+    "emotion_readings",
+    metadata,
+    primary_id(),
+    agent_column(),
+    Column("created_at", UTCDateTime(), nullable=False),
+    id_column("conversation_id", nullable=True),
+    id_column("event_id", nullable=True),
+    id_column("record_id", nullable=True),
+    Column("distribution", JSON, nullable=False),
+    Column("top", String(32), nullable=False),
+    Index(None, "agent_id", "created_at"),
+    Index(None, "agent_id", "record_id"),
+    Index(None, "agent_id", "conversation_id"),
 )

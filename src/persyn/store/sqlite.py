@@ -53,6 +53,7 @@ from persyn.store._sqlite_events import SQLiteEvents, merge_trace_row, put_marke
 from persyn.store._sqlite_facts import SQLiteFacts
 from persyn.store._sqlite_flags import SQLiteFlags, clear_flags_row, update_flag_row
 from persyn.store._sqlite_graph import SQLiteGraph
+from persyn.store._sqlite_guardrails import SQLiteGuardrails
 from persyn.store._sqlite_jobs import SQLiteJobs
 from persyn.store._sqlite_memory import SQLiteMemory
 from persyn.store._sqlite_outbox import SQLiteOutbox, put_outbox_row
@@ -83,6 +84,7 @@ class SQLiteStore(
     SQLiteOutbox,
     SQLiteRuns,
     SQLiteWebKeys,
+    SQLiteGuardrails,
     Store,
 ):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""

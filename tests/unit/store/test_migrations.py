@@ -787,3 +787,26 @@ def test_migration_fifteen_creates_the_web_keys(engine: Engine) -> None:
         columns = [c["name"] for c in inspect(connection).get_columns("web_keys")]
     # Created from the live definition: if this fails, freeze migration 15 first.
     assert columns == ["id", "name", "key_hash", "contact_id", "operator", "created_at", "revoked_at"]
+
+
+def test_migrations_eighteen_and_nineteen_create_the_guardrail_and_emotion_tables(engine: Engine) -> None:
+    assert _migrate(engine, target=17) == 17
+    before = {name for name, _ in _schema_sql(engine)}
+    assert not before & {"guardrail_events", "guardrail_checks", "emotion_readings"}
+    assert _migrate(engine, target=19) == 19
+    with engine.connect() as connection:
+        found = {
+            table: [c["name"] for c in inspect(connection).get_columns(table)]
+            for table in ("guardrail_events", "guardrail_checks", "emotion_readings")
+        }
+    # Created from the live definitions: if this fails, freeze migrations 18 and 19 first.
+    assert found == {
+        "guardrail_events": [
+            "id", "agent_id", "guardrail", "subject_kind", "subject", "person_id", "service", "channel",
+            "conversation_id", "reason", "score", "actions", "detected_at", "blocked_until", "lifted_at",
+        ],
+        "guardrail_checks": ["id", "agent_id", "guardrail", "subject", "window_end", "checked_at", "tokens"],
+        "emotion_readings": [
+            "id", "agent_id", "created_at", "conversation_id", "event_id", "record_id", "distribution", "top",
+        ],
+    }  # fmt: skip
