@@ -46,6 +46,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
+from persyn.core.config_sandbox import ArtifactsConfig, SandboxConfig
 from persyn.core.config_tools import McpConfig, McpServerConfig
 from persyn.core.config_tracing import TracingConfig
 from persyn.core.config_web import WebConfig
@@ -56,6 +57,7 @@ __all__ = [
     "CONFIG_FILE",
     "DEFAULT_HOME",
     "AgentConfig",
+    "ArtifactsConfig",
     "AutonomyConfig",
     "ChannelsConfig",
     "ConversationConfig",
@@ -73,6 +75,7 @@ __all__ = [
     "PacingRules",
     "Price",
     "RetrievalWeights",
+    "SandboxConfig",
     "Secrets",
     "Settings",
     "Task",
@@ -124,6 +127,8 @@ class Settings(Section):
     autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
     mcp: McpConfig = McpConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    artifacts: ArtifactsConfig = ArtifactsConfig()
     channels: ChannelsConfig = ChannelsConfig()
     pacing: PacingConfig = PacingConfig()
     web: WebConfig = WebConfig()
