@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,11 +63,12 @@ class SandboxService:
     def tool_for(self, agent_id: str) -> Tool[Any, Any] | None:
         """`run_code` for `agent_id`, or None without a provider or a gateway for the agent."""
         provider = self.provider
-        gateway = self.gateways.get(agent_id)
-        if provider is None or gateway is None:
+        if provider is None or agent_id not in self.gateways:
             return None
+        gateways = self.gateways
 
-        async def complete(prompt: Prompt, specs: tuple[ToolSpec, ...] | Any) -> Completion:
+        async def complete(prompt: Prompt, specs: Sequence[ToolSpec]) -> Completion:
+            gateway = gateways[agent_id]  # looked up at the call: a CLI builds it only then
             return await gateway.complete(Task.SANDBOX, prompt, tools=tuple(specs), stage="sandbox")
 
         return run_code_tool(
