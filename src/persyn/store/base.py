@@ -24,6 +24,7 @@ from typing import Any
 
 from persyn.core.events import CompletionMarker
 from persyn.store.activity import UNATTRIBUTED_RUN, ActivityEntry, ActivityPort
+from persyn.store.artifacts import ArtifactsStore
 from persyn.store.dialog import Conversation, DialogPort, Message, Role
 from persyn.store.directory import AgentRow, ContactAddress, DirectoryPort, Identity, Person
 from persyn.store.events import DeliberationTrace, EventsPort
@@ -126,6 +127,7 @@ class Store(
     OutboxStore,
     RunsPort,
     WebKeysStore,
+    ArtifactsStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

@@ -471,6 +471,12 @@ def _create_web_keys(connection: Connection, dialect_name: str) -> None:
     schema.web_keys.create(connection, checkfirst=False)
 
 
+def _create_artifacts(connection: Connection, dialect_name: str) -> None:
+    """Migration 20: shared artifacts (`store/artifacts.py`), from the live definition (freeze
+    it here before a later migration alters that table)."""
+    schema.artifact_versions.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search, {"postgresql": pg.message_search}),
@@ -491,6 +497,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(13, "consolidation state and extraction watermarks as tables", _create_conversation_jobs),
     Migration(14, "run state, run conversations and channel ledgers as tables", runs_become_tables),
     Migration(15, "web API keys", _create_web_keys),
+    Migration(20, "shared artifacts", _create_artifacts),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 
