@@ -16,6 +16,8 @@ Tools and what they are bound to:
 - exact arithmetic, recent autonomous activity, self-inspection;
 - the knowledge graph (`tools/graph_tools.py`), through the same view as the turn's graph
   context (this channel, its compartment, the people present), when `[graph]` is enabled;
+- the shared artifacts (`tools/artifacts.py`): `workspace_list|read|write`, visible from this
+  channel and its compartment, each version attributed, when `[artifacts]` is enabled;
 - `run_code` (`tools/sandbox_agent.py`, `runtime/sandbox_ops.py`): a task delegated to the
   sandbox agent, only when a sandbox provider is present (no host fallback);
 - the tools of the configured MCP servers (`tools/mcp_servers.py`), named `<server>__<tool>`:
@@ -48,6 +50,7 @@ from persyn.store.base import Provenance, ReminderAction, Store
 from persyn.store.graph_rows import GraphView
 from persyn.tools.activity import ActivityContext, activity_tools
 from persyn.tools.arithmetic import calculator_tool
+from persyn.tools.artifacts import ArtifactsContext, artifact_tools
 from persyn.tools.facts import fact_tools
 from persyn.tools.graph_tools import GraphToolsContext, graph_tools
 from persyn.tools.inspection import SelfInspectionContext, inspection_tools
@@ -226,6 +229,17 @@ def build_registry(
                 read=shown,
                 max_relations=settings.graph.max_relations,
                 max_path_hops=settings.graph.max_path_hops,
+            )
+        )
+    if settings.artifacts.enabled:
+        tools += artifact_tools(
+            ArtifactsContext(
+                store=store,
+                agent_id=agent_id,
+                eligible=eligible_channels(where, settings.memory.channel_groups),
+                agent_names={a.id: a.name for a in deps.agents.values()},
+                clock=clock,
+                max_chars=settings.artifacts.max_chars,
             )
         )
     code = deps.sandbox.tool_for(agent_id) if deps.sandbox is not None else None
