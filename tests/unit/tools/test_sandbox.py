@@ -110,3 +110,21 @@ def test_an_unknown_network_is_rejected_at_start_up(tmp_path: Path, value: str) 
     with pytest.raises(ConfigError) as raised:
         load_settings(tmp_path, environ={})
     assert f"[sandbox] network {value!r} is not one of none, loopback, full" in str(raised.value)
+
+
+@needs_bwrap
+async def test_a_workspace_lives_as_long_as_its_agent(tmp_path: Path) -> None:
+    from persyn.runtime.sandbox_ops import SandboxService
+    from persyn.testing import ADA, harness_settings
+
+    settings = harness_settings(tmp_path / "home")
+    root = settings.data_dir / "sandbox"
+    for agent_id in (ADA.id, "01GONEGONEGONEGONEGONEGONE"):
+        (root / agent_id).mkdir(parents=True)
+        (root / agent_id / "work.py").write_text("print(1)\n")
+    (root / ADA.id / "outside").symlink_to(tmp_path)  # left by sandboxed code: never followed
+    service = SandboxService(settings, {})
+    assert (await service.start()).provider is not None
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [ADA.id]
+    assert service.workspaces.remove(ADA.id) and not (root / ADA.id).exists()
+    assert (tmp_path / "home").is_dir()  # the symlink went, not what it pointed to
