@@ -54,6 +54,7 @@ from persyn.core.config_cognition import (
     ToolsConfig,
 )
 from persyn.core.config_safety import EmotionConfig, GuardrailConfig, SafetyConfig
+from persyn.core.config_sandbox import ArtifactsConfig, SandboxConfig
 from persyn.core.config_tools import McpConfig, McpServerConfig
 from persyn.core.config_tracing import TracingConfig
 from persyn.core.config_web import WebConfig
@@ -64,6 +65,7 @@ __all__ = [
     "CONFIG_FILE",
     "DEFAULT_HOME",
     "AgentConfig",
+    "ArtifactsConfig",
     "AutonomyConfig",
     "ChannelsConfig",
     "ConversationConfig",
@@ -85,6 +87,7 @@ __all__ = [
     "Price",
     "RetrievalWeights",
     "SafetyConfig",
+    "SandboxConfig",
     "Secrets",
     "Settings",
     "Task",
@@ -138,6 +141,8 @@ class Settings(Section):
     autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
     mcp: McpConfig = McpConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    artifacts: ArtifactsConfig = ArtifactsConfig()
     channels: ChannelsConfig = ChannelsConfig()
     pacing: PacingConfig = PacingConfig()
     web: WebConfig = WebConfig()

@@ -42,6 +42,7 @@ class Task(StrEnum):
     EXTRACT = "extract"
     DOSSIER = "dossier"
     REFLECT = "reflect"
+    SANDBOX = "sandbox"
 
 
 ModelChoice = str | list[str]
@@ -211,6 +212,11 @@ class ModelsConfig(Section):
             "model is tried when one has failed after its retries."
         ),
         examples=[["anthropic:claude-sonnet-4-6", "openai:llama3@http://127.0.0.1:11434/v1"]],
+    )
+    sandbox: ModelChoice | None = Field(
+        default=None,
+        description="The sandbox agent that `run_code` delegates to: writes and runs code in the sandbox.",
+        examples=["anthropic:claude-sonnet-4-6"],
     )
     auto_probe: list[str] = Field(
         default_factory=lambda: list(AUTO_PROBE_DEFAULT),

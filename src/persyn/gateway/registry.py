@@ -58,7 +58,7 @@ ACCEPTED_FORMS = (
 )
 
 # SPEC §3: a strong model reasons, critiques and revises; a fast cheap one does the rest.
-STRONG_TASKS = frozenset({Task.RESPOND, Task.CRITIQUE, Task.REFINE, Task.REFLECT})
+STRONG_TASKS = frozenset({Task.RESPOND, Task.CRITIQUE, Task.REFINE, Task.REFLECT, Task.SANDBOX})
 
 # What `auto` resolves to per provider: (strong, cheap). Operators who want other models
 # name them explicitly in [models]; these are only the zero-configuration defaults.

@@ -16,6 +16,10 @@ Tools and what they are bound to:
 - exact arithmetic, recent autonomous activity, self-inspection;
 - the knowledge graph (`tools/graph_tools.py`), through the same view as the turn's graph
   context (this channel, its compartment, the people present), when `[graph]` is enabled;
+- the shared artifacts (`tools/artifacts.py`): `workspace_list|read|write`, visible from this
+  channel and its compartment, each version attributed, when `[artifacts]` is enabled;
+- `run_code` (`tools/sandbox_agent.py`, `runtime/sandbox_ops.py`): a task delegated to the
+  sandbox agent, only when a sandbox provider is present (no host fallback);
 - the tools of the configured MCP servers (`tools/mcp_servers.py`), named `<server>__<tool>`:
   the connections are the runtime's, held across activations; a call runs in the tool step
   like any other, under the same breakers and caps.
@@ -41,10 +45,12 @@ from persyn.core.records import Sensitivity, channel_key
 from persyn.memory.access import Provenanced, eligible_channels
 from persyn.memory.consolidate import default_sensitivity
 from persyn.runtime.autonomy import narrow_run, recent_activity, run_provenance
+from persyn.runtime.sandbox_ops import SandboxService
 from persyn.store.base import Provenance, ReminderAction, Store
 from persyn.store.graph_rows import GraphView
 from persyn.tools.activity import ActivityContext, activity_tools
 from persyn.tools.arithmetic import calculator_tool
+from persyn.tools.artifacts import ArtifactsContext, artifact_tools
 from persyn.tools.facts import fact_tools
 from persyn.tools.graph_tools import GraphToolsContext, graph_tools
 from persyn.tools.inspection import SelfInspectionContext, inspection_tools
@@ -111,6 +117,7 @@ class AgentToolDeps:
     agents: Mapping[str, AgentConfig]
     outreach: Outreach
     mcp: McpTools | None = None
+    sandbox: SandboxService | None = None  # `run_code`, when a sandbox provider is present
 
 
 def build_registry(
@@ -224,6 +231,20 @@ def build_registry(
                 max_path_hops=settings.graph.max_path_hops,
             )
         )
+    if settings.artifacts.enabled:
+        tools += artifact_tools(
+            ArtifactsContext(
+                store=store,
+                agent_id=agent_id,
+                eligible=eligible_channels(where, settings.memory.channel_groups),
+                agent_names={a.id: a.name for a in deps.agents.values()},
+                clock=clock,
+                max_chars=settings.artifacts.max_chars,
+            )
+        )
+    code = deps.sandbox.tool_for(agent_id) if deps.sandbox is not None else None
+    if code is not None:
+        tools.append(code)
     for tool in tools:
         registry.register(tool)
     for tool in deps.mcp.tools() if deps.mcp is not None else ():

@@ -33,6 +33,7 @@ from persyn.runtime.local_models import LocalModels
 from persyn.runtime.outbox import Outbox
 from persyn.runtime.outreach import Outreach
 from persyn.runtime.pacing import Pacing
+from persyn.runtime.sandbox_ops import SandboxService
 from persyn.runtime.tool_steps import ToolSteps
 from persyn.runtime.transmit import Transmitter
 from persyn.runtime.workflows import Workflows
@@ -146,6 +147,7 @@ def build_runtime(
             agents=agents,
             outreach=outreach,
             mcp=McpTools(settings.mcp, mcp_headers(settings)) if settings.mcp.servers else None,
+            sandbox=SandboxService(settings, gateways) if settings.sandbox.enabled else None,
         ),
         event=cache.event,
         tracing=tracing,

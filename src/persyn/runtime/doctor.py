@@ -364,7 +364,29 @@ async def collect_checks(home: Path | None) -> list[Check]:
     checks.extend(results)
     checks.extend(await _check_mcp(settings))
     checks.extend(await channel_checks(settings))
+    if settings.sandbox.enabled:
+        checks.append(await _check_sandbox(settings))
     return checks
+
+
+async def _check_sandbox(settings: Settings) -> Check:
+    """Which provider isolates `run_code`, or why none does (then the tool is not offered:
+    there is no host fallback; the agent answers without it)."""
+    from persyn.tools.sandbox import detect_provider
+
+    detected = await detect_provider(settings.sandbox, settings.data_dir / "sandbox")
+    if detected.provider is not None:
+        return Check(
+            "sandbox", True, f"run_code runs in {detected.summary}; `persyn sandbox check` probes it"
+        )
+    return Check(
+        "sandbox",
+        False,
+        f"no provider, so run_code is not offered: {detected.summary}",
+        "install bubblewrap (apt-get install bubblewrap) where user namespaces are allowed, or gVisor's runsc, "
+        "or run a Docker daemon; or set [sandbox] enabled = false",
+        warning=True,
+    )
 
 
 async def _check_mcp(settings: Settings) -> list[Check]:

@@ -9,7 +9,8 @@ more. It sends nothing: `message_contact` is refused here (`persyn send` exists 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -20,11 +21,16 @@ from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings, mcp_headers
 from persyn.core.errors import InputError, ToolError
 from persyn.core.ids import new_id
+from persyn.gateway.auto import resolve_auto
 from persyn.gateway.base import ToolCall
+from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.agent_tools import AgentToolDeps, build_registry
 from persyn.runtime.inspect import opened_store
+from persyn.runtime.sandbox_ops import SandboxService
 from persyn.tools.mcp_servers import McpServerStatus, McpTools
 from persyn.tools.registry import ToolOutcome, ToolRegistry
+from persyn.usage.jsonl import JsonlAdapter
+from persyn.usage.meter import Meter
 
 __all__ = ["OPERATOR_CHANNEL", "ToolListing", "ToolsReport", "agent_registry", "call_tool", "list_tools"]
 
@@ -60,6 +66,38 @@ class _NoOutreach:
         return 0
 
 
+class _CliGateway(Mapping[str, ModelGateway]):
+    """The one agent's gateway for `persyn tools call run_code`, built on first use (listing
+    tools calls no model), metered to the usage log like the runtime's, closed on exit."""
+
+    def __init__(self, settings: Settings, agent: AgentConfig, clock: Clock) -> None:
+        self._settings, self._agent, self._clock = settings, agent, clock
+        self._gateway: ModelGateway | None = None
+        self._meter: Meter | None = None
+
+    def __getitem__(self, agent_id: str) -> ModelGateway:
+        if agent_id != self._agent.id:
+            raise KeyError(agent_id)
+        if self._gateway is None:
+            settings, _ = resolve_auto(self._settings)
+            adapters = [JsonlAdapter(settings.usage_log_path)] if settings.metering.event_log else []
+            self._meter = Meter(adapters)
+            self._gateway = ModelGateway(settings, self._agent, self._meter, clock=self._clock)
+        return self._gateway
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((self._agent.id,))
+
+    def __len__(self) -> int:
+        return 1
+
+    async def aclose(self) -> None:
+        if self._gateway is not None:
+            await self._gateway.aclose()
+        if self._meter is not None:
+            self._meter.close()
+
+
 @asynccontextmanager
 async def agent_registry(
     settings: Settings, agent: AgentConfig, clock: Clock, channel: str
@@ -69,7 +107,15 @@ async def agent_registry(
     service, sep, name = channel.partition(":")
     if not sep or not service or not name:
         raise InputError(f"channel {channel!r} must be SERVICE:CHANNEL, as `persyn channels list` prints it")
-    async with opened_store(settings) as store, McpTools(settings.mcp, mcp_headers(settings)) as mcp:
+    gateway = _CliGateway(settings, agent, clock)
+    sandbox = SandboxService(settings, gateway) if settings.sandbox.enabled else None
+    if sandbox is not None:
+        await sandbox.start()
+    async with (
+        opened_store(settings) as store,
+        McpTools(settings.mcp, mcp_headers(settings)) as mcp,
+        contextlib.aclosing(gateway),
+    ):
         await store.ensure_agent(agent.id, agent.name, clock.now())
         deps = AgentToolDeps(
             store=store,
@@ -78,6 +124,7 @@ async def agent_registry(
             agents={a.id: a for a in settings.agents},
             outreach=_NoOutreach(),
             mcp=mcp,
+            sandbox=sandbox,
         )
         event_id = new_id()
         setup = TurnSetup(

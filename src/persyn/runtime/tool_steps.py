@@ -54,7 +54,10 @@ class ToolSteps:
         self._specs_version = -1  # the MCP tools' version the cached specs were built with
 
     async def start(self) -> None:
-        """Connect the MCP servers (bounded; one that fails offers no tools)."""
+        """Connect the MCP servers (bounded; one that fails offers no tools) and find the
+        sandbox provider (none: no `run_code`)."""
+        if self.deps.sandbox is not None:
+            await self.deps.sandbox.start()
         if self.deps.mcp is not None:
             await self.deps.mcp.start()
 
@@ -63,8 +66,13 @@ class ToolSteps:
             await self.deps.mcp.stop()
 
     def notice(self) -> str | None:
-        """What the operator should know about the tools at start: MCP servers that failed."""
-        return self.deps.mcp.notice() if self.deps.mcp is not None else None
+        """What the operator should know about the tools at start: MCP servers that failed,
+        a sandbox that is enabled but has no provider."""
+        notices = [
+            self.deps.mcp.notice() if self.deps.mcp is not None else None,
+            self.deps.sandbox.notice() if self.deps.sandbox is not None else None,
+        ]
+        return "; ".join(n for n in notices if n) or None
 
     def offered(self, agent_id: str) -> bool:
         """Tools go to the respond model unless disabled, or it is the built-in tiny model."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from persyn.core.events import CompletionMarker
 from persyn.store.activity import UNATTRIBUTED_RUN, ActivityEntry, ActivityPort
+from persyn.store.artifacts import ArtifactsStore
 from persyn.store.dialog import Conversation, DialogPort, Message, Role
 from persyn.store.directory import AgentRow, ContactAddress, DirectoryPort, Identity, Person
 from persyn.store.emotions import EmotionsStore
@@ -130,6 +131,7 @@ class Store(
     WebKeysStore,
     GuardrailsStore,
     EmotionsStore,
+    ArtifactsStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

@@ -496,6 +496,10 @@ def _create_guardrails(connection: Connection, dialect_name: str) -> None:
 def _create_emotion_readings(connection: Connection, dialect_name: str) -> None:
     """Migration 19: emotional-state readings (`store/emotions.py`), from the live definition."""
     schema.emotion_readings.create(connection, checkfirst=False)
+def _create_artifacts(connection: Connection, dialect_name: str) -> None:
+    """Migration 20: shared artifacts (`store/artifacts.py`), from the live definition (freeze
+    it here before a later migration alters that table)."""
+    schema.artifact_versions.create(connection, checkfirst=False)
 
 
 MIGRATIONS: Sequence[Migration] = (
@@ -524,6 +528,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(17, "reserved for another branch (17; replaced at merge)", _reserved),
     Migration(18, "guardrail events and checks", _create_guardrails),
     Migration(19, "emotional-state readings", _create_emotion_readings),
+    Migration(20, "shared artifacts", _create_artifacts),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -51,6 +51,7 @@ __all__ = [
     "activity_runs",
     "agent_column",
     "agents",
+    "artifact_versions",
     "channel_spend",
     "checked_address",
     "checked_id",
@@ -689,4 +690,20 @@ emotion_readings = Table(
     Index(None, "agent_id", "created_at"),
     Index(None, "agent_id", "record_id"),
     Index(None, "agent_id", "conversation_id"),
+)
+
+# Shared artifacts (migration 20, `store/artifacts.py`): deployment-wide, every version kept
+# whole with the agent that wrote it; a name is unique within its scope (a channel key).
+artifact_versions = Table(
+    "artifact_versions",
+    metadata,
+    primary_id(),
+    Column("scope", String(700), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("version", Integer, nullable=False),
+    id_column("agent_id", nullable=False),
+    Column("content", Text, nullable=False),
+    Column("note", String(500), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("scope", "name", "version"),
 )

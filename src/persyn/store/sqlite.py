@@ -40,6 +40,7 @@ from persyn.core.errors import StoreError
 from persyn.core.events import CompletionMarker
 from persyn.store import migrations
 from persyn.store._sqlite_activity import SQLiteActivity
+from persyn.store._sqlite_artifacts import SQLiteArtifacts
 from persyn.store._sqlite_dialog import (
     AGENT_REPLY,
     SQLiteDialog,
@@ -85,6 +86,7 @@ class SQLiteStore(
     SQLiteRuns,
     SQLiteWebKeys,
     SQLiteGuardrails,
+    SQLiteArtifacts,
     Store,
 ):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""

@@ -71,6 +71,9 @@ class Tool(Generic[In, Out]):
     output_model: type[Out]
     handler: Callable[[In], Awaitable[Out]] | None = None
     isolated: IsolatedWork | None = None
+    # A tool whose work has limits of its own (a delegated task: `tools/sandbox_agent.py`)
+    # waits this long instead of `[tools] call_timeout_seconds`.
+    timeout_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if (self.handler is None) == (self.isolated is None):
@@ -223,7 +226,7 @@ class ToolRegistry:
         except ValidationError as exc:
             message = f"Invalid arguments for tool {call.name!r}: {validation_summary(exc)}"
             return outcome(ToolStatus.INVALID_ARGUMENTS, message, error=message)
-        limit = self._config.call_timeout_seconds
+        limit = tool.timeout_seconds or self._config.call_timeout_seconds
         if tool.isolated is not None:
             limit = min(limit, self._config.cpu_seconds)
         try:

@@ -1,0 +1,359 @@
+"""Isolated execution environments for delegated code (SPEC §4.6): the providers `run_code`'s
+sandbox agent runs every file and command operation through. Nothing here runs model-written
+code on the host: a provider either isolates it or is not offered.
+
+Providers (`SandboxProvider`), tried in this order by `provider = "auto"`:
+
+- **bubblewrap** (`bwrap`): new user, mount, PID, IPC, UTS and network namespaces; the host's
+  `/usr` read-only and a few files of `/etc`; a private `/tmp`, `/proc` and `/dev`; the agent's
+  workspace at `/workspace` (the only persistent writable place); all capabilities dropped,
+  running as `nobody`; killed with its parent. Limits are set inside with `prlimit` (CPU
+  seconds, address space, file size, open files) and the wall clock from here (the whole
+  process group is killed). `network = "none"` additionally installs a seccomp filter that
+  refuses IP sockets (and io_uring, which could open them), so not even the sandbox's own
+  loopback is usable; `loopback` keeps the private namespace with its own loopback only;
+  `full` shares the host's network.
+- **runsc** (gVisor) `runsc --network=... --root=STATE do CMD`: a user-space kernel between
+  the code and the host. `runsc do` shows the host's file system through an overlay, so its
+  isolation is what `persyn sandbox check` reports, not what is assumed.
+- **docker**, when a daemon answers: `docker run --rm` with the workspace bound, no
+  capabilities, a read-only root, memory, CPU and process limits.
+
+Detection (`detect_provider`) really starts the provider once (`true` inside it): an installed
+bwrap that cannot create user namespaces is reported with its own error, never used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import struct
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from persyn.core.config_sandbox import SandboxConfig
+from persyn.core.errors import ToolError
+
+__all__ = [
+    "CommandResult",
+    "DetectedProvider",
+    "SandboxProvider",
+    "detect_provider",
+    "ip_socket_filter",
+]
+
+SANDBOX_WORKSPACE = "/workspace"
+SANDBOX_HOST_DIR = "/host"
+_OUTPUT_LIMIT = 64_000  # bytes of stdout and of stderr kept per command
+_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Files of /etc programs commonly need (dynamic loader cache, alternatives, time zone); with
+# `network = "full"` also name resolution and certificates.
+_ETC = ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime", "/etc/mime.types")
+_ETC_NETWORK = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates")
+
+
+class CommandResult(BaseModel):
+    """How one command inside the sandbox ended."""
+
+    model_config = ConfigDict(frozen=True)
+
+    exit_code: int | None  # None: killed at the wall-clock limit
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    signal: str | None = None  # the signal that ended it (SIGXCPU: out of CPU time; SIGKILL...)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_seconds: int
+    memory_mb: int
+    wall_seconds: float
+    max_file_mb: int
+
+    @classmethod
+    def from_config(cls, config: SandboxConfig) -> Limits:
+        return cls(config.cpu_seconds, config.memory_mb, config.wall_seconds, config.max_file_mb)
+
+    def prlimit(self) -> list[str]:
+        mib = 1024 * 1024
+        return [
+            "prlimit",
+            f"--cpu={self.cpu_seconds}",
+            f"--as={self.memory_mb * mib}",
+            f"--fsize={self.max_file_mb * mib}",
+            "--nofile=256",
+            "--core=0",
+            "--",
+        ]
+
+
+class SandboxProvider(ABC):
+    """Runs one shell command in an agent's workspace, isolated. `run` never runs anything on
+    the host itself; a provider that cannot isolate raises `ToolError`."""
+
+    name: str
+
+    def __init__(self, config: SandboxConfig, executable: str) -> None:
+        self.config = config
+        self.executable = executable
+        self.limits = Limits.from_config(config)
+
+    @abstractmethod
+    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+        """The host command line that runs `command` inside the sandbox (`fds`: what
+        `pass_fds` opened for it)."""
+
+    def pass_fds(self) -> tuple[int, ...]:
+        """Descriptors the provider hands the sandbox (closed here once it has started)."""
+        return ()
+
+    async def run(self, workspace: Path, command: str, *, stdin: bytes | None = None) -> CommandResult:
+        _make_directory(workspace)
+        fds = self.pass_fds()
+        try:
+            argv = self.argv(workspace, command, fds)
+            child = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=fds,
+                start_new_session=True,  # its own process group: the wall clock kills all of it
+                env={"PATH": _PATH, "LANG": "C.UTF-8"},
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
+        timed_out = False
+        try:
+            async with asyncio.timeout(self.limits.wall_seconds):
+                out, err = await child.communicate(stdin)
+        except TimeoutError:
+            timed_out = True
+            out, err = b"", b""
+        finally:
+            if child.returncode is None:  # out of time or cancelled: the whole group goes
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                await child.wait()
+        code = child.returncode
+        died = signal.Signals(-code).name if code is not None and code < 0 else None
+        if code is not None and code > 128 and code - 128 in signal.valid_signals():
+            died = signal.Signals(code - 128).name  # the shell inside reports its child's signal
+        return CommandResult(
+            exit_code=None if timed_out else code,
+            stdout=_text(out),
+            stderr=_text(err) + (f"\n[stopped after {self.limits.wall_seconds:g} s]" if timed_out else ""),
+            timed_out=timed_out,
+            signal="SIGKILL" if timed_out else died,
+        )
+
+
+class BubblewrapProvider(SandboxProvider):
+    name = "bubblewrap"
+
+    def __init__(self, config: SandboxConfig, executable: str) -> None:
+        super().__init__(config, executable)
+        self._filter = ip_socket_filter() if config.network == "none" else None
+
+    def pass_fds(self) -> tuple[int, ...]:
+        if self._filter is None:
+            return ()
+        read, write = os.pipe()  # the filter fits in the pipe's buffer: bwrap reads it at start
+        os.write(write, self._filter)
+        os.close(write)
+        return (read,)
+
+    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+        argv = [self.executable, "--die-with-parent", "--new-session", "--unshare-all"]
+        if self.config.network == "full":
+            argv.append("--share-net")
+        argv += ["--cap-drop", "ALL", "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
+        argv += ["--ro-bind", "/usr", "/usr"]
+        for name in ("bin", "lib", "lib64", "sbin"):
+            target = Path("/") / name
+            if target.is_symlink():  # merged /usr: keep the same links
+                argv += ["--symlink", os.readlink(target), str(target)]
+            elif target.exists():
+                argv += ["--ro-bind", str(target), str(target)]
+        etc = _ETC + (_ETC_NETWORK if self.config.network == "full" else ())
+        for path in etc:
+            argv += ["--ro-bind-try", path, path]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        argv += ["--bind", str(workspace), SANDBOX_WORKSPACE]
+        if self.config.host_dir is not None:
+            mode = "--bind" if self.config.host_dir_mode == "rw" else "--ro-bind"
+            argv += [mode, self.config.host_dir, SANDBOX_HOST_DIR]
+        argv += ["--chdir", SANDBOX_WORKSPACE, "--clearenv"]
+        argv += [
+            "--setenv",
+            "PATH",
+            _PATH,
+            "--setenv",
+            "HOME",
+            SANDBOX_WORKSPACE,
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+        ]
+        argv += ["--setenv", "TMPDIR", "/tmp"]
+        if fds:
+            argv += ["--seccomp", str(fds[0])]
+        argv += ["--", *self.limits.prlimit(), "/bin/sh", "-c", command]
+        return argv
+
+
+class RunscProvider(SandboxProvider):
+    name = "runsc"
+
+    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+        state = workspace.parent / ".runsc-state"
+        state.mkdir(parents=True, exist_ok=True)
+        network = "host" if self.config.network == "full" else "none"
+        shell = (
+            f"cd {_quote(str(workspace))} && "
+            + " ".join(self.limits.prlimit())
+            + f" /bin/sh -c {_quote(command)}"
+        )
+        return [self.executable, f"--network={network}", f"--root={state}", "do", "/bin/sh", "-c", shell]
+
+
+class DockerProvider(SandboxProvider):
+    name = "docker"
+
+    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+        network = "host" if self.config.network == "full" else "none"
+        argv = [self.executable, "run", "--rm", "-i", f"--network={network}", "--cap-drop=ALL"]
+        argv += ["--security-opt=no-new-privileges", "--read-only", "--tmpfs=/tmp", "--pids-limit=256"]
+        argv += [f"--memory={self.limits.memory_mb}m", "--cpus=1", f"--ulimit=cpu={self.limits.cpu_seconds}"]
+        argv += ["--user=65534:65534", "-v", f"{workspace}:{SANDBOX_WORKSPACE}", "-w", SANDBOX_WORKSPACE]
+        if self.config.host_dir is not None:
+            argv += ["-v", f"{self.config.host_dir}:{SANDBOX_HOST_DIR}:{self.config.host_dir_mode}"]
+        return [*argv, self.config.docker_image, "/bin/sh", "-c", command]
+
+
+@dataclass(frozen=True)
+class DetectedProvider:
+    """What `detect_provider` found: the provider to use, or none and why (one reason per
+    provider tried)."""
+
+    provider: SandboxProvider | None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        if self.provider is not None:
+            return (
+                f"{self.provider.name} ({self.provider.executable}, network {self.provider.config.network})"
+            )
+        return "; ".join(self.reasons) or "disabled"
+
+
+async def detect_provider(config: SandboxConfig, workspace_root: Path) -> DetectedProvider:
+    """The first configured provider that is present and really isolates a `true` command."""
+    if not config.enabled:
+        return DetectedProvider(None, ("[sandbox] enabled = false",))
+    order = ("bubblewrap", "runsc", "docker") if config.provider == "auto" else (config.provider,)
+    reasons: list[str] = []
+    for name in order:
+        provider, reason = await _try(name, config, workspace_root)
+        if provider is not None:
+            return DetectedProvider(provider, tuple(reasons))
+        reasons.append(reason)
+    return DetectedProvider(None, tuple(reasons))
+
+
+async def _try(name: str, config: SandboxConfig, root: Path) -> tuple[SandboxProvider | None, str]:
+    program = {"bubblewrap": "bwrap", "runsc": "runsc", "docker": "docker"}[name]
+    executable = shutil.which(program)
+    if executable is None:
+        hint = {"bubblewrap": " (apt-get install bubblewrap)", "runsc": " (gVisor is not packaged in Debian)"}
+        return None, f"{name}: {program!r} is not installed{hint.get(name, '')}"
+    if name == "docker":
+        info = await _quiet(executable, "info", "--format", "{{.ServerVersion}}")
+        if info is not None:
+            return None, f"docker: no daemon answers ({info})"
+    provider: SandboxProvider = {
+        "bubblewrap": BubblewrapProvider,
+        "runsc": RunscProvider,
+        "docker": DockerProvider,
+    }[name](config, executable)
+    probe = root / ".probe"
+    try:
+        result = await provider.run(probe, "true")
+    except (OSError, ToolError) as exc:
+        return None, f"{name}: cannot start: {exc}"
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    if not result.ok:
+        why = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
+        return None, f"{name}: cannot start a sandbox here: {why}"
+    return provider, ""
+
+
+async def _quiet(*argv: str) -> str | None:
+    """None when the command succeeds, else the last line it printed."""
+    child = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        async with asyncio.timeout(10):
+            out, err = await child.communicate()
+    except TimeoutError:
+        child.kill()
+        await child.wait()
+        return "timed out"
+    if child.returncode == 0:
+        return None
+    lines = (err or out).decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else f"exit {child.returncode}"
+
+
+def ip_socket_filter() -> bytes:
+    """A classic-BPF seccomp program (x86-64) that refuses `socket(AF_INET|AF_INET6, ...)` and
+    `io_uring_setup` with EACCES and allows everything else; other architectures' system
+    calls (x32, i386) are refused or killed so they cannot go around it."""
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ERRNO | EACCES
+    program = [
+        (ld, 0, 0, 4),  # 0: seccomp_data.arch
+        (jeq, 1, 0, 0xC000003E),  # 1: AUDIT_ARCH_X86_64 → 3
+        (ret, 0, 0, 0x80000000),  # 2: another ABI: kill the process
+        (ld, 0, 0, 0),  # 3: seccomp_data.nr
+        (jge, 0, 1, 0x40000000),  # 4: an x32 system call → 5
+        (ret, 0, 0, 0x00050000 | 38),  # 5: ENOSYS
+        (jeq, 5, 0, 425),  # 6: io_uring_setup → deny
+        (jeq, 0, 3, 41),  # 7: socket → 8, else allow
+        (ld, 0, 0, 16),  # 8: args[0] (the address family), low word
+        (jeq, 2, 0, 2),  # 9: AF_INET → deny
+        (jeq, 1, 0, 10),  # 10: AF_INET6 → deny
+        (ret, 0, 0, allow),  # 11
+        (ret, 0, 0, deny),  # 12
+    ]
+    return b"".join(struct.pack("<HBBI", *instruction) for instruction in program)
+
+
+def _make_directory(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def _text(data: bytes) -> str:
+    if len(data) > _OUTPUT_LIMIT:
+        cut = len(data) - _OUTPUT_LIMIT
+        data = data[:_OUTPUT_LIMIT] + f"\n[… {cut} more bytes cut]".encode()
+    return data.decode(errors="replace")

@@ -1,0 +1,130 @@
+"""The sandbox providers with real bubblewrap (SPEC §4.6): what a command inside can and cannot
+reach, judged from the host; limits that stop a runaway; detection that never falls back to
+the host; the network setting checked at start-up."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from persyn.core.config import load_settings
+from persyn.core.config_sandbox import SandboxConfig
+from persyn.core.errors import ConfigError
+from persyn.runtime.sandbox_ops import run_probes
+from persyn.tools.sandbox import SandboxProvider, detect_provider
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+async def _provider(tmp_path: Path, **config: object) -> SandboxProvider:
+    detected = await detect_provider(SandboxConfig.model_validate(config), tmp_path / "sandbox")
+    assert detected.provider is not None, detected.reasons
+    return detected.provider
+
+
+@needs_bwrap
+@pytest.mark.parametrize("network", ["none", "loopback"])
+async def test_every_probe_fails_closed(tmp_path: Path, network: str) -> None:
+    provider = await _provider(tmp_path, network=network)
+    assert provider.name == "bubblewrap"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "secret.txt").write_text("the host's secret")
+    probes = {p.name.split(" (")[0]: p for p in await run_probes(provider, tmp_path / "sandbox" / "a", home)}
+    assert probes["write outside the workspace"].isolated
+    assert probes["TCP to the host's loopback"].isolated
+    assert probes["read the host's home"].isolated
+    # `none` refuses even a socket; `loopback` has one, but only its own loopback behind it.
+    assert probes["open an IP socket"].isolated is (network == "none")
+    assert not (tmp_path / "sandbox" / ".escape").exists()
+    assert sorted(p.name for p in (tmp_path / "sandbox").iterdir()) == ["a"]
+
+
+@needs_bwrap
+async def test_full_network_reaches_the_host_loopback_and_says_so(tmp_path: Path) -> None:
+    provider = await _provider(tmp_path, network="full")
+    probes = await run_probes(provider, tmp_path / "sandbox" / "a", tmp_path)
+    loopback = next(p for p in probes if p.name.startswith("TCP"))
+    assert not loopback.isolated and loopback.expected_open
+    assert next(p for p in probes if p.name.startswith("write")).isolated
+
+
+@needs_bwrap
+async def test_the_workspace_persists_and_nothing_else_does(tmp_path: Path) -> None:
+    provider = await _provider(tmp_path)
+    workspace = tmp_path / "sandbox" / "a"
+    first = await provider.run(workspace, "echo kept > kept.txt; echo lost > /tmp/lost.txt; id -u")
+    assert first.ok and first.stdout.strip() == "65534"
+    second = await provider.run(workspace, "cat kept.txt; cat /tmp/lost.txt")
+    assert second.stdout == "kept\n" and "No such file" in second.stderr
+    assert (workspace / "kept.txt").read_text() == "kept\n"
+
+
+@needs_bwrap
+async def test_a_host_directory_is_mapped_read_only_unless_asked(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "data.csv").write_text("a,b\n1,2\n")
+    provider = await _provider(tmp_path, host_dir=str(shared))
+    result = await provider.run(tmp_path / "sandbox" / "a", "cat /host/data.csv; echo x > /host/new.txt")
+    assert result.stdout == "a,b\n1,2\n" and "Read-only file system" in result.stderr
+    assert not (shared / "new.txt").exists()
+    writable = await _provider(tmp_path, host_dir=str(shared), host_dir_mode="rw")
+    assert (await writable.run(tmp_path / "sandbox" / "a", "echo x > /host/new.txt")).ok
+    assert (shared / "new.txt").read_text() == "x\n"
+
+
+@needs_bwrap
+async def test_limits_stop_a_runaway(tmp_path: Path) -> None:
+    # The CPU limit ends the loop, however slowly a loaded machine gets through its second.
+    provider = await _provider(tmp_path, cpu_seconds=1, memory_mb=200, wall_seconds=600)
+    workspace = tmp_path / "sandbox" / "a"
+    spin = await provider.run(workspace, "python3 -c 'while True: pass'")
+    assert not spin.ok and spin.signal in ("SIGXCPU", "SIGKILL") and not spin.timed_out
+    hog = await provider.run(workspace, "python3 -c 'x = bytearray(400 * 1024 * 1024); print(len(x))'")
+    assert not hog.ok and "MemoryError" in hog.stderr
+    clocked = await _provider(tmp_path, wall_seconds=2)
+    sleeper = await clocked.run(workspace, "sleep 60 & sleep 60; echo never")
+    assert sleeper.timed_out and sleeper.exit_code is None and "never" not in sleeper.stdout
+    big = await provider.run(workspace, "head -c 100000000 /dev/zero > big.bin")
+    assert not big.ok or (workspace / "big.bin").stat().st_size <= 64 * 1024 * 1024
+
+
+async def test_no_provider_means_no_sandbox_and_says_why(tmp_path: Path) -> None:
+    # runsc (gVisor) is not packaged for Debian; when this machine has none, asking for it
+    # must give nothing — never the host.
+    if shutil.which("runsc") is not None:
+        pytest.skip("runsc is installed here")
+    detected = await detect_provider(SandboxConfig(provider="runsc"), tmp_path)
+    assert detected.provider is None
+    assert detected.reasons == ("runsc: 'runsc' is not installed (gVisor is not packaged in Debian)",)
+    off = await detect_provider(SandboxConfig(enabled=False), tmp_path)
+    assert off.provider is None and off.summary == "[sandbox] enabled = false"
+
+
+@pytest.mark.parametrize("value", ["", "loopbak", "host", "None"])
+def test_an_unknown_network_is_rejected_at_start_up(tmp_path: Path, value: str) -> None:
+    (tmp_path / "persyn.toml").write_text(f'[sandbox]\nnetwork = "{value}"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_settings(tmp_path, environ={})
+    assert f"[sandbox] network {value!r} is not one of none, loopback, full" in str(raised.value)
+
+
+@needs_bwrap
+async def test_a_workspace_lives_as_long_as_its_agent(tmp_path: Path) -> None:
+    from persyn.runtime.sandbox_ops import SandboxService
+    from persyn.testing import ADA, harness_settings
+
+    settings = harness_settings(tmp_path / "home")
+    root = settings.data_dir / "sandbox"
+    for agent_id in (ADA.id, "01GONEGONEGONEGONEGONEGONE"):
+        (root / agent_id).mkdir(parents=True)
+        (root / agent_id / "work.py").write_text("print(1)\n")
+    (root / ADA.id / "outside").symlink_to(tmp_path)  # left by sandboxed code: never followed
+    service = SandboxService(settings, {})
+    assert (await service.start()).provider is not None
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [ADA.id]
+    assert service.workspaces.remove(ADA.id) and not (root / ADA.id).exists()
+    assert (tmp_path / "home").is_dir()  # the symlink went, not what it pointed to
