@@ -371,3 +371,39 @@ def _attempts(channel: IrcChannel, count: int) -> Callable[[], Awaitable[bool]]:
         return all(c.attempts >= count for c in channel.connections.values())
 
     return attempted
+
+
+async def test_a_known_contact_listed_in_bots_later_becomes_an_agent(tmp_path: Path, ircd: IrcServer) -> None:
+    """`[channels.irc] bots` changed after a nick was met as a person: the next time it speaks
+    its contact (the same one) is of kind `agent`, so the pacing for agents applies to it."""
+    bob = await IrcPeer("bob").connect(ircd.port)
+    try:
+        async with on_irc(tmp_path / "home", ircd.port, rooms=()) as (pilot, irc):
+            nick = await _ready(irc, bob)
+            await bob.say(nick, "hello, I am just bob")
+            await bob.wait_for(lambda h: h.nick == nick and h.command == "PRIVMSG", "an answer")
+            await pilot.settle()
+            first = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}["bob"]
+            assert first.kind == "human"
+            await irc.stop()
+            listed = pilot.settings.channels.irc.model_copy(update={"bots": ["Bob"]})  # nicks match any case
+            restarted = IrcChannel(listed, {pilot.agent.id: pilot.agent}, pilot.runtime)
+            await restarted.start()
+            try:
+                await _ready(restarted, bob)
+                await bob.say(nick, "hello again, I am a bot after all")
+
+                async def marked() -> bool:
+                    person = await pilot.store.get_person(pilot.agent.id, first.id)
+                    return person is not None and person.kind == "agent"
+
+                await pilot.wait_for(marked, "bob's contact marked as an agent")
+                await pilot.settle()
+                people = [
+                    p for p in await pilot.store.list_persons(pilot.agent.id) if p.display_name == "bob"
+                ]
+                assert [p.id for p in people] == [first.id]  # the same contact, not a new one
+            finally:
+                await restarted.stop()
+    finally:
+        await bob.close()
