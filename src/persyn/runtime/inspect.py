@@ -125,7 +125,7 @@ async def recent_turns(
             )
             if message.role is Role.AGENT:
                 turn = turn.model_copy(update={"said": message.text})
-            else:
+            elif turn.asked is None:
                 turn = turn.model_copy(update={"asked": message.text, "speaker": message.speaker_name})
             turns[message.event_id] = turn
         latest = list(turns.values())[::-1][:limit]
