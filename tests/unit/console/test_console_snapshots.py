@@ -150,5 +150,6 @@ def test_the_mind_panel_with_an_older_turn_picked(snap_compare: Any, tmp_path: P
         await until(pilot, lambda: picked(app), "the older turn's trace")
         await pilot.pause()
 
-    app = _app(tmp_path, DELIBERATE, _two_console_turns)
+    # One lens to draw from: the second critic is the same whatever the events' ids.
+    app = _app(tmp_path, DELIBERATE + 'lenses = ["adversarial"]\n', _two_console_turns)
     assert snap_compare(app, run_before=run_before, terminal_size=(120, 34))
