@@ -144,7 +144,10 @@ async def test_the_working_surface_shows_the_revision_while_it_streams(tmp_path:
         await app.channel.deliver(_outbound(runtime, event, "We sailed."))
         for word in ("I ", "don't ", "remember ", "that."):
             sink(SinkEvent(phase="revise", kind="delta", text=word))
-        await until(pilot, lambda: bool(app.query(WorkingSurface)), "the working surface")
+        # Refreshes are throttled: wait for the whole revision, not the surface's first frame.
+        await until(
+            pilot, lambda: "↳ reconsidering: I don't remember that." in lines(app), "the working surface"
+        )
         await pilot.pause()
         assert lines(app)[1:] == ["**Ada:** We sailed.", "↳ reconsidering: I don't remember that."]
         sink(SinkEvent(phase="revise", kind="end"))
@@ -157,7 +160,8 @@ async def test_a_tool_call_commits_the_segment_before_it_and_clears_its_indicato
 ) -> None:
     async with console(tmp_path, config="[deliberation]\nenabled = false\n") as (_, app, pilot):
         await say(pilot, "add two and two")
-        await until(pilot, lambda: any("**4**" in t for t in lines(app)), "the answer")
+        # The delivered answer (Markdown), not the draft that streamed the same words before it.
+        await until(pilot, lambda: "**Ada:** It is **4**." in lines(app), "the answer")
         await pilot.pause()
         assert lines(app)[1:] == [
             "sam: add two and two",
