@@ -17,57 +17,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import itertools
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo
-
 from persyn.channels.agents import AGENT_SERVICE, AgentLink
 from persyn.core.clock import ManualClock, SystemClock
-from persyn.core.config import AgentConfig
-from persyn.core.ids import new_id
 from persyn.store.base import Role
 from persyn.store.runs import SpendKind
 from persyn.testing.harness import ADA, START, Pilot, RecordingChannel, harness_settings, run_runtime
-from persyn.testing.models import DoubleReply, minimal_instance, output_schema, register_double
-
-BOB = AgentConfig(name="Bob", id=new_id(START + timedelta(milliseconds=1)))
-_turns = itertools.count()
-
-
-def chatty(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
-    """Always speaks, always with something new; structured calls get their smallest answer."""
-    if task == "decide":
-        return {"action": "speak", "reason": "I have more to add"}
-    schema = output_schema(info)
-    if schema is not None:
-        return DoubleReply(output=minimal_instance(schema))
-    n = next(_turns)
-    return f"Here is another thought, number {n}: " + " ".join(f"idea{n}w{k}" for k in range(12)) + "?"
-
-
-@contextlib.asynccontextmanager
-async def ticking(clock: ManualClock) -> AsyncIterator[None]:
-    async def tick() -> None:
-        while True:
-            clock.advance(timedelta(seconds=5))
-            await asyncio.sleep(0.002)
-
-    task = asyncio.ensure_future(tick())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+from persyn.testing.models import register_double
+from persyn.testing.pacing import BOB, chatty, ticking
 
 
 async def two_agents(pacing: str) -> dict[str, Any]:
@@ -157,7 +121,9 @@ def _delivered(room: RecordingChannel, count: int) -> Callable[[], Awaitable[boo
 
 
 async def main(runs: int, pacing: str) -> None:
-    register_double("bench-chatty", chatty, replace=True)
+    register_double(
+        "bench-chatty", chatty("idea", words=12, lead="Here is another thought, number {n}: "), replace=True
+    )
     result = await two_agents(pacing)
     print("two agents left alone (agent link, default pacing" + (" + --pacing" if pacing else "") + ")")
     print(

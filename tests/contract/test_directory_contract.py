@@ -18,6 +18,20 @@ SLACK = Identity(service="slack", channel="general", speaker_id="U123")
 HOUR = 3600
 
 
+async def test_a_contact_met_as_a_person_becomes_an_agent_when_known_as_one_never_back(store: Store) -> None:
+    agent_id = new_id()
+    bob = await store.resolve_person(agent_id, SLACK, "Bob", "human", T0)
+    assert bob.kind == "human"
+    # The network or the configuration now says a bot (`[channels.irc] bots` changed).
+    again = await store.resolve_person(agent_id, SLACK, "Bob", "agent", T0 + timedelta(hours=1))
+    assert (again.id, again.kind) == (bob.id, "agent")
+    stored = await store.get_person(agent_id, bob.id)
+    assert stored is not None and stored.kind == "agent"
+    # Speaking later without the flag does not make it a person again.
+    later = await store.resolve_person(agent_id, SLACK, "Bob", "human", T0 + timedelta(hours=2))
+    assert later.kind == "agent"
+
+
 # contact addresses ----------------------------------------------------------------------------
 async def test_addresses_are_added_once_listed_oldest_first_and_removed(store: Store) -> None:
     agent_id = new_id()

@@ -138,11 +138,44 @@ def test_the_console_in_a_terminal_with_a_daemon_firing_a_reminder_live(
         daemon.terminate()
         daemon.wait(timeout=60)
     terminal.keys("C-q")
+    assert _exit_code(terminal, exit_file) == "0", terminal.screen()
+    assert "Traceback" not in persyn.log("run")
+
+
+def _exit_code(terminal: Terminal, exit_file: Path) -> str:
     deadline = time.monotonic() + WAIT_SECONDS
     while not exit_file.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert exit_file.read_text().strip() == "0", terminal.screen()
-    assert "Traceback" not in persyn.log("run")
+    assert exit_file.exists(), terminal.screen()
+    return exit_file.read_text().strip()
+
+
+def test_a_console_whose_runtime_fails_to_start_refuses_turns_and_exits_1(
+    persyn: Persyn, tmp_path: Path, terminal_factory: Callable[[str], Terminal]
+) -> None:
+    # A broken configuration the store does not notice: the model's weights file is missing,
+    # so the runtime fails to start behind the screen that is already up.
+    missing = tmp_path / "no-such-weights.gguf"
+    exit_file = tmp_path / "console.exit"
+    command = " ".join(
+        [
+            "env",
+            *(
+                shlex.quote(f"{k}={v}")
+                for k, v in persyn.environ(PERSYN_MODELS__DEFAULT=f"local:{missing}").items()
+            ),
+            shlex.quote(sys.executable),
+            "-m persyn console",
+            f"; echo $? > {shlex.quote(str(exit_file))}; sleep 600",
+        ]
+    )
+    terminal = terminal_factory(command)
+    screen = terminal.wait_for(lambda s: "does not exist" in s, "the start's error")
+    assert "no-such-weights.gguf" in "".join(line.strip() for line in screen.splitlines())  # wrapped
+    terminal.type("hello")
+    terminal.wait_for(lambda s: "the runtime did not start; nothing was sent" in s, "the refusal")
+    terminal.keys("C-q")
+    assert _exit_code(terminal, exit_file) == "1", terminal.screen()
 
 
 def test_the_console_without_a_terminal_says_to_use_chat(persyn: Persyn) -> None:

@@ -9,10 +9,13 @@
   bot sees what Telegram sends it, and nothing is done to see more.
 - The sender is one contact per Telegram user (directory key `telegram`, `telegram`, user
   id) in every chat; Telegram's `is_bot` marks a bot's contact as `agent`.
-- Replies are `sendMessage` to the chat, split at 4,096 characters, sent as plain text
-  (Markdown would need Telegram's own escaping; not done yet). A 429 is waited out for its
-  `retry_after` and the call retried; any other failure raises, so the outbox keeps the row
-  and retries it.
+- Replies are `sendMessage` to the chat, split at 4,096 characters, each piece's Markdown
+  sent as Telegram HTML (`telegram_format`: only `<`, `>`, `&` need escaping, so model output
+  cannot make the API refuse it; should it refuse the entities anyway, the piece goes again as
+  plain text). In a group, a reply is threaded to the message it answers (`reply_parameters`,
+  the message id kept in the stored event's `meta`, so a reply the outbox retries after a
+  restart is threaded too). A 429 is waited out for its `retry_after` and the call retried;
+  any other failure raises, so the outbox keeps the row and retries it.
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from typing import Any
 import httpx
 
 from persyn.channels.base import Channel
+from persyn.channels.telegram_format import telegram_html
 from persyn.core.config import AgentConfig, TelegramConfig
 from persyn.core.errors import ChannelError, InputError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import derived_id
 from persyn.runtime.api import RuntimeAPI
 
-__all__ = ["TELEGRAM_SERVICE", "TelegramChannel", "split_message"]
+__all__ = ["TELEGRAM_SERVICE", "TelegramChannel", "TelegramRefused", "split_message"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,17 @@ TELEGRAM_SERVICE = "telegram"
 _MESSAGE_LIMIT = 4096
 _RETRIES_AFTER_429 = 5
 _ERROR_WAIT_SECONDS = 2.0
+MESSAGE_ID_META = "telegram_message_id"  # the inbound message an event is, for threading
+CHAT_TYPE_META = "telegram_chat_type"  # private, group, supergroup, channel
+
+
+class TelegramRefused(ChannelError):
+    """The Bot API answered a call with an error (not a rate limit)."""
+
+    def __init__(self, method: str, code: object, description: object) -> None:
+        super().__init__(f"telegram {method}: {code} {description!r}")
+        self.code = code
+        self.description = str(description or "")
 
 
 def split_message(text: str, limit: int = _MESSAGE_LIMIT) -> list[str]:
@@ -136,7 +151,7 @@ class TelegramChannel(Channel):
                 log.info("telegram %s: rate limited, retrying after %gs", method, wait)
                 await asyncio.sleep(wait)
                 continue
-            raise ChannelError(f"telegram {method}: {data.get('error_code')} {data.get('description')!r}")
+            raise TelegramRefused(method, data.get("error_code"), data.get("description"))
         raise ChannelError(f"telegram {method}: still rate limited after {_RETRIES_AFTER_429} tries")
 
     # the channel port ----------------------------------------------------------------------
@@ -146,8 +161,30 @@ class TelegramChannel(Channel):
     async def deliver(self, outbound: Outbound) -> None:
         if outbound.agent_id != self.agent.id:
             raise ChannelError(f"agent {outbound.agent_id!r} is not the Telegram bot here")
+        thread = await self._thread(outbound)
         for piece in split_message(outbound.text):
-            await self._call("sendMessage", {"chat_id": outbound.channel, "text": piece})
+            body: dict[str, Any] = {"chat_id": outbound.channel, "text": telegram_html(piece) or piece}
+            if thread is not None:  # the first piece answers the message; the rest follow it
+                body["reply_parameters"] = {"message_id": thread, "allow_sending_without_reply": True}
+                thread = None
+            try:
+                await self._call("sendMessage", {**body, "parse_mode": "HTML"})
+            except TelegramRefused as refused:
+                if refused.code != 400 or "entities" not in refused.description:
+                    raise
+                log.warning("telegram: formatting refused (%s); sent as plain text", refused.description)
+                await self._call("sendMessage", {**body, "text": piece})
+
+    async def _thread(self, outbound: Outbound) -> int | None:
+        """The message a reply in a group answers (None: a private chat, a redirected reply,
+        or a message the agent started)."""
+        event = await self._api.get_event(outbound.agent_id, outbound.event_id)
+        if event is None or event.service != TELEGRAM_SERVICE or event.channel != outbound.channel:
+            return None
+        if event.meta.get(CHAT_TYPE_META, "private") == "private":
+            return None
+        raw = event.meta.get(MESSAGE_ID_META, "")
+        return int(raw) if raw.isdigit() else None
 
     # inbound -----------------------------------------------------------------------------
     def _addressed(self, message: dict[str, Any]) -> bool:
@@ -187,6 +224,10 @@ class TelegramChannel(Channel):
             text=text,
             received_at=min(said_at, now) if said_at.year > 2000 else now,
             addressed=self._addressed(message),
+            meta={
+                MESSAGE_ID_META: str(message.get("message_id")),
+                CHAT_TYPE_META: str(chat.get("type") or "private"),
+            },
         )
         try:
             self._api.validate_text(text)

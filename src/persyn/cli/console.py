@@ -3,7 +3,6 @@ line-mode chat for pipes and scripts)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
@@ -29,8 +28,7 @@ def console(
     first, marked as missed; those a `persyn run` daemon sends while it is open arrive live."""
     import sys
 
-    from persyn.cli.serve import CHAT_EXIT_GRACE_SECONDS, start_chat_runtime
-    from persyn.store import open_store
+    from persyn.cli.serve import chat_runtime
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise InputError("persyn console needs a terminal; for pipes and scripts use `persyn chat`")
@@ -44,10 +42,6 @@ def console(
         from persyn.channels.terminal import login_name
         from persyn.console import ConsoleApp, Operator, Spend
 
-        store = open_store(settings.database_url)
-        await store.setup()
-        # The screen is up at once; the runtime (DBOS, the models) starts behind it.
-        starting = asyncio.ensure_future(start_chat_runtime(settings, clock, store))
         operator = Operator(settings, chosen, clock.now)
 
         async def spend() -> Spend:
@@ -56,24 +50,18 @@ def console(
             return Spend(total.input_tokens + total.output_tokens, total.cost_usd)
 
         model = settings.models.respond or settings.models.default
-        app = ConsoleApp(
-            starting,
-            chosen,
-            login=login_name(),
-            model_label=model if isinstance(model, str) else " → ".join(model),
-            operator=operator,
-            spend=spend,
-            display_name=as_name,
-        )
-        try:
+        # The screen is up at once; the runtime (DBOS, the models) starts behind it.
+        async with chat_runtime(settings, clock) as (_, starting):
+            app = ConsoleApp(
+                starting,
+                chosen,
+                login=login_name(),
+                model_label=model if isinstance(model, str) else " → ".join(model),
+                operator=operator,
+                spend=spend,
+                display_name=as_name,
+            )
             code = await app.run_async()
-        finally:
-            try:
-                runtime = await starting
-            except BaseException:  # it did not start: the console showed its error
-                await store.close()
-            else:
-                await runtime.stop(grace=CHAT_EXIT_GRACE_SECONDS)
         return code or 0
 
     raise typer.Exit(run(_console()))

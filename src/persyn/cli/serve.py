@@ -8,6 +8,8 @@ import math
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from persyn.runtime.app import Runtime
     from persyn.store import Store
 
-__all__ = ["CHAT_EXIT_GRACE_SECONDS", "NO_WORKER_EXIT", "register", "start_chat_runtime"]
+__all__ = ["CHAT_EXIT_GRACE_SECONDS", "NO_WORKER_EXIT", "chat_runtime", "register"]
 
 # What background work of the chat may still finish at exit (a turn's tail, an instant
 # model's deliberation); the rest resumes in the next process (`runtime/_dbos_shutdown.py`).
@@ -47,7 +49,6 @@ def chat(
     set ANTHROPIC_API_KEY / OPENAI_API_KEY or [models] in persyn.toml for a real one."""
     from persyn.channels.terminal import run_chat
     from persyn.runtime.speakers import resolve_speaker
-    from persyn.store import open_store
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -56,29 +57,43 @@ def chat(
     clock = cli.clock
 
     async def _chat() -> int:
-        # The store alone answers who the operator is: the prompt is up at once, while the
-        # runtime (DBOS, the models: seconds of imports) starts behind it.
-        store = open_store(settings.database_url)
-        await store.setup()
-        starting = asyncio.ensure_future(start_chat_runtime(settings, clock, store))
+        async with chat_runtime(settings, clock) as (store, starting):
 
-        async def operator(agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
-            return await resolve_speaker(store, agent_id, speaker, clock.now())
+            async def operator(agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
+                return await resolve_speaker(store, agent_id, speaker, clock.now())
 
-        try:
             return await run_chat(starting, chosen, resolve_speaker=operator, display_name=as_name)
-        finally:
-            try:
-                runtime = await starting
-            except BaseException:  # it did not start: run_chat raised its error already
-                await store.close()
-            else:
-                await runtime.stop(grace=CHAT_EXIT_GRACE_SECONDS)
 
     raise typer.Exit(run(_chat()))
 
 
-async def start_chat_runtime(settings: Settings, clock: Clock, store: Store) -> Runtime:
+@asynccontextmanager
+async def chat_runtime(
+    settings: Settings, clock: Clock
+) -> AsyncIterator[tuple[Store, asyncio.Future[Runtime]]]:
+    """The start-up `persyn chat` and `persyn console` share: the store is opened first (it
+    alone answers who the operator is, so the prompt is up at once) and the runtime (DBOS,
+    the models: seconds of imports) starts behind it, as the future given with the store.
+
+    On leaving, a started runtime stops with `CHAT_EXIT_GRACE_SECONDS`; one that failed to
+    start only closes the store (the surface has shown its error already)."""
+    from persyn.store import open_store
+
+    store = open_store(settings.database_url)
+    await store.setup()
+    starting = asyncio.ensure_future(_start_chat_runtime(settings, clock, store))
+    try:
+        yield store, starting
+    finally:
+        try:
+            runtime = await starting
+        except BaseException:  # it did not start: the surface showed why
+            await store.close()
+        else:
+            await runtime.stop(grace=CHAT_EXIT_GRACE_SECONDS)
+
+
+async def _start_chat_runtime(settings: Settings, clock: Clock, store: Store) -> Runtime:
     """Build and start the chat's (or the console's) runtime; its imports run off the loop, so the prompt and
     the first line the operator types are not held up by them."""
     await asyncio.to_thread(importlib.import_module, "persyn.runtime.compose")

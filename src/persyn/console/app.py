@@ -120,7 +120,6 @@ class ConsoleApp(App[int]):
         self.channel = ConsoleChannel(agent, self._post_update)
         self.ready = asyncio.Event()
         self.failed = False
-        self.last_turn: tuple[str, str] | None = None  # (conversation id, event id)
         self._tokens: Spend | None = None
 
     # layout --------------------------------------------------------------------------------
@@ -134,7 +133,7 @@ class ConsoleApp(App[int]):
             with TabPane("Channels", id="channels"):
                 yield ChannelsPanel(self.operator)
             with TabPane("Mind", id="mind"):
-                yield MindPanel(self.operator, lambda: self.last_turn)
+                yield MindPanel(self.operator, (SERVICE, SERVICE))  # the console's own turns
             with TabPane("Usage", id="usage"):
                 yield UsagePanel(self.operator)
         yield Static(id="status")
@@ -167,10 +166,9 @@ class ConsoleApp(App[int]):
             self.query_one("#composer", Input).focus()
             return
         panel = self.query_one(f"#{tab}", TabPane).children[0]
-        # Focus moves into the panel (a focused composer would pull its own tab back up).
-        focusable = [w for w in panel.query("*") if w.focusable]
-        (focusable[0] if focusable else panel).focus()
         if isinstance(panel, Panel):
+            # Focus moves into the panel (a focused composer would pull its own tab back up).
+            panel.first_focus().focus()
             self.run_worker(panel.reload(), group=f"panel-{tab}", exclusive=True)
 
     # the runtime ---------------------------------------------------------------------------
@@ -198,10 +196,7 @@ class ConsoleApp(App[int]):
         self.post_message(ConsoleUpdate(update))
 
     def on_console_update(self, message: ConsoleUpdate) -> None:
-        update = message.update
-        if update.kind == "deliver" and update.outbound is not None:
-            self.last_turn = (update.outbound.conversation_id, update.outbound.event_id)
-        self.transcript.apply(update)
+        self.transcript.apply(message.update)
 
     @on(Input.Submitted, "#composer")
     def _submitted(self, submitted: Input.Submitted) -> None:

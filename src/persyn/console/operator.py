@@ -42,6 +42,11 @@ class Operator:
     async def identity(self, who: str, identity: Identity, *, attach: bool) -> Person:
         return await directory.change_identity(self.settings, self.agent, who, identity, attach=attach)
 
+    async def address(self, who: str, label: str, value: str, *, add: bool) -> tuple[Person, bool]:
+        return await directory.change_address(
+            self.settings, self.agent, who, label, value, add=add, now=self.now()
+        )
+
     async def prefer(self, who: str, channel: str) -> Person:
         return await directory.prefer_channel(self.settings, self.agent, who, channel)
 
@@ -68,6 +73,9 @@ class Operator:
 
     async def heartbeat(self) -> autonomy.HeartbeatView:
         return await autonomy.heartbeat(self.settings, self.agent, self.now(), limit=8)
+
+    async def turns(self, service: str, channel: str, limit: int) -> list[directory.Turn]:
+        return await directory.recent_turns(self.settings, self.agent, service, channel, limit)
 
     async def sleep(self) -> bool:
         return await autonomy.sleep(self.settings, self.agent)

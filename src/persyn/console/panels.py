@@ -10,7 +10,6 @@ in a worker, so the screen never waits on the store.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
 from typing import ClassVar
 
 from rich.text import Text
@@ -24,15 +23,27 @@ from textual.widgets import DataTable, Input, ListItem, ListView, Static
 from persyn.cli.render import error_text, message_line, one_line, trace_lines, visible
 from persyn.console.operator import Operator
 from persyn.core.errors import PersynError
+from persyn.runtime.inspect import Turn
 from persyn.store.base import Conversation, Identity
 
-__all__ = ["DIALOG_LINES", "LIST_ROWS", "ChannelsPanel", "DirectoryPanel", "MindPanel", "Panel", "UsagePanel"]
+__all__ = [
+    "DIALOG_LINES",
+    "LIST_ROWS",
+    "TURN_ROWS",
+    "ChannelsPanel",
+    "DirectoryPanel",
+    "MindPanel",
+    "Panel",
+    "UsagePanel",
+]
 
 DIALOG_LINES = 200
 LIST_ROWS = 500
+TURN_ROWS = 50  # the Mind panel's turn picker
 DIRECTORY_HELP = (
     "rename NAME · merge OTHER [--name NAME] (the selected contact survives) · "
-    "attach SERVICE CHANNEL SPEAKER · detach SERVICE CHANNEL SPEAKER · prefer SERVICE:CHANNEL"
+    "attach SERVICE CHANNEL SPEAKER · detach SERVICE CHANNEL SPEAKER · prefer SERVICE:CHANNEL · "
+    "add-address LABEL VALUE · remove-address LABEL VALUE"
 )
 
 
@@ -67,6 +78,10 @@ class Panel(Widget):
 
     async def reload(self) -> None:
         """Read the panel's data again (switching to it does this)."""
+
+    def first_focus(self) -> Widget:
+        """What takes the keyboard when the panel is shown: its first focusable widget."""
+        return next((w for w in self.query("*") if w.focusable), self)
 
     def show_result(self, text: str, *, error: bool = False) -> None:
         result = self.query_one(".result", Static)
@@ -200,6 +215,18 @@ class DirectoryPanel(Panel):
             person = await self.operator.identity(who, identity, attach=command == "attach")
             where = ", ".join(f"{i.service}/{i.channel}/{i.speaker_id}" for i in person.identities) or "-"
             return f"{person.id} ({one_line(person.display_name)}) identities: {one_line(where)}"
+        if command in ("add-address", "remove-address") and len(args) >= 2:
+            add, label, value = command == "add-address", args[0], " ".join(args[1:])
+            person, changed = await self.operator.address(who, label, value, add=add)
+            # As stored (`store.directory.checked_address` accepted them): lower-case, trimmed.
+            name, label, value = one_line(person.display_name), one_line(label.lower()), one_line(value)
+            if not add:
+                return f"{name} no longer has {label} {value}"
+            return (
+                f"{name} can be reached at {label} {value}"
+                if changed
+                else f"{name} already has {label} {value}"
+            )
         if command == "prefer" and len(args) == 1:
             person = await self.operator.prefer(who, args[0])
             return f"{one_line(person.display_name)} is reached first on {one_line(args[0])}"
@@ -277,22 +304,42 @@ class ChannelsPanel(Panel):
 
 class MindPanel(Panel):
     """Goals, reminders, the heartbeat (d: delete it, r: restore it), the latest autonomous
-    runs with their tokens, and the deliberation trace of the latest turn."""
+    runs with their tokens; then a picker of the latest `TURN_ROWS` turns on the console's
+    channel (↑/↓) and the deliberation trace of the turn picked: its critics, their
+    objections, the decision. The turns and their traces are read once per load (one bounded
+    read), so moving through them never waits on the store."""
 
+    DEFAULT_CSS = """
+    MindPanel #mind-scroll { height: 1fr; }
+    MindPanel #turns { height: auto; max-height: 8; }
+    MindPanel #trace-scroll { height: 1fr; border-top: solid $panel; }
+    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "sleep", "Delete heartbeat"),
         Binding("r", "wake", "Restore heartbeat"),
     ]
     can_focus = True
 
-    def __init__(self, operator: Operator | None, last_turn: Callable[[], tuple[str, str] | None]) -> None:
+    def __init__(self, operator: Operator | None, where: tuple[str, str]) -> None:
         super().__init__(operator, id="mind-panel")
-        self.last_turn = last_turn
+        self.where = where  # (service, channel) whose turns are listed
+        self.turns: dict[str, Turn] = {}
+        self.picked: str | None = None  # the event id of the turn whose trace is shown
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
+        with VerticalScroll(id="mind-scroll"):
             yield Static(id="mind-view")
+        yield Static(Text(f"Turns on {self.where[0]}/{self.where[1]}, newest first (↑/↓ picks one):"))
+        yield DataTable(id="turns", cursor_type="row")
+        with VerticalScroll(id="trace-scroll"):
+            yield Static(id="turn-trace")
         yield Static(classes="result")
+
+    def on_mount(self) -> None:
+        self.query_one("#turns", DataTable).add_columns("when", "who", "message", "outcome")
+
+    def first_focus(self) -> Widget:
+        return self.query_one("#turns", DataTable)
 
     async def reload(self) -> None:
         if self.operator is None:
@@ -317,18 +364,52 @@ class MindPanel(Panel):
             f"  {a.at:%Y-%m-%d %H:%M}  {a.kind:<9} {a.tokens:>6} tokens  {one_line(a.outcome)[:80]}"
             for a in beat.activity
         ] or ["  (none)"]
-        lines.append("Deliberation of the latest turn:")
-        turn = self.last_turn()
-        trace_shown = False
-        if turn is not None:
-            _, _, traces = await self.operator.dialog(turn[0], deliberation=True)
-            trace = traces.get(turn[1])
-            if trace:
-                lines += [f"  {visible(line)}" for line in trace_lines(trace)]
-                trace_shown = True
-        if not trace_shown:
-            lines.append("  (none yet)")
         self.query_one("#mind-view", Static).update(Text("\n".join(lines)))
+        await self._load_turns()
+
+    async def _load_turns(self) -> None:
+        assert self.operator is not None
+        found = await self.operator.turns(*self.where, TURN_ROWS)
+        self.turns = {t.event_id: t for t in found}
+        table = self.query_one("#turns", DataTable)
+        table.clear()
+        for turn in found:
+            outcome = "replied" if turn.said is not None else "silent"
+            table.add_row(
+                f"{turn.at:%Y-%m-%d %H:%M}",
+                Text(one_line(turn.speaker)[:20]),
+                Text(one_line(turn.asked or "(only the reply is in view)")[:60]),
+                outcome,
+                key=turn.event_id,
+            )
+        if self.picked not in self.turns:
+            self.picked = found[0].event_id if found else None
+        if self.picked is not None:
+            table.move_cursor(row=table.get_row_index(self.picked))
+        self.show_trace()
+
+    @on(DataTable.RowHighlighted, "#turns")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is None or event.cursor_row != event.data_table.cursor_row:
+            return  # stale: re-filling the table moved the cursor, and it has been put back
+        if event.row_key.value in self.turns and event.row_key.value != self.picked:
+            self.picked = event.row_key.value
+            self.show_trace()
+
+    def show_trace(self) -> None:
+        """The picked turn's deliberation, from what the last load read."""
+        view = self.query_one("#turn-trace", Static)
+        turn = self.turns.get(self.picked) if self.picked is not None else None
+        if turn is None:
+            view.update(Text("No turns here yet: what you say in the chat is listed above."))
+            return
+        lines = [f"Turn of {turn.at:%Y-%m-%d %H:%M}, {one_line(turn.speaker)}: {one_line(turn.asked or '-')}"]
+        lines.append(f"replied: {one_line(turn.said)}" if turn.said is not None else "stayed silent")
+        if turn.trace:
+            lines += [visible(line) for line in trace_lines(turn.trace)]
+        else:
+            lines.append("no deliberation was recorded for this turn")
+        view.update(Text("\n".join(lines)))
 
     async def action_sleep(self) -> None:
         if self.operator is None:

@@ -47,4 +47,9 @@ class RuntimeAPI(Protocol):
 
     async def submit(self, event: Event, *, from_step: bool = False) -> str: ...
 
+    async def get_event(self, agent_id: str, event_id: str) -> Event | None:
+        """The stored event (its `meta` included): an adapter threads a reply to the message
+        it answers with what it kept there."""
+        ...
+
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker: ...

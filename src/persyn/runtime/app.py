@@ -407,6 +407,9 @@ class Runtime:
         event = self.live.taken_in(event, self.channels.get(event.service))
         return await self.intake.submit(event, from_step=from_step)
 
+    async def get_event(self, agent_id: str, event_id: str) -> Event | None:
+        return await self.store.get_event(agent_id, event_id)
+
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
         return await self.markers.wait(agent_id, event_id, timeout)
 

@@ -33,6 +33,7 @@ __all__ = [
     "ChannelDigest",
     "Contact",
     "ContactDigest",
+    "Turn",
     "change_address",
     "change_identity",
     "channel",
@@ -45,6 +46,7 @@ __all__ = [
     "opened_store",
     "person_observations",
     "prefer_channel",
+    "recent_turns",
     "rename_contact",
 ]
 
@@ -84,6 +86,52 @@ async def conversation_dialog(
             inbound = [m.event_id for m in messages if m.event_id and m.role is not Role.AGENT]
             traces = {t.event_id: t.trace for t in await store.deliberation_traces(agent.id, inbound)}
     return conversation, messages, traces
+
+
+class Turn(BaseModel):
+    """One turn on a channel: what came in (None: only the reply is in the window read), what
+    the agent said (None: it stayed silent) and what deliberation did (None: nothing recorded)."""
+
+    event_id: str
+    conversation_id: str
+    at: datetime
+    speaker: str
+    asked: str | None = None
+    said: str | None = None
+    trace: dict[str, Any] | None = None
+
+
+async def recent_turns(
+    settings: Settings, agent: AgentConfig, service: str, channel: str, limit: int
+) -> list[Turn]:
+    """The `limit` latest turns on a channel, newest first, each with its deliberation trace.
+
+    Read from the channel's last `2 * limit` messages (a turn is an input and at most one
+    reply) and one trace lookup for the turns kept: the cost follows `limit`, never the
+    channel's history."""
+    if limit <= 0:
+        return []
+    async with opened_store(settings) as store:
+        window = await store.channel_messages(agent.id, service, channel, 2 * limit)
+        turns: dict[str, Turn] = {}
+        for message in window:  # oldest first
+            if message.event_id is None:
+                continue
+            turn = turns.get(message.event_id) or Turn(
+                event_id=message.event_id,
+                conversation_id=message.conversation_id,
+                at=message.created_at,
+                speaker=message.speaker_name,
+            )
+            if message.role is Role.AGENT:
+                turn = turn.model_copy(update={"said": message.text})
+            elif turn.asked is None:
+                turn = turn.model_copy(update={"asked": message.text, "speaker": message.speaker_name})
+            turns[message.event_id] = turn
+        latest = list(turns.values())[::-1][:limit]
+        found = await store.deliberation_traces(agent.id, [t.event_id for t in latest])
+    traces = {t.event_id: t.trace for t in found}
+    return [t.model_copy(update={"trace": traces.get(t.event_id)}) for t in latest]
 
 
 # contacts (SPEC §4.5 directory browsing; the first slice of the people issue) -------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from persyn.channels.base import Channel
@@ -23,6 +23,7 @@ from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.events import CompletionMarker, Event, Notice, Outbound
+from persyn.core.ids import derived_id
 from persyn.runtime.activation import TurnCache, record_deliberation
 from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, RunSpend
 from persyn.runtime.dispatch import Markers
@@ -32,7 +33,7 @@ from persyn.runtime.outreach import Outreach
 from persyn.runtime.pacing import PacingHold
 from persyn.runtime.turn import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult
 from persyn.store import Store
-from persyn.store.base import Message, ReplyUpkeep
+from persyn.store.base import Message, ReplyUpkeep, Role
 from persyn.store.guardrails import GuardrailEvent
 from persyn.store.outbox import OutboxRow
 
@@ -215,6 +216,7 @@ class Transmitter:
         reason: str | None = None
         target = channel
         service, channel_name = event.service, event.channel
+        redirected = False
         if decision.action == "decline":
             text = (
                 deliberation.clean_for_transmit(decision.message or "", recalled)
@@ -235,6 +237,7 @@ class Transmitter:
                 )
             else:
                 reason = f"redirected to {decision.redirect_to}: {decision.reason}"
+                redirected = True
         agent = self._agents[agent_id]
         if self._pacing is not None:  # SPEC §4.5: budgets, intervals, delays (recorded when they act)
             held = await self._pacing.hold(setup, text)
@@ -271,11 +274,15 @@ class Transmitter:
                 agent_id=agent_id,
                 service=service,
                 channel=channel_name,
-                conversation_id=setup.conversation_id,
+                conversation_id=said_in.conversation_id,
                 message_id=message.id,
                 text=message.text,
             )
             return self._outbox.row(outbound, reply_key(event_id), message.created_at)
+
+        said_in = setup
+        if redirected:  # said in the private chat: recorded there, and the room gets a note
+            said_in = await self._redirected(setup, agent.name, service, channel_name, now)
 
         # The reply, its marker, its outbox row and the turn's bookkeeping (the deliberation
         # trace, the reply budget's entry, the parked conclusions it carried, now spent) in
@@ -289,10 +296,10 @@ class Transmitter:
             cleared_flags=prepared.woven if prepared is not None else (),
             # The records recalled for the turn, surfaced by the reply: consolidation and the
             # next turns' transmits know them from here.
-            updated_flags=(remember_recalled(setup.conversation_id, evidence),) if evidence else (),
+            updated_flags=(remember_recalled(said_in.conversation_id, evidence),) if evidence else (),
         )
         message = await pipeline.record_reply(
-            self._store, agent.name, setup, text, now, marker, outbox_row, upkeep
+            self._store, agent.name, said_in, text, now, marker, outbox_row, upkeep
         )
         if made:
             self._markers.put(made[-1])
@@ -305,6 +312,38 @@ class Transmitter:
             await _safe_notice(channel, event, Notice(level="info", text=reason or "answered elsewhere"))
         return TransmitResult(
             transmitted=True, action=decision.action, text=message.text, message_id=message.id, reason=reason
+        )
+
+    async def _redirected(
+        self, setup: TurnSetup, agent_name: str, service: str, channel: str, now: datetime
+    ) -> TurnSetup:
+        """Where a redirected reply is recorded: the asker's conversation on the channel it
+        goes to (so their next private message continues from it). The room's conversation
+        gets a note of what the room saw — that the agent answered elsewhere, never the text,
+        which was not said there. A replayed transmit finds the same open conversation, and
+        the note's id derives from the event, so it is stored once."""
+        private = await self._store.open_conversation(
+            setup.agent_id,
+            service,
+            channel,
+            [setup.person_id] if setup.person_id else [],
+            now,
+            self._settings.conversation.idle_timeout_minutes * 60,
+        )
+        note = Message(
+            id=derived_id(setup.received_at, "redirect-note", setup.agent_id, setup.event_id),
+            agent_id=setup.agent_id,
+            conversation_id=setup.conversation_id,
+            role=Role.SYSTEM,
+            person_id=None,
+            speaker_name=agent_name,
+            text=f"({agent_name} answered {setup.speaker_name} privately, on {service}:{channel})",
+            created_at=max(now, setup.received_at + timedelta(milliseconds=1)),
+            event_id=None,  # not the event's input or reply: lookups by event never meet it
+        )
+        await self._store.add_message(note)
+        return setup.model_copy(
+            update={"conversation_id": private.id, "service": service, "channel": channel}
         )
 
     async def _may_redirect(self, event: Event, setup: TurnSetup, service: str, channel: str) -> bool:

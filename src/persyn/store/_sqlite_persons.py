@@ -294,6 +294,11 @@ def resolve_person_row(
     else:
         touch = {"p_agent_id": agent_id, "p_person_id": person_id, "p_now": now}
         connection.execute(_SQL_TOUCH_PERSON, touch)
+        if kind == "agent":
+            # The network's metadata or the configuration (`[channels.irc] bots`) now says
+            # this speaker is a bot: a contact first met as a person becomes one. Never the
+            # reverse: "agent" may have been the operator's word, and a bot can speak unflagged.
+            connection.execute(_SQL_MARK_AGENT, {"p_agent_id": agent_id, "p_person_id": person_id})
     # load_person, over the prepared statements
     params = {"p_agent_id": agent_id, "p_person_id": person_id}
     row = connection.execute(_SQL_PERSON, params).one()
@@ -346,6 +351,13 @@ _SQL_TOUCH_PERSON = (
     .values(
         last_interaction_at=latest(persons.c.last_interaction_at, p("now", persons.c.last_interaction_at))
     )
+)
+
+
+_SQL_MARK_AGENT = (
+    update(persons)
+    .where(persons.c.agent_id == p("agent_id"), persons.c.id == p("person_id"), persons.c.kind != "agent")
+    .values(kind="agent")
 )
 
 

@@ -24,6 +24,7 @@ from persyn.core.errors import ConfigError
 from persyn.core.events import Event
 from persyn.testing import models
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+from persyn.testing.pacing import ticking
 
 ROOM_DOUBLE = "irc-room"
 LONG_REPLY = " ".join(f"word{n}" for n in range(180))  # ~1,200 bytes: three IRC lines at least
@@ -68,31 +69,12 @@ def _config(port: int, rooms: Sequence[str] = ("#lab",), extra: str = "") -> str
 
 
 @contextlib.asynccontextmanager
-async def ticking(clock: ManualClock) -> AsyncIterator[None]:
-    """The moved clock runs on by a second every few milliseconds, so messages that arrive
-    one after another are stamped in that order (no wait below depends on its rate)."""
-
-    async def tick() -> None:
-        while True:
-            clock.advance(timedelta(seconds=1))
-            await asyncio.sleep(0.005)
-
-    task = asyncio.ensure_future(tick())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-@contextlib.asynccontextmanager
 async def on_irc(
     home: Path, port: int, rooms: Sequence[str] = ("#lab",)
 ) -> AsyncIterator[tuple[Pilot, IrcChannel]]:
     clock = ManualClock(START)
     settings = harness_settings(home, model=f"test:{ROOM_DOUBLE}", config=_config(port, rooms))
-    async with run_runtime(settings, clock=clock) as pilot, ticking(clock):
+    async with run_runtime(settings, clock=clock) as pilot, ticking(clock, timedelta(seconds=1), 0.005):
         irc = IrcChannel(settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime)
         await irc.start()
         try:
@@ -206,6 +188,16 @@ async def test_redirect_answers_privately_and_never_to_someone_absent(
             reasons = [m.reason for m in markers if m is not None]
             assert reasons[0] == "redirected to irc:sam: better said in private"
             assert "where someone who is not here could read it" in (reasons[1] or "")
+            # The private answer is recorded where it was said; the room's dialog holds only
+            # what the room saw: a note that the agent answered sam elsewhere.
+            room = [
+                (m.role.value, m.text)
+                for m in await pilot.store.channel_messages(pilot.agent.id, "irc", "#garden", 10)
+            ]
+            assert room[:2] == [("user", ask), ("system", "(Ada answered sam privately, on irc:sam)")]
+            assert private.text not in [text for _, text in room]
+            in_private = await pilot.store.channel_messages(pilot.agent.id, "irc", "sam", 10)
+            assert [(m.role.value, m.text) for m in in_private] == [("agent", private.text)]
     finally:
         for peer in (sam, kim, lee):
             await peer.close()
@@ -371,3 +363,39 @@ def _attempts(channel: IrcChannel, count: int) -> Callable[[], Awaitable[bool]]:
         return all(c.attempts >= count for c in channel.connections.values())
 
     return attempted
+
+
+async def test_a_known_contact_listed_in_bots_later_becomes_an_agent(tmp_path: Path, ircd: IrcServer) -> None:
+    """`[channels.irc] bots` changed after a nick was met as a person: the next time it speaks
+    its contact (the same one) is of kind `agent`, so the pacing for agents applies to it."""
+    bob = await IrcPeer("bob").connect(ircd.port)
+    try:
+        async with on_irc(tmp_path / "home", ircd.port, rooms=()) as (pilot, irc):
+            nick = await _ready(irc, bob)
+            await bob.say(nick, "hello, I am just bob")
+            await bob.wait_for(lambda h: h.nick == nick and h.command == "PRIVMSG", "an answer")
+            await pilot.settle()
+            first = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}["bob"]
+            assert first.kind == "human"
+            await irc.stop()
+            listed = pilot.settings.channels.irc.model_copy(update={"bots": ["Bob"]})  # nicks match any case
+            restarted = IrcChannel(listed, {pilot.agent.id: pilot.agent}, pilot.runtime)
+            await restarted.start()
+            try:
+                await _ready(restarted, bob)
+                await bob.say(nick, "hello again, I am a bot after all")
+
+                async def marked() -> bool:
+                    person = await pilot.store.get_person(pilot.agent.id, first.id)
+                    return person is not None and person.kind == "agent"
+
+                await pilot.wait_for(marked, "bob's contact marked as an agent")
+                await pilot.settle()
+                people = [
+                    p for p in await pilot.store.list_persons(pilot.agent.id) if p.display_name == "bob"
+                ]
+                assert [p.id for p in people] == [first.id]  # the same contact, not a new one
+            finally:
+                await restarted.stop()
+    finally:
+        await bob.close()

@@ -5,60 +5,29 @@ person speaking afterwards is answered. The pacing waits run on a moved clock.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from irc_server import IrcPeer, IrcServer
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo
 
 from persyn.channels.irc import IrcChannel
 from persyn.core.clock import ManualClock
-from persyn.core.config import AgentConfig
-from persyn.core.ids import new_id
 from persyn.store.base import Role
 from persyn.store.runs import SpendKind
 from persyn.testing import models
 from persyn.testing.harness import ADA, START, Pilot, harness_settings, run_runtime
+from persyn.testing.pacing import BOB, chatty, ticking
 
-BOB = AgentConfig(name="Bob", id=new_id(START + timedelta(milliseconds=1)))
 CHATTY = "irc-chatty"
-_turns = itertools.count()
-
-
-def chatty(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> models.DoubleResult:
-    """Joins every conversation and always has something new to say."""
-    if task == "decide":
-        return {"action": "speak", "reason": "I have more to add"}
-    n = next(_turns)
-    return " ".join(f"musing{n}y{k}" for k in range(6)) + "?"
 
 
 @pytest.fixture(autouse=True)
 def _double() -> Iterator[None]:
-    models.register_double(CHATTY, chatty, replace=True)
+    models.register_double(CHATTY, chatty("musing"), replace=True)
     yield
     models.unregister_double(CHATTY)
-
-
-@contextlib.asynccontextmanager
-async def ticking(clock: ManualClock) -> AsyncIterator[None]:
-    async def tick() -> None:
-        while True:
-            clock.advance(timedelta(seconds=5))
-            await asyncio.sleep(0.002)
-
-    task = asyncio.ensure_future(tick())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _quiet(pilot: Pilot, sam: IrcPeer) -> None:

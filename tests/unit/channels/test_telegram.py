@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import json
+import random
+import re
 import socket
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -21,6 +25,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from persyn.channels.telegram import TelegramChannel, split_message
+from persyn.channels.telegram_format import telegram_html
 from persyn.core.clock import ManualClock
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 
@@ -28,13 +33,73 @@ TOKEN = "123456:TEST-token"
 BOT = {"id": 99, "is_bot": True, "first_name": "Ada", "username": "ada_bot"}
 WAIT_SECONDS = 60.0
 
+# The Bot API's HTML style (core.telegram.org/bots/api#html-style): these tags only, nested
+# properly; every `<`, `>` and `&` outside a tag or an entity must be escaped.
+_TAGS = {
+    "b",
+    "strong",
+    "i",
+    "em",
+    "u",
+    "ins",
+    "s",
+    "strike",
+    "del",
+    "code",
+    "pre",
+    "a",
+    "blockquote",
+    "tg-spoiler",
+}
+_HTML_TOKEN = re.compile(
+    r'<(?P<end>/?)(?P<tag>[a-zA-Z][\w-]*)(?P<attrs>(?:\s+[a-z-]+="[^"<>]*")*)\s*>'
+    r"|(?P<entity>&(?:lt|gt|amp|quot|#\d+|#x[0-9a-fA-F]+);)"
+    r"|(?P<stray>[<>&])"
+)
+
+
+def parse_entities(text: str) -> str:
+    """What a reader sees of `text` sent with `parse_mode: "HTML"`; ValueError with the Bot
+    API's description when it would refuse it."""
+    seen: list[str] = []
+    open_tags: list[str] = []
+    at = 0
+    for match in _HTML_TOKEN.finditer(text):
+        seen.append(text[at : match.start()])
+        at = match.end()
+        if match["stray"]:
+            raise ValueError(
+                f"can't parse entities: unexpected {match['stray']!r} at byte offset {match.start()}"
+            )
+        if match["entity"]:
+            seen.append(html.unescape(match["entity"]))
+            continue
+        tag = match["tag"].lower()
+        if tag not in _TAGS:
+            raise ValueError(f'can\'t parse entities: Unsupported start tag "{tag}"')
+        if match["end"]:
+            if not open_tags or open_tags[-1] != tag:
+                raise ValueError(f'can\'t parse entities: Unmatched end tag "{tag}"')
+            open_tags.pop()
+        else:
+            open_tags.append(tag)
+    if open_tags:
+        raise ValueError(
+            f"can't parse entities: Can't find end tag corresponding to start tag \"{open_tags[-1]}\""
+        )
+    seen.append(text[at:])
+    return "".join(seen)
+
 
 class FakeBotApi:
     """The Bot API as far as the adapter uses it. `throttle` sendMessage calls answer 429 first."""
 
-    def __init__(self, throttle: int = 0) -> None:
+    def __init__(self, throttle: int = 0, refuse_html: int = 0) -> None:
         self.updates: list[dict[str, Any]] = []
         self.sent: list[dict[str, Any]] = []
+        self.seen: list[str] = []  # what a reader sees of each sent message
+        self.refuse_html = refuse_html  # this many HTML messages are refused as unparsable
+        self.messages: set[tuple[str, int]] = set()  # (chat id, message id) that exist
         self.calls: list[str] = []
         self.throttle = throttle
         self._arrived = asyncio.Event()
@@ -45,6 +110,7 @@ class FakeBotApi:
     ) -> int:
         """A message as Telegram delivers it (an Update with a Message); returns its update_id."""
         self._next_id += 1
+        self.messages.add((str(chat["id"]), self._next_id * 10))
         self.updates.append(
             {
                 "update_id": self._next_id,
@@ -90,11 +156,32 @@ class FakeBotApi:
                     },
                     429,
                 )
+            text = str(body.get("text") or "")
+            try:
+                if body.get("parse_mode") == "HTML" and self.refuse_html > 0:
+                    self.refuse_html -= 1
+                    raise ValueError("can't parse entities: refused by the test")
+                seen = parse_entities(text) if body.get("parse_mode") == "HTML" else text
+            except ValueError as exc:
+                return _bad_request(str(exc))
+            if not seen.strip() or len(seen) > 4096:
+                return _bad_request("message text is empty" if not seen.strip() else "message is too long")
+            reply = body.get("reply_parameters") or {}
+            chat_id = str(body["chat_id"])
+            known = (chat_id, reply.get("message_id")) in self.messages
+            if reply and not known and not reply.get("allow_sending_without_reply"):
+                return _bad_request("message to be replied not found")
             self.sent.append(body)
+            self.seen.append(seen)
+            self.messages.add((chat_id, 100_000 + len(self.sent)))
             return JSONResponse(
                 {"ok": True, "result": {"message_id": len(self.sent), "chat": {"id": body["chat_id"]}}}
             )
         return JSONResponse({"ok": False, "error_code": 404, "description": "Not Found"}, 404)
+
+
+def _bad_request(description: str) -> JSONResponse:
+    return JSONResponse({"ok": False, "error_code": 400, "description": f"Bad Request: {description}"}, 400)
 
 
 @contextlib.asynccontextmanager
@@ -147,7 +234,7 @@ async def test_private_chat_is_answered_through_a_rate_limit(tmp_path: Path) -> 
     async with bot(tmp_path / "home", fake) as (pilot, _channel):
         fake.message("hello bot", chat={"id": 7, "type": "private"}, sender=ann, at=START)
         await _until(lambda: fake.sent, "the reply")
-        assert fake.sent == [{"chat_id": "7", "text": "You said: hello bot"}]
+        assert fake.sent == [{"chat_id": "7", "text": "You said: hello bot", "parse_mode": "HTML"}]
         assert fake.calls.count("sendMessage") == 2  # the 429, then the retry after it
         await pilot.settle()
         people = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}
@@ -161,9 +248,17 @@ async def test_groups_answer_mentions_and_a_repeated_update_once(tmp_path: Path)
     group = {"id": -100, "type": "supergroup", "title": "lab"}
     async with bot(tmp_path / "home", fake) as (pilot, channel):
         await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
-        fake.message("@ada_bot what is up?", chat=group, sender=ann, at=START)
+        asked = fake.message("@ada_bot what is up?", chat=group, sender=ann, at=START)
         await _until(lambda: fake.sent, "the reply in the group")
-        assert fake.sent == [{"chat_id": "-100", "text": "You said: @ada_bot what is up?"}]
+        # Threaded to the message it answers.
+        assert fake.sent == [
+            {
+                "chat_id": "-100",
+                "text": "You said: @ada_bot what is up?",
+                "parse_mode": "HTML",
+                "reply_parameters": {"message_id": asked * 10, "allow_sending_without_reply": True},
+            }
+        ]
         # A restarted adapter has no offset: Telegram sends what it kept again, and the same
         # message is the same event, not answered twice.
         await channel.stop()
@@ -178,6 +273,7 @@ async def test_groups_answer_mentions_and_a_repeated_update_once(tmp_path: Path)
             "You said: @ada_bot what is up?",
             "You said: @ada_bot and again",
         ]
+        assert fake.sent[1]["reply_parameters"]["message_id"] == fake.updates[-1]["message"]["message_id"]
         people = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}
         assert people["bob_bot"].kind == "agent"
         await again.stop()
@@ -187,3 +283,76 @@ def test_split_message_keeps_pieces_within_the_limit() -> None:
     text = ("word " * 2000).strip()
     pieces = split_message(text)
     assert all(len(p) <= 4096 for p in pieces) and " ".join(pieces) == text
+
+
+MARKDOWN = "**Plan:** use `a<b && c>d`, see [the docs](https://example.com/?a=1&b=2)\n\n- one _two_\n- three"
+
+
+async def test_markdown_replies_are_sent_formatted_and_stray_marks_are_never_refused(tmp_path: Path) -> None:
+    fake = FakeBotApi()
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    private = {"id": 7, "type": "private"}
+    stray = "a_b * 2 * 3 <i>not a tag</i> & **unclosed _open `tick [x](javascript:alert(1))"
+    async with bot(tmp_path / "home", fake) as (pilot, _channel):
+        fake.message(MARKDOWN, chat=private, sender=ann, at=START)
+        await _until(lambda: len(fake.sent) == 1, "the formatted reply")
+        assert fake.sent[0]["parse_mode"] == "HTML" and "reply_parameters" not in fake.sent[0]  # private
+        assert fake.sent[0]["text"] == (
+            "You said: <b>Plan:</b> use <code>a&lt;b &amp;&amp; c&gt;d</code>, see "
+            '<a href="https://example.com/?a=1&amp;b=2">the docs</a>\n\n• one <i>two</i>\n• three'
+        )
+        assert fake.seen[0] == "You said: Plan: use a<b && c>d, see the docs\n\n• one two\n• three"
+        await pilot.settle()
+        fake.message(stray, chat=private, sender=ann, at=START)
+        await _until(lambda: len(fake.sent) == 2, "the reply with stray marks")
+        assert fake.seen[1] == f"You said: {stray}"  # every mark shown as written, nothing refused
+        await pilot.settle()
+        # Should the API refuse the formatting anyway, the piece goes again as plain text.
+        fake.refuse_html = 1
+        fake.message("**bold** again", chat=private, sender=ann, at=START)
+        await _until(lambda: len(fake.sent) == 3, "the plain-text resend")
+        assert fake.sent[2] == {"chat_id": "7", "text": "You said: **bold** again"}
+        assert fake.calls.count("sendMessage") == 4  # the refused one, then the resend
+
+
+_MARKS = [
+    "*",
+    "**",
+    "_",
+    "__",
+    "`",
+    "```",
+    "[",
+    "]",
+    "(",
+    ")",
+    "<",
+    ">",
+    "&",
+    "~~",
+    "#",
+    "> ",
+    "- ",
+    "1. ",
+    "\n",
+    " ",
+    "x",
+    "é",
+    "http://a.b/?q=<1>&r",
+]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_any_mix_of_markdown_marks_renders_to_html_the_api_accepts(seed: int) -> None:
+    generator = random.Random(seed)
+    text = "".join(generator.choice(_MARKS) for _ in range(generator.randint(1, 80)))
+    rendered = telegram_html(text)
+    seen = parse_entities(rendered)  # raises if Telegram would refuse it
+    # Nothing is invented and, but for a link's target, nothing said is lost: the letters
+    # shown are the source's, in order.
+    letters, shown = [c for c in text if c.isalnum()], [c for c in seen if c.isalnum()]
+    if "](" in text:
+        rest = iter(letters)
+        assert all(c in rest for c in shown)  # a subsequence
+    else:
+        assert shown == letters

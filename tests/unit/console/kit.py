@@ -97,3 +97,10 @@ async def until(pilot: Pilot[Any], condition: Callable[[], bool | Awaitable[bool
             ]
             raise AssertionError(f"timed out waiting for {what}; the transcript: {shown!r}")
         await pilot.pause(0.02)
+
+
+async def say(pilot: Pilot[Any], text: str) -> None:
+    """Type `text` into the focused widget and press enter."""
+    for key in text:
+        await pilot.press(key if key != " " else "space")
+    await pilot.press("enter")

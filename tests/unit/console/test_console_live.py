@@ -16,15 +16,18 @@ from textual.widget import Widget
 from textual.widgets import Input, Markdown, Static
 
 from persyn.channels.terminal import operator_speaker
+from persyn.cli.serve import chat_runtime
 from persyn.console import ConsoleApp, ConsoleChannel, Operator, Update
 from persyn.console.transcript import Draft, Indicator, Transcript, WorkingSurface
+from persyn.core.clock import ManualClock
 from persyn.core.events import Event, Outbound
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
-from persyn.testing import START, run_runtime
+from persyn.store import open_store
+from persyn.testing import ADA, START, harness_settings, run_runtime
 from persyn.testing import Pilot as RuntimePilot
 
-from .kit import Mind, until
+from .kit import Mind, say, until
 
 LOGIN = "sam"
 DELIBERATE = "[deliberation]\nsubstantive_min_words = 1\n"  # every reply is weighed
@@ -90,12 +93,6 @@ def _outbound(runtime: RuntimePilot, event: Event, text: str) -> Outbound:
     )
 
 
-async def say(pilot: Pilot[Any], text: str) -> None:
-    for key in text:
-        await pilot.press(key if key != " " else "space")
-    await pilot.press("enter")
-
-
 async def test_a_streamed_draft_becomes_the_transmitted_reply_rendered_as_markdown(
     tmp_path: Path, mind: Mind
 ) -> None:
@@ -147,7 +144,10 @@ async def test_the_working_surface_shows_the_revision_while_it_streams(tmp_path:
         await app.channel.deliver(_outbound(runtime, event, "We sailed."))
         for word in ("I ", "don't ", "remember ", "that."):
             sink(SinkEvent(phase="revise", kind="delta", text=word))
-        await until(pilot, lambda: bool(app.query(WorkingSurface)), "the working surface")
+        # Refreshes are throttled: wait for the whole revision, not the surface's first frame.
+        await until(
+            pilot, lambda: "↳ reconsidering: I don't remember that." in lines(app), "the working surface"
+        )
         await pilot.pause()
         assert lines(app)[1:] == ["**Ada:** We sailed.", "↳ reconsidering: I don't remember that."]
         sink(SinkEvent(phase="revise", kind="end"))
@@ -160,7 +160,8 @@ async def test_a_tool_call_commits_the_segment_before_it_and_clears_its_indicato
 ) -> None:
     async with console(tmp_path, config="[deliberation]\nenabled = false\n") as (_, app, pilot):
         await say(pilot, "add two and two")
-        await until(pilot, lambda: any("**4**" in t for t in lines(app)), "the answer")
+        # The delivered answer (Markdown), not the draft that streamed the same words before it.
+        await until(pilot, lambda: "**Ada:** It is **4**." in lines(app), "the answer")
         await pilot.pause()
         assert lines(app)[1:] == [
             "sam: add two and two",
@@ -284,3 +285,35 @@ async def test_stored_markup_and_control_characters_are_shown_as_written(tmp_pat
         assert "40000" in lines(app)[-1] or "40,000" in lines(app)[-1] or "too long" in lines(app)[-1]
         dialog = await runtime.store.channel_messages(runtime.agent.id, "terminal", "terminal", 10)
         assert dialog == []
+
+
+async def test_a_runtime_that_fails_to_start_refuses_turns_and_quits_with_1(
+    tmp_path: Path, mind: Mind
+) -> None:
+    # A real failure: the configuration names a local model whose weights file is not there,
+    # so the runtime's start raises (after the store opened), as `persyn console` meets it.
+    missing = tmp_path / "no-such-weights.gguf"
+    settings = harness_settings(tmp_path / "home", model=f"local:{missing}")
+    async with chat_runtime(settings, ManualClock(START)) as (_, starting):
+        app = ConsoleApp(starting, ADA, login=LOGIN, model_label=f"local:{missing}", cursor_blink=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, app.ready.is_set, "the start to end")
+            assert app.failed and app.runtime is None
+            assert lines(app)[-1] == f"· error: local model file {str(missing)!r} does not exist"
+            assert app.transcript.children[-1].has_class("notice-error")
+            await say(pilot, "hello")
+            await until(pilot, lambda: "nothing was sent" in lines(app)[-1], "the refusal")
+            assert lines(app)[-2:] == ["sam: hello", "· error: the runtime did not start; nothing was sent"]
+            await say(pilot, "/name Sammy")
+            await until(pilot, lambda: "nothing was changed" in lines(app)[-1], "the refused rename")
+            assert app.focused is app.query_one("#composer")  # still typing, still on screen
+            await pilot.press("ctrl+q")
+        assert app.return_value == 1  # what `persyn console` exits with
+    # Nothing was stored: no message, no contact for the operator.
+    store = open_store(settings.database_url)
+    await store.setup()
+    try:
+        assert await store.channel_messages(ADA.id, "terminal", "terminal", 10) == []
+        assert await store.list_persons(ADA.id) == []
+    finally:
+        await store.close()

@@ -14,17 +14,20 @@ import sqlalchemy as sa
 from textual.pilot import Pilot
 from textual.widgets import DataTable, ListView, Static
 
+from persyn.cli.render import trace_lines
 from persyn.console import ConsoleApp, Operator
-from persyn.console.panels import ConversationItem
+from persyn.console.panels import TURN_ROWS, ConversationItem
 from persyn.core.ids import new_id
 from persyn.schedule import heartbeat_status
 from persyn.store import schema
 from persyn.testing import START, run_runtime
 from persyn.testing import Pilot as RuntimePilot
 
-from .kit import Mind, until
+from .kit import Mind, say, until
 
 SEEDED = 20_000
+DELIBERATE = "[deliberation]\nsubstantive_min_words = 1\n"  # every reply is weighed
+ON_THE_CONSOLE: dict[str, Any] = {"service": "terminal", "channel": "terminal", "speaker": "operator:ops"}
 
 
 @asynccontextmanager
@@ -214,3 +217,153 @@ async def test_channels_mind_and_usage_panels(tmp_path: Path, mind: Mind) -> Non
         assert "respond" in text and "test:console" in text
         await pilot.press("f1")
         assert app.focused is app.query_one("#composer")
+
+
+def _trace(app: ConsoleApp) -> str:
+    return str(app.query_one("#turn-trace", Static).content)
+
+
+def _turn_rows(app: ConsoleApp) -> list[list[str]]:
+    table = app.query_one("#turns", DataTable)
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+async def test_the_mind_panel_shows_the_deliberation_of_the_turn_picked(tmp_path: Path, mind: Mind) -> None:
+    async with console(tmp_path, config=DELIBERATE) as (runtime, app, pilot):
+        older = await runtime.say("remember sailing?", **ON_THE_CONSOLE)
+        await runtime.settle()  # its deferred critics have finished and been recorded
+        latest = await runtime.say("please withdraw", transmitted=False, **ON_THE_CONSOLE)
+        await runtime.settle()
+        await pilot.press("f4")
+        # The latest turn is picked first, as before: its own decision.
+        await until(pilot, lambda: "it was not mine to answer" in _trace(app), "the latest turn's trace")
+        assert app.focused is app.query_one("#turns")  # the picker has the keyboard
+        rows = _turn_rows(app)
+        assert [(r[2], r[3]) for r in rows] == [
+            ("please withdraw", "silent"),
+            ("remember sailing?", "replied"),
+        ]
+        assert "stayed silent" in _trace(app) and "false-premise" not in _trace(app)
+        # An older turn, picked with the keyboard: its critics, objection and decision, not the latest's.
+        await pilot.press("down")
+        await until(pilot, lambda: "false-premise" in _trace(app), "the older turn's trace")
+        shown = _trace(app)
+        assert "it was not mine to answer" not in shown
+        assert "replied: Yes, we sailed in May." in shown
+        stored = await runtime.store.deliberation_traces(runtime.agent.id, [older.event.id])
+        assert [line for line in trace_lines(stored[0].trace) if line not in shown] == []
+        assert 'provenance: [false-premise] "we sailed in May" - there was no such trip' in shown
+        # Back up: the latest again; and a reload (switching away and back) keeps the pick.
+        await pilot.press("up")
+        await until(pilot, lambda: "it was not mine to answer" in _trace(app), "the latest again")
+        await pilot.press("down")
+        await until(pilot, lambda: "false-premise" in _trace(app), "the older again")
+        await pilot.press("f1", "f4")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "false-premise" in _trace(app)
+        panel = app.query_one("#mind-panel")
+        assert getattr(panel, "picked", None) == older.event.id != latest.event.id
+
+
+def _seed_turns(runtime: RuntimePilot, count: int) -> list[str]:
+    """`count` turns on the console's channel, each an input, a reply and a trace whose
+    decision names the turn, written in one transaction through the store's own schema.
+    Returns their event ids, oldest first."""
+    engine = sa.create_engine(runtime.settings.database_url)
+    agent_id = runtime.agent.id
+    base = START - timedelta(days=30)
+    conversation_id = new_id(base)
+    rows: list[dict[str, Any]] = []
+    traces: list[dict[str, Any]] = []
+    events: list[str] = []
+    for n in range(count):
+        at = base + timedelta(minutes=n)
+        event_id = new_id(at)
+        events.append(event_id)
+        for role, name, text in (("user", "ops", f"question {n}"), ("agent", "Ada", f"answer {n}")):
+            rows.append(
+                {
+                    "id": new_id(at),
+                    "agent_id": agent_id,
+                    "conversation_id": conversation_id,
+                    "role": role,
+                    "person_id": None,
+                    "speaker_name": name,
+                    "text": text,
+                    "created_at": at,
+                    "event_id": event_id,
+                }
+            )
+        trace = {"mode": "inline", "decision": {"action": "speak", "reason": f"turn {n} was worth it"}}
+        traces.append(
+            {"id": new_id(at), "agent_id": agent_id, "event_id": event_id, "trace": trace, "updated_at": at}
+        )
+    conversation = {
+        "id": conversation_id,
+        "agent_id": agent_id,
+        "service": "terminal",
+        "channel": "terminal",
+        "kind": "dialog",
+        "participants": [],
+        "started_at": base,
+        "last_activity_at": base + timedelta(minutes=count),
+        "closed_at": base + timedelta(minutes=count + 1),
+    }
+    with engine.begin() as connection:
+        connection.execute(schema.conversations.insert(), [conversation])
+        connection.execute(schema.messages.insert(), rows)
+        connection.execute(schema.deliberation_traces.insert(), traces)
+    engine.dispose()
+    return events
+
+
+async def test_the_turn_picker_is_bounded_for_a_channel_with_many_turns(tmp_path: Path, mind: Mind) -> None:
+    async with console(tmp_path) as (runtime, app, pilot):
+        count = 5_000
+        _seed_turns(runtime, count)
+        await pilot.press("f4")
+        await until(pilot, lambda: f"turn {count - 1} was worth it" in _trace(app), "the newest turn")
+        rows = _turn_rows(app)
+        assert len(rows) == TURN_ROWS  # the latest few, however long the history
+        assert [r[2] for r in rows[:2]] == [f"question {count - 1}", f"question {count - 2}"]
+        await pilot.press("ctrl+end")  # the oldest listed
+        oldest = count - TURN_ROWS
+        await until(pilot, lambda: f"turn {oldest} was worth it" in _trace(app), "the oldest listed turn")
+        assert f"question {oldest}" in _trace(app) and f"answer {oldest}" in _trace(app)
+        await pilot.press("up", "up")
+        await until(pilot, lambda: f"turn {oldest + 2} was worth it" in _trace(app), "two turns newer")
+
+
+async def test_addresses_are_added_and_removed_in_the_directory_panel(tmp_path: Path, mind: Mind) -> None:
+    async with console(tmp_path) as (runtime, app, pilot):
+        sam = await _person(runtime, "Sam")
+        await pilot.press("f2")
+        await _select(pilot, app, "Sam")
+        result = app.query_one("#directory-panel .result", Static)
+
+        async def command(line: str, expect: str) -> str:
+            await pilot.click("#directory-command")
+            await say(pilot, line)
+            await until(pilot, lambda: expect in str(result.content), f"the answer to {line!r}")
+            return str(result.content)
+
+        async def stored() -> set[tuple[str, str]]:
+            return {(a.label, a.value) for a in await runtime.store.addresses(runtime.agent.id, sam)}
+
+        await command("add-address Email sam@example.com", "Sam can be reached at email sam@example.com")
+        assert await stored() == {("email", "sam@example.com")}
+        await until(pilot, lambda: "address: email sam@example.com" in _digest(app), "the digest")
+        await command("add-address email sam@example.com", "Sam already has email sam@example.com")
+        await command("add-address phone +1 555 0100", "reached at phone +1 555 0100")
+        assert await stored() == {("email", "sam@example.com"), ("phone", "+1 555 0100")}
+        # Refused as the CLI refuses them, and nothing stored changes.
+        text = await command("add-address e/mail x@example.com", "error:")
+        assert "invalid address label 'e/mail'" in text
+        text = await command("remove-address email other@example.com", "error:")
+        assert "no email address 'other@example.com'" in text
+        await command("add-address email", "error:")  # no value: the usage
+        assert await stored() == {("email", "sam@example.com"), ("phone", "+1 555 0100")}
+        await command("remove-address email sam@example.com", "Sam no longer has email sam@example.com")
+        assert await stored() == {("phone", "+1 555 0100")}
+        await until(pilot, lambda: "address: email" not in _digest(app), "the digest without it")

@@ -130,3 +130,26 @@ def test_each_panel(
 ) -> None:
     app = _app(tmp_path, "[metering]\nevent_log = true\n", _history)
     assert snap_compare(app, run_before=_panel(key, ready), terminal_size=(120, 30))
+
+
+async def _two_console_turns(runtime: RuntimePilot) -> None:
+    where: dict[str, Any] = {"service": "terminal", "channel": "terminal", "speaker": "operator:ops"}
+    await runtime.say("remember sailing?", **where)
+    await runtime.settle()  # the deferred critics have been recorded
+    await runtime.say("please withdraw", **where)
+    await runtime.settle()
+
+
+def test_the_mind_panel_with_an_older_turn_picked(snap_compare: Any, tmp_path: Path, mind: Mind) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, ConsoleApp)
+        await _panel("f4", _static("#turn-trace", "it was not mine to answer"))(pilot)
+        await pilot.press("down")  # the older turn: its objection and decision
+        picked = _static("#turn-trace", "false-premise")
+        await until(pilot, lambda: picked(app), "the older turn's trace")
+        await pilot.pause()
+
+    # One lens to draw from: the second critic is the same whatever the events' ids.
+    app = _app(tmp_path, DELIBERATE + 'lenses = ["adversarial"]\n', _two_console_turns)
+    assert snap_compare(app, run_before=run_before, terminal_size=(120, 34))

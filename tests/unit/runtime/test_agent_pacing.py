@@ -8,63 +8,30 @@ waited out on it, never on the wall clock, and nothing here asserts a duration."
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo
 
 from persyn.channels.agents import AGENT_SERVICE, AgentLink
 from persyn.core.clock import ManualClock
-from persyn.core.config import AgentConfig
-from persyn.core.ids import new_id
 from persyn.store.base import Role
 from persyn.store.runs import SpendKind
 from persyn.testing import models
 from persyn.testing.harness import ADA, START, Pilot, RecordingChannel, Where, harness_settings, run_runtime
+from persyn.testing.pacing import BOB, chatty, ticking
 
-BOB = AgentConfig(name="Bob", id=new_id(START + timedelta(milliseconds=1)))
 CHATTY = "chatty"
-_turns = itertools.count()
-
-
-def chatty(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> models.DoubleResult:
-    """Always speaks, always with something new (so no redundancy gate stops it)."""
-    if task == "decide":
-        return {"action": "speak", "reason": "I have more to add"}
-    n = next(_turns)
-    return " ".join(f"notion{n}x{k}" for k in range(6)) + "?"
 
 
 @pytest.fixture(autouse=True)
 def _double() -> Iterator[None]:
-    models.register_double(CHATTY, chatty, replace=True)
+    models.register_double(CHATTY, chatty("notion"), replace=True)
     yield
     models.unregister_double(CHATTY)
-
-
-@contextlib.asynccontextmanager
-async def ticking(clock: ManualClock, step: timedelta = timedelta(seconds=5)) -> AsyncIterator[None]:
-    """Time passes: the moved clock runs on by `step` every couple of milliseconds."""
-
-    async def tick() -> None:
-        while True:
-            clock.advance(step)
-            await asyncio.sleep(0.002)
-
-    task = asyncio.ensure_future(tick())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 @contextlib.asynccontextmanager
