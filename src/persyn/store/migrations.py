@@ -482,6 +482,8 @@ def _create_vector_codes(connection: Connection, dialect_name: str) -> None:
     tables = sorted(name for name in names if _VECTOR_TABLE.fullmatch(name))
     ann.create_tables(connection)
     ann.backfill(connection, tables)
+
+
 def _reserved(connection: Connection, dialect_name: str) -> None:
     """Migrations 16 and 17 belong to other branches of this session, merged by the integrator."""
 
@@ -496,6 +498,8 @@ def _create_guardrails(connection: Connection, dialect_name: str) -> None:
 def _create_emotion_readings(connection: Connection, dialect_name: str) -> None:
     """Migration 19: emotional-state readings (`store/emotions.py`), from the live definition."""
     schema.emotion_readings.create(connection, checkfirst=False)
+
+
 def _create_artifacts(connection: Connection, dialect_name: str) -> None:
     """Migration 20: shared artifacts (`store/artifacts.py`), from the live definition (freeze
     it here before a later migration alters that table)."""
