@@ -54,6 +54,7 @@ from persyn.store.schedule import (
     SchedulePort,
     Trigger,
 )
+from persyn.store.model_calls import ModelCallsStore
 from persyn.store.web_keys import WebKeysStore
 
 __all__ = [
@@ -126,6 +127,7 @@ class Store(
     OutboxStore,
     RunsPort,
     WebKeysStore,
+    ModelCallsStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

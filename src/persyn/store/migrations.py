@@ -471,6 +471,12 @@ def _create_web_keys(connection: Connection, dialect_name: str) -> None:
     schema.web_keys.create(connection, checkfirst=False)
 
 
+def _create_model_calls(connection: Connection, dialect_name: str) -> None:
+    """Migration 23: model calls checkpointed inside a durable step (`store/model_calls.py`),
+    from the live definition (freeze it here before a later migration alters that table)."""
+    schema.model_calls.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search, {"postgresql": pg.message_search}),
@@ -491,6 +497,8 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(13, "consolidation state and extraction watermarks as tables", _create_conversation_jobs),
     Migration(14, "run state, run conversations and channel ledgers as tables", runs_become_tables),
     Migration(15, "web API keys", _create_web_keys),
+    # 16-22 are other branches' of the same session; numbers are assigned up front.
+    Migration(23, "model calls checkpointed inside a durable step", _create_model_calls),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

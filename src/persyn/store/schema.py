@@ -68,6 +68,7 @@ __all__ = [
     "memory_records",
     "messages",
     "metadata",
+    "model_calls",
     "observation_changes",
     "observations",
     "outbox",
@@ -622,4 +623,17 @@ web_keys = Table(
     Column("operator", Boolean, nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("revoked_at", UTCDateTime(), nullable=True),
+)
+
+
+# Completed model calls checkpointed inside a durable step (migration 23,
+# `store/model_calls.py`): a re-run of the step reads them instead of calling again.
+model_calls = Table(
+    "model_calls",
+    metadata,
+    Column("call_key", String(300), primary_key=True),
+    Column("workflow_id", String(200), nullable=False),
+    Column("response", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Index(None, "created_at"),  # the purge
 )
