@@ -52,7 +52,9 @@ class CallCheckpoints(Protocol):
 
     def model_call(self, call_key: str) -> Awaitable[str | None]: ...
 
-    def save_model_call(self, call_key: str, workflow_id: str, response: str, at: datetime) -> Awaitable[Any]: ...
+    def save_model_call(
+        self, call_key: str, workflow_id: str, response: str, at: datetime
+    ) -> Awaitable[Any]: ...
 
 
 def call_key(step_key: str, index: int) -> str:
@@ -88,7 +90,9 @@ class CheckpointedModel(WrapperModel):
     """A task's model whose completed calls inside a durable step are stored and replayed
     (module docstring)."""
 
-    def __init__(self, wrapped: Model, *, checkpoints: CallCheckpoints, calls: StepCalls, clock: Clock) -> None:
+    def __init__(
+        self, wrapped: Model, *, checkpoints: CallCheckpoints, calls: StepCalls, clock: Clock
+    ) -> None:
         super().__init__(wrapped)
         self._checkpoints = checkpoints
         self._calls = calls

@@ -40,8 +40,12 @@ class SQLiteModelCalls(ModelCallsStore):
         params = {"p_call_key": call_key}
         return await self._read("model_call", lambda c: c.execute(_GET, params).scalar())
 
-    def save_model_call(self, call_key: str, workflow_id: str, response: str, at: datetime) -> asyncio.Future[None]:
-        values = ModelCall(call_key=call_key, workflow_id=workflow_id, response=response, created_at=at).model_dump()
+    def save_model_call(
+        self, call_key: str, workflow_id: str, response: str, at: datetime
+    ) -> asyncio.Future[None]:
+        values = ModelCall(
+            call_key=call_key, workflow_id=workflow_id, response=response, created_at=at
+        ).model_dump()
 
         def work(connection: Connection) -> None:
             connection.execute(_PUT, values)

@@ -36,7 +36,9 @@ class ModelCallsStore(ABC):
         """The stored response of the call `call_key`, or None (never checkpointed)."""
 
     @abstractmethod
-    def save_model_call(self, call_key: str, workflow_id: str, response: str, at: datetime) -> Awaitable[None]:
+    def save_model_call(
+        self, call_key: str, workflow_id: str, response: str, at: datetime
+    ) -> Awaitable[None]:
         """Queue the call's checkpoint for writing and return its completion to await (or
         not). It is queued when this is called, not when awaited: every write this process
         asks for afterwards commits after it (the store writes in order), so the reply a

@@ -109,7 +109,7 @@ def test_applying_twice_is_a_no_op(engine: Engine) -> None:
     assert _schema_sql(engine) == before
     with engine.connect() as connection:
         versions = connection.execute(schema_version.select().order_by(schema_version.c.version)).all()
-    assert [row.version for row in versions] == list(range(1, LATEST_VERSION + 1))
+    assert [row.version for row in versions] == [m.number for m in MIGRATIONS]
 
 
 def test_migration_one_creates_the_v1_tables(engine: Engine) -> None:
