@@ -38,6 +38,7 @@ from persyn.store.memory import (
     QuickFact,
     RecallCandidate,
 )
+from persyn.store.model_calls import ModelCallsStore
 from persyn.store.outbox import OutboxRow, OutboxStore
 from persyn.store.rows import GLOBAL, Provenance
 from persyn.store.runs import ChannelEntry, RunsPort
@@ -54,7 +55,6 @@ from persyn.store.schedule import (
     SchedulePort,
     Trigger,
 )
-from persyn.store.model_calls import ModelCallsStore
 from persyn.store.web_keys import WebKeysStore
 
 __all__ = [
