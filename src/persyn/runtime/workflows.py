@@ -281,7 +281,7 @@ class Workflows(DBOSConfiguredInstance):
         dispatcher = self.dispatcher
         if task is None or not isinstance(dispatcher, WorkerDispatcher):
             return
-        dispatcher.activation_started()
+        dispatcher.activation_started(DBOS.workflow_id or "")
         task.add_done_callback(lambda _task: dispatcher.activation_ended())
 
     async def _transmit(self, setup: TurnSetup, request: TransmitRequest) -> TransmitResult:

@@ -191,7 +191,7 @@ class SQLiteStore(
             put_marker_row(connection, agent_id, marker(stored))
             row = None if outbox is None else outbox(stored)
             if row is not None:
-                put_outbox_row(connection, row)
+                put_outbox_row(connection, row, read_back=False)
             if upkeep is not None:
                 if upkeep.spend is not None:
                     spend_channel_row(connection, agent_id, upkeep.spend, message.created_at)
