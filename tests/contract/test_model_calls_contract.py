@@ -4,6 +4,7 @@ kept, a bad key refused at once, old ones purged by age."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,10 +18,11 @@ KEY = "01KBWORKFLOW0000000000000:1/0"
 
 async def test_a_call_is_found_by_its_key_and_keeps_its_first_response(store: Store) -> None:
     assert await store.model_call(KEY) is None
-    first = store.save_model_call(KEY, "01KBWORKFLOW0000000000000", '[{"first": 1}]', T0)
-    second = store.save_model_call(KEY, "01KBWORKFLOW0000000000000", '[{"second": 2}]', T0)
-    await second  # queued after the first, so the first has committed too
-    assert first.done()
+    first = asyncio.ensure_future(
+        store.save_model_call(KEY, "01KBWORKFLOW0000000000000", '[{"first": 1}]', T0)
+    )
+    await store.save_model_call(KEY, "01KBWORKFLOW0000000000000", '[{"second": 2}]', T0)
+    assert first.done()  # queued first, so committed first
     assert await store.model_call(KEY) == '[{"first": 1}]'
     assert await store.model_call("x" * 301) is None  # longer than any key that can be stored
 

@@ -1,9 +1,12 @@
 """Durable execution on DBOS (ARCHITECTURE §3): the workflows, and their steps.
 
 One activation = one workflow, whose id is the event id (a fresh ULID per event), so a
-redelivered event never runs twice. Each model call, each tool call and the transmit are
-steps: a worker killed between them resumes after the last finished step, without re-billing
-a model call or transmitting twice.
+redelivered event never runs twice. A worker killed mid-turn resumes at the last finished
+step, without re-billing a model call or transmitting twice. A step may span several model
+calls, since the gateway checkpoints each completed call under the step's key
+(`gateway.checkpoints`), so the common turn is one step (`persyn.turn`: receive, draft,
+decision, transmit). Tool calls, critique, refinement, engagement and a heartbeat's
+assessment are steps of their own.
 
 The workflows and steps are methods of `Workflows`, a DBOS configured instance: DBOS records
 the instance's name (`dispatch.WORKFLOWS_CLASS` / `WORKFLOWS_INSTANCE`) with every workflow
@@ -158,8 +161,9 @@ class Workflows(DBOSConfiguredInstance):
         """receive + respond (overheard: receive → engage → respond; heartbeat: receive →
         assess → respond) → tool loop → (critique → refine) → decide → transmit.
 
-        Inline mode critiques and refines before deciding on the draft. Deferred mode, where
-        a person waits, decides on the input concurrently with the draft inside the receive
+        The common path runs whole in the turn step (`turn_step`). Inline mode critiques and
+        refines before deciding on the draft. Deferred mode, where
+        a person waits, decides on the input concurrently with the draft inside the turn
         step (when the input is substantive: `ActivationSteps.decides_on_input`), so only the
         deterministic gates stand between the draft and transmit; a silence or a refusal
         decided on the input still replaces the draft there. It then hands critique and
