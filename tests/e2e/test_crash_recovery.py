@@ -109,21 +109,31 @@ def test_kill_between_respond_and_transmit_resumes_exactly_once(persyn: Persyn) 
     assert marker == [(1, "You said: Please remember the blue door.")]
 
 
-def test_kill_after_a_deferred_turns_draft_and_decision_bills_neither_again(persyn: Persyn) -> None:
-    """Deferred mode drafts and decides on the input concurrently, in one step: once that
-    step is checkpointed, a kill and a restart transmit without calling either again."""
-    deferred = {"PERSYN_DELIBERATION__MODE": "deferred"}
-    daemon = persyn.start_daemon("run", env=deferred, PERSYN_DISPATCH__DEBUG_TRANSMIT_DELAY_SECONDS="600")
+def test_kill_inside_a_deferred_turns_step_replays_its_model_calls_instead_of_calling_again(
+    persyn: Persyn, tmp_path: Path
+) -> None:
+    """Deferred mode drafts and decides on the input concurrently, then transmits, all in one
+    DBOS step (`persyn.turn`). A kill after both model calls and before transmit re-runs that
+    step on restart: the gateway's checkpoints give back both calls (one usage record each,
+    the reply the first run drafted), where calling again would now draft another reply and
+    decide to stay silent."""
+    rules = tmp_path / "mind.json"
+    first = (
+        "First answer: I will remember the blue door at the end of the garden path, behind the "
+        "old oak tree, where we left the spare keys last summer."
+    )  # substantive, so its decision on the input is awaited, not cancelled
+    rules.write_text(json.dumps([{"task": "respond", "reply": first}]))
+    env = {"PERSYN_DELIBERATION__MODE": "deferred", "PERSYN_MODELS__DEFAULT": f"test:script@{rules}"}
+    daemon = persyn.start_daemon("run", env=env, PERSYN_DISPATCH__DEBUG_TRANSMIT_DELAY_SECONDS="600")
     try:
         sent = persyn.run("send", "--no-wait", "Please remember the blue door.")
         assert sent.returncode == 0, sent.stderr
         event_id = sent.stdout.strip()
-        _wait_for(
-            lambda: _step_done(persyn.home, event_id, "persyn.receive_respond"), 60, "the draft and decision"
-        )
-        assert _agent_replies(persyn.home, event_id) == []
-        # Both calls were made in that step: no decision on the draft follows it.
+        # Both calls were made and checkpointed; the step waits before transmit (the delay).
         _wait_for(lambda: _turn_stages(persyn.home, event_id) == ["decide", "respond"], 60, "both calls")
+        _wait_for(lambda: len(_checkpoints(persyn.home, event_id)) == 2, 60, "both checkpoints")
+        assert not _step_done(persyn.home, event_id, "persyn.turn")
+        assert _agent_replies(persyn.home, event_id) == []
         daemon.send_signal(signal.SIGKILL)
         daemon.wait(timeout=30)
     finally:
@@ -131,14 +141,24 @@ def test_kill_after_a_deferred_turns_draft_and_decision_bills_neither_again(pers
             daemon.kill()
             daemon.wait()
 
-    restarted = persyn.start_daemon("run", env=deferred)
+    # A model called again would now answer otherwise, and decide against answering at all.
+    rules.write_text(
+        json.dumps(
+            [
+                {"task": "respond", "reply": "Second answer: a red door."},
+                {"task": "decide", "output": {"action": "silent", "reason": "asked twice"}},
+            ]
+        )
+    )
+    restarted = persyn.start_daemon("run", env=env)
     try:
         _wait_for(lambda: len(_agent_replies(persyn.home, event_id)) > 0, 60, "the reply after restart")
+        _wait_for(lambda: _step_done(persyn.home, event_id, "persyn.turn"), 60, "the turn step's checkpoint")
         time.sleep(1.0)  # give a duplicate transmit every chance to show up
     finally:
         _stop(restarted)
 
-    assert _agent_replies(persyn.home, event_id) == ["You said: Please remember the blue door."]
+    assert _agent_replies(persyn.home, event_id) == [first]
     stages = _turn_stages(persyn.home, event_id)
     assert stages == ["decide", "respond"], f"a model call was repeated or re-billed: {stages}"
     with sqlite3.connect(persyn.home / "data" / "dbos.sqlite") as db:
@@ -147,7 +167,18 @@ def test_kill_after_a_deferred_turns_draft_and_decision_bills_neither_again(pers
             (event_id,),
         ).fetchall()
     names = [name for (name,) in steps]  # then the background deliberation's enqueue
-    assert names[:2] == ["persyn.receive_respond", "persyn.transmit"] and "persyn.decide" not in names
+    assert names[0] == "persyn.turn"
+    assert not {"persyn.receive_respond", "persyn.decide", "persyn.transmit"} & set(names)
+
+
+def _checkpoints(home: Path, workflow_id: str) -> list[str]:
+    """The keys of the model calls the gateway checkpointed for a workflow."""
+    try:
+        with sqlite3.connect(home / "data" / "persyn.db", timeout=5) as db:
+            rows = db.execute("SELECT call_key FROM model_calls WHERE workflow_id = ?", (workflow_id,))
+            return [str(key) for (key,) in rows.fetchall()]
+    except sqlite3.OperationalError:  # not migrated yet, or busy
+        return []
 
 
 def _turn_stages(home: Path, event_id: str) -> list[str]:

@@ -132,7 +132,7 @@ def test_a_second_process_does_not_re_run_a_turn_in_flight(persyn: Persyn, tmp_p
         # The input is stored inside the respond step, just before the model is called.
         _wait_for(lambda: _messages(persyn.home, event_id, "user") != [], 60, "the respond call")
         second = persyn.start_daemon("run")  # fast model: a re-run would finish at once
-        assert not _step_done(persyn.home, event_id, "persyn.receive_respond"), (
+        assert not _step_done(persyn.home, event_id, "persyn.turn"), (
             "the second daemon started too late to prove anything"
         )
         _wait_for(lambda: _messages(persyn.home, event_id, "agent") != [], 120, "the reply")

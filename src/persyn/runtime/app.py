@@ -31,6 +31,7 @@ from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.events import CompletionMarker, Event, Speaker
+from persyn.gateway.checkpoints import CheckpointedModel, StepCalls
 from persyn.gateway.gateway import ModelGateway
 from persyn.memory.embedder import Embedder
 from persyn.runtime import speakers
@@ -125,6 +126,7 @@ class Runtime:
         self.store = store
         self.meter = meter
         self._prometheus = prometheus
+        self._step_calls = StepCalls()  # numbers the model calls of each durable step (§8)
         self.agents: dict[str, AgentConfig] = {a.id: a for a in settings.agents}
         self.cache = parts.cache
         self.markers = parts.markers
@@ -195,7 +197,14 @@ class Runtime:
                 self.meter,
                 local_factory=self.local_models.model,
                 clock=self.clock,
-                wrappers=[lambda model: BudgetedModel(model, self.autonomy)],
+                # Outermost last: a call replayed from its checkpoint is neither admitted nor
+                # charged again (§8).
+                wrappers=[
+                    lambda model: BudgetedModel(model, self.autonomy),
+                    lambda model: CheckpointedModel(
+                        model, checkpoints=self.store, calls=self._step_calls, clock=self.clock
+                    ),
+                ],
                 tracing=self.tracing,
             )
         await self.tools.start()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -75,6 +76,8 @@ BACKGROUND_QUEUE = "persyn-background"
 WORKFLOWS_CLASS = "persyn.Workflows"
 WORKFLOWS_INSTANCE = "persyn"
 ACTIVATION_WORKFLOW = "persyn.activation"  # `Workflows.activation`'s DBOS name
+_WAITING_SECONDS = 60.0  # after this an event enqueued here is taken to have started elsewhere
+_WAITING_MAX = 4096  # events enqueued here and not started here, remembered at most
 _MARKER_POLL_MAX = 0.1  # seconds between store reads while waiting for a marker
 _WORKER_CHECK_SECONDS = 1.0  # between looks at the executor slots while waiting (a few file locks)
 
@@ -171,6 +174,10 @@ class WorkerDispatcher(Dispatcher):
         self._queues = queues
         self._waker = waker
         self.running_activations = 0  # in this process, for the wake's batching
+        # Activations enqueued here and not yet started here (by event id, with when):
+        # what an activation's end may let start. Another worker may claim one, so an
+        # entry also ends by age.
+        self._waiting: dict[str, float] = {}
 
     def queue(self, name: str) -> Queue:
         queue = self._queues.get(name)
@@ -195,6 +202,10 @@ class WorkerDispatcher(Dispatcher):
             else:
                 with SetEnqueueOptions(queue_partition_key=partition_key):
                     await queue.enqueue_async(workflow, *args)
+        if queue_name == EVENTS_QUEUE:
+            if len(self._waiting) >= _WAITING_MAX:
+                self._waiting.pop(next(iter(self._waiting)))
+            self._waiting[workflow_id] = time.monotonic()
         self.wake(queue_name)
 
     def wake(self, queue_name: str) -> None:
@@ -202,12 +213,21 @@ class WorkerDispatcher(Dispatcher):
             busy = queue_name == EVENTS_QUEUE and self.running_activations > 0
             self._waker.wake(queue_name, busy=busy)
 
-    def activation_started(self) -> None:
+    def activation_started(self, event_id: str) -> None:
         self.running_activations += 1
+        self._waiting.pop(event_id, None)
 
     def activation_ended(self) -> None:
+        """An activation's task ended (DBOS released its slot): the agent's next event, held
+        back by the per-agent partition lock, may start now instead of at the next poll. Only
+        an event enqueued here that has not started here can be such a one; with none, a poll
+        would claim nothing (work other processes enqueue is found by the polling)."""
         self.running_activations -= 1
-        self.wake(EVENTS_QUEUE)
+        stale = time.monotonic() - _WAITING_SECONDS
+        for event_id in [e for e, at in self._waiting.items() if at < stale]:
+            del self._waiting[event_id]
+        if self._waiting:
+            self.wake(EVENTS_QUEUE)
 
 
 class ClientDispatcher(Dispatcher):

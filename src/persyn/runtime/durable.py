@@ -2,8 +2,10 @@
 
 `durable_step(name)` makes an async method a DBOS step that
 - binds the usage attribution's `step_key` to the step's identity (workflow id and position),
-  which is what a re-run of this very step shares with its first run: usage ids and the
-  per-run caps are keyed by it;
+  which is what a re-run of this very step shares with its first run: usage ids, the per-run
+  caps and the gateway's checkpoints of the step's model calls are keyed by it; and its
+  `step_run` to this execution, which a re-run does not share (the gateway counts an
+  execution's calls by it);
 - dumps the typed result (a frozen model, a tuple of them, a string, None: whatever the
   method's return annotation says) to plain JSON inside the step, which is what DBOS
   checkpoints, and validates it back into the annotated type outside, so the workflow reads
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import typing
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -46,7 +49,9 @@ __all__ = [
 
 # 2: the deferred turn's decision is made on the input inside `persyn.receive_respond`
 # (`Received.decision`), so its workflow has no `persyn.decide` step any more.
-STEP_PROTOCOL_VERSION = 2
+# 3: `persyn.turn` (`Turned`) replaces `persyn.receive_respond` and, on the common path, holds
+# the decision on the draft and the transmit too (the gateway checkpoints its model calls).
+STEP_PROTOCOL_VERSION = 3
 APPLICATION_VERSION = f"persyn-steps-{STEP_PROTOCOL_VERSION}"
 
 S = TypeVar("S")
@@ -84,7 +89,7 @@ def durable_step(
         async def checkpointed(self: S, *args: P.args, **kwargs: P.kwargs) -> Any:
             if not bind_key:
                 return adapter.dump_python(await method(self, *args, **kwargs), mode="json")
-            with rebind(step_key=step_key()):
+            with rebind(step_key=step_key(), step_run=uuid.uuid4().hex):
                 return adapter.dump_python(await method(self, *args, **kwargs), mode="json")
 
         @functools.wraps(method)

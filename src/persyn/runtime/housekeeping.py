@@ -27,6 +27,9 @@ __all__ = ["Housekeeping"]
 
 log = logging.getLogger(__name__)
 
+# Model calls checkpointed inside a durable step matter only to a re-run of that step (after
+# a crash, at the latest when a worker of the deployment next starts): a week is ample.
+MODEL_CALL_KEEP = timedelta(days=7)
 _SWEEP_CONVERSATIONS = 200  # the latest closed conversations of each agent the sweep reads
 
 
@@ -104,7 +107,8 @@ class Housekeeping:
 
     async def run(self) -> None:
         """Every `housekeeping_seconds`: close idle conversations, catch unconsolidated ones,
-        purge expired markers; once a day: cull memories, purge old dialog and old run state."""
+        purge expired markers; once a day: cull memories, purge old dialog, old run state and old
+        model-call checkpoints."""
         last_cull = None
         while True:
             try:
@@ -117,6 +121,7 @@ class Housekeeping:
                     culled = await self.cull_memories()
                     purged = await self.purge_old_dialog()
                     runs = await self.purge_runs()
+                    await self.store.purge_model_calls(self.clock.now() - MODEL_CALL_KEEP)
                     last_cull = self.clock.now()
                     if culled or purged or runs:
                         log.info(

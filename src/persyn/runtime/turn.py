@@ -26,6 +26,7 @@ __all__ = [
     "ToolUse",
     "TransmitRequest",
     "TransmitResult",
+    "Turned",
 ]
 
 
@@ -99,6 +100,16 @@ class TransmitResult(_Frozen):
     text: str | None = None
     message_id: str | None = None
     reason: str | None = None
+
+
+class Turned(_Frozen):
+    """The turn step: what was received (the setup, the draft, a decision made on the input)
+    and, on the common path (a draft with no tool calls and nothing to critique before
+    sending), how its transmit ended. `result` None: the workflow goes on with the tool
+    loop, critique, an engagement decision or a self-assessment, each a step of its own."""
+
+    received: Received
+    result: TransmitResult | None = None
 
 
 class ClosedRun(_Frozen):

@@ -1,9 +1,12 @@
 """Durable execution on DBOS (ARCHITECTURE §3): the workflows, and their steps.
 
 One activation = one workflow, whose id is the event id (a fresh ULID per event), so a
-redelivered event never runs twice. Each model call, each tool call and the transmit are
-steps: a worker killed between them resumes after the last finished step, without re-billing
-a model call or transmitting twice.
+redelivered event never runs twice. A worker killed mid-turn resumes at the last finished
+step, without re-billing a model call or transmitting twice. A step may span several model
+calls, since the gateway checkpoints each completed call under the step's key
+(`gateway.checkpoints`), so the common turn is one step (`persyn.turn`: receive, draft,
+decision, transmit). Tool calls, critique, refinement, engagement and a heartbeat's
+assessment are steps of their own.
 
 The workflows and steps are methods of `Workflows`, a DBOS configured instance: DBOS records
 the instance's name (`dispatch.WORKFLOWS_CLASS` / `WORKFLOWS_INSTANCE`) with every workflow
@@ -61,6 +64,7 @@ from persyn.runtime.turn import (
     RoundTrip,
     TransmitRequest,
     TransmitResult,
+    Turned,
 )
 from persyn.store.base import Conversation
 from persyn.tools.registry import ToolOutcome
@@ -158,8 +162,9 @@ class Workflows(DBOSConfiguredInstance):
         """receive + respond (overheard: receive → engage → respond; heartbeat: receive →
         assess → respond) → tool loop → (critique → refine) → decide → transmit.
 
-        Inline mode critiques and refines before deciding on the draft. Deferred mode, where
-        a person waits, decides on the input concurrently with the draft inside the receive
+        The common path runs whole in the turn step (`turn_step`). Inline mode critiques and
+        refines before deciding on the draft. Deferred mode, where
+        a person waits, decides on the input concurrently with the draft inside the turn
         step (when the input is substantive: `ActivationSteps.decides_on_input`), so only the
         deterministic gates stand between the draft and transmit; a silence or a refusal
         decided on the input still replaces the draft there. It then hands critique and
@@ -170,11 +175,15 @@ class Workflows(DBOSConfiguredInstance):
             bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id)),
             self.tracing.activation(agent_id, event_id, DBOS.workflow_id) as turn,
         ):
-            received = await self.receive_respond_step(agent_id, event_id)
+            turned = await self.turn_step(agent_id, event_id)
+            received = turned.received
             setup = received.setup
             await self._trace_setup(turn, setup)
             with rebind(surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id):
-                result = await self._activate(setup, received.draft, received.decision)
+                if turned.result is not None and received.draft is not None:  # sent in the step
+                    result = await self._after_transmit(setup, received.draft, turned.result)
+                else:
+                    result = await self._activate(setup, received.draft, received.decision)
             turn.outcome(
                 transmitted=result.transmitted, action=result.action, text=result.text, reason=result.reason
             )
@@ -216,11 +225,9 @@ class Workflows(DBOSConfiguredInstance):
         text = draft.reply.text
         if text is None:
             return await self._finish_run(setup, await self._transmit(setup, TransmitRequest(draft=draft)))
-        # A heartbeat's words go to no one: nothing to critique before "saying" them.
-        critique = self.steps.should_critique(text, agent_id) and setup.kind != "heartbeat"
         critiques: tuple[CritiqueOutcome, ...] = ()
         final = text
-        if critique and setup.mode == "inline":
+        if self._critiques(setup, text) and setup.mode == "inline":
             critiques = await self.critique_step(agent_id, event_id, setup, draft)
             if any(c.objections for c in critiques):
                 final = await self.refine_step(agent_id, event_id, draft, critiques, True) or text
@@ -233,14 +240,43 @@ class Workflows(DBOSConfiguredInstance):
         if self.transmit_delay:
             await asyncio.sleep(self.transmit_delay)
         request = TransmitRequest(draft=draft, text=final, decision=decision, critiques=critiques)
-        result = await self._transmit(setup, request)
+        return await self._after_transmit(setup, draft, await self._transmit(setup, request))
+
+    def _critiques(self, setup: TurnSetup, text: str) -> bool:
+        """Whether the draft is critiqued (inline before it is sent, deferred after). A
+        heartbeat's words go to no one: nothing to critique before "saying" them."""
+        return self.steps.should_critique(text, setup.agent_id) and setup.kind != "heartbeat"
+
+    async def _after_transmit(self, setup: TurnSetup, draft: Draft, result: TransmitResult) -> TransmitResult:
+        """What follows a draft's transmit: the deferred deliberation of what was said, the
+        extraction when due, and a self-initiated run's end."""
+        if draft.reply.text is None:  # nothing was generated: nothing to reconsider or read
+            return await self._finish_run(setup, result)
         # Only a draft that was actually said is worth reconsidering (not one replaced by
         # a refusal, nor one kept back).
-        if critique and setup.mode == "deferred" and result.action in ("speak", "redirect"):
+        if (
+            setup.mode == "deferred"
+            and result.action in ("speak", "redirect")
+            and self._critiques(setup, draft.reply.text)
+        ):
             await self._defer(setup, draft)
         await self._extract_if_due(setup, result)
         await self._feel_later(setup, result)
         return await self._finish_run(setup, result)
+
+    def _sends_at_once(self, received: Received) -> TransmitRequest | None:
+        """The transmit request of a turn that goes from its draft straight to transmit —
+        no tool calls, and nothing to critique before sending (deferred mode, or a reply
+        too short to critique) — without its decision yet; None for every other turn."""
+        draft = received.draft
+        if draft is None or draft.reply.tool_calls:  # overheard, a heartbeat; the tool loop
+            return None
+        text = draft.reply.text
+        if text is None:
+            return TransmitRequest(draft=draft)
+        if received.setup.mode == "inline" and self._critiques(received.setup, text):
+            return None
+        return TransmitRequest(draft=draft, text=text, decision=received.decision)
 
     def _count_running(self) -> None:
         """Count this activation as running here (woken polls batch while any is) and, when
@@ -251,7 +287,7 @@ class Workflows(DBOSConfiguredInstance):
         dispatcher = self.dispatcher
         if task is None or not isinstance(dispatcher, WorkerDispatcher):
             return
-        dispatcher.activation_started()
+        dispatcher.activation_started(DBOS.workflow_id or "")
         task.add_done_callback(lambda _task: dispatcher.activation_ended())
 
     async def _transmit(self, setup: TurnSetup, request: TransmitRequest) -> TransmitResult:
@@ -380,12 +416,31 @@ class Workflows(DBOSConfiguredInstance):
             await self.feel_step(agent_id, event_id, conversation_id)
 
     # the activation's steps -------------------------------------------------------------------
-    @durable_step("persyn.receive_respond")
-    async def receive_respond_step(self, agent_id: str, event_id: str) -> Received:
-        """receive, then (when the message is for the agent) respond, as one step: one
-        checkpoint instead of two on the common path. Re-running it after a crash is safe, as
-        re-running receive always was (the inbound message id is derived from the event)."""
-        return await self.steps.receive_and_respond(agent_id, event_id)
+    @durable_step("persyn.turn")
+    async def turn_step(self, agent_id: str, event_id: str) -> Turned:
+        """receive, then (when the message is for the agent) respond, and on the common path
+        (`_sends_at_once`) the decision on the draft when it needs one and transmit: one
+        step, one DBOS checkpoint, where there were three. Re-running it after a crash is
+        safe: the gateway checkpointed each completed model call under this step's key
+        (`gateway.checkpoints`), so a re-run replays them instead of calling and billing
+        again; receive's inbound message id is derived from the event; transmit records one
+        reply per event (a re-run finds it stored) and its outbox row under the event's key."""
+        received = await self.steps.receive_and_respond(agent_id, event_id)
+        request = self._sends_at_once(received)
+        if request is None:
+            return Turned(received=received)
+        setup = received.setup
+        with rebind(surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id):
+            if request.text is not None and request.decision is None:
+                if self.steps.needs_decision(setup, request.text):
+                    decision = await self.steps.decide(agent_id, event_id, setup, request.text)
+                else:
+                    decision = Decision(action="speak", reason=AUTO_SPEAK)
+                request = request.model_copy(update={"decision": decision})
+            if self.transmit_delay:
+                await asyncio.sleep(self.transmit_delay)
+            result = await self.transmitter.transmit(agent_id, event_id, setup, request)
+        return Turned(received=received, result=result)
 
     @durable_step("persyn.engage")
     async def engage_step(self, agent_id: str, event_id: str, setup: TurnSetup) -> Decision:

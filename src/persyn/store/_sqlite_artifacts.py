@@ -1,4 +1,4 @@
-"""Artifacts on SQLite (`store/artifacts.py`) over the `artifact_versions` table (migration 20).
+"""Artifacts on SQLite (`store/artifacts.py`) over the `artifact_versions` table (migration 19).
 
 Mixed into `SQLiteStore` (and so into `PostgresStore`); plain SQLAlchemy core. The next version
 number is read and written in one write transaction — on SQLite the single writer, on

@@ -1,5 +1,5 @@
 """Guardrails and emotional-state readings on SQLite (`store/guardrails.py`,
-`store/emotions.py`) over the tables of migrations 18 and 19.
+`store/emotions.py`) over the tables of migrations 17 and 18.
 
 Mixed into `SQLiteStore`; plain SQLAlchemy core (the one `insert` of `_dml.py`), so the
 PostgreSQL store runs it unchanged."""

@@ -16,6 +16,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection, Row
 
 from persyn.store._dml import insert
+from persyn.store._sqlite_work import p
 from persyn.store.outbox import OutboxRow, OutboxStore
 from persyn.store.schema import outbox
 
@@ -43,12 +44,18 @@ def _from_row(row: Row[Any]) -> OutboxRow:
     )
 
 
-def put_outbox_row(connection: Connection, row: OutboxRow) -> OutboxRow:
-    """Insert `row` unless its id exists; the stored row (inside the caller's transaction)."""
-    connection.execute(
-        insert(outbox).values(**row.model_dump()).on_conflict_do_nothing(index_elements=["id"])
-    )
-    return _from_row(connection.execute(select(outbox).where(_o.id == row.id)).one())
+def put_outbox_row(connection: Connection, row: OutboxRow, *, read_back: bool = True) -> OutboxRow:
+    """Insert the row unless its id (the idempotency key) is there; the stored row, or `row`
+    itself without `read_back` (a reply's transaction needs nothing back)."""
+    connection.execute(_SQL_PUT, row.model_dump())
+    if not read_back:
+        return row
+    return _from_row(connection.execute(_SQL_ROW, {"p_id": row.id}).one())
+
+
+# Built once (see `_sqlite_work`): every spoken turn writes one.
+_SQL_PUT = insert(outbox).on_conflict_do_nothing(index_elements=["id"])
+_SQL_ROW = select(outbox).where(_o.id == p("id"))
 
 
 class SQLiteOutbox(OutboxStore):

@@ -50,6 +50,14 @@ class SQLiteWork:
     async def _write(self, what: str, work: Callable[[Connection], T]) -> T:
         return await self._run(self._write_thread, self._writer, what, work)
 
+    def _write_soon(self, what: str, work: Callable[[Connection], T]) -> asyncio.Future[T]:
+        """Queue a write now (not when awaited) and return its completion. The one write
+        thread takes work in order, so every write asked for after this one commits after it."""
+        if self._closed:
+            raise StoreError(f"{what}: the store for {self._label()!r} is closed")
+        job = functools.partial(self._in_transaction, self._writer, what, work)
+        return asyncio.get_running_loop().run_in_executor(self._write_thread, job)
+
     async def _read(self, what: str, work: Callable[[Connection], T]) -> T:
         """Reads asked for in the same few passes of the event loop (a turn's context
         sources, gathered, each a task or two deep) run together: one hop to a read thread,

@@ -41,6 +41,7 @@ from persyn.store.memory import (
     QuickFact,
     RecallCandidate,
 )
+from persyn.store.model_calls import ModelCallsStore
 from persyn.store.outbox import OutboxRow, OutboxStore
 from persyn.store.rows import GLOBAL, Provenance
 from persyn.store.runs import ChannelEntry, RunsPort
@@ -132,6 +133,7 @@ class Store(
     GuardrailsStore,
     EmotionsStore,
     ArtifactsStore,
+    ModelCallsStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

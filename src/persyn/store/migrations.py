@@ -484,26 +484,28 @@ def _create_vector_codes(connection: Connection, dialect_name: str) -> None:
     ann.backfill(connection, tables)
 
 
-def _reserved(connection: Connection, dialect_name: str) -> None:
-    """Migrations 16 and 17 belong to other branches of this session, merged by the integrator."""
-
-
 def _create_guardrails(connection: Connection, dialect_name: str) -> None:
-    """Migration 18: guardrail events and checks (`store/guardrails.py`), from the live
+    """Migration 17: guardrail events and checks (`store/guardrails.py`), from the live
     definitions (freeze them here before a later migration alters those tables)."""
     schema.guardrail_events.create(connection, checkfirst=False)
     schema.guardrail_checks.create(connection, checkfirst=False)
 
 
 def _create_emotion_readings(connection: Connection, dialect_name: str) -> None:
-    """Migration 19: emotional-state readings (`store/emotions.py`), from the live definition."""
+    """Migration 18: emotional-state readings (`store/emotions.py`), from the live definition."""
     schema.emotion_readings.create(connection, checkfirst=False)
 
 
 def _create_artifacts(connection: Connection, dialect_name: str) -> None:
-    """Migration 20: shared artifacts (`store/artifacts.py`), from the live definition (freeze
+    """Migration 19: shared artifacts (`store/artifacts.py`), from the live definition (freeze
     it here before a later migration alters that table)."""
     schema.artifact_versions.create(connection, checkfirst=False)
+
+
+def _create_model_calls(connection: Connection, dialect_name: str) -> None:
+    """Migration 20: model calls checkpointed inside a durable step (`store/model_calls.py`),
+    from the live definition (freeze it here before a later migration alters that table)."""
+    schema.model_calls.create(connection, checkfirst=False)
 
 
 MIGRATIONS: Sequence[Migration] = (
@@ -529,10 +531,10 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(
         16, "binary vector codes for large compartments", _create_vector_codes, {"postgresql": pg.nothing}
     ),
-    Migration(17, "reserved for another branch (17; replaced at merge)", _reserved),
-    Migration(18, "guardrail events and checks", _create_guardrails),
-    Migration(19, "emotional-state readings", _create_emotion_readings),
-    Migration(20, "shared artifacts", _create_artifacts),
+    Migration(17, "guardrail events and checks", _create_guardrails),
+    Migration(18, "emotional-state readings", _create_emotion_readings),
+    Migration(19, "shared artifacts", _create_artifacts),
+    Migration(20, "model calls checkpointed inside a durable step", _create_model_calls),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

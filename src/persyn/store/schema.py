@@ -73,6 +73,7 @@ __all__ = [
     "memory_records",
     "messages",
     "metadata",
+    "model_calls",
     "observation_changes",
     "observations",
     "outbox",
@@ -630,7 +631,7 @@ web_keys = Table(
 )
 
 
-# Guardrails (migration 18, `store/guardrails.py`, SPEC §4.10). Every trigger is an event; a
+# Guardrails (migration 17, `store/guardrails.py`, SPEC §4.10). Every trigger is an event; a
 # `block` lasts until `blocked_until` (or until the operator lifts it), and transmit's hard gate
 # reads the blocks in force on every transmission. `subject` is what the pattern judged: a
 # person id, a channel key (`service:channel`) or "" for the agent itself. A classifier's check
@@ -672,7 +673,7 @@ guardrail_checks = Table(
     Index(None, "agent_id", "checked_at"),
 )
 
-# Emotional state (migration 19, `store/emotions.py`, SPEC §4.9): one reading per exchange
+# Emotional state (migration 18, `store/emotions.py`, SPEC §4.9): one reading per exchange
 # (`event_id`, the id derived from it), and one per memory record consolidated from a
 # conversation (`record_id`): the distribution over the configured categories and its top one,
 # which is also the record's `emotion` tag.
@@ -692,7 +693,7 @@ emotion_readings = Table(
     Index(None, "agent_id", "conversation_id"),
 )
 
-# Shared artifacts (migration 20, `store/artifacts.py`): deployment-wide, every version kept
+# Shared artifacts (migration 19, `store/artifacts.py`): deployment-wide, every version kept
 # whole with the agent that wrote it; a name is unique within its scope (a channel key).
 artifact_versions = Table(
     "artifact_versions",
@@ -706,4 +707,14 @@ artifact_versions = Table(
     Column("note", String(500), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     UniqueConstraint("scope", "name", "version"),
+# Completed model calls checkpointed inside a durable step (migration 20,
+# `store/model_calls.py`): a re-run of the step reads them instead of calling again.
+model_calls = Table(
+    "model_calls",
+    metadata,
+    Column("call_key", String(300), primary_key=True),
+    Column("workflow_id", String(200), nullable=False),
+    Column("response", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Index(None, "created_at"),  # the purge
 )

@@ -20,7 +20,8 @@ conversation participant index (`_sqlite_directory.py`), dialog (`_sqlite_dialog
 `_sqlite_vectors.py`), quick facts and observations (`_sqlite_facts.py`), the knowledge graph
 (`_sqlite_graph.py`), reminders and goals (`_sqlite_schedule.py`), the activity log
 (`_sqlite_activity.py`), conversation jobs (`_sqlite_jobs.py`), the outbox (`_sqlite_outbox.py`),
-run state and channel ledgers (`_sqlite_runs.py`). This module keeps the engines, the lifecycle and the operations that
+run state and channel ledgers (`_sqlite_runs.py`), the model calls checkpointed inside durable
+steps (`_sqlite_model_calls.py`). This module keeps the engines, the lifecycle and the operations that
 span parts in one transaction.
 """
 
@@ -57,6 +58,7 @@ from persyn.store._sqlite_graph import SQLiteGraph
 from persyn.store._sqlite_guardrails import SQLiteGuardrails
 from persyn.store._sqlite_jobs import SQLiteJobs
 from persyn.store._sqlite_memory import SQLiteMemory
+from persyn.store._sqlite_model_calls import SQLiteModelCalls
 from persyn.store._sqlite_outbox import SQLiteOutbox, put_outbox_row
 from persyn.store._sqlite_persons import SQLitePersons, resolve_person_row
 from persyn.store._sqlite_runs import SQLiteRuns, spend_channel_row
@@ -87,6 +89,7 @@ class SQLiteStore(
     SQLiteWebKeys,
     SQLiteGuardrails,
     SQLiteArtifacts,
+    SQLiteModelCalls,
     Store,
 ):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""
@@ -192,7 +195,7 @@ class SQLiteStore(
             put_marker_row(connection, agent_id, marker(stored))
             row = None if outbox is None else outbox(stored)
             if row is not None:
-                put_outbox_row(connection, row)
+                put_outbox_row(connection, row, read_back=False)
             if upkeep is not None:
                 if upkeep.spend is not None:
                     spend_channel_row(connection, agent_id, upkeep.spend, message.created_at)

@@ -23,6 +23,9 @@ class Attribution:
     conversation_id: str | None = None
     # Set by the durable runtime around each step: makes usage ids stable across a replay.
     step_key: str | None = None
+    # Set with it: one execution of the step (a re-run gets a new one), so what counts the
+    # model calls of an execution counts them across the nested rebinds inside the step.
+    step_run: str | None = None
 
 
 # Attribution is a frozen dataclass, so sharing one default instance is safe.

@@ -23,7 +23,7 @@ from persyn.runtime import _dbos_instance
 from persyn.runtime.compose import build_runtime
 from persyn.runtime.dispatch import WORKFLOWS_CLASS, WORKFLOWS_INSTANCE
 from persyn.runtime.durable import APPLICATION_VERSION, step_output_types
-from persyn.runtime.turn import Received, TransmitResult
+from persyn.runtime.turn import TransmitResult, Turned
 from persyn.runtime.workflows import Workflows, activation_result
 from persyn.testing import RecordingChannel
 from persyn.testing.models import DoubleReply, registered_double
@@ -95,7 +95,7 @@ async def test_a_finished_activation_checkpoints_json_that_validates_as_the_step
     assert (status.class_name, status.config_name) == (WORKFLOWS_CLASS, WORKFLOWS_INSTANCE)
     names = [step["function_name"] for step in steps]
     assert names == [
-        "persyn.receive_respond",
+        "persyn.turn",  # inline with a draft to critique: the turn step ends with the draft
         "persyn.critique",
         "persyn.refine",
         "persyn.decide",
@@ -107,7 +107,9 @@ async def test_a_finished_activation_checkpoints_json_that_validates_as_the_step
         assert _is_plain_json(output), f"{name} checkpointed {output!r}"
         assert json.loads(json.dumps(output)) == output
         types[name].validate_python(output)
-    received = Received.model_validate(outputs["persyn.receive_respond"])
+    turned = Turned.model_validate(outputs["persyn.turn"])
+    assert turned.result is None  # sent by the workflow's own transmit step, after critique
+    received = turned.received
     assert received.setup.event_id == event.id
     assert received.draft is not None and received.draft.reply.text == DRAFT
     critiques = [CritiqueOutcome.model_validate(c) for c in outputs["persyn.critique"] or []]
@@ -134,7 +136,7 @@ def test_no_workflow_or_step_of_the_activation_passes_a_loose_dict() -> None:
         for name, member in vars(Workflows).items()
         if callable(member) and hasattr(member, "__wrapped__")
     }
-    assert {"activation", "receive_respond_step", "transmit_step"} <= set(durable)
+    assert {"activation", "turn_step", "transmit_step"} <= set(durable)
     for name, function in durable.items():
         hints = typing.get_type_hints(function)
         loose = [key for key, hint in hints.items() if _loose(hint)]
