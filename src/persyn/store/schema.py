@@ -707,6 +707,8 @@ artifact_versions = Table(
     Column("note", String(500), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     UniqueConstraint("scope", "name", "version"),
+)
+
 # Completed model calls checkpointed inside a durable step (migration 20,
 # `store/model_calls.py`): a re-run of the step reads them instead of calling again.
 model_calls = Table(
