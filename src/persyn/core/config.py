@@ -46,6 +46,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
+from persyn.core.config_reach import BrowseConfig, ReferenceConfig, SkillsConfig
 from persyn.core.config_tools import McpConfig, McpServerConfig
 from persyn.core.config_tracing import TracingConfig
 from persyn.core.config_web import WebConfig
@@ -57,6 +58,7 @@ __all__ = [
     "DEFAULT_HOME",
     "AgentConfig",
     "AutonomyConfig",
+    "BrowseConfig",
     "ChannelsConfig",
     "ConversationConfig",
     "DeliberationConfig",
@@ -72,14 +74,17 @@ __all__ = [
     "PacingConfig",
     "PacingRules",
     "Price",
+    "ReferenceConfig",
     "RetrievalWeights",
     "Secrets",
     "Settings",
+    "SkillsConfig",
     "Task",
     "TelegramConfig",
     "ToolsConfig",
     "TracingConfig",
     "WebConfig",
+    "browse_search_key",
     "home_from_env",
     "load_settings",
     "mcp_headers",
@@ -124,6 +129,9 @@ class Settings(Section):
     autonomy: AutonomyConfig = AutonomyConfig()
     tools: ToolsConfig = ToolsConfig()
     mcp: McpConfig = McpConfig()
+    browse: BrowseConfig = BrowseConfig()
+    reference: ReferenceConfig = ReferenceConfig()
+    skills: SkillsConfig = SkillsConfig()
     channels: ChannelsConfig = ChannelsConfig()
     pacing: PacingConfig = PacingConfig()
     web: WebConfig = WebConfig()
@@ -385,3 +393,10 @@ def mcp_headers(settings: Settings, environ: Mapping[str, str] | None = None) ->
         server.name: {header: env[variable] for header, variable in server.headers.items() if variable in env}
         for server in settings.mcp.servers
     }
+
+
+def browse_search_key(settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
+    """The web search API's key, from the variable `[browse] search_key_env` names (None when
+    it is unset: a provider that needs one then says so)."""
+    env = os.environ if environ is None else environ
+    return env.get(settings.browse.search_key_env) or None

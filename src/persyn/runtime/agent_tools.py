@@ -16,6 +16,8 @@ Tools and what they are bound to:
 - exact arithmetic, recent autonomous activity, self-inspection;
 - the knowledge graph (`tools/graph_tools.py`), through the same view as the turn's graph
   context (this channel, its compartment, the people present), when `[graph]` is enabled;
+- reading the world (`tools/web.py`, `tools/reference.py`): `web_search` and `read_url` when
+  `[browse]` turns them on, `lookup_reference` when `[reference]` names archives;
 - the tools of the configured MCP servers (`tools/mcp_servers.py`), named `<server>__<tool>`:
   the connections are the runtime's, held across activations; a call runs in the tool step
   like any other, under the same breakers and caps.
@@ -36,7 +38,7 @@ from typing import Any, Protocol
 
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
-from persyn.core.config import AgentConfig, Settings, Task
+from persyn.core.config import AgentConfig, Settings, Task, browse_search_key
 from persyn.core.records import Sensitivity, channel_key
 from persyn.memory.access import Provenanced, eligible_channels
 from persyn.memory.consolidate import default_sensitivity
@@ -59,7 +61,9 @@ from persyn.tools.own import (
     goal_tools,
     reminder_tools,
 )
+from persyn.tools.reference import ReferenceLibrary, reference_tools
 from persyn.tools.registry import Tool, ToolRegistry
+from persyn.tools.web import search_provider, web_tools
 
 __all__ = ["AgentToolDeps", "Outreach", "build_registry"]
 
@@ -224,9 +228,20 @@ def build_registry(
                 max_path_hops=settings.graph.max_path_hops,
             )
         )
+    tools += web_tools(settings.browse, search_provider(settings.browse, browse_search_key(settings)))
+    tools += reference_tools(_library(settings))
     for tool in tools:
         registry.register(tool)
     for tool in deps.mcp.tools() if deps.mcp is not None else ():
         if tool.name not in registry:  # `__` never appears in a built-in tool's name
             registry.register(tool)
     return registry
+
+
+def _library(settings: Settings) -> ReferenceLibrary | None:
+    archives = [path if path.is_absolute() else settings.home / path for path in settings.reference.archives]
+    if not archives:
+        return None
+    return ReferenceLibrary(
+        archives, max_results=settings.reference.max_results, max_chars=settings.reference.max_chars
+    )

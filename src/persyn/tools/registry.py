@@ -31,10 +31,10 @@ import json
 import logging
 import re
 import time
-from fnmatch import fnmatchcase
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from fnmatch import fnmatchcase
 from typing import Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -331,7 +331,9 @@ class ToolRegistry:
         tool = self._tools.get(meta.name)
         if tool is None or not self.deferred(meta.name):
             listed = ", ".join(n for n in self.names if self.deferred(n))
-            message = f"{meta.name!r} is not one of the tools call_tool runs ({listed}); call others directly."
+            message = (
+                f"{meta.name!r} is not one of the tools call_tool runs ({listed}); call others directly."
+            )
             return outcome(ToolStatus.UNKNOWN_TOOL, message, error=message)
         if meta.arguments is None:
             definition = {
