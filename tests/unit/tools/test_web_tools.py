@@ -90,7 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         query = parse_qs(parts.query)
         self.requests.append(parts.path)
-        port = self.server.server_address[1]
+        port = self.server.server_port  # type: ignore[attr-defined]
         if parts.path == "/search" and query.get("format") == ["json"]:
             results = [
                 {
