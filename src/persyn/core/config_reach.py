@@ -9,7 +9,6 @@ environment variable `[browse] search_key_env` names (secrets stay out of the fi
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -101,8 +100,8 @@ class BrowseConfig(Section):
 class ReferenceConfig(Section):
     """`lookup_reference`: offline ZIM archives (Kiwix) searched by title and full text."""
 
-    archives: list[Path] = Field(
-        default_factory=list[Path],
+    archives: list[str] = Field(
+        default_factory=list[str],
         description="ZIM files to search (relative paths are under the deployment directory); empty = no tool.",
     )
     max_results: int = Field(default=5, ge=1, le=20, description="Articles listed per search.")
@@ -115,15 +114,15 @@ class SkillsConfig(Section):
     """Agent Skills (folders with a SKILL.md): named in the prompt, loaded when used."""
 
     enabled: bool = Field(default=True, description="Offer skills (`use_skill`, `write_skill`).")
-    directories: list[Path] = Field(
-        default_factory=lambda: [Path("skills")],
+    directories: list[str] = Field(
+        default_factory=lambda: ["skills"],
         description=(
             "Deployment-wide skill directories, each holding one folder per skill (relative paths are "
             "under the deployment directory)."
         ),
     )
-    agent_directories: dict[str, list[Path]] = Field(
-        default_factory=dict[str, list[Path]],
+    agent_directories: dict[str, list[str]] = Field(
+        default_factory=dict[str, list[str]],
         description="Further skill directories per agent, by agent name, e.g. { Ada = ['skills-ada'] }.",
     )
     protected: list[str] = Field(

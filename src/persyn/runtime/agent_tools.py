@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -239,7 +240,7 @@ def build_registry(
 
 
 def _library(settings: Settings) -> ReferenceLibrary | None:
-    archives = [path if path.is_absolute() else settings.home / path for path in settings.reference.archives]
+    archives = [settings.home / Path(path).expanduser() for path in settings.reference.archives]
     if not archives:
         return None
     return ReferenceLibrary(
