@@ -18,6 +18,8 @@ Tools and what they are bound to:
   context (this channel, its compartment, the people present), when `[graph]` is enabled;
 - reading the world (`tools/web.py`, `tools/reference.py`): `web_search` and `read_url` when
   `[browse]` turns them on, `lookup_reference` when `[reference]` names archives;
+- skills (`tools/skills.py`): `use_skill`, whose description lists the agent's skills by name
+  and description, and `write_skill`, when `[skills]` is enabled;
 - the tools of the configured MCP servers (`tools/mcp_servers.py`), named `<server>__<tool>`:
   the connections are the runtime's, held across activations; a call runs in the tool step
   like any other, under the same breakers and caps.
@@ -33,8 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from persyn.cognition.pipeline import TurnSetup
@@ -64,9 +66,10 @@ from persyn.tools.own import (
 )
 from persyn.tools.reference import ReferenceLibrary, reference_tools
 from persyn.tools.registry import Tool, ToolRegistry
+from persyn.tools.skills import SkillLibrary, skill_tools
 from persyn.tools.web import search_provider, web_tools
 
-__all__ = ["AgentToolDeps", "Outreach", "build_registry"]
+__all__ = ["AgentToolDeps", "Outreach", "agent_skills", "build_registry"]
 
 _STARTED = datetime.now().astimezone()
 _ACTIVITY_SCAN = 500
@@ -231,6 +234,9 @@ def build_registry(
         )
     tools += web_tools(settings.browse, search_provider(settings.browse, browse_search_key(settings)))
     tools += reference_tools(_library(settings))
+    skills = agent_skills(settings, deps.agents[agent_id])
+    if skills is not None:
+        tools += skill_tools(skills)
     for tool in tools:
         registry.register(tool)
     for tool in deps.mcp.tools() if deps.mcp is not None else ():
@@ -246,3 +252,10 @@ def _library(settings: Settings) -> ReferenceLibrary | None:
     return ReferenceLibrary(
         archives, max_results=settings.reference.max_results, max_chars=settings.reference.max_chars
     )
+
+
+def agent_skills(settings: Settings, agent: AgentConfig) -> SkillLibrary | None:
+    """The skills `agent` may use (None when `[skills]` is off)."""
+    if not settings.skills.enabled:
+        return None
+    return SkillLibrary.for_agent(settings.skills, settings.home, agent.id, agent.name)
