@@ -38,6 +38,7 @@ class BrowseConfig(Section):
             "The provider's base URL (SearXNG: the instance, e.g. http://127.0.0.1:8888; Brave: "
             "default https://api.search.brave.com/res/v1/web/search)."
         ),
+        examples=["http://127.0.0.1:8888"],
     )
     search_key_env: str = Field(
         default="BRAVE_API_KEY",

@@ -64,7 +64,7 @@ class _Article(Item):  # pyright: ignore[reportUntypedBaseClass]
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("zim") / "birds.zim"
-    with Creator(str(path)).config_indexing(True, "eng") as creator:
+    with Creator(path).config_indexing(True, "eng") as creator:
         creator.set_mainpath("Barn_owl")
         for key, (title, html) in ARTICLES.items():
             creator.add_item(_Article(key, title, html))

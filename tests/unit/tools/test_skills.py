@@ -16,7 +16,9 @@ OWLS = "---\nname: owl-census\ndescription: Count owls on a walk and report the 
 
 
 def _library(home: Path, **config: object) -> SkillLibrary:
-    settings = SkillsConfig.model_validate({"protected": ["skill-authoring", "owl-census"], **config}, strict=False)
+    settings = SkillsConfig.model_validate(
+        {"protected": ["skill-authoring", "owl-census"], **config}, strict=False
+    )
     return SkillLibrary.for_agent(settings, home, "AGENT1", "Ada")
 
 
@@ -109,7 +111,12 @@ def test_only_a_skills_own_listed_files_can_be_read(tmp_path: Path) -> None:
     _write(tmp_path / "skills" / "owl-census", **{"references/species.md": "barn, tawny"})
     library = _library(tmp_path)
     assert library.read_file("owl-census", "references/species.md") == "barn, tawny"
-    for bad in ("../../secret.txt", "/etc/passwd", "SKILL.md/../../../secret.txt", "references/../../../secret.txt"):
+    for bad in (
+        "../../secret.txt",
+        "/etc/passwd",
+        "SKILL.md/../../../secret.txt",
+        "references/../../../secret.txt",
+    ):
         with pytest.raises(ToolError, match="has no file"):
             library.read_file("owl-census", bad)
 
