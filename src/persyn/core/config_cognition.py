@@ -373,9 +373,12 @@ DEFERRED_TOOLS = (
     "edit_reminder",
     "inspect_self",
     "list_goals",
+    "query_graph",
     "recall_dialog",
     "recent_activity",
+    "search_dialog",
     "update_goal",
+    "write_skill",
 )
 
 

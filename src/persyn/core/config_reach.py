@@ -140,6 +140,15 @@ class SkillsConfig(Section):
     max_file_chars: int = Field(
         default=20_000, ge=500, le=1_000_000, description="Longest skill file the agent is shown."
     )
+    catalogue_chars: int = Field(
+        default=3000,
+        ge=500,
+        le=100_000,
+        description=(
+            "About how many characters the list of skills in the prompt may take; past it each "
+            "description is shortened to an equal share (names are always listed)."
+        ),
+    )
 
     @field_validator("protected")
     @classmethod

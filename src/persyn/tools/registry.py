@@ -64,7 +64,10 @@ Out = TypeVar("Out", bound=BaseModel)
 # What every provider accepts as a function name (Anthropic and OpenAI: [a-zA-Z0-9_-]{1,64}).
 _TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 CALL_TOOL = "call_tool"  # the one tool that stands for the deferred ones
-_SUMMARY_CHARS = 60
+_SUMMARY_CHARS = 40
+# Schema keywords a model needs no telling (the arguments are still validated against them; a
+# call that breaks one gets an error that says so): generated titles and length bounds.
+_UNSHOWN = frozenset({"title", "maxLength", "minLength", "maxItems"})
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ class CallToolInput(BaseModel):
 
     name: str = Field(description="The tool's name, from the list.")
     arguments: dict[str, Any] | None = Field(
-        default=None, description="Its arguments; leave out to read its description and arguments first."
+        default=None, description="Leave out to see the tool's description first."
     )
 
 
@@ -212,8 +215,8 @@ class ToolRegistry:
                 Tool(
                     name=CALL_TOOL,
                     description=(
-                        "Use one of these further tools. Call with its name alone to read what it does "
-                        f"and its arguments, then with arguments to run it.\n{catalogue}"
+                        "More tools: call with a name alone to see what it does and its arguments, "
+                        f"then with arguments to run it.\n{catalogue}"
                     ),
                     input_model=CallToolInput,
                     output_model=_NoOutput,
@@ -382,9 +385,10 @@ def validation_summary(error: ValidationError, limit: int = 5) -> str:
 
 
 def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic-generated JSON schema without what costs tokens and tells the model nothing:
-    generated titles, and on an optional field its `null` alternative and `null` default (a
-    field left out of `required` may simply be omitted). Validation still uses the model."""
+    """A pydantic-generated JSON schema without what costs tokens and tells the model little:
+    generated titles, length bounds, `additionalProperties: false`, and on an optional field
+    its `null` alternative and `null` default (a field left out of `required` may simply be
+    omitted). Validation still uses the whole model."""
 
     def walk(node: Any) -> Any:
         if isinstance(node, list):
@@ -394,7 +398,9 @@ def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
         source = cast(dict[str, Any], node)
         out: dict[str, Any] = {}
         for key, value in source.items():
-            if key == "title" and isinstance(value, str):
+            if key in _UNSHOWN and not isinstance(value, dict):
+                continue
+            if key == "additionalProperties" and value is False:
                 continue
             if key in ("properties", "$defs") and isinstance(value, dict):
                 out[key] = {k: walk(v) for k, v in cast(dict[str, Any], value).items()}

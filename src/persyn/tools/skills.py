@@ -68,7 +68,7 @@ _MAX_NAME = 64
 _MAX_DESCRIPTION = 1024
 _MAX_INSTRUCTIONS = 50_000
 _FILE_DIRS = ("scripts", "references", "assets")
-_SHOWN_DESCRIPTION = 200  # characters of a description in the catalogue
+_MIN_SHOWN = 40  # characters of a description always shown in the catalogue
 _MAX_FILES = 20
 
 Origin = Literal["bundled", "deployment", "agent", "authored"]
@@ -181,6 +181,7 @@ class SkillLibrary:
     data: Path  # data/skills: bundled copies, protected snapshots, the event log
     protected: frozenset[str]
     max_file_chars: int = 20_000
+    catalogue_chars: int = 3000
     problems: list[SkillProblem] = field(default_factory=list[SkillProblem])
 
     @classmethod
@@ -201,6 +202,7 @@ class SkillLibrary:
             data=data,
             protected=frozenset(config.protected),
             max_file_chars=config.max_file_chars,
+            catalogue_chars=config.catalogue_chars,
         )
 
     def fingerprint(self) -> tuple[tuple[str, int, int], ...]:
@@ -388,12 +390,17 @@ class WriteSkillOutput(BaseModel):
     folder: str
 
 
-def catalogue(skills: Sequence[Skill]) -> str:
+def catalogue(skills: Sequence[Skill], budget: int) -> str:
+    """One line per skill, `- name: description`, in about `budget` characters: when the
+    descriptions do not all fit, each is cut to an equal share (at least `_MIN_SHOWN`
+    characters, at a word), so fifty skills cost what a few long tool definitions would."""
+    fixed = sum(len(skill.name) + 5 for skill in skills)
+    share = max(_MIN_SHOWN, (budget - fixed) // max(len(skills), 1))
     lines: list[str] = []
     for skill in skills:
         shown = skill.description
-        if len(shown) > _SHOWN_DESCRIPTION:
-            shown = shown[:_SHOWN_DESCRIPTION].rsplit(" ", 1)[0] + "..."
+        if len(shown) > share:
+            shown = shown[:share].rsplit(" ", 1)[0].rstrip(",;:") + "..."
         lines.append(f"- {skill.name}: {shown}")
     return "\n".join(lines)
 
@@ -418,8 +425,8 @@ def skill_tools(library: SkillLibrary) -> list[Tool[Any, Any]]:
             Tool(
                 name="use_skill",
                 description=(
-                    "Load a skill's instructions when a task matches it (then its files, if it says to):\n"
-                    + catalogue(skills)
+                    "Load a skill's instructions when a task matches one:\n"
+                    + catalogue(skills, library.catalogue_chars)
                 ),
                 input_model=UseSkillInput,
                 output_model=UseSkillOutput,
