@@ -51,3 +51,16 @@ def test_an_unknown_skill_is_refused(deployment: Persyn) -> None:
     done = deployment.run("skills", "show", "no-such-skill")
     assert done.returncode == 2
     assert "there is no skill named 'no-such-skill'" in done.stderr
+
+
+def test_doctor_names_what_reading_the_world_lacks(deployment: Persyn) -> None:
+    (deployment.home / "skills" / "notes" / "SKILL.md").write_text("---\nname: notes\n---\n")
+    done = deployment.run(
+        "doctor",
+        PERSYN_REFERENCE__ARCHIVES='["missing.zim"]',
+        PERSYN_BROWSE__SEARCH_PROVIDER="brave",
+        BRAVE_API_KEY="",
+    )
+    assert "reference archive missing.zim" in done.stdout
+    assert "$BRAVE_API_KEY is not set" in done.stdout
+    assert "notes: a skill needs a description" in done.stdout

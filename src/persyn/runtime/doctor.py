@@ -17,6 +17,7 @@ from persyn.gateway.auto import AutoChoice, resolve_auto
 from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
 from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.runtime._doctor_postgres import Check, is_postgres, postgres_checks, shown_url
+from persyn.runtime._doctor_reach import reach_checks
 from persyn.store import open_store
 from persyn.store.jobs import ConsolidationStatus
 from persyn.tracing import read_losses
@@ -324,6 +325,7 @@ async def collect_checks(home: Path | None) -> list[Check]:
     results = await asyncio.gather(*(_check_model(settings, spec, tasks) for spec, tasks in by_model.items()))
     checks.extend(results)
     checks.extend(await _check_mcp(settings))
+    checks.extend(await reach_checks(settings))
     return checks
 
 

@@ -302,6 +302,10 @@ class SkillLibrary:
             self.problems = problems
         return sorted(skills.values(), key=lambda s: s.name)
 
+    def peek(self) -> list[Skill]:
+        """Every valid skill as the folders are now, restoring nothing (for checks)."""
+        return self._read()
+
     def scan(self) -> list[Skill]:
         """Every valid skill, by name, after restoring protected ones."""
         self.guard()
