@@ -43,7 +43,7 @@ from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings, Task, browse_search_key
 from persyn.core.records import Sensitivity, channel_key
-from persyn.memory.access import Provenanced, eligible_channels
+from persyn.memory.access import Provenanced, eligible_channels, in_compartment
 from persyn.memory.consolidate import default_sensitivity
 from persyn.runtime.autonomy import narrow_run, recent_activity, run_provenance
 from persyn.store.base import Provenance, ReminderAction, Store
@@ -234,7 +234,7 @@ def build_registry(
         )
     tools += web_tools(settings.browse, search_provider(settings.browse, browse_search_key(settings)))
     tools += reference_tools(_library(settings))
-    skills = agent_skills(settings, deps.agents[agent_id])
+    skills = agent_skills(settings, deps.agents[agent_id], where)
     if skills is not None:
         tools += skill_tools(skills)
     for tool in tools:
@@ -254,8 +254,17 @@ def _library(settings: Settings) -> ReferenceLibrary | None:
     )
 
 
-def agent_skills(settings: Settings, agent: AgentConfig) -> SkillLibrary | None:
-    """The skills `agent` may use (None when `[skills]` is off)."""
+def agent_skills(settings: Settings, agent: AgentConfig, channel: str | None = None) -> SkillLibrary | None:
+    """The skills `agent` may use on `channel` (its own authored skills only when written in
+    that channel's compartment; every one for None, the operator); None when `[skills]` is off."""
     if not settings.skills.enabled:
         return None
-    return SkillLibrary.for_agent(settings.skills, settings.home, agent.id, agent.name)
+    groups = settings.memory.channel_groups
+    return SkillLibrary.for_agent(
+        settings.skills,
+        settings.home,
+        agent.id,
+        agent.name,
+        channel=channel,
+        visible=None if channel is None else lambda written_on: in_compartment(written_on, channel, groups),
+    )

@@ -16,6 +16,7 @@ from persyn.cognition.pipeline import TurnSetup
 from persyn.core.config import Settings, Task
 from persyn.core.errors import ModelError
 from persyn.core.events import Event
+from persyn.core.records import channel_key
 from persyn.gateway.base import Completion, Prompt, SinkCallable, SinkEvent, ToolCall, ToolSpec
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.agent_tools import AgentToolDeps, agent_skills, build_registry
@@ -50,8 +51,9 @@ class ToolSteps:
         self.channels = channels
         self.deps = deps
         self._event = event
-        # What each agent is offered, with what it was built from: the MCP tools' version and
-        # the agent's skills (a skill added or changed changes `use_skill`'s description).
+        # What each agent is offered on each channel, with what it was built from: the MCP
+        # tools' version and the skills it may see there (a skill added or changed changes
+        # `use_skill`'s description; an authored one is shown only in its compartment).
         self._specs: dict[str, tuple[object, tuple[ToolSpec, ...]]] = {}
 
     async def start(self) -> None:
@@ -81,21 +83,22 @@ class ToolSteps:
         return build_registry(self.deps, setup, event_id, call_key)
 
     def specs(self, setup: TurnSetup, event_id: str) -> tuple[ToolSpec, ...]:
-        """What the model is offered: the same for every turn of an agent (a tool's
-        behaviour is bound per activation, its name, description and schema are not), so
-        built once per agent (building the registry generates every tool's schemas:
+        """What the model is offered: the same for every turn of an agent on a channel (a
+        tool's behaviour is bound per activation, its name, description and schema are not),
+        so built once per agent and channel (building the registry generates every tool's schemas:
         milliseconds) — and again when an MCP server's tools or the agent's skills change."""
-        skills = agent_skills(self.settings, self.deps.agents[setup.agent_id])
+        where = channel_key(setup.service, setup.channel)
+        skills = agent_skills(self.settings, self.deps.agents[setup.agent_id], where)
         key = (
             self.deps.mcp.version if self.deps.mcp is not None else 0,
             skills.fingerprint() if skills is not None else (),
         )
-        cached = self._specs.get(setup.agent_id)
+        cached = self._specs.get(f"{setup.agent_id} {where}")
         if cached is None or cached[0] != key:
             specs = self.registry(setup, event_id).specs()
             # The registry's skills scan may have restored a protected skill: key what was built.
             key = (key[0], skills.fingerprint() if skills is not None else ())
-            self._specs[setup.agent_id] = cached = (key, specs)
+            self._specs[f"{setup.agent_id} {where}"] = cached = (key, specs)
         return cached[1]
 
     async def _sink(self, agent_id: str, event_id: str) -> SinkCallable | None:

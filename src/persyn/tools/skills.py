@@ -24,7 +24,11 @@ to `data/skills/events.jsonl` (and the log).
 
 **Authoring.** `write_skill` validates a new skill (name, description, instructions, and text
 files under `scripts/`, `references/`, `assets/` only) and writes it to the agent's own
-folder; it is offered from the next model call on. It never replaces a skill that exists.
+folder; it is offered from the next model call on. It never replaces a skill that exists. What
+the agent writes may carry what it heard, so an authored skill records the channel it was
+written on (`metadata.channel`) and is offered — its name and description included — only
+where that channel's memories could surface (`visible`: the same compartment); an operator's
+view (`persyn skills`) sees them all.
 
 **Scripts** are never run here: a skill's `scripts/` are files the model may read. Running them
 belongs to the sandbox (`run_code`, issue 19 item 3), which will mount `Skill.folder`
@@ -36,7 +40,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -82,6 +86,7 @@ class Skill(BaseModel):
     folder: Path
     origin: Origin
     protected: bool = False
+    channel: str | None = None  # an authored skill: the channel it was written on
 
     def files(self) -> list[str]:
         """The bundled files, as paths relative to the folder."""
@@ -114,6 +119,11 @@ class SkillEvent(BaseModel):
 
 def parse_skill(text: str, folder_name: str | None = None) -> tuple[str, str, str]:
     """(name, description, instructions) of a SKILL.md, or InputError naming what is wrong."""
+    name, description, body, _ = _parse(text, folder_name)
+    return name, description, body
+
+
+def _parse(text: str, folder_name: str | None) -> tuple[str, str, str, dict[str, Any]]:
     if not text.startswith("---"):
         raise InputError("SKILL.md must start with YAML front matter between '---' lines")
     parts = re.split(r"^---[ \t]*$", text, maxsplit=2, flags=re.MULTILINE)
@@ -133,7 +143,9 @@ def parse_skill(text: str, folder_name: str | None = None) -> tuple[str, str, st
         raise InputError(f"the skill's name {name!r} differs from its folder's name {folder_name!r}")
     _check_description(description)
     assert isinstance(description, str)
-    return name, " ".join(description.split()), parts[2].strip()
+    metadata = meta.get("metadata")
+    extra = cast(dict[str, Any], metadata) if isinstance(metadata, dict) else {}
+    return name, " ".join(description.split()), parts[2].strip(), extra
 
 
 def _check_name(name: object) -> None:
@@ -182,10 +194,22 @@ class SkillLibrary:
     protected: frozenset[str]
     max_file_chars: int = 20_000
     catalogue_chars: int = 3000
+    # Which channels' authored skills this activation may see (None: all, for the operator).
+    visible: Callable[[str], bool] | None = None
+    channel: str | None = None  # where this activation is: what write_skill records
     problems: list[SkillProblem] = field(default_factory=list[SkillProblem])
 
     @classmethod
-    def for_agent(cls, config: SkillsConfig, home: Path, agent_id: str, agent_name: str) -> SkillLibrary:
+    def for_agent(
+        cls,
+        config: SkillsConfig,
+        home: Path,
+        agent_id: str,
+        agent_name: str,
+        *,
+        channel: str | None = None,
+        visible: Callable[[str], bool] | None = None,
+    ) -> SkillLibrary:
         data = home / "data" / "skills"
         sources: list[tuple[Path, Origin]] = [(data / "bundled", "bundled")]
         deployment: Origin = "deployment"
@@ -203,6 +227,8 @@ class SkillLibrary:
             protected=frozenset(config.protected),
             max_file_chars=config.max_file_chars,
             catalogue_chars=config.catalogue_chars,
+            visible=visible,
+            channel=channel,
         )
 
     def fingerprint(self) -> tuple[tuple[str, int, int], ...]:
@@ -279,7 +305,7 @@ class SkillLibrary:
                     continue
                 manifest = folder / SKILL_FILE
                 try:
-                    name, description, _ = parse_skill(manifest.read_text(encoding="utf-8"), folder.name)
+                    name, description, _, metadata = _parse(manifest.read_text(encoding="utf-8"), folder.name)
                 except FileNotFoundError:
                     problems.append(SkillProblem(folder=folder, problem=f"no {SKILL_FILE}"))
                     continue
@@ -291,16 +317,24 @@ class SkillLibrary:
                         SkillProblem(folder=folder, problem=f"{name!r} is already {skills[name].folder}")
                     )
                     continue
-                skills[name] = Skill(
+                written_on = metadata.get("channel") if origin == "authored" else None
+                skill = Skill(
                     name=name,
                     description=description,
                     folder=folder,
                     origin=origin,
                     protected=name in self.protected,
+                    channel=written_on if isinstance(written_on, str) else None,
                 )
+                if restrict_to is None and not self._shown(skill):
+                    continue  # written in another compartment: not even its name
+                skills[name] = skill
         if restrict_to is None:
             self.problems = problems
         return sorted(skills.values(), key=lambda s: s.name)
+
+    def _shown(self, skill: Skill) -> bool:
+        return skill.channel is None or self.visible is None or self.visible(skill.channel)
 
     def peek(self) -> list[Skill]:
         """Every valid skill as the folders are now, restoring nothing (for checks)."""
@@ -352,9 +386,12 @@ class SkillLibrary:
                 raise InputError(f"file {relative!r} must be under scripts/, references/ or assets/")
             if len(text) > self.max_file_chars:
                 raise InputError(f"file {relative!r} is over {self.max_file_chars} characters")
-        if name in self.protected or any(s.name == name for s in self._read()):
-            raise InputError(f"a skill named {name!r} exists already; choose another name")
-        front = yaml.safe_dump({"name": name, "description": " ".join(description.split())}, sort_keys=False)
+        if name in self.protected or any(s.name == name for s in self._read(restrict_to=frozenset({name}))):
+            raise InputError(f"the skill name {name!r} is taken; choose another name")
+        front_matter: dict[str, Any] = {"name": name, "description": " ".join(description.split())}
+        if self.channel is not None:
+            front_matter["metadata"] = {"channel": self.channel}
+        front = yaml.safe_dump(front_matter, sort_keys=False)
         folder = self.authored / name
         tree = {SKILL_FILE: f"---\n{front}---\n\n{instructions.strip()}\n".encode()}
         tree |= {relative: text.encode() for relative, text in files.items()}

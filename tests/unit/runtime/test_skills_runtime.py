@@ -106,3 +106,32 @@ async def test_a_skill_the_agent_writes_is_used_in_a_later_turn(tmp_path: Path, 
     assert "tea-making: Brew a proper pot of tea." in later[0]
     assert "MARKER-TEA-5" not in later[0] and "MARKER-TEA-5" in later[1]
     assert (tmp_path / "home/data/skills/agents").is_dir()
+
+
+async def test_a_skill_written_on_one_channel_is_not_shown_to_a_stranger_on_another(
+    tmp_path: Path, mind: Mind
+) -> None:
+    mind.plans["Remember how to open my safe."] = [
+        {
+            "name": "write_skill",
+            "args": {
+                "name": "opening-sams-safe",
+                "description": "Sam's safe: the code is 4-8-1-5.",
+                "instructions": "Turn left to 4. MARKER-SAFE-9.",
+            },
+        }
+    ]
+    mind.plans["Open the safe."] = [{"name": "use_skill", "args": {"name": "opening-sams-safe"}}]
+    async with run_runtime(_home(tmp_path), model="test:skillmind", config=CONFIG) as pilot:
+        await pilot.say("Remember how to open my safe.", channel="sam-dm")
+        assert mind.results[-1].startswith('{"written":"opening-sams-safe"')
+        before = len(mind.sent)
+        await pilot.say("Open the safe.", speaker="eve", channel="eve-dm")
+        stranger = mind.sent[before:]
+        assert "4-8-1-5" not in stranger[0] and "opening-sams-safe:" not in stranger[0]
+        assert "MARKER-SAFE-9" not in "".join(stranger)
+        assert "there is no skill named 'opening-sams-safe'" in mind.results[-1]
+        before = len(mind.sent)
+        await pilot.say("Open the safe.", channel="sam-dm")
+    assert "opening-sams-safe: Sam's safe" in mind.sent[before]
+    assert "MARKER-SAFE-9" in mind.results[-1]

@@ -135,8 +135,8 @@ def test_per_agent_directories_and_authored_skills_belong_to_their_agent(tmp_pat
     ("name", "files", "problem"),
     [
         ("Bad Name", {}, "invalid skill name"),
-        ("skill-authoring", {}, "exists already"),
-        ("owl-census", {}, "exists already"),
+        ("skill-authoring", {}, "is taken"),
+        ("owl-census", {}, "is taken"),
         ("ok-name", {"../../escape.sh": "x"}, "must be under scripts/"),
         ("ok-name", {"SKILL.md": "x"}, "must be under scripts/"),
         ("ok-name", {"scripts/../../x": "x"}, "must be under scripts/"),
