@@ -33,6 +33,7 @@ the channel's default sensitivity; a self-initiated run's, narrowed by all it re
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -71,6 +72,7 @@ from persyn.tools.web import search_provider, web_tools
 
 __all__ = ["AgentToolDeps", "Outreach", "agent_skills", "build_registry"]
 
+_log = logging.getLogger(__name__)
 _STARTED = datetime.now().astimezone()
 _ACTIVITY_SCAN = 500
 
@@ -236,7 +238,10 @@ def build_registry(
     tools += reference_tools(_library(settings))
     skills = agent_skills(settings, deps.agents[agent_id], where)
     if skills is not None:
-        tools += skill_tools(skills)
+        try:
+            tools += skill_tools(skills)
+        except OSError as exc:  # an unreadable or read-only skills folder: answer without skills
+            _log.warning("skills are unavailable: %s", exc)
     for tool in tools:
         registry.register(tool)
     for tool in deps.mcp.tools() if deps.mcp is not None else ():

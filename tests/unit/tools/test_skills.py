@@ -156,3 +156,16 @@ def test_writing_can_be_turned_off(tmp_path: Path) -> None:
     library = _library(tmp_path, write=False)
     with pytest.raises(ToolError, match="turned off"):
         library.write("tea-making", "Brew tea.", "Boil.", {})
+
+
+async def test_a_broken_skills_folder_leaves_the_other_tools(tmp_path: Path) -> None:
+    from persyn.core.clock import SystemClock
+    from persyn.runtime.tool_ops import list_tools
+    from persyn.testing import ADA
+    from persyn.testing.harness import harness_settings
+
+    settings = harness_settings(tmp_path / "home")
+    (tmp_path / "home" / "data").mkdir(exist_ok=True)
+    (tmp_path / "home" / "data" / "skills").write_text("not a folder")  # nothing can be installed
+    names = {t.name for t in (await list_tools(settings, ADA, SystemClock())).tools}
+    assert "use_skill" not in names and {"create_goal", "set_reminder"} <= names
