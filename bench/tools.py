@@ -1,5 +1,8 @@
 """What the tool registry costs (SPEC §4.6; issue 19): the standing prompt cost of the tool
-definitions every respond call carries — built-ins alone, then with two MCP servers — and the
+definitions every respond call carries — built-ins alone (every tool in full, then with the
+default `[tools] deferred`), then with two MCP servers (in full, then deferred behind
+`call_tool`), then with 50 skills of a realistic size (their names and descriptions in
+`use_skill`'s definition) — goal: at most 2,500 tokens with all of them — and the
 round-trip overhead of an MCP call through the registry over the same call made directly with
 the SDK on its own session (which is the server's time plus the transport's).
 
@@ -27,6 +30,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from persyn.core.clock import SystemClock
 from persyn.core.config import McpConfig
+from persyn.core.config_cognition import DEFERRED_TOOLS
 from persyn.gateway.base import ToolCall
 from persyn.memory.retrieval import estimate_tokens
 from persyn.runtime.tool_ops import OPERATOR_CHANNEL, agent_registry
@@ -52,25 +56,68 @@ def _definitions(registry: ToolRegistry, names: set[str]) -> str:
     )
 
 
-async def _standing_cost(home: Path) -> list[tuple[str, int, int, int]]:
+_TOPICS = (
+    "expense reports",
+    "trip planning",
+    "meeting notes",
+    "recipe scaling",
+    "garden watering",
+    "book summaries",
+    "bug triage",
+    "invoice checks",
+    "workout plans",
+    "birthday reminders",
+)
+
+
+def _write_skills(home: Path, count: int) -> None:
+    """`count` skills of a realistic size: a one-sentence description of about 120
+    characters (what it does and when to use it), instructions and a reference file."""
+    for n in range(count):
+        topic = _TOPICS[n % len(_TOPICS)]
+        folder = home / "skills" / f"{topic.replace(' ', '-')}-{n}"
+        (folder / "references").mkdir(parents=True, exist_ok=True)
+        description = (
+            f"{topic.capitalize()}, variant {n}: the steps, checks and format this household uses; "
+            f"use it whenever {topic} come up."
+        )
+        (folder / "SKILL.md").write_text(
+            f"---\nname: {folder.name}\ndescription: {json.dumps(description)}\n---\n\n"
+            + "Do the steps.\n" * 40
+        )
+        (folder / "references" / "format.md").write_text("A long format description.\n" * 100)
+
+
+async def _standing_cost(home: Path, config: str) -> list[tuple[str, int, int, int]]:
+    """Tools, characters and ~tokens of what every respond call carries, by source."""
+    settings = harness_settings(home, config=config)
+    rows: list[tuple[str, int, int, int]] = []
+    async with agent_registry(settings, ADA, SystemClock(), OPERATOR_CHANNEL) as (registry, mcp):
+        offered = {spec.name for spec in registry.specs()}
+        by_source: dict[str, set[str]] = {"built-in": set()}
+        for name in offered:
+            by_source.setdefault(mcp.server_of(name) or "built-in", set()).add(name)
+        for source, names in by_source.items():
+            text = _definitions(registry, names)
+            rows.append((f"  {source}", len(names), len(text), estimate_tokens(text)))
+        text = _definitions(registry, offered)
+        rows.append(("  all offered", len(offered), len(text), estimate_tokens(text)))
+    return rows
+
+
+def _scenarios() -> list[tuple[str, str, int]]:
     servers = "".join(
         "[[mcp.servers]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in server.items())
         for server in _SERVERS
     )
-    settings = harness_settings(home, config=servers)
-    rows: list[tuple[str, int, int, int]] = []
-    async with agent_registry(settings, ADA, SystemClock(), OPERATOR_CHANNEL) as (registry, mcp):
-        by_source: dict[str, set[str]] = {"built-in": set()}
-        for name in registry.names:
-            by_source.setdefault(mcp.server_of(name) or "built-in", set()).add(name)
-        total: set[str] = set()
-        for source, names in by_source.items():
-            text = _definitions(registry, names)
-            total |= names
-            rows.append((f"{source}", len(names), len(text), estimate_tokens(text)))
-        text = _definitions(registry, total)
-        rows.append(("all offered", len(total), len(text), estimate_tokens(text)))
-    return rows
+    defer_mcp = "[tools]\ndeferred = " + json.dumps([*DEFERRED_TOOLS, "*__*"]) + "\n"
+    return [
+        ("built-ins, every tool in full", "[tools]\ndeferred = []\n", 0),
+        ("built-ins (default)", "", 0),
+        ("+ 2 MCP servers, in full", servers, 0),
+        ("+ 2 MCP servers, deferred ('*__*')", defer_mcp + servers, 0),
+        ("+ 2 MCP servers deferred + 50 skills", defer_mcp + servers, 50),
+    ]
 
 
 async def _round_trips(calls: int) -> list[tuple[str, float, float, float]]:
@@ -122,12 +169,16 @@ async def main() -> None:
         sys.exit(
             "install the test servers first (see .ci/run): npm ci --prefix tests/servers, and tests/servers/.venv"
         )
-    with tempfile.TemporaryDirectory() as home:
-        cost = await _standing_cost(Path(home) / "home")
     print("standing prompt cost of the tool definitions (every respond call)")
-    print(f"{'source':<22}{'tools':>7}{'chars':>9}{'~tokens':>9}")
-    for source, tools, chars, tokens in cost:
-        print(f"{source:<22}{tools:>7}{chars:>9}{tokens:>9}")
+    print(f"{'source':<40}{'tools':>7}{'chars':>9}{'~tokens':>9}")
+    for label, config, skills in _scenarios():
+        with tempfile.TemporaryDirectory() as root:
+            home = Path(root) / "home"
+            _write_skills(home, skills)
+            rows = await _standing_cost(home, config)
+        print(label)
+        for source, tools, chars, tokens in rows:
+            print(f"{source:<40}{tools:>7}{chars:>9}{tokens:>9}")
     trips = await _round_trips(options.calls)
     print(f"\nMCP call round trip, p50 of {options.calls} (ms)")
     print(f"{'call':<40}{'SDK direct':>12}{'registry':>10}{'overhead':>10}")

@@ -36,11 +36,13 @@ def test_tools_list_shows_every_tool_by_source(configured: Persyn) -> None:
     report = json.loads(done.stdout)
     by_name = {tool["name"]: tool for tool in report["tools"]}
     assert by_name["create_goal"]["source"] == "built-in" and by_name["create_goal"]["server"] is None
+    assert by_name["edit_reminder"]["deferred"] is True and by_name["call_tool"]["deferred"] is False
     assert by_name["everything__echo"] == {
         "name": "everything__echo",
         "source": "mcp",
         "server": "everything",
         "description": "Echoes back the input string",
+        "deferred": False,
     }
     assert {n for n in by_name if n.startswith("everything__")} == {"everything__echo", "everything__get-sum"}
     assert "time__get_current_time" in by_name and "time__convert_time" in by_name

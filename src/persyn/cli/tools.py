@@ -40,7 +40,8 @@ def tools_list(ctx: typer.Context, agent: AgentOption = None, as_json: JsonOptio
         else:
             echo(f"mcp server {source} ({status.transport}, {len(tools)})")
         for tool in tools:
-            echo(one_line(f"  {tool.name}  {tool.description}")[:160])
+            mark = " (via call_tool)" if tool.deferred else ""
+            echo(one_line(f"  {tool.name}{mark}  {tool.description}")[:160])
 
 
 @tools_app.command("call")

@@ -53,6 +53,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
+from persyn.core.config_reach import BrowseConfig, ReferenceConfig, SkillsConfig
 from persyn.core.config_safety import EmotionConfig, GuardrailConfig, SafetyConfig
 from persyn.core.config_sandbox import ArtifactsConfig, SandboxConfig
 from persyn.core.config_tools import McpConfig, McpServerConfig
@@ -67,6 +68,7 @@ __all__ = [
     "AgentConfig",
     "ArtifactsConfig",
     "AutonomyConfig",
+    "BrowseConfig",
     "ChannelsConfig",
     "ConversationConfig",
     "DeliberationConfig",
@@ -85,16 +87,19 @@ __all__ = [
     "PacingConfig",
     "PacingRules",
     "Price",
+    "ReferenceConfig",
     "RetrievalWeights",
     "SafetyConfig",
     "SandboxConfig",
     "Secrets",
     "Settings",
+    "SkillsConfig",
     "Task",
     "TelegramConfig",
     "ToolsConfig",
     "TracingConfig",
     "WebConfig",
+    "browse_search_key",
     "home_from_env",
     "load_settings",
     "mcp_headers",
@@ -143,6 +148,9 @@ class Settings(Section):
     mcp: McpConfig = McpConfig()
     sandbox: SandboxConfig = SandboxConfig()
     artifacts: ArtifactsConfig = ArtifactsConfig()
+    browse: BrowseConfig = BrowseConfig()
+    reference: ReferenceConfig = ReferenceConfig()
+    skills: SkillsConfig = SkillsConfig()
     channels: ChannelsConfig = ChannelsConfig()
     pacing: PacingConfig = PacingConfig()
     web: WebConfig = WebConfig()
@@ -421,3 +429,10 @@ def mcp_headers(settings: Settings, environ: Mapping[str, str] | None = None) ->
         server.name: {header: env[variable] for header, variable in server.headers.items() if variable in env}
         for server in settings.mcp.servers
     }
+
+
+def browse_search_key(settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
+    """The web search API's key, from the variable `[browse] search_key_env` names (None when
+    it is unset: a provider that needs one then says so)."""
+    env = os.environ if environ is None else environ
+    return env.get(settings.browse.search_key_env) or None

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from persyn.core.config_base import Section
 
 __all__ = [
+    "DEFERRED_TOOLS",
     "AutonomyConfig",
     "DeliberationConfig",
     "DeliberationMode",
@@ -366,6 +367,21 @@ def _embedder_kind(spec: str) -> str:
     return kind
 
 
+# Rarely needed built-ins: named in `call_tool`'s description rather than defined in full.
+DEFERRED_TOOLS = (
+    "cancel_reminder",
+    "edit_reminder",
+    "inspect_self",
+    "list_goals",
+    "query_graph",
+    "recall_dialog",
+    "recent_activity",
+    "search_dialog",
+    "update_goal",
+    "write_skill",
+)
+
+
 class ToolsConfig(Section):
     """The tool loop of the respond step (SPEC §4.6) and its loop breakers.
 
@@ -407,4 +423,12 @@ class ToolsConfig(Section):
         ge=200,
         le=1_000_000,
         description="Longest tool result the model is shown; longer ones are cut.",
+    )
+    deferred: list[str] = Field(
+        default_factory=lambda: list(DEFERRED_TOOLS),
+        description=(
+            "Tools offered by name and summary only, behind one `call_tool` tool that shows a tool's "
+            "arguments when asked and runs it (shell patterns: '*__*' = every MCP tool; [] = offer all "
+            "in full). Saves prompt tokens on every call."
+        ),
     )

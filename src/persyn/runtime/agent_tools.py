@@ -20,6 +20,10 @@ Tools and what they are bound to:
   channel and its compartment, each version attributed, when `[artifacts]` is enabled;
 - `run_code` (`tools/sandbox_agent.py`, `runtime/sandbox_ops.py`): a task delegated to the
   sandbox agent, only when a sandbox provider is present (no host fallback);
+- reading the world (`tools/web.py`, `tools/reference.py`): `web_search` and `read_url` when
+  `[browse]` turns them on, `lookup_reference` when `[reference]` names archives;
+- skills (`tools/skills.py`): `use_skill`, whose description lists the agent's skills by name
+  and description, and `write_skill`, when `[skills]` is enabled;
 - the tools of the configured MCP servers (`tools/mcp_servers.py`), named `<server>__<tool>`:
   the connections are the runtime's, held across activations; a call runs in the tool step
   like any other, under the same breakers and caps.
@@ -33,16 +37,18 @@ the channel's default sensitivity; a self-initiated run's, narrowed by all it re
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
-from persyn.core.config import AgentConfig, Settings, Task
+from persyn.core.config import AgentConfig, Settings, Task, browse_search_key
 from persyn.core.records import Sensitivity, channel_key
-from persyn.memory.access import Provenanced, eligible_channels
+from persyn.memory.access import Provenanced, eligible_channels, in_compartment
 from persyn.memory.consolidate import default_sensitivity
 from persyn.runtime.autonomy import narrow_run, recent_activity, run_provenance
 from persyn.runtime.sandbox_ops import SandboxService
@@ -65,10 +71,14 @@ from persyn.tools.own import (
     goal_tools,
     reminder_tools,
 )
+from persyn.tools.reference import ReferenceLibrary, reference_tools
 from persyn.tools.registry import Tool, ToolRegistry
+from persyn.tools.skills import SkillLibrary, skill_tools
+from persyn.tools.web import search_provider, web_tools
 
-__all__ = ["AgentToolDeps", "Outreach", "build_registry"]
+__all__ = ["AgentToolDeps", "Outreach", "agent_skills", "build_registry"]
 
+_log = logging.getLogger(__name__)
 _STARTED = datetime.now().astimezone()
 _ACTIVITY_SCAN = 500
 
@@ -245,9 +255,42 @@ def build_registry(
     code = deps.sandbox.tool_for(agent_id) if deps.sandbox is not None else None
     if code is not None:
         tools.append(code)
+    tools += web_tools(settings.browse, search_provider(settings.browse, browse_search_key(settings)))
+    tools += reference_tools(_library(settings))
+    skills = agent_skills(settings, deps.agents[agent_id], where)
+    if skills is not None:
+        try:
+            tools += skill_tools(skills)
+        except OSError as exc:  # an unreadable or read-only skills folder: answer without skills
+            _log.warning("skills are unavailable: %s", exc)
     for tool in tools:
         registry.register(tool)
     for tool in deps.mcp.tools() if deps.mcp is not None else ():
         if tool.name not in registry:  # `__` never appears in a built-in tool's name
             registry.register(tool)
     return registry
+
+
+def _library(settings: Settings) -> ReferenceLibrary | None:
+    archives = [settings.home / Path(path).expanduser() for path in settings.reference.archives]
+    if not archives:
+        return None
+    return ReferenceLibrary(
+        archives, max_results=settings.reference.max_results, max_chars=settings.reference.max_chars
+    )
+
+
+def agent_skills(settings: Settings, agent: AgentConfig, channel: str | None = None) -> SkillLibrary | None:
+    """The skills `agent` may use on `channel` (its own authored skills only when written in
+    that channel's compartment; every one for None, the operator); None when `[skills]` is off."""
+    if not settings.skills.enabled:
+        return None
+    groups = settings.memory.channel_groups
+    return SkillLibrary.for_agent(
+        settings.skills,
+        settings.home,
+        agent.id,
+        agent.name,
+        channel=channel,
+        visible=None if channel is None else lambda written_on: in_compartment(written_on, channel, groups),
+    )

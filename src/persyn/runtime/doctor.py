@@ -18,6 +18,7 @@ from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
 from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.runtime._doctor_channels import channel_checks
 from persyn.runtime._doctor_postgres import Check, is_postgres, postgres_checks, shown_url
+from persyn.runtime._doctor_reach import reach_checks
 from persyn.store import open_store
 from persyn.store.jobs import ConsolidationStatus
 from persyn.tracing import read_losses
@@ -366,6 +367,7 @@ async def collect_checks(home: Path | None) -> list[Check]:
     checks.extend(await channel_checks(settings))
     if settings.sandbox.enabled:
         checks.append(await _check_sandbox(settings))
+    checks.extend(await reach_checks(settings))
     return checks
 
 

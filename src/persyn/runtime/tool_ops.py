@@ -46,6 +46,7 @@ class ToolListing(BaseModel):
     source: Literal["built-in", "mcp"]
     server: str | None = None  # the MCP server that offers it
     description: str
+    deferred: bool = False  # listed in call_tool's description rather than defined in full
 
 
 class ToolsReport(BaseModel):
@@ -145,14 +146,17 @@ async def agent_registry(
 async def list_tools(settings: Settings, agent: AgentConfig, clock: Clock) -> ToolsReport:
     async with agent_registry(settings, agent, clock, OPERATOR_CHANNEL) as (registry, mcp):
         listings: list[ToolListing] = []
-        for spec in registry.specs():
-            server = mcp.server_of(spec.name)
+        offered = {spec.name: spec.description for spec in registry.specs()}
+        for name in sorted({*offered, *registry.names}):
+            server = mcp.server_of(name)
+            tool = registry.get(name)
             listings.append(
                 ToolListing(
-                    name=spec.name,
+                    name=name,
                     source="mcp" if server else "built-in",
                     server=server,
-                    description=spec.description,
+                    description=offered.get(name) or (tool.description.strip() if tool else ""),
+                    deferred=registry.deferred(name),
                 )
             )
         return ToolsReport(agent=agent.name, tools=tuple(listings), mcp_servers=mcp.statuses())

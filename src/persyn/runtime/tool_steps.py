@@ -16,9 +16,10 @@ from persyn.cognition.pipeline import TurnSetup
 from persyn.core.config import Settings, Task
 from persyn.core.errors import ModelError
 from persyn.core.events import Event
+from persyn.core.records import channel_key
 from persyn.gateway.base import Completion, Prompt, SinkCallable, SinkEvent, ToolCall, ToolSpec
 from persyn.gateway.gateway import ModelGateway
-from persyn.runtime.agent_tools import AgentToolDeps, build_registry
+from persyn.runtime.agent_tools import AgentToolDeps, agent_skills, build_registry
 from persyn.runtime.turn import Draft, RoundTrip, ToolUse
 from persyn.tools.loop import run_tool_loop
 from persyn.tools.registry import ToolOutcome, ToolRegistry
@@ -50,8 +51,10 @@ class ToolSteps:
         self.channels = channels
         self.deps = deps
         self._event = event
-        self._specs: tuple[ToolSpec, ...] | None = None
-        self._specs_version = -1  # the MCP tools' version the cached specs were built with
+        # What each agent is offered on each channel, with what it was built from: the MCP
+        # tools' version and the skills it may see there (a skill added or changed changes
+        # `use_skill`'s description; an authored one is shown only in its compartment).
+        self._specs: dict[str, tuple[object, tuple[ToolSpec, ...]]] = {}
 
     async def start(self) -> None:
         """Connect the MCP servers (bounded; one that fails offers no tools) and find the
@@ -88,16 +91,23 @@ class ToolSteps:
         return build_registry(self.deps, setup, event_id, call_key)
 
     def specs(self, setup: TurnSetup, event_id: str) -> tuple[ToolSpec, ...]:
-        """What the model is offered: the same for every turn and every agent of the
-        deployment (`[tools]` is deployment-wide; a tool's behaviour is bound per activation,
-        its name, description and schema are not), so built once (building the registry
-        generates every tool's schemas: milliseconds) — and again when an MCP server's tools
-        change."""
-        version = self.deps.mcp.version if self.deps.mcp is not None else 0
-        if self._specs is None or version != self._specs_version:
-            self._specs = self.registry(setup, event_id).specs()
-            self._specs_version = version
-        return self._specs
+        """What the model is offered: the same for every turn of an agent on a channel (a
+        tool's behaviour is bound per activation, its name, description and schema are not),
+        so built once per agent and channel (building the registry generates every tool's schemas:
+        milliseconds) — and again when an MCP server's tools or the agent's skills change."""
+        where = channel_key(setup.service, setup.channel)
+        skills = agent_skills(self.settings, self.deps.agents[setup.agent_id], where)
+        key = (
+            self.deps.mcp.version if self.deps.mcp is not None else 0,
+            skills.fingerprint() if skills is not None else (),
+        )
+        cached = self._specs.get(f"{setup.agent_id} {where}")
+        if cached is None or cached[0] != key:
+            specs = self.registry(setup, event_id).specs()
+            # The registry's skills scan may have restored a protected skill: key what was built.
+            key = (key[0], skills.fingerprint() if skills is not None else ())
+            self._specs[f"{setup.agent_id} {where}"] = cached = (key, specs)
+        return cached[1]
 
     async def _sink(self, agent_id: str, event_id: str) -> SinkCallable | None:
         event = await self._event(agent_id, event_id)

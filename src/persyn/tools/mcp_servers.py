@@ -427,6 +427,7 @@ class McpServer:
             input_model=_arguments_model(remote.schema),
             output_model=McpToolOutput,
             handler=handler,
+            verbatim_schema=True,
         )
 
     def _tools_changed(self) -> None:

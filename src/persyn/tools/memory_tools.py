@@ -87,9 +87,9 @@ class _Output(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
-_SINCE = "Only from this time on, ISO 8601, e.g. '2026-11-01' or '2026-11-01T09:00:00Z' (UTC if no zone)."
-_UNTIL = "Only up to this time, ISO 8601 (UTC if no zone)."
-_REGEX = "A regular expression the text must contain (case-insensitive), e.g. 'exam(s)? (on|at)'."
+_SINCE = "From this time on, ISO 8601, e.g. '2026-11-01' (UTC if no zone)."
+_UNTIL = "Up to this time, ISO 8601."
+_REGEX = "A regular expression to match (case-insensitive)."
 
 
 class _Search(_Input):

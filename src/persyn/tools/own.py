@@ -199,10 +199,10 @@ class GoalList(_Output):
     goals: list[GoalView]
 
 
-_AT = "A time to fire once, ISO 8601, e.g. '2026-12-01T09:00:00Z' (no zone means UTC)."
+_AT = "Fire once at this time, ISO 8601 (UTC if no zone)."
 _IN = "Fire once, this many minutes from now."
 _CRON = "Fire on a five-field cron schedule in UTC, e.g. '0 9 * * 1-5' (09:00 on weekdays)."
-_EVERY = "Fire every this many minutes (at least 1)."
+_EVERY = "Fire every this many minutes."
 
 
 class _Timing(_Input):

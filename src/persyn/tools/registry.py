@@ -14,6 +14,14 @@ models) and an async handler. The registry
   unknown tool, invalid arguments, an exception, a timeout, bad output, a tripped loop
   breaker — into a `ToolOutcome` whose text the model can read. `call` never raises (only
   cancellation propagates): no tool failure crashes the response.
+
+Every definition is paid for in tokens on every model call, so the registry keeps them small:
+a pydantic-generated schema is advertised compacted (`compact_schema`: no generated titles,
+optional fields without their `null` alternative — omitting the field is how to leave it
+out), and the tools `[tools] deferred` names are not defined at all: one `call_tool` tool
+lists them by name and summary, shows a tool's description and arguments when called with
+its name alone, and runs it when called with arguments (progressive disclosure; the
+definitions stay the same bytes from call to call, so the prefix stays cacheable).
 """
 
 from __future__ import annotations
@@ -26,9 +34,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from fnmatch import fnmatchcase
+from typing import Any, Generic, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_ai.tools import ToolDefinition
 
 from persyn.core.config import ToolsConfig
@@ -38,10 +47,12 @@ from persyn.tools._isolated import IsolatedWork
 from persyn.tools.breaker import BreakerTrip, LoopBreaker, canonical_arguments
 
 __all__ = [
+    "CALL_TOOL",
     "Tool",
     "ToolOutcome",
     "ToolRegistry",
     "ToolStatus",
+    "compact_schema",
     "validation_summary",
 ]
 
@@ -52,6 +63,11 @@ Out = TypeVar("Out", bound=BaseModel)
 
 # What every provider accepts as a function name (Anthropic and OpenAI: [a-zA-Z0-9_-]{1,64}).
 _TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+CALL_TOOL = "call_tool"  # the one tool that stands for the deferred ones
+_SUMMARY_CHARS = 40
+# Schema keywords a model needs no telling (the arguments are still validated against them; a
+# call that breaks one gets an error that says so): generated titles and length bounds.
+_UNSHOWN = frozenset({"title", "maxLength", "minLength", "maxItems"})
 
 
 @dataclass(frozen=True)
@@ -74,6 +90,7 @@ class Tool(Generic[In, Out]):
     # A tool whose work has limits of its own (a delegated task: `tools/sandbox_agent.py`)
     # waits this long instead of `[tools] call_timeout_seconds`.
     timeout_seconds: float | None = None
+    verbatim_schema: bool = False  # advertise the input schema as it is (an MCP server's own)
 
     def __post_init__(self) -> None:
         if (self.handler is None) == (self.isolated is None):
@@ -87,13 +104,39 @@ class Tool(Generic[In, Out]):
             raise ConfigError(f"tool {self.name!r} needs a description: the model chooses tools by it")
 
     def input_schema(self) -> dict[str, Any]:
-        return _canonical_schema(self.input_model.model_json_schema())
+        schema = self.input_model.model_json_schema()
+        return _canonical_schema(schema if self.verbatim_schema else compact_schema(schema))
 
     def output_schema(self) -> dict[str, Any]:
         return _canonical_schema(self.output_model.model_json_schema(mode="serialization"))
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description.strip(), parameters=self.input_schema())
+
+    def summary(self) -> str:
+        """The description's first sentence, short: how a deferred tool is listed."""
+        text = " ".join(self.description.split())
+        first = re.split(r"(?<=[.!?])\s|[:;]\s|\s[—(]", text, maxsplit=1)[0].rstrip(".")
+        if len(first) <= _SUMMARY_CHARS:
+            return first
+        return first[:_SUMMARY_CHARS].rsplit(" ", 1)[0] + "..."
+
+
+class CallToolInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="The tool's name, from the list.")
+    arguments: dict[str, Any] | None = Field(
+        default=None, description="Leave out to see the tool's description first."
+    )
+
+
+class _NoOutput(BaseModel):
+    pass
+
+
+async def _never(_: CallToolInput) -> _NoOutput:  # `ToolRegistry.call` answers call_tool itself
+    raise ToolError("call_tool is answered by the registry")
 
 
 class ToolStatus(StrEnum):
@@ -160,14 +203,39 @@ class ToolRegistry:
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self._tools))
 
+    def deferred(self, name: str) -> bool:
+        """Whether `name` is offered through `call_tool` rather than defined in full."""
+        return name != CALL_TOOL and any(fnmatchcase(name, p) for p in self._config.deferred)
+
+    def _offered(self) -> list[Tool[Any, Any]]:
+        """The tools whose definitions the model is sent, sorted by name: the ones not deferred,
+        and `call_tool` listing the others (unless a tool of that name is registered)."""
+        hidden = [name for name in self.names if self.deferred(name)]
+        offered = [self._tools[name] for name in self.names if name not in hidden]
+        if hidden and CALL_TOOL not in self._tools:
+            catalogue = "\n".join(f"- {name}: {self._tools[name].summary()}" for name in hidden)
+            offered.append(
+                Tool(
+                    name=CALL_TOOL,
+                    description=(
+                        "More tools: call with a name alone to see what it does and its arguments, "
+                        f"then with arguments to run it.\n{catalogue}"
+                    ),
+                    input_model=CallToolInput,
+                    output_model=_NoOutput,
+                    handler=_never,
+                )
+            )
+        return sorted(offered, key=lambda tool: tool.name)
+
     def breaker(self) -> LoopBreaker:
         """A fresh loop breaker for one activation, with this registry's limits."""
         return LoopBreaker.from_config(self._config)
 
     # advertising -------------------------------------------------------------------------
     def specs(self) -> tuple[ToolSpec, ...]:
-        """Every tool as the gateway takes it, sorted by name."""
-        return tuple(self._tools[name].spec() for name in self.names)
+        """Every tool offered as the gateway takes it, sorted by name."""
+        return tuple(tool.spec() for tool in self._offered())
 
     def tool_definitions(self) -> list[ToolDefinition]:
         """Every tool as pydantic-ai describes it, sorted by name, with its return schema."""
@@ -178,7 +246,7 @@ class ToolRegistry:
                 parameters_json_schema=tool.input_schema(),
                 return_schema=tool.output_schema(),
             )
-            for tool in (self._tools[name] for name in self.names)
+            for tool in self._offered()
         ]
 
     def render(self) -> str:
@@ -191,7 +259,7 @@ class ToolRegistry:
                 "input_schema": tool.input_schema(),
                 "output_schema": tool.output_schema(),
             }
-            for tool in (self._tools[name] for name in self.names)
+            for tool in self._offered()
         ]
         return json.dumps(definitions, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
@@ -213,6 +281,8 @@ class ToolRegistry:
             )
 
         tool = self._tools.get(call.name)
+        if tool is None and call.name == CALL_TOOL and any(self.deferred(n) for n in self.names):
+            return await self._call_deferred(call, breaker, outcome)
         if tool is None:
             known = ", ".join(self.names) or "none"
             message = f"There is no tool named {call.name!r}. Available tools: {known}."
@@ -255,6 +325,33 @@ class ToolRegistry:
         data = result.model_dump(mode="json")
         return outcome(ToolStatus.OK, result.model_dump_json(), output=data)
 
+    async def _call_deferred(
+        self, call: ToolCall, breaker: LoopBreaker | None, outcome: Callable[..., ToolOutcome]
+    ) -> ToolOutcome:
+        """`call_tool`: a deferred tool's definition, or the tool run under this call's id."""
+        try:
+            meta = CallToolInput.model_validate(call.args)
+        except ValidationError as exc:
+            message = f"Invalid arguments for tool {CALL_TOOL!r}: {validation_summary(exc)}"
+            return outcome(ToolStatus.INVALID_ARGUMENTS, message, error=message)
+        tool = self._tools.get(meta.name)
+        if tool is None or not self.deferred(meta.name):
+            listed = ", ".join(n for n in self.names if self.deferred(n))
+            message = (
+                f"{meta.name!r} is not one of the tools call_tool runs ({listed}); call others directly."
+            )
+            return outcome(ToolStatus.UNKNOWN_TOOL, message, error=message)
+        if meta.arguments is None:
+            definition = {
+                "name": tool.name,
+                "description": tool.description.strip(),
+                "arguments": tool.input_schema(),
+            }
+            text = json.dumps(definition, sort_keys=True, ensure_ascii=False)
+            return outcome(ToolStatus.OK, text, output=definition)
+        inner = await self.call(ToolCall(id=call.id, name=meta.name, args=meta.arguments), breaker)
+        return inner.model_copy(update={"name": call.name, "arguments": canonical_arguments(call.args)})
+
     def refuse(self, calls: Sequence[ToolCall], trip: BreakerTrip) -> list[ToolOutcome]:
         """Outcomes for calls that are not run because `trip` stopped the loop (the model
         is still owed a result for each call it made)."""
@@ -288,6 +385,39 @@ def validation_summary(error: ValidationError, limit: int = 5) -> str:
     if more > 0:
         parts.append(f"and {more} more")
     return "; ".join(parts)
+
+
+def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic-generated JSON schema without what costs tokens and tells the model little:
+    generated titles, length bounds, `additionalProperties: false`, and on an optional field
+    its `null` alternative and `null` default (a field left out of `required` may simply be
+    omitted). Validation still uses the whole model."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(item) for item in cast(list[Any], node)]
+        if not isinstance(node, dict):
+            return node
+        source = cast(dict[str, Any], node)
+        out: dict[str, Any] = {}
+        for key, value in source.items():
+            if key in _UNSHOWN and not isinstance(value, dict):
+                continue
+            if key == "additionalProperties" and value is False:
+                continue
+            if key in ("properties", "$defs") and isinstance(value, dict):
+                out[key] = {k: walk(v) for k, v in cast(dict[str, Any], value).items()}
+            else:
+                out[key] = walk(value)
+        options = out.get("anyOf")
+        if "default" in out and out["default"] is None and isinstance(options, list):
+            kept = [o for o in cast(list[Any], options) if o != {"type": "null"}]
+            if len(kept) == 1 and isinstance(kept[0], dict):
+                del out["anyOf"], out["default"]
+                out = {**cast(dict[str, Any], kept[0]), **out}
+        return out
+
+    return cast(dict[str, Any], walk(schema))
 
 
 def _canonical_schema(schema: dict[str, Any]) -> dict[str, Any]:

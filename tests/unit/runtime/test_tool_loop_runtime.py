@@ -231,6 +231,6 @@ async def test_the_tools_offered_are_described_the_same_for_every_agent_channel_
             ]
         ]
         described = [pilot.runtime.tools.registry(setup, setup.event_id).specs() for setup in setups]
-        assert len(described[0]) > 10
+        assert len(described[0]) >= 8 and "call_tool" in {spec.name for spec in described[0]}
         assert described[1] == described[0] and described[2] == described[0]
         assert pilot.runtime.tools.specs(setups[1], setups[1].event_id) == described[0]
