@@ -378,6 +378,9 @@ DEFERRED_TOOLS = (
     "recent_activity",
     "search_dialog",
     "update_goal",
+    "workspace_list",
+    "workspace_read",
+    "workspace_write",
     "write_skill",
 )
 

@@ -52,9 +52,8 @@ class CalculatorInput(BaseModel):
 
     expression: str = Field(
         description=(
-            "An arithmetic expression, e.g. '(1.5 + 2/3) * 12' or 'sqrt(2) * 10**3'. "
-            "Operators: + - * / // % ** and parentheses; functions: abs, round(x, digits), "
-            "min, max, floor, ceil, sqrt."
+            "E.g. '(1.5 + 2/3) * 12'. Operators + - * / // % ** and parentheses; abs, "
+            "round(x, digits), min, max, floor, ceil, sqrt."
         ),
         max_length=MAX_EXPRESSION_CHARS,
     )
@@ -64,9 +63,8 @@ def calculator_tool() -> Tool[CalculatorInput, Calculation]:
     return Tool(
         name="calculate",
         description=(
-            "Evaluate an arithmetic expression exactly (rational arithmetic, no rounding "
-            "errors: 0.1 + 0.2 is exactly 0.3). Use it for any calculation instead of doing "
-            "arithmetic in your head."
+            "Evaluate arithmetic exactly (0.1 + 0.2 is 0.3); use it for any calculation "
+            "instead of doing it in your head."
         ),
         input_model=CalculatorInput,
         output_model=Calculation,

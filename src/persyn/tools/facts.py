@@ -117,9 +117,8 @@ def fact_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
         Tool(
             name="get_facts",
             description=(
-                "Read the quick facts you keep about someone (by name or id) or about yourself "
-                "('me'): stable details like a timezone, birthday or preference. Use it before "
-                "asking someone something you may already have noted."
+                "Read the quick facts you keep about someone (name or id) or yourself ('me'): "
+                "a timezone, birthday, preference. Check before asking what you may have noted."
             ),
             input_model=GetFactsInput,
             output_model=FactsView,
@@ -128,9 +127,8 @@ def fact_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
         Tool(
             name="set_fact",
             description=(
-                "Note a stable quick fact about someone (by name or id) or about yourself ('me'), "
-                "under a short key; the same key replaces the old value, and no value forgets "
-                "it. For lasting details worth having at hand, not for passing remarks."
+                "Note a lasting quick fact about someone (name or id) or yourself ('me') under a "
+                "short key; the same key replaces it, no value forgets it. Not for passing remarks."
             ),
             input_model=SetFactInput,
             output_model=FactsView,

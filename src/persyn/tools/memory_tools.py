@@ -395,9 +395,8 @@ def memory_tools(context: MemoryToolsContext) -> list[Tool[Any, Any]]:
         Tool(
             name="search_memories",
             description=(
-                "Search your long-term memories when what came to mind is not enough: by "
-                "keyword, regex, tags and/or a date range (since, until); with no keyword, "
-                "newest first. Each result has an id for recall_dialog."
+                "Search your long-term memories by keyword, regex, tags and/or dates (since, "
+                "until); no keyword = newest first. Results have ids for recall_dialog."
             ),
             input_model=SearchMemoriesInput,
             output_model=MemorySearch,

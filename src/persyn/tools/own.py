@@ -364,9 +364,8 @@ def reminder_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
         Tool(
             name="set_reminder",
             description=(
-                "Set yourself a reminder: when it fires you are woken with its objective and act "
-                "on it, e.g. message someone. Give exactly one of: at (a time), in_minutes, "
-                "cron (recurring, UTC) or every_minutes (recurring)."
+                "Set yourself a reminder: when it fires you wake with its objective and act on "
+                "it. Give exactly one of at, in_minutes, cron (UTC) or every_minutes."
             ),
             input_model=SetReminderInput,
             output_model=ReminderView,

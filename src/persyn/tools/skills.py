@@ -72,7 +72,7 @@ _MAX_NAME = 64
 _MAX_DESCRIPTION = 1024
 _MAX_INSTRUCTIONS = 50_000
 _FILE_DIRS = ("scripts", "references", "assets")
-_MIN_SHOWN = 40  # characters of a description always shown in the catalogue
+_MIN_SHOWN = 32  # characters of a description always shown in the catalogue
 _MAX_FILES = 20
 
 Origin = Literal["bundled", "deployment", "agent", "authored"]
