@@ -213,7 +213,9 @@ async def test_resolve_person_creates_once_and_tracks_last_interaction(store: St
 
     later = T0 + timedelta(hours=3)
     again = await store.resolve_person(agent_id, _identity("u1"), "Annie", "agent", later)
-    assert (again.id, again.display_name, again.kind) == (ann.id, "Ann", "human")  # first contact decides
+    # The first contact decides the name; a network flagging them as an agent upgrades the kind
+    # (never the reverse: test_directory_contract.py).
+    assert (again.id, again.display_name, again.kind) == (ann.id, "Ann", "agent")
     assert again.last_interaction_at == later
     replayed = await store.resolve_person(agent_id, _identity("u1"), "Ann", "human", T0)
     assert replayed.last_interaction_at == later  # never moves backwards
