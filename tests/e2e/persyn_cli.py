@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -83,3 +84,14 @@ class Persyn:
         process.kill()
         process.wait()
         raise AssertionError(f"persyn did not start serving:\n{self.log(command)}")
+
+
+def stop_gracefully(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a daemon still running and wait for its shutdown; kill it after 30 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

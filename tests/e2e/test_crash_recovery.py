@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from persyn_cli import Persyn
+from persyn_cli import Persyn, stop_gracefully
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -60,16 +59,6 @@ def _agent_replies(home: Path, event_id: str) -> list[str]:
         return [str(r[0]) for r in rows.fetchall()]
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def test_kill_between_respond_and_transmit_resumes_exactly_once(persyn: Persyn) -> None:
     # A long gap between the respond step and transmit, so the kill lands inside it.
     daemon = persyn.start_daemon("run", PERSYN_DISPATCH__DEBUG_TRANSMIT_DELAY_SECONDS="600")
@@ -93,7 +82,7 @@ def test_kill_between_respond_and_transmit_resumes_exactly_once(persyn: Persyn) 
         _wait_for(lambda: len(_agent_replies(persyn.home, event_id)) > 0, 60, "the reply after restart")
         time.sleep(1.0)  # give a duplicate transmit every chance to show up
     finally:
-        _stop(restarted)
+        stop_gracefully(restarted)
 
     replies = _agent_replies(persyn.home, event_id)
     assert replies == ["You said: Please remember the blue door."]
@@ -156,7 +145,7 @@ def test_kill_inside_a_deferred_turns_step_replays_its_model_calls_instead_of_ca
         _wait_for(lambda: _step_done(persyn.home, event_id, "persyn.turn"), 60, "the turn step's checkpoint")
         time.sleep(1.0)  # give a duplicate transmit every chance to show up
     finally:
-        _stop(restarted)
+        stop_gracefully(restarted)
 
     assert _agent_replies(persyn.home, event_id) == [first]
     stages = _turn_stages(persyn.home, event_id)
@@ -193,7 +182,7 @@ def test_sigterm_keeps_accepted_events(persyn: Persyn) -> None:
         assert sent.returncode == 0, sent.stderr
         assert sent.stdout.strip() == "You said: hello daemon"
     finally:
-        _stop(daemon)
+        stop_gracefully(daemon)
     assert daemon.returncode == 0
     # Queued while nothing runs: accepted, then answered by the next daemon.
     queued = persyn.run("send", "--no-wait", "are you there?")
@@ -202,5 +191,5 @@ def test_sigterm_keeps_accepted_events(persyn: Persyn) -> None:
     try:
         _wait_for(lambda: _agent_replies(persyn.home, event_id) != [], 60, "the queued event")
     finally:
-        _stop(restarted)
+        stop_gracefully(restarted)
     assert _agent_replies(persyn.home, event_id) == ["You said: are you there?"]

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
-from persyn_cli import Persyn
+from persyn_cli import Persyn, stop_gracefully
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
@@ -24,16 +23,6 @@ from web_daemon import HELLO, rules
 from persyn.testing.postgres import PostgresForTests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _executor(url: str, event_id: str) -> str | None:
@@ -104,5 +93,5 @@ def test_a_reply_made_by_a_worker_streams_to_a_web_client_of_another_process(
         if stream is not None:
             stream.close()
         if front is not None:
-            _stop(front)
-        _stop(worker)
+            stop_gracefully(front)
+        stop_gracefully(worker)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from persyn_cli import Persyn
+from persyn_cli import Persyn, stop_gracefully
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
@@ -44,16 +44,6 @@ def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _usage(*homes: Path) -> list[dict[str, Any]]:
@@ -113,9 +103,9 @@ def test_a_worker_killed_mid_turn_is_taken_over_by_another_host_exactly_once(
         first.wait(timeout=30)
         _wait_for(lambda: _status(url, event_id) == ("SUCCESS", "host-b-worker"), 90, "the turn taken over")
     finally:
-        _stop(first)
+        stop_gracefully(first)
         if second is not None:
-            _stop(second)
+            stop_gracefully(second)
 
     replies = _query(url, "SELECT text FROM messages WHERE role = 'agent' AND event_id = :id", id=event_id)
     assert replies == [("You said: Please remember the blue door.",)]
@@ -159,7 +149,7 @@ def test_two_workers_share_three_agents_in_order_each_event_answered_once(
         )
     finally:
         for worker in workers:
-            _stop(worker)
+            stop_gracefully(worker)
 
     for agent, ids in sent.items():
         rows = _query(
