@@ -14,8 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from irc_server import IrcPeer, IrcServer
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo
 
 from persyn.channels.irc import IrcChannel, parse_line, split_text
 from persyn.core.clock import ManualClock
@@ -24,32 +22,16 @@ from persyn.core.errors import ConfigError
 from persyn.core.events import Event
 from persyn.testing import models
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
-from persyn.testing.pacing import ticking
+from persyn.testing.pacing import room_listener, ticking
 
 ROOM_DOUBLE = "irc-room"
 LONG_REPLY = " ".join(f"word{n}" for n in range(180))  # ~1,200 bytes: three IRC lines at least
 
 
-def _room_double(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> models.DoubleResult:
-    """Answers what it is asked (the echo), and stays out of other people's small talk."""
-    if task == "decide":
-        asked = models.last_user_text(messages)
-        if "overhearing" in asked and "Should you join in?" in asked:
-            return {
-                "action": "silent",
-                "reason": "others are chatting among themselves; I have nothing to add",
-            }
-        draft = asked.rpartition("Your draft reply:")[2]
-        if "Do you send it?" in asked and "privately" in draft:
-            to = "lee" if "lee" in draft else "sam"
-            return {"action": "redirect", "reason": "better said in private", "redirect_to": f"irc:{to}"}
-        return {"action": "speak", "reason": "I was asked"}
-    if models.last_user_text(messages).endswith("tell me everything"):
-        return LONG_REPLY
-    schema = models.output_schema(info)
-    if schema is not None:  # critique and the like: nothing to object to
-        return models.DoubleReply(output=models.minimal_instance(schema))
-    return models.echo_text(messages)
+# Answers what it is asked, stays out of small talk, takes "privately" to lee or sam.
+_room_double = room_listener(
+    long_reply=LONG_REPLY, redirect_to=lambda draft: "irc:lee" if "lee" in draft else "irc:sam"
+)
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,6 @@ import pytest
 from irc_server import IrcServer
 from matrix_server import SERVER_NAME, MatrixPerson, Synapse
 from pydantic import SecretStr
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo
 from test_irc import ticking
 
 from persyn.channels.matrix import MatrixChannel, render_html
@@ -35,6 +33,7 @@ from persyn.runtime.doctor import Check
 from persyn.testing import models
 from persyn.testing.harness import ADA as ADA_AGENT
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+from persyn.testing.pacing import room_listener
 
 ROOM_DOUBLE = "matrix-room"
 AGENT_PASSWORD = "agent-secret"
@@ -45,25 +44,8 @@ PEOPLE = ("sam", "kim", "lee", "helper")
 HUGE = "😀<&" * 5000  # 15,000 characters, 60 KB as UTF-8 before its HTML: more than one event holds
 
 
-def _room_double(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> models.DoubleResult:
-    """Answers what it is asked (the echo), and stays out of other people's small talk."""
-    if task == "decide":
-        asked = models.last_user_text(messages)
-        if "overhearing" in asked and "Should you join in?" in asked:
-            return {
-                "action": "silent",
-                "reason": "others are chatting among themselves; I have nothing to add",
-            }
-        draft = asked.rpartition("Your draft reply:")[2]
-        if "Do you send it?" in asked and "privately" in draft:
-            return {"action": "redirect", "reason": "better said in private", "redirect_to": f"matrix:{SAM}"}
-        return {"action": "speak", "reason": "I was asked"}
-    if models.last_user_text(messages).endswith("tell me everything"):
-        return HUGE
-    schema = models.output_schema(info)
-    if schema is not None:  # critique and the like: nothing to object to
-        return models.DoubleReply(output=models.minimal_instance(schema))
-    return models.echo_text(messages)
+# Answers what it is asked, stays out of small talk, takes "privately" to Sam.
+_room_double = room_listener(long_reply=HUGE, redirect_to=lambda draft: f"matrix:{SAM}")
 
 
 @pytest.fixture(autouse=True)
