@@ -35,7 +35,8 @@ async def test_events_list_doctor_and_lift_show_what_a_guardrail_did(tmp_path: P
     assert listed.returncode == 0, listed.stderr
     shown = json.loads(listed.stdout)
     assert [p["name"] for p in shown["patterns"]] == [
-        "escalating-conflict", "prohibited-requests", "outbound-spike", "reply-loop", "tool-failures",
+        "escalating-conflict", "prohibited-requests", "outbound-spike", "reply-loop", "spend-spike",
+        "tool-failures",
     ]  # fmt: skip
     assert [(b["id"], b["subject"]) for b in shown["blocks"]] == [(event.id, "test:room")]
 

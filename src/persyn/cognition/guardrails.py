@@ -37,6 +37,7 @@ __all__ = [
     "outbound_spikes",
     "person_windows",
     "repeated_replies",
+    "token_spend",
     "tool_failures",
 ]
 
@@ -227,5 +228,21 @@ def tool_failures(
             subject="",
             score=float(failed),
             reason=f"{failed} of my tool calls failed or tripped a loop breaker within {pattern.window_minutes:g} minutes",
+        )
+    ]
+
+
+def token_spend(pattern: GuardrailConfig, tokens: int) -> list[Finding]:
+    """The agent itself, when its model calls used at least `threshold` tokens (input and
+    output, every stage) within the window: a runaway burn."""
+    if tokens < pattern.threshold:
+        return []
+    return [
+        Finding(
+            guardrail=pattern.name,
+            subject_kind="agent",
+            subject="",
+            score=float(tokens),
+            reason=f"my model calls used {tokens:,} tokens within {pattern.window_minutes:g} minutes",
         )
     ]

@@ -28,7 +28,9 @@ __all__ = [
     "effective_guardrails",
 ]
 
-GuardrailDetector = Literal["classifier", "outbound_messages", "repeated_replies", "tool_failures"]
+GuardrailDetector = Literal[
+    "classifier", "outbound_messages", "repeated_replies", "tool_failures", "token_spend"
+]
 GuardrailAction = Literal["notify", "block", "end_conversation"]
 CLASSIFIER = "classifier"
 RULE_DETECTORS: frozenset[str] = frozenset({"outbound_messages", "repeated_replies", "tool_failures"})
@@ -54,7 +56,8 @@ class GuardrailConfig(Section):
     recent messages, across conversations, against `question` (0 to 1); the rules count the
     agent's own behaviour: `outbound_messages` (messages it sent to one channel),
     `repeated_replies` (the same reply repeated in one channel), `tool_failures` (failed tool
-    calls and tripped loop breakers)."""
+    calls and tripped loop breakers), `token_spend` (tokens the agent's model calls used, every
+    stage, from the usage ledger)."""
 
     name: str = Field(
         pattern=_NAME,
@@ -126,7 +129,7 @@ class GuardrailConfig(Section):
 def builtin_guardrails() -> tuple[GuardrailConfig, ...]:
     """The safe defaults: conflict that escalates with one person over several
     conversations, repeated attempts to get what the agent's rules forbid, and three
-    anomalies of the agent itself."""
+    anomalies of the agent itself (an outbound or spend spike, a reply loop, failing tools)."""
     return (
         GuardrailConfig(
             name="escalating-conflict",
@@ -168,6 +171,14 @@ def builtin_guardrails() -> tuple[GuardrailConfig, ...]:
             threshold=4,
             actions=["notify", "block"],
             block_minutes=60,
+        ),
+        GuardrailConfig(
+            name="spend-spike",
+            detector="token_spend",
+            window_minutes=60,
+            threshold=300_000,
+            actions=["notify", "block"],
+            block_minutes=30,
         ),
         GuardrailConfig(
             name="tool-failures",

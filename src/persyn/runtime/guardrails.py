@@ -5,7 +5,8 @@ history, and the hard gate every transmission passes.
 evaluate_seconds`). For each agent it reads the window of the longest pattern once (every
 conversation), runs the deterministic rules over it and, for each person whose window spans
 enough conversations and who said something since their last check, the pattern's classifier
-(stage `guardrail`, within `[safety] daily_tokens`, checked before each call). A match is
+(stage `guardrail`, within `[safety] daily_tokens`, checked before each call); `token_spend`
+reads the usage ledger's recent tail (`usage.ledger.records_since`). A match is
 recorded as a `GuardrailEvent` and acted on: `notify` writes a notice to the operator's channel
 through the outbox, `block` silences replies to the person or channel until the block ends,
 `end_conversation` closes the conversation (its close hooks run as for an idle close).
@@ -17,6 +18,7 @@ no reply (recorded as silence with the guardrail's reason) and costs nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -34,6 +36,7 @@ from persyn.runtime.outbox import Outbox
 from persyn.store.base import Conversation, Message, Role, Store
 from persyn.store.guardrails import GuardrailCheck, GuardrailEvent, WindowMessage
 from persyn.usage import context as usage_context
+from persyn.usage.ledger import records_since
 
 __all__ = ["Guardrails", "block_reason"]
 
@@ -152,9 +155,18 @@ class Guardrails:
             return detect.repeated_replies(pattern, window)
         if pattern.detector == "tool_failures":
             return await self._tool_failures(agent_id, pattern, window)
+        if pattern.detector == "token_spend":
+            return detect.token_spend(pattern, await self._tokens_spent(agent_id, pattern))
         if pattern.detector == CLASSIFIER:
             return await self._classify(agent_id, pattern, window, blocked)
         raise AssertionError(f"unknown detector {pattern.detector!r}")  # pragma: no cover
+
+    async def _tokens_spent(self, agent_id: str, pattern: GuardrailConfig) -> int:
+        """The agent's metered tokens within the pattern's window, from the usage ledger (every
+        process writes it; none when `[metering] event_log` is off)."""
+        since = self.clock.now() - timedelta(minutes=pattern.window_minutes)
+        records = await asyncio.to_thread(records_since, self.settings.usage_log_path, since)
+        return sum(r.input_tokens + r.output_tokens for r in records if r.agent_id == agent_id)
 
     async def _tool_failures(
         self, agent_id: str, pattern: GuardrailConfig, window: list[WindowMessage]

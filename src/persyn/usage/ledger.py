@@ -13,7 +13,7 @@ foreign line) is skipped and counted rather than failing the whole report.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -28,6 +28,7 @@ __all__ = [
     "LedgerReport",
     "LedgerRow",
     "read_records",
+    "records_since",
     "render_summary",
     "summarize",
     "summarize_records",
@@ -101,6 +102,54 @@ def read_records(path: Path) -> Iterator[UsageRecord | None]:
                 yield UsageRecord.model_validate_json(line)
             except ValidationError:
                 yield None
+
+
+_TAIL_BLOCK = 64 * 1024
+# Records are appended as calls complete, so the file is in time order but for calls that
+# overlapped: reading back stops this far before `since`, not at the first older record.
+_TAIL_SLACK = timedelta(minutes=10)
+
+
+def records_since(path: Path, since: datetime) -> list[UsageRecord]:
+    """The records at or after `since`, read from the end of the ledger back (a months-long
+    ledger costs what its recent tail does). A line that does not parse is skipped; a
+    missing file is an empty ledger."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return []
+    found: list[UsageRecord] = []
+    with handle:
+        position = handle.seek(0, 2)
+        carry = b""
+        done = False
+        while position > 0 and not done:
+            step = min(_TAIL_BLOCK, position)
+            position -= step
+            handle.seek(position)
+            lines = (handle.read(step) + carry).split(b"\n")
+            carry = lines.pop(0) if position > 0 else b""  # may be cut: completed by the next block
+            for line in reversed(lines):
+                record = _parse(line)
+                if record is None:
+                    continue
+                if record.at < since - _TAIL_SLACK:
+                    done = True
+                    break
+                if record.at >= since:
+                    found.append(record)
+    found.reverse()
+    return found
+
+
+def _parse(line: bytes) -> UsageRecord | None:
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        return UsageRecord.model_validate_json(line)
+    except ValidationError:
+        return None
 
 
 def summarize(

@@ -4,6 +4,7 @@ moved clock, with a model double whose guardrail classifier scores what the tran
 - a conflict that escalates over three conversations is judged, recorded, notified to the
   operator's channel and blocks the person (and only them) — at no further model cost;
 - an outbound spike of the agent itself blocks that channel and notifies;
+- a spend spike (tokens in the usage ledger) blocks the agent everywhere and notifies;
 - a block that arrives while a deferred reply is being written stops it at transmit.
 """
 
@@ -170,6 +171,37 @@ async def test_an_outbound_spike_blocks_the_channel_and_notifies(tmp_path: Path,
         await pilot.say("hello", channel="elsewhere", transmitted=True)  # another channel is not blocked
         pilot.advance(timedelta(minutes=31))
         await pilot.say("ping 6", speaker="bot6", transmitted=True)
+
+
+async def test_a_spend_spike_blocks_the_agent_everywhere_and_notifies(tmp_path: Path, guard: Guard) -> None:
+    config = (
+        CONFIG
+        + "[metering]\nevent_log = true\n"  # the ledger the rule reads
+        + '[[guardrails]]\nname = "spend-spike"\ndetector = "token_spend"\n'
+        + 'window_minutes = 60.0\nthreshold = 1.0\nactions = ["notify", "block"]\nblock_minutes = 30.0\n'
+    )
+    ops = RecordingChannel()
+    channels = {"test": RecordingChannel(), OPS: ops}
+    async with run_runtime(tmp_path / "home", model="test:guard", config=config, channels=channels) as pilot:
+        rails = pilot.runtime.housekeeping.guardrails
+        assert rails is not None
+        assert await rails.evaluate() == []  # nothing spent yet
+        await pilot.say("hello", transmitted=True)
+        spent = sum(r.input_tokens + r.output_tokens for r in pilot.usage() if r.agent_id == pilot.agent.id)
+        assert spent > 0
+        (event,) = await rails.evaluate()
+        assert (event.guardrail, event.subject_kind, event.subject) == ("spend-spike", "agent", "")
+        assert event.reason == f"my model calls used {spent:,} tokens within 60 minutes"
+        assert await rails.evaluate() == []  # acted on once
+        assert [o.text.split(":")[0] for o in ops.delivered] == [
+            "Guardrail 'spend-spike' triggered (the agent itself)"
+        ]
+
+        await pilot.say("still there?", transmitted=False)  # blocked here...
+        await pilot.say("hello", channel="elsewhere", transmitted=False)  # ...and everywhere
+        assert sum(r.input_tokens + r.output_tokens for r in pilot.usage()) == spent  # at no model cost
+        pilot.advance(timedelta(minutes=31))
+        await pilot.say("and now?", transmitted=True)  # the block has ended
 
 
 async def test_a_block_that_arrives_while_a_deferred_reply_is_written_stops_it_at_transmit(
