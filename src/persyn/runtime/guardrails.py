@@ -8,7 +8,8 @@ enough conversations and who said something since their last check, the pattern'
 (stage `guardrail`, within `[safety] daily_tokens`, checked before each call); `token_spend`
 reads the usage ledger's recent tail (`usage.ledger.records_since`). A match is
 recorded as a `GuardrailEvent` and acted on: `notify` writes a notice to the operator's channel
-through the outbox, `block` silences replies to the person or channel until the block ends,
+through the outbox, `block` silences replies to the person or channel until the block ends
+(the operator's channel, `notify_channel`, is never a rule's subject: they watch it),
 `end_conversation` closes the conversation (its close hooks run as for an idle close).
 
 `Guardrails.blocking` is the hard gate: transmit asks it on every transmission, inline or
@@ -135,6 +136,13 @@ class Guardrails:
                 log.warning("guardrail %s failed for agent %s: %s", pattern.name, agent_id, exc)
                 continue
             for finding in findings:
+                if (
+                    finding.subject_kind == "channel"
+                    and finding.subject == self.settings.safety.notify_channel
+                ):
+                    # The operator's own channel: they watch it, and notices go there, so a block
+                    # would silence the agent towards the one person who would lift it.
+                    continue
                 if _already_acted(finding, pattern, recent, start, now):
                     continue
                 event = await self._act(agent_id, pattern, finding, now)

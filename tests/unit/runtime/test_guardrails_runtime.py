@@ -173,6 +173,26 @@ async def test_an_outbound_spike_blocks_the_channel_and_notifies(tmp_path: Path,
         await pilot.say("ping 6", speaker="bot6", transmitted=True)
 
 
+async def test_a_rule_never_blocks_the_operators_own_channel(tmp_path: Path, guard: Guard) -> None:
+    # The same reply four times in the operator's chat (someone who greets the agent the same way
+    # each morning) would be a reply loop anywhere else; there, the operator watches it, and
+    # notices go there: nothing is recorded, nothing blocked.
+    config = (
+        '[safety]\nnotify_channel = "test:room"\n'
+        + '[[guardrails]]\nname = "reply-loop"\ndetector = "repeated_replies"\n'
+        + 'window_minutes = 60.0\nthreshold = 2.0\nactions = ["notify", "block"]\n'
+    )
+    channels = {"test": RecordingChannel()}
+    async with run_runtime(tmp_path / "home", model="test:guard", config=config, channels=channels) as pilot:
+        rails = pilot.runtime.housekeeping.guardrails
+        assert rails is not None
+        for room in ("room", "other", "room", "other"):
+            await pilot.say("same again", channel=room, transmitted=True)
+        (event,) = await rails.evaluate()  # the loop in test:other is acted on, test:room's is not
+        assert (event.guardrail, event.subject) == ("reply-loop", "test:other")
+        await pilot.say("same again", channel="room", transmitted=True)
+
+
 async def test_a_spend_spike_blocks_the_agent_everywhere_and_notifies(tmp_path: Path, guard: Guard) -> None:
     config = (
         CONFIG
