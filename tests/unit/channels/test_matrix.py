@@ -219,11 +219,12 @@ async def test_rooms_threads_direct_chats_and_invitations(tmp_path: Path, accoun
         assert [m.transmitted for m in markers if m] == [False, False]
         assert all("others are chatting" in (m.reason or "") for m in markers if m)
         said_there = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "matrix", room, 10)]
-        assert said_there[:3] == [
-            "the weather is lovely today",
-            "yes, sunny all week",
-            "beep: 3 new builds",
-        ]
+        # Every overheard line is in the room's dialog. Their order is not asserted: the three
+        # arrive in one sync batch and are submitted concurrently, and CI once stored the bot's
+        # line before kim's (same clock reading; see the stop-26 note).
+        assert sorted(said_there[:3]) == sorted(
+            ["the weather is lovely today", "yes, sunny all week", "beep: 3 new builds"]
+        )
         kinds = {p.display_name: p.kind for p in await pilot.store.list_persons(pilot.agent.id)}
         assert kinds["helper"] == "agent" and kinds["sam"] == kinds["kim"] == kinds["lee"] == "human"
         assert len(sam.said_by(ADA)) == 1 and len(lee.said_by(ADA)) == 1
