@@ -1,21 +1,26 @@
 """The Matrix adapter (SPEC §3): one account per served agent, over the client-server API.
 
-Why a small httpx client and not matrix-nio or mautrix: an agent needs eight endpoints
-(login, whoami, sync, join, leave, send, receipt, createRoom) and two reads (joined members,
-room messages), and the part that must be right here — where the sync token is kept and when
-it moves — is ours either way: nio keeps its token in its own store and moves it when its
-callbacks return, and both libraries bring aiohttp and an end-to-end-encryption stack that is
-not used yet. httpx is already the HTTP client of the gateway and the Telegram adapter.
+The HTTP side is mautrix-python's `ClientAPI` (typed calls: login, whoami, join, leave, send,
+receipt, createRoom, members, profile) over its `HTTPAPI` (raw JSON for `/sync` and
+`/messages`, whose events are read as dicts here), on one aiohttp session per account. Only the
+client-server layer is used, not mautrix's `Client`/syncer: the part that must be right here —
+where the sync token is kept and when it moves — stays ours (a syncer moves its token when its
+handlers return, and keeps it in its own store). Two gaps of mautrix are filled here: a 429 is
+raised at once with `retry_after_ms` dropped, so an aiohttp middleware waits it out and resends
+the same request; and its errors are translated to `ChannelError` at this boundary.
 
 What it does:
 - Every served agent logs in as `[channels.matrix] user_id` (`{agent}` filled) with
   MATRIX_ACCESS_TOKEN (one agent) or MATRIX_PASSWORD, on a fixed device id, so the
   homeserver's per-device transaction ids make a resent message one message.
-- It joins `rooms` at start and accepts invitations from `invites_from` (else declines them),
-  then long-polls `/sync`. Every text message in a joined room becomes an `Event` (channel the
-  room id); one in a direct chat (two members), one that mentions the agent (`m.mentions`, its
-  user id, localpart or name) or that replies to or threads under its own message is
-  addressed, the rest is overheard traffic, which gets the engagement decision.
+- It joins `rooms` at start and accepts invitations by `join`: from `invites_from` (the
+  allowlist), or with `join = "contacts"` also from a contact already in its directory; it
+  declines the rest. Then it long-polls `/sync`. Every text message in a joined room becomes
+  an `Event` (channel the room id); one in a direct chat (two members), one that mentions the
+  agent (`m.mentions`, its user id, localpart or name) or that replies to or threads under its
+  own message is addressed, the rest is overheard traffic, which gets the engagement decision.
+  The events of one batch are submitted in timeline order with arrival times rising in that
+  order, so the dialog keeps the room's order however their turns finish.
 - Resuming: the sync token (`next_batch`) is kept in a small JSON file per account under the
   data directory, written (atomically) only after the batch's messages were submitted. A crash
   before that write replays the batch, and an event's id derives from the Matrix event id, so
@@ -29,6 +34,9 @@ What it does:
 - What it processed is marked read (a read receipt on the last event of each room's batch).
 - Senders resolve through the directory key (`matrix`, homeserver, user id); the deployment's
   other agents and `bots` are marked `agent`.
+- A 429 (M_LIMIT_EXCEEDED) is waited out (`retry_after_ms`, else `Retry-After`, at most 60 s,
+  five sends) and the request sent again; a message keeps its transaction id (the outbox row's),
+  so it is stored once.
 - A delivery while the homeserver is unreachable raises, so the outbox keeps the row; the sync
   loop retries with a doubling backoff and, on every (re)connection, delivers the backlog
   (`RuntimeAPI.deliver_pending`).
@@ -43,15 +51,21 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import quote, urlparse
 
-import httpx
+import aiohttp
+from aiohttp.client_middlewares import ClientHandlerType
 from markdown_it import MarkdownIt
+from mautrix.api import HTTPAPI, Method, PathBuilder
+from mautrix.api import Path as ApiPath
+from mautrix.client import ClientAPI
+from mautrix.errors import MatrixError, MatrixRequestError
+from mautrix.types import DeviceID, EventID, EventType, RoomCreatePreset, RoomID, UserID
 
 from persyn.channels.base import Channel
 from persyn.channels.telegram import split_message
@@ -72,7 +86,10 @@ _GAP_EVENTS = 1000  # most messages fetched to fill one room's gap after a downt
 # Characters per message: an event is capped at 64 KiB, and the body and its HTML are both in
 # it (6,000 four-byte characters twice, or 6,000 `<` escaped as `&lt;`, stay well below).
 _BODY_LIMIT = 6000
-_RATE_LIMIT_TRIES = 5
+_RATE_LIMIT_TRIES = 5  # sends of one request while the homeserver answers 429
+_RATE_LIMIT_WAIT_MAX = 60.0  # seconds: a longer retry_after is cut to this (then asked again)
+# Apart in one room's batch: a millisecond, the resolution of the dialog's ids' time part.
+_ORDER_STEP = timedelta(milliseconds=1)
 _TEXT_TYPES = ("m.text", "m.emote")  # m.notice is for bots' output: never answered (spec)
 
 _markdown = MarkdownIt("commonmark", {"html": False}).disable("image")
@@ -158,11 +175,49 @@ class _State:
         os.replace(temporary, self.path)
 
 
+def _in_timeline_order(events: list[tuple[str, str, Event]]) -> list[tuple[str, str, Event]]:
+    """The batch's events with arrival times that rise strictly in each room's timeline order.
+
+    The events of one batch are taken in one go, so they share a clock reading (or the
+    homeserver's millisecond), and their turns may finish in any order: the dialog, read in
+    (time, id) order, would then show them shuffled. Walking back from each room's last
+    message, an event stamped no earlier than the one after it is put a millisecond before it —
+    never later than it was, so never later than the clock (the pipeline keeps an arrival time
+    only if it is not in the future)."""
+    later: dict[str, datetime] = {}
+    ordered: list[tuple[str, str, Event]] = []
+    for room_id, matrix_id, event in reversed(events):
+        stamp = event.received_at
+        after = later.get(room_id)
+        if after is not None and stamp >= after:
+            stamp = after - _ORDER_STEP
+            event = event.model_copy(update={"received_at": stamp})
+        later[room_id] = stamp
+        ordered.append((room_id, matrix_id, event))
+    ordered.reverse()
+    return ordered
+
+
 class _MatrixError(ChannelError):
     def __init__(self, message: str, status: int, errcode: str) -> None:
         super().__init__(message)
         self.status = status
         self.errcode = errcode
+
+
+T = TypeVar("T")
+
+
+def _retry_after(response: aiohttp.ClientResponse, body: bytes) -> float:
+    """Seconds a 429 asks to wait: `retry_after_ms` in the body (the spec before v1.10, and
+    what Synapse sends), else the `Retry-After` header (seconds), else one second."""
+    with contextlib.suppress(ValueError):
+        data = json.loads(body or b"{}")
+        if isinstance(data, dict) and isinstance(data.get("retry_after_ms"), int | float):
+            return max(0.0, float(data["retry_after_ms"]) / 1000)
+    with contextlib.suppress(ValueError, TypeError):
+        return max(0.0, float(response.headers.get("Retry-After", "")))
+    return 1.0
 
 
 class _Account:
@@ -177,57 +232,73 @@ class _Account:
         self.ready = asyncio.Event()
         self.connections = 0  # successful first syncs after a (re)connection (tests wait on it)
         self.syncs = 0
+        self.rate_limited = 0  # 429 answers waited out (a counter `persyn doctor` and tests read)
         self.state = _State.load(channel.state_dir / f"{quote(self.user_id, safe='')}.json")
         self._token = channel.access_token
-        self._client = httpx.AsyncClient(
-            base_url=channel.config.homeserver or "",
-            timeout=httpx.Timeout(channel.config.sync_timeout_seconds + 30, connect=10),
-            transport=channel.transport,
-        )
+        self._client: ClientAPI | None = None
         self._members: dict[str, int] = {}
         self._display: dict[tuple[str, str], str] = {}
         self._joined_rooms = False
         self._save_lock = asyncio.Lock()
+        self._last_stamp: datetime | None = None
 
-    # HTTP ----------------------------------------------------------------------------------
-    async def call(
-        self,
-        method: str,
-        path: str,
-        body: Mapping[str, Any] | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """One client-server call; a 429 is waited out (`retry_after_ms`) and retried."""
-        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        for _ in range(_RATE_LIMIT_TRIES):
-            try:
-                response = await self._client.request(
-                    method, _API + path, json=body, params=params, headers=headers
-                )
-            except httpx.HTTPError as exc:
-                raise ChannelError(f"matrix {method} {path}: {type(exc).__name__}: {exc}") from exc
-            try:
-                data = response.json()
-            except ValueError:
-                data = {}
-            if not isinstance(data, dict):
-                data = {}
-            if response.status_code == 429:
-                wait = float(data.get("retry_after_ms") or 1000) / 1000
-                await asyncio.sleep(min(wait, 60.0))
-                continue
-            if response.status_code >= 400:
-                errcode = str(data.get("errcode") or "")
-                raise _MatrixError(
-                    f"matrix {method} {path}: HTTP {response.status_code} {errcode} {data.get('error')!r}",
-                    response.status_code,
-                    errcode,
-                )
-            return data
-        raise ChannelError(f"matrix {method} {path}: still rate limited after {_RATE_LIMIT_TRIES} tries")
+    # HTTP (mautrix's client-server API over one aiohttp session) ---------------------------
+    @property
+    def client(self) -> ClientAPI:
+        """The account's `ClientAPI`, made on first use (an aiohttp session belongs to the
+        running event loop)."""
+        if self._client is None:
+            config = self._owner.config
+            session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=config.sync_timeout_seconds + 30, connect=10),
+                middlewares=(self._wait_out_rate_limit,),
+                headers={"User-Agent": f"persyn {HTTPAPI.default_ua}"},
+            )
+            api = HTTPAPI(config.homeserver or "", self._token or "", client_session=session)
+            self._client = ClientAPI(UserID(self.user_id), DeviceID(self.device_id), api=api)
+        return self._client
+
+    async def _wait_out_rate_limit(
+        self, request: aiohttp.ClientRequest, handler: ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        """A 429 (M_LIMIT_EXCEEDED) is waited out and the same request sent again — mautrix
+        raises it at once and drops `retry_after_ms`. A resent message keeps its transaction
+        id, so the homeserver stores it once."""
+        for _ in range(_RATE_LIMIT_TRIES - 1):
+            response = await handler(request)
+            if response.status != 429:
+                return response
+            wait = min(_retry_after(response, await response.read()), _RATE_LIMIT_WAIT_MAX)
+            response.release()
+            self.rate_limited += 1
+            log.info("matrix: %s rate limited on %s; waiting %.2f s", self.user_id, request.url.path, wait)
+            await asyncio.sleep(wait)
+        return await handler(request)  # still limited: mautrix raises it, the caller retries later
+
+    async def _call(self, what: str, request: Awaitable[T]) -> T:
+        """One client-server call, its errors translated to `ChannelError` at this boundary."""
+        try:
+            return await request
+        except MatrixRequestError as exc:
+            raise _MatrixError(
+                f"matrix {what}: HTTP {exc.http_status} {exc.errcode} {exc.message!r}",
+                exc.http_status,
+                str(exc.errcode or ""),
+            ) from exc
+        except (MatrixError, aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
+            raise ChannelError(f"matrix {what}: {type(exc).__name__}: {exc}") from exc
+
+    async def _raw(self, method: Method, path: PathBuilder, params: Mapping[str, str]) -> dict[str, Any]:
+        """An endpoint read as plain JSON (sync and history: their events are kept as dicts)."""
+        data = await self._call(
+            f"{method} /{path}", self.client.api.request(method, path, query_params=params)
+        )
+        return cast("dict[str, Any]", data) if isinstance(data, dict) else {}
 
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.api.session.close()
+            self._client = None
 
     async def _persist(self) -> None:
         # One writer at a time (the sync loop and deliveries both save); the snapshot is
@@ -260,6 +331,7 @@ class _Account:
                     and self._owner.password
                 ):
                     self._token = None  # logged out elsewhere: log in again
+                    self.client.api.token = ""
                 log.warning("matrix %s (%s): %s", config.homeserver, self.user_id, exc)
                 self.ready.clear()
                 await asyncio.sleep(wait)
@@ -269,27 +341,26 @@ class _Account:
         password = self._owner.password
         if password is None:
             raise ChannelError("neither MATRIX_ACCESS_TOKEN nor MATRIX_PASSWORD is set")
-        done = await self.call(
-            "POST",
-            "/login",
-            {
-                "type": "m.login.password",
-                "identifier": {"type": "m.id.user", "user": self.user_id},
-                "password": password,
-                "device_id": self.device_id,
-                "initial_device_display_name": f"persyn ({self.agent.name})",
-            },
+        done = await self._call(
+            "login",
+            self.client.login(
+                identifier=UserID(self.user_id),
+                password=password,
+                device_id=self.device_id,
+                device_name=f"persyn ({self.agent.name})",
+                store_access_token=True,  # the client sends it from now on
+            ),
         )
-        self._token = str(done["access_token"])
-        self.device_id = str(done.get("device_id") or self.device_id)
+        self._token = done.access_token
+        self.device_id = str(done.device_id or self.device_id)
         await self._set_display_name()
 
     async def check_token(self) -> None:
         """With an access token: it must belong to the configured user."""
-        who = await self.call("GET", "/account/whoami")
-        if who.get("user_id") != self.user_id:
+        who = await self._call("whoami", self.client.whoami())
+        if who.user_id != self.user_id:
             raise ConfigError(
-                f"MATRIX_ACCESS_TOKEN belongs to {who.get('user_id')!r}, not to the configured "
+                f"MATRIX_ACCESS_TOKEN belongs to {who.user_id!r}, not to the configured "
                 f"[channels.matrix] user_id {self.user_id!r}"
             )
         await self._set_display_name()
@@ -297,17 +368,14 @@ class _Account:
     async def _set_display_name(self) -> None:
         # Only when it differs: every change is a membership event in every joined room.
         with contextlib.suppress(ChannelError):
-            path = f"/profile/{quote(self.user_id, safe='')}/displayname"
-            current = await self.call("GET", path)
-            if current.get("displayname") != self.agent.name:
-                await self.call("PUT", path, {"displayname": self.agent.name})
+            await self._call("displayname", self.client.set_displayname(self.agent.name, check_current=True))
 
     async def _join_configured(self) -> None:
         if self._owner.access_token is not None and not self._joined_rooms:
             await self.check_token()
         for room in self._owner.config.rooms:
             try:
-                await self.call("POST", f"/join/{quote(room, safe='')}", {})
+                await self._call(f"join {room}", self.client.join_room(RoomID(room), max_retries=0))
             except _MatrixError as exc:  # a room that refuses us is reported, the others are served
                 log.warning("matrix: %s could not join %s: %s", self.user_id, room, exc)
         self._joined_rooms = True
@@ -329,13 +397,12 @@ class _Account:
 
     async def _sync_once(self) -> None:
         since = self.state.next_batch
-        params: dict[str, Any] = {"filter": self._filter()}
-        if since is None:
-            params["timeout"] = 0  # the first start: take the position, answer no history
-        else:
+        params: dict[str, str] = {"filter": self._filter(), "timeout": "0"}
+        if since is not None:  # else the first start: take the position, answer no history
             params["since"] = since
-            params["timeout"] = self._owner.config.sync_timeout_seconds * 1000 if self.ready.is_set() else 0
-        data = await self.call("GET", "/sync", params=params)
+            if self.ready.is_set():
+                params["timeout"] = str(self._owner.config.sync_timeout_seconds * 1000)
+        data = await self._raw(Method.GET, ApiPath.v3.sync, params)
         rooms = data.get("rooms") or {}
         for room_id, invited in (rooms.get("invite") or {}).items():
             await self._invited(str(room_id), invited)
@@ -352,14 +419,36 @@ class _Account:
         self.syncs += 1
 
     # rooms ------------------------------------------------------------------------------------
-    def _may_invite(self, inviter: str) -> bool:
-        allowed = self._owner.config.invites_from
-        if not allowed:
-            return inviter.endswith(f":{self.server_name}")
-        return (
+    async def _may_invite(self, inviter: str) -> bool:
+        """`join = "allowlist"`: `invites_from` (empty = the agent's own homeserver);
+        `"contacts"`: a contact already in the directory, or `invites_from` as written."""
+        config = self._owner.config
+        allowed = config.invites_from
+        listed = (
             "*" in allowed
             or inviter in allowed
             or any(entry.startswith(":") and inviter.endswith(entry) for entry in allowed)
+        )
+        if config.join == "allowlist":
+            return listed if allowed else inviter.endswith(f":{self.server_name}")
+        if listed:
+            return True
+        try:
+            return bool(inviter) and await self._owner.api.knows_speaker(
+                self.agent.id, self._speaker(inviter, "")
+            )
+        except Exception as exc:  # the directory unreadable: decline (an invitation can be sent again)
+            log.warning("matrix: could not look %s up in the directory: %s", inviter, exc)
+            return False
+
+    def _speaker(self, user: str, name: str) -> Speaker:
+        """A Matrix user as a speaker: the directory key is (matrix, homeserver, user id)."""
+        return Speaker(
+            service=MATRIX_SERVICE,
+            channel=self._owner.network,
+            speaker_id=user,
+            display_name=name or user[1:].partition(":")[0],
+            kind="agent" if self._owner.is_agent(user) else "human",
         )
 
     async def _invited(self, room_id: str, invited: Mapping[str, Any]) -> None:
@@ -367,13 +456,13 @@ class _Account:
         for event in (invited.get("invite_state") or {}).get("events") or []:
             if event.get("type") == "m.room.member" and event.get("state_key") == self.user_id:
                 inviter = str(event.get("sender") or "")
-        path = f"/rooms/{quote(room_id, safe='')}"
         try:
-            if self._may_invite(inviter):
-                await self.call("POST", f"/join/{quote(room_id, safe='')}", {})
+            if await self._may_invite(inviter):
+                await self._call(f"join {room_id}", self.client.join_room_by_id(RoomID(room_id)))
                 log.info("matrix: %s joined %s (invited by %s)", self.user_id, room_id, inviter)
             else:
-                await self.call("POST", f"{path}/leave", {"reason": "invitations are not accepted from you"})
+                reason = "invitations are not accepted from you"
+                await self._call(f"leave {room_id}", self.client.leave_room(RoomID(room_id), reason=reason))
                 log.info("matrix: %s declined %s's invitation to %s", self.user_id, inviter, room_id)
         except _MatrixError as exc:
             log.warning("matrix: answering the invitation to %s failed: %s", room_id, exc)
@@ -422,16 +511,16 @@ class _Account:
         """The messages between the last sync and this one's timeline (oldest first)."""
         found: list[dict[str, Any]] = []
         token: str | None = before
-        path = f"/rooms/{quote(room_id, safe='')}/messages"
+        path = ApiPath.v3.rooms[room_id].messages
         while token and len(found) < _GAP_EVENTS:
-            page = await self.call(
-                "GET",
+            page = await self._raw(
+                Method.GET,
                 path,
-                params={
+                {
                     "from": token,
                     "to": since,
                     "dir": "b",
-                    "limit": 100,
+                    "limit": "100",
                     "filter": json.dumps({"types": ["m.room.message"]}),
                 },
             )
@@ -447,8 +536,8 @@ class _Account:
         count = self._members.get(room_id)
         if count is None:
             try:
-                joined = await self.call("GET", f"/rooms/{quote(room_id, safe='')}/joined_members")
-                count = len(joined.get("joined") or {})
+                joined = await self._call("members", self.client.get_joined_members(RoomID(room_id)))
+                count = len(joined)
             except ChannelError:
                 count = 0
             self._members[room_id] = count
@@ -462,6 +551,7 @@ class _Account:
             event = await self._event(room_id, message)
             if event is not None:
                 events.append((room_id, str(message["event_id"]), event))
+        events = _in_timeline_order(events)
         if events:
             # Where to answer is known before anything is submitted: a recovered turn after a
             # crash finds it, even if the batch is not seen again.
@@ -476,8 +566,7 @@ class _Account:
             last[room_id] = matrix_id
         for room_id, matrix_id in last.items():
             try:
-                path = f"/rooms/{quote(room_id, safe='')}/receipt/m.read/{quote(matrix_id, safe='')}"
-                await self.call("POST", path, {})
+                await self._call("receipt", self.client.send_receipt(RoomID(room_id), EventID(matrix_id)))
             except ChannelError as exc:  # a receipt is a courtesy: the message is stored
                 log.info("matrix: read receipt in %s failed: %s", room_id, exc)
 
@@ -519,13 +608,7 @@ class _Account:
             agent_id=self.agent.id,
             service=MATRIX_SERVICE,
             channel=room_id,
-            speaker=Speaker(
-                service=MATRIX_SERVICE,
-                channel=self._owner.network,
-                speaker_id=sender,
-                display_name=name,
-                kind="agent" if self._owner.is_agent(sender) else "human",
-            ),
+            speaker=self._speaker(sender, name),
             text=text,
             received_at=min(said_at, now) if said_at.year > 2000 else now,
             addressed=bool(addressed),
@@ -538,10 +621,13 @@ class _Account:
         known = self.state.direct.get(user)
         if known is not None:
             return known
-        created = await self.call(
-            "POST", "/createRoom", {"invite": [user], "is_direct": True, "preset": "trusted_private_chat"}
+        created = await self._call(
+            "createRoom",
+            self.client.create_room(
+                is_direct=True, invitees=[UserID(user)], preset=RoomCreatePreset.TRUSTED_PRIVATE
+            ),
         )
-        room = str(created["room_id"])
+        room = str(created)
         self.state.direct[user] = room
         await self._persist()
         return room
@@ -581,10 +667,15 @@ class _Account:
             }
             if relation is not None:
                 content["m.relates_to"] = relation
-            txn = quote(f"{key}.{index}", safe="")
-            sent = await self.call("PUT", f"/rooms/{quote(room, safe='')}/send/m.room.message/{txn}", content)
-            if isinstance(sent.get("event_id"), str):
-                self.state.mine.append(sent["event_id"])
+            # The transaction id is the outbox row's: a resend (after a restart, a lost answer
+            # or a 429) is the same message to the homeserver.
+            sent = await self._call(
+                f"send to {room}",
+                self.client.send_message_event(
+                    RoomID(room), EventType.ROOM_MESSAGE, cast("Any", content), txn_id=f"{key}.{index}"
+                ),
+            )
+            self.state.mine.append(str(sent))
         await self._persist()
 
 
@@ -602,7 +693,6 @@ class MatrixChannel(Channel):
         state_dir: Path,
         access_token: str | None = None,
         password: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if not config.homeserver:
             raise ChannelError("[channels.matrix] homeserver is not set")
@@ -622,7 +712,6 @@ class MatrixChannel(Channel):
         self.state_dir = state_dir
         self.access_token = access_token
         self.password = password
-        self.transport = transport
         parsed = urlparse(config.homeserver)
         self.network = parsed.netloc.lower()
         self.accounts = {agent_id: _Account(self, agent) for agent_id, agent in served.items()}

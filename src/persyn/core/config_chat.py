@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -142,6 +143,14 @@ class MatrixConfig(Section):
         description=(
             'Whose invitations are accepted: user ids ("@sam:example.org"), whole servers (":example.org") '
             'or "*"; empty = users of the agent\'s own homeserver. Others are declined.'
+        ),
+    )
+    join: Literal["allowlist", "contacts"] = Field(
+        default="allowlist",
+        description=(
+            'Which invitations are accepted: "allowlist" = those from `invites_from`; "contacts" = those '
+            "from a contact already in the agent's directory (someone it has met on this homeserver) or "
+            "listed in `invites_from` (no own-homeserver default then). Others are declined."
         ),
     )
     agents: list[str] = Field(

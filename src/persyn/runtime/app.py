@@ -407,6 +407,9 @@ class Runtime:
     async def remember_display_name(self, agent_id: str, person_id: str, name: str) -> None:
         await speakers.remember_display_name(self.store, agent_id, person_id, name)
 
+    async def knows_speaker(self, agent_id: str, speaker: Speaker) -> bool:
+        return await speakers.knows_speaker(self.store, agent_id, speaker)
+
     # ingestion and dispatch (`runtime.dispatch`) --------------------------------------------
     def validate_text(self, text: str | bytes) -> str:
         return self.intake.validate_text(text)

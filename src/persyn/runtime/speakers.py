@@ -13,7 +13,7 @@ from datetime import datetime
 from persyn.core.events import Speaker
 from persyn.store.base import Identity, Store
 
-__all__ = ["DISPLAY_NAME_PREF", "remember_display_name", "resolve_speaker"]
+__all__ = ["DISPLAY_NAME_PREF", "knows_speaker", "remember_display_name", "resolve_speaker"]
 
 DISPLAY_NAME_PREF = "display_name"
 
@@ -27,6 +27,14 @@ async def resolve_speaker(
     person = await store.resolve_person(agent_id, identity, speaker.display_name, speaker.kind, now)
     chosen = await store.get_preference(agent_id, person.id, DISPLAY_NAME_PREF)
     return person.id, chosen
+
+
+async def knows_speaker(store: Store, agent_id: str, speaker: Speaker) -> bool:
+    """Whether `speaker` is already a contact of the agent (their lookup key is in its
+    directory); nothing is created. One read of the agent's directory: it answers rare
+    questions (an invitation), not every message."""
+    identity = Identity(service=speaker.service, channel=speaker.channel, speaker_id=speaker.speaker_id)
+    return any(identity in person.identities for person in await store.list_persons(agent_id))
 
 
 async def remember_display_name(store: Store, agent_id: str, person_id: str, name: str) -> None:
