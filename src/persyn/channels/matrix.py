@@ -51,6 +51,7 @@ import json
 import logging
 import os
 import re
+import secrets
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -380,10 +381,17 @@ class _Account:
                 log.warning("matrix: %s could not join %s: %s", self.user_id, room, exc)
         self._joined_rooms = True
 
-    def _filter(self) -> str:
+    def _filter(self, *, first_start: bool = False) -> str:
         limit = self._owner.config.timeline_limit
+        # Synapse answers a /sync identical to one of the last two minutes (same user, device,
+        # since, filter, timeout) from its response cache: a first start soon after another one
+        # on this account would get that one's old position and take everything said since
+        # as new. A first start's filter carries a field of its own (filters allow unknown
+        # fields) so its answer is always fresh.
+        nonce = {"org.persyn.first_start": secrets.token_hex(8)} if first_start else {}
         return json.dumps(
             {
+                **nonce,
                 "presence": {"types": []},
                 "account_data": {"types": []},
                 "room": {
@@ -397,7 +405,7 @@ class _Account:
 
     async def _sync_once(self) -> None:
         since = self.state.next_batch
-        params: dict[str, str] = {"filter": self._filter(), "timeout": "0"}
+        params: dict[str, str] = {"filter": self._filter(first_start=since is None), "timeout": "0"}
         if since is not None:  # else the first start: take the position, answer no history
             params["since"] = since
             if self.ready.is_set():

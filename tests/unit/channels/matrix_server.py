@@ -116,10 +116,12 @@ class Synapse:
         )
         return f"@{name}:{SERVER_NAME}"
 
-    def register_later(self, name: str, password: str) -> subprocess.Popen[bytes]:
-        """`register` started, not awaited (several users are made at once)."""
+    def register_later(self, name: str, password: str, *, admin: bool = False) -> subprocess.Popen[bytes]:
+        """`register` started, not awaited (several users are made at once); `admin` makes a
+        server admin (who may use Synapse's admin API)."""
+        role = "--admin" if admin else "--no-admin"
         return subprocess.Popen(
-            [str(REGISTER), "-c", str(self.config), "-u", name, "-p", password, "--no-admin", self.url],
+            [str(REGISTER), "-c", str(self.config), "-u", name, "-p", password, role, self.url],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -230,6 +232,13 @@ class MatrixPerson:
         content = {"msgtype": "m.text", "body": text, **extra}
         sent = await self._call("PUT", f"/rooms/{quote(room)}/send/m.room.message/t{self._txn}", content)
         return str(sent["event_id"])
+
+    async def limit_messages(self, user: str, per_second: int, burst: int) -> None:
+        """Synapse's admin API (this person must be an admin): `user`'s sends limited to
+        `per_second` with bursts of `burst`, whatever the server's `rc_message` says."""
+        url = f"{self.server.url}/_synapse/admin/v1/users/{quote(user)}/override_ratelimit"
+        done = await self._client.post(url, json={"messages_per_second": per_second, "burst_count": burst})
+        assert done.status_code == 200, f"override_ratelimit: {done.status_code} {done.text}"
 
     def said_by(self, user: str, room: str | None = None) -> list[Seen]:
         return [s for s in self.seen if s.sender == user and (room is None or s.room == room)]
