@@ -233,7 +233,7 @@ class _Account:
         self.ready = asyncio.Event()
         self.connections = 0  # successful first syncs after a (re)connection (tests wait on it)
         self.syncs = 0
-        self.rate_limited = 0  # 429 answers waited out (a counter `persyn doctor` and tests read)
+        self.rate_limited = 0  # 429 answers waited out (logged; tests read it)
         self.state = _State.load(channel.state_dir / f"{quote(self.user_id, safe='')}.json")
         self._token = channel.access_token
         self._client: ClientAPI | None = None
@@ -241,7 +241,6 @@ class _Account:
         self._display: dict[tuple[str, str], str] = {}
         self._joined_rooms = False
         self._save_lock = asyncio.Lock()
-        self._last_stamp: datetime | None = None
 
     # HTTP (mautrix's client-server API over one aiohttp session) ---------------------------
     @property
@@ -250,8 +249,12 @@ class _Account:
         running event loop)."""
         if self._client is None:
             config = self._owner.config
+            # No total timeout: it would also count the rate-limit waits of the middleware. A
+            # stalled server is caught by the read timeout (a long poll sends nothing until done).
             session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=config.sync_timeout_seconds + 30, connect=10),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, connect=10, sock_read=config.sync_timeout_seconds + 30
+                ),
                 middlewares=(self._wait_out_rate_limit,),
                 headers={"User-Agent": f"persyn {HTTPAPI.default_ua}"},
             )
@@ -286,7 +289,7 @@ class _Account:
                 exc.http_status,
                 str(exc.errcode or ""),
             ) from exc
-        except (MatrixError, aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
+        except (MatrixError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise ChannelError(f"matrix {what}: {type(exc).__name__}: {exc}") from exc
 
     async def _raw(self, method: Method, path: PathBuilder, params: Mapping[str, str]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from persyn.channels.matrix import MatrixChannel, render_html
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, MatrixConfig, Secrets, Settings
 from persyn.core.errors import ConfigError
-from persyn.core.events import Event
+from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
 from persyn.runtime._doctor_channels import channel_checks
 from persyn.runtime.doctor import Check
@@ -218,7 +218,7 @@ async def test_rooms_threads_direct_chats_and_invitations(tmp_path: Path, accoun
         await pilot.settle()
         events = await _events(pilot)
         chatter = [e for e in events if e.text in ("the weather is lovely today", "yes, sunny all week")]
-        markers = [await pilot.store.get_marker(pilot.agent.id, e.id, pilot.clock.now()) for e in chatter]
+        markers = [await _marker(pilot, e) for e in chatter]
         assert [m.transmitted for m in markers if m] == [False, False]
         assert all("others are chatting" in (m.reason or "") for m in markers if m)
         said_there = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "matrix", room, 10)]
@@ -340,9 +340,15 @@ async def test_an_access_token_serves_its_own_user_only(
         assert [s.body for s in sam.said_by(ADA)] == ["You said: hello by token"]
 
 
+async def _marker(pilot: Pilot, event: Event) -> CompletionMarker | None:
+    """The event's completion marker, read as of the test's start: the ticking clock runs
+    hours of its time per second under load, and a marker lives one hour of it."""
+    return await pilot.store.get_marker(pilot.agent.id, event.id, START)
+
+
 async def _silent(pilot: Pilot, count: int) -> bool:
     events = await _events(pilot)
-    done = [await pilot.store.get_marker(pilot.agent.id, e.id, pilot.clock.now()) for e in events]
+    done = [await _marker(pilot, e) for e in events]
     return sum(1 for m in done if m is not None and not m.transmitted) >= count
 
 
