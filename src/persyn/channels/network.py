@@ -7,7 +7,6 @@ from typing import Protocol
 
 from persyn.channels.agents import AgentLink
 from persyn.channels.irc import IrcChannel
-from persyn.channels.matrix import MatrixChannel
 from persyn.channels.telegram import TelegramChannel
 from persyn.core.config import Settings
 from persyn.core.errors import ConfigError
@@ -51,6 +50,9 @@ def configured_channels(settings: Settings, api: RuntimeAPI) -> list[NetworkChan
         found.append(TelegramChannel(telegram, agent, api, token=token.get_secret_value()))
     matrix = settings.channels.matrix
     if matrix.homeserver:
+        # Imported only when configured: mautrix and aiohttp take ~0.5 s to import.
+        from persyn.channels.matrix import MatrixChannel
+
         token, password = settings.secrets.matrix_access_token, settings.secrets.matrix_password
         found.append(
             MatrixChannel(
