@@ -152,6 +152,8 @@ def test_bad_matrix_config_is_named(tmp_path: Path) -> None:
         harness_settings(
             tmp_path, config='[channels.matrix]\nhomeserver = "http://x"\ninvites_from = ["sam"]\n'
         )
+    with pytest.raises(ConfigError, match="'friends'"):
+        harness_settings(tmp_path, config='[channels.matrix]\nhomeserver = "http://x"\njoin = "friends"\n')
     assert MatrixConfig(user_id="@{agent}-bot:x.org").user_for("Ada Lovelace") == "@adalovelace-bot:x.org"
 
 
