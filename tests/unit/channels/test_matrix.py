@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -17,12 +18,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from irc_server import IrcServer
 from matrix_server import SERVER_NAME, MatrixPerson, Synapse
 from pydantic import SecretStr
 from test_irc import ticking
 
-from persyn.channels.matrix import MatrixChannel, render_html
+from persyn.channels.matrix import MatrixChannel, _in_timeline_order, render_html
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, MatrixConfig, Secrets, Settings
 from persyn.core.errors import ConfigError
@@ -155,6 +158,42 @@ def test_bad_matrix_config_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="'friends'"):
         harness_settings(tmp_path, config='[channels.matrix]\nhomeserver = "http://x"\njoin = "friends"\n')
     assert MatrixConfig(user_id="@{agent}-bot:x.org").user_for("Ada Lovelace") == "@adalovelace-bot:x.org"
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["!a:x", "!b:x", "!c:x"]), st.integers(min_value=0, max_value=5)),
+        max_size=30,
+    )
+)
+def test_a_batch_gets_arrival_times_rising_in_each_rooms_order(batch: list[tuple[str, int]]) -> None:
+    """Whatever the clock said (ties, or a homeserver stamp going back), each room's events
+    come out strictly rising in their order, none later than it was, and nothing else changes."""
+    events = [
+        (
+            room,
+            f"$e{n}",
+            Event(
+                id=new_id(START),
+                agent_id=ADA_AGENT.id,
+                service="matrix",
+                channel=room,
+                text=f"line {n}",
+                received_at=START + timedelta(milliseconds=offset),
+            ),
+        )
+        for n, (room, offset) in enumerate(batch)
+    ]
+    ordered = _in_timeline_order(events)
+    assert [(r, m, e.model_dump(exclude={"received_at"})) for r, m, e in ordered] == [
+        (r, m, e.model_dump(exclude={"received_at"})) for r, m, e in events
+    ]
+    assert all(
+        new.received_at <= old.received_at for (_, _, new), (_, _, old) in zip(ordered, events, strict=True)
+    )
+    for room in {r for r, _, _ in events}:
+        stamps = [e.received_at for r, _, e in ordered if r == room]
+        assert all(a < b for a, b in itertools.pairwise(stamps))
 
 
 async def test_no_credentials_is_a_config_error(tmp_path: Path) -> None:
