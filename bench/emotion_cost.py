@@ -7,6 +7,10 @@ double, once per setting, and prints the tokens metered per answered turn by sta
 - `every exchange`: on with `min_words = 0` (a reading after every answered message);
 - `default`: on as shipped (trivially short exchanges skipped; a burst read once).
 
+Every row critiques with the same lens (`constrained`), so the rows differ only by the
+emotional state: its own calls and what it adds to other prompts (the trajectory in respond's,
+the current state in decide's).
+
 The conversation mixes small talk ("hi", "thanks!") with substantive messages, in the
 proportion given by `--short` (one short exchange in every N). Token counts are the double's
 (pydantic-ai's estimate from the text's words), so compare the rows, not the absolute figures
@@ -68,7 +72,8 @@ async def run(config: str, turns: int, short_every: int, burst: bool) -> tuple[i
             await pilot.settle()
             by_stage: dict[str, float] = defaultdict(float)
             for record in pilot.usage():
-                by_stage[record.stage or "?"] += record.input_tokens + record.output_tokens
+                stage = (record.stage or "?").split(":")[0]  # critique:LENS → critique
+                by_stage[stage] += record.input_tokens + record.output_tokens
             return answered, {stage: tokens / max(answered, 1) for stage, tokens in by_stage.items()}
 
 
@@ -80,10 +85,11 @@ async def main() -> None:
     parser.add_argument("--short", type=int, default=3, help="one short exchange in every N")
     parser.add_argument("--burst", action="store_true")
     args = parser.parse_args()
+    lenses = '[deliberation]\nlenses = ["constrained"]\n'  # the same critics in every row
     settings = {
-        "off": "[emotion]\nenabled = false\n",
-        "every exchange": "[emotion]\nmin_words = 0\n",
-        "default": "",
+        "off": lenses + "[emotion]\nenabled = false\n",
+        "every exchange": lenses + "[emotion]\nmin_words = 0\n",
+        "default": lenses,
     }
     rows: list[tuple[str, int, dict[str, float]]] = []
     with registered_double("cost", double):
@@ -95,9 +101,9 @@ async def main() -> None:
         f"load average {os.getloadavg()[0]:.2f}; {args.turns} turns, 1 in {args.short} short"
         f"{', burst' if args.burst else ''}; metered tokens per answered turn"
     )
-    print(f"{'setting':<16}{'answered':>9}" + "".join(f"{s:>11}" for s in stages) + f"{'total':>9}")
+    print(f"{'setting':<16}{'answered':>9}" + "".join(f"{s:>10}" for s in stages) + f"{'total':>9}")
     for name, answered, per_turn in rows:
-        cells = "".join(f"{per_turn.get(s, 0.0):>11.1f}" for s in stages)
+        cells = "".join(f"{per_turn.get(s, 0.0):>10.1f}" for s in stages)
         print(f"{name:<16}{answered:>9}{cells}{sum(per_turn.values()):>9.1f}")
 
 
