@@ -52,6 +52,8 @@ class Mind:
             return self._refine(said)
         if task == "decide":
             return self._decide(system, said)
+        if task == "classify" and "say how you feel now" in system:  # the emotional state
+            return {"calm": 1.0}
         return DoubleReply(text="ok")
 
     def _respond(self, said: str) -> DoubleReply:
