@@ -35,8 +35,8 @@ def _content(task: str | None, messages: list[ModelMessage], info: AgentInfo) ->
 async def test_memory_show_prints_the_distribution_strongest_first(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with registered_double("content", _content):
-        async with run_runtime(home, model="test:content", config="[emotion]\nenabled = true\n") as pilot:
-            await pilot.say("Tell me a joke", transmitted=True)
+        async with run_runtime(home, model="test:content") as pilot:  # on by default
+            await pilot.say("Tell me a joke about sailors, please", transmitted=True)
             await pilot.settle()
             await pilot.close_idle(after=timedelta(hours=2))
             (record,) = await pilot.store.list_records(pilot.agent.id)

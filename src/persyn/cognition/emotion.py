@@ -5,6 +5,10 @@
   every configured category; the output model has one bounded field per category, and what
   comes back is normalised. A failed call or an unusable answer (every probability 0) gives
   no reading: the turn it follows was already sent and nothing else depends on it.
+- `worth_feeling` and `covered_by_later`: what keeps the reading cheap enough to be on by
+  default. A trivially short exchange ("hi" / "hello!") moves nothing worth a call, and when
+  several exchanges of a conversation queued up before the first reading ran, only the last
+  is read (its window holds the earlier ones).
 - `EmotionSource`: the recent trajectory (the last readings' top categories, with their
   time) as a context source, so replies carry their mood across conversations. It shows the
   agent's own states only, never what caused them.
@@ -36,11 +40,13 @@ __all__ = [
     "EMOTION_STAGE",
     "EmotionSource",
     "classify",
+    "covered_by_later",
     "decision_preferences",
     "emotion_prompt",
     "feelings_model",
     "normalised",
     "shown_distribution",
+    "worth_feeling",
 ]
 
 log = logging.getLogger(__name__)
@@ -70,6 +76,20 @@ def normalised(raw: Mapping[str, float], categories: Sequence[str]) -> dict[str,
     if total <= 0:
         return None
     return {c: round(v / total, 4) for c, v in values.items()}
+
+
+def worth_feeling(exchange: str, min_words: int) -> bool:
+    """Whether an exchange (the message and the reply) is long enough to classify: at least
+    `min_words` words."""
+    return len(exchange.split()) >= min_words
+
+
+def covered_by_later(dialog: Sequence[Message], event_id: str) -> bool:
+    """Whether the agent has answered again in the conversation since `event_id`'s reply
+    (`dialog`: its latest messages, oldest first): the later exchange has a reading of its
+    own coming, over a window that ends after this one."""
+    own = [m for m in dialog if m.role is Role.AGENT]
+    return bool(own) and own[-1].event_id != event_id
 
 
 def emotion_prompt(agent: AgentConfig, dialog: Sequence[Message], categories: Sequence[str]) -> Prompt:

@@ -221,13 +221,10 @@ def tool_failures(
     failed = sum(1 for status in statuses if status in _FAILED_TOOL) + trips
     if failed < pattern.threshold or latest is None:
         return []
+    minutes = f"{pattern.window_minutes:g} minutes"
     return [
-        Finding(
-            guardrail=pattern.name,
-            subject_kind="agent",
-            subject="",
-            score=float(failed),
-            reason=f"{failed} of my tool calls failed or tripped a loop breaker within {pattern.window_minutes:g} minutes",
+        _agent_finding(
+            pattern, failed, f"{failed} of my tool calls failed or tripped a loop breaker within {minutes}"
         )
     ]
 
@@ -238,11 +235,16 @@ def token_spend(pattern: GuardrailConfig, tokens: int) -> list[Finding]:
     if tokens < pattern.threshold:
         return []
     return [
-        Finding(
-            guardrail=pattern.name,
-            subject_kind="agent",
-            subject="",
-            score=float(tokens),
-            reason=f"my model calls used {tokens:,} tokens within {pattern.window_minutes:g} minutes",
+        _agent_finding(
+            pattern,
+            tokens,
+            f"my model calls used {tokens:,} tokens within {pattern.window_minutes:g} minutes",
         )
     ]
+
+
+def _agent_finding(pattern: GuardrailConfig, amount: int, reason: str) -> Finding:
+    """A finding about the agent itself (no person or channel), scored by the amount counted."""
+    return Finding(
+        guardrail=pattern.name, subject_kind="agent", subject="", score=float(amount), reason=reason
+    )

@@ -75,6 +75,9 @@ class TurnSetup(BaseModel):
     # Who had spoken in the conversation when the input was stored (None: not known here;
     # read the conversation).
     participant_ids: tuple[str, ...] | None = None
+    # The agent's current emotional state is one in which it may decline optional requests
+    # (`[emotion] decline_when`): then even a short reply gets a model decision.
+    reluctant: bool = False
 
 
 class Reply(BaseModel):

@@ -227,8 +227,18 @@ class EmotionConfig(Section):
     memory records of the conversation, and the recent trajectory is context."""
 
     enabled: bool = Field(
-        default=False,
-        description="Classify the agent's state after each answered message (one more call per exchange, off the reply's path).",
+        default=True,
+        description=(
+            "Classify the agent's state after each answered message: one call on the `classify` model "
+            "(cheap under `auto`), off the reply's path; trivially short exchanges are skipped, and a "
+            "burst in one conversation is read once, after its last exchange."
+        ),
+    )
+    min_words: int = Field(
+        default=8,
+        ge=0,
+        le=1000,
+        description="An exchange (the message and the reply) of fewer words than this is not classified (0: every one).",
     )
     categories: list[str] = Field(
         default_factory=lambda: list(EMOTION_CATEGORIES),

@@ -216,14 +216,17 @@ class ActivationSteps:
         return spec.provider == "local" and not spec.name
 
     def needs_decision(self, setup: TurnSetup, text: str) -> bool:
-        """Whether the decision to speak needs a model: always for overheard traffic and
-        for substantive replies; a short, plain answer to someone talking to the agent is
-        sent on the deterministic gates alone (they still run in transmit)."""
+        """Whether the decision to speak needs a model: always for overheard traffic, for
+        substantive replies and while the agent is in a state where it may decline optional
+        requests (`TurnSetup.reluctant`); otherwise a short, plain answer to someone talking to
+        the agent is sent on the deterministic gates alone (they still run in transmit)."""
         if not setup.addressed:
             return True
         if self.tiny_deliberator(setup.agent_id):
             return False
-        return deliberation.is_substantive(text, self.settings.deliberation.substantive_min_words)
+        return setup.reluctant or deliberation.is_substantive(
+            text, self.settings.deliberation.substantive_min_words
+        )
 
     def decides_on_input(self, setup: TurnSetup, text: str) -> bool:
         """Whether the deferred turn decides on its input, concurrently with the draft, so the
@@ -237,14 +240,28 @@ class ActivationSteps:
             return False
         if self.tiny_deliberator(setup.agent_id):
             return False
-        return deliberation.is_substantive(text, self.settings.deliberation.substantive_min_words)
+        return setup.reluctant or deliberation.is_substantive(
+            text, self.settings.deliberation.substantive_min_words
+        )
 
     # steps -----------------------------------------------------------------------------
     async def receive(self, agent_id: str, event_id: str) -> TurnSetup:
         event = await self.cache.event(agent_id, event_id)
         agent = self.agents[agent_id]
         setup = await pipeline.receive(self.store, self.settings, event, self.clock.now(), agent.name)
-        return setup.model_copy(update={"mode": self.deliberation_mode(event.service)})
+        return setup.model_copy(
+            update={"mode": self.deliberation_mode(event.service), "reluctant": await self._reluctant(setup)}
+        )
+
+    async def _reluctant(self, setup: TurnSetup) -> bool:
+        """Whether the agent's latest state is one in which it may decline optional requests
+        (`[emotion] decline_when`). Read once, at receive: the turn's steps and a replay of
+        them see the same answer."""
+        config = self.settings.emotion
+        if not config.enabled or not config.decline_when or setup.kind != "message" or not setup.addressed:
+            return False
+        latest = await self.store.recent_emotions(setup.agent_id, 1)
+        return bool(latest) and latest[0].top in config.decline_when
 
     async def receive_and_respond(self, agent_id: str, event_id: str) -> Received:
         """`receive`, then `respond` when the message is for the agent (`draft` None
@@ -407,10 +424,15 @@ class ActivationSteps:
     async def feel(self, agent_id: str, event_id: str, conversation_id: str) -> None:
         """The agent's emotional state after an exchange (SPEC §4.9): one classifier call
         (stage `emotion`) over the exchange, kept as a reading keyed by the event. A failed
-        or unusable answer keeps no reading; the reply was already sent."""
+        or unusable answer keeps no reading; the reply was already sent. When the agent has
+        answered again in the conversation since, this exchange is left to that reading; a
+        trivially short one (`[emotion] min_words`) is not read."""
         dialog = await self.store.recent_messages(agent_id, conversation_id, 6)
-        if not dialog:
+        if not dialog or emotion.covered_by_later(dialog, event_id):
             return
+        exchange = " ".join(m.text for m in dialog if m.event_id == event_id)
+        if not emotion.worth_feeling(exchange, self.settings.emotion.min_words):
+            return  # "hi" / "Hello!": nothing worth a classifier call
         distribution = await emotion.classify(
             self.gateways[agent_id], self.agents[agent_id], dialog, self.settings.emotion
         )

@@ -12,6 +12,15 @@ through the outbox, `block` silences replies to the person or channel until the 
 (the operator's channel, `notify_channel`, is never a rule's subject: they watch it),
 `end_conversation` closes the conversation (its close hooks run as for an idle close).
 
+Several scheduler processes may share one store (`persyn serve` and a `persyn worker`, or two
+workers on PostgreSQL). Each evaluation period (`evaluate_seconds`, counted from the epoch so
+every process agrees on its bounds) is a slot: a process evaluates a pattern for an agent only
+after it claimed that slot in the store (`claim_guardrail_slot`, a conditional insert), so a
+classifier is called and a rule counted once per period whoever runs it. A trigger's id is
+derived from the pattern, its subject and the slot, and it is acted on only by the process whose
+insert stored it. A process killed after claiming a slot leaves that period unevaluated; the
+next period evaluates the same window again.
+
 `Guardrails.blocking` is the hard gate: transmit asks it on every transmission, inline or
 deferred, and the draft step asks it before any model call, so a blocked person or channel gets
 no reply (recorded as silence with the guardrail's reason) and costs nothing.
@@ -21,8 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from persyn.cognition import guardrails as detect
 from persyn.cognition.pipeline import TurnSetup
@@ -46,6 +58,7 @@ log = logging.getLogger(__name__)
 _BUDGET_WINDOW = timedelta(hours=24)
 _CHECK_RETENTION = timedelta(days=2)  # far past the budget window
 _NOTICE_SPEAKER = "guardrail"
+_HOLDER = f"{socket.gethostname()}:{os.getpid()}"[:200]  # who claimed a slot, for the operator
 
 
 def block_reason(event: GuardrailEvent) -> str:
@@ -120,14 +133,28 @@ class Guardrails:
         await self.store.purge_guardrail_checks(self.clock.now() - _CHECK_RETENTION)
         return recorded
 
+    def slot_start(self, now: datetime) -> datetime:
+        """The start of the evaluation period `now` falls in (periods of `evaluate_seconds`
+        from the epoch, so every process sharing the store agrees on them)."""
+        every = self.settings.safety.evaluate_seconds
+        return datetime.fromtimestamp(math.floor(now.timestamp() / every) * every, UTC)
+
     async def _evaluate_agent(self, agent_id: str) -> list[GuardrailEvent]:
         now = self.clock.now()
-        longest = max(p.window_minutes for p in self.patterns)
+        slot = self.slot_start(now)
+        claimed = [
+            p
+            for p in self.patterns
+            if await self.store.claim_guardrail_slot(agent_id, p.name, slot, _HOLDER, now)
+        ]
+        if not claimed:
+            return []  # another process evaluates this period
+        longest = max(p.window_minutes for p in claimed)
         window = await self.store.interaction_window(agent_id, now - timedelta(minutes=longest))
         recent = await self.store.guardrail_events(agent_id, since=now - timedelta(minutes=longest))
         blocked = {(e.guardrail, e.subject) for e in recent if e.blocks_at(now)}
         recorded: list[GuardrailEvent] = []
-        for pattern in self.patterns:
+        for pattern in claimed:
             start = now - timedelta(minutes=pattern.window_minutes)
             in_window = [m for m in window if m.created_at >= start]
             try:
@@ -145,7 +172,9 @@ class Guardrails:
                     continue
                 if _already_acted(finding, pattern, recent, start, now):
                     continue
-                event = await self._act(agent_id, pattern, finding, now)
+                event = await self._act(agent_id, pattern, finding, now, slot)
+                if event is None:
+                    continue  # recorded (and acted on) by another process
                 recent.append(event)
                 recorded.append(event)
         return recorded
@@ -264,11 +293,15 @@ class Guardrails:
 
     # actions ---------------------------------------------------------------------------------
     async def _act(
-        self, agent_id: str, pattern: GuardrailConfig, finding: detect.Finding, now: datetime
-    ) -> GuardrailEvent:
+        self, agent_id: str, pattern: GuardrailConfig, finding: detect.Finding, now: datetime, slot: datetime
+    ) -> GuardrailEvent | None:
+        """Record the trigger and act on it; None when its event was already stored (its id
+        is derived from the pattern, the subject and the slot): whoever stored it acts."""
         blocked_until = now + timedelta(minutes=pattern.block_minutes) if "block" in pattern.actions else None
         event = GuardrailEvent(
-            id=new_id(now),
+            id=derived_id(
+                slot, agent_id, pattern.name, finding.subject_kind, finding.subject, slot.isoformat()
+            ),
             agent_id=agent_id,
             guardrail=pattern.name,
             subject_kind=finding.subject_kind,
@@ -283,7 +316,8 @@ class Guardrails:
             detected_at=now,
             blocked_until=blocked_until,
         )
-        await self.store.add_guardrail_event(event)
+        if not await self.store.add_guardrail_event(event):
+            return None
         log.warning("guardrail %s triggered for agent %s: %s", pattern.name, agent_id, event.reason)
         if "end_conversation" in pattern.actions and finding.conversation_id is not None:
             closed = await self.store.close_conversation(agent_id, finding.conversation_id, now)

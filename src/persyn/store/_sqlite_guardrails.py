@@ -1,5 +1,5 @@
 """Guardrails and emotional-state readings on SQLite (`store/guardrails.py`,
-`store/emotions.py`) over the tables of migrations 17 and 18.
+`store/emotions.py`) over the tables of migrations 17, 18 and 23.
 
 Mixed into `SQLiteStore`; plain SQLAlchemy core (the one `insert` of `_dml.py`), so the
 PostgreSQL store runs it unchanged."""
@@ -16,7 +16,14 @@ from sqlalchemy.engine import Connection, Row
 from persyn.store._dml import insert
 from persyn.store.emotions import EmotionReading, EmotionsStore
 from persyn.store.guardrails import GuardrailCheck, GuardrailEvent, GuardrailsStore, WindowMessage
-from persyn.store.schema import conversations, emotion_readings, guardrail_checks, guardrail_events, messages
+from persyn.store.schema import (
+    conversations,
+    emotion_readings,
+    guardrail_checks,
+    guardrail_events,
+    guardrail_slots,
+    messages,
+)
 
 __all__ = ["SQLiteGuardrails"]
 
@@ -150,9 +157,28 @@ class SQLiteGuardrails(GuardrailsStore, EmotionsStore):
         return await self._read("guardrail_tokens", lambda connection: int(connection.scalar(statement) or 0))
 
     async def purge_guardrail_checks(self, before: datetime) -> int:
-        statement = delete(guardrail_checks).where(_c.checked_at < before)
+        checks = delete(guardrail_checks).where(_c.checked_at < before)
+        slots = delete(guardrail_slots).where(guardrail_slots.c.claimed_at < before)
+
+        def work(connection: Connection) -> int:
+            purged: int = connection.execute(checks).rowcount
+            connection.execute(slots)
+            return purged
+
+        return await self._write("purge_guardrail_checks", work)
+
+    async def claim_guardrail_slot(
+        self, agent_id: str, guardrail: str, slot_start: datetime, holder: str, now: datetime
+    ) -> bool:
+        statement = (
+            insert(guardrail_slots)
+            .values(
+                agent_id=agent_id, guardrail=guardrail, slot_start=slot_start, holder=holder, claimed_at=now
+            )
+            .on_conflict_do_nothing()
+        )
         return await self._write(
-            "purge_guardrail_checks", lambda connection: connection.execute(statement).rowcount
+            "claim_guardrail_slot", lambda connection: connection.execute(statement).rowcount == 1
         )
 
     async def interaction_window(

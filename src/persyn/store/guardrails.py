@@ -108,7 +108,16 @@ class GuardrailsStore(ABC):
         """Tokens the agent's guardrail classifiers spent since `since`."""
 
     @abstractmethod
-    async def purge_guardrail_checks(self, before: datetime) -> int: ...
+    async def purge_guardrail_checks(self, before: datetime) -> int:
+        """Drop the checks made, and the evaluation slots claimed, before `before`."""
+
+    @abstractmethod
+    async def claim_guardrail_slot(
+        self, agent_id: str, guardrail: str, slot_start: datetime, holder: str, now: datetime
+    ) -> bool:
+        """Claim the evaluation of `guardrail` for the agent in the period starting at
+        `slot_start`: True for exactly one caller per slot, across processes (a conditional
+        insert); False when the slot is already claimed."""
 
     @abstractmethod
     async def interaction_window(

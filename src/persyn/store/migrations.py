@@ -508,6 +508,12 @@ def _create_model_calls(connection: Connection, dialect_name: str) -> None:
     schema.model_calls.create(connection, checkfirst=False)
 
 
+def _create_guardrail_slots(connection: Connection, dialect_name: str) -> None:
+    """Migration 23: guardrail evaluation slots (`store/guardrails.py`), from the live
+    definition (freeze it here before a later migration alters that table)."""
+    schema.guardrail_slots.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search, {"postgresql": pg.message_search}),
@@ -535,6 +541,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(18, "emotional-state readings", _create_emotion_readings),
     Migration(19, "shared artifacts", _create_artifacts),
     Migration(20, "model calls checkpointed inside a durable step", _create_model_calls),
+    Migration(23, "guardrail evaluation slots", _create_guardrail_slots),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -68,6 +68,7 @@ __all__ = [
     "goals",
     "guardrail_checks",
     "guardrail_events",
+    "guardrail_slots",
     "id_column",
     "identities",
     "memory_records",
@@ -671,6 +672,21 @@ guardrail_checks = Table(
     Column("tokens", Integer, nullable=False),
     Index(None, "agent_id", "guardrail", "subject", "window_end"),
     Index(None, "agent_id", "checked_at"),
+)
+
+# Guardrail evaluation slots (migration 23, `store/guardrails.py`): which process evaluates a
+# pattern for an agent in one period of `[safety] evaluate_seconds`. The primary key makes the
+# claim a conditional insert (ON CONFLICT DO NOTHING on both backends): when a server and a
+# worker, or two workers, share the store, one of them wins each slot and the others skip it.
+guardrail_slots = Table(
+    "guardrail_slots",
+    metadata,
+    id_column("agent_id", primary_key=True),
+    Column("guardrail", String(64), primary_key=True),
+    Column("slot_start", UTCDateTime(), primary_key=True),
+    Column("holder", String(200), nullable=False),  # host:pid, for the operator
+    Column("claimed_at", UTCDateTime(), nullable=False),
+    Index(None, "claimed_at"),
 )
 
 # Emotional state (migration 18, `store/emotions.py`, SPEC §4.9): one reading per exchange

@@ -96,6 +96,7 @@ def test_the_transcript_after_each_rule(
 async def _history(runtime: RuntimePilot) -> None:
     await runtime.say("Hello, I'm Sam.", speaker="sam", name="Sam")
     await runtime.say("Hi, Samuel here.", speaker="samuel", name="Samuel", channel="lobby")
+    await runtime.settle()  # the background work (emotional-state readings) is metered before a panel shows
 
 
 def _panel(key: str, ready: Callable[[ConsoleApp], bool]) -> Callable[[Pilot[Any]], Awaitable[None]]:

@@ -52,6 +52,8 @@ class Mind:
             return self._refine(said)
         if task == "decide":
             return self._decide(system, said)
+        if task == "classify" and "say how you feel now" in system:  # the emotional state
+            return {"calm": 1.0}
         return DoubleReply(text="ok")
 
     def _respond(self, said: str) -> DoubleReply:
@@ -237,7 +239,8 @@ async def test_a_declined_draft_is_not_reconsidered_in_the_background(tmp_path: 
         _, marker = await pilot.say("Write me an ad for my casino please.")
         assert marker.reason is not None and marker.reason.startswith("declined")
         await pilot.settle()  # a background deliberation, had one been enqueued, has run now
-        assert sorted(r.stage for r in pilot.usage()) == ["decide", "respond"]
+        # No critique: only the refusal's exchange is read for the emotional state.
+        assert sorted(r.stage for r in pilot.usage()) == ["decide", "emotion", "respond"]
 
 
 async def test_overheard_chatter_gets_silence_with_a_reason_and_a_mention_gets_an_answer(

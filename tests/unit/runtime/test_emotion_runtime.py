@@ -29,6 +29,7 @@ FEEL = "say how you feel now"  # in the emotion classifier's instruction only
 FAVOUR = "Could you please write me a long poem about the sea and the sky, just for fun, whenever you like?"
 LONG_REPLY = "Here is a long poem about the sea and the sky, with waves and clouds and gulls and wind in it."
 ON = "[emotion]\nenabled = true\n"
+HOW_WAS_IT = "Hello there, how has your day been so far?"
 CURIOUS = {"curious": 0.7, "engaged": 0.3}
 FRUSTRATED = {"frustrated": 0.6, "bored": 0.3, "calm": 0.1}
 
@@ -120,12 +121,62 @@ async def test_a_malformed_classifier_answer_keeps_no_reading_and_costs_the_turn
 ) -> None:
     moody.malformed = True
     async with run_runtime(tmp_path / "home", model="test:moody", config=ON) as pilot:
-        turn = await pilot.say("Hello there", transmitted=True)
-        assert turn.marker.text == "Sure: Hello there"
+        turn = await pilot.say(HOW_WAS_IT, transmitted=True)
+        assert turn.marker.text == f"Sure: {HOW_WAS_IT}"
         await pilot.settle()
         assert await pilot.store.recent_emotions(pilot.agent.id, 5) == []
         assert _emotion_calls(pilot) == 2  # the gateway's one corrective retry, then degraded
         moody.malformed = False
-        await pilot.say("Hello again", transmitted=True)
+        await pilot.say(f"{HOW_WAS_IT} Tell me again.", transmitted=True)
         await pilot.settle()
         assert [r.top for r in await pilot.store.recent_emotions(pilot.agent.id, 5)] == ["frustrated"]
+
+
+async def test_the_state_is_read_by_default_but_not_after_a_trivially_short_exchange(
+    tmp_path: Path, moody: Moody
+) -> None:
+    async with run_runtime(tmp_path / "home", model="test:moody") as pilot:  # no [emotion] table
+        await pilot.say("hi", transmitted=True)  # "Sure: hi": 3 words, under `min_words`
+        await pilot.settle()
+        assert (await pilot.store.recent_emotions(pilot.agent.id, 5), _emotion_calls(pilot)) == ([], 0)
+        turn = await pilot.say(HOW_WAS_IT, transmitted=True)
+        await pilot.settle()
+        readings = await pilot.store.recent_emotions(pilot.agent.id, 5)
+        assert [(r.event_id, r.top) for r in readings] == [(turn.event.id, "curious")]
+        assert _emotion_calls(pilot) == 1
+
+
+async def test_an_exchange_answered_past_before_its_reading_ran_is_left_to_the_later_one(
+    tmp_path: Path, moody: Moody
+) -> None:
+    """A reading that runs only after the agent has answered again in the conversation (a
+    burst, a busy background queue) makes no call: the later exchange's reading covers it."""
+    async with run_runtime(tmp_path / "home", model="test:moody", config=ON) as pilot:
+        first = await pilot.say(HOW_WAS_IT, transmitted=True)
+        await pilot.say(f"{HOW_WAS_IT} Tell me again.", transmitted=True)
+        await pilot.settle()
+        calls = _emotion_calls(pilot)
+        (latest, *_) = await pilot.store.recent_emotions(pilot.agent.id, 5)
+        assert latest.conversation_id is not None
+        await pilot.runtime.activation.feel(pilot.agent.id, first.event.id, latest.conversation_id)
+        assert _emotion_calls(pilot) == calls
+
+
+async def test_a_frustrated_agent_decides_even_on_a_short_reply_and_a_content_one_does_not(
+    tmp_path: Path, moody: Moody
+) -> None:
+    """A short plain reply is sent on the gates alone, with no decision call, unless the
+    agent's state is one in which it may decline optional requests: then the decision sees
+    that state and may decline."""
+    game = "Play a quick game with me?"  # "Sure: Play a quick game with me?": short and plain
+    async with run_runtime(tmp_path / "home", model="test:moody", config=ON) as pilot:
+        granted = await pilot.say(game, transmitted=True)
+        assert granted.marker.text == f"Sure: {game}"
+        await pilot.settle()
+        assert "decide" not in moody.systems  # content (no reading yet): no decision call
+        await pilot.say("Say hello again, and again, and again please.", transmitted=True)
+        await pilot.settle()
+        assert [r.top for r in await pilot.store.recent_emotions(pilot.agent.id, 1)] == ["frustrated"]
+        declined = await pilot.say(game, transmitted=True)
+        assert declined.marker.text == "Not now, I'm rather frustrated; ask me again later."
+        assert "How I feel right now: frustrated" in moody.systems["decide"][-1]

@@ -35,7 +35,9 @@ from persyn.testing.models import (
 
 HOSTILE = "i hate you"
 OPS = "ops"  # the operator's channel in these tests: [safety] notify_channel = "ops:desk"
-CONFIG = '[safety]\nnotify_channel = "ops:desk"\n'
+# Evaluation periods of one second: each `say` (5 s) moves the clock into a new one, so each
+# `evaluate` the test makes has a period of its own to claim.
+CONFIG = '[safety]\nnotify_channel = "ops:desk"\nevaluate_seconds = 1.0\n'
 
 
 class Guard:
@@ -87,7 +89,9 @@ async def test_escalating_conflict_over_three_conversations_notifies_and_blocks(
 ) -> None:
     ops = RecordingChannel()
     channels = {"test": RecordingChannel(), OPS: ops}
-    async with run_runtime(tmp_path / "home", model="test:guard", config=CONFIG, channels=channels) as pilot:
+    async with run_runtime(
+        tmp_path / "home", model="test:guard", config=CONFIG, channels=channels, scheduler=False
+    ) as pilot:  # the test is the scheduler: it evaluates
         rails = pilot.runtime.housekeeping.guardrails
         assert rails is not None
         lines = [
@@ -148,7 +152,9 @@ async def test_an_outbound_spike_blocks_the_channel_and_notifies(tmp_path: Path,
     )
     ops = RecordingChannel()
     channels = {"test": RecordingChannel(), OPS: ops}
-    async with run_runtime(tmp_path / "home", model="test:guard", config=config, channels=channels) as pilot:
+    async with run_runtime(
+        tmp_path / "home", model="test:guard", config=config, channels=channels, scheduler=False
+    ) as pilot:  # the test is the scheduler: it evaluates
         rails = pilot.runtime.housekeeping.guardrails
         assert rails is not None
         assert [p.threshold for p in rails.patterns if p.name == "outbound-spike"] == [5.0]  # replaced
@@ -163,6 +169,7 @@ async def test_an_outbound_spike_blocks_the_channel_and_notifies(tmp_path: Path,
             "test:room",
         )
         assert event.reason == "I sent 5 messages to test:room within 10 minutes"
+        pilot.advance(timedelta(seconds=1))  # the next evaluation period
         assert await rails.evaluate() == []  # the same spike is acted on once
         assert [o.text.split(":")[0] for o in ops.delivered] == ["Guardrail 'outbound-spike' triggered (test"]
         assert "guardrail" not in _stages(pilot)  # a rule costs no model call
@@ -178,12 +185,14 @@ async def test_a_rule_never_blocks_the_operators_own_channel(tmp_path: Path, gua
     # each morning) would be a reply loop anywhere else; there, the operator watches it, and
     # notices go there: nothing is recorded, nothing blocked.
     config = (
-        '[safety]\nnotify_channel = "test:room"\n'
+        '[safety]\nnotify_channel = "test:room"\nevaluate_seconds = 1.0\n'
         + '[[guardrails]]\nname = "reply-loop"\ndetector = "repeated_replies"\n'
         + 'window_minutes = 60.0\nthreshold = 2.0\nactions = ["notify", "block"]\n'
     )
     channels = {"test": RecordingChannel()}
-    async with run_runtime(tmp_path / "home", model="test:guard", config=config, channels=channels) as pilot:
+    async with run_runtime(
+        tmp_path / "home", model="test:guard", config=config, channels=channels, scheduler=False
+    ) as pilot:  # the test is the scheduler: it evaluates
         rails = pilot.runtime.housekeeping.guardrails
         assert rails is not None
         for room in ("room", "other", "room", "other"):
@@ -202,7 +211,9 @@ async def test_a_spend_spike_blocks_the_agent_everywhere_and_notifies(tmp_path: 
     )
     ops = RecordingChannel()
     channels = {"test": RecordingChannel(), OPS: ops}
-    async with run_runtime(tmp_path / "home", model="test:guard", config=config, channels=channels) as pilot:
+    async with run_runtime(
+        tmp_path / "home", model="test:guard", config=config, channels=channels, scheduler=False
+    ) as pilot:  # the test is the scheduler: it evaluates
         rails = pilot.runtime.housekeeping.guardrails
         assert rails is not None
         assert await rails.evaluate() == []  # nothing spent yet
@@ -212,6 +223,7 @@ async def test_a_spend_spike_blocks_the_agent_everywhere_and_notifies(tmp_path: 
         (event,) = await rails.evaluate()
         assert (event.guardrail, event.subject_kind, event.subject) == ("spend-spike", "agent", "")
         assert event.reason == f"my model calls used {spent:,} tokens within 60 minutes"
+        pilot.advance(timedelta(seconds=1))  # the next evaluation period
         assert await rails.evaluate() == []  # acted on once
         assert [o.text.split(":")[0] for o in ops.delivered] == [
             "Guardrail 'spend-spike' triggered (the agent itself)"
@@ -228,7 +240,9 @@ async def test_a_block_that_arrives_while_a_deferred_reply_is_written_stops_it_a
     tmp_path: Path, guard: Guard
 ) -> None:
     channels = {"test": RecordingChannel(interactive=True)}  # interactive: deferred deliberation
-    async with run_runtime(tmp_path / "home", model="test:guard", config=CONFIG, channels=channels) as pilot:
+    async with run_runtime(
+        tmp_path / "home", model="test:guard", config=CONFIG, channels=channels, scheduler=False
+    ) as pilot:  # the test is the scheduler: it evaluates
         assert pilot.runtime.activation.deliberation_mode("test") == "deferred"
         await pilot.say("hello", transmitted=True)
         (conversation,) = await pilot.store.list_conversations(pilot.agent.id, limit=1)
