@@ -60,6 +60,7 @@ class FakeImagesApi:
     requests: list[ImagesRequest] = field(default_factory=list[ImagesRequest])
     gate: threading.Event = field(default_factory=threading.Event)  # set: answer at once
     received: threading.Event = field(default_factory=threading.Event)  # a request came in
+    canned: tuple[int, bytes] | None = None  # (status, body) answered instead of an image
 
     def __post_init__(self) -> None:
         self.gate.set()
@@ -125,6 +126,9 @@ def _handler(api: FakeImagesApi, stop: threading.Event) -> type[BaseHTTPRequestH
             self._respond(fields, image)
 
         def _respond(self, fields: dict[str, str], image: bytes | None) -> None:
+            if api.canned is not None:
+                self._answer(*api.canned)
+                return
             if api.mode == "hang":
                 stop.wait()
                 return
