@@ -10,8 +10,10 @@ are absent."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
+from persyn.schedule import at_trigger, set_reminder
 from persyn.testing import Pilot, RecordingChannel, run_runtime, tool_returns
 from persyn.testing.images import FakeImagesApi, serve_fake_images
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
@@ -49,6 +52,8 @@ class Painter:
             reference = self.results[-1].get("reference")
             return DoubleReply(text=f"On it: {reference}." if reference else f"Failed: {content}")
         said = last_user_text(messages)
+        if "draw a sunrise" in said:  # a reminder's run
+            said = "draw a sunrise"
         if said.startswith("draw "):
             args: dict[str, Any] = {"prompt": said.removeprefix("draw ")}
             if said.endswith("tall"):
@@ -247,3 +252,35 @@ async def test_without_images_configured_the_tools_are_absent(tmp_path: Path, pa
     async with _runtime(tmp_path, None) as pilot:
         await pilot.say("hello")
         assert not {"generate_image", "edit_image"} & set(painter.offered[0])
+
+
+async def test_a_self_initiated_run_past_its_autonomy_budget_gets_no_render(
+    tmp_path: Path, painter: Painter
+) -> None:
+    """The render is admitted like a model call: a reminder's run whose day's budget its own
+    respond call used up asks for an image, and nothing is sent to the provider."""
+    with serve_fake_images() as api:
+        async with _runtime(tmp_path, api, PRICED + "[autonomy]\ndaily_token_budget = 1\n") as pilot:
+            now = pilot.clock.now()
+            await set_reminder(
+                pilot.store,
+                pilot.agent.id,
+                "draw a sunrise",
+                at_trigger(now + timedelta(minutes=1), now),
+                now,
+            )
+            assert await pilot.fire(timedelta(minutes=2)) == 1
+            await pilot.settle()
+            assert api.requests == []
+            assert [r for r in pilot.usage() if r.stage == "image"] == []
+            said = [
+                message
+                for conversation in await pilot.store.list_conversations(pilot.agent.id)
+                for message in await pilot.store.recent_messages(pilot.agent.id, conversation.id, 20)
+            ]
+            (news,) = [m.text for m in said if "could not be made" in m.text]
+            assert re.fullmatch(
+                r"\(The image you asked for, img-\w{26}, could not be made: stopped: the autonomy budget "
+                r"of 1 tokens per 24 hours is used \(\d+\); this run makes no more model calls\)",
+                news,
+            ), news
