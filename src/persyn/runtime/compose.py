@@ -132,7 +132,7 @@ def build_runtime(
             clock=clock,
             agents=agents,
             outbox=outbox,
-            autonomy=autonomy,
+            admit=autonomy.admit_call,
             meter=meter,
             api_key=images_api_key(settings),
         )

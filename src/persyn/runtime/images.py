@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -35,7 +35,7 @@ from persyn.core.events import ImageAttachment, Outbound
 from persyn.core.ids import derived_id, id_time, new_id
 from persyn.core.records import channel_key
 from persyn.memory.access import eligible_channels
-from persyn.runtime.autonomy import AUTONOMOUS_SERVICE, Autonomy
+from persyn.runtime.autonomy import AUTONOMOUS_SERVICE
 from persyn.runtime.outbox import Outbox
 from persyn.store import Store
 from persyn.store.base import Message, Role
@@ -59,6 +59,10 @@ __all__ = ["ImageNews", "ImageService", "image_price", "render_workflow_id"]
 log = logging.getLogger(__name__)
 
 IMAGE_STAGE = "image"
+
+# Before a render, as before a model call: raises when the budget of the run that asked is
+# used up (`Autonomy.admit_call`; outside a self-initiated run it admits).
+Admit = Callable[[str, str], Awaitable[object]]
 
 
 def render_workflow_id(reference: str) -> str:
@@ -95,8 +99,8 @@ class ImageService:
         store: Store,
         clock: Clock,
         agents: Mapping[str, AgentConfig],
-        outbox: Outbox,
-        autonomy: Autonomy,
+        outbox: Outbox | None,
+        admit: Admit,
         meter: Meter,
         provider: ImageProvider | None = None,
         api_key: str | None = None,
@@ -108,7 +112,7 @@ class ImageService:
         self._clock = clock
         self._agents = agents
         self._outbox = outbox
-        self._autonomy = autonomy
+        self._admit = admit
         self._meter = meter
         self.provider = provider or OpenAIImages(settings.images, api_key)
 
@@ -171,7 +175,7 @@ class ImageService:
         if done is not None:  # rendered before a crash: not rendered (nor billed) again
             return ImageNews(job=job, outcome="ready")
         try:
-            await self._autonomy.admit_call(job.agent_id, job.thread_id)
+            await self._admit(job.agent_id, job.thread_id)
             source: StoredImage | None = None
             if job.kind == "edit":
                 source = self.library.get(job.based_on or "", (job.scope,))
@@ -256,7 +260,7 @@ class ImageService:
             event_id=None,
         )
         await self._store.add_message(message)
-        if job.service != AUTONOMOUS_SERVICE:  # nobody reads a self-initiated run's own surface
+        if self._outbox is not None and job.service != AUTONOMOUS_SERVICE:  # nobody reads `self`
             outbound = Outbound(
                 event_id=job.thread_id,
                 agent_id=job.agent_id,
