@@ -157,13 +157,15 @@ class ImageService:
         )
 
     def started(self, outcome: ToolOutcome) -> str | None:
-        """The reference of a render `outcome` asked for and that waits to be rendered."""
-        if not outcome.ok or not outcome.output:
+        """The reference of a render `outcome` asked for. Decided from the outcome alone,
+        which DBOS recorded: a recovered activation must enqueue exactly what its first run
+        did, whatever became of the job since (a render already delivered removed its job;
+        enqueueing it again attaches to the finished workflow)."""
+        output = outcome.output if outcome.ok else None
+        if not output or output.get("status") != "rendering":
             return None
-        reference = outcome.output.get("reference")
-        if not isinstance(reference, str) or not IMAGE_REFERENCE.fullmatch(reference):
-            return None
-        return reference if self.library.job(reference) is not None else None
+        reference = output.get("reference")
+        return reference if isinstance(reference, str) and IMAGE_REFERENCE.fullmatch(reference) else None
 
     # the background render --------------------------------------------------------------------
     async def render(self, reference: str) -> ImageNews | None:
