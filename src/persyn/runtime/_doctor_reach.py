@@ -39,7 +39,6 @@ def _check_images(settings: Settings) -> Check:
             True,
             "off: no generate_image / edit_image ([images] base_url is unset)",
             "set [images] base_url (e.g. https://api.openai.com/v1) to offer them",
-            warning=True,
         )
     where = f"{images.base_url} ({images.model})"
     host = urlsplit(images.base_url).hostname or ""

@@ -211,7 +211,7 @@ async def test_doctor_says_whether_images_are_offered_and_how_they_are_priced(
         (check,) = [c for c in checks if c.name == "images"]
         return check.ok, check.warning, check.detail
 
-    assert await line({}) == (True, True, "off: no generate_image / edit_image ([images] base_url is unset)")
+    assert await line({}) == (True, False, "off: no generate_image / edit_image ([images] base_url is unset)")
     hosted = {"images": {"base_url": "https://api.openai.com/v1"}}
     assert await line(hosted) == (
         False,
