@@ -200,6 +200,12 @@ class ImagesConfig(Section):
     max_prompt_chars: int = Field(
         default=4000, ge=10, le=32_000, description="Longest prompt the tools accept."
     )
+    max_per_day: int = Field(
+        default=50,
+        ge=1,
+        le=100_000,
+        description="Renders one agent may ask for in any 24 hours (waiting or made; a failed one is not counted): a looping model's bill has a ceiling.",
+    )
 
     @property
     def enabled(self) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
+from persyn.core.errors import ToolError
 from persyn.core.events import ImageAttachment, Outbound
 from persyn.core.ids import derived_id, id_time, new_id
 from persyn.core.records import channel_key
@@ -59,6 +61,7 @@ __all__ = ["ImageNews", "ImageService", "image_price", "render_workflow_id"]
 log = logging.getLogger(__name__)
 
 IMAGE_STAGE = "image"
+_DAY = timedelta(hours=24)
 
 # Before a render, as before a model call: raises when the budget of the run that asked is
 # used up (`Autonomy.admit_call`; outside a self-initiated run it admits).
@@ -130,8 +133,14 @@ class ImageService:
                 if call_key is None
                 else derived_id(id_time(event_id), event_id, "image", call_key)
             )
+            reference = f"img-{ulid}"
+            if self.library.job(reference) is None:  # a re-run's own job is not counted twice
+                limit = self.config.max_per_day
+                asked = await asyncio.to_thread(self.library.asked_since, setup.agent_id, now - _DAY)
+                if asked >= limit:
+                    raise ToolError(f"no image: {asked} asked for in the last 24 hours, the limit is {limit}")
             job = ImageJob(
-                reference=f"img-{ulid}",
+                reference=reference,
                 kind=kind,
                 prompt=prompt,
                 size=size,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,6 +26,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from persyn.core.errors import ToolError
+from persyn.core.ids import id_time
 from persyn.tools.registry import Tool
 
 __all__ = [
@@ -150,6 +152,23 @@ class ImageLibrary:
         except (OSError, ValidationError):
             return None
 
+    def asked_since(self, agent_id: str, since: datetime) -> int:
+        """How many renders `agent_id` asked for since `since`, pending or kept (a reference's
+        ULID carries when it was asked for, so only recent files are read)."""
+        asked: set[str] = set()  # a job rendered and not yet delivered has both files
+        for folder in (self.directory / "jobs", self.directory):
+            for path in folder.glob("img-*.json") if folder.is_dir() else ():
+                reference = path.stem
+                if not IMAGE_REFERENCE.fullmatch(reference) or _asked_at(reference) < since:
+                    continue
+                try:
+                    owner = json.loads(path.read_bytes()).get("agent_id")
+                except (OSError, ValueError):
+                    continue
+                if owner == agent_id:
+                    asked.add(reference)
+        return len(asked)
+
     def end_job(self, reference: str) -> None:
         (self.directory / "jobs" / f"{reference}.json").unlink(missing_ok=True)
 
@@ -208,6 +227,10 @@ class ImageLibrary:
 
     def read(self, stored: StoredImage) -> bytes:
         return self.path(stored).read_bytes()
+
+
+def _asked_at(reference: str) -> datetime:
+    return id_time(reference.removeprefix("img-"))
 
 
 def decode_b64_image(value: object) -> bytes:

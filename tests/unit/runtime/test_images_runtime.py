@@ -284,3 +284,20 @@ async def test_a_self_initiated_run_past_its_autonomy_budget_gets_no_render(
                 r"of 1 tokens per 24 hours is used \(\d+\); this run makes no more model calls\)",
                 news,
             ), news
+
+
+async def test_a_looping_model_meets_the_daily_image_limit(tmp_path: Path, painter: Painter) -> None:
+    with serve_fake_images() as api:
+        async with _runtime(tmp_path, api, "max_per_day = 2\n") as pilot:
+            for subject in ("a cat", "a dog", "a cow"):
+                await pilot.say(f"draw {subject}")
+            await _news(pilot, 5)
+            await pilot.settle()
+            assert painter.results[2] == {
+                "error": "Tool 'generate_image' failed: no image: 2 asked for in the last 24 hours, the limit is 2"
+            }
+            assert [r.fields["prompt"] for r in api.requests] == ["a cat", "a dog"]
+            # A day later the limit is free again.
+            pilot.advance(timedelta(hours=24))
+            await pilot.say("draw a cow")
+            assert painter.results[3]["status"] == "rendering"
