@@ -2,7 +2,7 @@
 
 A `Channel` declares what it can do by overriding defaults, never by the runtime probing
 for attributes: `interactive` (a person waits for the reply: deliberation defers there),
-`streams_tokens` with `sink_for`, `deliberation_done`, `serves` (which agents' messages it
+`streams_tokens` with `sink_for`, `shows_images`, `deliberation_done`, `serves` (which agents' messages it
 shows). Everything the agent says reaches a channel through the outbox (`runtime/outbox.py`)
 and `deliver_outbound`, at least once: the base class drops a message whose outbox id it
 has already shown, so a redelivery after a crash or a racing deliverer is shown once.
@@ -16,7 +16,7 @@ from collections import OrderedDict
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
 
-__all__ = ["Channel", "safe_sink"]
+__all__ = ["Channel", "images_as_text", "safe_sink"]
 
 _REMEMBERED = 4096  # outbox ids remembered per channel for deduplication
 
@@ -28,6 +28,9 @@ class Channel(ABC):
     service: str
     interactive: bool = False
     streams_tokens: bool = False
+    # Shows `Outbound.images` itself; otherwise `deliver_outbound` adds a text line per image
+    # (its reference and file), so no surface loses an image it cannot display.
+    shows_images: bool = False
 
     @abstractmethod
     async def deliver(self, outbound: Outbound) -> None:
@@ -57,12 +60,20 @@ class Channel(ABC):
         key = outbound.outbox_id
         if key is not None and key in seen:
             return False
-        await self.deliver(outbound)
+        await self.deliver(outbound if self.shows_images else images_as_text(outbound))
         if key is not None:
             seen[key] = None
             if len(seen) > _REMEMBERED:
                 seen.popitem(last=False)
         return True
+
+
+def images_as_text(outbound: Outbound) -> Outbound:
+    """`outbound` for a surface that shows no images: one line per image in its text."""
+    if not outbound.images:
+        return outbound
+    lines = [f"[image {image.reference}: {image.path}]" for image in outbound.images]
+    return outbound.model_copy(update={"text": "\n".join((outbound.text, *lines)), "images": ()})
 
 
 def safe_sink(channel: Channel | None, event: Event) -> SinkCallable | None:

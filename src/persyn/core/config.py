@@ -22,6 +22,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from persyn.core.config_base import (
@@ -53,7 +54,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
-from persyn.core.config_reach import BrowseConfig, ReferenceConfig, SkillsConfig
+from persyn.core.config_reach import BrowseConfig, ImagesConfig, ReferenceConfig, SkillsConfig
 from persyn.core.config_safety import EmotionConfig, GuardrailConfig, SafetyConfig
 from persyn.core.config_sandbox import ArtifactsConfig, SandboxConfig
 from persyn.core.config_tools import McpConfig, McpServerConfig
@@ -76,6 +77,7 @@ __all__ = [
     "EmotionConfig",
     "GraphConfig",
     "GuardrailConfig",
+    "ImagesConfig",
     "IrcConfig",
     "MatrixConfig",
     "McpConfig",
@@ -101,6 +103,7 @@ __all__ = [
     "WebConfig",
     "browse_search_key",
     "home_from_env",
+    "images_api_key",
     "load_settings",
     "mcp_headers",
     "model_chain",
@@ -137,6 +140,15 @@ class Settings(Section):
         default_factory=dict[str, Price],
         description='US dollars per million tokens, per model string, e.g. [prices."anthropic:claude-sonnet-4-6"].',
     )
+    # `[prices.images]` in the file (a table of its own inside `[prices]`, moved here when read:
+    # `prices` maps model strings to token prices, and `images` is no model string).
+    image_prices: dict[str, float] = Field(
+        default_factory=dict[str, float],
+        description=(
+            'US dollars per image, as [prices.images] "MODEL" = 0.04 (any size) or "MODEL@SIZE" = 0.06 '
+            "(that size first); an image model not listed is counted, not costed."
+        ),
+    )
     metering: MeteringConfig = MeteringConfig()
     conversation: ConversationConfig = ConversationConfig()
     dispatch: DispatchConfig = DispatchConfig()
@@ -150,6 +162,7 @@ class Settings(Section):
     artifacts: ArtifactsConfig = ArtifactsConfig()
     browse: BrowseConfig = BrowseConfig()
     reference: ReferenceConfig = ReferenceConfig()
+    images: ImagesConfig = ImagesConfig()
     skills: SkillsConfig = SkillsConfig()
     channels: ChannelsConfig = ChannelsConfig()
     pacing: PacingConfig = PacingConfig()
@@ -165,6 +178,27 @@ class Settings(Section):
         default="warning", description="`debug` also keeps the tracebacks of logged failures."
     )
     secrets: Secrets = Secrets()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _image_prices_apart(cls, data: Any) -> Any:
+        """`[prices.images]` is per-image prices, not a model string's token prices."""
+        if not isinstance(data, dict):
+            return data
+        given = cast(dict[str, Any], data)
+        prices: object = given.get("prices")
+        if not isinstance(prices, dict) or "images" not in prices:
+            return given
+        rest = dict(cast(dict[str, Any], prices))
+        return {**given, "prices": rest, "image_prices": rest.pop("images")}
+
+    @field_validator("image_prices")
+    @classmethod
+    def _image_prices_not_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        for model, price in value.items():
+            if price < 0:
+                raise ValueError(f"[prices.images] {model!r} = {price!r}: a price is not negative")
+        return value
 
     @field_validator("guardrails")
     @classmethod
@@ -436,3 +470,10 @@ def browse_search_key(settings: Settings, environ: Mapping[str, str] | None = No
     it is unset: a provider that needs one then says so)."""
     env = os.environ if environ is None else environ
     return env.get(settings.browse.search_key_env) or None
+
+
+def images_api_key(settings: Settings, environ: Mapping[str, str] | None = None) -> str | None:
+    """The images API's key, from the variable `[images] key_env` names (None when unset: no
+    Authorization header is sent, as a local server needs none)."""
+    env = os.environ if environ is None else environ
+    return env.get(settings.images.key_env) or None

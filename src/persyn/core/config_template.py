@@ -27,8 +27,9 @@ __all__ = ["ConfigKey", "config_keys", "readme_reference", "render_agent", "star
 
 _WIDTH = 100
 _SET_IN_STARTER = frozenset({("models", "default")})
-_NOT_IN_FILE = frozenset({"home", "secrets", "agents", "prices"})
+_NOT_IN_FILE = frozenset({"home", "secrets", "agents", "prices", "image_prices"})
 _PRICE_EXAMPLE = "anthropic:claude-sonnet-4-6"
+_IMAGE_PRICE_EXAMPLE = '"gpt-image-1"'  # `[prices.images]`: dollars per image, by image model
 _EXAMPLE = "  # (an example; unset by default)"
 # Tables of tables (`[[mcp.servers]]`): their keys follow their parent section, commented out
 # with the table header, since an empty `[[...]]` table would not validate.
@@ -206,6 +207,8 @@ def _prices_lines() -> list[str]:
     lines = [*_comment(f"{described} An example:"), f'#[prices."{_PRICE_EXAMPLE}"]']
     for key in _keys(Price, ("prices", _PRICE_EXAMPLE)):
         lines.append(f"#{key.name} = {toml_value(key.example)}  # {key.description}")
+    images = Settings.model_fields["image_prices"].description or ""
+    lines += ["", *_comment(images), "#[prices.images]", f"#{_IMAGE_PRICE_EXAMPLE} = 0.04"]
     return lines
 
 
@@ -237,4 +240,7 @@ def readme_reference() -> str:
         shown = "—" if key.default is None else f"`{toml_value(key.default)}`"
         meaning = key.description.replace("|", "\\|")
         rows.append(f"| `{where}{key.name}` | {shown} | {meaning} |")
+        if section == ("prices",) and key.name == "cache_write":
+            images = (Settings.model_fields["image_prices"].description or "").replace("|", "\\|")
+            rows.append(f'| `[prices.images] "MODEL"` | — | {images} |')
     return "\n".join(rows) + "\n"

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CompletionMarker", "Event", "EventKind", "Notice", "Outbound", "Speaker"]
+__all__ = ["CompletionMarker", "Event", "EventKind", "ImageAttachment", "Notice", "Outbound", "Speaker"]
 
 
 class EventKind(StrEnum):
@@ -46,6 +46,16 @@ class Event(BaseModel):
     meta: dict[str, str] = Field(default_factory=dict[str, str])
 
 
+class ImageAttachment(BaseModel):
+    """An image that goes with an outbound message (ARCHITECTURE §21): the file on this host."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reference: str  # img-<ULID>, what the agent and the text call it
+    path: str
+    mime: str
+
+
 class Outbound(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -61,6 +71,9 @@ class Outbound(BaseModel):
     outbox_id: str | None = None
     sent_at: datetime | None = None
     while_away: bool = False
+    # Set by the outbox from the images the text names that are visible on its channel; a
+    # channel that cannot show images is given a text line per image instead (`Channel`).
+    images: tuple[ImageAttachment, ...] = ()
 
 
 class Notice(BaseModel):

@@ -1,5 +1,5 @@
 """`persyn doctor`'s checks of the tools that read the world: the web search provider, the
-reference archives and the skill folders. Each is optional: a failure here means the agent
+reference archives, the skill folders and the images API. Each is optional: a failure here means the agent
 answers without that tool, and the check says how to bring it back. Nothing is changed (a
 protected skill that was edited is reported, and put back by `persyn skills refresh` or the
 agent's next use)."""
@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
-from persyn.core.config import Settings, browse_search_key
+from persyn.core.config import Settings, browse_search_key, images_api_key
 from persyn.runtime._doctor_postgres import Check
 
 __all__ = ["reach_checks"]
@@ -25,7 +26,30 @@ async def reach_checks(settings: Settings) -> list[Check]:
         checks.append(await asyncio.to_thread(_check_archive, settings.home, archive))
     if settings.skills.enabled:
         checks.extend(await asyncio.to_thread(_check_skills, settings))
+    checks.append(_check_images(settings))
     return checks
+
+
+def _check_images(settings: Settings) -> Check:
+    """Configuration only: a probe would be a render, and renders are billed."""
+    images = settings.images
+    if not images.base_url:
+        return Check(
+            "images",
+            True,
+            "off: no generate_image / edit_image ([images] base_url is unset)",
+            "set [images] base_url (e.g. https://api.openai.com/v1) to offer them",
+        )
+    where = f"{images.base_url} ({images.model})"
+    host = urlsplit(images.base_url).hostname or ""
+    local = host in ("localhost", "::1") or host.startswith("127.")
+    if not images_api_key(settings) and not local:
+        return Check(
+            "images", False, f"{where}: ${images.key_env} is not set", f"export {images.key_env}=KEY"
+        )
+    priced = any(key == images.model or key.startswith(f"{images.model}@") for key in settings.image_prices)
+    detail = f"{where}; {'priced per image' if priced else 'unpriced: renders are counted, not costed'}"
+    return Check("images", True, detail, warning=not priced)
 
 
 async def _check_search(settings: Settings) -> Check:

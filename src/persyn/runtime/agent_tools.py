@@ -20,6 +20,8 @@ Tools and what they are bound to:
   channel and its compartment, each version attributed, when `[artifacts]` is enabled;
 - `run_code` (`tools/sandbox_agent.py`, `runtime/sandbox_ops.py`): a task delegated to the
   sandbox agent, only when a sandbox provider is present (no host fallback);
+- images (`tools/images.py`, `runtime/images.py`): `generate_image` and `edit_image` when
+  `[images]` names an API; each answers at once and the render runs in the background;
 - reading the world (`tools/web.py`, `tools/reference.py`): `web_search` and `read_url` when
   `[browse]` turns them on, `lookup_reference` when `[reference]` names archives;
 - skills (`tools/skills.py`): `use_skill`, whose description lists the agent's skills by name
@@ -51,6 +53,7 @@ from persyn.core.records import Sensitivity, channel_key
 from persyn.memory.access import Provenanced, eligible_channels, in_compartment
 from persyn.memory.consolidate import default_sensitivity
 from persyn.runtime.autonomy import narrow_run, recent_activity, run_provenance
+from persyn.runtime.images import ImageService
 from persyn.runtime.sandbox_ops import SandboxService
 from persyn.store.base import Provenance, ReminderAction, Store
 from persyn.store.graph_rows import GraphView
@@ -59,6 +62,7 @@ from persyn.tools.arithmetic import calculator_tool
 from persyn.tools.artifacts import ArtifactsContext, artifact_tools
 from persyn.tools.facts import fact_tools
 from persyn.tools.graph_tools import GraphToolsContext, graph_tools
+from persyn.tools.images import image_tools
 from persyn.tools.inspection import SelfInspectionContext, inspection_tools
 from persyn.tools.mcp_servers import McpTools
 from persyn.tools.memory_tools import MemoryToolsContext, memory_tools
@@ -128,6 +132,7 @@ class AgentToolDeps:
     outreach: Outreach
     mcp: McpTools | None = None
     sandbox: SandboxService | None = None  # `run_code`, when a sandbox provider is present
+    images: ImageService | None = None  # `generate_image` / `edit_image`, when `[images]` is set
 
 
 def build_registry(
@@ -255,6 +260,8 @@ def build_registry(
     code = deps.sandbox.tool_for(agent_id) if deps.sandbox is not None else None
     if code is not None:
         tools.append(code)
+    if deps.images is not None:
+        tools += image_tools(deps.images.context(setup, event_id, call_key))
     tools += web_tools(settings.browse, search_provider(settings.browse, browse_search_key(settings)))
     tools += reference_tools(_library(settings))
     skills = agent_skills(settings, deps.agents[agent_id], where)

@@ -17,7 +17,7 @@ from persyn.channels.base import Channel
 from persyn.cognition.emotion import EmotionSource
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
-from persyn.core.config import Settings, mcp_headers
+from persyn.core.config import Settings, images_api_key, mcp_headers
 from persyn.core.events import Event
 from persyn.gateway.auto import resolve_auto
 from persyn.gateway.gateway import ModelGateway
@@ -29,6 +29,7 @@ from persyn.runtime.conversation_jobs import ConversationJobs, JobQueue, JobWork
 from persyn.runtime.dispatch import Intake, Markers
 from persyn.runtime.guardrails import Guardrails
 from persyn.runtime.housekeeping import Housekeeping
+from persyn.runtime.images import ImageService
 from persyn.runtime.local_models import LocalModels
 from persyn.runtime.outbox import Outbox
 from persyn.runtime.outreach import Outreach
@@ -122,6 +123,20 @@ def build_runtime(
         queued_events=intake.queued_events,
         event_of=cache.event,
     )
+    meter = Meter(adapters)
+    images: ImageService | None = None
+    if settings.images.enabled:
+        images = ImageService(
+            settings,
+            store=store,
+            clock=clock,
+            agents=agents,
+            outbox=outbox,
+            admit=autonomy.admit_call,
+            meter=meter,
+            api_key=images_api_key(settings),
+        )
+        outbox.images = images.attachments
     transmitter = Transmitter(
         store=store,
         settings=settings,
@@ -148,6 +163,7 @@ def build_runtime(
             outreach=outreach,
             mcp=McpTools(settings.mcp, mcp_headers(settings)) if settings.mcp.servers else None,
             sandbox=SandboxService(settings, gateways) if settings.sandbox.enabled else None,
+            images=images,
         ),
         event=cache.event,
         tracing=tracing,
@@ -173,6 +189,7 @@ def build_runtime(
         reminders=autonomy,
         tracing=tracing,
         transmit_delay=settings.dispatch.debug_transmit_delay_seconds,
+        images=images,
     )
     job_queue.bind(
         JobWorkflows(
@@ -199,9 +216,7 @@ def build_runtime(
         workflows=workflows,
         tracing=tracing,
     )
-    return Runtime(
-        settings, clock=clock, store=store, meter=Meter(adapters), prometheus=prometheus, parts=parts
-    )
+    return Runtime(settings, clock=clock, store=store, meter=meter, prometheus=prometheus, parts=parts)
 
 
 def _first_reason(*checks: ReplyBudget) -> ReplyBudget:

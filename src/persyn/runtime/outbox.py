@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 
 from persyn.channels.base import Channel
 from persyn.core.clock import Clock
-from persyn.core.events import Outbound
+from persyn.core.events import ImageAttachment, Outbound
 from persyn.core.ids import derived_id, id_time, new_id
 from persyn.store.outbox import OutboxRow, OutboxStore
 
@@ -77,6 +77,9 @@ class Outbox:
         # Tells the other processes a row waits for a channel not connected here (set by the
         # runtime on PostgreSQL: `runtime/live.py`); their poll finds it otherwise.
         self.announcer: Callable[[str, str], Awaitable[None]] | None = None
+        # The images a row's text names that its channel may see (`runtime/images.py`; set
+        # when `[images]` is configured): attached to the outbound message.
+        self.images: Callable[[OutboxRow], tuple[ImageAttachment, ...]] | None = None
 
     @staticmethod
     def row(outbound: Outbound, row_id: str, now: datetime) -> OutboxRow:
@@ -138,6 +141,15 @@ class Outbox:
                 if len(rows) < _BATCH:
                     return delivered
 
+    def _images(self, row: OutboxRow) -> tuple[ImageAttachment, ...]:
+        if self.images is None:
+            return ()
+        try:
+            return self.images(row)
+        except Exception as exc:  # the words still go; the text names the image
+            log.warning("could not attach the images of outbox row %s: %r", row.id, exc)
+            return ()
+
     async def _hand_over(self, channel: Channel, row: OutboxRow, while_away: bool) -> bool:
         outbound = Outbound(
             event_id=row.event_id,
@@ -150,6 +162,7 @@ class Outbox:
             outbox_id=row.id,
             sent_at=row.created_at,
             while_away=while_away,
+            images=self._images(row),
         )
         try:
             await channel.deliver_outbound(outbound)

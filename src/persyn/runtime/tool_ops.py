@@ -10,6 +10,7 @@ more. It sends nothing: `message_contact` is refused here (`persyn send` exists 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -18,17 +19,19 @@ from pydantic import BaseModel, ConfigDict
 
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
-from persyn.core.config import AgentConfig, Settings, mcp_headers
+from persyn.core.config import AgentConfig, Settings, images_api_key, mcp_headers
 from persyn.core.errors import InputError, ToolError
 from persyn.core.ids import new_id
 from persyn.gateway.auto import resolve_auto
 from persyn.gateway.base import ToolCall
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.agent_tools import AgentToolDeps, build_registry
+from persyn.runtime.images import ImageService
 from persyn.runtime.inspect import opened_store
 from persyn.runtime.sandbox_ops import SandboxService
+from persyn.store import Store
 from persyn.tools.mcp_servers import McpServerStatus, McpTools
-from persyn.tools.registry import ToolOutcome, ToolRegistry
+from persyn.tools.registry import ToolOutcome, ToolRegistry, ToolStatus
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter
 
@@ -81,10 +84,16 @@ class _CliGateway(Mapping[str, ModelGateway]):
             raise KeyError(agent_id)
         if self._gateway is None:
             settings, _ = resolve_auto(self._settings)
+            self._gateway = ModelGateway(settings, self._agent, self.meter(), clock=self._clock)
+        return self._gateway
+
+    def meter(self) -> Meter:
+        """The usage log's meter (opened on first use, closed with the gateway)."""
+        if self._meter is None:
+            settings, _ = resolve_auto(self._settings)
             adapters = [JsonlAdapter(settings.usage_log_path)] if settings.metering.event_log else []
             self._meter = Meter(adapters)
-            self._gateway = ModelGateway(settings, self._agent, self._meter, clock=self._clock)
-        return self._gateway
+        return self._meter
 
     def __iter__(self) -> Iterator[str]:
         return iter((self._agent.id,))
@@ -105,6 +114,14 @@ async def agent_registry(
 ) -> AsyncIterator[tuple[ToolRegistry, McpTools]]:
     """The registry an activation of `agent` on `channel` (nobody else present) would get,
     with the MCP servers connected for as long as the context lasts."""
+    async with _agent_tools(settings, agent, clock, channel) as (registry, mcp, _images):
+        yield registry, mcp
+
+
+@asynccontextmanager
+async def _agent_tools(
+    settings: Settings, agent: AgentConfig, clock: Clock, channel: str
+) -> AsyncIterator[tuple[ToolRegistry, McpTools, ImageService | None]]:
     service, sep, name = channel.partition(":")
     if not sep or not service or not name:
         raise InputError(f"channel {channel!r} must be SERVICE:CHANNEL, as `persyn channels list` prints it")
@@ -118,6 +135,7 @@ async def agent_registry(
         contextlib.aclosing(gateway),
     ):
         await store.ensure_agent(agent.id, agent.name, clock.now())
+        images = _cli_images(settings, store, clock, gateway) if settings.images.enabled else None
         deps = AgentToolDeps(
             store=store,
             clock=clock,
@@ -126,6 +144,7 @@ async def agent_registry(
             outreach=_NoOutreach(),
             mcp=mcp,
             sandbox=sandbox,
+            images=images,
         )
         event_id = new_id()
         setup = TurnSetup(
@@ -140,7 +159,7 @@ async def agent_registry(
             received_at=clock.now(),
             participant_ids=(),
         )
-        yield build_registry(deps, setup, event_id, call_key=event_id), mcp
+        yield build_registry(deps, setup, event_id, call_key=event_id), mcp, images
 
 
 async def list_tools(settings: Settings, agent: AgentConfig, clock: Clock) -> ToolsReport:
@@ -170,5 +189,46 @@ async def call_tool(
     arguments: dict[str, Any],
     channel: str = OPERATOR_CHANNEL,
 ) -> ToolOutcome:
-    async with agent_registry(settings, agent, clock, channel) as (registry, _mcp):
-        return await registry.call(ToolCall(id=new_id(), name=name, args=arguments), registry.breaker())
+    async with _agent_tools(settings, agent, clock, channel) as (registry, _mcp, images):
+        outcome = await registry.call(ToolCall(id=new_id(), name=name, args=arguments), registry.breaker())
+        reference = images.started(outcome) if images is not None else None
+        if images is None or reference is None:
+            return outcome
+        # Checking a configuration means seeing the render: it runs here, and waits. It is
+        # metered to the usage log like the agent's; nothing is said in any conversation.
+        news = await images.render(reference)
+        images.library.end_job(reference)
+        if news is None or news.outcome == "failed":
+            why = news.detail if news is not None else "the job was lost"
+            return outcome.model_copy(
+                update={
+                    "status": ToolStatus.FAILED,
+                    "content": f"{outcome.content}\nrender failed: {why}",
+                    "error": why,
+                }
+            )
+        stored = images.library.get(reference, (news.job.scope,))
+        where = str(images.library.path(stored)) if stored is not None else reference
+        output = {**(outcome.output or {}), "status": "rendered", "file": where}
+        return outcome.model_copy(
+            update={"content": json.dumps(output, ensure_ascii=False), "output": output}
+        )
+
+
+def _cli_images(settings: Settings, store: Store, clock: Clock, gateway: _CliGateway) -> ImageService:
+    """The image tools for `persyn tools call`: no outbox (it sends nothing), no autonomy run
+    to admit, the usage log of the CLI's gateway."""
+
+    async def admit(agent_id: str, thread_id: str) -> None:
+        return None
+
+    return ImageService(
+        settings,
+        store=store,
+        clock=clock,
+        agents={a.id: a for a in settings.agents},
+        outbox=None,
+        admit=admit,
+        meter=gateway.meter(),
+        api_key=images_api_key(settings),
+    )

@@ -23,6 +23,7 @@ Steps are `durable_step`s: typed in and out, checkpointed as plain JSON (`runtim
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -54,6 +55,7 @@ from persyn.runtime.durable import (
     step_key,
     workflow_result,
 )
+from persyn.runtime.images import ImageNews, ImageService, render_workflow_id
 from persyn.runtime.tool_steps import ToolSteps, run_durable_tool_loop
 from persyn.runtime.turn import (
     AUTO_SPEAK,
@@ -82,6 +84,8 @@ __all__ = [
     "scheduler_tick",
 ]
 
+
+log = logging.getLogger(__name__)
 
 ACTIVATION = "persyn.activation"
 
@@ -139,7 +143,9 @@ class Workflows(DBOSConfiguredInstance):
         reminders: ReminderFiring,
         tracing: Tracing,
         transmit_delay: float = 0.0,
+        images: ImageService | None = None,
     ) -> None:
+        self.images = images  # `[images]` configured: the background render (§21)
         self.steps = steps
         self.tools = tools
         self.transmitter = transmitter
@@ -342,9 +348,60 @@ class Workflows(DBOSConfiguredInstance):
             return await self.respond_more_step(agent_id, event_id, setup, prompt)
 
         async def tool_call(call: ToolCall) -> ToolOutcome:
-            return await self.tool_call_step(agent_id, event_id, setup, call)
+            outcome = await self.tool_call_step(agent_id, event_id, setup, call)
+            await self._render_later(agent_id, outcome)
+            return outcome
 
         return await run_durable_tool_loop(self.tools, setup, draft, respond_more, tool_call)
+
+    async def _render_later(self, agent_id: str, outcome: ToolOutcome) -> None:
+        """An image tool asked for a render: it runs on the background queue. Enqueued here,
+        in the workflow, because DBOS starts no workflow from inside a step; a recovered
+        activation enqueues the same id again, which attaches to the first."""
+        reference = self.images.started(outcome) if self.images is not None else None
+        if reference is None:
+            return
+        await self._dispatcher().enqueue_once(
+            BACKGROUND_QUEUE,
+            self.render_image,
+            render_workflow_id(reference),
+            agent_id,
+            reference,
+            self.tracing.carrier(),
+        )
+
+    @DBOS.workflow(name="persyn.render_image")
+    async def render_image(self, agent_id: str, reference: str, trace_parent: str | None = None) -> None:
+        """An image asked for by `generate_image` / `edit_image`: rendered, then delivered
+        to the conversation that asked (`runtime/images.py`)."""
+        with self.tracing.background("image", parent=trace_parent, agent_id=agent_id):
+            news = await self.render_image_step(agent_id, reference)
+            if news is None:
+                return
+            await self._activation_ended(news.job.thread_id)
+            await self.deliver_image_step(agent_id, news)
+
+    async def _activation_ended(self, event_id: str) -> None:
+        """Until the activation that asked for an image has ended, so the news follows the
+        reply that promised it ("I am drawing it") rather than overtaking it. The render
+        itself ran meanwhile. An activation that failed, or is unknown, holds nothing up."""
+        try:
+            handle = await DBOS.retrieve_workflow_async(event_id)
+            await handle.get_result()
+        except Exception as exc:
+            log.info("image news after activation %s, which ended with %r", event_id, exc)
+
+    @durable_step("persyn.render_image_step")
+    async def render_image_step(self, agent_id: str, reference: str) -> ImageNews | None:
+        if self.images is None:
+            log.warning("image %s of agent %s: [images] is no longer configured", reference, agent_id)
+            return None
+        return await self.images.render(reference)
+
+    @durable_step("persyn.deliver_image")
+    async def deliver_image_step(self, agent_id: str, news: ImageNews) -> None:
+        if self.images is not None:
+            await self.images.deliver(news)
 
     async def _finish_run(self, setup: TurnSetup, result: TransmitResult) -> TransmitResult:
         """A self-initiated run (reminder, heartbeat) is one conversation: log it, close it and

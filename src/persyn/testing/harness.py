@@ -101,13 +101,20 @@ class RecordingChannel(Channel):
     """The `test` surface: keeps what the runtime delivered, noticed and streamed to it.
 
     `interactive` selects the deliberation mode a surface gets (deferred when interactive);
-    `sink_raises` makes its token sink fail, as a broken console would."""
+    `sink_raises` makes its token sink fail, as a broken console would; `shows_images` keeps
+    the images of a message as attachments (else they are text lines, as most surfaces get)."""
 
     def __init__(
-        self, service: str = "test", *, interactive: bool = False, sink_raises: bool = False
+        self,
+        service: str = "test",
+        *,
+        interactive: bool = False,
+        sink_raises: bool = False,
+        shows_images: bool = False,
     ) -> None:
         self.service = service
         self.interactive = interactive
+        self.shows_images = shows_images
         self.streams_tokens = True
         self.sink_raises = sink_raises
         self.delivered: list[Outbound] = []
