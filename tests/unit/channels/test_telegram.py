@@ -356,3 +356,32 @@ def test_any_mix_of_markdown_marks_renders_to_html_the_api_accepts(seed: int) ->
         assert all(c in rest for c in shown)  # a subsequence
     else:
         assert shown == letters
+
+
+async def test_malformed_updates_are_skipped_and_never_hold_up_the_ones_after_them(tmp_path: Path) -> None:
+    """A poison update (a field of the wrong type, a date out of range, a message that is not
+    an object) must not stop the poll: the offset moves past it and the next message is
+    answered. Real Telegram sends well-formed updates; a proxy, a bug or a test server may not."""
+    fake = FakeBotApi()
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    chat = {"id": 7, "type": "private"}
+    good = {"message_id": 1, "from": ann, "chat": chat, "date": int(START.timestamp()), "text": "x"}
+    poison: list[dict[str, Any]] = [
+        {"update_id": 1, "message": {**good, "date": "yesterday"}},
+        {"update_id": 2, "message": {**good, "date": 10**20}},
+        {"update_id": 3, "message": "hello"},
+        {"update_id": 4, "message": {**good, "chat": "7"}},
+        {"update_id": 5, "message": {**good, "from": None}},
+        {"update_id": 6, "message": {**good, "text": {"nested": "text"}}},
+        {"update_id": 7, "message": {**good, "from": {"id": [7]}}},
+        {"update_id": 8, "message": {**good, "message_id": None}},
+    ]
+    fake.updates.extend(poison)
+    fake._next_id = 100  # pyright: ignore[reportPrivateUsage]
+    async with bot(tmp_path / "home", fake) as (pilot, _channel):
+        fake.message("hello after the junk", chat=chat, sender=ann, at=START)
+        await _until(lambda: fake.sent, "the reply after the malformed updates")
+        assert [m["text"] for m in fake.sent] == ["You said: hello after the junk"]
+        await pilot.settle()
+        said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "telegram", "7", 20)]
+        assert said == ["hello after the junk", "You said: hello after the junk"]
