@@ -331,7 +331,10 @@ class IrcChannel(Channel):
         if not text.strip() or nick.lower() == connection.nick.lower():
             return
         private = target.lower() == connection.nick.lower()
-        where = nick if private else target
+        # IRC compares nicks and room names without case: so does the channel key, or one
+        # person's private talk would split with the case of their nick (and a redirect,
+        # which names the speaker id, would land in neither).
+        where = nick.lower() if private else target.lower()
         now = self._api.clock.now()
         event = Event(
             id=new_id(now),

@@ -226,6 +226,36 @@ async def test_a_long_reply_in_a_long_named_room_fits_the_relayed_line(
         await sam.close()
 
 
+async def test_one_person_or_room_is_one_channel_whatever_the_letter_case(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    """IRC compares nicks and room names without case. The channel kept the case of the
+    moment ("Zoe", "#Lab") while the speaker id and a redirect used lower case, so one
+    person's private talk split into two conversations (and compartments), and a private
+    answer redirected to "zoe" was not where Zoe's own private messages were."""
+    zoe = await IrcPeer("Zoe").connect(ircd.port)
+    try:
+        await zoe.join("#Lab")
+        async with on_irc(tmp_path / "home", ircd.port, rooms=("#lab",)) as (pilot, irc):
+            nick = await _ready(irc, zoe, "#lab")
+            await zoe.say(nick, "hello from Zoe")
+            await zoe.wait_for(lambda h: h.nick == nick and "hello from Zoe" in h.text, "the first answer")
+            await zoe.send("NICK zoe")
+            await zoe.wait_for(lambda h: h.command == "NICK" and h.nick == "Zoe", "the new nick")
+            await zoe.say(nick, "hello again from zoe")
+            await zoe.wait_for(lambda h: h.nick == nick and "again" in h.text, "the second answer")
+            await zoe.say("#LAB", f"{nick}: and in the room")
+            await zoe.wait_for(lambda h: h.nick == nick and "in the room" in h.text, "the room answer")
+            await pilot.settle()
+            private = await pilot.store.channel_messages(pilot.agent.id, "irc", "zoe", 10)
+            said = [m.text for m in private if m.role.value == "user"]
+            assert said == ["hello from Zoe", "hello again from zoe"]
+            room = await pilot.store.channel_messages(pilot.agent.id, "irc", "#lab", 10)
+            assert [m.text for m in room if m.role.value == "user"] == [f"{nick}: and in the room"]
+    finally:
+        await zoe.close()
+
+
 async def test_nick_collision_and_kick(tmp_path: Path, ircd: IrcServer) -> None:
     """The agent's nick is taken: it takes the next free one and answers there; kicked from a
     room, it joins again."""
