@@ -25,7 +25,7 @@ from mcp_test_servers import (
 
 from persyn.core.config import McpConfig
 from persyn.gateway.base import ToolCall
-from persyn.tools.mcp_servers import McpTools
+from persyn.tools.mcp_servers import McpTools, server_content
 from persyn.tools.registry import ToolRegistry, ToolStatus
 
 pytestmark = pytest.mark.e2e
@@ -53,7 +53,10 @@ async def test_two_servers_are_namespaced_filtered_and_called() -> None:
         assert [n for n in names if n.startswith("time__")] == ["time__get_current_time"]
         assert all(status.connected and status.error is None for status in mcp.statuses())
         echoed = await _call(mcp, "everything__echo", message="hello from persyn")
-        assert echoed.status is ToolStatus.OK and echoed.output == {"result": "Echo: hello from persyn"}
+        assert echoed.status is ToolStatus.OK and echoed.output == {
+            "notice": server_content("everything"),  # what a server relays is others' words
+            "result": "Echo: hello from persyn",
+        }
         total = await _call(mcp, "everything__get-sum", a=2, b=40)
         assert total.ok and "42" in total.output["result"]
         now = await _call(mcp, "time__get_current_time", timezone="Europe/Paris")
@@ -126,7 +129,7 @@ async def test_a_killed_stdio_server_is_started_again_by_the_next_call() -> None
         (child,) = children_running(EVERYTHING)
         os.kill(child, signal.SIGKILL)
         again = await _call(mcp, "everything__echo", message="two")
-        assert again.ok and again.output == {"result": "Echo: two"}
+        assert again.ok and again.output["result"] == "Echo: two"
         assert mcp.servers[0].reconnects == 1
         assert children_running(EVERYTHING) not in ([], [child])
 
@@ -143,7 +146,7 @@ async def test_a_restarted_http_server_is_reconnected_and_a_down_one_is_an_error
             assert "MCP server 'web' is unreachable after 2 attempt(s)" in down.content
             server.start()  # the same port, a new process that knows no session
             back = await _call(mcp, "web__echo", message="after the restart")
-            assert back.ok and back.output == {"result": "Echo: after the restart"}
+            assert back.ok and back.output["result"] == "Echo: after the restart"
     finally:
         server.kill()
 
@@ -157,4 +160,4 @@ async def test_list_changed_refreshes_the_offered_tools() -> None:
             await mcp.wait_for_change(before)
         assert [tool.name for tool in mcp.tools()] == ["lock__secret", "lock__unlock"]
         secret = await _call(mcp, "lock__secret")
-        assert secret.ok and secret.output == {"result": "the secret is 42"}
+        assert secret.ok and secret.output["result"] == "the secret is 42"

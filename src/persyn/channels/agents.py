@@ -6,6 +6,10 @@ channel delivers such a row as an inbound event of the other agent, from the sen
 channel named by the sender's id. So agent-to-agent conversation runs through the same
 pipeline, memory, budgets and pacing as any other.
 
+An agent's words are cut to `[conversation] max_message_chars` (marked `[…]`) and stripped
+of NUL characters on the way: the other agent's intake refuses them otherwise, and a refused
+row would block the link (`receivable`).
+
 Exactly once per row: the event id derives from the outbox row's id and time, so a row
 delivered again (after a crash, by a racing process) is the same event, which the store and
 the queue deduplicate.
@@ -44,14 +48,33 @@ def agent_speaker(agent: AgentConfig) -> Speaker:
     )
 
 
+def receivable(text: str, limit: int) -> str | None:
+    """`text` as the other agent's intake accepts it (`core.messages.validate_message_text`):
+    without NUL characters, cut to `limit` characters with a visible mark; None when nothing
+    is left. The intake refusing a row would fail its delivery on every retry, and the outbox,
+    which delivers in order, would hold every later message behind it."""
+    text = text.replace("\x00", "")
+    if not text.strip():
+        return None
+    if len(text) > limit:
+        text = text[: max(0, limit - len(_CUT))].rstrip() + _CUT
+    return text
+
+
+_CUT = " […]"
+
+
 class AgentLink(Channel):
     """The `agent` service of a deployment with more than one agent."""
 
     service = AGENT_SERVICE
 
-    def __init__(self, agents: Mapping[str, AgentConfig], api: RuntimeAPI) -> None:
+    def __init__(
+        self, agents: Mapping[str, AgentConfig], api: RuntimeAPI, *, max_message_chars: int = 32_000
+    ) -> None:
         self._agents = dict(agents)
         self._api = api
+        self._max_chars = max_message_chars
 
     async def start(self) -> None:
         for agent_id in self._agents:
@@ -67,6 +90,10 @@ class AgentLink(Channel):
         sender = self._agents.get(outbound.agent_id)
         if sender is None or outbound.channel not in self._agents or outbound.channel == sender.id:
             raise ChannelError(f"no agent {outbound.channel!r} to deliver to from {outbound.agent_id!r}")
+        text = receivable(outbound.text, self._max_chars)
+        if text is None:  # nothing the other agent could read: delivered as nothing, not retried
+            log.warning("agent link: nothing to deliver from %s to %s", sender.name, outbound.channel)
+            return
         at = outbound.sent_at or self._api.clock.now()
         key = outbound.outbox_id or outbound.message_id
         event = Event(
@@ -75,7 +102,7 @@ class AgentLink(Channel):
             service=AGENT_SERVICE,
             channel=sender.id,
             speaker=agent_speaker(sender),
-            text=outbound.text,
+            text=text,
             received_at=at,
             addressed=True,
         )

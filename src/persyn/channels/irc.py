@@ -13,8 +13,9 @@ What it does:
 - Senders resolve through the directory key (service `irc`, channel the network, speaker
   the nick), so one person is one contact in every room and in private; nicks of this
   deployment's other agents and `[channels.irc] bots` are marked `agent`.
-- Replies go out as PRIVMSG to the room or the nick, split at `line_bytes` on word
-  boundaries. A delivery while disconnected raises, so the outbox keeps the row and retries
+- Replies go out as PRIVMSG to the room or the nick, split on word boundaries at
+  `line_bytes`, or less when the line as the server relays it (our `nick!user@host` prefix
+  and the target included) would pass IRC's 512 bytes. A delivery while disconnected raises, so the outbox keeps the row and retries
   it; on every (re)connection the backlog is delivered (`RuntimeAPI.deliver_pending`), and
   `Channel.deliver_outbound` drops an outbox id already shown.
 - The connection is re-established with a doubling backoff (`reconnect_min_seconds` ..
@@ -47,6 +48,9 @@ log = logging.getLogger(__name__)
 
 SERVICE = "irc"
 _KICK_REJOIN_SECONDS = 5.0
+_LINE_BYTES = 510  # RFC 1459 §2.3: 512 bytes a line, CRLF included
+_HOST_BYTES = 63  # the longest host name label a server may show in a prefix
+_MIN_TEXT_BYTES = 32  # a target so long that less fits is the server's to refuse
 _FORMATTING = re.compile(r"\x03(\d{1,2}(,\d{1,2})?)?|[\x02\x0f\x11\x16\x1d\x1e\x1f]")
 
 
@@ -122,6 +126,7 @@ class _Connection:
         self.joined: set[str] = set()
         self._writer: asyncio.StreamWriter | None = None
         self._send_lock = asyncio.Lock()
+        self.userhost: str | None = None  # `user@host` as the server shows it (from our JOIN)
 
     async def run(self) -> None:
         config = self._owner.config
@@ -147,6 +152,7 @@ class _Connection:
         reader, writer = await asyncio.open_connection(config.server, config.port, ssl=context)
         self._writer = writer
         self.nick = self.wanted_nick
+        self.userhost = None
         try:
             password = self._owner.password
             if config.sasl and password:
@@ -199,6 +205,8 @@ class _Connection:
             self.nick = params[-1]
         elif command == "JOIN" and message.nick == self.nick and params:
             self.joined.add(params[0].lower())
+            if "!" in message.prefix:
+                self.userhost = message.prefix.split("!", 1)[1]
         elif command == "KICK" and len(params) >= 2 and params[1] == self.nick:
             room = params[0]
             self.joined.discard(room.lower())
@@ -225,8 +233,17 @@ class _Connection:
     async def say(self, target: str, text: str) -> None:
         if not self.ready.is_set():
             raise ChannelError(f"{self.nick!r} is not connected to IRC; the message waits in the outbox")
-        for piece in split_text(text, self._owner.config.line_bytes):
+        for piece in split_text(text, self.text_bytes(target)):
             await self._send_raw(f"PRIVMSG {target} :{piece}")
+
+    def text_bytes(self, target: str) -> int:
+        """The longest PRIVMSG text to `target` that others receive whole: IRC's 512 bytes
+        hold the line as the server relays it, `:nick!user@host PRIVMSG target :` and CRLF
+        included (a longer line is cut by the server, or refused: ngircd closes the
+        connection). Before our own JOIN shows `user@host`, the longest one is assumed."""
+        userhost = self.userhost or f"~{self.nick[:10]}@{'h' * _HOST_BYTES}"
+        head = f":{self.nick}!{userhost} PRIVMSG {target} :".encode()
+        return max(_MIN_TEXT_BYTES, min(self._owner.config.line_bytes, _LINE_BYTES - len(head)))
 
 
 class IrcChannel(Channel):
@@ -314,7 +331,10 @@ class IrcChannel(Channel):
         if not text.strip() or nick.lower() == connection.nick.lower():
             return
         private = target.lower() == connection.nick.lower()
-        where = nick if private else target
+        # IRC compares nicks and room names without case: so does the channel key, or one
+        # person's private talk would split with the case of their nick (and a redirect,
+        # which names the speaker id, would land in neither).
+        where = nick.lower() if private else target.lower()
         now = self._api.clock.now()
         event = Event(
             id=new_id(now),

@@ -28,7 +28,7 @@ def configured_channels(settings: Settings, api: RuntimeAPI) -> list[NetworkChan
     agents = {agent.id: agent for agent in settings.agents}
     found: list[NetworkChannel] = []
     if len(agents) > 1:
-        found.append(AgentLink(agents, api))
+        found.append(AgentLink(agents, api, max_message_chars=settings.conversation.max_message_chars))
     irc = settings.channels.irc
     if irc.server:
         password = settings.secrets.irc_password

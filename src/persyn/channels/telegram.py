@@ -25,7 +25,7 @@ import contextlib
 import logging
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -45,6 +45,7 @@ TELEGRAM_SERVICE = "telegram"
 _MESSAGE_LIMIT = 4096
 _RETRIES_AFTER_429 = 5
 _ERROR_WAIT_SECONDS = 2.0
+_LAST_DATE = 253_402_300_800  # 10000-01-01: a later Unix date (or message id) is not one
 MESSAGE_ID_META = "telegram_message_id"  # the inbound message an event is, for threading
 CHAT_TYPE_META = "telegram_chat_type"  # private, group, supergroup, channel
 
@@ -132,8 +133,12 @@ class TelegramChannel(Channel):
         if self._offset is not None:
             body["offset"] = self._offset
         for update in await self._call("getUpdates", body):
+            update_id = update.get("update_id") if isinstance(update, dict) else None
+            if not isinstance(update_id, int) or isinstance(update_id, bool):
+                log.warning("telegram: skipped an update without an integer update_id: %.200r", update)
+                continue
             await self._received(update)
-            self._offset = int(update["update_id"]) + 1
+            self._offset = update_id + 1
 
     async def _call(self, method: str, body: dict[str, Any]) -> Any:
         """One Bot API call; a 429 is waited out (`retry_after`) and retried."""
@@ -199,14 +204,34 @@ class TelegramChannel(Channel):
 
     async def _received(self, update: dict[str, Any]) -> None:
         message = update.get("message") or {}
+        if not isinstance(message, dict):
+            log.warning("telegram: skipped update %r: its message is not an object", update["update_id"])
+            return
+        message = cast(dict[str, Any], message)
         text = message.get("text")
         sender = message.get("from") or {}
         chat = message.get("chat") or {}
-        if not isinstance(text, str) or not text.strip() or "id" not in sender or "id" not in chat:
+        if not isinstance(text, str) or not text.strip() or not isinstance(sender, dict):
             return  # stickers, joins, photos without a caption: nothing said to answer
+        if not isinstance(chat, dict):
+            log.warning("telegram: skipped update %r: its chat is not an object", update["update_id"])
+            return
+        sender, chat = cast(dict[str, Any], sender), cast(dict[str, Any], chat)
+        # A malformed update is skipped, never retried: the poll must move past it (a poison
+        # update would otherwise be fetched again for ever and stop every later message).
+        for field, value in (("from.id", sender.get("id")), ("chat.id", chat.get("id"))):
+            if not isinstance(value, int) or isinstance(value, bool):
+                if value is not None:
+                    log.warning("telegram: skipped update %r: %s is %.80r", update["update_id"], field, value)
+                return
+        for field in ("message_id", "date"):
+            value = message.get(field)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < _LAST_DATE:
+                log.warning("telegram: skipped update %r: %s is %.80r", update["update_id"], field, value)
+                return
         if self.bot_id is not None and sender.get("id") == self.bot_id:
             return
-        said_at = datetime.fromtimestamp(int(message.get("date") or 0), UTC)
+        said_at = datetime.fromtimestamp(message["date"], UTC)
         now = self._api.clock.now()
         name = str(sender.get("username") or sender.get("first_name") or sender["id"])
         event = Event(

@@ -55,6 +55,15 @@ class WebConfig(Section):
         le=100_000,
         description="Live events queued per stream client; a client that falls this far behind is dropped.",
     )
+    request_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description=(
+            "How long a client may take to send a request's head, and then its body; a slower one "
+            "is cut off (408), so clients that trickle bytes cannot hold the server's connections."
+        ),
+    )
     reply_timeout_seconds: float = Field(
         default=300.0, gt=0, le=3600, description="How long a chat completion waits for the agent's turn."
     )

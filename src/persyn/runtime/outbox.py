@@ -124,21 +124,29 @@ class Outbox:
 
     async def flush(self, service: str, agent_id: str, *, while_away: bool = False) -> int:
         """Deliver `agent_id`'s pending rows for `service`, oldest first, if a channel that
-        serves the agent is connected here; stop at the first failure. Returns how many
-        were delivered."""
+        serves the agent is connected here. Order holds per conversation channel: after a
+        failure the later rows of that channel wait (retried on the next pass), while other
+        channels' rows still go — one chat that refuses everything (a person who blocked
+        the bot, a room the agent was banned from) must not silence the agent everywhere
+        else on the service. Returns how many were delivered."""
         channel = self._channels(service)
         if channel is None or not channel.serves(agent_id):
             return 0
         lock = self._locks.setdefault((service, agent_id), asyncio.Lock())
         delivered = 0
         async with lock:
+            held: set[str] = set()  # channels whose oldest pending row just failed
             while True:
                 rows = await self._store.pending_outbox(agent_id, service, limit=_BATCH)
                 for row in rows:
-                    if not await self._hand_over(channel, row, while_away):
-                        return delivered
-                    delivered += 1
-                if len(rows) < _BATCH:
+                    if row.channel in held:
+                        continue
+                    if await self._hand_over(channel, row, while_away):
+                        delivered += 1
+                    else:
+                        held.add(row.channel)
+                # Held rows stay pending, so a full batch with some held is read once only.
+                if len(rows) < _BATCH or held:
                     return delivered
 
     def _images(self, row: OutboxRow) -> tuple[ImageAttachment, ...]:

@@ -40,9 +40,12 @@ class ApiError(Exception):
         self.status, self.message, self.param, self.kind = status, message, param, kind
 
     def response(self) -> JSONResponse:
+        # After a 408 the rest of the body may still trickle in: the connection is not reused.
+        headers = {"Connection": "close"} if self.status == 408 else None
         return JSONResponse(
             {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}},
             status_code=self.status,
+            headers=headers,
         )
 
 
@@ -103,16 +106,29 @@ class WebContext:
                 )
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"request body is over the limit of {limit} bytes ([web] max_body_bytes)")
-            chunks.append(chunk)
+        seconds = self.settings.web.request_timeout_seconds
+        try:
+            async with asyncio.timeout(seconds):  # a client trickling its body holds a connection
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise ApiError(
+                            413, f"request body is over the limit of {limit} bytes ([web] max_body_bytes)"
+                        )
+                    chunks.append(chunk)
+        except TimeoutError as exc:
+            raise ApiError(
+                408,
+                f"the request body did not arrive within {seconds:g}s ([web] request_timeout_seconds)",
+                kind="timeout_error",
+            ) from exc
         raw = b"".join(chunks)
         try:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"the body is not valid JSON: {exc}", param="body") from exc
+        except RecursionError as exc:  # `[[[[...` deeper than the parser's recursion limit
+            raise ApiError(400, "the body is JSON nested too deeply to read", param="body") from exc
         try:
             return model.model_validate(data)
         except ValidationError as exc:

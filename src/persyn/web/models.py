@@ -19,6 +19,12 @@ __all__ = [
 ]
 
 
+# A `user` becomes a contact's display name and the speaker's name in the agent's prompt
+# ("[name] text"): no control characters (a newline would start a line of its own) and no
+# brackets (they would close the speaker tag and write a fake one).
+_USER_NAME = r"^[^\x00-\x1f\x7f\[\]]+$"
+
+
 class TextPart(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -57,7 +63,7 @@ class ChatRequest(BaseModel):
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    user: str | None = Field(default=None, min_length=1, max_length=64)
+    user: str | None = Field(default=None, min_length=1, max_length=64, pattern=_USER_NAME)
 
 
 class EventRequest(BaseModel):
@@ -66,7 +72,7 @@ class EventRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str
-    user: str | None = Field(default=None, min_length=1, max_length=64)
+    user: str | None = Field(default=None, min_length=1, max_length=64, pattern=_USER_NAME)
 
 
 class RenameRequest(BaseModel):

@@ -20,6 +20,7 @@ from persyn.core.config import Settings
 from persyn.core.config_web import is_loopback_host
 from persyn.core.errors import ConfigError
 from persyn.runtime.api import RuntimeAPI
+from persyn.web._head_deadline import with_head_deadline
 from persyn.web.app import build_app
 from persyn.web.channel import TurnUsage, WebChannel
 from persyn.web.context import Authenticate, WebContext
@@ -96,6 +97,7 @@ class WebSurface:
             build_app(context),
             host=self.settings.web.host,
             port=self.settings.web.port,
+            http=with_head_deadline(self.settings.web.request_timeout_seconds),
             log_level="warning",
             lifespan="off",
             access_log=False,

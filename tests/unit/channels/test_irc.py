@@ -41,10 +41,10 @@ def _doubles() -> Iterator[None]:
     models.unregister_double(ROOM_DOUBLE)
 
 
-def _config(port: int, rooms: Sequence[str] = ("#lab",), extra: str = "") -> str:
+def _config(port: int, rooms: Sequence[str] = ("#lab",), extra: str = "", irc: str = "") -> str:
     listed = ", ".join(f'"{room}"' for room in rooms)
     return (
-        f'[channels.irc]\nserver = "127.0.0.1"\nport = {port}\ntls = false\nchannels = [{listed}]\n'
+        f'[channels.irc]\nserver = "127.0.0.1"\nport = {port}\ntls = false\nchannels = [{listed}]\n{irc}'
         "reconnect_min_seconds = 0.05\nreconnect_max_seconds = 0.5\n"
         "[pacing]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\njitter_seconds = 0.0\n" + extra
     )
@@ -52,10 +52,10 @@ def _config(port: int, rooms: Sequence[str] = ("#lab",), extra: str = "") -> str
 
 @contextlib.asynccontextmanager
 async def on_irc(
-    home: Path, port: int, rooms: Sequence[str] = ("#lab",)
+    home: Path, port: int, rooms: Sequence[str] = ("#lab",), irc: str = ""
 ) -> AsyncIterator[tuple[Pilot, IrcChannel]]:
     clock = ManualClock(START)
-    settings = harness_settings(home, model=f"test:{ROOM_DOUBLE}", config=_config(port, rooms))
+    settings = harness_settings(home, model=f"test:{ROOM_DOUBLE}", config=_config(port, rooms, irc=irc))
     async with run_runtime(settings, clock=clock) as pilot, ticking(clock, timedelta(seconds=1), 0.005):
         irc = IrcChannel(settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime)
         await irc.start()
@@ -198,6 +198,62 @@ async def test_long_reply_is_split_at_the_line_limit(tmp_path: Path, ircd: IrcSe
             await pilot.settle()
     finally:
         await sam.close()
+
+
+async def test_a_long_reply_in_a_long_named_room_fits_the_relayed_line(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    """IRC's 512 bytes hold the whole relayed line, the sender's `nick!user@host` prefix and
+    the target included. Pieces of `line_bytes` alone overflowed it: with a long room name
+    ngircd closed the agent's connection ("Request too long") and the outbox retried the same
+    reply for ever; with a short one, the server cut the end off each piece others received."""
+    room = "#" + "r" * 45
+    sam = await IrcPeer("sam5").connect(ircd.port)
+    try:
+        await sam.join(room)
+        async with on_irc(tmp_path / "home", ircd.port, rooms=(room,), irc="line_bytes = 480\n") as (
+            pilot,
+            irc,
+        ):
+            nick = await _ready(irc, sam, room)
+            await sam.say(room, f"{nick}: tell me everything")
+            await sam.wait_for(lambda h: h.nick == nick and "word179" in h.text, "the end of the reply")
+            lines = sam.said_by(nick, room)
+            assert " ".join(lines) == LONG_REPLY
+            await pilot.settle()
+            assert next(iter(irc.connections.values())).connections == 1  # never thrown off
+    finally:
+        await sam.close()
+
+
+async def test_one_person_or_room_is_one_channel_whatever_the_letter_case(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    """IRC compares nicks and room names without case. The channel kept the case of the
+    moment ("Zoe", "#Lab") while the speaker id and a redirect used lower case, so one
+    person's private talk split into two conversations (and compartments), and a private
+    answer redirected to "zoe" was not where Zoe's own private messages were."""
+    zoe = await IrcPeer("Zoe").connect(ircd.port)
+    try:
+        await zoe.join("#Lab")
+        async with on_irc(tmp_path / "home", ircd.port, rooms=("#lab",)) as (pilot, irc):
+            nick = await _ready(irc, zoe, "#lab")
+            await zoe.say(nick, "hello from Zoe")
+            await zoe.wait_for(lambda h: h.nick == nick and "hello from Zoe" in h.text, "the first answer")
+            await zoe.send("NICK zoe")
+            await zoe.wait_for(lambda h: h.command == "NICK" and h.nick == "Zoe", "the new nick")
+            await zoe.say(nick, "hello again from zoe")
+            await zoe.wait_for(lambda h: h.nick == nick and "again" in h.text, "the second answer")
+            await zoe.say("#LAB", f"{nick}: and in the room")
+            await zoe.wait_for(lambda h: h.nick == nick and "in the room" in h.text, "the room answer")
+            await pilot.settle()
+            private = await pilot.store.channel_messages(pilot.agent.id, "irc", "zoe", 10)
+            said = [m.text for m in private if m.role.value == "user"]
+            assert said == ["hello from Zoe", "hello again from zoe"]
+            room = await pilot.store.channel_messages(pilot.agent.id, "irc", "#lab", 10)
+            assert [m.text for m in room if m.role.value == "user"] == [f"{nick}: and in the room"]
+    finally:
+        await zoe.close()
 
 
 async def test_nick_collision_and_kick(tmp_path: Path, ircd: IrcServer) -> None:

@@ -13,7 +13,7 @@ import random
 import re
 import socket
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,7 @@ class FakeBotApi:
         self.messages: set[tuple[str, int]] = set()  # (chat id, message id) that exist
         self.calls: list[str] = []
         self.throttle = throttle
+        self.blocked: set[str] = set()  # chats whose person blocked the bot (403 on send)
         self._arrived = asyncio.Event()
         self._next_id = 1000
 
@@ -155,6 +156,11 @@ class FakeBotApi:
                         "parameters": {"retry_after": 1},
                     },
                     429,
+                )
+            if str(body.get("chat_id")) in self.blocked:
+                return JSONResponse(
+                    {"ok": False, "error_code": 403, "description": "Forbidden: bot was blocked by the user"},
+                    403,
                 )
             text = str(body.get("text") or "")
             try:
@@ -356,3 +362,53 @@ def test_any_mix_of_markdown_marks_renders_to_html_the_api_accepts(seed: int) ->
         assert all(c in rest for c in shown)  # a subsequence
     else:
         assert shown == letters
+
+
+async def test_malformed_updates_are_skipped_and_never_hold_up_the_ones_after_them(tmp_path: Path) -> None:
+    """A poison update (a field of the wrong type, a date out of range, a message that is not
+    an object) must not stop the poll: the offset moves past it and the next message is
+    answered. Real Telegram sends well-formed updates; a proxy, a bug or a test server may not."""
+    fake = FakeBotApi()
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    chat = {"id": 7, "type": "private"}
+    good = {"message_id": 1, "from": ann, "chat": chat, "date": int(START.timestamp()), "text": "x"}
+    poison: list[dict[str, Any]] = [
+        {"update_id": 1, "message": {**good, "date": "yesterday"}},
+        {"update_id": 2, "message": {**good, "date": 10**20}},
+        {"update_id": 3, "message": "hello"},
+        {"update_id": 4, "message": {**good, "chat": "7"}},
+        {"update_id": 5, "message": {**good, "from": None}},
+        {"update_id": 6, "message": {**good, "text": {"nested": "text"}}},
+        {"update_id": 7, "message": {**good, "from": {"id": [7]}}},
+        {"update_id": 8, "message": {**good, "message_id": None}},
+    ]
+    fake.updates.extend(poison)
+    fake._next_id = 100  # pyright: ignore[reportPrivateUsage]
+    async with bot(tmp_path / "home", fake) as (pilot, _channel):
+        fake.message("hello after the junk", chat=chat, sender=ann, at=START)
+        await _until(lambda: fake.sent, "the reply after the malformed updates")
+        assert [m["text"] for m in fake.sent] == ["You said: hello after the junk"]
+        await pilot.settle()
+        said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "telegram", "7", 20)]
+        assert said == ["hello after the junk", "You said: hello after the junk"]
+
+
+async def test_a_person_who_blocked_the_bot_never_holds_up_the_replies_to_others(tmp_path: Path) -> None:
+    """A stranger writes, then blocks the bot: every send to them is refused (403). The outbox
+    delivered one service's rows in order and stopped at the first failure, so that one row
+    held every later reply to everyone else on Telegram."""
+    fake = FakeBotApi()
+    fake.blocked.add("9")
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    eve = {"id": 9, "is_bot": False, "first_name": "Eve", "username": "eve"}
+    async with bot(tmp_path / "home", fake) as (pilot, channel):
+        await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+        fake.message("hello from eve", chat={"id": 9, "type": "private"}, sender=eve, at=START)
+        await _until(lambda: "sendMessage" in fake.calls, "the refused reply to eve")
+        pilot.clock.advance(timedelta(seconds=5))  # ann's reply is the later outbox row
+        fake.message("hello from ann", chat={"id": 7, "type": "private"}, sender=ann, at=START)
+        await _until(lambda: fake.sent, "the reply to ann")
+        assert [(m["chat_id"], m["text"]) for m in fake.sent] == [("7", "You said: hello from ann")]
+        await pilot.settle()
+        (held,) = await pilot.store.pending_outbox(pilot.agent.id, "telegram")
+        assert held.channel == "9" and "blocked" in (held.last_error or "")

@@ -40,7 +40,11 @@ async def two_agents(home: Path, pacing: str = "") -> AsyncIterator[Pilot]:
     settings = settings.model_copy(update={"agents": [ADA, BOB]})
     clock = ManualClock(START)
     async with run_runtime(settings, clock=clock) as pilot:
-        link = AgentLink({ADA.id: ADA, BOB.id: BOB}, pilot.runtime)
+        link = AgentLink(
+            {ADA.id: ADA, BOB.id: BOB},
+            pilot.runtime,
+            max_message_chars=settings.conversation.max_message_chars,
+        )
         await link.start()
         try:
             async with ticking(clock):
@@ -106,6 +110,22 @@ async def test_two_agents_stop_on_their_own(tmp_path: Path, pacing: str, ended_b
         count = await _agent_messages(pilot)
         await pilot.settle()
         assert await _agent_messages(pilot) == count  # and the agents did not start again
+
+
+async def test_a_reply_the_other_agent_cannot_take_in_never_blocks_the_link(tmp_path: Path) -> None:
+    """Bob's replies are longer than `[conversation] max_message_chars` (and carry a NUL): Ada's
+    intake refused them, the delivery raised, and the outbox retried the head row for ever,
+    so nothing after it reached Ada. Now they arrive cut to the limit, marked as cut."""
+    models.register_double(CHATTY, chatty("notion", words=30, lead="\x00"), replace=True)
+    config = "[conversation]\nmax_message_chars = 120\n[pacing]\nmax_agent_turns = 4\n"
+    async with two_agents(tmp_path / "home", config) as pilot:
+        await _start_exchange(pilot)
+        await pilot.settle()
+        for agent_id in (ADA.id, BOB.id):
+            assert await pilot.store.pending_outbox(agent_id, AGENT_SERVICE) == []
+        heard = await pilot.store.channel_messages(ADA.id, AGENT_SERVICE, BOB.id, 200)
+        from_bob = [m.text for m in heard if m.role is Role.USER]
+        assert from_bob and all(len(t) <= 120 and t.endswith("[…]") and "\x00" not in t for t in from_bob)
 
 
 async def test_a_human_resets_the_agent_only_exchange(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.ids import new_id
 from persyn.runtime.tool_ops import call_tool
 from persyn.testing import ADA, START, harness_settings
+from persyn.tools.artifacts import others_words
 from persyn.tools.registry import ToolOutcome, ToolStatus
 
 BEA = AgentConfig(name="Bea", id=new_id(START + timedelta(seconds=1)))
@@ -53,6 +54,7 @@ async def test_two_agents_write_one_document_and_each_knows_its_part(tmp_path: P
     assert created == {"name": "plan.md", "channel": ROOM, "version": 1}
     read = await desk.ok(BEA, "workspace_read", name="plan.md")
     assert (read["content"], read["author"], read["yours"], read["latest"]) == ("1. Kyoto", "Ada", False, 1)
+    assert read["notice"] == others_words("Ada")  # another agent's words, marked as such
     await desk.ok(
         BEA, "workspace_write", name="plan.md", content="1. Kyoto\n2. Nara", base_version=1, note="Nara"
     )
@@ -67,6 +69,7 @@ async def test_two_agents_write_one_document_and_each_knows_its_part(tmp_path: P
     ]
     theirs = await desk.ok(BEA, "workspace_read", name="plan.md", version=2)
     assert theirs["content"] == "1. Kyoto\n2. Nara" and theirs["yours"] and theirs["latest"] == 3
+    assert theirs["notice"] is None
     (listed,) = (await desk.ok(BEA, "workspace_list"))["artifacts"]
     assert (listed["name"], listed["latest"], listed["last_author"]) == ("plan.md", 3, "Ada")
     assert (listed["your_versions"], listed["others_versions"]) == (1, 2)
