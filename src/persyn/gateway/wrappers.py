@@ -82,6 +82,7 @@ __all__ = [
     "TracedModel",
     "delta_text",
     "primed",
+    "provider_tool_requests",
     "token_usage",
 ]
 
@@ -277,6 +278,7 @@ class CallMeter:
             attribution = usage_context.current()
             now = self.clock.now()
             tokens = token_usage(usage)
+            requests = provider_tool_requests(usage)
             record = UsageRecord(
                 id=new_id(now),
                 call_id=self._call_id(attribution),
@@ -293,12 +295,14 @@ class CallMeter:
                 channel=attribution.channel,
                 thread_id=attribution.thread_id,
                 conversation_id=attribution.conversation_id,
+                tool_requests=requests,
                 cost_usd=cost_usd(
                     price_for(self.prices, str(spec), configured),
                     input_tokens=tokens.input_tokens,
                     output_tokens=tokens.output_tokens,
                     cache_read_tokens=tokens.cache_read_tokens,
                     cache_write_tokens=tokens.cache_write_tokens,
+                    tool_requests=requests,
                 ),
             )
             self.meter.emit(record)
@@ -612,6 +616,19 @@ def _exhausted(failures: Sequence[ModelError]) -> ModelError:
 
 
 # usage ------------------------------------------------------------------------------------
+_REQUESTS_SUFFIX = "_requests"
+
+
+def provider_tool_requests(usage: RequestUsage) -> dict[str, int]:
+    """Requests of provider-run tools in one round-trip, by tool: pydantic-ai keeps Anthropic's
+    `usage.server_tool_use.web_search_requests` as the usage detail `web_search_requests`."""
+    return {
+        key.removesuffix(_REQUESTS_SUFFIX): count
+        for key, count in (usage.details or {}).items()
+        if key.endswith(_REQUESTS_SUFFIX) and count > 0
+    }
+
+
 def token_usage(usage: RequestUsage) -> TokenUsage:
     return TokenUsage(
         input_tokens=usage.input_tokens,

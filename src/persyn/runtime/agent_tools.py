@@ -48,6 +48,7 @@ from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings, Task, browse_search_key
 from persyn.core.records import Sensitivity, channel_key
+from persyn.gateway.provider_tools import provider_tool_specs
 from persyn.memory.access import Provenanced, eligible_channels, in_compartment
 from persyn.memory.consolidate import default_sensitivity
 from persyn.runtime.autonomy import narrow_run, recent_activity, run_provenance
@@ -268,6 +269,7 @@ def build_registry(
     for tool in deps.mcp.tools() if deps.mcp is not None else ():
         if tool.name not in registry:  # `__` never appears in a built-in tool's name
             registry.register(tool)
+    registry.add_provider_tools(provider_tool_specs(settings, deps.agents[agent_id]))
     return registry
 
 
