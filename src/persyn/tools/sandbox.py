@@ -8,8 +8,9 @@ Providers (`SandboxProvider`), tried in this order by `provider = "auto"`:
   `/usr` read-only and a few files of `/etc`; a private `/tmp`, `/proc` and `/dev`; the agent's
   workspace at `/workspace` (the only persistent writable place); all capabilities dropped,
   running as `nobody`; killed with its parent. Limits are set inside with `prlimit` (CPU
-  seconds, address space, file size, open files) and the wall clock from here (the whole
-  process group is killed). `network = "none"` additionally installs a seccomp filter that
+  seconds, address space, file size, open files, processes) and the wall clock from here (the
+  whole process group is killed). The process count is also held by a pids cgroup per command
+  where one is writable (`tools/_pids_cgroup.py`: RLIMIT_NPROC does not bind a root host user). `network = "none"` additionally installs a seccomp filter that
   refuses IP sockets (and io_uring, which could open them), so not even the sandbox's own
   loopback is usable; `loopback` keeps the private namespace with its own loopback only;
   `full` shares the host's network.
@@ -39,6 +40,7 @@ from pydantic import BaseModel, ConfigDict
 
 from persyn.core.config_sandbox import SandboxConfig
 from persyn.core.errors import ToolError
+from persyn.tools._pids_cgroup import PidsCgroup
 
 __all__ = [
     "CommandResult",
@@ -80,10 +82,17 @@ class Limits:
     memory_mb: int
     wall_seconds: float
     max_file_mb: int
+    max_processes: int = 64
 
     @classmethod
     def from_config(cls, config: SandboxConfig) -> Limits:
-        return cls(config.cpu_seconds, config.memory_mb, config.wall_seconds, config.max_file_mb)
+        return cls(
+            config.cpu_seconds,
+            config.memory_mb,
+            config.wall_seconds,
+            config.max_file_mb,
+            config.max_processes,
+        )
 
     def prlimit(self) -> list[str]:
         mib = 1024 * 1024
@@ -93,6 +102,8 @@ class Limits:
             f"--as={self.memory_mb * mib}",
             f"--fsize={self.max_file_mb * mib}",
             "--nofile=256",
+            # Holds for a non-root host user only (kuid 0 is exempt): see `_pids_cgroup.py`.
+            f"--nproc={self.max_processes}",
             "--core=0",
             "--",
         ]
@@ -103,6 +114,7 @@ class SandboxProvider(ABC):
     the host itself; a provider that cannot isolate raises `ToolError`."""
 
     name: str
+    pids: PidsCgroup | None = None  # the per-command pids cgroup, where the provider uses one
 
     def __init__(self, config: SandboxConfig, executable: str) -> None:
         self.config = config
@@ -118,11 +130,21 @@ class SandboxProvider(ABC):
         """Descriptors the provider hands the sandbox (closed here once it has started)."""
         return ()
 
+    def confined(self) -> contextlib.AbstractAsyncContextManager[list[str]]:
+        """Where a command runs on the host side: an argv prefix (none by default)."""
+        return contextlib.nullcontext([])
+
     async def run(self, workspace: Path, command: str, *, stdin: bytes | None = None) -> CommandResult:
+        async with self.confined() as prefix:
+            return await self._run(prefix, workspace, command, stdin)
+
+    async def _run(
+        self, prefix: list[str], workspace: Path, command: str, stdin: bytes | None
+    ) -> CommandResult:
         _make_directory(workspace)
         fds = self.pass_fds()
         try:
-            argv = self.argv(workspace, command, fds)
+            argv = [*prefix, *self.argv(workspace, command, fds)]
             child = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
@@ -163,9 +185,17 @@ class SandboxProvider(ABC):
 class BubblewrapProvider(SandboxProvider):
     name = "bubblewrap"
 
-    def __init__(self, config: SandboxConfig, executable: str) -> None:
+    def __init__(self, config: SandboxConfig, executable: str, pids: PidsCgroup | None = None) -> None:
         super().__init__(config, executable)
         self._filter = ip_socket_filter() if config.network == "none" else None
+        self.pids = pids
+
+    def confined(self) -> contextlib.AbstractAsyncContextManager[list[str]]:
+        """Each command in a pids cgroup of its own when one is writable here: the process
+        limit that holds whoever runs Persyn (`tools/_pids_cgroup.py`)."""
+        if self.pids is None:
+            return contextlib.nullcontext([])
+        return self.pids.command(self.limits.max_processes)
 
     def pass_fds(self) -> tuple[int, ...]:
         if self._filter is None:
@@ -284,11 +314,11 @@ async def _try(name: str, config: SandboxConfig, root: Path) -> tuple[SandboxPro
         info = await _quiet(executable, "info", "--format", "{{.ServerVersion}}")
         if info is not None:
             return None, f"docker: no daemon answers ({info})"
-    provider: SandboxProvider = {
-        "bubblewrap": BubblewrapProvider,
-        "runsc": RunscProvider,
-        "docker": DockerProvider,
-    }[name](config, executable)
+    provider: SandboxProvider
+    if name == "bubblewrap":
+        provider = BubblewrapProvider(config, executable, PidsCgroup.find())
+    else:
+        provider = {"runsc": RunscProvider, "docker": DockerProvider}[name](config, executable)
     probe = root / ".probe"
     try:
         result = await provider.run(probe, "true")
