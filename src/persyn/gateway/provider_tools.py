@@ -20,19 +20,16 @@ a bounded number of times; the requests each round-trip made are counted on its 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Collection, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Collection, Mapping
 from dataclasses import replace
-from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
-from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.native_tools import AbstractNativeTool, WebFetchTool, WebSearchTool
-from pydantic_ai.settings import ModelSettings
 
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.gateway.base import ToolSpec
+from persyn.gateway.wrappers import CallHooks, HookedModel
 
 __all__ = [
     "PROVIDER_TOOL_DESCRIPTIONS",
@@ -84,7 +81,7 @@ def native_tools(specs: Collection[ToolSpec], max_uses: int) -> list[AbstractNat
     return tools
 
 
-class ProviderToolsModel(WrapperModel):
+class ProviderToolsModel(HookedModel):
     """One model of a chain, offered only the provider tools enabled for it: the others are
     taken off each request (and a local tool they stood in for goes out instead)."""
 
@@ -92,28 +89,10 @@ class ProviderToolsModel(WrapperModel):
         super().__init__(wrapped)
         self._enabled = enabled
 
-    def _narrowed(self, params: ModelRequestParameters) -> ModelRequestParameters:
+    async def _hooks(self, messages: list[ModelMessage], params: ModelRequestParameters) -> CallHooks:
         if not params.native_tools:
-            return params
+            return CallHooks(params)
         kept = [tool for tool in params.native_tools if tool.kind in self._enabled]
-        return params if len(kept) == len(params.native_tools) else replace(params, native_tools=kept)
-
-    async def request(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-    ) -> ModelResponse:
-        return await self.wrapped.request(messages, model_settings, self._narrowed(model_request_parameters))
-
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: Any = None,
-    ) -> AsyncGenerator[StreamedResponse]:
-        params = self._narrowed(model_request_parameters)
-        async with self.wrapped.request_stream(messages, model_settings, params, run_context) as stream:
-            yield stream
+        return CallHooks(
+            params if len(kept) == len(params.native_tools) else replace(params, native_tools=kept)
+        )

@@ -29,8 +29,22 @@ import logging
 import random
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Mapping, Sequence
-from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Mapping,
+    Sequence,
+)
+from contextlib import (
+    AbstractContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -51,7 +65,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models import CompletedStreamedResponse, Model, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
@@ -75,8 +89,10 @@ from persyn.usage.pricing import cost_usd, price_for
 from persyn.usage.records import UsageRecord
 
 __all__ = [
+    "CallHooks",
     "CallMeter",
     "FallbackModel",
+    "HookedModel",
     "MeteredModel",
     "RetryingModel",
     "TracedModel",
@@ -549,6 +565,65 @@ def _response_text(response: ModelResponse) -> str:
         elif isinstance(part, ToolCallPart):
             lines.append(f"[calls {part.tool_name}] {part.args_as_json_str()}")
     return "\n".join(lines)
+
+
+# hooks ------------------------------------------------------------------------------------
+@dataclass
+class CallHooks:
+    """What a `HookedModel` does about one call: the parameters to send, a stored response to
+    answer with instead of calling (`replay`), a context the call runs in, and an awaitable
+    step told the response once the call returned (a stream: once drained and closed)."""
+
+    params: ModelRequestParameters
+    replay: ModelResponse | None = None
+    context: AbstractContextManager[Any] = field(default_factory=nullcontext)
+    after: Callable[[ModelResponse], Awaitable[None]] | None = None
+
+
+class HookedModel(WrapperModel, ABC):
+    """A wrapper that acts before and after each call, its plain and streamed forms written
+    once: `_hooks` says what to do (`CallHooks`). The checkpoints, the autonomy budget and the
+    per-model provider tools are such wrappers."""
+
+    @abstractmethod
+    async def _hooks(self, messages: list[ModelMessage], params: ModelRequestParameters) -> CallHooks: ...
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        hooks = await self._hooks(messages, model_request_parameters)
+        if hooks.replay is not None:
+            return hooks.replay
+        with hooks.context:
+            response = await self.wrapped.request(messages, model_settings, hooks.params)
+        if hooks.after is not None:
+            await hooks.after(response)
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: Any = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        hooks = await self._hooks(messages, model_request_parameters)
+        if hooks.replay is not None:  # answered as one piece
+            yield CompletedStreamedResponse(
+                hooks.replay, model_request_parameters=model_request_parameters, replay_events=True
+            )
+            return
+        with hooks.context:
+            async with self.wrapped.request_stream(
+                messages, model_settings, hooks.params, run_context
+            ) as stream:
+                yield stream
+        if hooks.after is not None:  # closed and drained: the response is final (and metered)
+            await hooks.after(stream.get())
 
 
 # fallback ---------------------------------------------------------------------------------
