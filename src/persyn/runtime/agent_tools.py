@@ -253,12 +253,19 @@ def build_registry(
                 max_chars=settings.artifacts.max_chars,
             )
         )
-    code = deps.sandbox.tool_for(agent_id) if deps.sandbox is not None else None
-    if code is not None:
-        tools.append(code)
     tools += web_tools(settings.browse, search_provider(settings.browse, browse_search_key(settings)))
     tools += reference_tools(_library(settings))
     skills = agent_skills(settings, deps.agents[agent_id], where)
+    library = skills
+
+    def skill_folders() -> dict[str, Path]:
+        """The skills this activation may use, read when a `run_code` task starts (after
+        protected ones were restored), so their scripts run inside the sandbox."""
+        return {} if library is None else {skill.name: skill.folder for skill in library.scan()}
+
+    code = deps.sandbox.tool_for(agent_id, skill_folders) if deps.sandbox is not None else None
+    if code is not None:
+        tools.append(code)
     if skills is not None:
         try:
             tools += skill_tools(skills)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,8 +60,11 @@ class SandboxService:
             return None
         return f"run_code is not offered: no sandbox provider ({self.detected.summary})"
 
-    def tool_for(self, agent_id: str) -> Tool[Any, Any] | None:
-        """`run_code` for `agent_id`, or None without a provider or a gateway for the agent."""
+    def tool_for(
+        self, agent_id: str, skills: Callable[[], Mapping[str, Path]] | None = None
+    ) -> Tool[Any, Any] | None:
+        """`run_code` for `agent_id`, or None without a provider or a gateway for the agent;
+        `skills` (name → folder) are mounted read-only inside for each task."""
         provider = self.provider
         if provider is None or agent_id not in self.gateways:
             return None
@@ -78,6 +81,7 @@ class SandboxService:
                 complete=complete,
                 config=self.settings.sandbox,
                 tools=self.settings.tools,
+                skills=skills,
             )
         )
 

@@ -33,8 +33,9 @@ import shutil
 import signal
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict
 
@@ -52,6 +53,7 @@ __all__ = [
 
 SANDBOX_WORKSPACE = "/workspace"
 SANDBOX_HOST_DIR = "/host"
+SANDBOX_SKILLS = "/skills"  # the agent's skills, read-only: /skills/NAME/SKILL.md, scripts/, ...
 _OUTPUT_LIMIT = 64_000  # bytes of stdout and of stderr kept per command
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 # Files of /etc programs commonly need (dynamic loader cache, alternatives, time zone); with
@@ -122,9 +124,16 @@ class SandboxProvider(ABC):
         self.limits = Limits.from_config(config)
 
     @abstractmethod
-    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+    def argv(
+        self,
+        workspace: Path,
+        command: str,
+        fds: tuple[int, ...] = (),
+        read_only: Mapping[str, Path] | None = None,
+    ) -> list[str]:
         """The host command line that runs `command` inside the sandbox (`fds`: what
-        `pass_fds` opened for it)."""
+        `pass_fds` opened for it; `read_only`: host folders shown read-only at the given paths
+        inside, under `/skills`)."""
 
     def pass_fds(self) -> tuple[int, ...]:
         """Descriptors the provider hands the sandbox (closed here once it has started)."""
@@ -134,17 +143,29 @@ class SandboxProvider(ABC):
         """Where a command runs on the host side: an argv prefix (none by default)."""
         return contextlib.nullcontext([])
 
-    async def run(self, workspace: Path, command: str, *, stdin: bytes | None = None) -> CommandResult:
+    async def run(
+        self,
+        workspace: Path,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        read_only: Mapping[str, Path] | None = None,
+    ) -> CommandResult:
         async with self.confined() as prefix:
-            return await self._run(prefix, workspace, command, stdin)
+            return await self._run(prefix, workspace, command, stdin, read_only)
 
     async def _run(
-        self, prefix: list[str], workspace: Path, command: str, stdin: bytes | None
+        self,
+        prefix: list[str],
+        workspace: Path,
+        command: str,
+        stdin: bytes | None,
+        read_only: Mapping[str, Path] | None,
     ) -> CommandResult:
         _make_directory(workspace)
         fds = self.pass_fds()
         try:
-            argv = [*prefix, *self.argv(workspace, command, fds)]
+            argv = [*prefix, *self.argv(workspace, command, fds, read_only)]
             child = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
@@ -205,7 +226,13 @@ class BubblewrapProvider(SandboxProvider):
         os.close(write)
         return (read,)
 
-    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+    def argv(
+        self,
+        workspace: Path,
+        command: str,
+        fds: tuple[int, ...] = (),
+        read_only: Mapping[str, Path] | None = None,
+    ) -> list[str]:
         argv = [self.executable, "--die-with-parent", "--new-session", "--unshare-all"]
         if self.config.network == "full":
             argv.append("--share-net")
@@ -225,6 +252,8 @@ class BubblewrapProvider(SandboxProvider):
         if self.config.host_dir is not None:
             mode = "--bind" if self.config.host_dir_mode == "rw" else "--ro-bind"
             argv += [mode, self.config.host_dir, SANDBOX_HOST_DIR]
+        for inside, folder in sorted(_read_only(read_only).items()):
+            argv += ["--ro-bind", str(folder), inside]
         argv += ["--chdir", SANDBOX_WORKSPACE, "--clearenv"]
         argv += [
             "--setenv",
@@ -247,7 +276,15 @@ class BubblewrapProvider(SandboxProvider):
 class RunscProvider(SandboxProvider):
     name = "runsc"
 
-    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+    def argv(
+        self,
+        workspace: Path,
+        command: str,
+        fds: tuple[int, ...] = (),
+        read_only: Mapping[str, Path] | None = None,
+    ) -> list[str]:
+        # `runsc do` shows the host's file system through an overlay: a skill's folder is at its own
+        # host path there, not under /skills (`persyn sandbox check` says what it isolates).
         state = workspace.parent / ".runsc-state"
         state.mkdir(parents=True, exist_ok=True)
         network = "host" if self.config.network == "full" else "none"
@@ -262,7 +299,13 @@ class RunscProvider(SandboxProvider):
 class DockerProvider(SandboxProvider):
     name = "docker"
 
-    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+    def argv(
+        self,
+        workspace: Path,
+        command: str,
+        fds: tuple[int, ...] = (),
+        read_only: Mapping[str, Path] | None = None,
+    ) -> list[str]:
         network = "host" if self.config.network == "full" else "none"
         argv = [self.executable, "run", "--rm", "-i", f"--network={network}", "--cap-drop=ALL"]
         argv += ["--security-opt=no-new-privileges", "--read-only", "--tmpfs=/tmp", "--pids-limit=256"]
@@ -270,6 +313,8 @@ class DockerProvider(SandboxProvider):
         argv += ["--user=65534:65534", "-v", f"{workspace}:{SANDBOX_WORKSPACE}", "-w", SANDBOX_WORKSPACE]
         if self.config.host_dir is not None:
             argv += ["-v", f"{self.config.host_dir}:{SANDBOX_HOST_DIR}:{self.config.host_dir_mode}"]
+        for inside, folder in sorted(_read_only(read_only).items()):
+            argv += ["-v", f"{folder}:{inside}:ro"]
         return [*argv, self.config.docker_image, "/bin/sh", "-c", command]
 
 
@@ -372,6 +417,17 @@ def ip_socket_filter() -> bytes:
         (ret, 0, 0, deny),  # 12
     ]
     return b"".join(struct.pack("<HBBI", *instruction) for instruction in program)
+
+
+def _read_only(mounts: Mapping[str, Path] | None) -> dict[str, Path]:
+    """Read-only mounts, each checked to land under /skills (never over the workspace or /usr)."""
+    checked: dict[str, Path] = {}
+    for inside, folder in (mounts or {}).items():
+        target = PurePosixPath(inside)
+        if target.parent != PurePosixPath(SANDBOX_SKILLS) or target.name in ("", ".", ".."):
+            raise ToolError(f"a read-only mount must be {SANDBOX_SKILLS}/NAME, not {inside!r}")
+        checked[str(target)] = folder
+    return checked
 
 
 def _make_directory(path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from persyn.core.config import load_settings
 from persyn.core.config_sandbox import SandboxConfig
-from persyn.core.errors import ConfigError
+from persyn.core.errors import ConfigError, ToolError
 from persyn.runtime.sandbox_ops import run_probes
 from persyn.tools.sandbox import SandboxProvider, detect_provider
 
@@ -146,6 +146,32 @@ async def test_a_fork_bomb_is_held_at_the_limit_and_the_host_goes_on(tmp_path: P
     after = await provider.run(workspace, "echo still here")
     assert after.ok and after.stdout == "still here\n"
     assert _leftover_cgroups(provider) == []
+
+
+@needs_bwrap
+async def test_a_skill_script_runs_inside_from_its_read_only_folder(tmp_path: Path) -> None:
+    skill = tmp_path / "skills" / "greeter"
+    (skill / "scripts").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: greeter\ndescription: Greets.\n---\nRun scripts/greet.py.\n")
+    (skill / "scripts" / "greet.py").write_text("import sys, os\nprint('hello', sys.argv[1], os.getuid())\n")
+    provider = await _provider(tmp_path)
+    mounts = {"/skills/greeter": skill}
+    workspace = tmp_path / "sandbox" / "a"
+    ran = await provider.run(workspace, "python3 /skills/greeter/scripts/greet.py Ada", read_only=mounts)
+    assert ran.ok and ran.stdout == "hello Ada 65534\n"
+    tamper = await provider.run(
+        workspace,
+        "echo changed > /skills/greeter/scripts/greet.py; rm /skills/greeter/SKILL.md; "
+        "touch /skills/greeter/new; ls /skills/greeter",
+        read_only=mounts,
+    )
+    assert tamper.stderr.count("Read-only file system") == 3
+    assert sorted(p.name for p in skill.iterdir()) == ["SKILL.md", "scripts"]
+    assert (skill / "scripts" / "greet.py").read_text().startswith("import sys")
+    # Without the mount the skill is not there at all; and a mount lands only under /skills.
+    assert not (await provider.run(workspace, "ls /skills/greeter")).ok
+    with pytest.raises(ToolError, match="/workspace"):
+        await provider.run(workspace, "true", read_only={"/workspace": skill})
 
 
 async def test_no_provider_means_no_sandbox_and_says_why(tmp_path: Path) -> None:
