@@ -103,8 +103,10 @@ def _candidates(own: str) -> list[Path]:
 
 async def _remove(child: Path) -> None:
     """Remove a command's cgroup: empty once its processes are gone (the sandbox's PID 1 took
-    them with it); any left are killed first."""
-    for attempt in range(50):
+    them with it, which the kernel finishes a moment after bwrap exits: so the first waits are
+    a millisecond, doubling); any left after a while are killed."""
+    delay = 0.001
+    for attempt in range(40):
         try:
             os.rmdir(child)  # a cgroupfs directory: no disk behind it, never blocks
             return
@@ -116,7 +118,8 @@ async def _remove(child: Path) -> None:
                     for pid in _read(child / "cgroup.procs").split():
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(int(pid), signal.SIGKILL)
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
     log.warning("could not remove the sandbox's pids cgroup %s", child)
 
 
