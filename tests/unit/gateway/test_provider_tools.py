@@ -14,12 +14,16 @@ from typing import Any
 import pytest
 from gateway_fakes import LoopbackServer, RecordingAdapter, ScriptedAPI, make_agent
 from pydantic import SecretStr, ValidationError
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models import Model, ModelRequestParameters
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from persyn.core.config import ModelsConfig, Price, Secrets, Settings, Task
+from persyn.core.errors import ModelError
 from persyn.gateway.base import Prompt, ToolSpec, UserTurn
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.provider_tools import provider_tool_specs
+from persyn.gateway.wrappers import CallHooks, HookedModel
 from persyn.usage.meter import Meter
 
 PROMPT = Prompt(system="You are Ada.", items=(UserTurn(text="What happened in Lisbon today?"),))
@@ -321,3 +325,38 @@ async def test_a_streamed_paused_turn_streams_both_parts_to_the_sink(
     ]
     meter.flush()
     assert [r.tool_requests for r in recorder.records] == [{"web_search": 1}, {}]
+
+
+class _Allowance(HookedModel):
+    """A budget around the task's whole model, as the runtime's `BudgetedModel` sits: each
+    round-trip is admitted first, and refused once `calls` are spent."""
+
+    def __init__(self, wrapped: Model, calls: int) -> None:
+        super().__init__(wrapped)
+        self.left = calls
+
+    async def _hooks(self, messages: list[ModelMessage], params: ModelRequestParameters) -> CallHooks:
+        if self.left == 0:
+            raise ModelError("budget spent")
+        self.left -= 1
+        return CallHooks(params)
+
+
+async def test_each_resume_is_admitted_by_the_budget_first(
+    tmp_path: Path, api: tuple[ScriptedAPI, str], meter: Meter
+) -> None:
+    server, model = api
+    for n in range(4):
+        server.then(_message([_text(f"Searching ({n})."), *_search(n, "Lisbon")], "pause_turn", 1))
+    gateway = ModelGateway(
+        _settings(tmp_path, model, tools=["web_search"], resumes=3),
+        make_agent(),
+        meter,
+        wrappers=[lambda inner: _Allowance(inner, calls=2)],
+    )
+    try:
+        with pytest.raises(ModelError, match="budget spent"):
+            await gateway.complete(Task.RESPOND, PROMPT, tools=[SEARCH])
+    finally:
+        await gateway.aclose()
+    assert len(server.requests) == 2  # the third call was refused before it was sent
