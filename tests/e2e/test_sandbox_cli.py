@@ -33,6 +33,7 @@ def test_sandbox_check_probes_from_inside_and_reports_isolation(persyn: Persyn) 
         ("TCP to the host's loopback", True),
         ("open an IP socket", True),
         ("read the host's home", True),
+        ("more than 64 processes", True),  # a pids cgroup here (root): `tools/_pids_cgroup.py`
     ]
     text = persyn.run("sandbox", "check")
     assert text.returncode == 0 and "NOT ISOLATED" not in text.stdout

@@ -43,6 +43,7 @@ def test_tools_list_shows_every_tool_by_source(configured: Persyn) -> None:
         "server": "everything",
         "description": "Echoes back the input string",
         "deferred": False,
+        "models": [],
     }
     assert {n for n in by_name if n.startswith("everything__")} == {"everything__echo", "everything__get-sum"}
     assert "time__get_current_time" in by_name and "time__convert_time" in by_name
@@ -87,3 +88,35 @@ def test_doctor_reports_each_mcp_server(configured: Persyn) -> None:
         "[ ok ] mcp server everything: stdio: 2 tool(s): everything__echo, everything__get-sum" in done.stdout
     )
     assert "[FAIL] mcp server gone: http: ConnectError" in done.stdout
+
+
+def test_tools_list_shows_the_tools_a_model_provider_runs(persyn: Persyn) -> None:
+    config = persyn.home / "persyn.toml"
+    config.write_text(
+        config.read_text().replace(
+            "[models]\n",
+            '[models]\nrespond = ["anthropic:claude-sonnet-4-6", "anthropic:claude-haiku-4-5"]\n'
+            'provider_tools = { "anthropic:claude-haiku-4-5" = ["web_search"] }\n',
+            1,
+        )
+    )
+    done = persyn.run("tools", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    provided = [tool for tool in json.loads(done.stdout)["tools"] if tool["source"] == "provider"]
+    assert [(t["name"], t["models"]) for t in provided] == [("web_search", ["anthropic:claude-haiku-4-5"])]
+    text = persyn.run("tools", "list")
+    assert "provider (1, run by the model inside its reply)" in text.stdout
+    call = persyn.run("tools", "call", "web_search", "--args", '{"query": "x"}')
+    assert call.returncode == 2 and "run by the model provider" in call.stderr
+
+
+def test_an_unknown_provider_tool_stops_the_configuration(persyn: Persyn) -> None:
+    config = persyn.home / "persyn.toml"
+    config.write_text(
+        config.read_text().replace(
+            "[models]\n", '[models]\nprovider_tools = { "anthropic:claude-haiku-4-5" = ["web_serch"] }\n', 1
+        )
+    )
+    done = persyn.run("tools", "list")
+    assert done.returncode != 0
+    assert "'web_serch'" in done.stderr

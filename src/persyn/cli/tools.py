@@ -14,7 +14,8 @@ from persyn.cli.render import dump_json, echo, one_line
 __all__ = ["register"]
 
 tools_app = command_group(
-    "The agent's tools: the built-in ones and those of the configured MCP servers (offered as SERVER__TOOL)."
+    "The agent's tools: the built-in ones, those of the configured MCP servers (offered as SERVER__TOOL) "
+    "and those its models' providers run ([models] provider_tools)."
 )
 
 
@@ -30,7 +31,7 @@ def tools_list(ctx: typer.Context, agent: AgentOption = None, as_json: JsonOptio
         echo(dump_json(report.model_dump(mode="json")))
         return
     for source in ("built-in", *(s.name for s in report.mcp_servers)):
-        tools = [t for t in report.tools if (t.server or "built-in") == source]
+        tools = [t for t in report.tools if t.source != "provider" and (t.server or "built-in") == source]
         status = next((s for s in report.mcp_servers if s.name == source), None)
         if status is None:
             echo(f"built-in ({len(tools)})")
@@ -42,6 +43,11 @@ def tools_list(ctx: typer.Context, agent: AgentOption = None, as_json: JsonOptio
         for tool in tools:
             mark = " (via call_tool)" if tool.deferred else ""
             echo(one_line(f"  {tool.name}{mark}  {tool.description}")[:160])
+    provided = [t for t in report.tools if t.source == "provider"]
+    if provided:
+        echo(f"provider ({len(provided)}, run by the model inside its reply)")
+        for tool in provided:
+            echo(one_line(f"  {tool.name}  [{', '.join(tool.models)}]  {tool.description}")[:160])
 
 
 @tools_app.command("call")

@@ -16,6 +16,7 @@ from persyn.core.ids import is_id
 
 __all__ = [
     "AUTO_PROBE_DEFAULT",
+    "PROVIDER_TOOLS",
     "AgentConfig",
     "ConversationConfig",
     "DispatchConfig",
@@ -137,6 +138,9 @@ def model_chain(choice: ModelChoice) -> tuple[str, ...]:
     """A configured choice as the models to try, in order."""
     return (choice,) if isinstance(choice, str) else tuple(choice)
 
+
+# Provider-executed tools the gateway knows how to offer (`gateway/provider_tools.py`).
+PROVIDER_TOOLS = ("web_fetch", "web_search")
 
 AUTO_PROBE_DEFAULT = (
     "http://127.0.0.1:11434/v1",  # Ollama
@@ -261,6 +265,48 @@ class ModelsConfig(Section):
         ),
     )
 
+    provider_tools: dict[str, list[str]] = Field(
+        default_factory=dict[str, list[str]],
+        description=(
+            "Tools the model provider runs itself, inside its reply, per model string, e.g. "
+            '{"anthropic:claude-sonnet-4-6" = ["web_search"]}. Known: '
+            + ", ".join(f"`{name}`" for name in PROVIDER_TOOLS)
+            + ". Anthropic models only (the OpenAI adapter speaks chat completions, which has no "
+            "server tools). Offered on the calls that offer tools, listed by `persyn tools list` with "
+            "source `provider`; a local tool of the same name is withheld from that model."
+        ),
+        examples=[{"anthropic:claude-sonnet-4-6": ["web_search"]}],
+    )
+    provider_tool_max_uses: int = Field(
+        default=5, ge=1, le=50, description="Uses of each provider tool the model may make in one request."
+    )
+    max_pause_resumes: int = Field(
+        default=3,
+        ge=0,
+        le=20,
+        description=(
+            "Times a reply the provider paused (Anthropic `pause_turn`, a long server-tool turn) is sent "
+            "back to continue, each a metered call; past it the turn ends with what it has, logged."
+        ),
+    )
+
+    @field_validator("provider_tools")
+    @classmethod
+    def _provider_tools(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for model, names in value.items():
+            if not model.startswith("anthropic:"):
+                raise ValueError(
+                    f"provider_tools for {model!r}: only anthropic models run provider tools here "
+                    "(the openai adapter speaks chat completions, which has none)"
+                )
+            for name in names:
+                if name not in PROVIDER_TOOLS:
+                    raise ValueError(
+                        f"provider_tools for {model!r}: unknown provider tool {name!r} "
+                        f"(known: {', '.join(PROVIDER_TOOLS)})"
+                    )
+        return {model: sorted(set(names)) for model, names in value.items()}
+
     @field_validator("auto_probe")
     @classmethod
     def _probe_urls(cls, value: list[str]) -> list[str]:
@@ -301,6 +347,22 @@ class Price(Section):
         description="Per million tokens written to the prompt cache (unset: the input price).",
         examples=[3.75],
     )
+    per_request: dict[str, float] = Field(
+        default_factory=dict[str, float],
+        description=(
+            "US dollars per request of a provider-run tool, by tool. A tool without a price here is "
+            "counted on the usage record, not costed."
+        ),
+        examples=[{"web_search": 0.01}],
+    )
+
+    @field_validator("per_request")
+    @classmethod
+    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
+        for tool, dollars in value.items():
+            if dollars < 0:
+                raise ValueError(f"per_request price of {tool!r} is negative: {dollars!r}")
+        return value
 
 
 class MeteringConfig(Section):

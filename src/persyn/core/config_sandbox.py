@@ -54,6 +54,16 @@ class SandboxConfig(Section):
     max_file_mb: int = Field(
         default=64, ge=1, le=4096, description="Largest file a command inside may write, in MiB."
     )
+    max_processes: int = Field(
+        default=64,
+        ge=8,
+        le=4096,
+        description=(
+            "Processes and threads one command inside may have at once (a fork bomb stops there): "
+            "a pids cgroup where one is writable, and RLIMIT_NPROC inside. `persyn sandbox check` says "
+            "which holds."
+        ),
+    )
     max_iterations: int = Field(
         default=12,
         ge=1,

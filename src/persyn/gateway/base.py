@@ -95,6 +95,9 @@ class ToolSpec(_Frozen):
     name: str
     description: str
     parameters: dict[str, Any]  # JSON schema of the input
+    # A tool the model provider runs inside its reply (`gateway/provider_tools.py`): offered as a
+    # native tool, never called by the tool loop; `parameters` is empty.
+    provider: bool = False
 
 
 class TokenUsage(_Frozen):
@@ -105,7 +108,10 @@ class TokenUsage(_Frozen):
 
 
 class Completion(_Frozen):
-    """The result of one model round-trip."""
+    """The result of one model call (its round-trips: a paused reply resumed, output retried).
+
+    `paused` says the provider still had the turn paused when `[models] max_pause_resumes`
+    was reached: the text is what it had said by then."""
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
@@ -113,6 +119,7 @@ class Completion(_Frozen):
     usage: TokenUsage = TokenUsage()
     model: str = ""  # the model string it ran on
     usage_id: str | None = None  # the id of the usage record emitted for this call
+    paused: bool = False
 
 
 class SinkEvent(_Frozen):

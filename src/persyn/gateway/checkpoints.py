@@ -27,17 +27,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Awaitable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable
 from datetime import datetime
 from typing import Any, Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
-from pydantic_ai.models import CompletedStreamedResponse, Model, ModelRequestParameters, StreamedResponse
-from pydantic_ai.models.wrapper import WrapperModel
-from pydantic_ai.settings import ModelSettings
+from pydantic_ai.models import Model, ModelRequestParameters
 
 from persyn.core.clock import Clock
+from persyn.gateway.wrappers import CallHooks, HookedModel
 from persyn.usage import context as usage_context
 
 __all__ = ["CallCheckpoints", "CheckpointedModel", "StepCalls", "call_key"]
@@ -86,7 +84,7 @@ class StepCalls:
         return call_key(attribution.step_key, index)
 
 
-class CheckpointedModel(WrapperModel):
+class CheckpointedModel(HookedModel):
     """A task's model whose completed calls inside a durable step are stored and replayed
     (module docstring)."""
 
@@ -99,51 +97,18 @@ class CheckpointedModel(WrapperModel):
         self._clock = clock
         self._saving: set[asyncio.Future[Any]] = set()
 
-    async def request(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-    ) -> ModelResponse:
+    async def _hooks(self, messages: list[ModelMessage], params: ModelRequestParameters) -> CallHooks:
         key = self._calls.next_key()
         if key is None:
-            return await self.wrapped.request(messages, model_settings, model_request_parameters)
+            return CallHooks(params)
         stored = await self._stored(key)
         if stored is not None:
-            return stored
-        with usage_context.rebind(step_key=key):
-            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
-        self._save(key, response)
-        return response
+            return CallHooks(params, replay=stored)
 
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: Any = None,
-    ) -> AsyncGenerator[StreamedResponse]:
-        key = self._calls.next_key()
-        if key is None:
-            async with self.wrapped.request_stream(
-                messages, model_settings, model_request_parameters, run_context
-            ) as stream:
-                yield stream
-            return
-        stored = await self._stored(key)
-        if stored is not None:
-            yield CompletedStreamedResponse(
-                stored, model_request_parameters=model_request_parameters, replay_events=True
-            )
-            return
-        with usage_context.rebind(step_key=key):
-            async with self.wrapped.request_stream(
-                messages, model_settings, model_request_parameters, run_context
-            ) as stream:
-                yield stream
-        # Closed and drained: the response is final and metered (its usage id stamped).
-        self._save(key, stream.get())
+        async def save(response: ModelResponse) -> None:
+            self._save(key, response)
+
+        return CallHooks(params, context=usage_context.rebind(step_key=key), after=save)
 
     async def _stored(self, key: str) -> ModelResponse | None:
         try:

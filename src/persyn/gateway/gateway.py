@@ -81,6 +81,7 @@ from persyn.gateway.base import (
     ToolSpec,
     UserTurn,
 )
+from persyn.gateway.provider_tools import ProviderToolsModel, enabled_provider_tools, native_tools
 from persyn.gateway.providers import BuildContext, LocalModelFactory, build_model
 from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.gateway.wrappers import (
@@ -194,8 +195,11 @@ class ModelGateway:
         return model
 
     async def _member(self, raw: str, spec: ModelSpec, *, in_chain: bool) -> Model:
-        """One model of a chain: the provider's, limited, retried, metered and traced."""
-        model = await self._provider(spec)
+        """One model of a chain: the provider's (offered only its own provider tools), limited,
+        retried, metered and traced."""
+        model: Model = ProviderToolsModel(
+            await self._provider(spec), enabled_provider_tools(self._settings, raw, str(spec))
+        )
         limit = self._settings.models.max_concurrent_requests
         if limit:
             limiter = self._limiters.setdefault(spec, ConcurrencyLimiter(max_running=limit, name=str(spec)))
@@ -260,7 +264,7 @@ class ModelGateway:
         """
         chain = self._resolve(task)
         model = await self._model_for(chain)
-        params = _request_parameters(prompt, tools, output)
+        params = _request_parameters(prompt, tools, output, self._settings.models.provider_tool_max_uses)
         messages = to_messages(prompt, task, stage)
         used = used if used is not None else CallUsage()
         usage = TokenUsage()
@@ -269,6 +273,27 @@ class ModelGateway:
             round_trip = token_usage(response.usage)
             used.add(round_trip)
             usage = _add_usage(usage, round_trip)
+            resumes = 0
+            while response.state == "suspended" and resumes < self._settings.models.max_pause_resumes:
+                # The provider paused a long server-tool turn: sending it back as it is lets the
+                # model go on. Each resume is a call like any other (metered, budget admitted).
+                resumes += 1
+                more = await _round_trip(
+                    model, [*messages, response], params, None if output else sink, phase
+                )
+                round_trip = token_usage(more.usage)
+                used.add(round_trip)
+                usage = _add_usage(usage, round_trip)
+                response = _continued(response, more)
+            paused = response.state == "suspended"
+            if paused:
+                log.warning(
+                    "model %s still had its turn for task %r paused after %d resume(s) ([models] "
+                    "max_pause_resumes): going on with what it said so far",
+                    chain[0][1],
+                    task.value,
+                    resumes,
+                )
             metadata = response.metadata or {}
             answered = str(metadata.get(MODEL_METADATA_KEY) or chain[0][1])
             usage_id = metadata.get(USAGE_ID_METADATA_KEY)
@@ -279,7 +304,9 @@ class ModelGateway:
                 if isinstance(part, ToolCallPart) and part.tool_name != OUTPUT_TOOL_NAME
             )
             if output is None:
-                return Completion(text=text, tool_calls=calls, usage=usage, model=answered, usage_id=usage_id)
+                return Completion(
+                    text=text, tool_calls=calls, usage=usage, model=answered, usage_id=usage_id, paused=paused
+                )
             try:
                 value = _parse_output(response, output, tool_mode=self._tool_mode.get(answered, True))
             except _InvalidOutput as exc:
@@ -292,7 +319,13 @@ class ModelGateway:
                 messages = [*messages, response, _with_task(ModelRequest(parts=exc.feedback), task, stage)]
                 continue
             return Completion(
-                text=text, tool_calls=calls, output=value, usage=usage, model=answered, usage_id=usage_id
+                text=text,
+                tool_calls=calls,
+                output=value,
+                usage=usage,
+                model=answered,
+                usage_id=usage_id,
+                paused=paused,
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -325,6 +358,12 @@ async def _round_trip(
     response = stream.get()
     await _notify(sink, SinkEvent(phase=phase, kind="end"))
     return response
+
+
+def _continued(paused: ModelResponse, more: ModelResponse) -> ModelResponse:
+    """A paused reply with its continuation: one assistant turn, the parts in order (what is
+    sent back if it pauses again), the continuation's state, usage and stamps (its record)."""
+    return replace(more, parts=[*paused.parts, *more.parts])
 
 
 # prompt translation -----------------------------------------------------------------------
@@ -408,13 +447,23 @@ def _json_schema(output: type[BaseModel]) -> dict[str, Any]:
 
 
 def _request_parameters(
-    prompt: Prompt, tools: Sequence[ToolSpec], output: type[BaseModel] | None
+    prompt: Prompt, tools: Sequence[ToolSpec], output: type[BaseModel] | None, max_uses: int = 5
 ) -> ModelRequestParameters:
+    # A provider tool's native kind is its name; a local tool of that name is its fallback,
+    # withheld from a model that runs the provider's (`gateway/provider_tools.py`).
+    provided = {t.name for t in tools if t.provider}
     base = ModelRequestParameters(
         function_tools=[
-            ToolDefinition(name=t.name, description=t.description, parameters_json_schema=dict(t.parameters))
+            ToolDefinition(
+                name=t.name,
+                description=t.description,
+                parameters_json_schema=dict(t.parameters),
+                unless_native=t.name if t.name in provided else None,
+            )
             for t in tools
+            if not t.provider
         ],
+        native_tools=native_tools(tools, max_uses),
         instruction_parts=instruction_parts(prompt),
     )
     if output is None:

@@ -29,8 +29,22 @@ import logging
 import random
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Mapping, Sequence
-from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Mapping,
+    Sequence,
+)
+from contextlib import (
+    AbstractContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -51,7 +65,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models import CompletedStreamedResponse, Model, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
@@ -75,13 +89,16 @@ from persyn.usage.pricing import cost_usd, price_for
 from persyn.usage.records import UsageRecord
 
 __all__ = [
+    "CallHooks",
     "CallMeter",
     "FallbackModel",
+    "HookedModel",
     "MeteredModel",
     "RetryingModel",
     "TracedModel",
     "delta_text",
     "primed",
+    "provider_tool_requests",
     "token_usage",
 ]
 
@@ -277,6 +294,7 @@ class CallMeter:
             attribution = usage_context.current()
             now = self.clock.now()
             tokens = token_usage(usage)
+            requests = provider_tool_requests(usage)
             record = UsageRecord(
                 id=new_id(now),
                 call_id=self._call_id(attribution),
@@ -293,12 +311,14 @@ class CallMeter:
                 channel=attribution.channel,
                 thread_id=attribution.thread_id,
                 conversation_id=attribution.conversation_id,
+                tool_requests=requests,
                 cost_usd=cost_usd(
                     price_for(self.prices, str(spec), configured),
                     input_tokens=tokens.input_tokens,
                     output_tokens=tokens.output_tokens,
                     cache_read_tokens=tokens.cache_read_tokens,
                     cache_write_tokens=tokens.cache_write_tokens,
+                    tool_requests=requests,
                 ),
             )
             self.meter.emit(record)
@@ -547,6 +567,65 @@ def _response_text(response: ModelResponse) -> str:
     return "\n".join(lines)
 
 
+# hooks ------------------------------------------------------------------------------------
+@dataclass
+class CallHooks:
+    """What a `HookedModel` does about one call: the parameters to send, a stored response to
+    answer with instead of calling (`replay`), a context the call runs in, and an awaitable
+    step told the response once the call returned (a stream: once drained and closed)."""
+
+    params: ModelRequestParameters
+    replay: ModelResponse | None = None
+    context: AbstractContextManager[Any] = field(default_factory=nullcontext)
+    after: Callable[[ModelResponse], Awaitable[None]] | None = None
+
+
+class HookedModel(WrapperModel, ABC):
+    """A wrapper that acts before and after each call, its plain and streamed forms written
+    once: `_hooks` says what to do (`CallHooks`). The checkpoints, the autonomy budget and the
+    per-model provider tools are such wrappers."""
+
+    @abstractmethod
+    async def _hooks(self, messages: list[ModelMessage], params: ModelRequestParameters) -> CallHooks: ...
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        hooks = await self._hooks(messages, model_request_parameters)
+        if hooks.replay is not None:
+            return hooks.replay
+        with hooks.context:
+            response = await self.wrapped.request(messages, model_settings, hooks.params)
+        if hooks.after is not None:
+            await hooks.after(response)
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: Any = None,
+    ) -> AsyncGenerator[StreamedResponse]:
+        hooks = await self._hooks(messages, model_request_parameters)
+        if hooks.replay is not None:  # answered as one piece
+            yield CompletedStreamedResponse(
+                hooks.replay, model_request_parameters=model_request_parameters, replay_events=True
+            )
+            return
+        with hooks.context:
+            async with self.wrapped.request_stream(
+                messages, model_settings, hooks.params, run_context
+            ) as stream:
+                yield stream
+        if hooks.after is not None:  # closed and drained: the response is final (and metered)
+            await hooks.after(stream.get())
+
+
 # fallback ---------------------------------------------------------------------------------
 class FallbackModel(WrapperModel):
     """A task's chain of models: each is tried in turn until one answers; when every one has
@@ -612,6 +691,19 @@ def _exhausted(failures: Sequence[ModelError]) -> ModelError:
 
 
 # usage ------------------------------------------------------------------------------------
+_REQUESTS_SUFFIX = "_requests"
+
+
+def provider_tool_requests(usage: RequestUsage) -> dict[str, int]:
+    """Requests of provider-run tools in one round-trip, by tool: pydantic-ai keeps Anthropic's
+    `usage.server_tool_use.web_search_requests` as the usage detail `web_search_requests`."""
+    return {
+        key.removesuffix(_REQUESTS_SUFFIX): count
+        for key, count in (usage.details or {}).items()
+        if key.endswith(_REQUESTS_SUFFIX) and count > 0
+    }
+
+
 def token_usage(usage: RequestUsage) -> TokenUsage:
     return TokenUsage(
         input_tokens=usage.input_tokens,

@@ -50,6 +50,7 @@ from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings, Task, browse_search_key
 from persyn.core.records import Sensitivity, channel_key
+from persyn.gateway.provider_tools import provider_tool_specs
 from persyn.memory.access import Provenanced, eligible_channels, in_compartment
 from persyn.memory.consolidate import default_sensitivity
 from persyn.runtime.autonomy import narrow_run, recent_activity, run_provenance
@@ -257,14 +258,21 @@ def build_registry(
                 max_chars=settings.artifacts.max_chars,
             )
         )
-    code = deps.sandbox.tool_for(agent_id) if deps.sandbox is not None else None
-    if code is not None:
-        tools.append(code)
     if deps.images is not None:
         tools += image_tools(deps.images.context(setup, event_id, call_key))
     tools += web_tools(settings.browse, search_provider(settings.browse, browse_search_key(settings)))
     tools += reference_tools(_library(settings))
     skills = agent_skills(settings, deps.agents[agent_id], where)
+    library = skills
+
+    def skill_folders() -> dict[str, Path]:
+        """The skills this activation may use, read when a `run_code` task starts (after
+        protected ones were restored), so their scripts run inside the sandbox."""
+        return {} if library is None else {skill.name: skill.folder for skill in library.scan()}
+
+    code = deps.sandbox.tool_for(agent_id, skill_folders) if deps.sandbox is not None else None
+    if code is not None:
+        tools.append(code)
     if skills is not None:
         try:
             tools += skill_tools(skills)
@@ -275,6 +283,7 @@ def build_registry(
     for tool in deps.mcp.tools() if deps.mcp is not None else ():
         if tool.name not in registry:  # `__` never appears in a built-in tool's name
             registry.register(tool)
+    registry.add_provider_tools(provider_tool_specs(settings, deps.agents[agent_id]))
     return registry
 
 

@@ -34,17 +34,14 @@ only ever narrower, so a replayed step changes nothing).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Collection, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel
 from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
-from pydantic_ai.models.wrapper import WrapperModel
-from pydantic_ai.settings import ModelSettings
+from pydantic_ai.models import Model, ModelRequestParameters
 
 from persyn.cognition.pipeline import PRESENT_META, TurnSetup
 from persyn.core.clock import Clock
@@ -54,7 +51,7 @@ from persyn.core.events import Event, EventKind
 from persyn.core.ids import derived_id, is_id
 from persyn.core.records import Sensitivity, channel_key
 from persyn.gateway.base import TokenUsage
-from persyn.gateway.wrappers import token_usage
+from persyn.gateway.wrappers import CallHooks, HookedModel, token_usage
 from persyn.memory.access import Provenanced, derived_provenance
 from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
 from persyn.store.activity import ActivityEntry
@@ -404,7 +401,7 @@ class Autonomy:
         await self.store.purge_activity(entry.agent_id, entry.at - ACTIVITY_RETENTION)
 
 
-class BudgetedModel(WrapperModel):
+class BudgetedModel(HookedModel):
     """A task's model with the autonomy budget checked before, and charged after, every
     request a self-initiated run makes (the attribution's thread says which run it serves).
     The gateway wraps each task's model with it (`ModelGateway(wrappers=...)`), so every
@@ -417,37 +414,16 @@ class BudgetedModel(WrapperModel):
         super().__init__(wrapped)
         self._autonomy = autonomy
 
-    async def request(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-    ) -> ModelResponse:
-        run = await self._admit()
-        response = await self.wrapped.request(messages, model_settings, model_request_parameters)
-        if run is not None:
-            await self._autonomy.charge(run, token_usage(response.usage))
-        return response
-
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: Any = None,
-    ) -> AsyncGenerator[StreamedResponse]:
-        run = await self._admit()
-        async with self.wrapped.request_stream(
-            messages, model_settings, model_request_parameters, run_context
-        ) as stream:
-            yield stream
-        if run is not None:
-            await self._autonomy.charge(run, token_usage(stream.usage))
-
-    async def _admit(self) -> Event | None:
+    async def _hooks(self, messages: list[ModelMessage], params: ModelRequestParameters) -> CallHooks:
         attribution = usage_context.current()
-        return await self._autonomy.admit_call(attribution.agent_id, attribution.thread_id)
+        run = await self._autonomy.admit_call(attribution.agent_id, attribution.thread_id)
+        if run is None:
+            return CallHooks(params)
+
+        async def charge(response: ModelResponse) -> None:
+            await self._autonomy.charge(run, token_usage(response.usage))
+
+        return CallHooks(params, after=charge)
 
 
 def _objective(event: Event) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,8 +60,11 @@ class SandboxService:
             return None
         return f"run_code is not offered: no sandbox provider ({self.detected.summary})"
 
-    def tool_for(self, agent_id: str) -> Tool[Any, Any] | None:
-        """`run_code` for `agent_id`, or None without a provider or a gateway for the agent."""
+    def tool_for(
+        self, agent_id: str, skills: Callable[[], Mapping[str, Path]] | None = None
+    ) -> Tool[Any, Any] | None:
+        """`run_code` for `agent_id`, or None without a provider or a gateway for the agent;
+        `skills` (name → folder) are mounted read-only inside for each task."""
         provider = self.provider
         if provider is None or agent_id not in self.gateways:
             return None
@@ -78,6 +81,7 @@ class SandboxService:
                 complete=complete,
                 config=self.settings.sandbox,
                 tools=self.settings.tools,
+                skills=skills,
             )
         )
 
@@ -130,7 +134,45 @@ async def run_probes(provider: SandboxProvider, workspace: Path, home: Path) -> 
         await _probe_host_loopback(provider, workspace, expected_open=full),
         await _probe_ip_socket(provider, workspace),
         await _probe_home(provider, workspace, home),
+        await _probe_processes(provider, workspace),
     ]
+
+
+_SPAWN = """import os, time
+children = []
+for _ in range({tries}):
+    try:
+        pid = os.fork()
+    except OSError:
+        continue
+    if pid == 0:
+        time.sleep(5)
+        os._exit(0)
+    children.append(pid)
+print("started", len(children), flush=True)
+for pid in children:
+    os.kill(pid, 9)
+"""
+
+
+async def _probe_processes(provider: SandboxProvider, workspace: Path) -> Probe:
+    """Tries to start more waiting processes than `[sandbox] max_processes` allows."""
+    limit = provider.limits.max_processes
+    name = f"more than {limit} processes"
+    script = _SPAWN.format(tries=limit + 16)
+    result = await provider.run(workspace, f"python3 -c '{script}'")
+    found = [line.split()[-1] for line in result.stdout.splitlines() if line.startswith("started ")]
+    if not found:
+        return Probe(name=name, isolated=False, detail=f"probe did not run: {result.stderr[-200:]}")
+    started = int(found[0])
+    if started >= limit:
+        return Probe(
+            name=name,
+            isolated=False,
+            detail=f"{started} of {limit + 16} started: no process limit holds here (root host user, no pids cgroup)",
+        )
+    how = "pids cgroup" if provider.pids is not None else "RLIMIT_NPROC"
+    return Probe(name=name, isolated=True, detail=f"{started} of {limit + 16} started, then refused ({how})")
 
 
 async def _probe_write_outside(provider: SandboxProvider, workspace: Path) -> Probe:

@@ -19,12 +19,13 @@ from pydantic import BaseModel, ConfigDict
 
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
-from persyn.core.config import AgentConfig, Settings, images_api_key, mcp_headers
+from persyn.core.config import AgentConfig, Settings, Task, images_api_key, mcp_headers
 from persyn.core.errors import InputError, ToolError
 from persyn.core.ids import new_id
 from persyn.gateway.auto import resolve_auto
 from persyn.gateway.base import ToolCall
 from persyn.gateway.gateway import ModelGateway
+from persyn.gateway.provider_tools import enabled_provider_tools
 from persyn.runtime.agent_tools import AgentToolDeps, build_registry
 from persyn.runtime.images import ImageService
 from persyn.runtime.inspect import opened_store
@@ -46,8 +47,9 @@ class ToolListing(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str
-    source: Literal["built-in", "mcp"]
+    source: Literal["built-in", "mcp", "provider"]
     server: str | None = None  # the MCP server that offers it
+    models: tuple[str, ...] = ()  # for a provider tool: the models of the respond chain that run it
     description: str
     deferred: bool = False  # listed in call_tool's description rather than defined in full
 
@@ -165,7 +167,7 @@ async def _agent_tools(
 async def list_tools(settings: Settings, agent: AgentConfig, clock: Clock) -> ToolsReport:
     async with agent_registry(settings, agent, clock, OPERATOR_CHANNEL) as (registry, mcp):
         listings: list[ToolListing] = []
-        offered = {spec.name: spec.description for spec in registry.specs()}
+        offered = {spec.name: spec.description for spec in registry.specs() if not spec.provider}
         for name in sorted({*offered, *registry.names}):
             server = mcp.server_of(name)
             tool = registry.get(name)
@@ -177,6 +179,13 @@ async def list_tools(settings: Settings, agent: AgentConfig, clock: Clock) -> To
                     description=offered.get(name) or (tool.description.strip() if tool else ""),
                     deferred=registry.deferred(name),
                 )
+            )
+        chain = settings.models_for(agent, Task.RESPOND)
+        for name in registry.provider_names:
+            spec = next(s for s in registry.specs() if s.provider and s.name == name)
+            runners = tuple(m for m in chain if name in enabled_provider_tools(settings, m))
+            listings.append(
+                ToolListing(name=name, source="provider", description=spec.description, models=runners)
             )
         return ToolsReport(agent=agent.name, tools=tuple(listings), mcp_servers=mcp.statuses())
 

@@ -178,6 +178,7 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool[Any, Any]] = (), *, config: ToolsConfig | None = None) -> None:
         self._config = config or ToolsConfig()
         self._tools: dict[str, Tool[Any, Any]] = {}
+        self._provider: dict[str, ToolSpec] = {}
         for tool in tools:
             self.register(tool)
 
@@ -189,6 +190,19 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ConfigError(f"a tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+
+    def add_provider_tools(self, specs: Iterable[ToolSpec]) -> None:
+        """Tools the model provider runs inside its reply (`gateway/provider_tools.py`): offered
+        with the others, never run here. One may share its name with a local tool, which then
+        serves the models that do not run the provider's."""
+        for spec in specs:
+            if not spec.provider:
+                raise ConfigError(f"{spec.name!r} is not a provider tool")
+            self._provider[spec.name] = spec
+
+    @property
+    def provider_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._provider))
 
     def get(self, name: str) -> Tool[Any, Any] | None:
         return self._tools.get(name)
@@ -234,8 +248,11 @@ class ToolRegistry:
 
     # advertising -------------------------------------------------------------------------
     def specs(self) -> tuple[ToolSpec, ...]:
-        """Every tool offered as the gateway takes it, sorted by name."""
-        return tuple(tool.spec() for tool in self._offered())
+        """Every tool offered as the gateway takes it, sorted by name (a provider tool after a
+        local one of the same name)."""
+        offered = [tool.spec() for tool in self._offered()]
+        offered += self._provider.values()
+        return tuple(sorted(offered, key=lambda spec: (spec.name, spec.provider)))
 
     def tool_definitions(self) -> list[ToolDefinition]:
         """Every tool as pydantic-ai describes it, sorted by name, with its return schema."""
@@ -283,6 +300,12 @@ class ToolRegistry:
         tool = self._tools.get(call.name)
         if tool is None and call.name == CALL_TOOL and any(self.deferred(n) for n in self.names):
             return await self._call_deferred(call, breaker, outcome)
+        if tool is None and call.name in self._provider:
+            message = (
+                f"{call.name!r} is run by the model provider inside its reply; there is nothing to run "
+                "here (a model that runs it calls it itself)."
+            )
+            return outcome(ToolStatus.UNKNOWN_TOOL, message, error=message)
         if tool is None:
             known = ", ".join(self.names) or "none"
             message = f"There is no tool named {call.name!r}. Available tools: {known}."

@@ -8,8 +8,9 @@ Providers (`SandboxProvider`), tried in this order by `provider = "auto"`:
   `/usr` read-only and a few files of `/etc`; a private `/tmp`, `/proc` and `/dev`; the agent's
   workspace at `/workspace` (the only persistent writable place); all capabilities dropped,
   running as `nobody`; killed with its parent. Limits are set inside with `prlimit` (CPU
-  seconds, address space, file size, open files) and the wall clock from here (the whole
-  process group is killed). `network = "none"` additionally installs a seccomp filter that
+  seconds, address space, file size, open files, processes) and the wall clock from here (the
+  whole process group is killed). The process count is also held by a pids cgroup per command
+  where one is writable (`tools/_pids_cgroup.py`: RLIMIT_NPROC does not bind a root host user). `network = "none"` additionally installs a seccomp filter that
   refuses IP sockets (and io_uring, which could open them), so not even the sandbox's own
   loopback is usable; `loopback` keeps the private namespace with its own loopback only;
   `full` shares the host's network.
@@ -32,13 +33,15 @@ import shutil
 import signal
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict
 
 from persyn.core.config_sandbox import SandboxConfig
 from persyn.core.errors import ToolError
+from persyn.tools._pids_cgroup import PidsCgroup
 
 __all__ = [
     "CommandResult",
@@ -50,6 +53,7 @@ __all__ = [
 
 SANDBOX_WORKSPACE = "/workspace"
 SANDBOX_HOST_DIR = "/host"
+SANDBOX_SKILLS = "/skills"  # the agent's skills, read-only: /skills/NAME/SKILL.md, scripts/, ...
 _OUTPUT_LIMIT = 64_000  # bytes of stdout and of stderr kept per command
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 # Files of /etc programs commonly need (dynamic loader cache, alternatives, time zone); with
@@ -80,10 +84,17 @@ class Limits:
     memory_mb: int
     wall_seconds: float
     max_file_mb: int
+    max_processes: int = 64
 
     @classmethod
     def from_config(cls, config: SandboxConfig) -> Limits:
-        return cls(config.cpu_seconds, config.memory_mb, config.wall_seconds, config.max_file_mb)
+        return cls(
+            config.cpu_seconds,
+            config.memory_mb,
+            config.wall_seconds,
+            config.max_file_mb,
+            config.max_processes,
+        )
 
     def prlimit(self) -> list[str]:
         mib = 1024 * 1024
@@ -93,6 +104,8 @@ class Limits:
             f"--as={self.memory_mb * mib}",
             f"--fsize={self.max_file_mb * mib}",
             "--nofile=256",
+            # Holds for a non-root host user only (kuid 0 is exempt): see `_pids_cgroup.py`.
+            f"--nproc={self.max_processes}",
             "--core=0",
             "--",
         ]
@@ -103,6 +116,7 @@ class SandboxProvider(ABC):
     the host itself; a provider that cannot isolate raises `ToolError`."""
 
     name: str
+    pids: PidsCgroup | None = None  # the per-command pids cgroup, where the provider uses one
 
     def __init__(self, config: SandboxConfig, executable: str) -> None:
         self.config = config
@@ -110,19 +124,48 @@ class SandboxProvider(ABC):
         self.limits = Limits.from_config(config)
 
     @abstractmethod
-    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+    def argv(
+        self,
+        workspace: Path,
+        command: str,
+        fds: tuple[int, ...] = (),
+        read_only: Mapping[str, Path] | None = None,
+    ) -> list[str]:
         """The host command line that runs `command` inside the sandbox (`fds`: what
-        `pass_fds` opened for it)."""
+        `pass_fds` opened for it; `read_only`: host folders shown read-only at the given paths
+        inside, under `/skills`)."""
 
     def pass_fds(self) -> tuple[int, ...]:
         """Descriptors the provider hands the sandbox (closed here once it has started)."""
         return ()
 
-    async def run(self, workspace: Path, command: str, *, stdin: bytes | None = None) -> CommandResult:
+    def confined(self) -> contextlib.AbstractAsyncContextManager[list[str]]:
+        """Where a command runs on the host side: an argv prefix (none by default)."""
+        return contextlib.nullcontext([])
+
+    async def run(
+        self,
+        workspace: Path,
+        command: str,
+        *,
+        stdin: bytes | None = None,
+        read_only: Mapping[str, Path] | None = None,
+    ) -> CommandResult:
+        async with self.confined() as prefix:
+            return await self._run(prefix, workspace, command, stdin, read_only)
+
+    async def _run(
+        self,
+        prefix: list[str],
+        workspace: Path,
+        command: str,
+        stdin: bytes | None,
+        read_only: Mapping[str, Path] | None,
+    ) -> CommandResult:
         _make_directory(workspace)
         fds = self.pass_fds()
         try:
-            argv = self.argv(workspace, command, fds)
+            argv = [*prefix, *self.argv(workspace, command, fds, read_only)]
             child = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
@@ -163,9 +206,17 @@ class SandboxProvider(ABC):
 class BubblewrapProvider(SandboxProvider):
     name = "bubblewrap"
 
-    def __init__(self, config: SandboxConfig, executable: str) -> None:
+    def __init__(self, config: SandboxConfig, executable: str, pids: PidsCgroup | None = None) -> None:
         super().__init__(config, executable)
         self._filter = ip_socket_filter() if config.network == "none" else None
+        self.pids = pids
+
+    def confined(self) -> contextlib.AbstractAsyncContextManager[list[str]]:
+        """Each command in a pids cgroup of its own when one is writable here: the process
+        limit that holds whoever runs Persyn (`tools/_pids_cgroup.py`)."""
+        if self.pids is None:
+            return contextlib.nullcontext([])
+        return self.pids.command(self.limits.max_processes)
 
     def pass_fds(self) -> tuple[int, ...]:
         if self._filter is None:
@@ -175,7 +226,13 @@ class BubblewrapProvider(SandboxProvider):
         os.close(write)
         return (read,)
 
-    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+    def argv(
+        self,
+        workspace: Path,
+        command: str,
+        fds: tuple[int, ...] = (),
+        read_only: Mapping[str, Path] | None = None,
+    ) -> list[str]:
         argv = [self.executable, "--die-with-parent", "--new-session", "--unshare-all"]
         if self.config.network == "full":
             argv.append("--share-net")
@@ -195,6 +252,8 @@ class BubblewrapProvider(SandboxProvider):
         if self.config.host_dir is not None:
             mode = "--bind" if self.config.host_dir_mode == "rw" else "--ro-bind"
             argv += [mode, self.config.host_dir, SANDBOX_HOST_DIR]
+        for inside, folder in sorted(_read_only(read_only).items()):
+            argv += ["--ro-bind", str(folder), inside]
         argv += ["--chdir", SANDBOX_WORKSPACE, "--clearenv"]
         argv += [
             "--setenv",
@@ -217,7 +276,15 @@ class BubblewrapProvider(SandboxProvider):
 class RunscProvider(SandboxProvider):
     name = "runsc"
 
-    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+    def argv(
+        self,
+        workspace: Path,
+        command: str,
+        fds: tuple[int, ...] = (),
+        read_only: Mapping[str, Path] | None = None,
+    ) -> list[str]:
+        # `runsc do` shows the host's file system through an overlay: a skill's folder is at its own
+        # host path there, not under /skills (`persyn sandbox check` says what it isolates).
         state = workspace.parent / ".runsc-state"
         state.mkdir(parents=True, exist_ok=True)
         network = "host" if self.config.network == "full" else "none"
@@ -232,7 +299,13 @@ class RunscProvider(SandboxProvider):
 class DockerProvider(SandboxProvider):
     name = "docker"
 
-    def argv(self, workspace: Path, command: str, fds: tuple[int, ...] = ()) -> list[str]:
+    def argv(
+        self,
+        workspace: Path,
+        command: str,
+        fds: tuple[int, ...] = (),
+        read_only: Mapping[str, Path] | None = None,
+    ) -> list[str]:
         network = "host" if self.config.network == "full" else "none"
         argv = [self.executable, "run", "--rm", "-i", f"--network={network}", "--cap-drop=ALL"]
         argv += ["--security-opt=no-new-privileges", "--read-only", "--tmpfs=/tmp", "--pids-limit=256"]
@@ -240,6 +313,8 @@ class DockerProvider(SandboxProvider):
         argv += ["--user=65534:65534", "-v", f"{workspace}:{SANDBOX_WORKSPACE}", "-w", SANDBOX_WORKSPACE]
         if self.config.host_dir is not None:
             argv += ["-v", f"{self.config.host_dir}:{SANDBOX_HOST_DIR}:{self.config.host_dir_mode}"]
+        for inside, folder in sorted(_read_only(read_only).items()):
+            argv += ["-v", f"{folder}:{inside}:ro"]
         return [*argv, self.config.docker_image, "/bin/sh", "-c", command]
 
 
@@ -284,11 +359,11 @@ async def _try(name: str, config: SandboxConfig, root: Path) -> tuple[SandboxPro
         info = await _quiet(executable, "info", "--format", "{{.ServerVersion}}")
         if info is not None:
             return None, f"docker: no daemon answers ({info})"
-    provider: SandboxProvider = {
-        "bubblewrap": BubblewrapProvider,
-        "runsc": RunscProvider,
-        "docker": DockerProvider,
-    }[name](config, executable)
+    provider: SandboxProvider
+    if name == "bubblewrap":
+        provider = BubblewrapProvider(config, executable, PidsCgroup.find())
+    else:
+        provider = {"runsc": RunscProvider, "docker": DockerProvider}[name](config, executable)
     probe = root / ".probe"
     try:
         result = await provider.run(probe, "true")
@@ -342,6 +417,17 @@ def ip_socket_filter() -> bytes:
         (ret, 0, 0, deny),  # 12
     ]
     return b"".join(struct.pack("<HBBI", *instruction) for instruction in program)
+
+
+def _read_only(mounts: Mapping[str, Path] | None) -> dict[str, Path]:
+    """Read-only mounts, each checked to land under /skills (never over the workspace or /usr)."""
+    checked: dict[str, Path] = {}
+    for inside, folder in (mounts or {}).items():
+        target = PurePosixPath(inside)
+        if target.parent != PurePosixPath(SANDBOX_SKILLS) or target.name in ("", ".", ".."):
+            raise ToolError(f"a read-only mount must be {SANDBOX_SKILLS}/NAME, not {inside!r}")
+        checked[str(target)] = folder
+    return checked
 
 
 def _make_directory(path: Path) -> None:

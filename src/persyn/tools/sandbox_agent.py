@@ -18,7 +18,7 @@ process following one would read or write outside it.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,13 @@ from persyn.gateway.base import Completion, Prompt, ToolSpec, UserTurn
 from persyn.tools.breaker import LoopBreaker
 from persyn.tools.loop import run_tool_loop
 from persyn.tools.registry import Tool, ToolRegistry
-from persyn.tools.sandbox import SANDBOX_HOST_DIR, SANDBOX_WORKSPACE, CommandResult, SandboxProvider
+from persyn.tools.sandbox import (
+    SANDBOX_HOST_DIR,
+    SANDBOX_SKILLS,
+    SANDBOX_WORKSPACE,
+    CommandResult,
+    SandboxProvider,
+)
 
 __all__ = [
     "SANDBOX_INSTRUCTION",
@@ -47,7 +53,7 @@ CompleteFn = Callable[[Prompt, Sequence[ToolSpec]], Awaitable[Completion]]
 
 SANDBOX_INSTRUCTION = """You are a sandbox agent. Another agent delegated a programming task to you.
 You work in an isolated Linux environment: your working directory is {workspace}, which keeps its files
-between tasks; nothing else you write outlives a command. {host}Network: {network}.
+between tasks; nothing else you write outlives a command. {host}{skills}Network: {network}.
 Use your tools to write files and run commands (sh; python3 is available). Each command is limited
 to {cpu} CPU seconds, {memory} MiB of memory and {wall:g} seconds of wall-clock time.
 When the task is done (or cannot be done), stop calling tools and reply with a short report for the
@@ -143,11 +149,20 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
-def sandbox_agent_tools(provider: SandboxProvider, workspace: Path) -> list[Tool[Any, Any]]:
-    """The file and command tools of the sandbox agent: every one runs inside the sandbox."""
+def skill_mounts(skills: Mapping[str, Path]) -> dict[str, Path]:
+    """Each skill's folder at `/skills/NAME` inside, read-only."""
+    return {f"{SANDBOX_SKILLS}/{name}": folder for name, folder in skills.items()}
+
+
+def sandbox_agent_tools(
+    provider: SandboxProvider, workspace: Path, skills: Mapping[str, Path] | None = None
+) -> list[Tool[Any, Any]]:
+    """The file and command tools of the sandbox agent: every one runs inside the sandbox, with
+    the agent's skills (name → folder) read-only at `/skills/NAME` (their scripts run there)."""
+    mounts = skill_mounts(skills or {})
 
     async def inside(command: str, stdin: bytes | None = None) -> CommandOutput:
-        return _as_output(await provider.run(workspace, command, stdin=stdin))
+        return _as_output(await provider.run(workspace, command, stdin=stdin, read_only=mounts))
 
     async def write_file(arguments: WriteFileInput) -> CommandOutput:
         path = _quote(arguments.path)
@@ -209,14 +224,21 @@ class RunCodeOutput(BaseModel):
     stopped: str | None = None  # a breaker or the token budget ended the task early
 
 
-def instruction(config: SandboxConfig) -> str:
+def instruction(config: SandboxConfig, skills: Sequence[str] = ()) -> str:
     host = ""
     if config.host_dir is not None:
         access = "read and write" if config.host_dir_mode == "rw" else "read (not change)"
         host = f"A shared directory is at {SANDBOX_HOST_DIR}: you may {access} it. "
+    shown = ""
+    if skills:
+        shown = (
+            f"The agent's skills are at {SANDBOX_SKILLS}/NAME, read-only (SKILL.md, scripts/ to run from "
+            f"there): {', '.join(sorted(skills))}. "
+        )
     return SANDBOX_INSTRUCTION.format(
         workspace=SANDBOX_WORKSPACE,
         host=host,
+        skills=shown,
         network=_NETWORKS[config.network],
         cpu=config.cpu_seconds,
         memory=config.memory_mb,
@@ -231,10 +253,11 @@ async def delegate(
     complete: CompleteFn,
     config: SandboxConfig,
     tools: ToolsConfig,
+    skills: Mapping[str, Path] | None = None,
 ) -> RunCodeOutput:
     """Run the sandbox agent on `task` until it reports, or a breaker or its budget stops it."""
     registry = ToolRegistry(
-        sandbox_agent_tools(provider, workspace),
+        sandbox_agent_tools(provider, workspace, skills),
         config=tools.model_copy(
             update={
                 "max_round_trips": config.max_iterations,
@@ -257,7 +280,7 @@ async def delegate(
         spent += completion.usage.input_tokens + completion.usage.output_tokens
         return completion
 
-    prompt = Prompt(system=instruction(config), items=(UserTurn(text=task),))
+    prompt = Prompt(system=instruction(config, tuple(skills or ())), items=(UserTurn(text=task),))
     breaker = LoopBreaker(
         max_round_trips=config.max_iterations,
         max_identical_calls=tools.max_identical_calls,
@@ -297,6 +320,8 @@ class RunCodeContext:
     complete: CompleteFn  # one `sandbox` model round-trip through the agent's gateway
     config: SandboxConfig
     tools: ToolsConfig
+    # The agent's skills (name → folder), read when a task starts: mounted read-only inside.
+    skills: Callable[[], Mapping[str, Path]] | None = None
 
 
 def run_code_tool(context: RunCodeContext) -> Tool[RunCodeInput, RunCodeOutput]:
@@ -308,6 +333,7 @@ def run_code_tool(context: RunCodeContext) -> Tool[RunCodeInput, RunCodeOutput]:
             context.complete,
             context.config,
             context.tools,
+            context.skills() if context.skills is not None else None,
         )
 
     return Tool(
@@ -315,7 +341,8 @@ def run_code_tool(context: RunCodeContext) -> Tool[RunCodeInput, RunCodeOutput]:
         (
             "Delegate a programming task (compute, transform data, test a snippet) to a sandbox agent that "
             "writes and runs code in an isolated environment and reports back. Describe the task fully: "
-            "it does not see this conversation. Files it writes stay in your sandbox workspace."
+            "it does not see this conversation. Files it writes stay in your sandbox workspace; your "
+            "skills' scripts can be run there (name the skill and script)."
         ),
         RunCodeInput,
         RunCodeOutput,

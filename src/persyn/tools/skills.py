@@ -30,9 +30,10 @@ written on (`metadata.channel`) and is offered — its name and description incl
 where that channel's memories could surface (`visible`: the same compartment); an operator's
 view (`persyn skills`) sees them all.
 
-**Scripts** are never run here: a skill's `scripts/` are files the model may read. Running them
-belongs to the sandbox (`run_code`, issue 19 item 3), which will mount `Skill.folder`
-read-only in the agent's workspace; the hook is `SkillLibrary.get(name).folder`.
+**Scripts** are never run here: a skill's `scripts/` are files the model may read. They run in
+the sandbox: `run_code`'s sandbox agent sees every skill the activation may use at
+`/skills/NAME`, bind-mounted read-only from `Skill.folder` (`runtime/agent_tools.py`,
+`tools/sandbox_agent.py`), so a script runs there and nothing inside can change a skill.
 """
 
 from __future__ import annotations

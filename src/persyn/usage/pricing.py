@@ -33,8 +33,11 @@ def cost_usd(
     output_tokens: int,
     cache_read_tokens: int = 0,
     cache_write_tokens: int = 0,
+    tool_requests: Mapping[str, int] | None = None,
 ) -> float | None:
-    """Dollars for one call, or None when the model is unpriced (counted, not costed)."""
+    """Dollars for one call, or None when the model is unpriced (counted, not costed).
+    Provider-tool requests add their `per_request` price; a tool without one adds nothing
+    (its requests stay counted on the record)."""
     if price is None:
         return None
     uncached = max(0, input_tokens - cache_read_tokens - cache_write_tokens)
@@ -46,5 +49,7 @@ def cost_usd(
         + cache_write_tokens * write_price
         + output_tokens * price.output
     ) / _PER
+    for tool, count in (tool_requests or {}).items():
+        dollars += count * price.per_request.get(tool, 0.0)
     # Float noise (0.30000000000000004) would otherwise leak into the ledger.
     return round(dollars, 10)

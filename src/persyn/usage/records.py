@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["UsageRecord"]
 
@@ -23,6 +23,10 @@ class UsageRecord(BaseModel):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     units: int = 0  # non-token units (images, delegated runs); 0 for token-priced calls
+    # Requests of tools the provider ran inside the call (e.g. {"web_search": 2}), counted from
+    # its usage report (Anthropic's `usage.server_tool_use`); priced by `[prices] per_request`.
+    # Left out of a dump when empty, so the ledger lines of calls without any stay as they were.
+    tool_requests: dict[str, int] = Field(default_factory=dict[str, int], exclude_if=lambda value: not value)
     surface: str | None = None  # service, e.g. "terminal"
     channel: str | None = None
     thread_id: str | None = None  # the reasoning thread: the workflow id

@@ -69,6 +69,12 @@ class Coder:
             return DoubleReply(
                 text=f"The script printed {ran['stdout'].strip()!r} (exit {ran['exit_code']})."
             )
+        if self.scenario == "skill":  # run a skill's script, and try to change the skill
+            if not results:
+                command = "python3 /skills/greeter/scripts/greet.py Ada; echo x > /skills/greeter/SKILL.md"
+                return DoubleReply(tool_calls=[{"name": "run_command", "args": {"command": command}}])
+            ran = json.loads(str(results[0].content))
+            return DoubleReply(text=f"{ran['stdout'].strip()} | {ran['stderr'].strip()}")
         if self.scenario == "same":  # the same command forever
             return DoubleReply(tool_calls=[{"name": "run_command", "args": {"command": "echo again"}}])
         # "endless": a new command every time, never a report
@@ -177,3 +183,25 @@ async def test_without_a_provider_run_code_is_absent_and_the_operator_is_told(
             == "run_code is not offered: no sandbox provider (runsc: 'runsc' is not installed (gVisor is not packaged in Debian))"
         )
         assert not (pilot.settings.data_dir / "sandbox" / ADA.id).exists()
+
+
+@needs_bwrap
+async def test_a_skill_script_run_in_the_sandbox(tmp_path: Path, coder: Coder) -> None:
+    skills = tmp_path / "skills"
+    (skills / "greeter" / "scripts").mkdir(parents=True)
+    (skills / "greeter" / "SKILL.md").write_text(
+        "---\nname: greeter\ndescription: Greets people.\n---\nRun it.\n"
+    )
+    (skills / "greeter" / "scripts" / "greet.py").write_text("import sys\nprint('hello', sys.argv[1])\n")
+    coder.scenario = "skill"
+    config = (
+        "[deliberation]\nenabled = false\n[sandbox]\n"
+        f'[skills]\ndirectories = ["{skills}"]\nprotected = ["greeter"]\n'
+    )
+    async with run_runtime(tmp_path / "home", model="test:coder", config=config) as pilot:
+        _, marker = await pilot.say("Greet Ada with the greeter skill.")
+    assert (
+        marker.text
+        == "Done: hello Ada | /bin/sh: 1: cannot create /skills/greeter/SKILL.md: Read-only file system"
+    )
+    assert (skills / "greeter" / "SKILL.md").read_text().startswith("---\nname: greeter")

@@ -4,6 +4,7 @@ the host; the network setting checked at start-up."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from persyn.core.config import load_settings
 from persyn.core.config_sandbox import SandboxConfig
-from persyn.core.errors import ConfigError
+from persyn.core.errors import ConfigError, ToolError
 from persyn.runtime.sandbox_ops import run_probes
 from persyn.tools.sandbox import SandboxProvider, detect_provider
 
@@ -90,6 +91,87 @@ async def test_limits_stop_a_runaway(tmp_path: Path) -> None:
     assert sleeper.timed_out and sleeper.exit_code is None and "never" not in sleeper.stdout
     big = await provider.run(workspace, "head -c 100000000 /dev/zero > big.bin")
     assert not big.ok or (workspace / "big.bin").stat().st_size <= 64 * 1024 * 1024
+
+
+def _process_limit_holds(provider: SandboxProvider) -> bool:
+    """A pids cgroup, or a non-root host user (RLIMIT_NPROC binds everyone but kuid 0)."""
+    return provider.pids is not None or os.getuid() != 0
+
+
+# Starts up to 200 children that wait, counting the forks that succeed (without a limit all
+# of them do: measured, 105 of 100 shell jobs under `prlimit --nproc=32` alone, as root).
+_SPAWN_200 = (
+    "python3 -c 'import os, time\n"
+    "children = []\n"
+    "for _ in range(200):\n"
+    "    try:\n"
+    "        pid = os.fork()\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    if pid == 0:\n"
+    "        time.sleep(5); os._exit(0)\n"
+    "    children.append(pid)\n"
+    'print("started", len(children), flush=True)\n'
+    "for pid in children:\n"
+    "    os.kill(pid, 9)'"
+)
+
+
+def _leftover_cgroups(provider: SandboxProvider) -> list[str]:
+    pids = provider.pids
+    return [] if pids is None else [p.name for p in pids.base.iterdir() if p.is_dir()]
+
+
+@needs_bwrap
+async def test_a_process_count_limit_stops_a_spawning_command(tmp_path: Path) -> None:
+    provider = await _provider(tmp_path, max_processes=32, wall_seconds=20)
+    if not _process_limit_holds(provider):
+        pytest.skip("no writable pids cgroup and the host user is root: no process limit can hold here")
+    result = await provider.run(tmp_path / "sandbox" / "a", _SPAWN_200)
+    started = [line for line in result.stdout.splitlines() if line.startswith("started ")]
+    # bwrap, the shell and python take a few of the 32: far fewer than 200 children ever ran.
+    assert started and int(started[0].split()[1]) < 32, result
+    assert not result.timed_out
+    assert _leftover_cgroups(provider) == []  # each command's cgroup is gone with it
+
+
+@needs_bwrap
+async def test_a_fork_bomb_is_held_at_the_limit_and_the_host_goes_on(tmp_path: Path) -> None:
+    # A real fork bomb, run only where a limit holds, with a short wall clock.
+    provider = await _provider(tmp_path, max_processes=16, wall_seconds=3, cpu_seconds=3)
+    if not _process_limit_holds(provider):
+        pytest.skip("no writable pids cgroup and the host user is root: no process limit can hold here")
+    workspace = tmp_path / "sandbox" / "a"
+    await provider.run(workspace, "b() { b | b & }; b; wait")
+    after = await provider.run(workspace, "echo still here")
+    assert after.ok and after.stdout == "still here\n"
+    assert _leftover_cgroups(provider) == []
+
+
+@needs_bwrap
+async def test_a_skill_script_runs_inside_from_its_read_only_folder(tmp_path: Path) -> None:
+    skill = tmp_path / "skills" / "greeter"
+    (skill / "scripts").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: greeter\ndescription: Greets.\n---\nRun scripts/greet.py.\n")
+    (skill / "scripts" / "greet.py").write_text("import sys, os\nprint('hello', sys.argv[1], os.getuid())\n")
+    provider = await _provider(tmp_path)
+    mounts = {"/skills/greeter": skill}
+    workspace = tmp_path / "sandbox" / "a"
+    ran = await provider.run(workspace, "python3 /skills/greeter/scripts/greet.py Ada", read_only=mounts)
+    assert ran.ok and ran.stdout == "hello Ada 65534\n"
+    tamper = await provider.run(
+        workspace,
+        "echo changed > /skills/greeter/scripts/greet.py; rm /skills/greeter/SKILL.md; "
+        "touch /skills/greeter/new; ls /skills/greeter",
+        read_only=mounts,
+    )
+    assert tamper.stderr.count("Read-only file system") == 3
+    assert sorted(p.name for p in skill.iterdir()) == ["SKILL.md", "scripts"]
+    assert (skill / "scripts" / "greet.py").read_text().startswith("import sys")
+    # Without the mount the skill is not there at all; and a mount lands only under /skills.
+    assert not (await provider.run(workspace, "ls /skills/greeter")).ok
+    with pytest.raises(ToolError, match="/workspace"):
+        await provider.run(workspace, "true", read_only={"/workspace": skill})
 
 
 async def test_no_provider_means_no_sandbox_and_says_why(tmp_path: Path) -> None:
