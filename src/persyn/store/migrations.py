@@ -509,7 +509,7 @@ def _create_model_calls(connection: Connection, dialect_name: str) -> None:
 
 
 def _create_guardrail_slots(connection: Connection, dialect_name: str) -> None:
-    """Migration 23: guardrail evaluation slots (`store/guardrails.py`), from the live
+    """Migration 21: guardrail evaluation slots (`store/guardrails.py`), from the live
     definition (freeze it here before a later migration alters that table)."""
     schema.guardrail_slots.create(connection, checkfirst=False)
 
@@ -541,7 +541,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(18, "emotional-state readings", _create_emotion_readings),
     Migration(19, "shared artifacts", _create_artifacts),
     Migration(20, "model calls checkpointed inside a durable step", _create_model_calls),
-    Migration(23, "guardrail evaluation slots", _create_guardrail_slots),
+    Migration(21, "guardrail evaluation slots", _create_guardrail_slots),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

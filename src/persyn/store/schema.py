@@ -674,7 +674,7 @@ guardrail_checks = Table(
     Index(None, "agent_id", "checked_at"),
 )
 
-# Guardrail evaluation slots (migration 23, `store/guardrails.py`): which process evaluates a
+# Guardrail evaluation slots (migration 21, `store/guardrails.py`): which process evaluates a
 # pattern for an agent in one period of `[safety] evaluate_seconds`. The primary key makes the
 # claim a conditional insert (ON CONFLICT DO NOTHING on both backends): when a server and a
 # worker, or two workers, share the store, one of them wins each slot and the others skip it.
