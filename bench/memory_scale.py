@@ -82,6 +82,19 @@ client, not the server):
     10,000         437       3.4     9.2       4.5   13.2     1.000       2.6
     100,000        101     111.8   146.7      38.7  132.3     0.994      11.1
 
+Full recall in ONE compartment of 100k records (`--sizes 100000 --channels 1 --queries 100`,
+WordLlama 256-d; p50/p99 ms, and this process's CPU ms p50 where printed):
+
+    backend      insert/s  db MB   hybrid           vector               keyword              load
+    sqlite          336     409    364.8 2429.9 (cpu 44.7)  101.7 218.8 (cpu 11.1)  619.9 2051.3 (cpu 36.8)  19.1
+    postgresql       75     349    110.9  300.1             53.9 152.0              72.3  136.8             13.9
+
+On SQLite the vector stage is no longer what costs: keyword search (FTS5 restricted to the
+compartment's rowids, which in one busy channel are all of them) is 37 of the hybrid's 45 CPU
+ms. On PostgreSQL the client's CPU was not printed in that run; the server's is in another
+process. The 1M hybrid run on SQLite was stopped: filling at 336 records/s with embedding
+under that load would have taken most of an hour.
+
 The fill is the cost on PostgreSQL: the HNSW graph is built row by row as records arrive,
 101 records/s at 100k under load 11 (16 minutes), so 1M (3 hours at that rate, or a bulk
 `CREATE INDEX` that the store does not do) did not fit this session.
