@@ -65,7 +65,6 @@ reads the re-rank rows by rowid (NOT INDEXED):
     100,000 after   508.2    678.7               37.6   101.9     5.2      0.996      15.1
     1,000,000 before 2284.7  5523.3             109.7   168.6      -       0.997      13.9
     1,000,000 after  5578.3  7304.3             179.2   534.0    30.0      0.994      22.2
-
     1,000,000 before 1831.2  2008.7              65.2   118.7    25.6      0.997      11.5
     100,000 final    59.1    109.3                3.7     9.9     3.3      0.996       6.8
     1,000,000 final 586.1    896.5               16.9    35.6    14.3      0.994       5.3
@@ -75,7 +74,7 @@ were a first version whose int8 re-rank was one 5,000 x 256 `@`: large enough fo
 wake its threads, which spun for as much CPU again (thread CPU 17.1 ms, process CPU 34.0
 ms); the final rows use einsum. Back to back at load 7-13, the search alone
 (`_sqlite_ann.search` called on one thread, 100 queries at 1M) went from 24.1 to 13.2 CPU ms
-p50, recall@10 0.997 -> 0.994 (the 1M "before" row above is the old code through this bench,
+p50, recall@10 0.997 -> 0.994 (the second 1M "before" row is the old code through this bench,
 `PYTHONPATH=/work/main/src`, at load 11.5). Where the 1M search's CPU went before (ms p50,
 thread time): Hamming scan 8.6, threshold histogram 3.5, int8 re-rank of 5,000 candidates 2.4
 + their gather 0.7, selection 0.9, re-rank rows read 1.3, block versions 0.7; the prefilter
