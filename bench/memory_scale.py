@@ -87,6 +87,7 @@ client, not the server):
     records     insert/s   exact p50/p95    HNSW p50/p95   recall@10   load
     10,000         437       3.4     9.2       4.5   13.2     1.000       2.6
     100,000        101     111.8   146.7      38.7  132.3     0.994      11.1
+    100,000          -      39.6    63.0       6.7   10.8     0.994       3.5   (the same store, queried again)
 
 Full recall in ONE compartment of 100k records (`--sizes 100000 --channels 1 --queries 100`,
 WordLlama 256-d; p50/p99 ms, and this process's CPU ms p50 where printed):
