@@ -34,6 +34,14 @@ tests and type checks; load after each row in the last column), `--store postgre
     postgresql         2      2.3       109.0   18.0
     postgresql         4      1.3       217.3   21.5
 
+Again later the same day, with the machine quieter (load 3.7-6.0):
+
+    backend      workers    act/s  CPU ms/act   load
+    sqlite             1     13.8        35.2    3.7
+    postgresql         1     11.0        45.5    4.3
+    postgresql         2     11.4        61.3    4.7
+    postgresql         4      9.5        85.7    6.0
+
 (Earlier, at load ~9: SQLite 16.9/s and 23.5 ms, PostgreSQL 1 worker 14.0/s and 35.8 ms, 2
 workers 14.2/s and 51.3 ms.) With no spare core a second worker gains nothing and a fourth
 loses: each worker polls its queues and claims through the database, so the CPU per activation
