@@ -52,6 +52,63 @@ absolute times are inflated several-fold, compare within a row), k=100, p50/p95 
 
 Exact timed over 30 queries, codes over 200; recall@10 over 200 against brute force. The
 first search of a process loads the partition's codes (~330 MB at 1M; not timed).
+
+2026-12-02, stop 27 (helpers' tests and type checks on both cores: load 11-22). Wall times
+under such load say more about the scheduler than the code, so the stage now also prints
+`cpu50`, this process's CPU ms per search (p50), which moves far less with load. The search
+scans contiguous segments instead of one array per 4,096-entry block, scans the codes' first
+128 bits for every entry and the rest only for the ~16 x candidates nearest on them, and
+reads the re-rank rows by rowid (NOT INDEXED):
+
+    records     exact p50/p95 (sqlite-vec)   index p50/p95   cpu50   recall@10   load
+    100,000 before   50.9     55.1                3.4     4.4      -       0.996       1.8
+    100,000 after   508.2    678.7               37.6   101.9     5.2      0.996      15.1
+    1,000,000 before 2284.7  5523.3             109.7   168.6      -       0.997      13.9
+    1,000,000 after  5578.3  7304.3             179.2   534.0    30.0      0.994      22.2
+    1,000,000 before 1831.2  2008.7              65.2   118.7    25.6      0.997      11.5
+    100,000 final    59.1    109.3                3.7     9.9     3.3      0.996       6.8
+    1,000,000 final 586.1    896.5               16.9    35.6    14.3      0.994       5.3
+
+The exact column, the same code in every row, shows what the load did. The "after" rows
+were a first version whose int8 re-rank was one 5,000 x 256 `@`: large enough for OpenBLAS to
+wake its threads, which spun for as much CPU again (thread CPU 17.1 ms, process CPU 34.0
+ms); the final rows use einsum. Back to back at load 7-13, the search alone
+(`_sqlite_ann.search` called on one thread, 100 queries at 1M) went from 24.1 to 13.2 CPU ms
+p50, recall@10 0.997 -> 0.994 (the second 1M "before" row is the old code through this bench,
+`PYTHONPATH=/work/main/src`, at load 11.5). Where the 1M search's CPU went before (ms p50,
+thread time): Hamming scan 8.6, threshold histogram 3.5, int8 re-rank of 5,000 candidates 2.4
++ their gather 0.7, selection 0.9, re-rank rows read 1.3, block versions 0.7; the prefilter
+halves the first two.
+
+On PostgreSQL (`--store postgresql`: pgvector HNSW, m=16, ef_construction=64, ef_search 200
+for k=100; exact = a sequential scan and sort of the compartment; cpu50 counts only this
+client, not the server):
+
+    records     insert/s   exact p50/p95    HNSW p50/p95   recall@10   load
+    10,000         437       3.4     9.2       4.5   13.2     1.000       2.6
+    100,000        101     111.8   146.7      38.7  132.3     0.994      11.1
+    100,000          -      39.6    63.0       6.7   10.8     0.994       3.5   (the same store, queried again)
+
+Full recall in ONE compartment of 100k records (`--sizes 100000 --channels 1 --queries 100`,
+WordLlama 256-d; p50/p99 ms, and this process's CPU ms p50 where printed):
+
+    backend      insert/s  db MB   hybrid           vector               keyword              load
+    sqlite          336     409    364.8 2429.9 (cpu 44.7)  101.7 218.8 (cpu 11.1)  619.9 2051.3 (cpu 36.8)  19.1
+    sqlite         4029     409     35.7  193.5 (cpu 34.7)    6.5  11.5 (cpu  6.5)   28.3   75.1 (cpu 27.8)   3.8
+    sqlite 1M      2367    3953    296.6 1894.5 (cpu 266)    27.3  41.2 (cpu 19.9)  270.9  694.2 (cpu 250)    4.2
+    postgresql       75     349    110.9  300.1             53.9 152.0              72.3  136.8             13.9
+
+On SQLite the vector stage is no longer what costs: keyword search (FTS5 restricted to the
+compartment's rowids, which in one busy channel are all of them) is 28 of the hybrid's 35 ms
+at load 3.8, where the same row measured before this session's change was hybrid 114.2, vector
+81.8, keyword 37.6 (load 3-4, the first table). On PostgreSQL the client's CPU was not printed in that run; the server's is in another
+process. At 1M records in one compartment (`--million --channels 1 --million-queries 30`)
+the vector stage stays under 30 ms and keyword search is the whole cost: 271 ms p50, 250 CPU
+ms, of the hybrid's 297.
+
+The fill is the cost on PostgreSQL: the HNSW graph is built row by row as records arrive,
+101 records/s at 100k under load 11 (16 minutes), so 1M (3 hours at that rate, or a bulk
+`CREATE INDEX` that the store does not do) did not fit this session.
 """
 
 from __future__ import annotations
@@ -64,18 +121,24 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from persyn.core.config import MemoryConfig
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Mode, Retriever
+from persyn.store import open_store
 from persyn.store._sqlite_engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
+from persyn.store.base import Store
 from persyn.store.sqlite import SQLiteStore
 
 SEED = 20260301
@@ -192,7 +255,90 @@ def _queries(records: Sequence[MemoryRecord], count: int) -> list[str]:
     return queries
 
 
-async def _fill(store: SQLiteStore, embedder: Embedder, records: Sequence[MemoryRecord]) -> float:
+# where the stores live ------------------------------------------------------------------------
+@dataclass
+class Backend:
+    """Where the bench's stores live: a SQLite file per store (the default), or a PostgreSQL
+    database per store — on the server `--store postgresql://…` names (each store in a schema
+    of its own there), or on a pgserver this bench starts with its data under the cache
+    directory, so a filled stage store survives to the next run."""
+
+    url: str | None = None  # None: SQLite
+    server: Any = None  # a PostgresForTests this bench started
+    made: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return "sqlite" if self.url is None else "postgresql"
+
+    @classmethod
+    def from_argument(cls, store: str) -> Backend:
+        if store == "sqlite":
+            return cls()
+        if store == "postgresql":
+            from persyn.testing.postgres import PostgresForTests
+
+            directory = _cache_dir() / "pgserver"
+            directory.mkdir(exist_ok=True)
+            server = PostgresForTests(directory)
+            return cls(url=server.url(), server=server)
+        if make_url(store).get_backend_name() != "postgresql":
+            raise SystemExit(f"--store {store!r}: expected 'sqlite', 'postgresql' or a postgresql:// URL")
+        return cls(url=store)
+
+    def store_url(self, name: str, *, fresh: bool = True) -> str:
+        """The URL of the PostgreSQL store `name` (a database on our own server, a schema on
+        someone else's), emptied first when `fresh`."""
+        assert self.url is not None
+        engine = _engine(self.url)
+        try:
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+                if self.server is not None:
+                    if fresh:
+                        connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+                    exists = connection.execute(
+                        text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": name}
+                    ).first()
+                    if exists is None:
+                        connection.execute(text(f"CREATE DATABASE {name}"))
+                else:
+                    if fresh:
+                        connection.execute(text(f"DROP SCHEMA IF EXISTS {name} CASCADE"))
+                    connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {name}"))
+        finally:
+            engine.dispose()
+        if self.server is not None:
+            return str(self.server.url(name))
+        joiner = "&" if "?" in self.url else "?"
+        return f"{self.url}{joiner}options=-csearch_path%3D{name},public"
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def _engine(url: str) -> Any:
+    return create_engine(make_url(url).set(drivername="postgresql+psycopg"), poolclass=NullPool)
+
+
+def _pg_size_mb(url: str) -> float:
+    """Tables, their indexes and TOAST in the store's schema."""
+    engine = _engine(url)
+    try:
+        with engine.connect() as connection:
+            size = connection.execute(
+                text(
+                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+                )
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    return int(size) / 1e6
+
+
+async def _fill(store: Store, embedder: Embedder, records: Sequence[MemoryRecord]) -> float:
     started = time.perf_counter()
     batch = 2048
     for offset in range(0, len(records), batch):
@@ -212,11 +358,12 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _measure(size: int, query_count: int, dims: int, channels: int, tmp: Path) -> str:
+async def _measure(backend: Backend, size: int, query_count: int, dims: int, channels: int, tmp: Path) -> str:
     config = MemoryConfig(embedder_dims=dims)
     embedder = embedder_from_config(config)
     path = tmp / f"scale-{size}.db"
-    store = SQLiteStore(path)
+    url = backend.store_url(f"scale_{size}") if backend.url is not None else None
+    store: Store = SQLiteStore(path) if url is None else open_store(url)
     await store.setup()
     try:
         agent_id = derived_id(START, "scale-agent", str(size))
@@ -227,10 +374,11 @@ async def _measure(size: int, query_count: int, dims: int, channels: int, tmp: P
         retriever = Retriever(store, embedder, config)
         present = PEOPLE[:2]
         cells: list[str] = []
+        cpu: list[float] = []
         for mode in MODES:
             timings: list[float] = []
             for query in queries:
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 await retriever.retrieve(
                     agent_id,
                     query,
@@ -241,10 +389,14 @@ async def _measure(size: int, query_count: int, dims: int, channels: int, tmp: P
                     mode=mode,
                 )
                 timings.append((time.perf_counter() - started) * 1000)
+                cpu.append((time.process_time() - cpu_started) * 1000)
             cells.append(f"{statistics.median(timings):>8.1f} {_percentile(timings, 0.99):>8.1f}")
+            cells.append(f"{statistics.median(cpu):>7.1f}")
+            cpu.clear()
         load = os.getloadavg()[0]  # the machine's 1-minute load while this row was measured
+        megabytes = _size_mb(path) if url is None else _pg_size_mb(url)
         return (
-            f"{size:>9,} {rate:>9.0f} {_size_mb(path):>9.1f} {query_count:>7} "
+            f"{size:>9,} {rate:>9.0f} {megabytes:>9.1f} {query_count:>7} "
             + " ".join(cells)
             + f" {load:>5.1f}"
         )
@@ -252,19 +404,20 @@ async def _measure(size: int, query_count: int, dims: int, channels: int, tmp: P
         await store.close()
 
 
-async def run(sizes: Sequence[tuple[int, int]], dims: int, channels: int) -> None:
+async def run(backend: Backend, sizes: Sequence[tuple[int, int]], dims: int, channels: int) -> None:
     embedder = embedder_from_config(MemoryConfig(embedder_dims=dims))
-    print(f"encoder {embedder.name}; one agent, {channels} channel(s), 50 people\n")
+    print(f"{backend.name}; encoder {embedder.name}; one agent, {channels} channel(s), 50 people\n")
     header = f"{'records':>9} {'insert/s':>9} {'db MB':>9} {'queries':>7} "
-    header += " ".join(f"{m + ' p50':>8} {m[:3] + ' p99':>8}" for m in MODES) + f" {'load':>5}"
+    header += " ".join(f"{m + ' p50':>8} {m[:3] + ' p99':>8} {m[:3] + ' cpu':>7}" for m in MODES)
+    header += f" {'load':>5}"
     rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for size, query_count in sizes:
-            row = await _measure(size, query_count, dims, channels, Path(tmp))
+            row = await _measure(backend, size, query_count, dims, channels, Path(tmp))
             print(row, flush=True)
             rows.append(row)
     print()
-    print(header + "   (latencies in ms)")
+    print(header + "   (latencies in ms; cpu: this process's CPU ms per recall, p50)")
     for row in rows:
         print(row)
 
@@ -320,42 +473,68 @@ def _cached_vectors(count: int, queries: int) -> tuple[np.ndarray[Any, Any], np.
     return vectors[:count], np.asarray(vectors[count:])
 
 
-async def _stage_store(count: int, vectors: np.ndarray[Any, Any]) -> tuple[Path, str, float]:
-    """A store holding `vectors` in one channel of one agent (filled once, then cached)."""
-    path = _cache_dir() / f"stage-{count}-{SEED}.db"
-    done = path.with_suffix(".done")
-    agent_id = derived_id(START, "stage-agent", str(count))
+def _stage_agent(count: int) -> str:
+    return derived_id(START, "stage-agent", str(count))
+
+
+def _stage_ids(count: int) -> list[str]:
+    """The stage records' ids, in the order of their vectors."""
+    agent_id, spacing = _stage_agent(count), timedelta(days=365) / count
+    return [derived_id(START + spacing * i, agent_id, str(i)) for i in range(count)]
+
+
+async def _fill_stage(store: Store, count: int, vectors: np.ndarray[Any, Any]) -> float:
+    agent_id = _stage_agent(count)
+    await store.ensure_agent(agent_id, "stage", START)
+    spacing = timedelta(days=365) / count
+    ids = _stage_ids(count)
+    started = time.perf_counter()
+    batch = 4096
+    for offset in range(0, count, batch):
+        records = [
+            MemoryRecord(
+                id=ids[i],
+                agent_id=agent_id,
+                created_at=START + spacing * i,
+                channel=STAGE_CHANNEL,
+                summary=f"memory number {i}",
+                importance=5,
+                sensitivity=Sensitivity.PUBLIC,
+            )
+            for i in range(offset, min(count, offset + batch))
+        ]
+        chunk = np.asarray(vectors[offset : offset + len(records)])
+        await store.add_records(records, [row.tolist() for row in chunk], "clustered")
+    return count / (time.perf_counter() - started)
+
+
+async def _stage_store(backend: Backend, count: int, vectors: np.ndarray[Any, Any]) -> tuple[str, float]:
+    """The URL of a store holding `vectors` in one channel of one agent (filled once, then
+    cached: a SQLite file, or a database on the bench's own pgserver), and its fill rate."""
+    if backend.url is None:
+        path = _cache_dir() / f"stage-{count}-{SEED}.db"
+        done = path.with_suffix(".done")
+        url = f"sqlite:///{path}"
+    else:
+        done = _cache_dir() / f"pgstage-{count}-{SEED}.done"
+        cached = backend.server is not None and done.exists()
+        url = backend.store_url(f"stage_{count}", fresh=not cached)
+        if not cached:
+            done.unlink(missing_ok=True)
     if done.exists():
-        return path, agent_id, float(done.read_text())
-    for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        stale.unlink(missing_ok=True)
-    store = SQLiteStore(path)
+        return url, float(done.read_text())
+    if backend.url is None:
+        for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            stale.unlink(missing_ok=True)
+    store = open_store(url)
     await store.setup()
     try:
-        await store.ensure_agent(agent_id, "stage", START)
-        spacing = timedelta(days=365) / count
-        started = time.perf_counter()
-        batch = 4096
-        for offset in range(0, count, batch):
-            records = [
-                MemoryRecord(
-                    id=derived_id(START + spacing * i, agent_id, str(i)),
-                    agent_id=agent_id,
-                    created_at=START + spacing * i,
-                    channel=STAGE_CHANNEL,
-                    summary=f"memory number {i}",
-                    importance=5,
-                    sensitivity=Sensitivity.PUBLIC,
-                )
-                for i in range(offset, min(count, offset + batch))
-            ]
-            chunk = np.asarray(vectors[offset : offset + len(records)])
-            await store.add_records(records, [row.tolist() for row in chunk], "clustered")
-        rate = count / (time.perf_counter() - started)
+        rate = await _fill_stage(store, count, vectors)
     finally:
         await store.close()
-    done.write_text(f"{rate:.0f}")
-    return path, agent_id, rate
+    if backend.url is None or backend.server is not None:
+        done.write_text(f"{rate:.0f}")
+    return url, rate
 
 
 def _exact_search(path: Path) -> Any:
@@ -367,63 +546,101 @@ def _exact_search(path: Path) -> Any:
     return connection
 
 
-async def _stage_row(count: int, query_count: int) -> str:
+def _time_exact(url: str, count: int, queries: np.ndarray[Any, Any]) -> list[float]:
+    """Milliseconds per exact k-nearest search of the compartment: sqlite-vec's scan on
+    SQLite, a sequential scan and sort (the HNSW index hidden by `+ 0`) on PostgreSQL."""
+    agent_id = _stage_agent(count)
+    timings: list[float] = []
+    if url.startswith("sqlite"):
+        exact = _exact_search(Path(make_url(url).database or ""))
+        sql = (
+            "SELECT record_id, distance FROM memory_vectors_256 WHERE embedding MATCH ? AND k = ? "
+            "AND agent_id = ? AND channel = ? ORDER BY distance"
+        )
+        for query in queries:
+            started = time.perf_counter()
+            exact.execute(
+                sql, (query.astype(np.float32).tobytes(), STAGE_K, agent_id, STAGE_CHANNEL)
+            ).fetchall()
+            timings.append((time.perf_counter() - started) * 1000)
+        exact.close()
+        return timings
+    engine = _engine(url)
+    sql = text(
+        "SELECT record_id, (embedding <=> CAST(:v AS vector(256))) + 0 AS d FROM memory_vectors_256 "
+        "WHERE agent_id = :a AND channel = :c ORDER BY d LIMIT :k"
+    )
+    try:
+        with engine.connect() as connection:
+            for query in queries:
+                literal = "[" + ",".join(repr(float(x)) for x in query) + "]"
+                params = {"v": literal, "a": agent_id, "c": STAGE_CHANNEL, "k": STAGE_K}
+                started = time.perf_counter()
+                connection.execute(sql, params).all()
+                timings.append((time.perf_counter() - started) * 1000)
+    finally:
+        engine.dispose()
+    return timings
+
+
+def _store_mb(url: str) -> float:
+    if url.startswith("sqlite"):
+        return _size_mb(Path(make_url(url).database or ""))
+    return _pg_size_mb(url)
+
+
+async def _stage_row(backend: Backend, count: int, query_count: int) -> str:
     vectors, queries = _cached_vectors(count, 200)
     queries = queries[:query_count]
-    path, agent_id, rate = await _stage_store(count, vectors)
-    exact = _exact_search(path)
-    sql = (
-        "SELECT record_id, distance FROM memory_vectors_256 WHERE embedding MATCH ? AND k = ? "
-        "AND agent_id = ? AND channel = ? ORDER BY distance"
-    )
-    before: list[float] = []
-    for query in queries[:EXACT_TIMED]:  # exact search at 1M takes ~0.5 s a query
-        started = time.perf_counter()
-        exact.execute(sql, (query.astype(np.float32).tobytes(), STAGE_K, agent_id, STAGE_CHANNEL)).fetchall()
-        before.append((time.perf_counter() - started) * 1000)
-    # The truth: brute force in numpy over the same float32 unit vectors (sqlite-vec's
+    url, rate = await _stage_store(backend, count, vectors)
+    agent_id = _stage_agent(count)
+    before = _time_exact(url, count, queries[:EXACT_TIMED])  # exact search at 1M: ~0.5 s a query
+    # The truth: brute force in numpy over the same float32 unit vectors (the exact search's
     # answer, but for exact ties).
-    ids = [row[0] for row in exact.execute("SELECT record_id FROM memory_ann_units ORDER BY id")]
+    ids = _stage_ids(count)
     truths: list[set[str]] = []
     for query in queries:
         scores = np.concatenate(
             [np.asarray(vectors[i : i + 100_000]) @ query for i in range(0, count, 100_000)]
         )
         truths.append({ids[i] for i in np.argpartition(-scores, 10)[:10]})
-    exact.close()
-    store = SQLiteStore(path)
+    store = open_store(url)
     await store.setup()
     after: list[float] = []
+    cpu: list[float] = []
     recall: list[float] = []
     try:
         await store.vector_candidates(
             agent_id, queries[0].tolist(), STAGE_K, [STAGE_CHANNEL]
-        )  # loads the codes
+        )  # loads the codes (SQLite) or warms the index's pages (PostgreSQL)
         for query, truth in zip(queries, truths, strict=True):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             hits = await store.vector_candidates(agent_id, query.tolist(), STAGE_K, [STAGE_CHANNEL])
             after.append((time.perf_counter() - started) * 1000)
+            cpu.append((time.process_time() - cpu_started) * 1000)
             recall.append(len({hit[0] for hit in hits[:10]} & truth) / 10)
     finally:
         await store.close()
     load = os.getloadavg()[0]
     return (
-        f"{count:>9,} {query_count:>7} {_size_mb(path):>8.0f} {rate:>8.0f} "
+        f"{count:>9,} {query_count:>7} {_store_mb(url):>8.0f} {rate:>8.0f} "
         f"{statistics.median(before):>8.1f} {_percentile(before, 0.95):>8.1f} "
-        f"{statistics.median(after):>8.1f} {_percentile(after, 0.95):>8.1f} "
+        f"{statistics.median(after):>8.1f} {_percentile(after, 0.95):>8.1f} {statistics.median(cpu):>7.1f} "
         f"{statistics.mean(recall):>9.3f} {load:>5.1f}"
     )
 
 
-async def run_stage(sizes: Sequence[int], query_count: int) -> None:
-    print(f"vector stage, one agent, ONE channel, 256 dims, k={STAGE_K}; cache {_cache_dir()}\n")
+async def run_stage(backend: Backend, sizes: Sequence[int], query_count: int) -> None:
+    print(
+        f"{backend.name} vector stage, one agent, ONE channel, 256 dims, k={STAGE_K}; cache {_cache_dir()}\n"
+    )
     header = (
         f"{'records':>9} {'queries':>7} {'db MB':>8} {'insert/s':>8} {'exact50':>8} {'exact95':>8} "
-        f"{'codes50':>8} {'codes95':>8} {'recall@10':>9} {'load':>5}"
+        f"{'index50':>8} {'index95':>8} {'cpu50':>7} {'recall@10':>9} {'load':>5}"
     )
-    print(header + "   (latencies in ms)", flush=True)
+    print(header + "   (latencies in ms; cpu50: this process's CPU ms per indexed search)", flush=True)
     for count in sizes:
-        print(await _stage_row(count, query_count), flush=True)
+        print(await _stage_row(backend, count, query_count), flush=True)
 
 
 def main() -> None:
@@ -451,16 +668,27 @@ def main() -> None:
         help="measure the vector stage alone in one compartment (synthetic clustered vectors)",
     )
     parser.add_argument("--stage-sizes", default="10000,100000,1000000", help="with --vector-stage")
+    parser.add_argument(
+        "--store",
+        default="sqlite",
+        help="sqlite (default), postgresql (a pgserver started here, data kept in the cache "
+        "directory) or a postgresql:// URL (each store in a schema of its own)",
+    )
     args = parser.parse_args()
-    if args.vector_stage:
-        asyncio.run(run_stage([int(s) for s in args.stage_sizes.split(",") if s], min(args.queries, 200)))
-        return
     sizes = [(int(s), args.queries) for s in args.sizes.split(",") if s]
     if args.million:
         sizes.append((1_000_000, args.million_queries))
     if not 1 <= args.channels <= len(CHANNELS):
         parser.error(f"--channels must be 1..{len(CHANNELS)}")
-    asyncio.run(run(sizes, args.dims, args.channels))
+    backend = Backend.from_argument(args.store)
+    try:
+        if args.vector_stage:
+            stage_sizes = [int(s) for s in args.stage_sizes.split(",") if s]
+            asyncio.run(run_stage(backend, stage_sizes, min(args.queries, 200)))
+        else:
+            asyncio.run(run(backend, sizes, args.dims, args.channels))
+    finally:
+        backend.stop()
 
 
 if __name__ == "__main__":

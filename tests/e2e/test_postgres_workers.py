@@ -120,8 +120,9 @@ def test_a_worker_killed_mid_turn_is_taken_over_by_another_host_exactly_once(
     )  # the model calls were the first worker's; the second only transmitted
 
 
-def test_two_workers_share_three_agents_in_order_each_event_answered_once(
-    persyn: Persyn, postgres_server: PostgresForTests, tmp_path: Path
+@pytest.mark.parametrize("worker_count", [2, 3])
+def test_workers_share_three_agents_in_order_each_event_answered_once(
+    persyn: Persyn, postgres_server: PostgresForTests, tmp_path: Path, worker_count: int
 ) -> None:
     url = postgres_server.fresh_database("share")
     for name in ("Bo", "Cy"):
@@ -134,13 +135,15 @@ def test_two_workers_share_three_agents_in_order_each_event_answered_once(
         "PERSYN_DISPATCH__WORKER_CONCURRENCY": "1",  # one turn at a time per process
     }
     sent: dict[str, list[str]] = {}
-    for number in range(2):  # queued before any worker runs, so both find work waiting
+    # Queued before any worker runs, so every worker finds work waiting: one message per agent
+    # more than there are workers, so no worker alone can drain the queue before the last starts.
+    for number in range(worker_count + 1):
         for agent in ("Ada", "Bo", "Cy"):
             done = persyn.run("send", "--no-wait", "--agent", agent, f"{agent} message {number}", env=env)
             assert done.returncode == 0, done.stderr
             sent.setdefault(agent, []).append(done.stdout.strip())
     events = [event for ids in sent.values() for event in ids]
-    workers = [persyn.popen("worker", **env), persyn.popen("worker", **env)]
+    workers = [persyn.popen("worker", **env) for _ in range(worker_count)]
     try:
         _wait_for(
             lambda: all((_status(url, event) or ("",))[0] == "SUCCESS" for event in events),
@@ -160,6 +163,6 @@ def test_two_workers_share_three_agents_in_order_each_event_answered_once(
         )
         assert [str(r[0]) for r in rows] == ids, f"{agent}'s replies out of order or not once each"
     executors = {(_status(url, event) or ("", ""))[1] for event in events}
-    assert len(executors) == 2, f"one worker did everything: {executors}"
+    assert len(executors) == worker_count, f"a worker got no turn: {executors}"
     responds = [u for u in _usage(persyn.home) if u["thread_id"] in events and u["stage"] == "respond"]
     assert sorted(str(u["thread_id"]) for u in responds) == sorted(events)  # one bill per turn

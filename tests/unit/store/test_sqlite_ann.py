@@ -20,6 +20,7 @@ from sqlalchemy import insert
 
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
+from persyn.store import _sqlite_ann as ann  # pyright: ignore[reportPrivateUsage]
 from persyn.store import schema
 from persyn.store._sqlite_engine import create_sqlite_engine
 from persyn.store.migrations import LATEST_VERSION, migrate
@@ -318,3 +319,34 @@ async def test_migration_16_codes_the_vectors_of_a_version_15_database(tmp_path:
         assert (await store.vector_candidates(agent_id, small[0].tolist(), 1, [MAIN]))[0][0] == added
     finally:
         await store.close()
+
+
+def test_the_prefilter_keeps_a_threshold_set_of_at_least_the_candidates_with_full_distances() -> None:
+    """Large partitions scan the codes' first words for every entry and the rest only for
+    the entries nearest on them: what comes out must be every entry under one threshold on
+    the first words (never a gap), at least the candidates wanted, with full distances."""
+    rng = np.random.default_rng(3)
+    words = 8  # 512-bit codes, as for 256-d vectors
+
+    def segment(count: int) -> ann._Segment:  # pyright: ignore[reportPrivateUsage]
+        codes = rng.integers(0, 2**63, (words, count), dtype=np.uint64)
+        return ann._Segment({0: 0}, np.arange(count), codes, np.zeros((count, 1), np.int8), np.ones(count))  # pyright: ignore[reportPrivateUsage]
+
+    partition = ann._Partition(1, 43_000, np.zeros(1, np.float32), np.zeros((1, 1), np.float32))  # pyright: ignore[reportPrivateUsage]
+    partition.segments = [segment(40_000), segment(3_000)]
+    code = rng.integers(0, 2**63, words, dtype=np.uint64)
+    wanted = 300
+    kept = ann._prefilter(partition, code, wanted)  # pyright: ignore[reportPrivateUsage]
+
+    assert sum(len(rows) for rows, _ in kept) >= wanted
+    assert sum(len(rows) for rows, _ in kept) < 43_000 // 2  # it did filter
+    inside: list[int] = []
+    outside: list[int] = []
+    for seg, (rows, distances) in zip(partition.segments, kept, strict=True):
+        head = ann._hamming(seg.words[:2], code[:2])  # pyright: ignore[reportPrivateUsage]
+        assert distances.tolist() == ann._hamming(seg.words, code)[rows].tolist()  # pyright: ignore[reportPrivateUsage]
+        mask = np.zeros(seg.words.shape[1], bool)
+        mask[rows] = True
+        inside += head[mask].tolist()
+        outside += head[~mask].tolist()
+    assert max(inside) < min(outside)
