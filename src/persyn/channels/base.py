@@ -29,8 +29,11 @@ class Channel(ABC):
     interactive: bool = False
     streams_tokens: bool = False
     # Shows `Outbound.images` itself; otherwise `deliver_outbound` adds a text line per image
-    # (its reference and file), so no surface loses an image it cannot display.
+    # (its reference), so no surface loses an image it cannot display.
     shows_images: bool = False
+    # Whether that line may name the image's file on this host: only on the operator's own
+    # surfaces (the terminal); a chat room or a web client is never told the host's paths.
+    shows_host_paths: bool = False
 
     @abstractmethod
     async def deliver(self, outbound: Outbound) -> None:
@@ -60,7 +63,9 @@ class Channel(ABC):
         key = outbound.outbox_id
         if key is not None and key in seen:
             return False
-        await self.deliver(outbound if self.shows_images else images_as_text(outbound))
+        await self.deliver(
+            outbound if self.shows_images else images_as_text(outbound, with_paths=self.shows_host_paths)
+        )
         if key is not None:
             seen[key] = None
             if len(seen) > _REMEMBERED:
@@ -68,11 +73,15 @@ class Channel(ABC):
         return True
 
 
-def images_as_text(outbound: Outbound) -> Outbound:
-    """`outbound` for a surface that shows no images: one line per image in its text."""
+def images_as_text(outbound: Outbound, *, with_paths: bool = False) -> Outbound:
+    """`outbound` for a surface that shows no images: one line per image in its text, with
+    the image's file on this host only `with_paths` (the operator's own surfaces)."""
     if not outbound.images:
         return outbound
-    lines = [f"[image {image.reference}: {image.path}]" for image in outbound.images]
+    lines = [
+        f"[image {image.reference}: {image.path}]" if with_paths else f"[image {image.reference}]"
+        for image in outbound.images
+    ]
     return outbound.model_copy(update={"text": "\n".join((outbound.text, *lines)), "images": ()})
 
 

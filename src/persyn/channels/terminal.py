@@ -46,6 +46,7 @@ class TerminalChannel(Channel):
     service = SERVICE
     interactive = True  # a person is waiting: deliberation defaults to deferred here
     streams_tokens = True
+    shows_host_paths = True  # the operator's own machine: the line names the image file
 
     def __init__(self, agent: AgentConfig, out: TextIO, *, color: bool) -> None:
         self.agent = agent
