@@ -50,7 +50,13 @@ _SERVERS: list[dict[str, Any]] = [
 
 def _definitions(registry: ToolRegistry, names: set[str]) -> str:
     return json.dumps(
-        [s.model_dump(mode="json") for s in registry.specs() if s.name in names],
+        # What the gateway sends of a tool: its name, description and JSON schema (`provider`
+        # only says who runs it).
+        [
+            s.model_dump(mode="json", include={"name", "description", "parameters"})
+            for s in registry.specs()
+            if s.name in names
+        ],
         sort_keys=True,
         separators=(",", ":"),
     )

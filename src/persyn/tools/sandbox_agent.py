@@ -339,10 +339,9 @@ def run_code_tool(context: RunCodeContext) -> Tool[RunCodeInput, RunCodeOutput]:
     return Tool(
         "run_code",
         (
-            "Delegate a programming task (compute, transform data, test a snippet) to a sandbox agent that "
-            "writes and runs code in an isolated environment and reports back. Describe the task fully: "
-            "it does not see this conversation. Files it writes stay in your sandbox workspace; your "
-            "skills' scripts can be run there (name the skill and script)."
+            "Delegate a programming task (compute, transform data, test a snippet, run a skill's script) "
+            "to a sandbox agent that writes and runs code in isolation and reports back. Describe the "
+            "task fully: it does not see this conversation. Its files stay in your sandbox workspace."
         ),
         RunCodeInput,
         RunCodeOutput,
