@@ -511,6 +511,7 @@ async def _fill_stage(store: Store, count: int, vectors: np.ndarray[Any, Any]) -
 async def _stage_store(backend: Backend, count: int, vectors: np.ndarray[Any, Any]) -> tuple[str, float]:
     """The URL of a store holding `vectors` in one channel of one agent (filled once, then
     cached: a SQLite file, or a database on the bench's own pgserver), and its fill rate."""
+    path: Path | None = None
     if backend.url is None:
         path = _cache_dir() / f"stage-{count}-{SEED}.db"
         done = path.with_suffix(".done")
@@ -523,7 +524,7 @@ async def _stage_store(backend: Backend, count: int, vectors: np.ndarray[Any, An
             done.unlink(missing_ok=True)
     if done.exists():
         return url, float(done.read_text())
-    if backend.url is None:
+    if path is not None:
         for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             stale.unlink(missing_ok=True)
     store = open_store(url)

@@ -57,12 +57,12 @@ async def on_irc(
     clock = ManualClock(START)
     settings = harness_settings(home, model=f"test:{ROOM_DOUBLE}", config=_config(port, rooms, irc=irc))
     async with run_runtime(settings, clock=clock) as pilot, ticking(clock, timedelta(seconds=1), 0.005):
-        irc = IrcChannel(settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime)
-        await irc.start()
+        channel = IrcChannel(settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime)
+        await channel.start()
         try:
-            yield pilot, irc
+            yield pilot, channel
         finally:
-            await irc.stop()
+            await channel.stop()
 
 
 async def _ready(irc: IrcChannel, peer: IrcPeer, room: str | None = None) -> str:

@@ -405,6 +405,7 @@ async def test_a_person_who_blocked_the_bot_never_holds_up_the_replies_to_others
         await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
         fake.message("hello from eve", chat={"id": 9, "type": "private"}, sender=eve, at=START)
         await _until(lambda: "sendMessage" in fake.calls, "the refused reply to eve")
+        assert isinstance(pilot.clock, ManualClock)
         pilot.clock.advance(timedelta(seconds=5))  # ann's reply is the later outbox row
         fake.message("hello from ann", chat={"id": 7, "type": "private"}, sender=ann, at=START)
         await _until(lambda: fake.sent, "the reply to ann")

@@ -330,7 +330,9 @@ def test_the_prefilter_keeps_a_threshold_set_of_at_least_the_candidates_with_ful
 
     def segment(count: int) -> ann._Segment:  # pyright: ignore[reportPrivateUsage]
         codes = rng.integers(0, 2**63, (words, count), dtype=np.uint64)
-        return ann._Segment({0: 0}, np.arange(count), codes, np.zeros((count, 1), np.int8), np.ones(count))  # pyright: ignore[reportPrivateUsage]
+        return ann._Segment(
+            {0: 0}, np.arange(count), codes, np.zeros((count, 1), np.int8), np.ones(count, np.float32)
+        )  # pyright: ignore[reportPrivateUsage]
 
     partition = ann._Partition(1, 43_000, np.zeros(1, np.float32), np.zeros((1, 1), np.float32))  # pyright: ignore[reportPrivateUsage]
     partition.segments = [segment(40_000), segment(3_000)]
