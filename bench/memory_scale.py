@@ -109,6 +109,35 @@ ms, of the hybrid's 297.
 The fill is the cost on PostgreSQL: the HNSW graph is built row by row as records arrive,
 101 records/s at 100k under load 11 (16 minutes), so 1M (3 hours at that rate, or a bulk
 `CREATE INDEX` that the store does not do) did not fit this session.
+
+2026-12-02, stop 27, keyword search in a large compartment: the store now first fetches the
+index's 4 x k best-ranked matches with no join and keeps those in the compartment, falling back
+to the compartment-filter plan when they cannot prove the top k (docs/architecture.md §7.1).
+
+    uv run python bench/memory_scale.py --keyword-stage [--stage-sizes 100000,1000000] [--queries 100]
+
+times keyword search alone (k=100) on the full-recall records in ONE channel with no vectors
+(cached as keyword-<size>-<seed>.db), the filter plan against `Store.keyword_candidates`, and
+counts the queries the new plan proved without falling back. Load 2.9-3.4, ms:
+
+    records     plan      p50      p95   cpu50   proven
+    100,000     filter    24.2     57.5    23.4
+    100,000     store      5.4     22.2     5.3   100/100
+    1,000,000   filter   254.6    644.6   240.4
+    1,000,000   store     33.6    206.5    32.7   100/100
+
+Full recall in one compartment afterwards (`--sizes 100000 --million --channels 1 --queries 100
+--million-queries 30`), p50 ms and CPU ms p50, against the rows above:
+
+    records     insert/s  db MB   hybrid           vector            keyword           load
+    100,000       2307     409     23.9 (cpu 15.3)   6.8 (cpu  6.6)   11.9 (cpu  9.1)   5.4
+    1,000,000     2279    3953     61.5 (cpu 56.9)  18.1 (cpu 17.2)   41.4 (cpu 38.7)   3.3
+
+LoCoMo (`bench/locomo.py`, back to back, load ~4) gives the same recall before and after
+(hybrid all@5 0.759 / 0.714, observations / session summaries): the plans return the same
+candidates in the same order. Its small compartments' keyword p50 went 3.12 -> 3.42 and
+2.13 -> 2.59 ms (noise, or the lookups of other compartments' matches; not measured further). The goals (20 and 50 ms hybrid p50) are not met yet: scoring
+every match of an OR query over common words is most of what keyword search still costs.
 """
 
 from __future__ import annotations
@@ -134,10 +163,16 @@ from sqlalchemy.pool import NullPool
 from persyn.core.config import MemoryConfig
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
+from persyn.memory._query import analyse_query
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Mode, Retriever
 from persyn.store import open_store
 from persyn.store._sqlite_engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
+from persyn.store._sqlite_memory import (  # pyright: ignore[reportPrivateUsage]
+    _keyword_by_filter,  # pyright: ignore[reportPrivateUsage]
+    _keyword_by_top,  # pyright: ignore[reportPrivateUsage]
+    fts_any_query,
+)
 from persyn.store.base import Store
 from persyn.store.sqlite import SQLiteStore
 
@@ -644,6 +679,72 @@ async def run_stage(backend: Backend, sizes: Sequence[int], query_count: int) ->
         print(await _stage_row(backend, count, query_count), flush=True)
 
 
+# the keyword stage in one compartment ---------------------------------------------------------
+class _KeywordPlans(SQLiteStore):
+    """The real store, with the compartment-filter plan (the only plan before stop 27)
+    runnable on its own beside `keyword_candidates`."""
+
+    async def by_filter(self, agent_id: str, query: str, k: int, channels: list[str]) -> Any:
+        match = fts_any_query(query)
+        return await self._read(
+            "filter plan", lambda c: _keyword_by_filter(c, agent_id, match or "", k, channels)
+        )
+
+    async def proven_by_top(self, agent_id: str, query: str, k: int, channels: list[str]) -> bool:
+        match = fts_any_query(query)
+        found = await self._read("top plan", lambda c: _keyword_by_top(c, agent_id, match or "", k, channels))
+        return found is not None
+
+
+async def _keyword_row(size: int, query_count: int) -> list[str]:
+    """Times `Store.keyword_candidates` (k=100) against the filter plan alone, on the same
+    records as full recall in ONE channel but with no vectors (cached: fills in a minute)."""
+    path = _cache_dir() / f"keyword-{size}-{SEED}.db"
+    agent_id = derived_id(START, "scale-agent", str(size))
+    records = _records(agent_id, size, 1)
+    queries = [q for q in (analyse_query(q, NOW).keyword_query for q in _queries(records, query_count)) if q]
+    store = _KeywordPlans(path)
+    await store.setup()
+    try:
+        if not path.with_suffix(".done").exists():
+            await store.ensure_agent(agent_id, "scale", START)
+            for offset in range(0, size, 8192):
+                await store.add_records(records[offset : offset + 8192], None, None)
+            path.with_suffix(".done").write_text("ok")
+        del records
+        channels = [CHANNELS[-1]]
+        proven = sum([await store.proven_by_top(agent_id, q, STAGE_K, channels) for q in queries])
+        plans = {
+            "filter": lambda q: store.by_filter(agent_id, q, STAGE_K, channels),
+            "store": lambda q: store.keyword_candidates(agent_id, q, STAGE_K, channels),
+        }
+        rows: list[str] = []
+        for name, search in plans.items():
+            await search(queries[0])
+            wall: list[float] = []
+            cpu: list[float] = []
+            for query in queries:
+                started, cpu_started = time.perf_counter(), time.process_time()
+                await search(query)
+                wall.append((time.perf_counter() - started) * 1000)
+                cpu.append((time.process_time() - cpu_started) * 1000)
+            rows.append(
+                f"{size:>9,} {name:>7} {statistics.median(wall):>8.1f} {_percentile(wall, 0.95):>8.1f} "
+                f"{statistics.median(cpu):>7.1f} {proven:>4}/{len(queries):<4} {os.getloadavg()[0]:>5.1f}"
+            )
+        return rows
+    finally:
+        await store.close()
+
+
+async def run_keyword(sizes: Sequence[int], query_count: int) -> None:
+    print(f"sqlite keyword stage, one agent, ONE channel, k={STAGE_K}; cache {_cache_dir()}")
+    print(f"{'records':>9} {'plan':>7} {'p50':>8} {'p95':>8} {'cpu50':>7} {'proven':>9} {'load':>5}")
+    for size in sizes:
+        for row in await _keyword_row(size, query_count):
+            print(row, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -670,6 +771,11 @@ def main() -> None:
     )
     parser.add_argument("--stage-sizes", default="10000,100000,1000000", help="with --vector-stage")
     parser.add_argument(
+        "--keyword-stage",
+        action="store_true",
+        help="measure keyword search alone in one compartment (--stage-sizes; no vectors)",
+    )
+    parser.add_argument(
         "--store",
         default="sqlite",
         help="sqlite (default), postgresql (a pgserver started here, data kept in the cache "
@@ -683,7 +789,10 @@ def main() -> None:
         parser.error(f"--channels must be 1..{len(CHANNELS)}")
     backend = Backend.from_argument(args.store)
     try:
-        if args.vector_stage:
+        if args.keyword_stage:
+            stage_sizes = [int(s) for s in args.stage_sizes.split(",") if s]
+            asyncio.run(run_keyword(stage_sizes, min(args.queries, 200)))
+        elif args.vector_stage:
             stage_sizes = [int(s) for s in args.stage_sizes.split(",") if s]
             asyncio.run(run_stage(backend, stage_sizes, min(args.queries, 200)))
         else:
