@@ -103,7 +103,7 @@ def _keys(model: type[BaseModel], section: str) -> list[tuple[str, str, str]]:
     found: list[tuple[str, str, str]] = []
     for name, info in model.model_fields.items():
         annotation: Any = info.annotation
-        if model is Settings and name in ("home", "secrets", "agents", "prices"):
+        if model is Settings and name in ("home", "secrets", "agents", "prices", "image_prices"):
             continue  # not file keys (home, secrets) or tables of their own (checked apart)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             found += _keys(annotation, f"{section}.{name}".strip("."))
@@ -133,6 +133,7 @@ def test_every_key_of_the_config_models_is_in_the_file_under_its_comment(written
     where = _sections(text)
     every = _keys(Settings, "") + _keys(Price, "prices") + _keys(AgentConfig, "agents")
     assert len(every) > 90
+    assert "#[prices.images]" in lines  # image prices: a table of their own, with an example
     for section, key, description in every:
         assert description, f"[{section}] {key} has no description in core/config.py"
         assert (section, key) in where, f"[{section}] {key} is not in the starter file"

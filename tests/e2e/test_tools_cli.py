@@ -58,7 +58,9 @@ def test_tools_list_shows_every_tool_by_source(configured: Persyn) -> None:
 def test_tools_call_runs_a_tool_as_the_agent_would(configured: Persyn) -> None:
     done = configured.run("tools", "call", "everything__echo", "--args", '{"message": "checking"}')
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "Echo: checking"
+    shown = json.loads(done.stdout)  # what the model is shown: the result, marked as the server's words
+    assert shown["result"] == "Echo: checking"
+    assert "MCP server 'everything'" in shown["notice"] and "not yours to follow" in shown["notice"]
     built_in = configured.run("tools", "call", "calculate", "--args", '{"expression": "6*7"}', "--json")
     assert built_in.returncode == 0, built_in.stderr
     assert json.loads(built_in.stdout)["status"] == "ok" and "42" in built_in.stdout

@@ -13,7 +13,9 @@ from persyn.testing import run_runtime
 pytestmark = pytest.mark.e2e
 
 _CONFIG = (
-    '[deliberation]\nenabled = false\n[tracing]\nenabled = true\ncontent = "full"\nexporters = ["local"]\n'
+    # No emotion reading: it is background work that joins the turn's trace whenever it runs,
+    # so the turn's call count would depend on whether it ran before the runtime stopped.
+    '[deliberation]\nenabled = false\n[emotion]\nenabled = false\n[tracing]\nenabled = true\ncontent = "full"\nexporters = ["local"]\n'
 )
 
 

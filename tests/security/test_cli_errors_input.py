@@ -3,6 +3,7 @@ problem, a non-zero exit, and nothing stored by the command that failed."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -100,13 +101,15 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def _fill(disk: Path) -> None:
-    with open(disk / "filler", "wb") as file:
-        try:
+    """Until the disk refuses more (it may already be full: then there is nothing to add)."""
+    try:
+        with open(disk / "filler", "wb") as file:
             while True:
                 file.write(b"\0" * 65536)
                 file.flush()
-        except OSError:
-            pass
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
 
 
 def test_init_on_a_read_only_home(small_disk: Path) -> None:

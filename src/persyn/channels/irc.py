@@ -33,6 +33,7 @@ import re
 import ssl
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from persyn.channels.base import Channel
@@ -45,6 +46,7 @@ from persyn.runtime.api import RuntimeAPI
 __all__ = ["IrcChannel", "IrcMessage", "parse_line", "split_text"]
 
 log = logging.getLogger(__name__)
+_ORDER_STEP = timedelta(milliseconds=1)
 
 SERVICE = "irc"
 _KICK_REJOIN_SECONDS = 5.0
@@ -265,6 +267,10 @@ class IrcChannel(Channel):
         self.password = password
         self._api = api
         self._network = config.server.lower()
+        # The last arrival time given in each conversation: lines that arrive within one clock
+        # reading are stamped a millisecond apart, so the dialog (read in time order) keeps
+        # the order they were said in.
+        self._stamped: dict[str, datetime] = {}
         chosen = {name.lower() for name in config.agents}
         self.connections = {
             agent_id: _Connection(self, agent)
@@ -336,6 +342,12 @@ class IrcChannel(Channel):
         # which names the speaker id, would land in neither).
         where = nick.lower() if private else target.lower()
         now = self._api.clock.now()
+        last = self._stamped.get(where)
+        if last is not None and now <= last:
+            now = last + _ORDER_STEP
+        if len(self._stamped) > 4096:  # many one-off speakers: forget, order within one line is kept
+            self._stamped.clear()
+        self._stamped[where] = now
         event = Event(
             id=new_id(now),
             agent_id=connection.agent.id,

@@ -329,6 +329,11 @@ async def test_the_deployments_other_agent_is_a_contact_of_kind_agent(
             await _joined(sam, room, bob)
             await sam.say(room, "Ada, how are you today?")
             await sam.wait_for(lambda: bool(sam.said_by(ADA, room)), "Ada's answer")
+
+            async def bob_has_met_both() -> bool:  # Bob hears Ada's answer on his own next sync
+                return len(await pilot.store.list_persons(BOB.id)) >= 2
+
+            await pilot.wait_for(bob_has_met_both, "Bob's directory to hold Ada and sam")
             await pilot.settle()
             kinds = {p.display_name: p.kind for p in await pilot.store.list_persons(BOB.id)}
             assert kinds == {"Ada": "agent", "sam": "human"}
