@@ -88,7 +88,7 @@ class PostgresMemory(SQLiteMemory):
         unit = unit_vector(vector, "query vector")
         if unit is None or k <= 0:
             return []
-        return await self._read(
+        return await self._search(
             "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels)
         )
 
@@ -114,7 +114,7 @@ class PostgresMemory(SQLiteMemory):
         def work(connection: Connection) -> list[tuple[str, float]]:
             return [(str(row.id), float(row.score)) for row in connection.execute(text(sql), params)]
 
-        return await self._read("keyword_candidates", work)
+        return await self._search("keyword_candidates", work)
 
     async def set_record_vector(
         self, agent_id: str, record_id: str, vector: Sequence[float], embedding_model: str

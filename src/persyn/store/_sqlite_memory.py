@@ -259,7 +259,7 @@ class SQLiteMemory(SQLiteWork):
         if unit is None or k <= 0:
             return []
         cache = self._ann_cache
-        return await self._read(
+        return await self._search(
             "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels, cache)
         )
 
@@ -278,7 +278,7 @@ class SQLiteMemory(SQLiteWork):
             found = _keyword_by_top(connection, agent_id, match, k, wanted)
             return found if found is not None else _keyword_by_filter(connection, agent_id, match, k, wanted)
 
-        return await self._read("keyword_candidates", work)
+        return await self._search("keyword_candidates", work)
 
     async def set_record_vector(
         self, agent_id: str, record_id: str, vector: Sequence[float], embedding_model: str

@@ -77,6 +77,14 @@ class SQLiteWork:
         batch.append((what, work, future))
         return await future
 
+    async def _search(self, what: str, work: Callable[[Connection], T]) -> T:
+        """A read that costs milliseconds (vector or keyword candidates) runs alone: its own
+        hop to a read thread and its own transaction, not a place in a batch, so the two
+        searches of a hybrid recall, asked together, run side by side on two cores instead
+        of one after the other in one batch (1M records in one channel: ~max instead of
+        the sum of the two)."""
+        return await self._run(self._read_threads, self._reader, what, work)
+
     def _flush_reads(self, loop: asyncio.AbstractEventLoop, seen: int, passes: int) -> None:
         waiting = self._pending_reads.get(loop, [])
         if len(waiting) > seen and passes < _BATCH_PASSES and not self._closed:
