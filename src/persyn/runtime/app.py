@@ -30,6 +30,7 @@ from persyn.cognition.goals import GoalsSource
 from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
+from persyn.core.errors import StoreError
 from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.gateway.checkpoints import CheckpointedModel, StepCalls
 from persyn.gateway.gateway import ModelGateway
@@ -185,6 +186,7 @@ class Runtime:
         await self.local_models.start(self.agents.values())
         if workers:  # only a process that runs turns records their traces
             self.tracing.start()
+            self._spawn(self._warm_recall())
         self._spawn(
             self.outbox.run(
                 lambda: list(self.channels), list(self.agents), self.settings.dispatch.outbox_poll_seconds
@@ -271,6 +273,18 @@ class Runtime:
         if scheduler:
             self._spawn(self.housekeeping.run())
             await self._start_autonomy()
+
+    async def _warm_recall(self) -> None:
+        """Load what each agent's recall reads before its first turn needs it (best effort:
+        a failure leaves the first recall to load it, as before)."""
+        for agent in self.agents.values():
+            try:
+                loaded = await self.store.warm_recall(agent.id)
+            except StoreError as exc:
+                log.warning("recall for agent %s not warmed: %s", agent.id, exc)
+                continue
+            if loaded:
+                log.info("recall for agent %s: %d vector index(es) loaded", agent.id, loaded)
 
     async def _adopt_dead_executors(self) -> None:
         """Take over the PENDING work of executors that died: this host's by their slot

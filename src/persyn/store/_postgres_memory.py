@@ -92,6 +92,11 @@ class PostgresMemory(SQLiteMemory):
             "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels)
         )
 
+    async def warm_recall(self, agent_id: str) -> int:
+        """Nothing to load here: the HNSW index lives in the server's buffers."""
+        del agent_id
+        return 0
+
     async def keyword_candidates(
         self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
     ) -> list[tuple[str, float]]:

@@ -263,6 +263,24 @@ class SQLiteMemory(SQLiteWork):
             "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels, cache)
         )
 
+    async def warm_recall(self, agent_id: str) -> int:
+        """Loads the codes of the agent's indexed vector partitions into this store's cache
+        (`_sqlite_ann`), which the first search of each would otherwise do: ~0.3 s at 100k
+        vectors in one channel, ~2.5 s and ~330 MB at 1M."""
+        cache = self._ann_cache
+
+        def work(connection: Connection) -> int:
+            keys = connection.exec_driver_sql(
+                "SELECT channel, dims FROM memory_ann_partitions WHERE agent_id = ? AND built_at IS NOT NULL",
+                (agent_id,),
+            ).all()
+            return sum(
+                cache.load(connection, (agent_id, str(channel), int(dims))) is not None
+                for channel, dims in keys
+            )
+
+        return await self._search("warm_recall", work)
+
     async def keyword_candidates(
         self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
     ) -> list[tuple[str, float]]:

@@ -187,6 +187,13 @@ class MemoryPort(ABC):
         (an ANN index) but returns exact distances: SQLite is exact per channel below 2,000
         vectors and uses binary codes with an exact re-rank above (ARCHITECTURE §7.1)."""
 
+    async def warm_recall(self, agent_id: str) -> int:
+        """Bring into memory what recall searches for this agent, ahead of its first recall
+        after a start; returns how many indexes were loaded. The default has none to load
+        (SQLite loads its large channels' vector codes, `_sqlite_ann`)."""
+        del agent_id
+        return 0
+
     @abstractmethod
     async def keyword_candidates(
         self, agent_id: str, query: str, k: int, channels: Sequence[str] | None

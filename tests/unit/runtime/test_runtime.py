@@ -30,6 +30,7 @@ class ObservedStore(SQLiteStore):
         self.event_reads: list[str] = []
         self.dialog_reads: list[str] = []
         self.marker_reads: list[float] = []
+        self.warmed: list[str] = []
 
     async def get_event(self, agent_id: str, event_id: str) -> Event | None:
         self.event_reads.append(event_id)
@@ -40,6 +41,11 @@ class ObservedStore(SQLiteStore):
     ) -> list[Message]:
         self.dialog_reads.append(conversation_id)
         return await super().turn_messages(agent_id, conversation_id, input_message_id, limit)
+
+    async def warm_recall(self, agent_id: str) -> int:
+        loaded = await super().warm_recall(agent_id)
+        self.warmed.append(agent_id)
+        return loaded
 
     async def get_marker(self, agent_id: str, event_id: str, now: datetime) -> CompletionMarker | None:
         self.marker_reads.append(asyncio.get_running_loop().time())
@@ -117,6 +123,17 @@ async def test_an_activation_reads_its_event_from_the_store_once(
     assert marker.transmitted
     assert store.event_reads == [second.id]
     assert [o.text for o in pilot.channel.delivered] == ["You said: one", "You said: two"]
+
+
+async def test_a_process_that_runs_turns_warms_each_agents_recall_at_start(
+    observed: tuple[Pilot, ObservedStore],
+) -> None:
+    pilot, store = observed
+    for _ in range(200):
+        if store.warmed:
+            break
+        await asyncio.sleep(0.05)
+    assert store.warmed == [pilot.agent.id]
 
 
 async def test_an_activation_reads_the_dialog_once(observed: tuple[Pilot, ObservedStore]) -> None:

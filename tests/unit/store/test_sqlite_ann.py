@@ -352,3 +352,36 @@ def test_the_prefilter_keeps_a_threshold_set_of_at_least_the_candidates_with_ful
         inside += head[mask].tolist()
         outside += head[~mask].tolist()
     assert max(inside) < min(outside)
+
+
+async def test_warming_loads_each_indexed_partition_of_the_agent_and_searches_stay_exact(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "persyn.db"
+    writer = SQLiteStore(path)
+    await writer.setup()
+    agent_id, other = new_id(), new_id()
+    clusters = Clusters(5)
+    try:
+        vectors = clusters.draw(3_000)
+        ids = await _fill(writer, agent_id, MAIN, vectors)
+        await _fill(writer, agent_id, OTHER, clusters.draw(500), start=10_000)  # exact: no codes
+        await _fill(writer, other, MAIN, clusters.draw(2_500), start=20_000)
+    finally:
+        await writer.close()
+    # A store opened afresh, as a process starts: the agent's one indexed partition loads;
+    # an agent with nothing indexed, or unknown, loads none.
+    store = SQLiteStore(path)
+    await store.setup()
+    try:
+        assert await store.warm_recall(agent_id) == 1
+        assert await store.warm_recall(new_id()) == 0
+        queries = clusters.draw(10)
+        assert await _recall(store, agent_id, ids, vectors, queries) >= 0.9
+        # Warming twice is harmless, and another agent's partition is its own.
+        assert await store.warm_recall(agent_id) == 1
+        assert await store.warm_recall(other) == 1
+        hits = await store.vector_candidates(other, queries[0].tolist(), 20, [MAIN])
+        assert hits and not set(ids) & {hit[0] for hit in hits}
+    finally:
+        await store.close()
