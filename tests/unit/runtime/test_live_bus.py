@@ -1,4 +1,5 @@
-"""The Redis live bus (`runtime/live_redis.py`, ARCHITECTURE §5) against a real redis-server:
+"""The live buses (`runtime/live.py`, `runtime/live_redis.py`, ARCHITECTURE §5) against real
+servers (redis-server; PostgreSQL for what both relaying buses share):
 two buses are two processes' worth of connections (the bus keeps nothing in common between
 instances), one taking events in and showing their tokens, one publishing them. What a
 stranger on the same Redis sees, and what one sending there can do, is checked with a raw
@@ -19,9 +20,10 @@ import redis.asyncio as aioredis
 from persyn.core.config import parse_settings
 from persyn.core.events import Event
 from persyn.gateway.base import SinkEvent
-from persyn.runtime.live import LIVE_META, LiveBus, PostgresLiveBus, live_bus, live_namespace
+from persyn.runtime.live import LIVE_META, LiveBus, PostgresLiveBus, RelayBus, live_bus, live_namespace
 from persyn.runtime.live_redis import RedisLiveBus, probe_redis, redis_channels
 from persyn.testing.harness import RecordingChannel
+from persyn.testing.postgres import PostgresForTests
 from redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.services
@@ -68,24 +70,31 @@ async def _until(condition: Callable[[], bool], then: Callable[[], Awaitable[obj
             await asyncio.sleep(0.05)
 
 
-@pytest.fixture
-async def front_and_worker(redis_server: RedisServer) -> AsyncIterator[tuple[RedisLiveBus, RedisLiveBus]]:
-    """The process a web client is connected to (`front`) and one that runs the turns."""
-    front = RedisLiveBus(redis_server.url(), "unit")
-    worker = RedisLiveBus(redis_server.url(), "unit")
+@pytest.fixture(params=["redis", "postgresql"])
+async def front_and_worker(
+    request: pytest.FixtureRequest, redis_server: RedisServer
+) -> AsyncIterator[tuple[RelayBus, RelayBus]]:
+    """The process a web client is connected to (`front`) and one that runs the turns, on
+    each bus that relays through a server (what they share is tested on both)."""
+    if request.param == "postgresql":
+        postgres: PostgresForTests = request.getfixturevalue("postgres_server")
+        front: RelayBus = PostgresLiveBus(postgres.url())
+        worker: RelayBus = PostgresLiveBus(postgres.url())
+    else:
+        front, worker = RedisLiveBus(redis_server.url(), "unit"), RedisLiveBus(redis_server.url(), "unit")
     yield front, worker
     await front.close()
     await worker.close()
 
 
-async def _started(bus: RedisLiveBus, channel: RecordingChannel | None = None) -> Woken:
+async def _started(bus: RelayBus, channel: RecordingChannel | None = None) -> Woken:
     woken = Woken()
     await bus.start(woken, lambda event: channel.sink_for(event) if channel is not None else None)
     return woken
 
 
 async def test_tokens_reach_the_process_that_took_the_event_in_in_order(
-    front_and_worker: tuple[RedisLiveBus, RedisLiveBus],
+    front_and_worker: tuple[RelayBus, RelayBus],
 ) -> None:
     front, worker = front_and_worker
     channel = RecordingChannel()
@@ -104,8 +113,27 @@ async def test_tokens_reach_the_process_that_took_the_event_in_in_order(
     assert worker.dropped == 0
 
 
+async def test_a_delta_larger_than_one_message_arrives_whole_whatever_its_characters(
+    front_and_worker: tuple[RelayBus, RelayBus],
+) -> None:
+    front, worker = front_and_worker
+    channel = RecordingChannel()
+    await _started(front, channel)
+    await _started(worker)
+    event = front.taken_in(_event(), channel)
+    sink = worker.remote_sink(event)
+    assert sink is not None
+    # escapes and wide characters take more room in a message than their count says
+    text = ('"\\\n\x01' + "日本語のテキスト" + "🙂") * 3000
+    sink(SinkEvent(phase="draft", kind="delta", text=text))
+    sink(SinkEvent(phase="draft", kind="end"))
+    await _until(lambda: ("draft", "end") in channel.phases)
+    assert "".join(channel.streamed) == text
+    assert len(channel.streamed) > 1 and worker.dropped == 0
+
+
 async def test_an_outbox_wake_up_arrives_at_once_and_a_burst_of_them_is_coalesced(
-    front_and_worker: tuple[RedisLiveBus, RedisLiveBus],
+    front_and_worker: tuple[RelayBus, RelayBus],
 ) -> None:
     front, worker = front_and_worker
     woken = await _started(front)
@@ -132,7 +160,7 @@ async def test_an_outbox_wake_up_arrives_at_once_and_a_burst_of_them_is_coalesce
 
 
 async def test_an_event_taken_in_where_nothing_streams_publishes_nothing(
-    front_and_worker: tuple[RedisLiveBus, RedisLiveBus],
+    front_and_worker: tuple[RelayBus, RelayBus],
 ) -> None:
     front, worker = front_and_worker
     await _started(front)
@@ -174,10 +202,18 @@ async def test_another_namespace_on_the_same_redis_hears_nothing(redis_server: R
             await bus.close()
 
 
+@pytest.fixture
+async def on_redis(redis_server: RedisServer) -> AsyncIterator[tuple[RedisLiveBus, RedisLiveBus]]:
+    front, worker = RedisLiveBus(redis_server.url(), "unit"), RedisLiveBus(redis_server.url(), "unit")
+    yield front, worker
+    await front.close()
+    await worker.close()
+
+
 async def test_a_stranger_on_the_redis_reads_only_ids_and_text_and_cannot_put_words_in_a_view(
-    front_and_worker: tuple[RedisLiveBus, RedisLiveBus], redis_server: RedisServer
+    on_redis: tuple[RedisLiveBus, RedisLiveBus], redis_server: RedisServer
 ) -> None:
-    front, worker = front_and_worker
+    front, worker = on_redis
     channel = RecordingChannel()
     await _started(front, channel)
     await _started(worker)
@@ -212,7 +248,7 @@ async def test_a_stranger_on_the_redis_reads_only_ids_and_text_and_cannot_put_wo
 
 
 async def test_a_burst_larger_than_the_queue_drops_tokens_counted_and_keeps_the_rest_in_order(
-    front_and_worker: tuple[RedisLiveBus, RedisLiveBus],
+    front_and_worker: tuple[RelayBus, RelayBus],
 ) -> None:
     front, worker = front_and_worker
     channel = RecordingChannel()
