@@ -273,7 +273,7 @@ async def test_a_redis_that_is_not_there_loses_tokens_quietly_and_never_blocks(
 ) -> None:
     bus = RedisLiveBus(f"redis://127.0.0.1:{free_port()}/0", "unit")
     try:
-        with caplog.at_level(logging.WARNING, logger="persyn.runtime.live"):
+        with caplog.at_level(logging.WARNING, logger="persyn.runtime"):
             await _started(bus)  # returns after the first refused attempt
             assert not bus.subscribed.is_set()
             sink = bus.remote_sink(_event().model_copy(update={"meta": {LIVE_META: "k"}}))
