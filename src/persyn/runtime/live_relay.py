@@ -161,7 +161,27 @@ class RelayBus(LiveBus):
         try:
             self._queue.put_nowait((channel, payload))
         except asyncio.QueueFull:
-            self._drop(1, "the live stream is behind")
+            if channel == OUTBOX_CHANNEL and self._make_room():
+                self._queue.put_nowait((channel, payload))
+            else:
+                self._drop(1, "the live stream is behind")
+
+    def _make_room(self) -> bool:
+        """Drop the oldest waiting token message for a wake-up (a reply would otherwise wait
+        for the poll behind tokens a burst is losing anyway). Wake-ups ahead of it move behind
+        the tokens still waiting, which only delays them; False if only wake-ups wait."""
+        kept: list[Item] = []
+        freed = False
+        while not self._queue.empty() and not freed:
+            item = self._queue.get_nowait()
+            if item[0] == LIVE_CHANNEL:
+                self._drop(1, "the live stream is behind")
+                freed = True
+            else:
+                kept.append(item)
+        for item in kept:
+            self._queue.put_nowait(item)
+        return freed
 
     def _drop(self, count: int, why: str) -> None:
         before, self.dropped = self.dropped, self.dropped + count
