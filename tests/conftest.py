@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from persyn.testing.postgres import PostgresForTests
-from redis_server import REDIS_SERVER, RedisServer
+from persyn.testing.redis_server import REDIS_SERVER, RedisForTests
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -44,11 +44,11 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisForTests]:
     """One real redis-server for the whole session, started on first use."""
     if not Path(REDIS_SERVER).exists():
         pytest.fail("redis-server is not installed (apt-get install redis-server; .ci/run does it)")
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    server = RedisForTests(tmp_path_factory.mktemp("redis")).start()
     try:
         yield server
     finally:

@@ -24,7 +24,7 @@ from sse_reader import SseReader
 from web_daemon import HELLO, rules
 
 from persyn.testing.postgres import PostgresForTests
-from redis_server import RedisServer, free_port
+from persyn.testing.redis_server import RedisForTests, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.services]
 
@@ -109,7 +109,7 @@ def _say_hello(base: str, key: str, stream: SseReader, persyn: Persyn) -> str:
 
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_a_reply_made_by_a_worker_streams_through_redis_to_a_web_client_of_another_process(
-    store: str, redis_server: RedisServer, request: pytest.FixtureRequest, tmp_path: Path
+    store: str, redis_server: RedisForTests, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     storage_url = None
     if store == "postgresql":

@@ -24,7 +24,7 @@ from persyn.runtime.live import LIVE_META, LiveBus, PostgresLiveBus, RelayBus, l
 from persyn.runtime.live_redis import RedisLiveBus, probe_redis, redis_channels
 from persyn.testing.harness import RecordingChannel
 from persyn.testing.postgres import PostgresForTests
-from redis_server import RedisServer, free_port
+from persyn.testing.redis_server import RedisForTests, free_port
 
 pytestmark = pytest.mark.services
 
@@ -72,7 +72,7 @@ async def _until(condition: Callable[[], bool], then: Callable[[], Awaitable[obj
 
 @pytest.fixture(params=["redis", "postgresql"])
 async def front_and_worker(
-    request: pytest.FixtureRequest, redis_server: RedisServer
+    request: pytest.FixtureRequest, redis_server: RedisForTests
 ) -> AsyncIterator[tuple[RelayBus, RelayBus]]:
     """The process a web client is connected to (`front`) and one that runs the turns, on
     each bus that relays through a server (what they share is tested on both)."""
@@ -173,7 +173,7 @@ async def test_an_event_taken_in_where_nothing_streams_publishes_nothing(
     assert worker.remote_sink(front.taken_in(_event(), None)) is None
 
 
-async def test_another_namespace_on_the_same_redis_hears_nothing(redis_server: RedisServer) -> None:
+async def test_another_namespace_on_the_same_redis_hears_nothing(redis_server: RedisForTests) -> None:
     channel, other_channel = RecordingChannel(), RecordingChannel()
     front, worker = RedisLiveBus(redis_server.url(), "first"), RedisLiveBus(redis_server.url(), "first")
     other = RedisLiveBus(redis_server.url(), "second")
@@ -203,7 +203,7 @@ async def test_another_namespace_on_the_same_redis_hears_nothing(redis_server: R
 
 
 @pytest.fixture
-async def on_redis(redis_server: RedisServer) -> AsyncIterator[tuple[RedisLiveBus, RedisLiveBus]]:
+async def on_redis(redis_server: RedisForTests) -> AsyncIterator[tuple[RedisLiveBus, RedisLiveBus]]:
     front, worker = RedisLiveBus(redis_server.url(), "unit"), RedisLiveBus(redis_server.url(), "unit")
     yield front, worker
     await front.close()
@@ -211,7 +211,7 @@ async def on_redis(redis_server: RedisServer) -> AsyncIterator[tuple[RedisLiveBu
 
 
 async def test_a_stranger_on_the_redis_reads_only_ids_and_text_and_cannot_put_words_in_a_view(
-    on_redis: tuple[RedisLiveBus, RedisLiveBus], redis_server: RedisServer
+    on_redis: tuple[RedisLiveBus, RedisLiveBus], redis_server: RedisForTests
 ) -> None:
     front, worker = on_redis
     channel = RecordingChannel()
@@ -294,7 +294,7 @@ async def test_a_redis_that_is_not_there_loses_tokens_quietly_and_never_blocks(
 
 
 async def test_a_redis_that_goes_away_is_listened_to_again_when_it_is_back(tmp_path: Path) -> None:
-    server = RedisServer(tmp_path).start()
+    server = RedisForTests(tmp_path).start()
     front, worker = RedisLiveBus(server.url(), "unit"), RedisLiveBus(server.url(), "unit")
     try:
         woken = await _started(front)

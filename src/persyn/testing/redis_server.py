@@ -1,6 +1,6 @@
-"""A real Redis for tests (Debian's `redis-server`) on a free loopback port, nothing kept on
-disk (`--save '' --appendonly no`). One per test session (`redis_server` in conftest.py);
-a test that kills its server starts one of its own."""
+"""A real Redis for tests and benchmarks (Debian's `redis-server`) on a free loopback port,
+nothing kept on disk (`--save '' --appendonly no`). One per test session (`redis_server` in
+tests/conftest.py); a test that kills its server starts one of its own."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+__all__ = ["REDIS_SERVER", "RedisForTests", "free_port"]
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 WAIT_SECONDS = 30.0  # bounds a broken start only
@@ -22,7 +24,7 @@ def free_port() -> int:
 
 
 @dataclass
-class RedisServer:
+class RedisForTests:
     """One redis-server on 127.0.0.1:`port`; `stop` kills it (a crash, not a shutdown)."""
 
     directory: Path
@@ -32,7 +34,7 @@ class RedisServer:
     def url(self, database: int = 0) -> str:
         return f"redis://127.0.0.1:{self.port}/{database}"
 
-    def start(self) -> RedisServer:
+    def start(self) -> RedisForTests:
         self.process = subprocess.Popen(
             [
                 REDIS_SERVER,
