@@ -25,6 +25,7 @@ import hmac
 import json
 import logging
 import secrets
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -78,7 +79,7 @@ class LiveBus:
         """Stop listening and publishing."""
 
 
-class RelayBus(LiveBus):
+class RelayBus(LiveBus, ABC):
     """A bus relayed through a server: what the PostgreSQL and Redis adapters share. An
     adapter supplies `_send`, `_close_publisher` and `_subscribe`; messages here are named by
     the logical channels `OUTBOX_CHANNEL` and `LIVE_CHANNEL`."""
@@ -101,18 +102,19 @@ class RelayBus(LiveBus):
         self._attempted = asyncio.Event()  # the first subscription succeeded or failed
 
     # the adapter's part ------------------------------------------------------------------
+    @abstractmethod
     async def _send(self, channel: str, message: str) -> None:
         """Publish `message` on `channel`, connecting first if need be; raise if it failed."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def _close_publisher(self) -> None:
         """Drop the publishing connection (the next `_send` makes a new one)."""
 
+    @abstractmethod
     async def _subscribe(self, received: Callable[[str, str], None], subscribed: Callable[[], None]) -> None:
         """Listen on both channels, call `subscribed()` once a message sent from now on is
         sure to arrive, then `received(channel, message)` for each; raise when the
         connection is lost."""
-        raise NotImplementedError
 
     # LiveBus -----------------------------------------------------------------------------
     async def start(self, on_outbox: OnOutbox, channel_sink: ChannelSink) -> None:
