@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from persyn.testing.postgres import PostgresForTests
+from persyn.testing.redis_server import REDIS_SERVER, RedisForTests
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -40,3 +41,15 @@ def _fresh_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty database of each backend, not yet set up."""
     return _fresh_url(request.param, request, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisForTests]:
+    """One real redis-server for the whole session, started on first use."""
+    if not Path(REDIS_SERVER).exists():
+        pytest.fail("redis-server is not installed (apt-get install redis-server; .ci/run does it)")
+    server = RedisForTests(tmp_path_factory.mktemp("redis")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

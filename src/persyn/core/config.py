@@ -54,6 +54,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
+from persyn.core.config_live import LiveConfig
 from persyn.core.config_reach import BrowseConfig, ImagesConfig, ReferenceConfig, SkillsConfig
 from persyn.core.config_safety import EmotionConfig, GuardrailConfig, SafetyConfig
 from persyn.core.config_sandbox import ArtifactsConfig, SandboxConfig
@@ -79,6 +80,7 @@ __all__ = [
     "GuardrailConfig",
     "ImagesConfig",
     "IrcConfig",
+    "LiveConfig",
     "MatrixConfig",
     "McpConfig",
     "McpServerConfig",
@@ -152,6 +154,7 @@ class Settings(Section):
     metering: MeteringConfig = MeteringConfig()
     conversation: ConversationConfig = ConversationConfig()
     dispatch: DispatchConfig = DispatchConfig()
+    live: LiveConfig = LiveConfig()
     memory: MemoryConfig = MemoryConfig()
     deliberation: DeliberationConfig = DeliberationConfig()
     graph: GraphConfig = GraphConfig()

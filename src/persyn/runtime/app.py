@@ -153,7 +153,7 @@ class Runtime:
         self._dbos_engine: Engine | None = None
         self._executor_slot: ExecutorSlot | None = None
         self._liveness: PostgresLiveness | None = None
-        self.live: LiveBus = live_bus(self.settings.database_url)
+        self.live: LiveBus = live_bus(self.settings)
         self._queues: dict[str, Queue] = {}  # as registered at start (reading one back costs a query)
         self._worker: WorkerDispatcher | None = None
 
@@ -179,7 +179,7 @@ class Runtime:
         self.outbox.announcer = self.live.announce_outbox
         self.activation.remote_sink = self.live.remote_sink
         await self.live.start(
-            self.outbox.flush, lambda event: safe_sink(self.channels.get(event.service), event)
+            self._outbox_woken, lambda event: safe_sink(self.channels.get(event.service), event)
         )
         for agent in self.agents.values():
             await self.store.ensure_agent(agent.id, agent.name, self.clock.now())
@@ -330,6 +330,14 @@ class Runtime:
         if self._executor_slot is None:
             self._executor_slot = claim_executor_slot(self._executor_dir, role)
         return self._executor_slot.executor_id
+
+    async def _outbox_woken(self, service: str, agent_id: str) -> int:
+        """Another process announced a row (`runtime/live.py`): flush it if it is for one of
+        our agents on a channel connected here. A bus shared with strangers may announce
+        anything; names we do not have cost nothing."""
+        if agent_id not in self.agents or service not in self.channels:
+            return 0
+        return await self.outbox.flush(service, agent_id)
 
     async def stop(self, *, grace: float = 5.0) -> None:
         """Shut down. Workflows still running here get `grace` seconds to finish; the rest

@@ -17,6 +17,7 @@ from persyn.gateway.auto import AutoChoice, resolve_auto
 from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
 from persyn.gateway.registry import ModelSpec, parse_model_string
 from persyn.runtime._doctor_channels import channel_checks
+from persyn.runtime._doctor_live import live_checks
 from persyn.runtime._doctor_postgres import Check, is_postgres, postgres_checks, shown_url
 from persyn.runtime._doctor_reach import reach_checks
 from persyn.store import open_store
@@ -329,6 +330,7 @@ async def collect_checks(home: Path | None) -> list[Check]:
     )
     server = await postgres_checks(settings.database_url) if is_postgres(settings.database_url) else []
     checks.extend(server)
+    checks.extend(await live_checks(settings))
     if all(check.ok for check in server):  # a server that fails has said why: no store to open
         database = await _check_database(settings)
         checks.append(database)

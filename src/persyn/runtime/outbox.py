@@ -75,7 +75,8 @@ class Outbox:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._purged_at: datetime | None = None
         # Tells the other processes a row waits for a channel not connected here (set by the
-        # runtime on PostgreSQL: `runtime/live.py`); their poll finds it otherwise.
+        # runtime where a live bus relays, PostgreSQL or Redis: `runtime/live.py`); their poll
+        # finds it otherwise.
         self.announcer: Callable[[str, str], Awaitable[None]] | None = None
         # The images a row's text names that its channel may see (`runtime/images.py`; set
         # when `[images]` is configured): attached to the outbound message.
