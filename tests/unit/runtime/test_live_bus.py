@@ -221,7 +221,8 @@ async def test_a_stranger_on_the_redis_reads_only_ids_and_text_and_cannot_put_wo
     heard = stranger.pubsub()
     try:
         await heard.psubscribe("*")
-        assert (await heard.get_message(timeout=WAIT))["type"] == "psubscribe"
+        subscribed = await heard.get_message(timeout=WAIT)
+        assert subscribed is not None and subscribed["type"] == "psubscribe"
         event = front.taken_in(_event(), channel)
         sink = worker.remote_sink(event)
         assert sink is not None
