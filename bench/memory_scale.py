@@ -376,10 +376,11 @@ def _pg_size_mb(url: str) -> float:
 async def _fill(store: Store, embedder: Embedder, records: Sequence[MemoryRecord]) -> float:
     started = time.perf_counter()
     batch = 2048
-    for offset in range(0, len(records), batch):
-        chunk = records[offset : offset + batch]
-        vectors = await embedder.embed([r.summary for r in chunk])
-        await store.add_records(chunk, vectors, embedder.name)
+    async with store.bulk_load(len(records)):  # the HNSW index built once, at the end
+        for offset in range(0, len(records), batch):
+            chunk = records[offset : offset + batch]
+            vectors = await embedder.embed([r.summary for r in chunk])
+            await store.add_records(chunk, vectors, embedder.name)
     return len(records) / (time.perf_counter() - started)
 
 
@@ -525,21 +526,22 @@ async def _fill_stage(store: Store, count: int, vectors: np.ndarray[Any, Any]) -
     ids = _stage_ids(count)
     started = time.perf_counter()
     batch = 4096
-    for offset in range(0, count, batch):
-        records = [
-            MemoryRecord(
-                id=ids[i],
-                agent_id=agent_id,
-                created_at=START + spacing * i,
-                channel=STAGE_CHANNEL,
-                summary=f"memory number {i}",
-                importance=5,
-                sensitivity=Sensitivity.PUBLIC,
-            )
-            for i in range(offset, min(count, offset + batch))
-        ]
-        chunk = np.asarray(vectors[offset : offset + len(records)])
-        await store.add_records(records, [row.tolist() for row in chunk], "clustered")
+    async with store.bulk_load(count):
+        for offset in range(0, count, batch):
+            records = [
+                MemoryRecord(
+                    id=ids[i],
+                    agent_id=agent_id,
+                    created_at=START + spacing * i,
+                    channel=STAGE_CHANNEL,
+                    summary=f"memory number {i}",
+                    importance=5,
+                    sensitivity=Sensitivity.PUBLIC,
+                )
+                for i in range(offset, min(count, offset + batch))
+            ]
+            chunk = np.asarray(vectors[offset : offset + len(records)])
+            await store.add_records(records, [row.tolist() for row in chunk], "clustered")
     return count / (time.perf_counter() - started)
 
 

@@ -5,11 +5,13 @@ vector change in one write transaction, as on SQLite."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import and_, delete, select, text, update
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import URL, Connection
 
 from persyn.core.errors import InputError, StoreError
 from persyn.core.records import MemoryRecord
@@ -50,10 +52,33 @@ def any_word_query(query: str) -> str | None:
 class PostgresMemory(SQLiteMemory):
     """The long-term-memory part of `PostgresStore`."""
 
+    _url: URL
+    _bulk: vectors.BulkVectorLoad | None  # the bulk load under way in this store, if any
+
     def _insert_rows(self, connection: Connection, rows: Sequence[_NewRow]) -> list[bool]:
         # As on SQLite (ON CONFLICT DO NOTHING, which on PostgreSQL also settles a race with
         # another process's insert), into pgvector's tables.
-        return _insert_records(connection, rows, _put_vectors)
+        bulk = self._bulk
+        return _insert_records(connection, rows, lambda c, stored: _put_vectors(c, stored, bulk))
+
+    @asynccontextmanager
+    async def bulk_load(self, expected_records: int) -> AsyncIterator[None]:
+        """See `MemoryPort.bulk_load`; the rule and the crash story are `BulkVectorLoad`'s.
+        A load inside another is part of it."""
+        if self._bulk is not None:
+            yield
+            return
+        bulk = self._bulk = vectors.BulkVectorLoad(self._url, expected_records)
+        try:
+            yield
+        finally:
+            self._bulk = None
+            loop = asyncio.get_running_loop()
+            # Writes already queued on the writer thread may still use the load; once this
+            # no-op has run on it, none does. The build runs elsewhere, so this process's
+            # other writes go on meanwhile.
+            await loop.run_in_executor(self._write_thread, lambda: None)
+            await asyncio.to_thread(bulk.finish)
 
     async def recall_candidates(self, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
         # SQLite's version reads driver rows (qmark placeholders, times as text); here the
@@ -142,8 +167,10 @@ class PostgresMemory(SQLiteMemory):
         await self._write("set_record_vector", work)
 
 
-def _put_vectors(connection: Connection, rows: Sequence[_NewRow]) -> None:
-    """The stored rows' unit vectors into pgvector."""
+def _put_vectors(
+    connection: Connection, rows: Sequence[_NewRow], bulk: vectors.BulkVectorLoad | None
+) -> None:
+    """The stored rows' unit vectors into pgvector (within `bulk`, if a load is under way)."""
     vectors.put_vectors(
         connection,
         [
@@ -157,4 +184,5 @@ def _put_vectors(connection: Connection, rows: Sequence[_NewRow]) -> None:
             for row in rows
             if row.unit is not None  # always set: the caller passes rows with a vector
         ],
+        bulk,
     )
