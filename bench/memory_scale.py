@@ -381,7 +381,19 @@ async def _fill(store: Store, embedder: Embedder, records: Sequence[MemoryRecord
             chunk = records[offset : offset + batch]
             vectors = await embedder.embed([r.summary for r in chunk])
             await store.add_records(chunk, vectors, embedder.name)
+        loaded = time.perf_counter()
+    _print_fill(len(records), started, loaded)
     return len(records) / (time.perf_counter() - started)
+
+
+def _print_fill(count: int, started: float, loaded: float) -> None:
+    """The fill's two parts: writing the rows, then (PostgreSQL) building the index."""
+    now = time.perf_counter()
+    print(
+        f"  filled {count:,} records: load {loaded - started:.0f} s, index build {now - loaded:.0f} s "
+        f"(load {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
 
 
 def _size_mb(path: Path) -> float:
@@ -542,6 +554,8 @@ async def _fill_stage(store: Store, count: int, vectors: np.ndarray[Any, Any]) -
             ]
             chunk = np.asarray(vectors[offset : offset + len(records)])
             await store.add_records(records, [row.tolist() for row in chunk], "clustered")
+        loaded = time.perf_counter()
+    _print_fill(count, started, loaded)
     return count / (time.perf_counter() - started)
 
 
