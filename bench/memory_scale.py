@@ -110,6 +110,37 @@ The fill is the cost on PostgreSQL: the HNSW graph is built row by row as record
 101 records/s at 100k under load 11 (16 minutes), so 1M (3 hours at that rate, or a bulk
 `CREATE INDEX` that the store does not do) did not fit this session.
 
+2026-12-02, stop 28, PostgreSQL bulk loads (`Store.bulk_load`, docs/architecture.md §7.2): the
+fills now run inside `store.bulk_load(count)`, which takes the HNSW index away, writes vectors
+with COPY and builds the index once at the end; the bench prints the two parts. The bench's own
+pgserver keeps a filled full-recall store (`pgscale-<size>-<seed>.done` in the cache directory)
+and the next run with the same --channels/--dims only queries it. Full recall in ONE channel
+(`--store postgresql --sizes 100000 --channels 1 --queries 100`; `--sizes "" --million
+--channels 1 --million-queries 30`), WordLlama 256-d, the same records and vectors as the SQLite
+rows above (fixed seed), p50/p99 ms and this process's CPU ms p50; the server's CPU is not counted:
+
+    records    fill: rows  index build  insert/s  db MB   hybrid             vector           keyword          load
+    100,000        85 s        57 s        704      350    79.4 152.4 (12.6)  18.6 41.4 (6.3)  30.9  96.5 (5.8)  7.9
+    100,000    (the same store; recall_candidates from driver rows)   54.3 703.5 (10.5)  13.2 23.7 (5.3)  18.6  31.8 (4.8)  5.2
+    1,000,000     803 s      1212 s        496     3454   288.8 1607.6 (12.2) 25.9 36.9 (6.2) 192.2 301.6 (6.3)  5.4
+
+Before (row by row into the graph): 75-101 records/s at 100k, ~3 h for 1M; now the 1M fill takes
+34 minutes (load 5-8: another helper was compiling llama.cpp), of which the index build is 20 (two
+parallel workers, maintenance_work_mem 1.6 GB). The first row was measured while the 1M fill ran
+and with the old `recall_candidates` (SQLAlchemy rows, every record built: 12 ms of each hybrid
+query at 100k, twice per query); the second after it read driver rows (5 ms). Not the goal: SQLite
+gives 23.9 / 6.8 / 11.9 at 100k and 61.5 / 18.1 / 41.4 at 1M. The vector stage is close (HNSW); the
+keyword stage is what PostgreSQL loses, at 1M by ~5x. EXPLAIN (ANALYZE, BUFFERS) of a bench query
+at 1M: the GIN bitmap finds ~50k matches in 15 ms; the bitmap heap scan then reads ~36-40k heap
+pages (one per match: pgserver's shared_buffers is 128 MB, the table 1.1 GB; the first scan after
+the load also writes hint bits, `written=14984`) and `ts_rank` scores every match: 400 ms with two
+parallel workers, 1.3 s cold. A rank-limited plan that scores only the matches of rare terms is
+not exact for ts_rank: a record matching one common term several times in its tags (weight A) can
+outscore one matching two rare terms once in its summary (B), and no bound on a term's best score
+is kept, so it would change answers; it was not built. What would: a ranking with per-term
+statistics (bm25, as SQLite's) kept beside the tsvector, which allows MaxScore; a server with the
+table in shared_buffers; RUM (ordered GIN) is not in pgserver's build.
+
 2026-12-02, stop 27, keyword search in a large compartment: the store now first fetches the
 index's 4 x k best-ranked matches with no join and keeps those in the compartment, falling back
 to the compartment-filter plan when they cannot prove the top k (docs/architecture.md §7.1).
