@@ -17,7 +17,9 @@ source, is refused: a copy never merges two deployments.
 
 Vectors are read as the float32 unit vectors each backend stores (sqlite-vec's blob,
 pgvector's `real[]`) and written through the target backend's own vector writer, so both
-backends score them identically. The usage ledger is a file beside the store, not in it:
+backends score them identically. Into PostgreSQL they are one bulk load per vector size
+(`_postgres_vectors.BulkVectorLoad`: a large copy drops the HNSW index and builds it once at
+the end; a copy killed meanwhile gets it back at the store's next start). The usage ledger is a file beside the store, not in it:
 the copy leaves it alone. DBOS's workflow tables are not copied either: stop Persyn and let
 its queues drain before copying.
 """
