@@ -301,27 +301,29 @@ async def import_jsonl(
         if progress is not None:
             progress(done, total)
 
-    for number, raw in _lines(path, limits.max_line_bytes):
-        parsed = raw if isinstance(raw, ImportProblem) else _parse(number, raw, limits)
-        if isinstance(parsed, ImportProblem):
-            problems.append(parsed)
-            continue
-        ref = parsed.key()
-        known = None if ref in seen else await store.get_record_by_ref(agent.id, ref)
-        if ref in seen or known is not None:
-            if known is not None and await _complete_links(store, known, parsed, limits):
-                tally.repaired += 1
-            if known is not None:
-                await _settle(store, known)
-            if known is not None and known.conversation_id and known.kind == IMPORTED_KIND:
-                tally.conversations.append(known.conversation_id)
-            tally.duplicates += 1
-            done += 1
-            continue
-        seen.add(ref)
-        batch.append((number, parsed))
-        if len(batch) >= max(1, batch_size):
-            await flush()
+    # A large file is loaded as one bulk load (PostgreSQL builds its vector index once).
+    async with store.bulk_load(total):
+        for number, raw in _lines(path, limits.max_line_bytes):
+            parsed = raw if isinstance(raw, ImportProblem) else _parse(number, raw, limits)
+            if isinstance(parsed, ImportProblem):
+                problems.append(parsed)
+                continue
+            ref = parsed.key()
+            known = None if ref in seen else await store.get_record_by_ref(agent.id, ref)
+            if ref in seen or known is not None:
+                if known is not None and await _complete_links(store, known, parsed, limits):
+                    tally.repaired += 1
+                if known is not None:
+                    await _settle(store, known)
+                if known is not None and known.conversation_id and known.kind == IMPORTED_KIND:
+                    tally.conversations.append(known.conversation_id)
+                tally.duplicates += 1
+                done += 1
+                continue
+            seen.add(ref)
+            batch.append((number, parsed))
+            if len(batch) >= max(1, batch_size):
+                await flush()
     await flush()
     return ImportReport(
         path=str(path),

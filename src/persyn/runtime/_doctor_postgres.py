@@ -96,4 +96,17 @@ async def postgres_checks(url: str) -> list[Check]:
         )
     else:
         checks.append(Check("migrations", True, f"schema version {found.schema_version} (current)"))
+    if found.missing_vector_indexes:
+        tables = ", ".join(f"memory_vectors_{dims}" for dims in found.missing_vector_indexes)
+        checks.append(
+            Check(
+                "vector index",
+                True,
+                f"{tables} without its HNSW index (a bulk load under way, or one interrupted): "
+                "vector recall there is exact, and slow on a large table",
+                "any Persyn command that opens the store rebuilds it when no bulk load holds it "
+                "(minutes at a million vectors)",
+                warning=True,
+            )
+        )
     return checks

@@ -16,7 +16,7 @@ rules allow (`memory/access.py`), and the planner picks one of two paths:
   channel) btree and sorted exactly: no index can beat reading a few thousand rows;
 - a compartment that is a large share (the one-busy-channel case of issue 20) walks the
   HNSW graph in distance order and filters as it goes, sub-linear in the table.
-pgvector 0.6 stops an HNSW walk after `hnsw.ef_search` candidates (here k, at least 200
+pgvector 0.6 stops an HNSW walk after `hnsw.ef_search` candidates (here k, at least 300
 and at most 1000), so a filter that rejects most candidates can leave fewer than k; then — and
 whenever fewer than k came back — the query is repeated as an exact scan of the
 compartment, which is cheap exactly when the compartment is small. A search therefore never
@@ -24,30 +24,78 @@ returns fewer hits than the compartment can give, but the HNSW path is approxima
 miss a true neighbour (recall@10 against exact search is measured by `bench/pg_vectors.py`;
 index built with pgvector's defaults, m=16, ef_construction=64). Vectors over 2000
 dimensions (HNSW's limit) are always searched exactly.
+
+Bulk loads (`BulkVectorLoad`). Inserting into an HNSW graph costs a graph search per row
+(101 records/s at 100k on a 2-core VM), while `CREATE INDEX` builds it in memory many times
+faster. A load that is large against its table therefore drops the HNSW index with its
+first batch, copies the vectors in (`COPY`, as every vector write does), and builds the
+index once at the end, with a `maintenance_work_mem` sized for the graph. Meanwhile readers
+take the exact path (no index: the planner scans the compartment), slower but exact. A
+load holds a session advisory lock on its table while the index is away; a store that
+opens (`restore_indexes`, from `PostgresStore.setup`) and finds a table without its HNSW
+index and no such lock held rebuilds the index: a load killed half way (kill -9) leaves
+its committed batches, a working store, and an index back at the next start.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.pool import NullPool
 
 from persyn.core.errors import InputError
+from persyn.store._postgres_engine import driver_url
 
-__all__ = ["MAX_K", "NewVector", "delete_vectors", "nearest", "put_vectors", "vector_literal", "vector_table"]
+__all__ = [
+    "BULK_MIN_RECORDS",
+    "MAX_K",
+    "BulkVectorLoad",
+    "NewVector",
+    "delete_vectors",
+    "missing_indexes",
+    "nearest",
+    "put_vectors",
+    "restore_indexes",
+    "vector_literal",
+    "vector_table",
+]
+
+_log = logging.getLogger(__name__)
 
 MAX_DIMS = 8192  # the SQLite backend's limit: a vector either backend accepts, both do
 MAX_HNSW_DIMS = 2000  # pgvector's limit for an HNSW index on `vector`
 MAX_K = 4096  # as on SQLite, so both backends cut the same candidate list
 # The HNSW walk's candidate list: at least k, and never under _MIN_EF_SEARCH, where recall
 # on hard (unclustered) data stays high; pgvector's default of 40 gave recall@10 0.63 on
-# 20k random 64-dimensional vectors (bench/pg_vectors.py).
-_MIN_EF_SEARCH = 200
+# 20k random 64-dimensional vectors (bench/pg_vectors.py). At 1M clustered 256-d vectors in
+# one compartment (bench/memory_scale.py --vector-stage, m 16, ef_construction 64) 200 gave
+# recall@10 0.980 (p50 14.8 ms), 300 0.988 (19.4 ms), 400 0.989 (25.0 ms): 300 for a margin.
+_MIN_EF_SEARCH = 300
 _MAX_EF_SEARCH = 1000
 TABLE_PREFIX = "memory_vectors_"
+# The graph's shape (pgvector's defaults); the same for an index built row by row or in bulk.
+HNSW_OPTIONS = "m = 16, ef_construction = 64"
+# A bulk load drops the HNSW index when it brings at least this many vectors AND at least
+# a quarter of those already in the table: rebuilding then costs less than inserting into
+# the graph row by row (see `BulkVectorLoad`), and readers are on the exact path only for
+# as long as the load takes.
+BULK_MIN_RECORDS = 5_000
+_BULK_MIN_SHARE = 0.25
+# maintenance_work_mem for a build: the graph's size (vector + ~2 x m neighbour slots of
+# 8 bytes + ~100 bytes of element per row, measured against pgvector's "graph no longer fits"
+# notice), within these bounds. The upper bound is what one build may take of the server's
+# memory; a graph larger than that still builds, more slowly, on disk.
+_BUILD_MEMORY_MIN_MB = 64
+_BUILD_MEMORY_MAX_MB = 2_048
+# Advisory locks of the two-int form are a key space apart from the writers' one-bigint lock;
+# this class names "a bulk load holds this vector table's index away".
+_BULK_LOCK_CLASS = 0x7062_6C6B  # "pblk"
 
 
 def vector_table(dims: int) -> str:
@@ -91,7 +139,18 @@ def _remember_table(connection: Connection, dims: int) -> None:
     connection.info.setdefault("persyn_vector_tables", set()).add(dims)
 
 
-def _ensure_table(connection: Connection, dims: int) -> str:
+def _index_name(dims: int) -> str:
+    return f"ix_{vector_table(dims)}_hnsw"
+
+
+def _create_index_sql(dims: int) -> str:
+    return (
+        f"CREATE INDEX IF NOT EXISTS {_index_name(dims)} ON {vector_table(dims)} "
+        f"USING hnsw (embedding vector_cosine_ops) WITH ({HNSW_OPTIONS})"
+    )
+
+
+def _ensure_table(connection: Connection, dims: int, *, with_index: bool = True) -> str:
     name = vector_table(dims)
     if _has_table(connection, dims):
         _remember_table(connection, dims)
@@ -105,35 +164,34 @@ def _ensure_table(connection: Connection, dims: int) -> str:
     connection.exec_driver_sql(
         f"CREATE INDEX IF NOT EXISTS ix_{name}_compartment ON {name} (agent_id, channel)"
     )
-    if dims <= MAX_HNSW_DIMS:
-        connection.exec_driver_sql(
-            f"CREATE INDEX IF NOT EXISTS ix_{name}_hnsw ON {name} USING hnsw (embedding vector_cosine_ops)"
-        )
+    if dims <= MAX_HNSW_DIMS and with_index:
+        connection.exec_driver_sql(_create_index_sql(dims))
     return name
 
 
-def put_vectors(connection: Connection, new: Sequence[NewVector]) -> None:
-    """Store records' unit vectors, creating tables as needed: one executemany per size."""
-    by_dims: dict[int, list[dict[str, object]]] = {}
+def put_vectors(connection: Connection, new: Sequence[NewVector], bulk: BulkVectorLoad | None = None) -> None:
+    """Store records' unit vectors, creating tables as needed: one COPY per size. Within a
+    `bulk` load, its rule may first take the table's HNSW index away (in this transaction)."""
+    by_dims: dict[int, list[NewVector]] = {}
     for item in new:
-        by_dims.setdefault(len(item.vector) // 4, []).append(
-            {
-                "record_id": item.record_id,
-                "agent_id": item.agent_id,
-                "channel": item.channel,
-                "model": item.embedding_model,
-                "embedding": vector_literal(item.vector),
-            }
-        )
-    for dims, params in by_dims.items():
-        name = _ensure_table(connection, dims)
-        connection.execute(
-            text(
-                f"INSERT INTO {name} (record_id, agent_id, channel, embedding_model, embedding) "
-                f"VALUES (:record_id, :agent_id, :channel, :model, CAST(:embedding AS vector({dims})))"
-            ),
-            params,
-        )
+        by_dims.setdefault(len(item.vector) // 4, []).append(item)
+    for dims, items in by_dims.items():
+        away = bulk is not None and bulk.hold_index(connection, dims)
+        name = _ensure_table(connection, dims, with_index=not away)
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        columns = "record_id, agent_id, channel, embedding_model, embedding"
+        with driver.cursor() as cursor, cursor.copy(f"COPY {name} ({columns}) FROM STDIN") as copy:
+            for item in items:
+                copy.write_row(
+                    (
+                        item.record_id,
+                        item.agent_id,
+                        item.channel,
+                        item.embedding_model,
+                        vector_literal(item.vector),
+                    )
+                )
 
 
 def delete_vectors(connection: Connection, dims: int, record_ids: Iterable[str]) -> None:
@@ -174,3 +232,166 @@ def nearest(
         exact = f"SELECT record_id, {distance} AS distance FROM {name} WHERE {where} ORDER BY ({distance}) + 0 LIMIT :k"
         rows = [(str(r.record_id), float(r.distance)) for r in connection.execute(text(exact), params)]
     return sorted(rows, key=lambda hit: (hit[1], hit[0]))[:k]
+
+
+# --- bulk loads ------------------------------------------------------------------------------
+
+
+def _bulk_lock_key(connection: Connection, dims: int) -> int:
+    """The advisory-lock key of this schema's `dims` table: several stores (schemas) may share
+    one database, each with its own tables."""
+    schema = str(connection.exec_driver_sql("SELECT current_schema()").scalar_one())
+    return zlib.crc32(f"{schema}.{vector_table(dims)}".encode()) - 2**31  # an int4
+
+
+def _table_rows(connection: Connection, dims: int) -> int:
+    if not _has_table(connection, dims):
+        return 0
+    return int(connection.exec_driver_sql(f"SELECT count(*) FROM {vector_table(dims)}").scalar_one())
+
+
+def missing_indexes(connection: Connection) -> list[int]:
+    """The dimensions of this schema's vector tables that should have an HNSW index and
+    have none (or an invalid one): a bulk load under way, or one that was interrupted."""
+    rows = connection.execute(
+        text(
+            "SELECT c.relname, (SELECT bool_and(i.indisvalid) FROM pg_index i "
+            "JOIN pg_class x ON x.oid = i.indexrelid WHERE i.indrelid = c.oid AND x.relname = "
+            "'ix_' || c.relname || '_hnsw') "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname LIKE :prefix"
+        ),
+        {"prefix": f"{TABLE_PREFIX}%"},
+    ).all()
+    missing: list[int] = []
+    for name, valid in rows:
+        suffix = str(name).removeprefix(TABLE_PREFIX)
+        if suffix.isdigit() and int(suffix) <= MAX_HNSW_DIMS and not valid:
+            missing.append(int(suffix))
+    return sorted(missing)
+
+
+def _build_memory_mb(rows: int, dims: int) -> int:
+    estimate = rows * (dims * 4 + 2 * 16 * 8 + 100) // 2**20
+    return max(_BUILD_MEMORY_MIN_MB, min(_BUILD_MEMORY_MAX_MB, int(estimate * 1.2)))
+
+
+def _build_index(connection: Connection, dims: int) -> None:
+    """Build `dims`'s HNSW index on `connection` (autocommit, not holding the writers' lock:
+    other writes go on; writes of vectors of this size wait for the build). An invalid
+    index (a failed concurrent build) is replaced."""
+    rows = _table_rows(connection, dims)
+    connection.exec_driver_sql(f"SET maintenance_work_mem = '{_build_memory_mb(rows, dims)}MB'")
+    # Parallel workers: the server's max_parallel_maintenance_workers as its operator set it
+    # (default 2; pgvector 0.6 builds HNSW in parallel). The server's CPU count is not
+    # visible from SQL, and 4 workers on a 2-core VM only contended.
+    if dims in missing_indexes(connection):  # absent, or left invalid: start afresh
+        connection.exec_driver_sql(f"DROP INDEX IF EXISTS {_index_name(dims)}")
+    connection.exec_driver_sql(_create_index_sql(dims))
+    connection.exec_driver_sql("RESET maintenance_work_mem")
+
+
+class BulkVectorLoad:
+    """One large load of vectors (ARCHITECTURE §7.2): `hold_index` inside each write
+    transaction that stores vectors, `finish` once at the end (also after an error).
+
+    The rule, per vector table, decided at its first batch: `expected` (the records the load
+    brings) at least `BULK_MIN_RECORDS` and at least a quarter of the table's rows. Then this
+    load takes the table's bulk lock (a session advisory lock on a connection of its own,
+    released when the load ends or its process dies), and the HNSW index is dropped in the
+    batch's transaction (so it is gone exactly when the first batch is stored). Another
+    process already loading that table in bulk keeps it: this load then writes row by row."""
+
+    def __init__(self, url: URL, expected: int) -> None:
+        self._url = url
+        self.expected = expected
+        self._engine: Engine | None = None
+        self._lease: Connection | None = None
+        self._decided: dict[int, bool] = {}
+
+    def hold_index(self, connection: Connection, dims: int) -> bool:
+        """Whether `dims`'s HNSW index is (now) away for this load."""
+        if dims in self._decided:
+            return self._decided[dims]
+        away = False
+        if dims <= MAX_HNSW_DIMS and self.expected >= BULK_MIN_RECORDS:
+            existing = _table_rows(connection, dims)
+            if self.expected >= _BULK_MIN_SHARE * existing:
+                key = _bulk_lock_key(connection, dims)
+                lease = self._lease_connection()
+                away = bool(
+                    lease.exec_driver_sql(
+                        f"SELECT pg_try_advisory_lock({_BULK_LOCK_CLASS}, {key})"
+                    ).scalar_one()
+                )
+                if away and _has_table(connection, dims):
+                    connection.exec_driver_sql(f"DROP INDEX IF EXISTS {_index_name(dims)}")
+                if away:
+                    _log.info(
+                        "bulk load of %d records: %s's HNSW index is rebuilt at the end",
+                        self.expected,
+                        vector_table(dims),
+                    )
+        self._decided[dims] = away
+        return away
+
+    def _lease_connection(self) -> Connection:
+        if self._lease is None:
+            self._engine = create_engine(driver_url(self._url), poolclass=NullPool)
+            self._lease = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        return self._lease
+
+    @property
+    def held(self) -> list[int]:
+        return sorted(dims for dims, away in self._decided.items() if away)
+
+    def finish(self) -> None:
+        """Build every index this load took away, then release its locks. Called after an
+        error too: the batches committed so far get their index."""
+        try:
+            if self._lease is not None:
+                for dims in self.held:
+                    _log.info("building %s's HNSW index", vector_table(dims))
+                    _build_index(self._lease, dims)
+        finally:
+            self._decided.clear()
+            if self._lease is not None:
+                self._lease.close()  # ends the session: its advisory locks go with it
+                self._lease = None
+            if self._engine is not None:
+                self._engine.dispose()
+                self._engine = None
+
+
+def restore_indexes(url: URL) -> list[int]:
+    """Rebuild the HNSW index of every vector table of this schema that lacks it and that no
+    bulk load holds (one was interrupted: killed, or its build failed). The dimensions
+    rebuilt. Runs at every store start: one catalog query when nothing is missing."""
+    engine = create_engine(driver_url(url), poolclass=NullPool)
+    try:
+        return _restore(engine)
+    finally:
+        engine.dispose()
+
+
+def _restore(engine: Engine) -> list[int]:
+    with engine.connect() as connection:
+        connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+        rebuilt: list[int] = []
+        for dims in missing_indexes(connection):
+            key = _bulk_lock_key(connection, dims)
+            taken = connection.exec_driver_sql(f"SELECT pg_try_advisory_lock({_BULK_LOCK_CLASS}, {key})")
+            if not taken.scalar_one():
+                continue  # a bulk load under way: it builds the index when it ends
+            try:
+                if dims not in missing_indexes(connection):
+                    continue
+                _log.warning(
+                    "%s has no HNSW index (a bulk load was interrupted): building it now",
+                    vector_table(dims),
+                )
+                _build_index(connection, dims)
+                rebuilt.append(dims)
+            finally:
+                connection.exec_driver_sql(f"SELECT pg_advisory_unlock({_BULK_LOCK_CLASS}, {key})")
+        return rebuilt

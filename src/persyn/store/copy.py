@@ -17,7 +17,9 @@ source, is refused: a copy never merges two deployments.
 
 Vectors are read as the float32 unit vectors each backend stores (sqlite-vec's blob,
 pgvector's `real[]`) and written through the target backend's own vector writer, so both
-backends score them identically. The usage ledger is a file beside the store, not in it:
+backends score them identically. Into PostgreSQL they are one bulk load per vector size
+(`_postgres_vectors.BulkVectorLoad`: a large copy drops the HNSW index and builds it once at
+the end; a copy killed meanwhile gets it back at the store's next start). The usage ledger is a file beside the store, not in it:
 the copy leaves it alone. DBOS's workflow tables are not copied either: stop Persyn and let
 its queues drain before copying.
 """
@@ -28,9 +30,11 @@ import asyncio
 import re
 import struct
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, func, select, text
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -40,6 +44,9 @@ from persyn.core.errors import ConfigError, InputError, StoreError
 from persyn.store import open_store
 from persyn.store._dml import insert
 from persyn.store.schema import UTCDateTime, metadata
+
+if TYPE_CHECKING:
+    from persyn.store._postgres_vectors import BulkVectorLoad
 
 __all__ = ["COPY_TABLE", "CopyReport", "TableCount", "copy_store"]
 
@@ -171,7 +178,9 @@ class _Side:
         rows = connection.exec_driver_sql(f"SELECT record_id FROM memory_vectors_{int(dims)}").scalars()
         return {str(record_id).strip() for record_id in rows}
 
-    def put_vectors(self, connection: Connection, rows: Sequence[_Vector]) -> None:
+    def put_vectors(
+        self, connection: Connection, rows: Sequence[_Vector], bulk: BulkVectorLoad | None = None
+    ) -> None:
         if self.dialect == "sqlite":
             from persyn.store import _sqlite_vectors as lite
 
@@ -179,7 +188,22 @@ class _Side:
         else:
             from persyn.store import _postgres_vectors as pg
 
-            pg.put_vectors(connection, [pg.NewVector(*v.fields()) for v in rows])
+            pg.put_vectors(connection, [pg.NewVector(*v.fields()) for v in rows], bulk)
+
+    @contextmanager
+    def bulk_vectors(self, expected: int) -> Iterator[BulkVectorLoad | None]:
+        """A PostgreSQL target loads many vectors as `BulkVectorLoad` does (its HNSW index
+        built once, at the end); SQLite needs nothing."""
+        if self.dialect == "sqlite":
+            yield None
+            return
+        from persyn.store import _postgres_vectors as pg
+
+        bulk = pg.BulkVectorLoad(make_url(self.url), expected)
+        try:
+            yield bulk
+        finally:
+            bulk.finish()
 
     def count(self, connection: Connection, name: str) -> int:
         if name.startswith("vectors:"):
@@ -244,9 +268,10 @@ def _copy(source: _Side, target: _Side, batch_size: int, progress: Progress) -> 
                 item = f"vectors:{dims}"
                 if item in done:
                     continue
-                copied = _copy_vectors(
-                    read, writer, source, target, dims, batch_size, copied, total, progress
-                )
+                with target.bulk_vectors(counts[item]) as bulk:
+                    copied = _copy_vectors(
+                        read, writer, source, target, dims, batch_size, copied, total, progress, bulk
+                    )
                 _finish_item(writer, source, item, counts[item])
             with writer.connect() as check:
                 tables = tuple(TableCount(name, n, target.count(check, name)) for name, n in counts.items())
@@ -327,6 +352,7 @@ def _copy_vectors(
     copied: int,
     total: int,
     progress: Progress,
+    bulk: BulkVectorLoad | None,
 ) -> int:
     with writer.connect() as connection:
         present = target.vector_ids(connection, dims)  # from an interrupted run
@@ -334,7 +360,7 @@ def _copy_vectors(
         new = [v for v in rows if v.record_id not in present]
         if new:
             with writer.begin() as connection:
-                target.put_vectors(connection, new)
+                target.put_vectors(connection, new, bulk)
         copied += len(rows)
         progress(copied, total)
     return copied

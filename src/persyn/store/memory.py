@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
@@ -139,6 +140,16 @@ class MemoryPort(ABC):
         it. Idempotent: existing conversations, messages and flags are kept as they are, so
         a re-run completes what an earlier run left out. Returns, per item, whether its
         record was stored."""
+
+    def bulk_load(self, expected_records: int) -> AbstractAsyncContextManager[None]:
+        """A large load is about to be written: about `expected_records` records, through
+        `add_records` / `add_imported` inside this context (an import, a benchmark's fill).
+        A backend may prepare its indexes for it; PostgreSQL takes a large load's HNSW
+        index away and builds it once at the end (ARCHITECTURE §7.2). Reads stay correct
+        throughout, and an interrupted load leaves its committed batches and a working
+        store. The default (SQLite, whose codes are rebuilt geometrically) does nothing."""
+        del expected_records
+        return nullcontext()
 
     @abstractmethod
     async def link_record_messages(self, agent_id: str, record_id: str, message_ids: Sequence[str]) -> bool:

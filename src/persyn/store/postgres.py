@@ -40,6 +40,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from persyn.core.errors import StoreError
+from persyn.store import _postgres_vectors as vectors
 from persyn.store import migrations
 from persyn.store._postgres_dialog import PostgresDialog
 from persyn.store._postgres_engine import create_postgres_engine, driver_url, redacted, server_settings
@@ -65,6 +66,7 @@ class PostgresStore(PostgresDialog, PostgresMemory, SQLiteStore):
         self._read_threads = ThreadPoolExecutor(readers, thread_name_prefix="persyn-pg-read")
         self._closed = False
         self._pending_reads = {}
+        self._bulk = None
 
     @property
     def url(self) -> str:
@@ -83,6 +85,8 @@ class PostgresStore(PostgresDialog, PostgresMemory, SQLiteStore):
         try:
             with self._writer.connect() as connection:
                 migrations.migrate(connection, "postgresql")
+            # A bulk load killed half way left a vector table without its HNSW index.
+            vectors.restore_indexes(self._url)
         except SQLAlchemyError as exc:
             raise StoreError(f"migrating {self._label()!r} failed: {exc}") from exc
 
@@ -99,6 +103,8 @@ class PostgresProbe:
     vector_available: str | None = None  # pgvector's version the server could install
     schema_version: int = 0
     latest_version: int = migrations.LATEST_VERSION
+    # Vector sizes whose table lacks its HNSW index: a bulk load under way or interrupted.
+    missing_vector_indexes: tuple[int, ...] = ()
 
 
 def probe(url: str, *, timeout_seconds: int = 5) -> PostgresProbe:
@@ -113,6 +119,7 @@ def probe(url: str, *, timeout_seconds: int = 5) -> PostgresProbe:
         with engine.connect() as connection:
             found = server_settings(connection)
             version = migrations.current_version(connection)
+            missing = tuple(vectors.missing_indexes(connection))
     except SQLAlchemyError as exc:
         return PostgresProbe(
             shown, error=str(exc.orig or exc).strip() if isinstance(exc, DBAPIError) else str(exc)
@@ -125,4 +132,5 @@ def probe(url: str, *, timeout_seconds: int = 5) -> PostgresProbe:
         vector_installed=found["vector"],
         vector_available=found["vector_available"],
         schema_version=version,
+        missing_vector_indexes=missing,
     )
