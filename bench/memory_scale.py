@@ -446,19 +446,28 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _measure(backend: Backend, size: int, query_count: int, dims: int, channels: int, tmp: Path) -> str:
+async def _measure(
+    backend: Backend, size: int, query_count: int, dims: int, channels: int, tmp: Path, *, fresh: bool
+) -> str:
     config = MemoryConfig(embedder_dims=dims)
     embedder = embedder_from_config(config)
-    path = tmp / f"scale-{size}.db"
-    # On the bench's own pgserver a filled store is kept (the same records and vectors each
-    # time: fixed seed), named by its size and remembered with its channels and dims.
-    done = _cache_dir() / f"pgscale-{size}-{SEED}.done"
+    # A filled store is kept for the next run (the same records and vectors each time: fixed
+    # seed), named by its size and remembered with its channels and dims: a SQLite file in the
+    # cache directory, or a database on the bench's own pgserver. `--fresh` fills anew.
+    on_sqlite = backend.url is None
+    done = _cache_dir() / f"{'' if on_sqlite else 'pg'}scale-{size}-{SEED}.done"
+    path = _cache_dir() / f"scale-{size}-{SEED}.db" if on_sqlite else tmp / f"scale-{size}.db"
     config_key = f"{channels} {dims}"
     cached = (
-        backend.server is not None
+        (on_sqlite or backend.server is not None)
+        and not fresh
         and done.exists()
         and done.read_text().split(" ")[:2] == config_key.split(" ")
     )
+    if on_sqlite and not cached:
+        done.unlink(missing_ok=True)
+        for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            leftover.unlink(missing_ok=True)
     url = backend.store_url(f"scale_{size}", fresh=not cached) if backend.url is not None else None
     store: Store = SQLiteStore(path) if url is None else open_store(url)
     await store.setup()
@@ -467,13 +476,18 @@ async def _measure(backend: Backend, size: int, query_count: int, dims: int, cha
         records = _records(agent_id, size, channels)
         if cached:
             rate = float(done.read_text().split(" ")[2])
-            print(f"  reusing the filled store scale_{size} ({done})", flush=True)
+            print(f"  reusing the filled store of {size:,} records ({done})", flush=True)
         else:
             done.unlink(missing_ok=True)
             await store.ensure_agent(agent_id, "scale", START)
             rate = await _fill(store, embedder, records)
-            if backend.server is not None:
+            if on_sqlite or backend.server is not None:
                 done.write_text(f"{config_key} {rate:.0f}")
+        # What a process that runs turns does as it starts (`Runtime._warm_recall`): the
+        # timings below are then those of a running agent, not of its first recall.
+        started = time.perf_counter()
+        await store.warm_recall(agent_id)
+        print(f"  recall warmed in {time.perf_counter() - started:.1f} s", flush=True)
         queries = _queries(records, query_count)
         retriever = Retriever(store, embedder, config)
         present = PEOPLE[:2]
@@ -508,7 +522,9 @@ async def _measure(backend: Backend, size: int, query_count: int, dims: int, cha
         await store.close()
 
 
-async def run(backend: Backend, sizes: Sequence[tuple[int, int]], dims: int, channels: int) -> None:
+async def run(
+    backend: Backend, sizes: Sequence[tuple[int, int]], dims: int, channels: int, *, fresh: bool = False
+) -> None:
     embedder = embedder_from_config(MemoryConfig(embedder_dims=dims))
     print(f"{backend.name}; encoder {embedder.name}; one agent, {channels} channel(s), 50 people\n")
     header = f"{'records':>9} {'insert/s':>9} {'db MB':>9} {'queries':>7} "
@@ -517,7 +533,7 @@ async def run(backend: Backend, sizes: Sequence[tuple[int, int]], dims: int, cha
     rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for size, query_count in sizes:
-            row = await _measure(backend, size, query_count, dims, channels, Path(tmp))
+            row = await _measure(backend, size, query_count, dims, channels, Path(tmp), fresh=fresh)
             print(row, flush=True)
             rows.append(row)
     print()
@@ -824,6 +840,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated record counts")
     parser.add_argument("--million", action="store_true", help="also 1,000,000 records")
     parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="fill the full-recall stores anew instead of reusing those kept in the cache directory",
+    )
+    parser.add_argument(
         "--channels",
         type=int,
         default=len(CHANNELS),
@@ -868,7 +889,7 @@ def main() -> None:
             stage_sizes = [int(s) for s in args.stage_sizes.split(",") if s]
             asyncio.run(run_stage(backend, stage_sizes, min(args.queries, 200)))
         else:
-            asyncio.run(run(backend, sizes, args.dims, args.channels))
+            asyncio.run(run(backend, sizes, args.dims, args.channels, fresh=args.fresh))
     finally:
         backend.stop()
 
