@@ -6,19 +6,14 @@ within the wait. Real processes, a real PostgreSQL (pgserver), real HTTP on loop
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
-from persyn_cli import Persyn, stop_gracefully
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
-from sse_reader import SseReader
-from web_daemon import HELLO, rules
+from web_daemon import HELLO, split_deployment, worker_and_front
 
 from persyn.testing.postgres import PostgresForTests
 
@@ -42,33 +37,10 @@ def test_a_reply_made_by_a_worker_streams_to_a_web_client_of_another_process(
     postgres_server: PostgresForTests, tmp_path: Path
 ) -> None:
     url = postgres_server.fresh_database("live")
-    script = tmp_path / "rules.json"
-    rules(script)
-    persyn = Persyn(
-        home=tmp_path / "home",
-        env={
-            "PERSYN_MODELS__DEFAULT": f"test:script@{script}",
-            "PERSYN_STORAGE_URL": url,
-            "PERSYN_WEB__ENABLED": "true",
-            "PERSYN_WEB__PORT": "0",
-            "PERSYN_DISPATCH__OUTBOX_POLL_SECONDS": "60",
-        },
+    persyn, key = split_deployment(
+        tmp_path, PERSYN_STORAGE_URL=url, PERSYN_DISPATCH__OUTBOX_POLL_SECONDS="60"
     )
-    assert persyn.run("init", "--name", "Ada").returncode == 0
-    created = persyn.run("web", "keys", "create", "--name", "alice", "--json")
-    assert created.returncode == 0, created.stderr
-    key = json.loads(created.stdout)["key"]
-
-    worker = persyn.start_daemon("worker")
-    front: subprocess.Popen[bytes] | None = None
-    stream: SseReader | None = None
-    try:
-        front = persyn.start_daemon("run", "--no-workers")
-        found = re.search(r"web channel on (http://\S+)", persyn.log("run"))
-        assert found is not None, persyn.log("run")
-        base = found.group(1)
-        stream = SseReader(base + "v1/agents/Ada/stream", key)
-        assert stream.status == 200
+    with worker_and_front(persyn, key) as (base, stream):
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
             posted = http.post("/v1/agents/Ada/events", json={"text": "hello from the front"})
             assert posted.status_code == 202, posted.text
@@ -89,9 +61,3 @@ def test_a_reply_made_by_a_worker_streams_to_a_web_client_of_another_process(
         assert [d["text"] for k, d in seen if k == "message"] == [HELLO]  # delivered once
         executor = _executor(url, event_id)
         assert executor is not None and executor.startswith("worker-")  # the front runs no turns
-    finally:
-        if stream is not None:
-            stream.close()
-        if front is not None:
-            stop_gracefully(front)
-        stop_gracefully(worker)

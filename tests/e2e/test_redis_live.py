@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
-from persyn_cli import Persyn, stop_gracefully
+from persyn_cli import Persyn
 from sse_reader import SseReader
-from web_daemon import HELLO, rules
+from web_daemon import HELLO, split_deployment, worker_and_front
 
 from persyn.testing.postgres import PostgresForTests
 from persyn.testing.redis_server import RedisForTests, free_port
@@ -53,44 +50,10 @@ class Stranger:
 def _deployment(
     tmp_path: Path, storage_url: str | None, redis_url: str, poll_seconds: int
 ) -> tuple[Persyn, str]:
-    script = tmp_path / "rules.json"
-    rules(script)
-    env = {
-        "PERSYN_MODELS__DEFAULT": f"test:script@{script}",
-        "PERSYN_WEB__ENABLED": "true",
-        "PERSYN_WEB__PORT": "0",
-        "PERSYN_DISPATCH__OUTBOX_POLL_SECONDS": str(poll_seconds),
-        "PERSYN_LIVE__REDIS_URL": redis_url,
-    }
+    env = {"PERSYN_DISPATCH__OUTBOX_POLL_SECONDS": str(poll_seconds), "PERSYN_LIVE__REDIS_URL": redis_url}
     if storage_url is not None:
         env["PERSYN_STORAGE_URL"] = storage_url
-    persyn = Persyn(home=tmp_path / "home", env=env)
-    assert persyn.run("init", "--name", "Ada").returncode == 0
-    created = persyn.run("web", "keys", "create", "--name", "alice", "--json")
-    assert created.returncode == 0, created.stderr
-    return persyn, json.loads(created.stdout)["key"]
-
-
-@contextmanager
-def _worker_and_front(persyn: Persyn, key: str) -> Iterator[tuple[str, SseReader]]:
-    """A `persyn worker` and a `persyn run --no-workers` serving the web; the front's URL and
-    an open event stream of Ada's."""
-    worker = persyn.start_daemon("worker")
-    front: subprocess.Popen[bytes] | None = None
-    stream: SseReader | None = None
-    try:
-        front = persyn.start_daemon("run", "--no-workers")
-        found = re.search(r"web channel on (http://\S+)", persyn.log("run"))
-        assert found is not None, persyn.log("run")
-        stream = SseReader(found.group(1) + "v1/agents/Ada/stream", key)
-        assert stream.status == 200
-        yield found.group(1), stream
-    finally:
-        if stream is not None:
-            stream.close()
-        if front is not None:
-            stop_gracefully(front)
-        stop_gracefully(worker)
+    return split_deployment(tmp_path, **env)
 
 
 def _say_hello(base: str, key: str, stream: SseReader, persyn: Persyn) -> str:
@@ -118,7 +81,7 @@ def test_a_reply_made_by_a_worker_streams_through_redis_to_a_web_client_of_anoth
     persyn, key = _deployment(tmp_path, storage_url, redis_server.url(), poll_seconds=60)
     stranger = Stranger(redis_server.url())
     try:
-        with _worker_and_front(persyn, key) as (base, stream):
+        with worker_and_front(persyn, key) as (base, stream):
             event_id = _say_hello(base, key, stream, persyn)
             seen = stream.of(event_id)
     finally:
@@ -147,7 +110,7 @@ def test_without_its_redis_the_reply_still_arrives_by_the_poll_and_doctor_says_w
 ) -> None:
     dead = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
     persyn, key = _deployment(tmp_path, None, dead, poll_seconds=1)
-    with _worker_and_front(persyn, key) as (base, stream):
+    with worker_and_front(persyn, key) as (base, stream):
         event_id = _say_hello(base, key, stream, persyn)
         seen = stream.of(event_id)
     assert [d["text"] for k, d in seen if k == "message"] == [HELLO]

@@ -6,10 +6,13 @@ import json
 import re
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from persyn_cli import Persyn
+from persyn_cli import Persyn, stop_gracefully
+from sse_reader import SseReader
 
 HELLO = "Hello there, friend. Nice to meet you."
 GARDEN = "What do you think of the garden plan we discussed last week, with all the raised beds?"
@@ -124,3 +127,45 @@ def start(root: Path, *, keys: dict[str, bool], revoked: tuple[str, ...] = (), *
     found = re.search(r"web channel on (http://\S+)", persyn.log("run"))
     assert found is not None, persyn.log("run")
     return WebDaemon(persyn, process, found.group(1), script, made, ids)
+
+
+def split_deployment(root: Path, **env: str) -> tuple[Persyn, str]:
+    """A home (under `root`) for a `persyn worker` and a `persyn run --no-workers` serving the
+    web on a free port, the model double on `rules`, `env` added: Ada, and alice's web key."""
+    script = root / "rules.json"
+    rules(script)
+    persyn = Persyn(
+        home=root / "home",
+        env={
+            "PERSYN_MODELS__DEFAULT": f"test:script@{script}",
+            "PERSYN_WEB__ENABLED": "true",
+            "PERSYN_WEB__PORT": "0",
+            **env,
+        },
+    )
+    assert persyn.run("init", "--name", "Ada").returncode == 0
+    created = persyn.run("web", "keys", "create", "--name", "alice", "--json")
+    assert created.returncode == 0, created.stderr
+    return persyn, json.loads(created.stdout)["key"]
+
+
+@contextmanager
+def worker_and_front(persyn: Persyn, key: str) -> Iterator[tuple[str, SseReader]]:
+    """A `persyn worker` and a `persyn run --no-workers` serving the web; the front's URL and
+    an open event stream of Ada's."""
+    worker = persyn.start_daemon("worker")
+    front: subprocess.Popen[bytes] | None = None
+    stream: SseReader | None = None
+    try:
+        front = persyn.start_daemon("run", "--no-workers")
+        found = re.search(r"web channel on (http://\S+)", persyn.log("run"))
+        assert found is not None, persyn.log("run")
+        stream = SseReader(found.group(1) + "v1/agents/Ada/stream", key)
+        assert stream.status == 200
+        yield found.group(1), stream
+    finally:
+        if stream is not None:
+            stream.close()
+        if front is not None:
+            stop_gracefully(front)
+        stop_gracefully(worker)
