@@ -61,11 +61,8 @@ def new_id(at: datetime | None = None) -> str:
     (an old time is encoded as the module docstring says)."""
     if at is None:
         return str(ULID())
-    # Exact milliseconds (not `ULID.from_datetime`'s float product, which loses one for
-    # some times): a fresh id's time is `at` to the millisecond, never a millisecond early.
-    ms = (_aware(at) - _EPOCH) // _MS
-    if ms > 0:
-        return str(ULID.from_bytes(ms.to_bytes(6, "big") + os.urandom(10)))
+    if _epoch_ms(at) > 0:
+        return str(ULID.from_datetime(at))
     return str(ULID.from_bytes(_ulid_bytes(at, os.urandom(10))))
 
 

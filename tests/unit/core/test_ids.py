@@ -44,7 +44,10 @@ def test_parse_id_canonicalises_case() -> None:
 def test_generated_ids_are_valid_and_keep_their_time(at: datetime) -> None:
     value = new_id(at)
     assert is_id(value)
-    assert abs((id_time(value) - at).total_seconds()) < 0.001
+    # To the millisecond. python-ulid takes the milliseconds of a float product, which for a
+    # time on an exact millisecond can come out one short (Hypothesis found one); its ids stay
+    # monotonic within a millisecond, which the store's orderings rely on, so that is kept.
+    assert abs((id_time(value) - at).total_seconds()) <= 0.001
 
 
 @given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=20))
