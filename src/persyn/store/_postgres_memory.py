@@ -12,15 +12,14 @@ from contextlib import asynccontextmanager
 from datetime import UTC
 from typing import Any
 
-from sqlalchemy import and_, delete, select, text, update
+from sqlalchemy import and_, delete, select, update
 from sqlalchemy.engine import URL, Connection
 
 from persyn.core.errors import InputError, StoreError
 from persyn.core.records import MemoryRecord, Sensitivity
+from persyn.store import _postgres_keyword as keyword
 from persyn.store import _postgres_vectors as vectors
-from persyn.store._postgres_migrations import TEXT_CONFIG
 from persyn.store._sqlite_memory import (
-    KEYWORD_WEIGHTS,
     SQLiteMemory,
     _insert_records,  # pyright: ignore[reportPrivateUsage]
     _NewRow,  # pyright: ignore[reportPrivateUsage]
@@ -31,24 +30,18 @@ from persyn.store.mapping import record_from_row
 from persyn.store.memory import RecallCandidate
 from persyn.store.schema import memory_records
 
-__all__ = ["PostgresMemory", "any_word_query"]
+__all__ = ["PostgresMemory", "any_words"]
 
 _r = memory_records.c
 
-# ts_rank's weights, in its order {D, C, B, A}, each at most 1: summary is B, tags A, in
-# the ratio of KEYWORD_WEIGHTS.
-_TOP = max(KEYWORD_WEIGHTS)
-_RANK_WEIGHTS = f"'{{0, 0, {KEYWORD_WEIGHTS[0] / _TOP}, {KEYWORD_WEIGHTS[1] / _TOP}}}'::float4[]"
 
-
-def any_word_query(query: str) -> str | None:
+def any_words(query: str) -> str | None:
     """The words `fts_any_query` keeps (stop-words dropped unless nothing else is left),
-    as a tsquery text matching ANY of them. Words are runs of letters and digits, so the
-    text holds no tsquery syntax but the `|` between them."""
+    space-separated: runs of letters and digits, which `to_tsvector` reads as they are."""
     match = fts_any_query(query)
     if match is None:
         return None
-    return " | ".join(word.strip('"') for word in match.split(" OR "))
+    return " ".join(word.strip('"') for word in match.split(" OR "))
 
 
 class PostgresMemory(SQLiteMemory):
@@ -140,24 +133,14 @@ class PostgresMemory(SQLiteMemory):
     async def keyword_candidates(
         self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
     ) -> list[tuple[str, float]]:
-        """Scores are `ts_rank` with tags weighted over summaries, higher better; ties go
-        to the newer record. `channels=[]` finds nothing."""
-        words = any_word_query(query)
+        """BM25 over the channels searched, as on SQLite (`_postgres_keyword`), higher
+        better; ties go to the newer record. `channels=[]` finds nothing."""
+        words = any_words(query)
         if words is None or k <= 0 or (channels is not None and not channels):
             return []
-        params: dict[str, Any] = {"words": words, "agent_id": agent_id, "k": k}
-        where = "search_tsv @@ q.query AND agent_id = :agent_id"
-        if channels is not None:
-            where += " AND channel = ANY(:channels)"
-            params["channels"] = list(dict.fromkeys(channels))
-        sql = (
-            f"SELECT id, ts_rank({_RANK_WEIGHTS}, search_tsv, q.query) AS score "
-            f"FROM memory_records, to_tsquery('{TEXT_CONFIG}', :words) AS q(query) "
-            f"WHERE {where} ORDER BY score DESC, created_at DESC, id DESC LIMIT :k"
-        )
 
         def work(connection: Connection) -> list[tuple[str, float]]:
-            return [(str(row.id), float(row.score)) for row in connection.execute(text(sql), params)]
+            return keyword.keyword_search(connection, agent_id, words, k, channels)
 
         return await self._search("keyword_candidates", work)
 

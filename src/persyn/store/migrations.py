@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity, channel_key
+from persyn.store import _postgres_keyword as pg_keyword
 from persyn.store import _postgres_migrations as pg
 from persyn.store import _sqlite_ann as ann
 from persyn.store import mapping, schema, schema_graph
@@ -514,6 +515,11 @@ def _create_guardrail_slots(connection: Connection, dialect_name: str) -> None:
     schema.guardrail_slots.create(connection, checkfirst=False)
 
 
+def _keyword_postings(connection: Connection, dialect_name: str) -> None:
+    """Migration 22: nothing on SQLite, whose FTS5 index keeps its own postings; on
+    PostgreSQL, block posting lists for BM25 keyword search (`_postgres_keyword.py`)."""
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search, {"postgresql": pg.message_search}),
@@ -542,6 +548,12 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(19, "shared artifacts", _create_artifacts),
     Migration(20, "model calls checkpointed inside a durable step", _create_model_calls),
     Migration(21, "guardrail evaluation slots", _create_guardrail_slots),
+    Migration(
+        22,
+        "keyword posting lists for memory search",
+        _keyword_postings,
+        {"postgresql": pg_keyword.create_keyword_index},
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 
