@@ -32,6 +32,7 @@ from persyn.store._sqlite_memory import KEYWORD_WEIGHTS
 __all__ = ["BLOCK", "create_keyword_index", "keyword_search"]
 
 BLOCK = 256  # postings per block row: ~3 KB of arrays, near PostgreSQL's TOAST threshold
+_FEW = 64  # records removed at once up to which blocks are found by their seq range
 _K1 = 1.2
 _B = 0.75
 
@@ -53,6 +54,8 @@ _DDL = (
         seqs BIGINT[] NOT NULL,
         tfs SMALLINT[] NOT NULL,
         lens SMALLINT[] NOT NULL,
+        first_seq BIGINT NOT NULL,
+        last_seq BIGINT NOT NULL,
         PRIMARY KEY (agent_id, lexeme, channel, block))""",
     """CREATE TABLE memory_text_stats (
         agent_id CHAR(26) NOT NULL,
@@ -100,17 +103,22 @@ _DDL = (
                 WHEN p.rn < {BLOCK} - l.n THEN l.block
                 ELSE l.block + 1 + (p.rn - greatest({BLOCK} - l.n, 0)) / {BLOCK} END AS block
             FROM p LEFT JOIN last AS l USING (agent_id, lexeme, channel))
-        INSERT INTO memory_postings AS b (agent_id, lexeme, channel, block, n, seqs, tfs, lens)
-            SELECT agent_id, lexeme, channel, block, count(*),
-                   array_agg(seq ORDER BY seq), array_agg(tf ORDER BY seq), array_agg(len ORDER BY seq)
+        INSERT INTO memory_postings AS b (agent_id, lexeme, channel, block, n, seqs, tfs, lens, first_seq, last_seq)
+            SELECT agent_id, lexeme, channel, block, count(*), array_agg(seq ORDER BY seq),
+                   array_agg(tf ORDER BY seq), array_agg(len ORDER BY seq), min(seq), max(seq)
             FROM placed GROUP BY agent_id, lexeme, channel, block
             ORDER BY agent_id, lexeme, channel, block
         ON CONFLICT (agent_id, lexeme, channel, block) DO UPDATE
             SET n = b.n + excluded.n, seqs = b.seqs || excluded.seqs,
-                tfs = b.tfs || excluded.tfs, lens = b.lens || excluded.lens;
+                tfs = b.tfs || excluded.tfs, lens = b.lens || excluded.lens,
+                first_seq = least(b.first_seq, excluded.first_seq),
+                last_seq = greatest(b.last_seq, excluded.last_seq);
         END $$""",
-    # Take records' postings out of the blocks that hold them; an emptied block goes.
-    """CREATE FUNCTION persyn_postings_remove(items persyn_memory_text[]) RETURNS void
+    # Take records' postings out of the blocks that hold them; an emptied block goes. A few
+    # records (a forget, a merge): the blocks whose seq range holds each one are rewritten.
+    # Many (a cull): every list they touch is rebuilt once from what it keeps, as new blocks
+    # numbered after the old ones — either way a hash anti-join, never a scan per posting.
+    f"""CREATE FUNCTION persyn_postings_remove(items persyn_memory_text[]) RETURNS void
         LANGUAGE plpgsql AS $$
         BEGIN
         UPDATE memory_text_stats AS s
@@ -121,34 +129,65 @@ _DDL = (
             WHERE s.agent_id = d.agent_id AND s.channel = d.channel;
         DELETE FROM memory_text_stats WHERE records <= 0
             AND (agent_id, channel) IN (SELECT i.agent_id, i.channel FROM unnest(items) AS i);
-        WITH gone AS (
-            SELECT i.agent_id, t.lexeme, i.channel, array_agg(i.seq) AS seqs
-            FROM unnest(items) AS i, persyn_postings(i.tsv) AS t GROUP BY 1, 2, 3),
-        hit AS (
-            SELECT b.agent_id, b.lexeme, b.channel, b.block, b.seqs, b.tfs, b.lens, g.seqs AS gone
-            FROM memory_postings AS b JOIN gone AS g USING (agent_id, lexeme, channel)
-            WHERE b.seqs && g.seqs
-            ORDER BY b.agent_id, b.lexeme, b.channel, b.block FOR UPDATE OF b),
-        kept AS (
-            SELECT h.agent_id, h.lexeme, h.channel, h.block,
-                   count(e.seq) AS n,
-                   coalesce(array_agg(e.seq ORDER BY e.at) FILTER (WHERE e.seq IS NOT NULL), '{}') AS seqs,
-                   coalesce(array_agg(e.tf ORDER BY e.at) FILTER (WHERE e.seq IS NOT NULL), '{}') AS tfs,
-                   coalesce(array_agg(e.len ORDER BY e.at) FILTER (WHERE e.seq IS NOT NULL), '{}') AS lens
-            FROM hit AS h
-            LEFT JOIN LATERAL (
-                SELECT u.seq, u.tf, u.len, u.at FROM unnest(h.seqs, h.tfs, h.lens) WITH ORDINALITY AS u(seq, tf, len, at)
-                WHERE NOT (u.seq = ANY(h.gone))) AS e ON true
-            GROUP BY h.agent_id, h.lexeme, h.channel, h.block),
-        updated AS (
-            UPDATE memory_postings AS b SET n = k.n, seqs = k.seqs, tfs = k.tfs, lens = k.lens
-            FROM kept AS k
-            WHERE k.n > 0 AND b.agent_id = k.agent_id AND b.lexeme = k.lexeme
-              AND b.channel = k.channel AND b.block = k.block
-            RETURNING 1)
-        DELETE FROM memory_postings AS b USING kept AS k
-            WHERE k.n = 0 AND b.agent_id = k.agent_id AND b.lexeme = k.lexeme
-              AND b.channel = k.channel AND b.block = k.block;
+        IF cardinality(items) <= {_FEW} THEN
+            WITH gone AS (
+                SELECT i.agent_id, t.lexeme, i.channel, i.seq
+                FROM unnest(items) AS i, persyn_postings(i.tsv) AS t),
+            hit AS (
+                SELECT b.agent_id, b.lexeme, b.channel, b.block, b.seqs, b.tfs, b.lens
+                FROM memory_postings AS b
+                WHERE (b.agent_id, b.lexeme, b.channel, b.block) IN (
+                    SELECT b2.agent_id, b2.lexeme, b2.channel, b2.block
+                    FROM gone AS g JOIN memory_postings AS b2 USING (agent_id, lexeme, channel)
+                    WHERE g.seq BETWEEN b2.first_seq AND b2.last_seq)
+                ORDER BY b.agent_id, b.lexeme, b.channel, b.block FOR UPDATE OF b),
+            kept AS (
+                SELECT h.agent_id, h.lexeme, h.channel, h.block, count(e.seq) AS n,
+                       coalesce(array_agg(e.seq ORDER BY e.at) FILTER (WHERE e.seq IS NOT NULL), '{{}}') AS seqs,
+                       coalesce(array_agg(e.tf ORDER BY e.at) FILTER (WHERE e.seq IS NOT NULL), '{{}}') AS tfs,
+                       coalesce(array_agg(e.len ORDER BY e.at) FILTER (WHERE e.seq IS NOT NULL), '{{}}') AS lens,
+                       min(e.seq) AS first_seq, max(e.seq) AS last_seq
+                FROM hit AS h
+                LEFT JOIN LATERAL (
+                    SELECT u.seq, u.tf, u.len, u.at
+                    FROM unnest(h.seqs, h.tfs, h.lens) WITH ORDINALITY AS u(seq, tf, len, at)
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM gone AS g WHERE g.agent_id = h.agent_id AND g.lexeme = h.lexeme
+                        AND g.channel = h.channel AND g.seq = u.seq)) AS e ON true
+                GROUP BY h.agent_id, h.lexeme, h.channel, h.block),
+            updated AS (
+                UPDATE memory_postings AS b
+                SET n = k.n, seqs = k.seqs, tfs = k.tfs, lens = k.lens,
+                    first_seq = k.first_seq, last_seq = k.last_seq
+                FROM kept AS k
+                WHERE k.n > 0 AND b.agent_id = k.agent_id AND b.lexeme = k.lexeme
+                  AND b.channel = k.channel AND b.block = k.block
+                RETURNING 1)
+            DELETE FROM memory_postings AS b USING kept AS k
+                WHERE k.n = 0 AND b.agent_id = k.agent_id AND b.lexeme = k.lexeme
+                  AND b.channel = k.channel AND b.block = k.block;
+        ELSE
+            WITH gone AS (
+                SELECT i.agent_id, t.lexeme, i.channel, i.seq
+                FROM unnest(items) AS i, persyn_postings(i.tsv) AS t),
+            old AS (
+                DELETE FROM memory_postings AS b
+                USING (SELECT DISTINCT agent_id, lexeme, channel FROM gone) AS l
+                WHERE b.agent_id = l.agent_id AND b.lexeme = l.lexeme AND b.channel = l.channel
+                RETURNING b.*),
+            kept AS (
+                SELECT o.agent_id, o.lexeme, o.channel, u.seq, u.tf, u.len,
+                       max(o.block) OVER (PARTITION BY o.agent_id, o.lexeme, o.channel) AS top,
+                       row_number() OVER (PARTITION BY o.agent_id, o.lexeme, o.channel ORDER BY u.seq) - 1 AS rn
+                FROM old AS o, unnest(o.seqs, o.tfs, o.lens) AS u(seq, tf, len)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM gone AS g WHERE g.agent_id = o.agent_id AND g.lexeme = o.lexeme
+                    AND g.channel = o.channel AND g.seq = u.seq))
+            INSERT INTO memory_postings (agent_id, lexeme, channel, block, n, seqs, tfs, lens, first_seq, last_seq)
+                SELECT agent_id, lexeme, channel, top + 1 + rn / {BLOCK}, count(*), array_agg(seq ORDER BY seq),
+                       array_agg(tf ORDER BY seq), array_agg(len ORDER BY seq), min(seq), max(seq)
+                FROM kept GROUP BY agent_id, lexeme, channel, top + 1 + rn / {BLOCK};
+        END IF;
         END $$""",
     """CREATE FUNCTION persyn_memory_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
@@ -195,9 +234,9 @@ _BACKFILL = (
         SELECT r.agent_id, r.channel, count(*),
                coalesce(sum((SELECT max(p.len) FROM persyn_postings(r.search_tsv) AS p)), 0)
         FROM memory_records AS r GROUP BY 1, 2""",
-    f"""INSERT INTO memory_postings (agent_id, lexeme, channel, block, n, seqs, tfs, lens)
-        SELECT agent_id, lexeme, channel, (rn / {BLOCK})::int, count(*),
-               array_agg(seq ORDER BY seq), array_agg(tf ORDER BY seq), array_agg(len ORDER BY seq)
+    f"""INSERT INTO memory_postings (agent_id, lexeme, channel, block, n, seqs, tfs, lens, first_seq, last_seq)
+        SELECT agent_id, lexeme, channel, (rn / {BLOCK})::int, count(*), array_agg(seq ORDER BY seq),
+               array_agg(tf ORDER BY seq), array_agg(len ORDER BY seq), min(seq), max(seq)
         FROM (SELECT r.agent_id, t.lexeme, r.channel, r.search_seq AS seq, t.tf, t.len,
                      row_number() OVER (PARTITION BY r.agent_id, t.lexeme, r.channel ORDER BY r.search_seq) - 1 AS rn
               FROM memory_records AS r, persyn_postings(r.search_tsv) AS t) AS x

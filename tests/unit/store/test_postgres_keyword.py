@@ -188,6 +188,14 @@ async def test_lists_follow_inserts_deletes_edits_and_moves(store: Store, url: s
     _sql(url, "UPDATE memory_records SET importance = 10 WHERE agent_id = :agent", agent=AGENT)
     _assert_lists_match(url)
 
+    # A cull-sized delete (past the few-records path) rebuilds the lists it touches; later
+    # writes append after the rebuilt blocks.
+    culled = [_record(i).id for i in range(100, 230)]
+    assert await store.delete_records(AGENT, culled) == len(culled)
+    _assert_lists_match(url)
+    await store.add_records([_record(i) for i in range(3000, 3000 + BLOCK)], None, None)
+    assert max(_assert_lists_match(url)) <= BLOCK
+
     # Emptying a channel leaves no totals and no blocks behind for it.
     side = [_record(i).id for i in (*range(40, 60), *range(BLOCK + 60, 2 * BLOCK + 100))]
     await store.delete_records(AGENT, side)
