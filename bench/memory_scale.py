@@ -141,6 +141,19 @@ is kept, so it would change answers; it was not built. What would: a ranking wit
 statistics (bm25, as SQLite's) kept beside the tsvector, which allows MaxScore; a server with the
 table in shared_buffers; RUM (ordered GIN) is not in pgserver's build.
 
+2026-12-02, stop 29, migration 22 (docs/architecture.md §7.2): keyword search on PostgreSQL reads
+block posting lists kept by triggers and scores BM25 with numpy, and the bench gives its pgserver
+shared_buffers of a quarter of the machine's memory, at most 4 GB (`_configure_buffers`). The
+same stores and queries (the 1M store refilled: 1,000,000 rows at ~1,300/s with the triggers, then
+the index build; migrated in place it took ~1.5 min), load ~1:
+
+    records   hybrid p50        vector p50     keyword p50
+    100,000   21.1 - 21.2       16.6 - 17.5     8.8 - 9.7     (was 54.3 / 13.2 / 18.6)
+    1,000,000 34.8 - 37.2       24.2 - 31.3    24.8 - 25.4    (was 288.8 / 25.9 / 192.2)
+
+With 128 MB of shared_buffers the 1M row read 62.3 / 42.8 / 27.2 (the new keyword search, the HNSW
+walk reading the index from the OS cache), with 3 GB 38.2-46.1 / 28.6 / 27.1.
+
 The vector stage at 1M on PostgreSQL (`--vector-stage --stage-sizes 1000000 --store postgresql`,
 bulk fill 412 s of rows + 531 s of index build at load ~3, m 16, ef_construction 64):
 
@@ -367,6 +380,9 @@ class Backend:
             directory = _cache_dir() / "pgserver"
             directory.mkdir(exist_ok=True)
             server = PostgresForTests(directory)
+            if _configure_buffers(server.url()):
+                server.stop()  # shared_buffers takes a restart
+                server = PostgresForTests(directory)
             return cls(url=server.url(), server=server)
         if make_url(store).get_backend_name() != "postgresql":
             raise SystemExit(f"--store {store!r}: expected 'sqlite', 'postgresql' or a postgresql:// URL")
@@ -401,6 +417,35 @@ class Backend:
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
+
+
+def _shared_buffers_mb() -> int:
+    """What a server of its own would be given: a quarter of the machine's memory (the
+    PostgreSQL documentation's starting point), at most 4 GB (the 1M store's tables and
+    indexes are ~4 GB)."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return min(memory // 4, 4 << 30) >> 20
+
+
+def _configure_buffers(url: str) -> bool:
+    """Set the bench's own server's shared_buffers (pgserver starts with PostgreSQL's 128 MB
+    default, which at 1M records held neither the HNSW index nor the posting lists: vector
+    p50 42.8 ms against 28.6 with 3 GB, the same store and queries, load ~0.8). True when
+    the setting changed and the server must restart."""
+    wanted = _shared_buffers_mb()
+    engine = _engine(url)
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            pages = connection.execute(
+                text("SELECT setting::bigint FROM pg_settings WHERE name = 'shared_buffers'")
+            )
+            current = int(pages.scalar_one()) * 8 // 1024  # in 8 kB pages
+            if current >= wanted:
+                return False
+            connection.execute(text(f"ALTER SYSTEM SET shared_buffers = '{wanted}MB'"))
+    finally:
+        engine.dispose()
+    return True
 
 
 def _engine(url: str) -> Any:

@@ -212,6 +212,8 @@ def nearest(
     k = min(k, MAX_K)
     if k <= 0 or (channels is not None and not channels) or not _has_table(connection, dims):
         return []
+    # Found from a read-only transaction, the table was committed: remember it.
+    _remember_table(connection, dims)
     name = vector_table(dims)
     where = "agent_id = :agent_id" + ("" if channels is None else " AND channel = ANY(:channels)")
     params: dict[str, object] = {"agent_id": agent_id, "vector": vector_literal(vector), "k": k}
