@@ -16,8 +16,8 @@ rules allow (`memory/access.py`), and the planner picks one of two paths:
   channel) btree and sorted exactly: no index can beat reading a few thousand rows;
 - a compartment that is a large share (the one-busy-channel case of issue 20) walks the
   HNSW graph in distance order and filters as it goes, sub-linear in the table.
-pgvector 0.6 stops an HNSW walk after `hnsw.ef_search` candidates (here k, at least 300
-and at most 1000), so a filter that rejects most candidates can leave fewer than k; then — and
+pgvector 0.6 stops an HNSW walk after `hnsw.ef_search` candidates (here k, at least 300 —
+200 in compartments of at most 250,000 records — and at most 1000), so a filter that rejects most candidates can leave fewer than k; then — and
 whenever fewer than k came back — the query is repeated as an exact scan of the
 compartment, which is cheap exactly when the compartment is small. A search therefore never
 returns fewer hits than the compartment can give, but the HNSW path is approximate: it can
@@ -76,7 +76,11 @@ MAX_K = 4096  # as on SQLite, so both backends cut the same candidate list
 # 20k random 64-dimensional vectors (bench/pg_vectors.py). At 1M clustered 256-d vectors in
 # one compartment (bench/memory_scale.py --vector-stage, m 16, ef_construction 64) 200 gave
 # recall@10 0.980 (p50 14.8 ms), 300 0.988 (19.4 ms), 400 0.989 (25.0 ms): 300 for a margin.
+# A smaller graph needs less: at 100k 200 gave 0.994, so compartments of at most
+# _SMALL_COMPARTMENT records (their count read from `memory_text_stats`, migration 22) walk 200.
 _MIN_EF_SEARCH = 300
+_SMALL_EF_SEARCH = 200
+_SMALL_COMPARTMENT = 250_000
 _MAX_EF_SEARCH = 1000
 TABLE_PREFIX = "memory_vectors_"
 # The graph's shape (pgvector's defaults); the same for an index built row by row or in bulk.
@@ -222,8 +226,15 @@ def nearest(
     distance = f"embedding <=> CAST(:vector AS vector({dims}))"
     rows: list[tuple[str, float]] = []
     if dims <= MAX_HNSW_DIMS:
-        connection.exec_driver_sql(
-            f"SET LOCAL hnsw.ef_search = {max(_MIN_EF_SEARCH, min(k, _MAX_EF_SEARCH))}"
+        # One round trip, as SET LOCAL was: the compartment's size picks the floor.
+        size = "SELECT sum(records) FROM memory_text_stats WHERE " + where
+        connection.execute(
+            text(
+                f"SELECT set_config('hnsw.ef_search', (CASE WHEN coalesce(({size}), 0) > {_SMALL_COMPARTMENT} "
+                f"THEN {max(_MIN_EF_SEARCH, min(k, _MAX_EF_SEARCH))} "
+                f"ELSE {max(_SMALL_EF_SEARCH, min(k, _MAX_EF_SEARCH))} END)::text, true)"
+            ),
+            params,
         )
         indexed = (
             f"SELECT record_id, {distance} AS distance FROM {name} WHERE {where} ORDER BY {distance} LIMIT :k"
