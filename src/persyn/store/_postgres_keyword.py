@@ -12,9 +12,11 @@ summary weight 1, tags 2), over the statistics of the channels searched.
 Triggers keep the lists, and each channel's record and word totals, in step with
 `memory_records` in the same transaction, whatever writes the rows (recall's writes,
 imports, `persyn store copy`, a cascade). They are statement-level, so a multi-row INSERT
-appends once to each list it touches. Concurrent writers to one list serialize on its last
-block's row, which they lock in key order (no deadlock); a block two writers grew at once
-may pass `BLOCK`, which only makes it longer.
+appends once to each list it touches. Every writer first locks the totals rows of the
+channels it touches, in key order, then blocks in key order: writers to one channel take
+turns and none deadlocks (an UPDATE moving records between channels locks the old
+channels' rows, then the new ones'). A block two writers grew at once may pass `BLOCK`,
+which only makes it longer.
 """
 
 from __future__ import annotations
@@ -121,6 +123,11 @@ _DDL = (
     f"""CREATE FUNCTION persyn_postings_remove(items persyn_memory_text[]) RETURNS void
         LANGUAGE plpgsql AS $$
         BEGIN
+        -- The channels' totals rows first, in key order, as an insert takes them: every
+        -- writer to a channel's lists holds its totals row first, so writers never deadlock.
+        PERFORM 1 FROM memory_text_stats AS s
+            WHERE (s.agent_id, s.channel) IN (SELECT i.agent_id, i.channel FROM unnest(items) AS i)
+            ORDER BY s.agent_id, s.channel FOR UPDATE;
         UPDATE memory_text_stats AS s
             SET records = s.records - d.records, words = s.words - d.words
             FROM (SELECT i.agent_id, i.channel, count(*) AS records,

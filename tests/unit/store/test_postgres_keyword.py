@@ -291,15 +291,23 @@ async def test_parallel_writers_to_the_same_lists_lose_nothing(url: str) -> None
     try:
 
         async def write(which: int) -> None:
+            # Two writers add to the same lists in both channels; the third also deletes
+            # part of each batch it wrote before, a few records (the range path) at a time.
             for batch in range(12):
                 base = 10_000 * which + batch * 25
-                await stores[which].add_records([_record(base + i) for i in range(25)], None, None)
+                channel = MAIN if batch % 2 else SIDE
+                await stores[which].add_records(
+                    [_record(base + i, channel=channel) for i in range(25)], None, None
+                )
+                if which == 2 and batch:
+                    earlier = [_record(base - 25 + i).id for i in range(10)]
+                    assert await stores[which].delete_records(AGENT, earlier) == 10
 
         await asyncio.gather(*(write(w) for w in range(3)))
         sizes = _assert_lists_match(url)
         assert sum(sizes) > 0
         found = await stores[0].keyword_candidates(AGENT, "river", 2000, None)
-        assert len(found) == 3 * 12 * 25
+        assert len(found) == 3 * 12 * 25 - 11 * 10
     finally:
         for opened in stores:
             await opened.close()
