@@ -109,4 +109,17 @@ async def postgres_checks(url: str) -> list[Check]:
                 warning=True,
             )
         )
+    if found.keyword_problem is not None:
+        checks.append(
+            Check(
+                "keyword lists",
+                False,
+                f"{found.keyword_problem}: keyword recall misses records",
+                "enable the triggers (`ALTER TABLE memory_records ENABLE TRIGGER ALL;`), then start "
+                "Persyn once: the store rebuilds the lists at start (about a minute at a million records)"
+                if found.keyword_problem.startswith("trigger")
+                else "start Persyn once (any command that opens the store): it rebuilds the lists "
+                "(about a minute at a million records)",
+            )
+        )
     return checks

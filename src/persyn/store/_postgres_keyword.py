@@ -21,17 +21,21 @@ which only makes it longer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from persyn.store._postgres_migrations import TEXT_CONFIG
 from persyn.store._sqlite_memory import KEYWORD_WEIGHTS
 
-__all__ = ["BLOCK", "create_keyword_index", "keyword_search"]
+__all__ = ["BLOCK", "create_keyword_index", "keyword_lists_problem", "keyword_search", "repair_keyword_lists"]
+
+_log = logging.getLogger(__name__)
 
 BLOCK = 256  # postings per block row: ~3 KB of arrays, near PostgreSQL's TOAST threshold
 _FEW = 64  # records removed at once up to which blocks are found by their seq range
@@ -256,6 +260,61 @@ def create_keyword_index(connection: Connection, dialect_name: str) -> None:
     records already stored (about a minute at a million records)."""
     for statement in (*_DDL, *_BACKFILL):
         connection.exec_driver_sql(statement)
+
+
+_TRIGGERS = (
+    "persyn_memory_inserted",
+    "persyn_memory_deleted",
+    "persyn_memory_updated",
+    "persyn_memory_truncated",
+)
+
+
+def keyword_lists_problem(connection: Connection) -> str | None:
+    """What is wrong with the posting lists, or None (and None before migration 22). The
+    triggers can be disabled from outside (`ALTER TABLE … DISABLE TRIGGER`, a restore with
+    `--disable-triggers`, a logical-replication subscriber), and then writes miss the lists.
+    The totals are compared in one snapshot, which the triggers keep in step; a count of
+    the records (~0.1 s at a million)."""
+    if connection.execute(text("SELECT to_regclass('memory_postings')")).scalar() is None:
+        return None
+    enabled = {
+        str(name): state
+        for name, state in connection.execute(
+            text(
+                "SELECT tgname, tgenabled FROM pg_trigger "
+                "WHERE tgrelid = 'memory_records'::regclass AND NOT tgisinternal"
+            )
+        )
+    }
+    off = [name for name in _TRIGGERS if enabled.get(name) in (None, "D")]
+    if off:
+        return f"trigger(s) {', '.join(off)} on memory_records missing or disabled: writes skip the keyword lists"
+    records, counted = connection.execute(
+        text(
+            "SELECT (SELECT count(*) FROM memory_records), (SELECT coalesce(sum(records), 0) FROM memory_text_stats)"
+        )
+    ).one()
+    if int(records) != int(counted):
+        return f"the keyword lists count {int(counted):,} records, memory_records holds {int(records):,}"
+    return None
+
+
+def repair_keyword_lists(connection: Connection) -> bool:
+    """Rebuild the lists from the records if they are out of step (and the triggers are on,
+    so they stay rebuilt); True if rebuilt. Writers wait meanwhile (a SHARE lock on the
+    records: about a minute at a million). `connection` is in a transaction."""
+    problem = keyword_lists_problem(connection)
+    if problem is None or problem.startswith("trigger"):
+        return False
+    connection.execute(text("LOCK TABLE memory_records IN SHARE MODE"))
+    if keyword_lists_problem(connection) is None:  # another process repaired them first
+        return False
+    _log.warning("memory keyword lists out of step (%s): rebuilding them", problem)
+    connection.execute(text("TRUNCATE memory_postings, memory_text_stats"))
+    for statement in _BACKFILL:
+        connection.exec_driver_sql(statement)
+    return True
 
 
 # Searching ------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from persyn.core.errors import StoreError
+from persyn.store import _postgres_keyword as keyword
 from persyn.store import _postgres_vectors as vectors
 from persyn.store import migrations
 from persyn.store._postgres_dialog import PostgresDialog
@@ -87,6 +88,9 @@ class PostgresStore(PostgresDialog, PostgresMemory, SQLiteStore):
                 migrations.migrate(connection, "postgresql")
             # A bulk load killed half way left a vector table without its HNSW index.
             vectors.restore_indexes(self._url)
+            # Writes made while the keyword triggers were off missed the posting lists.
+            with self._writer.begin() as connection:
+                keyword.repair_keyword_lists(connection)
         except SQLAlchemyError as exc:
             raise StoreError(f"migrating {self._label()!r} failed: {exc}") from exc
 
@@ -105,6 +109,7 @@ class PostgresProbe:
     latest_version: int = migrations.LATEST_VERSION
     # Vector sizes whose table lacks its HNSW index: a bulk load under way or interrupted.
     missing_vector_indexes: tuple[int, ...] = ()
+    keyword_problem: str | None = None  # what is wrong with the keyword posting lists
 
 
 def probe(url: str, *, timeout_seconds: int = 5) -> PostgresProbe:
@@ -120,6 +125,7 @@ def probe(url: str, *, timeout_seconds: int = 5) -> PostgresProbe:
             found = server_settings(connection)
             version = migrations.current_version(connection)
             missing = tuple(vectors.missing_indexes(connection))
+            keyword_problem = keyword.keyword_lists_problem(connection)
     except SQLAlchemyError as exc:
         return PostgresProbe(
             shown, error=str(exc.orig or exc).strip() if isinstance(exc, DBAPIError) else str(exc)
@@ -133,4 +139,5 @@ def probe(url: str, *, timeout_seconds: int = 5) -> PostgresProbe:
         vector_available=found["vector_available"],
         schema_version=version,
         missing_vector_indexes=missing,
+        keyword_problem=keyword_problem,
     )

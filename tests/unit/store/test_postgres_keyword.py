@@ -21,6 +21,7 @@ from sqlalchemy.pool import NullPool
 
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
+from persyn.runtime._doctor_postgres import postgres_checks
 from persyn.store import Store, open_store
 from persyn.store._postgres_keyword import BLOCK
 from persyn.store.migrations import migrate
@@ -355,3 +356,26 @@ async def test_records_stored_before_the_lists_are_indexed_by_the_migration(url:
         assert found[0][0] == _record(5000).id
     finally:
         await opened.close()
+
+
+async def test_writes_with_the_triggers_off_are_reported_then_repaired_at_start(
+    store: Store, url: str
+) -> None:
+    await store.add_records([_record(i) for i in range(40)], None, None)
+    assert [c for c in await postgres_checks(url) if c.name == "keyword lists"] == []
+
+    _sql(url, "ALTER TABLE memory_records DISABLE TRIGGER persyn_memory_inserted")
+    await store.add_records([_record(i, words=f"zeppelin {i}") for i in range(100, 130)], None, None)
+    assert await store.keyword_candidates(AGENT, "zeppelin", 50, None) == []  # the lists missed them
+    (check,) = [c for c in await postgres_checks(url) if c.name == "keyword lists"]
+    assert not check.ok and "persyn_memory_inserted" in check.detail and "ENABLE TRIGGER" in check.fix
+
+    # Triggers back on: the lists are still short; the next start rebuilds them.
+    _sql(url, "ALTER TABLE memory_records ENABLE TRIGGER ALL")
+    (check,) = [c for c in await postgres_checks(url) if c.name == "keyword lists"]
+    assert not check.ok and "count 40 records" in check.detail and "holds 70" in check.detail
+    reopened = await _open(url)
+    await reopened.close()
+    _assert_lists_match(url)
+    assert [c for c in await postgres_checks(url) if c.name == "keyword lists"] == []
+    assert len(await store.keyword_candidates(AGENT, "zeppelin", 50, None)) == 30
