@@ -16,10 +16,10 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from sqlalchemy import and_, bindparam, cast, delete, func, or_, select, text, true, update
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 from sqlalchemy.types import Text
 
 from persyn.core.errors import InputError, StoreError
@@ -354,13 +354,13 @@ class SQLiteMemory(SQLiteWork):
         ranges: Sequence[_RowidRange | None],
     ) -> list[tuple[str, float]] | None:
         """`_keyword_by_top` with each fetch made of the best matches of every rowid range,
-        each range on its own read thread and transaction. The best `fetch` of all matches
-        are among the union of each range's best `fetch`, so merged, ordered as the filter
-        plan orders, and cut at `fetch`, they are what one fetch over the whole index gives
-        (up to which of the matches tied at the cut are kept, which the proof never relies
-        on) and the same proof applies. bm25's statistics are the whole index's in every
-        range, so a match scores the same in any of them; during a concurrent write the
-        ranges may read two snapshots, each range's list exact for its own."""
+        each range on its own read thread and transaction, then their records read in one
+        more. The best `fetch` of all matches are among the union of each range's best
+        `fetch`, so merged and cut at `fetch` they are what one fetch over the whole index
+        gives (up to which of the matches tied at the cut are kept, which the proof never
+        relies on) and the same proof applies. bm25's statistics are the whole index's in
+        every range, so a match scores the same in any of them; during a concurrent write
+        the reads may see different snapshots, each range's list exact for its own."""
         fetch = k * _TOP_FIRST
         for _ in range(2):
             parts = await asyncio.gather(
@@ -368,36 +368,32 @@ class SQLiteMemory(SQLiteWork):
                     self._search(
                         "keyword_candidates",
                         functools.partial(
-                            self._best_matches_noting_span,
-                            agent_id=agent_id,
+                            self._best_in_range,
                             match=match,
                             fetch=fetch,
-                            channels=channels,
                             rowids=rowids,
-                            ranges=ranges,
+                            note_span=rowids is ranges[-1],
                         ),
                     )
                     for rowids in ranges
                 )
             )
-            step = _top_step(_merged_matches(parts, fetch), k, fetch)
+            best = sorted((hit for part in parts for hit in part), key=lambda hit: hit[1])[:fetch]
+            kept = await self._search(
+                "keyword_candidates",
+                functools.partial(_kept_among, agent_id=agent_id, channels=channels, best=best, k=k),
+            )
+            step = _top_step(kept, best, k, fetch)
             if not isinstance(step, int):
                 return step
             fetch = step
         return None
 
-    def _best_matches_noting_span(
-        self,
-        connection: Connection,
-        agent_id: str,
-        match: str,
-        fetch: int,
-        channels: list[str] | None,
-        rowids: _RowidRange | None,
-        ranges: Sequence[_RowidRange | None],
-    ) -> list[Row[Any]]:
-        found = _best_matches(connection, agent_id, match, fetch, channels, rowids)
-        if rowids is ranges[-1]:
+    def _best_in_range(
+        self, connection: Connection, match: str, fetch: int, rowids: _RowidRange | None, note_span: bool
+    ) -> list[tuple[int, float]]:
+        found = _best_matches(connection, match, fetch, rowids)
+        if note_span:
             self._note_rowid_span(connection)
         return found
 
@@ -529,16 +525,18 @@ def _keyword_by_top(
     the same in both plans, and the compartment's top k are the first k of the global
     ranking that lie in the compartment. The M best matches are fetched from the index with
     no join (every match is still scored, but no row is read and no rowid set is built: 34
-    instead of 240 ms at 1M records in one compartment); each is then looked up by rowid.
-    The answer is proven when all matches were fetched, or when k of them lie in the
-    compartment and the k-th scores strictly better than the M-th (every unfetched match
-    scores no better than the M-th, so none ties or beats the k-th: the tie order of the
-    k is the filter plan's). Otherwise M grows once, to what the share of the compartment
-    among the first M suggests (x4 when only a tie straddled the cut), up to 64 x k; a
-    compartment that is a small share of the index goes to the filter plan, cheap there."""
+    instead of 240 ms at 1M records in one compartment); then their records are read by
+    rowid, best first, until k in the compartment are found (`_kept_among`). The answer is
+    proven when all matches were fetched, or when k of them lie in the compartment and the
+    k-th scores strictly better than the M-th (every unfetched match scores no better than
+    the M-th, so none ties or beats the k-th: the tie order of the k is the filter plan's).
+    Otherwise M grows once, to what the share of the compartment among the first M
+    suggests (x4 when only a tie straddled the cut), up to 64 x k; a compartment that is a
+    small share of the index goes to the filter plan, cheap there."""
     fetch = k * _TOP_FIRST
     for _ in range(2):
-        step = _top_step(_best_matches(connection, agent_id, match, fetch, channels, None), k, fetch)
+        best = _best_matches(connection, match, fetch, None)
+        step = _top_step(_kept_among(connection, agent_id, channels, best, k), best, k, fetch)
         if not isinstance(step, int):
             return step
         fetch = step
@@ -546,54 +544,83 @@ def _keyword_by_top(
 
 
 def _best_matches(
-    connection: Connection,
-    agent_id: str,
-    match: str,
-    fetch: int,
-    channels: list[str] | None,
-    rowids: _RowidRange | None,
-) -> list[Row[Any]]:
-    """The `fetch` best-ranked matches (of those in `rowids`, when given), each with its
-    record's id and time and whether it lies in the compartment (`keep`), in the filter
-    plan's order: score, then newer first."""
-    keep = "r.agent_id = :agent_id"
-    params: dict[str, object] = {"match": match, "agent_id": agent_id, "m": fetch}
-    if channels is not None:
-        keep += " AND r.channel IN (SELECT value FROM json_each(:channels))"
-        params["channels"] = json.dumps(channels, ensure_ascii=False)
+    connection: Connection, match: str, fetch: int, rowids: _RowidRange | None
+) -> list[tuple[int, float]]:
+    """The `fetch` best-ranked matches (of those in `rowids`, when given) as (rowid, bm25),
+    best first, from the index alone."""
+    params: dict[str, object] = {"match": match, "m": fetch}
     within = ""
     if rowids is not None:
         within = " AND rowid >= :first AND rowid <= :last"
         params.update(first=rowids[0], last=rowids[1])
-    # LEFT JOIN: an index entry without its row (never expected) still counts as fetched,
-    # so a short result always means that every match was fetched.
     sql = text(
-        f"SELECT r.id AS id, hit.score AS score, coalesce({keep}, 0) AS keep, r.created_at AS created_at "
-        f"FROM (SELECT rowid, bm25(memory_fts, {_WEIGHTS_SQL}) AS score FROM memory_fts "
+        f"SELECT rowid, bm25(memory_fts, {_WEIGHTS_SQL}) AS score FROM memory_fts "
         f"WHERE memory_fts MATCH :match{within} ORDER BY score LIMIT :m"
-        ") AS hit LEFT JOIN memory_records AS r ON r.rowid = hit.rowid "
-        "ORDER BY score, r.created_at DESC, r.id DESC"
     )
-    return list(connection.execute(sql, params).all())
+    return [(int(rowid), float(score)) for rowid, score in connection.execute(sql, params)]
 
 
-def _merged_matches(parts: Sequence[Sequence[Row[Any]]], fetch: int) -> list[Row[Any]]:
-    """The best `fetch` of several ranges' matches, in `_best_matches`' order. Stable sorts,
-    least significant key first; a missing record's NULL time and id sort last among its
-    score's ties, as SQLite puts NULLs last in descending order."""
-    rows = [row for part in parts for row in part]
-    rows.sort(key=lambda row: row.id or "", reverse=True)
-    rows.sort(key=lambda row: row.created_at or "", reverse=True)
-    rows.sort(key=lambda row: row.score)
-    return rows[:fetch]
+class _Kept(NamedTuple):
+    """A match whose record lies in the compartment."""
+
+    id: str
+    score: float  # bm25: lower is better
+    created_at: str  # as stored (ISO text), which orders as SQLite orders it
 
 
-def _top_step(rows: Sequence[Row[Any]], k: int, fetch: int) -> list[tuple[str, float]] | int | None:
-    """One round of `_keyword_by_top` over the best `fetch` matches: the answer when they
-    prove it, else the larger fetch to try, else None (the filter plan answers)."""
-    kept = [row for row in rows if row.keep]
-    if len(rows) < fetch or (len(kept) >= k and kept[k - 1].score < rows[-1].score):
-        return [(str(row.id), -float(row.score)) for row in kept[:k]]
+def _kept_among(
+    connection: Connection,
+    agent_id: str,
+    channels: list[str] | None,
+    best: Sequence[tuple[int, float]],
+    k: int,
+) -> list[_Kept]:
+    """The matches of `best` (best first) whose records lie in the compartment, in the
+    filter plan's order (score, then newer first), read until the k-th of them and every
+    match tied with it are in, or all of them when fewer than k lie there. Records are read
+    by rowid k at a time, then twice as many each round: in one busy compartment ~k reads
+    instead of every fetched match's (a match whose record is missing, never expected, is
+    simply not kept)."""
+    keep = "r.agent_id = :agent_id"
+    params: dict[str, object] = {"agent_id": agent_id}
+    if channels is not None:
+        keep += " AND r.channel IN (SELECT value FROM json_each(:channels))"
+        params["channels"] = json.dumps(channels, ensure_ascii=False)
+    sql = text(
+        f"SELECT r.rowid, r.id, r.created_at FROM memory_records AS r "
+        f"WHERE r.rowid IN (SELECT value FROM json_each(:rowids)) AND {keep}"
+    )
+    kept: list[_Kept] = []
+    start, size = 0, k
+    while start < len(best):
+        chunk = best[start : start + size]
+        found = {
+            int(rowid): (str(id_), str(created_at))
+            for rowid, id_, created_at in connection.execute(
+                sql, {**params, "rowids": json.dumps([rowid for rowid, _ in chunk])}
+            )
+        }
+        kept += [_Kept(found[rowid][0], score, found[rowid][1]) for rowid, score in chunk if rowid in found]
+        start += len(chunk)
+        size *= 2
+        # Read in score order, so kept[k - 1] has the k-th score whatever the ties' order.
+        if len(kept) >= k and (start >= len(best) or best[start][1] > kept[k - 1].score):
+            break
+    # Stable sorts, least significant key first: newer, then larger id, first among ties.
+    kept.sort(key=lambda hit: hit.id, reverse=True)
+    kept.sort(key=lambda hit: hit.created_at, reverse=True)
+    kept.sort(key=lambda hit: hit.score)
+    return kept
+
+
+def _top_step(
+    kept: Sequence[_Kept], best: Sequence[tuple[int, float]], k: int, fetch: int
+) -> list[tuple[str, float]] | int | None:
+    """One round of `_keyword_by_top` over the best `fetch` matches and those of them kept:
+    the answer when they prove it, else the larger fetch to try, else None (the filter plan
+    answers)."""
+    if len(best) < fetch or (len(kept) >= k and kept[k - 1].score < best[-1][1]):
+        return [(hit.id, -hit.score) for hit in kept[:k]]
     if len(kept) >= k:
         fetch *= 4  # a tie straddles the cut
     elif kept:
