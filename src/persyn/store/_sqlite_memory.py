@@ -8,15 +8,12 @@ keyword-index entry (a trigger) and its vector change in one write transaction.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
-import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import and_, bindparam, cast, delete, func, or_, select, text, true, update
 from sqlalchemy.engine import Connection
@@ -56,12 +53,6 @@ _SQL_NEWEST_RECORDS = (
 
 class SQLiteMemory(SQLiteWork):
     """The long-term-memory half of `SQLiteStore`."""
-
-    # Keyword search's top plan scores the index's matches in `keyword_parts` rowid ranges
-    # side by side, each on its own read thread, once the records' rowids span
-    # `keyword_split_rows` (`_keyword_ranges`). Class attributes so that a test can lower them.
-    keyword_split_rows: ClassVar[int] = 200_000
-    keyword_parts: ClassVar[int] = min(2, os.cpu_count() or 1)
 
     @property
     def _ann_cache(self) -> AnnCache:
@@ -279,7 +270,6 @@ class SQLiteMemory(SQLiteWork):
         cache = self._ann_cache
 
         def work(connection: Connection) -> int:
-            self._note_rowid_span(connection)  # so the first keyword search can be split too
             keys = connection.exec_driver_sql(
                 "SELECT channel, dims FROM memory_ann_partitions WHERE agent_id = ? AND built_at IS NOT NULL",
                 (agent_id,),
@@ -301,101 +291,12 @@ class SQLiteMemory(SQLiteWork):
         if match is None or k <= 0 or (channels is not None and not channels):
             return []
         wanted = None if channels is None else list(dict.fromkeys(channels))
-        ranges = self._keyword_ranges()
-        if len(ranges) == 1:
 
-            def work(connection: Connection) -> list[tuple[str, float]]:
-                self._note_rowid_span(connection)
-                found = _keyword_by_top(connection, agent_id, match, k, wanted)
-                return (
-                    found if found is not None else _keyword_by_filter(connection, agent_id, match, k, wanted)
-                )
+        def work(connection: Connection) -> list[tuple[str, float]]:
+            found = _keyword_by_top(connection, agent_id, match, k, wanted)
+            return found if found is not None else _keyword_by_filter(connection, agent_id, match, k, wanted)
 
-            return await self._search("keyword_candidates", work)
-        found = await self._keyword_by_top_in_ranges(agent_id, match, k, wanted, ranges)
-        if found is not None:
-            return found
-        return await self._search(
-            "keyword_candidates", lambda c: _keyword_by_filter(c, agent_id, match, k, wanted)
-        )
-
-    def _keyword_ranges(self) -> list[_RowidRange | None]:
-        """The rowid ranges whose matches the top plan scores side by side: one (None: the
-        whole index) until the records' rowids span `keyword_split_rows`, then
-        `keyword_parts` of equal width that together cover every rowid. FTS5 seeks each
-        term's doclist to a range's start, so each part reads and scores only its own
-        matches: at 1M records in one compartment the bm25 stage takes 20 instead of 36 ms
-        on two cores, for 2 ms more CPU (each part keeps its own top list). The span is the
-        one seen by the last keyword search or recall warm-up (`_note_rowid_span`); a stale
-        one only makes the parts unequal, never leaves a rowid out."""
-        span: tuple[int, int] | None = self.__dict__.get("_keyword_rowid_span")
-        parts = self.keyword_parts
-        if span is None or parts < 2 or span[1] - span[0] + 1 < self.keyword_split_rows:
-            return [None]
-        first, last = span
-        cuts = [first + (last - first + 1) * i // parts for i in range(1, parts)]
-        bounds = [_MIN_ROWID, *cuts, _MAX_ROWID + 1]
-        return [(bounds[i], bounds[i + 1] - 1) for i in range(parts)]
-
-    def _note_rowid_span(self, connection: Connection) -> None:
-        """Remember the records' first and last rowid (two B-tree edge reads) for
-        `_keyword_ranges`; any read thread may write it, and any value it holds is safe."""
-        first, last = connection.exec_driver_sql(
-            "SELECT (SELECT min(rowid) FROM memory_records), (SELECT max(rowid) FROM memory_records)"
-        ).one()
-        self.__dict__["_keyword_rowid_span"] = None if first is None else (int(first), int(last))
-
-    async def _keyword_by_top_in_ranges(
-        self,
-        agent_id: str,
-        match: str,
-        k: int,
-        channels: list[str] | None,
-        ranges: Sequence[_RowidRange | None],
-    ) -> list[tuple[str, float]] | None:
-        """`_keyword_by_top` with each fetch made of the best matches of every rowid range,
-        each range on its own read thread and transaction, then their records read in one
-        more. The best `fetch` of all matches are among the union of each range's best
-        `fetch`, so merged and cut at `fetch` they are what one fetch over the whole index
-        gives (up to which of the matches tied at the cut are kept, which the proof never
-        relies on) and the same proof applies. bm25's statistics are the whole index's in
-        every range, so a match scores the same in any of them; during a concurrent write
-        the reads may see different snapshots, each range's list exact for its own."""
-        fetch = k * _TOP_FIRST
-        for _ in range(2):
-            parts = await asyncio.gather(
-                *(
-                    self._search(
-                        "keyword_candidates",
-                        functools.partial(
-                            self._best_in_range,
-                            match=match,
-                            fetch=fetch,
-                            rowids=rowids,
-                            note_span=rowids is ranges[-1],
-                        ),
-                    )
-                    for rowids in ranges
-                )
-            )
-            best = sorted((hit for part in parts for hit in part), key=lambda hit: hit[1])[:fetch]
-            kept = await self._search(
-                "keyword_candidates",
-                functools.partial(_kept_among, agent_id=agent_id, channels=channels, best=best, k=k),
-            )
-            step = _top_step(kept, best, k, fetch)
-            if not isinstance(step, int):
-                return step
-            fetch = step
-        return None
-
-    def _best_in_range(
-        self, connection: Connection, match: str, fetch: int, rowids: _RowidRange | None, note_span: bool
-    ) -> list[tuple[int, float]]:
-        found = _best_matches(connection, match, fetch, rowids)
-        if note_span:
-            self._note_rowid_span(connection)
-        return found
+        return await self._search("keyword_candidates", work)
 
     async def set_record_vector(
         self, agent_id: str, record_id: str, vector: Sequence[float], embedding_model: str
@@ -510,10 +411,6 @@ _TOP_FIRST = 4  # the first top-ranked fetch: 4 x k matches
 _TOP_MOST = 64  # the largest second fetch: 64 x k matches; beyond it, the filter plan
 
 
-_RowidRange = tuple[int, int]  # first and last rowid, inclusive
-_MIN_ROWID, _MAX_ROWID = -(2**63), 2**63 - 1
-
-
 def _keyword_by_top(
     connection: Connection, agent_id: str, match: str, k: int, channels: list[str] | None
 ) -> list[tuple[str, float]] | None:
@@ -525,109 +422,42 @@ def _keyword_by_top(
     the same in both plans, and the compartment's top k are the first k of the global
     ranking that lie in the compartment. The M best matches are fetched from the index with
     no join (every match is still scored, but no row is read and no rowid set is built: 34
-    instead of 240 ms at 1M records in one compartment); then their records are read by
-    rowid, best first, until k in the compartment are found (`_kept_among`). The answer is
-    proven when all matches were fetched, or when k of them lie in the compartment and the
-    k-th scores strictly better than the M-th (every unfetched match scores no better than
-    the M-th, so none ties or beats the k-th: the tie order of the k is the filter plan's).
-    Otherwise M grows once, to what the share of the compartment among the first M
-    suggests (x4 when only a tie straddled the cut), up to 64 x k; a compartment that is a
-    small share of the index goes to the filter plan, cheap there."""
-    fetch = k * _TOP_FIRST
-    for _ in range(2):
-        best = _best_matches(connection, match, fetch, None)
-        step = _top_step(_kept_among(connection, agent_id, channels, best, k), best, k, fetch)
-        if not isinstance(step, int):
-            return step
-        fetch = step
-    return None
-
-
-def _best_matches(
-    connection: Connection, match: str, fetch: int, rowids: _RowidRange | None
-) -> list[tuple[int, float]]:
-    """The `fetch` best-ranked matches (of those in `rowids`, when given) as (rowid, bm25),
-    best first, from the index alone."""
-    params: dict[str, object] = {"match": match, "m": fetch}
-    within = ""
-    if rowids is not None:
-        within = " AND rowid >= :first AND rowid <= :last"
-        params.update(first=rowids[0], last=rowids[1])
-    sql = text(
-        f"SELECT rowid, bm25(memory_fts, {_WEIGHTS_SQL}) AS score FROM memory_fts "
-        f"WHERE memory_fts MATCH :match{within} ORDER BY score LIMIT :m"
-    )
-    return [(int(rowid), float(score)) for rowid, score in connection.execute(sql, params)]
-
-
-class _Kept(NamedTuple):
-    """A match whose record lies in the compartment."""
-
-    id: str
-    score: float  # bm25: lower is better
-    created_at: str  # as stored (ISO text), which orders as SQLite orders it
-
-
-def _kept_among(
-    connection: Connection,
-    agent_id: str,
-    channels: list[str] | None,
-    best: Sequence[tuple[int, float]],
-    k: int,
-) -> list[_Kept]:
-    """The matches of `best` (best first) whose records lie in the compartment, in the
-    filter plan's order (score, then newer first), read until the k-th of them and every
-    match tied with it are in, or all of them when fewer than k lie there. Records are read
-    by rowid k at a time, then twice as many each round: in one busy compartment ~k reads
-    instead of every fetched match's (a match whose record is missing, never expected, is
-    simply not kept)."""
+    instead of 240 ms at 1M records in one compartment); each is then looked up by rowid.
+    The answer is proven when all matches were fetched, or when k of them lie in the
+    compartment and the k-th scores strictly better than the M-th (every unfetched match
+    scores no better than the M-th, so none ties or beats the k-th: the tie order of the
+    k is the filter plan's). Otherwise M grows once, to what the share of the compartment
+    among the first M suggests (x4 when only a tie straddled the cut), up to 64 x k; a
+    compartment that is a small share of the index goes to the filter plan, cheap there."""
     keep = "r.agent_id = :agent_id"
-    params: dict[str, object] = {"agent_id": agent_id}
+    params: dict[str, object] = {"match": match, "agent_id": agent_id}
     if channels is not None:
         keep += " AND r.channel IN (SELECT value FROM json_each(:channels))"
         params["channels"] = json.dumps(channels, ensure_ascii=False)
+    # LEFT JOIN: an index entry without its row (never expected) still counts as fetched,
+    # so a short result always means that every match was fetched.
     sql = text(
-        f"SELECT r.rowid, r.id, r.created_at FROM memory_records AS r "
-        f"WHERE r.rowid IN (SELECT value FROM json_each(:rowids)) AND {keep}"
+        f"SELECT r.id AS id, hit.score AS score, coalesce({keep}, 0) AS keep FROM ("
+        f"SELECT rowid, bm25(memory_fts, {_WEIGHTS_SQL}) AS score FROM memory_fts "
+        "WHERE memory_fts MATCH :match ORDER BY score LIMIT :m"
+        ") AS hit LEFT JOIN memory_records AS r ON r.rowid = hit.rowid "
+        "ORDER BY score, r.created_at DESC, r.id DESC"
     )
-    kept: list[_Kept] = []
-    start, size = 0, k
-    while start < len(best):
-        chunk = best[start : start + size]
-        found = {
-            int(rowid): (str(id_), str(created_at))
-            for rowid, id_, created_at in connection.execute(
-                sql, {**params, "rowids": json.dumps([rowid for rowid, _ in chunk])}
-            )
-        }
-        kept += [_Kept(found[rowid][0], score, found[rowid][1]) for rowid, score in chunk if rowid in found]
-        start += len(chunk)
-        size *= 2
-        # Read in score order, so kept[k - 1] has the k-th score whatever the ties' order.
-        if len(kept) >= k and (start >= len(best) or best[start][1] > kept[k - 1].score):
-            break
-    # Stable sorts, least significant key first: newer, then larger id, first among ties.
-    kept.sort(key=lambda hit: hit.id, reverse=True)
-    kept.sort(key=lambda hit: hit.created_at, reverse=True)
-    kept.sort(key=lambda hit: hit.score)
-    return kept
-
-
-def _top_step(
-    kept: Sequence[_Kept], best: Sequence[tuple[int, float]], k: int, fetch: int
-) -> list[tuple[str, float]] | int | None:
-    """One round of `_keyword_by_top` over the best `fetch` matches and those of them kept:
-    the answer when they prove it, else the larger fetch to try, else None (the filter plan
-    answers)."""
-    if len(best) < fetch or (len(kept) >= k and kept[k - 1].score < best[-1][1]):
-        return [(hit.id, -hit.score) for hit in kept[:k]]
-    if len(kept) >= k:
-        fetch *= 4  # a tie straddles the cut
-    elif kept:
-        fetch = -(-2 * k * fetch // len(kept))  # twice what the compartment's share suggests
-    else:
-        return None
-    return None if fetch > k * _TOP_MOST else fetch
+    fetch = k * _TOP_FIRST
+    for _ in range(2):
+        rows = connection.execute(sql, {**params, "m": fetch}).all()
+        kept = [row for row in rows if row.keep]
+        if len(rows) < fetch or (len(kept) >= k and kept[k - 1].score < rows[-1].score):
+            return [(str(row.id), -float(row.score)) for row in kept[:k]]
+        if len(kept) >= k:
+            fetch *= 4  # a tie straddles the cut
+        elif kept:
+            fetch = -(-2 * k * fetch // len(kept))  # twice what the compartment's share suggests
+        else:
+            return None
+        if fetch > k * _TOP_MOST:
+            return None
+    return None
 
 
 def _keyword_by_filter(

@@ -8,8 +8,6 @@ import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
-
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store._sqlite_memory import (  # pyright: ignore[reportPrivateUsage]
@@ -141,89 +139,5 @@ async def test_exactly_tied_matches_straddling_the_cut_keep_the_filter_plans_ord
             assert await store.keyword_candidates(agent, "lake", k, None) == await store.by_filter(
                 agent, "lake", k, None
             )
-    finally:
-        await store.close()
-
-
-class _SplitPlans(_Plans):
-    """The same store scoring the top plan's matches in rowid ranges side by side from the
-    first record on (the real store waits for 200,000)."""
-
-    keyword_split_rows = 1
-
-
-class _ThreeRanges(_SplitPlans):
-    keyword_parts = 3
-
-
-@pytest.mark.parametrize("plans", [_SplitPlans, _ThreeRanges])
-async def test_matches_scored_in_rowid_ranges_give_the_filter_plans_answers(
-    tmp_path: Path, plans: type[_Plans]
-) -> None:
-    rng = random.Random(11)
-    store = plans(tmp_path / "persyn.db")
-    await store.setup()
-    try:
-        agent, other = derived_id(START, "agent"), derived_id(START, "other")
-        for agent_id in (agent, other):
-            await store.ensure_agent(agent_id, agent_id, START)
-        # The other agent's records first: the first range holds none of the agent's own.
-        await store.add_records(_records(other, 1200, [("big", 0.5), ("elsewhere", 0.5)], rng), None, None)
-        await store.add_records(
-            _records(agent, 2400, [("big", 0.9), ("small", 0.02), ("mid", 0.08)], rng), None, None
-        )
-        await store.warm_recall(agent)  # notes the rowid span, as a starting process does
-        assert len(store._keyword_ranges()) == plans.keyword_parts  # pyright: ignore[reportPrivateUsage]
-
-        async def check() -> None:
-            for query in ("lake", "comet", "violin garden", "boat fish river lake"):
-                for channels in (["big"], ["small"], ["big", "mid"], None, ["nowhere"]):
-                    for k in (1, 7, 50, 200):
-                        expected = await store.by_filter(agent, query, k, channels)
-                        assert await store.keyword_candidates(agent, query, k, channels) == expected, (
-                            query,
-                            channels,
-                            k,
-                        )
-
-        await check()
-        # Records added after the span was noted lie past its end: the last range is open,
-        # so the next search (still cut on the old span) finds them.
-        late = _records(agent, 600, [("big", 1.0)], random.Random(12))
-        late = [
-            r.model_copy(update={"id": derived_id(START, agent, "late", str(i))}) for i, r in enumerate(late)
-        ]
-        await store.add_records(late, None, None)
-        await check()
-    finally:
-        await store.close()
-
-
-async def test_ties_straddling_a_range_boundary_keep_the_filter_plans_order(tmp_path: Path) -> None:
-    store = _SplitPlans(tmp_path / "persyn.db")
-    await store.setup()
-    try:
-        agent = derived_id(START, "agent")
-        await store.ensure_agent(agent, "agent", START)
-        # Identical summaries all score alike; times repeat, so the ids order the ties; the
-        # newest records lie in the first range (inserted first).
-        records = [
-            MemoryRecord(
-                id=derived_id(START + timedelta(seconds=(499 - i) // 3), agent, str(i)),
-                agent_id=agent,
-                created_at=START + timedelta(seconds=(499 - i) // 3),
-                channel="here" if i % 5 == 0 else "there",
-                summary="walked by the lake",
-                sensitivity=Sensitivity.PUBLIC,
-            )
-            for i in range(500)
-        ]
-        await store.add_records(records, None, None)
-        await store.warm_recall(agent)
-        assert len(store._keyword_ranges()) == 2  # pyright: ignore[reportPrivateUsage]
-        for k in (1, 3, 20, 99, 100, 150):
-            for channels in (["here"], ["there"], None):
-                expected = await store.by_filter(agent, "lake", k, channels)
-                assert await store.keyword_candidates(agent, "lake", k, channels) == expected, (k, channels)
     finally:
         await store.close()
