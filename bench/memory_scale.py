@@ -198,6 +198,7 @@ a CI run (load 2.1-4.9, so not comparable with the quiet rows above), p50 ms (CP
     1,000,000       60.2 (70.3)  48.5 (45.0)              69.6 (68.6)  47.3 (45.1)
     1,000,000      120.2 (81.5)  49.1 (47.0)              79.6 (69.7)  47.7 (41.8)
     1,000,000       91.1 (82.6)  73.1 (52.4)              70.1 (70.2)  51.6 (47.7)
+      100,000       24.5 (22.4)  11.4 (10.9)              16.6 (17.2)   8.8 ( 8.7)   (--sizes 100000)
 
 Scoring the keyword matches in two rowid ranges on two threads was tried and lost in every
 interleaved run (docs/architecture.md §7.1).
