@@ -202,6 +202,19 @@ thread and transaction, not one read batch), and full-recall stores are kept in 
     1,000,000       1145  3771.6   49.8 / 287.3 / 65.1  18.3 / 21.0 / 18.4  44.0 / 287.5 / 44.0
 
 (1M over four runs: hybrid 49.8-52.0 p50.) Before, the same stores with `main`: 1M hybrid 69.3 p50.
+
+2026-12-02, stop 29: read connections memory-map the file (`PRAGMA mmap_size` 4 GiB). The same
+command at 1M only (`--sizes ""`), three rounds alternating with the code before, measured beside
+a CI run (load 2.1-4.9, so not comparable with the quiet rows above), p50 ms (CPU ms p50):
+
+    records     before: hybrid    keyword          after: hybrid    keyword
+    1,000,000       60.2 (70.3)  48.5 (45.0)              69.6 (68.6)  47.3 (45.1)
+    1,000,000      120.2 (81.5)  49.1 (47.0)              79.6 (69.7)  47.7 (41.8)
+    1,000,000       91.1 (82.6)  73.1 (52.4)              70.1 (70.2)  51.6 (47.7)
+      100,000       24.5 (22.4)  11.4 (10.9)              16.6 (17.2)   8.8 ( 8.7)   (--sizes 100000)
+
+Scoring the keyword matches in two rowid ranges on two threads was tried and lost in every
+interleaved run (docs/architecture.md §7.1).
 """
 
 from __future__ import annotations

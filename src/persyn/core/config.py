@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -54,7 +54,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
-from persyn.core.config_live import LiveConfig
+from persyn.core.config_live import LiveConfig, shown_redis_url
 from persyn.core.config_reach import BrowseConfig, ImagesConfig, ReferenceConfig, SkillsConfig
 from persyn.core.config_safety import EmotionConfig, GuardrailConfig, SafetyConfig
 from persyn.core.config_sandbox import ArtifactsConfig, SandboxConfig
@@ -369,6 +369,10 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+# Values a configuration error shows only through a mask: they may carry a password.
+_MASKED_INPUTS: dict[tuple[str, ...], Callable[[str], str]] = {("live", "redis_url"): shown_redis_url}
+
+
 def _describe(error: ValidationError, source: Path, origins: Mapping[tuple[str, ...], str]) -> str:
     lines: list[str] = []
     from_file = from_env = False
@@ -395,6 +399,8 @@ def _describe(error: ValidationError, source: Path, origins: Mapping[tuple[str, 
         value = issue.get("input")
         if isinstance(value, bool) and issue["type"] in ("int_type", "float_type"):
             message = f"{message} (a boolean is not a number)"
+        if loc in _MASKED_INPUTS and isinstance(value, str):
+            value = _MASKED_INPUTS[loc](value)
         shown = "" if isinstance(value, dict) else f" (got {value!r})"
         if variable is not None:
             from_env = True

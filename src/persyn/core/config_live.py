@@ -5,7 +5,7 @@ bus (the outbox poll); `redis_url` puts both on Redis pub/sub instead, for eithe
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from pydantic import Field, field_validator
 
@@ -15,39 +15,52 @@ __all__ = ["LiveConfig", "redis_url_problem", "shown_redis_url"]
 
 _SCHEMES = ("redis", "rediss", "unix")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def redis_url_problem(url: str) -> str | None:
     """Why `url` is no Redis URL redis-py can connect to, or None. Checked here, without
-    redis-py, so a typo is a configuration error at load, not a retry loop in the log."""
+    redis-py, so a typo is a configuration error at load, not a retry loop in the log. The
+    reason never quotes a part of the URL: a malformed one may split its password anywhere."""
     try:
         parts = urlsplit(url)
-        port = parts.port  # raises on a port that is no number or out of range
-    except ValueError as exc:
-        return str(exc)
+    except ValueError:
+        return "its host is malformed (an unbalanced '[' or ']')"
+    problem = _url_problem(parts)
+    if problem is not None and "@" in url.partition("://")[2] and "@" not in parts.netloc:
+        # The user info ends at the first '/', '?' or '#': what follows it went to the path.
+        return "a '/', '?' or '#' in the user name or password must be percent-encoded (%2F, %3F, %23)"
+    return problem
+
+
+def _url_problem(parts: SplitResult) -> str | None:
+    try:
+        port = parts.port
+    except ValueError:
+        return "the port must be a number from 0 to 65535"
+    del port
     if parts.scheme not in _SCHEMES:
         return f"the scheme must be one of {', '.join(s + '://' for s in _SCHEMES)}"
     if parts.scheme == "unix":
         return None if parts.path else "a unix:// URL names the socket's path (unix:///run/redis.sock)"
     if not parts.hostname:
         return "it names no host (redis://HOST:PORT/DB)"
-    del port
     database = parts.path.strip("/")
     if database and not database.isdigit():
-        return f"the database {database!r} is not a number (redis://HOST:PORT/0)"
+        return "the path must be a database number (redis://HOST:PORT/0)"
     return None
 
 
 def shown_redis_url(url: str) -> str:
-    """`url` with its password (and user) replaced by `***`: what logs and doctor print."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url  # not a URL at all: the configuration error shows it as written
-    if parts.password is None and parts.username is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"***@{host}").geturl()
+    """`url` with everything before the last '@' of its user info, host and path (user and
+    password, however malformed) replaced by `***`, and a `password=` query value too: what
+    configuration errors, logs and doctor print."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    if "@" in rest:
+        rest = "***@" + rest.rpartition("@")[2]
+    return scheme + separator + _QUERY_PASSWORD.sub(r"\1***", rest)
 
 
 class LiveConfig(Section):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +29,15 @@ from persyn.core.errors import StoreError
 __all__ = ["MIN_SQLITE_VERSION", "create_sqlite_engine", "enable_wal", "sqlite_dbapi"]
 
 MIN_SQLITE_VERSION = (3, 38, 0)
+
+# Read connections map the database file (its first 4 GiB) and read pages in place instead
+# of copying each one from the OS cache into their own small page cache: keyword search at 1M
+# records (FTS5 reads ~54k doclist entries and docsize rows per query) takes 3-5 ms less CPU.
+# What it costs: address space only (each reader maps the file; a 32-bit process keeps read(),
+# as SQLite does when a map fails), a resident size that counts the OS cache pages a process
+# touched, and an I/O error on a mapped page is a signal instead of a StoreError. Writes never
+# go through the map, and WAL readers still read newer pages from the WAL (SQLite, mmap.html).
+_READER_MMAP_BYTES = 2**32 if sys.maxsize > 2**32 else 0
 
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
@@ -99,7 +109,8 @@ def create_sqlite_engine(
     """An engine whose connections carry sqlite-vec and our pragmas, and whose
     transactions we begin ourselves: the sqlite3 module's own implicit BEGIN is deferred and
     skips SELECTs. A `writer` engine begins IMMEDIATE (takes the write lock first) and owns
-    WAL mode; a reader engine's connections are `query_only`. Callers dispose() it."""
+    WAL mode; a reader engine's connections are `query_only` and memory-map the file
+    (`_READER_MMAP_BYTES`). Callers dispose() it."""
     dbapi = sqlite_dbapi()
     engine = create_engine(
         URL.create("sqlite", database=str(path)),
@@ -125,6 +136,7 @@ def create_sqlite_engine(
                 enable_wal(dbapi, cursor, busy_timeout_ms / 1000)
             else:
                 cursor.execute("PRAGMA query_only = ON")  # a read connection can never write
+                cursor.execute(f"PRAGMA mmap_size = {_READER_MMAP_BYTES}")
         finally:
             cursor.close()
 

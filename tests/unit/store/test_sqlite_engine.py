@@ -76,6 +76,45 @@ def test_every_connection_has_sqlite_vec_and_cannot_load_more(tmp_path: Path, wr
         engine.dispose()
 
 
+@pytest.mark.skipif(sys.maxsize <= 2**32, reason="a 32-bit process keeps reading pages with read()")
+def test_readers_map_the_file_and_see_every_commit_as_it_grows(tmp_path: Path) -> None:
+    path = tmp_path / "mapped.db"
+    writer = create_sqlite_engine(path, writer=True)
+    reader = create_sqlite_engine(path, writer=False)
+    try:
+        with writer.begin() as connection:
+            connection.exec_driver_sql("CREATE TABLE t (n INTEGER, pad BLOB)")
+            connection.exec_driver_sql("INSERT INTO t VALUES (1, zeroblob(100))")
+        with reader.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA mmap_size").scalar() == 2**32
+            assert connection.exec_driver_sql("SELECT sum(n) FROM t").scalar() == 1
+        raw = writer.raw_connection()  # no BEGIN: a pragma query and a checkpoint need none
+        try:
+            assert raw.cursor().execute("PRAGMA mmap_size").fetchone()[0] == 0  # writes as before
+        finally:
+            raw.close()
+        # The file grows far past what the reader mapped, and the checkpoint moves the new
+        # pages from the WAL into it: the mapped reader sees all of them.
+        with writer.begin() as connection:
+            connection.exec_driver_sql(
+                "WITH RECURSIVE s(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM s WHERE i < 5000) "
+                "INSERT INTO t SELECT i, zeroblob(1000) FROM s"
+            )
+        raw = writer.raw_connection()
+        try:
+            assert raw.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # not busy
+        finally:
+            raw.close()
+        with reader.connect() as connection:
+            assert connection.exec_driver_sql("SELECT count(*), sum(n) FROM t").one() == (
+                5000,
+                5000 * 5001 // 2,
+            )
+    finally:
+        reader.dispose()
+        writer.dispose()
+
+
 def test_busy_is_recognised_with_and_without_an_error_code() -> None:
     coded = sqlite3.OperationalError("whatever")
     coded.sqlite_errorcode = 5  # type: ignore[attr-defined]
