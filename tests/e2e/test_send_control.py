@@ -189,7 +189,7 @@ def test_garbage_on_the_socket_gets_an_error_and_the_worker_serves_on(persyn: Pe
 
 def test_a_sender_that_leaves_mid_wait_leaves_its_message_answered(persyn: Persyn, tmp_path: Path) -> None:
     script = tmp_path / "slow.json"
-    script.write_text(json.dumps([{"task": "respond", "reply": "Sorry, I was thinking.", "sleep_ms": 2000}]))
+    script.write_text(json.dumps([{"task": "respond", "reply": "Sorry, I was thinking.", "sleep_ms": 10000}]))
     env = {"PERSYN_MODELS__DEFAULT": f"test:script@{script}"}
     daemon = persyn.start_daemon("run", env=env)
     try:

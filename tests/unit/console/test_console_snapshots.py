@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 from persyn.console import ConsoleApp, Operator
 from persyn.core.clock import ManualClock
@@ -116,10 +117,19 @@ def _static(selector: str, text: str) -> Callable[[ConsoleApp], bool]:
     return lambda app: text in str(app.query_one(selector).content)  # pyright: ignore[reportAttributeAccessIssue]
 
 
+def _contacts_laid_out(app: ConsoleApp) -> bool:
+    """The digest shown and the contacts table's columns sized to their rows: a table
+    measures its new rows when idle, which a starved CI run once snapshotted before."""
+    if not _static("#contact-digest", "recent conversations")(app):
+        return False
+    table = app.query_one("#contacts", DataTable)
+    return table.row_count > 0 and table.ordered_columns[2].content_width >= len("2026-11-30 09:00")
+
+
 @pytest.mark.parametrize(
     ("key", "ready"),
     [
-        ("f2", _static("#contact-digest", "recent conversations")),
+        ("f2", _contacts_laid_out),
         ("f3", lambda app: len(app.query_one("#channel-conversations").children) > 0),
         ("f4", _static("#mind-view", "Heartbeat: next at")),
         ("f5", _static("#usage-view", "Burn rate")),
