@@ -109,6 +109,11 @@ def _panel(key: str, ready: Callable[[ConsoleApp], bool]) -> Callable[[Pilot[Any
         await until(pilot, lambda: ready(app), f"the panel behind {key}")
         await app.workers.wait_for_complete()  # nothing is still loading when it is taken
         await pilot.pause()
+        # A table sizes its columns when idle and may not have repainted since (a starved CI
+        # run snapshotted the contacts with their header widths): lay out and paint anew.
+        app.screen.refresh(layout=True)
+        await pilot.pause()
+        await pilot.pause()
 
     return run_before
 
