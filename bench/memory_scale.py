@@ -241,7 +241,7 @@ from persyn.core.config import MemoryConfig
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.memory._query import analyse_query
-from persyn.memory.embedder import Embedder, embedder_from_config
+from persyn.memory.embedder import Embedder, embedder_from_config, warm_embedder
 from persyn.memory.retrieval import Mode, Retriever
 from persyn.store import open_store
 from persyn.store._sqlite_engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
@@ -555,6 +555,7 @@ async def _measure(
         # What a process that runs turns does as it starts (`Runtime._warm_recall`): the
         # timings below are then those of a running agent, not of its first recall.
         started = time.perf_counter()
+        await warm_embedder(embedder)
         await store.warm_recall(agent_id)
         print(f"  recall warmed in {time.perf_counter() - started:.1f} s", flush=True)
         queries = _queries(records, query_count)

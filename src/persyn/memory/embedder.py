@@ -90,6 +90,26 @@ class Embedder(Protocol):
         ...
 
 
+@runtime_checkable
+class LocalEmbedder(Protocol):
+    """An encoder whose weights live on this machine and load on first use (hundreds of
+    milliseconds for WordLlama, seconds for a sentence-transformers model)."""
+
+    def load(self) -> Any:
+        """Load the weights (once; thread-safe). Blocking: call from a worker thread."""
+        ...
+
+
+async def warm_embedder(embedder: Embedder | None) -> bool:
+    """Load a local encoder's weights now, so the first recall does not wait for them.
+    A remote service is not called (a call may cost); nothing to warm returns False.
+    Raises `EmbedderUnavailable` when the weights cannot be loaded."""
+    if not isinstance(embedder, LocalEmbedder):
+        return False
+    await asyncio.to_thread(embedder.load)
+    return True
+
+
 def normalise(vector: Sequence[float]) -> list[float]:
     """`vector` scaled to unit length. A zero (or non-finite) vector cannot be compared by
     cosine, so it is rejected rather than stored as NaNs."""
@@ -343,7 +363,8 @@ class SentenceTransformersEmbedder:
     def dims(self) -> int:
         return self._dims
 
-    def _load(self) -> Any:
+    def load(self) -> Any:
+        """Load the model (once; thread-safe). Blocking: call from a worker thread."""
         with self._lock:
             if self._model is None:
                 try:
@@ -358,7 +379,7 @@ class SentenceTransformersEmbedder:
             return self._model
 
     def _embed_sync(self, texts: Sequence[str]) -> list[list[float]]:
-        model = self._load()
+        model = self.load()
         try:
             matrix = model.encode(list(texts), batch_size=self._batch_size, normalize_embeddings=True)
         except Exception as exc:

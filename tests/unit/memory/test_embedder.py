@@ -37,6 +37,7 @@ from persyn.memory.embedder import (
     WordLlamaEmbedder,
     build_embedder,
     register_embedder,
+    warm_embedder,
 )
 from persyn.memory.retrieval import Retriever
 from persyn.store import open_store
@@ -139,6 +140,28 @@ async def test_wordllama_can_be_truncated() -> None:
         WordLlamaEmbedder(dims=100)
 
 
+async def test_a_local_encoder_is_warmed_offline_before_its_first_embed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(socket, "create_connection", _no_network)
+    monkeypatch.setattr(socket.socket, "connect", _no_network)
+    embedder = WordLlamaEmbedder(dims=64)
+    assert await warm_embedder(embedder) is True
+    assert await warm_embedder(embedder) is True  # loaded once; warming again is harmless
+    [vector] = await embedder.embed(["warm already"])
+    assert len(vector) == 64
+    assert await warm_embedder(HashEmbedder()) is False  # nothing to load
+
+
+class _MissingWeights(WordLlamaEmbedder):
+    config_name = "no_such_weights"
+
+
+async def test_an_encoder_whose_weights_are_missing_fails_its_warm_up_by_name() -> None:
+    with pytest.raises(EmbedderUnavailable, match=r"'no_such_weights'.*downloads are disabled"):
+        await warm_embedder(_MissingWeights())
+
+
 # a real OpenAI-compatible service on loopback -------------------------------------------------------
 @dataclass
 class Service:
@@ -239,6 +262,12 @@ async def test_configured_dimensions_are_checked(healthy: Service) -> None:
     embedder = build_embedder(f"openai:hash-32@{healthy.base_url}", dims=128)
     with pytest.raises(EmbedderUnavailable, match="128 dimensions are configured"):
         await embedder.embed(["anything"])
+
+
+async def test_a_service_is_not_called_to_warm_it(healthy: Service) -> None:
+    """A remote encoder has nothing to load, and a call may cost: warming leaves it alone."""
+    assert await warm_embedder(OpenAICompatibleEmbedder("hash-32", healthy.base_url)) is False
+    assert healthy.requests == []
 
 
 async def test_an_api_key_is_sent_when_given() -> None:

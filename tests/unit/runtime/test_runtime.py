@@ -136,6 +136,22 @@ async def test_a_process_that_runs_turns_warms_each_agents_recall_at_start(
     assert store.warmed == [pilot.agent.id]
 
 
+async def test_a_process_that_runs_turns_loads_its_local_encoder_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """WordLlama's weights take ~0.3 s to load: loaded at start, not by the first recall."""
+    caplog.set_level("INFO", logger="persyn.runtime.app")
+    config = '[memory]\nembedder = "wordllama"\nembedder_dims = 64\n'
+    async with run_runtime(tmp_path / "home", config=config):
+        for _ in range(200):
+            if any("encoder" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.05)
+    assert [r.getMessage() for r in caplog.records if "encoder" in r.getMessage()] == [
+        "encoder wordllama:l2_supercat-64 loaded"
+    ]
+
+
 async def test_an_activation_reads_the_dialog_once(observed: tuple[Pilot, ObservedStore]) -> None:
     """The prompt, both critics, the decision and the redundancy gate see the conversation's
     dialog from one read."""
