@@ -752,6 +752,20 @@ def test_open_store_rejects_unknown_schemes_naming_the_url() -> None:
 
 
 @pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgres://alice:hunter2@db/persyn", "'postgres://***@db/persyn'"),
+        ("alice:hunter2@db/persyn", "'***@db/persyn'"),
+        ("mysql://db/persyn?password=hunter2", "'mysql://db/persyn?password=***'"),
+    ],
+)
+def test_open_store_names_a_wrong_url_without_its_password(url: str, shown: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        open_store(url)
+    assert shown in str(raised.value) and "hunter2" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
     "url", ["sqlite://", "sqlite:///:memory:", "sqlite:///x.db?mode=ro", "sqlite://host/x.db"]
 )
 def test_open_store_rejects_unusable_sqlite_urls(url: str) -> None:

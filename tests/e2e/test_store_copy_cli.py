@@ -177,6 +177,9 @@ def test_bad_urls_and_unreachable_servers_are_exit_2(deployment: tuple[Persyn, s
     cases = {
         "not a url": "is not a URL",
         "mysql://db/persyn": "scheme 'mysql' is not one of 'sqlite', 'postgresql'",
+        # a password in a URL that is wrong is not shown either
+        "postgres://alice:hunter2@db/persyn": "'postgres://alice:***@db/persyn': scheme 'postgres' is not",
+        "alice:hunter2@db/persyn": "'***@db/persyn' is not a URL",
         f"postgresql://persyn:hunter2@/persyn?host={nowhere}": "cannot open the target store",
         # the same file, spelled otherwise
         source.replace("/data/", "/data/./"): "source and target are the same store",

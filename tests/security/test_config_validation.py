@@ -178,6 +178,27 @@ def test_storage_url_in_an_existing_directory_is_fine(tmp_path: Path) -> None:
     assert load_settings(tmp_path / "home", environ={}).database_url == f"sqlite:///{tmp_path}/persyn.db"
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql:/alice:hunter2@db.example:5432/persyn",  # one slash short
+        "alice:hunter2@db.example/persyn",  # no scheme
+        "postgresql//alice:hun/ter2@db.example/persyn",  # no colon, a '/' in the password
+        "db.example/persyn?user=alice&password=hunter2",
+    ],
+)
+@pytest.mark.parametrize("source", ["file", "environment"])
+def test_a_malformed_storage_urls_error_names_the_problem_but_not_the_password(
+    url: str, source: str, tmp_path: Path
+) -> None:
+    _write(tmp_path, f'storage_url = "{url}"\n' if source == "file" else "")
+    message = _error(tmp_path, {"PERSYN_STORAGE_URL": url} if source == "environment" else None)
+    assert "is not a database URL" in message and "storage_url" in message, message
+    for piece in ("hunter2", "hun/ter2", "ter2"):
+        assert piece not in message, message
+    assert "***" in message, message
+
+
 def test_valid_embedder_sizes_are_accepted(tmp_path: Path) -> None:
     _write(tmp_path, "[memory]\nembedder_dims = 128\n")
     assert load_settings(tmp_path, environ={}).memory.embedder_dims == 128

@@ -54,7 +54,7 @@ from persyn.core.config_cognition import (
     RetrievalWeights,
     ToolsConfig,
 )
-from persyn.core.config_live import LiveConfig, shown_redis_url
+from persyn.core.config_live import LiveConfig
 from persyn.core.config_reach import BrowseConfig, ImagesConfig, ReferenceConfig, SkillsConfig
 from persyn.core.config_safety import EmotionConfig, GuardrailConfig, SafetyConfig
 from persyn.core.config_sandbox import ArtifactsConfig, SandboxConfig
@@ -62,6 +62,7 @@ from persyn.core.config_tools import McpConfig, McpServerConfig
 from persyn.core.config_tracing import TracingConfig
 from persyn.core.config_web import WebConfig
 from persyn.core.errors import ConfigError
+from persyn.core.urls import masked_url
 
 __all__ = [
     "AUTO_PROBE_DEFAULT",
@@ -221,7 +222,10 @@ class Settings(Section):
             return None
         scheme, sep, rest = value.partition("://")
         if not sep or not scheme:
-            raise ValueError(f"{value!r} is not a database URL, e.g. 'sqlite:////absolute/path/persyn.db'")
+            raise ValueError(
+                f"{masked_url(value)!r} is not a database URL, e.g. 'sqlite:////absolute/path/persyn.db' "
+                "or 'postgresql://USER:PASSWORD@HOST:5432/DATABASE'"
+            )
         if scheme.split("+")[0] != "sqlite":
             return value
         path = rest.removeprefix("/").split("?")[0]
@@ -370,7 +374,10 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # Values a configuration error shows only through a mask: they may carry a password.
-_MASKED_INPUTS: dict[tuple[str, ...], Callable[[str], str]] = {("live", "redis_url"): shown_redis_url}
+_MASKED_INPUTS: dict[tuple[str, ...], Callable[[str], str]] = {
+    ("live", "redis_url"): masked_url,
+    ("storage_url",): masked_url,
+}
 
 
 def _describe(error: ValidationError, source: Path, origins: Mapping[tuple[str, ...], str]) -> str:

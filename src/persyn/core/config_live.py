@@ -10,12 +10,12 @@ from urllib.parse import SplitResult, urlsplit
 from pydantic import Field, field_validator
 
 from persyn.core.config_base import Section
+from persyn.core.urls import masked_url
 
-__all__ = ["LiveConfig", "redis_url_problem", "shown_redis_url"]
+__all__ = ["LiveConfig", "redis_url_problem"]
 
 _SCHEMES = ("redis", "rediss", "unix")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def redis_url_problem(url: str) -> str | None:
@@ -51,18 +51,6 @@ def _url_problem(parts: SplitResult) -> str | None:
     return None
 
 
-def shown_redis_url(url: str) -> str:
-    """`url` with everything before the last '@' of its user info, host and path (user and
-    password, however malformed) replaced by `***`, and a `password=` query value too: what
-    configuration errors, logs and doctor print."""
-    scheme, separator, rest = url.partition("://")
-    if not separator:
-        scheme, rest = "", url
-    if "@" in rest:
-        rest = "***@" + rest.rpartition("@")[2]
-    return scheme + separator + _QUERY_PASSWORD.sub(r"\1***", rest)
-
-
 class LiveConfig(Section):
     """Live token streams and outbox wake-ups between processes (`persyn worker`, `persyn run
     --no-workers`, several hosts)."""
@@ -95,7 +83,7 @@ class LiveConfig(Section):
             return None
         problem = redis_url_problem(value)
         if problem is not None:
-            raise ValueError(f"{shown_redis_url(value)!r} is not a Redis URL: {problem}")
+            raise ValueError(f"{masked_url(value)!r} is not a Redis URL: {problem}")
         return value
 
     @field_validator("redis_namespace")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from persyn.core.config import Settings
-from persyn.core.config_live import shown_redis_url
+from persyn.core.urls import masked_url
 from persyn.runtime._doctor_postgres import Check
 
 __all__ = ["live_checks"]
@@ -19,7 +19,7 @@ async def live_checks(settings: Settings) -> list[Check]:
     from persyn.runtime.live import live_namespace
     from persyn.runtime.live_redis import probe_redis, redis_channels  # redis-py only here
 
-    shown = shown_redis_url(url)
+    shown = masked_url(url)
     channels = redis_channels(live_namespace(settings))
     found = await probe_redis(url)
     if found.error is not None:

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from persyn.core.config_live import shown_redis_url
+from persyn.core.urls import masked_url
 from persyn.runtime.live_relay import LIVE_CHANNEL, OUTBOX_CHANNEL, RelayBus
 
 __all__ = ["RedisLiveBus", "RedisProbe", "probe_redis", "redis_channels"]
@@ -76,7 +76,7 @@ class RedisLiveBus(RelayBus):
             while confirmed < len(self.channels):  # the server has them: later messages arrive
                 reply = await pubsub.get_message(timeout=_CONNECT_SECONDS)
                 if reply is None:
-                    raise ConnectionError(f"{shown_redis_url(self.url)} did not confirm the subscription")
+                    raise ConnectionError(f"{masked_url(self.url)} did not confirm the subscription")
                 confirmed += reply["type"] == "subscribe"
             subscribed()
             while True:

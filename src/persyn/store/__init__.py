@@ -8,6 +8,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from persyn.core.errors import ConfigError
+from persyn.core.urls import masked_url
 from persyn.store.base import AgentRow, Conversation, Identity, Message, Person, Role, Store
 
 __all__ = [
@@ -38,7 +39,7 @@ def open_store(url: str) -> Store:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise ConfigError(
-            f"store URL {url!r} is not a URL; expected e.g. 'sqlite:///data/persyn.db'"
+            f"store URL {masked_url(url)!r} is not a URL; expected e.g. 'sqlite:///data/persyn.db'"
         ) from exc
     scheme = parsed.get_backend_name()
     if scheme == "sqlite":
@@ -46,7 +47,7 @@ def open_store(url: str) -> Store:
     if scheme == "postgresql":
         return _open_postgres(url, parsed)
     raise ConfigError(
-        f"unsupported store URL {url!r}: scheme {scheme!r} is not one of "
+        f"unsupported store URL {masked_url(url)!r}: scheme {scheme!r} is not one of "
         f"{', '.join(repr(s) for s in SUPPORTED_SCHEMES)} (e.g. 'sqlite:///data/persyn.db')"
     )
 

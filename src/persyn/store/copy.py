@@ -41,6 +41,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from persyn.core.errors import ConfigError, InputError, StoreError
+from persyn.core.urls import masked_url
 from persyn.store import open_store
 from persyn.store._dml import insert
 from persyn.store.schema import UTCDateTime, metadata
@@ -231,7 +232,7 @@ def _side(url: str, role: str) -> _Side:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise ConfigError(
-            f"{role} store URL {url!r} is not a URL; expected e.g. 'sqlite:///data/persyn.db'"
+            f"{role} store URL {masked_url(url)!r} is not a URL; expected e.g. 'sqlite:///data/persyn.db'"
         ) from exc
     dialect = parsed.get_backend_name()
     shown = parsed.render_as_string(hide_password=True)

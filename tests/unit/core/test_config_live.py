@@ -9,8 +9,9 @@ import pytest
 from redis.asyncio.connection import parse_url
 
 from persyn.core.config import parse_settings
-from persyn.core.config_live import redis_url_problem, shown_redis_url
+from persyn.core.config_live import redis_url_problem
 from persyn.core.errors import ConfigError
+from persyn.core.urls import masked_url
 
 GOOD = [
     "redis://127.0.0.1:6379/0",
@@ -48,11 +49,11 @@ def test_a_malformed_url_is_a_configuration_error_naming_it(url: str, problem: s
 
 
 def test_the_password_is_never_shown() -> None:
-    assert shown_redis_url("redis://:hunter2@127.0.0.1:6379/0") == "redis://***@127.0.0.1:6379/0"
-    assert shown_redis_url("rediss://alice:hunter2@h:6380/1") == "rediss://***@h:6380/1"
-    assert shown_redis_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
-    assert shown_redis_url("redis://:hun/ter2@h:6379/0") == "redis://***@h:6379/0"
-    assert shown_redis_url("redis://h:6379/0?password=hunter2&db=1") == "redis://h:6379/0?password=***&db=1"
+    assert masked_url("redis://:hunter2@127.0.0.1:6379/0") == "redis://***@127.0.0.1:6379/0"
+    assert masked_url("rediss://alice:hunter2@h:6380/1") == "rediss://***@h:6380/1"
+    assert masked_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    assert masked_url("redis://:hun/ter2@h:6379/0") == "redis://***@h:6379/0"
+    assert masked_url("redis://h:6379/0?password=hunter2&db=1") == "redis://h:6379/0?password=***&db=1"
 
 
 # Malformed URLs carrying the password "hunter2", split by the fault in some of them.
