@@ -215,6 +215,17 @@ a CI run (load 2.1-4.9, so not comparable with the quiet rows above), p50 ms (CP
 
 Scoring the keyword matches in two rowid ranges on two threads was tried and lost in every
 interleaved run (docs/architecture.md §7.1).
+
+2026-12-02, stop 30: the quiet figures of the mapped reads (load 0.3-0.9; two runs each, the same
+commands at 100k and 1M as in stop 28). The bench now loads the encoder before timing, as a process
+that runs turns does at start: the first hybrid query no longer waits ~0.3 s for WordLlama's weights.
+
+    records     insert/s  db MB   hybrid p50/p99/cpu    vector p50/p99/cpu  keyword p50/p99/cpu
+      100,000       2795   378.8   11.2 /  39.1 / 14.8   5.8 /  6.5 / 5.9    8.1 / 29.0 / 8.1
+    1,000,000       1145  3771.6   40.7 / 290.6 / 55.0  14.9 / 18.1 / 15.0  36.9 / 254.8 / 36.9
+
+(1M: 40.7 and 42.4 ms hybrid p50 quiet, 46.3 at load 1.2; 100k 11.2 and 11.5.) The 1M p99 is a few
+OR queries over words in 30-70 % of the records, which FTS5 ranks in full.
 """
 
 from __future__ import annotations
