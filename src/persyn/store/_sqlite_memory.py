@@ -27,12 +27,13 @@ from persyn.store._dml import insert
 from persyn.store._sqlite_ann import AnnCache
 from persyn.store._sqlite_directory import index_participants
 from persyn.store._sqlite_jobs import consolidated_at_import
+from persyn.store._sqlite_keyword_bound import keyword_by_bound
 from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.base import ImportedMemory, RecallCandidate
 from persyn.store.mapping import record_from_row, record_values
 from persyn.store.schema import checked_id, conversations, flags, memory_records, messages
 
-__all__ = ["KEYWORD_WEIGHTS", "STOP_WORDS", "SQLiteMemory", "fts_any_query"]
+__all__ = ["KEYWORD_WEIGHTS", "STOP_WORDS", "SQLiteMemory", "fts_any_query", "fts_any_words"]
 
 T = TypeVar("T")
 
@@ -287,13 +288,17 @@ class SQLiteMemory(SQLiteWork):
         """Scores are -bm25 (column weights KEYWORD_WEIGHTS), so higher is better; ties go
         to the newer record. Stop-words are dropped from the query (see `fts_any_query`);
         `channels=[]` finds nothing."""
-        match = fts_any_query(query)
-        if match is None or k <= 0 or (channels is not None and not channels):
+        words = fts_any_words(query)
+        if words is None or k <= 0 or (channels is not None and not channels):
             return []
+        match = " OR ".join(f'"{word}"' for word in words)
         wanted = None if channels is None else list(dict.fromkeys(channels))
 
         def work(connection: Connection) -> list[tuple[str, float]]:
-            found = _keyword_by_top(connection, agent_id, match, k, wanted)
+            # Cheapest first; each plan gives the same answer or None (`_sqlite_keyword_bound`).
+            found = keyword_by_bound(connection, agent_id, words, k, wanted, KEYWORD_WEIGHTS)
+            if found is None:
+                found = _keyword_by_top(connection, agent_id, match, k, wanted)
             return found if found is not None else _keyword_by_filter(connection, agent_id, match, k, wanted)
 
         return await self._search("keyword_candidates", work)
@@ -398,11 +403,17 @@ def fts_any_query(query: str) -> str | None:
     are kept. The
     index's porter tokenizer stems the words as it stemmed the records.
     """
+    words = fts_any_words(query)
+    return None if words is None else " OR ".join(f'"{word}"' for word in words)
+
+
+def fts_any_words(query: str) -> list[str] | None:
+    """The words of `fts_any_query(query)`, in its order, or None if it has none."""
     words = list(dict.fromkeys(_WORD.findall(query.casefold())))
     if not words:
         return None
     content = [word for word in words if word not in STOP_WORDS and not (len(word) == 1 and word.isalpha())]
-    return " OR ".join(f'"{word}"' for word in (content or words)[:_MAX_QUERY_TERMS])
+    return (content or words)[:_MAX_QUERY_TERMS]
 
 
 # helpers ----------------------------------------------------------------------------------------

@@ -520,6 +520,13 @@ def _keyword_postings(connection: Connection, dialect_name: str) -> None:
     PostgreSQL, block posting lists for BM25 keyword search (`_postgres_keyword.py`)."""
 
 
+def _keyword_vocabulary(connection: Connection, dialect_name: str) -> None:
+    """Migration 23: on SQLite, `memory_fts_vocab`, memory_fts's vocabulary with each token's
+    row count, read by keyword search to bound the words found in most records
+    (`_sqlite_keyword_bound.py`). A virtual table over the index: it stores nothing."""
+    connection.execute(text("CREATE VIRTUAL TABLE memory_fts_vocab USING fts5vocab(memory_fts, row)"))
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search, {"postgresql": pg.message_search}),
@@ -553,6 +560,12 @@ MIGRATIONS: Sequence[Migration] = (
         "keyword posting lists for memory search",
         _keyword_postings,
         {"postgresql": pg_keyword.create_keyword_index},
+    ),
+    Migration(
+        23,
+        "the keyword index's vocabulary, for bounding common words",
+        _keyword_vocabulary,
+        {"postgresql": pg.nothing},
     ),
 )
 LATEST_VERSION = MIGRATIONS[-1].number

@@ -1,6 +1,7 @@
-"""Keyword search on SQLite answers from the index's best-ranked matches when they prove the
-answer, else by filtering on the compartment's rowids: both plans give the same top k in the
-same tie order, whatever share of the agent's records the compartment holds."""
+"""Keyword search on SQLite answers by bounding the words found in most records when that
+proves the answer, else from the index's best-ranked matches when they prove it, else by
+filtering on the compartment's rowids: every plan gives the same top k, with the same scores
+in the same tie order, whatever share of the agent's records the compartment holds."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from pathlib import Path
 
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
+from persyn.store._sqlite_keyword_bound import keyword_by_bound
 from persyn.store._sqlite_memory import (  # pyright: ignore[reportPrivateUsage]
+    KEYWORD_WEIGHTS,
     _keyword_by_filter,  # pyright: ignore[reportPrivateUsage]
     _keyword_by_top,  # pyright: ignore[reportPrivateUsage]
     fts_any_query,
+    fts_any_words,
 )
 from persyn.store.sqlite import SQLiteStore
 
@@ -35,6 +39,13 @@ class _Plans(SQLiteStore):
         match = fts_any_query(query)
         assert match is not None
         return await self._read("top plan", lambda c: _keyword_by_top(c, agent_id, match, k, channels))
+
+    async def by_bound(self, agent_id: str, query: str, k: int, channels: list[str] | None) -> Found | None:
+        words = fts_any_words(query)
+        assert words is not None
+        return await self._read(
+            "bound plan", lambda c: keyword_by_bound(c, agent_id, words, k, channels, KEYWORD_WEIGHTS)
+        )
 
 
 def _records(
@@ -139,5 +150,109 @@ async def test_exactly_tied_matches_straddling_the_cut_keep_the_filter_plans_ord
             assert await store.keyword_candidates(agent, "lake", k, None) == await store.by_filter(
                 agent, "lake", k, None
             )
+    finally:
+        await store.close()
+
+
+# Rare words (and their inflections and accents, which the tokenizer folds), under one word
+# that most records hold: the bound plan's case.
+RARE = ["violin", "comet", "glacier", "harbour", "lantern", "orchard", "saffron", "tundra"]
+FORMS = {"hike": ["hiking", "hiked", "hikes"], "cafe": ["café", "cafés", "CAFE"]}
+
+
+def _common_word_records(agent_id: str, count: int, rng: random.Random) -> list[MemoryRecord]:
+    records: list[MemoryRecord] = []
+    for index in range(count):
+        at = START + timedelta(minutes=index - index % 4)  # ties in time too
+        words: list[str] = []
+        if rng.random() < 0.6:
+            words += ["lake"] * rng.choice((1, 1, 2, 3))
+        words += rng.choices(RARE, k=rng.choice((0, 1, 1, 2)))
+        if rng.random() < 0.1:
+            words.append(rng.choice(FORMS[rng.choice(("hike", "cafe"))]))
+        words += rng.choices(["stone", "wind", "path", "cloud", "grass", "light"], k=rng.randint(0, 5))
+        tags: tuple[str, ...] = ()
+        if index % 7 == 0:
+            tags = (rng.choice(["lake", *RARE]),)
+        if index % 4 == 1:  # the same words at the same time as the record before: an exact tie
+            words, tags = list(records[-1].summary.split()), records[-1].tags
+        # An id whose time is not the record's (as for an imported memory): the id's order
+        # is not the time's, so both tie-breakers count.
+        stamp = START + timedelta(minutes=rng.randint(0, 100_000))
+        records.append(
+            MemoryRecord(
+                id=derived_id(stamp, agent_id, str(index)),
+                agent_id=agent_id,
+                created_at=at,
+                channel=rng.choices(["big", "small"], weights=(0.85, 0.15))[0],
+                summary=(" ".join(words) if index % 4 == 1 else " ".join(rng.sample(words, len(words))))
+                or "nothing",
+                tags=tags,
+                sensitivity=Sensitivity.PUBLIC,
+            )
+        )
+    return records
+
+
+async def test_a_word_in_most_records_is_bounded_and_the_answer_is_unchanged(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    store = _Plans(tmp_path / "persyn.db")
+    await store.setup()
+    try:
+        agent, other = derived_id(START, "agent"), derived_id(START, "other")
+        for agent_id in (agent, other):
+            await store.ensure_agent(agent_id, agent_id, START)
+        await store.add_records(_common_word_records(agent, 4000, rng), None, None)
+        await store.add_records(_common_word_records(other, 1000, rng), None, None)
+        queries = [
+            "lake violin",
+            "the lake and the comet",
+            "lake glacier harbour lantern",
+            "lake hiking",
+            "lake cafe saffron",
+            "lake stone orchard",  # "stone" is common too
+            "lake",  # no rare word: not this plan's
+        ]
+        bounded = 0
+        for query in queries:
+            for channels in (["big"], ["small"], ["big", "small"], None):
+                for k in (1, 5, 30, 100):
+                    expected = await store.by_filter(agent, query, k, channels)
+                    assert await store.keyword_candidates(agent, query, k, channels) == expected, (
+                        query,
+                        channels,
+                        k,
+                    )
+                    found = await store.by_bound(agent, query, k, channels)
+                    if found is not None:
+                        assert found == expected, (query, channels, k)  # the very same floats
+                        bounded += 1
+        # The plan proved most answers: every query with a rare word, in most compartments.
+        assert bounded > 60
+        assert await store.by_bound(agent, "lake", 5, None) is None
+        assert await store.by_bound(agent, "violin comet", 5, None) is None  # nothing common
+    finally:
+        await store.close()
+
+
+async def test_the_bound_plan_follows_deletes_and_edits(tmp_path: Path) -> None:
+    """Row counts, token totals and each word's count move with every write; the plan reads
+    them from the index, so its answer stays the filter plan's."""
+    rng = random.Random(5)
+    store = _Plans(tmp_path / "persyn.db")
+    await store.setup()
+    try:
+        agent = derived_id(START, "agent")
+        await store.ensure_agent(agent, "agent", START)
+        records = _common_word_records(agent, 2000, rng)
+        await store.add_records(records, None, None)
+        for round_ in range(3):
+            doomed = [r.id for r in records[round_ * 300 : round_ * 300 + 250]]
+            await store.delete_records(agent, doomed)
+            for query in ("lake violin comet", "lake harbour", "lake hike"):
+                expected = await store.by_filter(agent, query, 20, ["big"])
+                assert await store.keyword_candidates(agent, query, 20, ["big"]) == expected
+                found = await store.by_bound(agent, query, 20, ["big"])
+                assert found is None or found == expected
     finally:
         await store.close()
