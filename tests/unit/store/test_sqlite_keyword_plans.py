@@ -6,8 +6,11 @@ in the same tie order, whatever share of the agent's records the compartment hol
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
@@ -48,6 +51,20 @@ class _Plans(SQLiteStore):
         )
 
 
+@pytest.fixture
+async def plans(tmp_path: Path) -> AsyncIterator[tuple[_Plans, str, str]]:
+    """A store with two agents (ids "agent" and "other"), closed afterwards."""
+    store = _Plans(tmp_path / "persyn.db")
+    await store.setup()
+    agent, other = derived_id(START, "agent"), derived_id(START, "other")
+    try:
+        for agent_id in (agent, other):
+            await store.ensure_agent(agent_id, agent_id, START)
+        yield store, agent, other
+    finally:
+        await store.close()
+
+
 def _records(
     agent_id: str, count: int, channels: list[tuple[str, float]], rng: random.Random
 ) -> list[MemoryRecord]:
@@ -72,56 +89,49 @@ def _records(
     return records
 
 
-async def test_both_plans_agree_on_top_k_and_tie_order(tmp_path: Path) -> None:
+async def test_both_plans_agree_on_top_k_and_tie_order(plans: tuple[_Plans, str, str]) -> None:
     rng = random.Random(7)
-    store = _Plans(tmp_path / "persyn.db")
-    await store.setup()
-    try:
-        agent, other = derived_id(START, "agent"), derived_id(START, "other")
-        for agent_id in (agent, other):
-            await store.ensure_agent(agent_id, agent_id, START)
-        mine = _records(agent, 3000, [("big", 0.9), ("small", 0.02), ("mid", 0.08)], rng)
-        theirs = _records(other, 1500, [("big", 0.5), ("elsewhere", 0.5)], rng)
-        await store.add_records(mine, None, None)
-        await store.add_records(theirs, None, None)
+    store, agent, other = plans
+    mine = _records(agent, 3000, [("big", 0.9), ("small", 0.02), ("mid", 0.08)], rng)
+    theirs = _records(other, 1500, [("big", 0.5), ("elsewhere", 0.5)], rng)
+    await store.add_records(mine, None, None)
+    await store.add_records(theirs, None, None)
 
-        queries = [
-            "lake",
-            "comet",
-            "violin garden",
-            "rain snow bread",
-            "boat fish river lake",
-            "garden comet",
-        ]
-        compartments: list[list[str] | None] = [
-            ["big"],
-            ["small"],
-            ["mid"],
-            ["big", "small"],
-            None,
-            ["nowhere"],
-        ]
-        proven = {"large": 0, "small": 0}
-        for query in queries:
-            for channels in compartments:
-                for k in (1, 7, 50, 200):
-                    expected = await store.by_filter(agent, query, k, channels)
-                    found = await store.keyword_candidates(agent, query, k, channels)
-                    assert found == expected, (query, channels, k)
-                    top = await store.by_top(agent, query, k, channels)
-                    if top is not None:
-                        assert top == expected, (query, channels, k)
-                        proven["small" if channels in (["small"], ["nowhere"]) else "large"] += 1
-        # Both plans were exercised: the top plan proves most answers in a large compartment,
-        # and a compartment holding 2% of the records needs the filter plan at least sometimes.
-        assert proven["large"] > 40
-        assert proven["small"] < 2 * len(queries) * 4
-        # Ties are real in this data: equal scores among the answers, in (newer, larger id) order.
-        hits = await store.keyword_candidates(agent, "lake", 200, ["big"])
-        scores = [score for _, score in hits]
-        assert len(set(scores)) < len(scores)
-    finally:
-        await store.close()
+    queries = [
+        "lake",
+        "comet",
+        "violin garden",
+        "rain snow bread",
+        "boat fish river lake",
+        "garden comet",
+    ]
+    compartments: list[list[str] | None] = [
+        ["big"],
+        ["small"],
+        ["mid"],
+        ["big", "small"],
+        None,
+        ["nowhere"],
+    ]
+    proven = {"large": 0, "small": 0}
+    for query in queries:
+        for channels in compartments:
+            for k in (1, 7, 50, 200):
+                expected = await store.by_filter(agent, query, k, channels)
+                found = await store.keyword_candidates(agent, query, k, channels)
+                assert found == expected, (query, channels, k)
+                top = await store.by_top(agent, query, k, channels)
+                if top is not None:
+                    assert top == expected, (query, channels, k)
+                    proven["small" if channels in (["small"], ["nowhere"]) else "large"] += 1
+    # Both plans were exercised: the top plan proves most answers in a large compartment,
+    # and a compartment holding 2% of the records needs the filter plan at least sometimes.
+    assert proven["large"] > 40
+    assert proven["small"] < 2 * len(queries) * 4
+    # Ties are real in this data: equal scores among the answers, in (newer, larger id) order.
+    hits = await store.keyword_candidates(agent, "lake", 200, ["big"])
+    scores = [score for _, score in hits]
+    assert len(set(scores)) < len(scores)
 
 
 async def test_exactly_tied_matches_straddling_the_cut_keep_the_filter_plans_order(tmp_path: Path) -> None:
@@ -194,65 +204,57 @@ def _common_word_records(agent_id: str, count: int, rng: random.Random) -> list[
     return records
 
 
-async def test_a_word_in_most_records_is_bounded_and_the_answer_is_unchanged(tmp_path: Path) -> None:
+async def test_a_word_in_most_records_is_bounded_and_the_answer_is_unchanged(
+    plans: tuple[_Plans, str, str],
+) -> None:
     rng = random.Random(11)
-    store = _Plans(tmp_path / "persyn.db")
-    await store.setup()
-    try:
-        agent, other = derived_id(START, "agent"), derived_id(START, "other")
-        for agent_id in (agent, other):
-            await store.ensure_agent(agent_id, agent_id, START)
-        await store.add_records(_common_word_records(agent, 4000, rng), None, None)
-        await store.add_records(_common_word_records(other, 1000, rng), None, None)
-        queries = [
-            "lake violin",
-            "the lake and the comet",
-            "lake glacier harbour lantern",
-            "lake hiking",
-            "lake cafe saffron",
-            "lake stone orchard",  # "stone" is common too
-            "lake",  # no rare word: not this plan's
-        ]
-        bounded = 0
-        for query in queries:
-            for channels in (["big"], ["small"], ["big", "small"], None):
-                for k in (1, 5, 30, 100):
-                    expected = await store.by_filter(agent, query, k, channels)
-                    assert await store.keyword_candidates(agent, query, k, channels) == expected, (
-                        query,
-                        channels,
-                        k,
-                    )
-                    found = await store.by_bound(agent, query, k, channels)
-                    if found is not None:
-                        assert found == expected, (query, channels, k)  # the very same floats
-                        bounded += 1
-        # The plan proved most answers: every query with a rare word, in most compartments.
-        assert bounded > 60
-        assert await store.by_bound(agent, "lake", 5, None) is None
-        assert await store.by_bound(agent, "violin comet", 5, None) is None  # nothing common
-    finally:
-        await store.close()
+    store, agent, other = plans
+    await store.add_records(_common_word_records(agent, 4000, rng), None, None)
+    await store.add_records(_common_word_records(other, 1000, rng), None, None)
+    queries = [
+        "lake violin",
+        "the lake and the comet",
+        "lake glacier harbour lantern",
+        "lake hiking",
+        "lake cafe saffron",
+        "lake stone orchard",  # "stone" is common too
+        "lake",  # no rare word: not this plan's
+    ]
+    bounded = 0
+    for query in queries:
+        for channels in (["big"], ["small"], ["big", "small"], None):
+            for k in (1, 5, 30, 100):
+                expected = await store.by_filter(agent, query, k, channels)
+                assert await store.keyword_candidates(agent, query, k, channels) == expected, (
+                    query,
+                    channels,
+                    k,
+                )
+                found = await store.by_bound(agent, query, k, channels)
+                if found is not None:
+                    assert found == expected, (query, channels, k)  # the very same floats
+                    bounded += 1
+    # The plan proved most answers: every query with a rare word, in most compartments.
+    assert bounded > 60
+    assert await store.by_bound(agent, "lake", 5, None) is None
+    assert await store.by_bound(agent, "violin comet", 5, None) is None  # nothing common
 
 
-async def test_the_bound_plan_follows_deletes_and_edits(tmp_path: Path) -> None:
+async def test_the_bound_plan_follows_deletes(plans: tuple[_Plans, str, str]) -> None:
     """Row counts, token totals and each word's count move with every write; the plan reads
     them from the index, so its answer stays the filter plan's."""
     rng = random.Random(5)
-    store = _Plans(tmp_path / "persyn.db")
-    await store.setup()
-    try:
-        agent = derived_id(START, "agent")
-        await store.ensure_agent(agent, "agent", START)
-        records = _common_word_records(agent, 2000, rng)
-        await store.add_records(records, None, None)
-        for round_ in range(3):
-            doomed = [r.id for r in records[round_ * 300 : round_ * 300 + 250]]
-            await store.delete_records(agent, doomed)
-            for query in ("lake violin comet", "lake harbour", "lake hike"):
-                expected = await store.by_filter(agent, query, 20, ["big"])
-                assert await store.keyword_candidates(agent, query, 20, ["big"]) == expected
-                found = await store.by_bound(agent, query, 20, ["big"])
-                assert found is None or found == expected
-    finally:
-        await store.close()
+    store, agent, _ = plans
+    records = _common_word_records(agent, 2000, rng)
+    await store.add_records(records, None, None)
+    proven = 0
+    for round_ in range(3):
+        doomed = [r.id for r in records[round_ * 300 : round_ * 300 + 250]]
+        assert await store.delete_records(agent, doomed) == 250
+        for query in ("lake violin comet", "lake harbour", "lake hike"):
+            expected = await store.by_filter(agent, query, 20, ["big"])
+            assert await store.keyword_candidates(agent, query, 20, ["big"]) == expected
+            found = await store.by_bound(agent, query, 20, ["big"])
+            assert found is None or found == expected
+            proven += found is not None
+    assert proven >= 6
