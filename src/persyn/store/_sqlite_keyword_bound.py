@@ -32,6 +32,7 @@ than k E matches in the compartment, θ not above UB(C), a band larger than what
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from collections import Counter
@@ -41,10 +42,13 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import OperationalError
 
 from persyn.store._sqlite_engine import sqlite_dbapi
 
 __all__ = ["FTS_TOKENIZER", "QueryTokenizer", "keyword_by_bound"]
+
+log = logging.getLogger(__name__)
 
 # The tokenizer of memory_fts (migration 3); the in-memory tokenizer must use the same.
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -167,50 +171,59 @@ def _word_tokens(words: Sequence[str]) -> list[list[str]]:
     return [summary for summary, _ in QueryTokenizer.shared().tokens([(word, "") for word in words])]
 
 
-def keyword_by_bound(
-    connection: Connection,
-    agent_id: str,
-    words: Sequence[str],
-    k: int,
-    channels: list[str] | None,
-    weights: Sequence[float],
-) -> list[tuple[str, float]] | None:
-    """The k best keyword matches in the compartment (as `keyword_candidates`: (id, -bm25),
-    best first, ties to the newer record), or None when this plan does not apply or cannot
-    prove its answer. `words` are the query's words, in the order of its FTS5 query."""
-    if k <= 0 or len(words) < 2:
-        return None
+@dataclass(frozen=True)
+class _Split:
+    """The query's words as FTS5 tokens, each word's row count, and which are common."""
+
+    tokens: list[str]
+    hits: list[int]
+    common: list[int]  # indexes into the words
+    rare: list[int]
+    bound: float  # above the most the common words can add to a record's score
+
+
+def _split(connection: Connection, words: Sequence[str]) -> _Split | None:
     row_bound = connection.execute(text("SELECT max(rowid) FROM memory_records")).scalar()
     if not isinstance(row_bound, int) or row_bound <= 0:
         return None
-    tokens = _word_tokens(words)
-    hits: list[int | None] = []
-    for word_tokens in tokens:
+    tokens: list[str] = []
+    hits: list[int] = []
+    for word_tokens in _word_tokens(words):
         if len(word_tokens) != 1:
-            hits.append(None)  # a phrase of several tokens: its row count is not in the vocabulary
-            continue
+            return None  # a phrase of several tokens: its row count is not in the vocabulary
         found = connection.execute(
             text("SELECT doc FROM memory_fts_vocab WHERE term = :term"), {"term": word_tokens[0]}
         ).scalar()
+        tokens.append(word_tokens[0])
         hits.append(int(found) if found is not None else 0)
-    common = [
-        index for index, count in enumerate(hits) if count is not None and count >= _COMMON_SHARE * row_bound
-    ]
+    common = [index for index, count in enumerate(hits) if count >= _COMMON_SHARE * row_bound]
     rare = [index for index in range(len(words)) if index not in common]
-    if not common or not rare or any(hits[index] is None for index in rare):
-        return None  # (a phrase of several tokens cannot be rescored here)
-    bound = sum((_K1 + 1.0) * _idf(row_bound, hits[index] or 0) for index in common)
-    bound = bound * (1 + 1e-9) + 1e-12  # past any rounding of the sums compared with it
+    if not common or not rare:
+        return None
+    bound = sum((_K1 + 1.0) * _idf(row_bound, hits[index]) for index in common)
+    # Past any rounding of the sums compared with it.
+    return _Split(tokens, hits, common, rare, bound * (1 + 1e-9) + 1e-12)
 
+
+def _band(
+    connection: Connection,
+    agent_id: str,
+    words: Sequence[str],
+    split: _Split,
+    k: int,
+    channels: list[str] | None,
+    weights_sql: str,
+) -> list[Any] | None:
+    """The compartment's records whose rare-word score could put them among the k best (FTS5's
+    rows: rowid, id, score = -bm25 over the rare words, created_at, summary, tags), or None."""
     keep = "r.agent_id = :agent_id"
     params: dict[str, object] = {
-        "match": " OR ".join(f'"{words[index]}"' for index in rare),
+        "match": " OR ".join(f'"{words[index]}"' for index in split.rare),
         "agent_id": agent_id,
     }
     if channels is not None:
         keep += " AND r.channel IN (SELECT value FROM json_each(:channels))"
         params["channels"] = json.dumps(channels, ensure_ascii=False)
-    weights_sql = ", ".join(str(weight) for weight in weights)
     sql = text(
         "SELECT hit.rowid AS rowid, r.id AS id, hit.score AS score, coalesce(" + keep + ", 0) AS keep, "
         "r.created_at AS created_at, r.summary AS summary, r.tags AS tags FROM ("
@@ -225,32 +238,54 @@ def keyword_by_bound(
         kept = [row for row in rows if row.keep and row.id is not None]
         if len(kept) < k:
             return None  # too few rare-word matches here to bound the common words by
-        threshold = -float(kept[k - 1].score)  # θ: the k-th best E score (bm25 is negated)
-        if threshold <= bound:
+        threshold = -float(kept[k - 1].score)  # θ: the k-th best rare-word score
+        if threshold <= split.bound:
             return None
-        floor = threshold - bound
+        floor = threshold - split.bound
         if len(rows) < fetch or -float(rows[-1].score) < floor:
-            break  # every E match that could be among the k best was fetched
+            # Every rare-word match that could be among the k best was fetched.
+            return [row for row in kept if -float(row.score) >= floor]
         fetch *= 4
         if fetch > k * _MOST_FETCH:
             return None
-    band = [row for row in kept if -float(row.score) >= floor]
 
-    averages = _averages(connection)
-    if averages is None or averages.rows <= 0:
+
+def keyword_by_bound(
+    connection: Connection,
+    agent_id: str,
+    words: Sequence[str],
+    k: int,
+    channels: list[str] | None,
+    weights: Sequence[float],
+) -> list[tuple[str, float]] | None:
+    """The k best keyword matches in the compartment (as `keyword_candidates`: (id, -bm25),
+    best first, ties to the newer record), or None when this plan does not apply or cannot
+    prove its answer. `words` are the query's words, in the order of its FTS5 query."""
+    if k <= 0 or len(words) < 2:
+        return None
+    try:
+        split = _split(connection, words)
+        band = (
+            None
+            if split is None
+            else _band(connection, agent_id, words, split, k, channels, ", ".join(str(w) for w in weights))
+        )
+        averages = None if band is None else _averages(connection)
+    except OperationalError as exc:  # an index without its vocabulary (before migration 23)
+        log.warning("keyword search without the common-word bound: %s", exc)
+        return None
+    if split is None or band is None or averages is None or averages.rows <= 0:
         return None
     avgdl = averages.tokens / averages.rows
-    phrase_tokens = [word_tokens[0] for word_tokens in tokens]
-    idfs = [_idf(averages.rows, count or 0) for count in hits]
+    idfs = [_idf(averages.rows, count) for count in split.hits]
+    rare_idfs = [idfs[i] for i in split.rare]
+    rare_tokens = [split.tokens[i] for i in split.rare]
     columns = QueryTokenizer.shared().tokens([(row.summary or "", row.tags or "") for row in band])
     scored: list[tuple[float, Any]] = []
     for row, row_columns in zip(band, columns, strict=True):
-        partial = _bm25(
-            [idfs[i] for i in rare], [phrase_tokens[i] for i in rare], row_columns, weights, avgdl
-        )
-        if partial != -float(row.score):
+        if _bm25(rare_idfs, rare_tokens, row_columns, weights, avgdl) != -float(row.score):
             return None  # this SQLite rounds otherwise: leave it to FTS5 alone
-        scored.append((_bm25(idfs, phrase_tokens, row_columns, weights, avgdl), row))
+        scored.append((_bm25(idfs, split.tokens, row_columns, weights, avgdl), row))
     # Best first; ties to the newer record, then the larger id (the plain plans' order),
     # by stable sorts from the last key to the first.
     scored.sort(key=lambda pair: str(pair[1].id), reverse=True)

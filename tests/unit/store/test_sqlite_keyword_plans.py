@@ -14,7 +14,7 @@ import pytest
 
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.store._sqlite_keyword_bound import keyword_by_bound
+from persyn.store._sqlite_keyword_bound import FTS_TOKENIZER, keyword_by_bound
 from persyn.store._sqlite_memory import (  # pyright: ignore[reportPrivateUsage]
     KEYWORD_WEIGHTS,
     _keyword_by_filter,  # pyright: ignore[reportPrivateUsage]
@@ -48,6 +48,16 @@ class _Plans(SQLiteStore):
         assert words is not None
         return await self._read(
             "bound plan", lambda c: keyword_by_bound(c, agent_id, words, k, channels, KEYWORD_WEIGHTS)
+        )
+
+    async def index_sql(self) -> str:
+        return str(
+            await self._read(
+                "schema",
+                lambda c: c.exec_driver_sql(
+                    "SELECT sql FROM sqlite_master WHERE name = 'memory_fts'"
+                ).scalar(),
+            )
         )
 
 
@@ -237,6 +247,8 @@ async def test_a_word_in_most_records_is_bounded_and_the_answer_is_unchanged(
     # The plan proved most answers: every query with a rare word, in most compartments.
     assert bounded > 60
     assert await store.by_bound(agent, "lake", 5, None) is None
+    # The plan tokenizes as the index does: the same tokenizer.
+    assert f"tokenize='{FTS_TOKENIZER}'" in await store.index_sql()
     assert await store.by_bound(agent, "violin comet", 5, None) is None  # nothing common
 
 
