@@ -324,6 +324,51 @@ async def test_vector_candidates_filter_by_agent_and_channel_set_inside_the_inde
     assert await store.vector_candidates(new_id(), [1, 0, 0, 0], 10, None) == []
 
 
+async def test_vector_recall_answers_as_the_search_and_then_the_fetch(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    await _add(store, _record(other, "theirs", channel=MAIN), [1, 0, 0, 0])
+    records = [
+        await _add(store, _record(agent_id, "main near", channel=MAIN, tags=["a"]), [1, 0.1, 0, 0]),
+        await _add(store, _record(agent_id, "main far", channel=MAIN, participants=[new_id()]), [0, 1, 0, 0]),
+        await _add(store, _record(agent_id, "discord", channel=DISCORD, importance=9), [1, 1, 0, 0]),
+        await _add(store, _record(agent_id, "slack", channel=SLACK), [1, 0, 0.2, 0]),
+    ]
+    await _add(store, _record(agent_id, "no vector", channel=MAIN))
+    query = [1, 0, 0, 0]
+
+    for k, channels in ((10, None), (2, None), (10, [MAIN, DISCORD]), (1, [MAIN, DISCORD]), (10, [SLACK])):
+        found = await store.vector_recall(agent_id, query, k, channels)
+        hits = await store.vector_candidates(agent_id, query, k, channels)
+        assert found.hits == hits
+        expected = await store.recall_candidates(agent_id, _ids(hits))
+        assert sorted(found.candidates, key=lambda c: c.id) == sorted(expected, key=lambda c: c.id)
+        by_id = {r.id: r for r in records}
+        built = sorted((c.record() for c in found.candidates), key=lambda r: r.id)
+        assert built == sorted((by_id[i] for i in _ids(hits)), key=lambda r: r.id)
+    in_two = await store.vector_recall(agent_id, query, 10, [DISCORD, MAIN, MAIN])
+    assert {c.channel for c in in_two.candidates} == {MAIN, DISCORD}
+    assert _ids(in_two.hits) == [records[0].id, records[2].id, records[1].id]
+
+    empty = [
+        await store.vector_recall(agent_id, query, 0, None),
+        await store.vector_recall(agent_id, query, 10, []),
+        await store.vector_recall(agent_id, query, 10, ["nowhere:at-all"]),
+        await store.vector_recall(agent_id, [0, 0, 0, 0], 10, None),  # no direction
+        await store.vector_recall(agent_id, [1, 0, 0], 10, None),  # no vectors of this size
+        await store.vector_recall(new_id(), query, 10, None),
+    ]
+    assert all(e.hits == [] and e.candidates == [] for e in empty)
+    with pytest.raises(InputError):
+        await store.vector_recall(agent_id, [math.nan, 0, 0, 0], 5, None)
+
+    # A record deleted (after a search found it) is no longer found, with or without its row.
+    assert await store.delete_records(agent_id, [records[0].id]) == 1
+    after = await store.vector_recall(agent_id, query, 10, None)
+    assert records[0].id not in _ids(after.hits)
+    assert sorted(c.id for c in after.candidates) == sorted(_ids(after.hits))
+    assert _ids(after.hits) == [records[3].id, records[2].id, records[1].id]
+
+
 async def test_vector_candidates_search_only_vectors_of_the_query_size(store: Store) -> None:
     agent_id = new_id()
     assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None) == []  # no index yet

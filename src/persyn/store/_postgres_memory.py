@@ -27,7 +27,7 @@ from persyn.store._sqlite_memory import (
 )
 from persyn.store._sqlite_vectors import unit_vector
 from persyn.store.mapping import record_from_row
-from persyn.store.memory import RecallCandidate
+from persyn.store.memory import RecallCandidate, VectorRecall
 from persyn.store.schema import memory_records
 
 __all__ = ["PostgresMemory", "any_words"]
@@ -125,6 +125,26 @@ class PostgresMemory(SQLiteMemory):
             "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels)
         )
 
+    async def vector_recall(
+        self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
+    ) -> VectorRecall:
+        """One statement: the nearest hits joined to their records' rows
+        (`vectors.nearest_rows`), one snapshot, so every hit has its candidate. Recall at
+        100k records in one channel spent 2.6 ms on the separate fetch of its candidates
+        (a second transaction and round trip after the search)."""
+        unit = unit_vector(vector, "query vector")
+        if unit is None or k <= 0:
+            return VectorRecall([], [])
+
+        def work(connection: Connection) -> VectorRecall:
+            rows = vectors.nearest_rows(connection, agent_id, unit, k, channels, _COLUMN_NAMES)
+            return VectorRecall(
+                [(row[0], row[1]) for row in rows],
+                [_candidate_from_row(row[2:]) for row in rows if row[2] is not None],
+            )
+
+        return await self._search("vector_recall", work)
+
     async def warm_recall(self, agent_id: str) -> int:
         """Nothing to load here: the HNSW index lives in the server's buffers."""
         del agent_id
@@ -192,11 +212,26 @@ def _put_vectors(
 
 
 # `_sqlite_memory._DRIVER_COLUMNS`, read as psycopg returns them: TIMESTAMPTZ as an aware
-# datetime, JSON as text or (where psycopg parses it) as the list.
-_DRIVER_COLUMNS = (
-    "id, agent_id, created_at, channel, participant_ids, summary, importance, tags, emotion, "
-    "sensitivity, conversation_id, message_ids, ref, kind"
+# datetime, the JSON lists as text. Text, not psycopg's parsed JSON: its loader (bytes, an
+# encoding sniff, then json.loads) for three columns of 100 candidates was the largest part
+# of the fetch's CPU, and `message_ids` is only parsed for the few records built in full.
+_COLUMN_NAMES = (
+    "id",
+    "agent_id",
+    "created_at",
+    "channel",
+    "participant_ids::text",
+    "summary",
+    "importance",
+    "tags::text",
+    "emotion",
+    "sensitivity",
+    "conversation_id",
+    "message_ids::text",
+    "ref",
+    "kind",
 )
+_DRIVER_COLUMNS = ", ".join(_COLUMN_NAMES)
 
 
 def _json_list(value: Any) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ from persyn.store.memory import (
     ObservationChange,
     QuickFact,
     RecallCandidate,
+    VectorRecall,
 )
 from persyn.store.model_calls import ModelCallsStore
 from persyn.store.outbox import OutboxRow, OutboxStore
@@ -99,6 +100,7 @@ __all__ = [
     "SchedulePort",
     "Store",
     "Trigger",
+    "VectorRecall",
 ]
 
 

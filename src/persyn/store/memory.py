@@ -21,6 +21,7 @@ __all__ = [
     "ObservationChange",
     "QuickFact",
     "RecallCandidate",
+    "VectorRecall",
 ]
 
 
@@ -57,6 +58,16 @@ class RecallCandidate:
             tags=record.tags,
             build=lambda: record,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class VectorRecall:
+    """One vector search as recall uses it: the hits, (record_id, cosine distance) closest
+    first as `MemoryPort.vector_candidates` returns them, and the recall candidates of the
+    hits' records (any order; a hit whose record is gone has none)."""
+
+    hits: list[tuple[str, float]]
+    candidates: list[RecallCandidate]
 
 
 class Observation(Row):
@@ -197,6 +208,19 @@ class MemoryPort(ABC):
         Returns (record_id, distance), closest first. A backend may answer approximately
         (an ANN index) but returns exact distances: SQLite is exact per channel below 2,000
         vectors and uses binary codes with an exact re-rank above (ARCHITECTURE §7.1)."""
+
+    async def vector_recall(
+        self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
+    ) -> VectorRecall:
+        """`vector_candidates` and the `recall_candidates` of its hits, as recall asks for
+        them together. The default is those two calls; a backend may answer both at once
+        (PostgreSQL: one statement, the nearest hits joined to their rows)."""
+        hits = await self.vector_candidates(agent_id, vector, k, channels)
+        if not hits:
+            return VectorRecall([], [])
+        return VectorRecall(
+            hits, await self.recall_candidates(agent_id, [record_id for record_id, _ in hits])
+        )
 
     async def warm_recall(self, agent_id: str) -> int:
         """Bring into memory what recall searches for this agent, ahead of its first recall
