@@ -54,7 +54,7 @@ from persyn.memory._query import (
 )
 from persyn.memory.access import eligible_channels, may_surface
 from persyn.memory.embedder import Embedder
-from persyn.store.base import RecallCandidate, Store, VectorRecall
+from persyn.store.base import RecallCandidate, RecallHits, Store
 
 __all__ = [
     "Components",
@@ -317,16 +317,15 @@ class Retriever:
         channels = eligible_channels(channel, config.channel_groups)
         pool = config.candidates
 
-        # Each search fetches its own candidates' records as soon as it has them, so one
-        # fetch overlaps the other search instead of waiting for both (a record found both
-        # ways is read twice; that costs less than the wait).
+        # Each search comes back with its own candidates (`Store.vector_recall` /
+        # `keyword_recall`: on PostgreSQL read by the search's own statement), so one fetch
+        # overlaps the other search instead of waiting for both (a record found both ways is
+        # read twice; that costs less than the wait).
         async def keyword_search() -> tuple[dict[str, float], list[RecallCandidate]]:
             if mode == "vector" or not analysed.keyword_query:
                 return {}, []
-            found = dict(
-                await self.store.keyword_candidates(agent_id, analysed.keyword_query, pool, channels)
-            )
-            return found, await self._fetch(agent_id, found)
+            found = await self.store.keyword_recall(agent_id, analysed.keyword_query, pool, channels)
+            return dict(found.hits), found.candidates
 
         async def vector_search() -> tuple[dict[str, float], str | None, list[RecallCandidate]]:
             if mode == "keyword":
@@ -406,16 +405,13 @@ class Retriever:
             periods=analysed.periods,
         )
 
-    async def _fetch(self, agent_id: str, record_ids: Mapping[str, float]) -> list[RecallCandidate]:
-        return await self.store.recall_candidates(agent_id, list(record_ids)) if record_ids else []
-
     async def _vector_search(
         self, agent_id: str, text: str, pool: int, channels: Sequence[str]
-    ) -> tuple[VectorRecall, str | None]:
+    ) -> tuple[RecallHits, str | None]:
         """Nearest records to `text` with their candidates (one store call: PostgreSQL
         answers both in one statement), or none and the reason when the encoder cannot
         serve: an unavailable encoder degrades recall to keyword search, never fails the turn."""
-        nothing = VectorRecall([], [])
+        nothing = RecallHits([], [])
         if self.embedder is None:
             return nothing, _NO_ENCODER
         try:

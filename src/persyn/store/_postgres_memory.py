@@ -27,7 +27,7 @@ from persyn.store._sqlite_memory import (
 )
 from persyn.store._sqlite_vectors import unit_vector
 from persyn.store.mapping import record_from_row
-from persyn.store.memory import RecallCandidate, VectorRecall
+from persyn.store.memory import RecallCandidate, RecallHits
 from persyn.store.schema import memory_records
 
 __all__ = ["PostgresMemory", "any_words"]
@@ -127,18 +127,18 @@ class PostgresMemory(SQLiteMemory):
 
     async def vector_recall(
         self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
-    ) -> VectorRecall:
+    ) -> RecallHits:
         """One statement: the nearest hits joined to their records' rows
         (`vectors.nearest_rows`), one snapshot, so every hit has its candidate. Recall at
         100k records in one channel spent 2.6 ms on the separate fetch of its candidates
         (a second transaction and round trip after the search)."""
         unit = unit_vector(vector, "query vector")
         if unit is None or k <= 0:
-            return VectorRecall([], [])
+            return RecallHits([], [])
 
-        def work(connection: Connection) -> VectorRecall:
+        def work(connection: Connection) -> RecallHits:
             rows = vectors.nearest_rows(connection, agent_id, unit, k, channels, _COLUMN_NAMES)
-            return VectorRecall(
+            return RecallHits(
                 [(row[0], row[1]) for row in rows],
                 [_candidate_from_row(row[2:]) for row in rows if row[2] is not None],
             )
@@ -163,6 +163,23 @@ class PostgresMemory(SQLiteMemory):
             return keyword.keyword_search(connection, agent_id, words, k, channels)
 
         return await self._search("keyword_candidates", work)
+
+    async def keyword_recall(
+        self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
+    ) -> RecallHits:
+        """The statement that ranks the best records reads their candidate columns too
+        (`keyword.keyword_rows`): no fetch after the search."""
+        words = any_words(query)
+        if words is None or k <= 0 or (channels is not None and not channels):
+            return RecallHits([], [])
+
+        def work(connection: Connection) -> RecallHits:
+            rows = keyword.keyword_rows(connection, agent_id, words, k, channels, _COLUMN_NAMES)
+            return RecallHits(
+                [(row[0], row[1]) for row in rows], [_candidate_from_row(row[2:]) for row in rows]
+            )
+
+        return await self._search("keyword_recall", work)
 
     async def set_record_vector(
         self, agent_id: str, record_id: str, vector: Sequence[float], embedding_model: str

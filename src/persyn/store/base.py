@@ -40,7 +40,7 @@ from persyn.store.memory import (
     ObservationChange,
     QuickFact,
     RecallCandidate,
-    VectorRecall,
+    RecallHits,
 )
 from persyn.store.model_calls import ModelCallsStore
 from persyn.store.outbox import OutboxRow, OutboxStore
@@ -91,6 +91,7 @@ __all__ = [
     "Provenance",
     "QuickFact",
     "RecallCandidate",
+    "RecallHits",
     "Reminder",
     "ReminderAction",
     "ReminderStatus",
@@ -100,7 +101,6 @@ __all__ = [
     "SchedulePort",
     "Store",
     "Trigger",
-    "VectorRecall",
 ]
 
 
