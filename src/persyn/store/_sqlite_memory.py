@@ -28,7 +28,7 @@ from persyn.store._sqlite_ann import AnnCache
 from persyn.store._sqlite_directory import index_participants
 from persyn.store._sqlite_jobs import consolidated_at_import
 from persyn.store._sqlite_work import SQLiteWork
-from persyn.store.base import ImportedMemory, RecallCandidate
+from persyn.store.base import ImportedMemory, RecallCandidate, RecallHits
 from persyn.store.mapping import record_from_row, record_values
 from persyn.store.schema import checked_id, conversations, flags, memory_records, messages
 
@@ -151,20 +151,7 @@ class SQLiteMemory(SQLiteWork):
 
     async def recall_candidates(self, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
         """As `records_by_ids`, each record built from its driver row only when asked for."""
-        wanted = list(dict.fromkeys(record_ids))
-
-        def work(connection: Connection) -> list[RecallCandidate]:
-            found: list[RecallCandidate] = []
-            for chunk in _chunks(wanted):
-                marks = ", ".join("?" * len(chunk))
-                rows = connection.exec_driver_sql(
-                    f"SELECT {_DRIVER_COLUMNS} FROM memory_records WHERE agent_id = ? AND id IN ({marks})",
-                    (agent_id, *chunk),
-                )
-                found += [_candidate_from_driver_row(tuple(row)) for row in rows]
-            return found
-
-        return await self._read("recall_candidates", work)
+        return await self._read("recall_candidates", lambda c: _candidates(c, agent_id, record_ids))
 
     async def list_records(
         self, agent_id: str, *, limit: int = 50, before_id: str | None = None
@@ -263,6 +250,22 @@ class SQLiteMemory(SQLiteWork):
             "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels, cache)
         )
 
+    async def vector_recall(
+        self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
+    ) -> RecallHits:
+        """The search and its candidates' rows in one read transaction on the search's
+        thread: no second hop to the read batch."""
+        unit = vectors.unit_vector(vector, "query vector")
+        if unit is None or k <= 0:
+            return RecallHits([], [])
+        cache = self._ann_cache
+
+        def work(connection: Connection) -> RecallHits:
+            hits = vectors.nearest(connection, agent_id, unit, k, channels, cache)
+            return RecallHits(hits, _candidates(connection, agent_id, [record_id for record_id, _ in hits]))
+
+        return await self._search("vector_recall", work)
+
     async def warm_recall(self, agent_id: str) -> int:
         """Loads the codes of the agent's indexed vector partitions into this store's cache
         (`_sqlite_ann`), which the first search of each would otherwise do: ~0.3 s at 100k
@@ -297,6 +300,23 @@ class SQLiteMemory(SQLiteWork):
             return found if found is not None else _keyword_by_filter(connection, agent_id, match, k, wanted)
 
         return await self._search("keyword_candidates", work)
+
+    async def keyword_recall(
+        self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
+    ) -> RecallHits:
+        """The search and its candidates' rows in one read transaction on the search's thread."""
+        match = fts_any_query(query)
+        if match is None or k <= 0 or (channels is not None and not channels):
+            return RecallHits([], [])
+        wanted = None if channels is None else list(dict.fromkeys(channels))
+
+        def work(connection: Connection) -> RecallHits:
+            found = _keyword_by_top(connection, agent_id, match, k, wanted)
+            if found is None:
+                found = _keyword_by_filter(connection, agent_id, match, k, wanted)
+            return RecallHits(found, _candidates(connection, agent_id, [record_id for record_id, _ in found]))
+
+        return await self._search("keyword_recall", work)
 
     async def set_record_vector(
         self, agent_id: str, record_id: str, vector: Sequence[float], embedding_model: str
@@ -628,6 +648,19 @@ def _record_from_driver_row(row: Sequence[Any]) -> MemoryRecord:
         ref=row[12],
         kind=row[13],
     )
+
+
+def _candidates(connection: Connection, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
+    """`recall_candidates`' work: the driver rows of those of `record_ids` that exist."""
+    found: list[RecallCandidate] = []
+    for chunk in _chunks(list(dict.fromkeys(record_ids))):
+        marks = ", ".join("?" * len(chunk))
+        rows = connection.exec_driver_sql(
+            f"SELECT {_DRIVER_COLUMNS} FROM memory_records WHERE agent_id = ? AND id IN ({marks})",
+            (agent_id, *chunk),
+        )
+        found += [_candidate_from_driver_row(tuple(row)) for row in rows]
+    return found
 
 
 def _candidate_from_driver_row(row: tuple[Any, ...]) -> RecallCandidate:
