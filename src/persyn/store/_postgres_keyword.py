@@ -33,14 +33,7 @@ from sqlalchemy.engine import Connection
 from persyn.store._postgres_migrations import TEXT_CONFIG
 from persyn.store._sqlite_memory import KEYWORD_WEIGHTS
 
-__all__ = [
-    "BLOCK",
-    "create_keyword_index",
-    "keyword_lists_problem",
-    "keyword_rows",
-    "keyword_search",
-    "repair_keyword_lists",
-]
+__all__ = ["BLOCK", "create_keyword_index", "keyword_lists_problem", "keyword_search", "repair_keyword_lists"]
 
 _log = logging.getLogger(__name__)
 
@@ -339,18 +332,10 @@ SELECT lexeme, n, 0, array_send(seqs), array_send(tfs), array_send(lens)
  WHERE agent_id = %(agent_id)s
    AND lexeme = ANY(tsvector_to_array(to_tsvector('{config}', %(words)s))) {channels}
 """
-# The best k of the records scoring at least the k-th best (`_top`), ranked here so that only
-# k rows come back however many tie at the cut: score, then the newer record, then the greater
-# id (in code-point order, as Python compares them). The `= ANY` keeps the lookup one index
-# probe per record; {columns} adds recall's candidate columns (`keyword_rows`).
-_TOP = """
-SELECT m.id, t.score{columns}
-  FROM memory_records m
-  JOIN unnest(CAST(%(seqs)s AS bigint[]), CAST(%(scores)s AS float8[])) AS t(seq, score) ON t.seq = m.search_seq
- WHERE m.agent_id = %(agent_id)s AND m.search_seq = ANY(CAST(%(seqs)s AS bigint[]))
- ORDER BY t.score DESC, m.created_at DESC, m.id COLLATE "C" DESC
- LIMIT %(k)s
-"""
+_IDS = (
+    "SELECT search_seq, id, created_at FROM memory_records "
+    "WHERE agent_id = %(agent_id)s AND search_seq = ANY(CAST(%(seqs)s AS bigint[]))"
+)
 _ARRAY_HEADER = 20  # ndim, has-nulls flag, element type, then one dimension's size and lower bound
 
 
@@ -375,20 +360,6 @@ def keyword_search(
 ) -> list[tuple[str, float]]:
     """The `k` records of `agent_id` (in `channels`, or all) with the best BM25 score for
     any of `words` (plain words, space-separated), best first, ties to the newer record."""
-    return [(row[0], row[1]) for row in keyword_rows(connection, agent_id, words, k, channels, ())]
-
-
-def keyword_rows(
-    connection: Connection,
-    agent_id: str,
-    words: str,
-    k: int,
-    channels: Sequence[str] | None,
-    record_columns: Sequence[str],
-) -> list[tuple[Any, ...]]:
-    """`keyword_search`'s hits as rows (record_id, score, *record_columns): the statement
-    that ranks the best records also reads these columns of their `memory_records` rows,
-    so recall gets its candidates without another round trip (`PostgresMemory.keyword_recall`)."""
     params: dict[str, Any] = {"agent_id": agent_id, "words": words}
     only = ""
     if channels is not None:
@@ -407,7 +378,7 @@ def keyword_rows(
     if not lists or total <= 0:
         return []
     seqs, scores = _bm25(lists, total, length / total)
-    return _top(connection, agent_id, seqs, scores, k, record_columns)
+    return _top(connection, agent_id, seqs, scores, k)
 
 
 def _bm25(
@@ -437,17 +408,17 @@ def _top(
     seqs: np.ndarray[Any, Any],
     scores: np.ndarray[Any, Any],
     k: int,
-    record_columns: Sequence[str],
-) -> list[tuple[Any, ...]]:
+) -> list[tuple[str, float]]:
     """The best `k`, ties to the newer record then the greater id: every record scoring at
     least the k-th best is looked up, so a tie at the cut is settled by `created_at`."""
     if len(scores) > k:
         cut = np.partition(scores, len(scores) - k)[len(scores) - k]
         keep = scores >= cut
         seqs, scores = seqs[keep], scores[keep]
-    columns = "".join(f", m.{column}" for column in record_columns)
-    found = connection.exec_driver_sql(
-        _TOP.format(columns=columns),
-        {"agent_id": agent_id, "seqs": seqs.tolist(), "scores": scores.tolist(), "k": k},
+    found = connection.exec_driver_sql(_IDS, {"agent_id": agent_id, "seqs": seqs.tolist()}).all()
+    score_of = dict(zip(seqs.tolist(), scores.tolist(), strict=True))
+    ranked = sorted(
+        ((score_of[int(seq)], created_at, str(record_id).strip()) for seq, record_id, created_at in found),
+        reverse=True,
     )
-    return [(str(row[0]).strip(), float(row[1]), *row[2:]) for row in found]
+    return [(record_id, score) for score, _, record_id in ranked[:k]]
