@@ -295,11 +295,9 @@ class SQLiteMemory(SQLiteWork):
             return []
         wanted = None if channels is None else list(dict.fromkeys(channels))
 
-        def work(connection: Connection) -> list[tuple[str, float]]:
-            found = _keyword_by_top(connection, agent_id, match, k, wanted)
-            return found if found is not None else _keyword_by_filter(connection, agent_id, match, k, wanted)
-
-        return await self._search("keyword_candidates", work)
+        return await self._search(
+            "keyword_candidates", lambda c: _keyword_hits(c, agent_id, match, k, wanted)
+        )
 
     async def keyword_recall(
         self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
@@ -311,9 +309,7 @@ class SQLiteMemory(SQLiteWork):
         wanted = None if channels is None else list(dict.fromkeys(channels))
 
         def work(connection: Connection) -> RecallHits:
-            found = _keyword_by_top(connection, agent_id, match, k, wanted)
-            if found is None:
-                found = _keyword_by_filter(connection, agent_id, match, k, wanted)
+            found = _keyword_hits(connection, agent_id, match, k, wanted)
             return RecallHits(found, _candidates(connection, agent_id, [record_id for record_id, _ in found]))
 
         return await self._search("keyword_recall", work)
@@ -648,6 +644,14 @@ def _record_from_driver_row(row: Sequence[Any]) -> MemoryRecord:
         ref=row[12],
         kind=row[13],
     )
+
+
+def _keyword_hits(
+    connection: Connection, agent_id: str, match: str, k: int, channels: list[str] | None
+) -> list[tuple[str, float]]:
+    """`keyword_candidates`' work: the top-k plan when it proves the answer, else the filter plan."""
+    found = _keyword_by_top(connection, agent_id, match, k, channels)
+    return found if found is not None else _keyword_by_filter(connection, agent_id, match, k, channels)
 
 
 def _candidates(connection: Connection, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
