@@ -226,6 +226,24 @@ that runs turns does at start: the first hybrid query no longer waits ~0.3 s for
 
 (1M: 40.7 and 42.4 ms hybrid p50 quiet, 46.3 at load 1.2; 100k 11.2 and 11.5.) The 1M p99 is a few
 OR queries over words in 30-70 % of the records, which FTS5 ranks in full.
+
+2026-12-02, stop 30: recall's searches bring their candidates (`Store.vector_recall` /
+`keyword_recall`, docs/architecture.md §7.2): on PostgreSQL the nearest hits joined to their rows
+in one statement, and the keyword candidates read in the keyword search's transaction; on SQLite
+both fetches in the search's own transaction. Before (`PYTHONPATH=/work/main/src`) and after,
+interleaved, load 1.0-1.3, p50 ms (CPU ms p50):
+
+    store       records     before: hybrid     vector       keyword      after: hybrid     vector       keyword
+    postgresql    100,000          15.0 (10.1)  10.1 (4.9)    7.4 (5.5)          12.2 (7.7)    8.7 (3.6)    6.4 (4.6)
+    postgresql    100,000          14.3 ( 9.9)  10.4 (5.0)    7.4 (5.4)          12.4 (7.8)    8.8 (3.5)    6.5 (4.6)
+    postgresql  1,000,000          27.0 (16.9)  16.6 (4.8)   17.8 (11.4)         21.2 (14.0)  15.6 (3.8)   16.9 (10.7)
+    postgresql  1,000,000          27.5 (17.5)  16.8 (4.9)   18.5 (11.7)         23.6 (14.0)  16.3 (3.8)   16.7 (10.4)
+    sqlite        100,000          11.6 (15.3)   6.0 (6.1)    8.2 (8.2)          10.1 (13.7)   5.9 (5.9)    7.8 (7.8)
+    sqlite        100,000          11.4 (14.6)   5.9 (6.0)    8.3 (8.3)          10.3 (14.0)   5.9 (5.9)    7.8 (7.9)
+
+A keyword variant that ranked the records at the cut in SQL and read the candidates in that
+statement gave keyword 5.8 / 5.8 at 100k, but 2-2.5x the server time where thousands tie at the cut,
+so it was not kept.
 """
 
 from __future__ import annotations

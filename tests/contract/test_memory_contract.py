@@ -324,6 +324,51 @@ async def test_vector_candidates_filter_by_agent_and_channel_set_inside_the_inde
     assert await store.vector_candidates(new_id(), [1, 0, 0, 0], 10, None) == []
 
 
+async def test_vector_recall_answers_as_the_search_and_then_the_fetch(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    await _add(store, _record(other, "theirs", channel=MAIN), [1, 0, 0, 0])
+    records = [
+        await _add(store, _record(agent_id, "main near", channel=MAIN, tags=["a"]), [1, 0.1, 0, 0]),
+        await _add(store, _record(agent_id, "main far", channel=MAIN, participants=[new_id()]), [0, 1, 0, 0]),
+        await _add(store, _record(agent_id, "discord", channel=DISCORD, importance=9), [1, 1, 0, 0]),
+        await _add(store, _record(agent_id, "slack", channel=SLACK), [1, 0, 0.2, 0]),
+    ]
+    await _add(store, _record(agent_id, "no vector", channel=MAIN))
+    query = [1, 0, 0, 0]
+
+    for k, channels in ((10, None), (2, None), (10, [MAIN, DISCORD]), (1, [MAIN, DISCORD]), (10, [SLACK])):
+        found = await store.vector_recall(agent_id, query, k, channels)
+        hits = await store.vector_candidates(agent_id, query, k, channels)
+        assert found.hits == hits
+        expected = await store.recall_candidates(agent_id, _ids(hits))
+        assert sorted(found.candidates, key=lambda c: c.id) == sorted(expected, key=lambda c: c.id)
+        by_id = {r.id: r for r in records}
+        built = sorted((c.record() for c in found.candidates), key=lambda r: r.id)
+        assert built == sorted((by_id[i] for i in _ids(hits)), key=lambda r: r.id)
+    in_two = await store.vector_recall(agent_id, query, 10, [DISCORD, MAIN, MAIN])
+    assert {c.channel for c in in_two.candidates} == {MAIN, DISCORD}
+    assert _ids(in_two.hits) == [records[0].id, records[2].id, records[1].id]
+
+    empty = [
+        await store.vector_recall(agent_id, query, 0, None),
+        await store.vector_recall(agent_id, query, 10, []),
+        await store.vector_recall(agent_id, query, 10, ["nowhere:at-all"]),
+        await store.vector_recall(agent_id, [0, 0, 0, 0], 10, None),  # no direction
+        await store.vector_recall(agent_id, [1, 0, 0], 10, None),  # no vectors of this size
+        await store.vector_recall(new_id(), query, 10, None),
+    ]
+    assert all(e.hits == [] and e.candidates == [] for e in empty)
+    with pytest.raises(InputError):
+        await store.vector_recall(agent_id, [math.nan, 0, 0, 0], 5, None)
+
+    # A record deleted (after a search found it) is no longer found, with or without its row.
+    assert await store.delete_records(agent_id, [records[0].id]) == 1
+    after = await store.vector_recall(agent_id, query, 10, None)
+    assert records[0].id not in _ids(after.hits)
+    assert sorted(c.id for c in after.candidates) == sorted(_ids(after.hits))
+    assert _ids(after.hits) == [records[3].id, records[2].id, records[1].id]
+
+
 async def test_vector_candidates_search_only_vectors_of_the_query_size(store: Store) -> None:
     agent_id = new_id()
     assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None) == []  # no index yet
@@ -401,6 +446,55 @@ HOSTILE = [
     " ".join(["lake"] * 5000),
     " ".join(f"word{i}" for i in range(500)),
 ]
+
+
+async def test_keyword_recall_answers_as_the_search_and_then_the_fetch(store: Store) -> None:
+    agent_id, other = new_id(), new_id()
+    await _add(store, _record(other, "otters in the harbour"))
+    records = [
+        await _add(store, _record(agent_id, "otters on the beach", channel=MAIN, tags=["otters"])),
+        await _add(store, _record(agent_id, "otters again", channel=SLACK, participants=[new_id()])),
+        await _add(store, _record(agent_id, "more otters and seals", channel=DISCORD, importance=9)),
+    ]
+    # Ten records scoring alike: the cut of k falls inside the tie (the newer ones win).
+    for i in range(10):
+        at = T0 + timedelta(days=1, minutes=i)
+        records.append(await _add(store, _record(agent_id, f"harbour seals {i}", channel=MAIN, at=at)))
+    by_id = {r.id: r for r in records}
+
+    for query, k, channels in (
+        ("otters", 10, None),
+        ("otters seals", 10, None),
+        ("otters seals", 3, [MAIN, DISCORD]),
+        ("seals", 4, [MAIN]),
+        ("otters", 1, [SLACK]),
+    ):
+        found = await store.keyword_recall(agent_id, query, k, channels)
+        hits = await store.keyword_candidates(agent_id, query, k, channels)
+        assert found.hits == hits and hits
+        expected = await store.recall_candidates(agent_id, _ids(hits))
+        assert sorted(found.candidates, key=lambda c: c.id) == sorted(expected, key=lambda c: c.id)
+        built = sorted((c.record() for c in found.candidates), key=lambda r: r.id)
+        assert built == sorted((by_id[i] for i in _ids(hits)), key=lambda r: r.id)
+    newest_seals = sorted((r for r in records if r.summary.startswith("harbour")), key=lambda r: r.created_at)
+    assert _ids((await store.keyword_recall(agent_id, "seals", 4, [MAIN])).hits) == [
+        r.id for r in reversed(newest_seals[-4:])
+    ]
+
+    empty = [
+        await store.keyword_recall(agent_id, "otters", 0, None),
+        await store.keyword_recall(agent_id, "otters", 10, []),
+        await store.keyword_recall(agent_id, "otters", 10, ["nowhere:at-all"]),
+        await store.keyword_recall(agent_id, "volcano", 10, None),
+        await store.keyword_recall(agent_id, "  ?! ", 10, None),
+        await store.keyword_recall(new_id(), "otters", 10, None),
+    ]
+    assert all(e.hits == [] and e.candidates == [] for e in empty)
+
+    assert await store.delete_records(agent_id, [records[0].id]) == 1
+    after = await store.keyword_recall(agent_id, "otters", 10, None)
+    assert sorted(_ids(after.hits)) == sorted([records[1].id, records[2].id])
+    assert sorted(c.id for c in after.candidates) == sorted(_ids(after.hits))
 
 
 @pytest.mark.parametrize("query", HOSTILE)

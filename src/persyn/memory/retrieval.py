@@ -54,7 +54,7 @@ from persyn.memory._query import (
 )
 from persyn.memory.access import eligible_channels, may_surface
 from persyn.memory.embedder import Embedder
-from persyn.store.base import RecallCandidate, Store
+from persyn.store.base import RecallCandidate, RecallHits, Store
 
 __all__ = [
     "Components",
@@ -317,23 +317,22 @@ class Retriever:
         channels = eligible_channels(channel, config.channel_groups)
         pool = config.candidates
 
-        # Each search fetches its own candidates' records as soon as it has them, so one
-        # fetch overlaps the other search instead of waiting for both (a record found both
-        # ways is read twice; that costs less than the wait).
+        # Each search comes back with its own candidates (`Store.vector_recall` /
+        # `keyword_recall`: on PostgreSQL read by the search's own statement), so one fetch
+        # overlaps the other search instead of waiting for both (a record found both ways is
+        # read twice; that costs less than the wait).
         async def keyword_search() -> tuple[dict[str, float], list[RecallCandidate]]:
             if mode == "vector" or not analysed.keyword_query:
                 return {}, []
-            found = dict(
-                await self.store.keyword_candidates(agent_id, analysed.keyword_query, pool, channels)
-            )
-            return found, await self._fetch(agent_id, found)
+            found = await self.store.keyword_recall(agent_id, analysed.keyword_query, pool, channels)
+            return dict(found.hits), found.candidates
 
         async def vector_search() -> tuple[dict[str, float], str | None, list[RecallCandidate]]:
             if mode == "keyword":
                 return {}, None, []
             found, why = await self._vector_search(agent_id, analysed.embedding_text, pool, channels)
-            cosines = {rid: 1.0 - distance for rid, distance in found}
-            return cosines, why, await self._fetch(agent_id, cosines)
+            cosines = {rid: 1.0 - distance for rid, distance in found.hits}
+            return cosines, why, found.candidates
 
         async def period_search() -> list[RecallCandidate]:
             # "What did we talk about yesterday?" has no words a record shares: the period
@@ -406,26 +405,25 @@ class Retriever:
             periods=analysed.periods,
         )
 
-    async def _fetch(self, agent_id: str, record_ids: Mapping[str, float]) -> list[RecallCandidate]:
-        return await self.store.recall_candidates(agent_id, list(record_ids)) if record_ids else []
-
     async def _vector_search(
         self, agent_id: str, text: str, pool: int, channels: Sequence[str]
-    ) -> tuple[list[tuple[str, float]], str | None]:
-        """Nearest records to `text`, or none and the reason when the encoder cannot serve:
-        an unavailable encoder degrades recall to keyword search, never fails the turn."""
+    ) -> tuple[RecallHits, str | None]:
+        """Nearest records to `text` with their candidates (one store call: PostgreSQL
+        answers both in one statement), or none and the reason when the encoder cannot
+        serve: an unavailable encoder degrades recall to keyword search, never fails the turn."""
+        nothing = RecallHits([], [])
         if self.embedder is None:
-            return [], _NO_ENCODER
+            return nothing, _NO_ENCODER
         try:
             [vector] = await self.embedder.embed([text])
         except Exception as exc:  # SPEC §6: whatever the encoder does, the turn goes on
             log.warning("encoder %s unavailable, recalling by keyword only: %s", self.embedder.name, exc)
-            return [], f"encoder {self.embedder.name!r} unavailable ({exc}): keyword-only recall"
+            return nothing, f"encoder {self.embedder.name!r} unavailable ({exc}): keyword-only recall"
         try:
-            return await self.store.vector_candidates(agent_id, vector, pool, channels), None
+            return await self.store.vector_recall(agent_id, vector, pool, channels), None
         except StoreError as exc:  # the vector index is an enrichment; full text still answers
             log.warning("vector search failed, recalling by keyword only: %s", exc)
-            return [], f"vector search failed ({exc}): keyword-only recall"
+            return nothing, f"vector search failed ({exc}): keyword-only recall"
 
     async def _formed_in(self, agent_id: str, periods: Sequence[Period], pool: int) -> list[RecallCandidate]:
         """Up to `pool` records formed in each of the (first three) periods, newest first.

@@ -44,6 +44,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, Connection, Engine
@@ -60,6 +61,7 @@ __all__ = [
     "delete_vectors",
     "missing_indexes",
     "nearest",
+    "nearest_rows",
     "put_vectors",
     "restore_indexes",
     "vector_literal",
@@ -212,6 +214,22 @@ def nearest(
     """The `k` records of `agent_id` (in `channels`, if given) nearest to the unit `vector`,
     as (record_id, cosine distance), closest first; ties in id order. See the module note
     for the two paths."""
+    return [(row[0], row[1]) for row in nearest_rows(connection, agent_id, vector, k, channels, ())]
+
+
+def nearest_rows(
+    connection: Connection,
+    agent_id: str,
+    vector: bytes,
+    k: int,
+    channels: Sequence[str] | None,
+    record_columns: Sequence[str],
+) -> list[tuple[Any, ...]]:
+    """`nearest`'s hits as rows (record_id, distance, *record_columns): the hits joined, in
+    the same statement, to these columns of their `memory_records` rows (NULLs where a row
+    is missing). Recall reads its candidates this way: one round trip instead of a search
+    and then a fetch (`PostgresMemory.vector_recall`). The join runs after the LIMIT, on
+    the k hits only, so the index walk is the one `nearest` makes."""
     dims = len(vector) // 4
     k = min(k, MAX_K)
     if k <= 0 or (channels is not None and not channels) or not _has_table(connection, dims):
@@ -219,31 +237,37 @@ def nearest(
     # Found from a read-only transaction, the table was committed: remember it.
     _remember_table(connection, dims)
     name = vector_table(dims)
-    where = "agent_id = :agent_id" + ("" if channels is None else " AND channel = ANY(:channels)")
+    where = "agent_id = %(agent_id)s" + ("" if channels is None else " AND channel = ANY(%(channels)s)")
     params: dict[str, object] = {"agent_id": agent_id, "vector": vector_literal(vector), "k": k}
     if channels is not None:
         params["channels"] = list(dict.fromkeys(channels))
-    distance = f"embedding <=> CAST(:vector AS vector({dims}))"
-    rows: list[tuple[str, float]] = []
+    distance = f"embedding <=> CAST(%(vector)s AS vector({dims}))"
+    joined = "".join(f", m.{column}" for column in record_columns)
+
+    def search(order_by: str) -> list[tuple[Any, ...]]:
+        hits = f"SELECT record_id, {distance} AS distance FROM {name} WHERE {where} ORDER BY {order_by} LIMIT %(k)s"
+        if record_columns:
+            hits = (
+                f"WITH hits AS MATERIALIZED ({hits}) SELECT hits.record_id, hits.distance{joined} FROM hits "
+                "LEFT JOIN memory_records m ON m.id = hits.record_id AND m.agent_id = %(agent_id)s"
+            )
+        rows = connection.exec_driver_sql(hits, params)
+        return [(str(row[0]), float(row[1]), *row[2:]) for row in rows]
+
+    rows: list[tuple[Any, ...]] = []
     if dims <= MAX_HNSW_DIMS:
         # One round trip, as SET LOCAL was: the compartment's size picks the floor.
         size = "SELECT sum(records) FROM memory_text_stats WHERE " + where
-        connection.execute(
-            text(
-                f"SELECT set_config('hnsw.ef_search', (CASE WHEN coalesce(({size}), 0) > {_SMALL_COMPARTMENT} "
-                f"THEN {max(_MIN_EF_SEARCH, min(k, _MAX_EF_SEARCH))} "
-                f"ELSE {max(_SMALL_EF_SEARCH, min(k, _MAX_EF_SEARCH))} END)::text, true)"
-            ),
+        connection.exec_driver_sql(
+            f"SELECT set_config('hnsw.ef_search', (CASE WHEN coalesce(({size}), 0) > {_SMALL_COMPARTMENT} "
+            f"THEN {max(_MIN_EF_SEARCH, min(k, _MAX_EF_SEARCH))} "
+            f"ELSE {max(_SMALL_EF_SEARCH, min(k, _MAX_EF_SEARCH))} END)::text, true)",
             params,
         )
-        indexed = (
-            f"SELECT record_id, {distance} AS distance FROM {name} WHERE {where} ORDER BY {distance} LIMIT :k"
-        )
-        rows = [(str(r.record_id), float(r.distance)) for r in connection.execute(text(indexed), params)]
+        rows = search(distance)
     if len(rows) < k:
         # `+ 0` hides the ordering from the HNSW index: an exact scan of the compartment.
-        exact = f"SELECT record_id, {distance} AS distance FROM {name} WHERE {where} ORDER BY ({distance}) + 0 LIMIT :k"
-        rows = [(str(r.record_id), float(r.distance)) for r in connection.execute(text(exact), params)]
+        rows = search(f"({distance}) + 0")
     return sorted(rows, key=lambda hit: (hit[1], hit[0]))[:k]
 
 

@@ -29,7 +29,7 @@ from persyn.store._sqlite_directory import index_participants
 from persyn.store._sqlite_jobs import consolidated_at_import
 from persyn.store._sqlite_keyword_bound import keyword_by_bound
 from persyn.store._sqlite_work import SQLiteWork
-from persyn.store.base import ImportedMemory, RecallCandidate
+from persyn.store.base import ImportedMemory, RecallCandidate, RecallHits
 from persyn.store.mapping import record_from_row, record_values
 from persyn.store.schema import checked_id, conversations, flags, memory_records, messages
 
@@ -152,20 +152,7 @@ class SQLiteMemory(SQLiteWork):
 
     async def recall_candidates(self, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
         """As `records_by_ids`, each record built from its driver row only when asked for."""
-        wanted = list(dict.fromkeys(record_ids))
-
-        def work(connection: Connection) -> list[RecallCandidate]:
-            found: list[RecallCandidate] = []
-            for chunk in _chunks(wanted):
-                marks = ", ".join("?" * len(chunk))
-                rows = connection.exec_driver_sql(
-                    f"SELECT {_DRIVER_COLUMNS} FROM memory_records WHERE agent_id = ? AND id IN ({marks})",
-                    (agent_id, *chunk),
-                )
-                found += [_candidate_from_driver_row(tuple(row)) for row in rows]
-            return found
-
-        return await self._read("recall_candidates", work)
+        return await self._read("recall_candidates", lambda c: _candidates(c, agent_id, record_ids))
 
     async def list_records(
         self, agent_id: str, *, limit: int = 50, before_id: str | None = None
@@ -264,6 +251,22 @@ class SQLiteMemory(SQLiteWork):
             "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels, cache)
         )
 
+    async def vector_recall(
+        self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
+    ) -> RecallHits:
+        """The search and its candidates' rows in one read transaction on the search's
+        thread: no second hop to the read batch."""
+        unit = vectors.unit_vector(vector, "query vector")
+        if unit is None or k <= 0:
+            return RecallHits([], [])
+        cache = self._ann_cache
+
+        def work(connection: Connection) -> RecallHits:
+            hits = vectors.nearest(connection, agent_id, unit, k, channels, cache)
+            return RecallHits(hits, _candidates(connection, agent_id, [record_id for record_id, _ in hits]))
+
+        return await self._search("vector_recall", work)
+
     async def warm_recall(self, agent_id: str) -> int:
         """Loads the codes of the agent's indexed vector partitions into this store's cache
         (`_sqlite_ann`), which the first search of each would otherwise do: ~0.3 s at 100k
@@ -291,17 +294,26 @@ class SQLiteMemory(SQLiteWork):
         words = fts_any_words(query)
         if words is None or k <= 0 or (channels is not None and not channels):
             return []
-        match = " OR ".join(f'"{word}"' for word in words)
         wanted = None if channels is None else list(dict.fromkeys(channels))
 
-        def work(connection: Connection) -> list[tuple[str, float]]:
-            # Cheapest first; each plan gives the same answer or None (`_sqlite_keyword_bound`).
-            found = keyword_by_bound(connection, agent_id, words, k, wanted, KEYWORD_WEIGHTS)
-            if found is None:
-                found = _keyword_by_top(connection, agent_id, match, k, wanted)
-            return found if found is not None else _keyword_by_filter(connection, agent_id, match, k, wanted)
+        return await self._search(
+            "keyword_candidates", lambda c: _keyword_hits(c, agent_id, words, k, wanted)
+        )
 
-        return await self._search("keyword_candidates", work)
+    async def keyword_recall(
+        self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
+    ) -> RecallHits:
+        """The search and its candidates' rows in one read transaction on the search's thread."""
+        words = fts_any_words(query)
+        if words is None or k <= 0 or (channels is not None and not channels):
+            return RecallHits([], [])
+        wanted = None if channels is None else list(dict.fromkeys(channels))
+
+        def work(connection: Connection) -> RecallHits:
+            found = _keyword_hits(connection, agent_id, words, k, wanted)
+            return RecallHits(found, _candidates(connection, agent_id, [record_id for record_id, _ in found]))
+
+        return await self._search("keyword_recall", work)
 
     async def set_record_vector(
         self, agent_id: str, record_id: str, vector: Sequence[float], embedding_model: str
@@ -639,6 +651,32 @@ def _record_from_driver_row(row: Sequence[Any]) -> MemoryRecord:
         ref=row[12],
         kind=row[13],
     )
+
+
+def _keyword_hits(
+    connection: Connection, agent_id: str, words: list[str], k: int, channels: list[str] | None
+) -> list[tuple[str, float]]:
+    """`keyword_candidates`' work, cheapest plan first; each gives the same answer or None:
+    the common-word bound (`_sqlite_keyword_bound`), the top-k plan, else the filter plan."""
+    found = keyword_by_bound(connection, agent_id, words, k, channels, KEYWORD_WEIGHTS)
+    if found is not None:
+        return found
+    match = " OR ".join(f'"{word}"' for word in words)
+    found = _keyword_by_top(connection, agent_id, match, k, channels)
+    return found if found is not None else _keyword_by_filter(connection, agent_id, match, k, channels)
+
+
+def _candidates(connection: Connection, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
+    """`recall_candidates`' work: the driver rows of those of `record_ids` that exist."""
+    found: list[RecallCandidate] = []
+    for chunk in _chunks(list(dict.fromkeys(record_ids))):
+        marks = ", ".join("?" * len(chunk))
+        rows = connection.exec_driver_sql(
+            f"SELECT {_DRIVER_COLUMNS} FROM memory_records WHERE agent_id = ? AND id IN ({marks})",
+            (agent_id, *chunk),
+        )
+        found += [_candidate_from_driver_row(tuple(row)) for row in rows]
+    return found
 
 
 def _candidate_from_driver_row(row: tuple[Any, ...]) -> RecallCandidate:

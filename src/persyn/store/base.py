@@ -40,6 +40,7 @@ from persyn.store.memory import (
     ObservationChange,
     QuickFact,
     RecallCandidate,
+    RecallHits,
 )
 from persyn.store.model_calls import ModelCallsStore
 from persyn.store.outbox import OutboxRow, OutboxStore
@@ -90,6 +91,7 @@ __all__ = [
     "Provenance",
     "QuickFact",
     "RecallCandidate",
+    "RecallHits",
     "Reminder",
     "ReminderAction",
     "ReminderStatus",

@@ -21,6 +21,7 @@ __all__ = [
     "ObservationChange",
     "QuickFact",
     "RecallCandidate",
+    "RecallHits",
 ]
 
 
@@ -57,6 +58,17 @@ class RecallCandidate:
             tags=record.tags,
             build=lambda: record,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHits:
+    """One search as recall uses it: the hits, (record_id, value) best first as
+    `MemoryPort.vector_candidates` (cosine distance) or `keyword_candidates` (BM25) return
+    them, and the recall candidates of the hits' records (any order; a hit whose record is
+    gone has none)."""
+
+    hits: list[tuple[str, float]]
+    candidates: list[RecallCandidate]
 
 
 class Observation(Row):
@@ -198,6 +210,21 @@ class MemoryPort(ABC):
         (an ANN index) but returns exact distances: SQLite is exact per channel below 2,000
         vectors and uses binary codes with an exact re-rank above (ARCHITECTURE §7.1)."""
 
+    async def vector_recall(
+        self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
+    ) -> RecallHits:
+        """`vector_candidates` and the `recall_candidates` of its hits, as recall asks for
+        them together. The default is those two calls; a backend may answer both at once
+        (PostgreSQL: one statement, the nearest hits joined to their rows)."""
+        return await self._with_candidates(
+            agent_id, await self.vector_candidates(agent_id, vector, k, channels)
+        )
+
+    async def _with_candidates(self, agent_id: str, hits: list[tuple[str, float]]) -> RecallHits:
+        if not hits:
+            return RecallHits([], [])
+        return RecallHits(hits, await self.recall_candidates(agent_id, [record_id for record_id, _ in hits]))
+
     async def warm_recall(self, agent_id: str) -> int:
         """Bring into memory what recall searches for this agent, ahead of its first recall
         after a start; returns how many indexes were loaded. The default has none to load
@@ -212,6 +239,16 @@ class MemoryPort(ABC):
         """Full-text matches over record summaries and tags: (record_id, bm25 score) with
         higher = better, best first. Any words match (OR), ranked by BM25; FTS syntax in the
         query is treated as plain words."""
+
+    async def keyword_recall(
+        self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
+    ) -> RecallHits:
+        """`keyword_candidates` and the `recall_candidates` of its hits, as recall asks for
+        them together. The default is those two calls; PostgreSQL reads the candidates in
+        the statement that ranks the hits."""
+        return await self._with_candidates(
+            agent_id, await self.keyword_candidates(agent_id, query, k, channels)
+        )
 
     @abstractmethod
     async def set_record_vector(
