@@ -244,6 +244,18 @@ interleaved, load 1.0-1.3, p50 ms (CPU ms p50):
 A keyword variant that ranked the records at the cut in SQL and read the candidates in that
 statement gave keyword 5.8 / 5.8 at 100k, but 2-2.5x the server time where thousands tie at the cut,
 so it was not kept.
+
+2026-12-02, stop 30, everything together (the encoder loaded first, the common-word bound on
+SQLite, the searches bringing their candidates), load 1.3-1.9, p50 / p99 ms:
+
+    store       records     hybrid          vector          keyword
+    sqlite        100,000   10.7-11.0 / 32-64   5.5-5.7 / 7-12   8.3-8.6 / 14.4
+    sqlite      1,000,000   41.1-43.6 / 90-570  14.7-16.2 / 19-26  36.6-38.6 / 54-61
+    postgresql    100,000   11.6-12.0 / 30-33   8.4-8.6 / 9-12   6.2 / 10-11
+    postgresql  1,000,000   20.9 / 40.7         16.1 / 21.5      16.6 / 26.2
+
+The SQLite keyword p99 at 1M went 255 -> 54-61 ms (the bound plan; 100k: 29 -> 14.4). The 570 ms
+hybrid p99 was the first run after the merge (cold pages); the second gave 90.
 """
 
 from __future__ import annotations
