@@ -270,3 +270,44 @@ async def test_the_bound_plan_follows_deletes(plans: tuple[_Plans, str, str]) ->
             assert found is None or found == expected
             proven += found is not None
     assert proven >= 6
+
+
+async def test_random_corpora_give_the_filter_plans_answer(plans: tuple[_Plans, str, str]) -> None:
+    """Small random corpora one after the other, each with its own common word at a share
+    from 30 to 90 %, repeated, in tags: whatever plan answers, it is the filter plan's answer."""
+    store, agent, _ = plans
+    vocabulary = ["quartz", "ember", "fjord", "mesa", "nebula", "pylon", "runes", "sable", "talus"]
+    bounded = 0
+    for seed in range(6):
+        rng = random.Random(seed)
+        common = f"common{seed}"
+        share = 0.3 + 0.12 * seed
+        records: list[MemoryRecord] = []
+        for index in range(400):
+            words = [common] * (rng.random() < share) * rng.randint(1, 3)
+            words += rng.choices(vocabulary, k=rng.randint(0, 3)) + ["filler"] * rng.randint(0, 6)
+            at = START + timedelta(days=seed, minutes=index // 2)
+            records.append(
+                MemoryRecord(
+                    id=derived_id(at, agent, f"{seed}-{index}"),
+                    agent_id=agent,
+                    created_at=at,
+                    channel=rng.choice(["a", "b"]),
+                    summary=" ".join(words) or "empty",
+                    tags=tuple(rng.sample([common, *vocabulary], rng.randint(0, 2))),
+                    sensitivity=Sensitivity.PUBLIC,
+                )
+            )
+        await store.add_records(records, None, None)
+        for _ in range(12):
+            query = " ".join([common, *rng.sample(vocabulary, rng.randint(1, 4))])
+            channels = rng.choice([["a"], ["a", "b"], None])
+            k = rng.choice([1, 3, 10, 40])
+            expected = await store.by_filter(agent, query, k, channels)
+            assert await store.keyword_candidates(agent, query, k, channels) == expected, (seed, query)
+            found = await store.by_bound(agent, query, k, channels)
+            assert found is None or found == expected, (seed, query, channels, k)
+            bounded += found is not None
+        # The next corpus starts from an index that has just lost all of these.
+        assert await store.delete_records(agent, [r.id for r in records]) == len(records)
+    assert bounded > 30
