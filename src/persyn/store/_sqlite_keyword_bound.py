@@ -10,23 +10,28 @@ almost nothing in the score (bm25's idf of a word in half the records is ~0.1; o
 `keyword_by_bound` uses that, and gives exactly the answer of the plain plans:
 
 1. The query's words are split into *common* ones C (one token, in at least a quarter of the
-   index's rows) and the rest E. Each word's contribution to bm25 is below (k1 + 1) x idf, so
-   a record's score from C is below UB(C), the sum of those bounds (idf computed with the
-   largest possible row count, so it bounds FTS5's).
+   index's rows: FTS5's row count from its averages record, each word's from `memory_fts_vocab`)
+   and the rest E. Each word's contribution to bm25 is below (k1 + 1) x idf, so a record's score
+   from C is below UB(C), the sum of those bounds. The plan is only tried when the E words match
+   at most half as many rows as the C words (else ranking them costs about as much as all).
 2. FTS5 ranks the E words alone (bm25 over their matches only), M best first, each looked up
-   in `memory_records` for its compartment, its creation time and its text.
+   in `memory_records` for its compartment, its creation time and its text. M grows (x4, or by
+   the compartment's share of what was fetched) up to 64 x k.
 3. With θ the k-th best E score in the compartment: a record matching no E word scores below
    UB(C) < θ, and one whose E score is below θ - UB(C) scores below θ; neither can be among the
    k best, nor tie with them. The rest (the *band*) are scored in full here, the way FTS5's
    bm25 scores them: each band record's summary and tags are tokenized by an FTS5 table with
    the same tokenizer (in memory), and the formula of `fts5_aux.c` is applied phrase by phrase
    in query order, with the row count and token total from the index's averages record.
-4. Self-check: the E score computed here must equal FTS5's bit for bit for every band record,
-   or the plan gives up (None) and the plain plans answer. A platform whose SQLite computes
-   bm25 with other rounding (fused multiply-add) therefore only loses the speed-up.
+4. Checks. Once per process, FTS5's bm25 and the formula here must agree bit for bit on a
+   scratch table of 300 rows (`QueryTokenizer.calibrated`): a SQLite built with fused
+   multiply-adds (clang; gcc on arm64) rounds otherwise, and the plan is then off. For every
+   band record, the E score computed here must equal FTS5's, or the plan gives up (an index
+   out of step with its records). Anything that fails inside the plan gives up too: it is a
+   shortcut, and the plain plans answer.
 
-The plan gives up whenever it cannot prove its answer (no common word, no rare word, fewer
-than k E matches in the compartment, θ not above UB(C), a band larger than what it fetched).
+The plan gives up (None) whenever it cannot prove its answer (no common word, no other word,
+fewer than k E matches in the compartment, θ not above UB(C), a band larger than 64 x k).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import random
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -42,7 +49,6 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import OperationalError
 
 from persyn.store._sqlite_engine import sqlite_dbapi
 
@@ -75,6 +81,7 @@ class QueryTokenizer:
             f"CREATE VIRTUAL TABLE tok USING fts5(summary, tags, content='', tokenize='{FTS_TOKENIZER}')"
         )
         self._connection.execute("CREATE VIRTUAL TABLE tok_instances USING fts5vocab(tok, instance)")
+        self._calibrated: dict[tuple[float, ...], bool] = {}
 
     @classmethod
     def shared(cls) -> QueryTokenizer:
@@ -82,6 +89,72 @@ class QueryTokenizer:
             if cls._shared is None:
                 cls._shared = QueryTokenizer()
             return cls._shared
+
+    @classmethod
+    def _forget(cls) -> None:
+        """In a forked child: a lock another thread held at the fork would never be released."""
+        cls._shared = None
+        cls._shared_lock = threading.Lock()
+
+    def calibrated(self, weights: Sequence[float]) -> bool:
+        """Whether this SQLite's bm25 with these column weights equals `_bm25` bit for bit,
+        tried once per process on a scratch FTS5 table of 300 varied rows and OR queries mixing
+        common and rare words. A build that fuses multiply-adds (clang, gcc on arm64) rounds
+        otherwise, and the plan is then off: the self-check of each answer compares only the
+        rare words' part of a score."""
+        key = tuple(weights)
+        with self._lock:
+            known = self._calibrated.get(key)
+        if known is None:
+            known = self._calibrate(key)
+            with self._lock:
+                self._calibrated[key] = known
+        return known
+
+    def _calibrate(self, weights: tuple[float, ...]) -> bool:
+        if len(weights) != 2 or not all(weight > 0 for weight in weights):
+            return False  # the bound needs positive weights; the index has two columns
+        rng = random.Random(0)
+        words = [f"w{n}" for n in range(12)]
+        texts = [
+            (
+                " ".join(
+                    rng.choices(words[:3], k=rng.randint(0, 4)) + rng.choices(words, k=rng.randint(0, 30))
+                ),
+                " ".join(rng.choices(words, k=rng.randint(0, 3))),
+            )
+            for _ in range(300)
+        ]
+        columns = self.tokens(texts)
+        total = sum(len(summary) + len(tags) for summary, tags in columns)
+        weights_sql = ", ".join(str(weight) for weight in weights)
+        with self._lock:
+            cursor = self._connection.cursor()
+            cursor.execute(
+                f"CREATE VIRTUAL TABLE calibration USING fts5(summary, tags, tokenize='{FTS_TOKENIZER}')"
+            )
+            try:
+                cursor.executemany(
+                    "INSERT INTO calibration(rowid, summary, tags) VALUES (?, ?, ?)",
+                    [(index + 1, summary, tags) for index, (summary, tags) in enumerate(texts)],
+                )
+                for query in (words[:1] + words[5:7], words[:3], [words[1], *words[8:]], words[2:6]):
+                    hits = [
+                        sum(word in summary or word in tags for summary, tags in columns) for word in query
+                    ]
+                    idfs = [_idf(len(texts), count) for count in hits]
+                    match = " OR ".join(f'"{word}"' for word in query)
+                    for rowid, score in cursor.execute(
+                        f"SELECT rowid, bm25(calibration, {weights_sql}) FROM calibration "
+                        "WHERE calibration MATCH ?",
+                        (match,),
+                    ).fetchall():
+                        if _bm25(idfs, query, columns[rowid - 1], weights, total / len(texts)) != -score:
+                            log.info("this SQLite's bm25 rounds otherwise: no common-word bound")
+                            return False
+            finally:
+                cursor.execute("DROP TABLE calibration")
+        return True
 
     def tokens(self, texts: Sequence[tuple[str, str]]) -> list[tuple[list[str], list[str]]]:
         """Each (summary, tags) as its two columns' tokens (in no particular order)."""
@@ -99,6 +172,9 @@ class QueryTokenizer:
             finally:
                 cursor.execute("ROLLBACK")
         return found
+
+
+os.register_at_fork(after_in_child=QueryTokenizer._forget)  # pyright: ignore[reportPrivateUsage]
 
 
 @dataclass(frozen=True)
@@ -182,10 +258,9 @@ class _Split:
     bound: float  # above the most the common words can add to a record's score
 
 
-def _split(connection: Connection, words: Sequence[str]) -> _Split | None:
-    row_bound = connection.execute(text("SELECT max(rowid) FROM memory_records")).scalar()
-    if not isinstance(row_bound, int) or row_bound <= 0:
-        return None
+def _split(connection: Connection, words: Sequence[str], rows: int) -> _Split | None:
+    """`words` split by their row counts in the index (of `rows` rows), or None when the plan
+    cannot gain: no common word, no other word, or other words about as frequent."""
     tokens: list[str] = []
     hits: list[int] = []
     for word_tokens in _word_tokens(words):
@@ -196,11 +271,13 @@ def _split(connection: Connection, words: Sequence[str]) -> _Split | None:
         ).scalar()
         tokens.append(word_tokens[0])
         hits.append(int(found) if found is not None else 0)
-    common = [index for index, count in enumerate(hits) if count >= _COMMON_SHARE * row_bound]
+    common = [index for index, count in enumerate(hits) if count >= _COMMON_SHARE * rows]
     rare = [index for index in range(len(words)) if index not in common]
     if not common or not rare:
         return None
-    bound = sum((_K1 + 1.0) * _idf(row_bound, hits[index]) for index in common)
+    if 2 * sum(hits[index] for index in rare) > sum(hits[index] for index in common):
+        return None  # ranking the other words' matches would cost about as much as all of them
+    bound = sum((_K1 + 1.0) * _idf(rows, hits[index]) for index in common)
     # Past any rounding of the sums compared with it.
     return _Split(tokens, hits, common, rare, bound * (1 + 1e-9) + 1e-12)
 
@@ -236,16 +313,19 @@ def _band(
     while True:
         rows = connection.execute(sql, {**params, "m": fetch}).all()
         kept = [row for row in rows if row.keep and row.id is not None]
-        if len(kept) < k:
+        if len(kept) >= k:
+            threshold = -float(kept[k - 1].score)  # θ: the k-th best rare-word score
+            if threshold <= split.bound:
+                return None
+            floor = threshold - split.bound
+            if len(rows) < fetch or -float(rows[-1].score) < floor:
+                # Every rare-word match that could be among the k best was fetched.
+                return [row for row in kept if -float(row.score) >= floor]
+            fetch *= 4
+        elif len(rows) < fetch or not kept:
             return None  # too few rare-word matches here to bound the common words by
-        threshold = -float(kept[k - 1].score)  # θ: the k-th best rare-word score
-        if threshold <= split.bound:
-            return None
-        floor = threshold - split.bound
-        if len(rows) < fetch or -float(rows[-1].score) < floor:
-            # Every rare-word match that could be among the k best was fetched.
-            return [row for row in kept if -float(row.score) >= floor]
-        fetch *= 4
+        else:
+            fetch = -(-2 * k * fetch // len(kept))  # twice what the compartment's share suggests
         if fetch > k * _MOST_FETCH:
             return None
 
@@ -264,27 +344,41 @@ def keyword_by_bound(
     if k <= 0 or len(words) < 2:
         return None
     try:
-        split = _split(connection, words)
-        band = (
-            None
-            if split is None
-            else _band(connection, agent_id, words, split, k, channels, ", ".join(str(w) for w in weights))
-        )
-        averages = None if band is None else _averages(connection)
-    except OperationalError as exc:  # an index without its vocabulary (before migration 23)
+        return _bounded(connection, agent_id, words, k, channels, weights)
+    except Exception as exc:  # only a shortcut: whatever fails here, the plain plans answer
         log.warning("keyword search without the common-word bound: %s", exc)
         return None
-    if split is None or band is None or averages is None or averages.rows <= 0:
+
+
+def _bounded(
+    connection: Connection,
+    agent_id: str,
+    words: Sequence[str],
+    k: int,
+    channels: list[str] | None,
+    weights: Sequence[float],
+) -> list[tuple[str, float]] | None:
+    tokenizer = QueryTokenizer.shared()
+    if not tokenizer.calibrated(weights):
+        return None
+    averages = _averages(connection)
+    if averages is None or averages.rows <= 0 or averages.tokens <= 0:
+        return None
+    split = _split(connection, words, averages.rows)
+    if split is None:
+        return None
+    band = _band(connection, agent_id, words, split, k, channels, ", ".join(str(w) for w in weights))
+    if band is None:
         return None
     avgdl = averages.tokens / averages.rows
     idfs = [_idf(averages.rows, count) for count in split.hits]
     rare_idfs = [idfs[i] for i in split.rare]
     rare_tokens = [split.tokens[i] for i in split.rare]
-    columns = QueryTokenizer.shared().tokens([(row.summary or "", row.tags or "") for row in band])
+    columns = tokenizer.tokens([(row.summary or "", row.tags or "") for row in band])
     scored: list[tuple[float, Any]] = []
     for row, row_columns in zip(band, columns, strict=True):
         if _bm25(rare_idfs, rare_tokens, row_columns, weights, avgdl) != -float(row.score):
-            return None  # this SQLite rounds otherwise: leave it to FTS5 alone
+            return None  # the index and its records disagree: leave it to FTS5 alone
         scored.append((_bm25(idfs, split.tokens, row_columns, weights, avgdl), row))
     # Best first; ties to the newer record, then the larger id (the plain plans' order),
     # by stable sorts from the last key to the first.

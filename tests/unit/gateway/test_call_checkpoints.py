@@ -108,6 +108,7 @@ async def test_a_re_run_step_gets_its_calls_back_without_calling_or_billing_agai
             # A call the first run never made is made now.
             more = await gateway.complete(Task.RESPOND, prompt)
         await gateway.aclose()
+    await _settled(store)  # the third call's checkpoint is queued, not yet committed
     meter.flush()
     assert model.calls == 3
     assert (draft.text, again.text) == ("answer 1 to Hello?", "answer 1 to Hello?")
