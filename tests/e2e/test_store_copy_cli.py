@@ -5,6 +5,7 @@ Real CLI processes, a real PostgreSQL (pgserver)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,10 +16,11 @@ from typing import Any
 
 import pytest
 from persyn_cli import Persyn
-from sqlalchemy import select, text
+from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import Engine, make_url
 
-from persyn.store._postgres_engine import create_postgres_engine
+from persyn.store import open_store
+from persyn.store._postgres_engine import create_postgres_engine, driver_url
 from persyn.store.copy import COPY_TABLE
 from persyn.store.schema import metadata
 from persyn.store.sqlite import create_sqlite_engine
@@ -143,22 +145,78 @@ def test_round_trip_is_equal_on_every_table_and_recalls_alike(
     assert _dump(target) == original  # the refusal wrote nothing
 
 
+# The copy is held half way through `memory_records` by the database, never by timing: a
+# trigger (added to the target for this test only) takes this advisory lock before the row
+# that would make 100, while the test holds it; the copy then waits on it until killed.
+_HOLD = 0x5045_5253
+
+
+def _hold_at_100_records(target: str) -> Engine:
+    """Migrate the empty target and add the holding trigger; an engine to its database."""
+
+    async def migrate() -> None:
+        store = open_store(target)
+        try:
+            await store.setup()
+        finally:
+            await store.close()
+
+    asyncio.run(migrate())
+    engine = create_engine(driver_url(make_url(target)), isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(
+            text(
+                "CREATE FUNCTION hold_copy() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF (SELECT count(*) FROM memory_records) >= 100 THEN "
+                f"PERFORM pg_advisory_xact_lock_shared({_HOLD}); END IF; RETURN NEW; END $$"
+            )
+        )
+        connection.execute(
+            text(
+                "CREATE TRIGGER hold_copy BEFORE INSERT ON memory_records FOR EACH ROW EXECUTE FUNCTION hold_copy()"
+            )
+        )
+    return engine
+
+
+def _waiting_on_hold(engine: Engine) -> bool:
+    with engine.connect() as connection:
+        waiting = connection.execute(
+            text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND classid = 0 AND objid = :key"
+            ),
+            {"key": _HOLD},
+        ).scalar_one()
+    return bool(waiting)
+
+
 def test_a_copy_killed_half_way_resumes_to_a_complete_copy(
     deployment: tuple[Persyn, str], postgres_server: PostgresForTests
 ) -> None:
     persyn, source = deployment
     target = postgres_server.fresh_schema("resume")
-    copying = persyn.popen("store", "copy", "--to", target, "--batch-size", "10")
+    engine = _hold_at_100_records(target)
     try:
-        while not (_has_copy_table(target) and _count(target, "SELECT count(*) FROM memory_records")):
-            assert copying.poll() is None, persyn.log("store")
-            time.sleep(0.02)
-        os.kill(copying.pid, signal.SIGKILL)
+        with engine.connect() as holder:
+            holder.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _HOLD})
+            copying = persyn.popen("store", "copy", "--to", target, "--batch-size", "10")
+            try:
+                while not _waiting_on_hold(engine):  # the copy reached the 101st record
+                    assert copying.poll() is None, persyn.log("store")
+                    time.sleep(0.02)
+                os.kill(copying.pid, signal.SIGKILL)
+            finally:
+                copying.wait()
+            holder.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _HOLD})
+        with engine.connect() as connection:  # waits for the killed copy's transaction to end
+            connection.execute(text("DROP TRIGGER hold_copy ON memory_records"))
+            connection.execute(text("DROP FUNCTION hold_copy()"))
     finally:
-        copying.wait()
+        engine.dispose()
     assert copying.returncode == -signal.SIGKILL
     partial = _count(target, "SELECT count(*) FROM memory_records")
-    assert 0 < partial < RECORDS and _has_copy_table(target)  # it really stopped half way
+    assert partial == 100 and _has_copy_table(target)  # it really stopped half way, batches committed
 
     # another source may not take the half-done target over
     other = persyn.run("store", "copy", "--from", postgres_server.fresh_schema("other"), "--to", target)
