@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import needs
 from persyn.testing.postgres import PostgresForTests
 from persyn.testing.redis_server import REDIS_SERVER, RedisForTests
 
@@ -47,9 +48,28 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisForTests]:
     """One real redis-server for the whole session, started on first use."""
     if not Path(REDIS_SERVER).exists():
-        pytest.fail("redis-server is not installed (apt-get install redis-server; .ci/run does it)")
+        needs.missing("redis-server")
     server = RedisForTests(tmp_path_factory.mktemp("redis")).start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: after pytest's own short summary
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
+    """One last line naming what this machine lacks, so a run that skipped for it is never
+    silently green (see tests/needs.py)."""
+    yield
+    reasons = [
+        str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        for report in terminalreporter.stats.get("skipped", [])
+    ]
+    skipped = [text for text in reasons if needs.INSTALL_HINT in text]
+    if things := needs.missing_things(skipped):
+        terminalreporter.write_line(
+            f"{len(skipped)} tests skipped: this machine lacks {'; '.join(things)}. "
+            "Run `make test-deps` as root (or `PERSYN_TEST_DEPS=sudo make test`) to install them.",
+            yellow=True,
+            bold=True,
+        )

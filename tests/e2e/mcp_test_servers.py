@@ -1,6 +1,6 @@
 """MCP servers written by others, as the tests start them: the npm "everything" server (stdio,
 or streamable HTTP on a free loopback port) and PyPI's `mcp-server-time`, both installed under
-`tests/servers` by `.ci/run` (`npm ci --prefix tests/servers`; a venv for the Python one)."""
+`tests/servers` by `.ci/deps` (`npm ci --prefix tests/servers`; a venv for the Python one)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import needs
+
 SERVERS = Path(__file__).resolve().parents[1] / "servers"
 EVERYTHING = SERVERS / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 TIME_SERVER = SERVERS / ".venv" / "bin" / "mcp-server-time"
 UNLOCK_SERVER = Path(__file__).resolve().parent / "mcp_unlock_server.py"
-_INSTALL = (
-    "install the test servers first: npm ci --prefix tests/servers; uv venv tests/servers/.venv && "
-    "uv pip install --python tests/servers/.venv/bin/python -r tests/servers/requirements.txt (see .ci/run)"
-)
 
 
 def require_servers() -> None:
-    missing = [str(path) for path in (EVERYTHING, TIME_SERVER) if not path.exists()]
-    if missing:
-        raise AssertionError(f"missing {', '.join(missing)}: {_INSTALL}")
+    absent = [
+        str(path.relative_to(SERVERS.parent)) for path in (EVERYTHING, TIME_SERVER) if not path.exists()
+    ]
+    if absent:
+        needs.missing(f"the MCP test servers ({', '.join(absent)})")
 
 
 def everything_stdio(name: str = "everything", **extra: Any) -> dict[str, Any]:

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from persyn_cli import Persyn
 
+import needs
+
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)"),
+    pytest.mark.skipif(shutil.which("tmux") is None, reason=needs.reason("tmux")),
 ]
 
 REMINDED = "Time to water the plants, as you asked!"

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from persyn_cli import Persyn
 
+import needs
 from persyn.tools._pids_cgroup import PidsCgroup
 
 pytestmark = pytest.mark.e2e
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=needs.reason("bubblewrap (bwrap)"))
 
 
 def _configure(persyn: Persyn, text: str) -> None:

@@ -15,6 +15,8 @@ import httpx
 import pytest
 from web_daemon import GARDEN, HELLO, SILENCE, WebDaemon, start
 
+import needs
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CHROMIUM = "/usr/bin/chromium"
@@ -38,7 +40,7 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
     daemon.stop()
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (.ci/run installs it)")
+@pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
 def test_the_page_chats_streams_withdraws_and_curates_the_directory(web: WebDaemon, tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
 

@@ -3,7 +3,6 @@ Matrix (`matrix_server.Synapse`: PyPI's Synapse in its own venv), each started w
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,11 +10,13 @@ import pytest
 from irc_server import NGIRCD, IrcServer
 from matrix_server import SYNAPSE_PYTHON, Synapse
 
+import needs
+
 
 @pytest.fixture(scope="session")
 def ircd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IrcServer]:
     if not Path(NGIRCD).exists():
-        pytest.fail("ngircd is not installed (apt-get install ngircd; .ci/run does it)")
+        needs.missing("ngircd (a real IRC server)")
     server = IrcServer(tmp_path_factory.mktemp("ngircd"))
     server.start()
     yield server
@@ -24,13 +25,9 @@ def ircd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IrcServer]:
 
 @pytest.fixture(scope="session")
 def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
-    """Synapse from its own venv (.ci/run makes tests/servers/synapse/.venv); one per session."""
+    """Synapse from its own venv (.ci/deps makes tests/servers/synapse/.venv); one per session."""
     if not SYNAPSE_PYTHON.exists():
-        if os.environ.get("CI"):  # CI always makes it: a missing venv there is a broken CI, not a skip
-            pytest.fail(f"no Synapse venv at {SYNAPSE_PYTHON.parent.parent}; .ci/run should have made it")
-        pytest.skip(
-            f"no Synapse venv at {SYNAPSE_PYTHON.parent.parent} (CI makes it: see the Matrix block of .ci/run)"
-        )
+        needs.missing(f"Synapse in its own venv ({SYNAPSE_PYTHON.parent.parent})")
     server = Synapse(tmp_path_factory.mktemp("synapse"))
     server.generate()
     server.start()

@@ -18,10 +18,11 @@ import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
+import needs
 from persyn.testing import ADA, Pilot, run_runtime, tool_returns
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=needs.reason("bubblewrap (bwrap)"))
 
 
 class Coder:

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+import needs
 from persyn.core.config import load_settings
 from persyn.core.config_sandbox import SandboxConfig
 from persyn.core.errors import ConfigError, ToolError
 from persyn.runtime.sandbox_ops import run_probes
 from persyn.tools.sandbox import SandboxProvider, detect_provider
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=needs.reason("bubblewrap (bwrap)"))
 
 
 async def _provider(tmp_path: Path, **config: object) -> SandboxProvider:
