@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from persyn.core.config import load_settings
 from persyn.core.config_sandbox import SandboxConfig
 from persyn.core.errors import ConfigError, ToolError
 from persyn.runtime.sandbox_ops import run_probes
+from persyn.tools._sandbox_disk import archive_cap
 from persyn.tools.sandbox import SandboxProvider, detect_provider
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -60,7 +62,38 @@ async def test_the_workspace_persists_and_nothing_else_does(tmp_path: Path) -> N
     assert first.ok and first.stdout.strip() == "65534"
     second = await provider.run(workspace, "cat kept.txt; cat /tmp/lost.txt")
     assert second.stdout == "kept\n" and "No such file" in second.stderr
-    assert (workspace / "kept.txt").read_text() == "kept\n"
+    # On the host the workspace is one archive, written by the sandbox, never extracted here.
+    assert sorted(p.name for p in workspace.iterdir()) == ["workspace.tar"]
+    with tarfile.open(workspace / "workspace.tar") as archive:
+        assert "./kept.txt" in archive.getnames()
+
+
+@needs_bwrap
+async def test_a_command_stopped_at_the_wall_clock_keeps_no_changes(tmp_path: Path) -> None:
+    provider = await _provider(tmp_path, wall_seconds=2)
+    workspace = tmp_path / "sandbox" / "a"
+    assert (await provider.run(workspace, "echo one > state.txt")).ok
+    stopped = await provider.run(workspace, "echo two > state.txt; sleep 60")
+    assert stopped.timed_out and "the workspace is as it was before this command" in stopped.stderr
+    assert (await provider.run(workspace, "cat state.txt")).stdout == "one\n"
+
+
+@needs_bwrap
+async def test_the_workspace_quota_holds_inside_and_on_the_host(tmp_path: Path) -> None:
+    provider = await _provider(tmp_path, workspace_mb=4)
+    workspace = tmp_path / "sandbox" / "a"
+    full = await provider.run(workspace, "for i in 1 2 3; do head -c 2000000 /dev/zero > f$i; done; du -sk .")
+    assert "No space left on device" in full.stderr
+    assert (workspace / "workspace.tar").stat().st_size <= archive_cap(4 * 1024 * 1024)
+    # Junk written straight into every descriptor the sandbox holds (the save pipe too) is
+    # counted by the host and past the cap kept nowhere: the workspace stays as it was.
+    before = (workspace / "workspace.tar").read_bytes()
+    junk = await provider.run(
+        workspace, "for f in /proc/1/fd/* /proc/$$/fd/*; do head -c 9000000 /dev/zero > $f; done 2>/dev/null; true"
+    )
+    assert "the workspace is as it was before this command" in junk.stderr
+    assert (workspace / "workspace.tar").read_bytes() == before
+    assert sorted(p.name for p in workspace.iterdir()) == ["workspace.tar"]
 
 
 @needs_bwrap
@@ -202,11 +235,11 @@ async def test_a_workspace_lives_as_long_as_its_agent(tmp_path: Path) -> None:
     settings = harness_settings(tmp_path / "home")
     root = settings.data_dir / "sandbox"
     for agent_id in (ADA.id, "01GONEGONEGONEGONEGONEGONE"):
-        (root / agent_id).mkdir(parents=True)
-        (root / agent_id / "work.py").write_text("print(1)\n")
-    (root / ADA.id / "outside").symlink_to(tmp_path)  # left by sandboxed code: never followed
+        (root / agent_id / "k1" / "files").mkdir(parents=True)
+        (root / agent_id / "k1" / "files" / "work.py").write_text("print(1)\n")
+    (root / ADA.id / "k1" / "files" / "outside").symlink_to(tmp_path)  # never followed
     service = SandboxService(settings, {})
     assert (await service.start()).provider is not None
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [ADA.id]
-    assert service.workspaces.remove(ADA.id) and not (root / ADA.id).exists()
+    assert service.workspaces.remove(ADA.id) == 1 and not (root / ADA.id).exists()
     assert (tmp_path / "home").is_dir()  # the symlink went, not what it pointed to
