@@ -57,7 +57,10 @@ class Shell:
         results = tool_returns(messages)
         if task == "reflect":
             return SelfAssessment(
-                patterns="I keep files", serves_objectives=True, intention="pursue_goal", plan="look at my files"
+                patterns="I keep files",
+                serves_objectives=True,
+                intention="pursue_goal",
+                plan="look at my files",
             )
         if task == "sandbox":
             self.sandbox_calls += 1
@@ -136,9 +139,7 @@ async def test_the_operator_lists_and_resets_every_compartments_workspace(
         await pilot.say(PIN, channel="dm-alice", speaker="alice", transmitted=True)
         await pilot.say("echo mallory > /workspace/m.txt", channel="dm-mallory", speaker="mallory")
         people = {
-            p.id
-            for p in await pilot.store.list_persons(ADA.id)
-            if p.display_name in ("Alice", "Mallory")
+            p.id for p in await pilot.store.list_persons(ADA.id) if p.display_name in ("Alice", "Mallory")
         }
     cli = Persyn(home=home, env={"PERSYN_MODELS__DEFAULT": "test:echo"})
     listed = cli.run("sandbox", "list", "--all", "--json")
@@ -146,7 +147,9 @@ async def test_the_operator_lists_and_resets_every_compartments_workspace(
     workspaces = json.loads(listed.stdout)
     assert len(workspaces) == 2
     assert {w["agent_id"] for w in workspaces} == {ADA.id}
-    seen = {(tuple(w["compartment"]["channels"]), tuple(w["compartment"]["participant_ids"])) for w in workspaces}
+    seen = {
+        (tuple(w["compartment"]["channels"]), tuple(w["compartment"]["participant_ids"])) for w in workspaces
+    }
     assert {channels for channels, _ in seen} == {("test:dm-alice",), ("test:dm-mallory",)}
     assert {person for _, ids in seen for person in ids} == people
     assert all(w["files"] >= 1 and not w["compartment"]["own"] for w in workspaces)
@@ -175,12 +178,16 @@ async def test_writing_past_the_quota_fails_inside_and_the_host_keeps_at_most_th
         assert int(seen.split("out='")[1].split("\\n")[0]) < 9  # stopped at 8 MiB, not 20 MB
         assert _stored_bytes(root) <= archive_cap(8 * 1024 * 1024)
         # /tmp is bounded the same way.
-        await pilot.say("head -c 20000000 /dev/zero > /tmp/x; ls -l /tmp/x", channel="dm-mallory", speaker="mallory")
+        await pilot.say(
+            "head -c 20000000 /dev/zero > /tmp/x; ls -l /tmp/x", channel="dm-mallory", speaker="mallory"
+        )
         assert "No space left on device" in shell.reports[-1][1]
         assert _stored_bytes(root) <= archive_cap(8 * 1024 * 1024)
 
 
-async def test_a_task_that_would_take_the_data_volumes_reserve_is_refused(tmp_path: Path, shell: Shell) -> None:
+async def test_a_task_that_would_take_the_data_volumes_reserve_is_refused(
+    tmp_path: Path, shell: Shell
+) -> None:
     home = tmp_path / "home"
     home.mkdir()
     free_mb = shutil.disk_usage(home).free // (1024 * 1024)

@@ -58,7 +58,10 @@ def sandbox_check(ctx: typer.Context, agent: AgentOption = None, as_json: JsonOp
 
 @sandbox_app.command("list")
 def sandbox_list(
-    ctx: typer.Context, agent: AgentOption = None, every: EveryAgentOption = False, as_json: JsonOption = False
+    ctx: typer.Context,
+    agent: AgentOption = None,
+    every: EveryAgentOption = False,
+    as_json: JsonOption = False,
 ) -> None:
     """The agent's sandbox workspaces (`--all`: every agent's), one per compartment: whose runs
     share it (conversation or the agent's own runs, channels, people, sensitivity), its size and
@@ -99,7 +102,10 @@ def sandbox_list(
 
 @sandbox_app.command("reset")
 def sandbox_reset(
-    ctx: typer.Context, agent: AgentOption = None, workspace: WorkspaceOption = None, every: EveryAgentOption = False
+    ctx: typer.Context,
+    agent: AgentOption = None,
+    workspace: WorkspaceOption = None,
+    every: EveryAgentOption = False,
 ) -> None:
     """Delete the agent's sandbox workspaces (their files from earlier `run_code` tasks): all of
     them, or the one `--workspace KEY` names; `--all`: every agent's."""

@@ -170,7 +170,9 @@ async def _probe_quota(provider: SandboxProvider, workspace: Path) -> Probe:
     quota = provider.limits.workspace_mb
     name = f"write past the workspace quota ({quota} MiB)"
     if not provider.holds_quota:
-        return Probe(name=name, isolated=False, detail=f"{provider.name} holds no quota on the workspace folder")
+        return Probe(
+            name=name, isolated=False, detail=f"{provider.name} holds no quota on the workspace folder"
+        )
     tries = quota + 2
     script = (
         f"i=0; while [ $i -lt {tries} ]; do head -c 1048576 /dev/zero > .quota-$i || break; "

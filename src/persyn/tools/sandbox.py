@@ -151,6 +151,7 @@ class SandboxProvider(ABC):
         self.executable = executable
         self.limits = Limits.from_config(config)
         self.reserve = reserve or DiskReserve(Path.cwd(), config.reserve_mb * 1024 * 1024)
+        self._locks: dict[Path, asyncio.Lock] = {}
 
     @property
     def claim_bytes(self) -> int:
@@ -187,10 +188,13 @@ class SandboxProvider(ABC):
         keep: bool = True,
     ) -> CommandResult:
         """`command` in the workspace whose host folder is `workspace`; `keep=False` (probes)
-        keeps none of its changes and claims nothing of the reserve."""
-        with self.reserve.claim(self.claim_bytes) if keep else contextlib.nullcontext():
-            async with self.confined() as prefix:
-                return await self._run(prefix, workspace, command, stdin, read_only, keep)
+        keeps none of its changes and claims nothing of the reserve. Commands in one workspace
+        take turns in this process: each restores the archive the one before it saved."""
+        lock = self._locks.setdefault(workspace, asyncio.Lock())
+        async with lock:
+            with self.reserve.claim(self.claim_bytes) if keep else contextlib.nullcontext():
+                async with self.confined() as prefix:
+                    return await self._run(prefix, workspace, command, stdin, read_only, keep)
 
     async def _run(
         self,
@@ -202,7 +206,9 @@ class SandboxProvider(ABC):
         keep: bool,
     ) -> CommandResult:
         _make_directory(workspace if self.holds_quota else workspace / WORKSPACE_FILES)
-        transfer = ArchiveTransfer(workspace, WORKSPACE_ARCHIVE, self.claim_bytes) if self.holds_quota else None
+        transfer = (
+            ArchiveTransfer(workspace, WORKSPACE_ARCHIVE, self.claim_bytes) if self.holds_quota else None
+        )
         seccomp = self.pass_fds()
         passed = PassedFds(
             seccomp=seccomp[0] if seccomp else None,

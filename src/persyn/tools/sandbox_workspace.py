@@ -190,7 +190,9 @@ class SandboxWorkspaces:
 
 
 def _visible(folder: Path) -> list[str]:
-    return [p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")]
+    return [
+        p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+    ]
 
 
 def _is_workspace(path: Path) -> bool:

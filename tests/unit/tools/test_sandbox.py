@@ -89,7 +89,8 @@ async def test_the_workspace_quota_holds_inside_and_on_the_host(tmp_path: Path) 
     # counted by the host and past the cap kept nowhere: the workspace stays as it was.
     before = (workspace / "workspace.tar").read_bytes()
     junk = await provider.run(
-        workspace, "for f in /proc/1/fd/* /proc/$$/fd/*; do head -c 9000000 /dev/zero > $f; done 2>/dev/null; true"
+        workspace,
+        "for f in /proc/1/fd/* /proc/$$/fd/*; do head -c 9000000 /dev/zero > $f; done 2>/dev/null; true",
     )
     assert "the workspace is as it was before this command" in junk.stderr
     assert (workspace / "workspace.tar").read_bytes() == before
