@@ -39,6 +39,7 @@ async def test_every_probe_fails_closed(tmp_path: Path, network: str) -> None:
     assert probes["write outside the workspace"].isolated
     assert probes["TCP to the host's loopback"].isolated
     assert probes["read the host's home"].isolated
+    assert probes["write past the workspace quota"].isolated  # the tmpfs fills first
     # `none` refuses even a socket; `loopback` has one, but only its own loopback behind it.
     assert probes["open an IP socket"].isolated is (network == "none")
     assert not (tmp_path / "sandbox" / ".escape").exists()
