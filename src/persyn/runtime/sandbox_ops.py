@@ -53,6 +53,9 @@ class SandboxService:
             self.detected = await detect_provider(self.settings.sandbox, self.workspaces.root)
             if self.detected.provider is not None:
                 self.workspaces.prune({agent.id for agent in self.settings.agents})
+                for agent in self.settings.agents:
+                    with contextlib.suppress(OSError):
+                        self.workspaces.set_aside_legacy(agent.id)
         return self.detected
 
     @property

@@ -26,7 +26,8 @@ the quota in memory (its tmpfs `/workspace` and `/tmp`).
 **The reserve.** `DiskReserve` refuses to start a command when the data volume's free space,
 less what commands in flight may still write (each claims its archive cap), would fall below
 `[sandbox] reserve_mb`: the store's database, logs and DBOS state keep that room whatever the
-sandbox does. The claim is counted in this process; a second process on the same volume checks
+sandbox does; and a finished command's archive is dropped rather than kept when the volume went
+under the reserve while it ran. The claim is counted in this process; a second process on the same volume checks
 the real free space, which the first's writes already reduce.
 """
 
@@ -95,9 +96,10 @@ class ArchiveTransfer:
     """One command's workspace archive: the descriptor it is restored from, the pipe it is
     saved through, and the temporary file that becomes the archive when complete."""
 
-    def __init__(self, folder: Path, archive_name: str, cap: int) -> None:
+    def __init__(self, folder: Path, archive_name: str, cap: int, reserve: DiskReserve) -> None:
         self.archive = folder / archive_name
         self.cap = cap
+        self.reserve = reserve
         self._partial = folder / f".incoming-{secrets.token_hex(6)}"
         self.source: int | None = None  # the sandbox's end of the restore pipe
         self._feed: int | None = None  # ours
@@ -204,6 +206,14 @@ class ArchiveTransfer:
                 if size < len(SAVED_MARK) or out.read() != SAVED_MARK:
                     return "the command ended before the workspace was saved"
                 out.truncate(size - len(SAVED_MARK))
+            # Something else (another process) may have filled the volume meanwhile: the
+            # store's reserve wins over this command's changes.
+            free = self.reserve.free_bytes()
+            if free < self.reserve.reserve_bytes:
+                return (
+                    f"the data volume has {free // _MIB} MiB free, under [sandbox] reserve_mb "
+                    f"{self.reserve.reserve_bytes // _MIB}"
+                )
             self._partial.replace(self.archive)
         except OSError as exc:
             return f"cannot keep the archive: {exc.strerror}"

@@ -207,7 +207,9 @@ class SandboxProvider(ABC):
     ) -> CommandResult:
         _make_directory(workspace if self.holds_quota else workspace / WORKSPACE_FILES)
         transfer = (
-            ArchiveTransfer(workspace, WORKSPACE_ARCHIVE, self.claim_bytes) if self.holds_quota else None
+            ArchiveTransfer(workspace, WORKSPACE_ARCHIVE, self.claim_bytes, self.reserve)
+            if self.holds_quota
+            else None
         )
         seccomp = self.pass_fds()
         passed = PassedFds(

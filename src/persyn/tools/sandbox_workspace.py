@@ -59,6 +59,7 @@ __all__ = [
 WORKSPACE_ARCHIVE = "workspace.tar"  # bubblewrap: the workspace between commands
 WORKSPACE_FILES = "files"  # runsc, docker: a folder bound at /workspace
 _COMPARTMENT = "compartment.json"
+_LEGACY = "legacy"  # what an agent's folder held before compartments
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,23 @@ class SandboxWorkspaces:
         shutil.rmtree(folder, ignore_errors=True)
         return count
 
+    def set_aside_legacy(self, agent_id: str) -> bool:
+        """Move what an agent's folder held before workspaces had compartments (files of every
+        conversation, together) into a workspace of no compartment, `legacy`: no run is given
+        it; `persyn sandbox list` shows it and `reset` deletes it. True when something moved."""
+        folder = self.root / agent_id
+        if not folder.is_dir():
+            return False
+        loose = [p for p in folder.iterdir() if not (_is_workspace(p) and (p / _COMPARTMENT).is_file())]
+        loose = [p for p in loose if p.name != _LEGACY]
+        if not loose:
+            return False
+        target = folder / _LEGACY / WORKSPACE_FILES
+        target.mkdir(parents=True, exist_ok=True)
+        for path in loose:
+            path.rename(target / path.name)  # a rename moves a symbolic link, never follows it
+        return True
+
     def prune(self, keep: set[str]) -> list[str]:
         """Remove the workspaces of agents not in `keep`; returns their ids."""
         if not self.root.is_dir():
@@ -228,8 +246,9 @@ def _archive_entries(archive: Path) -> int | None:
 
 def _folder_usage(folder: Path) -> tuple[int, int, datetime | None]:
     size, files, newest = 0, 0, 0.0
-    for directory, _, names in os.walk(folder):  # os.walk does not follow symbolic links
-        for name in names:
+    for directory, folders, names in os.walk(folder):  # os.walk does not follow symbolic links
+        links = [f for f in folders if os.path.islink(os.path.join(directory, f))]
+        for name in [*names, *links]:
             try:
                 stat = os.lstat(os.path.join(directory, name))
             except OSError:

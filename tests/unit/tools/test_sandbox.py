@@ -237,11 +237,16 @@ async def test_a_workspace_lives_as_long_as_its_agent(tmp_path: Path) -> None:
     settings = harness_settings(tmp_path / "home")
     root = settings.data_dir / "sandbox"
     for agent_id in (ADA.id, "01GONEGONEGONEGONEGONEGONE"):
-        (root / agent_id / "k1" / "files").mkdir(parents=True)
-        (root / agent_id / "k1" / "files" / "work.py").write_text("print(1)\n")
-    (root / ADA.id / "k1" / "files" / "outside").symlink_to(tmp_path)  # never followed
+        (root / agent_id).mkdir(parents=True)
+        (root / agent_id / "work.py").write_text("print(1)\n")
+    (root / ADA.id / "outside").symlink_to(tmp_path)  # left by sandboxed code: never followed
     service = SandboxService(settings, {})
     assert (await service.start()).provider is not None
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [ADA.id]
+    # What the agent's folder held before workspaces had compartments is set aside, given to
+    # no run, and shown to the operator as a workspace of no compartment.
+    (legacy,) = service.workspaces.listing(ADA.id)
+    assert legacy.key == "legacy" and legacy.compartment is None and legacy.files == 2
+    assert (root / ADA.id / "legacy" / "files" / "outside").is_symlink()
     assert service.workspaces.remove(ADA.id) == 1 and not (root / ADA.id).exists()
     assert (tmp_path / "home").is_dir()  # the symlink went, not what it pointed to
