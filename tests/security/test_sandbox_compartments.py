@@ -155,6 +155,10 @@ async def test_the_operator_lists_and_resets_every_compartments_workspace(
     assert all(w["files"] >= 1 and not w["compartment"]["own"] for w in workspaces)
 
     alice = next(w for w in workspaces if w["compartment"]["channels"] == ["test:dm-alice"])
+    shown = cli.run("sandbox", "show", alice["key"], "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == [{"path": "pin.txt", "size_bytes": len("alice pin 9931\n")}]
+    assert cli.run("sandbox", "show", "../etc").returncode == 2
     one = cli.run("sandbox", "reset", "--all", "--workspace", alice["key"])
     assert one.returncode == 2 and "not both" in one.stderr
     reset = cli.run("sandbox", "reset", "--all")

@@ -100,6 +100,39 @@ def sandbox_list(
         )
 
 
+@sandbox_app.command("show")
+def sandbox_show(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(help="The workspace's key, as `persyn sandbox list` prints it.")],
+    agent: AgentOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What one sandbox workspace holds: each entry with its size (read from the workspace's
+    archive; nothing is extracted or run). Without --agent, the agent whose workspace KEY is."""
+    from persyn.core.errors import ToolError
+    from persyn.tools.sandbox_workspace import SandboxWorkspaces
+
+    settings = CliContext.of(ctx).settings
+    workspaces = SandboxWorkspaces(settings.data_dir / "sandbox")
+    owners = [settings.agent(agent).id] if agent is not None else workspaces.agent_ids()
+    try:
+        found = [(owner, e) for owner in owners if (e := workspaces.entries(owner, key)) is not None]
+    except ToolError as exc:
+        raise fail(str(exc)) from None
+    if not found:
+        raise fail(f"there is no sandbox workspace {key!r} (persyn sandbox list shows them)")
+    if len(found) > 1:
+        raise fail(f"several agents have a workspace {key!r}: name one with --agent")
+    entries = found[0][1]
+    if as_json:
+        echo(dump_json([{"path": path, "size_bytes": size} for path, size in entries]))
+        return
+    for path, size in entries:
+        echo(f"{size:>12}  {path}")
+    if not entries:
+        echo("(empty)")
+
+
 @sandbox_app.command("reset")
 def sandbox_reset(
     ctx: typer.Context,
@@ -115,6 +148,8 @@ def sandbox_reset(
     workspaces = SandboxWorkspaces(settings.data_dir / "sandbox")
     if every and workspace is not None:
         raise fail("give --workspace KEY or --all, not both")
+    if workspace is not None and (not workspace or "/" in workspace or workspace.startswith(".")):
+        raise fail(f"{workspace!r} does not name a workspace (persyn sandbox list shows them)")
     names = {a.id: a.name for a in settings.agents}
     if every:  # every agent that has workspaces, configured or not
         chosen = [(agent_id, names.get(agent_id, agent_id)) for agent_id in workspaces.agent_ids()]

@@ -32,6 +32,7 @@ most `[sandbox] workspace_mb` for bubblewrap, a folder `files/` for the other pr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -165,14 +166,34 @@ class SandboxWorkspaces:
             found += [_info(agent, sub) for sub in sorted(folder.iterdir()) if _is_workspace(sub)]
         return sorted(found, key=lambda w: (w.modified or datetime.min.replace(tzinfo=UTC), w.key))
 
+    def entries(self, agent_id: str, key: str) -> list[tuple[str, int]] | None:
+        """What one workspace holds (path, bytes), read from its archive's headers or listed
+        without following links; None when there is no such workspace."""
+        folder = self.agent_root(agent_id) / _checked_key(key)
+        if not _is_workspace(folder):
+            return None
+        archive = folder / WORKSPACE_ARCHIVE
+        if archive.is_file() and not archive.is_symlink():
+            try:
+                with tarfile.open(archive, "r:") as opened:
+                    return [(m.name.removeprefix("./"), m.size) for m in opened if m.name not in (".", "./")]
+            except (OSError, tarfile.TarError):
+                return []
+        found: list[tuple[str, int]] = []
+        files = folder / WORKSPACE_FILES
+        for directory, folders, names in os.walk(files):
+            for name in sorted([*names, *(f for f in folders if os.path.islink(os.path.join(directory, f)))]):
+                path = os.path.join(directory, name)
+                with contextlib.suppress(OSError):
+                    found.append((os.path.relpath(path, files), os.lstat(path).st_size))
+        return found
+
     def remove(self, agent_id: str, key: str | None = None) -> int:
         """Delete one workspace of `agent_id` (`key`), or all of them; returns how many went.
         Symbolic links sandboxed code left are removed, never followed."""
         folder = self.agent_root(agent_id)
         if key is not None:
-            if not key or "/" in key or key.startswith("."):
-                raise ToolError(f"{key!r} does not name a workspace")
-            target = folder / key
+            target = folder / _checked_key(key)
             existed = target.is_dir()
             shutil.rmtree(target, ignore_errors=True)
             return int(existed)
@@ -205,6 +226,12 @@ class SandboxWorkspaces:
         for name in gone:
             shutil.rmtree(self.root / name, ignore_errors=True)
         return gone
+
+
+def _checked_key(key: str) -> str:
+    if not key or "/" in key or key.startswith("."):
+        raise ToolError(f"{key!r} does not name a workspace")
+    return key
 
 
 def _visible(folder: Path) -> list[str]:
