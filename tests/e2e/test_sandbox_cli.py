@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ def test_sandbox_check_probes_from_inside_and_reports_isolation(persyn: Persyn) 
         # Root is exempt from RLIMIT_NPROC: the limit then holds only through a writable pids
         # cgroup (`tools/_pids_cgroup.py`), and the probe must say whether it held.
         ("more than 64 processes", os.geteuid() != 0 or PidsCgroup.find() is not None),
+        ("write past the workspace quota", True),
     ]
     text = persyn.run("sandbox", "check")
     assert text.returncode == 0 and "NOT ISOLATED" not in text.stdout
@@ -108,11 +110,16 @@ def test_tools_call_run_code_delegates_and_is_metered(persyn: Persyn, tmp_path: 
     output = json.loads(done.stdout)["output"]
     assert output["report"] == "Wrote primes.txt." and output["model_calls"] == 2
     assert output["steps"][0].endswith("→ exit 0")
-    (workspace,) = (persyn.home / "data" / "sandbox").iterdir()
-    assert (workspace / "primes.txt").read_text() == "[2, 3, 5, 7, 11, 13, 17, 19, 23, 29]\n"
+    # The operator's channel has its workspace; the file is in it (its archive).
+    (workspace,) = json.loads(persyn.run("sandbox", "list", "--json").stdout)
+    assert workspace["compartment"]["channels"] == ["cli:operator"] and workspace["files"] == 1
+    (agent,) = (persyn.home / "data" / "sandbox").iterdir()
+    with tarfile.open(agent / workspace["key"] / "workspace.tar") as archive:
+        member = archive.extractfile("./primes.txt")
+        assert member is not None and member.read() == b"[2, 3, 5, 7, 11, 13, 17, 19, 23, 29]\n"
     usage = persyn.run("usage", "--json")
     assert usage.returncode == 0, usage.stderr
     assert '"sandbox"' in usage.stdout
     reset = persyn.run("sandbox", "reset")
-    assert reset.returncode == 0 and reset.stdout.startswith("removed sandbox workspace of Ada")
-    assert not workspace.exists()
+    assert reset.returncode == 0 and reset.stdout.startswith("removed 1 sandbox workspace of Ada")
+    assert not (agent / workspace["key"]).exists()

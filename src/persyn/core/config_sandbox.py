@@ -64,6 +64,26 @@ class SandboxConfig(Section):
             "which holds."
         ),
     )
+    workspace_mb: int = Field(
+        default=256,
+        ge=1,
+        le=65536,
+        description=(
+            "Size of each workspace inside the sandbox, in MiB (and of its /tmp): a write past it fails "
+            "with 'No space left on device'. bubblewrap holds it with a size-limited tmpfs, kept between "
+            "tasks as one archive of at most this size (plus 1/16 for tar's headers); runsc and docker do "
+            "not (`persyn sandbox check` says so)."
+        ),
+    )
+    reserve_mb: int = Field(
+        default=512,
+        ge=0,
+        le=1_048_576,
+        description=(
+            "Free space on the data volume that sandbox runs never take, in MiB: a command (or a whole "
+            "`run_code` task) is refused while free space is below this plus one workspace."
+        ),
+    )
     max_iterations: int = Field(
         default=12,
         ge=1,

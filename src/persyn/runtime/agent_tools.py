@@ -19,7 +19,8 @@ Tools and what they are bound to:
 - the shared artifacts (`tools/artifacts.py`): `workspace_list|read|write`, visible from this
   channel and its compartment, each version attributed, when `[artifacts]` is enabled;
 - `run_code` (`tools/sandbox_agent.py`, `runtime/sandbox_ops.py`): a task delegated to the
-  sandbox agent, only when a sandbox provider is present (no host fallback);
+  sandbox agent, only when a sandbox provider is present (no host fallback), in the workspace of
+  the compartment this run's provenance allows (`tools/sandbox_workspace.py`);
 - images (`tools/images.py`, `runtime/images.py`): `generate_image` and `edit_image` when
   `[images]` names an API; each answers at once and the render runs in the background;
 - reading the world (`tools/web.py`, `tools/reference.py`): `web_search` and `read_url` when
@@ -270,7 +271,11 @@ def build_registry(
         protected ones were restored), so their scripts run inside the sandbox."""
         return {} if library is None else {skill.name: skill.folder for skill in library.scan()}
 
-    code = deps.sandbox.tool_for(agent_id, skill_folders) if deps.sandbox is not None else None
+    code = None
+    if deps.sandbox is not None:  # its workspace: the compartment of what this run writes
+        code = deps.sandbox.tool_for(
+            agent_id, run.written, own=setup.kind != "message", run_id=event_id, skills=skill_folders
+        )
     if code is not None:
         tools.append(code)
     if skills is not None:

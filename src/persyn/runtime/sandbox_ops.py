@@ -4,6 +4,8 @@ workspaces, the `run_code` tool bound to each agent's gateway, and the probes of
 
 `SandboxService.start` detects the provider once (really starting it) and removes the
 workspaces of agents that are no longer configured: a workspace lives as long as its agent.
+`run_code` works in the workspace of the compartment its run's provenance allows, decided when
+a task starts (`tools/sandbox_workspace.py`).
 With no provider there is no `run_code` — never a host fallback — and `reason` says why, for
 `persyn doctor` and the start-up notice.
 
@@ -18,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+import shutil
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,15 +30,17 @@ from pydantic import BaseModel, ConfigDict
 from persyn.core.config import Settings, Task
 from persyn.gateway.base import Completion, Prompt, ToolSpec
 from persyn.gateway.gateway import ModelGateway
+from persyn.store.base import Provenance
 from persyn.tools.registry import Tool
 from persyn.tools.sandbox import DetectedProvider, SandboxProvider, detect_provider
-from persyn.tools.sandbox_agent import RunCodeContext, SandboxWorkspaces, run_code_tool
+from persyn.tools.sandbox_agent import RunCodeContext, run_code_tool
+from persyn.tools.sandbox_workspace import SandboxWorkspaces, workspace_compartment
 
 __all__ = ["Probe", "SandboxReport", "SandboxService", "check_sandbox"]
 
 
 class SandboxService:
-    """The deployment's sandbox: detected at `start`, one workspace per agent."""
+    """The deployment's sandbox: detected at `start`, one workspace per compartment of an agent."""
 
     def __init__(self, settings: Settings, gateways: Mapping[str, ModelGateway]) -> None:
         self.settings = settings
@@ -48,6 +53,9 @@ class SandboxService:
             self.detected = await detect_provider(self.settings.sandbox, self.workspaces.root)
             if self.detected.provider is not None:
                 self.workspaces.prune({agent.id for agent in self.settings.agents})
+                for agent in self.settings.agents:
+                    with contextlib.suppress(OSError):
+                        self.workspaces.set_aside_legacy(agent.id)
         return self.detected
 
     @property
@@ -61,14 +69,31 @@ class SandboxService:
         return f"run_code is not offered: no sandbox provider ({self.detected.summary})"
 
     def tool_for(
-        self, agent_id: str, skills: Callable[[], Mapping[str, Path]] | None = None
+        self,
+        agent_id: str,
+        provenance: Callable[[], Awaitable[Provenance]],
+        *,
+        own: bool,
+        run_id: str,
+        skills: Callable[[], Mapping[str, Path]] | None = None,
     ) -> Tool[Any, Any] | None:
-        """`run_code` for `agent_id`, or None without a provider or a gateway for the agent;
-        `skills` (name → folder) are mounted read-only inside for each task."""
+        """`run_code` for one activation of `agent_id`, or None without a provider or a
+        gateway for the agent. A task works in the workspace `provenance()` (what the run
+        writes, read when the task starts) allows; `own`: a self-initiated run, whose
+        workspaces are never a conversation's; `run_id`: its event. `skills` (name → folder)
+        are mounted read-only inside for each task."""
         provider = self.provider
         if provider is None or agent_id not in self.gateways:
             return None
         gateways = self.gateways
+        workspaces = self.workspaces
+        groups = self.settings.memory.channel_groups
+
+        async def workspace() -> Path:
+            compartment = workspace_compartment(
+                await provenance(), groups, own=own, run_id=run_id, agent_id=agent_id
+            )
+            return workspaces.of(agent_id, compartment)
 
         async def complete(prompt: Prompt, specs: Sequence[ToolSpec]) -> Completion:
             gateway = gateways[agent_id]  # looked up at the call: a CLI builds it only then
@@ -77,7 +102,7 @@ class SandboxService:
         return run_code_tool(
             RunCodeContext(
                 provider=provider,
-                workspace=self.workspaces.of(agent_id),
+                workspace=workspace,
                 complete=complete,
                 config=self.settings.sandbox,
                 tools=self.settings.tools,
@@ -116,13 +141,17 @@ async def check_sandbox(settings: Settings, agent_id: str) -> SandboxReport:
     network = settings.sandbox.network
     if detected.provider is None:
         return SandboxReport(provider=None, reason=detected.summary, network=network, workspace=None)
-    workspace = service.workspaces.of(agent_id)
-    probes = await run_probes(detected.provider, workspace, Path.home())
+    # Probes run in a workspace of their own, never in one a compartment's files are in.
+    scratch = service.workspaces.root / f".check-{secrets.token_hex(4)}"
+    try:
+        probes = await run_probes(detected.provider, scratch, Path.home())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return SandboxReport(
         provider=detected.provider.name,
         reason=detected.summary,
         network=network,
-        workspace=str(workspace),
+        workspace=str(service.workspaces.agent_root(agent_id)),
         probes=tuple(probes),
     )
 
@@ -135,7 +164,31 @@ async def run_probes(provider: SandboxProvider, workspace: Path, home: Path) -> 
         await _probe_ip_socket(provider, workspace),
         await _probe_home(provider, workspace, home),
         await _probe_processes(provider, workspace),
+        await _probe_quota(provider, workspace),
     ]
+
+
+async def _probe_quota(provider: SandboxProvider, workspace: Path) -> Probe:
+    """Tries to write 2 MiB more than `[sandbox] workspace_mb` into the workspace, 1 MiB a file."""
+    quota = provider.limits.workspace_mb
+    name = f"write past the workspace quota ({quota} MiB)"
+    if not provider.holds_quota:
+        return Probe(
+            name=name, isolated=False, detail=f"{provider.name} holds no quota on the workspace folder"
+        )
+    tries = quota + 2
+    script = (
+        f"i=0; while [ $i -lt {tries} ]; do head -c 1048576 /dev/zero > .quota-$i || break; "
+        "i=$((i + 1)); done; echo wrote $i"
+    )
+    result = await provider.run(workspace, script, keep=False)
+    wrote = [line.split()[-1] for line in result.stdout.splitlines() if line.startswith("wrote ")]
+    if not wrote:
+        return Probe(name=name, isolated=False, detail=f"probe did not run: {result.stderr[-200:]}")
+    if int(wrote[0]) >= tries:
+        return Probe(name=name, isolated=False, detail=f"wrote {wrote[0]} MiB")
+    last = (result.stderr.strip().splitlines() or ["refused"])[-1]
+    return Probe(name=name, isolated=True, detail=f"full after {wrote[0]} MiB ({last[-80:]})")
 
 
 _SPAWN = """import os, time
@@ -160,7 +213,7 @@ async def _probe_processes(provider: SandboxProvider, workspace: Path) -> Probe:
     limit = provider.limits.max_processes
     name = f"more than {limit} processes"
     script = _SPAWN.format(tries=limit + 16)
-    result = await provider.run(workspace, f"python3 -c '{script}'")
+    result = await provider.run(workspace, f"python3 -c '{script}'", keep=False)
     found = [line.split()[-1] for line in result.stdout.splitlines() if line.startswith("started ")]
     if not found:
         return Probe(name=name, isolated=False, detail=f"probe did not run: {result.stderr[-200:]}")
@@ -180,7 +233,7 @@ async def _probe_write_outside(provider: SandboxProvider, workspace: Path) -> Pr
     targets = [workspace.parent / f".escape-{token}", Path(f"/tmp/.persyn-escape-{token}")]
     targets.append(Path(f"/usr/.persyn-escape-{token}"))
     script = "; ".join(f"echo escaped > '{t}' 2>/dev/null" for t in targets)
-    result = await provider.run(workspace, script + "; true")
+    result = await provider.run(workspace, script + "; true", keep=False)
     landed = _landed(targets)
     if landed:
         return Probe(name="write outside the workspace", isolated=False, detail=f"reached the host: {landed}")
@@ -208,7 +261,7 @@ async def _probe_host_loopback(provider: SandboxProvider, workspace: Path, *, ex
     port = server.sockets[0].getsockname()[1]
     try:
         code = f"import socket; socket.create_connection(('127.0.0.1', {port}), 3); print('connected')"
-        result = await provider.run(workspace, f'python3 -c "{code}"')
+        result = await provider.run(workspace, f'python3 -c "{code}"', keep=False)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(0.5 if "connected" in result.stdout else 0.05):
                 await reached.wait()
@@ -227,7 +280,9 @@ async def _probe_host_loopback(provider: SandboxProvider, workspace: Path, *, ex
 
 
 async def _probe_ip_socket(provider: SandboxProvider, workspace: Path) -> Probe:
-    result = await provider.run(workspace, "python3 -c \"import socket; socket.socket(); print('opened')\"")
+    result = await provider.run(
+        workspace, "python3 -c \"import socket; socket.socket(); print('opened')\"", keep=False
+    )
     if "opened" in result.stdout:
         return Probe(
             name="open an IP socket",
@@ -242,7 +297,7 @@ async def _probe_ip_socket(provider: SandboxProvider, workspace: Path) -> Probe:
 async def _probe_home(provider: SandboxProvider, workspace: Path, home: Path) -> Probe:
     name = f"read the host's home ({home})"
     on_host = _listing(home)
-    result = await provider.run(workspace, f"ls -A -- '{home}'")
+    result = await provider.run(workspace, f"ls -A -- '{home}'", keep=False)
     inside = sorted(result.stdout.split())
     if result.ok and not on_host:
         return Probe(name=name, isolated=False, detail="the home is empty on the host: cannot tell")

@@ -5,8 +5,10 @@ code on the host: a provider either isolates it or is not offered.
 Providers (`SandboxProvider`), tried in this order by `provider = "auto"`:
 
 - **bubblewrap** (`bwrap`): new user, mount, PID, IPC, UTS and network namespaces; the host's
-  `/usr` read-only and a few files of `/etc`; a private `/tmp`, `/proc` and `/dev`; the agent's
-  workspace at `/workspace` (the only persistent writable place); all capabilities dropped,
+  `/usr` read-only and a few files of `/etc`; a private `/tmp`, `/proc` and `/dev`; the
+  workspace at `/workspace` (the only persistent writable place: a tmpfs of `[sandbox]
+  workspace_mb`, restored from and saved to an archive inside, `tools/_sandbox_disk.py`);
+  all capabilities dropped,
   running as `nobody`; killed with its parent. Limits are set inside with `prlimit` (CPU
   seconds, address space, file size, open files, processes) and the wall clock from here (the
   whole process group is killed). The process count is also held by a pids cgroup per command
@@ -20,8 +22,13 @@ Providers (`SandboxProvider`), tried in this order by `provider = "auto"`:
 - **docker**, when a daemon answers: `docker run --rm` with the workspace bound, no
   capabilities, a read-only root, memory, CPU and process limits.
 
+runsc and docker bind the workspace's folder `files/` and hold no quota on it (`persyn sandbox
+check` says so). Every provider refuses to start a command that could take the data volume's
+`[sandbox] reserve_mb` (`DiskReserve`).
+
 Detection (`detect_provider`) really starts the provider once (`true` inside it): an installed
-bwrap that cannot create user namespaces is reported with its own error, never used.
+bwrap that cannot create user namespaces (or is too old for `--size`) is reported with its own
+error, never used.
 """
 
 from __future__ import annotations
@@ -42,10 +49,13 @@ from pydantic import BaseModel, ConfigDict
 from persyn.core.config_sandbox import SandboxConfig
 from persyn.core.errors import ToolError
 from persyn.tools._pids_cgroup import PidsCgroup
+from persyn.tools._sandbox_disk import SAVED_MARK, ArchiveTransfer, DiskReserve, archive_cap
+from persyn.tools.sandbox_workspace import WORKSPACE_ARCHIVE, WORKSPACE_FILES
 
 __all__ = [
     "CommandResult",
     "DetectedProvider",
+    "PassedFds",
     "SandboxProvider",
     "detect_provider",
     "ip_socket_filter",
@@ -85,6 +95,7 @@ class Limits:
     wall_seconds: float
     max_file_mb: int
     max_processes: int = 64
+    workspace_mb: int = 256
 
     @classmethod
     def from_config(cls, config: SandboxConfig) -> Limits:
@@ -94,7 +105,12 @@ class Limits:
             config.wall_seconds,
             config.max_file_mb,
             config.max_processes,
+            config.workspace_mb,
         )
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.workspace_mb * 1024 * 1024
 
     def prlimit(self) -> list[str]:
         mib = 1024 * 1024
@@ -111,29 +127,48 @@ class Limits:
         ]
 
 
+@dataclass(frozen=True)
+class PassedFds:
+    """Descriptors a command's sandbox is handed: its seccomp filter, the archive its workspace
+    is restored from (None: a new workspace) and the pipe it is saved to."""
+
+    seccomp: int | None = None
+    restore: int | None = None
+    save: int | None = None
+
+
 class SandboxProvider(ABC):
-    """Runs one shell command in an agent's workspace, isolated. `run` never runs anything on
-    the host itself; a provider that cannot isolate raises `ToolError`."""
+    """Runs one shell command in a workspace, isolated. `run` never runs anything on the host
+    itself; a provider that cannot isolate raises `ToolError`, and one that would take the
+    data volume's reserve refuses (`ToolError`, nothing runs)."""
 
     name: str
     pids: PidsCgroup | None = None  # the per-command pids cgroup, where the provider uses one
+    holds_quota = False  # True: `[sandbox] workspace_mb` is enforced inside (a sized tmpfs)
 
-    def __init__(self, config: SandboxConfig, executable: str) -> None:
+    def __init__(self, config: SandboxConfig, executable: str, reserve: DiskReserve | None = None) -> None:
         self.config = config
         self.executable = executable
         self.limits = Limits.from_config(config)
+        self.reserve = reserve or DiskReserve(Path.cwd(), config.reserve_mb * 1024 * 1024)
+        self._locks: dict[Path, asyncio.Lock] = {}
+
+    @property
+    def claim_bytes(self) -> int:
+        """What one command may add to the data volume (claimed against the reserve)."""
+        return archive_cap(self.limits.workspace_bytes)
 
     @abstractmethod
     def argv(
         self,
         workspace: Path,
         command: str,
-        fds: tuple[int, ...] = (),
+        fds: PassedFds = PassedFds(),
         read_only: Mapping[str, Path] | None = None,
     ) -> list[str]:
-        """The host command line that runs `command` inside the sandbox (`fds`: what
-        `pass_fds` opened for it; `read_only`: host folders shown read-only at the given paths
-        inside, under `/skills`)."""
+        """The host command line that runs `command` inside the sandbox, in the workspace
+        whose host folder is `workspace` (`fds`: what it is handed; `read_only`: host folders
+        shown read-only at the given paths inside, under `/skills`)."""
 
     def pass_fds(self) -> tuple[int, ...]:
         """Descriptors the provider hands the sandbox (closed here once it has started)."""
@@ -150,9 +185,16 @@ class SandboxProvider(ABC):
         *,
         stdin: bytes | None = None,
         read_only: Mapping[str, Path] | None = None,
+        keep: bool = True,
     ) -> CommandResult:
-        async with self.confined() as prefix:
-            return await self._run(prefix, workspace, command, stdin, read_only)
+        """`command` in the workspace whose host folder is `workspace`; `keep=False` (probes)
+        keeps none of its changes and claims nothing of the reserve. Commands in one workspace
+        take turns in this process: each restores the archive the one before it saved."""
+        lock = self._locks.setdefault(workspace, asyncio.Lock())
+        async with lock:
+            with self.reserve.claim(self.claim_bytes) if keep else contextlib.nullcontext():
+                async with self.confined() as prefix:
+                    return await self._run(prefix, workspace, command, stdin, read_only, keep)
 
     async def _run(
         self,
@@ -161,11 +203,23 @@ class SandboxProvider(ABC):
         command: str,
         stdin: bytes | None,
         read_only: Mapping[str, Path] | None,
+        keep: bool,
     ) -> CommandResult:
-        _make_directory(workspace)
-        fds = self.pass_fds()
+        _make_directory(workspace if self.holds_quota else workspace / WORKSPACE_FILES)
+        transfer = (
+            ArchiveTransfer(workspace, WORKSPACE_ARCHIVE, self.claim_bytes, self.reserve)
+            if self.holds_quota
+            else None
+        )
+        seccomp = self.pass_fds()
+        passed = PassedFds(
+            seccomp=seccomp[0] if seccomp else None,
+            restore=transfer.source if transfer is not None else None,
+            save=transfer.sink if transfer is not None else None,
+        )
+        fds = (*seccomp, *(transfer.fds if transfer is not None else ()))
         try:
-            argv = [*prefix, *self.argv(workspace, command, fds, read_only)]
+            argv = [*prefix, *self.argv(workspace, command, passed, read_only)]
             child = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
@@ -175,9 +229,28 @@ class SandboxProvider(ABC):
                 start_new_session=True,  # its own process group: the wall clock kills all of it
                 env={"PATH": _PATH, "LANG": "C.UTF-8"},
             )
+        except BaseException:
+            if transfer is not None:
+                transfer.discard()
+            raise
         finally:
-            for fd in fds:
+            for fd in seccomp:
                 os.close(fd)
+        if transfer is not None:
+            transfer.started()
+        try:
+            return await self._wait(child, stdin, transfer, keep)
+        finally:
+            if transfer is not None:
+                transfer.discard()
+
+    async def _wait(
+        self,
+        child: asyncio.subprocess.Process,
+        stdin: bytes | None,
+        transfer: ArchiveTransfer | None,
+        keep: bool,
+    ) -> CommandResult:
         timed_out = False
         try:
             async with asyncio.timeout(self.limits.wall_seconds):
@@ -194,10 +267,17 @@ class SandboxProvider(ABC):
         died = signal.Signals(-code).name if code is not None and code < 0 else None
         if code is not None and code > 128 and code - 128 in signal.valid_signals():
             died = signal.Signals(code - 128).name  # the shell inside reports its child's signal
+        notes = f"\n[stopped after {self.limits.wall_seconds:g} s]" if timed_out else ""
+        if transfer is not None:
+            unkept = await transfer.finish(keep and not timed_out)
+            if timed_out and keep:
+                unkept = "the command was stopped before it ended"
+            if unkept is not None:
+                notes += f"\n[the workspace is as it was before this command: {unkept}]"
         return CommandResult(
             exit_code=None if timed_out else code,
             stdout=_text(out),
-            stderr=_text(err) + (f"\n[stopped after {self.limits.wall_seconds:g} s]" if timed_out else ""),
+            stderr=_text(err) + notes,
             timed_out=timed_out,
             signal="SIGKILL" if timed_out else died,
         )
@@ -205,9 +285,16 @@ class SandboxProvider(ABC):
 
 class BubblewrapProvider(SandboxProvider):
     name = "bubblewrap"
+    holds_quota = True
 
-    def __init__(self, config: SandboxConfig, executable: str, pids: PidsCgroup | None = None) -> None:
-        super().__init__(config, executable)
+    def __init__(
+        self,
+        config: SandboxConfig,
+        executable: str,
+        pids: PidsCgroup | None = None,
+        reserve: DiskReserve | None = None,
+    ) -> None:
+        super().__init__(config, executable, reserve)
         self._filter = ip_socket_filter() if config.network == "none" else None
         self.pids = pids
 
@@ -230,7 +317,7 @@ class BubblewrapProvider(SandboxProvider):
         self,
         workspace: Path,
         command: str,
-        fds: tuple[int, ...] = (),
+        fds: PassedFds = PassedFds(),
         read_only: Mapping[str, Path] | None = None,
     ) -> list[str]:
         argv = [self.executable, "--die-with-parent", "--new-session", "--unshare-all"]
@@ -247,8 +334,10 @@ class BubblewrapProvider(SandboxProvider):
         etc = _ETC + (_ETC_NETWORK if self.config.network == "full" else ())
         for path in etc:
             argv += ["--ro-bind-try", path, path]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-        argv += ["--bind", str(workspace), SANDBOX_WORKSPACE]
+        # The quota is the kernel's: tmpfs sized by bubblewrap, full at `workspace_mb` (ENOSPC).
+        size = str(self.limits.workspace_bytes)
+        argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp"]
+        argv += ["--size", size, "--tmpfs", SANDBOX_WORKSPACE]
         if self.config.host_dir is not None:
             mode = "--bind" if self.config.host_dir_mode == "rw" else "--ro-bind"
             argv += [mode, self.config.host_dir, SANDBOX_HOST_DIR]
@@ -267,10 +356,36 @@ class BubblewrapProvider(SandboxProvider):
             "C.UTF-8",
         ]
         argv += ["--setenv", "TMPDIR", "/tmp"]
-        if fds:
-            argv += ["--seccomp", str(fds[0])]
-        argv += ["--", *self.limits.prlimit(), "/bin/sh", "-c", command]
+        if fds.seccomp is not None:
+            argv += ["--seccomp", str(fds.seccomp)]
+        script = _persisting_shell(self.limits.prlimit(), fds.restore, fds.save)
+        argv += ["--", "/bin/sh", "-c", script, "sandbox", command]
         return argv
+
+
+def _persisting_shell(prlimit: list[str], restore: int | None, save: int | None) -> str:
+    """The shell that runs a command in the sandbox: it restores the workspace from the pipe
+    `restore`, runs the command (`$1`, under `prlimit`), then archives the workspace to the
+    pipe `save` and marks it complete. The command's exit status is the shell's. The pipes are
+    named by path (`/dev/fd/N`): the shell cannot redirect a descriptor above 9."""
+    lines = ["cd /workspace || exit 125"]
+    if restore is not None:
+        # A damaged archive (the workspace's own code can write to the pipe it is saved to)
+        # restores what it can: the compartment's files are the compartment's business.
+        lines.append(
+            f"tar -x -f - --no-same-owner -C /workspace </dev/fd/{restore} 2>/dev/null"
+            ' || echo "[the workspace could not be fully restored]" >&2'
+        )
+    lines.append(" ".join(prlimit) + ' /bin/sh -c "$1"')
+    lines.append("status=$?")
+    if save is not None:
+        mark = SAVED_MARK.decode().strip()
+        lines.append(
+            f"cd / && tar -c -f - --numeric-owner -C /workspace . >/dev/fd/{save} 2>/dev/null"
+            f" && echo '{mark}' >/dev/fd/{save}"
+        )
+    lines.append('exit "$status"')
+    return "\n".join(lines)
 
 
 class RunscProvider(SandboxProvider):
@@ -280,16 +395,17 @@ class RunscProvider(SandboxProvider):
         self,
         workspace: Path,
         command: str,
-        fds: tuple[int, ...] = (),
+        fds: PassedFds = PassedFds(),
         read_only: Mapping[str, Path] | None = None,
     ) -> list[str]:
         # `runsc do` shows the host's file system through an overlay: a skill's folder is at its own
         # host path there, not under /skills (`persyn sandbox check` says what it isolates).
-        state = workspace.parent / ".runsc-state"
+        state = workspace / ".runsc-state"
+        files = workspace / WORKSPACE_FILES
         state.mkdir(parents=True, exist_ok=True)
         network = "host" if self.config.network == "full" else "none"
         shell = (
-            f"cd {_quote(str(workspace))} && "
+            f"cd {_quote(str(files))} && "
             + " ".join(self.limits.prlimit())
             + f" /bin/sh -c {_quote(command)}"
         )
@@ -303,14 +419,16 @@ class DockerProvider(SandboxProvider):
         self,
         workspace: Path,
         command: str,
-        fds: tuple[int, ...] = (),
+        fds: PassedFds = PassedFds(),
         read_only: Mapping[str, Path] | None = None,
     ) -> list[str]:
         network = "host" if self.config.network == "full" else "none"
         argv = [self.executable, "run", "--rm", "-i", f"--network={network}", "--cap-drop=ALL"]
-        argv += ["--security-opt=no-new-privileges", "--read-only", "--tmpfs=/tmp", "--pids-limit=256"]
+        tmp = f"--tmpfs=/tmp:size={self.limits.workspace_mb}m"
+        argv += ["--security-opt=no-new-privileges", "--read-only", tmp, "--pids-limit=256"]
         argv += [f"--memory={self.limits.memory_mb}m", "--cpus=1", f"--ulimit=cpu={self.limits.cpu_seconds}"]
-        argv += ["--user=65534:65534", "-v", f"{workspace}:{SANDBOX_WORKSPACE}", "-w", SANDBOX_WORKSPACE]
+        files = workspace / WORKSPACE_FILES
+        argv += ["--user=65534:65534", "-v", f"{files}:{SANDBOX_WORKSPACE}", "-w", SANDBOX_WORKSPACE]
         if self.config.host_dir is not None:
             argv += ["-v", f"{self.config.host_dir}:{SANDBOX_HOST_DIR}:{self.config.host_dir_mode}"]
         for inside, folder in sorted(_read_only(read_only).items()):
@@ -360,13 +478,14 @@ async def _try(name: str, config: SandboxConfig, root: Path) -> tuple[SandboxPro
         if info is not None:
             return None, f"docker: no daemon answers ({info})"
     provider: SandboxProvider
+    reserve = DiskReserve(root, config.reserve_mb * 1024 * 1024)
     if name == "bubblewrap":
-        provider = BubblewrapProvider(config, executable, PidsCgroup.find())
+        provider = BubblewrapProvider(config, executable, PidsCgroup.find(), reserve)
     else:
-        provider = {"runsc": RunscProvider, "docker": DockerProvider}[name](config, executable)
+        provider = {"runsc": RunscProvider, "docker": DockerProvider}[name](config, executable, reserve)
     probe = root / ".probe"
     try:
-        result = await provider.run(probe, "true")
+        result = await provider.run(probe, "true", keep=False)
     except (OSError, ToolError) as exc:
         return None, f"{name}: cannot start: {exc}"
     finally:

@@ -17,7 +17,6 @@ process following one would read or write outside it.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,6 @@ __all__ = [
     "SANDBOX_INSTRUCTION",
     "RunCodeInput",
     "RunCodeOutput",
-    "SandboxWorkspaces",
     "delegate",
     "run_code_tool",
     "sandbox_agent_tools",
@@ -53,7 +51,8 @@ CompleteFn = Callable[[Prompt, Sequence[ToolSpec]], Awaitable[Completion]]
 
 SANDBOX_INSTRUCTION = """You are a sandbox agent. Another agent delegated a programming task to you.
 You work in an isolated Linux environment: your working directory is {workspace}, which keeps its files
-between tasks; nothing else you write outlives a command. {host}{skills}Network: {network}.
+between tasks (at most {quota} MiB; a command stopped at its time limit keeps no changes); nothing else
+you write outlives a command. {host}{skills}Network: {network}.
 Use your tools to write files and run commands (sh; python3 is available). Each command is limited
 to {cpu} CPU seconds, {memory} MiB of memory and {wall:g} seconds of wall-clock time.
 When the task is done (or cannot be done), stop calling tools and reply with a short report for the
@@ -64,35 +63,6 @@ _NETWORKS = {
     "loopback": "a private loopback only (the host is not reachable)",
     "full": "the host's network",
 }
-
-
-class SandboxWorkspaces:
-    """The agents' persistent workspaces: `<root>/<agent id>`. A workspace lives as long as
-    its agent: `prune` removes those of agents no longer configured."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def of(self, agent_id: str) -> Path:
-        if not agent_id or "/" in agent_id or agent_id.startswith("."):
-            raise ToolError(f"{agent_id!r} cannot name a workspace")
-        return self.root / agent_id
-
-    def remove(self, agent_id: str) -> bool:
-        path = self.of(agent_id)
-        existed = path.exists()
-        shutil.rmtree(path, ignore_errors=True)
-        return existed
-
-    def prune(self, keep: set[str]) -> list[str]:
-        """Remove the workspaces of agents not in `keep`; returns their ids."""
-        if not self.root.is_dir():
-            return []
-        gone = [p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")]
-        gone = sorted(name for name in gone if name not in keep)
-        for name in gone:
-            shutil.rmtree(self.root / name, ignore_errors=True)
-        return gone
 
 
 # the sandbox agent's own tools -----------------------------------------------------------------
@@ -240,6 +210,7 @@ def instruction(config: SandboxConfig, skills: Sequence[str] = ()) -> str:
         host=host,
         skills=shown,
         network=_NETWORKS[config.network],
+        quota=config.workspace_mb,
         cpu=config.cpu_seconds,
         memory=config.memory_mb,
         wall=config.wall_seconds,
@@ -316,7 +287,9 @@ def _ending(output: dict[str, Any] | None, status: str) -> str:
 @dataclass(frozen=True)
 class RunCodeContext:
     provider: SandboxProvider
-    workspace: Path
+    # The host folder of the workspace this task may use, decided when the task starts from
+    # the run's provenance at that moment (`tools/sandbox_workspace.py`).
+    workspace: Callable[[], Awaitable[Path]]
     complete: CompleteFn  # one `sandbox` model round-trip through the agent's gateway
     config: SandboxConfig
     tools: ToolsConfig
@@ -326,10 +299,12 @@ class RunCodeContext:
 
 def run_code_tool(context: RunCodeContext) -> Tool[RunCodeInput, RunCodeOutput]:
     async def run_code(arguments: RunCodeInput) -> RunCodeOutput:
+        # A full data volume refuses the task before any model call: the store keeps its reserve.
+        context.provider.reserve.check(context.provider.claim_bytes)
         return await delegate(
             arguments.task,
             context.provider,
-            context.workspace,
+            await context.workspace(),
             context.complete,
             context.config,
             context.tools,
@@ -341,7 +316,8 @@ def run_code_tool(context: RunCodeContext) -> Tool[RunCodeInput, RunCodeOutput]:
         (
             "Delegate a programming task (compute, transform data, test a snippet, run a skill's script) "
             "to a sandbox agent that writes and runs code in isolation and reports back. Describe the "
-            "task fully: it does not see this conversation. Its files stay in your sandbox workspace."
+            "task fully: it does not see this conversation. Its files stay in the sandbox workspace of "
+            "this conversation's compartment (only runs that may see them share it)."
         ),
         RunCodeInput,
         RunCodeOutput,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -21,6 +22,7 @@ from pydantic_ai.models.function import AgentInfo
 import needs
 from persyn.testing import ADA, Pilot, run_runtime, tool_returns
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
+from persyn.tools.sandbox_workspace import SandboxWorkspaces
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=needs.reason("bubblewrap (bwrap)"))
 
@@ -114,8 +116,12 @@ async def test_a_delegated_task_writes_and_runs_a_script_and_the_result_reaches_
             'run_command({"command":"python3 work/sum.py gauss"}) → exit 0',
         ]
         assert delegated["model_calls"] == 3 and delegated["stopped"] is None
-        workspace = pilot.settings.data_dir / "sandbox" / ADA.id
-        assert (workspace / "work" / "sum.py").read_text().startswith("import sys")
+        # The conversation's workspace (one per compartment) keeps the script, in its archive.
+        (workspace,) = SandboxWorkspaces(pilot.settings.data_dir / "sandbox").listing(ADA.id)
+        assert workspace.compartment is not None and workspace.compartment["channels"] == ["test:room"]
+        archive = pilot.settings.data_dir / "sandbox" / ADA.id / workspace.key / "workspace.tar"
+        with tarfile.open(archive) as opened:
+            assert "./work/sum.py" in opened.getnames()
         records = pilot.usage()
         sandbox = [r for r in records if r.stage == "sandbox"]
         respond = [r for r in records if r.stage == "respond"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from persyn.core.config import load_settings
 from persyn.core.config_sandbox import SandboxConfig
 from persyn.core.errors import ConfigError, ToolError
 from persyn.runtime.sandbox_ops import run_probes
+from persyn.tools._sandbox_disk import archive_cap
 from persyn.tools.sandbox import SandboxProvider, detect_provider
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=needs.reason("bubblewrap (bwrap)"))
@@ -38,6 +40,7 @@ async def test_every_probe_fails_closed(tmp_path: Path, network: str) -> None:
     assert probes["write outside the workspace"].isolated
     assert probes["TCP to the host's loopback"].isolated
     assert probes["read the host's home"].isolated
+    assert probes["write past the workspace quota"].isolated  # the tmpfs fills first
     # `none` refuses even a socket; `loopback` has one, but only its own loopback behind it.
     assert probes["open an IP socket"].isolated is (network == "none")
     assert not (tmp_path / "sandbox" / ".escape").exists()
@@ -61,7 +64,39 @@ async def test_the_workspace_persists_and_nothing_else_does(tmp_path: Path) -> N
     assert first.ok and first.stdout.strip() == "65534"
     second = await provider.run(workspace, "cat kept.txt; cat /tmp/lost.txt")
     assert second.stdout == "kept\n" and "No such file" in second.stderr
-    assert (workspace / "kept.txt").read_text() == "kept\n"
+    # On the host the workspace is one archive, written by the sandbox, never extracted here.
+    assert sorted(p.name for p in workspace.iterdir()) == ["workspace.tar"]
+    with tarfile.open(workspace / "workspace.tar") as archive:
+        assert "./kept.txt" in archive.getnames()
+
+
+@needs_bwrap
+async def test_a_command_stopped_at_the_wall_clock_keeps_no_changes(tmp_path: Path) -> None:
+    provider = await _provider(tmp_path, wall_seconds=2)
+    workspace = tmp_path / "sandbox" / "a"
+    assert (await provider.run(workspace, "echo one > state.txt")).ok
+    stopped = await provider.run(workspace, "echo two > state.txt; sleep 60")
+    assert stopped.timed_out and "the workspace is as it was before this command" in stopped.stderr
+    assert (await provider.run(workspace, "cat state.txt")).stdout == "one\n"
+
+
+@needs_bwrap
+async def test_the_workspace_quota_holds_inside_and_on_the_host(tmp_path: Path) -> None:
+    provider = await _provider(tmp_path, workspace_mb=4)
+    workspace = tmp_path / "sandbox" / "a"
+    full = await provider.run(workspace, "for i in 1 2 3; do head -c 2000000 /dev/zero > f$i; done; du -sk .")
+    assert "No space left on device" in full.stderr
+    assert (workspace / "workspace.tar").stat().st_size <= archive_cap(4 * 1024 * 1024)
+    # Junk written straight into every descriptor the sandbox holds (the save pipe too) is
+    # counted by the host and past the cap kept nowhere: the workspace stays as it was.
+    before = (workspace / "workspace.tar").read_bytes()
+    junk = await provider.run(
+        workspace,
+        "for f in /proc/1/fd/* /proc/$$/fd/*; do head -c 9000000 /dev/zero > $f; done 2>/dev/null; true",
+    )
+    assert "the workspace is as it was before this command" in junk.stderr
+    assert (workspace / "workspace.tar").read_bytes() == before
+    assert sorted(p.name for p in workspace.iterdir()) == ["workspace.tar"]
 
 
 @needs_bwrap
@@ -209,5 +244,10 @@ async def test_a_workspace_lives_as_long_as_its_agent(tmp_path: Path) -> None:
     service = SandboxService(settings, {})
     assert (await service.start()).provider is not None
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [ADA.id]
-    assert service.workspaces.remove(ADA.id) and not (root / ADA.id).exists()
+    # What the agent's folder held before workspaces had compartments is set aside, given to
+    # no run, and shown to the operator as a workspace of no compartment.
+    (legacy,) = service.workspaces.listing(ADA.id)
+    assert legacy.key == "legacy" and legacy.compartment is None and legacy.files == 2
+    assert (root / ADA.id / "legacy" / "files" / "outside").is_symlink()
+    assert service.workspaces.remove(ADA.id) == 1 and not (root / ADA.id).exists()
     assert (tmp_path / "home").is_dir()  # the symlink went, not what it pointed to
