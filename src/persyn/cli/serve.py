@@ -292,6 +292,11 @@ def run_command(
 ) -> None:
     """Run the deployment: workers, scheduler and configured channels in one process.
 
+    Each chat network is connected by one `persyn run` of the deployment: another one
+    sharing the store serves workers only for it, says so, and takes it over within
+    [dispatch] channel_lease_seconds (and a third) if the first dies (`persyn doctor`
+    shows which process holds each).
+
     SIGTERM stops it without losing accepted events; activations that were running resume
     after the last finished step when it starts again."""
     raise typer.Exit(run(_serve(CliContext.of(ctx), housekeeping=True, workers=workers)))

@@ -123,3 +123,26 @@ async def test_a_connection_that_fails_to_start_leaves_the_lease_to_others(store
     assert log == ["broken down", "healthy up"]  # the failed one was cleaned up
     assert (await store.leases())[0].name == channel_lease("irc")
     await healthy.stop()
+
+
+async def test_an_owner_that_cannot_reach_the_store_disconnects_once_its_lease_lapses(
+    tmp_path: Path,
+) -> None:
+    """The store goes away (here: closed) under a connected owner: it keeps the connection
+    while its lease runs (another process cannot have taken it), and drops it once lapsed."""
+    store = SQLiteStore(tmp_path / "gone.db")
+    await store.setup()
+    clock = ManualClock(T0)
+    log: list[str] = []
+    said: list[str] = []
+    owner = _process(store, clock, "a", log, said)
+    await owner.settle()
+    await store.close()
+    clock.advance(timedelta(seconds=TTL - 1))
+    await owner.settle()
+    assert log == ["a up"]
+    clock.advance(timedelta(seconds=1))
+    await owner.settle()
+    assert log == ["a up", "a down"]
+    assert said[-1] == "irc: disconnecting: its lease lapsed while the store was unreachable"
+    await owner.stop()  # giving up a lease it no longer has, on a store that is gone: no error
