@@ -1,5 +1,5 @@
-"""`ChannelOwnership` (`runtime/channel_leases.py`) over a real SQLite store and a clock the
-test moves: one process connects a network, another stands by and says who holds it, takes
+"""`ChannelOwnership` (`runtime/channel_leases.py`) over a real store (each backend) and a
+clock the test moves: one process connects a network, another stands by and says who holds it, takes
 over once the owner stops renewing (or at once when it stops), and an owner that finds its
 lease taken disconnects. The networks are recording stand-ins for a chat connection."""
 
@@ -14,6 +14,7 @@ import pytest
 from persyn.channels.network import LeasedChannel, NetworkChannel
 from persyn.core.clock import ManualClock
 from persyn.runtime.channel_leases import ChannelOwnership, channel_lease
+from persyn.store import Store, open_store
 from persyn.store.sqlite import SQLiteStore
 
 T0 = datetime(2026, 12, 6, 9, tzinfo=UTC)
@@ -36,8 +37,9 @@ class Connection:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = SQLiteStore(tmp_path / "persyn.db")
+async def store(store_url: str) -> AsyncIterator[Store]:
+    """A set-up store of each backend (PostgreSQL: what processes on several hosts share)."""
+    opened = open_store(store_url)
     await opened.setup()
     try:
         yield opened
@@ -46,7 +48,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 
 
 def _process(
-    store: SQLiteStore, clock: ManualClock, name: str, log: list[str], said: list[str], *, fail: bool = False
+    store: Store, clock: ManualClock, name: str, log: list[str], said: list[str], *, fail: bool = False
 ) -> ChannelOwnership:
     def build() -> NetworkChannel:
         return Connection(log, name, fail=fail)
@@ -57,7 +59,7 @@ def _process(
 
 
 async def test_one_owner_a_standby_that_says_so_and_a_takeover_when_the_owner_dies(
-    store: SQLiteStore,
+    store: Store,
 ) -> None:
     clock = ManualClock(T0)
     log: list[str] = []
@@ -97,7 +99,7 @@ async def test_one_owner_a_standby_that_says_so_and_a_takeover_when_the_owner_di
     await a.stop()
 
 
-async def test_an_owner_that_stops_gives_the_lease_up_for_the_next_try(store: SQLiteStore) -> None:
+async def test_an_owner_that_stops_gives_the_lease_up_for_the_next_try(store: Store) -> None:
     clock = ManualClock(T0)
     log: list[str] = []
     a = _process(store, clock, "a", log, [])
@@ -112,7 +114,7 @@ async def test_an_owner_that_stops_gives_the_lease_up_for_the_next_try(store: SQ
     assert log[-1] == "b down" and await store.leases() == []
 
 
-async def test_a_connection_that_fails_to_start_leaves_the_lease_to_others(store: SQLiteStore) -> None:
+async def test_a_connection_that_fails_to_start_leaves_the_lease_to_others(store: Store) -> None:
     clock = ManualClock(T0)
     log: list[str] = []
     broken = _process(store, clock, "broken", log, [], fail=True)
