@@ -3,8 +3,9 @@ stored every room line twice and answered each other. A chat network has one own
 deployment (a lease in the store, `runtime/channel_leases.py`): the second process serves
 workers only and says so, and takes the connection over when the owner dies.
 
-Real parts: Debian's ngircd on loopback, two real `persyn run` processes on one SQLite home,
-a raw IRC client standing in for a person, kill -9 for the owner's death. The lease is short
+Real parts: Debian's ngircd on loopback, two real `persyn run` processes (on one SQLite home,
+or on two "hosts" — homes of their own with the same agents — sharing a real PostgreSQL), a
+raw IRC client standing in for a person, kill -9 for the owner's death. The lease is short
 (`[dispatch] channel_lease_seconds`) so the takeover comes quickly; the test waits on what
 it expects to see, bounded only against a broken build."""
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "channels"
 
 from irc_server import NGIRCD, Heard, IrcPeer, IrcServer
 from persyn_cli import Persyn, stop_gracefully
+
+from persyn.testing.postgres import PostgresForTests
 
 pytestmark = pytest.mark.e2e
 
@@ -50,6 +54,23 @@ def _irc_home(persyn: Persyn, port: int) -> None:
     text = config.read_text()
     assert "\n[channels.irc]\n" in text
     config.write_text(text.replace("\n[channels.irc]\n", f"\n[channels.irc]\n{irc}", 1) + "\n" + pacing)
+
+
+def _hosts(persyn: Persyn, backend: str, request: pytest.FixtureRequest) -> tuple[Persyn, Persyn]:
+    """Where the two processes run: both on `persyn`'s home (SQLite), or each on a home of its
+    own with the same persyn.toml, sharing one PostgreSQL database (two hosts, in effect)."""
+    if backend == "sqlite":
+        return persyn, persyn
+    server: PostgresForTests = request.getfixturevalue("postgres_server")
+    url = server.fresh_database("lease")
+    # Its own executor id too, as a host of its own would have (`[dispatch] executor_id`).
+    other = Persyn(
+        home=persyn.home.parent / "host-b" / "home",
+        env={**persyn.env, "PERSYN_STORAGE_URL": url, "PERSYN_DISPATCH__EXECUTOR_ID": "run@host-b"},
+    )
+    other.home.mkdir(parents=True)
+    shutil.copy(persyn.home / "persyn.toml", other.home / "persyn.toml")
+    return Persyn(home=persyn.home, env={**persyn.env, "PERSYN_STORAGE_URL": url}), other
 
 
 def _start_run(persyn: Persyn, log: Path) -> subprocess.Popen[bytes]:
@@ -100,18 +121,20 @@ def _joins(peer: IrcPeer) -> list[str]:
     return [h.nick for h in peer.heard if h.command == "JOIN" and h.nick.lower().startswith("ada")]
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_one_process_owns_irc_and_another_takes_over_when_it_dies(
-    persyn: Persyn, ircd: IrcServer
+    persyn: Persyn, ircd: IrcServer, backend: str, request: pytest.FixtureRequest
 ) -> None:
     _irc_home(persyn, ircd.port)
+    host_a, host_b = _hosts(persyn, backend, request)
     sam = await IrcPeer("sam").connect(ircd.port)
     await sam.join("#lease")
     first_log, second_log = persyn.home.parent / "first.log", persyn.home.parent / "second.log"
-    first = _start_run(persyn, first_log)
+    first = _start_run(host_a, first_log)
     second: subprocess.Popen[bytes] | None = None
     try:
         await _heard(sam, lambda h: h.command == "JOIN" and h.nick == "Ada", "Ada joining #lease")
-        second = _start_run(persyn, second_log)
+        second = _start_run(host_b, second_log)
         # The owner's connection is the only one: the second joined nothing (as `Ada_`), and
         # a message is answered once.
         await sam.say("Ada", "first")
@@ -140,7 +163,7 @@ async def test_one_process_owns_irc_and_another_takes_over_when_it_dies(
         # between sending it and recording it sent, and delivery is at least once, §5.)
         assert sam.said_by("Ada").count("You said: second") == 1
 
-        doctor = persyn.run("doctor", timeout=WAIT_SECONDS)
+        doctor = host_a.run("doctor", timeout=WAIT_SECONDS)
         assert re.search(rf"irc: \S+:{second.pid}:\S+", doctor.stdout), doctor.stdout
     finally:
         await sam.close()
