@@ -148,3 +148,31 @@ async def test_an_owner_that_cannot_reach_the_store_disconnects_once_its_lease_l
     assert log == ["a up", "a down"]
     assert said[-1] == "irc: disconnecting: its lease lapsed while the store was unreachable"
     await owner.stop()  # giving up a lease it no longer has, on a store that is gone: no error
+
+
+async def test_doctor_names_the_holder_of_each_configured_network(tmp_path: Path) -> None:
+    """`persyn doctor`'s "channel owners" line: the holder while its lease runs, that none
+    connects it once lapsed or never taken; nothing for a deployment without networks."""
+    from persyn.runtime._doctor_channels import channel_owner_check
+    from persyn.testing.harness import harness_settings
+
+    assert await channel_owner_check(harness_settings(tmp_path / "bare"), T0) is None
+    config = (
+        '[channels.irc]\nserver = "127.0.0.1"\nport = 9\ntls = false\n[channels.telegram]\nenabled = true\n'
+    )
+    settings = harness_settings(tmp_path / "home", config=config)
+    store = open_store(settings.database_url)
+    await store.setup()
+    try:
+        await store.acquire_lease(channel_lease("irc"), "host-a:41:beef", T0, timedelta(seconds=TTL))
+    finally:
+        await store.close()
+    held = await channel_owner_check(settings, T0 + timedelta(seconds=1))
+    assert held is not None and held.warning  # telegram has no owner
+    assert held.detail == (
+        "irc: host-a:41:beef (lease runs to 09:00:30 UTC); telegram: no process connects it (start `persyn run`)"
+    )
+    lapsed = await channel_owner_check(settings, T0 + timedelta(seconds=TTL))
+    assert lapsed is not None and lapsed.detail.startswith(
+        "irc: no process connects it (host-a:41:beef stopped renewing at 09:00:30 UTC"
+    )
