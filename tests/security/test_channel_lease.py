@@ -29,9 +29,11 @@ from persyn_cli import Persyn, stop_gracefully
 
 from persyn.testing.postgres import PostgresForTests
 
-pytestmark = pytest.mark.e2e
-
 WAIT_SECONDS = 300.0  # bounds a broken build only (a loaded 2-core CI machine takes minutes to start one)
+# Up to two daemons and a `persyn doctor` on a machine that may be busy: each wait below is
+# bounded by WAIT_SECONDS, and the test as a whole by a few of them.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * WAIT_SECONDS)]
+
 LEASE = {"PERSYN_DISPATCH__CHANNEL_LEASE_SECONDS": "5", "PERSYN_LOG_LEVEL": "info"}
 
 
