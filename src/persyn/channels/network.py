@@ -1,18 +1,27 @@
 """The channels `persyn run` connects from configuration: the agent link (when the deployment
-has more than one agent) and the chat networks configured under `[channels]`."""
+has more than one agent) and the chat networks configured under `[channels]`, each leased so
+that one process of the deployment connects it (`runtime/channel_leases.py`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
-from persyn.channels.agents import AgentLink
+from pydantic import SecretStr
+
+from persyn.channels.agents import AGENT_SERVICE, AgentLink
+from persyn.channels.irc import SERVICE as IRC_SERVICE
 from persyn.channels.irc import IrcChannel
-from persyn.channels.telegram import TelegramChannel
-from persyn.core.config import Settings
+from persyn.channels.telegram import TELEGRAM_SERVICE, TelegramChannel
+from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ConfigError
 from persyn.runtime.api import RuntimeAPI
 
-__all__ = ["NetworkChannel", "configured_channels"]
+__all__ = ["LeasedChannel", "NetworkChannel", "configured_channels"]
+
+MATRIX_SERVICE = "matrix"  # `channels/matrix.py`'s, named here so as not to import it
 
 
 class NetworkChannel(Protocol):
@@ -23,23 +32,31 @@ class NetworkChannel(Protocol):
     async def stop(self) -> None: ...
 
 
-def configured_channels(settings: Settings, api: RuntimeAPI) -> list[NetworkChannel]:
-    """The channels `settings` asks for, built but not started."""
+@dataclass(frozen=True)
+class LeasedChannel:
+    """A network `service` and how to build its channel: built afresh each time a process
+    takes its lease (`runtime/channel_leases.py`), since a stopped channel is not started again."""
+
+    service: str
+    build: Callable[[], NetworkChannel]
+
+
+def configured_channels(settings: Settings, api: RuntimeAPI) -> list[LeasedChannel]:
+    """The channels `settings` asks for, checked now and built when connected. A missing
+    credential raises `ConfigError` here, before anything connects."""
     agents = {agent.id: agent for agent in settings.agents}
-    found: list[NetworkChannel] = []
+    secrets = settings.secrets
+    found: list[LeasedChannel] = []
     if len(agents) > 1:
-        found.append(AgentLink(agents, api, max_message_chars=settings.conversation.max_message_chars))
+        chars = settings.conversation.max_message_chars
+        found.append(LeasedChannel(AGENT_SERVICE, partial(AgentLink, agents, api, max_message_chars=chars)))
     irc = settings.channels.irc
     if irc.server:
-        password = settings.secrets.irc_password
-        found.append(
-            IrcChannel(
-                irc, agents, api, password=password.get_secret_value() if password is not None else None
-            )
-        )
+        irc_password = _revealed(secrets.irc_password)
+        found.append(LeasedChannel(IRC_SERVICE, partial(IrcChannel, irc, agents, api, password=irc_password)))
     telegram = settings.channels.telegram
     if telegram.enabled:
-        token = settings.secrets.telegram_bot_token
+        token = _revealed(secrets.telegram_bot_token)
         if token is None:
             raise ConfigError("[channels.telegram] enabled = true needs the bot token in TELEGRAM_BOT_TOKEN")
         agent = (
@@ -47,21 +64,47 @@ def configured_channels(settings: Settings, api: RuntimeAPI) -> list[NetworkChan
             if telegram.agent or len(settings.agents) == 1
             else settings.agents[0]
         )
-        found.append(TelegramChannel(telegram, agent, api, token=token.get_secret_value()))
+        found.append(
+            LeasedChannel(TELEGRAM_SERVICE, partial(TelegramChannel, telegram, agent, api, token=token))
+        )
     matrix = settings.channels.matrix
     if matrix.homeserver:
-        # Imported only when configured: mautrix and aiohttp take ~0.5 s to import.
-        from persyn.channels.matrix import MatrixChannel
-
-        token, password = settings.secrets.matrix_access_token, settings.secrets.matrix_password
         found.append(
-            MatrixChannel(
-                matrix,
-                agents,
-                api,
-                state_dir=settings.data_dir / "matrix",
-                access_token=token.get_secret_value() if token is not None else None,
-                password=password.get_secret_value() if password is not None else None,
+            LeasedChannel(
+                MATRIX_SERVICE,
+                partial(
+                    _matrix_channel,
+                    settings,
+                    agents,
+                    api,
+                    access_token=_revealed(secrets.matrix_access_token),
+                    password=_revealed(secrets.matrix_password),
+                ),
             )
         )
     return found
+
+
+def _revealed(secret: SecretStr | None) -> str | None:
+    return None if secret is None else secret.get_secret_value()
+
+
+def _matrix_channel(
+    settings: Settings,
+    agents: dict[str, AgentConfig],
+    api: RuntimeAPI,
+    *,
+    access_token: str | None,
+    password: str | None,
+) -> NetworkChannel:
+    # Imported only when connected: mautrix and aiohttp take ~0.5 s to import.
+    from persyn.channels.matrix import MatrixChannel
+
+    return MatrixChannel(
+        settings.channels.matrix,
+        agents,
+        api,
+        state_dir=settings.data_dir / "matrix",
+        access_token=access_token,
+        password=password,
+    )

@@ -237,6 +237,7 @@ def _no_worker(event_id: str) -> str:
 async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -> int:
     from persyn.channels.network import configured_channels
     from persyn.cli.web import serve_web, web_surface
+    from persyn.runtime.channel_leases import ChannelOwnership
     from persyn.runtime.compose import build_runtime
     from persyn.runtime.control import ControlServer
 
@@ -250,14 +251,20 @@ async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -
         loop.add_signal_handler(sig, stop.set)
     await runtime.start(workers=workers, scheduler=housekeeping)
     control = await ControlServer.start(runtime, settings)  # `persyn send`'s fast path
-    # The chat networks connect in the process that runs the scheduler (`persyn run`); a
-    # scale-out worker would join the rooms a second time.
-    channels = configured_channels(settings, runtime) if housekeeping else []
+    # The chat networks connect in a process that runs the scheduler (`persyn run`), and in
+    # one of those only: the one holding each network's lease (`runtime/channel_leases.py`).
+    # A scale-out worker, or a second `persyn run`, would join the rooms a second time.
+    networks = ChannelOwnership(
+        runtime.store,
+        runtime.clock,
+        configured_channels(settings, runtime) if housekeeping else [],
+        ttl_seconds=settings.dispatch.channel_lease_seconds,
+        report=echo,
+    )
     try:
         if web is not None:  # a port already taken stops the start, and the runtime with it
             await serve_web(web, runtime)
-        for channel in channels:
-            await channel.start()
+        await networks.start()
         names = ", ".join(a.name for a in settings.agents) or "no agents"
         echo(f"persyn is serving {names} (Ctrl-C or SIGTERM stops; unfinished work resumes on restart)")
         await stop.wait()
@@ -266,8 +273,7 @@ async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -
         await control.close()
         if web is not None:
             await web.stop()
-        for channel in channels:
-            await channel.stop()
+        await networks.stop()
         await runtime.stop()
     return 0
 
@@ -285,6 +291,11 @@ def run_command(
     ] = True,
 ) -> None:
     """Run the deployment: workers, scheduler and configured channels in one process.
+
+    Each chat network is connected by one `persyn run` of the deployment: another one
+    sharing the store serves workers only for it, says so, and takes it over within
+    [dispatch] channel_lease_seconds (and a third) if the first dies (`persyn doctor`
+    shows which process holds each).
 
     SIGTERM stops it without losing accepted events; activations that were running resume
     after the last finished step when it starts again."""

@@ -436,6 +436,17 @@ class DispatchConfig(Section):
             "their unfinished turns."
         ),
     )
+    channel_lease_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description=(
+            "A chat network (IRC, Telegram, Matrix, the agent link) is connected by one process of the "
+            "deployment, which renews its lease in the store every third of this; if that process dies, "
+            "another `persyn run` connects it within this and a third. Hosts sharing a store keep their "
+            "clocks well within it of each other."
+        ),
+    )
     housekeeping_seconds: float = Field(
         default=60.0,
         gt=0,

@@ -2,20 +2,23 @@
 credentials are in the environment and whether its server answers. Every probe is bounded by
 a short timeout and changes nothing on the server (no log-in that would leave a device
 behind); a network that is down only means `persyn run` keeps retrying it while the agents
-answer elsewhere."""
+answer elsewhere. A last line says which process connects each network (the holder of its
+lease, `runtime/channel_leases.py`), or that none does."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import ssl
+from datetime import datetime
 
 import httpx
 
 from persyn.core.config import Settings
+from persyn.core.errors import PersynError
 from persyn.runtime._doctor_postgres import Check
 
-__all__ = ["channel_checks"]
+__all__ = ["channel_checks", "channel_owner_check"]
 
 _TIMEOUT_SECONDS = 5.0
 _RETRYING = "`persyn run` keeps retrying it; the agents answer on their other channels meanwhile"
@@ -34,6 +37,47 @@ async def channel_checks(settings: Settings) -> list[Check]:
     if not checks:
         return [Check("chat channels", True, "none configured ([channels.irc], .telegram, .matrix)")]
     return checks
+
+
+async def channel_owner_check(settings: Settings, now: datetime) -> Check | None:
+    """Which process connects each configured network (`runtime/channel_leases.py`): the
+    holder of its lease, or that none does. None when no network is configured."""
+    from persyn.runtime.channel_leases import channel_lease
+    from persyn.runtime.inspect import opened_store
+
+    channels = settings.channels
+    services = [
+        service
+        for service, configured in (
+            ("agent", len(settings.agents) > 1),
+            ("irc", bool(channels.irc.server)),
+            ("telegram", channels.telegram.enabled),
+            ("matrix", bool(channels.matrix.homeserver)),
+        )
+        if configured
+    ]
+    if not services:
+        return None
+    try:
+        async with opened_store(settings) as store:
+            held = {lease.name: lease for lease in await store.leases()}
+    except PersynError as exc:
+        return Check("channel owners", True, f"unreadable: {exc}", "check the database", warning=True)
+    lines: list[str] = []
+    idle = False
+    for service in services:
+        lease = held.get(channel_lease(service))
+        idle = idle or lease is None or lease.expires_at <= now
+        if lease is None:
+            lines.append(f"{service}: no process connects it (start `persyn run`)")
+        elif lease.expires_at <= now:
+            lines.append(
+                f"{service}: no process connects it ({lease.holder} stopped renewing at "
+                f"{lease.expires_at:%H:%M:%S} UTC; the next `persyn run` takes it over)"
+            )
+        else:
+            lines.append(f"{service}: {lease.holder} (lease runs to {lease.expires_at:%H:%M:%S} UTC)")
+    return Check("channel owners", True, "; ".join(lines), warning=idle)
 
 
 async def _irc(settings: Settings) -> Check:

@@ -16,7 +16,7 @@ from persyn.core.errors import PersynError, StoreError
 from persyn.gateway.auto import AutoChoice, resolve_auto
 from persyn.gateway.local import LOCAL_EXTRA_HINT, local_available
 from persyn.gateway.registry import ModelSpec, parse_model_string
-from persyn.runtime._doctor_channels import channel_checks
+from persyn.runtime._doctor_channels import channel_checks, channel_owner_check
 from persyn.runtime._doctor_live import live_checks
 from persyn.runtime._doctor_postgres import Check, is_postgres, postgres_checks, shown_url
 from persyn.runtime._doctor_reach import reach_checks
@@ -341,6 +341,9 @@ async def collect_checks(home: Path | None) -> list[Check]:
             checks.append(await _check_graph(settings))
             checks.append(await check_consolidation(settings))
             checks.append(await check_guardrails(settings, datetime.now(UTC)))
+            owners = await channel_owner_check(settings, datetime.now(UTC))
+            if owners is not None:
+                checks.append(owners)
             if settings.web.enabled:
                 checks.append(await _check_web(settings))
     if settings.tracing.enabled:

@@ -6,9 +6,10 @@
 identities, contact addresses, preferences), `dialog` (conversations, messages, search),
 `flags`, `memory` (records, vectors, quick facts, observations), `graph`, `schedule`
 (reminders, goals), `activity` (the log of self-initiated runs), `jobs` (consolidation
-state, extraction watermarks), `outbox` and `runs` (run state, channel ledgers). A new concern is a module
-with its port and one more base class below. Code may import a sub-port's names from its own
-module; this module re-exports the row types for the code that imports them from here.
+state, extraction watermarks), `outbox`, `runs` (run state, channel ledgers) and `leases`
+(which process holds a chat network's connection). A new concern is a module with its port
+and one more base class below. Code may import a sub-port's names from its own module; this
+module re-exports the row types for the code that imports them from here.
 
 Methods are async: backends run blocking database work off the event loop, with a single
 writer on SQLite.
@@ -33,6 +34,7 @@ from persyn.store.flags import FlagsPort
 from persyn.store.graph import GraphPort
 from persyn.store.guardrails import GuardrailsStore
 from persyn.store.jobs import JobsStore
+from persyn.store.leases import LeasesStore
 from persyn.store.memory import (
     ImportedMemory,
     MemoryPort,
@@ -136,6 +138,7 @@ class Store(
     EmotionsStore,
     ArtifactsStore,
     ModelCallsStore,
+    LeasesStore,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

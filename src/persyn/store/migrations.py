@@ -41,6 +41,7 @@ from persyn.store._migrate_runs import delete_flags_with_prefix, flags_with_pref
 from persyn.store._schema_v1 import v1_metadata
 from persyn.store._schema_v9 import v5_quick_facts, v9_goals, v9_reminders
 from persyn.store.base import GLOBAL, Provenance
+from persyn.store.schema_leases import leases
 
 __all__ = ["LATEST_VERSION", "MIGRATIONS", "Migration", "current_version", "migrate", "schema_version"]
 
@@ -527,6 +528,12 @@ def _keyword_vocabulary(connection: Connection, dialect_name: str) -> None:
     connection.execute(text("CREATE VIRTUAL TABLE memory_fts_vocab USING fts5vocab(memory_fts, row)"))
 
 
+def _create_leases(connection: Connection, dialect_name: str) -> None:
+    """Migration 24: leases (`store/leases.py`), from the live definition (freeze it here
+    before a later migration alters that table)."""
+    leases.create(connection, checkfirst=False)
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages", _create_message_search, {"postgresql": pg.message_search}),
@@ -567,6 +574,7 @@ MIGRATIONS: Sequence[Migration] = (
         _keyword_vocabulary,
         {"postgresql": pg.nothing},
     ),
+    Migration(24, "leases: one process holds each chat network's connection", _create_leases),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -21,8 +21,8 @@ conversation participant index (`_sqlite_directory.py`), dialog (`_sqlite_dialog
 (`_sqlite_graph.py`), reminders and goals (`_sqlite_schedule.py`), the activity log
 (`_sqlite_activity.py`), conversation jobs (`_sqlite_jobs.py`), the outbox (`_sqlite_outbox.py`),
 run state and channel ledgers (`_sqlite_runs.py`), the model calls checkpointed inside durable
-steps (`_sqlite_model_calls.py`). This module keeps the engines, the lifecycle and the operations that
-span parts in one transaction.
+steps (`_sqlite_model_calls.py`), leases (`_sqlite_leases.py`). This module keeps the engines,
+the lifecycle and the operations that span parts in one transaction.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from persyn.store._sqlite_flags import SQLiteFlags, clear_flags_row, update_flag
 from persyn.store._sqlite_graph import SQLiteGraph
 from persyn.store._sqlite_guardrails import SQLiteGuardrails
 from persyn.store._sqlite_jobs import SQLiteJobs
+from persyn.store._sqlite_leases import SQLiteLeases
 from persyn.store._sqlite_memory import SQLiteMemory
 from persyn.store._sqlite_model_calls import SQLiteModelCalls
 from persyn.store._sqlite_outbox import SQLiteOutbox, put_outbox_row
@@ -90,6 +91,7 @@ class SQLiteStore(
     SQLiteGuardrails,
     SQLiteArtifacts,
     SQLiteModelCalls,
+    SQLiteLeases,
     Store,
 ):
     """`Store` over one SQLite file. Construct cheaply; `await setup()` before use."""

@@ -820,3 +820,14 @@ def test_migration_twenty_creates_the_model_call_checkpoints(engine: Engine) -> 
         columns = [c["name"] for c in inspect(connection).get_columns("model_calls")]
     # Created from the live definition: if this fails, freeze migration 20 first.
     assert columns == ["call_key", "workflow_id", "response", "created_at"]
+
+
+def test_migration_twenty_four_creates_the_leases(engine: Engine) -> None:
+    assert _migrate(engine, target=23) == 23
+    assert "leases" not in {name for name, _ in _schema_sql(engine)}
+    assert _migrate(engine, target=24) == 24
+    with engine.connect() as connection:
+        columns = [c["name"] for c in inspect(connection).get_columns("leases")]
+        key = inspect(connection).get_pk_constraint("leases")["constrained_columns"]
+    # Created from the live definition: if this fails, freeze migration 24 first.
+    assert (columns, key) == (["name", "holder", "acquired_at", "expires_at"], ["name"])

@@ -1,0 +1,178 @@
+"""`ChannelOwnership` (`runtime/channel_leases.py`) over a real store (each backend) and a
+clock the test moves: one process connects a network, another stands by and says who holds it, takes
+over once the owner stops renewing (or at once when it stops), and an owner that finds its
+lease taken disconnects. The networks are recording stand-ins for a chat connection."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from persyn.channels.network import LeasedChannel, NetworkChannel
+from persyn.core.clock import ManualClock
+from persyn.runtime.channel_leases import ChannelOwnership, channel_lease
+from persyn.store import Store, open_store
+from persyn.store.sqlite import SQLiteStore
+
+T0 = datetime(2026, 12, 6, 9, tzinfo=UTC)
+TTL = 30.0
+
+
+class Connection:
+    """A network connection that records its lifespan; `fail` makes it refuse to start."""
+
+    def __init__(self, log: list[str], name: str, *, fail: bool = False) -> None:
+        self._log, self._name, self._fail = log, name, fail
+
+    async def start(self) -> None:
+        if self._fail:
+            raise ConnectionError("refused")
+        self._log.append(f"{self._name} up")
+
+    async def stop(self) -> None:
+        self._log.append(f"{self._name} down")
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[Store]:
+    """A set-up store of each backend (PostgreSQL: what processes on several hosts share)."""
+    opened = open_store(store_url)
+    await opened.setup()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _process(
+    store: Store, clock: ManualClock, name: str, log: list[str], said: list[str], *, fail: bool = False
+) -> ChannelOwnership:
+    def build() -> NetworkChannel:
+        return Connection(log, name, fail=fail)
+
+    return ChannelOwnership(
+        store, clock, [LeasedChannel("irc", build)], ttl_seconds=TTL, holder=name, report=said.append
+    )
+
+
+async def test_one_owner_a_standby_that_says_so_and_a_takeover_when_the_owner_dies(
+    store: Store,
+) -> None:
+    clock = ManualClock(T0)
+    log: list[str] = []
+    said_a: list[str] = []
+    said_b: list[str] = []
+    a = _process(store, clock, "a", log, said_a)
+    b = _process(store, clock, "b", log, said_b)
+    await a.settle()
+    await b.settle()
+    assert log == ["a up"]
+    assert said_a == ["irc: connected by this process (a)"]
+    assert len(said_b) == 1 and said_b[0].startswith("irc: connected by a ")
+    assert "serves workers only" in said_b[0]
+
+    # The owner renews every third of the lease: the standby keeps standing by, silently.
+    for _ in range(6):
+        clock.advance(timedelta(seconds=TTL / 3))
+        await a.settle()
+        await b.settle()
+    assert log == ["a up"] and len(said_b) == 1
+
+    # The owner dies (it renews no more): the standby connects once the lease lapses.
+    clock.advance(timedelta(seconds=TTL - 1))
+    await b.settle()
+    assert log == ["a up"]
+    clock.advance(timedelta(seconds=1))
+    await b.settle()
+    assert log == ["a up", "b up"]
+    assert [lease.holder for lease in await store.leases()] == ["b"]
+
+    # Had it only been paused, it finds its lease taken and disconnects at once.
+    await a.settle()
+    assert log == ["a up", "b up", "a down"]
+    assert said_a[-2] == "irc: disconnecting: b took its lease over"
+    assert said_a[-1].startswith("irc: connected by b ")  # and it now stands by
+    await b.stop()
+    await a.stop()
+
+
+async def test_an_owner_that_stops_gives_the_lease_up_for_the_next_try(store: Store) -> None:
+    clock = ManualClock(T0)
+    log: list[str] = []
+    a = _process(store, clock, "a", log, [])
+    b = _process(store, clock, "b", log, [])
+    await a.settle()
+    await b.settle()
+    await a.stop()
+    assert await store.leases() == []
+    await b.settle()  # no waiting for a lapse
+    assert log == ["a up", "a down", "b up"]
+    await b.stop()
+    assert log[-1] == "b down" and await store.leases() == []
+
+
+async def test_a_connection_that_fails_to_start_leaves_the_lease_to_others(store: Store) -> None:
+    clock = ManualClock(T0)
+    log: list[str] = []
+    broken = _process(store, clock, "broken", log, [], fail=True)
+    await broken.settle()
+    assert broken.connected == {} and await store.leases() == []
+    healthy = _process(store, clock, "healthy", log, [])
+    await healthy.settle()
+    assert log == ["broken down", "healthy up"]  # the failed one was cleaned up
+    assert (await store.leases())[0].name == channel_lease("irc")
+    await healthy.stop()
+
+
+async def test_an_owner_that_cannot_reach_the_store_disconnects_once_its_lease_lapses(
+    tmp_path: Path,
+) -> None:
+    """The store goes away (here: closed) under a connected owner: it keeps the connection
+    while its lease runs (another process cannot have taken it), and drops it once lapsed."""
+    store = SQLiteStore(tmp_path / "gone.db")
+    await store.setup()
+    clock = ManualClock(T0)
+    log: list[str] = []
+    said: list[str] = []
+    owner = _process(store, clock, "a", log, said)
+    await owner.settle()
+    await store.close()
+    clock.advance(timedelta(seconds=TTL - 1))
+    await owner.settle()
+    assert log == ["a up"]
+    clock.advance(timedelta(seconds=1))
+    await owner.settle()
+    assert log == ["a up", "a down"]
+    assert said[-1] == "irc: disconnecting: its lease lapsed while the store was unreachable"
+    await owner.stop()  # giving up a lease it no longer has, on a store that is gone: no error
+
+
+async def test_doctor_names_the_holder_of_each_configured_network(tmp_path: Path) -> None:
+    """`persyn doctor`'s "channel owners" line: the holder while its lease runs, that none
+    connects it once lapsed or never taken; nothing for a deployment without networks."""
+    from persyn.runtime._doctor_channels import channel_owner_check
+    from persyn.testing.harness import harness_settings
+
+    assert await channel_owner_check(harness_settings(tmp_path / "bare"), T0) is None
+    config = (
+        '[channels.irc]\nserver = "127.0.0.1"\nport = 9\ntls = false\n[channels.telegram]\nenabled = true\n'
+    )
+    settings = harness_settings(tmp_path / "home", config=config)
+    store = open_store(settings.database_url)
+    await store.setup()
+    try:
+        await store.acquire_lease(channel_lease("irc"), "host-a:41:beef", T0, timedelta(seconds=TTL))
+    finally:
+        await store.close()
+    held = await channel_owner_check(settings, T0 + timedelta(seconds=1))
+    assert held is not None and held.warning  # telegram has no owner
+    assert held.detail == (
+        "irc: host-a:41:beef (lease runs to 09:00:30 UTC); telegram: no process connects it (start `persyn run`)"
+    )
+    lapsed = await channel_owner_check(settings, T0 + timedelta(seconds=TTL))
+    assert lapsed is not None and lapsed.detail.startswith(
+        "irc: no process connects it (host-a:41:beef stopped renewing at 09:00:30 UTC"
+    )
