@@ -33,9 +33,11 @@ from dbos import DBOS, DBOSConfiguredInstance, EnqueueOptions
 from persyn.cognition.deliberation import CritiqueOutcome, Decision
 from persyn.cognition.pipeline import TurnSetup
 from persyn.cognition.reflection import SelfAssessment
+from persyn.core.errors import is_storage_full
 from persyn.core.ids import derived_id
 from persyn.gateway.base import Prompt, ToolCall
 from persyn.runtime._dbos_instance import release_instance
+from persyn.runtime._storage_full import UnansweredRecorder, end_on_full_storage
 from persyn.runtime.activation import ActivationSteps
 from persyn.runtime.dispatch import (
     BACKGROUND_QUEUE,
@@ -96,7 +98,7 @@ def activation_result(output: object) -> TransmitResult:
     return result
 
 
-class Transmitter(Protocol):
+class Transmitter(UnansweredRecorder, Protocol):
     """Acts on the decision: delivers, or records why not (SPEC §4 step 7)."""
 
     async def transmit(
@@ -175,8 +177,19 @@ class Workflows(DBOSConfiguredInstance):
         deterministic gates stand between the draft and transmit; a silence or a refusal
         decided on the input still replaces the draft there. It then hands critique and
         refinement to `deliberation` on the background queue, whose conclusion the next turn
-        on the channel weaves in."""
+        on the channel weaves in.
+
+        A turn the storage refused (a full disk) ends unanswered once that is recorded,
+        instead of staying pending and being replayed (`runtime/_storage_full.py`)."""
         self._count_running()
+        try:
+            return await self._run_activation(agent_id, event_id)
+        except Exception as exc:
+            if not is_storage_full(exc):
+                raise
+            return await end_on_full_storage(self.transmitter, agent_id, event_id, exc)
+
+    async def _run_activation(self, agent_id: str, event_id: str) -> TransmitResult:
         with (
             bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id)),
             self.tracing.activation(agent_id, event_id, DBOS.workflow_id) as turn,
