@@ -5,17 +5,28 @@ same failure after a restart, is logged in one line, and shows a client no path 
 from __future__ import annotations
 
 import errno
+import io
+import logging
 import os
 import shutil
+import sqlite3
 import subprocess
+import time
+import traceback
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+import web_daemon  # tests/e2e, on the path (conftest.py)
 from dbos import DBOS
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
+from web_daemon import WebDaemon
 
+from persyn.cli.log_filter import OneLineErrors, RepeatFilter
+from persyn.core.errors import STORAGE_UNAVAILABLE
 from persyn.runtime._storage_full import STORAGE_FULL_REASON
 from persyn.testing.harness import WAIT_SECONDS, run_runtime
 from persyn.testing.models import DoubleResult, echo_text, last_user_text, registered_double
@@ -104,3 +115,131 @@ async def test_a_turn_that_fills_the_disk_ends_and_is_not_replayed(small_disk: P
             await pilot.say("and now?", transmitted=True)
             await pilot.settle()
     assert fills == ["please fill the disk"]
+
+
+@dataclass(frozen=True)
+class FullDisk:
+    web: WebDaemon
+    data: Path  # the data directory: a filesystem of its own, full
+
+    def chat(self) -> httpx.Response:
+        """Alice (a web key without operator rights) says hello."""
+        with httpx.Client(
+            base_url=self.web.url, headers={"Authorization": f"Bearer {self.web.keys['alice']}"}, timeout=60
+        ) as http:
+            return http.post(
+                "/v1/chat/completions",
+                json={"model": "Ada", "messages": [{"role": "user", "content": "hello"}]},
+            )
+
+
+@pytest.fixture(scope="module")
+def full_disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FullDisk]:
+    """`persyn run` serving the web, its data directory (store, workflow database) on a small
+    filesystem of its own, answering once and then filled; its home, script and log stay on
+    the test's disk."""
+    root = tmp_path_factory.mktemp("full-disk")
+    if not _can_mount(root):
+        pytest.skip("needs root and permission to mount a tmpfs (a real full disk)")
+    data = root / "deployment" / "home" / "data"
+    _mount(data, "16m")
+    try:
+        web = web_daemon.start(root / "deployment", keys={"alice": False})
+        try:
+            disk = FullDisk(web, data)
+            assert disk.chat().status_code == 200
+            fill(data)
+            yield disk
+        finally:
+            web.stop()
+    finally:
+        _unmount(data)
+
+
+@pytest.mark.e2e
+def test_a_client_is_told_the_storage_is_unavailable_without_path_or_sql(full_disk: FullDisk) -> None:
+    for _ in range(3):
+        refused = full_disk.chat()
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["message"] == STORAGE_UNAVAILABLE, refused.text
+        for internal in (str(full_disk.data), "persyn.db", "SQL", "sqlite", "sqlalche.me", "disk is full"):
+            assert internal not in refused.text, refused.text
+
+
+@pytest.mark.e2e
+def test_a_full_disk_is_logged_once_per_condition_without_tracebacks(full_disk: FullDisk) -> None:
+    """The reminder schedule ticks every second (`tick_seconds = 1`) and fails on each tick
+    while the disk is full, and every request fails on the store: the log is read after
+    several ticks and requests."""
+    log = full_disk.web.persyn.log
+    deadline = time.monotonic() + WAIT_SECONDS
+    while "Exception in schedule" not in log("run"):
+        assert time.monotonic() < deadline, log("run")
+        full_disk.chat()
+        time.sleep(0.1)
+    watched = time.monotonic() + 5
+    while time.monotonic() < watched:
+        assert full_disk.chat().status_code == 503
+    text = log("run")
+    assert "Traceback" not in text and "[SQL:" not in text and "sqlalche.me" not in text, text
+    failing = [line for line in text.splitlines() if "disk is full" in line]
+    assert len(failing) == len(set(failing)), text  # one line per condition
+    assert len([line for line in failing if "Exception in schedule" in line]) == 1, text
+    requests = [line for line in failing if "POST /v1/chat/completions" in line]
+    assert len(requests) == 1 and str(full_disk.data) in requests[0], text  # the operator sees where
+
+
+def _sqlite_full_error() -> sqlite3.OperationalError:
+    """A real SQLITE_FULL: a database allowed two pages, given more."""
+    connection = sqlite3.connect(":memory:")
+    try:
+        connection.execute("PRAGMA max_page_count = 2")
+        connection.execute("CREATE TABLE filler (data BLOB)")
+        connection.execute("INSERT INTO filler VALUES (zeroblob(100000))")
+    except sqlite3.OperationalError as exc:
+        return exc
+    finally:
+        connection.close()
+    raise AssertionError("SQLite took more than two pages")
+
+
+def test_repeated_failures_on_a_full_disk_are_one_line_each() -> None:
+    """What a full disk made DBOS log every second or five: a traceback formatted into the
+    message, an exception with its statement and parameters, and a queue warning quoting one,
+    each logged ten times through a real handler with the daemon's filters."""
+    error = _sqlite_full_error()
+    statement = f"(sqlite3.OperationalError) {error}\n[SQL: INSERT INTO x VALUES (?)]\n[parameters: (1,)]"
+    try:
+        raise RuntimeError(statement) from error
+    except RuntimeError:
+        formatted = traceback.format_exc()
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(OneLineErrors())
+    handler.addFilter(RepeatFilter())
+    logger = logging.getLogger("persyn.test.storage_full")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        for attempt in range(10):
+            logger.warning("Exception in schedule 'persyn-reminders': %s", formatted)
+            logger.error("Exception encountered in asynchronous workflow:", exc_info=error)
+            logger.warning("Exception encountered in queue thread for persyn-events: %s", statement)
+            logger.warning(
+                "Database connection failed: %s. Retrying in %.2fs (attempt %d)",
+                error,
+                0.5 + attempt,
+                attempt,
+            )
+            logger.info("an ordinary line %d", attempt)
+    finally:
+        logger.removeHandler(handler)
+    lines = out.getvalue().splitlines()
+    assert [line for line in lines if "ordinary" not in line] == [
+        "Exception in schedule 'persyn-reminders': RuntimeError: (sqlite3.OperationalError) database or disk is full",
+        "Exception encountered in asynchronous workflow: database or disk is full",
+        "Exception encountered in queue thread for persyn-events: (sqlite3.OperationalError) database or disk is full",
+        "Database connection failed: database or disk is full. Retrying in 0.50s (attempt 0)",
+    ]
+    assert len([line for line in lines if "ordinary" in line]) == 10  # information is never dropped

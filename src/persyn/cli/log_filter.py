@@ -62,14 +62,15 @@ class OneLineErrors(logging.Filter):
     """A logged exception as one line (module docstring)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+        message = original = record.getMessage()
         if record.exc_info and record.exc_info[1] is not None:
-            message = f"{message.rstrip(':')}: {error_text(record.exc_info[1])}"
+            error = record.exc_info[1]
+            message = f"{message.rstrip(':')}: {error_text(error) or type(error).__name__}"
             record.exc_info = None
             record.exc_text = None
-        cleaned = one_line_message(message)
-        if cleaned is not message:
-            record.msg, record.args = cleaned, None
+        message = one_line_message(message)
+        if message != original:
+            record.msg, record.args = message, None
         return True
 
 

@@ -13,11 +13,16 @@ raised it) is ended here:
 1. at once, without writing anything: a waiter in this process gets an unanswered completion
    marker and the surface a notice (`Transmitter.tell_unanswered`);
 2. the failure is recorded — the event's completion marker (unless a reply had already been
-   sent) and its deliberation trace (`Transmitter.record_unanswered`) — retried every
-   `_FIRST_RETRY` seconds, doubling to `_LAST_RETRY`, until the store takes it: there is room
-   again. Other errors are not retried: they end the workflow as before;
+   sent) and its deliberation trace (`Transmitter.record_unanswered`), then the workflow's
+   `FAILED_EVENT` in DBOS's own database, where its outcome goes next — each retried every
+   `_FIRST_RETRY` seconds, doubling to `_LAST_RETRY`, until it is taken: there is room again.
+   Other errors are not retried: they end the workflow as before;
 3. the activation returns that outcome, which DBOS records as the workflow's result: terminal.
    The partition is free (the agent answers the next message) and no restart replays it.
+
+A background workflow (deliberation, extraction, a reminder tick, close hooks, an image) is
+guarded the same way by `ends_on_full_storage`: it ends with a `StoreError` once DBOS can
+record it, so it neither holds a worker slot of its queue nor runs again after a restart.
 
 The workflow waits in step 2 instead of ending at once because nothing it ended with could be
 recorded while the disk is full. A process stopped while it still waits leaves the workflow
@@ -28,17 +33,32 @@ again) or finds room. The log gets one line when the turn stops and one when it 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ParamSpec, Protocol, TypeVar
 
-from persyn.core.errors import is_storage_full
+from dbos import DBOS
+
+from persyn.core.errors import StoreError, is_storage_full
 from persyn.runtime.turn import TransmitResult
 
-__all__ = ["STORAGE_FULL_REASON", "UnansweredRecorder", "end_on_full_storage"]
+__all__ = [
+    "FAILED_EVENT",
+    "STORAGE_FULL_REASON",
+    "UnansweredRecorder",
+    "end_on_full_storage",
+    "ends_on_full_storage",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
 STORAGE_FULL_REASON = "not answered: the agent's storage was full"
+FAILED_EVENT = "persyn.failed"  # the DBOS event a workflow that ended on a full disk sets
 _FIRST_RETRY = 1.0  # seconds before recording the failure is tried again
 _LAST_RETRY = 30.0  # the longest wait between tries
 
@@ -67,16 +87,53 @@ async def end_on_full_storage(
         _first_line(error),
     )
     await recorder.tell_unanswered(agent_id, event_id, STORAGE_FULL_REASON)
-    delay = _FIRST_RETRY
-    while True:
+    result = await _when_there_is_room(
+        lambda: recorder.record_unanswered(agent_id, event_id, STORAGE_FULL_REASON, detail)
+    )
+    await _when_there_is_room(lambda: DBOS.set_event_async(FAILED_EVENT, detail))
+    log.warning(
+        "the turn for event %s of agent %s ended unanswered: the storage was full", event_id, agent_id
+    )
+    return result
+
+
+def ends_on_full_storage(
+    workflow: Callable[P, Coroutine[Any, Any, R]],
+) -> Callable[P, Coroutine[Any, Any, R]]:
+    """For a background workflow (under its `DBOS.workflow`): one that fails on a full disk
+    ends with that error once DBOS can record it (its `FAILED_EVENT` is written first, and
+    retried until there is room), instead of staying PENDING, holding a worker slot of its
+    queue and being run again by the next process."""
+
+    @functools.wraps(workflow)
+    async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            result = await recorder.record_unanswered(agent_id, event_id, STORAGE_FULL_REASON, detail)
+            return await workflow(*args, **kwargs)
         except Exception as exc:
             if not is_storage_full(exc):
                 raise
-        else:
-            log.warning("the turn for event %s of agent %s ended unanswered: the storage was full", event_id, agent_id)
-            return result
+            detail = f"storage full: {_first_line(exc)}"
+            log.warning(
+                "workflow %s (%s) stopped: the storage is full; it ends with that error once there is "
+                "room again",
+                DBOS.workflow_id,
+                workflow.__name__,
+            )
+            await _when_there_is_room(lambda: DBOS.set_event_async(FAILED_EVENT, detail))
+            raise StoreError(detail) from exc
+
+    return guarded
+
+
+async def _when_there_is_room(record: Callable[[], Awaitable[T]]) -> T:
+    """`record()`, tried again while it fails on a full disk (other errors are raised)."""
+    delay = _FIRST_RETRY
+    while True:
+        try:
+            return await record()
+        except Exception as exc:
+            if not is_storage_full(exc):
+                raise
         await asyncio.sleep(delay)
         delay = min(delay * 2, _LAST_RETRY)
 

@@ -153,7 +153,9 @@ class Transmitter:
             event = await self._cache.event(agent_id, event_id)
             await _safe_notice(self._channels(event.service), event, Notice(level="error", text=reason))
 
-    async def record_unanswered(self, agent_id: str, event_id: str, reason: str, detail: str) -> TransmitResult:
+    async def record_unanswered(
+        self, agent_id: str, event_id: str, reason: str, detail: str
+    ) -> TransmitResult:
         """Record that the event's turn ended on a storage failure; raises while the store still
         refuses. The event gets an unanswered completion marker unless it has one already (a
         reply sent before the failure keeps its own), and its trace says what failed."""
@@ -165,7 +167,9 @@ class Transmitter:
         await self._record_deliberation(agent_id, event_id, {"failed": detail})
         self._cache.drop(event_id)
         return TransmitResult(
-            transmitted=marker.transmitted, action=None if marker.transmitted else "failed", text=marker.text,
+            transmitted=marker.transmitted,
+            action=None if marker.transmitted else "failed",
+            text=marker.text,
             reason=marker.reason,
         )
 

@@ -37,7 +37,7 @@ from persyn.core.errors import is_storage_full
 from persyn.core.ids import derived_id
 from persyn.gateway.base import Prompt, ToolCall
 from persyn.runtime._dbos_instance import release_instance
-from persyn.runtime._storage_full import UnansweredRecorder, end_on_full_storage
+from persyn.runtime._storage_full import UnansweredRecorder, end_on_full_storage, ends_on_full_storage
 from persyn.runtime.activation import ActivationSteps
 from persyn.runtime.dispatch import (
     BACKGROUND_QUEUE,
@@ -324,6 +324,7 @@ class Workflows(DBOSConfiguredInstance):
         )
 
     @DBOS.workflow(name="persyn.deliberation")
+    @ends_on_full_storage
     async def deliberation(self, agent_id: str, event_id: str, deferred: str) -> None:
         """Deferred critique + refinement of a reply already sent; attributed to its
         conversation. `deferred` is a `Deferred` as JSON (a plain-JSON checkpoint)."""
@@ -384,6 +385,7 @@ class Workflows(DBOSConfiguredInstance):
         )
 
     @DBOS.workflow(name="persyn.render_image")
+    @ends_on_full_storage
     async def render_image(self, agent_id: str, reference: str, trace_parent: str | None = None) -> None:
         """An image asked for by `generate_image` / `edit_image`: rendered, then delivered
         to the conversation that asked (`runtime/images.py`)."""
@@ -460,6 +462,7 @@ class Workflows(DBOSConfiguredInstance):
         )
 
     @DBOS.workflow(name="persyn.feel")
+    @ends_on_full_storage
     async def feel(
         self, agent_id: str, event_id: str, conversation_id: str, trace_parent: str | None = None
     ) -> None:
@@ -588,6 +591,7 @@ class Workflows(DBOSConfiguredInstance):
         return await self.reminders.fire_due(from_step=True)
 
     @DBOS.workflow(name="persyn.fire_due_tick")
+    @ends_on_full_storage
     async def fire_due(self) -> None:
         """Fire due reminders. Each firing is an event with a dedup id derived from
         `reminder_id@fire_time`, so a tick that runs twice, or in several processes, still
@@ -600,6 +604,7 @@ class Workflows(DBOSConfiguredInstance):
         await self.jobs.run_extraction(agent_id, conversation_id, hook_name)
 
     @DBOS.workflow(name="persyn.extract")
+    @ends_on_full_storage
     async def extract(self, agent_id: str, conversation_id: str, trace_parent: str | None = None) -> None:
         """Incremental observations and graph extraction for an open conversation, in the
         trace of the turn that triggered it (`trace_parent`)."""
@@ -617,6 +622,7 @@ class Workflows(DBOSConfiguredInstance):
         await self.jobs.run_conversation_hook(agent_id, conversation_id, hook_name)
 
     @DBOS.workflow(name="persyn.consolidation_retry")
+    @ends_on_full_storage
     async def consolidation_retry(self, agent_id: str, conversation_id: str) -> None:
         """A failed consolidation tried again (enqueued by the housekeeping sweep when due,
         under a fresh id per attempt: `conversation_jobs.consolidation_retry_id`)."""
@@ -629,6 +635,7 @@ class Workflows(DBOSConfiguredInstance):
             await self.conversation_hook_step(agent_id, conversation_id, "consolidate")
 
     @DBOS.workflow(name="persyn.conversation_closed")
+    @ends_on_full_storage
     async def conversation_closed(
         self, agent_id: str, conversation_id: str, trace_parent: str | None = None
     ) -> None:
