@@ -28,8 +28,17 @@ from web_daemon import WebDaemon
 from persyn.cli.log_filter import OneLineErrors, RepeatFilter
 from persyn.core.errors import STORAGE_UNAVAILABLE
 from persyn.runtime._storage_full import STORAGE_FULL_REASON
+from persyn.runtime.dispatch import emotion_workflow_id
 from persyn.testing.harness import WAIT_SECONDS, run_runtime
-from persyn.testing.models import DoubleResult, echo_text, last_user_text, registered_double
+from persyn.testing.models import (
+    DoubleReply,
+    DoubleResult,
+    echo_text,
+    last_user_text,
+    minimal_instance,
+    output_schema,
+    registered_double,
+)
 
 
 def _mount(where: Path, size: str) -> None:
@@ -115,6 +124,40 @@ async def test_a_turn_that_fills_the_disk_ends_and_is_not_replayed(small_disk: P
             await pilot.say("and now?", transmitted=True)
             await pilot.settle()
     assert fills == ["please fill the disk"]
+
+
+async def test_a_background_workflow_that_fills_the_disk_ends_and_is_not_replayed(small_disk: Path) -> None:
+    """The emotion reading after an exchange (a workflow of the background queue) meets a full
+    disk: once there is room again it has ended with that error instead of staying PENDING on
+    a worker slot, and a restart does not run it again."""
+    home = small_disk / "home"
+    readings: list[str] = []
+
+    def reader(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleResult:
+        schema = output_schema(info)
+        if schema is None:
+            return echo_text(messages)
+        if task == "classify" and not readings:
+            readings.append(last_user_text(messages))
+            fill(small_disk)
+        return DoubleReply(output=minimal_instance(schema))
+
+    with registered_double("fullreader", reader):
+        async with run_runtime(home, model="test:fullreader") as pilot:
+            turn = await pilot.say("tell me how you feel about the garden plan today", transmitted=True)
+            await pilot.wait_for(lambda: _at_once(bool(readings)), "the emotion reading to fill the disk")
+            (small_disk / "filler").unlink()
+            await pilot.settle()  # nothing queued or running: the reading ended
+            status = await DBOS.get_workflow_status_async(emotion_workflow_id(turn.event.id))
+            assert status is not None and status.status == "ERROR", status
+            assert "storage full" in str(status.error), status
+        async with run_runtime(home, model="test:fullreader") as pilot:
+            await pilot.settle()
+    assert len(readings) == 1, readings
+
+
+async def _at_once(value: bool) -> bool:
+    return value
 
 
 @dataclass(frozen=True)

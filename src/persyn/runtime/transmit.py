@@ -145,8 +145,12 @@ class Transmitter:
     # a turn the storage refused (runtime/_storage_full.py) ----------------------------------
     async def tell_unanswered(self, agent_id: str, event_id: str, reason: str) -> None:
         """Without writing anything (the disk may be full): a waiter in this process gets an
-        unanswered completion marker now, and the event's surface a notice."""
+        unanswered completion marker now, and the event's surface a notice; nothing when the
+        event was answered before the failure (its marker is stored: reading needs no room)."""
         now = self._clock.now()
+        with contextlib.suppress(Exception):
+            if await self._store.get_marker(agent_id, event_id, now) is not None:
+                return
         self._markers.put(self._unsent_marker(event_id, reason, now))
         self._markers.wake(event_id)
         with contextlib.suppress(Exception):  # reading the event needs no room; best effort
