@@ -286,3 +286,45 @@ def test_repeated_failures_on_a_full_disk_are_one_line_each() -> None:
         "Database connection failed: database or disk is full. Retrying in 0.50s (attempt 0)",
     ]
     assert len([line for line in lines if "ordinary" in line]) == 10  # information is never dropped
+
+
+def test_a_full_disk_is_recognised_however_it_surfaces() -> None:
+    """Each layer's own error for a full disk, and the wrappers that carry it."""
+    import psycopg.errors
+    import sqlalchemy
+
+    from persyn.core.errors import StoreError, is_storage_full
+
+    sqlite_full = _sqlite_full_error()
+    try:
+        with open("/dev/full", "wb") as device:  # the kernel's always-full device: ENOSPC
+            device.write(b"x")
+            device.flush()
+    except OSError as exc:
+        device_full = exc
+    else:
+        raise AssertionError("/dev/full took a write")
+    engine = sqlalchemy.create_engine("sqlite://")
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("PRAGMA max_page_count = 2")
+            connection.exec_driver_sql("CREATE TABLE filler (data BLOB)")
+            connection.exec_driver_sql("INSERT INTO filler VALUES (zeroblob(100000))")
+    except sqlalchemy.exc.OperationalError as exc:
+        wrapped = StoreError("save_event failed on 'persyn.db': database or disk is full")
+        wrapped.__cause__ = exc
+        through_sqlalchemy: BaseException = exc
+    else:
+        raise AssertionError("SQLite took more than two pages")
+    postgres_full = psycopg.errors.DiskFull("could not extend file")
+    for error in (sqlite_full, device_full, through_sqlalchemy, wrapped, postgres_full):
+        assert is_storage_full(error), repr(error)
+    outer = RuntimeError("the workflow failed")
+    outer.__cause__ = wrapped
+    assert is_storage_full(outer)
+    for other in (
+        sqlite3.OperationalError("database is locked"),
+        OSError(13, "Permission denied"),
+        StoreError("no contact 'x'"),
+    ):
+        assert not is_storage_full(other), repr(other)
