@@ -328,3 +328,29 @@ def test_a_full_disk_is_recognised_however_it_surfaces() -> None:
         StoreError("no contact 'x'"),
     ):
         assert not is_storage_full(other), repr(other)
+
+
+def test_a_condition_is_logged_again_when_it_returns_and_hourly_while_it_lasts() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(RepeatFilter(clock=lambda: now[0]))
+    logger = logging.getLogger("persyn.test.storage_full_repeats")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        for second in (0, 5, 10):  # a failing poll every 5 s
+            now[0] = second
+            logger.warning("the disk is full")
+        now[0] = 10 + 121  # quiet for over two minutes: it ended, and this is a new occurrence
+        logger.warning("the disk is full")
+        for second in range(136, 136 + 3600, 5):  # an hour of failing polls
+            now[0] = second
+            logger.warning("the disk is full")
+    finally:
+        logger.removeHandler(handler)
+    assert out.getvalue().splitlines() == [
+        "the disk is full",
+        "the disk is full (repeated 2 more times since it was last logged)",
+        "the disk is full (repeated 719 more times since it was last logged)",
+    ]

@@ -12,9 +12,10 @@ propagate):
   message that formatted one in (`f"...: {e}"`), so a record is one line.
 - `RepeatFilter`: a warning or error that repeats one already logged (same logger, level and
   text, with durations and attempt counts set aside) is dropped while it keeps repeating. It is
-  logged again, saying how often it was dropped, once it has been quiet for `quiet` seconds
-  (it ended, and this is a new occurrence) or every `remind` seconds while it lasts (so a long
-  outage still shows in the recent log). Information and debug records are never dropped.
+  logged again, saying how often it was dropped, once it has been quiet for `quiet` seconds (it
+  ended, and this is a new occurrence; 2 minutes, longer than the 90 s DBOS waits at most between
+  retries of a lost database) or every `remind` seconds while it lasts (so a long outage still
+  shows in the recent log). Information and debug records are never dropped.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class RepeatFilter(logging.Filter):
     """Drops a warning or error that repeats while its condition lasts (module docstring)."""
 
     def __init__(
-        self, *, quiet: float = 300.0, remind: float = 3600.0, clock: Callable[[], float] = time.monotonic
+        self, *, quiet: float = 120.0, remind: float = 3600.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
         super().__init__()
         self._quiet = quiet
