@@ -292,6 +292,7 @@ def test_a_full_disk_is_recognised_however_it_surfaces() -> None:
     """Each layer's own error for a full disk, and the wrappers that carry it."""
     import psycopg.errors
     import sqlalchemy
+    from sqlalchemy.exc import OperationalError
 
     from persyn.core.errors import StoreError, is_storage_full
 
@@ -310,7 +311,7 @@ def test_a_full_disk_is_recognised_however_it_surfaces() -> None:
             connection.exec_driver_sql("PRAGMA max_page_count = 2")
             connection.exec_driver_sql("CREATE TABLE filler (data BLOB)")
             connection.exec_driver_sql("INSERT INTO filler VALUES (zeroblob(100000))")
-    except sqlalchemy.exc.OperationalError as exc:
+    except OperationalError as exc:
         wrapped = StoreError("save_event failed on 'persyn.db': database or disk is full")
         wrapped.__cause__ = exc
         through_sqlalchemy: BaseException = exc
