@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from persyn.cli.render import error_text, visible
+from persyn.cli.log_filter import install_log_filters
+from persyn.cli.render import visible
 from persyn.cli.times import parse_time
 from persyn.core.clock import Clock, OffsetClock, SystemClock
 from persyn.core.errors import InputError
@@ -104,11 +105,8 @@ class CliContext:
 
         settings = load_settings(self.home)
         logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-        if settings.log_level != "debug":
-            one_line_errors = _OneLineErrors()
-            for handler in logging.getLogger().handlers:
-                handler.addFilter(one_line_errors)
-            logging.getLogger("dbos").addFilter(one_line_errors)  # DBOS logs through its own handler
+        # One line per condition until it changes; tracebacks only at debug (cli/log_filter.py).
+        install_log_filters(tracebacks=settings.log_level == "debug")
         return settings
 
     def agent(self, name: str | None) -> AgentConfig:
@@ -119,20 +117,6 @@ class CliContext:
         from persyn.runtime.doctor import preflight
 
         preflight(self.settings)
-
-
-class _OneLineErrors(logging.Filter):
-    """Below `log_level = "debug"`, a logged exception is one line (its message), not a
-    traceback: a failing write on a full disk says what failed without burying the
-    operator's terminal; `debug` keeps the tracebacks for whoever investigates."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[1] is not None:
-            record.msg = f"{record.getMessage()}: {error_text(record.exc_info[1])}"
-            record.args = None
-            record.exc_info = None
-            record.exc_text = None
-        return True
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:

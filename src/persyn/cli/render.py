@@ -139,6 +139,8 @@ def trace_lines(trace: dict[str, Any]) -> list[str]:
     decision = trace.get("decision")
     if decision:
         lines.append(f"decided to {decision.get('action')}: {decision.get('reason')}")
+    if trace.get("failed"):  # the turn ended on a failure it recorded (a full disk)
+        lines.append(f"failed: {trace['failed']}")
     return lines
 
 

@@ -142,6 +142,47 @@ class Transmitter:
             self._cache.drop(event_id)
             self._markers.wake(event_id)
 
+    # a turn the storage refused (runtime/_storage_full.py) ----------------------------------
+    async def tell_unanswered(self, agent_id: str, event_id: str, reason: str) -> None:
+        """Without writing anything (the disk may be full): a waiter in this process gets an
+        unanswered completion marker now, and the event's surface a notice; nothing when the
+        event was answered before the failure (its marker is stored: reading needs no room)."""
+        now = self._clock.now()
+        with contextlib.suppress(Exception):
+            if await self._store.get_marker(agent_id, event_id, now) is not None:
+                return
+        self._markers.put(self._unsent_marker(event_id, reason, now))
+        self._markers.wake(event_id)
+        with contextlib.suppress(Exception):  # reading the event needs no room; best effort
+            event = await self._cache.event(agent_id, event_id)
+            await _safe_notice(self._channels(event.service), event, Notice(level="error", text=reason))
+
+    async def record_unanswered(
+        self, agent_id: str, event_id: str, reason: str, detail: str
+    ) -> TransmitResult:
+        """Record that the event's turn ended on a storage failure; raises while the store still
+        refuses. The event gets an unanswered completion marker unless it has one already (a
+        reply sent before the failure keeps its own), and its trace says what failed."""
+        now = self._clock.now()
+        marker = await self._store.get_marker(agent_id, event_id, now)
+        if marker is None:
+            marker = self._unsent_marker(event_id, reason, now)
+            await self._store.put_marker(agent_id, marker)
+        await self._record_deliberation(agent_id, event_id, {"failed": detail})
+        self._cache.drop(event_id)
+        return TransmitResult(
+            transmitted=marker.transmitted,
+            action=None if marker.transmitted else "failed",
+            text=marker.text,
+            reason=marker.reason,
+        )
+
+    def _unsent_marker(self, event_id: str, reason: str, now: datetime) -> CompletionMarker:
+        ttl = timedelta(seconds=self._settings.dispatch.marker_ttl_seconds)
+        return CompletionMarker(
+            event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
+        )
+
     async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
         await record_deliberation(self._store, agent_id, event_id, trace, self._clock.now())
 

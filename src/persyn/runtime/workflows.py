@@ -33,9 +33,11 @@ from dbos import DBOS, DBOSConfiguredInstance, EnqueueOptions
 from persyn.cognition.deliberation import CritiqueOutcome, Decision
 from persyn.cognition.pipeline import TurnSetup
 from persyn.cognition.reflection import SelfAssessment
+from persyn.core.errors import is_storage_full
 from persyn.core.ids import derived_id
 from persyn.gateway.base import Prompt, ToolCall
 from persyn.runtime._dbos_instance import release_instance
+from persyn.runtime._storage_full import UnansweredRecorder, end_on_full_storage, ends_on_full_storage
 from persyn.runtime.activation import ActivationSteps
 from persyn.runtime.dispatch import (
     BACKGROUND_QUEUE,
@@ -96,7 +98,7 @@ def activation_result(output: object) -> TransmitResult:
     return result
 
 
-class Transmitter(Protocol):
+class Transmitter(UnansweredRecorder, Protocol):
     """Acts on the decision: delivers, or records why not (SPEC §4 step 7)."""
 
     async def transmit(
@@ -175,8 +177,19 @@ class Workflows(DBOSConfiguredInstance):
         deterministic gates stand between the draft and transmit; a silence or a refusal
         decided on the input still replaces the draft there. It then hands critique and
         refinement to `deliberation` on the background queue, whose conclusion the next turn
-        on the channel weaves in."""
+        on the channel weaves in.
+
+        A turn the storage refused (a full disk) ends unanswered once that is recorded,
+        instead of staying pending and being replayed (`runtime/_storage_full.py`)."""
         self._count_running()
+        try:
+            return await self._run_activation(agent_id, event_id)
+        except Exception as exc:
+            if not is_storage_full(exc):
+                raise
+            return await end_on_full_storage(self.transmitter, agent_id, event_id, exc)
+
+    async def _run_activation(self, agent_id: str, event_id: str) -> TransmitResult:
         with (
             bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id)),
             self.tracing.activation(agent_id, event_id, DBOS.workflow_id) as turn,
@@ -311,6 +324,7 @@ class Workflows(DBOSConfiguredInstance):
         )
 
     @DBOS.workflow(name="persyn.deliberation")
+    @ends_on_full_storage
     async def deliberation(self, agent_id: str, event_id: str, deferred: str) -> None:
         """Deferred critique + refinement of a reply already sent; attributed to its
         conversation. `deferred` is a `Deferred` as JSON (a plain-JSON checkpoint)."""
@@ -371,6 +385,7 @@ class Workflows(DBOSConfiguredInstance):
         )
 
     @DBOS.workflow(name="persyn.render_image")
+    @ends_on_full_storage
     async def render_image(self, agent_id: str, reference: str, trace_parent: str | None = None) -> None:
         """An image asked for by `generate_image` / `edit_image`: rendered, then delivered
         to the conversation that asked (`runtime/images.py`)."""
@@ -447,6 +462,7 @@ class Workflows(DBOSConfiguredInstance):
         )
 
     @DBOS.workflow(name="persyn.feel")
+    @ends_on_full_storage
     async def feel(
         self, agent_id: str, event_id: str, conversation_id: str, trace_parent: str | None = None
     ) -> None:
@@ -575,6 +591,7 @@ class Workflows(DBOSConfiguredInstance):
         return await self.reminders.fire_due(from_step=True)
 
     @DBOS.workflow(name="persyn.fire_due_tick")
+    @ends_on_full_storage
     async def fire_due(self) -> None:
         """Fire due reminders. Each firing is an event with a dedup id derived from
         `reminder_id@fire_time`, so a tick that runs twice, or in several processes, still
@@ -587,6 +604,7 @@ class Workflows(DBOSConfiguredInstance):
         await self.jobs.run_extraction(agent_id, conversation_id, hook_name)
 
     @DBOS.workflow(name="persyn.extract")
+    @ends_on_full_storage
     async def extract(self, agent_id: str, conversation_id: str, trace_parent: str | None = None) -> None:
         """Incremental observations and graph extraction for an open conversation, in the
         trace of the turn that triggered it (`trace_parent`)."""
@@ -604,6 +622,7 @@ class Workflows(DBOSConfiguredInstance):
         await self.jobs.run_conversation_hook(agent_id, conversation_id, hook_name)
 
     @DBOS.workflow(name="persyn.consolidation_retry")
+    @ends_on_full_storage
     async def consolidation_retry(self, agent_id: str, conversation_id: str) -> None:
         """A failed consolidation tried again (enqueued by the housekeeping sweep when due,
         under a fresh id per attempt: `conversation_jobs.consolidation_retry_id`)."""
@@ -616,6 +635,7 @@ class Workflows(DBOSConfiguredInstance):
             await self.conversation_hook_step(agent_id, conversation_id, "consolidate")
 
     @DBOS.workflow(name="persyn.conversation_closed")
+    @ends_on_full_storage
     async def conversation_closed(
         self, agent_id: str, conversation_id: str, trace_parent: str | None = None
     ) -> None:

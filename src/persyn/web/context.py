@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from persyn.core.config import AgentConfig, Settings
-from persyn.core.errors import InputError, PersynError
+from persyn.core.errors import STORAGE_UNAVAILABLE, InputError, PersynError, StoreError, is_storage_full
 from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
 from persyn.core.ids import new_id
 from persyn.runtime.api import RuntimeAPI
@@ -28,6 +29,8 @@ _EVENTS_KEPT = 10_000  # events submitted here, remembered for `GET /v1/events/{
 M = TypeVar("M", bound=BaseModel)
 
 Authenticate = Callable[[str], Awaitable[WebKey | None]]
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -220,7 +223,20 @@ def handler(
             return exc.response()
         except InputError as exc:
             return ApiError(400, str(exc)).response()
+        except StoreError as exc:
+            return _storage_unavailable(request, exc)
         except PersynError as exc:
             return ApiError(503, str(exc), kind="server_error").response()
+        except Exception as exc:
+            if not is_storage_full(exc):
+                raise
+            return _storage_unavailable(request, exc)
 
     return endpoint
+
+
+def _storage_unavailable(request: Request, exc: Exception) -> Response:
+    """The store failed (a full disk, a database away): the operator's log says what and where;
+    the client gets a 503 that names no path and no SQL."""
+    log.warning("%s %s: the storage failed: %s", request.method, request.url.path, exc)
+    return ApiError(503, STORAGE_UNAVAILABLE, kind="server_error").response()
