@@ -262,6 +262,11 @@ class Settings(Section):
         return self.data_dir / "traces"
 
     @property
+    def logs_dir(self) -> Path:
+        """Logs of the programs a deployment starts (each MCP server's stderr: `mcp-NAME.log`)."""
+        return self.data_dir / "logs"
+
+    @property
     def models_dir(self) -> Path:
         return self.home / "models"
 

@@ -402,7 +402,7 @@ async def _check_mcp(settings: Settings) -> list[Check]:
     from persyn.tools.mcp_servers import McpTools
 
     checks: list[Check] = []
-    async with McpTools(settings.mcp, mcp_headers(settings)) as mcp:
+    async with McpTools(settings.mcp, mcp_headers(settings), log_dir=settings.logs_dir) as mcp:
         for status in mcp.statuses():
             name = f"mcp server {status.name}"
             if status.error is not None:
