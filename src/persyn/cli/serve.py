@@ -284,7 +284,8 @@ def run_command(
         ),
     ] = True,
 ) -> None:
-    """Run the deployment: workers, scheduler and configured channels in one process.
+    """Run the deployment: workers, scheduler and configured channels in one process
+    (deployment-wide: every agent).
 
     SIGTERM stops it without losing accepted events; activations that were running resume
     after the last finished step when it starts again."""
@@ -292,7 +293,8 @@ def run_command(
 
 
 def worker_command(ctx: typer.Context) -> None:
-    """Run workers only (scale-out): they take events for any agent from the shared queue."""
+    """Run workers only (scale-out): they take events for any agent from the shared queue
+    (deployment-wide)."""
     raise typer.Exit(run(_serve(CliContext.of(ctx), housekeeping=False)))
 
 

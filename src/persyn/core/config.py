@@ -213,6 +213,16 @@ class Settings(Section):
             raise ValueError(f"guardrail names must be unique; repeated: {repeated!r}")
         return value
 
+    @model_validator(mode="after")
+    def _sandbox_cannot_write_the_deployment(self) -> Settings:
+        if self.sandbox.writable_home(self.home):
+            raise ValueError(
+                f"[sandbox] host_dir {self.sandbox.host_dir!r} with host_dir_mode 'rw' holds this deployment "
+                f"({str(self.home)!r}): code the model writes could rewrite its configuration and memories; "
+                "map a directory outside it, or use host_dir_mode 'ro'"
+            )
+        return self
+
     @field_validator("storage_url")
     @classmethod
     def _storage_directory_exists(cls, value: str | None) -> str | None:

@@ -266,6 +266,15 @@ async def _check_web(settings: Settings) -> Check:
             "web channel", True, f"{where}, but no key: every request is refused", create, warning=True
         )
     operators = sum(k.operator for k in active)
+    if operators and "*" in web.cors_origins:
+        return Check(
+            "web channel",
+            False,
+            f"{where}: [web] cors_origins allows '*' (any site) and {operators} operator key(s) exist: a page "
+            "on any site could use an operator key from a visitor's browser to read every conversation",
+            "list only the origins that need the API in [web] cors_origins, or revoke the operator keys "
+            "(`persyn web keys revoke KEY`)",
+        )
     return Check("web channel", True, f"{where}, {len(active)} key(s), {operators} operator")
 
 
