@@ -26,7 +26,7 @@ from persyn_cli import Persyn
 from persyn.core.config import McpConfig
 from persyn.gateway.base import ToolCall
 from persyn.tools.mcp_servers import McpTools
-from persyn.tools.registry import ToolRegistry, ToolResult, ToolStatus
+from persyn.tools.registry import ToolOutcome, ToolRegistry, ToolStatus
 
 pytestmark = pytest.mark.e2e
 
@@ -42,11 +42,18 @@ def _config(*servers: dict[str, Any], **extra: Any) -> McpConfig:
     return McpConfig.model_validate({"servers": list(servers), **extra}, strict=False)
 
 
-async def _call(mcp: McpTools, name: str, **args: Any) -> ToolResult:
+async def _call(mcp: McpTools, name: str, **args: Any) -> ToolOutcome:
     return await ToolRegistry(mcp.tools()).call(ToolCall(id="c1", name=name, args=args))
 
 
-def _too_large(result: ToolResult, server: str = "hostile") -> bool:
+async def _text(mcp: McpTools, name: str, **args: Any) -> str:
+    """The text a call that succeeded gave the model."""
+    outcome = await _call(mcp, name, **args)
+    assert outcome.ok and outcome.output is not None, outcome.content
+    return str(outcome.output["result"])
+
+
+def _too_large(result: ToolOutcome, server: str = "hostile") -> bool:
     return (
         result.status is ToolStatus.FAILED
         and f"MCP server {server!r} answered with more than {LIMIT} bytes ([mcp] max_result_bytes)"
@@ -57,12 +64,11 @@ def _too_large(result: ToolResult, server: str = "hostile") -> bool:
 
 async def test_a_50_mb_stdio_result_is_dropped_and_the_server_answers_again() -> None:
     async with McpTools(_config(_stdio(timeout_seconds=120))) as mcp:
-        first = (await _call(mcp, "hostile__whoami")).output["result"]
+        first = await _text(mcp, "hostile__whoami")
         flood = await _call(mcp, "hostile__flood")
         assert _too_large(flood), flood.content
-        echoed = await _call(mcp, "hostile__echo", message="still here")
-        assert echoed.ok and echoed.output["result"] == "echo: still here"
-        assert (await _call(mcp, "hostile__whoami")).output["result"] != first  # a fresh process
+        assert await _text(mcp, "hostile__echo", message="still here") == "echo: still here"
+        assert await _text(mcp, "hostile__whoami") != first  # a fresh process
         assert mcp.servers[0].restarts == 1
 
 
@@ -81,14 +87,13 @@ async def test_a_stdio_result_is_cut_off_near_the_bound_as_it_arrives(tmp_path: 
 
 async def test_a_call_that_times_out_restarts_the_server_before_the_next_call() -> None:
     async with McpTools(_config(_stdio(timeout_seconds=3))) as mcp:
-        first = (await _call(mcp, "hostile__whoami")).output["result"]
+        first = await _text(mcp, "hostile__whoami")
         hung = await _call(mcp, "hostile__hang")
         assert hung.status is ToolStatus.FAILED
         assert "did not answer within 3 seconds; it is restarted before its next call" in hung.content
         # the hung process, still blocked, would never answer this: a new one does
-        echoed = await _call(mcp, "hostile__echo", message="after the hang")
-        assert echoed.ok and echoed.output["result"] == "echo: after the hang"
-        assert (await _call(mcp, "hostile__whoami")).output["result"] != first
+        assert await _text(mcp, "hostile__echo", message="after the hang") == "echo: after the hang"
+        assert await _text(mcp, "hostile__whoami") != first
         assert mcp.servers[0].restarts == 1
         assert len(children_running(HOSTILE)) == 1
 
@@ -122,8 +127,7 @@ async def test_a_50_mb_http_result_is_dropped_and_the_server_answers_again(hosti
     async with McpTools(_config({"name": "web", "url": hostile_http, "timeout_seconds": 120})) as mcp:
         flood = await _call(mcp, "web__flood")
         assert _too_large(flood, "web"), flood.content
-        echoed = await _call(mcp, "web__echo", message="still here")
-        assert echoed.ok and echoed.output["result"] == "echo: still here"
+        assert await _text(mcp, "web__echo", message="still here") == "echo: still here"
 
 
 async def test_a_stdio_servers_stderr_goes_to_its_log_file(tmp_path: Path) -> None:
