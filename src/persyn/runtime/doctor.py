@@ -421,7 +421,8 @@ async def _check_mcp(settings: Settings) -> list[Check]:
                         False,
                         f"{status.transport}: {status.error}",
                         f"check [[mcp.servers]] {status.name!r}: its command or url, headers and environment "
-                        "(the agent runs without its tools meanwhile)",
+                        f"(a stdio server's own errors are in {settings.logs_dir / f'mcp-{status.name}.log'}; "
+                        "the agent runs without its tools meanwhile)",
                     )
                 )
             else:
