@@ -15,6 +15,7 @@ transports are wrapped here, not patched:
   answer to the request that was sent (its JSON-RPC id is in the request) is replaced by a
   `RESULT_TOO_LARGE` error and the response is closed. Compressed bodies are refused
   (`Accept-Encoding: identity` is asked for), since their size says nothing of what they hold.
+  `StreamableHttp` is the SDK's streamable-HTTP transport over such a client, closed with it.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ import mcp_types as types
 from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
+from mcp.client.streamable_http import streamable_http_client
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
-__all__ = ["RESULT_TOO_LARGE", "BoundedHttp", "BoundedStdio", "proxy_for"]
+__all__ = ["RESULT_TOO_LARGE", "BoundedHttp", "BoundedStdio", "StreamableHttp", "proxy_for"]
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +211,27 @@ async def _stop(process: Process) -> None:
     await terminate_posix_process_tree(process, _GRACE_SECONDS)
     with anyio.move_on_after(_GRACE_SECONDS):
         await process.aclose()
+
+
+class StreamableHttp:
+    """The streamable-HTTP transport with our own HTTP client (headers, timeout), closed with it."""
+
+    def __init__(self, url: str, http: httpx2.AsyncClient) -> None:
+        self._url = url
+        self._http = http
+        self._context: Any = None
+
+    async def __aenter__(self) -> Any:
+        # Events are bounded by `BoundedHttp` (to [mcp] max_result_bytes), not by the SDK's own
+        # 1 MiB default, so that the error says which setting to raise.
+        self._context = streamable_http_client(self._url, http_client=self._http, max_sse_event_size=None)
+        return await self._context.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        try:
+            return await self._context.__aexit__(*exc)
+        finally:
+            await self._http.aclose()
 
 
 class BoundedHttp(httpx2.AsyncBaseTransport):

@@ -51,7 +51,6 @@ import jsonschema
 import mcp_types as types
 from jsonschema.validators import validator_for
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -59,7 +58,13 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from persyn.core.config import McpConfig, McpServerConfig
 from persyn.core.config_tools import MCP_SEPARATOR
 from persyn.core.errors import ToolError
-from persyn.tools._mcp_transports import RESULT_TOO_LARGE, BoundedHttp, BoundedStdio, proxy_for
+from persyn.tools._mcp_transports import (
+    RESULT_TOO_LARGE,
+    BoundedHttp,
+    BoundedStdio,
+    StreamableHttp,
+    proxy_for,
+)
 from persyn.tools.registry import Tool
 
 __all__ = ["McpServer", "McpServerStatus", "McpToolOutput", "McpTools", "offered_name", "server_content"]
@@ -217,7 +222,7 @@ class _Session:
 
         return asyncio.create_task(listen(), name=f"mcp-listen:{self._config.name}")
 
-    def _server(self) -> BoundedStdio | _HttpTransport:
+    def _server(self) -> BoundedStdio | StreamableHttp:
         config = self._config
         limit = self._max_message_bytes
         if config.command is not None:
@@ -237,7 +242,7 @@ class _Session:
             timeout=httpx2.Timeout(30.0, read=300.0),
             transport=BoundedHttp(httpx2.AsyncHTTPTransport(proxy=proxy_for(config.url)), limit),
         )
-        return _HttpTransport(config.url, http)
+        return StreamableHttp(config.url, http)
 
     async def close(self) -> None:
         self._closing.set()
@@ -255,27 +260,6 @@ class _Session:
                 await task
         except BaseException:  # ended with an error, already logged
             pass
-
-
-class _HttpTransport:
-    """The streamable-HTTP transport with our own HTTP client (headers, timeout), closed with it."""
-
-    def __init__(self, url: str, http: httpx2.AsyncClient) -> None:
-        self._url = url
-        self._http = http
-        self._context: Any = None
-
-    async def __aenter__(self) -> Any:
-        # Events are bounded by `BoundedHttp` (to [mcp] max_result_bytes), not by the SDK's own
-        # 1 MiB default, so that the error says which setting to raise.
-        self._context = streamable_http_client(self._url, http_client=self._http, max_sse_event_size=None)
-        return await self._context.__aenter__()
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        try:
-            return await self._context.__aexit__(*exc)
-        finally:
-            await self._http.aclose()
 
 
 class McpServer:
