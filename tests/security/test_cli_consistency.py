@@ -6,11 +6,11 @@ on 4c92b50)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import typer
 from persyn_cli import Persyn
+from typer.core import TyperCommand, TyperGroup
 
 from persyn.cli.root import app
 
@@ -18,18 +18,24 @@ from persyn.cli.root import app
 _CREATES = {("init",)}
 
 
-def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """Every command under `command` by its words (typer's click commands; a group has `commands`)."""
-    subcommands: dict[str, Any] | None = getattr(command, "commands", None)
-    if subcommands is None:
+def _commands(
+    command: TyperCommand | TyperGroup, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], TyperCommand]]:
+    """Every command (not group) under `command`, by its words."""
+    if not isinstance(command, TyperGroup):
         yield path, command
         return
-    for name, sub in sorted(subcommands.items()):
-        yield from _commands(sub, (*path, name))
+    context = typer.Context(command)
+    for name in command.list_commands(context):
+        child = command.get_command(context, name)
+        assert isinstance(child, TyperCommand | TyperGroup)
+        yield from _commands(child, (*path, name))
 
 
 def test_every_command_takes_agent_or_says_it_is_deployment_wide() -> None:
-    commands = dict(_commands(typer.main.get_command(app)))
+    root = typer.main.get_command(app)
+    assert isinstance(root, TyperGroup)
+    commands = dict(_commands(root))
     assert len(commands) > 40 and ("traces", "show") in commands  # the whole tree was walked
     unclear = [
         " ".join(path)
