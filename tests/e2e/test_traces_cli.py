@@ -57,6 +57,6 @@ def test_traces_show_names_a_bad_or_unknown_id(tmp_path: Path) -> None:
     bad = cli.run("traces", "show", "not-an-id")
     assert bad.returncode == 2 and "'not-an-id' is neither an event id" in bad.stderr
     unknown = cli.run("traces", "show", "01KB3S4Z7XQ5M0R2V8T6N9P1AB")
-    assert unknown.returncode == 1 and "no trace of" in unknown.stderr and "Tracing is off" in unknown.stderr
+    assert unknown.returncode == 2 and "no trace of" in unknown.stderr and "Tracing is off" in unknown.stderr
     empty = cli.run("traces", "list")
     assert empty.returncode == 0 and "No traces recorded" in empty.stdout

@@ -19,7 +19,7 @@ def agents_list(
     ctx: typer.Context,
     as_json: JsonOption = False,
 ) -> None:
-    """List the agents configured in persyn.toml."""
+    """List the agents configured in persyn.toml (deployment-wide: every agent)."""
     from persyn.core.config import CONFIG_FILE
 
     cli = CliContext.of(ctx)

@@ -29,13 +29,23 @@ def _subject(event: GuardrailEvent) -> str:
 
 
 @guardrails_app.command("list")
-def guardrails_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
-    """The patterns in force ([safety], [[guardrails]]) and the blocks active now."""
+def guardrails_list(
+    ctx: typer.Context,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", "-a", help="Only this agent's blocks (name or id); default: every agent's."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The patterns in force ([safety], [[guardrails]]: the same for every agent) and the
+    blocks active now."""
     from persyn.runtime.inspect_guardrails import active_blocks, guardrail_patterns
 
     cli = CliContext.of(ctx)
+    chosen = None if agent is None else cli.settings.agent(agent).id
     patterns = guardrail_patterns(cli.settings)
     blocks = run(active_blocks(cli.settings, cli.now()))
+    blocks = [block for block in blocks if chosen is None or block.agent_id == chosen]
     if as_json:
         echo(
             dump_json(
@@ -103,7 +113,8 @@ def guardrails_lift(
     ctx: typer.Context,
     event_id: Annotated[str, typer.Argument(metavar="EVENT_ID", help="The event whose block ends now.")],
 ) -> None:
-    """End a block now (the event stays recorded)."""
+    """End a block now (the event stays recorded). Deployment-wide: EVENT_ID names the block of
+    whichever agent it is."""
     from persyn.runtime.inspect_guardrails import lift_block
 
     cli = CliContext.of(ctx)

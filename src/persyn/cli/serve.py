@@ -290,7 +290,8 @@ def run_command(
         ),
     ] = True,
 ) -> None:
-    """Run the deployment: workers, scheduler and configured channels in one process.
+    """Run the deployment: workers, scheduler and configured channels in one process
+    (deployment-wide: every agent).
 
     Each chat network is connected by one `persyn run` of the deployment: another one
     sharing the store serves workers only for it, says so, and takes it over within
@@ -303,7 +304,8 @@ def run_command(
 
 
 def worker_command(ctx: typer.Context) -> None:
-    """Run workers only (scale-out): they take events for any agent from the shared queue."""
+    """Run workers only (scale-out): they take events for any agent from the shared queue
+    (deployment-wide)."""
     raise typer.Exit(run(_serve(CliContext.of(ctx), housekeeping=False)))
 
 

@@ -42,6 +42,7 @@ def store_copy(
 ) -> None:
     """Copy every table of the store (memories with their vectors, dialog, directory, graph,
     schedule, goals, flags...) into another database, then compare the row counts.
+    Deployment-wide: every agent's data at once.
 
     SQLite to PostgreSQL when a deployment moves to several workers, PostgreSQL to SQLite
     for a backup. Stop Persyn first (the copy is one snapshot of the source; DBOS's queues

@@ -81,15 +81,22 @@ def traces_show(
         str,
         typer.Argument(metavar="EVENT_ID", help="The event a turn answered, or a trace id (32 hex digits)."),
     ],
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent", "-a", help="Only if it is this agent's trace (name or id); default: any agent's."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """One turn as a timed tree: every span with its offset from the start, its duration, and
     what it carries (stage, model, tokens; tool and status; content when it was recorded)."""
     from persyn.core.ids import is_id
-    from persyn.tracing import read_spans, trace_id_of, trace_spans
+    from persyn.tracing import ATTR, read_spans, trace_id_of, trace_spans
 
     cli = CliContext.of(ctx)
     settings = cli.settings
+    chosen = None if agent is None else settings.agent(agent)
     wanted = event_id.strip()
     if is_id(wanted.upper()):
         trace_id = trace_id_of(wanted.upper())
@@ -100,7 +107,9 @@ def traces_show(
     spans = trace_spans(read_spans(settings.traces_dir), trace_id)
     if not spans:
         hint = "" if settings.tracing.enabled else _OFF
-        raise fail(f"no trace of {event_id!r} is stored under {settings.traces_dir}.{hint}", code=1)
+        raise fail(f"no trace of {event_id!r} is stored under {settings.traces_dir}.{hint}")
+    if chosen is not None and all(span.text_attribute(ATTR.AGENT) != chosen.id for span in spans):
+        raise fail(f"the trace of {event_id!r} is not {chosen.name}'s ({chosen.id})")
     if as_json:
         echo(dump_json([span.model_dump(mode="json") for span in spans]))
         return

@@ -56,7 +56,8 @@ def keys_create(
 
 @keys_app.command("list")
 def keys_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
-    """Every key (never the key itself), revoked ones with when."""
+    """Every key (never the key itself), revoked ones with when. Deployment-wide: the web
+    channel's keys serve every agent."""
     from persyn.runtime.web_keys import list_keys
 
     found = run(list_keys(CliContext.of(ctx).settings))
@@ -77,7 +78,7 @@ def keys_revoke(
     ctx: typer.Context,
     key: Annotated[str, typer.Argument(metavar="KEY", help="The key's id (or its unique name).")],
 ) -> None:
-    """Revoke a key: its next request is refused (401)."""
+    """Revoke a key: its next request is refused (401). Deployment-wide: KEY names any key."""
     from persyn.runtime.web_keys import revoke_key
 
     cli = CliContext.of(ctx)

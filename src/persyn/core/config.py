@@ -213,6 +213,16 @@ class Settings(Section):
             raise ValueError(f"guardrail names must be unique; repeated: {repeated!r}")
         return value
 
+    @model_validator(mode="after")
+    def _sandbox_cannot_write_the_deployment(self) -> Settings:
+        if self.sandbox.writable_home(self.home):
+            raise ValueError(
+                f"[sandbox] host_dir {self.sandbox.host_dir!r} with host_dir_mode 'rw' holds this deployment "
+                f"({str(self.home)!r}): code the model writes could rewrite its configuration and memories; "
+                "map a directory outside it, or use host_dir_mode 'ro'"
+            )
+        return self
+
     @field_validator("storage_url")
     @classmethod
     def _storage_directory_exists(cls, value: str | None) -> str | None:
@@ -260,6 +270,11 @@ class Settings(Section):
     @property
     def traces_dir(self) -> Path:
         return self.data_dir / "traces"
+
+    @property
+    def logs_dir(self) -> Path:
+        """Logs of the programs a deployment starts (each MCP server's stderr: `mcp-NAME.log`)."""
+        return self.data_dir / "logs"
 
     @property
     def models_dir(self) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from persyn.core.config_base import Section
 
@@ -97,7 +97,10 @@ class SandboxConfig(Section):
     )
     host_dir: str | None = Field(
         default=None,
-        description="One host directory mapped into the sandbox at /host (unset: none).",
+        description=(
+            "One host directory mapped into the sandbox at /host (unset: none). With `rw` it may be neither "
+            "`/` nor a directory that holds this deployment (refused: the sandbox could rewrite them)."
+        ),
         examples=["/srv/shared-code"],
     )
     host_dir_mode: Literal["ro", "rw"] = Field(
@@ -123,6 +126,26 @@ class SandboxConfig(Section):
         if value is not None and not Path(value).is_absolute():
             raise ValueError(f"[sandbox] host_dir {value!r} must be an absolute path")
         return value
+
+    @model_validator(mode="after")
+    def _not_the_whole_host_writable(self) -> SandboxConfig:
+        if (
+            self.host_dir is not None
+            and self.host_dir_mode == "rw"
+            and Path(self.host_dir).resolve() == Path("/")
+        ):
+            raise ValueError(
+                f"[sandbox] host_dir {self.host_dir!r} with host_dir_mode 'rw' gives code the model writes "
+                "the whole host filesystem to change; map one directory, or use host_dir_mode 'ro'"
+            )
+        return self
+
+    def writable_home(self, home: Path) -> bool:
+        """Whether `host_dir` is mapped read-write and holds `home` (the deployment's own files:
+        its configuration and database), which the sandbox could then rewrite."""
+        if self.host_dir is None or self.host_dir_mode != "rw":
+            return False
+        return home.resolve().is_relative_to(Path(self.host_dir).resolve())
 
 
 class ArtifactsConfig(Section):

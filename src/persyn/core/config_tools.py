@@ -134,6 +134,15 @@ class McpConfig(Section):
         le=10,
         description="A call whose connection dropped reconnects and is retried this many times, then fails.",
     )
+    max_result_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=256 * 1_048_576,
+        description=(
+            "Largest message a server may send (a tool's result, a page of its tool list), counted as it "
+            "arrives: past it the call fails, the result is dropped and the server is restarted."
+        ),
+    )
 
     @field_validator("servers")
     @classmethod

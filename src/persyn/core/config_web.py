@@ -46,7 +46,10 @@ class WebConfig(Section):
     )
     cors_origins: list[str] = Field(
         default_factory=list[str],
-        description="Browser origins allowed to call the API from other sites (empty: CORS off).",
+        description=(
+            "Browser origins allowed to call the API from other sites (empty: CORS off). `*` (any site) "
+            "while an operator key exists is a failure in `persyn doctor`."
+        ),
         examples=[["https://chat.example.org"]],
     )
     sse_buffer: int = Field(

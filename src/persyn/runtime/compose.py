@@ -161,7 +161,9 @@ def build_runtime(
             settings=settings,
             agents=agents,
             outreach=outreach,
-            mcp=McpTools(settings.mcp, mcp_headers(settings)) if settings.mcp.servers else None,
+            mcp=McpTools(settings.mcp, mcp_headers(settings), log_dir=settings.logs_dir)
+            if settings.mcp.servers
+            else None,
             sandbox=SandboxService(settings, gateways) if settings.sandbox.enabled else None,
             images=images,
         ),

@@ -266,6 +266,15 @@ async def _check_web(settings: Settings) -> Check:
             "web channel", True, f"{where}, but no key: every request is refused", create, warning=True
         )
     operators = sum(k.operator for k in active)
+    if operators and "*" in web.cors_origins:
+        return Check(
+            "web channel",
+            False,
+            f"{where}: [web] cors_origins allows '*' (any site) and {operators} operator key(s) exist: a page "
+            "on any site could use an operator key from a visitor's browser to read every conversation",
+            "list only the origins that need the API in [web] cors_origins, or revoke the operator keys "
+            "(`persyn web keys revoke KEY`)",
+        )
     return Check("web channel", True, f"{where}, {len(active)} key(s), {operators} operator")
 
 
@@ -405,7 +414,7 @@ async def _check_mcp(settings: Settings) -> list[Check]:
     from persyn.tools.mcp_servers import McpTools
 
     checks: list[Check] = []
-    async with McpTools(settings.mcp, mcp_headers(settings)) as mcp:
+    async with McpTools(settings.mcp, mcp_headers(settings), log_dir=settings.logs_dir) as mcp:
         for status in mcp.statuses():
             name = f"mcp server {status.name}"
             if status.error is not None:
@@ -415,7 +424,8 @@ async def _check_mcp(settings: Settings) -> list[Check]:
                         False,
                         f"{status.transport}: {status.error}",
                         f"check [[mcp.servers]] {status.name!r}: its command or url, headers and environment "
-                        "(the agent runs without its tools meanwhile)",
+                        f"(a stdio server's own errors are in {settings.logs_dir / f'mcp-{status.name}.log'}; "
+                        "the agent runs without its tools meanwhile)",
                     )
                 )
             else:

@@ -133,7 +133,7 @@ async def _agent_tools(
         await sandbox.start()
     async with (
         opened_store(settings) as store,
-        McpTools(settings.mcp, mcp_headers(settings)) as mcp,
+        McpTools(settings.mcp, mcp_headers(settings), log_dir=settings.logs_dir) as mcp,
         contextlib.aclosing(gateway),
     ):
         await store.ensure_agent(agent.id, agent.name, clock.now())

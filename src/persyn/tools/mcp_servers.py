@@ -23,6 +23,13 @@ become one text the model reads; binary parts are described, not pasted. Each re
 the model after a notice naming the server and marking the text as others' words
 (`server_content`): a server relays what strangers wrote, and a prompt injection in it must read
 as data, not as the operator's or the user's instructions.
+
+A server is held to `[mcp] max_result_bytes` per message as the message arrives (the bounded
+transports of `_mcp_transports.py`): past it the call's result is dropped and the call fails
+with that reason. A call that timed out or was cut off ends the server's connection (a stdio
+server's process group is stopped), so the next call starts it afresh instead of queueing
+behind what is stuck. A stdio server's stderr goes to its own log file (`mcp-NAME.log` in the
+`log_dir` given, `data/logs/` for a deployment), never to the operator's terminal.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx2
@@ -43,8 +51,6 @@ import jsonschema
 import mcp_types as types
 from jsonschema.validators import validator_for
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -52,6 +58,13 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from persyn.core.config import McpConfig, McpServerConfig
 from persyn.core.config_tools import MCP_SEPARATOR
 from persyn.core.errors import ToolError
+from persyn.tools._mcp_transports import (
+    RESULT_TOO_LARGE,
+    BoundedHttp,
+    BoundedStdio,
+    StreamableHttp,
+    proxy_for,
+)
 from persyn.tools.registry import Tool
 
 __all__ = ["McpServer", "McpServerStatus", "McpToolOutput", "McpTools", "offered_name", "server_content"]
@@ -66,6 +79,7 @@ _LIST_PAGES = 50  # a server whose tools/list never stops paginating cannot hang
 _DESCRIPTION_LIMIT = 2000
 _SCHEMA_LIMIT = 16_000
 _TOOLS_LIMIT = 64
+_TIMEOUT_MARGIN_SECONDS = 5.0
 
 
 def server_content(server: str) -> str:
@@ -127,10 +141,18 @@ class _Session:
     """One open connection, held by its own task until `close`."""
 
     def __init__(
-        self, config: McpServerConfig, headers: Mapping[str, str], on_tools_changed: Callable[[], None]
+        self,
+        config: McpServerConfig,
+        headers: Mapping[str, str],
+        on_tools_changed: Callable[[], None],
+        *,
+        max_message_bytes: int,
+        stderr_path: Path | None,
     ) -> None:
         self._config = config
         self._headers = dict(headers)
+        self._max_message_bytes = max_message_bytes
+        self._stderr_path = stderr_path
         self._on_tools_changed = on_tools_changed
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -200,15 +222,27 @@ class _Session:
 
         return asyncio.create_task(listen(), name=f"mcp-listen:{self._config.name}")
 
-    def _server(self) -> StdioServerParameters | Any:
+    def _server(self) -> BoundedStdio | StreamableHttp:
         config = self._config
+        limit = self._max_message_bytes
         if config.command is not None:
-            return StdioServerParameters(command=config.command, args=list(config.args), env=dict(config.env))
+            return BoundedStdio(
+                config.name,
+                config.command,
+                config.args,
+                config.env,
+                max_message_bytes=limit,
+                stderr_path=self._stderr_path,
+            )
         assert config.url is not None  # the config allows exactly one
         # The SDK's defaults (30 s to connect, 5 min between events of a held stream), plus
-        # the configured headers.
-        http = httpx2.AsyncClient(headers=self._headers, timeout=httpx2.Timeout(30.0, read=300.0))
-        return _HttpTransport(config.url, http)
+        # the configured headers; every answer held to the bound, never compressed.
+        http = httpx2.AsyncClient(
+            headers={**self._headers, "Accept-Encoding": "identity"},
+            timeout=httpx2.Timeout(30.0, read=300.0),
+            transport=BoundedHttp(httpx2.AsyncHTTPTransport(proxy=proxy_for(config.url)), limit),
+        )
+        return StreamableHttp(config.url, http)
 
     async def close(self) -> None:
         self._closing.set()
@@ -228,25 +262,6 @@ class _Session:
             pass
 
 
-class _HttpTransport:
-    """The streamable-HTTP transport with our own HTTP client (headers, timeout), closed with it."""
-
-    def __init__(self, url: str, http: httpx2.AsyncClient) -> None:
-        self._url = url
-        self._http = http
-        self._context: Any = None
-
-    async def __aenter__(self) -> Any:
-        self._context = streamable_http_client(self._url, http_client=self._http)
-        return await self._context.__aenter__()
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        try:
-            return await self._context.__aexit__(*exc)
-        finally:
-            await self._http.aclose()
-
-
 class McpServer:
     """One configured server: its session, its tools, and calls that survive a dropped
     connection (see the module note)."""
@@ -258,12 +273,16 @@ class McpServer:
         headers: Mapping[str, str] | None = None,
         connect_timeout: float = 15.0,
         reconnect_attempts: int = 2,
+        max_result_bytes: int = 1_048_576,
+        log_dir: Path | None = None,
         on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
         self._headers = dict(headers or {})
         self._connect_timeout = connect_timeout
         self._reconnect_attempts = reconnect_attempts
+        self._max_result_bytes = max_result_bytes
+        self._log_path = None if log_dir is None else log_dir / f"mcp-{config.name}.log"
         self._on_change = on_change
         self._session: _Session | None = None
         self._lock = asyncio.Lock()
@@ -272,6 +291,8 @@ class McpServer:
         self._refreshes: set[asyncio.Task[None]] = set()
         self.error: str | None = None
         self.reconnects = 0
+        self.restarts = 0  # connections ended because a call timed out or was cut off
+        self._abandoned: Client | None = None  # a call on it was cancelled half way
 
     @property
     def name(self) -> str:
@@ -306,7 +327,13 @@ class McpServer:
         """A live client, connecting (and re-listing the tools) if there is none. Under the lock."""
         if self._session is not None and self._session.client is not None:
             return self._session.client
-        session = _Session(self.config, self._headers, self._tools_changed)
+        session = _Session(
+            self.config,
+            self._headers,
+            self._tools_changed,
+            max_message_bytes=self._max_result_bytes,
+            stderr_path=self._log_path,
+        )
         try:
             client = await session.open(self._connect_timeout)
             await self._list(client)
@@ -328,6 +355,13 @@ class McpServer:
                 self._session = None
                 await session.close()
 
+    async def _restart(self, client: Client, why: str) -> None:
+        """End a connection whose server may still be busy with a call it will never answer
+        usefully (a stdio server is stopped): the next call starts a fresh one."""
+        log.info("MCP server %r: %s; the connection is ended and made again on the next call", self.name, why)
+        self.restarts += 1
+        await self._drop(client)
+
     async def close(self) -> None:
         for task in list(self._refreshes):
             task.cancel()
@@ -340,6 +374,9 @@ class McpServer:
         """Call the server's tool `tool` (its own name); the result as text. Raises
         `ToolError` with a readable reason when the tool or the server fails."""
         last: str = "not connected"
+        abandoned, self._abandoned = self._abandoned, None
+        if abandoned is not None:
+            await self._restart(abandoned, "a call was abandoned before its answer")
         for attempt in range(1 + self._reconnect_attempts):
             try:
                 async with self._lock:
@@ -353,14 +390,28 @@ class McpServer:
                 result = await client.call_tool(tool, arguments)
             except MCPError as exc:
                 if exc.code == types.REQUEST_TIMEOUT:
+                    await self._restart(client, "a call timed out")
                     raise ToolError(
-                        f"MCP server {self.name!r} did not answer within {self.config.timeout_seconds:g} seconds"
+                        f"MCP server {self.name!r} did not answer within {self.config.timeout_seconds:g} "
+                        "seconds; it is restarted before its next call"
+                    ) from exc
+                if exc.code == RESULT_TOO_LARGE:
+                    await self._restart(client, "a result was too large")
+                    raise ToolError(
+                        f"MCP server {self.name!r} answered with more than {self._max_result_bytes} bytes "
+                        "([mcp] max_result_bytes): the result was dropped"
                     ) from exc
                 if exc.code != types.CONNECTION_CLOSED and not _session_lost(exc):
                     raise ToolError(f"MCP server {self.name!r} refused the call: {exc}") from exc
                 last = describe_error(exc)
             except TimeoutError as exc:
+                await self._restart(client, "a call timed out")
                 raise ToolError(f"MCP server {self.name!r} did not answer in time") from exc
+            except asyncio.CancelledError:
+                # Stopped from outside (the caller's own time limit): the server may still be
+                # busy with it, so it is restarted before it is used again.
+                self._abandoned = client
+                raise
             except Exception as exc:  # the transport broke: the child died, the socket closed
                 last = describe_error(exc)
             else:
@@ -442,6 +493,8 @@ class McpServer:
             input_model=_arguments_model(remote.schema),
             output_model=McpToolOutput,
             handler=handler,
+            # The server's own `timeout_seconds` ends the call first, with the restart it needs.
+            timeout_seconds=self.config.timeout_seconds + _TIMEOUT_MARGIN_SECONDS,
             verbatim_schema=True,
         )
 
@@ -463,7 +516,15 @@ class McpServer:
 class McpTools:
     """Every configured MCP server: started with the runtime, its tools offered to every agent."""
 
-    def __init__(self, config: McpConfig, headers: Mapping[str, Mapping[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        config: McpConfig,
+        headers: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        log_dir: Path | None = None,
+    ) -> None:
+        """`log_dir`: where each stdio server's stderr goes (`mcp-NAME.log`); None leaves it
+        on this process's stderr."""
         self.config = config
         self.version = 0
         self._change = asyncio.Event()
@@ -473,6 +534,8 @@ class McpTools:
                 headers=(headers or {}).get(server.name, {}),
                 connect_timeout=config.connect_timeout_seconds,
                 reconnect_attempts=config.reconnect_attempts,
+                max_result_bytes=config.max_result_bytes,
+                log_dir=log_dir,
                 on_change=self._changed,
             )
             for server in config.servers
