@@ -16,9 +16,11 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import tomlkit
 from irc_server import IrcPeer, IrcServer
 from persyn_cli import Persyn, stop_gracefully
 
@@ -34,14 +36,35 @@ SCRIPT = [
 ]
 
 
-def _config(port: int) -> str:
-    return (
-        f'[channels.irc]\nserver = "127.0.0.1"\nport = {port}\ntls = false\nchannels = ["#lab"]\n'
-        "[pacing]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\njitter_seconds = 0.0\n"
-        "[safety]\nevaluate_seconds = 1.0\n"
-        '[[guardrails]]\nname = "spend-spike"\ndetector = "token_spend"\n'
-        f'window_minutes = 60.0\nthreshold = {THRESHOLD}.0\nactions = ["notify", "block"]\nblock_minutes = 30.0\n'
-    )
+def _configure(toml: Path, port: int) -> None:
+    """The IRC network (a room), no pacing, evaluation every second and a spend-spike of
+    `THRESHOLD` tokens an hour, set in the `persyn.toml` that `init` wrote."""
+    document = tomlkit.parse(toml.read_text())
+    settings: dict[str, dict[str, Any]] = {
+        "irc": {"server": "127.0.0.1", "port": port, "tls": False, "channels": ["#lab"]},
+        "pacing": {"listen_seconds": 0.0, "min_interval_seconds": 0.0, "jitter_seconds": 0.0},
+        "safety": {"evaluate_seconds": 1.0},
+    }
+    channels = document.setdefault("channels", tomlkit.table())
+    for table, values in settings.items():
+        target = (
+            channels.setdefault(table, tomlkit.table())
+            if table == "irc"
+            else document.setdefault(table, tomlkit.table())
+        )
+        for key, value in values.items():
+            target[key] = value
+    spike = {
+        "name": "spend-spike",
+        "detector": "token_spend",
+        "window_minutes": 60.0,
+        "threshold": float(THRESHOLD),
+        "actions": ["notify", "block"],
+        "block_minutes": 30.0,
+    }
+    document["guardrails"] = tomlkit.aot()
+    document["guardrails"].append(tomlkit.item(spike))
+    toml.write_text(tomlkit.dumps(document))
 
 
 def _deployment(root: Path, port: int) -> tuple[Persyn, dict[str, str], dict[str, str]]:
@@ -60,8 +83,7 @@ def _deployment(root: Path, port: int) -> tuple[Persyn, dict[str, str], dict[str
     )
     done = persyn.run("init", "--name", "Ada")
     assert done.returncode == 0, done.stderr
-    with (persyn.home / "persyn.toml").open("a") as toml:
-        toml.write("\n" + _config(port))
+    _configure(persyn.home / "persyn.toml", port)
     secrets: dict[str, str] = {}
     ids: dict[str, str] = {}
     for name in ("stranger", "friend"):
@@ -107,11 +129,8 @@ async def test_a_spend_spike_by_one_web_key_blocks_that_key_only(tmp_path: Path,
         for number in (1, 2):  # 120,000 tokens, all spent for the stranger's key
             assert await asyncio.to_thread(_say, url, secrets["stranger"], f"probe {number}") == "Probed."
         (block,) = await asyncio.to_thread(_blocks, persyn)
-        assert (block["guardrail"], block["subject_kind"], block["subject"]) == (
-            "spend-spike", "channel", f"web:{ids['stranger']}",
-        )  # fmt: skip
 
-        # The stranger is silenced, at no model cost...
+        # The stranger is silenced...
         refused = await asyncio.to_thread(_say, url, secrets["stranger"], "probe 3")
         assert "guardrail 'spend-spike' blocks replies here" in refused, refused
         # ...while another key, IRC and the operator are answered.
@@ -126,6 +145,10 @@ async def test_a_spend_spike_by_one_web_key_blocks_that_key_only(tmp_path: Path,
             operator.stdout,
             operator.stderr,
         )
+        # The block is the stranger's key's channel, not the agent.
+        assert (block["guardrail"], block["subject_kind"], block["subject"]) == (
+            "spend-spike", "channel", f"web:{ids['stranger']}",
+        )  # fmt: skip
     finally:
         await kim.close()
         stop_gracefully(daemon)

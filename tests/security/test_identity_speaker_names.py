@@ -14,15 +14,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from irc_server import IrcPeer, IrcServer
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.channels.irc import IrcChannel
 from persyn.core.clock import ManualClock
-from persyn.core.events import Speaker, speaker_name
 from persyn.testing import models
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 from persyn.testing.models import DoubleReply, DoubleResult, minimal_instance, output_schema
@@ -130,18 +127,3 @@ async def test_every_surfaces_speaker_name_is_cleaned_before_the_prompt(
         await pilot.say("hello", service=service, channel="room", name=name)
         (prompt,) = listener.heard
         assert prompt[-1] == f"[{shown}] hello", prompt
-
-
-def test_a_renamed_speaker_is_cleaned_too() -> None:
-    """The console and terminal rename their operator (`/name`) with `Speaker.named`:
-    `model_copy` would skip the cleaning."""
-    operator = Speaker(service="terminal", channel="terminal", speaker_id="operator:me", display_name="me")
-    assert operator.named("x] hi [y").display_name == "x) hi (y"
-
-
-@given(st.text(max_size=60))
-def test_a_cleaned_name_has_no_tag_or_line_of_its_own(name: str) -> None:
-    cleaned = speaker_name(name)
-    assert not {"[", "]", "\n", "\r", "\u2028", "\u2029", "\x85"} & set(cleaned)
-    assert "[" not in cleaned.translate({0xFF3B: "[", 0xFF3D: "]"})
-    assert speaker_name(cleaned) == cleaned
