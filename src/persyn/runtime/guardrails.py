@@ -11,7 +11,7 @@ was made for. A match is recorded as a `GuardrailEvent` and acted on: `notify` w
 to the operator's channel through the outbox, `block` silences replies to the person or channel
 whose doing it was until the block ends, and to the agent everywhere only for what the agent did
 of itself (its own spend, its failing tools): the operator's channels (`notify_channel`,
-`persyn chat`, `persyn send`) are never a rule's subject and no channel or agent block reaches
+`persyn chat`, `persyn send`, an operator web key) are never a rule's subject and no channel or agent block reaches
 them (they watch them, and would lift the block),
 `end_conversation` closes the conversation (its close hooks run as for an idle close).
 
@@ -50,6 +50,7 @@ from persyn.core.records import channel_key
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.autonomy import AUTONOMOUS_SERVICE
 from persyn.runtime.outbox import Outbox
+from persyn.runtime.web_keys import WEB_SERVICE
 from persyn.store.base import Conversation, Message, Role, Store
 from persyn.store.guardrails import GuardrailCheck, GuardrailEvent, WindowMessage
 from persyn.usage import context as usage_context
@@ -111,23 +112,28 @@ class Guardrails:
         if not self.settings.safety.enabled:
             return None
         where = channel_key(service, channel)
-        operators = self.operators_channel(where)
         for event in await self.store.guardrail_blocks(agent_id, self.clock.now()):
+            if event.subject_kind == "person" and event.subject == person_id:
+                return event
             if (
-                (event.subject_kind == "person" and event.subject == person_id)
-                or (event.subject_kind == "channel" and event.subject == where and not operators)
-                or (event.subject_kind == "agent" and not operators)
-            ):
+                event.subject_kind == "agent" or (event.subject_kind == "channel" and event.subject == where)
+            ) and not await self.operators_channel(where):
                 return event
         return None
 
-    def operators_channel(self, where: str) -> bool:
+    async def operators_channel(self, where: str) -> bool:
         """Whether `where` (`service:channel`) is the operator's: `[safety] notify_channel`,
-        where the notices go, and the surfaces only someone holding the deployment's home
-        speaks on (`persyn chat` and the console, `persyn send`). No block of a channel or of
-        the agent reaches them: a block would silence the agent towards the one person who
-        would lift it. A block of a person still does."""
-        return where == self.settings.safety.notify_channel or where.partition(":")[0] in _OPERATOR_SERVICES
+        where the notices go; the surfaces only someone holding the deployment's home speaks
+        on (`persyn chat` and the console, `persyn send`); an operator key's web channel. No
+        block of a channel or of the agent reaches them: a block would silence the agent
+        towards the one person who would lift it. A block of a person still does. (Read only
+        when such a block is in force: the key lookup is no cost of an ordinary turn.)"""
+        service, _, channel = where.partition(":")
+        if where == self.settings.safety.notify_channel or service in _OPERATOR_SERVICES:
+            return True
+        if service != WEB_SERVICE:
+            return False
+        return any(key.id == channel and key.operator for key in await self.store.web_keys())
 
     async def blocked_reason(self, setup: TurnSetup) -> str | None:
         event = await self.blocking(setup)
@@ -179,7 +185,7 @@ class Guardrails:
                 log.warning("guardrail %s failed for agent %s: %s", pattern.name, agent_id, exc)
                 continue
             for finding in findings:
-                if finding.subject_kind == "channel" and self.operators_channel(finding.subject):
+                if finding.subject_kind == "channel" and await self.operators_channel(finding.subject):
                     # The operator's own channel: they watch it, and notices go there, so a block
                     # would silence the agent towards the one person who would lift it.
                     continue

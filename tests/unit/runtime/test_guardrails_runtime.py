@@ -24,7 +24,9 @@ from pydantic_ai.models.function import AgentInfo
 from persyn.cognition.guardrails import Verdict
 from persyn.core.errors import ToolError
 from persyn.core.ids import new_id
+from persyn.runtime.web_keys import hash_key
 from persyn.store.guardrails import GuardrailEvent
+from persyn.store.web_keys import WebKey
 from persyn.testing import Pilot, RecordingChannel, run_runtime
 from persyn.testing.models import (
     DoubleReply,
@@ -241,8 +243,8 @@ async def test_the_agents_own_spend_blocks_it_everywhere_but_the_operators_chann
     tmp_path: Path, guard: Guard
 ) -> None:
     """A heartbeat's spend is the agent's own (surface `self`): that blocks the agent, on every
-    channel but the operator's, who would lift it."""
-    channels = {"test": RecordingChannel(), OPS: RecordingChannel()}
+    channel but the operator's (the notice channel, an operator web key's), who would lift it."""
+    channels = {"test": RecordingChannel(), OPS: RecordingChannel(), "web": RecordingChannel()}
     async with run_runtime(
         tmp_path / "home", model="test:guard", config=SPEND_CONFIG, channels=channels
     ) as pilot:  # a scheduler: the heartbeat is set; housekeeping runs once, at the start
@@ -256,6 +258,12 @@ async def test_the_agents_own_spend_blocks_it_everywhere_but_the_operators_chann
         await pilot.say("hello", transmitted=False)  # blocked here...
         await pilot.say("hello", channel="elsewhere", transmitted=False)  # ...and everywhere...
         await pilot.say("hello", service=OPS, channel="desk", transmitted=True)  # ...but to the operator
+        now = pilot.clock.now()
+        for key, operator in ((new_id(now), True), (new_id(now), False)):
+            await pilot.store.add_web_key(
+                WebKey(id=key, name=key, key_hash=hash_key(key), operator=operator, created_at=now)
+            )
+            await pilot.say("hello", service="web", channel=key, speaker=key, transmitted=operator)
 
 
 async def test_a_block_that_arrives_while_a_deferred_reply_is_written_stops_it_at_transmit(
