@@ -223,7 +223,8 @@ def test_keys_scope_what_a_client_may_read(web: WebDaemon) -> None:
         assert alice.get(f"/v1/agents/Ada/conversations/{bobs}").status_code == 404
         assert ops.get(f"/v1/agents/Ada/conversations/{bobs}").status_code == 200
         assert "/v1/chat/completions" in ops.get("/openapi.json").json()["paths"]
-        # A `user` field is one of several people behind one key: a contact of its own.
+        # A `user` field is one of several people behind one key: a contact of its own, named
+        # within the key (never a claim on another key's or network's carol).
         carol = alice.post(
             "/v1/chat/completions",
             json={
@@ -234,7 +235,7 @@ def test_keys_scope_what_a_client_may_read(web: WebDaemon) -> None:
         )
         assert carol.status_code == 200, carol.text
         listed = ops.get("/v1/agents/Ada/contacts").json()["contacts"]
-        (found,) = [c for c in listed if c["person"]["display_name"] == "carol"]
+        (found,) = [c for c in listed if c["person"]["display_name"] == "carol (alice)"]
         assert found["person"]["identities"][0]["speaker_id"] == f"{web.key_ids['alice']}:carol"
 
 

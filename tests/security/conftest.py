@@ -8,12 +8,15 @@ runner as `tests/e2e` and carry the `e2e` marker.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit" / "channels"))
 
+from irc_server import NGIRCD, IrcServer
 from persyn_cli import Persyn
 
 
@@ -24,3 +27,14 @@ def persyn(tmp_path: Path) -> Persyn:
     done = runner.run("init", "--name", "Ada")
     assert done.returncode == 0, done.stderr
     return runner
+
+
+@pytest.fixture(scope="session")
+def ircd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IrcServer]:
+    """A real IRC server (Debian's ngircd) on loopback, for the tests whose stranger is on IRC."""
+    if not Path(NGIRCD).exists():
+        pytest.fail("ngircd is not installed (apt-get install ngircd; .ci/run does it)")
+    server = IrcServer(tmp_path_factory.mktemp("ngircd"))
+    server.start()
+    yield server
+    server.stop()

@@ -290,7 +290,7 @@ async def run_chat(
             kind=EventKind.MESSAGE,
             service=SERVICE,
             channel=SERVICE,
-            speaker=operator.model_copy(update={"display_name": name}),
+            speaker=operator.named(name),
             text=text,
             received_at=now,
         )

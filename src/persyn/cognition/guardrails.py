@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -229,18 +229,36 @@ def tool_failures(
     ]
 
 
-def token_spend(pattern: GuardrailConfig, tokens: int) -> list[Finding]:
-    """The agent itself, when its model calls used at least `threshold` tokens (input and
-    output, every stage) within the window: a runaway burn."""
-    if tokens < pattern.threshold:
-        return []
-    return [
-        _agent_finding(
-            pattern,
-            tokens,
-            f"my model calls used {tokens:,} tokens within {pattern.window_minutes:g} minutes",
+def token_spend(pattern: GuardrailConfig, spent: Mapping[str | None, int]) -> list[Finding]:
+    """Whoever burned at least `threshold` tokens (input and output, every stage) within the
+    window. `spent` maps a channel (`service:channel`) to the tokens of the model calls made
+    for it (its turns and the background work they caused), and None to the agent's own (its
+    autonomous runs, work attributed to no channel). A channel's spend is that channel's: one
+    stranger probing the agent blocks their channel, never the agent for everyone; only the
+    agent's own spend is a finding about the agent."""
+    minutes = f"{pattern.window_minutes:g} minutes"
+    found: list[Finding] = []
+    for key, tokens in sorted(spent.items(), key=lambda item: item[0] or ""):
+        if tokens < pattern.threshold:
+            continue
+        if key is None:
+            found.append(
+                _agent_finding(pattern, tokens, f"my own model calls used {tokens:,} tokens within {minutes}")
+            )
+            continue
+        service, _, channel = key.partition(":")
+        found.append(
+            Finding(
+                guardrail=pattern.name,
+                subject_kind="channel",
+                subject=key,
+                score=float(tokens),
+                reason=f"my model calls for {key} used {tokens:,} tokens within {minutes}",
+                service=service,
+                channel=channel,
+            )
         )
-    ]
+    return found
 
 
 def _agent_finding(pattern: GuardrailConfig, amount: int, reason: str) -> Finding:

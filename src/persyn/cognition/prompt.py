@@ -15,6 +15,7 @@ from datetime import datetime
 from persyn.cognition.deliberation import Evidence
 from persyn.core.clock import friendly_datetime
 from persyn.core.config import AgentConfig
+from persyn.core.events import speaker_name
 from persyn.gateway.base import AgentTurn, Prompt, PromptItem, UserTurn
 from persyn.store.base import Message, Role
 
@@ -66,15 +67,17 @@ def stable_instruction(agent: AgentConfig) -> str:
 
 
 def dialog_items(messages: Sequence[Message]) -> list[PromptItem]:
-    """Recent dialog as model turns; other speakers keep their names."""
+    """Recent dialog as model turns; other speakers keep their names, which the gateway
+    shows as "[name] text". A name is cleaned of what marks a speaker (`speaker_name`) here
+    too: inbound names are cleaned as they arrive, and this covers names stored before."""
     items: list[PromptItem] = []
     for message in messages:
         if message.role is Role.AGENT:
             items.append(AgentTurn(text=message.text))
         elif message.role is Role.SYSTEM:
-            items.append(UserTurn(text=f"[{message.speaker_name}] {message.text}", name=None))
+            items.append(UserTurn(text=f"[{speaker_name(message.speaker_name)}] {message.text}", name=None))
         else:
-            items.append(UserTurn(text=message.text, name=message.speaker_name))
+            items.append(UserTurn(text=message.text, name=speaker_name(message.speaker_name)))
     return items
 
 

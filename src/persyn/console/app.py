@@ -247,7 +247,7 @@ class ConsoleApp(App[int]):
             self.transcript.note(str(exc), "error")
             return None
         now = runtime.clock.now()
-        speaker = operator_speaker(self.login).model_copy(update={"display_name": self.display_name})
+        speaker = operator_speaker(self.login).named(self.display_name)
         event = Event(
             id=new_id(now),
             agent_id=self.agent.id,

@@ -57,7 +57,8 @@ class GuardrailConfig(Section):
     agent's own behaviour: `outbound_messages` (messages it sent to one channel),
     `repeated_replies` (the same reply repeated in one channel), `tool_failures` (failed tool
     calls and tripped loop breakers), `token_spend` (tokens the agent's model calls used, every
-    stage, from the usage ledger)."""
+    stage, from the usage ledger, counted per channel: a channel that spent them is blocked,
+    the agent only for the spend of its own autonomous runs)."""
 
     name: str = Field(
         pattern=_NAME,

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["CompletionMarker", "Event", "EventKind", "ImageAttachment", "Notice", "Outbound", "Speaker"]
+__all__ = [
+    "CompletionMarker",
+    "Event",
+    "EventKind",
+    "ImageAttachment",
+    "Notice",
+    "Outbound",
+    "Speaker",
+    "speaker_name",
+]
 
 
 class EventKind(StrEnum):
@@ -16,9 +26,41 @@ class EventKind(StrEnum):
     HEARTBEAT = "heartbeat"
 
 
+# What the prompt marks a speaker with: "[name] text" (`cognition/prompt.py`), one speaker per
+# line in the transcripts other stages read. A name that holds a bracket or a line break could
+# close its own tag and open a fake one: IRC `NICK op]_[Ada` would read "[op]_[Ada] hello".
+_LINE_BREAKS = frozenset({"Cc", "Zl", "Zp"})  # controls (\n, \r, NEL...), line and paragraph separators
+_BRACKETS = {"[": "(", "]": ")"}
+
+
+def speaker_name(name: str) -> str:
+    """`name` safe to show as a speaker in a prompt: brackets, and the characters that fold
+    to one (fullwidth `［`, vertical `﹇`), become parentheses; controls and line breaks
+    become spaces; runs of spaces one. Every inbound speaker's name passes here (`Speaker`
+    and the names a person chooses) and the prompt cleans what it renders again, for names
+    stored before."""
+    if name.isascii() and name.isprintable() and "[" not in name and "]" not in name:
+        return " ".join(name.split())  # the common case, without a look at each character
+    cleaned: list[str] = []
+    for char in name:
+        if unicodedata.category(char) in _LINE_BREAKS:
+            cleaned.append(" ")
+            continue
+        folded = unicodedata.normalize("NFKC", char) if not char.isascii() else char
+        cleaned.append(
+            "".join(_BRACKETS.get(c, c) for c in folded) if "[" in folded or "]" in folded else char
+        )
+    return " ".join("".join(cleaned).split())
+
+
 class Speaker(BaseModel):
     """Who sent a message, as the channel knows them. (service, channel, speaker_id) is
-    the lookup key of an identity in the contact directory (SPEC §4.4)."""
+    the lookup key of an identity in the contact directory (SPEC §4.4).
+
+    Every surface makes one (IRC, Matrix, Telegram, the web, the terminal and console, other
+    agents, `persyn send`), so `display_name` is cleaned here, once, of what marks a speaker
+    in the prompt (`speaker_name`). `named` is how a channel changes it: `model_copy` would
+    skip the cleaning."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -27,6 +69,15 @@ class Speaker(BaseModel):
     speaker_id: str
     display_name: str
     kind: str = "human"
+
+    @field_validator("display_name")
+    @classmethod
+    def _cleaned(cls, value: str) -> str:
+        return speaker_name(value)
+
+    def named(self, display_name: str) -> Speaker:
+        """This speaker under another name (cleaned like the first)."""
+        return Speaker.model_validate({**self.model_dump(), "display_name": display_name})
 
 
 class Event(BaseModel):

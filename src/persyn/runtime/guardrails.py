@@ -6,10 +6,13 @@ evaluate_seconds`). For each agent it reads the window of the longest pattern on
 conversation), runs the deterministic rules over it and, for each person whose window spans
 enough conversations and who said something since their last check, the pattern's classifier
 (stage `guardrail`, within `[safety] daily_tokens`, checked before each call); `token_spend`
-reads the usage ledger's recent tail (`usage.ledger.records_since`). A match is
-recorded as a `GuardrailEvent` and acted on: `notify` writes a notice to the operator's channel
-through the outbox, `block` silences replies to the person or channel until the block ends
-(the operator's channel, `notify_channel`, is never a rule's subject: they watch it),
+reads the usage ledger's recent tail (`usage.ledger.records_since`) by the channel each call
+was made for. A match is recorded as a `GuardrailEvent` and acted on: `notify` writes a notice
+to the operator's channel through the outbox, `block` silences replies to the person or channel
+whose doing it was until the block ends, and to the agent everywhere only for what the agent did
+of itself (its own spend, its failing tools): the operator's channels (`notify_channel`,
+`persyn chat`, `persyn send`, an operator web key) are never a rule's subject and no channel or agent block reaches
+them (they watch them, and would lift the block),
 `end_conversation` closes the conversation (its close hooks run as for an idle close).
 
 Several scheduler processes may share one store (`persyn serve` and a `persyn worker`, or two
@@ -45,7 +48,9 @@ from persyn.core.events import Outbound
 from persyn.core.ids import derived_id, new_id
 from persyn.core.records import channel_key
 from persyn.gateway.gateway import ModelGateway
+from persyn.runtime.autonomy import AUTONOMOUS_SERVICE
 from persyn.runtime.outbox import Outbox
+from persyn.runtime.web_keys import WEB_SERVICE
 from persyn.store.base import Conversation, Message, Role, Store
 from persyn.store.guardrails import GuardrailCheck, GuardrailEvent, WindowMessage
 from persyn.usage import context as usage_context
@@ -58,6 +63,9 @@ log = logging.getLogger(__name__)
 _BUDGET_WINDOW = timedelta(hours=24)
 _CHECK_RETENTION = timedelta(days=2)  # far past the budget window
 _NOTICE_SPEAKER = "guardrail"
+# The operator's surfaces besides `notify_channel`: `persyn chat` / the console (`terminal`,
+# `channels/terminal.py`) and `persyn send` (`cli`); only someone holding the home speaks there.
+_OPERATOR_SERVICES = frozenset({"terminal", "cli"})
 _HOLDER = f"{socket.gethostname()}:{os.getpid()}"[:200]  # who claimed a slot, for the operator
 
 
@@ -105,13 +113,27 @@ class Guardrails:
             return None
         where = channel_key(service, channel)
         for event in await self.store.guardrail_blocks(agent_id, self.clock.now()):
+            if event.subject_kind == "person" and event.subject == person_id:
+                return event
             if (
-                (event.subject_kind == "person" and event.subject == person_id)
-                or (event.subject_kind == "channel" and event.subject == where)
-                or event.subject_kind == "agent"
-            ):
+                event.subject_kind == "agent" or (event.subject_kind == "channel" and event.subject == where)
+            ) and not await self.operators_channel(where):
                 return event
         return None
+
+    async def operators_channel(self, where: str) -> bool:
+        """Whether `where` (`service:channel`) is the operator's: `[safety] notify_channel`,
+        where the notices go; the surfaces only someone holding the deployment's home speaks
+        on (`persyn chat` and the console, `persyn send`); an operator key's web channel. No
+        block of a channel or of the agent reaches them: a block would silence the agent
+        towards the one person who would lift it. A block of a person still does. (Read only
+        when such a block is in force: the key lookup is no cost of an ordinary turn.)"""
+        service, _, channel = where.partition(":")
+        if where == self.settings.safety.notify_channel or service in _OPERATOR_SERVICES:
+            return True
+        if service != WEB_SERVICE:
+            return False
+        return any(key.id == channel and key.operator for key in await self.store.web_keys())
 
     async def blocked_reason(self, setup: TurnSetup) -> str | None:
         event = await self.blocking(setup)
@@ -163,10 +185,7 @@ class Guardrails:
                 log.warning("guardrail %s failed for agent %s: %s", pattern.name, agent_id, exc)
                 continue
             for finding in findings:
-                if (
-                    finding.subject_kind == "channel"
-                    and finding.subject == self.settings.safety.notify_channel
-                ):
+                if finding.subject_kind == "channel" and await self.operators_channel(finding.subject):
                     # The operator's own channel: they watch it, and notices go there, so a block
                     # would silence the agent towards the one person who would lift it.
                     continue
@@ -198,12 +217,21 @@ class Guardrails:
             return await self._classify(agent_id, pattern, window, blocked)
         raise AssertionError(f"unknown detector {pattern.detector!r}")  # pragma: no cover
 
-    async def _tokens_spent(self, agent_id: str, pattern: GuardrailConfig) -> int:
+    async def _tokens_spent(self, agent_id: str, pattern: GuardrailConfig) -> dict[str | None, int]:
         """The agent's metered tokens within the pattern's window, from the usage ledger (every
-        process writes it; none when `[metering] event_log` is off)."""
+        process writes it; none when `[metering] event_log` is off), by the channel they were
+        spent for; None holds the agent's own: its autonomous runs (`self`) and calls that no
+        channel is attributed."""
         since = self.clock.now() - timedelta(minutes=pattern.window_minutes)
         records = await asyncio.to_thread(records_since, self.settings.usage_log_path, since)
-        return sum(r.input_tokens + r.output_tokens for r in records if r.agent_id == agent_id)
+        spent: dict[str | None, int] = {}
+        for record in records:
+            if record.agent_id != agent_id:
+                continue
+            own = record.surface is None or record.surface == AUTONOMOUS_SERVICE
+            key = None if own else channel_key(record.surface or "", record.channel or "")
+            spent[key] = spent.get(key, 0) + record.input_tokens + record.output_tokens
+        return spent
 
     async def _tool_failures(
         self, agent_id: str, pattern: GuardrailConfig, window: list[WindowMessage]

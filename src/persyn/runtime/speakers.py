@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from persyn.core.events import Speaker
+from persyn.core.events import Speaker, speaker_name
 from persyn.store.base import Identity, Store
 
 __all__ = ["DISPLAY_NAME_PREF", "knows_speaker", "remember_display_name", "resolve_speaker"]
@@ -38,5 +38,8 @@ async def knows_speaker(store: Store, agent_id: str, speaker: Speaker) -> bool:
 
 
 async def remember_display_name(store: Store, agent_id: str, person_id: str, name: str) -> None:
+    """The name a person chose (`/name`): cleaned like every speaker's name (`speaker_name`),
+    since it is what the prompt calls them from now on."""
+    name = speaker_name(name)
     await store.set_preference(agent_id, person_id, DISPLAY_NAME_PREF, name)
     await store.rename_person(agent_id, person_id, name)

@@ -32,6 +32,7 @@ __all__ = [
     "list_keys",
     "revoke_key",
     "web_identity",
+    "web_speaker_name",
 ]
 
 WEB_SERVICE = "web"
@@ -49,6 +50,15 @@ def web_identity(key_id: str, user: str | None = None) -> Identity:
     key and one agent are one conversation."""
     speaker = key_id if not user else f"{key_id}:{user}"
     return Identity(service=WEB_SERVICE, channel=key_id, speaker_id=speaker)
+
+
+def web_speaker_name(key: WebKey, user: str | None = None) -> str:
+    """The name a key's client goes by: the key's name, or with `user` that person's name
+    within the key, "user (key name)". A `user` is whoever the client says is behind *this*
+    key, never a claim on someone else's contact: "alice" from mallory's key is "alice
+    (mallory)", a contact of its own that a name lookup (`contacts show alice`, `get_facts`,
+    `message_contact`) never confuses with the alice the agent already knew."""
+    return key.name if not user else f"{user} ({key.name})"
 
 
 async def create_key(

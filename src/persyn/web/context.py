@@ -20,7 +20,7 @@ from persyn.core.errors import STORAGE_UNAVAILABLE, InputError, PersynError, Sto
 from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
 from persyn.core.ids import new_id
 from persyn.runtime.api import RuntimeAPI
-from persyn.runtime.web_keys import WebKey, web_identity
+from persyn.runtime.web_keys import WebKey, web_identity, web_speaker_name
 from persyn.web.channel import SERVICE, Listener, TurnUsage, WebChannel
 
 __all__ = ["ApiError", "Authenticate", "WebContext", "handler", "sse"]
@@ -166,7 +166,7 @@ class WebContext:
             service=SERVICE,
             channel=identity.channel,
             speaker_id=identity.speaker_id,
-            display_name=user or key.name,
+            display_name=web_speaker_name(key, user),
         )
         await self.runtime.resolve_speaker(agent.id, speaker)
         event = Event(

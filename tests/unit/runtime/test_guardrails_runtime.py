@@ -4,7 +4,8 @@ moved clock, with a model double whose guardrail classifier scores what the tran
 - a conflict that escalates over three conversations is judged, recorded, notified to the
   operator's channel and blocks the person (and only them) — at no further model cost;
 - an outbound spike of the agent itself blocks that channel and notifies;
-- a spend spike (tokens in the usage ledger) blocks the agent everywhere and notifies;
+- a spend spike (tokens in the usage ledger) blocks the channel that spent them and notifies, and
+  only the agent's own spend (a heartbeat's) blocks the agent, never on the operator's channel;
 - a block that arrives while a deferred reply is being written stops it at transmit.
 """
 
@@ -23,7 +24,9 @@ from pydantic_ai.models.function import AgentInfo
 from persyn.cognition.guardrails import Verdict
 from persyn.core.errors import ToolError
 from persyn.core.ids import new_id
+from persyn.runtime.web_keys import hash_key
 from persyn.store.guardrails import GuardrailEvent
+from persyn.store.web_keys import WebKey
 from persyn.testing import Pilot, RecordingChannel, run_runtime
 from persyn.testing.models import (
     DoubleReply,
@@ -202,17 +205,19 @@ async def test_a_rule_never_blocks_the_operators_own_channel(tmp_path: Path, gua
         await pilot.say("same again", channel="room", transmitted=True)
 
 
-async def test_a_spend_spike_blocks_the_agent_everywhere_and_notifies(tmp_path: Path, guard: Guard) -> None:
-    config = (
-        CONFIG
-        + "[metering]\nevent_log = true\n"  # the ledger the rule reads
-        + '[[guardrails]]\nname = "spend-spike"\ndetector = "token_spend"\n'
-        + 'window_minutes = 60.0\nthreshold = 1.0\nactions = ["notify", "block"]\nblock_minutes = 30.0\n'
-    )
+SPEND_CONFIG = (
+    CONFIG
+    + "[metering]\nevent_log = true\n"  # the ledger the rule reads
+    + '[[guardrails]]\nname = "spend-spike"\ndetector = "token_spend"\n'
+    + 'window_minutes = 60.0\nthreshold = 1.0\nactions = ["notify", "block"]\nblock_minutes = 30.0\n'
+)
+
+
+async def test_a_spend_spike_blocks_the_channel_that_spent_and_notifies(tmp_path: Path, guard: Guard) -> None:
     ops = RecordingChannel()
     channels = {"test": RecordingChannel(), OPS: ops}
     async with run_runtime(
-        tmp_path / "home", model="test:guard", config=config, channels=channels, scheduler=False
+        tmp_path / "home", model="test:guard", config=SPEND_CONFIG, channels=channels, scheduler=False
     ) as pilot:  # the test is the scheduler: it evaluates
         rails = pilot.runtime.housekeeping.guardrails
         assert rails is not None
@@ -221,19 +226,44 @@ async def test_a_spend_spike_blocks_the_agent_everywhere_and_notifies(tmp_path: 
         spent = sum(r.input_tokens + r.output_tokens for r in pilot.usage() if r.agent_id == pilot.agent.id)
         assert spent > 0
         (event,) = await rails.evaluate()
-        assert (event.guardrail, event.subject_kind, event.subject) == ("spend-spike", "agent", "")
-        assert event.reason == f"my model calls used {spent:,} tokens within 60 minutes"
+        assert (event.guardrail, event.subject_kind, event.subject) == ("spend-spike", "channel", "test:room")
+        assert event.reason == f"my model calls for test:room used {spent:,} tokens within 60 minutes"
         pilot.advance(timedelta(seconds=1))  # the next evaluation period
         assert await rails.evaluate() == []  # acted on once
-        assert [o.text.split(":")[0] for o in ops.delivered] == [
-            "Guardrail 'spend-spike' triggered (the agent itself)"
-        ]
+        assert [o.text.split(":")[0] for o in ops.delivered] == ["Guardrail 'spend-spike' triggered (test"]
 
-        await pilot.say("still there?", transmitted=False)  # blocked here...
-        await pilot.say("hello", channel="elsewhere", transmitted=False)  # ...and everywhere
-        assert sum(r.input_tokens + r.output_tokens for r in pilot.usage()) == spent  # at no model cost
+        await pilot.say("still there?", transmitted=False)  # blocked here, at no model cost...
+        assert sum(r.input_tokens + r.output_tokens for r in pilot.usage()) == spent
+        await pilot.say("hello", channel="elsewhere", transmitted=True)  # ...and only here
         pilot.advance(timedelta(minutes=31))
         await pilot.say("and now?", transmitted=True)  # the block has ended
+
+
+async def test_the_agents_own_spend_blocks_it_everywhere_but_the_operators_channel(
+    tmp_path: Path, guard: Guard
+) -> None:
+    """A heartbeat's spend is the agent's own (surface `self`): that blocks the agent, on every
+    channel but the operator's (the notice channel, an operator web key's), who would lift it."""
+    channels = {"test": RecordingChannel(), OPS: RecordingChannel(), "web": RecordingChannel()}
+    async with run_runtime(
+        tmp_path / "home", model="test:guard", config=SPEND_CONFIG, channels=channels
+    ) as pilot:  # a scheduler: the heartbeat is set; housekeeping runs once, at the start
+        rails = pilot.runtime.housekeeping.guardrails
+        assert rails is not None
+        assert await pilot.fire(timedelta(hours=1)) == 1  # the heartbeat
+        assert {r.surface for r in pilot.usage()} == {"self"}
+        (event,) = await rails.evaluate()
+        assert (event.guardrail, event.subject_kind, event.subject) == ("spend-spike", "agent", "")
+        assert event.reason.startswith("my own model calls used ")
+        await pilot.say("hello", transmitted=False)  # blocked here...
+        await pilot.say("hello", channel="elsewhere", transmitted=False)  # ...and everywhere...
+        await pilot.say("hello", service=OPS, channel="desk", transmitted=True)  # ...but to the operator
+        now = pilot.clock.now()
+        for key, operator in ((new_id(now), True), (new_id(now), False)):
+            await pilot.store.add_web_key(
+                WebKey(id=key, name=key, key_hash=hash_key(key), operator=operator, created_at=now)
+            )
+            await pilot.say("hello", service="web", channel=key, speaker=key, transmitted=operator)
 
 
 async def test_a_block_that_arrives_while_a_deferred_reply_is_written_stops_it_at_transmit(
