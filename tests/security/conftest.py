@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import needs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit" / "channels"))
 
@@ -33,7 +35,7 @@ def persyn(tmp_path: Path) -> Persyn:
 def ircd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IrcServer]:
     """A real IRC server (Debian's ngircd) on loopback, for the tests whose stranger is on IRC."""
     if not Path(NGIRCD).exists():
-        pytest.fail("ngircd is not installed (apt-get install ngircd; .ci/run does it)")
+        needs.missing("ngircd (a real IRC server)")
     server = IrcServer(tmp_path_factory.mktemp("ngircd"))
     server.start()
     yield server

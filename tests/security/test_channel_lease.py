@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+import needs
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "channels"))
 
 from irc_server import NGIRCD, Heard, IrcPeer, IrcServer
@@ -40,7 +42,7 @@ LEASE = {"PERSYN_DISPATCH__CHANNEL_LEASE_SECONDS": "5", "PERSYN_LOG_LEVEL": "inf
 @pytest.fixture
 def ircd(tmp_path: Path) -> Iterator[IrcServer]:
     if not Path(NGIRCD).exists():
-        pytest.fail("ngircd is not installed (apt-get install ngircd; .ci/run does it)")
+        needs.missing("ngircd (a real IRC server)")
     server = IrcServer(tmp_path / "ngircd")
     server.directory.mkdir()
     server.start()
