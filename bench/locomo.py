@@ -192,7 +192,7 @@ async def _import(
     await store.ensure_agent(agent.id, agent.name, datetime.now(UTC))
     people: dict[str, dict[str, str]] = {}
 
-    async def resolve(name: str, channel: str) -> str:
+    async def resolve(name: str, channel: str, seen_at: datetime) -> str:
         # Deterministic: one person per (conversation, speaker name).
         identity = Identity(service="import", channel=channel, speaker_id=name.lower())
         person = await store.resolve_person(agent.id, identity, name, "human", datetime.now(UTC))

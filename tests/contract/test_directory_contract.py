@@ -209,3 +209,16 @@ async def test_conversation_summaries_come_from_their_newest_memory(store: Store
     assert found == {first.id: "We booked the trip.", second.id: "Sam asked about cellos."}
     assert await store.conversation_summaries(agent_id, []) == {}
     assert await store.conversation_summaries(new_id(), [first.id]) == {}
+
+
+async def test_a_person_seen_in_history_is_touched_forward_never_back(store: Store) -> None:
+    agent_id = new_id()
+    sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
+    await store.touch_person(agent_id, sam.id, T0 - timedelta(days=400))  # older history
+    kept = await store.get_person(agent_id, sam.id)
+    assert kept is not None and kept.last_interaction_at == T0
+    await store.touch_person(agent_id, sam.id, T0 + timedelta(days=2))
+    moved = await store.get_person(agent_id, sam.id)
+    assert moved is not None and moved.last_interaction_at == T0 + timedelta(days=2)
+    await store.touch_person(agent_id, new_id(), T0)  # nobody: nothing happens
+    assert [p.id for p in await store.list_persons(agent_id)] == [sam.id]

@@ -164,7 +164,7 @@ async def test_a_rerun_completes_the_links_an_older_import_left_out(store: Store
     path = tmp_path / "history.jsonl"
     path.write_text(json.dumps(line) + "\n")
 
-    async def person(name: str, channel: str) -> str:
+    async def person(name: str, channel: str, seen_at: datetime) -> str:
         return ann.id
 
     report = await import_jsonl(path, store, HashEmbedder(), AGENT, person)

@@ -101,7 +101,7 @@ async def test_a_huge_line_is_never_held_in_memory(store: Store, tmp_path: Path)
     """Bounded memory, measured by allocation (not time): a 24 MB line costs at most about
     one read of `max_line_bytes` (4 MiB by default), not the line."""
 
-    async def person(name: str, channel: str) -> str:
+    async def person(name: str, channel: str, seen_at: datetime) -> str:
         identity = Identity(service="import", channel=channel, speaker_id=name.lower())
         return (await store.resolve_person(AGENT.id, identity, name, "human", NOW)).id
 

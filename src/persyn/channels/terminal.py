@@ -148,15 +148,22 @@ class TerminalChannel(Channel):
         if len(self._delivered) > 1000:
             self._delivered.clear()
             self._delivered.add(outbound.event_id)
-        streamed = self._committed.pop(outbound.event_id, "") + self._streamed.pop(outbound.event_id, "")
+        committed = _words(self._committed.pop(outbound.event_id, ""))
+        streamed = _words(self._streamed.pop(outbound.event_id, ""))
         self._held.pop(outbound.event_id, None)
         revised = self._surface.pop(outbound.event_id, None) is not None
         self._end_line()
-        if streamed and not revised and " ".join(streamed.split()) == " ".join(outbound.text.split()):
+        # Rule 4: what was said before a tool is on screen already. The reply sent is the
+        # answer after it (the tool loop's last reply), or the whole text; only the rest is
+        # compared with what streamed since the tool, and shown again if it differs.
+        text = _words(outbound.text)
+        tail = text[len(committed) :].strip() if committed and text.startswith(committed) else text
+        if not revised and (streamed or committed) and streamed == tail:
             return
         if streamed:
             self.notice_text("(revised)", "2")
-        self._write(self._style(f"{self.agent.name}: ", "1;36") + visible(outbound.text) + "\n")
+        shown = outbound.text if tail == text else tail
+        self._write(self._style(f"{self.agent.name}: ", "1;36") + visible(shown) + "\n")
 
     async def notice(self, event: Event, notice: Notice) -> None:
         streamed = self._streamed.pop(event.id, None)
@@ -172,6 +179,12 @@ class TerminalChannel(Channel):
     def notice_text(self, text: str, code: str = "2") -> None:
         self._end_line()
         self._write(self._style(f"· {visible(text)}", code) + "\n")
+
+
+def _words(text: str) -> str:
+    """`text` with its whitespace runs made single spaces: streamed deltas and the reply
+    sent may space the same words differently."""
+    return " ".join(text.split())
 
 
 def operator_speaker(login: str) -> Speaker:

@@ -71,7 +71,9 @@ def tools_call(
 ) -> None:
     """Run one tool exactly as the agent would (arguments checked, time and size limits); print its result.
 
-    Exits 2 for an unknown tool or invalid arguments, 1 when the tool fails."""
+    The agent's own goals and reminders are not the operator's to author: create_goal, set_reminder,
+    edit_reminder, and update_goal other than closing a goal are refused. Exits 2 for an unknown tool,
+    invalid arguments or a refused call, 1 when the tool fails."""
     from persyn.runtime.tool_ops import call_tool
 
     try:

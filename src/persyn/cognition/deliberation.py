@@ -502,12 +502,20 @@ def may_be_redundant(candidate: str) -> bool:
 
 
 def redundant_with(
-    candidate: str, dialog: Sequence[Message], threshold: float, *, asker: str | None = None
+    candidate: str,
+    dialog: Sequence[Message],
+    threshold: float,
+    *,
+    asker: str | None = None,
+    own_event: str | None = None,
 ) -> Message | None:
     """The message, since the agent last spoke, that already says what the candidate says
     (content-word overlap ≥ threshold), if any. `asker` is the person who addressed the
     agent: echoing their own words back to them is an answer (a confirmation, a quote), not
-    a redundancy, so their messages are not counted."""
+    a redundancy, so their messages are not counted. `own_event` is the event of a
+    self-initiated run (a reminder, a beat): what it put in the dialog (the objective, the
+    self-assessment) is the agent's own intent, never something another speaker already
+    said (SPEC §4.7), so saying it is the run's point, not an echo."""
     if not may_be_redundant(candidate):
         return None
     mine = _content_words(candidate)
@@ -515,6 +523,8 @@ def redundant_with(
         if message.role is Role.AGENT:
             break
         if asker is not None and message.person_id == asker:
+            continue
+        if own_event is not None and message.event_id == own_event:
             continue
         theirs = _content_words(message.text)
         if theirs and len(mine & theirs) / len(mine) >= threshold:

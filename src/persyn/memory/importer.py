@@ -40,6 +40,8 @@ The file is JSON Lines, one record per line:
   so the records and dialog name them exactly as if they had said it live, and the access
   rules (memory/access.py) treat it as theirs. Every other name still becomes a contact of
   its own. A line imported before keeps the people it was imported with (its ref is known).
+- The resolver is told when the history shows each person (a participant: the line's time; a
+  speaker: their last dialog line), so a contact is last seen then, not at the import.
 """
 
 from __future__ import annotations
@@ -79,8 +81,9 @@ __all__ = [
 
 IMPORT_SERVICE = "import"
 
-# (name or person id, channel key) -> person id. The CLI creates people it has not met.
-ParticipantResolver = Callable[[str, str], Awaitable[str]]
+# (name or person id, channel key, when the history shows them last) -> person id. The CLI
+# creates people it has not met, and dates their "last seen" by the history, not the import.
+ParticipantResolver = Callable[[str, str, datetime], Awaitable[str]]
 # (records done, records in the file): lines that parse, so bad lines never count.
 Progress = Callable[[int, int], None]
 
@@ -486,9 +489,11 @@ async def _import_batch(
     for position, (number, line) in enumerate(batch):
         channel = import_channel_key(line.channel)
         try:
-            participants = tuple(dict.fromkeys([await resolve(name, channel) for name in line.participants]))
-            others = {d.speaker for d in line.dialog if d.speaker.lower() != agent.name.lower()}
-            speakers = {name.lower(): await resolve(name, channel) for name in sorted(others)}
+            participants = tuple(
+                dict.fromkeys([await resolve(name, channel, line.time) for name in line.participants])
+            )
+            spoke = _last_spoken(line, agent.name)
+            speakers = {name.lower(): await resolve(name, channel, spoke[name]) for name in sorted(spoke)}
         except InputError as exc:
             problems.append(ImportProblem(line=number, reason=str(exc)))
             continue
@@ -506,6 +511,22 @@ async def _import_batch(
             tally.without_vectors += item.vector is None
         else:
             tally.duplicates += 1
+
+
+def _said_at(line: ImportLine, index: int) -> datetime:
+    """When the line's dialog message `index` was said: undated ones follow the record's time
+    a millisecond apart, keeping their order."""
+    return line.dialog[index].time or line.time + timedelta(milliseconds=index)
+
+
+def _last_spoken(line: ImportLine, agent_name: str) -> dict[str, datetime]:
+    """Each speaker of the line's dialog but the agent -> the last time they spoke in it."""
+    spoke: dict[str, datetime] = {}
+    for index, spoken in enumerate(line.dialog):
+        if spoken.speaker.lower() != agent_name.lower():
+            at = _said_at(line, index)
+            spoke[spoken.speaker] = max(at, spoke.get(spoken.speaker, at))
+    return spoke
 
 
 def _imported(
@@ -526,8 +547,7 @@ def _imported(
     if line.dialog:
         conversation_id = imported_conversation_id(agent.id, line)
         for index, spoken in enumerate(line.dialog):
-            # Undated lines follow the record's time a millisecond apart, keeping their order.
-            at = spoken.time or line.time + timedelta(milliseconds=index)
+            at = _said_at(line, index)
             is_agent = spoken.speaker.lower() == agent.name.lower()
             said.append(
                 Message(

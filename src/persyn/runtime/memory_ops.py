@@ -62,23 +62,35 @@ class MemoryOps:
     def budget_tokens(self) -> int:
         return int(context_window_for(self.settings, self.agent) * self.settings.memory.budget_fraction)
 
-    async def resolve_participant(self, name_or_id: str, *, create: bool, channel: str = "") -> str:
+    async def resolve_participant(
+        self, name_or_id: str, *, create: bool, channel: str = "", seen_at: datetime | None = None
+    ) -> str:
         """The one person a name or id names, with no guessing (`named_contact`: an exact
         display name or speaker id, never a prefix). A name several people go by is an
         InputError listing them — never the earliest of them, whose history would then be
-        someone else's. Import creates a person for a name nobody goes by; recall does not."""
+        someone else's. Import creates a person for a name nobody goes by; recall does not.
+
+        `seen_at` (import): when the history shows the person. A person it creates is first
+        and last seen then, not at the import; a known one's "last seen" moves forward to it,
+        never back. A time after the command's clock counts as now."""
         if not create:
             return (await named_contact(self.store, self.agent.id, self.agent.name, name_or_id)).id
+        now = self.clock.now()
+        seen = now if seen_at is None else min(seen_at, now)
         name = " ".join(name_or_id.split())
         try:
-            return (await resolve_exactly(self.store, self.agent.id, name_or_id)).id
+            found = await resolve_exactly(self.store, self.agent.id, name_or_id)
         except UnknownContact as exc:
             if is_id(name):
                 raise InputError(f"participant {name_or_id!r}: {exc}") from exc
         except ToolError as exc:
             raise InputError(f"participant {name_or_id!r}: {exc}") from exc
+        else:
+            if seen_at is not None:
+                await self.store.touch_person(self.agent.id, found.id, seen)
+            return found.id
         identity = Identity(service=_IMPORT_SERVICE, channel=channel or "history", speaker_id=name.lower())
-        person = await self.store.resolve_person(self.agent.id, identity, name, "human", self.clock.now())
+        person = await self.store.resolve_person(self.agent.id, identity, name, "human", seen)
         return person.id
 
     async def attributed(self, attributions: Sequence[SpeakerContact]) -> dict[str, str]:
@@ -113,11 +125,12 @@ class MemoryOps:
     ) -> ImportReport:
         speakers = await self.attributed(attributions)
 
-        async def resolve(name: str, channel: str) -> str:
+        async def resolve(name: str, channel: str, seen_at: datetime) -> str:
             mapped = speakers.get(folded(name))
-            if mapped is not None:
+            if mapped is not None:  # `--as`: as if said live, then
+                await self.store.touch_person(self.agent.id, mapped, min(seen_at, self.clock.now()))
                 return mapped
-            return await self.resolve_participant(name, create=True, channel=channel)
+            return await self.resolve_participant(name, create=True, channel=channel, seen_at=seen_at)
 
         limits = ImportLimits(max_text_chars=self.settings.conversation.max_message_chars)
         return await import_jsonl(

@@ -4,7 +4,10 @@ connections, argument checks, timeouts and result caps — for checking a config
 
 The call runs as an activation on `--channel` (default `cli:operator`, a channel of its own
 with nobody present), so the memory tools show what the agent could bring up there and no
-more. It sends nothing: `message_contact` is refused here (`persyn send` exists for that).
+more. It sends nothing: `message_contact` is refused here (`persyn send` exists for that). It
+authors none of the agent's own intent either: creating a goal or a reminder, editing a reminder,
+revising or reopening a goal are refused before anything runs (`tools.own.not_the_operators`,
+SPEC §4.7, §4.8), also through `call_tool`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,7 +35,8 @@ from persyn.runtime.inspect import opened_store
 from persyn.runtime.sandbox_ops import SandboxService
 from persyn.store import Store
 from persyn.tools.mcp_servers import McpServerStatus, McpTools
-from persyn.tools.registry import ToolOutcome, ToolRegistry, ToolStatus
+from persyn.tools.own import not_the_operators
+from persyn.tools.registry import CALL_TOOL, ToolOutcome, ToolRegistry, ToolStatus
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter
 
@@ -198,6 +202,9 @@ async def call_tool(
     arguments: dict[str, Any],
     channel: str = OPERATOR_CHANNEL,
 ) -> ToolOutcome:
+    refused = _not_the_operators(name, arguments)
+    if refused is not None:
+        raise InputError(refused)
     async with _agent_tools(settings, agent, clock, channel) as (registry, _mcp, images):
         outcome = await registry.call(ToolCall(id=new_id(), name=name, args=arguments), registry.breaker())
         reference = images.started(outcome) if images is not None else None
@@ -222,6 +229,15 @@ async def call_tool(
         return outcome.model_copy(
             update={"content": json.dumps(output, ensure_ascii=False), "output": output}
         )
+
+
+def _not_the_operators(name: str, arguments: Mapping[str, Any]) -> str | None:
+    """Why the operator may not run this call as the agent (`tools.own.not_the_operators`),
+    looking through `call_tool` to the deferred tool it would run."""
+    inner, inner_arguments = arguments.get("name"), arguments.get("arguments")
+    if name == CALL_TOOL and isinstance(inner, str) and isinstance(inner_arguments, Mapping):
+        return not_the_operators(inner, cast(Mapping[str, Any], inner_arguments))
+    return not_the_operators(name, arguments)
 
 
 def _cli_images(settings: Settings, store: Store, clock: Clock, gateway: _CliGateway) -> ImageService:

@@ -109,6 +109,7 @@ class Transmitter:
             dialog,
             self._settings.deliberation.redundancy_threshold,
             asker=setup.person_id if setup.addressed else None,
+            own_event=setup.event_id if setup.kind != "message" else None,
         )
         if echo is not None:
             return deliberation.Decision(

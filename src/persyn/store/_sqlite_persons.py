@@ -77,6 +77,14 @@ class SQLitePersons(SQLiteWork):
             "resolve_person", lambda c: resolve_person_row(c, agent_id, identity, display_name, kind, now)
         )
 
+    async def touch_person(self, agent_id: str, person_id: str, at: datetime) -> None:
+        params = {"p_agent_id": checked_id(agent_id, "agent id"), "p_person_id": person_id, "p_now": at}
+
+        def work(connection: Connection) -> None:
+            connection.execute(_SQL_TOUCH_PERSON, params)
+
+        await self._write("touch_person", work)
+
     async def get_person(self, agent_id: str, person_id: str) -> Person | None:
         def work(connection: Connection) -> Person | None:
             statement = select(persons.c.id).where(persons.c.agent_id == agent_id, persons.c.id == person_id)

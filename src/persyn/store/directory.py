@@ -106,6 +106,11 @@ class DirectoryPort(ABC):
         """The person holding `identity`, created on first contact. Updates last interaction."""
 
     @abstractmethod
+    async def touch_person(self, agent_id: str, person_id: str, at: datetime) -> None:
+        """The person was seen at `at` (history brought in by `persyn memory import`): their
+        last interaction moves forward to it, never back. An unknown person is left alone."""
+
+    @abstractmethod
     async def get_person(self, agent_id: str, person_id: str) -> Person | None: ...
 
     @abstractmethod

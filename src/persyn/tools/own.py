@@ -19,7 +19,7 @@ self-initiated run also narrows what that run writes (`RunProvenance.read`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, Self, TypeVar
@@ -60,6 +60,7 @@ __all__ = [
     "ReminderView",
     "RunProvenance",
     "goal_tools",
+    "not_the_operators",
     "reminder_tools",
 ]
 
@@ -462,3 +463,33 @@ def goal_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
         ),
     ]
     return tools
+
+
+_CLOSED_GOAL = ("achieved", "abandoned", "retired")
+
+
+def not_the_operators(name: str, arguments: Mapping[str, Any]) -> str | None:
+    """Why the operator may not run tool `name` with `arguments` as the agent (`persyn tools
+    call`), or None. The agent's goals and reminders are its own intent: a goal comes to exist
+    only by its own `create_goal` (SPEC §4.8: "there is no other authoring path") and is
+    revised or reopened only by it; reminders are the ones it set (§4.7) and fire as its own
+    objective. The operator may list both, close a goal (a status that ends it, with how it
+    ended) and cancel a reminder (`persyn reminders cancel`)."""
+    if name == "create_goal":
+        return (
+            "create_goal is the agent's own: a goal exists only when the agent sets it itself "
+            "(SPEC §4.8); `persyn goals list` shows its goals"
+        )
+    if name == "update_goal" and (
+        arguments.get("description") is not None or arguments.get("status") not in _CLOSED_GOAL
+    ):
+        return (
+            "revising or reopening a goal is the agent's own (SPEC §4.8); the operator may only "
+            'close one: {"goal_id": ..., "status": "achieved"|"abandoned"|"retired", "outcome": ...}'
+        )
+    if name in ("set_reminder", "edit_reminder"):
+        return (
+            f"{name} is the agent's own: its reminders are the ones it sets (SPEC §4.7) and fire as its "
+            "own objective; `persyn reminders list` shows them and `persyn reminders cancel` cancels one"
+        )
+    return None

@@ -114,6 +114,43 @@ async def test_text_before_a_tool_call_is_a_committed_segment() -> None:
     assert "(the draft above was withdrawn)" not in out.getvalue()
 
 
+async def test_the_answer_after_a_tool_is_sent_alone_and_not_shown_as_revised() -> None:
+    """The tool loop's reply is its last answer; the narration before the tool is already
+    committed on screen. Printing "(revised)" and the answer again said something changed."""
+    out = io.StringIO()
+    channel = TerminalChannel(AGENT, out, color=False)
+    event = _event()
+    sink = channel.sink_for(event)
+    assert sink is not None
+    sink(SinkEvent(phase="draft", kind="delta", text="Let me work that out."))
+    sink(SinkEvent(phase="draft", kind="tool_start", text="calculate"))
+    sink(SinkEvent(phase="draft", kind="tool_end"))
+    sink(SinkEvent(phase="draft", kind="delta", text="It is 391."))
+    await channel.deliver(_outbound(event, "It is 391."))
+    assert out.getvalue().splitlines() == [
+        "Ada: Let me work that out.",
+        "· (using calculate…)",
+        "Ada: It is 391.",
+    ]
+    # A tool turn whose answer was not streamed: the answer is printed, not marked revised.
+    quiet = _event()
+    sink = channel.sink_for(quiet)
+    assert sink is not None
+    sink(SinkEvent(phase="draft", kind="delta", text="Checking."))
+    sink(SinkEvent(phase="draft", kind="tool_start", text="calculate"))
+    await channel.deliver(_outbound(quiet, "It is 42."))
+    assert out.getvalue().splitlines()[-3:] == ["Ada: Checking.", "· (using calculate…)", "Ada: It is 42."]
+    # An answer after the tool that was refined before it was sent is still marked.
+    refined = _event()
+    sink = channel.sink_for(refined)
+    assert sink is not None
+    sink(SinkEvent(phase="draft", kind="delta", text="One moment."))
+    sink(SinkEvent(phase="draft", kind="tool_start", text="calculate"))
+    sink(SinkEvent(phase="draft", kind="delta", text="It is 390."))
+    await channel.deliver(_outbound(refined, "One moment. It is 391."))
+    assert out.getvalue().splitlines()[-2:] == ["· (revised)", "Ada: It is 391."]
+
+
 async def test_a_drafts_leading_whitespace_and_trailing_newlines_are_not_printed() -> None:
     out = io.StringIO()
     channel = TerminalChannel(AGENT, out, color=False)

@@ -107,6 +107,20 @@ def test_a_repeat_of_what_another_speaker_just_said_is_redundant() -> None:
     assert deliberation.redundant_with("The Lyon train leaves at nine, platform four.", older, 0.8) is None
 
 
+def test_a_runs_own_objective_is_never_what_someone_else_already_said() -> None:
+    """A reminder's input is a system message with no person (`asker` is None): restating
+    the objective is what the run is for. Someone else's words in its channel still count."""
+    run = new_id(NOW)
+    objective = _message(Role.SYSTEM, "My reminder has come due: Tell Sam the report is due Friday")
+    objective = objective.model_copy(update={"person_id": None, "speaker_name": "system", "event_id": run})
+    reply = "Sam, the report is due Friday."
+    assert deliberation.redundant_with(reply, [objective], 0.8) is objective  # as before the fix
+    assert deliberation.redundant_with(reply, [objective], 0.8, own_event=run) is None
+    said = _message(Role.USER, "Sam, the report is due on Friday.", "Bo")
+    echo = deliberation.redundant_with(reply, [said, objective], 0.8, own_event=run)
+    assert echo is said
+
+
 def test_recalled_record_ids_and_band_tags_never_leave_the_agent() -> None:
     record_id = new_id()
     text = f"I remember the lake (ref {record_id}). [weak] It was cold {record_id}."

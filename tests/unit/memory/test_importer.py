@@ -42,7 +42,7 @@ class People:
         self.store = store
         self.ids: dict[str, str] = {}
 
-    async def __call__(self, name: str, channel: str) -> str:
+    async def __call__(self, name: str, channel: str, seen_at: datetime) -> str:
         if name == "Mallory":
             raise InputError(f"no contact {name!r} may be imported")
         identity = Identity(service="import", channel=channel, speaker_id=name.lower())
