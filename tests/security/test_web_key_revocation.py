@@ -2,7 +2,8 @@
 in its own process while `persyn run` serves the web, cuts off every live stream of that key
 at once — an idle one, and one whose turn is still to come — and nothing the agent says to
 that key afterwards reaches it. Another key's stream goes on. Real processes, real HTTP on
-loopback, a real redis-server where a worker elsewhere runs the turn."""
+loopback, a real redis-server where a worker elsewhere runs the turn, on SQLite and on
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from persyn_cli import stop_gracefully
 from sse_reader import SseReader
 from web_daemon import HELLO, split_deployment, start
 
+from persyn.testing.postgres import PostgresForTests
 from persyn.testing.redis_server import RedisForTests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -93,18 +95,20 @@ def test_a_key_revoked_from_the_cli_ends_its_open_stream_at_once_and_another_key
         web.stop()
 
 
+@pytest.mark.services
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_a_turn_answered_after_the_revocation_sends_nothing_to_the_revoked_key(
-    redis_server: RedisForTests, tmp_path: Path
+    store: str, redis_server: RedisForTests, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """The order is fixed, not timed: the front takes alice's message in while no worker runs
     (it waits, queued), the key is revoked, and only then does a worker start and answer.
     Its tokens cross Redis at once; the front's check of open keys is at its slowest (every
     60 s), so what stops them is the check before each delivery to the stream."""
-    persyn, key = split_deployment(
-        tmp_path,
-        PERSYN_DISPATCH__OUTBOX_POLL_SECONDS="60",
-        PERSYN_LIVE__REDIS_URL=redis_server.url(),
-    )
+    env = {"PERSYN_DISPATCH__OUTBOX_POLL_SECONDS": "60", "PERSYN_LIVE__REDIS_URL": redis_server.url()}
+    if store == "postgresql":
+        postgres: PostgresForTests = request.getfixturevalue("postgres_server")
+        env["PERSYN_STORAGE_URL"] = postgres.fresh_database("revoked")
+    persyn, key = split_deployment(tmp_path, **env)
     alice_id = json.loads(persyn.run("web", "keys", "list", "--json").stdout)[0]["id"]
     ops = persyn.run("web", "keys", "create", "--name", "ops", "--operator", "--json")
     assert ops.returncode == 0, ops.stderr
