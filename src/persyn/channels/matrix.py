@@ -74,6 +74,7 @@ from persyn.core.config import AgentConfig, MatrixConfig
 from persyn.core.errors import ChannelError, ConfigError, InputError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import derived_id
+from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
 
 __all__ = ["MATRIX_SERVICE", "MatrixChannel", "render_html"]
@@ -592,8 +593,8 @@ class _Account:
         if content.get("msgtype") not in _TEXT_TYPES or relation.get("rel_type") == "m.replace":
             return None  # notices, media, edits: nothing said to answer (an edit repeats a message)
         replied = str((relation.get("m.in_reply_to") or {}).get("event_id") or "")
-        text = _without_reply_fallback(body) if replied else body
-        name = self._display.get((room_id, sender)) or sender[1:].partition(":")[0]
+        text = without_lone_surrogates(_without_reply_fallback(body) if replied else body)  # a "\ud800"
+        name = without_lone_surrogates(self._display.get((room_id, sender)) or sender[1:].partition(":")[0])
         if content.get("msgtype") == "m.emote":
             text = f"* {name} {text}"
         if not text.strip():

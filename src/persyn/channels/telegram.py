@@ -35,6 +35,7 @@ from persyn.core.config import AgentConfig, TelegramConfig
 from persyn.core.errors import ChannelError, InputError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import derived_id
+from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
 
 __all__ = ["TELEGRAM_SERVICE", "TelegramChannel", "TelegramRefused", "split_message"]
@@ -233,7 +234,11 @@ class TelegramChannel(Channel):
             return
         said_at = datetime.fromtimestamp(message["date"], UTC)
         now = self._api.clock.now()
-        name = str(sender.get("username") or sender.get("first_name") or sender["id"])
+        # JSON may carry a lone "\ud800": replaced like undecodable bytes, never the message lost
+        name = without_lone_surrogates(
+            str(sender.get("username") or sender.get("first_name") or sender["id"])
+        )
+        text = without_lone_surrogates(text)
         event = Event(
             id=derived_id(said_at, TELEGRAM_SERVICE, str(chat["id"]), str(message.get("message_id"))),
             agent_id=self.agent.id,

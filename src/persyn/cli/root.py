@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
@@ -34,8 +35,9 @@ from persyn.cli.help import command_group
 from persyn.cli.render import error_text
 from persyn.cli.times import parse_time
 from persyn.core.errors import PersynError
+from persyn.core.messages import lone_surrogate
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "undecodable_argument"]
 
 app = command_group(
     name="persyn",
@@ -93,7 +95,39 @@ for group in (
     group.register(app)
 
 
+def undecodable_argument(args: Sequence[str]) -> str | None:
+    """What is wrong with the first of `args` (the command line after `persyn`) that is not
+    valid UTF-8, or None. Python hands such bytes over as lone surrogates, which no file, store
+    or terminal takes: refused here once, for every command, before anything runs."""
+    for index, arg in enumerate(args):
+        if lone_surrogate(arg) is None:
+            continue
+        option, equals, value = arg.partition("=")
+        if not (arg.startswith("--") and equals and lone_surrogate(option) is None):
+            option, value = "", arg
+        shown = repr(
+            value.encode("utf-8", "surrogateescape" if _escaped_bytes(value) else "backslashreplace")
+        )
+        if option:
+            where = f"the value of {option}"
+        elif index > 0 and args[index - 1].startswith("-") and lone_surrogate(args[index - 1]) is None:
+            where = f"argument {index + 1} (after {args[index - 1]})"
+        else:
+            where = f"argument {index + 1}"
+        return f"{where} is not valid UTF-8: {shown}; pass text as UTF-8"
+    return None
+
+
+def _escaped_bytes(arg: str) -> bool:
+    """Whether every surrogate in `arg` stands for an undecodable byte (U+DC80..U+DCFF)."""
+    return all("\udc80" <= char <= "\udcff" for char in arg if "\ud800" <= char <= "\udfff")
+
+
 def main() -> None:
+    bad = undecodable_argument(sys.argv[1:])
+    if bad is not None:
+        typer.secho(f"error: {bad}", err=True, fg=typer.colors.RED)
+        sys.exit(2)
     try:
         app()
     except (PersynError, OSError) as exc:

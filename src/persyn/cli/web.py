@@ -78,7 +78,8 @@ def keys_revoke(
     ctx: typer.Context,
     key: Annotated[str, typer.Argument(metavar="KEY", help="The key's id (or its unique name).")],
 ) -> None:
-    """Revoke a key: its next request is refused (401). Deployment-wide: KEY names any key."""
+    """Revoke a key: its next request is refused (401), and its open streams end (a running
+    `persyn run` notices within `[dispatch] outbox_poll_seconds`). Deployment-wide: KEY names any key."""
     from persyn.runtime.web_keys import revoke_key
 
     cli = CliContext.of(ctx)
@@ -101,9 +102,14 @@ async def web_surface(settings: Settings) -> WebSurface | None:
 async def serve_web(web: WebSurface, runtime: Runtime) -> None:
     from functools import partial
 
-    from persyn.runtime.web_keys import authenticate
+    from persyn.runtime.web_keys import authenticate, revoked_keys
 
-    url = await web.start(runtime, partial(authenticate, runtime.store), runtime.meter.flush)
+    url = await web.start(
+        runtime,
+        partial(authenticate, runtime.store),
+        partial(revoked_keys, runtime.store),
+        runtime.meter.flush,
+    )
     echo(f"web channel on {url}")
 
 

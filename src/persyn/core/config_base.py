@@ -456,7 +456,10 @@ class DispatchConfig(Section):
         default=1.0,
         gt=0,
         le=60,
-        description="How soon a message another process sent shows in a connected channel.",
+        description=(
+            "How soon a message another process sent shows in a connected channel, and a web key "
+            "revoked by another process ends its open streams."
+        ),
     )
     outbox_keep_days: float = Field(
         default=30.0, gt=0, description="Messages for a channel never connected are dropped after this."

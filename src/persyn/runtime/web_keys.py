@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Collection
 from datetime import datetime
 
 from persyn.core.config import AgentConfig, Settings
@@ -31,6 +32,7 @@ __all__ = [
     "hash_key",
     "list_keys",
     "revoke_key",
+    "revoked_keys",
     "web_identity",
     "web_speaker_name",
 ]
@@ -131,3 +133,13 @@ async def authenticate(store: Store, secret: str) -> WebKey | None:
     if key is None or key.revoked_at is not None:
         return None
     return key
+
+
+async def revoked_keys(store: Store, key_ids: Collection[str]) -> set[str]:
+    """Which of `key_ids` no longer work (revoked, or gone): asked while a key's streams are
+    open, since `persyn web keys revoke` may run in another process. A deployment has a
+    handful of keys, so one read of them all answers for any number of streams."""
+    if not key_ids:
+        return set()
+    live = {key.id for key in await store.web_keys() if key.revoked_at is None}
+    return {key_id for key_id in key_ids if key_id not in live}

@@ -27,8 +27,8 @@ from starlette.staticfiles import StaticFiles
 
 from persyn.core.ids import is_id
 from persyn.web import directory, openai_api
-from persyn.web.channel import SERVICE, LiveEvent
-from persyn.web.context import ApiError, WebContext, handler, sse
+from persyn.web.channel import ENDED, SERVICE, LiveEvent
+from persyn.web.context import REVOKED, ApiError, WebContext, handler, sse
 from persyn.web.models import EventRequest
 from persyn.web.openapi import schema
 
@@ -61,12 +61,7 @@ async def get_event(context: WebContext, request: Request) -> Response:
         raise ApiError(
             400, f"invalid event id {request.path_params['event_id']!r}: expected a ULID", param="event_id"
         )
-    known = context.events.get(event_id)
-    if known is None or (known[1] != key.id and not key.operator):
-        raise ApiError(
-            404, f"no event {event_id} submitted with this key", param="event_id", kind="not_found_error"
-        )
-    agent = context.agent(known[0])
+    agent = await context.submitted_event(key, event_id)
     try:
         marker = await context.runtime.wait_marker(agent.id, event_id, 0.01)
     except TimeoutError:
@@ -102,11 +97,17 @@ async def stream(context: WebContext, request: Request) -> Response:
                     )
                     return
                 try:
-                    item: LiveEvent = await asyncio.wait_for(listener.queue.get(), _HEARTBEAT_SECONDS)
+                    first: LiveEvent = await asyncio.wait_for(listener.queue.get(), _HEARTBEAT_SECONDS)
                 except TimeoutError:
+                    if not await context.still_valid(key):
+                        yield sse(ENDED, {"type": ENDED, "event_id": "", "reason": REVOKED})
+                        return
                     yield ": keep-alive\n\n"
                     continue
-                yield sse(item.type, item.payload())
+                for item in await context.deliverable(key, listener, first):
+                    yield sse(item.type, item.payload())
+                    if item.type == ENDED:  # the key was revoked: the stream ends here
+                        return
         finally:
             context.channel.unlisten(agent.id, key.id, listener)
 

@@ -10,6 +10,10 @@ of deferred deliberation) becomes a `LiveEvent` published to two kinds of listen
 Publishing never waits: each listener has a bounded queue, and a listener that falls that
 far behind is dropped (its stream ends with a `dropped` event), so a slow or vanished
 browser never slows a turn (SPEC App. B rule 5).
+
+Every listener belongs to the key whose request opened it. Revoking the key ends them
+(`end_key`): whatever waited in their queues is discarded and an `ENDED` event is all their
+readers get from then on (`web/context.py` notices a revocation made by another process).
 """
 
 from __future__ import annotations
@@ -25,15 +29,17 @@ from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable, SinkEvent
 from persyn.usage.records import UsageRecord
 
-__all__ = ["SERVICE", "Listener", "LiveEvent", "TurnUsage", "WebChannel"]
+__all__ = ["ENDED", "SERVICE", "Listener", "LiveEvent", "TurnUsage", "WebChannel"]
 
 SERVICE = "web"
+ENDED = "revoked"  # the type of a listener's last event once its key was revoked
 _USAGE_KEPT = 4096  # turns whose usage is remembered until their completion is answered
 
 
 @dataclass(frozen=True)
 class LiveEvent:
-    """One thing to show live: `type` is token | withdraw | message | notice | deliberation_done."""
+    """One thing to show live: `type` is token | withdraw | message | notice | deliberation_done,
+    or `ENDED` (the listener's key was revoked: nothing follows)."""
 
     type: str
     event_id: str
@@ -44,14 +50,21 @@ class LiveEvent:
 
 
 class Listener:
-    """A bounded queue of live events; `dropped` once it overflowed (its reader ends)."""
+    """A bounded queue of live events for a reader holding `key_id`'s request; `dropped` once
+    it overflowed (its reader ends), `ended` once the key was revoked."""
 
-    def __init__(self, size: int) -> None:
-        self.queue: asyncio.Queue[LiveEvent] = asyncio.Queue(maxsize=size)
+    def __init__(self, size: int, key_id: str) -> None:
+        self.queue: asyncio.Queue[LiveEvent] = asyncio.Queue(maxsize=size + 1)  # + the end
+        self.size = size
+        self.key_id = key_id
         self.dropped = False
+        self.ended = False
 
     def offer(self, item: LiveEvent) -> bool:
-        if self.dropped:
+        if self.dropped or self.ended:
+            return False
+        if self.queue.qsize() >= self.size:
+            self.dropped = True
             return False
         try:
             self.queue.put_nowait(item)
@@ -59,6 +72,23 @@ class Listener:
             self.dropped = True
             return False
         return True
+
+    def end(self, reason: str) -> None:
+        """The key was revoked: what waits is discarded, and the reader's next event is the
+        last (`ENDED`), whatever the turn still publishes."""
+        if self.ended:
+            return
+        self.ended = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(LiveEvent(ENDED, "", {"reason": reason}))
+
+    def waiting(self, first: LiveEvent) -> list[LiveEvent]:
+        """`first` and every event queued behind it."""
+        batch = [first]
+        while not self.queue.empty():
+            batch.append(self.queue.get_nowait())
+        return batch
 
 
 class TurnUsage:
@@ -112,7 +142,8 @@ class WebChannel(Channel):
 
     # listeners ---------------------------------------------------------------------------
     def listen(self, agent_id: str, channel: str) -> Listener:
-        listener = Listener(self.buffer)
+        """A stream of the conversation of `channel` (a key's id) with `agent_id`."""
+        listener = Listener(self.buffer, key_id=channel)
         self._streams.setdefault((agent_id, channel), set()).add(listener)
         return listener
 
@@ -123,8 +154,8 @@ class WebChannel(Channel):
             if not listeners:
                 del self._streams[(agent_id, channel)]
 
-    def wait_for(self, event_id: str) -> Listener:
-        listener = Listener(max(self.buffer, 4096))
+    def wait_for(self, event_id: str, key_id: str) -> Listener:
+        listener = Listener(max(self.buffer, 4096), key_id)
         self._waiters[event_id] = listener
         return listener
 
@@ -134,6 +165,21 @@ class WebChannel(Channel):
     @property
     def stream_count(self) -> int:
         return sum(len(s) for s in self._streams.values())
+
+    def open_keys(self) -> set[str]:
+        """The keys with a live stream or a streamed turn open now."""
+        return {channel for _, channel in self._streams} | {w.key_id for w in self._waiters.values()}
+
+    def end_key(self, key_id: str, reason: str) -> int:
+        """End every listener of `key_id` (revoked); how many were open."""
+        ended = [w for w in self._waiters.values() if w.key_id == key_id]
+        for (agent_id, channel), listeners in list(self._streams.items()):
+            if channel == key_id:
+                ended.extend(listeners)
+                del self._streams[(agent_id, channel)]
+        for listener in ended:
+            listener.end(reason)
+        return len(ended)
 
     def _publish(self, agent_id: str, channel: str, item: LiveEvent) -> None:
         if self._loop is not None and threading.get_ident() != self._thread:

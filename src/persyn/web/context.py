@@ -1,15 +1,20 @@
 """What the web API's handlers share: the context (runtime, channel, keys), request parsing
-that turns every bad input into a 4xx JSON error naming the field, and the SSE framing."""
+that turns every bad input into a 4xx JSON error naming the field, and the SSE framing.
+
+A key can be revoked while its streams are open, by `persyn web keys revoke` in another
+process: every batch of live events is handed to the client only after the store says the
+key still works (`deliverable`: one read per batch, however many tokens it holds), and
+`WebSurface` ends the streams of revoked keys within `[dispatch] outbox_poll_seconds`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -19,16 +24,18 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import STORAGE_UNAVAILABLE, InputError, PersynError, StoreError, is_storage_full
 from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
 from persyn.core.ids import new_id
+from persyn.core.messages import lone_surrogate
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.web_keys import WebKey, web_identity, web_speaker_name
-from persyn.web.channel import SERVICE, Listener, TurnUsage, WebChannel
+from persyn.web.channel import ENDED, SERVICE, Listener, LiveEvent, TurnUsage, WebChannel
 
-__all__ = ["ApiError", "Authenticate", "WebContext", "handler", "sse"]
+__all__ = ["REVOKED", "ApiError", "Authenticate", "Revoked", "WebContext", "handler", "sse"]
 
-_EVENTS_KEPT = 10_000  # events submitted here, remembered for `GET /v1/events/{id}`
 M = TypeVar("M", bound=BaseModel)
 
 Authenticate = Callable[[str], Awaitable[WebKey | None]]
+Revoked = Callable[[Collection[str]], Awaitable[set[str]]]  # which of these key ids no longer work
+REVOKED = "this API key was revoked"
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +68,8 @@ class WebContext:
     channel: WebChannel
     usage: TurnUsage
     authenticate: Authenticate
+    revoked: Revoked
     flush_usage: Callable[[], object] | None = None
-
-    def __post_init__(self) -> None:
-        self.events: OrderedDict[str, tuple[str, str]] = OrderedDict()  # event → (agent, key)
 
     # requests ----------------------------------------------------------------------------
     async def key(self, request: Request) -> WebKey:
@@ -84,6 +89,26 @@ class WebContext:
         if key is None:
             raise ApiError(401, "unknown or revoked API key", kind="authentication_error")
         return key
+
+    async def still_valid(self, key: WebKey) -> bool:
+        """Whether `key` works now (the store says; it may have been revoked since the request
+        began). A store that cannot answer counts as no: nothing is shown unchecked."""
+        try:
+            return key.id not in await self.revoked([key.id])
+        except PersynError:
+            return False
+
+    async def deliverable(self, key: WebKey, listener: Listener, first: LiveEvent) -> list[LiveEvent]:
+        """`first` and what waits behind it, for the client of `key` — if the key still works.
+        If it does not, the listener ends and only its end (`ENDED`) is returned."""
+        batch = listener.waiting(first)
+        if any(item.type == ENDED for item in batch):
+            return [batch[-1]]  # ended already: the end is always last
+        if await self.still_valid(key):
+            return batch
+        self.channel.end_key(key.id, REVOKED)
+        listener.end(REVOKED)  # a listener already forgotten by the channel ends too
+        return listener.waiting(listener.queue.get_nowait())
 
     async def operator(self, request: Request) -> WebKey:
         key = await self.key(request)
@@ -132,6 +157,10 @@ class WebContext:
             raise ApiError(400, f"the body is not valid JSON: {exc}", param="body") from exc
         except RecursionError as exc:  # `[[[[...` deeper than the parser's recursion limit
             raise ApiError(400, "the body is JSON nested too deeply to read", param="body") from exc
+        invalid = _not_unicode(data)
+        if invalid is not None:  # a "\ud800" escape: valid JSON, but no text can hold it
+            field, problem = invalid
+            raise ApiError(400, f"invalid field {field!r}: not valid Unicode ({problem})", param=field)
         try:
             return model.model_validate(data)
         except ValidationError as exc:
@@ -179,16 +208,25 @@ class WebContext:
             text=text,
             received_at=now,
         )
-        waiter = self.channel.wait_for(event.id) if listener else None
+        waiter = self.channel.wait_for(event.id, key.id) if listener else None
         try:
             await self.runtime.submit(event)
         except BaseException:
             self.channel.stop_waiting(event.id)
             raise
-        self.events[event.id] = (agent.id, key.id)
-        while len(self.events) > _EVENTS_KEPT:
-            self.events.popitem(last=False)
         return event, waiter
+
+    async def submitted_event(self, key: WebKey, event_id: str) -> AgentConfig:
+        """The agent of event `event_id` if `key` submitted it (an operator key: any event);
+        404 otherwise. Read from the store, where the event keeps its channel — a key's
+        channel on the web is the key's id — so the answer survives a restart."""
+        for agent in self.settings.agents:
+            event = await self.runtime.get_event(agent.id, event_id)
+            if event is not None and (key.operator or (event.service == SERVICE and event.channel == key.id)):
+                return agent
+        raise ApiError(
+            404, f"no event {event_id} submitted with this key", param="event_id", kind="not_found_error"
+        )
 
     async def marker(self, agent: AgentConfig, event_id: str) -> CompletionMarker:
         try:
@@ -205,6 +243,30 @@ class WebContext:
             await asyncio.to_thread(self.flush_usage)
         prompt, completion = self.usage.take(event_id)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _not_unicode(data: object, path: str = "") -> tuple[str, str] | None:
+    """The first string in parsed JSON (a key or a value) that is not valid Unicode: its
+    field's dotted path (as pydantic names fields) and what is wrong with it."""
+    if isinstance(data, str):
+        problem = lone_surrogate(data)
+        return None if problem is None else (path or "body", problem)
+    items: list[tuple[str, object]] = []
+    if isinstance(data, dict):
+        for name, value in cast(dict[str, object], data).items():
+            problem = lone_surrogate(name)
+            if problem is not None:
+                return (f"{path}.{name}" if path else name).encode(
+                    "ascii", "backslashreplace"
+                ).decode(), problem
+            items.append((name, value))
+    elif isinstance(data, list):
+        items = [(str(index), value) for index, value in enumerate(cast(list[object], data))]
+    for name, value in items:
+        found = _not_unicode(value, f"{path}.{name}" if path else name)
+        if found is not None:
+            return found
+    return None
 
 
 def sse(kind: str, data: dict[str, Any]) -> str:

@@ -22,8 +22,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from persyn.core.config import AgentConfig
 from persyn.core.events import CompletionMarker, Event
-from persyn.web.channel import Listener, LiveEvent
-from persyn.web.context import ApiError, WebContext
+from persyn.runtime.web_keys import WebKey
+from persyn.web.channel import ENDED, Listener, LiveEvent
+from persyn.web.context import REVOKED, ApiError, WebContext
 from persyn.web.models import ChatRequest
 
 __all__ = ["chat_completions", "models", "silence_text"]
@@ -69,10 +70,12 @@ async def chat_completions(context: WebContext, request: Request) -> Response:
     event, listener = await context.submit(key, agent, text, body.user, listener=body.stream)
     if listener is None:
         marker = await context.marker(agent, event.id)
+        if not await context.still_valid(key):  # revoked while the turn ran: its reply is not given
+            raise ApiError(401, REVOKED, kind="authentication_error")
         return JSONResponse(await _completion(context, agent, event, marker))
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     return StreamingResponse(
-        _stream(context, agent, event, listener, include_usage),
+        _stream(context, key, agent, event, listener, include_usage),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
@@ -124,7 +127,12 @@ def _chunk(
 
 
 async def _stream(
-    context: WebContext, agent: AgentConfig, event: Event, listener: Listener, include_usage: bool
+    context: WebContext,
+    key: WebKey,
+    agent: AgentConfig,
+    event: Event,
+    listener: Listener,
+    include_usage: bool,
 ) -> AsyncIterator[str]:
     waiting = asyncio.ensure_future(
         context.runtime.wait_marker(agent.id, event.id, context.settings.web.reply_timeout_seconds)
@@ -138,11 +146,22 @@ async def _stream(
             if getting not in done:
                 getting.cancel()
                 break
-            piece = _piece(event, agent, getting.result(), streamed)
-            if piece:
-                yield piece
-        while not listener.queue.empty():  # what the turn published before its marker
-            piece = _piece(event, agent, listener.queue.get_nowait(), streamed)
+            batch = await context.deliverable(key, listener, getting.result())
+            if batch[-1].type == ENDED:
+                yield _REVOKED_CHUNK
+                return
+            for item in batch:
+                piece = _piece(event, agent, item, streamed)
+                if piece:
+                    yield piece
+        # what the turn published before its marker, and the answer: only to a key that works
+        rest = [] if listener.queue.empty() else listener.waiting(listener.queue.get_nowait())
+        if not await context.still_valid(key) or any(item.type == ENDED for item in rest):
+            context.channel.end_key(key.id, REVOKED)
+            yield _REVOKED_CHUNK
+            return
+        for item in rest:
+            piece = _piece(event, agent, item, streamed)
             if piece:
                 yield piece
         try:
@@ -190,6 +209,11 @@ async def _stream(
         context.channel.stop_waiting(event.id)
         if not waiting.done():
             waiting.cancel()
+
+
+_REVOKED_CHUNK = (
+    f"data: {json.dumps({'error': {'message': REVOKED, 'type': 'authentication_error', 'code': 401}})}\n\n"
+)
 
 
 def _piece(event: Event, agent: AgentConfig, item: LiveEvent, streamed: list[str]) -> str | None:

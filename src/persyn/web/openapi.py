@@ -115,7 +115,7 @@ def schema() -> dict[str, Any]:
             },
             f"{base}/stream": {
                 "get": _op(
-                    "Server-Sent Events of the key's conversation: token (phase draft|revise, kind delta|tool_start|tool_end|end), withdraw, notice, message, deliberation_done, dropped",
+                    "Server-Sent Events of the key's conversation: token (phase draft|revise, kind delta|tool_start|tool_end|end), withdraw, notice, message, deliberation_done, dropped, revoked (the key was revoked: the stream ends)",
                     params=[_AGENT],
                     media="text/event-stream",
                 )

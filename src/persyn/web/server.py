@@ -4,6 +4,13 @@ Built before the runtime (its usage adapter is one of the runtime's meter adapte
 after it: the channel is attached like any other (what waited in the outbox for `web` is
 delivered first), then uvicorn serves the app on the same event loop, so the runtime's
 token sinks publish to HTTP clients without crossing threads.
+
+While streams are open, the keys holding them are checked against the store every
+`[dispatch] outbox_poll_seconds` (the pace at which this process already notices what other
+processes did): a key revoked by `persyn web keys revoke` has its streams ended then, even
+a stream with nothing to deliver. The store is the one place every backend and every process
+agree on, whatever live bus a deployment has; what a revoked key's stream would be sent
+before that pass is held back by the check before each delivery (`web/context.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from persyn.runtime.api import RuntimeAPI
 from persyn.web._head_deadline import with_head_deadline
 from persyn.web.app import build_app
 from persyn.web.channel import TurnUsage, WebChannel
-from persyn.web.context import Authenticate, WebContext
+from persyn.web.context import REVOKED, Authenticate, Revoked, WebContext
 
 __all__ = ["WebSurface", "check_bind"]
 
@@ -77,9 +84,14 @@ class WebSurface:
         self.usage = TurnUsage()
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     async def start(
-        self, runtime: RuntimeAPI, authenticate: Authenticate, flush_usage: Callable[[], object] | None = None
+        self,
+        runtime: RuntimeAPI,
+        authenticate: Authenticate,
+        revoked: Revoked,
+        flush_usage: Callable[[], object] | None = None,
     ) -> str:
         """Attach the channel and serve; returns the base URL (the bound port, even for 0)."""
         listening = _listen(self.settings.web.host, self.settings.web.port)
@@ -91,6 +103,7 @@ class WebSurface:
             channel=self.channel,
             usage=self.usage,
             authenticate=authenticate,
+            revoked=revoked,
             flush_usage=flush_usage,
         )
         config = uvicorn.Config(
@@ -111,12 +124,35 @@ class WebSurface:
                 self._task.result()  # raises what stopped it
                 raise ConfigError(f"the web channel stopped while starting on {self.settings.web.host}")
             await asyncio.sleep(0.01)
+        self._watch = asyncio.ensure_future(self._end_revoked(revoked))
         port = listening.getsockname()[1]
         host = self.settings.web.host
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}/"
 
+    async def _end_revoked(self, revoked: Revoked) -> None:
+        """End the streams of keys revoked since they opened (by any process)."""
+        every = self.settings.dispatch.outbox_poll_seconds
+        while True:
+            await asyncio.sleep(every)
+            keys = self.channel.open_keys()
+            if not keys:
+                continue
+            try:
+                gone = await revoked(keys)
+            except Exception as exc:  # the store is away: the next pass asks again
+                log.warning("web: could not check the open streams' keys: %s", exc)
+                continue
+            for key_id in gone:
+                ended = self.channel.end_key(key_id, REVOKED)
+                log.info("web: key %s was revoked; %d open stream(s) ended", key_id, ended)
+
     async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         if self._server is not None:
             self._server.should_exit = True
         if self._task is not None:

@@ -116,6 +116,12 @@ class IrcPeer:
         self._writer.write(line.encode() + b"\r\n")
         await self._writer.drain()
 
+    async def send_bytes(self, line: bytes) -> None:
+        """A line as raw bytes, UTF-8 or not (some clients send Latin-1)."""
+        assert self._writer is not None
+        self._writer.write(line + b"\r\n")
+        await self._writer.drain()
+
     async def join(self, room: str) -> None:
         await self.send(f"JOIN {room}")
         await self.wait_for(lambda h: h.command == "JOIN" and h.nick == self.nick, f"{self.nick} in {room}")

@@ -139,6 +139,28 @@ async def test_room_chatter_is_observed_silently_and_questions_answered(
         await kim.close()
 
 
+async def test_bytes_that_are_not_utf8_are_kept_with_replacement_characters(
+    tmp_path: Path, ircd: IrcServer
+) -> None:
+    """A Latin-1 client's line is not UTF-8: it is decoded with U+FFFD for each bad byte,
+    stored and answered, never a crash or a lost connection (issue 33 item 5)."""
+    sam = await IrcPeer("sam").connect(ircd.port)
+    try:
+        async with on_irc(tmp_path / "home", ircd.port) as (pilot, irc):
+            nick = await _ready(irc, sam)
+            await sam.send_bytes(b"PRIVMSG " + nick.encode() + b" :caf\xe9 au lait \xff")
+            await sam.say(nick, "and then")
+            await sam.wait_for(
+                lambda h: h.nick == nick and h.text == "You said: and then", "the second answer"
+            )
+            assert sam.said_by(nick, "sam") == ["You said: caf\ufffd au lait \ufffd", "You said: and then"]
+            await pilot.settle()
+            said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "irc", "sam", 10)]
+            assert "caf\ufffd au lait \ufffd" in said
+    finally:
+        await sam.close()
+
+
 async def test_redirect_answers_privately_and_never_to_someone_absent(
     tmp_path: Path, ircd: IrcServer
 ) -> None:

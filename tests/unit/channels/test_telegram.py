@@ -21,7 +21,7 @@ import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from persyn.channels.telegram import TelegramChannel, split_message
@@ -128,7 +128,7 @@ class FakeBotApi:
         self._arrived.set()
         return self._next_id
 
-    async def handle(self, request: Request) -> JSONResponse:
+    async def handle(self, request: Request) -> Response:
         token, method = request.path_params["token"], request.path_params["method"]
         self.calls.append(method)
         if token != f"bot{TOKEN}":
@@ -144,7 +144,8 @@ class FakeBotApi:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._arrived.wait(), min(float(body.get("timeout") or 0), 1.0))
                 pending = [u for u in self.updates if u["update_id"] >= offset]
-            return JSONResponse({"ok": True, "result": pending})
+            # Non-ASCII as \u escapes, which JSON allows: a lone "\ud800" can only arrive so.
+            return Response(json.dumps({"ok": True, "result": pending}), media_type="application/json")
         if method == "sendMessage":
             if self.throttle > 0:
                 self.throttle -= 1
@@ -391,6 +392,25 @@ async def test_malformed_updates_are_skipped_and_never_hold_up_the_ones_after_th
         await pilot.settle()
         said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "telegram", "7", 20)]
         assert said == ["hello after the junk", "You said: hello after the junk"]
+
+
+async def test_text_that_is_not_valid_unicode_is_kept_with_replacement_characters(tmp_path: Path) -> None:
+    """A lone surrogate in a message or a name (a "\ud800" escape in the update's JSON) cannot
+    be stored or sent as UTF-8: it becomes U+FFFD, as undecodable bytes from IRC do, and the
+    message is answered like any other (issue 33 item 5)."""
+    fake = FakeBotApi()
+    odd = {"id": 7, "is_bot": False, "first_name": "Ann\udcff"}
+    chat = {"id": 7, "type": "private"}
+    async with bot(tmp_path / "home", fake) as (pilot, _channel):
+        fake.message("caf\ud800 au lait", chat=chat, sender=odd, at=START)
+        fake.message("and then", chat=chat, sender=odd, at=START)
+        await _until(lambda: len(fake.sent) == 2, "both replies")
+        assert [m["text"] for m in fake.sent] == ["You said: caf\ufffd au lait", "You said: and then"]
+        await pilot.settle()
+        said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "telegram", "7", 20)]
+        assert said[0] == "caf\ufffd au lait"
+        people = [p.display_name for p in await pilot.store.list_persons(pilot.agent.id)]
+        assert "Ann\ufffd" in people
 
 
 async def test_a_person_who_blocked_the_bot_never_holds_up_the_replies_to_others(tmp_path: Path) -> None:

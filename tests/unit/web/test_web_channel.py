@@ -45,7 +45,7 @@ async def test_a_listener_that_stops_reading_is_dropped_and_the_others_get_every
 async def test_a_turn_waiter_sees_its_own_events_in_order() -> None:
     web = WebChannel()
     event, other = _event(), _event()
-    waiter = web.wait_for(event.id)
+    waiter = web.wait_for(event.id, event.channel)
     sink = web.sink_for(event)
     assert sink is not None
     sink(SinkEvent(phase="draft", kind="delta", text="Hi"))

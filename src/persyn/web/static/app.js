@@ -118,6 +118,8 @@ function onLive(kind, data) {
     }
   } else if (kind === "dropped") {
     notice("the live stream was dropped: " + data.reason, "warning");
+  } else if (kind === "revoked") {
+    notice("the live stream ended: " + data.reason, "warning");
   }
 }
 
