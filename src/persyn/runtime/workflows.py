@@ -496,9 +496,14 @@ class Workflows(DBOSConfiguredInstance):
             return Turned(received=received)
         setup = received.setup
         with rebind(surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id):
-            if request.draft is not None and request.text is not None and setup.mode == "inline":
-                if self._critiques(setup, request.text):
-                    request = await self._critiqued(setup, request.draft)
+            draft, text = request.draft, request.text
+            if (
+                draft is not None
+                and text is not None
+                and setup.mode == "inline"
+                and self._critiques(setup, text)
+            ):
+                request = await self._critiqued(setup, draft)
             if request.text is not None and request.decision is None:
                 if self.steps.needs_decision(setup, request.text):
                     decision = await self.steps.decide(agent_id, event_id, setup, request.text)
