@@ -137,7 +137,7 @@ async def test_a_refusal_decided_on_the_input_replaces_the_draft(tmp_path: Path,
 async def test_a_plain_input_whose_reply_is_substantive_waits_for_one_call_not_two(
     tmp_path: Path, mind: Overlapping
 ) -> None:
-    """"Nice garden plan" is plain, but its reply is substantive and needs a model decision:
+    """A plain input ("Nice garden plan") whose reply is substantive needs a model decision:
     the decision is made on the input while the draft is written (`[deliberation]
     decide_ahead`), not on the draft after it — two model calls in a row before (issue 33)."""
     async with _runtime(tmp_path) as pilot:
