@@ -3,8 +3,10 @@
 Starts the real runtime (workers, scheduler, the DBOS queues and schedule) for one or more
 agents with nothing to do, lets it settle, then prints the process's CPU time over a quiet
 window as a share of one core. What remains is polling: each queue worker's claim query
-(every `[dispatch] queue_polling_seconds`; in-process enqueues wake it instead), DBOS's
-notification listener and scheduler, the reminder schedule's ticks.
+(every `[dispatch] queue_polling_seconds` for 10 s after the last work here, then every
+`quiet_polling_seconds`; in-process enqueues wake it instead), DBOS's own background threads
+(delayed workflows and timeouts, the scheduler, its internal queue), the reminder schedule's
+ticks. The window starts once the deployment has been quiet for 12 s.
 
     uv run python bench/idle.py [--seconds 10] [--agents 1] [--polling SECONDS]
 """
@@ -38,7 +40,7 @@ async def _idle_share(home: Path, agents: int, seconds: float, polling: float | 
     runtime = build_runtime(settings.model_copy(update={"agents": configs}))
     await runtime.start(workers=True)
     try:
-        await asyncio.sleep(3)  # queue threads start, heartbeats bootstrap
+        await asyncio.sleep(12)  # queue threads start, heartbeats bootstrap, polls go quiet
         cpu, wall = time.process_time(), time.perf_counter()
         await asyncio.sleep(seconds)
         return (time.process_time() - cpu) / (time.perf_counter() - wall)

@@ -43,7 +43,7 @@ from persyn.core.records import channel_key
 from persyn.runtime.app import Runtime
 from persyn.runtime.compose import build_runtime
 from persyn.testing import register_double
-from persyn.testing.models import DoubleReply, last_user_text
+from persyn.testing.models import DoubleReply, last_user_text, output_schema
 
 sys.path.insert(0, str(Path(__file__).parent))
 from memory_scale import CHANNELS
@@ -78,6 +78,13 @@ class _Model:
             result: Any = Critique(objections=tuple(objections) if self.critic_objects else ())
         elif task == "decide":
             result = Decision(action="speak", reason="it answers the question")
+        elif task == "classify":  # the emotion reading: a distribution over its categories
+            schema = output_schema(info) or {}
+            categories = sorted(schema.get("properties", {}))
+            result = {
+                category: (0.6 if i == 0 else 0.4 / max(1, len(categories) - 1))
+                for i, category in enumerate(categories)
+            }
         elif task == "refine":
             result = DoubleReply(text="I think the garden plan could work, though I am not certain.")
         elif "briefly" in last_user_text(messages):

@@ -66,9 +66,10 @@ def test_kill_between_respond_and_transmit_resumes_exactly_once(persyn: Persyn) 
         sent = persyn.run("send", "--no-wait", "Please remember the blue door.")
         assert sent.returncode == 0, sent.stderr
         event_id = sent.stdout.strip()
-        # Every step before transmit is checkpointed: respond, then (the reply is substantive
-        # and this channel is not interactive) inline critique, then the decision.
-        _wait_for(lambda: _step_done(persyn.home, event_id, "persyn.decide"), 60, "the steps before transmit")
+        # Inline, the whole turn is one step (`persyn.turn`): every model call before transmit
+        # is checkpointed by the gateway — respond, then (the reply is substantive and this
+        # channel is not interactive) the two critics, then the decision.
+        _wait_for(lambda: len(_checkpoints(persyn.home, event_id)) == 4, 60, "the calls before transmit")
         assert _agent_replies(persyn.home, event_id) == []
         daemon.send_signal(signal.SIGKILL)
         daemon.wait(timeout=30)

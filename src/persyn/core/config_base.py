@@ -411,6 +411,17 @@ class DispatchConfig(Section):
         le=10,
         description="How often a worker looks for events other processes enqueued (`persyn send`, other workers).",
     )
+    # Idle, the claims were most of 3.7% of a core (bench/idle.py); in-process enqueues wake the
+    # worker at once whatever this is.
+    quiet_polling_seconds: float = Field(
+        default=3.0,
+        ge=0,
+        le=60,
+        description=(
+            "After 10 s with nothing enqueued or run in this process, a worker looks for events other processes "
+            "enqueued this often instead (0 = always `queue_polling_seconds`)."
+        ),
+    )
     marker_ttl_seconds: float = Field(
         default=3600.0, gt=0, description="How long completion markers are kept."
     )

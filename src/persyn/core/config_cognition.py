@@ -70,6 +70,14 @@ class DeliberationConfig(Section):
             "commitments or numbers at any length."
         ),
     )
+    decide_ahead: bool = Field(
+        default=True,
+        description=(
+            "Deferred mode: decide whether to speak while the draft is written for every input addressed to "
+            "the agent, not only substantive ones, so a plain input whose reply is substantive waits for one "
+            "model call, not two; the decision is dropped when the reply comes back short and plain."
+        ),
+    )
     redundancy_threshold: float = Field(
         default=0.8,
         gt=0,

@@ -59,6 +59,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.models.concurrency import ConcurrencyLimitedModel
+from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.output import OutputObjectDefinition
 from pydantic_ai.tools import ToolDefinition
 
@@ -193,6 +194,20 @@ class ModelGateway:
                 model = wrap(model)
             self._models[chain] = model
         return model
+
+    async def layers(self, task: Task) -> tuple[str, ...]:
+        """The models a call of `task` passes through, outermost first, down to the provider's
+        (the first of a chain): the work each call carries besides the model itself."""
+        model = await self._model_for(self._resolve(task))
+        names: list[str] = []
+        while True:
+            names.append(type(model).__name__)
+            if isinstance(model, FallbackModel):
+                model = model.models[0]
+            elif isinstance(model, WrapperModel):
+                model = model.wrapped
+            else:
+                return tuple(names)
 
     async def _member(self, raw: str, spec: ModelSpec, *, in_chain: bool) -> Model:
         """One model of a chain: the provider's (offered only its own provider tools), limited,

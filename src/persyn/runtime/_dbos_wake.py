@@ -16,7 +16,12 @@ worker is busy claiming is kept, so the next wait returns at once: no wakeup is 
 polls of one queue keep a gap: 5 ms while nothing of it runs here, 40 ms while something
 does, so a lone message starts at once and a burst is claimed in batches.
 Enqueues in this process wake the queue at once; the polling interval remains for work
-enqueued by other processes (`persyn send`, other workers) and can be long.
+enqueued by other processes (`persyn send`, a front without workers, other workers) and can be
+long. After `quiet_after` seconds with no wake and no activation started or ended here
+(`QueueWaker.touch`), a queue worker's unwoken wait stretches to `quiet_poll` seconds
+(`[dispatch] quiet_polling_seconds`): an idle deployment then claims a few times a minute
+instead of several times a second (3.7% of a core idle, most of it these claims), and the
+first event another process enqueues after a quiet spell waits up to that long.
 
 If DBOS's internals ever differ from what this expects (no global instance, no stop events),
 `install` returns None and dispatch simply polls, as before: slower, never wrong. The wake
@@ -40,6 +45,8 @@ _THREAD_PREFIX = "queue-worker-"
 # once), longer while it does (a burst is claimed in batches, not one claim per enqueue).
 IDLE_GAP_SECONDS = 0.005
 BUSY_GAP_SECONDS = 0.04
+# How long without a wake or an activation here before unwoken polls stretch to the quiet poll.
+QUIET_AFTER_SECONDS = 10.0
 
 
 class _WakeableEvent(threading.Event):
@@ -52,6 +59,7 @@ class _WakeableEvent(threading.Event):
     _woken: dict[str, float]  # thread name -> least gap since its last poll
     _wake_cond: threading.Condition
     _last_return: dict[str, float]
+    _quiet: list[float]  # [last activity (monotonic), quiet after (s), quiet poll (s)]
 
     def set(self) -> None:
         super().set()
@@ -61,6 +69,10 @@ class _WakeableEvent(threading.Event):
     def wait(self, timeout: float | None = None) -> bool:
         name = threading.current_thread().name
         with self._wake_cond:
+            active_at, quiet_after, quiet_poll = self._quiet
+            quiet = time.monotonic() - active_at > quiet_after
+            if timeout is not None and quiet and name.startswith(_THREAD_PREFIX):
+                timeout = max(timeout, quiet_poll)
             deadline = None if timeout is None else time.monotonic() + timeout
             # `set` sets the flag before taking this condition's lock to notify: no stop is missed.
             while not self.is_set():
@@ -84,8 +96,14 @@ class _WakeableEvent(threading.Event):
 
     def wake_thread(self, name: str, gap: float) -> None:
         with self._wake_cond:
+            self._quiet[0] = time.monotonic()
             self._woken[name] = min(gap, self._woken.get(name, gap))  # the sooner wake wins
             self._wake_cond.notify_all()
+
+    def touch(self) -> None:
+        """Work ran here: polls keep their own interval for the next `quiet_after` seconds."""
+        with self._wake_cond:
+            self._quiet[0] = time.monotonic()
 
 
 class QueueWaker:
@@ -93,6 +111,11 @@ class QueueWaker:
 
     def __init__(self, events: list[_WakeableEvent]) -> None:
         self._events = events
+
+    def touch(self) -> None:
+        """An activation started or ended here (claimed from any process's enqueue)."""
+        for event in self._events:
+            event.touch()
 
     def wake(self, queue_name: str, *, busy: bool = False) -> None:
         """`busy`: the queue has work running in this process (then polls batch)."""
@@ -102,9 +125,12 @@ class QueueWaker:
             event.wake_thread(name, gap)
 
 
-def install_queue_waker() -> QueueWaker | None:
+def install_queue_waker(
+    quiet_poll: float = 0.0, quiet_after: float = QUIET_AFTER_SECONDS
+) -> QueueWaker | None:
     """Make the launched DBOS instance's stop events wakeable; None if it cannot be done
-    (then the queues are polled only)."""
+    (then the queues are polled only). `quiet_poll`: the least wait of an unwoken poll once
+    nothing happened here for `quiet_after` seconds (0: polls keep their interval)."""
     try:
         from dbos import _dbos
 
@@ -117,6 +143,7 @@ def install_queue_waker() -> QueueWaker | None:
                 event._woken = {}  # pyright: ignore[reportAttributeAccessIssue]
                 event._wake_cond = threading.Condition()  # pyright: ignore[reportAttributeAccessIssue]
                 event._last_return = {}  # pyright: ignore[reportAttributeAccessIssue]
+                event._quiet = [time.monotonic(), quiet_after, quiet_poll]  # pyright: ignore[reportAttributeAccessIssue]
                 event.__class__ = _WakeableEvent
             if isinstance(event, _WakeableEvent):
                 wakeable.append(event)

@@ -230,16 +230,22 @@ class ActivationSteps:
 
     def decides_on_input(self, setup: TurnSetup, text: str) -> bool:
         """Whether the deferred turn decides on its input, concurrently with the draft, so the
-        decision costs no time of its own. Only where the decision would need a model anyway:
-        a message addressed to the agent in deferred mode whose input is itself substantive
-        (a substantive question mostly gets a substantive answer, which is decided on by a
-        model in any case). A short, plain input keeps the model-free path: its reply is
-        mostly short too, and if it is not, it is decided on its draft afterwards, as before.
-        Overheard traffic keeps its engagement decision before any draft."""
+        decision costs no time of its own: a message addressed to the agent in deferred mode.
+        With `[deliberation] decide_ahead` off, only where the input itself calls for a model
+        decision (`_decision_due`: a substantive input mostly gets a substantive answer); then a
+        plain input whose reply is substantive is decided on its draft afterwards, two model
+        calls in a row. A decision made ahead of need is dropped when the draft comes back short
+        and plain (`_respond_and_decide`). Overheard traffic keeps its engagement decision
+        before any draft."""
         if setup.mode != "deferred" or setup.kind != "message" or not setup.addressed:
             return False
         if self.tiny_deliberator(setup.agent_id):
             return False
+        return self.settings.deliberation.decide_ahead or self._decision_due(setup, text)
+
+    def _decision_due(self, setup: TurnSetup, text: str) -> bool:
+        """Whether the input alone calls for a model decision (a decision made on any other input
+        is ahead of need: `[deliberation] decide_ahead`)."""
         return setup.reluctant or deliberation.is_substantive(
             text, self.settings.deliberation.substantive_min_words
         )
@@ -309,7 +315,10 @@ class ActivationSteps:
             raise
         failed = draft.reply.text is None  # nothing to send: transmit records why
         plain = not draft.reply.tool_calls and not self.needs_decision(setup, draft.text)
-        if not deciding.done() and (failed or plain):
+        # A decision made ahead of need (a plain input) never decides a plain reply: such a
+        # reply keeps the model-free path, whether or not the decision had already come back.
+        ahead = not self._decision_due(setup, (await self.cache.event(agent_id, event_id)).text)
+        if (failed or plain) and (ahead or not deciding.done()):
             deciding.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await deciding

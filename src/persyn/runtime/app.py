@@ -266,7 +266,9 @@ class Runtime:
         )
         # Enqueues from this process wake the queue's worker at once; polling remains
         # for work other processes enqueue.
-        self._worker = WorkerDispatcher(self._queues, install_queue_waker())
+        self._worker = WorkerDispatcher(
+            self._queues, install_queue_waker(self.settings.dispatch.quiet_polling_seconds)
+        )
         self.workflows.dispatcher = self._worker
         self.job_queue.open(self._worker)
         self.markers.worker = True

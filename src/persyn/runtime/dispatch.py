@@ -215,6 +215,8 @@ class WorkerDispatcher(Dispatcher):
 
     def activation_started(self, event_id: str) -> None:
         self.running_activations += 1
+        if self._waker is not None:
+            self._waker.touch()
         self._waiting.pop(event_id, None)
 
     def activation_ended(self) -> None:
@@ -223,6 +225,8 @@ class WorkerDispatcher(Dispatcher):
         an event enqueued here that has not started here can be such a one; with none, a poll
         would claim nothing (work other processes enqueue is found by the polling)."""
         self.running_activations -= 1
+        if self._waker is not None:
+            self._waker.touch()
         stale = time.monotonic() - _WAITING_SECONDS
         for event_id in [e for e, at in self._waiting.items() if at < stale]:
             del self._waiting[event_id]

@@ -284,18 +284,26 @@ class Workflows(DBOSConfiguredInstance):
         return await self._finish_run(setup, result)
 
     def _sends_at_once(self, received: Received) -> TransmitRequest | None:
-        """The transmit request of a turn that goes from its draft straight to transmit —
-        no tool calls, and nothing to critique before sending (deferred mode, or a reply
-        too short to critique) — without its decision yet; None for every other turn."""
+        """The transmit request of a turn whose draft has no tool calls (inline, the turn step
+        critiques it first: `_critiqued`), without its decision yet; None for every other turn."""
         draft = received.draft
         if draft is None or draft.reply.tool_calls:  # overheard, a heartbeat; the tool loop
             return None
         text = draft.reply.text
         if text is None:
             return TransmitRequest(draft=draft)
-        if received.setup.mode == "inline" and self._critiques(received.setup, text):
-            return None
         return TransmitRequest(draft=draft, text=text, decision=received.decision)
+
+    async def _critiqued(self, setup: TurnSetup, draft: Draft) -> TransmitRequest:
+        """Inline, inside the turn step: the critics (concurrently, each call keyed on its own
+        lens) and, when they object, the refinement. Four steps of their own before (critique,
+        refine, decide, transmit), each a checkpoint of the whole draft and prompt; the gateway's
+        call checkpoints make a re-run of the one step bill nothing twice."""
+        agent_id, event_id, text = setup.agent_id, setup.event_id, draft.reply.text
+        critiques = await self.steps.critique(agent_id, event_id, setup, draft)
+        if any(c.objections for c in critiques):
+            text = await self.steps.refine(agent_id, event_id, draft, critiques, live=True) or text
+        return TransmitRequest(draft=draft, text=text, critiques=critiques)
 
     def _count_running(self) -> None:
         """Count this activation as running here (woken polls batch while any is) and, when
@@ -492,8 +500,8 @@ class Workflows(DBOSConfiguredInstance):
     @durable_step("persyn.turn")
     async def turn_step(self, agent_id: str, event_id: str) -> Turned:
         """receive, then (when the message is for the agent) respond, and on the common path
-        (`_sends_at_once`) the decision on the draft when it needs one and transmit: one
-        step, one DBOS checkpoint, where there were three. Re-running it after a crash is
+        (`_sends_at_once`: no tool calls) inline critique and refinement, the decision on the
+        draft when it needs one and transmit: one step, one DBOS checkpoint. Re-running it after a crash is
         safe: the gateway checkpointed each completed model call under this step's key
         (`gateway.checkpoints`), so a re-run replays them instead of calling and billing
         again; receive's inbound message id is derived from the event; transmit records one
@@ -504,6 +512,14 @@ class Workflows(DBOSConfiguredInstance):
             return Turned(received=received)
         setup = received.setup
         with rebind(surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id):
+            draft, text = request.draft, request.text
+            if (
+                draft is not None
+                and text is not None
+                and setup.mode == "inline"
+                and self._critiques(setup, text)
+            ):
+                request = await self._critiqued(setup, draft)
             if request.text is not None and request.decision is None:
                 if self.steps.needs_decision(setup, request.text):
                     decision = await self.steps.decide(agent_id, event_id, setup, request.text)

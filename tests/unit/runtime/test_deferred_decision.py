@@ -77,10 +77,11 @@ def mind() -> Iterator[Overlapping]:
         yield instance
 
 
-def _runtime(tmp_path: Path) -> AbstractAsyncContextManager[Pilot]:
+def _runtime(tmp_path: Path, config: str = "") -> AbstractAsyncContextManager[Pilot]:
     return run_runtime(
         tmp_path / "home",
         model="test:overlap",
+        config=config,
         agent=AgentConfig(name="Ada", id=new_id(START)),
         channels={"test": RecordingChannel(interactive=True)},  # interactive: deferred
     )
@@ -133,10 +134,36 @@ async def test_a_refusal_decided_on_the_input_replaces_the_draft(tmp_path: Path,
         assert [o.text for o in pilot.channel.delivered] == [marker.text]
 
 
-async def test_a_plain_input_costs_no_decision(tmp_path: Path, mind: Overlapping) -> None:
-    """A short plain exchange keeps the model-free path: one call per turn, as before."""
-    mind.started().set()  # nothing to wait for here
+async def test_a_plain_input_whose_reply_is_substantive_waits_for_one_call_not_two(
+    tmp_path: Path, mind: Overlapping
+) -> None:
+    """A plain input ("Nice garden plan") whose reply is substantive needs a model decision:
+    the decision is made on the input while the draft is written (`[deliberation]
+    decide_ahead`), not on the draft after it — two model calls in a row before (issue 33)."""
     async with _runtime(tmp_path) as pilot:
+        event, marker = await pilot.say("Nice garden plan")
+        assert marker.transmitted and marker.text == SUBSTANTIVE
+        assert mind.log.index("decide:input:start") < mind.log.index("respond:end")
+        assert "decide:draft:start" not in mind.log
+        on_turn = sorted(r.stage for r in pilot.usage() if r.thread_id == event.id)
+        assert on_turn == ["decide", "respond"]
+
+
+async def test_a_decision_made_ahead_never_decides_a_plain_reply(tmp_path: Path, mind: Overlapping) -> None:
+    """A plain input answered plainly keeps the model-free path: a decision begun ahead of
+    need is dropped, even one that came back (here: silence) before the draft."""
+    mind.decision = Decision(action="silent", reason="nothing to add")
+    async with _runtime(tmp_path) as pilot:
+        _, marker = await pilot.say("Hi Ada")
+        assert marker.transmitted and marker.text == "Hi Sam!"
+        assert mind.log.index("decide:input:end") < mind.log.index("respond:end")
+
+
+async def test_a_plain_input_costs_no_decision(tmp_path: Path, mind: Overlapping) -> None:
+    """Without deciding ahead, a short plain exchange keeps the model-free path: one call per
+    turn."""
+    mind.started().set()  # nothing to wait for here
+    async with _runtime(tmp_path, "[deliberation]\ndecide_ahead = false\n") as pilot:
         _, marker = await pilot.say("Hi Ada")
         assert marker.transmitted and marker.text == "Hi Sam!"
         assert [r.stage for r in pilot.usage()] == ["respond"]

@@ -14,7 +14,7 @@ from dbos import DBOS
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
-from persyn.cognition.deliberation import Critique, CritiqueOutcome, Decision, Objection
+from persyn.cognition.deliberation import Critique, Decision, Objection
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Speaker
@@ -23,7 +23,7 @@ from persyn.runtime import _dbos_instance
 from persyn.runtime.compose import build_runtime
 from persyn.runtime.dispatch import WORKFLOWS_CLASS, WORKFLOWS_INSTANCE
 from persyn.runtime.durable import APPLICATION_VERSION, step_output_types
-from persyn.runtime.turn import TransmitResult, Turned
+from persyn.runtime.turn import Turned
 from persyn.runtime.workflows import Workflows, activation_result
 from persyn.testing import RecordingChannel
 from persyn.testing.models import DoubleReply, registered_double
@@ -95,11 +95,9 @@ async def test_a_finished_activation_checkpoints_json_that_validates_as_the_step
     assert (status.class_name, status.config_name) == (WORKFLOWS_CLASS, WORKFLOWS_INSTANCE)
     names = [step["function_name"] for step in steps]
     assert names == [
-        "persyn.turn",  # inline with a draft to critique: the turn step ends with the draft
-        "persyn.critique",
-        "persyn.refine",
-        "persyn.decide",
-        "persyn.transmit",
+        # inline with a draft to critique: critique, refinement, decision and transmit all
+        # inside the turn step (the gateway checkpoints each model call)
+        "persyn.turn",
         "persyn.feel",  # the emotional-state reading, enqueued on the background queue
     ]
     types = step_output_types()
@@ -112,16 +110,11 @@ async def test_a_finished_activation_checkpoints_json_that_validates_as_the_step
         assert json.loads(json.dumps(output)) == output
         types[name].validate_python(output)
     turned = Turned.model_validate(outputs["persyn.turn"])
-    assert turned.result is None  # sent by the workflow's own transmit step, after critique
     received = turned.received
     assert received.setup.event_id == event.id
     assert received.draft is not None and received.draft.reply.text == DRAFT
-    critiques = [CritiqueOutcome.model_validate(c) for c in outputs["persyn.critique"] or []]
-    assert any(c.objections for c in critiques)
-    assert outputs["persyn.refine"] == REFINED
-    assert Decision.model_validate(outputs["persyn.decide"]).action == "speak"
-    sent = TransmitResult.model_validate(outputs["persyn.transmit"])
-    assert sent.transmitted and sent.text == REFINED
+    sent = turned.result
+    assert sent is not None and sent.transmitted and sent.text == REFINED
     # The workflow's own result is recorded as JSON too, and read back as its typed model.
     assert _is_plain_json(recorded)
     assert activation_result(recorded) == sent
