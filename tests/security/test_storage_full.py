@@ -126,7 +126,9 @@ async def test_a_turn_that_fills_the_disk_ends_and_is_not_replayed(small_disk: P
     assert fills == ["please fill the disk"]
 
 
-async def test_a_background_workflow_that_fills_the_disk_ends_and_is_not_replayed(small_disk: Path) -> None:
+async def test_a_background_workflow_that_fills_the_disk_ends_and_is_not_replayed(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The emotion reading after an exchange (a workflow of the background queue) meets a full
     disk: once there is room again it has ended with that error instead of staying PENDING on
     a worker slot, and a restart does not run it again."""
@@ -145,7 +147,12 @@ async def test_a_background_workflow_that_fills_the_disk_ends_and_is_not_replaye
     with registered_double("fullreader", reader):
         async with run_runtime(home, model="test:fullreader") as pilot:
             turn = await pilot.say("tell me how you feel about the garden plan today", transmitted=True)
-            await pilot.wait_for(lambda: _at_once(bool(readings)), "the emotion reading to fill the disk")
+            # Room comes back only once the reading has met the full disk (freed as soon as the
+            # double filled it, the reading's writes could all come after: no failure to see).
+            await pilot.wait_for(
+                lambda: _at_once(any("stopped: the storage is full" in line for line in caplog.messages)),
+                "the emotion reading to stop on the full disk",
+            )
             (small_disk / "filler").unlink()
             await pilot.settle()  # nothing queued or running: the reading ended
             status = await DBOS.get_workflow_status_async(emotion_workflow_id(turn.event.id))
