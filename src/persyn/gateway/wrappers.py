@@ -81,6 +81,7 @@ from persyn.gateway.base import (
     USAGE_ID_METADATA_KEY,
     TokenUsage,
 )
+from persyn.gateway.fallback import FallbackModel
 from persyn.gateway.registry import ModelSpec, Tier, model_tier
 from persyn.tracing import ModelCallSpan, Tracing
 from persyn.usage import context as usage_context
@@ -624,70 +625,6 @@ class HookedModel(WrapperModel, ABC):
                 yield stream
         if hooks.after is not None:  # closed and drained: the response is final (and metered)
             await hooks.after(stream.get())
-
-
-# fallback ---------------------------------------------------------------------------------
-class FallbackModel(WrapperModel):
-    """A task's chain of models: each is tried in turn until one answers; when every one has
-    failed, the error names each failure. Only a `ModelError` (a model that failed after its
-    retries) moves on to the next; the chain presents itself as its first model (name,
-    profile), which is also the one a caller configured first.
-
-    A stream moves on only while it opens, for the reason `RetryingModel` gives."""
-
-    def __init__(self, models: Sequence[Model]) -> None:
-        if not models:
-            raise ValueError("a fallback chain needs at least one model")
-        super().__init__(models[0])
-        self.models = list(models)
-
-    async def request(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-    ) -> ModelResponse:
-        failures: list[ModelError] = []
-        for model in self.models:
-            try:
-                return await model.request(messages, model_settings, model_request_parameters)
-            except ModelError as exc:
-                self._moving_on(exc, failures)
-        raise _exhausted(failures)
-
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: Any = None,
-    ) -> AsyncGenerator[StreamedResponse]:
-        failures: list[ModelError] = []
-        for model in self.models:
-            async with AsyncExitStack() as stack:
-                try:
-                    stream = await stack.enter_async_context(
-                        model.request_stream(messages, model_settings, model_request_parameters, run_context)
-                    )
-                except ModelError as exc:
-                    self._moving_on(exc, failures)
-                    continue
-                yield stream
-                return
-        raise _exhausted(failures)
-
-    def _moving_on(self, exc: ModelError, failures: list[ModelError]) -> None:
-        failures.append(exc)
-        if len(failures) < len(self.models):
-            log.warning("%s; trying the next model of the chain", exc)
-
-
-def _exhausted(failures: Sequence[ModelError]) -> ModelError:
-    text = "every model of the chain failed: " + "; ".join(str(failure) for failure in failures)
-    if all(isinstance(failure, ModelUnavailableError) for failure in failures):
-        return ModelUnavailableError(text)
-    return ModelError(text)
 
 
 # usage ------------------------------------------------------------------------------------
