@@ -3,9 +3,6 @@ problem, a non-zero exit, and nothing stored by the command that failed."""
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from persyn_cli import Persyn
+from tmpfs import fill, small_disk_at
 
 pytestmark = pytest.mark.e2e
 
@@ -67,49 +65,10 @@ def test_activity_since_an_impossibly_long_span(persyn: Persyn, since: str) -> N
 
 
 # The machine refusing: read-only and full filesystems, mounted for the test (root only).
-def _mount(where: Path, *options: str) -> None:
-    where.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(where)], check=True)
-
-
-def _unmount(where: Path) -> None:
-    subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _can_mount(tmp: Path) -> bool:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    probe = tmp / "mount-probe"
-    try:
-        _mount(probe, "size=64k")
-    except (subprocess.CalledProcessError, OSError):
-        return False
-    _unmount(probe)
-    return True
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if not _can_mount(tmp_path):
-        pytest.skip("needs root and permission to mount a tmpfs (a real full or read-only disk)")
-    where = tmp_path / "disk"
-    _mount(where, "size=8m")
-    try:
+    with small_disk_at(tmp_path, "8m") as where:
         yield where
-    finally:
-        _unmount(where)
-
-
-def _fill(disk: Path) -> None:
-    """Until the disk refuses more (it may already be full: then there is nothing to add)."""
-    try:
-        with open(disk / "filler", "wb") as file:
-            while True:
-                file.write(b"\0" * 65536)
-                file.flush()
-    except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            raise
 
 
 def test_init_on_a_read_only_home(small_disk: Path) -> None:
@@ -128,7 +87,7 @@ def test_init_on_a_full_disk_keeps_the_existing_file(small_disk: Path) -> None:
     persyn = Persyn(home=small_disk / "home", env={"PERSYN_MODELS__DEFAULT": "test:echo"})
     assert persyn.run("init", "--name", "Ada").returncode == 0
     config = (persyn.home / "persyn.toml").read_bytes()
-    _fill(small_disk)
+    fill(small_disk)
     done = persyn.run("init", "--name", "Bob")
     _clean_error(done, repr(str(persyn.home / "persyn.toml")), "No space left")
     assert (persyn.home / "persyn.toml").read_bytes() == config
@@ -139,7 +98,7 @@ def test_chat_on_a_full_disk(small_disk: Path) -> None:
     assert persyn.run("init", "--name", "Ada").returncode == 0
     first = persyn.run("chat", input="hello\n")
     assert first.returncode == 0 and "You said: hello" in first.stdout, first.stderr
-    _fill(small_disk)
+    fill(small_disk)
     done = persyn.run("chat", input="are you there?\n")
     _clean_error(done, "full")
     assert "sqlalche.me" not in done.stderr and "[SQL:" not in done.stderr
@@ -162,7 +121,7 @@ def test_chat_when_the_disk_fills_during_the_session(small_disk: Path) -> None:
         for line in iter(chat.stdout.readline, b""):  # the first reply: the store works
             if b"You said: first" in line:
                 break
-        _fill(small_disk)
+        fill(small_disk)
         try:
             out, err = chat.communicate(b"second, with nowhere to put it\n", timeout=120)
         finally:

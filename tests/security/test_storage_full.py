@@ -4,13 +4,9 @@ same failure after a restart, is logged in one line, and shows a client no path 
 
 from __future__ import annotations
 
-import errno
 import io
 import logging
-import os
-import shutil
 import sqlite3
-import subprocess
 import time
 import traceback
 from collections.abc import Iterator
@@ -23,6 +19,7 @@ import web_daemon  # tests/e2e, on the path (conftest.py)
 from dbos import DBOS
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
+from tmpfs import can_mount, fill, mounted, small_disk_at
 from web_daemon import WebDaemon
 
 from persyn.cli.log_filter import OneLineErrors, RepeatFilter
@@ -41,52 +38,11 @@ from persyn.testing.models import (
 )
 
 
-def _mount(where: Path, size: str) -> None:
-    where.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
-
-
-def _unmount(where: Path) -> None:
-    subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _can_mount(tmp: Path) -> bool:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    probe = tmp / "mount-probe"
-    try:
-        _mount(probe, "64k")
-    except (subprocess.CalledProcessError, OSError):
-        return False
-    _unmount(probe)
-    return True
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 16 MB filesystem (tmpfs), mounted for the test: the deployment's data lives there."""
-    if not _can_mount(tmp_path):
-        pytest.skip("needs root and permission to mount a tmpfs (a real full disk)")
-    where = tmp_path / "disk"
-    _mount(where, "16m")
-    try:
+    with small_disk_at(tmp_path, "16m") as where:
         yield where
-    finally:
-        _unmount(where)
-
-
-def fill(disk: Path) -> Path:
-    """Write until the disk refuses more; the filler file, to free the disk with."""
-    filler = disk / "filler"
-    try:
-        with open(filler, "ab") as file:
-            while True:
-                file.write(b"\0" * 65536)
-                file.flush()
-    except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            raise
-    return filler
 
 
 async def test_a_turn_that_fills_the_disk_ends_and_is_not_replayed(small_disk: Path) -> None:
@@ -189,11 +145,9 @@ def full_disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FullDisk]:
     filesystem of its own, answering once and then filled; its home, script and log stay on
     the test's disk."""
     root = tmp_path_factory.mktemp("full-disk")
-    if not _can_mount(root):
+    if not can_mount(root):
         pytest.skip("needs root and permission to mount a tmpfs (a real full disk)")
-    data = root / "deployment" / "home" / "data"
-    _mount(data, "16m")
-    try:
+    with mounted(root / "deployment" / "home" / "data", "16m") as data:
         web = web_daemon.start(root / "deployment", keys={"alice": False})
         try:
             disk = FullDisk(web, data)
@@ -202,8 +156,6 @@ def full_disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FullDisk]:
             yield disk
         finally:
             web.stop()
-    finally:
-        _unmount(data)
 
 
 @pytest.mark.e2e
