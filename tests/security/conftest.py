@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import needs
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit" / "channels"))
 
-from irc_server import NGIRCD, IrcServer
+from irc_server import IrcServer, running_ircd
 from persyn_cli import Persyn
 
 
@@ -34,9 +32,4 @@ def persyn(tmp_path: Path) -> Persyn:
 @pytest.fixture(scope="session")
 def ircd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IrcServer]:
     """A real IRC server (Debian's ngircd) on loopback, for the tests whose stranger is on IRC."""
-    if not Path(NGIRCD).exists():
-        needs.missing("ngircd (a real IRC server)")
-    server = IrcServer(tmp_path_factory.mktemp("ngircd"))
-    server.start()
-    yield server
-    server.stop()
+    yield from running_ircd(tmp_path_factory.mktemp("ngircd"))

@@ -22,11 +22,9 @@ from pathlib import Path
 
 import pytest
 
-import needs
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "channels"))
 
-from irc_server import NGIRCD, Heard, IrcPeer, IrcServer
+from irc_server import Heard, IrcPeer, IrcServer, running_ircd
 from persyn_cli import Persyn, stop_gracefully
 
 from persyn.testing.postgres import PostgresForTests
@@ -41,13 +39,8 @@ LEASE = {"PERSYN_DISPATCH__CHANNEL_LEASE_SECONDS": "5", "PERSYN_LOG_LEVEL": "inf
 
 @pytest.fixture
 def ircd(tmp_path: Path) -> Iterator[IrcServer]:
-    if not Path(NGIRCD).exists():
-        needs.missing("ngircd (a real IRC server)")
-    server = IrcServer(tmp_path / "ngircd")
-    server.directory.mkdir()
-    server.start()
-    yield server
-    server.stop()
+    """A server of its own: the test watches which nicks join it."""
+    yield from running_ircd(tmp_path / "ngircd")
 
 
 def _irc_home(persyn: Persyn, port: int) -> None:

@@ -4,10 +4,9 @@ Matrix (`matrix_server.Synapse`: PyPI's Synapse in its own venv), each started w
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from irc_server import NGIRCD, IrcServer
+from irc_server import IrcServer, running_ircd
 from matrix_server import SYNAPSE_PYTHON, Synapse
 
 import needs
@@ -15,12 +14,7 @@ import needs
 
 @pytest.fixture(scope="session")
 def ircd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IrcServer]:
-    if not Path(NGIRCD).exists():
-        needs.missing("ngircd (a real IRC server)")
-    server = IrcServer(tmp_path_factory.mktemp("ngircd"))
-    server.start()
-    yield server
-    server.stop()
+    yield from running_ircd(tmp_path_factory.mktemp("ngircd"))
 
 
 @pytest.fixture(scope="session")

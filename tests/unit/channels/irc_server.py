@@ -8,9 +8,11 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import needs
 
 NGIRCD = shutil.which("ngircd") or "/usr/sbin/ngircd"
 WAIT_SECONDS = 60.0  # bounds a broken test only
@@ -153,3 +155,14 @@ class IrcPeer:
             self._writer.close()
         if self._task is not None:
             self._task.cancel()
+
+
+def running_ircd(directory: Path) -> Iterator[IrcServer]:
+    """An ngircd for a fixture to yield (skipped through `needs` where it is not installed)."""
+    if not Path(NGIRCD).exists():
+        needs.missing("ngircd (a real IRC server)")
+    directory.mkdir(parents=True, exist_ok=True)
+    server = IrcServer(directory)
+    server.start()
+    yield server
+    server.stop()
