@@ -34,7 +34,7 @@ from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Speaker
 from persyn.core.ids import new_id
 from persyn.runtime.compose import build_runtime
-from persyn.runtime.web_keys import authenticate, create_key
+from persyn.runtime.web_keys import authenticate, create_key, revoked_keys
 from persyn.web.server import WebSurface
 
 _CHILD = r"""
@@ -113,7 +113,12 @@ async def main() -> None:
     web = WebSurface(settings)
     runtime = build_runtime(settings, meter_adapters=[web.usage])
     await runtime.start(workers=True)
-    url = await web.start(runtime, partial(authenticate, runtime.store), runtime.meter.flush)
+    url = await web.start(
+        runtime,
+        partial(authenticate, runtime.store),
+        partial(revoked_keys, runtime.store),
+        runtime.meter.flush,
+    )
     speaker = Speaker(service="web", channel=key.id, speaker_id=f"{key.id}:inproc", display_name="in-process")
     await runtime.resolve_speaker(agent.id, speaker)
     local: list[float] = []
@@ -125,7 +130,7 @@ async def main() -> None:
                 id=new_id(now), agent_id=agent.id, service="web", channel=key.id,
                 speaker=speaker, text=f"hello number {index}", received_at=now,
             )  # fmt: skip
-            listener = web.channel.wait_for(event.id)
+            listener = web.channel.wait_for(event.id, key.id)
             started = time.perf_counter()
             await runtime.submit(event)
             while True:
