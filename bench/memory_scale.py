@@ -286,11 +286,7 @@ from persyn.memory.embedder import Embedder, embedder_from_config, warm_embedder
 from persyn.memory.retrieval import Mode, Retriever
 from persyn.store import open_store
 from persyn.store._sqlite_engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
-from persyn.store._sqlite_memory import (  # pyright: ignore[reportPrivateUsage]
-    _keyword_by_filter,  # pyright: ignore[reportPrivateUsage]
-    _keyword_by_top,  # pyright: ignore[reportPrivateUsage]
-    fts_any_query,
-)
+from persyn.store._sqlite_keyword import fts_any_query, keyword_by_filter, keyword_by_top
 from persyn.store.base import Store
 from persyn.store.sqlite import SQLiteStore
 
@@ -886,12 +882,12 @@ class _KeywordPlans(SQLiteStore):
     async def by_filter(self, agent_id: str, query: str, k: int, channels: list[str]) -> Any:
         match = fts_any_query(query)
         return await self._read(
-            "filter plan", lambda c: _keyword_by_filter(c, agent_id, match or "", k, channels)
+            "filter plan", lambda c: keyword_by_filter(c, agent_id, match or "", k, channels)
         )
 
     async def proven_by_top(self, agent_id: str, query: str, k: int, channels: list[str]) -> bool:
         match = fts_any_query(query)
-        found = await self._read("top plan", lambda c: _keyword_by_top(c, agent_id, match or "", k, channels))
+        found = await self._read("top plan", lambda c: keyword_by_top(c, agent_id, match or "", k, channels))
         return found is not None
 
 

@@ -7,7 +7,9 @@ client-server layer is used, not mautrix's `Client`/syncer: the part that must b
 where the sync token is kept and when it moves — stays ours (a syncer moves its token when its
 handlers return, and keeps it in its own store). Two gaps of mautrix are filled here: a 429 is
 raised at once with `retry_after_ms` dropped, so an aiohttp middleware waits it out and resends
-the same request; and its errors are translated to `ChannelError` at this boundary.
+the same request; and its errors are translated to `ChannelError` at this boundary. Message
+content in and out (what is text to answer, mentions, timeline order, the HTML of a reply) is
+`_matrix_messages.py`; the state file an account keeps between runs is `_matrix_state.py`.
 
 What it does:
 - Every served agent logs in as `[channels.matrix] user_id` (`{agent}` filled) with
@@ -49,25 +51,29 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import re
 import secrets
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import quote, urlparse
 
 import aiohttp
 from aiohttp.client_middlewares import ClientHandlerType
-from markdown_it import MarkdownIt
 from mautrix.api import HTTPAPI, Method, PathBuilder
 from mautrix.api import Path as ApiPath
 from mautrix.client import ClientAPI
 from mautrix.errors import MatrixError, MatrixRequestError
 from mautrix.types import DeviceID, EventID, EventType, RoomCreatePreset, RoomID, UserID
 
+from persyn.channels._matrix_messages import (
+    TEXT_TYPES,
+    in_timeline_order,
+    mentions_name,
+    render_html,
+    without_reply_fallback,
+)
+from persyn.channels._matrix_state import AccountState
 from persyn.channels.base import Channel
 from persyn.channels.telegram import split_message
 from persyn.core.config import AgentConfig, MatrixConfig
@@ -83,121 +89,12 @@ log = logging.getLogger(__name__)
 
 MATRIX_SERVICE = "matrix"
 _API = "/_matrix/client/v3"
-_REMEMBERED = 4096  # answered events and own message ids kept in the state file
 _GAP_EVENTS = 1000  # most messages fetched to fill one room's gap after a downtime
 # Characters per message: an event is capped at 64 KiB, and the body and its HTML are both in
 # it (6,000 four-byte characters twice, or 6,000 `<` escaped as `&lt;`, stay well below).
 _BODY_LIMIT = 6000
 _RATE_LIMIT_TRIES = 5  # sends of one request while the homeserver answers 429
 _RATE_LIMIT_WAIT_MAX = 60.0  # seconds: a longer retry_after is cut to this (then asked again)
-# Apart in one room's batch: a millisecond, the resolution of the dialog's ids' time part.
-_ORDER_STEP = timedelta(milliseconds=1)
-_TEXT_TYPES = ("m.text", "m.emote")  # m.notice is for bots' output: never answered (spec)
-
-_markdown = MarkdownIt("commonmark", {"html": False}).disable("image")
-
-
-def render_html(text: str) -> str:
-    """`text` (Markdown) as the HTML of `formatted_body`. Raw HTML in it is escaped, links with
-    unsafe schemes are not links, images are off; one plain paragraph loses its `<p>`."""
-    html = _markdown.render(text).strip()
-    if html.startswith("<p>") and html.endswith("</p>") and html.count("<p>") == 1:
-        return html[3:-4]
-    return html
-
-
-def _without_reply_fallback(body: str) -> str:
-    """A reply's body without the quoted original older clients put before it."""
-    lines = body.split("\n")
-    if not lines or not lines[0].startswith("> "):
-        return body
-    index = 0
-    while index < len(lines) and lines[index].startswith(">"):
-        index += 1
-    return "\n".join(lines[index:]).lstrip("\n")
-
-
-def _names(text: str, name: str) -> bool:
-    return (
-        bool(name) and re.search(rf"(?<![\w@-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE) is not None
-    )
-
-
-@dataclass
-class _State:
-    """What an account keeps between runs (a JSON file): the sync position, the Matrix event
-    behind each event it submitted (to reply in place), its own message ids (a reply to one
-    is addressed to it) and the direct chats it knows."""
-
-    path: Path
-    next_batch: str | None = None
-    answered: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
-    mine: list[str] = field(default_factory=list[str])
-    direct: dict[str, str] = field(default_factory=dict[str, str])
-
-    @classmethod
-    def load(cls, path: Path) -> _State:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return cls(path)
-        except (OSError, ValueError) as exc:
-            # A damaged cursor must not stop the agent: it starts from now, like a first start.
-            log.warning("matrix: unreadable state %s (%s); starting from the current position", path, exc)
-            return cls(path)
-        return cls(
-            path,
-            next_batch=data.get("next_batch"),
-            answered={str(k): [str(x) for x in v] for k, v in (data.get("answered") or {}).items()},
-            mine=[str(x) for x in data.get("mine") or []],
-            direct={str(k): str(v) for k, v in (data.get("direct") or {}).items()},
-        )
-
-    def snapshot(self) -> str:
-        """The state as JSON, taken on the event loop (the dicts are not changed meanwhile)."""
-        while len(self.answered) > _REMEMBERED:
-            del self.answered[next(iter(self.answered))]
-        del self.mine[:-_REMEMBERED]
-        body = {
-            "next_batch": self.next_batch,
-            "answered": self.answered,
-            "mine": self.mine,
-            "direct": self.direct,
-        }
-        return json.dumps(body)
-
-    def write(self, text: str) -> None:
-        """`text` as the state file, atomically (a crash leaves the old file or the new one)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".tmp")
-        with temporary.open("w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, self.path)
-
-
-def _in_timeline_order(events: list[tuple[str, str, Event]]) -> list[tuple[str, str, Event]]:
-    """The batch's events with arrival times that rise strictly in each room's timeline order.
-
-    The events of one batch are taken in one go, so they share a clock reading (or the
-    homeserver's millisecond), and their turns may finish in any order: the dialog, read in
-    (time, id) order, would then show them shuffled. Walking back from each room's last
-    message, an event stamped no earlier than the one after it is put a millisecond before it —
-    never later than it was, so never later than the clock (the pipeline keeps an arrival time
-    only if it is not in the future)."""
-    later: dict[str, datetime] = {}
-    ordered: list[tuple[str, str, Event]] = []
-    for room_id, matrix_id, event in reversed(events):
-        stamp = event.received_at
-        after = later.get(room_id)
-        if after is not None and stamp >= after:
-            stamp = after - _ORDER_STEP
-            event = event.model_copy(update={"received_at": stamp})
-        later[room_id] = stamp
-        ordered.append((room_id, matrix_id, event))
-    ordered.reverse()
-    return ordered
 
 
 class _MatrixError(ChannelError):
@@ -235,7 +132,7 @@ class _Account:
         self.connections = 0  # successful first syncs after a (re)connection (tests wait on it)
         self.syncs = 0
         self.rate_limited = 0  # 429 answers waited out (logged; tests read it)
-        self.state = _State.load(channel.state_dir / f"{quote(self.user_id, safe='')}.json")
+        self.state = AccountState.load(channel.state_dir / f"{quote(self.user_id, safe='')}.json")
         self._token = channel.access_token
         self._client: ClientAPI | None = None
         self._members: dict[str, int] = {}
@@ -563,7 +460,7 @@ class _Account:
             event = await self._event(room_id, message)
             if event is not None:
                 events.append((room_id, str(message["event_id"]), event))
-        events = _in_timeline_order(events)
+        events = in_timeline_order(events)
         if events:
             # Where to answer is known before anything is submitted: a recovered turn after a
             # crash finds it, even if the batch is not seen again.
@@ -590,10 +487,10 @@ class _Account:
         if sender == self.user_id or not isinstance(matrix_id, str) or not isinstance(body, str):
             return None
         relation = content.get("m.relates_to") or {}
-        if content.get("msgtype") not in _TEXT_TYPES or relation.get("rel_type") == "m.replace":
+        if content.get("msgtype") not in TEXT_TYPES or relation.get("rel_type") == "m.replace":
             return None  # notices, media, edits: nothing said to answer (an edit repeats a message)
         replied = str((relation.get("m.in_reply_to") or {}).get("event_id") or "")
-        text = without_lone_surrogates(_without_reply_fallback(body) if replied else body)  # a "\ud800"
+        text = without_lone_surrogates(without_reply_fallback(body) if replied else body)  # a "\ud800"
         name = without_lone_surrogates(self._display.get((room_id, sender)) or sender[1:].partition(":")[0])
         if content.get("msgtype") == "m.emote":
             text = f"* {name} {text}"
@@ -610,7 +507,8 @@ class _Account:
             or replied in self.state.mine
             or (thread and thread in self.state.mine)
             or any(
-                _names(text, n) for n in (self.user_id, self.user_id[1:].partition(":")[0], self.agent.name)
+                mentions_name(text, n)
+                for n in (self.user_id, self.user_id[1:].partition(":")[0], self.agent.name)
             )
         )
         said_at = datetime.fromtimestamp(int(message.get("origin_server_ts") or 0) / 1000, UTC)

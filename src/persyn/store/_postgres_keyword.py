@@ -31,7 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from persyn.store._postgres_migrations import TEXT_CONFIG
-from persyn.store._sqlite_memory import KEYWORD_WEIGHTS
+from persyn.store._sqlite_keyword import KEYWORD_WEIGHTS
 
 __all__ = ["BLOCK", "create_keyword_index", "keyword_lists_problem", "keyword_search", "repair_keyword_lists"]
 

@@ -19,11 +19,11 @@ from persyn.core.errors import InputError, StoreError
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store import _postgres_keyword as keyword
 from persyn.store import _postgres_vectors as vectors
+from persyn.store._sqlite_keyword import fts_any_query
 from persyn.store._sqlite_memory import (
     SQLiteMemory,
     _insert_records,  # pyright: ignore[reportPrivateUsage]
     _NewRow,  # pyright: ignore[reportPrivateUsage]
-    fts_any_query,
 )
 from persyn.store._sqlite_vectors import unit_vector
 from persyn.store.mapping import record_from_row

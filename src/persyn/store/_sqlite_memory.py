@@ -1,5 +1,6 @@
 """Long-term memory on SQLite (SPEC §4.1, §5): the `Store` methods over `memory_records`,
-its FTS5 index `memory_fts` (migration 3) and the sqlite-vec tables (`_sqlite_vectors.py`).
+its FTS5 index `memory_fts` (migration 3; the keyword search is `_sqlite_keyword.py`) and the
+sqlite-vec tables (`_sqlite_vectors.py`).
 
 `SQLiteMemory` is mixed into `SQLiteStore` and runs its work through the store's `_read`
 and `_write` (reader pool; the single writer thread with BEGIN IMMEDIATE). A record, its
@@ -9,13 +10,12 @@ keyword-index entry (a trigger) and its vector change in one write transaction.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import and_, bindparam, cast, delete, func, or_, select, text, true, update
+from sqlalchemy import and_, bindparam, cast, delete, func, or_, select, true, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import Text
 
@@ -27,21 +27,17 @@ from persyn.store._dml import insert
 from persyn.store._sqlite_ann import AnnCache
 from persyn.store._sqlite_directory import index_participants
 from persyn.store._sqlite_jobs import consolidated_at_import
-from persyn.store._sqlite_keyword_bound import keyword_by_bound
+from persyn.store._sqlite_keyword import fts_any_words, keyword_hits
 from persyn.store._sqlite_work import SQLiteWork
 from persyn.store.base import ImportedMemory, RecallCandidate, RecallHits
 from persyn.store.mapping import record_from_row, record_values
 from persyn.store.schema import checked_id, conversations, flags, memory_records, messages
 
-__all__ = ["KEYWORD_WEIGHTS", "STOP_WORDS", "SQLiteMemory", "fts_any_query", "fts_any_words"]
+__all__ = ["SQLiteMemory"]
 
 T = TypeVar("T")
 
 _IDS_PER_STATEMENT = 500  # well under SQLite's bound-parameter limit
-_MAX_QUERY_TERMS = 32
-
-# bm25 column weights of memory_fts (summary, tags): a tag is a deliberate topic label.
-KEYWORD_WEIGHTS = (1.0, 2.0)
 
 _r = memory_records.c
 _SQL_NEWEST_RECORDS = (
@@ -296,9 +292,7 @@ class SQLiteMemory(SQLiteWork):
             return []
         wanted = None if channels is None else list(dict.fromkeys(channels))
 
-        return await self._search(
-            "keyword_candidates", lambda c: _keyword_hits(c, agent_id, words, k, wanted)
-        )
+        return await self._search("keyword_candidates", lambda c: keyword_hits(c, agent_id, words, k, wanted))
 
     async def keyword_recall(
         self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
@@ -310,7 +304,7 @@ class SQLiteMemory(SQLiteWork):
         wanted = None if channels is None else list(dict.fromkeys(channels))
 
         def work(connection: Connection) -> RecallHits:
-            found = _keyword_hits(connection, agent_id, words, k, wanted)
+            found = keyword_hits(connection, agent_id, words, k, wanted)
             return RecallHits(found, _candidates(connection, agent_id, [record_id for record_id, _ in found]))
 
         return await self._search("keyword_recall", work)
@@ -385,138 +379,7 @@ class SQLiteMemory(SQLiteWork):
         )
 
 
-# keyword queries ------------------------------------------------------------------------------
-# English function words: in a question ("what did she say about the lake?") they carry no
-# topic, yet under OR semantics they would match nearly every record.
-STOP_WORDS = frozenset(
-    """
-    a about above after again against all also am an and any are aren as at be because been
-    before being below between both but by can cannot could couldn d did didn do does doesn
-    doing don down during each else ever few for from further had hadn has hasn have haven
-    having he her here hers herself him himself his how i if in into is isn it its itself just
-    ll m me might more most must mustn my myself no nor not now o of off on once only or other
-    ought our ours ourselves out over own re s same shall shan she should shouldn so some such
-    t than that the their theirs them themselves then there these they this those through to
-    too under until up upon us ve very was wasn we were weren what when where which while who
-    whom whose why will with won would wouldn y you your yours yourself yourselves
-    """.split()  # noqa: SIM905 (a word list reads better as text)
-)
-
-_WORD = re.compile(r"[^\W_]+")
-
-
-def fts_any_query(query: str) -> str | None:
-    """User text as an FTS5 query matching ANY of its words, or None if it has none.
-
-    Words are runs of letters and digits, case-folded and de-duplicated, each quoted as an
-    FTS5 string, joined with OR: FTS5 syntax in the text (`*`, `:`, `^`, quotes, parentheses,
-    NEAR, AND/OR/NOT, column filters) is only ever plain words. Stop-words and single letters
-    are dropped unless nothing else is left ("who are you" still searches); at most 32 words
-    are kept. The
-    index's porter tokenizer stems the words as it stemmed the records.
-    """
-    words = fts_any_words(query)
-    return None if words is None else " OR ".join(f'"{word}"' for word in words)
-
-
-def fts_any_words(query: str) -> list[str] | None:
-    """The words of `fts_any_query(query)`, in its order, or None if it has none."""
-    words = list(dict.fromkeys(_WORD.findall(query.casefold())))
-    if not words:
-        return None
-    content = [word for word in words if word not in STOP_WORDS and not (len(word) == 1 and word.isalpha())]
-    return (content or words)[:_MAX_QUERY_TERMS]
-
-
 # helpers ----------------------------------------------------------------------------------------
-_WEIGHTS_SQL = ", ".join(str(w) for w in KEYWORD_WEIGHTS)
-_TOP_FIRST = 4  # the first top-ranked fetch: 4 x k matches
-_TOP_MOST = 64  # the largest second fetch: 64 x k matches; beyond it, the filter plan
-
-
-def _keyword_by_top(
-    connection: Connection, agent_id: str, match: str, k: int, channels: list[str] | None
-) -> list[tuple[str, float]] | None:
-    """`keyword_candidates` from the index's best-ranked matches alone, or None when they
-    cannot prove the answer (then `_keyword_by_filter` gives it).
-
-    FTS5's bm25 takes its statistics (row count, average length, each term's document
-    count) from the whole index whatever else the query filters on, so a record's score is
-    the same in both plans, and the compartment's top k are the first k of the global
-    ranking that lie in the compartment. The M best matches are fetched from the index with
-    no join (every match is still scored, but no row is read and no rowid set is built: 34
-    instead of 240 ms at 1M records in one compartment); each is then looked up by rowid.
-    The answer is proven when all matches were fetched, or when k of them lie in the
-    compartment and the k-th scores strictly better than the M-th (every unfetched match
-    scores no better than the M-th, so none ties or beats the k-th: the tie order of the
-    k is the filter plan's). Otherwise M grows once, to what the share of the compartment
-    among the first M suggests (x4 when only a tie straddled the cut), up to 64 x k; a
-    compartment that is a small share of the index goes to the filter plan, cheap there."""
-    keep = "r.agent_id = :agent_id"
-    params: dict[str, object] = {"match": match, "agent_id": agent_id}
-    if channels is not None:
-        keep += " AND r.channel IN (SELECT value FROM json_each(:channels))"
-        params["channels"] = json.dumps(channels, ensure_ascii=False)
-    # LEFT JOIN: an index entry without its row (never expected) still counts as fetched,
-    # so a short result always means that every match was fetched.
-    sql = text(
-        f"SELECT r.id AS id, hit.score AS score, coalesce({keep}, 0) AS keep FROM ("
-        f"SELECT rowid, bm25(memory_fts, {_WEIGHTS_SQL}) AS score FROM memory_fts "
-        "WHERE memory_fts MATCH :match ORDER BY score LIMIT :m"
-        ") AS hit LEFT JOIN memory_records AS r ON r.rowid = hit.rowid "
-        "ORDER BY score, r.created_at DESC, r.id DESC"
-    )
-    fetch = k * _TOP_FIRST
-    for _ in range(2):
-        rows = connection.execute(sql, {**params, "m": fetch}).all()
-        kept = [row for row in rows if row.keep]
-        if len(rows) < fetch or (len(kept) >= k and kept[k - 1].score < rows[-1].score):
-            return [(str(row.id), -float(row.score)) for row in kept[:k]]
-        if len(kept) >= k:
-            fetch *= 4  # a tie straddles the cut
-        elif kept:
-            fetch = -(-2 * k * fetch // len(kept))  # twice what the compartment's share suggests
-        else:
-            return None
-        if fetch > k * _TOP_MOST:
-            return None
-    return None
-
-
-def _keyword_by_filter(
-    connection: Connection, agent_id: str, match: str, k: int, channels: list[str] | None
-) -> list[tuple[str, float]]:
-    """`keyword_candidates` by scoring only the matches in the compartment: every match
-    when `channels` is None, else those among the compartment's rowids."""
-    params: dict[str, object] = {"match": match, "agent_id": agent_id, "k": k}
-    if channels is None:
-        sql = (
-            f"SELECT r.id AS id, bm25(memory_fts, {_WEIGHTS_SQL}) AS score FROM memory_fts "
-            # CROSS JOIN pins the join order: search the full-text index first, then fetch
-            # the matching rows. A plain JOIN lets SQLite scan the agent's records and run
-            # the match once per row (22 s per query at 100k records).
-            "CROSS JOIN memory_records AS r ON r.rowid = memory_fts.rowid "
-            "WHERE memory_fts MATCH :match AND r.agent_id = :agent_id"
-        )
-    else:
-        # The compartment's rowids (from the (agent_id, channel) index) filter the
-        # matches inside the full-text scan, so BM25 is computed, and a record row read,
-        # only for matches in the compartment: ~4 ms instead of ~8 ms at 100k records in
-        # 10 channels, where most matches lie outside it. The unary + keeps the IN a
-        # filter: as an index constraint, FTS5 would rerun the match once per rowid.
-        sql = (
-            f"SELECT r.id AS id, hit.score AS score FROM ("
-            f"SELECT rowid, bm25(memory_fts, {_WEIGHTS_SQL}) AS score FROM memory_fts "
-            "WHERE memory_fts MATCH :match AND +rowid IN ("
-            "SELECT rowid FROM memory_records WHERE agent_id = :agent_id "
-            "AND channel IN (SELECT value FROM json_each(:channels)))"
-            ") AS hit CROSS JOIN memory_records AS r ON r.rowid = hit.rowid "
-            "WHERE r.agent_id = :agent_id"
-        )
-        params["channels"] = json.dumps(channels, ensure_ascii=False)
-    sql += " ORDER BY score, r.created_at DESC, r.id DESC LIMIT :k"
-    rows = connection.execute(text(sql), params)
-    return [(str(row.id), -float(row.score)) for row in rows]
 
 
 @dataclass(frozen=True)
@@ -651,19 +514,6 @@ def _record_from_driver_row(row: Sequence[Any]) -> MemoryRecord:
         ref=row[12],
         kind=row[13],
     )
-
-
-def _keyword_hits(
-    connection: Connection, agent_id: str, words: list[str], k: int, channels: list[str] | None
-) -> list[tuple[str, float]]:
-    """`keyword_candidates`' work, cheapest plan first; each gives the same answer or None:
-    the common-word bound (`_sqlite_keyword_bound`), the top-k plan, else the filter plan."""
-    found = keyword_by_bound(connection, agent_id, words, k, channels, KEYWORD_WEIGHTS)
-    if found is not None:
-        return found
-    match = " OR ".join(f'"{word}"' for word in words)
-    found = _keyword_by_top(connection, agent_id, match, k, channels)
-    return found if found is not None else _keyword_by_filter(connection, agent_id, match, k, channels)
 
 
 def _candidates(connection: Connection, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:

@@ -9,29 +9,27 @@ Rules the tables follow, so a PostgreSQL backend can reuse them unchanged:
 `agent_id` deliberately has no foreign key to `agents`: it is a namespace key, and callers may
 store events for an agent before anything has called `ensure_agent`.
 
-The knowledge graph's tables are in `schema_graph.py`, on the same `metadata`; the row
-mappers every backend over these tables shares (the port's row types to rows and back) are in
-`mapping.py`. The tables here are the *current* schema.
+The `metadata`, the column types and the column builders are in `_schema_columns.py`; the
+tables of runs and what they send (activity log, deliberation traces, outbox, run state, spend
+ledgers, checkpointed model calls) in `schema_runs.py`; both are re-exported here. The knowledge
+graph's tables are in `schema_graph.py`, on the same `metadata`; the row mappers every backend
+over these tables shares (the port's row types to rows and back) are in `mapping.py`. The tables
+here and in `schema_runs.py` are the *current* schema.
 Migration 1 created the first ones (it keeps a frozen copy), migration 3 `memory_records`; a
 later change must be a new numbered migration (see migrations.py).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
-
 from sqlalchemy import (
     CHAR,
     JSON,
     Boolean,
     Column,
-    DateTime,
     Float,
     ForeignKeyConstraint,
     Index,
     Integer,
-    MetaData,
     PrimaryKeyConstraint,
     String,
     Table,
@@ -39,11 +37,28 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.engine import Dialect
-from sqlalchemy.types import TypeDecorator
 
+from persyn.store._schema_columns import (
+    ID_LENGTH,
+    NulSafeText,
+    UTCDateTime,
+    agent_column,
+    id_column,
+    metadata,
+    primary_id,
+    provenance_columns,
+)
 from persyn.store.directory import checked_address
 from persyn.store.rows import checked_id
+from persyn.store.schema_runs import (
+    activity_runs,
+    channel_spend,
+    deliberation_traces,
+    model_calls,
+    outbox,
+    run_conversations,
+    run_states,
+)
 
 __all__ = [
     "ID_LENGTH",
@@ -88,81 +103,6 @@ __all__ = [
     "run_states",
     "web_keys",
 ]
-
-ID_LENGTH = 26  # a canonical ULID string
-
-# Stable constraint names, so later migrations can refer to (and drop) them on every backend.
-metadata = MetaData(
-    naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
-
-
-class NulSafeText(TypeDecorator[str]):
-    """TEXT that keeps a NUL character on PostgreSQL, whose text type cannot hold one (SQLite
-    can): there U+0000 is stored as U+FFFE followed by "0", and U+FFFE itself as two of it,
-    and read back as it was. U+FFFE is a Unicode noncharacter, absent from real text, so
-    stored text (and what search sees) differs only where it held one of the two."""
-
-    impl = Text
-    cache_ok = True
-
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        if value is None or dialect.name != "postgresql" or ("\x00" not in value and _ESCAPE not in value):
-            return value
-        return value.replace(_ESCAPE, _ESCAPE * 2).replace("\x00", _ESCAPE + "0")
-
-    def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
-        if value is None or dialect.name != "postgresql" or _ESCAPE not in value:
-            return value
-        out: list[str] = []
-        chars = iter(value)
-        for char in chars:
-            out.append(("\x00" if next(chars, "") == "0" else _ESCAPE) if char == _ESCAPE else char)
-        return "".join(out)
-
-
-_ESCAPE = "\ufffe"
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A timestamp that is always timezone-aware UTC when it leaves the database.
-
-    SQLite has no timezone type: SQLAlchemy stores a fixed-width ISO string and hands back a
-    naive datetime. Normalising to UTC on the way in keeps those strings comparable in SQL
-    (range filters, expiry) and lets us re-attach UTC on the way out. A naive input is taken
-    to be UTC, as `ManualClock` does. On PostgreSQL this is plain TIMESTAMPTZ.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def id_column(name: str, **kwargs: Any) -> Column[str]:
-    return Column(name, CHAR(ID_LENGTH), **kwargs)
-
-
-def primary_id() -> Column[str]:
-    return id_column("id", primary_key=True)
-
-
-def agent_column() -> Column[str]:
-    return id_column("agent_id", nullable=False)
 
 
 agents = Table(
@@ -299,16 +239,6 @@ messages = Table(
         postgresql_where=text("role = 'agent' AND event_id IS NOT NULL"),
     ),
 )
-
-
-def provenance_columns() -> tuple[Column[Any], ...]:
-    """Where a row formed (`Provenance`): the same columns as a memory record's, except that
-    the channel may be NULL (formed on no channel: the agent on its own)."""
-    return (
-        Column("channel", String(700), nullable=True),
-        Column("participant_ids", JSON, nullable=False),
-        Column("sensitivity", String(32), nullable=False),
-    )
 
 
 # Quick facts: a small key -> value scratchpad of stable facts about a person, or about the
@@ -514,109 +444,6 @@ extraction_watermarks = Table(
 )
 
 
-# The log of self-initiated runs (SPEC §4.7; `ActivityEntry`), one row per run or skip, keyed
-# by the run's id (its event id). Read newest first by (agent_id, at): the autonomy budget's
-# rolling window and `persyn activity`. Migration 11 created it from this definition.
-activity_runs = Table(
-    "activity_runs",
-    metadata,
-    primary_id(),
-    agent_column(),
-    id_column("run_id", nullable=False),
-    Column("at", UTCDateTime(), nullable=False),
-    Column("kind", String(32), nullable=False),
-    Column("reminder_id", String(100), nullable=False),
-    Column("objective", Text, nullable=False),
-    Column("outcome", Text, nullable=False),
-    Column("tokens", Integer, nullable=False),
-    id_column("conversation_id", nullable=True),
-    *provenance_columns(),
-    UniqueConstraint("agent_id", "run_id"),  # a replayed step logs its run once
-    Index(None, "agent_id", "at"),
-)
-
-# What deliberation did for an inbound event (`DeliberationTrace`): one JSON object per
-# event, written in parts as the activation goes. Migration 11 created it from this definition.
-deliberation_traces = Table(
-    "deliberation_traces",
-    metadata,
-    primary_id(),
-    agent_column(),
-    id_column("event_id", nullable=False),
-    Column("trace", JSON, nullable=False),
-    Column("updated_at", UTCDateTime(), nullable=False),
-    UniqueConstraint("agent_id", "event_id"),
-)
-
-# The outbox (migration 12, `store/outbox.py`): what the agent sends, written before delivery.
-# The id is the idempotency key; `delivered_at` NULL means pending. Deliverers scan one
-# agent's pending rows for one service in the order written.
-outbox = Table(
-    "outbox",
-    metadata,
-    primary_id(),
-    agent_column(),
-    Column("service", String(200), nullable=False),
-    Column("channel", String(500), nullable=False),
-    id_column("conversation_id", nullable=False),
-    id_column("message_id", nullable=False),
-    id_column("event_id", nullable=False),
-    Column("text", Text, nullable=False),
-    Column("created_at", UTCDateTime(), nullable=False),
-    Column("delivered_at", UTCDateTime(), nullable=True),
-    Column("attempts", Integer, nullable=False),
-    Column("last_error", Text, nullable=True),
-    Index(None, "agent_id", "service", "delivered_at", "created_at"),
-    Index(None, "created_at"),  # the purge
-)
-
-# Runs (migration 14, `store/runs.py`): what each activation's run has done so far (budget
-# spend, provenance of what it writes, the messages it sent), what caused each self-initiated
-# conversation, and the per-channel ledgers of sent and replied tokens (a rolling window).
-# Each is purged by its time column (`[autonomy] run_keep_days`).
-run_states = Table(
-    "run_states",
-    metadata,
-    agent_column(),
-    id_column("run_id", nullable=False),
-    Column("tokens", Integer, nullable=False),
-    Column("stopped", Text, nullable=True),
-    Column("provenance", JSON, nullable=True),
-    Column("sends", JSON, nullable=False),
-    Column("updated_at", UTCDateTime(), nullable=False),
-    PrimaryKeyConstraint("agent_id", "run_id"),
-    Index(None, "updated_at"),  # the purge
-)
-
-run_conversations = Table(
-    "run_conversations",
-    metadata,
-    agent_column(),
-    id_column("conversation_id", nullable=False),
-    id_column("run_id", nullable=False),
-    Column("kind", String(32), nullable=False),
-    Column("reminder_id", String(26), nullable=False),
-    Column("sensitivity", String(32), nullable=False),
-    Column("created_at", UTCDateTime(), nullable=False),
-    PrimaryKeyConstraint("agent_id", "conversation_id"),
-    Index(None, "created_at"),
-)
-
-channel_spend = Table(
-    "channel_spend",
-    metadata,
-    agent_column(),
-    Column("kind", String(16), nullable=False),  # SpendKind
-    Column("service", String(200), nullable=False),
-    Column("channel", String(500), nullable=False),
-    Column("key", String(64), nullable=False),  # the replied event, or the send's own id
-    Column("at", UTCDateTime(), nullable=False),
-    Column("tokens", Integer, nullable=False),
-    PrimaryKeyConstraint("agent_id", "kind", "service", "channel", "key"),
-    Index(None, "agent_id", "kind", "service", "channel", "at"),  # the window's sum
-    Index(None, "at"),
-)
-
 # Web API keys (migration 15, `store/web_keys.py`): deployment-wide, not per agent. Only a
 # key's SHA-256 is kept; the key itself is shown once, when created.
 web_keys = Table(
@@ -723,16 +550,4 @@ artifact_versions = Table(
     Column("note", String(500), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     UniqueConstraint("scope", "name", "version"),
-)
-
-# Completed model calls checkpointed inside a durable step (migration 20,
-# `store/model_calls.py`): a re-run of the step reads them instead of calling again.
-model_calls = Table(
-    "model_calls",
-    metadata,
-    Column("call_key", String(300), primary_key=True),
-    Column("workflow_id", String(200), nullable=False),
-    Column("response", Text, nullable=False),
-    Column("created_at", UTCDateTime(), nullable=False),
-    Index(None, "created_at"),  # the purge
 )

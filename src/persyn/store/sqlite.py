@@ -16,8 +16,8 @@ DB-API driver (pysqlite3, for sqlite-vec) and pragmas in `_sqlite_engine.py`; th
 per sub-port of `Store`, mixed in here: events, markers and deliberation traces
 (`_sqlite_events.py`), agents and persons (`_sqlite_persons.py`), contact addresses and the
 conversation participant index (`_sqlite_directory.py`), dialog (`_sqlite_dialog.py`), flags
-(`_sqlite_flags.py`), long-term memory (`_sqlite_memory.py`, over the vector tables of
-`_sqlite_vectors.py`), quick facts and observations (`_sqlite_facts.py`), the knowledge graph
+(`_sqlite_flags.py`), long-term memory (`_sqlite_memory.py`, with its keyword search in
+`_sqlite_keyword.py`, over the vector tables of `_sqlite_vectors.py`), quick facts and observations (`_sqlite_facts.py`), the knowledge graph
 (`_sqlite_graph.py`), reminders and goals (`_sqlite_schedule.py`), the activity log
 (`_sqlite_activity.py`), conversation jobs (`_sqlite_jobs.py`), the outbox (`_sqlite_outbox.py`),
 run state and channel ledgers (`_sqlite_runs.py`), the model calls checkpointed inside durable

@@ -25,7 +25,8 @@ from matrix_server import SERVER_NAME, MatrixPerson, Synapse
 from pydantic import SecretStr
 from test_irc import ticking
 
-from persyn.channels.matrix import MatrixChannel, _in_timeline_order, render_html
+from persyn.channels._matrix_messages import in_timeline_order
+from persyn.channels.matrix import MatrixChannel, render_html
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, MatrixConfig, Secrets, Settings
 from persyn.core.errors import ConfigError
@@ -184,7 +185,7 @@ def test_a_batch_gets_arrival_times_rising_in_each_rooms_order(batch: list[tuple
         )
         for n, (room, offset) in enumerate(batch)
     ]
-    ordered = _in_timeline_order(events)
+    ordered = in_timeline_order(events)
     assert [(r, m, e.model_dump(exclude={"received_at"})) for r, m, e in ordered] == [
         (r, m, e.model_dump(exclude={"received_at"})) for r, m, e in events
     ]

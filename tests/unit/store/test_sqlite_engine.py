@@ -14,7 +14,7 @@ import pytest
 from persyn.core.errors import InputError, StoreError
 from persyn.store import _sqlite_engine
 from persyn.store._sqlite_engine import create_sqlite_engine, sqlite_dbapi
-from persyn.store._sqlite_memory import STOP_WORDS, fts_any_query
+from persyn.store._sqlite_keyword import STOP_WORDS, fts_any_query
 from persyn.store._sqlite_vectors import MAX_DIMS, unit_vector, vector_table
 
 

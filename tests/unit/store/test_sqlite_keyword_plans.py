@@ -14,14 +14,14 @@ import pytest
 
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.store._sqlite_keyword_bound import FTS_TOKENIZER, QueryTokenizer, keyword_by_bound
-from persyn.store._sqlite_memory import (  # pyright: ignore[reportPrivateUsage]
+from persyn.store._sqlite_keyword import (
     KEYWORD_WEIGHTS,
-    _keyword_by_filter,  # pyright: ignore[reportPrivateUsage]
-    _keyword_by_top,  # pyright: ignore[reportPrivateUsage]
     fts_any_query,
     fts_any_words,
+    keyword_by_filter,
+    keyword_by_top,
 )
+from persyn.store._sqlite_keyword_bound import FTS_TOKENIZER, QueryTokenizer, keyword_by_bound
 from persyn.store.sqlite import SQLiteStore
 
 START = datetime(2025, 3, 1, tzinfo=UTC)
@@ -36,12 +36,12 @@ class _Plans(SQLiteStore):
     async def by_filter(self, agent_id: str, query: str, k: int, channels: list[str] | None) -> Found:
         match = fts_any_query(query)
         assert match is not None
-        return await self._read("filter plan", lambda c: _keyword_by_filter(c, agent_id, match, k, channels))
+        return await self._read("filter plan", lambda c: keyword_by_filter(c, agent_id, match, k, channels))
 
     async def by_top(self, agent_id: str, query: str, k: int, channels: list[str] | None) -> Found | None:
         match = fts_any_query(query)
         assert match is not None
-        return await self._read("top plan", lambda c: _keyword_by_top(c, agent_id, match, k, channels))
+        return await self._read("top plan", lambda c: keyword_by_top(c, agent_id, match, k, channels))
 
     async def by_bound(self, agent_id: str, query: str, k: int, channels: list[str] | None) -> Found | None:
         words = fts_any_words(query)
