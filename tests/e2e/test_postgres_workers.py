@@ -183,17 +183,13 @@ def test_a_worker_killed_mid_turn_is_taken_over_by_another_host_exactly_once(
     served_later: dict[str, str] = {}  # event sent after the kill -> the survivor that answered it
     try:
         event_id = _send(persyn, "Please remember the blue door.", fast)
-        # every step before transmit is checkpointed; the first worker sleeps before transmit
+        # every model call before transmit is checkpointed (inline, the turn is one step: respond,
+        # the two critics, the decision); the first worker sleeps before transmit
         _wait_for(
-            lambda: bool(
-                _query(
-                    url,
-                    "SELECT 1 FROM dbos.operation_outputs WHERE workflow_uuid = :id "
-                    "AND function_name = 'persyn.decide' AND completed_at_epoch_ms IS NOT NULL",
-                    id=event_id,
-                )
+            lambda: (
+                _query(url, "SELECT count(*) FROM model_calls WHERE workflow_id = :id", id=event_id) == [(4,)]
             ),
-            "the steps before transmit",
+            "the calls before transmit",
             logs=hosts,
         )
         running = _status(url, event_id)

@@ -85,6 +85,17 @@ def _step_done(home: Path, workflow_id: str, step: str) -> bool:
     return bool(_dbos(home, sql, workflow_id, step))
 
 
+def _calls_before_transmit(home: Path, workflow_id: str) -> bool:
+    """Inline, the whole turn is one step (`persyn.turn`); every model call before transmit is
+    checkpointed by the gateway as it returns: respond, the two critics, the decision."""
+    try:
+        with sqlite3.connect(home / "data" / "persyn.db", timeout=5) as db:
+            rows = db.execute("SELECT count(*) FROM model_calls WHERE workflow_id = ?", (workflow_id,))
+            return int(rows.fetchone()[0]) == 4
+    except sqlite3.OperationalError:  # not migrated yet, or busy
+        return False
+
+
 def _workflow(home: Path, workflow_id: str) -> tuple[object, ...] | None:
     rows = _dbos(home, "SELECT status, executor_id FROM workflow_status WHERE workflow_uuid = ?", workflow_id)
     return rows[0] if rows else None
@@ -155,7 +166,7 @@ def test_a_killed_daemon_restarted_beside_a_live_one_recovers_its_own_turn(persy
         sent = persyn.run("send", "--no-wait", "Please remember the blue door.")
         assert sent.returncode == 0, sent.stderr
         event_id = sent.stdout.strip()
-        _wait_for(lambda: _step_done(persyn.home, event_id, "persyn.decide"), 60, "the steps before transmit")
+        _wait_for(lambda: _calls_before_transmit(persyn.home, event_id), 60, "the calls before transmit")
         others.append(persyn.start_daemon("run"))  # run-1: alive throughout, never takes it over
         assert _messages(persyn.home, event_id, "agent") == []
         first.send_signal(signal.SIGKILL)
@@ -188,7 +199,7 @@ def test_a_worker_of_another_role_adopts_the_turn_of_a_dead_executor(persyn: Per
         sent = persyn.run("send", "--no-wait", "Please remember the blue door.")
         assert sent.returncode == 0, sent.stderr
         event_id = sent.stdout.strip()
-        _wait_for(lambda: _step_done(persyn.home, event_id, "persyn.decide"), 60, "the steps before transmit")
+        _wait_for(lambda: _calls_before_transmit(persyn.home, event_id), 60, "the calls before transmit")
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
         # worker-0, not run-0: DBOS would recover nothing of run-0's at its launch; the dead
