@@ -28,7 +28,7 @@ from typing import Any
 from persyn.channels.agents import AGENT_SERVICE, AgentLink
 from persyn.core.clock import ManualClock, SystemClock
 from persyn.store.base import Role
-from persyn.store.runs import SpendKind
+from persyn.store.ports.runs import SpendKind
 from persyn.testing.harness import ADA, START, Pilot, RecordingChannel, harness_settings, run_runtime
 from persyn.testing.models import register_double
 from persyn.testing.pacing import BOB, chatty, ticking

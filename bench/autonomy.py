@@ -28,7 +28,7 @@ from persyn.core.config import AgentConfig, load_settings
 from persyn.core.ids import new_id
 from persyn.gateway.base import TokenUsage
 from persyn.runtime.app import Runtime
-from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.background.autonomy import recent_activity
 from persyn.runtime.compose import build_runtime
 from persyn.schedule import interval_trigger, set_reminder
 from persyn.testing.models import DoubleReply, minimal_instance, output_schema, register_double

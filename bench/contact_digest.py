@@ -22,7 +22,7 @@ from pathlib import Path
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
-from persyn.runtime.inspect import contact
+from persyn.ops.history import contact
 from persyn.store import Identity, Store, open_store
 
 _START = datetime(2020, 1, 1, tzinfo=UTC)

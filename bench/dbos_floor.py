@@ -1,7 +1,7 @@
 """What DBOS itself costs per activation on the embedded store: the floor under `turn.py`'s
 platform overhead and `dispatch.py`'s CPU per activation.
 
-On the same SQLite system-database engine Persyn uses (`runtime/_dbos_sqlite.py`), runs
+On the same SQLite system-database engine Persyn uses (`runtime/durable/_system_sqlite.py`), runs
 workflows of 0, 1, 3 and 5 steps that do nothing, started directly (until the result) and
 enqueued on a queue partitioned like Persyn's events queue (partition concurrency 1, this
 process's worker woken on enqueue as the runtime does; until the end of the body, before
@@ -25,8 +25,8 @@ from typing import Any
 from dbos import DBOS, SetEnqueueOptions, SetWorkflowID
 
 from persyn.core.ids import new_id
-from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
-from persyn.runtime._dbos_wake import install_queue_waker
+from persyn.runtime.durable._system_sqlite import dbos_sqlite_engine
+from persyn.runtime.durable._wake import install_queue_waker
 
 _QUEUE = "floor-events"
 

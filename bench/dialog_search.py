@@ -48,9 +48,9 @@ from sqlalchemy.engine import make_url
 
 from persyn.core.ids import new_id
 from persyn.store import Store, open_store
-from persyn.store._postgres_engine import driver_url
-from persyn.store.dialog import Role
-from persyn.store.schema import messages
+from persyn.store.ports.dialog import Role
+from persyn.store.postgres.engine import driver_url
+from persyn.store.schema.tables import messages
 
 _BENCH_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev.json"
 _START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from persyn.core.ids import new_id
 from persyn.graph.recall import recall
 from persyn.store import open_store
-from persyn.store.graph_rows import FactSource, GraphView, RelationFact
+from persyn.store.ports.graph_rows import FactSource, GraphView, RelationFact
 
 _BATCH = 500
 

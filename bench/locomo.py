@@ -72,7 +72,7 @@ from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.importer import import_channel_key, import_jsonl
 from persyn.memory.retrieval import Mode, Retriever
 from persyn.store.base import Identity, Store
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.store import SQLiteStore
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev.json"
 KS = (1, 3, 5, 10)

@@ -31,7 +31,7 @@ filtered by the compartment's rowids inside the FTS5 scan, lighter candidate fet
 Vector search is exact brute force over the compartment's channels, so its cost follows
 the size of the compartment, not of the whole memory: an agent whose memories all sit in
 one channel pays for all of them (last row). Migration 16 made a channel of 2,000 vectors
-or more searched through binary codes and an exact re-rank (`store/_sqlite_ann.py`):
+or more searched through binary codes and an exact re-rank (`store/sqlite/ann.py`):
 
     uv run python bench/memory_scale.py --vector-stage [--stage-sizes 10000,100000,1000000]
 
@@ -285,10 +285,10 @@ from persyn.memory._query import analyse_query
 from persyn.memory.embedder import Embedder, embedder_from_config, warm_embedder
 from persyn.memory.retrieval import Mode, Retriever
 from persyn.store import open_store
-from persyn.store._sqlite_engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
-from persyn.store._sqlite_keyword import fts_any_query, keyword_by_filter, keyword_by_top
 from persyn.store.base import Store
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
+from persyn.store.sqlite.keyword import fts_any_query, keyword_by_filter, keyword_by_top
+from persyn.store.sqlite.store import SQLiteStore
 
 SEED = 20260301
 START = datetime(2025, 3, 1, tzinfo=UTC)

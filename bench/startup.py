@@ -18,7 +18,7 @@ Figures move with machine load (`bench/README.md`): the table's header prints `o
     uv run python bench/startup.py [--runs 5] [--only send]
 
 `persyn send` hands the message to the running worker over its control socket
-(`runtime/control.py`); `--only send` measures just that row.
+(`runtime/durable/control.py`); `--only send` measures just that row.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from persyn.core.config import McpConfig
 from persyn.core.config_cognition import DEFERRED_TOOLS
 from persyn.gateway.base import ToolCall
 from persyn.memory.retrieval import estimate_tokens
-from persyn.runtime.tool_ops import OPERATOR_CHANNEL, agent_registry
+from persyn.ops.tools import OPERATOR_CHANNEL, agent_registry
 from persyn.testing import ADA
 from persyn.testing.harness import harness_settings
 from persyn.tools.mcp_servers import McpTools

@@ -34,7 +34,7 @@ vec0's cost is per row, not per byte (bit vectors scan no faster than floats), a
 per-partition overhead makes many small IVF lists slow; these synthetic embeddings cluster
 weakly, so IVF needs a fifth of the lists probed for recall@10 0.95. Only a scan of centred
 sign bits outside vec0 reaches recall@10 >= 0.98 (R = 20 x k) at a fraction of the cost.
-The store adopted it in migration 16 (`store/_sqlite_ann.py`), with two projections per
+The store adopted it in migration 16 (`store/sqlite/ann.py`), with two projections per
 dimension instead of the coordinates' signs and an int8 re-rank in memory before the exact
 one; `bench/memory_scale.py --vector-stage` measures the store itself.
 """
@@ -59,7 +59,7 @@ from memory_scale import _queries, _records
 
 from persyn.core.config import MemoryConfig
 from persyn.memory.embedder import embedder_from_config
-from persyn.store._sqlite_engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
+from persyn.store.sqlite.engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
 
 K = 100
 Search = Callable[[np.ndarray[Any, Any]], list[str]]

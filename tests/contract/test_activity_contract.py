@@ -10,8 +10,8 @@ from persyn.core.errors import InputError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
 from persyn.store import Store
-from persyn.store.activity import UNATTRIBUTED_RUN, ActivityEntry
 from persyn.store.base import Provenance
+from persyn.store.ports.activity import UNATTRIBUTED_RUN, ActivityEntry
 
 T0 = datetime(2026, 3, 2, 12, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

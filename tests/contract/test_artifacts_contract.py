@@ -1,4 +1,4 @@
-"""Shared artifacts (`store/artifacts.py`), as every store must keep them: versions numbered
+"""Shared artifacts (`store/ports/artifacts.py`), as every store must keep them: versions numbered
 per artifact in order of arrival, each whole and attributed; a write based on a version that
 is no longer the latest stores nothing; concurrent writers never share a number; a listing
 answers only for the scopes it is asked about."""
@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from persyn.core.ids import new_id
 from persyn.store import Store
-from persyn.store.artifacts import ArtifactVersion
+from persyn.store.ports.artifacts import ArtifactVersion
 
 T0 = datetime(2026, 12, 2, 9, tzinfo=UTC)
 ADA, BEA = new_id(T0), new_id(T0 + timedelta(seconds=1))

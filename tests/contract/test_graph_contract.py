@@ -13,7 +13,7 @@ from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.memory.access import eligible_channels, may_surface
 from persyn.store import Store
-from persyn.store.graph_rows import EntityFact, FactSource, GraphView, RelationFact, entity_key
+from persyn.store.ports.graph_rows import EntityFact, FactSource, GraphView, RelationFact, entity_key
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 ROOM = "slack:general"

@@ -1,5 +1,5 @@
 """Guardrail events and checks, the interaction window, and emotional-state readings
-(`store/guardrails.py`, `store/emotions.py`), as every store must keep them."""
+(`store/ports/guardrails.py`, `store/ports/emotions.py`), as every store must keep them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from persyn.core.ids import new_id
 from persyn.store import Store
 from persyn.store.base import Identity, Message, Role
-from persyn.store.emotions import EmotionReading
-from persyn.store.guardrails import GuardrailCheck, GuardrailEvent
+from persyn.store.ports.emotions import EmotionReading
+from persyn.store.ports.guardrails import GuardrailCheck, GuardrailEvent
 
 T0 = datetime(2026, 12, 1, 9, tzinfo=UTC)
 AGENT = new_id(T0)

@@ -9,7 +9,7 @@ import pytest
 from persyn.core.errors import InputError
 from persyn.core.ids import new_id
 from persyn.store import Store
-from persyn.store.jobs import MAX_ERROR_CHARS, Consolidation, ConsolidationStatus, Watermark
+from persyn.store.ports.jobs import MAX_ERROR_CHARS, Consolidation, ConsolidationStatus, Watermark
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 

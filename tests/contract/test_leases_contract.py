@@ -1,4 +1,4 @@
-"""Leases (`store/leases.py`), as every store must keep them: one holder at a time, renewed
+"""Leases (`store/ports/leases.py`), as every store must keep them: one holder at a time, renewed
 by its holder, taken over once lapsed, given up only by its holder; racing acquirers get
 one winner. The clock is the caller's, so lapsing takes no waiting."""
 

@@ -19,7 +19,7 @@ from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity, channel_key
 from persyn.store import Store
 from persyn.store.base import RecallCandidate
-from persyn.store.jobs import ConsolidationStatus
+from persyn.store.ports.jobs import ConsolidationStatus
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 MAIN = channel_key("terminal", "main")

@@ -1,4 +1,4 @@
-"""Model-call checkpoints (`store/model_calls.py`), as every store must keep them: found by
+"""Model-call checkpoints (`store/ports/model_calls.py`), as every store must keep them: found by
 key, written in the order asked (a write asked for later commits after), the first response
 kept, a bad key refused at once, old ones purged by age."""
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from persyn.core.ids import derived_id, new_id
 from persyn.store import Store
-from persyn.store.outbox import OutboxRow
+from persyn.store.ports.outbox import OutboxRow
 
 T0 = datetime(2026, 12, 1, 9, tzinfo=UTC)
 AGENT = new_id(T0)

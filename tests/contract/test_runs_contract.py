@@ -12,7 +12,7 @@ from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
 from persyn.store import Store
 from persyn.store.base import Provenance
-from persyn.store.runs import RunConversation, RunState, SpendKind
+from persyn.store.ports.runs import RunConversation, RunState, SpendKind
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 DAY = timedelta(hours=24)

@@ -22,8 +22,8 @@ from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.core.ids import derived_id, new_id
 from persyn.store import Conversation, Identity, Message, Person, Role, Store, open_store
 from persyn.store.base import ReplyUpkeep
-from persyn.store.migrations import LATEST_VERSION
-from persyn.store.runs import ChannelEntry, SpendKind
+from persyn.store.ports.runs import ChannelEntry, SpendKind
+from persyn.store.schema.migrations import LATEST_VERSION
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 HOUR = 3600.0

@@ -1,4 +1,4 @@
-"""Web API keys (`store/web_keys.py`), as every store must keep them: found by hash only,
+"""Web API keys (`store/ports/web_keys.py`), as every store must keep them: found by hash only,
 listed oldest first, revoked once (the first revocation time stays), a hash never twice."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.store import Store
-from persyn.store.web_keys import WebKey
+from persyn.store.ports.web_keys import WebKey
 
 T0 = datetime(2026, 12, 1, 9, tzinfo=UTC)
 

@@ -1,5 +1,5 @@
 """A piped `persyn chat` exits cleanly, and what it left unfinished is done by the next
-process (issue 15 item 4b; `runtime/_dbos_shutdown.py`)."""
+process (issue 15 item 4b; `runtime/durable/_shutdown.py`)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from persyn_cli import Persyn
 from pydantic import BaseModel
 
 from persyn.core.config import AgentConfig, Price, Settings, parse_settings
-from persyn.runtime.setup import DEFAULT_DISPOSITION
+from persyn.ops.init_home import DEFAULT_DISPOSITION
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from persyn_cli import Persyn
 from persyn.core.config import load_settings
 from persyn.core.ids import new_id
 from persyn.store import open_store
-from persyn.store.activity import ActivityEntry
+from persyn.store.ports.activity import ActivityEntry
 
 pytestmark = pytest.mark.e2e
 

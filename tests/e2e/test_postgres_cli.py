@@ -7,7 +7,7 @@ import pytest
 from persyn_cli import Persyn
 
 from persyn.store import open_store
-from persyn.store.migrations import LATEST_VERSION
+from persyn.store.schema.migrations import LATEST_VERSION
 from persyn.testing.postgres import PostgresForTests
 
 pytestmark = pytest.mark.e2e

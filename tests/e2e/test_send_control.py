@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from persyn_cli import Persyn
 
-from persyn.runtime.control_client import control_path, short_address
+from persyn.runtime.durable.control_client import control_path, short_address
 
 pytestmark = pytest.mark.e2e
 

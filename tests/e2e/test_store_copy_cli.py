@@ -20,10 +20,10 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import Engine, make_url
 
 from persyn.store import open_store
-from persyn.store._postgres_engine import create_postgres_engine, driver_url
-from persyn.store.copy import COPY_TABLE
-from persyn.store.schema import metadata
-from persyn.store.sqlite import create_sqlite_engine
+from persyn.store.copying import COPY_TABLE
+from persyn.store.postgres.engine import create_postgres_engine, driver_url
+from persyn.store.schema.tables import metadata
+from persyn.store.sqlite.store import create_sqlite_engine
 from persyn.testing.postgres import PostgresForTests
 
 pytestmark = pytest.mark.e2e

@@ -19,10 +19,10 @@ from persyn.cli.render import block, dump_json, one_line, visible
 from persyn.core.config import load_settings
 from persyn.core.ids import new_id
 from persyn.people.observations import DOSSIER_FLAG
-from persyn.runtime.autonomy import ActivityEntry
+from persyn.runtime.background.autonomy import ActivityEntry
 from persyn.store import open_store
 from persyn.store.base import AtTrigger, Goal, Observation, Reminder
-from persyn.store.graph_rows import EntityFact, FactSource, RelationFact
+from persyn.store.ports.graph_rows import EntityFact, FactSource, RelationFact
 
 # What a hostile message carries: a window-title change (OSC ... BEL), colours, a screen
 # clear through the 8-bit CSI, a right-to-left override, Rich markup and a hyperlink.

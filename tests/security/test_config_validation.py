@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from persyn.core.config import Settings, load_settings
 from persyn.core.errors import ConfigError
 from persyn.core.ids import new_id
-from persyn.runtime.setup import init_home
+from persyn.ops.init_home import init_home
 
 AGENT_ID = new_id()
 

@@ -20,7 +20,7 @@ from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.reflection import SelfAssessment
 from persyn.gateway.base import TokenUsage
-from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.background.autonomy import recent_activity
 from persyn.testing import ADA, registered_double, run_runtime
 from persyn.testing.models import DoubleReply
 

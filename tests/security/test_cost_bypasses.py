@@ -24,7 +24,7 @@ from pydantic_ai.models.function import AgentInfo
 from persyn.core.errors import ToolError
 from persyn.core.events import Speaker
 from persyn.gateway.base import TokenUsage
-from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.background.autonomy import recent_activity
 from persyn.testing import ADA, registered_double, run_runtime, tool_returns
 from persyn.testing.models import DoubleReply
 

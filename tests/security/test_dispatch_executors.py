@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from persyn_cli import Persyn
 
-from persyn.runtime._executor import adopt_dead_executors, claim_executor_slot, host_name
+from persyn.runtime.durable._executor import adopt_dead_executors, claim_executor_slot, host_name
 
 
 # slots ------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
 from persyn.memory.access import may_surface
 from persyn.memory.importer import SpeakerContact
-from persyn.runtime.memory_ops import MemoryOps, memory_ops
+from persyn.ops.memory import MemoryOps, memory_ops
 from persyn.store.base import Identity, Person, Provenance
 from persyn.testing import harness_settings
 

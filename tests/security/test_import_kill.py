@@ -24,7 +24,7 @@ from persyn.core.records import MemoryRecord
 from persyn.memory.importer import import_jsonl
 from persyn.store import Store, open_store
 from persyn.store.base import Identity, Message, Role
-from persyn.store.jobs import ConsolidationStatus
+from persyn.store.ports.jobs import ConsolidationStatus
 from persyn.testing.embedder import HashEmbedder
 
 ENV = {"PERSYN_MEMORY__EMBEDDER": "test:hash"}

@@ -15,7 +15,7 @@ import pytest
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
 from persyn.core.ids import new_id
-from persyn.runtime.memory_ops import MemoryOps, memory_ops
+from persyn.ops.memory import MemoryOps, memory_ops
 from persyn.store.base import Identity
 from persyn.testing import harness_settings
 

@@ -23,7 +23,7 @@ from pydantic_ai.models.function import AgentInfo
 from persyn.cognition.reflection import SelfAssessment
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.background.autonomy import recent_activity
 from persyn.store import Identity
 from persyn.testing import ADA, START, Pilot, consolidation_reply, registered_double, run_runtime
 from persyn.testing.models import DoubleReply

@@ -24,8 +24,8 @@ from web_daemon import WebDaemon
 
 from persyn.cli.log_filter import OneLineErrors, RepeatFilter
 from persyn.core.errors import STORAGE_UNAVAILABLE
-from persyn.runtime._storage_full import STORAGE_FULL_REASON
-from persyn.runtime.dispatch import emotion_workflow_id
+from persyn.runtime.durable._storage_full import STORAGE_FULL_REASON
+from persyn.runtime.durable.dispatch import emotion_workflow_id
 from persyn.testing.harness import WAIT_SECONDS, run_runtime
 from persyn.testing.models import (
     DoubleReply,

@@ -9,7 +9,7 @@ What it does:
 - Every served agent connects as its own nick (`[channels.irc] nick`, `{agent}` filled),
   joins the configured rooms and observes every message there; a direct message, or one
   that names the nick, is addressed to the agent. Everything else is overheard traffic,
-  which gets the engagement decision before any draft (`runtime/activation.py`).
+  which gets the engagement decision before any draft (`runtime/turn/activation.py`).
 - Senders resolve through the directory key (service `irc`, channel the network, speaker
   the nick), so one person is one contact in every room and in private; nicks of this
   deployment's other agents and `[channels.irc] bots` are marked `agent`.

@@ -36,7 +36,7 @@ def heartbeat_status_command(
 ) -> None:
     """Whether the heartbeat beats and when next, today's autonomy budget, and what the agent
     recently did on its own (beats, reminders, skips, rests)."""
-    from persyn.runtime.inspect_autonomy import heartbeat
+    from persyn.ops.autonomy import heartbeat
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -67,7 +67,7 @@ def heartbeat_status_command(
 def heartbeat_delete(ctx: typer.Context, agent: AgentOption = None) -> None:
     """Put the agent to sleep: no beats (durably, across restarts) until `restore`. It still
     answers messages, and its own reminders still fire."""
-    from persyn.runtime.inspect_autonomy import sleep
+    from persyn.ops.autonomy import sleep
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -81,7 +81,7 @@ def heartbeat_delete(ctx: typer.Context, agent: AgentOption = None) -> None:
 @heartbeat_app.command("restore")
 def heartbeat_restore(ctx: typer.Context, agent: AgentOption = None) -> None:
     """Wake the agent's idle cognition: the heartbeat beats again, first one interval from now."""
-    from persyn.runtime.inspect_autonomy import wake
+    from persyn.ops.autonomy import wake
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -98,7 +98,7 @@ def reminders_list(
     as_json: JsonOption = False,
 ) -> None:
     """The reminders the agent set itself, soonest first (the heartbeat is not one of them)."""
-    from persyn.runtime.inspect_autonomy import agent_reminders
+    from persyn.ops.autonomy import agent_reminders
     from persyn.schedule import describe_trigger
 
     cli = CliContext.of(ctx)
@@ -125,7 +125,7 @@ def reminders_show(
     agent: AgentOption = None,
 ) -> None:
     """A reminder and what happened the last times it fired."""
-    from persyn.runtime.inspect_autonomy import reminder
+    from persyn.ops.autonomy import reminder
     from persyn.schedule import describe_trigger
 
     cli = CliContext.of(ctx)
@@ -148,7 +148,7 @@ def reminders_cancel(
 ) -> None:
     """Cancel one of the agent's reminders: it never fires again (it stays listed with
     `--cancelled`)."""
-    from persyn.runtime.inspect_autonomy import cancel_reminder
+    from persyn.ops.autonomy import cancel_reminder
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -167,7 +167,7 @@ def activity_command(
 ) -> None:
     """What the agent did on its own — heartbeat beats, reminder runs, skips and rests — with
     each run's token cost, newest first."""
-    from persyn.runtime.inspect_autonomy import activity
+    from persyn.ops.autonomy import activity
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -191,7 +191,7 @@ def goals_list(
     as_json: JsonOption = False,
 ) -> None:
     """The goals the agent set itself: open ones first, then how the others ended."""
-    from persyn.runtime.inspect_autonomy import agent_goals
+    from persyn.ops.autonomy import agent_goals
 
     cli = CliContext.of(ctx)
     settings = cli.settings

@@ -23,7 +23,7 @@ def channels_list(
     as_json: JsonOption = False,
 ) -> None:
     """Channels the agent has conversed on, most recently active first."""
-    from persyn.runtime.inspect import channels
+    from persyn.ops.history import channels
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -48,7 +48,7 @@ def channels_show(
 ) -> None:
     """A channel's latest conversations with their summaries, newest first (bounded); read one
     in full with `persyn conversations show ID`."""
-    from persyn.runtime.inspect import channel
+    from persyn.ops.history import channel
 
     cli = CliContext.of(ctx)
     settings = cli.settings

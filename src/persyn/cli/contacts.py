@@ -35,7 +35,7 @@ def contacts_list(
     as_json: JsonOption = False,
 ) -> None:
     """Everyone the agent has met, most recently seen first."""
-    from persyn.runtime.inspect import contacts
+    from persyn.ops.history import contacts
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -72,7 +72,7 @@ def contacts_show(
 ) -> None:
     """A contact's identities, addresses, last interaction and a digest of their latest
     conversations (summaries, bounded; read one in full with `persyn conversations show ID`)."""
-    from persyn.runtime.inspect import contact
+    from persyn.ops.history import contact
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -125,7 +125,7 @@ def contacts_rename(
     agent: AgentOption = None,
 ) -> None:
     """Change how a contact is named; identities and history stay as they are."""
-    from persyn.runtime.inspect import rename_contact
+    from persyn.ops.history import rename_contact
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -149,7 +149,7 @@ def contacts_merge(
     """Fold a duplicate into one contact, retroactively: identities, addresses, preferences,
     facts, observations, dialog, conversations and memories all name the survivor, so the
     agent recognises the person on every channel either record knew."""
-    from persyn.runtime.inspect import merge_contacts
+    from persyn.ops.history import merge_contacts
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -161,7 +161,7 @@ def contacts_merge(
 def _identity_command(
     cli: CliContext, person_id: str, service: str, channel: str, speaker: str, agent: str | None, attach: bool
 ) -> None:
-    from persyn.runtime.inspect import change_identity
+    from persyn.ops.history import change_identity
     from persyn.store.base import Identity
 
     if not all(part.strip() for part in (service, channel, speaker)):
@@ -206,7 +206,7 @@ _ADDRESS_LABEL_HELP = "The kind of address: a short word such as email, phone, m
 def _address_command(
     cli: CliContext, person_id: str, label: str, value: str, agent: str | None, add: bool
 ) -> None:
-    from persyn.runtime.inspect import change_address
+    from persyn.ops.history import change_address
 
     settings = cli.settings
     person, changed = run(
@@ -257,7 +257,7 @@ def contacts_prefer(
     agent: AgentOption = None,
 ) -> None:
     """Set the channel on which to reach a contact first."""
-    from persyn.runtime.inspect import prefer_channel
+    from persyn.ops.history import prefer_channel
 
     cli = CliContext.of(ctx)
     settings = cli.settings

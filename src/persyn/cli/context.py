@@ -113,8 +113,8 @@ class CliContext:
         return self.settings.agent(name)
 
     def preflight(self) -> None:
-        """Before a runtime starts: its database files must be databases (runtime/doctor.py)."""
-        from persyn.runtime.doctor import preflight
+        """Before a runtime starts: its database files must be databases (ops/doctor/checks.py)."""
+        from persyn.ops.doctor.checks import preflight
 
         preflight(self.settings)
 

@@ -27,7 +27,7 @@ def conversations_list(
     as_json: JsonOption = False,
 ) -> None:
     """List conversations, newest first."""
-    from persyn.runtime.inspect import list_conversations
+    from persyn.ops.history import list_conversations
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -58,7 +58,7 @@ def conversations_show(
     ] = False,
 ) -> None:
     """Read a conversation's full dialog."""
-    from persyn.runtime.inspect import conversation_dialog
+    from persyn.ops.history import conversation_dialog
 
     cli = CliContext.of(ctx)
     settings = cli.settings

@@ -14,7 +14,7 @@ def doctor(ctx: typer.Context) -> None:
 
     Says which model "auto" chose in this process and why, and checks every model of a
     fallback chain. Deployment-wide: every agent's models and the shared database."""
-    from persyn.runtime.doctor import run_doctor
+    from persyn.ops.doctor.checks import run_doctor
 
     raise typer.Exit(run(run_doctor(CliContext.of(ctx).home)))
 

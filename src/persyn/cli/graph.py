@@ -53,7 +53,7 @@ def graph_query(
     as_json: JsonOption = False,
 ) -> None:
     """An entity, what is known about it, and everything within N relations of it."""
-    from persyn.runtime.inspect_graph import graph_query as query
+    from persyn.ops.graph import graph_query as query
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -88,7 +88,7 @@ def graph_path(
 ) -> None:
     """A shortest chain of relations between two entities (in either direction). Exits 1
     when they are not connected within --max-hops."""
-    from persyn.runtime.inspect_graph import graph_path as path
+    from persyn.ops.graph import graph_path as path
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -112,7 +112,7 @@ def graph_path(
 @graph_app.command("stats")
 def graph_stats(ctx: typer.Context, agent: AgentOption = None) -> None:
     """How many entities, mentions and relations the agent's graph holds."""
-    from persyn.runtime.inspect_graph import graph_stats as stats
+    from persyn.ops.graph import graph_stats as stats
 
     cli = CliContext.of(ctx)
     settings = cli.settings

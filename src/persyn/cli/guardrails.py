@@ -12,7 +12,7 @@ from persyn.cli.help import command_group
 from persyn.cli.render import dump_json, echo, one_line
 
 if TYPE_CHECKING:
-    from persyn.store.guardrails import GuardrailEvent
+    from persyn.store.ports.guardrails import GuardrailEvent
 
 __all__ = ["register"]
 
@@ -39,7 +39,7 @@ def guardrails_list(
 ) -> None:
     """The patterns in force ([safety], [[guardrails]]: the same for every agent) and the
     blocks active now."""
-    from persyn.runtime.inspect_guardrails import active_blocks, guardrail_patterns
+    from persyn.ops.guardrails import active_blocks, guardrail_patterns
 
     cli = CliContext.of(ctx)
     chosen = None if agent is None else cli.settings.agent(agent).id
@@ -86,7 +86,7 @@ def guardrails_events(
     as_json: JsonOption = False,
 ) -> None:
     """Every recorded trigger, newest first: the pattern, whom or what, why, and what was done."""
-    from persyn.runtime.inspect_guardrails import guardrail_events
+    from persyn.ops.guardrails import guardrail_events
 
     cli = CliContext.of(ctx)
     chosen = None if agent is None else cli.settings.agent(agent).id
@@ -115,7 +115,7 @@ def guardrails_lift(
 ) -> None:
     """End a block now (the event stays recorded). Deployment-wide: EVENT_ID names the block of
     whichever agent it is."""
-    from persyn.runtime.inspect_guardrails import lift_block
+    from persyn.ops.guardrails import lift_block
 
     cli = CliContext.of(ctx)
     lifted = run(lift_block(cli.settings, event_id, cli.now()))

@@ -96,7 +96,7 @@ def memory_import(
     2 when nothing could be imported (no such file, a bad option, an unknown or ambiguous --as
     contact)."""
     from persyn.memory.importer import parse_speaker_contact, read_speaker_contacts
-    from persyn.runtime.memory_ops import estimate_extraction, extract_imported, memory_ops
+    from persyn.ops.memory import estimate_extraction, extract_imported, memory_ops
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -194,7 +194,7 @@ def memory_recall(
 ) -> None:
     """Exactly the retrieval the agent uses when it answers, with each record's band. A name
     several contacts go by is an error listing them: give the id."""
-    from persyn.runtime.memory_ops import memory_ops, read_queries
+    from persyn.ops.memory import memory_ops, read_queries
 
     cli = CliContext.of(ctx)
     cli.move_to(now)
@@ -251,7 +251,7 @@ def memory_list(
     as_json: JsonOption = False,
 ) -> None:
     """The newest memories."""
-    from persyn.runtime.memory_ops import memory_ops
+    from persyn.ops.memory import memory_ops
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -283,7 +283,7 @@ def memory_show(
     as_json: JsonOption = False,
 ) -> None:
     """One memory with all its metadata; --dialog pulls the verbatim exchange behind it."""
-    from persyn.runtime.memory_ops import memory_ops
+    from persyn.ops.memory import memory_ops
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -320,7 +320,7 @@ def memory_forget(
     ctx: typer.Context, record_id: Annotated[str, typer.Argument(metavar="ID")], agent: AgentOption = None
 ) -> None:
     """Delete one memory (its vector and index entries too)."""
-    from persyn.runtime.memory_ops import memory_ops
+    from persyn.ops.memory import memory_ops
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -342,7 +342,7 @@ def memory_stats(
 ) -> None:
     """How many memories, by channel, sensitivity, importance and kind, and which encoder made
     their vectors: a table per grouping (--json: the same numbers as one object)."""
-    from persyn.runtime.memory_ops import memory_ops
+    from persyn.ops.memory import memory_ops
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -405,7 +405,7 @@ def memory_cull(
 ) -> None:
     """Delete memories rated below [memory] cull_below_importance AND older than
     cull_after_days (defaults 3/10 and 14 days); important memories stay regardless of age."""
-    from persyn.runtime.memory_ops import memory_ops
+    from persyn.ops.memory import memory_ops
 
     cli = CliContext.of(ctx)
     cli.move_to(now)
@@ -428,7 +428,7 @@ def memory_cull(
 @memory_app.command("reindex")
 def memory_reindex(ctx: typer.Context, agent: AgentOption = None) -> None:
     """Re-embed memories whose vectors came from another encoder (after changing [memory] embedder)."""
-    from persyn.runtime.memory_ops import memory_ops
+    from persyn.ops.memory import memory_ops
 
     cli = CliContext.of(ctx)
     settings = cli.settings

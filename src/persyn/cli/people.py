@@ -28,7 +28,7 @@ def people_observations(
     as_json: JsonOption = False,
 ) -> None:
     """Observations about a person (extracted after each conversation closes)."""
-    from persyn.runtime.inspect import person_observations
+    from persyn.ops.history import person_observations
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -62,7 +62,7 @@ def people_dossier(
     agent: AgentOption = None,
 ) -> None:
     """The agent's briefing on a person, as last synthesised from their observations."""
-    from persyn.runtime.inspect import person_observations
+    from persyn.ops.history import person_observations
 
     cli = CliContext.of(ctx)
     settings = cli.settings

@@ -23,14 +23,14 @@ if TYPE_CHECKING:
     from persyn.core.clock import Clock
     from persyn.core.config import Settings
     from persyn.core.events import Speaker
-    from persyn.runtime import control_client
     from persyn.runtime.app import Runtime
+    from persyn.runtime.durable import control_client
     from persyn.store import Store
 
 __all__ = ["CHAT_EXIT_GRACE_SECONDS", "NO_WORKER_EXIT", "chat_runtime", "register"]
 
 # What background work of the chat may still finish at exit (a turn's tail, an instant
-# model's deliberation); the rest resumes in the next process (`runtime/_dbos_shutdown.py`).
+# model's deliberation); the rest resumes in the next process (`runtime/durable/_shutdown.py`).
 CHAT_EXIT_GRACE_SECONDS = 0.5
 NO_WORKER_EXIT = 3  # `persyn send`: queued, but no worker is running to answer it
 
@@ -48,7 +48,7 @@ def chat(
     Without an API key the agent runs on a tiny offline model (Gemma 3 270M via llama.cpp);
     set ANTHROPIC_API_KEY / OPENAI_API_KEY or [models] in persyn.toml for a real one."""
     from persyn.channels.terminal import run_chat
-    from persyn.runtime.speakers import resolve_speaker
+    from persyn.runtime.turn.speakers import resolve_speaker
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -119,7 +119,7 @@ def send(
     (the default) the reply, or the agent's stated reason for silence, is printed."""
     from persyn.core.ids import new_id
     from persyn.core.messages import validate_message_text
-    from persyn.runtime import control_client as control
+    from persyn.runtime.durable import control_client as control
 
     # Checked before anything is queued: a failure after it would make a retry a duplicate.
     if not (timeout > 0 and math.isfinite(timeout)):
@@ -167,7 +167,7 @@ async def _send_through_queue(
     """`persyn send` with no worker on the control socket: store and enqueue through a DBOS
     client (`dispatch.Submitter`), then wait for the marker in the store."""
     from persyn.core.events import Event, Speaker
-    from persyn.runtime.dispatch import NoWorkerRunning, Submitter, worker_liveness
+    from persyn.runtime.durable.dispatch import NoWorkerRunning, Submitter, worker_liveness
 
     cli.preflight()
     settings = cli.settings
@@ -237,9 +237,9 @@ def _no_worker(event_id: str) -> str:
 async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -> int:
     from persyn.channels.network import configured_channels
     from persyn.cli.web import serve_web, web_surface
-    from persyn.runtime.channel_leases import ChannelOwnership
     from persyn.runtime.compose import build_runtime
-    from persyn.runtime.control import ControlServer
+    from persyn.runtime.durable.channel_leases import ChannelOwnership
+    from persyn.runtime.durable.control import ControlServer
 
     settings = cli.settings
     cli.preflight()
@@ -252,7 +252,7 @@ async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -
     await runtime.start(workers=workers, scheduler=housekeeping)
     control = await ControlServer.start(runtime, settings)  # `persyn send`'s fast path
     # The chat networks connect in a process that runs the scheduler (`persyn run`), and in
-    # one of those only: the one holding each network's lease (`runtime/channel_leases.py`).
+    # one of those only: the one holding each network's lease (`runtime/durable/channel_leases.py`).
     # A scale-out worker, or a second `persyn run`, would join the rooms a second time.
     networks = ChannelOwnership(
         runtime.store,

@@ -25,7 +25,7 @@ def init(
     API key is set, else a model server already running on this machine, else the bundled
     tiny model (`persyn doctor` says which)."""
     from persyn.core.config import home_from_env
-    from persyn.runtime.setup import init_home
+    from persyn.ops.init_home import init_home
 
     cli = CliContext.of(ctx)
     root = home_from_env(home or cli.home)

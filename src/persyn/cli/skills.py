@@ -22,7 +22,7 @@ skills_app = command_group(
 
 
 def _library(ctx: typer.Context, agent: str | None) -> SkillLibrary:
-    from persyn.runtime.agent_tools import agent_skills
+    from persyn.runtime.turn.agent_tools import agent_skills
 
     settings = CliContext.of(ctx).settings
     library = agent_skills(settings, settings.agent(agent))

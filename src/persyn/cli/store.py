@@ -51,7 +51,7 @@ def store_copy(
 
     Exit codes: 0 when every count agrees; 1 when some differ (listed); 2 for a bad URL, a
     server that cannot be reached, or a target that holds other data."""
-    from persyn.store.copy import copy_store
+    from persyn.store.copying import copy_store
 
     context = CliContext.of(ctx)
     origin = source or context.settings.database_url

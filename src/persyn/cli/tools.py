@@ -22,7 +22,7 @@ tools_app = command_group(
 @tools_app.command("list")
 def tools_list(ctx: typer.Context, agent: AgentOption = None, as_json: JsonOption = False) -> None:
     """Every tool the agent is offered, by source, and each MCP server's state."""
-    from persyn.runtime.tool_ops import list_tools
+    from persyn.ops.tools import list_tools
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -74,7 +74,7 @@ def tools_call(
     The agent's own goals and reminders are not the operator's to author: create_goal, set_reminder,
     edit_reminder, and update_goal other than closing a goal are refused. Exits 2 for an unknown tool,
     invalid arguments or a refused call, 1 when the tool fails."""
-    from persyn.runtime.tool_ops import call_tool
+    from persyn.ops.tools import call_tool
 
     try:
         arguments: Any = json.loads(args)

@@ -40,7 +40,7 @@ def keys_create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a key and print it ONCE (only its hash is stored)."""
-    from persyn.runtime.web_keys import create_key
+    from persyn.ops.web_keys import create_key
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -58,7 +58,7 @@ def keys_create(
 def keys_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Every key (never the key itself), revoked ones with when. Deployment-wide: the web
     channel's keys serve every agent."""
-    from persyn.runtime.web_keys import list_keys
+    from persyn.ops.web_keys import list_keys
 
     found = run(list_keys(CliContext.of(ctx).settings))
     if as_json:
@@ -80,7 +80,7 @@ def keys_revoke(
 ) -> None:
     """Revoke a key: its next request is refused (401), and its open streams end (a running
     `persyn run` notices within `[dispatch] outbox_poll_seconds`). Deployment-wide: KEY names any key."""
-    from persyn.runtime.web_keys import revoke_key
+    from persyn.ops.web_keys import revoke_key
 
     cli = CliContext.of(ctx)
     revoked = run(revoke_key(cli.settings, key, cli.now()))
@@ -92,7 +92,7 @@ async def web_surface(settings: Settings) -> WebSurface | None:
     a non-loopback address while no key exists."""
     if not settings.web.enabled:
         return None
-    from persyn.runtime.web_keys import has_keys
+    from persyn.ops.web_keys import has_keys
     from persyn.web.server import WebSurface, check_bind
 
     check_bind(settings, has_keys=await has_keys(settings))
@@ -102,7 +102,7 @@ async def web_surface(settings: Settings) -> WebSurface | None:
 async def serve_web(web: WebSurface, runtime: Runtime) -> None:
     from functools import partial
 
-    from persyn.runtime.web_keys import authenticate, revoked_keys
+    from persyn.ops.web_keys import authenticate, revoked_keys
 
     url = await web.start(
         runtime,

@@ -20,7 +20,7 @@ from persyn.memory.access import Provenanced, eligible_channels, may_surface
 from persyn.memory.consolidate import default_sensitivity
 from persyn.memory.retrieval import Retriever, format_memories
 from persyn.store.base import Observation, Provenance, Store
-from persyn.store.graph_rows import GraphView
+from persyn.store.ports.graph_rows import GraphView
 
 __all__ = [
     "GRAPH_FAILURE_FLAG",

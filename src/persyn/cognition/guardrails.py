@@ -2,7 +2,7 @@
 
 Pure functions over a window of messages (`store.guardrails.WindowMessage`, across
 conversations) for the deterministic rules, and one model call (`judge`, stage `guardrail`)
-for a classifier over one person's window. `runtime/guardrails.py` decides when to run them,
+for a classifier over one person's window. `runtime/background/guardrails.py` decides when to run them,
 checks the budget, records what they find and acts on it.
 
 The person's words reach the classifier as quoted data inside the request, never as its
@@ -25,7 +25,7 @@ from persyn.core.errors import ModelError
 from persyn.core.records import channel_key
 from persyn.gateway.base import Prompt, TokenUsage, UserTurn
 from persyn.gateway.gateway import ModelGateway
-from persyn.store.guardrails import SubjectKind, WindowMessage
+from persyn.store.ports.guardrails import SubjectKind, WindowMessage
 
 __all__ = [
     "GUARDRAIL_STAGE",

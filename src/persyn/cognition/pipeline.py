@@ -26,7 +26,7 @@ from persyn.core.events import CompletionMarker, Event, EventKind
 from persyn.core.ids import derived_id, new_id
 from persyn.gateway.base import Completion, Prompt, SinkCallable, ToolCall, ToolSpec
 from persyn.store.base import Conversation, Identity, Message, Person, ReplyUpkeep, Role, Store
-from persyn.store.outbox import OutboxRow
+from persyn.store.ports.outbox import OutboxRow
 
 __all__ = [
     "PRESENT_META",

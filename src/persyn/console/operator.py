@@ -1,5 +1,5 @@
 """What the console's panels read and change: the CLI's own operator functions
-(`runtime/inspect.py`, `runtime/inspect_autonomy.py`, `usage/ledger.py`), bound to one
+(`ops/history.py`, `ops/autonomy.py`, `usage/ledger.py`), bound to one
 deployment and agent. The console adds no second copy of any of them: a rename, a merge
 or an identity change here is the `persyn contacts` command's, store and checks included.
 """
@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from persyn.core.config import AgentConfig, Settings
-from persyn.runtime import inspect as directory
-from persyn.runtime import inspect_autonomy as autonomy
+from persyn.ops import autonomy as autonomy
+from persyn.ops import history as directory
 from persyn.store.base import Conversation, Goal, Identity, Message, Person, Reminder
 from persyn.usage.ledger import LedgerReport, summarize
 

@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Input, ListItem, ListView, Static
 from persyn.cli.render import error_text, message_line, one_line, trace_lines, visible
 from persyn.console.operator import Operator
 from persyn.core.errors import PersynError
-from persyn.runtime.inspect import Turn
+from persyn.ops.history import Turn
 from persyn.store.base import Conversation, Identity
 
 __all__ = [

@@ -404,7 +404,7 @@ class DispatchConfig(Section):
     """The durable queues (DBOS), their workers and the outbox."""
 
     # Each look is a claim query (~2 ms CPU), idle or not; an enqueue in this process wakes
-    # its worker at once (runtime/_dbos_wake.py).
+    # its worker at once (runtime/durable/_wake.py).
     queue_polling_seconds: float = Field(
         default=0.25,
         gt=0,

@@ -27,7 +27,7 @@ from persyn.core.errors import InputError, ModelError
 from persyn.core.records import Sensitivity, channel_key
 from persyn.gateway.base import Completion, Prompt, UserTurn
 from persyn.store.base import Conversation, Message, Role, Store
-from persyn.store.graph_rows import (
+from persyn.store.ports.graph_rows import (
     EntityFact,
     FactSource,
     GraphWrite,

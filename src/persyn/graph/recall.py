@@ -14,7 +14,7 @@ from itertools import combinations
 
 from persyn.core.errors import InputError
 from persyn.store.base import Store
-from persyn.store.graph_rows import GraphEntity, GraphRelation, GraphView, entity_key
+from persyn.store.ports.graph_rows import GraphEntity, GraphRelation, GraphView, entity_key
 
 __all__ = ["GraphContext", "candidate_keys", "recall"]
 

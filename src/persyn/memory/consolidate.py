@@ -22,7 +22,7 @@ from persyn.core.records import MemoryRecord, Sensitivity, channel_key
 from persyn.gateway.base import Completion, Prompt, UserTurn
 from persyn.memory.embedder import Embedder
 from persyn.store.base import Conversation, Message, Role, Store
-from persyn.store.emotions import reading_for_record
+from persyn.store.ports.emotions import reading_for_record
 
 __all__ = [
     "IMPORTED_KIND",

@@ -62,7 +62,7 @@ from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.memory.consolidate import IMPORTED_KIND
 from persyn.memory.embedder import Embedder
 from persyn.store.base import Conversation, ImportedMemory, Message, Role, Store
-from persyn.store.jobs import Consolidation, ConsolidationStatus
+from persyn.store.ports.jobs import Consolidation, ConsolidationStatus
 
 __all__ = [
     "IMPORT_SERVICE",

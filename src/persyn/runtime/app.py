@@ -35,21 +35,21 @@ from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.gateway.checkpoints import CheckpointedModel, StepCalls
 from persyn.gateway.gateway import ModelGateway
 from persyn.memory.embedder import Embedder, EmbedderUnavailable, warm_embedder
-from persyn.runtime import speakers
-from persyn.runtime._dbos_shutdown import shutdown_dbos
-from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
-from persyn.runtime._dbos_wake import install_queue_waker
-from persyn.runtime._executor import (
+from persyn.runtime.background.autonomy import Autonomy, BudgetedModel
+from persyn.runtime.background.conversation_jobs import ConversationHook, ConversationJobs, JobQueue
+from persyn.runtime.background.housekeeping import Housekeeping
+from persyn.runtime.background.outreach import Outreach
+from persyn.runtime.durable._executor import (
     ExecutorSlot,
     adopt_dead_executors,
     claim_executor_slot,
     executor_directory,
 )
-from persyn.runtime._executor_pg import PostgresLiveness, is_postgres_url
-from persyn.runtime.activation import ActivationSteps, TurnCache
-from persyn.runtime.autonomy import Autonomy, BudgetedModel
-from persyn.runtime.conversation_jobs import ConversationHook, ConversationJobs, JobQueue
-from persyn.runtime.dispatch import (
+from persyn.runtime.durable._executor_pg import PostgresLiveness, is_postgres_url
+from persyn.runtime.durable._shutdown import shutdown_dbos
+from persyn.runtime.durable._system_sqlite import dbos_sqlite_engine
+from persyn.runtime.durable._wake import install_queue_waker
+from persyn.runtime.durable.dispatch import (
     BACKGROUND_QUEUE,
     EVENTS_QUEUE,
     ClientDispatcher,
@@ -57,16 +57,16 @@ from persyn.runtime.dispatch import (
     Markers,
     WorkerDispatcher,
 )
-from persyn.runtime.durable import APPLICATION_VERSION
-from persyn.runtime.housekeeping import Housekeeping
-from persyn.runtime.live import LiveBus, live_bus
+from persyn.runtime.durable.steps import APPLICATION_VERSION
+from persyn.runtime.durable.workflows import AUTO_SPEAK, Workflows, scheduler_tick
+from persyn.runtime.live.bus import LiveBus, live_bus
 from persyn.runtime.local_models import LocalModels
-from persyn.runtime.outbox import Outbox, reply_key
-from persyn.runtime.outreach import Outreach
-from persyn.runtime.speakers import DISPLAY_NAME_PREF
-from persyn.runtime.tool_steps import ToolSteps
-from persyn.runtime.transmit import Transmitter
-from persyn.runtime.workflows import AUTO_SPEAK, Workflows, scheduler_tick
+from persyn.runtime.turn import speakers
+from persyn.runtime.turn.activation import ActivationSteps, TurnCache
+from persyn.runtime.turn.outbox import Outbox, reply_key
+from persyn.runtime.turn.speakers import DISPLAY_NAME_PREF
+from persyn.runtime.turn.tool_steps import ToolSteps
+from persyn.runtime.turn.transmit import Transmitter
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store
 from persyn.tracing import Tracing
@@ -171,7 +171,7 @@ class Runtime:
         """Set up storage, start the local model if any task needs it, launch DBOS.
 
         A process with workers is a DBOS executor with an id of its own (`role`, default
-        `run` with the scheduler and `worker` without, plus a slot: `runtime/_executor.py`),
+        `run` with the scheduler and `worker` without, plus a slot: `runtime/durable/_executor.py`),
         so DBOS recovers only its own unfinished turns, and those of dead executors of this
         host — never a turn running in a live process."""
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -341,7 +341,7 @@ class Runtime:
         return self._executor_slot.executor_id
 
     async def _outbox_woken(self, service: str, agent_id: str) -> int:
-        """Another process announced a row (`runtime/live.py`): flush it if it is for one of
+        """Another process announced a row (`runtime/live/bus.py`): flush it if it is for one of
         our agents on a channel connected here. A bus shared with strangers may announce
         anything; names we do not have cost nothing."""
         if agent_id not in self.agents or service not in self.channels:
@@ -350,7 +350,7 @@ class Runtime:
 
     async def stop(self, *, grace: float = 5.0) -> None:
         """Shut down. Workflows still running here get `grace` seconds to finish; the rest
-        resume in the next process (`runtime/_dbos_shutdown.py`)."""
+        resume in the next process (`runtime/durable/_shutdown.py`)."""
         for task in list(self._background):
             task.cancel()
         for task in list(self._background):
@@ -446,7 +446,7 @@ class Runtime:
         return self.intake.validate_text(text)
 
     async def submit(self, event: Event, *, from_step: bool = False) -> str:
-        # Its tokens come back here if another process runs it (`runtime/live.py`).
+        # Its tokens come back here if another process runs it (`runtime/live/bus.py`).
         event = self.live.taken_in(event, self.channels.get(event.service))
         return await self.intake.submit(event, from_step=from_step)
 

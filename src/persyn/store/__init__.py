@@ -54,7 +54,7 @@ def open_store(url: str) -> Store:
 
 def _open_sqlite(url: str, parsed: URL) -> Store:
     # Imported here so that choosing another backend never imports this one.
-    from persyn.store.sqlite import SQLiteStore
+    from persyn.store.sqlite.store import SQLiteStore
 
     database = parsed.database or ""
     if parsed.host or parsed.query or database in ("", ":memory:") or database.startswith("file:"):
@@ -72,7 +72,7 @@ def _open_sqlite(url: str, parsed: URL) -> Store:
 
 def _open_postgres(url: str, parsed: URL) -> Store:
     # Imported here so that choosing SQLite never imports psycopg.
-    from persyn.store.postgres import PostgresStore
+    from persyn.store.postgres.store import PostgresStore
 
     if not parsed.database:
         raise ConfigError(

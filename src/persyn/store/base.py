@@ -24,18 +24,18 @@ from datetime import datetime
 from typing import Any
 
 from persyn.core.events import CompletionMarker
-from persyn.store.activity import UNATTRIBUTED_RUN, ActivityEntry, ActivityPort
-from persyn.store.artifacts import ArtifactsStore
-from persyn.store.dialog import Conversation, DialogPort, Message, Role
-from persyn.store.directory import AgentRow, ContactAddress, DirectoryPort, Identity, Person
-from persyn.store.emotions import EmotionsStore
-from persyn.store.events import DeliberationTrace, EventsPort
-from persyn.store.flags import FlagsPort
-from persyn.store.graph import GraphPort
-from persyn.store.guardrails import GuardrailsStore
-from persyn.store.jobs import JobsStore
-from persyn.store.leases import LeasesStore
-from persyn.store.memory import (
+from persyn.store.ports.activity import UNATTRIBUTED_RUN, ActivityEntry, ActivityPort
+from persyn.store.ports.artifacts import ArtifactsStore
+from persyn.store.ports.dialog import Conversation, DialogPort, Message, Role
+from persyn.store.ports.directory import AgentRow, ContactAddress, DirectoryPort, Identity, Person
+from persyn.store.ports.emotions import EmotionsStore
+from persyn.store.ports.events import DeliberationTrace, EventsPort
+from persyn.store.ports.flags import FlagsPort
+from persyn.store.ports.graph import GraphPort
+from persyn.store.ports.guardrails import GuardrailsStore
+from persyn.store.ports.jobs import JobsStore
+from persyn.store.ports.leases import LeasesStore
+from persyn.store.ports.memory import (
     ImportedMemory,
     MemoryPort,
     Observation,
@@ -44,11 +44,10 @@ from persyn.store.memory import (
     RecallCandidate,
     RecallHits,
 )
-from persyn.store.model_calls import ModelCallsStore
-from persyn.store.outbox import OutboxRow, OutboxStore
-from persyn.store.rows import GLOBAL, Provenance
-from persyn.store.runs import ChannelEntry, RunsPort
-from persyn.store.schedule import (
+from persyn.store.ports.model_calls import ModelCallsStore
+from persyn.store.ports.outbox import OutboxRow, OutboxStore
+from persyn.store.ports.runs import ChannelEntry, RunsPort
+from persyn.store.ports.schedule import (
     AtTrigger,
     CronTrigger,
     FireResult,
@@ -61,7 +60,8 @@ from persyn.store.schedule import (
     SchedulePort,
     Trigger,
 )
-from persyn.store.web_keys import WebKeysStore
+from persyn.store.ports.web_keys import WebKeysStore
+from persyn.store.rows import GLOBAL, Provenance
 
 __all__ = [
     "GLOBAL",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from persyn.store.base import Conversation, Message, Store
-from persyn.store.jobs import Watermark
+from persyn.store.ports.jobs import Watermark
 
 __all__ = ["Unread", "WatermarkReader"]
 

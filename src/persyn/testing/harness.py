@@ -49,9 +49,9 @@ from persyn.core.config import AgentConfig, Settings, load_settings
 from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
-from persyn.runtime import workflows
 from persyn.runtime.app import Runtime
 from persyn.runtime.compose import build_runtime
+from persyn.runtime.durable import workflows
 from persyn.store import Store
 from persyn.store.base import Conversation
 from persyn.testing.meter import RecordingAdapter

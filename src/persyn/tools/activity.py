@@ -22,8 +22,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from persyn.store.activity import UNATTRIBUTED_RUN
 from persyn.store.base import Provenance
+from persyn.store.ports.activity import UNATTRIBUTED_RUN
 from persyn.tools.registry import Tool
 
 __all__ = [

@@ -1,5 +1,5 @@
 """`workspace_list`, `workspace_read`, `workspace_write` (SPEC §4.5, §4.6): documents the agents
-of a deployment write together, in the shared, versioned artifact store (`store/artifacts.py`).
+of a deployment write together, in the shared, versioned artifact store (`store/ports/artifacts.py`).
 
 Access is by channel, as for memories: an artifact belongs to the channel of the conversation
 that created it (its scope) and is visible from that channel and from the channels of its
@@ -30,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from persyn.core.clock import Clock
 from persyn.core.errors import ToolError
 from persyn.core.ids import new_id
-from persyn.store.artifacts import ArtifactVersion
 from persyn.store.base import Store
+from persyn.store.ports.artifacts import ArtifactVersion
 from persyn.tools.registry import Tool
 
 __all__ = ["ArtifactsContext", "artifact_tools", "others_words"]

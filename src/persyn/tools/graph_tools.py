@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from persyn.core.errors import InputError, ToolError
 from persyn.core.records import Sensitivity
 from persyn.store.base import Provenance, Store
-from persyn.store.graph_rows import GraphEntity, GraphRelation, GraphView, entity_key
+from persyn.store.ports.graph_rows import GraphEntity, GraphRelation, GraphView, entity_key
 from persyn.tools.registry import Tool
 
 __all__ = ["GraphToolsContext", "graph_tools"]

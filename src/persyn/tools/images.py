@@ -3,7 +3,7 @@ the image library.
 
 A render takes tens of seconds, so the tools only *ask*: each writes a pending job under a
 reference (`img-<ULID>`) and answers at once; the runtime renders it in the background
-(`runtime/images.py`) and delivers it through the outbox. The library keeps every image as a
+(`runtime/turn/images.py`) and delivers it through the outbox. The library keeps every image as a
 file under `<data>/images/` with its metadata beside it (`<ref>.json`), scoped like the
 shared artifacts: the channel key of the conversation that asked for it. An image is visible
 from that channel and its compartment only; from anywhere else a reference is answered

@@ -39,7 +39,7 @@ __all__ = [
     "outreach_tools",
 ]
 
-# The preference key the operator sets (`persyn contacts prefer`, runtime/inspect.py).
+# The preference key the operator sets (`persyn contacts prefer`, ops/history.py).
 PREFERRED_CHANNEL = "preferred_channel"
 _RECENT_CONVERSATIONS = 5
 

@@ -32,7 +32,7 @@ view (`persyn skills`) sees them all.
 
 **Scripts** are never run here: a skill's `scripts/` are files the model may read. They run in
 the sandbox: `run_code`'s sandbox agent sees every skill the activation may use at
-`/skills/NAME`, bind-mounted read-only from `Skill.folder` (`runtime/agent_tools.py`,
+`/skills/NAME`, bind-mounted read-only from `Skill.folder` (`runtime/turn/agent_tools.py`,
 `tools/sandbox_agent.py`), so a script runs there and nothing inside can change a skill.
 """
 

@@ -4,7 +4,7 @@
 - `/v1/agents/{agent}/events`, `/v1/events/{id}`, `/v1/agents/{agent}/stream`: the native
   API — submit, the completion marker, live Server-Sent Events.
 - `/v1/agents/{agent}/contacts...`, `/channels...`, `/conversations/{id}`: the directory,
-  through the same operator logic the CLI uses (`runtime/inspect.py`); operator keys only.
+  through the same operator logic the CLI uses (`ops/history.py`); operator keys only.
 - `/`: the chat page (static files of this package); `/healthz`; `/openapi.json`.
 
 Every endpoint but `/healthz` and the page's static files needs a key (`Authorization:

@@ -1,6 +1,6 @@
 """The directory and the channels over HTTP, for operator keys (SPEC §4.5, App. B): the same
 operator logic the CLI's `persyn contacts` / `persyn channels` / `persyn conversations` use
-(`runtime/inspect.py`), so browsing and curation behave identically on both surfaces.
+(`ops/history.py`), so browsing and curation behave identically on both surfaces.
 
 A client key may read only its own conversations (the web channel named by its id)."""
 
@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from persyn.runtime import inspect
-from persyn.store.directory import Identity
+from persyn.ops import history as inspect
+from persyn.store.ports.directory import Identity
 from persyn.web.channel import SERVICE
 from persyn.web.context import ApiError, WebContext, handler
 from persyn.web.models import AddressChange, IdentityChange, MergeRequest, RenameRequest

@@ -15,7 +15,7 @@ from irc_server import IrcPeer, IrcServer
 from persyn.channels.irc import IrcChannel
 from persyn.core.clock import ManualClock
 from persyn.store.base import Role
-from persyn.store.runs import SpendKind
+from persyn.store.ports.runs import SpendKind
 from persyn.testing import models
 from persyn.testing.harness import ADA, START, Pilot, harness_settings, run_runtime
 from persyn.testing.pacing import BOB, chatty, ticking

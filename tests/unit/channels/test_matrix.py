@@ -32,8 +32,8 @@ from persyn.core.config import AgentConfig, MatrixConfig, Secrets, Settings
 from persyn.core.errors import ConfigError
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
-from persyn.runtime._doctor_channels import channel_checks
-from persyn.runtime.doctor import Check
+from persyn.ops.doctor.channels import channel_checks
+from persyn.ops.doctor.checks import Check
 from persyn.testing import models
 from persyn.testing.harness import ADA as ADA_AGENT
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime

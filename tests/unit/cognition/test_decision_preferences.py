@@ -17,8 +17,8 @@ from persyn.core.config import AgentConfig, EmotionConfig
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
 from persyn.store.base import Goal, Provenance
-from persyn.store.emotions import EmotionReading
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.ports.emotions import EmotionReading
+from persyn.store.sqlite.store import SQLiteStore
 
 T0 = datetime(2026, 12, 1, 9, tzinfo=UTC)
 AGENT = AgentConfig(name="Ada", id=new_id(T0))

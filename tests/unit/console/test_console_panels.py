@@ -19,7 +19,7 @@ from persyn.console import ConsoleApp, Operator
 from persyn.console.panels import TURN_ROWS, ConversationItem
 from persyn.core.ids import new_id
 from persyn.schedule import heartbeat_status
-from persyn.store import schema
+from persyn.store.schema import tables as schema
 from persyn.testing import START, run_runtime
 from persyn.testing import Pilot as RuntimePilot
 

@@ -4,7 +4,7 @@ import pytest
 
 from persyn.core.config import Task, load_settings
 from persyn.core.errors import ConfigError, InputError
-from persyn.runtime.setup import init_home
+from persyn.ops.init_home import init_home
 
 
 def test_init_writes_a_commented_file_with_a_seed_persona(tmp_path: Path) -> None:

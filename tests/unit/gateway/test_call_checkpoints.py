@@ -24,7 +24,7 @@ from persyn.core.config import ModelsConfig, Settings, Task
 from persyn.gateway.base import Prompt, UserTurn
 from persyn.gateway.checkpoints import CheckpointedModel, StepCalls
 from persyn.gateway.gateway import ModelGateway
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.store import SQLiteStore
 from persyn.testing import registered_double
 from persyn.testing.models import DoubleReply, last_user_text
 from persyn.usage import context as usage_context

@@ -21,7 +21,7 @@ from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
 from persyn.graph.extract import TRANSCRIPT_HEADING, Entity, GraphExtraction, Relation
 from persyn.graph.recall import GraphContext, candidate_keys
-from persyn.store.graph_rows import GraphRelation
+from persyn.store.ports.graph_rows import GraphRelation
 from persyn.testing import ADA, START, Pilot, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
@@ -172,7 +172,7 @@ async def test_a_failing_graph_store_costs_context_not_the_turn(tmp_path: Path, 
         # Repaired (the table is back, empty): the next turn clears the report.
         from sqlalchemy import create_engine
 
-        from persyn.store.schema_graph import graph_links
+        from persyn.store.schema.graph import graph_links
 
         engine = create_engine(f"sqlite:///{tmp_path / 'home' / 'data' / 'persyn.db'}")
         graph_links.create(engine)

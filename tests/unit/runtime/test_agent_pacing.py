@@ -19,7 +19,7 @@ import pytest
 from persyn.channels.agents import AGENT_SERVICE, AgentLink
 from persyn.core.clock import ManualClock
 from persyn.store.base import Role
-from persyn.store.runs import SpendKind
+from persyn.store.ports.runs import SpendKind
 from persyn.testing import models
 from persyn.testing.harness import ADA, START, Pilot, RecordingChannel, Where, harness_settings, run_runtime
 from persyn.testing.pacing import BOB, chatty, ticking

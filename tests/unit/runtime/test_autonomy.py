@@ -19,7 +19,12 @@ from persyn.core.clock import Clock, ManualClock, SystemClock
 from persyn.core.config import AgentConfig
 from persyn.core.ids import new_id
 from persyn.gateway.base import TokenUsage
-from persyn.runtime.autonomy import ACTIVITY_RETENTION, ActivityEntry, recent_activity, window_tokens
+from persyn.runtime.background.autonomy import (
+    ACTIVITY_RETENTION,
+    ActivityEntry,
+    recent_activity,
+    window_tokens,
+)
 from persyn.schedule import at_trigger, create_goal, heartbeat_status, interval_trigger, set_reminder
 from persyn.store.base import Role
 from persyn.testing import START, Pilot, consolidation_reply, run_runtime
@@ -163,7 +168,7 @@ async def test_the_heartbeat_rests_or_acts_and_stays_deleted_across_restarts(
         run = await pilot.store.recent_messages(AGENT.id, latest.conversation_id or "", 10)
         assert [m.speaker_name for m in run if m.role is Role.SYSTEM][-1] == "my self-assessment"
 
-        from persyn.runtime.inspect_autonomy import sleep
+        from persyn.ops.autonomy import sleep
 
         assert await sleep(pilot.settings, AGENT)
     # A restart does not resurrect a deleted heartbeat; the agent still answers messages.
@@ -227,7 +232,7 @@ async def test_the_dbos_schedule_fires_a_due_reminder_on_its_own(tmp_path: Path,
 async def test_a_cancelled_reminder_never_fires_and_the_operator_sees_what_ran(
     tmp_path: Path, mind: Mind
 ) -> None:
-    from persyn.runtime.inspect_autonomy import activity, cancel_reminder, reminder
+    from persyn.ops.autonomy import activity, cancel_reminder, reminder
 
     async with _runtime(tmp_path, "[autonomy]\nheartbeat_minutes = 1440\n") as pilot:
         kept = await set_reminder(

@@ -1,4 +1,4 @@
-"""`ChannelOwnership` (`runtime/channel_leases.py`) over a real store (each backend) and a
+"""`ChannelOwnership` (`runtime/durable/channel_leases.py`) over a real store (each backend) and a
 clock the test moves: one process connects a network, another stands by and says who holds it, takes
 over once the owner stops renewing (or at once when it stops), and an owner that finds its
 lease taken disconnects. The networks are recording stand-ins for a chat connection."""
@@ -13,9 +13,9 @@ import pytest
 
 from persyn.channels.network import LeasedChannel, NetworkChannel
 from persyn.core.clock import ManualClock
-from persyn.runtime.channel_leases import ChannelOwnership, channel_lease
+from persyn.runtime.durable.channel_leases import ChannelOwnership, channel_lease
 from persyn.store import Store, open_store
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.store import SQLiteStore
 
 T0 = datetime(2026, 12, 6, 9, tzinfo=UTC)
 TTL = 30.0
@@ -153,7 +153,7 @@ async def test_an_owner_that_cannot_reach_the_store_disconnects_once_its_lease_l
 async def test_doctor_names_the_holder_of_each_configured_network(tmp_path: Path) -> None:
     """`persyn doctor`'s "channel owners" line: the holder while its lease runs, that none
     connects it once lapsed or never taken; nothing for a deployment without networks."""
-    from persyn.runtime._doctor_channels import channel_owner_check
+    from persyn.ops.doctor.channels import channel_owner_check
     from persyn.testing.harness import harness_settings
 
     assert await channel_owner_check(harness_settings(tmp_path / "bare"), T0) is None

@@ -20,10 +20,10 @@ from pydantic_ai.models.function import AgentInfo
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig
 from persyn.core.ids import new_id
+from persyn.ops.doctor.checks import check_consolidation
 from persyn.runtime.app import Runtime
-from persyn.runtime.doctor import check_consolidation
 from persyn.schedule import at_trigger, set_reminder
-from persyn.store.jobs import ConsolidationStatus
+from persyn.store.ports.jobs import ConsolidationStatus
 from persyn.testing import Pilot, run_runtime
 from persyn.testing.models import DoubleReply, registered_double
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from persyn.runtime._dbos_sqlite import dbos_sqlite_engine
+from persyn.runtime.durable._system_sqlite import dbos_sqlite_engine
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from persyn.core.clock import SystemClock
-from persyn.runtime import _dbos_wake
+from persyn.runtime.durable import _wake as _dbos_wake
 from persyn.testing import run_runtime
 
 

@@ -24,8 +24,8 @@ from persyn.cognition.deliberation import Critique, Decision
 from persyn.core.config import AgentConfig
 from persyn.core.ids import new_id
 from persyn.store.base import Message
-from persyn.store.runs import SpendKind
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.ports.runs import SpendKind
+from persyn.store.sqlite.store import SQLiteStore
 from persyn.testing import START, Pilot, RecordingChannel, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 

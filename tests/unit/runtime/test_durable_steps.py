@@ -19,12 +19,12 @@ from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Speaker
 from persyn.core.ids import new_id
-from persyn.runtime import _dbos_instance
 from persyn.runtime.compose import build_runtime
-from persyn.runtime.dispatch import WORKFLOWS_CLASS, WORKFLOWS_INSTANCE
-from persyn.runtime.durable import APPLICATION_VERSION, step_output_types
-from persyn.runtime.turn import Turned
-from persyn.runtime.workflows import Workflows, activation_result
+from persyn.runtime.durable import _instance as _dbos_instance
+from persyn.runtime.durable.dispatch import WORKFLOWS_CLASS, WORKFLOWS_INSTANCE
+from persyn.runtime.durable.steps import APPLICATION_VERSION, step_output_types
+from persyn.runtime.durable.workflows import Workflows, activation_result
+from persyn.runtime.turn.models import Turned
 from persyn.testing import RecordingChannel
 from persyn.testing.models import DoubleReply, registered_double
 

@@ -23,10 +23,10 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import Prompt
 from persyn.runtime.app import Runtime
 from persyn.runtime.compose import build_runtime
-from persyn.runtime.outbox import Outbox, reply_key
-from persyn.runtime.turn import AUTO_SPEAK, Draft, TransmitRequest
-from persyn.store._sqlite_engine import sqlite_dbapi
-from persyn.store.sqlite import SQLiteStore
+from persyn.runtime.turn.models import AUTO_SPEAK, Draft, TransmitRequest
+from persyn.runtime.turn.outbox import Outbox, reply_key
+from persyn.store.sqlite.engine import sqlite_dbapi
+from persyn.store.sqlite.store import SQLiteStore
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 

@@ -17,7 +17,7 @@ from persyn.cognition.deliberation import Decision
 from persyn.cognition.reflection import SelfAssessment
 from persyn.core.config import AgentConfig
 from persyn.core.ids import new_id
-from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.background.autonomy import recent_activity
 from persyn.schedule import at_trigger, set_reminder
 from persyn.testing import START, run_runtime
 from persyn.testing.models import DoubleReply, echo_text, last_user_text, registered_double

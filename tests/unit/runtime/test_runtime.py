@@ -16,8 +16,8 @@ from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
 from persyn.store.base import Message
-from persyn.store.jobs import Consolidation, ConsolidationStatus
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.ports.jobs import Consolidation, ConsolidationStatus
+from persyn.store.sqlite.store import SQLiteStore
 from persyn.testing import START, Pilot, RecordingChannel, registered_double, run_runtime
 
 
@@ -347,7 +347,7 @@ async def test_a_crash_between_close_and_consolidation_loses_nothing(pilot: Pilo
 async def test_the_channel_ledgers_are_purged_after_the_keeping_time(pilot: Pilot) -> None:
     """A reply counts against its channel's budget in a ledger that the housekeeping purges
     after `[autonomy] run_keep_days` (the flags it replaced were never purged)."""
-    from persyn.store.runs import SpendKind
+    from persyn.store.ports.runs import SpendKind
 
     runtime, agent = pilot.runtime, pilot.agent
     turn = await pilot.say("hello there")

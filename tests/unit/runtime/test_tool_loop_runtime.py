@@ -18,7 +18,7 @@ from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.reflection import SelfAssessment
 from persyn.core.ids import new_id
-from persyn.runtime.autonomy import recent_activity
+from persyn.runtime.background.autonomy import recent_activity
 from persyn.store.base import GoalStatus
 from persyn.testing import ADA, START, Pilot, run_runtime, tool_returns
 from persyn.testing.models import DoubleReply, last_user_text, registered_double

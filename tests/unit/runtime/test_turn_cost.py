@@ -26,7 +26,7 @@ from persyn.cognition.deliberation import Critique, Decision, Objection
 from persyn.core.config import AgentConfig
 from persyn.core.config_base import Task
 from persyn.core.ids import new_id
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.store import SQLiteStore
 from persyn.testing import START, RecordingChannel, run_runtime
 from persyn.testing.models import DoubleReply, output_schema, registered_double
 

@@ -11,9 +11,9 @@ import pytest
 from persyn.core.clock import ManualClock
 from persyn.core.events import CompletionMarker
 from persyn.core.ids import new_id
-from persyn.runtime._executor import claim_executor_slot, live_executors
-from persyn.runtime.dispatch import Markers, NoWorkerRunning
-from persyn.store.sqlite import SQLiteStore
+from persyn.runtime.durable._executor import claim_executor_slot, live_executors
+from persyn.runtime.durable.dispatch import Markers, NoWorkerRunning
+from persyn.store.sqlite.store import SQLiteStore
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -22,7 +22,7 @@ from persyn.schedule import (
     mark_fired,
     restore_heartbeat,
 )
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.store import SQLiteStore
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 BEAT = 1800

@@ -14,10 +14,16 @@ from sqlalchemy import Engine, insert, inspect, text
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
-from persyn.store import schema
 from persyn.store.base import Goal
-from persyn.store.migrations import LATEST_VERSION, MIGRATIONS, current_version, migrate, schema_version
-from persyn.store.sqlite import SQLiteStore, create_sqlite_engine
+from persyn.store.schema import tables as schema
+from persyn.store.schema.migrations import (
+    LATEST_VERSION,
+    MIGRATIONS,
+    current_version,
+    migrate,
+    schema_version,
+)
+from persyn.store.sqlite.store import SQLiteStore, create_sqlite_engine
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -386,7 +392,7 @@ def test_a_persons_latest_conversations_walk_the_index_without_sorting(engine: E
     participant index in order (no temporary sort of every row the person has)."""
     from sqlalchemy.dialects import sqlite
 
-    from persyn.store._sqlite_directory import person_conversations_query
+    from persyn.store.sql.directory import person_conversations_query
 
     _migrate(engine)
     query = person_conversations_query(new_id(), new_id(), 5).compile(
@@ -438,8 +444,8 @@ async def test_migration_ten_gives_existing_facts_goals_and_reminders_a_safe_pro
     channel, nobody present, private: only its reflections see it); a reminder set in a
     conversation keeps that channel, private to its person; the heartbeat is global."""
     from persyn.core.records import Sensitivity
-    from persyn.store._schema_v9 import v5_quick_facts, v9_goals, v9_reminders
     from persyn.store.base import GLOBAL, Provenance
+    from persyn.store.schema._v9 import v5_quick_facts, v9_goals, v9_reminders
 
     path = tmp_path / "persyn.db"
     engine = create_sqlite_engine(path, writer=True)
@@ -601,7 +607,7 @@ async def test_migration_thirteen_moves_consolidation_and_watermark_flags_into_t
     nor re-reads for the graph or observations what was already read."""
     from persyn.graph.extract import GRAPH_READER
     from persyn.people.observations import OBSERVE_READER
-    from persyn.store.jobs import ConsolidationStatus
+    from persyn.store.ports.jobs import ConsolidationStatus
     from persyn.store.unread import WatermarkReader
 
     path = tmp_path / "persyn.db"
@@ -699,7 +705,7 @@ async def test_migration_fourteen_moves_run_and_channel_flags_into_tables(tmp_pa
     channel ledgers move out of flags (a value that never parsed is dropped); the flags go."""
     from persyn.core.records import Sensitivity
     from persyn.store.base import Provenance
-    from persyn.store.runs import SpendKind
+    from persyn.store.ports.runs import SpendKind
 
     path = tmp_path / "persyn.db"
     engine = create_sqlite_engine(path, writer=True)

@@ -26,10 +26,10 @@ from sqlalchemy.pool import NullPool
 from persyn.core.errors import InputError
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.runtime._doctor_postgres import postgres_checks
+from persyn.ops.doctor.postgres import postgres_checks
 from persyn.store import Store, open_store
-from persyn.store._postgres_vectors import BULK_MIN_RECORDS
-from persyn.store.copy import copy_store
+from persyn.store.copying import copy_store
+from persyn.store.postgres.vectors import BULK_MIN_RECORDS
 from persyn.testing.postgres import PostgresForTests
 
 pytestmark = pytest.mark.services

@@ -21,11 +21,11 @@ from sqlalchemy.pool import NullPool
 
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.runtime._doctor_postgres import postgres_checks
+from persyn.ops.doctor.postgres import postgres_checks
 from persyn.store import Store, open_store
-from persyn.store._postgres_keyword import BLOCK
-from persyn.store.migrations import migrate
-from persyn.store.schema import memory_records
+from persyn.store.postgres.keyword import BLOCK
+from persyn.store.schema.migrations import migrate
+from persyn.store.schema.tables import memory_records
 from persyn.testing.postgres import PostgresForTests
 
 pytestmark = pytest.mark.services

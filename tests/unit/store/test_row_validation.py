@@ -9,8 +9,8 @@ import pytest
 
 from persyn.core.errors import InputError
 from persyn.core.ids import new_id
-from persyn.store.activity import ActivityEntry
 from persyn.store.base import AtTrigger, ContactAddress, Goal, Observation, Reminder, ReminderAction
+from persyn.store.ports.activity import ActivityEntry
 
 T0 = datetime(2026, 3, 2, 12, tzinfo=UTC)
 

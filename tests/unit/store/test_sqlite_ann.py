@@ -1,4 +1,4 @@
-"""The SQLite store's sub-linear search in large compartments (`store/_sqlite_ann.py`,
+"""The SQLite store's sub-linear search in large compartments (`store/sqlite/ann.py`,
 migration 16): binary codes, exact re-rank, the mean's refresh, stale entries, the
 compartment rules under tampering, and the upgrade of a version-15 file.
 
@@ -21,10 +21,10 @@ from sqlalchemy import insert
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store import _sqlite_ann as ann  # pyright: ignore[reportPrivateUsage]
-from persyn.store import schema
-from persyn.store._sqlite_engine import create_sqlite_engine
-from persyn.store.migrations import LATEST_VERSION, migrate
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.schema import tables as schema
+from persyn.store.schema.migrations import LATEST_VERSION, migrate
+from persyn.store.sqlite.engine import create_sqlite_engine
+from persyn.store.sqlite.store import SQLiteStore
 
 T0 = datetime(2026, 12, 2, 6, tzinfo=UTC)
 MAIN = "terminal:main"

@@ -17,10 +17,10 @@ from sqlalchemy import Connection, Engine, insert
 from sqlalchemy.sql.selectable import TextualSelect
 
 from persyn.core.ids import new_id
-from persyn.store._sqlite_dialog import fts_query, search_messages_query
-from persyn.store.migrations import migrate
-from persyn.store.schema import conversations, messages
-from persyn.store.sqlite import create_sqlite_engine
+from persyn.store.schema.migrations import migrate
+from persyn.store.schema.tables import conversations, messages
+from persyn.store.sql.dialog import fts_query, search_messages_query
+from persyn.store.sqlite.store import create_sqlite_engine
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 

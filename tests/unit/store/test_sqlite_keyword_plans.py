@@ -14,15 +14,15 @@ import pytest
 
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.store._sqlite_keyword import (
+from persyn.store.sqlite.keyword import (
     KEYWORD_WEIGHTS,
     fts_any_query,
     fts_any_words,
     keyword_by_filter,
     keyword_by_top,
 )
-from persyn.store._sqlite_keyword_bound import FTS_TOKENIZER, QueryTokenizer, keyword_by_bound
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.keyword_bound import FTS_TOKENIZER, QueryTokenizer, keyword_by_bound
+from persyn.store.sqlite.store import SQLiteStore
 
 START = datetime(2025, 3, 1, tzinfo=UTC)
 # A small vocabulary and short summaries: many records score exactly alike.

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.store import SQLiteStore
 
 
 class _Probe(SQLiteStore):

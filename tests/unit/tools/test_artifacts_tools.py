@@ -14,7 +14,7 @@ import pytest
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.ids import new_id
-from persyn.runtime.tool_ops import call_tool
+from persyn.ops.tools import call_tool
 from persyn.testing import ADA, START, harness_settings
 from persyn.tools.artifacts import others_words
 from persyn.tools.registry import ToolOutcome, ToolStatus

@@ -12,9 +12,9 @@ from persyn.core.clock import SystemClock
 from persyn.core.config import Settings
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
-from persyn.runtime.tool_ops import call_tool
+from persyn.ops.tools import call_tool
 from persyn.store import open_store
-from persyn.store.graph_rows import EntityFact, FactSource, RelationFact
+from persyn.store.ports.graph_rows import EntityFact, FactSource, RelationFact
 from persyn.testing import ADA, START
 from persyn.testing.harness import harness_settings
 from persyn.tools.registry import ToolOutcome

@@ -16,8 +16,8 @@ from persyn.core.config import ImagesConfig, Settings, parse_settings
 from persyn.core.errors import ConfigError, ToolError
 from persyn.core.ids import new_id
 from persyn.gateway.base import ToolCall
-from persyn.runtime._doctor_reach import reach_checks
-from persyn.runtime.images import image_price
+from persyn.ops.doctor.reach import reach_checks
+from persyn.runtime.turn.images import image_price
 from persyn.testing.images import png_pixel, serve_fake_images
 from persyn.tools.images import (
     ImageLibrary,

@@ -18,7 +18,7 @@ from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.gateway.base import ToolCall
 from persyn.store import Identity
 from persyn.store.base import Conversation, Message, Role
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.store import SQLiteStore
 from persyn.tools import ToolOutcome, ToolRegistry, ToolStatus
 from persyn.tools import memory_tools as memory_tools_module
 from persyn.tools._regex import matching

@@ -23,7 +23,7 @@ from persyn.schedule import (
     set_reminder,
 )
 from persyn.store import Identity
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.store import SQLiteStore
 from persyn.tools import ToolOutcome, ToolRegistry, ToolStatus
 from persyn.tools.own import OwnToolsContext, goal_tools, reminder_tools
 

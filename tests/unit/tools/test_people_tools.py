@@ -17,7 +17,7 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import ToolCall
 from persyn.store import Identity
 from persyn.store.base import Person
-from persyn.store.sqlite import SQLiteStore
+from persyn.store.sqlite.store import SQLiteStore
 from persyn.tools import ToolOutcome, ToolRegistry, ToolStatus
 from persyn.tools.facts import MAX_FACTS, fact_tools
 from persyn.tools.outreach import PREFERRED_CHANNEL, OutreachContext, outreach_tools

@@ -16,7 +16,7 @@ from libzim.writer import (  # pyright: ignore[reportMissingModuleSource]
 )
 
 from persyn.core.clock import SystemClock
-from persyn.runtime.tool_ops import call_tool, list_tools
+from persyn.ops.tools import call_tool, list_tools
 from persyn.testing import ADA
 from persyn.testing.harness import harness_settings
 from persyn.tools.registry import ToolOutcome, ToolStatus

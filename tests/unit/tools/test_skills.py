@@ -160,7 +160,7 @@ def test_writing_can_be_turned_off(tmp_path: Path) -> None:
 
 async def test_a_broken_skills_folder_leaves_the_other_tools(tmp_path: Path) -> None:
     from persyn.core.clock import SystemClock
-    from persyn.runtime.tool_ops import list_tools
+    from persyn.ops.tools import list_tools
     from persyn.testing import ADA
     from persyn.testing.harness import harness_settings
 

@@ -24,7 +24,7 @@ from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 from persyn.core.clock import SystemClock
 from persyn.core.config_reach import BrowseConfig
 from persyn.core.errors import ToolError
-from persyn.runtime.tool_ops import call_tool, list_tools
+from persyn.ops.tools import call_tool, list_tools
 from persyn.testing import ADA
 from persyn.testing.harness import harness_settings
 from persyn.tools.registry import ToolOutcome, ToolStatus

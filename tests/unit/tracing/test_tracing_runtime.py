@@ -23,8 +23,8 @@ from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.deliberation import Critique, Decision, Objection
 from persyn.gateway.base import TokenUsage
-from persyn.runtime.autonomy import recent_activity
-from persyn.runtime.doctor import check_tracing
+from persyn.ops.doctor.checks import check_tracing
+from persyn.runtime.background.autonomy import recent_activity
 from persyn.schedule import at_trigger, set_reminder
 from persyn.testing import ADA, RecordingChannel, consolidation_reply, run_runtime, tool_returns
 from persyn.testing.models import DoubleReply, last_user_text, registered_double

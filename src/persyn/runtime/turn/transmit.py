@@ -1,0 +1,417 @@
+"""Transmit (SPEC §4 step 7): act on the decision — speak, decline in words, redirect, or stay
+silent — through the hard gates, the target, the record and the delivery.
+
+Exactly one completion marker per event, whatever happened (SPEC App. B). What is said is
+recorded in the dialog with its marker and its outbox row in one store transaction (a reply
+recorded is a reply on its way: no crash between leaves it undelivered), counted against the
+channel's reply budget, then delivered through the outbox (`runtime/turn/outbox.py`): at once when
+its channel is connected in this process, otherwise by whichever process connects it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from persyn.channels.base import Channel
+from persyn.cognition import deliberation, pipeline
+from persyn.cognition.context import remember_recalled
+from persyn.cognition.pipeline import TurnSetup
+from persyn.core.clock import Clock
+from persyn.core.config import AgentConfig, Settings
+from persyn.core.events import CompletionMarker, Event, Notice, Outbound
+from persyn.core.ids import derived_id
+from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE, RunSpend
+from persyn.runtime.background.guardrails import block_reason
+from persyn.runtime.background.outreach import Outreach
+from persyn.runtime.durable.dispatch import Markers
+from persyn.runtime.turn.activation import TurnCache, record_deliberation
+from persyn.runtime.turn.models import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult
+from persyn.runtime.turn.outbox import Outbox, reply_key
+from persyn.runtime.turn.pacing import PacingHold
+from persyn.store import Store
+from persyn.store.base import Message, ReplyUpkeep, Role
+from persyn.store.ports.guardrails import GuardrailEvent
+from persyn.store.ports.outbox import OutboxRow
+
+__all__ = ["Transmitter"]
+
+log = logging.getLogger(__name__)
+
+
+class RunSpending(Protocol):
+    """What a self-initiated run has spent, and whether the autonomy budget stopped it
+    (`runtime.autonomy.Autonomy`)."""
+
+    async def spent(self, event: Event) -> RunSpend: ...
+
+
+class PacingGate(Protocol):
+    """The last pacing safeguards before a reply is recorded (`runtime.pacing.Pacing`)."""
+
+    async def hold(self, setup: TurnSetup, text: str) -> PacingHold: ...
+
+
+class GuardrailGate(Protocol):
+    """The guardrails' hard gate (`runtime.guardrails.Guardrails`): the block in force on a
+    turn's person, channel or agent, if any."""
+
+    async def blocking(self, setup: TurnSetup) -> GuardrailEvent | None: ...
+
+
+class Transmitter:
+    """The transmit step's work, given its collaborators: the store, settings and clock, the
+    connected channels (`channels(service)`), the outbox, the reply budget (`outreach`), the
+    turn cache (the event and the dialog the turn read), the autonomy spend of a run, and the
+    markers that waiters in this process are woken by."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        settings: Settings,
+        clock: Clock,
+        agents: Mapping[str, AgentConfig],
+        channels: Callable[[str], Channel | None],
+        outbox: Outbox,
+        outreach: Outreach,
+        cache: TurnCache,
+        markers: Markers,
+        runs: RunSpending,
+        pacing: PacingGate | None = None,
+        guardrails: GuardrailGate | None = None,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._clock = clock
+        self._agents = agents
+        self._channels = channels
+        self._outbox = outbox
+        self._outreach = outreach
+        self._cache = cache
+        self._markers = markers
+        self._runs = runs
+        self._pacing = pacing
+        self._guardrails = guardrails
+
+    async def gate(self, setup: TurnSetup, text: str) -> deliberation.Decision | None:
+        """Hard gates before anything is sent: silence instead, with the reason, or None."""
+        if not deliberation.clean_for_transmit(text):
+            return deliberation.Decision(action="silent", reason="nothing was left to say")
+        if not deliberation.may_be_redundant(text):
+            return None
+        dialog = await self._cache.dialog(setup)
+        echo = deliberation.redundant_with(
+            text,
+            dialog,
+            self._settings.deliberation.redundancy_threshold,
+            asker=setup.person_id if setup.addressed else None,
+            own_event=setup.event_id if setup.kind != "message" else None,
+        )
+        if echo is not None:
+            return deliberation.Decision(
+                action="silent", reason=f"{echo.speaker_name} already said what I would have said"
+            )
+        return None
+
+    async def _recalled(self, setup: TurnSetup, draft: Draft | None) -> set[str]:
+        """The records recalled for this turn (its prompt's evidence) and before it in the
+        conversation: their ids never leave the agent."""
+        ids = set(await self._cache.recalled(setup))
+        if draft is not None and draft.prepared is not None:
+            ids.update(item.record_id for item in draft.prepared.evidence_items())
+        return ids
+
+    async def transmit(
+        self, agent_id: str, event_id: str, setup: TurnSetup, outcome: TransmitRequest
+    ) -> TransmitResult:
+        """Act on the decision: speak (or decline, in words), redirect, or stay silent.
+
+        Exactly one completion marker per event, whatever happened (SPEC App. B). A waiter
+        in this process is woken once the surface has been given the outcome; the turn's
+        cached event and dialog are dropped (transmit is the last step that needs them)."""
+        self._markers.transmitting.add(event_id)
+        try:
+            event = await self._cache.event(agent_id, event_id)
+            self._cache.events.pop(event_id, None)
+            return await self._transmit(event, setup, outcome)
+        finally:
+            self._markers.transmitting.discard(event_id)
+            self._cache.drop(event_id)
+            self._markers.wake(event_id)
+
+    # a turn the storage refused (runtime/durable/_storage_full.py) ----------------------------------
+    async def tell_unanswered(self, agent_id: str, event_id: str, reason: str) -> None:
+        """Without writing anything (the disk may be full): a waiter in this process gets an
+        unanswered completion marker now, and the event's surface a notice; nothing when the
+        event was answered before the failure (its marker is stored: reading needs no room)."""
+        now = self._clock.now()
+        with contextlib.suppress(Exception):
+            if await self._store.get_marker(agent_id, event_id, now) is not None:
+                return
+        self._markers.put(self._unsent_marker(event_id, reason, now))
+        self._markers.wake(event_id)
+        with contextlib.suppress(Exception):  # reading the event needs no room; best effort
+            event = await self._cache.event(agent_id, event_id)
+            await _safe_notice(self._channels(event.service), event, Notice(level="error", text=reason))
+
+    async def record_unanswered(
+        self, agent_id: str, event_id: str, reason: str, detail: str
+    ) -> TransmitResult:
+        """Record that the event's turn ended on a storage failure; raises while the store still
+        refuses. The event gets an unanswered completion marker unless it has one already (a
+        reply sent before the failure keeps its own), and its trace says what failed."""
+        now = self._clock.now()
+        marker = await self._store.get_marker(agent_id, event_id, now)
+        if marker is None:
+            marker = self._unsent_marker(event_id, reason, now)
+            await self._store.put_marker(agent_id, marker)
+        await self._record_deliberation(agent_id, event_id, {"failed": detail})
+        self._cache.drop(event_id)
+        return TransmitResult(
+            transmitted=marker.transmitted,
+            action=None if marker.transmitted else "failed",
+            text=marker.text,
+            reason=marker.reason,
+        )
+
+    def _unsent_marker(self, event_id: str, reason: str, now: datetime) -> CompletionMarker:
+        ttl = timedelta(seconds=self._settings.dispatch.marker_ttl_seconds)
+        return CompletionMarker(
+            event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
+        )
+
+    async def _record_deliberation(self, agent_id: str, event_id: str, trace: dict[str, Any]) -> None:
+        await record_deliberation(self._store, agent_id, event_id, trace, self._clock.now())
+
+    async def _run_stopped(self, event: Event) -> str | None:
+        return (await self._runs.spent(event)).stopped
+
+    async def _transmit(self, event: Event, setup: TurnSetup, outcome: TransmitRequest) -> TransmitResult:
+        agent_id, event_id = setup.agent_id, event.id
+        now = self._clock.now()
+        ttl = timedelta(seconds=self._settings.dispatch.marker_ttl_seconds)
+        channel = self._channels(event.service)
+        draft = outcome.draft
+        decision = outcome.decision
+
+        async def unsent(reason: str, level: str) -> TransmitResult:
+            marker = CompletionMarker(
+                event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
+            )
+            await self._store.put_marker(agent_id, marker)
+            self._markers.put(marker)
+            await _safe_notice(channel, event, Notice(level=level, text=reason))
+            return TransmitResult(transmitted=False, reason=reason)
+
+        if setup.kind != "message":  # a self-initiated run the autonomy budget stopped says so
+            stopped = await self._run_stopped(event)
+            if stopped is not None:
+                return await unsent(stopped, "info")
+        if self._guardrails is not None:  # SPEC §4.10: the hard gate, on every transmission
+            blocked = await self._guardrails.blocking(setup)
+            if blocked is not None:
+                reason = block_reason(blocked)
+                silenced = deliberation.Decision(action="silent", reason=reason)
+                await self._record_deliberation(
+                    agent_id,
+                    event_id,
+                    {
+                        "mode": setup.mode,
+                        "decision": silenced.model_dump(mode="json"),
+                        "guardrail": blocked.id,
+                    },
+                )
+                return await unsent(f"{self._agents[agent_id].name} chose silence: {reason}", "info")
+        if draft is not None and draft.budget:  # the channel's reply budget is used
+            skipped = deliberation.Decision(action="silent", reason=draft.budget)
+            await self._record_deliberation(
+                agent_id, event_id, {"mode": setup.mode, "decision": skipped.model_dump(mode="json")}
+            )
+            return await unsent(draft.budget, "info")
+        if draft is not None and draft.reply.text is None:
+            return await unsent(f"I could not produce a reply: {draft.reply.failure}", "error")
+        if decision is not None and decision.action in ("speak", "redirect"):
+            decision = await self.gate(setup, outcome.text or "") or decision
+        critiques = [c.model_dump(mode="json") for c in outcome.critiques]
+        used = [u.model_dump(mode="json") for u in draft.tools] if draft is not None else []
+        trips = [t.model_dump(mode="json") for t in draft.trips] if draft is not None else []
+        trace: dict[str, Any] | None = None
+        if critiques or used or (decision is not None and decision.reason != AUTO_SPEAK):
+            trace = {"mode": setup.mode, "critiques": critiques}
+            if used:
+                trace["tools"] = used
+            if trips:  # a loop breaker stopped the tool loop: recorded (SPEC §4.6)
+                trace["trips"] = trips
+            if decision is not None:
+                trace["decision"] = decision.model_dump(mode="json")
+        if decision is None or decision.action == "silent":
+            if trace is not None:
+                await self._record_deliberation(agent_id, event_id, trace)
+            reason = decision.reason if decision is not None else "no decision"
+            return await unsent(f"{self._agents[agent_id].name} chose silence: {reason}", "info")
+        recalled = await self._recalled(setup, draft)
+        text = deliberation.clean_for_transmit(outcome.text or "", recalled)
+        reason: str | None = None
+        target = channel
+        service, channel_name = event.service, event.channel
+        redirected = False
+        if decision.action == "decline":
+            text = (
+                deliberation.clean_for_transmit(decision.message or "", recalled)
+                or f"I'd rather not. {decision.reason}"
+            )
+            reason = f"declined: {decision.reason}"
+        elif decision.action == "redirect":
+            service, _, channel_name = (decision.redirect_to or "").partition(":")
+            target = self._channels(service)
+            if target is None or not channel_name:
+                target, service, channel_name = channel, event.service, event.channel
+                reason = f"wanted to redirect to {decision.redirect_to!r}, which is not available here"
+            elif not await self._may_redirect(event, setup, service, channel_name):
+                target, service, channel_name = channel, event.service, event.channel
+                reason = (
+                    f"wanted to redirect to {decision.redirect_to!r}, where someone who is not here could "
+                    "read it; answered here instead"
+                )
+            else:
+                reason = f"redirected to {decision.redirect_to}: {decision.reason}"
+                redirected = True
+        agent = self._agents[agent_id]
+        if self._pacing is not None:  # SPEC §4.5: budgets, intervals, delays (recorded when they act)
+            held = await self._pacing.hold(setup, text)
+            if held.silent is not None:
+                paced = deliberation.Decision(action="silent", reason=held.silent)
+                await self._record_deliberation(
+                    agent_id, event_id, {"mode": setup.mode, "decision": paced.model_dump(mode="json")}
+                )
+                return await unsent(held.silent, "info")
+            if held.record is not None:
+                await self._record_deliberation(agent_id, event_id, {"pacing": held.record})
+            now = self._clock.now()  # the reply is said when the hold ends
+
+        made: list[CompletionMarker] = []
+
+        def marker(message: Message) -> CompletionMarker:
+            made.append(
+                CompletionMarker(
+                    event_id=event_id,
+                    transmitted=True,
+                    text=message.text,
+                    reason=reason,
+                    created_at=now,
+                    expires_at=now + ttl,
+                )
+            )
+            return made[-1]
+
+        def outbox_row(message: Message) -> OutboxRow | None:
+            if service == AUTONOMOUS_SERVICE:  # the agent's own surface has no reader to deliver to
+                return None
+            outbound = Outbound(
+                event_id=event_id,
+                agent_id=agent_id,
+                service=service,
+                channel=channel_name,
+                conversation_id=said_in.conversation_id,
+                message_id=message.id,
+                text=message.text,
+            )
+            return self._outbox.row(outbound, reply_key(event_id), message.created_at)
+
+        said_in = setup
+        if redirected:  # said in the private chat: recorded there, and the room gets a note
+            said_in = await self._redirected(setup, agent.name, service, channel_name, now)
+
+        # The reply, its marker, its outbox row and the turn's bookkeeping (the deliberation
+        # trace, the reply budget's entry, the parked conclusions it carried, now spent) in
+        # one transaction: a reply recorded is on its way, whichever process delivers it (a
+        # crash after this loses nothing), and one write is the cheapest a turn can make.
+        prepared = draft.prepared if draft is not None else None
+        evidence = [item.record_id for item in prepared.evidence_items()] if prepared is not None else []
+        upkeep = ReplyUpkeep(
+            trace=trace,
+            spend=self._outreach.reply_entry(event_id, service, channel_name, text, now),
+            cleared_flags=prepared.woven if prepared is not None else (),
+            # The records recalled for the turn, surfaced by the reply: consolidation and the
+            # next turns' transmits know them from here.
+            updated_flags=(remember_recalled(said_in.conversation_id, evidence),) if evidence else (),
+        )
+        message = await pipeline.record_reply(
+            self._store, agent.name, said_in, text, now, marker, outbox_row, upkeep
+        )
+        if made:
+            self._markers.put(made[-1])
+        if service != AUTONOMOUS_SERVICE:
+            try:
+                await self._outbox.deliver(service, agent_id)
+            except Exception as exc:  # the reply is stored, marked and in the outbox
+                log.warning("reply to %s not delivered on %s: %s", event_id, service, exc)
+        if target is not channel and channel is not None:
+            await _safe_notice(channel, event, Notice(level="info", text=reason or "answered elsewhere"))
+        return TransmitResult(
+            transmitted=True, action=decision.action, text=message.text, message_id=message.id, reason=reason
+        )
+
+    async def _redirected(
+        self, setup: TurnSetup, agent_name: str, service: str, channel: str, now: datetime
+    ) -> TurnSetup:
+        """Where a redirected reply is recorded: the asker's conversation on the channel it
+        goes to (so their next private message continues from it). The room's conversation
+        gets a note of what the room saw — that the agent answered elsewhere, never the text,
+        which was not said there. A replayed transmit finds the same open conversation, and
+        the note's id derives from the event, so it is stored once."""
+        private = await self._store.open_conversation(
+            setup.agent_id,
+            service,
+            channel,
+            [setup.person_id] if setup.person_id else [],
+            now,
+            self._settings.conversation.idle_timeout_minutes * 60,
+        )
+        note = Message(
+            id=derived_id(setup.received_at, "redirect-note", setup.agent_id, setup.event_id),
+            agent_id=setup.agent_id,
+            conversation_id=setup.conversation_id,
+            role=Role.SYSTEM,
+            person_id=None,
+            speaker_name=agent_name,
+            text=f"({agent_name} answered {setup.speaker_name} privately, on {service}:{channel})",
+            created_at=max(now, setup.received_at + timedelta(milliseconds=1)),
+            event_id=None,  # not the event's input or reply: lookups by event never meet it
+        )
+        await self._store.add_message(note)
+        return setup.model_copy(
+            update={"conversation_id": private.id, "service": service, "channel": channel}
+        )
+
+    async def _may_redirect(self, event: Event, setup: TurnSetup, service: str, channel: str) -> bool:
+        """Whether an answer may go to `service:channel` instead: only where no one reads it who
+        was not in this conversation (the reply may repeat what was said here). That is the
+        asker's own private channel on the same service (named by their speaker id or name, as
+        IRC names a private chat and the agent link an agent), or a channel whose latest
+        conversation had no one else in it."""
+        speaker = event.speaker
+        if (
+            speaker is not None
+            and service == event.service
+            and channel.lower() in (speaker.speaker_id.lower(), speaker.display_name.lower())
+        ):
+            return True
+        present = set(setup.participant_ids or ()) | ({setup.person_id} if setup.person_id else set())
+        there = [
+            c
+            for c in await self._store.list_conversations(setup.agent_id, channel=channel, limit=5)
+            if c.service == service
+        ]
+        return bool(there) and set(there[0].participant_ids) <= present
+
+
+async def _safe_notice(channel: Channel | None, event: Event, notice: Notice) -> None:
+    if channel is None:
+        return
+    with contextlib.suppress(Exception):
+        await channel.notice(event, notice)

@@ -1,0 +1,59 @@
+"""Dialog search on PostgreSQL: the messages' `text_tsv` column (migration 2's PostgreSQL
+variant) and its GIN index. Everything else of the dialog part is the shared SQL of
+`_sqlite_dialog.py`, which is portable SQLAlchemy Core."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import bindparam, select, text
+
+from persyn.store.base import Message
+from persyn.store.postgres.migrations import TEXT_CONFIG
+from persyn.store.schema.tables import messages
+from persyn.store.sql.dialog import SQLiteDialog
+from persyn.store.sql.mapping import message_from_row
+
+__all__ = ["PostgresDialog", "search_chunks"]
+
+
+def search_chunks(query: str) -> list[str]:
+    """The whitespace-separated chunks of `query` that hold a letter or digit (as
+    `fts_query` reads them on SQLite); NULs are spaces. Each becomes a phrase, so tsquery
+    syntax in the text (`&`, `|`, `!`, `<->`, `:*`) is only ever words."""
+    return [chunk for chunk in query.replace("\x00", " ").split() if any(ch.isalnum() for ch in chunk)]
+
+
+class PostgresDialog(SQLiteDialog):
+    """The dialog part of `PostgresStore`: search through tsvector."""
+
+    async def search_messages(
+        self,
+        agent_id: str,
+        query: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 20,
+    ) -> list[Message]:
+        """Every chunk of `query` must occur, as a phrase (as FTS5 AND of quoted strings);
+        best `ts_rank` first, newer first on ties. `since` and `until` are inclusive."""
+        chunks = search_chunks(query)
+        if not chunks or limit <= 0:
+            return []
+        phrases = " && ".join(
+            f"phraseto_tsquery('{TEXT_CONFIG}', :chunk_{index})" for index in range(len(chunks))
+        )
+        match = text(f"text_tsv @@ ({phrases})").bindparams(
+            *(bindparam(f"chunk_{index}", chunk) for index, chunk in enumerate(chunks))
+        )
+        rank = text(f"ts_rank(text_tsv, {phrases}) DESC").bindparams(
+            *(bindparam(f"chunk_{index}", chunk) for index, chunk in enumerate(chunks))
+        )
+        statement = select(messages).where(match, messages.c.agent_id == agent_id)
+        if since is not None:
+            statement = statement.where(messages.c.created_at >= since)
+        if until is not None:
+            statement = statement.where(messages.c.created_at <= until)
+        statement = statement.order_by(rank, messages.c.created_at.desc()).limit(limit)
+        return await self._fetch_all("search_messages", statement, message_from_row)
