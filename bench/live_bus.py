@@ -39,8 +39,8 @@ from pathlib import Path
 
 from persyn.core.events import Event
 from persyn.gateway.base import SinkEvent
-from persyn.runtime.live.bus import PostgresLiveBus, RelayBus
-from persyn.runtime.live.redis_bus import RedisLiveBus
+from persyn.runtime.delivery.bus import PostgresLiveBus, RelayBus
+from persyn.runtime.delivery.redis_bus import RedisLiveBus
 from persyn.testing.harness import RecordingChannel
 from persyn.testing.redis_server import RedisForTests
 

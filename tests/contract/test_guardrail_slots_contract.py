@@ -18,7 +18,7 @@ from persyn.core.config_safety import SafetyConfig
 from persyn.core.ids import new_id
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.background.guardrails import Guardrails
-from persyn.runtime.turn.outbox import Outbox
+from persyn.runtime.delivery.outbox import Outbox
 from persyn.store import Store, open_store
 from persyn.store.base import Message, Role
 

@@ -1,6 +1,6 @@
 """Issue 33 item 3: two `persyn run` on one home both connected to IRC (as `Ada` and `Ada_`),
 stored every room line twice and answered each other. A chat network has one owner in a
-deployment (a lease in the store, `runtime/durable/channel_leases.py`): the second process serves
+deployment (a lease in the store, `runtime/delivery/channel_leases.py`): the second process serves
 workers only and says so, and takes the connection over when the owner dies.
 
 Real parts: Debian's ngircd on loopback, two real `persyn run` processes (on one SQLite home,

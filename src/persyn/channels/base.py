@@ -3,7 +3,7 @@
 A `Channel` declares what it can do by overriding defaults, never by the runtime probing
 for attributes: `interactive` (a person waits for the reply: deliberation defers there),
 `streams_tokens` with `sink_for`, `shows_images`, `deliberation_done`, `serves` (which agents' messages it
-shows). Everything the agent says reaches a channel through the outbox (`runtime/turn/outbox.py`)
+shows). Everything the agent says reaches a channel through the outbox (`runtime/delivery/outbox.py`)
 and `deliver_outbound`, at least once: the base class drops a message whose outbox id it
 has already shown, so a redelivery after a crash or a racing deliverer is shown once.
 """

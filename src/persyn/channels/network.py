@@ -1,6 +1,6 @@
 """The channels `persyn run` connects from configuration: the agent link (when the deployment
 has more than one agent) and the chat networks configured under `[channels]`, each leased so
-that one process of the deployment connects it (`runtime/durable/channel_leases.py`)."""
+that one process of the deployment connects it (`runtime/delivery/channel_leases.py`)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class NetworkChannel(Protocol):
 @dataclass(frozen=True)
 class LeasedChannel:
     """A network `service` and how to build its channel: built afresh each time a process
-    takes its lease (`runtime/durable/channel_leases.py`), since a stopped channel is not started again."""
+    takes its lease (`runtime/delivery/channel_leases.py`), since a stopped channel is not started again."""
 
     service: str
     build: Callable[[], NetworkChannel]

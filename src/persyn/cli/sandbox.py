@@ -32,7 +32,7 @@ def sandbox_check(ctx: typer.Context, agent: AgentOption = None, as_json: JsonOp
     quota) and print what is isolated. The probes use a workspace of their own.
 
     Exits 1 when there is no provider or a probe got out that the configuration does not allow."""
-    from persyn.ops.sandbox import check_sandbox
+    from persyn.runtime.sandbox import check_sandbox
 
     cli = CliContext.of(ctx)
     settings = cli.settings

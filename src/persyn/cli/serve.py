@@ -238,7 +238,7 @@ async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -
     from persyn.channels.network import configured_channels
     from persyn.cli.web import serve_web, web_surface
     from persyn.runtime.compose import build_runtime
-    from persyn.runtime.durable.channel_leases import ChannelOwnership
+    from persyn.runtime.delivery.channel_leases import ChannelOwnership
     from persyn.runtime.durable.control import ControlServer
 
     settings = cli.settings
@@ -252,7 +252,7 @@ async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -
     await runtime.start(workers=workers, scheduler=housekeeping)
     control = await ControlServer.start(runtime, settings)  # `persyn send`'s fast path
     # The chat networks connect in a process that runs the scheduler (`persyn run`), and in
-    # one of those only: the one holding each network's lease (`runtime/durable/channel_leases.py`).
+    # one of those only: the one holding each network's lease (`runtime/delivery/channel_leases.py`).
     # A scale-out worker, or a second `persyn run`, would join the rooms a second time.
     networks = ChannelOwnership(
         runtime.store,

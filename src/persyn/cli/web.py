@@ -102,7 +102,7 @@ async def web_surface(settings: Settings) -> WebSurface | None:
 async def serve_web(web: WebSurface, runtime: Runtime) -> None:
     from functools import partial
 
-    from persyn.ops.web_keys import authenticate, revoked_keys
+    from persyn.runtime.web_keys import authenticate, revoked_keys
 
     url = await web.start(
         runtime,

@@ -30,7 +30,7 @@ from persyn.gateway.base import ToolCall
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.provider_tools import enabled_provider_tools
 from persyn.ops.history import opened_store
-from persyn.ops.sandbox import SandboxService
+from persyn.runtime.sandbox import SandboxService
 from persyn.runtime.turn.agent_tools import AgentToolDeps, build_registry
 from persyn.runtime.turn.images import ImageService
 from persyn.store import Store

@@ -39,6 +39,8 @@ from persyn.runtime.background.autonomy import Autonomy, BudgetedModel
 from persyn.runtime.background.conversation_jobs import ConversationHook, ConversationJobs, JobQueue
 from persyn.runtime.background.housekeeping import Housekeeping
 from persyn.runtime.background.outreach import Outreach
+from persyn.runtime.delivery.bus import LiveBus, live_bus
+from persyn.runtime.delivery.outbox import Outbox, reply_key
 from persyn.runtime.durable._executor import (
     ExecutorSlot,
     adopt_dead_executors,
@@ -59,11 +61,9 @@ from persyn.runtime.durable.dispatch import (
 )
 from persyn.runtime.durable.steps import APPLICATION_VERSION
 from persyn.runtime.durable.workflows import AUTO_SPEAK, Workflows, scheduler_tick
-from persyn.runtime.live.bus import LiveBus, live_bus
 from persyn.runtime.local_models import LocalModels
 from persyn.runtime.turn import speakers
 from persyn.runtime.turn.activation import ActivationSteps, TurnCache
-from persyn.runtime.turn.outbox import Outbox, reply_key
 from persyn.runtime.turn.speakers import DISPLAY_NAME_PREF
 from persyn.runtime.turn.tool_steps import ToolSteps
 from persyn.runtime.turn.transmit import Transmitter
@@ -341,7 +341,7 @@ class Runtime:
         return self._executor_slot.executor_id
 
     async def _outbox_woken(self, service: str, agent_id: str) -> int:
-        """Another process announced a row (`runtime/live/bus.py`): flush it if it is for one of
+        """Another process announced a row (`runtime/delivery/bus.py`): flush it if it is for one of
         our agents on a channel connected here. A bus shared with strangers may announce
         anything; names we do not have cost nothing."""
         if agent_id not in self.agents or service not in self.channels:
@@ -446,7 +446,7 @@ class Runtime:
         return self.intake.validate_text(text)
 
     async def submit(self, event: Event, *, from_step: bool = False) -> str:
-        # Its tokens come back here if another process runs it (`runtime/live/bus.py`).
+        # Its tokens come back here if another process runs it (`runtime/delivery/bus.py`).
         event = self.live.taken_in(event, self.channels.get(event.service))
         return await self.intake.submit(event, from_step=from_step)
 

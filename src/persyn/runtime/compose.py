@@ -21,20 +21,20 @@ from persyn.core.config import Settings, images_api_key, mcp_headers
 from persyn.core.events import Event
 from persyn.gateway.auto import resolve_auto
 from persyn.gateway.gateway import ModelGateway
-from persyn.ops.sandbox import SandboxService
 from persyn.runtime.app import Runtime, RuntimeParts
 from persyn.runtime.background.autonomy import Autonomy
 from persyn.runtime.background.conversation_jobs import ConversationJobs, JobQueue, JobWorkflows
 from persyn.runtime.background.guardrails import Guardrails
 from persyn.runtime.background.housekeeping import Housekeeping
 from persyn.runtime.background.outreach import Outreach
+from persyn.runtime.delivery.outbox import Outbox
 from persyn.runtime.durable.dispatch import Intake, Markers
 from persyn.runtime.durable.workflows import Workflows
 from persyn.runtime.local_models import LocalModels
+from persyn.runtime.sandbox import SandboxService
 from persyn.runtime.turn.activation import ActivationSteps, ReplyBudget, TurnCache
 from persyn.runtime.turn.agent_tools import AgentToolDeps
 from persyn.runtime.turn.images import ImageService
-from persyn.runtime.turn.outbox import Outbox
 from persyn.runtime.turn.pacing import Pacing
 from persyn.runtime.turn.tool_steps import ToolSteps
 from persyn.runtime.turn.transmit import Transmitter

@@ -25,8 +25,8 @@ from persyn.core.errors import STORAGE_UNAVAILABLE, InputError, PersynError, Sto
 from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
 from persyn.core.ids import new_id
 from persyn.core.messages import lone_surrogate
-from persyn.ops.web_keys import WebKey, web_identity, web_speaker_name
 from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.web_keys import WebKey, web_identity, web_speaker_name
 from persyn.web.channel import ENDED, SERVICE, Listener, LiveEvent, TurnUsage, WebChannel
 
 __all__ = ["REVOKED", "ApiError", "Authenticate", "Revoked", "WebContext", "handler", "sse"]

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from persyn.core.config import AgentConfig
 from persyn.core.events import CompletionMarker, Event
-from persyn.ops.web_keys import WebKey
+from persyn.runtime.web_keys import WebKey
 from persyn.web.channel import ENDED, Listener, LiveEvent
 from persyn.web.context import REVOKED, ApiError, WebContext
 from persyn.web.models import ChatRequest

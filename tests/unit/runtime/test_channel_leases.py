@@ -1,4 +1,4 @@
-"""`ChannelOwnership` (`runtime/durable/channel_leases.py`) over a real store (each backend) and a
+"""`ChannelOwnership` (`runtime/delivery/channel_leases.py`) over a real store (each backend) and a
 clock the test moves: one process connects a network, another stands by and says who holds it, takes
 over once the owner stops renewing (or at once when it stops), and an owner that finds its
 lease taken disconnects. The networks are recording stand-ins for a chat connection."""
@@ -13,7 +13,7 @@ import pytest
 
 from persyn.channels.network import LeasedChannel, NetworkChannel
 from persyn.core.clock import ManualClock
-from persyn.runtime.durable.channel_leases import ChannelOwnership, channel_lease
+from persyn.runtime.delivery.channel_leases import ChannelOwnership, channel_lease
 from persyn.store import Store, open_store
 from persyn.store.sqlite.store import SQLiteStore
 

@@ -24,7 +24,7 @@ from pydantic_ai.models.function import AgentInfo
 from persyn.cognition.guardrails import Verdict
 from persyn.core.errors import ToolError
 from persyn.core.ids import new_id
-from persyn.ops.web_keys import hash_key
+from persyn.runtime.web_keys import hash_key
 from persyn.store.ports.guardrails import GuardrailEvent
 from persyn.store.ports.web_keys import WebKey
 from persyn.testing import Pilot, RecordingChannel, run_runtime

@@ -1,4 +1,4 @@
-"""The live buses (`runtime/live/bus.py`, `runtime/live/redis_bus.py`, ARCHITECTURE §5) against real
+"""The live buses (`runtime/delivery/bus.py`, `runtime/delivery/redis_bus.py`, ARCHITECTURE §5) against real
 servers (redis-server; PostgreSQL for what both relaying buses share):
 two buses are two processes' worth of connections (the bus keeps nothing in common between
 instances), one taking events in and showing their tokens, one publishing them. What a
@@ -20,8 +20,15 @@ import redis.asyncio as aioredis
 from persyn.core.config import parse_settings
 from persyn.core.events import Event
 from persyn.gateway.base import SinkEvent
-from persyn.runtime.live.bus import LIVE_META, LiveBus, PostgresLiveBus, RelayBus, live_bus, live_namespace
-from persyn.runtime.live.redis_bus import RedisLiveBus, probe_redis, redis_channels
+from persyn.runtime.delivery.bus import (
+    LIVE_META,
+    LiveBus,
+    PostgresLiveBus,
+    RelayBus,
+    live_bus,
+    live_namespace,
+)
+from persyn.runtime.delivery.redis_bus import RedisLiveBus, probe_redis, redis_channels
 from persyn.testing.harness import RecordingChannel
 from persyn.testing.postgres import PostgresForTests
 from persyn.testing.redis_server import RedisForTests, free_port

@@ -23,8 +23,8 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import Prompt
 from persyn.runtime.app import Runtime
 from persyn.runtime.compose import build_runtime
+from persyn.runtime.delivery.outbox import Outbox, reply_key
 from persyn.runtime.turn.models import AUTO_SPEAK, Draft, TransmitRequest
-from persyn.runtime.turn.outbox import Outbox, reply_key
 from persyn.store.sqlite.engine import sqlite_dbapi
 from persyn.store.sqlite.store import SQLiteStore
 

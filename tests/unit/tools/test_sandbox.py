@@ -15,7 +15,7 @@ import needs
 from persyn.core.config import load_settings
 from persyn.core.config_sandbox import SandboxConfig
 from persyn.core.errors import ConfigError, ToolError
-from persyn.ops.sandbox import run_probes
+from persyn.runtime.sandbox import run_probes
 from persyn.tools._sandbox_disk import archive_cap
 from persyn.tools.sandbox import SandboxProvider, detect_provider
 
@@ -232,7 +232,7 @@ def test_an_unknown_network_is_rejected_at_start_up(tmp_path: Path, value: str) 
 
 @needs_bwrap
 async def test_a_workspace_lives_as_long_as_its_agent(tmp_path: Path) -> None:
-    from persyn.ops.sandbox import SandboxService
+    from persyn.runtime.sandbox import SandboxService
     from persyn.testing import ADA, harness_settings
 
     settings = harness_settings(tmp_path / "home")

@@ -3,7 +3,7 @@ credentials are in the environment and whether its server answers. Every probe i
 a short timeout and changes nothing on the server (no log-in that would leave a device
 behind); a network that is down only means `persyn run` keeps retrying it while the agents
 answer elsewhere. A last line says which process connects each network (the holder of its
-lease, `runtime/durable/channel_leases.py`), or that none does."""
+lease, `runtime/delivery/channel_leases.py`), or that none does."""
 
 from __future__ import annotations
 
@@ -40,10 +40,10 @@ async def channel_checks(settings: Settings) -> list[Check]:
 
 
 async def channel_owner_check(settings: Settings, now: datetime) -> Check | None:
-    """Which process connects each configured network (`runtime/durable/channel_leases.py`): the
+    """Which process connects each configured network (`runtime/delivery/channel_leases.py`): the
     holder of its lease, or that none does. None when no network is configured."""
     from persyn.ops.history import opened_store
-    from persyn.runtime.durable.channel_leases import channel_lease
+    from persyn.runtime.delivery.channel_leases import channel_lease
 
     channels = settings.channels
     services = [

@@ -16,8 +16,8 @@ async def live_checks(settings: Settings) -> list[Check]:
     url = settings.live.redis_url
     if url is None:
         return []
-    from persyn.runtime.live.bus import live_namespace
-    from persyn.runtime.live.redis_bus import probe_redis, redis_channels  # redis-py only here
+    from persyn.runtime.delivery.bus import live_namespace
+    from persyn.runtime.delivery.redis_bus import probe_redis, redis_channels  # redis-py only here
 
     shown = masked_url(url)
     channels = redis_channels(live_namespace(settings))

@@ -48,9 +48,9 @@ from persyn.core.events import Outbound
 from persyn.core.ids import derived_id, new_id
 from persyn.core.records import channel_key
 from persyn.gateway.gateway import ModelGateway
-from persyn.ops.web_keys import WEB_SERVICE
 from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE
-from persyn.runtime.turn.outbox import Outbox
+from persyn.runtime.delivery.outbox import Outbox
+from persyn.runtime.web_keys import WEB_SERVICE
 from persyn.store.base import Conversation, Message, Role, Store
 from persyn.store.ports.guardrails import GuardrailCheck, GuardrailEvent, WindowMessage
 from persyn.usage import context as usage_context

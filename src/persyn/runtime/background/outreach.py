@@ -24,7 +24,7 @@ from persyn.core.records import channel_key
 from persyn.memory.access import may_surface
 from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE, run_provenance
 from persyn.runtime.background.guardrails import block_reason
-from persyn.runtime.turn.outbox import Outbox, send_key
+from persyn.runtime.delivery.outbox import Outbox, send_key
 from persyn.store import Store
 from persyn.store.base import Message, Role
 from persyn.store.ports.guardrails import GuardrailEvent

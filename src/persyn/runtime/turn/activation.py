@@ -179,7 +179,7 @@ class ActivationSteps:
         self._reply_budget_spent = reply_budget_spent
         self._runs = runs
         # Where a turn's tokens go when its channel is connected in another process (the
-        # runtime sets it where a live bus relays, PostgreSQL or Redis: `runtime/live/bus.py`).
+        # runtime sets it where a live bus relays, PostgreSQL or Redis: `runtime/delivery/bus.py`).
         self.remote_sink: Callable[[Event], SinkCallable | None] = _no_sink
 
     def _sink(self, event: Event) -> SinkCallable | None:

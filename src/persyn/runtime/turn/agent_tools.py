@@ -18,7 +18,7 @@ Tools and what they are bound to:
   context (this channel, its compartment, the people present), when `[graph]` is enabled;
 - the shared artifacts (`tools/artifacts.py`): `workspace_list|read|write`, visible from this
   channel and its compartment, each version attributed, when `[artifacts]` is enabled;
-- `run_code` (`tools/sandbox_agent.py`, `ops/sandbox.py`): a task delegated to the
+- `run_code` (`tools/sandbox_agent.py`, `runtime/sandbox.py`): a task delegated to the
   sandbox agent, only when a sandbox provider is present (no host fallback), in the workspace of
   the compartment this run's provenance allows (`tools/sandbox_workspace.py`);
 - images (`tools/images.py`, `runtime/turn/images.py`): `generate_image` and `edit_image` when
@@ -54,8 +54,8 @@ from persyn.core.records import Sensitivity, channel_key
 from persyn.gateway.provider_tools import provider_tool_specs
 from persyn.memory.access import Provenanced, eligible_channels, in_compartment
 from persyn.memory.consolidate import default_sensitivity
-from persyn.ops.sandbox import SandboxService
 from persyn.runtime.background.autonomy import narrow_run, recent_activity, run_provenance
+from persyn.runtime.sandbox import SandboxService
 from persyn.runtime.turn.images import ImageService
 from persyn.store.base import Provenance, ReminderAction, Store
 from persyn.store.ports.graph_rows import GraphView

@@ -38,7 +38,7 @@ from persyn.core.ids import derived_id, id_time, new_id
 from persyn.core.records import channel_key
 from persyn.memory.access import eligible_channels
 from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE
-from persyn.runtime.turn.outbox import Outbox
+from persyn.runtime.delivery.outbox import Outbox
 from persyn.store import Store
 from persyn.store.base import Message, Role
 from persyn.store.ports.outbox import OutboxRow

@@ -4,7 +4,7 @@ silent — through the hard gates, the target, the record and the delivery.
 Exactly one completion marker per event, whatever happened (SPEC App. B). What is said is
 recorded in the dialog with its marker and its outbox row in one store transaction (a reply
 recorded is a reply on its way: no crash between leaves it undelivered), counted against the
-channel's reply budget, then delivered through the outbox (`runtime/turn/outbox.py`): at once when
+channel's reply budget, then delivered through the outbox (`runtime/delivery/outbox.py`): at once when
 its channel is connected in this process, otherwise by whichever process connects it.
 """
 
@@ -27,10 +27,9 @@ from persyn.core.ids import derived_id
 from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE, RunSpend
 from persyn.runtime.background.guardrails import block_reason
 from persyn.runtime.background.outreach import Outreach
-from persyn.runtime.durable.dispatch import Markers
+from persyn.runtime.delivery.outbox import Outbox, reply_key
 from persyn.runtime.turn.activation import TurnCache, record_deliberation
 from persyn.runtime.turn.models import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult
-from persyn.runtime.turn.outbox import Outbox, reply_key
 from persyn.runtime.turn.pacing import PacingHold
 from persyn.store import Store
 from persyn.store.base import Message, ReplyUpkeep, Role
@@ -40,6 +39,17 @@ from persyn.store.ports.outbox import OutboxRow
 __all__ = ["Transmitter"]
 
 log = logging.getLogger(__name__)
+
+
+class CompletionMarkers(Protocol):
+    """The completion markers waiters in this process are woken by (`durable/dispatch.Markers`):
+    the events whose transmit runs here now, a marker put for a waiter here, the wake-up."""
+
+    transmitting: set[str]
+
+    def put(self, marker: CompletionMarker) -> None: ...
+
+    def wake(self, event_id: str) -> None: ...
 
 
 class RunSpending(Protocol):
@@ -79,7 +89,7 @@ class Transmitter:
         outbox: Outbox,
         outreach: Outreach,
         cache: TurnCache,
-        markers: Markers,
+        markers: CompletionMarkers,
         runs: RunSpending,
         pacing: PacingGate | None = None,
         guardrails: GuardrailGate | None = None,

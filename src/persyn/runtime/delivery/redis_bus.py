@@ -20,7 +20,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from persyn.core.urls import masked_url
-from persyn.runtime.live.relay import LIVE_CHANNEL, OUTBOX_CHANNEL, RelayBus
+from persyn.runtime.delivery.relay import LIVE_CHANNEL, OUTBOX_CHANNEL, RelayBus
 
 __all__ = ["RedisLiveBus", "RedisProbe", "probe_redis", "redis_channels"]
 

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from persyn.core.config import Settings
-from persyn.runtime.live.relay import LIVE_CHANNEL, LIVE_META, OUTBOX_CHANNEL, LiveBus, RelayBus
+from persyn.runtime.delivery.relay import LIVE_CHANNEL, LIVE_META, OUTBOX_CHANNEL, LiveBus, RelayBus
 
 __all__ = ["LIVE_META", "LiveBus", "PostgresLiveBus", "RelayBus", "live_bus", "live_namespace"]
 
@@ -34,7 +34,7 @@ def live_bus(settings: Settings) -> LiveBus:
     """The bus `settings` choose: Redis where `[live] redis_url` is set, LISTEN/NOTIFY on a
     PostgreSQL store, none otherwise."""
     if settings.live.redis_url is not None:
-        from persyn.runtime.live.redis_bus import RedisLiveBus  # redis-py only where configured
+        from persyn.runtime.delivery.redis_bus import RedisLiveBus  # redis-py only where configured
 
         return RedisLiveBus(settings.live.redis_url, live_namespace(settings))
     if make_url(settings.database_url).get_backend_name() == "postgresql":

@@ -75,7 +75,7 @@ class Outbox:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._purged_at: datetime | None = None
         # Tells the other processes a row waits for a channel not connected here (set by the
-        # runtime where a live bus relays, PostgreSQL or Redis: `runtime/live/bus.py`); their poll
+        # runtime where a live bus relays, PostgreSQL or Redis: `runtime/delivery/bus.py`); their poll
         # finds it otherwise.
         self.announcer: Callable[[str, str], Awaitable[None]] | None = None
         # The images a row's text names that its channel may see (`runtime/turn/images.py`; set
