@@ -11,17 +11,17 @@ from typing import Protocol
 
 from pydantic import SecretStr
 
-from persyn.channels.agents import AGENT_SERVICE, AgentLink
-from persyn.channels.irc import SERVICE as IRC_SERVICE
-from persyn.channels.irc import IrcChannel
-from persyn.channels.telegram import TELEGRAM_SERVICE, TelegramChannel
+from persyn.channels.agents.link import AGENT_SERVICE, AgentLink
+from persyn.channels.irc.channel import SERVICE as IRC_SERVICE
+from persyn.channels.irc.channel import IrcChannel
+from persyn.channels.telegram.channel import TELEGRAM_SERVICE, TelegramChannel
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ConfigError
 from persyn.runtime.api import RuntimeAPI
 
 __all__ = ["LeasedChannel", "NetworkChannel", "configured_channels"]
 
-MATRIX_SERVICE = "matrix"  # `channels/matrix.py`'s, named here so as not to import it
+MATRIX_SERVICE = "matrix"  # `channels/matrix/channel.py`'s, named here so as not to import it
 
 
 class NetworkChannel(Protocol):
@@ -98,7 +98,7 @@ def _matrix_channel(
     password: str | None,
 ) -> NetworkChannel:
     # Imported only when connected: mautrix and aiohttp take ~0.5 s to import.
-    from persyn.channels.matrix import MatrixChannel
+    from persyn.channels.matrix.channel import MatrixChannel
 
     return MatrixChannel(
         settings.channels.matrix,

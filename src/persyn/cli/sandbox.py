@@ -9,7 +9,7 @@ import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, fail, run
 from persyn.cli.help import command_group
-from persyn.cli.render import dump_json, echo
+from persyn.present.render import dump_json, echo
 
 __all__ = ["register"]
 

@@ -13,7 +13,6 @@ from datetime import timedelta
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from persyn.channels.base import Channel
 from persyn.cognition.emotion import EmotionSource
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
@@ -28,6 +27,7 @@ from persyn.runtime.background.conversation_jobs import ConversationJobs, JobQue
 from persyn.runtime.background.guardrails import Guardrails
 from persyn.runtime.background.housekeeping import Housekeeping
 from persyn.runtime.background.outreach import Outreach
+from persyn.runtime.channel import Channel
 from persyn.runtime.durable.dispatch import Intake, Markers
 from persyn.runtime.durable.workflows import Workflows
 from persyn.runtime.local_models import LocalModels

@@ -27,12 +27,12 @@ import logging
 from collections.abc import Mapping
 from contextvars import Context
 
-from persyn.channels.base import Channel
 from persyn.core.config import AgentConfig
 from persyn.core.errors import ChannelError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import derived_id
 from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import Channel
 
 __all__ = ["AGENT_SERVICE", "AgentLink"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 __all__ = ["AccountState"]
 
 # The adapter's logger: a damaged state file is reported as the adapter's.
-log = logging.getLogger("persyn.channels.matrix")
+log = logging.getLogger("persyn.channels.matrix.channel")
 
 _REMEMBERED = 4096  # answered events and own message ids kept in the state file
 

@@ -29,14 +29,14 @@ from typing import Any, cast
 
 import httpx
 
-from persyn.channels.base import Channel
-from persyn.channels.telegram_format import telegram_html
+from persyn.channels.telegram.format import telegram_html
 from persyn.core.config import AgentConfig, TelegramConfig
 from persyn.core.errors import ChannelError, InputError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import derived_id
 from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import Channel
 
 __all__ = ["TELEGRAM_SERVICE", "TelegramChannel", "TelegramRefused", "split_message"]
 

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from persyn.channels.base import Channel
-from persyn.channels.terminal import SERVICE
+from persyn.channels.terminal.channel import SERVICE
 from persyn.core.config import AgentConfig
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable, SinkEvent
+from persyn.runtime.channel import Channel
 
 __all__ = ["ConsoleChannel", "Update", "UpdateKind"]
 

@@ -66,22 +66,22 @@ from mautrix.client import ClientAPI
 from mautrix.errors import MatrixError, MatrixRequestError
 from mautrix.types import DeviceID, EventID, EventType, RoomCreatePreset, RoomID, UserID
 
-from persyn.channels._matrix_messages import (
+from persyn.channels.matrix._messages import (
     TEXT_TYPES,
     in_timeline_order,
     mentions_name,
     render_html,
     without_reply_fallback,
 )
-from persyn.channels._matrix_state import AccountState
-from persyn.channels.base import Channel
-from persyn.channels.telegram import split_message
+from persyn.channels.matrix._state import AccountState
+from persyn.channels.telegram.channel import split_message
 from persyn.core.config import AgentConfig, MatrixConfig
 from persyn.core.errors import ChannelError, ConfigError, InputError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import derived_id
 from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import Channel
 
 __all__ = ["MATRIX_SERVICE", "MatrixChannel", "render_html"]
 

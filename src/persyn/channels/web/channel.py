@@ -24,9 +24,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from persyn.channels.base import Channel
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable, SinkEvent
+from persyn.runtime.channel import Channel
 from persyn.usage.records import UsageRecord
 
 __all__ = ["ENDED", "SERVICE", "Listener", "LiveEvent", "TurnUsage", "WebChannel"]

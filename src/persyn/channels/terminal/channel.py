@@ -18,14 +18,14 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
-from persyn.channels.base import Channel
-from persyn.cli.render import error_text, visible
 from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
 from persyn.core.events import Event, EventKind, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
+from persyn.present.render import error_text, visible
 from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import Channel
 
 __all__ = ["SERVICE", "TerminalChannel", "login_name", "name_command", "operator_speaker", "run_chat"]
 

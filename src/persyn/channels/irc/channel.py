@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from persyn.channels.base import Channel
 from persyn.core.config import AgentConfig, IrcConfig
 from persyn.core.errors import ChannelError, InputError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import Channel
 
 __all__ = ["IrcChannel", "IrcMessage", "parse_line", "split_text"]
 
