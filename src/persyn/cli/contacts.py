@@ -12,7 +12,7 @@ from persyn.present.render import dump_json, echo, one_line
 
 __all__ = ["ContactArgument", "register"]
 
-# Every command that takes a contact resolves it with `named_contact` (tools/_contacts.py).
+# Every command that takes a contact resolves it with `named_contact` (tools/builtin/_contacts.py).
 ContactArgument = Annotated[
     str,
     typer.Argument(

@@ -12,7 +12,7 @@ from persyn.cli.help import command_group
 from persyn.present.render import dump_json, echo, one_line
 
 if TYPE_CHECKING:
-    from persyn.tools.skills import SkillLibrary
+    from persyn.tools.skills.library import SkillLibrary
 
 __all__ = ["register"]
 

@@ -21,7 +21,7 @@ from persyn.ops.history import opened_store
 from persyn.store import Store
 from persyn.store.base import Identity
 from persyn.store.ports.web_keys import WebKey
-from persyn.tools._contacts import named_contact
+from persyn.tools.builtin._contacts import named_contact
 
 __all__ = [
     "KEY_PREFIX",

@@ -20,7 +20,6 @@ from persyn.core.config import Settings, images_api_key, mcp_headers
 from persyn.core.events import Event
 from persyn.gateway.auto import resolve_auto
 from persyn.gateway.gateway import ModelGateway
-from persyn.ops.sandbox import SandboxService
 from persyn.runtime.app import Runtime, RuntimeParts
 from persyn.runtime.background.autonomy import Autonomy
 from persyn.runtime.background.conversation_jobs import ConversationJobs, JobQueue, JobWorkflows
@@ -39,7 +38,8 @@ from persyn.runtime.turn.pacing import Pacing
 from persyn.runtime.turn.tool_steps import ToolSteps
 from persyn.runtime.turn.transmit import Transmitter
 from persyn.store import Store, open_store
-from persyn.tools.mcp_servers import McpTools
+from persyn.tools.mcp.servers import McpTools
+from persyn.tools.sandbox.service import SandboxService
 from persyn.tracing import Tracing
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter, MeterAdapter

@@ -4,30 +4,30 @@ step), so a per-activation cap is counted from durable state, never in the regis
 sees who is present where.
 
 Tools and what they are bound to:
-- reminders and goals (`tools/own.py`): the store, the agent, the clock; a new reminder
+- reminders and goals (`tools/builtin/own.py`): the store, the agent, the clock; a new reminder
   addresses the person and channel of the turn that set it;
-- quick facts (`tools/facts.py`);
-- memory and dialog search, raw dialog recall (`tools/memory_tools.py`): the current
+- quick facts (`tools/builtin/facts.py`);
+- memory and dialog search, raw dialog recall (`tools/builtin/memory.py`): the current
   channel, the people present and the channel groups — a tool never shows what retrieval
   would withhold;
-- message a contact (`tools/outreach.py`): sends through `Outreach.send_to_contact`, at most
+- message a contact (`tools/builtin/outreach.py`): sends through `Outreach.send_to_contact`, at most
   `[autonomy] max_messages_per_run` per activation, counted from what the run has already
   sent (durable: this registry is rebuilt for every tool call);
 - exact arithmetic, recent autonomous activity, self-inspection;
-- the knowledge graph (`tools/graph_tools.py`), through the same view as the turn's graph
+- the knowledge graph (`tools/builtin/graph.py`), through the same view as the turn's graph
   context (this channel, its compartment, the people present), when `[graph]` is enabled;
-- the shared artifacts (`tools/artifacts.py`): `workspace_list|read|write`, visible from this
+- the shared artifacts (`tools/builtin/artifacts.py`): `workspace_list|read|write`, visible from this
   channel and its compartment, each version attributed, when `[artifacts]` is enabled;
-- `run_code` (`tools/sandbox_agent.py`, `ops/sandbox.py`): a task delegated to the
+- `run_code` (`tools/sandbox/agent.py`, `tools/sandbox/service.py`): a task delegated to the
   sandbox agent, only when a sandbox provider is present (no host fallback), in the workspace of
-  the compartment this run's provenance allows (`tools/sandbox_workspace.py`);
-- images (`tools/images.py`, `runtime/turn/images.py`): `generate_image` and `edit_image` when
+  the compartment this run's provenance allows (`tools/sandbox/workspace.py`);
+- images (`tools/images/generate.py`, `runtime/turn/images.py`): `generate_image` and `edit_image` when
   `[images]` names an API; each answers at once and the render runs in the background;
-- reading the world (`tools/web.py`, `tools/reference.py`): `web_search` and `read_url` when
+- reading the world (`tools/world/web.py`, `tools/world/reference.py`): `web_search` and `read_url` when
   `[browse]` turns them on, `lookup_reference` when `[reference]` names archives;
-- skills (`tools/skills.py`): `use_skill`, whose description lists the agent's skills by name
+- skills (`tools/skills/library.py`): `use_skill`, whose description lists the agent's skills by name
   and description, and `write_skill`, when `[skills]` is enabled;
-- the tools of the configured MCP servers (`tools/mcp_servers.py`), named `<server>__<tool>`:
+- the tools of the configured MCP servers (`tools/mcp/servers.py`), named `<server>__<tool>`:
   the connections are the runtime's, held across activations; a call runs in the tool step
   like any other, under the same breakers and caps.
 
@@ -54,22 +54,19 @@ from persyn.core.records import Sensitivity, channel_key
 from persyn.gateway.provider_tools import provider_tool_specs
 from persyn.memory.access import Provenanced, eligible_channels, in_compartment
 from persyn.memory.consolidate import default_sensitivity
-from persyn.ops.sandbox import SandboxService
 from persyn.runtime.background.autonomy import narrow_run, recent_activity, run_provenance
 from persyn.runtime.turn.images import ImageService
 from persyn.store.base import Provenance, ReminderAction, Store
 from persyn.store.ports.graph_rows import GraphView
-from persyn.tools.activity import ActivityContext, activity_tools
-from persyn.tools.arithmetic import calculator_tool
-from persyn.tools.artifacts import ArtifactsContext, artifact_tools
-from persyn.tools.facts import fact_tools
-from persyn.tools.graph_tools import GraphToolsContext, graph_tools
-from persyn.tools.images import image_tools
-from persyn.tools.inspection import SelfInspectionContext, inspection_tools
-from persyn.tools.mcp_servers import McpTools
-from persyn.tools.memory_tools import MemoryToolsContext, memory_tools
-from persyn.tools.outreach import OutreachContext, outreach_tools
-from persyn.tools.own import (
+from persyn.tools.builtin.activity import ActivityContext, activity_tools
+from persyn.tools.builtin.arithmetic import calculator_tool
+from persyn.tools.builtin.artifacts import ArtifactsContext, artifact_tools
+from persyn.tools.builtin.facts import fact_tools
+from persyn.tools.builtin.graph import GraphToolsContext, graph_tools
+from persyn.tools.builtin.inspection import SelfInspectionContext, inspection_tools
+from persyn.tools.builtin.memory import MemoryToolsContext, memory_tools
+from persyn.tools.builtin.outreach import OutreachContext, outreach_tools
+from persyn.tools.builtin.own import (
     Audience,
     FixedProvenance,
     OwnToolsContext,
@@ -77,10 +74,13 @@ from persyn.tools.own import (
     goal_tools,
     reminder_tools,
 )
-from persyn.tools.reference import ReferenceLibrary, reference_tools
+from persyn.tools.images.generate import image_tools
+from persyn.tools.mcp.servers import McpTools
 from persyn.tools.registry import Tool, ToolRegistry
-from persyn.tools.skills import SkillLibrary, skill_tools
-from persyn.tools.web import search_provider, web_tools
+from persyn.tools.sandbox.service import SandboxService
+from persyn.tools.skills.library import SkillLibrary, skill_tools
+from persyn.tools.world.reference import ReferenceLibrary, reference_tools
+from persyn.tools.world.web import search_provider, web_tools
 
 __all__ = ["AgentToolDeps", "Outreach", "agent_skills", "build_registry"]
 

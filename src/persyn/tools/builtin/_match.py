@@ -1,4 +1,4 @@
-"""The regular-expression work of the memory tools (`tools/_regex.py`), standard library only:
+"""The regular-expression work of the memory tools (`tools/builtin/_regex.py`), standard library only:
 it runs in a killable child interpreter (`tools/_isolated.py`)."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ never read through the policy. The operator sees and removes every workspace
 (`persyn sandbox list|reset`).
 
 On disk: `<data>/sandbox/<agent id>/<key>/` holds `compartment.json` (what the key stands
-for, for the operator) and the workspace's contents (`tools/sandbox.py`: one archive of at
+for, for the operator) and the workspace's contents (`tools/sandbox/isolation.py`: one archive of at
 most `[sandbox] workspace_mb` for bubblewrap, a folder `files/` for the other providers).
 """
 

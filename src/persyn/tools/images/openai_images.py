@@ -18,7 +18,7 @@ from typing import Any, cast
 import httpx
 
 from persyn.core.config import ImagesConfig
-from persyn.tools.images import ImageRenderError, RenderedImage, decode_b64_image, sniff_mime
+from persyn.tools.images.generate import ImageRenderError, RenderedImage, decode_b64_image, sniff_mime
 
 __all__ = ["OpenAIImages"]
 

@@ -58,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from persyn.core.config import McpConfig, McpServerConfig
 from persyn.core.config_tools import MCP_SEPARATOR
 from persyn.core.errors import ToolError
-from persyn.tools._mcp_transports import (
+from persyn.tools.mcp._transports import (
     RESULT_TOO_LARGE,
     BoundedHttp,
     BoundedStdio,

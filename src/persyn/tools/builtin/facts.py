@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.core.errors import ToolError
 from persyn.store.base import QuickFact
-from persyn.tools._contacts import SELF_WORDS, resolve_contact
-from persyn.tools.own import OwnToolsContext
+from persyn.tools.builtin._contacts import SELF_WORDS, resolve_contact
+from persyn.tools.builtin.own import OwnToolsContext
 from persyn.tools.registry import Tool
 
 __all__ = ["MAX_FACTS", "FactsView", "fact_tools"]

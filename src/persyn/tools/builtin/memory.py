@@ -27,7 +27,7 @@ to `private`) to let dialog search cross a channel group.
 - `recall_dialog` reads the latest `_RECALL_SCAN` messages of the record's conversation and
   keeps the record's own (the store has no fetch of messages by id).
 A regular expression is matched case-insensitively in a child process with a deadline
-(`tools/_regex.py`), so a runaway pattern cannot stall the agent.
+(`tools/builtin/_regex.py`), so a runaway pattern cannot stall the agent.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from persyn.core.ids import is_id, parse_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.memory.access import eligible_channels, may_surface
 from persyn.store.base import Conversation, Message, Store
-from persyn.tools._regex import MAX_PATTERN_CHARS, compile_pattern, matching
+from persyn.tools.builtin._regex import MAX_PATTERN_CHARS, compile_pattern, matching
 from persyn.tools.registry import Tool
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Exact arithmetic (SPEC §4.6): a safe evaluator for expressions, never `eval`.
 
-The evaluator itself is `tools/_exact.py` (its module note has the grammar and the bounds):
+The evaluator itself is `tools/builtin/_exact.py` (its module note has the grammar and the bounds):
 standard library only, so the `calculate` tool runs it in a killable child interpreter
 (`Tool.isolated`, `tools/_isolated.py`) and a pathological expression costs at most
 `[tools] cpu_seconds` of a child's CPU, never the event loop's. `evaluate` runs it in
@@ -12,9 +12,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.core.errors import ToolError
-from persyn.tools import _exact
-from persyn.tools._exact import MAX_BITS, MAX_EXPRESSION_CHARS, format_number
 from persyn.tools._isolated import IsolatedWork
+from persyn.tools.builtin import _exact
+from persyn.tools.builtin._exact import MAX_BITS, MAX_EXPRESSION_CHARS, format_number
 from persyn.tools.registry import Tool
 
 __all__ = [

@@ -33,7 +33,7 @@ view (`persyn skills`) sees them all.
 **Scripts** are never run here: a skill's `scripts/` are files the model may read. They run in
 the sandbox: `run_code`'s sandbox agent sees every skill the activation may use at
 `/skills/NAME`, bind-mounted read-only from `Skill.folder` (`runtime/turn/agent_tools.py`,
-`tools/sandbox_agent.py`), so a script runs there and nothing inside can change a skill.
+`tools/sandbox/agent.py`), so a script runs there and nothing inside can change a skill.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-BUNDLED_SKILLS = Path(__file__).with_name("skills_bundled")
+BUNDLED_SKILLS = Path(__file__).with_name("bundled")
 SKILL_FILE = "SKILL.md"
 _NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 _MAX_NAME = 64

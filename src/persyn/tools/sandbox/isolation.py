@@ -7,12 +7,12 @@ Providers (`SandboxProvider`), tried in this order by `provider = "auto"`:
 - **bubblewrap** (`bwrap`): new user, mount, PID, IPC, UTS and network namespaces; the host's
   `/usr` read-only and a few files of `/etc`; a private `/tmp`, `/proc` and `/dev`; the
   workspace at `/workspace` (the only persistent writable place: a tmpfs of `[sandbox]
-  workspace_mb`, restored from and saved to an archive inside, `tools/_sandbox_disk.py`);
+  workspace_mb`, restored from and saved to an archive inside, `tools/sandbox/_disk.py`);
   all capabilities dropped,
   running as `nobody`; killed with its parent. Limits are set inside with `prlimit` (CPU
   seconds, address space, file size, open files, processes) and the wall clock from here (the
   whole process group is killed). The process count is also held by a pids cgroup per command
-  where one is writable (`tools/_pids_cgroup.py`: RLIMIT_NPROC does not bind a root host user). `network = "none"` additionally installs a seccomp filter that
+  where one is writable (`tools/sandbox/_pids_cgroup.py`: RLIMIT_NPROC does not bind a root host user). `network = "none"` additionally installs a seccomp filter that
   refuses IP sockets (and io_uring, which could open them), so not even the sandbox's own
   loopback is usable; `loopback` keeps the private namespace with its own loopback only;
   `full` shares the host's network.
@@ -48,9 +48,9 @@ from pydantic import BaseModel, ConfigDict
 
 from persyn.core.config_sandbox import SandboxConfig
 from persyn.core.errors import ToolError
-from persyn.tools._pids_cgroup import PidsCgroup
-from persyn.tools._sandbox_disk import SAVED_MARK, ArchiveTransfer, DiskReserve, archive_cap
-from persyn.tools.sandbox_workspace import WORKSPACE_ARCHIVE, WORKSPACE_FILES
+from persyn.tools.sandbox._disk import SAVED_MARK, ArchiveTransfer, DiskReserve, archive_cap
+from persyn.tools.sandbox._pids_cgroup import PidsCgroup
+from persyn.tools.sandbox.workspace import WORKSPACE_ARCHIVE, WORKSPACE_FILES
 
 __all__ = [
     "CommandResult",
@@ -300,7 +300,7 @@ class BubblewrapProvider(SandboxProvider):
 
     def confined(self) -> contextlib.AbstractAsyncContextManager[list[str]]:
         """Each command in a pids cgroup of its own when one is writable here: the process
-        limit that holds whoever runs Persyn (`tools/_pids_cgroup.py`)."""
+        limit that holds whoever runs Persyn (`tools/sandbox/_pids_cgroup.py`)."""
         if self.pids is None:
             return contextlib.nullcontext([])
         return self.pids.command(self.limits.max_processes)

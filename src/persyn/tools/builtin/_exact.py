@@ -1,4 +1,4 @@
-"""The exact evaluator behind the `calculate` tool (`tools/arithmetic.py`), standard library only.
+"""The exact evaluator behind the `calculate` tool (`tools/builtin/arithmetic.py`), standard library only.
 
 It is CPU-bound work the event loop cannot interrupt, so the tool runs it in a fresh
 interpreter started with `-I -S` (`tools/_isolated.py`: about 20 ms, no site packages), killed

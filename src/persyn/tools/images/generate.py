@@ -62,7 +62,7 @@ class RenderedImage(BaseModel):
 
 class ImageProvider(Protocol):
     """Renders one image (SPEC §4.6 images): the OpenAI images API and compatible servers
-    (`tools/images_openai.py`). Raises `ImageRenderError` for every failure."""
+    (`tools/images/openai_images.py`). Raises `ImageRenderError` for every failure."""
 
     async def generate(self, prompt: str, size: str) -> RenderedImage: ...
 

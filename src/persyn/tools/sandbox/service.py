@@ -5,7 +5,7 @@ workspaces, the `run_code` tool bound to each agent's gateway, and the probes of
 `SandboxService.start` detects the provider once (really starting it) and removes the
 workspaces of agents that are no longer configured: a workspace lives as long as its agent.
 `run_code` works in the workspace of the compartment its run's provenance allows, decided when
-a task starts (`tools/sandbox_workspace.py`).
+a task starts (`tools/sandbox/workspace.py`).
 With no provider there is no `run_code` — never a host fallback — and `reason` says why, for
 `persyn doctor` and the start-up notice.
 
@@ -32,9 +32,9 @@ from persyn.gateway.base import Completion, Prompt, ToolSpec
 from persyn.gateway.gateway import ModelGateway
 from persyn.store.base import Provenance
 from persyn.tools.registry import Tool
-from persyn.tools.sandbox import DetectedProvider, SandboxProvider, detect_provider
-from persyn.tools.sandbox_agent import RunCodeContext, run_code_tool
-from persyn.tools.sandbox_workspace import SandboxWorkspaces, workspace_compartment
+from persyn.tools.sandbox.agent import RunCodeContext, run_code_tool
+from persyn.tools.sandbox.isolation import DetectedProvider, SandboxProvider, detect_provider
+from persyn.tools.sandbox.workspace import SandboxWorkspaces, workspace_compartment
 
 __all__ = ["Probe", "SandboxReport", "SandboxService", "check_sandbox"]
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from persyn.core.clock import Clock
 from persyn.core.errors import ToolError
 from persyn.store.base import Person, Store
-from persyn.tools._contacts import describe, resolve_contact
+from persyn.tools.builtin._contacts import describe, resolve_contact
 from persyn.tools.registry import Tool
 
 __all__ = [

@@ -2,7 +2,7 @@
 the task, in words, to a separate **sandbox agent** — its own model task `sandbox`, called
 through the agent's gateway, so every round-trip is metered, attributed to the conversation
 the tool call serves and admitted by the autonomy budget like any call — whose only tools are
-file and command tools that execute inside the agent's sandbox (`tools/sandbox.py`). Its final
+file and command tools that execute inside the agent's sandbox (`tools/sandbox/isolation.py`). Its final
 words are the report `run_code` returns.
 
 Loop breakers, so a sandbox model that calls the same tool forever stops: at most
@@ -30,7 +30,7 @@ from persyn.gateway.base import Completion, Prompt, ToolSpec, UserTurn
 from persyn.tools.breaker import LoopBreaker
 from persyn.tools.loop import run_tool_loop
 from persyn.tools.registry import Tool, ToolRegistry
-from persyn.tools.sandbox import (
+from persyn.tools.sandbox.isolation import (
     SANDBOX_HOST_DIR,
     SANDBOX_SKILLS,
     SANDBOX_WORKSPACE,
@@ -288,7 +288,7 @@ def _ending(output: dict[str, Any] | None, status: str) -> str:
 class RunCodeContext:
     provider: SandboxProvider
     # The host folder of the workspace this task may use, decided when the task starts from
-    # the run's provenance at that moment (`tools/sandbox_workspace.py`).
+    # the run's provenance at that moment (`tools/sandbox/workspace.py`).
     workspace: Callable[[], Awaitable[Path]]
     complete: CompleteFn  # one `sandbox` model round-trip through the agent's gateway
     config: SandboxConfig

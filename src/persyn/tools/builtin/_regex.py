@@ -2,7 +2,7 @@
 
 Python's `re` has no timeout, and a pattern such as `(a+)+$` can backtrack for minutes on a
 short text; run in the event loop it would stall every agent in the process, and in a thread
-it could not be stopped. So the matching (`tools/_match.py`) runs in a short-lived child
+it could not be stopped. So the matching (`tools/builtin/_match.py`) runs in a short-lived child
 interpreter (`tools/_isolated.py`: standard library only) that is killed when it takes longer
 than the deadline. The pattern is compiled here first, so a malformed one is reported at once
 without a child process.
