@@ -4,10 +4,7 @@ that one process of the deployment connects it (`runtime/durable/channel_leases.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
 
 from pydantic import SecretStr
 
@@ -18,27 +15,11 @@ from persyn.channels.telegram.channel import TELEGRAM_SERVICE, TelegramChannel
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ConfigError
 from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import LeasedChannel, NetworkChannel
 
-__all__ = ["LeasedChannel", "NetworkChannel", "configured_channels"]
+__all__ = ["configured_channels"]
 
 MATRIX_SERVICE = "matrix"  # `channels/matrix/channel.py`'s, named here so as not to import it
-
-
-class NetworkChannel(Protocol):
-    """A channel with a lifespan of its own (connections, polling)."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class LeasedChannel:
-    """A network `service` and how to build its channel: built afresh each time a process
-    takes its lease (`runtime/durable/channel_leases.py`), since a stopped channel is not started again."""
-
-    service: str
-    build: Callable[[], NetworkChannel]
 
 
 def configured_channels(settings: Settings, api: RuntimeAPI) -> list[LeasedChannel]:

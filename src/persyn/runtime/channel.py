@@ -1,4 +1,6 @@
-"""The channel port: how the runtime hands speech, notices and live tokens to a surface.
+"""The channel port: how the runtime hands speech, notices and live tokens to a surface, and
+how it connects a chat network it holds the lease of (`NetworkChannel`, `LeasedChannel`). The
+adapters (`channels/`) implement it; the runtime never imports them.
 
 A `Channel` declares what it can do by overriding defaults, never by the runtime probing
 for attributes: `interactive` (a person waits for the reply: deliberation defers there),
@@ -12,11 +14,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
 
-__all__ = ["Channel", "images_as_text", "safe_sink"]
+__all__ = ["Channel", "LeasedChannel", "NetworkChannel", "images_as_text", "safe_sink"]
 
 _REMEMBERED = 4096  # outbox ids remembered per channel for deduplication
 
@@ -94,3 +99,20 @@ def safe_sink(channel: Channel | None, event: Event) -> SinkCallable | None:
         return channel.sink_for(event)
     except Exception:
         return None
+
+
+class NetworkChannel(Protocol):
+    """A channel with a lifespan of its own (connections, polling)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LeasedChannel:
+    """A network `service` and how to build its channel: built afresh each time a process
+    takes its lease (`runtime/durable/channel_leases.py`), since a stopped channel is not started again."""
+
+    service: str
+    build: Callable[[], NetworkChannel]

@@ -48,7 +48,6 @@ from persyn.core.events import Outbound
 from persyn.core.ids import derived_id, new_id
 from persyn.core.records import channel_key
 from persyn.gateway.gateway import ModelGateway
-from persyn.ops.web_keys import WEB_SERVICE
 from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE
 from persyn.runtime.turn.outbox import Outbox
 from persyn.store.base import Conversation, Message, Role, Store
@@ -66,6 +65,7 @@ _NOTICE_SPEAKER = "guardrail"
 # The operator's surfaces besides `notify_channel`: `persyn chat` / the console (`terminal`,
 # `channels/terminal/channel.py`) and `persyn send` (`cli`); only someone holding the home speaks there.
 _OPERATOR_SERVICES = frozenset({"terminal", "cli"})
+WEB_SERVICE = "web"  # an operator key's identity is on this service (`ops/web_keys.py`)
 _HOLDER = f"{socket.gethostname()}:{os.getpid()}"[:200]  # who claimed a slot, for the operator
 
 
