@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from persyn.channels.agents import AGENT_SERVICE, AgentLink
+from persyn.channels.agents.link import AGENT_SERVICE, AgentLink
 from persyn.core.clock import ManualClock, SystemClock
 from persyn.store.base import Role
 from persyn.store.ports.runs import SpendKind

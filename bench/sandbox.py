@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from persyn.core.config_sandbox import SandboxConfig
-from persyn.tools.sandbox import detect_provider
+from persyn.tools.sandbox.isolation import detect_provider
 
 
 async def _timed(work: Awaitable[object]) -> float:

@@ -36,7 +36,7 @@ from persyn.memory.retrieval import estimate_tokens
 from persyn.ops.tools import OPERATOR_CHANNEL, agent_registry
 from persyn.testing import ADA
 from persyn.testing.harness import harness_settings
-from persyn.tools.mcp_servers import McpTools
+from persyn.tools.mcp.servers import McpTools
 from persyn.tools.registry import ToolRegistry
 
 SERVERS = Path(__file__).resolve().parents[1] / "tests" / "servers"

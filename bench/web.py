@@ -33,8 +33,9 @@ import httpx
 from persyn.core.config import AgentConfig, load_settings
 from persyn.core.events import Event, Speaker
 from persyn.core.ids import new_id
+from persyn.ops.web_keys import create_key
 from persyn.runtime.compose import build_runtime
-from persyn.runtime.web_keys import authenticate, create_key, revoked_keys
+from persyn.runtime.web_keys import authenticate, revoked_keys
 from persyn.web.server import WebSurface
 
 _CHILD = r"""

@@ -13,7 +13,7 @@ import pytest
 from persyn_cli import Persyn
 
 from persyn.testing.images import FakeImagesApi, serve_fake_images
-from persyn.tools.images import sniff_mime
+from persyn.tools.images.generate import sniff_mime
 
 pytestmark = pytest.mark.e2e
 

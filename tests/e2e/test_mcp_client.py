@@ -25,7 +25,7 @@ from mcp_test_servers import (
 
 from persyn.core.config import McpConfig
 from persyn.gateway.base import ToolCall
-from persyn.tools.mcp_servers import McpTools, server_content
+from persyn.tools.mcp.servers import McpTools, server_content
 from persyn.tools.registry import ToolRegistry, ToolStatus
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ from pydantic_ai.models.function import AgentInfo
 
 from persyn.testing import ADA, run_runtime, tool_returns
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
-from persyn.tools.mcp_servers import server_content
+from persyn.tools.mcp.servers import server_content
 
 pytestmark = pytest.mark.e2e
 

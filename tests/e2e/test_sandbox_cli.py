@@ -16,7 +16,7 @@ import pytest
 from persyn_cli import Persyn
 
 import needs
-from persyn.tools._pids_cgroup import PidsCgroup
+from persyn.tools.sandbox._pids_cgroup import PidsCgroup
 
 pytestmark = pytest.mark.e2e
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=needs.reason("bubblewrap (bwrap)"))
@@ -39,7 +39,7 @@ def test_sandbox_check_probes_from_inside_and_reports_isolation(persyn: Persyn) 
         ("open an IP socket", True),
         ("read the host's home", True),
         # Root is exempt from RLIMIT_NPROC: the limit then holds only through a writable pids
-        # cgroup (`tools/_pids_cgroup.py`), and the probe must say whether it held.
+        # cgroup (`tools/sandbox/_pids_cgroup.py`), and the probe must say whether it held.
         ("more than 64 processes", os.geteuid() != 0 or PidsCgroup.find() is not None),
         ("write past the workspace quota", True),
     ]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from persyn_cli import Persyn
 
-from persyn.cli.render import block, dump_json, one_line, visible
 from persyn.core.config import load_settings
 from persyn.core.ids import new_id
 from persyn.people.observations import DOSSIER_FLAG
+from persyn.present.render import block, dump_json, one_line, visible
 from persyn.runtime.background.autonomy import ActivityEntry
 from persyn.store import open_store
 from persyn.store.base import AtTrigger, Goal, Observation, Reminder

@@ -19,7 +19,7 @@ from persyn.core.config import ToolsConfig
 from persyn.gateway.base import ToolCall
 from persyn.tools import Tool, ToolRegistry, ToolStatus
 from persyn.tools._isolated import IsolatedWork
-from persyn.tools.arithmetic import ExpressionError, calculator_tool, evaluate
+from persyn.tools.builtin.arithmetic import ExpressionError, calculator_tool, evaluate
 
 
 async def test_a_huge_literal_is_refused_while_the_event_loop_runs_on() -> None:

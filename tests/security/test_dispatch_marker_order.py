@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from persyn.channels.base import Channel as ChannelPort
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
+from persyn.runtime.channel import Channel as ChannelPort
 from persyn.testing import ADA, run_runtime
 
 

@@ -18,7 +18,7 @@ from irc_server import IrcPeer, IrcServer
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models.function import AgentInfo
 
-from persyn.channels.irc import IrcChannel
+from persyn.channels.irc.channel import IrcChannel
 from persyn.core.clock import ManualClock
 from persyn.testing import models
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime

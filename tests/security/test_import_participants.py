@@ -1,7 +1,7 @@
 """Issue 13 item 6: a name in `memory import` / `memory recall --participant` resolved to
 the earliest person with that display name, so a stranger who used "Ann" first inherited
 Ann's imported private history. A name several contacts go by is now an error listing
-them, as the agent's own tools do (tools/_contacts.py)."""
+them, as the agent's own tools do (tools/builtin/_contacts.py)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from persyn_cli import Persyn
 
 from persyn.core.config import McpConfig
 from persyn.gateway.base import ToolCall
-from persyn.tools.mcp_servers import McpTools
+from persyn.tools.mcp.servers import McpTools
 from persyn.tools.registry import ToolOutcome, ToolRegistry, ToolStatus
 
 pytestmark = pytest.mark.e2e

@@ -3,7 +3,7 @@
 On 4c92b50 one folder per agent was bound at /workspace for everyone: Alice (her DM) had the
 sandbox write `alice pin 9931`, and Mallory (another channel) got it back with
 `cat /workspace/*`; a heartbeat run saw it too. Now each run works in the workspace its
-provenance allows (`tools/sandbox_workspace.py`), and the operator still lists and resets every
+provenance allows (`tools/sandbox/workspace.py`), and the operator still lists and resets every
 one of them with `persyn sandbox`. The workspace is a tmpfs the sandbox sizes
 (`[sandbox] workspace_mb`): writing past it fails inside with ENOSPC and the host keeps at most
 the quota (plus tar's headers); a task that would take the data volume's `[sandbox] reserve_mb`
@@ -32,7 +32,7 @@ from persyn.cognition.reflection import SelfAssessment
 from persyn.testing import ADA, consolidation_reply, registered_double, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text
 from persyn.testing.requests import last_input, tool_returns
-from persyn.tools._sandbox_disk import archive_cap
+from persyn.tools.sandbox._disk import archive_cap
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 

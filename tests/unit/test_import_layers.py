@@ -129,6 +129,32 @@ def test_production_code_never_imports_the_test_doubles() -> None:
     assert not offenders, "\n".join(offenders)
 
 
+def _two_way_ties(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Pairs of units each importing the other, whatever the modules: an arrow that runs back up."""
+    return sorted(
+        {(a, b) for a, targets in edges.items() for b in targets if a < b and a in edges.get(b, ())}
+    )
+
+
+def test_no_two_folders_import_each_other() -> None:
+    """The house drawn from `ls src/persyn`: every arrow between two top-level folders runs one
+    way. A module-level cycle is caught above; this catches `a/x.py` → `b/y.py` with `b/z.py` →
+    `a/w.py`, which no cycle shows but which ties the two folders into one."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for found in _imports(_modules()):
+        importer, imported = _unit(found.importer), _unit(found.imported)
+        if importer != imported and "persyn" not in (importer, imported):
+            edges[importer].add(imported)
+    ties = _two_way_ties(edges)
+    assert not ties, "folders importing each other:\n" + "\n".join(f"{a} ↔ {b}" for a, b in ties)
+
+
+def test_the_tie_finder_finds_ties() -> None:
+    """The check above is only as good as this."""
+    assert _two_way_ties({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == [("a", "b")]
+    assert _two_way_ties({"a": {"b"}, "b": {"c"}}) == []
+
+
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (iterative Tarjan)."""
     index: dict[str, int] = {}

@@ -2,9 +2,8 @@
 
 `root.py` builds the Typer application; `context.py` holds what commands share (the
 `CliContext` with the deployment directory and the clock); `times.py` parses every time given
-on the command line; `render.py` prints stored text safely. Importing this package is cheap
-(the channels import `persyn.cli.render`): the application is built only when `app` or `main`
-is asked for.
+on the command line; stored text is printed through `persyn.present.render`. Importing this
+package is cheap: the application is built only when `app` or `main` is asked for.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
 from persyn.cli.help import command_group
-from persyn.cli.render import block, dump_json, echo, one_line
+from persyn.present.render import block, dump_json, echo, one_line
 
 __all__ = ["register"]
 

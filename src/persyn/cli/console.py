@@ -39,7 +39,7 @@ def console(
     clock = cli.clock
 
     async def _console() -> int:
-        from persyn.channels.terminal import login_name
+        from persyn.channels.terminal.channel import login_name
         from persyn.console import ConsoleApp, Operator, Spend
 
         operator = Operator(settings, chosen, clock.now)

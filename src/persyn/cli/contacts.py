@@ -8,11 +8,11 @@ import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, fail, run
 from persyn.cli.help import command_group
-from persyn.cli.render import dump_json, echo, one_line
+from persyn.present.render import dump_json, echo, one_line
 
 __all__ = ["ContactArgument", "register"]
 
-# Every command that takes a contact resolves it with `named_contact` (tools/_contacts.py).
+# Every command that takes a contact resolves it with `named_contact` (tools/builtin/_contacts.py).
 ContactArgument = Annotated[
     str,
     typer.Argument(

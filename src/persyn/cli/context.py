@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from persyn.cli.log_filter import install_log_filters
-from persyn.cli.render import visible
 from persyn.cli.times import parse_time
 from persyn.core.clock import Clock, OffsetClock, SystemClock
 from persyn.core.errors import InputError
+from persyn.present.render import visible
 
 if TYPE_CHECKING:
     from persyn.core.config import AgentConfig, Settings

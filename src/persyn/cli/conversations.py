@@ -8,7 +8,7 @@ import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
 from persyn.cli.help import command_group
-from persyn.cli.render import block, dump_json, echo, message_line, one_line, trace_lines
+from persyn.present.render import block, dump_json, echo, message_line, one_line, trace_lines
 
 __all__ = ["register"]
 

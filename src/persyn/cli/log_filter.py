@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from persyn.cli.render import error_text
+from persyn.present.render import error_text
 
 __all__ = ["OneLineErrors", "RepeatFilter", "install_log_filters", "one_line_message"]
 

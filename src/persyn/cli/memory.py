@@ -11,8 +11,8 @@ import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, NowOption, run
 from persyn.cli.help import command_group
-from persyn.cli.render import block, dump_json, echo, message_line, one_line, progress_bar, table
 from persyn.core.errors import PersynError
+from persyn.present.render import block, dump_json, echo, message_line, one_line, progress_bar, table
 
 if TYPE_CHECKING:
     from persyn.memory.importer import ImportProblem

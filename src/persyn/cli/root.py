@@ -32,10 +32,10 @@ from persyn.cli import (
 )
 from persyn.cli.context import NOW_HELP, CliContext, HomeOption
 from persyn.cli.help import command_group
-from persyn.cli.render import error_text
 from persyn.cli.times import parse_time
 from persyn.core.errors import PersynError
 from persyn.core.messages import lone_surrogate
+from persyn.present.render import error_text
 
 __all__ = ["app", "main", "undecodable_argument"]
 

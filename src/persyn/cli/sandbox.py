@@ -9,7 +9,7 @@ import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, fail, run
 from persyn.cli.help import command_group
-from persyn.cli.render import dump_json, echo
+from persyn.present.render import dump_json, echo
 
 __all__ = ["register"]
 
@@ -32,7 +32,7 @@ def sandbox_check(ctx: typer.Context, agent: AgentOption = None, as_json: JsonOp
     quota) and print what is isolated. The probes use a workspace of their own.
 
     Exits 1 when there is no provider or a probe got out that the configuration does not allow."""
-    from persyn.runtime.sandbox import check_sandbox
+    from persyn.tools.sandbox.service import check_sandbox
 
     cli = CliContext.of(ctx)
     settings = cli.settings
@@ -66,7 +66,7 @@ def sandbox_list(
     """The agent's sandbox workspaces (`--all`: every agent's), one per compartment: whose runs
     share it (conversation or the agent's own runs, channels, people, sensitivity), its size and
     how many entries it holds."""
-    from persyn.tools.sandbox_workspace import SandboxWorkspaces
+    from persyn.tools.sandbox.workspace import SandboxWorkspaces
 
     settings = CliContext.of(ctx).settings
     names = {a.id: a.name for a in settings.agents}
@@ -110,7 +110,7 @@ def sandbox_show(
     """What one sandbox workspace holds: each entry with its size (read from the workspace's
     archive; nothing is extracted or run). Without --agent, the agent whose workspace KEY is."""
     from persyn.core.errors import ToolError
-    from persyn.tools.sandbox_workspace import SandboxWorkspaces
+    from persyn.tools.sandbox.workspace import SandboxWorkspaces
 
     settings = CliContext.of(ctx).settings
     workspaces = SandboxWorkspaces(settings.data_dir / "sandbox")
@@ -142,7 +142,7 @@ def sandbox_reset(
 ) -> None:
     """Delete the agent's sandbox workspaces (their files from earlier `run_code` tasks): all of
     them, or the one `--workspace KEY` names; `--all`: every agent's."""
-    from persyn.tools.sandbox_workspace import SandboxWorkspaces
+    from persyn.tools.sandbox.workspace import SandboxWorkspaces
 
     settings = CliContext.of(ctx).settings
     workspaces = SandboxWorkspaces(settings.data_dir / "sandbox")

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from persyn.cli.context import AgentOption, CliContext, run
-from persyn.cli.render import echo
 from persyn.core.errors import InputError
+from persyn.present.render import echo
 
 if TYPE_CHECKING:
     from persyn.core.clock import Clock
@@ -47,7 +47,7 @@ def chat(
 
     Without an API key the agent runs on a tiny offline model (Gemma 3 270M via llama.cpp);
     set ANTHROPIC_API_KEY / OPENAI_API_KEY or [models] in persyn.toml for a real one."""
-    from persyn.channels.terminal import run_chat
+    from persyn.channels.terminal.channel import run_chat
     from persyn.runtime.turn.speakers import resolve_speaker
 
     cli = CliContext.of(ctx)

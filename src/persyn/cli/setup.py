@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from persyn.cli.context import CliContext, HomeOption
-from persyn.cli.render import echo
+from persyn.present.render import echo
 
 __all__ = ["register"]
 

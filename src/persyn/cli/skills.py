@@ -9,10 +9,10 @@ import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, fail
 from persyn.cli.help import command_group
-from persyn.cli.render import dump_json, echo, one_line
+from persyn.present.render import dump_json, echo, one_line
 
 if TYPE_CHECKING:
-    from persyn.tools.skills import SkillLibrary
+    from persyn.tools.skills.library import SkillLibrary
 
 __all__ = ["register"]
 

@@ -8,7 +8,7 @@ import typer
 
 from persyn.cli.context import CliContext, fail, run
 from persyn.cli.help import command_group
-from persyn.cli.render import progress_bar, table
+from persyn.present.render import progress_bar, table
 
 __all__ = ["register"]
 

@@ -9,7 +9,7 @@ import typer
 
 from persyn.cli.context import CliContext, JsonOption, fail
 from persyn.cli.help import command_group
-from persyn.cli.render import dump_json, echo, one_line, table, visible
+from persyn.present.render import dump_json, echo, one_line, table, visible
 
 if TYPE_CHECKING:
     from persyn.tracing import SpanRecord

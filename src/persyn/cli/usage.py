@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from persyn.cli.context import CliContext, JsonOption
-from persyn.cli.render import dump_json, echo
+from persyn.present.render import dump_json, echo
 
 __all__ = ["register"]
 

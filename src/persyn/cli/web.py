@@ -11,7 +11,7 @@ import typer
 
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
 from persyn.cli.help import command_group
-from persyn.cli.render import dump_json, echo, one_line
+from persyn.present.render import dump_json, echo, one_line
 
 if TYPE_CHECKING:
     from persyn.core.config import Settings

@@ -9,8 +9,8 @@ is an ordinary channel adapter with presentation privileges only.
 - `app.py` — `ConsoleApp`: the layout, the composer, the status line.
 """
 
+from persyn.channels.console.channel import ConsoleChannel, Update
 from persyn.console.app import ConsoleApp, Spend
-from persyn.console.channel import ConsoleChannel, Update
-from persyn.console.operator import Operator
+from persyn.console.operator_views import Operator
 
 __all__ = ["ConsoleApp", "ConsoleChannel", "Operator", "Spend", "Update"]

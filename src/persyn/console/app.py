@@ -25,16 +25,16 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
-from persyn.channels.terminal import SERVICE, name_command, operator_speaker
-from persyn.cli.render import error_text
-from persyn.console.channel import ConsoleChannel, Update
-from persyn.console.operator import Operator
+from persyn.channels.console.channel import ConsoleChannel, Update
+from persyn.channels.terminal.channel import SERVICE, name_command, operator_speaker
+from persyn.console.operator_views import Operator
 from persyn.console.panels import ChannelsPanel, DirectoryPanel, MindPanel, Panel, UsagePanel
 from persyn.console.transcript import Transcript
 from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event, EventKind
 from persyn.core.ids import new_id
+from persyn.present.render import error_text
 from persyn.runtime.api import RuntimeAPI
 
 __all__ = ["ConsoleApp", "ConsoleUpdate", "Spend"]

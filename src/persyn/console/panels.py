@@ -20,10 +20,10 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import DataTable, Input, ListItem, ListView, Static
 
-from persyn.cli.render import error_text, message_line, one_line, trace_lines, visible
-from persyn.console.operator import Operator
+from persyn.console.operator_views import Operator
 from persyn.core.errors import PersynError
 from persyn.ops.history import Turn
+from persyn.present.render import error_text, message_line, one_line, trace_lines, visible
 from persyn.store.base import Conversation, Identity
 
 __all__ = [

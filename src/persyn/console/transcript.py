@@ -25,8 +25,8 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
-from persyn.cli.render import visible
-from persyn.console.channel import Update
+from persyn.channels.console.channel import Update
+from persyn.present.render import visible
 
 __all__ = ["REFRESH_SECONDS", "Transcript"]
 

@@ -26,7 +26,7 @@ from persyn.store.base import (
     Role,
 )
 from persyn.store.schema.tables import checked_address
-from persyn.tools._contacts import named_contact
+from persyn.tools.builtin._contacts import named_contact
 
 __all__ = [
     "PREFERRED_CHANNEL",

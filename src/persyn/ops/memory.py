@@ -25,7 +25,7 @@ from persyn.memory.retrieval import RetrievalResult, Retriever
 from persyn.ops.history import opened_store
 from persyn.store import Store
 from persyn.store.base import Identity, Message
-from persyn.tools._contacts import UnknownContact, folded, named_contact, resolve_exactly
+from persyn.tools.builtin._contacts import UnknownContact, folded, named_contact, resolve_exactly
 from persyn.usage.context import Attribution, bind
 from persyn.usage.records import UsageRecord
 

@@ -30,13 +30,13 @@ from persyn.gateway.base import ToolCall
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.provider_tools import enabled_provider_tools
 from persyn.ops.history import opened_store
-from persyn.runtime.sandbox import SandboxService
 from persyn.runtime.turn.agent_tools import AgentToolDeps, build_registry
 from persyn.runtime.turn.images import ImageService
 from persyn.store import Store
-from persyn.tools.mcp_servers import McpServerStatus, McpTools
-from persyn.tools.own import not_the_operators
+from persyn.tools.builtin.own import not_the_operators
+from persyn.tools.mcp.servers import McpServerStatus, McpTools
 from persyn.tools.registry import CALL_TOOL, ToolOutcome, ToolRegistry, ToolStatus
+from persyn.tools.sandbox.service import SandboxService
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter
 

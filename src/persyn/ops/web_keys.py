@@ -12,7 +12,7 @@ from persyn.core.ids import is_id, new_id
 from persyn.ops.history import opened_store
 from persyn.runtime.web_keys import KEY_PREFIX, hash_key, web_identity
 from persyn.store.ports.web_keys import WebKey
-from persyn.tools._contacts import named_contact
+from persyn.tools.builtin._contacts import named_contact
 
 __all__ = ["create_key", "has_keys", "list_keys", "revoke_key"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from persyn.channels.base import Channel
 from persyn.core.clock import Clock
 from persyn.core.events import CompletionMarker, Event, Speaker
+from persyn.runtime.channel import Channel
 
 __all__ = ["RuntimeAPI"]
 

@@ -25,7 +25,6 @@ from types import TracebackType
 from dbos import DBOS, DBOSClient, DBOSConfig, Queue
 from sqlalchemy import Engine
 
-from persyn.channels.base import Channel, safe_sink
 from persyn.cognition.goals import GoalsSource
 from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock
@@ -39,6 +38,7 @@ from persyn.runtime.background.autonomy import Autonomy, BudgetedModel
 from persyn.runtime.background.conversation_jobs import ConversationHook, ConversationJobs, JobQueue
 from persyn.runtime.background.housekeeping import Housekeeping
 from persyn.runtime.background.outreach import Outreach
+from persyn.runtime.channel import Channel, safe_sink
 from persyn.runtime.delivery.bus import LiveBus, live_bus
 from persyn.runtime.delivery.outbox import Outbox, reply_key
 from persyn.runtime.durable._executor import (

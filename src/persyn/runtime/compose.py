@@ -13,7 +13,6 @@ from datetime import timedelta
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from persyn.channels.base import Channel
 from persyn.cognition.emotion import EmotionSource
 from persyn.cognition.pipeline import ContextSource, TurnSetup
 from persyn.core.clock import Clock, SystemClock
@@ -27,11 +26,11 @@ from persyn.runtime.background.conversation_jobs import ConversationJobs, JobQue
 from persyn.runtime.background.guardrails import Guardrails
 from persyn.runtime.background.housekeeping import Housekeeping
 from persyn.runtime.background.outreach import Outreach
+from persyn.runtime.channel import Channel
 from persyn.runtime.delivery.outbox import Outbox
 from persyn.runtime.durable.dispatch import Intake, Markers
 from persyn.runtime.durable.workflows import Workflows
 from persyn.runtime.local_models import LocalModels
-from persyn.runtime.sandbox import SandboxService
 from persyn.runtime.turn.activation import ActivationSteps, ReplyBudget, TurnCache
 from persyn.runtime.turn.agent_tools import AgentToolDeps
 from persyn.runtime.turn.images import ImageService
@@ -39,7 +38,8 @@ from persyn.runtime.turn.pacing import Pacing
 from persyn.runtime.turn.tool_steps import ToolSteps
 from persyn.runtime.turn.transmit import Transmitter
 from persyn.store import Store, open_store
-from persyn.tools.mcp_servers import McpTools
+from persyn.tools.mcp.servers import McpTools
+from persyn.tools.sandbox.service import SandboxService
 from persyn.tracing import Tracing
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter, MeterAdapter

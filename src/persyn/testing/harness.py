@@ -43,13 +43,13 @@ import tomlkit
 from dbos import DBOS
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from persyn.channels.base import Channel
 from persyn.core.clock import Clock, ManualClock
 from persyn.core.config import AgentConfig, Settings, load_settings
 from persyn.core.events import CompletionMarker, Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
 from persyn.runtime.app import Runtime
+from persyn.runtime.channel import Channel
 from persyn.runtime.compose import build_runtime
 from persyn.runtime.durable import workflows
 from persyn.store import Store

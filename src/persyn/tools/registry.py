@@ -87,7 +87,7 @@ class Tool(Generic[In, Out]):
     output_model: type[Out]
     handler: Callable[[In], Awaitable[Out]] | None = None
     isolated: IsolatedWork | None = None
-    # A tool whose work has limits of its own (a delegated task: `tools/sandbox_agent.py`)
+    # A tool whose work has limits of its own (a delegated task: `tools/sandbox/agent.py`)
     # waits this long instead of `[tools] call_timeout_seconds`.
     timeout_seconds: float | None = None
     verbatim_schema: bool = False  # advertise the input schema as it is (an MCP server's own)

@@ -25,9 +25,9 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from persyn.channels.web.channel import ENDED, SERVICE, LiveEvent
 from persyn.core.ids import is_id
 from persyn.web import directory, openai_api
-from persyn.web.channel import ENDED, SERVICE, LiveEvent
 from persyn.web.context import REVOKED, ApiError, WebContext, handler, sse
 from persyn.web.models import EventRequest
 from persyn.web.openapi import schema

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from persyn.channels.web.channel import ENDED, SERVICE, Listener, LiveEvent, TurnUsage, WebChannel
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import STORAGE_UNAVAILABLE, InputError, PersynError, StoreError, is_storage_full
 from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
@@ -27,7 +28,6 @@ from persyn.core.ids import new_id
 from persyn.core.messages import lone_surrogate
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.web_keys import WebKey, web_identity, web_speaker_name
-from persyn.web.channel import ENDED, SERVICE, Listener, LiveEvent, TurnUsage, WebChannel
 
 __all__ = ["REVOKED", "ApiError", "Authenticate", "Revoked", "WebContext", "handler", "sse"]
 

@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from persyn.channels.web.channel import SERVICE
 from persyn.ops import history as inspect
 from persyn.store.ports.directory import Identity
-from persyn.web.channel import SERVICE
 from persyn.web.context import ApiError, WebContext, handler
 from persyn.web.models import AddressChange, IdentityChange, MergeRequest, RenameRequest
 

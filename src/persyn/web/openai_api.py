@@ -20,10 +20,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from persyn.channels.web.channel import ENDED, Listener, LiveEvent
 from persyn.core.config import AgentConfig
 from persyn.core.events import CompletionMarker, Event
 from persyn.runtime.web_keys import WebKey
-from persyn.web.channel import ENDED, Listener, LiveEvent
 from persyn.web.context import REVOKED, ApiError, WebContext
 from persyn.web.models import ChatRequest
 

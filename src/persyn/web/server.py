@@ -23,13 +23,13 @@ from collections.abc import Callable, Generator
 
 import uvicorn
 
+from persyn.channels.web.channel import TurnUsage, WebChannel
 from persyn.core.config import Settings
 from persyn.core.config_web import is_loopback_host
 from persyn.core.errors import ConfigError
 from persyn.runtime.api import RuntimeAPI
 from persyn.web._head_deadline import with_head_deadline
 from persyn.web.app import build_app
-from persyn.web.channel import TurnUsage, WebChannel
 from persyn.web.context import REVOKED, Authenticate, Revoked, WebContext
 
 __all__ = ["WebSurface", "check_bind"]

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from irc_server import IrcPeer, IrcServer
 
-from persyn.channels.irc import IrcChannel, parse_line, split_text
+from persyn.channels.irc.channel import IrcChannel, parse_line, split_text
 from persyn.core.clock import ManualClock
 from persyn.core.config import IrcConfig
 from persyn.core.errors import ConfigError

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from irc_server import IrcPeer, IrcServer
 
-from persyn.channels.irc import IrcChannel
+from persyn.channels.irc.channel import IrcChannel
 from persyn.core.clock import ManualClock
 from persyn.store.base import Role
 from persyn.store.ports.runs import SpendKind

@@ -25,8 +25,8 @@ from matrix_server import SERVER_NAME, MatrixPerson, Synapse
 from pydantic import SecretStr
 from test_irc import ticking
 
-from persyn.channels._matrix_messages import in_timeline_order
-from persyn.channels.matrix import MatrixChannel, render_html
+from persyn.channels.matrix._messages import in_timeline_order
+from persyn.channels.matrix.channel import MatrixChannel, render_html
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, MatrixConfig, Secrets, Settings
 from persyn.core.errors import ConfigError

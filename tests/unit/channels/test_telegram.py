@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from persyn.channels.telegram import TelegramChannel, split_message
-from persyn.channels.telegram_format import telegram_html
+from persyn.channels.telegram.channel import TelegramChannel, split_message
+from persyn.channels.telegram.format import telegram_html
 from persyn.core.clock import ManualClock
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from datetime import UTC, datetime
 
-from persyn.channels.terminal import TerminalChannel
+from persyn.channels.terminal.channel import TerminalChannel
 from persyn.core.config import AgentConfig
 from persyn.core.events import Event, Notice, Outbound
 from persyn.core.ids import new_id

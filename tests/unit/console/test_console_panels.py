@@ -14,10 +14,10 @@ import sqlalchemy as sa
 from textual.pilot import Pilot
 from textual.widgets import DataTable, ListView, Static
 
-from persyn.cli.render import trace_lines
 from persyn.console import ConsoleApp, Operator
 from persyn.console.panels import TURN_ROWS, ConversationItem
 from persyn.core.ids import new_id
+from persyn.present.render import trace_lines
 from persyn.schedule import heartbeat_status
 from persyn.store.schema import tables as schema
 from persyn.testing import START, run_runtime

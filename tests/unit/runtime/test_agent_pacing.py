@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from persyn.channels.agents import AGENT_SERVICE, AgentLink
+from persyn.channels.agents.link import AGENT_SERVICE, AgentLink
 from persyn.core.clock import ManualClock
 from persyn.store.base import Role
 from persyn.store.ports.runs import SpendKind

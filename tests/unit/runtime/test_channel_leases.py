@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from persyn.channels.network import LeasedChannel, NetworkChannel
 from persyn.core.clock import ManualClock
+from persyn.runtime.channel import LeasedChannel, NetworkChannel
 from persyn.runtime.delivery.channel_leases import ChannelOwnership, channel_lease
 from persyn.store import Store, open_store
 from persyn.store.sqlite.store import SQLiteStore

@@ -26,7 +26,7 @@ from persyn.testing import Pilot, RecordingChannel, run_runtime, tool_returns
 from persyn.testing.images import FakeImagesApi, serve_fake_images
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 from persyn.testing.requests import request_text
-from persyn.tools.images import sniff_mime
+from persyn.tools.images.generate import sniff_mime
 
 PRICED = '[prices.images]\n"gpt-image-1" = 0.04\n"gpt-image-1@1024x1536" = 0.06\n'
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from persyn.channels.base import Channel
 from persyn.cognition.context import recalled_ids
 from persyn.cognition.deliberation import Decision
 from persyn.cognition.pipeline import Evidence, Prepared, Reply
@@ -22,6 +21,7 @@ from persyn.core.events import Event, Notice, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.gateway.base import Prompt
 from persyn.runtime.app import Runtime
+from persyn.runtime.channel import Channel
 from persyn.runtime.compose import build_runtime
 from persyn.runtime.delivery.outbox import Outbox, reply_key
 from persyn.runtime.turn.models import AUTO_SPEAK, Draft, TransmitRequest

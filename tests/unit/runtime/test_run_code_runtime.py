@@ -22,7 +22,7 @@ from pydantic_ai.models.function import AgentInfo
 import needs
 from persyn.testing import ADA, Pilot, run_runtime, tool_returns
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
-from persyn.tools.sandbox_workspace import SandboxWorkspaces
+from persyn.tools.sandbox.workspace import SandboxWorkspaces
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=needs.reason("bubblewrap (bwrap)"))
 

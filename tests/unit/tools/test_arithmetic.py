@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from persyn.gateway.base import ToolCall
 from persyn.tools import ToolRegistry, ToolStatus
-from persyn.tools.arithmetic import (
+from persyn.tools.builtin.arithmetic import (
     MAX_EXPRESSION_CHARS,
     Calculation,
     ExpressionError,

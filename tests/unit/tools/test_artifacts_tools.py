@@ -16,7 +16,7 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.ids import new_id
 from persyn.ops.tools import call_tool
 from persyn.testing import ADA, START, harness_settings
-from persyn.tools.artifacts import others_words
+from persyn.tools.builtin.artifacts import others_words
 from persyn.tools.registry import ToolOutcome, ToolStatus
 
 BEA = AgentConfig(name="Bea", id=new_id(START + timedelta(seconds=1)))

@@ -19,13 +19,13 @@ from persyn.gateway.base import ToolCall
 from persyn.ops.doctor.reach import reach_checks
 from persyn.runtime.turn.images import image_price
 from persyn.testing.images import png_pixel, serve_fake_images
-from persyn.tools.images import (
+from persyn.tools.images.generate import (
     ImageLibrary,
     ImageRenderError,
     ImagesContext,
     image_tools,
 )
-from persyn.tools.images_openai import OpenAIImages
+from persyn.tools.images.openai_images import OpenAIImages
 from persyn.tools.registry import ToolRegistry
 
 AT = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)

@@ -20,9 +20,9 @@ from persyn.store import Identity
 from persyn.store.base import Conversation, Message, Role
 from persyn.store.sqlite.store import SQLiteStore
 from persyn.tools import ToolOutcome, ToolRegistry, ToolStatus
-from persyn.tools import memory_tools as memory_tools_module
-from persyn.tools._regex import matching
-from persyn.tools.memory_tools import MemoryToolsContext, memory_tools
+from persyn.tools.builtin import memory as memory_tools_module
+from persyn.tools.builtin._regex import matching
+from persyn.tools.builtin.memory import MemoryToolsContext, memory_tools
 
 T0 = datetime(2026, 11, 2, 9, tzinfo=UTC)
 AGENT = new_id(T0)

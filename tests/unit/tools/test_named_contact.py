@@ -14,7 +14,7 @@ from persyn.core.ids import new_id
 from persyn.store import Identity
 from persyn.store.base import Person
 from persyn.store.sqlite.store import SQLiteStore
-from persyn.tools._contacts import named_contact
+from persyn.tools.builtin._contacts import named_contact
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 AGENT = new_id(T0)

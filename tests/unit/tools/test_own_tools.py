@@ -25,7 +25,7 @@ from persyn.schedule import (
 from persyn.store import Identity
 from persyn.store.sqlite.store import SQLiteStore
 from persyn.tools import ToolOutcome, ToolRegistry, ToolStatus
-from persyn.tools.own import OwnToolsContext, goal_tools, reminder_tools
+from persyn.tools.builtin.own import OwnToolsContext, goal_tools, reminder_tools
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 AGENT = new_id(T0)
@@ -251,8 +251,8 @@ async def test_what_was_set_elsewhere_is_neither_shown_nor_changed_nor_forgotten
     still sees and changes them where she set them."""
     from persyn.core.records import Sensitivity
     from persyn.store.base import Provenance
-    from persyn.tools.facts import fact_tools
-    from persyn.tools.own import Audience, FixedProvenance
+    from persyn.tools.builtin.facts import fact_tools
+    from persyn.tools.builtin.own import Audience, FixedProvenance
 
     ann = await store.resolve_person(
         AGENT, Identity(service="chat", channel="dm-ann", speaker_id="ann"), "Ann", "human", T0

@@ -19,9 +19,9 @@ from persyn.store import Identity
 from persyn.store.base import Person
 from persyn.store.sqlite.store import SQLiteStore
 from persyn.tools import ToolOutcome, ToolRegistry, ToolStatus
-from persyn.tools.facts import MAX_FACTS, fact_tools
-from persyn.tools.outreach import PREFERRED_CHANNEL, OutreachContext, outreach_tools
-from persyn.tools.own import OwnToolsContext
+from persyn.tools.builtin.facts import MAX_FACTS, fact_tools
+from persyn.tools.builtin.outreach import PREFERRED_CHANNEL, OutreachContext, outreach_tools
+from persyn.tools.builtin.own import OwnToolsContext
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 AGENT = new_id(T0)

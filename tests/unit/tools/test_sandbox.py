@@ -15,9 +15,9 @@ import needs
 from persyn.core.config import load_settings
 from persyn.core.config_sandbox import SandboxConfig
 from persyn.core.errors import ConfigError, ToolError
-from persyn.runtime.sandbox import run_probes
-from persyn.tools._sandbox_disk import archive_cap
-from persyn.tools.sandbox import SandboxProvider, detect_provider
+from persyn.tools.sandbox._disk import archive_cap
+from persyn.tools.sandbox.isolation import SandboxProvider, detect_provider
+from persyn.tools.sandbox.service import run_probes
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=needs.reason("bubblewrap (bwrap)"))
 
@@ -232,8 +232,8 @@ def test_an_unknown_network_is_rejected_at_start_up(tmp_path: Path, value: str) 
 
 @needs_bwrap
 async def test_a_workspace_lives_as_long_as_its_agent(tmp_path: Path) -> None:
-    from persyn.runtime.sandbox import SandboxService
     from persyn.testing import ADA, harness_settings
+    from persyn.tools.sandbox.service import SandboxService
 
     settings = harness_settings(tmp_path / "home")
     root = settings.data_dir / "sandbox"

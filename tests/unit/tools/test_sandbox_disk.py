@@ -1,4 +1,4 @@
-"""The data volume's reserve (`tools/_sandbox_disk.py`): measured on the real volume, with
+"""The data volume's reserve (`tools/sandbox/_disk.py`): measured on the real volume, with
 claims so large (a GiB) that what other processes write meanwhile cannot change the outcome."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from persyn.core.errors import ToolError
-from persyn.tools._sandbox_disk import DiskReserve
+from persyn.tools.sandbox._disk import DiskReserve
 
 GIB = 1024**3
 

@@ -1,4 +1,4 @@
-"""Which runs share a `run_code` workspace (`tools/sandbox_workspace.py`): only runs that may
+"""Which runs share a `run_code` workspace (`tools/sandbox/workspace.py`): only runs that may
 each be told everything the others wrote there, by the rule `may_surface` applies to a
 memory. Checked over every small combination of channels, groups, people and sensitivity."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from persyn.core.records import Sensitivity
 from persyn.memory.access import may_surface
 from persyn.store.base import GLOBAL, Provenance
-from persyn.tools.sandbox_workspace import workspace_compartment
+from persyn.tools.sandbox.workspace import workspace_compartment
 
 CHANNELS = ("test:a", "test:b", "test:c", None)
 PEOPLE = ("ann", "bo", "cy")

@@ -18,12 +18,12 @@ from persyn.core.ids import new_id
 from persyn.gateway.base import ToolCall
 from persyn.store.base import GLOBAL, Provenance
 from persyn.tools import ToolRegistry, ToolStatus
-from persyn.tools.activity import ActivityContext, ActivityEntry, ActivityKind, activity_tools
-from persyn.tools.facts import fact_tools
-from persyn.tools.inspection import SelfInspectionContext, inspection_tools, redact
-from persyn.tools.memory_tools import MemoryToolsContext, memory_tools
-from persyn.tools.outreach import OutreachContext, outreach_tools
-from persyn.tools.own import OwnToolsContext, goal_tools, reminder_tools
+from persyn.tools.builtin.activity import ActivityContext, ActivityEntry, ActivityKind, activity_tools
+from persyn.tools.builtin.facts import fact_tools
+from persyn.tools.builtin.inspection import SelfInspectionContext, inspection_tools, redact
+from persyn.tools.builtin.memory import MemoryToolsContext, memory_tools
+from persyn.tools.builtin.outreach import OutreachContext, outreach_tools
+from persyn.tools.builtin.own import OwnToolsContext, goal_tools, reminder_tools
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 AGENT = new_id(T0)

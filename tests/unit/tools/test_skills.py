@@ -1,4 +1,4 @@
-"""Skills on disk (`tools/skills.py`): the SKILL.md format, protected skills put back when
+"""Skills on disk (`tools/skills/library.py`): the SKILL.md format, protected skills put back when
 changed (and the event recorded), authoring checks, and files read only from inside a skill."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from persyn.core.config_reach import SkillsConfig
 from persyn.core.errors import InputError, ToolError
-from persyn.tools.skills import BUNDLED_SKILLS, SkillLibrary, parse_skill
+from persyn.tools.skills.library import BUNDLED_SKILLS, SkillLibrary, parse_skill
 
 OWLS = "---\nname: owl-census\ndescription: Count owls on a walk and report the tally.\n---\n\nWalk slowly. OWL-STEPS-7.\n"
 

@@ -18,7 +18,7 @@ from persyn.testing import DoubleReply, registered_double
 from persyn.testing.meter import RecordingAdapter
 from persyn.testing.models import DoubleResult
 from persyn.tools import ToolRegistry, ToolStatus, run_tool_loop
-from persyn.tools.arithmetic import calculator_tool
+from persyn.tools.builtin.arithmetic import calculator_tool
 from persyn.usage.meter import Meter
 
 PROMPT = Prompt(system="You are Ada.", items=(UserTurn(text="What is 0.1 + 0.2?", name="Sam"),))

@@ -13,7 +13,7 @@ from persyn.core.config import ToolsConfig, parse_settings
 from persyn.core.errors import ConfigError, ToolError
 from persyn.gateway.base import ToolCall, ToolResult
 from persyn.tools import LoopBreaker, Tool, ToolRegistry, ToolStatus, canonical_arguments
-from persyn.tools.arithmetic import calculator_tool
+from persyn.tools.builtin.arithmetic import calculator_tool
 
 
 class EchoIn(BaseModel):

@@ -28,7 +28,7 @@ from persyn.ops.tools import call_tool, list_tools
 from persyn.testing import ADA
 from persyn.testing.harness import harness_settings
 from persyn.tools.registry import ToolOutcome, ToolStatus
-from persyn.tools.web import WEB_CONTENT, BraveSearch, WebFetcher
+from persyn.tools.world.web import WEB_CONTENT, BraveSearch, WebFetcher
 
 ARTICLE = (
     "<html><head><title>Owls</title></head><body><nav>Home | About | Shop</nav>"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from persyn.channels.web.channel import TurnUsage, WebChannel
 from persyn.core.events import Event, Notice, Outbound
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkEvent
 from persyn.usage.records import UsageRecord
-from persyn.web.channel import TurnUsage, WebChannel
 
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
 

@@ -388,7 +388,7 @@ async def collect_checks(home: Path | None) -> list[Check]:
 async def _check_sandbox(settings: Settings) -> Check:
     """Which provider isolates `run_code`, or why none does (then the tool is not offered:
     there is no host fallback; the agent answers without it)."""
-    from persyn.tools.sandbox import detect_provider
+    from persyn.tools.sandbox.isolation import detect_provider
 
     detected = await detect_provider(settings.sandbox, settings.data_dir / "sandbox")
     if detected.provider is not None:
@@ -411,7 +411,7 @@ async def _check_mcp(settings: Settings) -> list[Check]:
     if not settings.mcp.servers:
         return []
     from persyn.core.config import mcp_headers
-    from persyn.tools.mcp_servers import McpTools
+    from persyn.tools.mcp.servers import McpTools
 
     checks: list[Check] = []
     async with McpTools(settings.mcp, mcp_headers(settings), log_dir=settings.logs_dir) as mcp:

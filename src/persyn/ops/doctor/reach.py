@@ -93,7 +93,7 @@ def _check_archive(home: Path, archive: str) -> Check:
 
 
 def _check_skills(settings: Settings) -> list[Check]:
-    from persyn.tools.skills import SkillLibrary
+    from persyn.tools.skills.library import SkillLibrary
 
     checks: list[Check] = []
     for agent in settings.agents:

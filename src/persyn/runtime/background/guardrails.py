@@ -64,7 +64,7 @@ _BUDGET_WINDOW = timedelta(hours=24)
 _CHECK_RETENTION = timedelta(days=2)  # far past the budget window
 _NOTICE_SPEAKER = "guardrail"
 # The operator's surfaces besides `notify_channel`: `persyn chat` / the console (`terminal`,
-# `channels/terminal.py`) and `persyn send` (`cli`); only someone holding the home speaks there.
+# `channels/terminal/channel.py`) and `persyn send` (`cli`); only someone holding the home speaks there.
 _OPERATOR_SERVICES = frozenset({"terminal", "cli"})
 _HOLDER = f"{socket.gethostname()}:{os.getpid()}"[:200]  # who claimed a slot, for the operator
 

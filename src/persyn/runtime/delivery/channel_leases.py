@@ -25,8 +25,8 @@ import socket
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from persyn.channels.network import LeasedChannel, NetworkChannel
 from persyn.core.clock import Clock
+from persyn.runtime.channel import LeasedChannel, NetworkChannel
 from persyn.store.ports.leases import Lease, LeasesStore
 
 __all__ = ["CHANNEL_LEASE_PREFIX", "ChannelOwnership", "channel_lease", "process_holder"]

@@ -28,10 +28,10 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 
-from persyn.channels.base import Channel
 from persyn.core.clock import Clock
 from persyn.core.events import ImageAttachment, Outbound
 from persyn.core.ids import derived_id, id_time, new_id
+from persyn.runtime.channel import Channel
 from persyn.store.ports.outbox import OutboxRow, OutboxStore
 
 __all__ = ["Outbox", "reply_key", "send_key"]

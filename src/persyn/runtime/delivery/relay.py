@@ -30,9 +30,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from persyn.channels.base import Channel
 from persyn.core.events import Event
 from persyn.gateway.base import SinkCallable, SinkEvent
+from persyn.runtime.channel import Channel
 
 __all__ = ["LIVE_CHANNEL", "LIVE_META", "OUTBOX_CHANNEL", "ChannelSink", "LiveBus", "OnOutbox", "RelayBus"]
 

@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from persyn.channels.base import Channel, safe_sink
 from persyn.cognition import deliberation, emotion, pipeline, reflection
 from persyn.cognition.context import recalled_ids
 from persyn.cognition.deliberation import CritiqueOutcome, Decision
@@ -30,6 +29,7 @@ from persyn.core.records import channel_key
 from persyn.gateway.base import SinkCallable
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.background.autonomy import set_run_provenance
+from persyn.runtime.channel import Channel, safe_sink
 from persyn.runtime.turn.models import ClosedRun, Draft, Received, TransmitResult
 from persyn.runtime.turn.tool_steps import ToolSteps
 from persyn.store.base import Conversation, Message, Role, Store

@@ -42,7 +42,7 @@ from persyn.runtime.delivery.outbox import Outbox
 from persyn.store import Store
 from persyn.store.base import Message, Role
 from persyn.store.ports.outbox import OutboxRow
-from persyn.tools.images import (
+from persyn.tools.images.generate import (
     IMAGE_REFERENCE,
     ImageJob,
     ImageLibrary,
@@ -51,7 +51,7 @@ from persyn.tools.images import (
     ImagesContext,
     StoredImage,
 )
-from persyn.tools.images_openai import OpenAIImages
+from persyn.tools.images.openai_images import OpenAIImages
 from persyn.tools.registry import ToolOutcome
 from persyn.usage.meter import Meter
 from persyn.usage.records import UsageRecord

@@ -11,7 +11,6 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from persyn.channels.base import Channel, safe_sink
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.config import Settings, Task
 from persyn.core.errors import ModelError
@@ -19,6 +18,7 @@ from persyn.core.events import Event
 from persyn.core.records import channel_key
 from persyn.gateway.base import Completion, Prompt, SinkCallable, SinkEvent, ToolCall, ToolSpec
 from persyn.gateway.gateway import ModelGateway
+from persyn.runtime.channel import Channel, safe_sink
 from persyn.runtime.turn.agent_tools import AgentToolDeps, agent_skills, build_registry
 from persyn.runtime.turn.models import Draft, RoundTrip, ToolUse
 from persyn.tools.loop import run_tool_loop

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from persyn.channels.base import Channel
 from persyn.cognition import deliberation, pipeline
 from persyn.cognition.context import remember_recalled
 from persyn.cognition.pipeline import TurnSetup
@@ -27,6 +26,7 @@ from persyn.core.ids import derived_id
 from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE, RunSpend
 from persyn.runtime.background.guardrails import block_reason
 from persyn.runtime.background.outreach import Outreach
+from persyn.runtime.channel import Channel
 from persyn.runtime.delivery.outbox import Outbox, reply_key
 from persyn.runtime.turn.activation import TurnCache, record_deliberation
 from persyn.runtime.turn.models import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult

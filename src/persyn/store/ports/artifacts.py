@@ -5,7 +5,7 @@ conversation that created it — and a list of versions, each with its whole con
 agent that wrote it. Versions are numbered 1, 2, ... per artifact and never change; a write
 that names the version it is based on is refused when another version came first (two
 agents editing at once never overwrite each other unseen). Who may see a scope is the tools'
-business (`tools/artifacts.py`): the store answers only for the scopes it is given.
+business (`tools/builtin/artifacts.py`): the store answers only for the scopes it is given.
 """
 
 from __future__ import annotations

@@ -1,0 +1,95 @@
+"""The channels registry: each chat network or surface under `channels/` registers one
+`ChannelPlugin` in the `persyn.channels` entry-point group of its distribution
+(`persyn/plugins.py`), so a new network is its folder plus one line in `pyproject.toml`.
+
+A plugin names its service and, for a network `persyn run` connects, says whether the settings
+ask for it, how to build its leased channel (`runtime/channel.py`: built afresh each time a
+process takes the lease) and how `persyn doctor` probes it. The surfaces a command starts itself
+(the terminal, the console, the web channel) register their service only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from pydantic import SecretStr
+
+from persyn.core.config import Settings
+from persyn.plugins import declared
+from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import LeasedChannel
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PROBE_SECONDS",
+    "RETRYING",
+    "ChannelPlugin",
+    "Probe",
+    "channel_plugins",
+    "revealed",
+]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "persyn.channels"
+# A probe is bounded and changes nothing on the server (no log-in that would leave a device behind).
+PROBE_SECONDS = 5.0
+RETRYING = "`persyn run` keeps retrying it; the agents answer on their other channels meanwhile"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One line of `persyn doctor` about a network (`ops/doctor/channels.py` shows it)."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    warning: bool = False
+
+
+def _never(settings: Settings) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class ChannelPlugin:
+    """A channel's registration. `rank` orders the networks where order shows (`persyn run`
+    connects them, `persyn doctor` lists them, in rank order)."""
+
+    service: str
+    rank: int = 100
+    configured: Callable[[Settings], bool] = _never
+    # The leased channel the settings ask for; a missing credential raises `ConfigError`.
+    connect: Callable[[Settings, RuntimeAPI], LeasedChannel] | None = None
+    probe: Callable[[Settings], Awaitable[Probe]] | None = None
+    section: str | None = None  # its configuration section, e.g. "[channels.irc]"
+
+
+_loaded: tuple[ChannelPlugin, ...] | None = None
+
+
+def channel_plugins() -> tuple[ChannelPlugin, ...]:
+    """Every registered channel (loaded once per process), in rank order. One that fails to
+    load is logged and skipped: the others still connect."""
+    global _loaded
+    if _loaded is None:
+        found: list[ChannelPlugin] = []
+        for point in declared(ENTRY_POINT_GROUP):
+            try:
+                plugin = point.load()
+            except Exception:
+                log.warning("channel plugin %r (%s) failed to load", point.name, point.value, exc_info=True)
+                continue
+            if not isinstance(plugin, ChannelPlugin):
+                log.warning("channel plugin %r (%s) is not a ChannelPlugin", point.name, point.value)
+                continue
+            found.append(plugin)
+        _loaded = tuple(sorted(found, key=lambda plugin: (plugin.rank, plugin.service)))
+    return _loaded
+
+
+def revealed(secret: SecretStr | None) -> str | None:
+    return None if secret is None else secret.get_secret_value()

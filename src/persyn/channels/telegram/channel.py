@@ -1,0 +1,266 @@
+"""The Telegram adapter (SPEC §3): one agent as a bot, over the Bot API with long polling.
+
+- `getUpdates` with a long-poll timeout; the offset moves past each update once it is
+  submitted, so an update is confirmed to Telegram only after it is stored. An update seen
+  again (a restart before the next poll confirmed it) is the same event: its id derives from
+  the chat and the message id, and the store and the queue deduplicate.
+- A private chat is addressed to the agent; in a group, a message that mentions the bot's
+  @username or replies to one of its messages is. Privacy mode is the group's business: the
+  bot sees what Telegram sends it, and nothing is done to see more.
+- The sender is one contact per Telegram user (directory key `telegram`, `telegram`, user
+  id) in every chat; Telegram's `is_bot` marks a bot's contact as `agent`.
+- Replies are `sendMessage` to the chat, split at 4,096 characters, each piece's Markdown
+  sent as Telegram HTML (`telegram_format`: only `<`, `>`, `&` need escaping, so model output
+  cannot make the API refuse it; should it refuse the entities anyway, the piece goes again as
+  plain text). In a group, a reply is threaded to the message it answers (`reply_parameters`,
+  the message id kept in the stored event's `meta`, so a reply the outbox retries after a
+  restart is threaded too). A 429 is waited out for its `retry_after` and the call retried;
+  any other failure raises, so the outbox keeps the row and retries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import httpx
+
+from persyn.channels.telegram.format import telegram_html
+from persyn.core.config import AgentConfig, TelegramConfig
+from persyn.core.errors import ChannelError, InputError
+from persyn.core.events import Event, Outbound, Speaker
+from persyn.core.ids import derived_id
+from persyn.core.messages import without_lone_surrogates
+from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import Channel
+
+__all__ = ["TELEGRAM_SERVICE", "TelegramChannel", "TelegramRefused", "split_message"]
+
+log = logging.getLogger(__name__)
+
+TELEGRAM_SERVICE = "telegram"
+_MESSAGE_LIMIT = 4096
+_RETRIES_AFTER_429 = 5
+_ERROR_WAIT_SECONDS = 2.0
+_LAST_DATE = 253_402_300_800  # 10000-01-01: a later Unix date (or message id) is not one
+MESSAGE_ID_META = "telegram_message_id"  # the inbound message an event is, for threading
+CHAT_TYPE_META = "telegram_chat_type"  # private, group, supergroup, channel
+
+
+class TelegramRefused(ChannelError):
+    """The Bot API answered a call with an error (not a rate limit)."""
+
+    def __init__(self, method: str, code: object, description: object) -> None:
+        super().__init__(f"telegram {method}: {code} {description!r}")
+        self.code = code
+        self.description = str(description or "")
+
+
+def split_message(text: str, limit: int = _MESSAGE_LIMIT) -> list[str]:
+    """`text` in pieces of at most `limit` characters, cut at a line break or space if possible."""
+    pieces: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        cut = max(rest.rfind("\n", 0, limit), rest.rfind(" ", 0, limit))
+        cut = cut if cut > 0 else limit
+        pieces.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest:
+        pieces.append(rest)
+    return pieces
+
+
+class TelegramChannel(Channel):
+    """The `telegram` service: one agent answering as the bot of `token`."""
+
+    service = TELEGRAM_SERVICE
+
+    def __init__(
+        self,
+        config: TelegramConfig,
+        agent: AgentConfig,
+        api: RuntimeAPI,
+        *,
+        token: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not token:
+            raise ChannelError("[channels.telegram] is enabled but TELEGRAM_BOT_TOKEN is not set")
+        self.config = config
+        self.agent = agent
+        self._api = api
+        self._base = f"{config.api_url}/bot{token}"
+        self._client = httpx.AsyncClient(timeout=config.poll_seconds + 15, transport=transport)
+        self._offset: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.username: str | None = None
+        self.bot_id: int | None = None
+        self.ready = asyncio.Event()
+
+    # lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._api.attach_channel(self)
+        self._task = asyncio.ensure_future(self._poll_forever())
+
+    async def stop(self) -> None:
+        self._api.detach_channel(self)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self._client.aclose()
+
+    async def _poll_forever(self) -> None:
+        while True:
+            try:
+                if self.bot_id is None:
+                    me = await self._call("getMe", {})
+                    self.bot_id, self.username = int(me["id"]), str(me.get("username") or "")
+                    self.ready.set()
+                    await self._api.deliver_pending(TELEGRAM_SERVICE)
+                await self._poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("telegram: %s", exc)
+                await asyncio.sleep(_ERROR_WAIT_SECONDS)
+
+    async def _poll_once(self) -> None:
+        body: dict[str, Any] = {"timeout": self.config.poll_seconds, "allowed_updates": ["message"]}
+        if self._offset is not None:
+            body["offset"] = self._offset
+        for update in await self._call("getUpdates", body):
+            update_id = update.get("update_id") if isinstance(update, dict) else None
+            if not isinstance(update_id, int) or isinstance(update_id, bool):
+                log.warning("telegram: skipped an update without an integer update_id: %.200r", update)
+                continue
+            await self._received(update)
+            self._offset = update_id + 1
+
+    async def _call(self, method: str, body: dict[str, Any]) -> Any:
+        """One Bot API call; a 429 is waited out (`retry_after`) and retried."""
+        for _ in range(_RETRIES_AFTER_429):
+            response = await self._client.post(f"{self._base}/{method}", json=body)
+            try:
+                data = response.json()
+            except ValueError as exc:
+                raise ChannelError(f"telegram {method}: HTTP {response.status_code}, not JSON") from exc
+            if data.get("ok"):
+                return data.get("result")
+            parameters = data.get("parameters") or {}
+            if data.get("error_code") == 429 and "retry_after" in parameters:
+                wait = float(parameters["retry_after"])
+                log.info("telegram %s: rate limited, retrying after %gs", method, wait)
+                await asyncio.sleep(wait)
+                continue
+            raise TelegramRefused(method, data.get("error_code"), data.get("description"))
+        raise ChannelError(f"telegram {method}: still rate limited after {_RETRIES_AFTER_429} tries")
+
+    # the channel port ----------------------------------------------------------------------
+    def serves(self, agent_id: str) -> bool:
+        return agent_id == self.agent.id
+
+    async def deliver(self, outbound: Outbound) -> None:
+        if outbound.agent_id != self.agent.id:
+            raise ChannelError(f"agent {outbound.agent_id!r} is not the Telegram bot here")
+        thread = await self._thread(outbound)
+        for piece in split_message(outbound.text):
+            body: dict[str, Any] = {"chat_id": outbound.channel, "text": telegram_html(piece) or piece}
+            if thread is not None:  # the first piece answers the message; the rest follow it
+                body["reply_parameters"] = {"message_id": thread, "allow_sending_without_reply": True}
+                thread = None
+            try:
+                await self._call("sendMessage", {**body, "parse_mode": "HTML"})
+            except TelegramRefused as refused:
+                if refused.code != 400 or "entities" not in refused.description:
+                    raise
+                log.warning("telegram: formatting refused (%s); sent as plain text", refused.description)
+                await self._call("sendMessage", {**body, "text": piece})
+
+    async def _thread(self, outbound: Outbound) -> int | None:
+        """The message a reply in a group answers (None: a private chat, a redirected reply,
+        or a message the agent started)."""
+        event = await self._api.get_event(outbound.agent_id, outbound.event_id)
+        if event is None or event.service != TELEGRAM_SERVICE or event.channel != outbound.channel:
+            return None
+        if event.meta.get(CHAT_TYPE_META, "private") == "private":
+            return None
+        raw = event.meta.get(MESSAGE_ID_META, "")
+        return int(raw) if raw.isdigit() else None
+
+    # inbound -----------------------------------------------------------------------------
+    def _addressed(self, message: dict[str, Any]) -> bool:
+        chat = message.get("chat") or {}
+        if chat.get("type") == "private":
+            return True
+        replied = (message.get("reply_to_message") or {}).get("from") or {}
+        if self.bot_id is not None and replied.get("id") == self.bot_id:
+            return True
+        text = str(message.get("text") or "")
+        return bool(self.username) and re.search(rf"@{re.escape(self.username)}\b", text, re.I) is not None
+
+    async def _received(self, update: dict[str, Any]) -> None:
+        message = update.get("message") or {}
+        if not isinstance(message, dict):
+            log.warning("telegram: skipped update %r: its message is not an object", update["update_id"])
+            return
+        message = cast(dict[str, Any], message)
+        text = message.get("text")
+        sender = message.get("from") or {}
+        chat = message.get("chat") or {}
+        if not isinstance(text, str) or not text.strip() or not isinstance(sender, dict):
+            return  # stickers, joins, photos without a caption: nothing said to answer
+        if not isinstance(chat, dict):
+            log.warning("telegram: skipped update %r: its chat is not an object", update["update_id"])
+            return
+        sender, chat = cast(dict[str, Any], sender), cast(dict[str, Any], chat)
+        # A malformed update is skipped, never retried: the poll must move past it (a poison
+        # update would otherwise be fetched again for ever and stop every later message).
+        for field, value in (("from.id", sender.get("id")), ("chat.id", chat.get("id"))):
+            if not isinstance(value, int) or isinstance(value, bool):
+                if value is not None:
+                    log.warning("telegram: skipped update %r: %s is %.80r", update["update_id"], field, value)
+                return
+        for field in ("message_id", "date"):
+            value = message.get(field)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < _LAST_DATE:
+                log.warning("telegram: skipped update %r: %s is %.80r", update["update_id"], field, value)
+                return
+        if self.bot_id is not None and sender.get("id") == self.bot_id:
+            return
+        said_at = datetime.fromtimestamp(message["date"], UTC)
+        now = self._api.clock.now()
+        # JSON may carry a lone "\ud800": replaced like undecodable bytes, never the message lost
+        name = without_lone_surrogates(
+            str(sender.get("username") or sender.get("first_name") or sender["id"])
+        )
+        text = without_lone_surrogates(text)
+        event = Event(
+            id=derived_id(said_at, TELEGRAM_SERVICE, str(chat["id"]), str(message.get("message_id"))),
+            agent_id=self.agent.id,
+            service=TELEGRAM_SERVICE,
+            channel=str(chat["id"]),
+            speaker=Speaker(
+                service=TELEGRAM_SERVICE,
+                channel=TELEGRAM_SERVICE,
+                speaker_id=str(sender["id"]),
+                display_name=name,
+                kind="agent" if sender.get("is_bot") else "human",
+            ),
+            text=text,
+            received_at=min(said_at, now) if said_at.year > 2000 else now,
+            addressed=self._addressed(message),
+            meta={
+                MESSAGE_ID_META: str(message.get("message_id")),
+                CHAT_TYPE_META: str(chat.get("type") or "private"),
+            },
+        )
+        try:
+            self._api.validate_text(text)
+            await self._api.submit(event)
+        except InputError as exc:
+            log.warning("telegram: dropped a message in chat %s: %s", chat["id"], exc)

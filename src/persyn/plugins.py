@@ -1,0 +1,43 @@
+"""The entry points of a group (`persyn.channels`, `persyn.tools`): how a chat network or a tool
+group joins by one folder and one line in `pyproject.toml`.
+
+The installed distributions declare them in their metadata. When persyn runs from a source
+checkout (its `pyproject.toml` two folders above this package), that file's entries replace the
+installed persyn's: metadata written by an earlier install does not hide a group added since, nor
+keep one since removed. Other distributions' entries (plugins) are kept either way.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+
+__all__ = ["declared"]
+
+_CHECKOUT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def declared(group: str) -> list[EntryPoint]:
+    """The entry points of `group`, sorted by name."""
+    points = {point.name: point for point in entry_points(group=group)}
+    checkout = _checkout_points(group)
+    if checkout is not None:
+        points = {name: point for name, point in points.items() if not _persyns(point)} | checkout
+    return [points[name] for name in sorted(points)]
+
+
+def _persyns(point: EntryPoint) -> bool:
+    return point.dist is not None and point.dist.name == "persyn"
+
+
+def _checkout_points(group: str) -> dict[str, EntryPoint] | None:
+    """The checkout's own entries of `group`; None when persyn does not run from a checkout."""
+    try:
+        project = tomllib.loads(_CHECKOUT.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    if project.get("name") != "persyn":
+        return None
+    table: dict[str, str] = project.get("entry-points", {}).get(group, {})
+    return {name: EntryPoint(name, value, group) for name, value in table.items()}

@@ -1,0 +1,118 @@
+"""The channel port: how the runtime hands speech, notices and live tokens to a surface, and
+how it connects a chat network it holds the lease of (`NetworkChannel`, `LeasedChannel`). The
+adapters (`channels/`) implement it; the runtime never imports them.
+
+A `Channel` declares what it can do by overriding defaults, never by the runtime probing
+for attributes: `interactive` (a person waits for the reply: deliberation defers there),
+`streams_tokens` with `sink_for`, `shows_images`, `deliberation_done`, `serves` (which agents' messages it
+shows). Everything the agent says reaches a channel through the outbox (`runtime/delivery/outbox.py`)
+and `deliver_outbound`, at least once: the base class drops a message whose outbox id it
+has already shown, so a redelivery after a crash or a racing deliverer is shown once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from persyn.core.events import Event, Notice, Outbound
+from persyn.gateway.base import SinkCallable
+
+__all__ = ["Channel", "LeasedChannel", "NetworkChannel", "images_as_text", "safe_sink"]
+
+_REMEMBERED = 4096  # outbox ids remembered per channel for deduplication
+
+
+class Channel(ABC):
+    """A surface (terminal, web, chat service). Entry points must return quickly: a slow
+    or broken adapter never blocks the pipeline (SPEC App. B rule 5)."""
+
+    service: str
+    interactive: bool = False
+    streams_tokens: bool = False
+    # Shows `Outbound.images` itself; otherwise `deliver_outbound` adds a text line per image
+    # (its reference), so no surface loses an image it cannot display.
+    shows_images: bool = False
+    # Whether that line may name the image's file on this host: only on the operator's own
+    # surfaces (the terminal); a chat room or a web client is never told the host's paths.
+    shows_host_paths: bool = False
+
+    @abstractmethod
+    async def deliver(self, outbound: Outbound) -> None:
+        """The agent's transmitted speech (`outbound.while_away`: it waited for this
+        channel to connect)."""
+
+    async def notice(self, event: Event, notice: Notice) -> None:
+        """Something to show that is not the agent speaking (silence, errors)."""
+        return None
+
+    def sink_for(self, event: Event) -> SinkCallable | None:
+        """A token sink for live presentation of this event's generation (`streams_tokens`)."""
+        return None
+
+    def deliberation_done(self, event: Event, objections: int) -> None:
+        """Deferred deliberation of a reply already delivered has ended."""
+        return None
+
+    def serves(self, agent_id: str) -> bool:
+        """Whether this channel shows `agent_id`'s messages (a terminal shows one agent's)."""
+        return True
+
+    async def deliver_outbound(self, outbound: Outbound) -> bool:
+        """`deliver`, once per outbox id: False (nothing shown) for one already delivered
+        here. A failure raises, and the id is not remembered (the outbox retries it)."""
+        seen: OrderedDict[str, None] = vars(self).setdefault("_outbox_seen", OrderedDict())
+        key = outbound.outbox_id
+        if key is not None and key in seen:
+            return False
+        await self.deliver(
+            outbound if self.shows_images else images_as_text(outbound, with_paths=self.shows_host_paths)
+        )
+        if key is not None:
+            seen[key] = None
+            if len(seen) > _REMEMBERED:
+                seen.popitem(last=False)
+        return True
+
+
+def images_as_text(outbound: Outbound, *, with_paths: bool = False) -> Outbound:
+    """`outbound` for a surface that shows no images: one line per image in its text, with
+    the image's file on this host only `with_paths` (the operator's own surfaces)."""
+    if not outbound.images:
+        return outbound
+    lines = [
+        f"[image {image.reference}: {image.path}]" if with_paths else f"[image {image.reference}]"
+        for image in outbound.images
+    ]
+    return outbound.model_copy(update={"text": "\n".join((outbound.text, *lines)), "images": ()})
+
+
+def safe_sink(channel: Channel | None, event: Event) -> SinkCallable | None:
+    """`channel`'s token sink for `event`, or None: a channel that fails to give one is shown
+    no live tokens, and generation goes on (SPEC App. B rule 5)."""
+    if channel is None:
+        return None
+    try:
+        return channel.sink_for(event)
+    except Exception:
+        return None
+
+
+class NetworkChannel(Protocol):
+    """A channel with a lifespan of its own (connections, polling)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LeasedChannel:
+    """A network `service` and how to build its channel: built afresh each time a process
+    takes its lease (`runtime/delivery/channel_leases.py`), since a stopped channel is not started again."""
+
+    service: str
+    build: Callable[[], NetworkChannel]

@@ -1,0 +1,168 @@
+"""The built-in tool groups' providers (`tools/providers.py`), each one line of the
+`persyn.tools` entry points: the agent's reminders and goals, quick facts, memory and dialog
+search, messaging a contact, arithmetic, recent activity, self-inspection, the knowledge graph
+(`[graph]`), the shared artifacts (`[artifacts]`), and the tools the model provider runs itself
+(`[models] provider_tools`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from persyn.core.config import Task
+from persyn.core.records import Sensitivity
+from persyn.gateway.base import ToolSpec
+from persyn.gateway.provider_tools import provider_tool_specs
+from persyn.memory.access import eligible_channels
+from persyn.store.base import Provenance
+from persyn.store.ports.graph_rows import GraphView
+from persyn.tools.builtin.activity import ActivityContext, activity_tools
+from persyn.tools.builtin.arithmetic import calculator_tool
+from persyn.tools.builtin.artifacts import ArtifactsContext, artifact_tools
+from persyn.tools.builtin.facts import fact_tools
+from persyn.tools.builtin.graph import GraphToolsContext, graph_tools
+from persyn.tools.builtin.inspection import SelfInspectionContext, inspection_tools
+from persyn.tools.builtin.memory import MemoryToolsContext, memory_tools
+from persyn.tools.builtin.outreach import OutreachContext, outreach_tools
+from persyn.tools.builtin.own import OwnToolsContext, goal_tools, reminder_tools
+from persyn.tools.providers import ToolProvider, ToolScope
+from persyn.tools.registry import Tool
+
+__all__ = [
+    "ACTIVITY",
+    "ARITHMETIC",
+    "ARTIFACTS",
+    "FACTS",
+    "GRAPH",
+    "INSPECTION",
+    "MEMORY",
+    "OUTREACH",
+    "OWN",
+    "PROVIDER_TOOLS",
+]
+
+
+def _own(scope: ToolScope) -> OwnToolsContext:
+    return OwnToolsContext(
+        store=scope.store,
+        agent_id=scope.agent.id,
+        clock=scope.clock,
+        default_action=scope.here,
+        audience=scope.audience,
+        run=scope.run,
+    )
+
+
+async def _shown(scope: ToolScope, provenances: Sequence[Provenance]) -> None:
+    await scope.run.read(provenances)
+
+
+def _memory(scope: ToolScope) -> list[Tool[Any, Any]]:
+    return memory_tools(
+        MemoryToolsContext(
+            store=scope.store,
+            agent_id=scope.agent.id,
+            channel=scope.where,
+            present=scope.present,
+            channel_groups=scope.settings.memory.channel_groups,
+            # Raw dialog has no sensitivity of its own: as a confidence of its
+            # conversation — this exact channel, only among people who were there.
+            dialog_sensitivity=Sensitivity.CONFIDENTIAL,
+        )
+    )
+
+
+def _outreach(scope: ToolScope) -> list[Tool[Any, Any]]:
+    return outreach_tools(
+        OutreachContext(
+            store=scope.store,
+            agent_id=scope.agent.id,
+            clock=scope.clock,
+            send=scope.send,
+            max_messages=scope.settings.autonomy.max_messages_per_run,
+            sent=scope.sent,
+        )
+    )
+
+
+def _activity(scope: ToolScope) -> list[Tool[Any, Any]]:
+    async def shown(provenances: Sequence[Provenance]) -> None:
+        await _shown(scope, provenances)
+
+    return activity_tools(ActivityContext(source=scope.activity, sees=scope.audience.sees, read=shown))
+
+
+def _inspection(scope: ToolScope) -> list[Tool[Any, Any]]:
+    settings, agent = scope.settings, scope.agent
+    return inspection_tools(
+        SelfInspectionContext(
+            agent_name=agent.name,
+            agent_id=agent.id,
+            clock=scope.clock,
+            models={task.value: settings.model_for(agent, task) for task in Task},
+            memory=settings.memory,
+            advertised_tools=scope.advertised,
+            tools=settings.tools,
+            settings={
+                "heartbeat_minutes": settings.autonomy.heartbeat_minutes,
+                "daily_token_budget": settings.autonomy.daily_token_budget,
+            },
+            started_at=scope.started_at,
+        )
+    )
+
+
+def _graph(scope: ToolScope) -> list[Tool[Any, Any]]:
+    settings = scope.settings
+    if not settings.graph.enabled:
+        return []
+
+    async def shown(provenances: Sequence[Provenance]) -> None:
+        await _shown(scope, provenances)
+
+    return graph_tools(
+        GraphToolsContext(
+            store=scope.store,
+            agent_id=scope.agent.id,
+            view=GraphView(
+                channel=scope.where,
+                eligible=eligible_channels(scope.where, settings.memory.channel_groups),
+                present=scope.present,
+            ),
+            read=shown,
+            max_relations=settings.graph.max_relations,
+            max_path_hops=settings.graph.max_path_hops,
+        )
+    )
+
+
+def _artifacts(scope: ToolScope) -> list[Tool[Any, Any]]:
+    settings = scope.settings
+    if not settings.artifacts.enabled:
+        return []
+    return artifact_tools(
+        ArtifactsContext(
+            store=scope.store,
+            agent_id=scope.agent.id,
+            eligible=eligible_channels(scope.where, settings.memory.channel_groups),
+            agent_names={a.id: a.name for a in scope.agents.values()},
+            clock=scope.clock,
+            max_chars=settings.artifacts.max_chars,
+        )
+    )
+
+
+def _provider_specs(scope: ToolScope) -> list[ToolSpec]:
+    return list(provider_tool_specs(scope.settings, scope.agent))
+
+
+OWN = ToolProvider("own", lambda scope: [*reminder_tools(_own(scope)), *goal_tools(_own(scope))])
+FACTS = ToolProvider("facts", lambda scope: fact_tools(_own(scope)))
+MEMORY = ToolProvider("memory", _memory)
+OUTREACH = ToolProvider("outreach", _outreach)
+ARITHMETIC = ToolProvider("arithmetic", lambda scope: [calculator_tool()])
+ACTIVITY = ToolProvider("activity", _activity)
+INSPECTION = ToolProvider("inspection", _inspection)
+GRAPH = ToolProvider("graph", _graph)
+ARTIFACTS = ToolProvider("artifacts", _artifacts)
+PROVIDER_TOOLS = ToolProvider("provider", lambda scope: [], provider_specs=_provider_specs)
