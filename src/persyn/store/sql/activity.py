@@ -13,7 +13,7 @@ from persyn.store.ports.activity import ActivityEntry
 from persyn.store.schema.tables import activity_runs
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import activity_from_row, activity_values
-from persyn.store.sqlite.work import SQLiteWork
+from persyn.store.sql.work import SQLiteWork
 
 __all__ = ["SQLiteActivity"]
 

@@ -33,7 +33,7 @@ from persyn.store.schema.tables import checked_id, conversations, messages
 from persyn.store.sql.directory import index_participants
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import conversation_from_row, message_from_row
-from persyn.store.sqlite.work import SQLiteWork, latest, p
+from persyn.store.sql.work import SQLiteWork, latest, p
 
 __all__ = [
     "AGENT_REPLY",

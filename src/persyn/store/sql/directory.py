@@ -30,7 +30,7 @@ from persyn.store.schema.tables import (
 )
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import conversation_from_row
-from persyn.store.sqlite.work import SQLiteWork
+from persyn.store.sql.work import SQLiteWork
 
 __all__ = [
     "SQLiteDirectory",

@@ -24,7 +24,7 @@ from persyn.store.base import (
 from persyn.store.schema.tables import checked_id, observation_changes, observations, quick_facts
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import fact_from_row, provenance_values
-from persyn.store.sqlite.work import SQLiteWork, p
+from persyn.store.sql.work import SQLiteWork, p
 
 __all__ = ["SQLiteFacts"]
 

@@ -52,7 +52,7 @@ from persyn.store.schema.graph import (
     graph_relations,
 )
 from persyn.store.sql.graph_write import plan_graph_write, upsert_graph_rows
-from persyn.store.sqlite.work import SQLiteWork
+from persyn.store.sql.work import SQLiteWork
 
 __all__ = ["SQLiteGraph"]
 

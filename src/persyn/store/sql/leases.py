@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection, Row
 from persyn.store.ports.leases import Lease, LeasesStore
 from persyn.store.schema.leases import leases
 from persyn.store.sql.dml import insert
-from persyn.store.sqlite.work import p
+from persyn.store.sql.work import p
 
 __all__ = ["SQLiteLeases"]
 

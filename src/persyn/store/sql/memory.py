@@ -28,10 +28,10 @@ from persyn.store.sql.directory import index_participants
 from persyn.store.sql.dml import insert
 from persyn.store.sql.jobs import consolidated_at_import
 from persyn.store.sql.mapping import record_from_row, record_values
+from persyn.store.sql.work import SQLiteWork
 from persyn.store.sqlite import vectors as vectors
 from persyn.store.sqlite.ann import AnnCache
 from persyn.store.sqlite.keyword import fts_any_words, keyword_hits
-from persyn.store.sqlite.work import SQLiteWork
 
 __all__ = ["SQLiteMemory"]
 

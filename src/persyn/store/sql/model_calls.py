@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 from persyn.store.ports.model_calls import MAX_CALL_KEY, ModelCall, ModelCallsStore
 from persyn.store.schema.tables import model_calls
 from persyn.store.sql.dml import insert
-from persyn.store.sqlite.work import p
+from persyn.store.sql.work import p
 
 __all__ = ["SQLiteModelCalls"]
 

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Row
 from persyn.store.ports.outbox import OutboxRow, OutboxStore
 from persyn.store.schema.tables import outbox
 from persyn.store.sql.dml import insert
-from persyn.store.sqlite.work import p
+from persyn.store.sql.work import p
 
 __all__ = ["SQLiteOutbox", "put_outbox_row"]
 

@@ -39,7 +39,7 @@ from persyn.store.sql.dml import insert
 from persyn.store.sql.graph_write import replace_graph_participant
 from persyn.store.sql.mapping import agent_from_row, identities_by_person, load_person, person_from_row
 from persyn.store.sql.memory import replace_record_participant
-from persyn.store.sqlite.work import SQLiteWork, latest, p
+from persyn.store.sql.work import SQLiteWork, latest, p
 
 __all__ = ["SQLitePersons", "resolve_person_row"]
 

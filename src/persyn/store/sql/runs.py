@@ -21,7 +21,7 @@ from persyn.store.ports.runs import ChannelEntry, ChannelSpend, RunConversation,
 from persyn.store.rows import Provenance, checked_id
 from persyn.store.schema.tables import channel_spend, run_conversations, run_states
 from persyn.store.sql.dml import insert
-from persyn.store.sqlite.work import p
+from persyn.store.sql.work import p
 
 __all__ = ["SQLiteRuns"]
 

@@ -30,7 +30,7 @@ from persyn.store.ports.schedule import MAX_GOAL_CHARS, MAX_OBJECTIVE_CHARS
 from persyn.store.rows import checked_text
 from persyn.store.schema.tables import goals, reminders
 from persyn.store.sql.mapping import goal_from_row, provenance_values, reminder_from_row, reminder_values
-from persyn.store.sqlite.work import SQLiteWork
+from persyn.store.sql.work import SQLiteWork
 
 __all__ = ["MAX_GOAL_CHARS", "MAX_OBJECTIVE_CHARS", "SQLiteSchedule"]
 
