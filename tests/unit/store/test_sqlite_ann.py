@@ -20,9 +20,9 @@ from sqlalchemy import insert
 
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.store import _sqlite_ann as ann  # pyright: ignore[reportPrivateUsage]
 from persyn.store.schema import tables as schema
 from persyn.store.schema.migrations import LATEST_VERSION, migrate
+from persyn.store.sqlite import ann as ann
 from persyn.store.sqlite.engine import create_sqlite_engine
 from persyn.store.sqlite.store import SQLiteStore
 

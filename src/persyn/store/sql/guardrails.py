@@ -25,7 +25,7 @@ from persyn.store.schema.tables import (
 )
 from persyn.store.sql.dml import insert
 
-__all__ = ["SQLiteGuardrails"]
+__all__ = ["SqlGuardrails"]
 
 T = TypeVar("T")
 _e = guardrail_events.c
@@ -78,7 +78,7 @@ def _reading(row: Row[Any]) -> EmotionReading:
     )
 
 
-class SQLiteGuardrails(GuardrailsStore, EmotionsStore):
+class SqlGuardrails(GuardrailsStore, EmotionsStore):
     if TYPE_CHECKING:  # provided by SQLiteStore
 
         async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...

@@ -17,7 +17,7 @@ from persyn.store.schema.tables import model_calls
 from persyn.store.sql.dml import insert
 from persyn.store.sql.work import p
 
-__all__ = ["SQLiteModelCalls"]
+__all__ = ["SqlModelCalls"]
 
 T = TypeVar("T")
 _c = model_calls.c
@@ -25,7 +25,7 @@ _GET = select(_c.response).where(_c.call_key == p("call_key", _c.call_key))
 _PUT = insert(model_calls).on_conflict_do_nothing(index_elements=[_c.call_key])
 
 
-class SQLiteModelCalls(ModelCallsStore):
+class SqlModelCalls(ModelCallsStore):
     if TYPE_CHECKING:  # provided by SQLiteStore
 
         async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...

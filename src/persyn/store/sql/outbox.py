@@ -20,7 +20,7 @@ from persyn.store.schema.tables import outbox
 from persyn.store.sql.dml import insert
 from persyn.store.sql.work import p
 
-__all__ = ["SQLiteOutbox", "put_outbox_row"]
+__all__ = ["SqlOutbox", "put_outbox_row"]
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ _SQL_PUT = insert(outbox).on_conflict_do_nothing(index_elements=["id"])
 _SQL_ROW = select(outbox).where(_o.id == p("id"))
 
 
-class SQLiteOutbox(OutboxStore):
+class SqlOutbox(OutboxStore):
     """The outbox part of `SQLiteStore`."""
 
     if TYPE_CHECKING:  # provided by SQLiteStore

@@ -23,7 +23,7 @@ from persyn.store.schema.tables import channel_spend, run_conversations, run_sta
 from persyn.store.sql.dml import insert
 from persyn.store.sql.work import p
 
-__all__ = ["SQLiteRuns"]
+__all__ = ["SqlRuns"]
 
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ def _state_values(state: RunState) -> dict[str, Any]:
     }
 
 
-class SQLiteRuns(RunsPort):
+class SqlRuns(RunsPort):
     """The runs part of `SQLiteStore`."""
 
     if TYPE_CHECKING:  # provided by SQLiteStore

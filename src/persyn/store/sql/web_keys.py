@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection, Row
 from persyn.store.ports.web_keys import WebKey, WebKeysStore
 from persyn.store.schema.tables import web_keys
 
-__all__ = ["SQLiteWebKeys"]
+__all__ = ["SqlWebKeys"]
 
 T = TypeVar("T")
 _k = web_keys.c
@@ -32,7 +32,7 @@ def _from_row(row: Row[Any]) -> WebKey:
     )
 
 
-class SQLiteWebKeys(WebKeysStore):
+class SqlWebKeys(WebKeysStore):
     if TYPE_CHECKING:  # provided by SQLiteStore
 
         async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...
