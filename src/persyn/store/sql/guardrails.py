@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection, Row
 
-from persyn.store.ports.emotions import EmotionReading, EmotionsStore
-from persyn.store.ports.guardrails import GuardrailCheck, GuardrailEvent, GuardrailsStore, WindowMessage
+from persyn.store.ports.emotions import EmotionReading, EmotionsPort
+from persyn.store.ports.guardrails import GuardrailCheck, GuardrailEvent, GuardrailsPort, WindowMessage
 from persyn.store.schema.tables import (
     conversations,
     emotion_readings,
@@ -78,7 +78,7 @@ def _reading(row: Row[Any]) -> EmotionReading:
     )
 
 
-class SqlGuardrails(GuardrailsStore, EmotionsStore):
+class SqlGuardrails(GuardrailsPort, EmotionsPort):
     if TYPE_CHECKING:  # provided by SQLiteStore
 
         async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...

@@ -1,4 +1,4 @@
-"""Consolidation state and extraction watermarks on SQLite: the `JobsStore` methods over
+"""Consolidation state and extraction watermarks on SQLite: the `JobsPort` methods over
 the `consolidations` and `extraction_watermarks` tables (migration 13).
 
 `SqlJobs` is mixed into `SQLiteStore` and runs its work through the store's `_read` and
