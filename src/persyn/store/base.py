@@ -8,7 +8,8 @@ identities, contact addresses, preferences), `dialog` (conversations, messages, 
 (reminders, goals), `activity` (the log of self-initiated runs), `jobs` (consolidation
 state, extraction watermarks), `outbox`, `runs` (run state, channel ledgers) and `leases`
 (which process holds a chat network's connection). A new concern is a module with its port
-and one more base class below. Code may import a sub-port's names from its own module; this
+and one more base class below. `graph` is a capability rather than a part of `Store`: a backend
+offers it by deriving from it, and callers detect it (`store/capabilities.py`). Code may import a sub-port's names from its own module; this
 module re-exports the row types for the code that imports them from here.
 
 Methods are async: backends run blocking database work off the event loop, with a single
@@ -127,7 +128,6 @@ class Store(
     DialogPort,
     FlagsPort,
     MemoryPort,
-    GraphPort,
     SchedulePort,
     ActivityPort,
     JobsPort,

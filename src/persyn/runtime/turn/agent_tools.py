@@ -58,6 +58,8 @@ from persyn.ops.sandbox import SandboxService
 from persyn.runtime.background.autonomy import narrow_run, recent_activity, run_provenance
 from persyn.runtime.turn.images import ImageService
 from persyn.store.base import Provenance, ReminderAction, Store
+from persyn.store.capabilities import capability
+from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphView
 from persyn.tools.activity import ActivityContext, activity_tools
 from persyn.tools.arithmetic import calculator_tool
@@ -233,10 +235,11 @@ def build_registry(
             )
         ),
     ]
-    if settings.graph.enabled:
+    graph = capability(store, GraphPort)
+    if settings.graph.enabled and graph is not None:
         tools += graph_tools(
             GraphToolsContext(
-                store=store,
+                store=graph,
                 agent_id=agent_id,
                 view=GraphView(
                     channel=where,

@@ -14,7 +14,8 @@ from datetime import datetime
 from sqlalchemy.engine import Connection
 
 from persyn.core.events import CompletionMarker
-from persyn.store.base import Conversation, Identity, Message, Person, ReplyUpkeep, Store
+from persyn.store.base import Conversation, Identity, Message, Person, ReplyUpkeep
+from persyn.store.capabilities import GraphStore
 from persyn.store.ports.outbox import OutboxRow
 from persyn.store.schema import migrations
 from persyn.store.schema.tables import checked_id
@@ -60,10 +61,10 @@ class SqlStore(
     SqlArtifacts,
     SqlModelCalls,
     SqlLeases,
-    Store,
+    GraphStore,
 ):
-    """`Store` over SQLAlchemy Core, less what each backend does its own way: message and
-    keyword search, vectors, the engines and the migrations."""
+    """`Store` with the knowledge graph over SQLAlchemy Core, less what each backend does its
+    own way: message and keyword search, vectors, the engines and the migrations."""
 
     async def close(self) -> None:
         """Finish queued work, then close every connection. Idempotent."""
