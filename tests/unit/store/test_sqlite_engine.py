@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from persyn.core.errors import InputError, StoreError
-from persyn.store.sql.search_terms import STOP_WORDS
-from persyn.store.sql.unit_vectors import MAX_DIMS, unit_vector
+from persyn.store.sql.search import MAX_DIMS, STOP_WORDS, unit_vector
 from persyn.store.sqlite import engine as _sqlite_engine
 from persyn.store.sqlite.engine import create_sqlite_engine, sqlite_dbapi
 from persyn.store.sqlite.keyword import fts_any_query

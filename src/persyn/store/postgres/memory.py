@@ -23,8 +23,7 @@ from persyn.store.postgres import vectors as vectors
 from persyn.store.schema.tables import memory_records
 from persyn.store.sql.mapping import record_from_row
 from persyn.store.sql.memory import NewRow, SqlMemory, insert_records
-from persyn.store.sql.search_terms import fts_any_words
-from persyn.store.sql.unit_vectors import unit_vector
+from persyn.store.sql.search import fts_any_words, unit_vector
 
 __all__ = ["PostgresMemory", "any_words"]
 

@@ -26,7 +26,7 @@ from persyn.store.sql.directory import index_participants
 from persyn.store.sql.dml import insert
 from persyn.store.sql.jobs import consolidated_at_import
 from persyn.store.sql.mapping import record_from_row, record_values
-from persyn.store.sql.unit_vectors import unit_vector
+from persyn.store.sql.search import unit_vector
 from persyn.store.sql.work import SqlWork
 
 __all__ = ["NewRow", "SqlMemory", "insert_records", "replace_record_participant"]

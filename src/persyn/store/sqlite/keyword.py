@@ -6,7 +6,7 @@ three plans, cheapest first, each giving the same answer or None: the common-wor
 (`_sqlite_keyword_bound.py`), the index's top-ranked matches (`keyword_by_top`), and the
 matches filtered by the compartment (`keyword_by_filter`), which always answers.
 `fts_any_query` turns user text into an FTS5 query of the words both backends search
-(`sql/search_terms.py`).
+(`sql/search.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from persyn.store.sql.search_terms import KEYWORD_WEIGHTS, fts_any_words
+from persyn.store.sql.search import KEYWORD_WEIGHTS, fts_any_words
 from persyn.store.sqlite.keyword_bound import keyword_by_bound
 
 __all__ = [

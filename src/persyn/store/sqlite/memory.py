@@ -21,8 +21,7 @@ from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.ports.memory import RecallCandidate, RecallHits
 from persyn.store.schema.tables import memory_records
 from persyn.store.sql.memory import NewRow, SqlMemory, insert_records
-from persyn.store.sql.search_terms import fts_any_words
-from persyn.store.sql.unit_vectors import unit_vector
+from persyn.store.sql.search import fts_any_words, unit_vector
 from persyn.store.sqlite import vectors as vectors
 from persyn.store.sqlite.ann import AnnCache
 from persyn.store.sqlite.keyword import keyword_hits

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from persyn.store.sql.unit_vectors import check_dims
+from persyn.store.sql.search import check_dims
 from persyn.store.sqlite import ann as ann
 
 __all__ = [
