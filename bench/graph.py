@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from persyn.core.ids import new_id
 from persyn.graph.recall import recall
 from persyn.store import open_store
+from persyn.store.capabilities import capability
+from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import FactSource, GraphView, RelationFact
 
 _BATCH = 500
@@ -30,9 +32,11 @@ _BATCH = 500
 
 async def _one(size: int, hops: int, repeat: int) -> list[str]:
     with tempfile.TemporaryDirectory() as home:
-        store = open_store(f"sqlite:///{home}/graph.db")
-        await store.setup()
+        opened = open_store(f"sqlite:///{home}/graph.db")
+        await opened.setup()
         try:
+            store = capability(opened, GraphPort)
+            assert store is not None, "the embedded store has the knowledge graph"
             agent_id, person = new_id(), new_id()
             rng = random.Random(7)
             entities = max(2, size // 3)
@@ -64,7 +68,7 @@ async def _one(size: int, hops: int, repeat: int) -> list[str]:
                 row.append(f"{statistics.median(times):.1f}")
             return row
         finally:
-            await store.close()
+            await opened.close()
 
 
 async def _main(sizes: list[int], hops: int, repeat: int) -> None:

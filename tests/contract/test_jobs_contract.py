@@ -1,4 +1,4 @@
-"""The `JobsStore` sub-port on every backend: consolidation state and extraction watermarks."""
+"""The `JobsPort` sub-port on every backend: consolidation state and extraction watermarks."""
 
 from __future__ import annotations
 

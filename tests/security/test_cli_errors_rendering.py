@@ -22,6 +22,8 @@ from persyn.present.render import block, dump_json, one_line, visible
 from persyn.runtime.background.autonomy import ActivityEntry
 from persyn.store import open_store
 from persyn.store.base import AtTrigger, Goal, Observation, Reminder
+from persyn.store.capabilities import require_capability
+from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import EntityFact, FactSource, RelationFact
 
 # What a hostile message carries: a window-title change (OSC ... BEL), colours, a screen
@@ -103,7 +105,7 @@ def _seed(persyn: Persyn) -> None:
                 tokens=3,
             )
             await store.add_activity(entry)
-            await store.upsert_graph(
+            await require_capability(store, GraphPort).upsert_graph(
                 agent.id,
                 FactSource(channel="terminal:terminal", learned_at=now),
                 [EntityFact(name="Ann", attributes={"role": f"boss{EVIL}"})],

@@ -20,6 +20,7 @@ from persyn.memory.access import Provenanced, eligible_channels, may_surface
 from persyn.memory.consolidate import default_sensitivity
 from persyn.memory.retrieval import Retriever, format_memories
 from persyn.store.base import Observation, Provenance, Store
+from persyn.store.capabilities import GraphStore
 from persyn.store.ports.graph_rows import GraphView
 
 __all__ = [
@@ -250,7 +251,7 @@ class GraphSource:
 
     def __init__(
         self,
-        store: Store,
+        store: GraphStore,
         config: GraphConfig,
         channel_groups: Sequence[Sequence[str]],
         clock: Clock,

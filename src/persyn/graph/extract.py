@@ -26,7 +26,8 @@ from persyn.core.config import Task
 from persyn.core.errors import InputError, ModelError
 from persyn.core.records import Sensitivity, channel_key
 from persyn.gateway.base import Completion, Prompt, UserTurn
-from persyn.store.base import Conversation, Message, Role, Store
+from persyn.store.base import Conversation, Message, Role
+from persyn.store.capabilities import GraphStore
 from persyn.store.ports.graph_rows import (
     EntityFact,
     FactSource,
@@ -111,7 +112,7 @@ class Outcome:
 class GraphExtractor:
     """Extracts one conversation's entities and relations into the store."""
 
-    def __init__(self, store: Store, gateway: _Gateway, agent_name: str) -> None:
+    def __init__(self, store: GraphStore, gateway: _Gateway, agent_name: str) -> None:
         self.store = store
         self.gateway = gateway
         self.agent_name = agent_name

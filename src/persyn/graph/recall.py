@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from persyn.core.errors import InputError
-from persyn.store.base import Store
+from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphEntity, GraphRelation, GraphView, entity_key
 
 __all__ = ["GraphContext", "candidate_keys", "recall"]
@@ -86,7 +86,7 @@ class GraphContext:
 
 
 async def recall(
-    store: Store, agent_id: str, text: str, view: GraphView, *, hops: int, limit: int, max_path_hops: int
+    store: GraphPort, agent_id: str, text: str, view: GraphView, *, hops: int, limit: int, max_path_hops: int
 ) -> GraphContext | None:
     """What the graph knows around the entities `text` mentions, or None if it names none."""
     keys = candidate_keys(text)

@@ -14,7 +14,9 @@ from persyn.core.errors import InputError
 from persyn.core.ids import is_id
 from persyn.memory.access import eligible_channels
 from persyn.ops.history import opened_store
-from persyn.store import Store
+from persyn.store.base import Store
+from persyn.store.capabilities import capability
+from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphEntity, GraphRelation, GraphView, Subgraph, entity_key
 
 __all__ = ["GraphPath", "GraphQuery", "graph_path", "graph_query", "graph_stats", "view_for"]
@@ -41,7 +43,14 @@ def view_for(settings: Settings, channel: str | None) -> GraphView | None:
     return GraphView(channel=channel, eligible=eligible_channels(channel, settings.memory.channel_groups))
 
 
-async def _resolve(store: Store, agent: AgentConfig, name: str, view: GraphView | None) -> GraphEntity:
+def _graph(store: Store) -> GraphPort:
+    graph = capability(store, GraphPort)
+    if graph is None:
+        raise InputError("this store offers no knowledge graph (the 'knowledge graph' capability is absent)")
+    return graph
+
+
+async def _resolve(store: GraphPort, agent: AgentConfig, name: str, view: GraphView | None) -> GraphEntity:
     """An entity by exact (normalised) name, by id, or by a fragment naming exactly one."""
     if is_id(name.strip().upper()):
         found = await store.graph_neighbourhood(agent.id, [name.strip().upper()], 0, view)
@@ -70,7 +79,8 @@ async def graph_query(
     if not 1 <= hops <= 6:
         raise InputError(f"--hops must be between 1 and 6, not {hops}")
     view = view_for(settings, channel)
-    async with opened_store(settings) as store:
+    async with opened_store(settings) as opened:
+        store = _graph(opened)
         entity = await _resolve(store, agent, name, view)
         around = await store.graph_neighbourhood(agent.id, [entity.id], hops, view, limit)
     return GraphQuery(entity=entity, around=around)
@@ -82,7 +92,8 @@ async def graph_path(
     if not 1 <= max_hops <= 6:
         raise InputError(f"--max-hops must be between 1 and 6, not {max_hops}")
     view = view_for(settings, channel)
-    async with opened_store(settings) as store:
+    async with opened_store(settings) as opened:
+        store = _graph(opened)
         source = await _resolve(store, agent, a, view)
         target = await _resolve(store, agent, b, view)
         relations = await store.graph_path(agent.id, source.id, target.id, view, max_hops)
@@ -90,5 +101,5 @@ async def graph_path(
 
 
 async def graph_stats(settings: Settings, agent: AgentConfig) -> dict[str, int]:
-    async with opened_store(settings) as store:
-        return await store.graph_stats(agent.id)
+    async with opened_store(settings) as opened:
+        return await _graph(opened).graph_stats(agent.id)

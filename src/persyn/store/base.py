@@ -8,7 +8,8 @@ identities, contact addresses, preferences), `dialog` (conversations, messages, 
 (reminders, goals), `activity` (the log of self-initiated runs), `jobs` (consolidation
 state, extraction watermarks), `outbox`, `runs` (run state, channel ledgers) and `leases`
 (which process holds a chat network's connection). A new concern is a module with its port
-and one more base class below. Code may import a sub-port's names from its own module; this
+and one more base class below. `graph` is a capability rather than a part of `Store`: a backend
+offers it by deriving from it, and callers detect it (`store/capabilities.py`). Code may import a sub-port's names from its own module; this
 module re-exports the row types for the code that imports them from here.
 
 Methods are async: backends run blocking database work off the event loop, with a single
@@ -25,16 +26,16 @@ from typing import Any
 
 from persyn.core.events import CompletionMarker
 from persyn.store.ports.activity import UNATTRIBUTED_RUN, ActivityEntry, ActivityPort
-from persyn.store.ports.artifacts import ArtifactsStore
+from persyn.store.ports.artifacts import ArtifactsPort
 from persyn.store.ports.dialog import Conversation, DialogPort, Message, Role
 from persyn.store.ports.directory import AgentRow, ContactAddress, DirectoryPort, Identity, Person
-from persyn.store.ports.emotions import EmotionsStore
+from persyn.store.ports.emotions import EmotionsPort
 from persyn.store.ports.events import DeliberationTrace, EventsPort
 from persyn.store.ports.flags import FlagsPort
 from persyn.store.ports.graph import GraphPort
-from persyn.store.ports.guardrails import GuardrailsStore
-from persyn.store.ports.jobs import JobsStore
-from persyn.store.ports.leases import LeasesStore
+from persyn.store.ports.guardrails import GuardrailsPort
+from persyn.store.ports.jobs import JobsPort
+from persyn.store.ports.leases import LeasesPort
 from persyn.store.ports.memory import (
     ImportedMemory,
     MemoryPort,
@@ -44,8 +45,8 @@ from persyn.store.ports.memory import (
     RecallCandidate,
     RecallHits,
 )
-from persyn.store.ports.model_calls import ModelCallsStore
-from persyn.store.ports.outbox import OutboxRow, OutboxStore
+from persyn.store.ports.model_calls import ModelCallsPort
+from persyn.store.ports.outbox import OutboxPort, OutboxRow
 from persyn.store.ports.runs import ChannelEntry, RunsPort
 from persyn.store.ports.schedule import (
     AtTrigger,
@@ -60,7 +61,7 @@ from persyn.store.ports.schedule import (
     SchedulePort,
     Trigger,
 )
-from persyn.store.ports.web_keys import WebKeysStore
+from persyn.store.ports.web_keys import WebKeysPort
 from persyn.store.rows import GLOBAL, Provenance
 
 __all__ = [
@@ -127,18 +128,17 @@ class Store(
     DialogPort,
     FlagsPort,
     MemoryPort,
-    GraphPort,
     SchedulePort,
     ActivityPort,
-    JobsStore,
-    OutboxStore,
+    JobsPort,
+    OutboxPort,
     RunsPort,
-    WebKeysStore,
-    GuardrailsStore,
-    EmotionsStore,
-    ArtifactsStore,
-    ModelCallsStore,
-    LeasesStore,
+    WebKeysPort,
+    GuardrailsPort,
+    EmotionsPort,
+    ArtifactsPort,
+    ModelCallsPort,
+    LeasesPort,
     ABC,
 ):
     """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the

@@ -1,7 +1,7 @@
 """What is new in a conversation since a reader last read it: the one watermark reader the
 incremental extractors share (the knowledge graph, observations about people).
 
-Each reader keeps a watermark per conversation (`JobsStore` watermarks: the last message it
+Each reader keeps a watermark per conversation (`JobsPort` watermarks: the last message it
 read). `unread` returns the messages after it, with a few before it as context only;
 `advance` moves it once what was read is safely stored, so a failed model call leaves the
 messages to be read on the next run, and nothing is ever read (billed) twice.

@@ -21,6 +21,8 @@ from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
 from persyn.graph.extract import TRANSCRIPT_HEADING, Entity, GraphExtraction, Relation
 from persyn.graph.recall import GraphContext, candidate_keys
+from persyn.store.capabilities import require_capability
+from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphRelation
 from persyn.testing import ADA, START, Pilot, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
@@ -116,9 +118,15 @@ async def test_a_closed_conversation_feeds_the_graph_which_informs_later_turns_i
         await pilot.say("My sister Ann works at Acme. Bo lives in Porto.", transmitted=True)
         mind.sensitivity = Sensitivity.PUBLIC  # the channel default (private) must still win
         await _close_and_extract(pilot)
-        assert await pilot.store.graph_stats(ADA.id) == {"entities": 4, "mentions": 4, "relations": 2}
-        ann = (await pilot.store.graph_entities(ADA.id, ["ann"], None))[0]
-        around = await pilot.store.graph_neighbourhood(ADA.id, [ann.id], 1, None)
+        assert await require_capability(pilot.store, GraphPort).graph_stats(ADA.id) == {
+            "entities": 4,
+            "mentions": 4,
+            "relations": 2,
+        }
+        ann = (await require_capability(pilot.store, GraphPort).graph_entities(ADA.id, ["ann"], None))[0]
+        around = await require_capability(pilot.store, GraphPort).graph_neighbourhood(
+            ADA.id, [ann.id], 1, None
+        )
         (works,) = around.relations
         assert works.line() == "Ann —works at→ Acme"
         assert works.channel == "test:room" and works.sensitivity is Sensitivity.PRIVATE
@@ -139,8 +147,10 @@ async def test_a_confidential_extraction_raises_the_sensitivity(tmp_path: Path, 
         mind.sensitivity = Sensitivity.CONFIDENTIAL
         await pilot.say("Between us: Ann works at Acme.", transmitted=True)
         await _close_and_extract(pilot)
-        ann = (await pilot.store.graph_entities(ADA.id, ["ann"], None))[0]
-        (works,) = (await pilot.store.graph_neighbourhood(ADA.id, [ann.id], 1, None)).relations
+        ann = (await require_capability(pilot.store, GraphPort).graph_entities(ADA.id, ["ann"], None))[0]
+        (works,) = (
+            await require_capability(pilot.store, GraphPort).graph_neighbourhood(ADA.id, [ann.id], 1, None)
+        ).relations
         assert works.sensitivity is Sensitivity.CONFIDENTIAL
         # A stranger joins the room: the confidence is withheld from the prompt.
         await pilot.say("Hi all, what about Ann?", speaker="cy", transmitted=True)
@@ -152,7 +162,11 @@ async def test_malformed_extraction_stores_nothing_and_is_reported(tmp_path: Pat
         mind.garbage = True
         await pilot.say("Ann works at Acme.", transmitted=True)
         await _close_and_extract(pilot)
-        assert await pilot.store.graph_stats(ADA.id) == {"entities": 0, "mentions": 0, "relations": 0}
+        assert await require_capability(pilot.store, GraphPort).graph_stats(ADA.id) == {
+            "entities": 0,
+            "mentions": 0,
+            "relations": 0,
+        }
         flag = await pilot.store.get_flag(ADA.id, GRAPH_FAILURE_FLAG)
         assert flag is not None and "extraction" in json.loads(flag)["error"]
 
@@ -195,15 +209,15 @@ async def test_a_long_open_conversation_is_read_as_it_goes_each_message_once(
     async with _runtime(tmp_path, "[conversation]\nextract_every_messages = 4\n") as pilot:
         await pilot.say("Ann works at Acme.", transmitted=True)  # 2 messages: not yet
         await pilot.settle()
-        assert (await pilot.store.graph_stats(ADA.id))["relations"] == 0
+        assert (await require_capability(pilot.store, GraphPort).graph_stats(ADA.id))["relations"] == 0
         await pilot.say("Bo lives in Porto.", transmitted=True)  # 4 messages: read in the background
         await pilot.settle()
-        assert (await pilot.store.graph_stats(ADA.id))["relations"] == 2
+        assert (await require_capability(pilot.store, GraphPort).graph_stats(ADA.id))["relations"] == 2
         assert len(mind.extract_prompts) == 1 and "Ann works at Acme" in mind.extract_prompts[0]
         # The conversation is still open; the next facts arrive with their context only.
         await pilot.say("Cy lives in Braga.", transmitted=True)
         await _close_and_extract(pilot)  # the rest, once closed
-        assert (await pilot.store.graph_stats(ADA.id))["relations"] == 3
+        assert (await require_capability(pilot.store, GraphPort).graph_stats(ADA.id))["relations"] == 3
         last = mind.extract_prompts[-1]
         assert "(New:)\nSam: Cy lives in Braga." in last and "Bo lives in Porto" in last.split("(New:)")[0]
         await _close_and_extract(pilot)  # nothing new: no model call
@@ -222,8 +236,10 @@ async def test_a_conversation_read_in_parts_never_gets_less_sensitive(tmp_path: 
         assert len(mind.extract_prompts) == 2
         # ...and this double, like a careless model, re-reads the context lines too.
         assert "(Earlier, already read:)" in mind.extract_prompts[1]
-        ann = (await pilot.store.graph_entities(ADA.id, ["ann"], None))[0]
-        relations = (await pilot.store.graph_neighbourhood(ADA.id, [ann.id], 1, None)).relations
+        ann = (await require_capability(pilot.store, GraphPort).graph_entities(ADA.id, ["ann"], None))[0]
+        relations = (
+            await require_capability(pilot.store, GraphPort).graph_neighbourhood(ADA.id, [ann.id], 1, None)
+        ).relations
         assert [(r.line(), r.sensitivity) for r in relations] == [
             ("Ann —works at→ Acme", Sensitivity.CONFIDENTIAL)
         ]

@@ -19,7 +19,7 @@ from sqlalchemy.sql.selectable import TextualSelect
 from persyn.core.ids import new_id
 from persyn.store.schema.migrations import migrate
 from persyn.store.schema.tables import conversations, messages
-from persyn.store.sql.dialog import fts_query, search_messages_query
+from persyn.store.sqlite.dialog import fts_query, search_messages_query
 from persyn.store.sqlite.store import create_sqlite_engine
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -14,6 +14,8 @@ from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
 from persyn.ops.tools import call_tool
 from persyn.store import open_store
+from persyn.store.capabilities import require_capability
+from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import EntityFact, FactSource, RelationFact
 from persyn.testing import ADA, START
 from persyn.testing.harness import harness_settings
@@ -28,7 +30,7 @@ async def _settings(tmp_path: Path) -> Settings:
     await store.setup()
     try:
         await store.ensure_agent(ADA.id, ADA.name, START)
-        await store.upsert_graph(
+        await require_capability(store, GraphPort).upsert_graph(
             ADA.id,
             FactSource(
                 channel="test:ann-dm",
@@ -42,7 +44,7 @@ async def _settings(tmp_path: Path) -> Settings:
                 RelationFact(source="Saint Jude Clinic", relation="located_in", target="Berlin"),
             ],
         )
-        await store.upsert_graph(
+        await require_capability(store, GraphPort).upsert_graph(
             ADA.id,
             FactSource(channel="test:lobby", sensitivity=Sensitivity.PUBLIC, learned_at=START),
             [],

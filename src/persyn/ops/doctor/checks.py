@@ -21,6 +21,8 @@ from persyn.ops.doctor.live import live_checks
 from persyn.ops.doctor.postgres import Check, is_postgres, postgres_checks, shown_url
 from persyn.ops.doctor.reach import reach_checks
 from persyn.store import open_store
+from persyn.store.capabilities import capability
+from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.jobs import ConsolidationStatus
 from persyn.tracing import read_losses
 
@@ -143,9 +145,17 @@ async def _check_graph(settings: Settings) -> Check:
         store = open_store(settings.database_url)
         try:
             await store.setup()
+            graph = capability(store, GraphPort)
+            if graph is None:
+                return Check(
+                    "knowledge graph",
+                    True,
+                    "this store offers no knowledge graph: the capability is absent",
+                    warning=True,
+                )
             lines: list[str] = []
             for agent in settings.agents:
-                counts = await store.graph_stats(agent.id)
+                counts = await graph.graph_stats(agent.id)
                 raw = await store.get_flag(agent.id, _GRAPH_FAILURE_FLAG)
                 failure = ""
                 if raw:

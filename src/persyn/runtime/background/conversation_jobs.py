@@ -50,6 +50,7 @@ from persyn.people.observations import Dossiers, Observer
 from persyn.runtime.background.autonomy import run_sensitivity
 from persyn.runtime.durable.dispatch import BACKGROUND_QUEUE, Dispatcher
 from persyn.store.base import Conversation, Store
+from persyn.store.capabilities import GraphStore, capability
 from persyn.store.ports.jobs import Consolidation, ConsolidationStatus
 from persyn.usage import context as usage_context
 
@@ -207,12 +208,13 @@ class ConversationJobs:
 
     def start_graph(self, context_sources: list[ContextSource], noticed: ReadHook) -> None:
         """Graph context per turn and extraction after each conversation (SPEC §4.3);
-        `[graph] enabled = false` leaves both out."""
-        if not self.settings.graph.enabled:
+        `[graph] enabled = false`, or a store without the graph, leaves both out."""
+        graph = capability(self.store, GraphStore)
+        if not self.settings.graph.enabled or graph is None:
             return
         context_sources.append(
             GraphSource(
-                self.store,
+                graph,
                 self.settings.graph,
                 self.settings.memory.channel_groups,
                 self.clock,
@@ -269,7 +271,10 @@ class ConversationJobs:
         agent = self.agents.get(agent_id)
         if conversation is None or agent is None or (closed and conversation.closed_at is None):
             return
-        extractor = GraphExtractor(self.store, self.gateway(agent_id), agent.name)
+        graph = capability(self.store, GraphStore)
+        if graph is None:
+            return
+        extractor = GraphExtractor(graph, self.gateway(agent_id), agent.name)
         default = default_sensitivity(self.settings.memory, conversation.service)
         try:
             outcome = await extractor.extract(agent_id, conversation, default)

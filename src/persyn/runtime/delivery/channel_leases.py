@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from persyn.core.clock import Clock
 from persyn.runtime.channel import LeasedChannel, NetworkChannel
-from persyn.store.ports.leases import Lease, LeasesStore
+from persyn.store.ports.leases import Lease, LeasesPort
 
 __all__ = ["CHANNEL_LEASE_PREFIX", "ChannelOwnership", "channel_lease", "process_holder"]
 
@@ -55,7 +55,7 @@ class ChannelOwnership:
 
     def __init__(
         self,
-        store: LeasesStore,
+        store: LeasesPort,
         clock: Clock,
         channels: Sequence[LeasedChannel],
         *,

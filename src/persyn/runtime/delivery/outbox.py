@@ -32,7 +32,7 @@ from persyn.core.clock import Clock
 from persyn.core.events import ImageAttachment, Outbound
 from persyn.core.ids import derived_id, id_time, new_id
 from persyn.runtime.channel import Channel
-from persyn.store.ports.outbox import OutboxRow, OutboxStore
+from persyn.store.ports.outbox import OutboxPort, OutboxRow
 
 __all__ = ["Outbox", "reply_key", "send_key"]
 
@@ -62,7 +62,7 @@ class Outbox:
 
     def __init__(
         self,
-        store: OutboxStore,
+        store: OutboxPort,
         clock: Clock,
         channels: Callable[[str], Channel | None],
         *,

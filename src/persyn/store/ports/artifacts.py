@@ -16,7 +16,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ArtifactSummary", "ArtifactVersion", "ArtifactsStore"]
+__all__ = ["ArtifactSummary", "ArtifactVersion", "ArtifactsPort"]
 
 
 class ArtifactVersion(BaseModel):
@@ -45,7 +45,7 @@ class ArtifactSummary(BaseModel):
     versions_by_agent: dict[str, int]  # agent id → how many versions it wrote
 
 
-class ArtifactsStore(ABC):
+class ArtifactsPort(ABC):
     @abstractmethod
     async def add_artifact_version(
         self, version: ArtifactVersion, *, base: int | None

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["EmotionReading", "EmotionsStore", "mean_distribution", "reading_for_record", "top_category"]
+__all__ = ["EmotionReading", "EmotionsPort", "mean_distribution", "reading_for_record", "top_category"]
 
 
 class EmotionReading(BaseModel):
@@ -30,7 +30,7 @@ class EmotionReading(BaseModel):
     top: str = Field(min_length=1, max_length=32)
 
 
-class EmotionsStore(ABC):
+class EmotionsPort(ABC):
     @abstractmethod
     async def add_emotion_reading(self, reading: EmotionReading) -> bool:
         """Store a reading; False when one of that id is already stored (a replay)."""

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["GuardrailCheck", "GuardrailEvent", "GuardrailsStore", "SubjectKind", "WindowMessage"]
+__all__ = ["GuardrailCheck", "GuardrailEvent", "GuardrailsPort", "SubjectKind", "WindowMessage"]
 
 SubjectKind = Literal["person", "channel", "agent"]
 
@@ -75,7 +75,7 @@ class WindowMessage(BaseModel):
     event_id: str | None
 
 
-class GuardrailsStore(ABC):
+class GuardrailsPort(ABC):
     @abstractmethod
     async def add_guardrail_event(self, event: GuardrailEvent) -> bool:
         """Record a trigger; False when an event of that id is already stored (a replay)."""

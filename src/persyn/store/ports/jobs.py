@@ -23,7 +23,7 @@ __all__ = [
     "MAX_ERROR_CHARS",
     "Consolidation",
     "ConsolidationStatus",
-    "JobsStore",
+    "JobsPort",
     "Watermark",
 ]
 
@@ -93,7 +93,7 @@ class Watermark(BaseModel):
         return _canonical(value, "id")
 
 
-class JobsStore(ABC):
+class JobsPort(ABC):
     """Consolidation state and extraction watermarks; mixed into `Store`."""
 
     # consolidation state ---------------------------------------------------------------

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["MAX_HOLDER", "MAX_LEASE_NAME", "Lease", "LeasesStore"]
+__all__ = ["MAX_HOLDER", "MAX_LEASE_NAME", "Lease", "LeasesPort"]
 
 MAX_LEASE_NAME = 100
 MAX_HOLDER = 200
@@ -39,7 +39,7 @@ class Lease(BaseModel):
         return self.holder == holder and now < self.expires_at
 
 
-class LeasesStore(ABC):
+class LeasesPort(ABC):
     @abstractmethod
     async def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> Lease:
         """Take `name` for `holder` until `now + ttl` if it is free, lapsed (`expires_at <=

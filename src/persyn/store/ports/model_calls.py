@@ -16,7 +16,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["MAX_CALL_KEY", "ModelCall", "ModelCallsStore"]
+__all__ = ["MAX_CALL_KEY", "ModelCall", "ModelCallsPort"]
 
 MAX_CALL_KEY = 300
 
@@ -30,7 +30,7 @@ class ModelCall(BaseModel):
     created_at: datetime
 
 
-class ModelCallsStore(ABC):
+class ModelCallsPort(ABC):
     @abstractmethod
     async def model_call(self, call_key: str) -> str | None:
         """The stored response of the call `call_key`, or None (never checkpointed)."""

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from persyn.core.ids import is_id
 
-__all__ = ["MAX_OUTBOX_TEXT", "OutboxRow", "OutboxStore"]
+__all__ = ["MAX_OUTBOX_TEXT", "OutboxPort", "OutboxRow"]
 
 MAX_OUTBOX_TEXT = 100_000
 
@@ -50,7 +50,7 @@ class OutboxRow(BaseModel):
         return value
 
 
-class OutboxStore(ABC):
+class OutboxPort(ABC):
     """Durable, ordered, per (agent, service) queues of what the agent sends."""
 
     @abstractmethod

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["WebKey", "WebKeysStore"]
+__all__ = ["WebKey", "WebKeysPort"]
 
 
 class WebKey(BaseModel):
@@ -27,7 +27,7 @@ class WebKey(BaseModel):
     revoked_at: datetime | None = None
 
 
-class WebKeysStore(ABC):
+class WebKeysPort(ABC):
     @abstractmethod
     async def add_web_key(self, key: WebKey) -> WebKey:
         """Store a new key (its hash must be new)."""

@@ -1,6 +1,6 @@
 """Dialog search on PostgreSQL: the messages' `text_tsv` column (migration 2's PostgreSQL
 variant) and its GIN index. Everything else of the dialog part is the shared SQL of
-`_sqlite_dialog.py`, which is portable SQLAlchemy Core."""
+`sql/dialog.py`, which is portable SQLAlchemy Core."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy import bindparam, select, text
 from persyn.store.base import Message
 from persyn.store.postgres.migrations import TEXT_CONFIG
 from persyn.store.schema.tables import messages
-from persyn.store.sql.dialog import SQLiteDialog
+from persyn.store.sql.dialog import SqlDialog
 from persyn.store.sql.mapping import message_from_row
 
 __all__ = ["PostgresDialog", "search_chunks"]
@@ -24,7 +24,7 @@ def search_chunks(query: str) -> list[str]:
     return [chunk for chunk in query.replace("\x00", " ").split() if any(ch.isalnum() for ch in chunk)]
 
 
-class PostgresDialog(SQLiteDialog):
+class PostgresDialog(SqlDialog):
     """The dialog part of `PostgresStore`: search through tsvector."""
 
     async def search_messages(

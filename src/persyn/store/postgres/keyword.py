@@ -31,7 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from persyn.store.postgres.migrations import TEXT_CONFIG
-from persyn.store.sqlite.keyword import KEYWORD_WEIGHTS
+from persyn.store.sql.search import KEYWORD_WEIGHTS
 
 __all__ = ["BLOCK", "create_keyword_index", "keyword_lists_problem", "keyword_search", "repair_keyword_lists"]
 

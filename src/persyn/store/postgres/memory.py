@@ -1,6 +1,6 @@
 """Long-term memory on PostgreSQL: the `memory_records` methods that touch the keyword index
 (the `search_tsv` column, migration 3's PostgreSQL variant) or the vectors (pgvector,
-`_postgres_vectors.py`). The rest is the shared SQL of `_sqlite_memory.py`. A record and its
+`_postgres_vectors.py`). The rest is the shared SQL of `sql/memory.py`. A record and its
 vector change in one write transaction, as on SQLite."""
 
 from __future__ import annotations
@@ -22,13 +22,8 @@ from persyn.store.postgres import keyword as keyword
 from persyn.store.postgres import vectors as vectors
 from persyn.store.schema.tables import memory_records
 from persyn.store.sql.mapping import record_from_row
-from persyn.store.sql.memory import (
-    SQLiteMemory,
-    _insert_records,  # pyright: ignore[reportPrivateUsage]
-    _NewRow,  # pyright: ignore[reportPrivateUsage]
-)
-from persyn.store.sqlite.keyword import fts_any_query
-from persyn.store.sqlite.vectors import unit_vector
+from persyn.store.sql.memory import NewRow, SqlMemory, insert_records
+from persyn.store.sql.search import fts_any_words, unit_vector
 
 __all__ = ["PostgresMemory", "any_words"]
 
@@ -36,25 +31,23 @@ _r = memory_records.c
 
 
 def any_words(query: str) -> str | None:
-    """The words `fts_any_query` keeps (stop-words dropped unless nothing else is left),
+    """The words `fts_any_words` keeps (stop-words dropped unless nothing else is left),
     space-separated: runs of letters and digits, which `to_tsvector` reads as they are."""
-    match = fts_any_query(query)
-    if match is None:
-        return None
-    return " ".join(word.strip('"') for word in match.split(" OR "))
+    words = fts_any_words(query)
+    return None if words is None else " ".join(words)
 
 
-class PostgresMemory(SQLiteMemory):
+class PostgresMemory(SqlMemory):
     """The long-term-memory part of `PostgresStore`."""
 
     _url: URL
     _bulk: vectors.BulkVectorLoad | None  # the bulk load under way in this store, if any
 
-    def _insert_rows(self, connection: Connection, rows: Sequence[_NewRow]) -> list[bool]:
+    def _insert_rows(self, connection: Connection, rows: Sequence[NewRow]) -> list[bool]:
         # As on SQLite (ON CONFLICT DO NOTHING, which on PostgreSQL also settles a race with
         # another process's insert), into pgvector's tables.
         bulk = self._bulk
-        return _insert_records(connection, rows, lambda c, stored: _put_vectors(c, stored, bulk))
+        return insert_records(connection, rows, lambda c, stored: _put_vectors(c, stored, bulk))
 
     @asynccontextmanager
     async def bulk_load(self, expected_records: int) -> AsyncIterator[None]:
@@ -208,9 +201,7 @@ def _candidates(connection: Connection, agent_id: str, record_ids: Sequence[str]
     return [_candidate_from_row(tuple(row)) for row in rows]
 
 
-def _put_vectors(
-    connection: Connection, rows: Sequence[_NewRow], bulk: vectors.BulkVectorLoad | None
-) -> None:
+def _put_vectors(connection: Connection, rows: Sequence[NewRow], bulk: vectors.BulkVectorLoad | None) -> None:
     """The stored rows' unit vectors into pgvector (within `bulk`, if a load is under way)."""
     vectors.put_vectors(
         connection,
@@ -229,7 +220,7 @@ def _put_vectors(
     )
 
 
-# `_sqlite_memory._DRIVER_COLUMNS`, read as psycopg returns them: TIMESTAMPTZ as an aware
+# `sqlite/memory._DRIVER_COLUMNS`, read as psycopg returns them: TIMESTAMPTZ as an aware
 # datetime, the JSON lists as text. Text, not psycopg's parsed JSON: its loader (bytes, an
 # encoding sniff, then json.loads) for three columns of 100 candidates was the largest part
 # of the fetch's CPU, and `message_ids` is only parsed for the few records built in full.

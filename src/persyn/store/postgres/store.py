@@ -1,24 +1,24 @@
 """The PostgreSQL backend (ARCHITECTURE §7.2): `storage_url = "postgresql://…"`, for a
 deployment that outgrows one machine; SQLite stays the embedded default.
 
-One schema, two backends. The tables are `schema.py`'s and most statements are the SQLite
-parts' own (portable SQLAlchemy Core: ON CONFLICT through `_dml.insert`, the graph's
-recursive CTEs, the access rules' SQL form). What differs has its own part here:
-full-text search on `tsvector` + GIN (`_postgres_dialog.py`, `_postgres_memory.py`),
-vectors on pgvector with HNSW (`_postgres_vectors.py`), engines (`_postgres_engine.py`) and
-the migrations' PostgreSQL variants (`_postgres_migrations.py`).
+One schema, two backends. The tables are `schema/`'s and most statements are the shared SQL
+of `sql/` (portable SQLAlchemy Core: ON CONFLICT through `sql/dml.insert`, the graph's
+recursive CTEs, the access rules' SQL form), composed in `SqlStore` as SQLite's are. What
+differs has its own part here: full-text search on `tsvector` + GIN (`dialog.py`,
+`memory.py`, `keyword.py`), vectors on pgvector with HNSW (`vectors.py`), engines
+(`engine.py`) and the migrations' PostgreSQL variants (`migrations.py`).
 
 Concurrency model: the same as SQLite's, across hosts.
 - Every write transaction first takes one transaction-scoped advisory lock
-  (`pg_advisory_xact_lock`, `_postgres_engine.WRITE_LOCK`): PostgreSQL's counterpart of
+  (`pg_advisory_xact_lock`, `engine.WRITE_LOCK`): PostgreSQL's counterpart of
   SQLite's BEGIN IMMEDIATE. Writers of every process and host run one at a time, and each
   statement of a write (READ COMMITTED) sees every earlier commit. That is what keeps the
   read-then-write sequences the parts share with SQLite correct without rewriting them:
   the graph upsert (look up an entity by key, insert it if missing:
-  `_sqlite_graph_write.upsert_graph_rows`), extraction watermarks and consolidation state
-  (`_sqlite_jobs`), contact merges (`_sqlite_persons.merge_persons`: move addresses,
-  participants, records, graph rows), conversation open-or-join (`_sqlite_dialog`), run
-  state and channel ledgers (`_sqlite_runs`). Single-statement upserts (flags, markers,
+  `sql/graph_write.upsert_graph_rows`), extraction watermarks and consolidation state
+  (`sql/jobs`), contact merges (`sql/persons.merge_persons`: move addresses,
+  participants, records, graph rows), conversation open-or-join (`sql/dialog`), run
+  state and channel ledgers (`sql/runs`). Single-statement upserts (flags, markers,
   outbox, memory inserts) are INSERT … ON CONFLICT and would be safe without the lock.
   Writes are short (one turn's rows), so one lock costs little beside a turn's model call;
   a finer lock per agent is the next step if contention shows in `bench/dispatch.py`.
@@ -46,21 +46,19 @@ from persyn.store.postgres.dialog import PostgresDialog
 from persyn.store.postgres.engine import create_postgres_engine, driver_url, redacted, server_settings
 from persyn.store.postgres.memory import PostgresMemory
 from persyn.store.schema import migrations
-from persyn.store.sqlite.store import SQLiteStore
+from persyn.store.sql.store import SqlStore
 
 __all__ = ["PostgresProbe", "PostgresStore", "probe"]
 
 
-class PostgresStore(PostgresDialog, PostgresMemory, SQLiteStore):
+class PostgresStore(PostgresDialog, PostgresMemory, SqlStore):
     """`Store` over one PostgreSQL database. Construct cheaply; `await setup()` before use.
 
-    It is the SQLite store's composition of parts with the PostgreSQL parts in front (the
-    method resolution order puts `PostgresDialog` and `PostgresMemory` before the SQLite
-    ones) and PostgreSQL engines underneath."""
+    The shared parts of `SqlStore` with the PostgreSQL parts in front (search and vectors)
+    and PostgreSQL engines underneath."""
 
-    def __init__(self, url: URL, *, readers: int = 4) -> None:  # pyright: ignore[reportMissingSuperCall]
+    def __init__(self, url: URL, *, readers: int = 4) -> None:
         self._url = url
-        self._path = None  # pyright: ignore[reportAttributeAccessIssue]  (a file only on SQLite)
         self._writer = create_postgres_engine(url, writer=True, pool_size=1)
         self._reader = create_postgres_engine(url, writer=False, pool_size=readers)
         self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="persyn-pg-write")

@@ -13,16 +13,16 @@ from persyn.store.ports.activity import ActivityEntry
 from persyn.store.schema.tables import activity_runs
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import activity_from_row, activity_values
-from persyn.store.sqlite.work import SQLiteWork
+from persyn.store.sql.work import SqlWork
 
-__all__ = ["SQLiteActivity"]
+__all__ = ["SqlActivity"]
 
 _runs = activity_runs.c
 _FIELDS = ("at", "kind", "reminder_id", "objective", "outcome", "tokens", "conversation_id")
 _PROVENANCE = ("channel", "participant_ids", "sensitivity")
 
 
-class SQLiteActivity(SQLiteWork):
+class SqlActivity(SqlWork):
     """The activity half of `SQLiteStore`."""
 
     async def add_activity(self, entry: ActivityEntry) -> None:

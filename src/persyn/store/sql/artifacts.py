@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection, Row
 
-from persyn.store.ports.artifacts import ArtifactsStore, ArtifactSummary, ArtifactVersion
+from persyn.store.ports.artifacts import ArtifactsPort, ArtifactSummary, ArtifactVersion
 from persyn.store.schema.tables import artifact_versions
 
-__all__ = ["SQLiteArtifacts"]
+__all__ = ["SqlArtifacts"]
 
 T = TypeVar("T")
 _a = artifact_versions.c
@@ -35,7 +35,7 @@ def _from_row(row: Row[Any]) -> ArtifactVersion:
     )
 
 
-class SQLiteArtifacts(ArtifactsStore):
+class SqlArtifacts(ArtifactsPort):
     if TYPE_CHECKING:  # provided by SQLiteStore
 
         async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...

@@ -1,6 +1,7 @@
-"""Conversations and messages on SQLite (the dialog sub-port), with FTS5 search over messages
-(migration 2). The module-level helpers run inside a caller's transaction, so `SQLiteStore`
-can record an inbound turn or a reply in one."""
+"""Conversations and messages (the dialog sub-port) in the SQL both backends run; message
+search is each backend's own (`sqlite/dialog.py`: FTS5, `postgres/dialog.py`: tsvector).
+The module-level helpers run inside a caller's transaction, so `SqlStore` can record an
+inbound turn or a reply in one."""
 
 from __future__ import annotations
 
@@ -10,18 +11,14 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import (
     ColumnElement,
     and_,
-    bindparam,
     case,
-    column,
     delete,
     func,
     literal_column,
     select,
-    text,
     update,
 )
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql.selectable import TextualSelect
 
 from persyn.core.ids import new_id
 from persyn.store.base import (
@@ -33,20 +30,18 @@ from persyn.store.schema.tables import checked_id, conversations, messages
 from persyn.store.sql.directory import index_participants
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import conversation_from_row, message_from_row
-from persyn.store.sqlite.work import SQLiteWork, latest, p
+from persyn.store.sql.work import SqlWork, latest, p
 
 __all__ = [
     "AGENT_REPLY",
-    "SQLiteDialog",
+    "SqlDialog",
     "add_message_row",
-    "fts_query",
     "open_conversation_row",
-    "search_messages_query",
 ]
 
 
-class SQLiteDialog(SQLiteWork):
-    """The dialog half of `SQLiteStore`."""
+class SqlDialog(SqlWork):
+    """The dialog part of `SqlStore`, search excepted."""
 
     # conversations -----------------------------------------------------------------------
     async def open_conversation(
@@ -165,23 +160,6 @@ class SQLiteDialog(SQLiteWork):
         params = {"p_agent_id": agent_id, "p_event_id": event_id}
         return await self._fetch_one("agent_reply_for_event", AGENT_REPLY, message_from_row, params)
 
-    async def search_messages(
-        self,
-        agent_id: str,
-        query: str,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int = 20,
-    ) -> list[Message]:
-        """Every word of `query` must occur (FTS5 AND); best bm25 first, newer first on
-        ties. `since` and `until` are inclusive."""
-        match = fts_query(query)
-        if match is None or limit <= 0:
-            return []
-        statement = search_messages_query(agent_id, match, since=since, until=until, limit=limit)
-        return await self._fetch_all("search_messages", statement, message_from_row)
-
     async def count_messages(self, agent_id: str) -> int:
         statement = select(func.count()).select_from(messages).where(messages.c.agent_id == agent_id)
         return await self._read("count_messages", lambda c: int(c.execute(statement).scalar_one()))
@@ -199,22 +177,6 @@ class SQLiteDialog(SQLiteWork):
             messages.c.conversation_id.in_(closed),
         )
         return await self._write("purge_dialog", lambda c: int(c.execute(statement).rowcount or 0))
-
-
-def fts_query(query: str) -> str | None:
-    """User text as an FTS5 query of plain words, or None if it has no words.
-
-    Each whitespace-separated chunk becomes a double-quoted FTS5 string (inner quotes
-    doubled), so `*`, `:`, `^`, parentheses, `NEAR`, `AND`/`OR`/`NOT` and column filters
-    are just text; the tokenizer then splits the chunk as it split the indexed text
-    ("a:b" becomes the phrase "a b"). Chunks with no letter or digit are dropped: they
-    would become empty phrases. NULs are spaces.
-    """
-    # FTS5 reads the query as a C string: a NUL would end it inside an open quote.
-    chunks = [chunk for chunk in query.replace("\x00", " ").split() if any(ch.isalnum() for ch in chunk)]
-    if not chunks:
-        return None
-    return " ".join('"' + chunk.replace('"', '""') + '"' for chunk in chunks)
 
 
 def _utc(when: datetime) -> datetime:
@@ -271,40 +233,6 @@ def add_message_row(connection: Connection, message: Message) -> bool:
     touch = {"p_agent_id": message.agent_id, "p_id": message.conversation_id, "p_now": message.created_at}
     connection.execute(_SQL_TOUCH_CONVERSATION, touch)
     return True
-
-
-def search_messages_query(
-    agent_id: str, match: str, *, since: datetime | None, until: datetime | None, limit: int
-) -> TextualSelect:
-    """The agent's messages matching the FTS5 query `match`, best bm25 first, newer first on
-    ties. CROSS JOIN pins the join order, as in memory's keyword search: the full-text index
-    is searched first and each match's row fetched by rowid. A plain JOIN lets SQLite (which
-    has no statistics here: the store never runs ANALYZE) walk the agent's messages by the
-    (agent_id, created_at) index and run the match once per message: 0.3 s per search at
-    10,000 messages, 4-30 s at 100,000 (`bench/dialog_search.py`). The cost is now the
-    number of matches, every agent's, each scored and fetched once."""
-    conditions = ["messages_fts MATCH :match", "messages.agent_id = :agent_id"]
-    binds = [bindparam("match", match), bindparam("agent_id", agent_id), bindparam("limit", limit)]
-    when = messages.c.created_at.type
-    if since is not None:
-        conditions.append("messages.created_at >= :since")
-        binds.append(bindparam("since", since, type_=when))
-    if until is not None:
-        conditions.append("messages.created_at <= :until")
-        binds.append(bindparam("until", until, type_=when))
-    return (
-        text(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages_fts "
-            "CROSS JOIN messages ON messages.rowid = messages_fts.rowid "
-            f"WHERE {' AND '.join(conditions)} "
-            "ORDER BY bm25(messages_fts), messages.created_at DESC LIMIT :limit"
-        )
-        .bindparams(*binds)
-        .columns(*(column(c.name, c.type) for c in messages.c))
-    )
-
-
-_MESSAGE_COLUMNS = ", ".join(f"messages.{c.name}" for c in messages.c)
 
 
 # A conversation last active further ahead of this clock than hosts' clocks drift apart

@@ -1,7 +1,7 @@
 """The contact directory on SQLite (SPEC §4.5, App. B): contact addresses, and the
 per-participant conversation index behind a contact's bounded digest.
 
-`SQLiteDirectory` is mixed into `SQLiteStore` and runs its work through the store's `_read`
+`SqlDirectory` is mixed into `SQLiteStore` and runs its work through the store's `_read`
 and `_write`. The module-level helpers run inside a caller's transaction: `open_conversation`
 indexes participants with `index_participants`, `merge_persons` moves addresses and index
 rows with `move_addresses` and `move_participant_index`.
@@ -30,10 +30,10 @@ from persyn.store.schema.tables import (
 )
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import conversation_from_row
-from persyn.store.sqlite.work import SQLiteWork
+from persyn.store.sql.work import SqlWork
 
 __all__ = [
-    "SQLiteDirectory",
+    "SqlDirectory",
     "index_participants",
     "move_addresses",
     "move_participant_index",
@@ -48,7 +48,7 @@ _p = conversation_participants.c
 _IDS_PER_STATEMENT = 500  # well under SQLite's bound-parameter limit
 
 
-class SQLiteDirectory(SQLiteWork):
+class SqlDirectory(SqlWork):
     """The directory half of `SQLiteStore`."""
 
     # contact addresses ---------------------------------------------------------------------

@@ -18,14 +18,14 @@ from persyn.store.ports.events import DeliberationTrace
 from persyn.store.schema.tables import checked_id, completion_markers, deliberation_traces, events
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import event_from_row, event_values, marker_from_row
-from persyn.store.sqlite.work import SQLiteWork, p, upsert
+from persyn.store.sql.work import SqlWork, p, upsert
 
-__all__ = ["SQLiteEvents", "put_marker_row"]
+__all__ = ["SqlEvents", "put_marker_row"]
 
 _IDS_PER_STATEMENT = 500  # well under SQLite's bound-parameter limit
 
 
-class SQLiteEvents(SQLiteWork):
+class SqlEvents(SqlWork):
     """The events half of `SQLiteStore`."""
 
     # events and completion markers -----------------------------------------------------

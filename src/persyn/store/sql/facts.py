@@ -24,12 +24,12 @@ from persyn.store.base import (
 from persyn.store.schema.tables import checked_id, observation_changes, observations, quick_facts
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import fact_from_row, provenance_values
-from persyn.store.sqlite.work import SQLiteWork, p
+from persyn.store.sql.work import SqlWork, p
 
-__all__ = ["SQLiteFacts"]
+__all__ = ["SqlFacts"]
 
 
-class SQLiteFacts(SQLiteWork):
+class SqlFacts(SqlWork):
     """The quick facts and observations of `SQLiteStore`."""
 
     async def add_observation(self, observation: Observation, action: str, reason: str) -> None:

@@ -14,12 +14,12 @@ from sqlalchemy.engine import Connection
 from persyn.core.ids import new_id
 from persyn.store.schema.tables import checked_id, flags
 from persyn.store.sql.dml import insert
-from persyn.store.sqlite.work import SQLiteWork, p, upsert
+from persyn.store.sql.work import SqlWork, p, upsert
 
-__all__ = ["SQLiteFlags"]
+__all__ = ["SqlFlags"]
 
 
-class SQLiteFlags(SQLiteWork):
+class SqlFlags(SqlWork):
     """The flags half of `SQLiteStore`."""
 
     # flags ---------------------------------------------------------------------------------

@@ -52,9 +52,9 @@ from persyn.store.schema.graph import (
     graph_relations,
 )
 from persyn.store.sql.graph_write import plan_graph_write, upsert_graph_rows
-from persyn.store.sqlite.work import SQLiteWork
+from persyn.store.sql.work import SqlWork
 
-__all__ = ["SQLiteGraph"]
+__all__ = ["SqlGraph"]
 
 T = TypeVar("T")
 
@@ -75,7 +75,7 @@ _SQL_ANY_KEY = (
 )
 
 
-class SQLiteGraph(SQLiteWork):
+class SqlGraph(SqlWork):
     """The knowledge-graph part of `SQLiteStore`."""
 
     async def upsert_graph(

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection, Row
 
-from persyn.store.ports.emotions import EmotionReading, EmotionsStore
-from persyn.store.ports.guardrails import GuardrailCheck, GuardrailEvent, GuardrailsStore, WindowMessage
+from persyn.store.ports.emotions import EmotionReading, EmotionsPort
+from persyn.store.ports.guardrails import GuardrailCheck, GuardrailEvent, GuardrailsPort, WindowMessage
 from persyn.store.schema.tables import (
     conversations,
     emotion_readings,
@@ -25,7 +25,7 @@ from persyn.store.schema.tables import (
 )
 from persyn.store.sql.dml import insert
 
-__all__ = ["SQLiteGuardrails"]
+__all__ = ["SqlGuardrails"]
 
 T = TypeVar("T")
 _e = guardrail_events.c
@@ -78,7 +78,7 @@ def _reading(row: Row[Any]) -> EmotionReading:
     )
 
 
-class SQLiteGuardrails(GuardrailsStore, EmotionsStore):
+class SqlGuardrails(GuardrailsPort, EmotionsPort):
     if TYPE_CHECKING:  # provided by SQLiteStore
 
         async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...

@@ -1,7 +1,7 @@
-"""Consolidation state and extraction watermarks on SQLite: the `JobsStore` methods over
+"""Consolidation state and extraction watermarks on SQLite: the `JobsPort` methods over
 the `consolidations` and `extraction_watermarks` tables (migration 13).
 
-`SQLiteJobs` is mixed into `SQLiteStore` and runs its work through the store's `_read` and
+`SqlJobs` is mixed into `SQLiteStore` and runs its work through the store's `_read` and
 `_write`. The SQL is plain upserts and range reads, portable to PostgreSQL as written.
 """
 
@@ -18,7 +18,7 @@ from persyn.store.ports.jobs import Consolidation, ConsolidationStatus, Watermar
 from persyn.store.schema.tables import consolidations, extraction_watermarks
 from persyn.store.sql.dml import insert
 
-__all__ = ["SQLiteJobs", "consolidated_at_import"]
+__all__ = ["SqlJobs", "consolidated_at_import"]
 
 T = TypeVar("T")
 
@@ -54,7 +54,7 @@ def consolidated_at_import(connection: Connection, agent_id: str, conversation_i
     )
 
 
-class SQLiteJobs:
+class SqlJobs:
     """The conversation-jobs part of `SQLiteStore`."""
 
     if TYPE_CHECKING:  # provided by SQLiteStore

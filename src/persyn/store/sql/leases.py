@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import case, delete, select
 from sqlalchemy.engine import Connection, Row
 
-from persyn.store.ports.leases import Lease, LeasesStore
+from persyn.store.ports.leases import Lease, LeasesPort
 from persyn.store.schema.leases import leases
 from persyn.store.sql.dml import insert
-from persyn.store.sqlite.work import p
+from persyn.store.sql.work import p
 
-__all__ = ["SQLiteLeases"]
+__all__ = ["SqlLeases"]
 
 T = TypeVar("T")
 _c = leases.c
@@ -42,7 +42,7 @@ def _from_row(row: Row[Any]) -> Lease:
     return Lease(name=row.name, holder=row.holder, acquired_at=row.acquired_at, expires_at=row.expires_at)
 
 
-class SQLiteLeases(LeasesStore):
+class SqlLeases(LeasesPort):
     if TYPE_CHECKING:  # provided by SQLiteStore
 
         async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...

@@ -1,43 +1,37 @@
-"""Long-term memory on SQLite (SPEC §4.1, §5): the `Store` methods over `memory_records`,
-its FTS5 index `memory_fts` (migration 3; the keyword search is `_sqlite_keyword.py`) and the
-sqlite-vec tables (`_sqlite_vectors.py`).
+"""Long-term memory (SPEC §4.1, §5) in the SQL both backends run: the `Store` methods over
+`memory_records` that touch neither a keyword index nor a vector index. Each backend adds
+its own search, vector writes and candidate reads (`sqlite/memory.py`, `postgres/memory.py`)
+and the `_insert_rows` that puts a batch's vectors into its index.
 
-`SQLiteMemory` is mixed into `SQLiteStore` and runs its work through the store's `_read`
-and `_write` (reader pool; the single writer thread with BEGIN IMMEDIATE). A record, its
-keyword-index entry (a trigger) and its vector change in one write transaction.
+`SqlMemory` runs its work through the store's `_read` and `_write` (`sql/work.py`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import and_, bindparam, cast, delete, func, or_, select, true, update
+from sqlalchemy import and_, bindparam, cast, func, or_, select, true, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import Text
 
-from persyn.core.errors import InputError, StoreError
+from persyn.core.errors import InputError
 from persyn.core.ids import id_time, is_id, new_id
-from persyn.core.records import MemoryRecord, Sensitivity
-from persyn.store.base import ImportedMemory, RecallCandidate, RecallHits
+from persyn.core.records import MemoryRecord
+from persyn.store.base import ImportedMemory
 from persyn.store.schema.tables import checked_id, conversations, flags, memory_records, messages
 from persyn.store.sql.directory import index_participants
 from persyn.store.sql.dml import insert
 from persyn.store.sql.jobs import consolidated_at_import
 from persyn.store.sql.mapping import record_from_row, record_values
-from persyn.store.sqlite import vectors as vectors
-from persyn.store.sqlite.ann import AnnCache
-from persyn.store.sqlite.keyword import fts_any_words, keyword_hits
-from persyn.store.sqlite.work import SQLiteWork
+from persyn.store.sql.search import unit_vector
+from persyn.store.sql.work import SqlWork
 
-__all__ = ["SQLiteMemory"]
+__all__ = ["NewRow", "SqlMemory", "insert_records", "replace_record_participant"]
 
 T = TypeVar("T")
-
-_IDS_PER_STATEMENT = 500  # well under SQLite's bound-parameter limit
 
 _r = memory_records.c
 _SQL_NEWEST_RECORDS = (
@@ -48,16 +42,8 @@ _SQL_NEWEST_RECORDS = (
 )
 
 
-class SQLiteMemory(SQLiteWork):
-    """The long-term-memory half of `SQLiteStore`."""
-
-    @property
-    def _ann_cache(self) -> AnnCache:
-        """This store's in-memory copy of its large partitions' binary codes (`_sqlite_ann`)."""
-        cache = self.__dict__.get("_ann_cache_instance")
-        if cache is None:
-            cache = self.__dict__.setdefault("_ann_cache_instance", AnnCache())
-        return cache
+class SqlMemory(SqlWork):
+    """The long-term-memory part of `SqlStore`, the indexes excepted."""
 
     async def add_record(
         self, record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None
@@ -103,10 +89,9 @@ class SQLiteMemory(SQLiteWork):
 
         return await self._write("add_imported", work)
 
-    def _insert_rows(self, connection: Connection, rows: Sequence[_NewRow]) -> list[bool]:
-        """`_insert_records` with this backend's vector index (a backend with another index
-        overrides this one method)."""
-        return _insert_records(connection, rows, _put_vectors)
+    def _insert_rows(self, connection: Connection, rows: Sequence[NewRow]) -> list[bool]:
+        """`insert_records` with this backend's vector index."""
+        raise NotImplementedError
 
     async def link_record_messages(self, agent_id: str, record_id: str, message_ids: Sequence[str]) -> bool:
         for message_id in message_ids:
@@ -126,30 +111,6 @@ class SQLiteMemory(SQLiteWork):
         statement = select(memory_records).where(_r.agent_id == agent_id, _r.ref == ref)
         return await self._read("get_record_by_ref", lambda c: _first_record(c, statement))
 
-    async def records_by_ids(self, agent_id: str, record_ids: Sequence[str]) -> list[MemoryRecord]:
-        """In newest-first order; unknown ids are skipped, a repeated id yields one record."""
-        wanted = list(dict.fromkeys(record_ids))
-
-        def work(connection: Connection) -> list[MemoryRecord]:
-            # Recall fetches every candidate (~200 a query) through here: plain driver rows
-            # read by `_record_from_driver_row` take half the time of SQLAlchemy's result
-            # processing plus `record_from_row`.
-            found: list[MemoryRecord] = []
-            for chunk in _chunks(wanted):
-                marks = ", ".join("?" * len(chunk))
-                rows = connection.exec_driver_sql(
-                    f"SELECT {_DRIVER_COLUMNS} FROM memory_records WHERE agent_id = ? AND id IN ({marks})",
-                    (agent_id, *chunk),
-                )
-                found += [_record_from_driver_row(row) for row in rows]
-            return sorted(found, key=lambda r: (r.created_at, r.id), reverse=True)
-
-        return await self._read("records_by_ids", work)
-
-    async def recall_candidates(self, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
-        """As `records_by_ids`, each record built from its driver row only when asked for."""
-        return await self._read("recall_candidates", lambda c: _candidates(c, agent_id, record_ids))
-
     async def list_records(
         self, agent_id: str, *, limit: int = 50, before_id: str | None = None
     ) -> list[MemoryRecord]:
@@ -168,23 +129,6 @@ class SQLiteMemory(SQLiteWork):
             return [record_from_row(row) for row in connection.execute(statement)]
 
         return await self._read("list_records", work)
-
-    async def delete_records(self, agent_id: str, record_ids: Sequence[str]) -> int:
-        wanted = list(dict.fromkeys(record_ids))
-
-        def work(connection: Connection) -> int:
-            deleted = 0
-            for chunk in _chunks(wanted):
-                where = and_(_r.agent_id == agent_id, _r.id.in_(chunk))
-                by_dims: dict[int, list[str]] = {}
-                for row in connection.execute(select(_r.id, _r.dims).where(where, _r.dims.is_not(None))):
-                    by_dims.setdefault(int(row.dims), []).append(row.id)
-                for dims, ids in by_dims.items():
-                    vectors.delete_vectors(connection, dims, ids)
-                deleted += connection.execute(delete(memory_records).where(where)).rowcount
-            return deleted
-
-        return await self._write("delete_records", work)
 
     async def count_records(self, agent_id: str) -> int:
         statement = select(func.count()).select_from(memory_records).where(_r.agent_id == agent_id)
@@ -231,114 +175,6 @@ class SQLiteMemory(SQLiteWork):
 
         return await self._read("record_stats", work)
 
-    async def vector_candidates(
-        self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
-    ) -> list[tuple[str, float]]:
-        """At most 4096 hits (sqlite-vec's cap on k). A query vector of zeros has no
-        neighbours; `channels=[]` allows no channel, so finds nothing. Each of the agent's
-        channels in `channels` is searched on its own: exactly (brute force over its index
-        partition, see `_sqlite_vectors`) below 2,000 vectors, through binary codes and an
-        exact re-rank above (`_sqlite_ann`). The distances are exact either way."""
-        unit = vectors.unit_vector(vector, "query vector")
-        if unit is None or k <= 0:
-            return []
-        cache = self._ann_cache
-        return await self._search(
-            "vector_candidates", lambda c: vectors.nearest(c, agent_id, unit, k, channels, cache)
-        )
-
-    async def vector_recall(
-        self, agent_id: str, vector: Sequence[float], k: int, channels: Sequence[str] | None
-    ) -> RecallHits:
-        """The search and its candidates' rows in one read transaction on the search's
-        thread: no second hop to the read batch."""
-        unit = vectors.unit_vector(vector, "query vector")
-        if unit is None or k <= 0:
-            return RecallHits([], [])
-        cache = self._ann_cache
-
-        def work(connection: Connection) -> RecallHits:
-            hits = vectors.nearest(connection, agent_id, unit, k, channels, cache)
-            return RecallHits(hits, _candidates(connection, agent_id, [record_id for record_id, _ in hits]))
-
-        return await self._search("vector_recall", work)
-
-    async def warm_recall(self, agent_id: str) -> int:
-        """Loads the codes of the agent's indexed vector partitions into this store's cache
-        (`_sqlite_ann`), which the first search of each would otherwise do: ~0.3 s at 100k
-        vectors in one channel, ~2.5 s and ~330 MB at 1M."""
-        cache = self._ann_cache
-
-        def work(connection: Connection) -> int:
-            keys = connection.exec_driver_sql(
-                "SELECT channel, dims FROM memory_ann_partitions WHERE agent_id = ? AND built_at IS NOT NULL",
-                (agent_id,),
-            ).all()
-            return sum(
-                cache.load(connection, (agent_id, str(channel), int(dims))) is not None
-                for channel, dims in keys
-            )
-
-        return await self._search("warm_recall", work)
-
-    async def keyword_candidates(
-        self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
-    ) -> list[tuple[str, float]]:
-        """Scores are -bm25 (column weights KEYWORD_WEIGHTS), so higher is better; ties go
-        to the newer record. Stop-words are dropped from the query (see `fts_any_query`);
-        `channels=[]` finds nothing."""
-        words = fts_any_words(query)
-        if words is None or k <= 0 or (channels is not None and not channels):
-            return []
-        wanted = None if channels is None else list(dict.fromkeys(channels))
-
-        return await self._search("keyword_candidates", lambda c: keyword_hits(c, agent_id, words, k, wanted))
-
-    async def keyword_recall(
-        self, agent_id: str, query: str, k: int, channels: Sequence[str] | None
-    ) -> RecallHits:
-        """The search and its candidates' rows in one read transaction on the search's thread."""
-        words = fts_any_words(query)
-        if words is None or k <= 0 or (channels is not None and not channels):
-            return RecallHits([], [])
-        wanted = None if channels is None else list(dict.fromkeys(channels))
-
-        def work(connection: Connection) -> RecallHits:
-            found = keyword_hits(connection, agent_id, words, k, wanted)
-            return RecallHits(found, _candidates(connection, agent_id, [record_id for record_id, _ in found]))
-
-        return await self._search("keyword_recall", work)
-
-    async def set_record_vector(
-        self, agent_id: str, record_id: str, vector: Sequence[float], embedding_model: str
-    ) -> None:
-        """Replaces whatever vector the record had, of any size or model (an all-zero
-        vector replaces it with none, as in `add_record`). StoreError if the record does not
-        exist; InputError for a non-finite vector."""
-        if not embedding_model:
-            raise InputError(f"record {record_id!r}: a vector needs its embedding model name")
-        unit = vectors.unit_vector(vector, f"vector of record {record_id!r}")
-
-        def work(connection: Connection) -> None:
-            where = and_(_r.agent_id == agent_id, _r.id == record_id)
-            row = connection.execute(select(_r.channel, _r.dims).where(where)).first()
-            if row is None:
-                raise StoreError(f"no memory record {record_id!r} for agent {agent_id!r}")
-            if row.dims is not None:
-                vectors.delete_vectors(connection, int(row.dims), [record_id])
-            dims = None
-            if unit is not None:
-                vectors.put_vectors(
-                    connection,
-                    [vectors.NewVector(record_id, agent_id, row.channel, embedding_model, unit)],
-                )
-                dims = len(unit) // 4
-            connection.execute(
-                update(memory_records).where(where).values(embedding_model=embedding_model, dims=dims)
-            )
-
-        await self._write("set_record_vector", work)
-
     async def records_needing_vectors(
         self, agent_id: str, embedding_model: str, limit: int
     ) -> list[MemoryRecord]:
@@ -383,14 +219,14 @@ class SQLiteMemory(SQLiteWork):
 
 
 @dataclass(frozen=True)
-class _NewRow:
+class NewRow:
     """A checked record on its way in: its `memory_records` values and unit vector."""
 
     values: dict[str, Any]
     unit: bytes | None
 
 
-def _new_row(record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None) -> _NewRow:
+def _new_row(record: MemoryRecord, vector: Sequence[float] | None, embedding_model: str | None) -> NewRow:
     """Checks everything before any write, so bad input stores nothing."""
     _check_record_ids(record)
     values = record_values(record)
@@ -399,15 +235,15 @@ def _new_row(record: MemoryRecord, vector: Sequence[float] | None, embedding_mod
     if vector is not None:
         if not embedding_model:
             raise InputError(f"record {record.id!r}: a vector needs its embedding model name")
-        unit = vectors.unit_vector(vector, f"vector of record {record.id!r}")
+        unit = unit_vector(vector, f"vector of record {record.id!r}")
         values.update(embedding_model=embedding_model, dims=None if unit is None else len(vector))
-    return _NewRow(values, unit)
+    return NewRow(values, unit)
 
 
-def _insert_records(
+def insert_records(
     connection: Connection,
-    rows: Sequence[_NewRow],
-    put_vectors: Callable[[Connection, Sequence[_NewRow]], None],
+    rows: Sequence[NewRow],
+    put_vectors: Callable[[Connection, Sequence[NewRow]], None],
 ) -> list[bool]:
     """Insert `rows` (and their vectors); per row, whether it was stored. A row whose id or
     (agent, ref) is taken — in the database or earlier in `rows` — is skipped."""
@@ -432,24 +268,6 @@ def _insert_records(
     )
     put_vectors(connection, [row for row in fresh if row.unit is not None and row.values["id"] in stored])
     return [is_first and row.values["id"] in stored for row, is_first in zip(rows, first, strict=True)]
-
-
-def _put_vectors(connection: Connection, rows: Sequence[_NewRow]) -> None:
-    """The stored rows' unit vectors into sqlite-vec."""
-    vectors.put_vectors(
-        connection,
-        [
-            vectors.NewVector(
-                row.values["id"],
-                row.values["agent_id"],
-                row.values["channel"],
-                row.values["embedding_model"],
-                row.unit,
-            )
-            for row in rows
-            if row.unit is not None  # always set: the caller passes rows with a vector
-        ],
-    )
 
 
 def _insert_imported_dialog(connection: Connection, item: ImportedMemory) -> None:
@@ -488,63 +306,6 @@ def _insert_imported_dialog(connection: Connection, item: ImportedMemory) -> Non
         )
 
 
-_DRIVER_COLUMNS = (
-    "id, agent_id, created_at, channel, participant_ids, summary, importance, tags, emotion, "
-    "sensitivity, conversation_id, message_ids, ref, kind"
-)
-
-
-def _record_from_driver_row(row: Sequence[Any]) -> MemoryRecord:
-    """`record_from_row` for a plain driver row of `_DRIVER_COLUMNS`: the values as the
-    schema's types store them on SQLite (UTCDateTime: naive UTC ISO text; JSON: text). The
-    contract suite's round trip through `records_by_ids` checks they agree."""
-    return MemoryRecord(
-        id=row[0],
-        agent_id=row[1],
-        created_at=datetime.fromisoformat(row[2]).replace(tzinfo=UTC),
-        channel=row[3],
-        participant_ids=tuple(json.loads(row[4])),
-        summary=row[5],
-        importance=row[6],
-        tags=tuple(json.loads(row[7])),
-        emotion=row[8],
-        sensitivity=Sensitivity(row[9]),
-        conversation_id=row[10],
-        message_ids=tuple(json.loads(row[11])),
-        ref=row[12],
-        kind=row[13],
-    )
-
-
-def _candidates(connection: Connection, agent_id: str, record_ids: Sequence[str]) -> list[RecallCandidate]:
-    """`recall_candidates`' work: the driver rows of those of `record_ids` that exist."""
-    found: list[RecallCandidate] = []
-    for chunk in _chunks(list(dict.fromkeys(record_ids))):
-        marks = ", ".join("?" * len(chunk))
-        rows = connection.exec_driver_sql(
-            f"SELECT {_DRIVER_COLUMNS} FROM memory_records WHERE agent_id = ? AND id IN ({marks})",
-            (agent_id, *chunk),
-        )
-        found += [_candidate_from_driver_row(tuple(row)) for row in rows]
-    return found
-
-
-def _candidate_from_driver_row(row: tuple[Any, ...]) -> RecallCandidate:
-    """What recall scores by, from a driver row of `_DRIVER_COLUMNS`; the whole record is
-    built from the same row if the candidate is kept."""
-    return RecallCandidate(
-        id=row[0],
-        created_at=datetime.fromisoformat(row[2]).replace(tzinfo=UTC),
-        channel=row[3],
-        participant_ids=tuple(json.loads(row[4])),
-        importance=row[6],
-        sensitivity=Sensitivity(row[9]),
-        summary=row[5],
-        tags=tuple(json.loads(row[7])),
-        build=lambda: _record_from_driver_row(row),
-    )
-
-
 def _check_record_ids(record: MemoryRecord) -> None:
     checked_id(record.id, "record id")
     checked_id(record.agent_id, "agent id")
@@ -554,11 +315,6 @@ def _check_record_ids(record: MemoryRecord) -> None:
         checked_id(person_id, "participant id")
     for message_id in record.message_ids:
         checked_id(message_id, "message id")
-
-
-def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
-    for start in range(0, len(ids), _IDS_PER_STATEMENT):
-        yield ids[start : start + _IDS_PER_STATEMENT]
 
 
 def _first_record(connection: Connection, statement: Any) -> MemoryRecord | None:

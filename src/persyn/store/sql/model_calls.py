@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, TypeVar
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
-from persyn.store.ports.model_calls import MAX_CALL_KEY, ModelCall, ModelCallsStore
+from persyn.store.ports.model_calls import MAX_CALL_KEY, ModelCall, ModelCallsPort
 from persyn.store.schema.tables import model_calls
 from persyn.store.sql.dml import insert
-from persyn.store.sqlite.work import p
+from persyn.store.sql.work import p
 
-__all__ = ["SQLiteModelCalls"]
+__all__ = ["SqlModelCalls"]
 
 T = TypeVar("T")
 _c = model_calls.c
@@ -25,7 +25,7 @@ _GET = select(_c.response).where(_c.call_key == p("call_key", _c.call_key))
 _PUT = insert(model_calls).on_conflict_do_nothing(index_elements=[_c.call_key])
 
 
-class SQLiteModelCalls(ModelCallsStore):
+class SqlModelCalls(ModelCallsPort):
     if TYPE_CHECKING:  # provided by SQLiteStore
 
         async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...

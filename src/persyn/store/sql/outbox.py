@@ -1,4 +1,4 @@
-"""The outbox on SQLite (`store/ports/outbox.py`): the `OutboxStore` methods over the `outbox`
+"""The outbox on SQLite (`store/ports/outbox.py`): the `OutboxPort` methods over the `outbox`
 table (migration 12).
 
 Mixed into `SQLiteStore`; work runs through the store's `_read` and `_write`. Every write is
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection, Row
 
-from persyn.store.ports.outbox import OutboxRow, OutboxStore
+from persyn.store.ports.outbox import OutboxPort, OutboxRow
 from persyn.store.schema.tables import outbox
 from persyn.store.sql.dml import insert
-from persyn.store.sqlite.work import p
+from persyn.store.sql.work import p
 
-__all__ = ["SQLiteOutbox", "put_outbox_row"]
+__all__ = ["SqlOutbox", "put_outbox_row"]
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ _SQL_PUT = insert(outbox).on_conflict_do_nothing(index_elements=["id"])
 _SQL_ROW = select(outbox).where(_o.id == p("id"))
 
 
-class SQLiteOutbox(OutboxStore):
+class SqlOutbox(OutboxPort):
     """The outbox part of `SQLiteStore`."""
 
     if TYPE_CHECKING:  # provided by SQLiteStore

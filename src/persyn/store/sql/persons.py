@@ -39,12 +39,12 @@ from persyn.store.sql.dml import insert
 from persyn.store.sql.graph_write import replace_graph_participant
 from persyn.store.sql.mapping import agent_from_row, identities_by_person, load_person, person_from_row
 from persyn.store.sql.memory import replace_record_participant
-from persyn.store.sqlite.work import SQLiteWork, latest, p
+from persyn.store.sql.work import SqlWork, latest, p
 
-__all__ = ["SQLitePersons", "resolve_person_row"]
+__all__ = ["SqlPersons", "resolve_person_row"]
 
 
-class SQLitePersons(SQLiteWork):
+class SqlPersons(SqlWork):
     """The persons half of `SQLiteStore`."""
 
     # agents ----------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from persyn.store.ports.runs import ChannelEntry, ChannelSpend, RunConversation,
 from persyn.store.rows import Provenance, checked_id
 from persyn.store.schema.tables import channel_spend, run_conversations, run_states
 from persyn.store.sql.dml import insert
-from persyn.store.sqlite.work import p
+from persyn.store.sql.work import p
 
-__all__ = ["SQLiteRuns"]
+__all__ = ["SqlRuns"]
 
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ def _state_values(state: RunState) -> dict[str, Any]:
     }
 
 
-class SQLiteRuns(RunsPort):
+class SqlRuns(RunsPort):
     """The runs part of `SQLiteStore`."""
 
     if TYPE_CHECKING:  # provided by SQLiteStore

@@ -1,7 +1,7 @@
 """Reminders and goals on SQLite (SPEC §4.7, §4.8): the `Store` methods over the
 `reminders` and `goals` tables (migration 9).
 
-`SQLiteSchedule` is mixed into `SQLiteStore` and runs its work through the store's `_read`
+`SqlSchedule` is mixed into `SQLiteStore` and runs its work through the store's `_read`
 and `_write` (reader pool; the single writer thread with BEGIN IMMEDIATE). `mark_fired`
 reads, decides and writes in one write transaction, so a racing scheduler — in this process
 or another — sees either the reminder before or after, never half of it.
@@ -30,9 +30,9 @@ from persyn.store.ports.schedule import MAX_GOAL_CHARS, MAX_OBJECTIVE_CHARS
 from persyn.store.rows import checked_text
 from persyn.store.schema.tables import goals, reminders
 from persyn.store.sql.mapping import goal_from_row, provenance_values, reminder_from_row, reminder_values
-from persyn.store.sqlite.work import SQLiteWork
+from persyn.store.sql.work import SqlWork
 
-__all__ = ["MAX_GOAL_CHARS", "MAX_OBJECTIVE_CHARS", "SQLiteSchedule"]
+__all__ = ["MAX_GOAL_CHARS", "MAX_OBJECTIVE_CHARS", "SqlSchedule"]
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ _rm = reminders.c
 _g = goals.c
 
 
-class SQLiteSchedule(SQLiteWork):
+class SqlSchedule(SqlWork):
     """The reminders-and-goals part of `SQLiteStore`."""
 
     # reminders ---------------------------------------------------------------------------

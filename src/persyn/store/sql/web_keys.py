@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection, Row
 
-from persyn.store.ports.web_keys import WebKey, WebKeysStore
+from persyn.store.ports.web_keys import WebKey, WebKeysPort
 from persyn.store.schema.tables import web_keys
 
-__all__ = ["SQLiteWebKeys"]
+__all__ = ["SqlWebKeys"]
 
 T = TypeVar("T")
 _k = web_keys.c
@@ -32,7 +32,7 @@ def _from_row(row: Row[Any]) -> WebKey:
     )
 
 
-class SQLiteWebKeys(WebKeysStore):
+class SqlWebKeys(WebKeysPort):
     if TYPE_CHECKING:  # provided by SQLiteStore
 
         async def _read(self, what: str, work: Callable[[Connection], T]) -> T: ...

@@ -1,56 +1,30 @@
 """Keyword search over long-term memory on SQLite (SPEC §5): the FTS5 index `memory_fts`
 (migration 3) queried by any of the query's words, scored by bm25.
 
-`keyword_hits` is `SQLiteMemory.keyword_candidates`' work inside a read transaction. It tries
+`keyword_hits` is `SqlMemory.keyword_candidates`' work inside a read transaction. It tries
 three plans, cheapest first, each giving the same answer or None: the common-word bound
 (`_sqlite_keyword_bound.py`), the index's top-ranked matches (`keyword_by_top`), and the
 matches filtered by the compartment (`keyword_by_filter`), which always answers.
-`fts_any_query` / `fts_any_words` turn user text into the words searched; the PostgreSQL
-backend keeps the same words and weights.
+`fts_any_query` turns user text into an FTS5 query of the words both backends search
+(`sql/search.py`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from persyn.store.sql.search import KEYWORD_WEIGHTS, fts_any_words
 from persyn.store.sqlite.keyword_bound import keyword_by_bound
 
 __all__ = [
-    "KEYWORD_WEIGHTS",
-    "STOP_WORDS",
     "fts_any_query",
-    "fts_any_words",
     "keyword_by_filter",
     "keyword_by_top",
     "keyword_hits",
 ]
-
-_MAX_QUERY_TERMS = 32
-
-# bm25 column weights of memory_fts (summary, tags): a tag is a deliberate topic label.
-KEYWORD_WEIGHTS = (1.0, 2.0)
-
-# English function words: in a question ("what did she say about the lake?") they carry no
-# topic, yet under OR semantics they would match nearly every record.
-STOP_WORDS = frozenset(
-    """
-    a about above after again against all also am an and any are aren as at be because been
-    before being below between both but by can cannot could couldn d did didn do does doesn
-    doing don down during each else ever few for from further had hadn has hasn have haven
-    having he her here hers herself him himself his how i if in into is isn it its itself just
-    ll m me might more most must mustn my myself no nor not now o of off on once only or other
-    ought our ours ourselves out over own re s same shall shan she should shouldn so some such
-    t than that the their theirs them themselves then there these they this those through to
-    too under until up upon us ve very was wasn we were weren what when where which while who
-    whom whose why will with won would wouldn y you your yours yourself yourselves
-    """.split()  # noqa: SIM905 (a word list reads better as text)
-)
-
-_WORD = re.compile(r"[^\W_]+")
 
 
 def fts_any_query(query: str) -> str | None:
@@ -65,15 +39,6 @@ def fts_any_query(query: str) -> str | None:
     """
     words = fts_any_words(query)
     return None if words is None else " OR ".join(f'"{word}"' for word in words)
-
-
-def fts_any_words(query: str) -> list[str] | None:
-    """The words of `fts_any_query(query)`, in its order, or None if it has none."""
-    words = list(dict.fromkeys(_WORD.findall(query.casefold())))
-    if not words:
-        return None
-    content = [word for word in words if word not in STOP_WORDS and not (len(word) == 1 and word.isalpha())]
-    return (content or words)[:_MAX_QUERY_TERMS]
 
 
 # plans ---------------------------------------------------------------------------------------

@@ -40,19 +40,16 @@ is also kept, by integer id, in `memory_ann_units` for that re-rank.
 
 from __future__ import annotations
 
-import math
-import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from persyn.core.errors import InputError
+from persyn.store.sql.search import check_dims
 from persyn.store.sqlite import ann as ann
 
 __all__ = [
-    "MAX_DIMS",
     "MAX_K",
     "TABLE_PREFIX",
     "NewVector",
@@ -60,11 +57,9 @@ __all__ = [
     "has_vector_table",
     "nearest",
     "put_vectors",
-    "unit_vector",
     "vector_table",
 ]
 
-MAX_DIMS = 8192  # sqlite-vec's limit for float vectors
 MAX_K = 4096  # sqlite-vec's limit for k
 TABLE_PREFIX = "memory_vectors_"
 
@@ -72,27 +67,7 @@ TABLE_PREFIX = "memory_vectors_"
 def vector_table(dims: int) -> str:
     """The table holding `dims`-dimensional vectors; `dims` is checked, so the name is safe
     to splice into SQL."""
-    if not isinstance(dims, int) or not 1 <= dims <= MAX_DIMS:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise InputError(f"vector dimensions {dims!r} out of range 1..{MAX_DIMS}")
-    return f"{TABLE_PREFIX}{dims}"
-
-
-def unit_vector(vector: Sequence[float], what: str = "vector") -> bytes | None:
-    """`vector` scaled to unit length as float32 bytes; None if it is all zeros.
-
-    Raises InputError for an empty, oversized or non-finite vector."""
-    values = [float(x) for x in vector]
-    vector_table(len(values))  # checks the size
-    if not all(math.isfinite(x) for x in values):
-        raise InputError(f"{what} has a non-finite component (NaN or infinity)")
-    norm = math.hypot(*values)
-    if not math.isfinite(norm):  # finite components whose length overflows: rescale first
-        largest = max(abs(x) for x in values)
-        values = [x / largest for x in values]
-        norm = math.hypot(*values)
-    if norm == 0.0:
-        return None
-    return struct.pack(f"<{len(values)}f", *(x / norm for x in values))
+    return f"{TABLE_PREFIX}{check_dims(dims)}"
 
 
 def has_vector_table(connection: Connection, dims: int) -> bool:

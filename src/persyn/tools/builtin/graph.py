@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.core.errors import InputError, ToolError
 from persyn.core.records import Sensitivity
-from persyn.store.base import Provenance, Store
+from persyn.store.base import Provenance
+from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphEntity, GraphRelation, GraphView, entity_key
 from persyn.tools.registry import Tool
 
@@ -28,7 +29,7 @@ __all__ = ["GraphToolsContext", "graph_tools"]
 
 @dataclass(frozen=True)
 class GraphToolsContext:
-    store: Store
+    store: GraphPort
     agent_id: str
     view: GraphView  # this activation's: its channel, compartment and the people present
     read: Callable[[Sequence[Provenance]], Awaitable[None]]
@@ -100,7 +101,7 @@ def graph_tools(context: GraphToolsContext) -> list[Tool[GraphQueryInput, GraphQ
     ]
 
 
-async def _resolve(store: Store, agent_id: str, name: str, view: GraphView) -> GraphEntity:
+async def _resolve(store: GraphPort, agent_id: str, name: str, view: GraphView) -> GraphEntity:
     try:
         key = entity_key(name)
     except InputError as exc:

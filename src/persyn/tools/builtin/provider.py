@@ -15,6 +15,8 @@ from persyn.gateway.base import ToolSpec
 from persyn.gateway.provider_tools import provider_tool_specs
 from persyn.memory.access import eligible_channels
 from persyn.store.base import Provenance
+from persyn.store.capabilities import capability
+from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphView
 from persyn.tools.builtin.activity import ActivityContext, activity_tools
 from persyn.tools.builtin.arithmetic import calculator_tool
@@ -114,7 +116,8 @@ def _inspection(scope: ToolScope) -> list[Tool[Any, Any]]:
 
 def _graph(scope: ToolScope) -> list[Tool[Any, Any]]:
     settings = scope.settings
-    if not settings.graph.enabled:
+    graph = capability(scope.store, GraphPort)
+    if not settings.graph.enabled or graph is None:  # a store without the graph: no graph tools
         return []
 
     async def shown(provenances: Sequence[Provenance]) -> None:
@@ -122,7 +125,7 @@ def _graph(scope: ToolScope) -> list[Tool[Any, Any]]:
 
     return graph_tools(
         GraphToolsContext(
-            store=scope.store,
+            store=graph,
             agent_id=scope.agent.id,
             view=GraphView(
                 channel=scope.where,

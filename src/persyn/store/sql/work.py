@@ -1,9 +1,9 @@
-"""How the SQLite store's parts run their work: on the single writer thread or the reader
-pool, each call in one transaction (see `sqlite.py` for the concurrency model), plus the
-statement-building helpers the parts share.
+"""How the SQL stores' parts run their work: on the single writer thread or the reader
+pool, each call in one transaction (the concurrency model is in `sqlite/store.py` and
+`postgres/store.py`), plus the statement-building helpers the parts share.
 
-Every `_sqlite_<concern>.py` part derives from `SQLiteWork`; `SQLiteStore` composes the parts
-and owns the engines and threads this class uses.
+Every `sql/<concern>.py` part derives from `SqlWork`; `SqlStore` composes the parts, and
+each backend's store owns the engines and threads this class uses.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, bindparam, case
@@ -24,7 +23,7 @@ from sqlalchemy.sql.expression import Executable
 from persyn.core.errors import StoreError
 from persyn.store.sql.dml import insert
 
-__all__ = ["SQLiteWork", "latest", "p", "upsert"]
+__all__ = ["SqlWork", "latest", "p", "upsert"]
 
 T = TypeVar("T")
 _BATCH_PASSES = 4  # event-loop passes a read batch may wait for more reads to join it
@@ -32,10 +31,9 @@ _BATCH_PASSES = 4  # event-loop passes a read batch may wait for more reads to j
 _PendingRead = tuple[str, Callable[[Connection], Any], "asyncio.Future[Any]"]
 
 
-class SQLiteWork:
+class SqlWork:
     """Runs blocking work off the event loop, one transaction per call."""
 
-    _path: Path
     _writer: Engine
     _reader: Engine
     _write_thread: ThreadPoolExecutor
@@ -45,7 +43,7 @@ class SQLiteWork:
 
     def _label(self) -> str:
         """The database as errors name it (a file path; a URL without its password)."""
-        return str(self._path)
+        raise NotImplementedError
 
     async def _write(self, what: str, work: Callable[[Connection], T]) -> T:
         return await self._run(self._write_thread, self._writer, what, work)
