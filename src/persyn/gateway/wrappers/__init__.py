@@ -81,8 +81,8 @@ from persyn.gateway.base import (
     USAGE_ID_METADATA_KEY,
     TokenUsage,
 )
-from persyn.gateway.fallback import FallbackModel
 from persyn.gateway.registry import ModelSpec, Tier, model_tier
+from persyn.gateway.wrappers.fallback import FallbackModel
 from persyn.tracing import ModelCallSpan, Tracing
 from persyn.usage import context as usage_context
 from persyn.usage.meter import Meter
