@@ -74,11 +74,10 @@ class Call(ABC, Generic[Reply]):
 class PlainCall(Call[ModelResponse]):
     """`request`: the round trip ends when the response is returned."""
 
-    @asynccontextmanager
-    async def to(
+    def to(
         self, model: Model, params: ModelRequestParameters | None = None
-    ) -> AsyncGenerator[ModelResponse]:
-        yield await model.request(self.messages, self.settings, self.params if params is None else params)
+    ) -> AbstractAsyncContextManager[ModelResponse]:
+        return _Returned(self, model, self.params if params is None else params)
 
     def answered(self, response: ModelResponse) -> ModelResponse:
         return response
@@ -88,6 +87,22 @@ class PlainCall(Call[ModelResponse]):
 
     def response(self, reply: ModelResponse) -> ModelResponse:
         return reply
+
+
+class _Returned(AbstractAsyncContextManager[ModelResponse]):
+    """A plain request as a round trip: entered, it makes the request; nothing to close. A
+    class rather than `asynccontextmanager`, which costs a generator per wrapper per call."""
+
+    def __init__(self, call: PlainCall, model: Model, params: ModelRequestParameters) -> None:
+        self._call = call
+        self._model = model
+        self._params = params
+
+    async def __aenter__(self) -> ModelResponse:
+        return await self._model.request(self._call.messages, self._call.settings, self._params)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
 
 
 class StreamedCall(Call[StreamedResponse]):
