@@ -2,7 +2,7 @@
 has set out to do, so its goals shape each response. Goals are created only by the agent's
 own goal tool; this source only reads them.
 
-A goal carries where it formed (ARCHITECTURE §4, turn 2) and is put into a prompt only where
+A goal carries where it formed (ARCHITECTURE §4) and is put into a prompt only where
 it may surface (`memory.access.may_surface`): a goal set in Ann's direct messages is not in
 front of Mallory elsewhere. A heartbeat (the agent on its own) sees every goal it could
 think about with nobody present (`reflective_view`)."""

@@ -6,7 +6,7 @@ one is given), validates structured output, and returns everything a caller need
 `Completion`. What every request goes through — the concurrency limit, retries with backoff,
 one usage record per completed round-trip (SPEC App. C), the fallback chain, and whatever the
 composition root adds (the autonomy budget) — are model wrappers composed when the gateway
-builds a task's model (`gateway/wrappers.py`); how providers differ is set on each provider's
+builds a task's model (`gateway/wrappers/`); how providers differ is set on each provider's
 model when it is built (`gateway/providers.py`).
 
 Decisions recorded here because callers and doubles depend on them:

@@ -1,4 +1,4 @@
-"""Provider-executed tools (SPEC §4.6, issue 19 item 10): tools the model provider runs itself,
+"""Provider-executed tools (SPEC §4.6): tools the model provider runs itself,
 inside its reply — Anthropic's server tools, `web_search` and `web_fetch`.
 
 They are enabled per model string (`[models] provider_tools`), because only a model whose

@@ -11,7 +11,7 @@ on it once, when it is built: the output mode for structured output in its profi
 (`default_structured_output_mode`: an output tool for Claude and the doubles, a JSON-schema
 response format for OpenAI, prompted JSON for the local llama.cpp server), the reply bound in
 its settings (`max_tokens`), its timeout, and the SDK's own retries switched off (the gateway
-retries, `gateway/wrappers.py`). The gateway only says "structured output, this schema"
+retries, `gateway/wrappers/`). The gateway only says "structured output, this schema"
 (`output_mode='auto'`) and pydantic-ai resolves it from the profile.
 """
 

@@ -134,7 +134,7 @@ async def recent_turns(
     return [t.model_copy(update={"trace": traces.get(t.event_id)}) for t in latest]
 
 
-# contacts (SPEC §4.5 directory browsing; the first slice of the people issue) -------------
+# contacts (SPEC §4.5 directory browsing) ---------------------------------------------------
 _DIGEST_CONVERSATIONS = 5
 PREFERRED_CHANNEL = "preferred_channel"  # a per-person preference: "service:channel"
 _DIGEST_SCAN = 300  # conversations looked through for the channel list and a channel digest
@@ -251,7 +251,7 @@ async def change_address(
 
 
 async def prefer_channel(settings: Settings, agent: AgentConfig, person_id: str, channel: str) -> Person:
-    """Where to reach this contact first ("service:channel"); the agency issue's outreach uses it."""
+    """Where to reach this contact first ("service:channel"); the agent's outreach tool reads it."""
     service, _, name = channel.partition(":")
     if not service.strip() or not name.strip():
         raise InputError(f"invalid channel {channel!r}: use SERVICE:CHANNEL, e.g. terminal:terminal")

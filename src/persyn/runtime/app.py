@@ -280,7 +280,7 @@ class Runtime:
     async def _warm_recall(self) -> None:
         """Load what each agent's recall reads before its first turn needs it: the local
         encoder's weights (~0.3 s for WordLlama) and each agent's vector indexes. Best
-        effort: a failure leaves the first recall to load it (and degrade), as before."""
+        effort: a failure leaves the first recall to load it (and degrade), as without the warm-up."""
         try:
             if self.embedder is not None and await warm_embedder(self.embedder):
                 log.info("encoder %s loaded", self.embedder.name)

@@ -1,4 +1,4 @@
-"""The composition root (ARCHITECTURE §2, turn 2): every collaborator, wired explicitly.
+"""The composition root (ARCHITECTURE §2): every collaborator, wired explicitly.
 
 `build_runtime` is the one place that decides what talks to what. Everything it builds
 receives its collaborators as constructor arguments (typed by small protocols where they are

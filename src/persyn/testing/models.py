@@ -102,7 +102,7 @@ class DoubleReply:
     `breaks_after` makes the reply fail like a provider that drops the connection with a 503:
     streamed, after that many chunks (0: accepted, then failing before any text); not
     streamed, before anything is returned. What a retry or a fallback does about it is the
-    wrappers' business (`gateway/wrappers.py`).
+    wrappers' business (`gateway/wrappers/`).
     """
 
     text: str = ""

@@ -23,7 +23,7 @@ status` and `persyn activity` show and the agent's introspection tool reads. Ent
 than `ACTIVITY_RETENTION` (90 days: far longer than the 24-hour budget window, long enough
 for the operator's history) are purged whenever a run is logged.
 
-Provenance (ARCHITECTURE §4, turn 2): a run writes — goals, facts, reminders, its activity
+Provenance (ARCHITECTURE §4): a run writes — goals, facts, reminders, its activity
 entry — with the provenance of what it read, kept in the run's state (`store/ports/runs.py`) for
 the run's steps. A reminder's run starts from the reminder's own (and its earlier runs'); a
 heartbeat's is set by its assessment (`cognition.reflection.review_material`); each tool

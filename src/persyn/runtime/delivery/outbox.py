@@ -1,4 +1,4 @@
-"""The outbox's writer and deliverer (ARCHITECTURE §3, turn 2): messages reach their
+"""The outbox's writer and deliverer (ARCHITECTURE §3): messages reach their
 channel whichever process sends them.
 
 Whatever the agent sends — a transmitted reply, a message it initiates — is written to the

@@ -1,4 +1,4 @@
-"""Every worker process's own DBOS executor id (ARCHITECTURE §3, turn 2).
+"""Every worker process's own DBOS executor id (ARCHITECTURE §3).
 
 DBOS tags each workflow with the executor id of the process running it, and on launch
 re-runs every workflow still PENDING under *its own* id: that is how a process restarted

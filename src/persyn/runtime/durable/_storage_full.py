@@ -16,7 +16,7 @@ raised it) is ended here:
    sent) and its deliberation trace (`Transmitter.record_unanswered`), then the workflow's
    `FAILED_EVENT` in DBOS's own database, where its outcome goes next — each retried every
    `_FIRST_RETRY` seconds, doubling to `_LAST_RETRY`, until it is taken: there is room again.
-   Other errors are not retried: they end the workflow as before;
+   Other errors are not retried: they end the workflow as any failure does;
 3. the activation returns that outcome, which DBOS records as the workflow's result: terminal.
    The partition is free (the agent answers the next message) and no restart replays it.
 

@@ -24,7 +24,7 @@ instead of several times a second (3.7% of a core idle, most of it these claims)
 first event another process enqueues after a quiet spell waits up to that long.
 
 If DBOS's internals ever differ from what this expects (no global instance, no stop events),
-`install` returns None and dispatch simply polls, as before: slower, never wrong. The wake
+`install` returns None and dispatch simply polls its queues: slower, never wrong. The wake
 is a latency hint only; correctness (claims, the per-agent partition lock) stays DBOS's.
 """
 

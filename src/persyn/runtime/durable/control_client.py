@@ -1,8 +1,8 @@
 """The fast path of `persyn send`: hand the message to a running worker over its control
 socket (`runtime.control`), standard library only.
 
-A process that only submits used to import DBOS and SQLAlchemy (1.7 s on a quiet 2-core
-machine) to enqueue through the system database, then wait for a worker polling its queue.
+Enqueueing through the system database means importing DBOS and SQLAlchemy (1.7 s on a quiet
+2-core machine), then waiting for a worker polling its queue: the path when no worker listens.
 When a worker of the deployment listens on `data/control.sock`, `persyn send` instead writes
 one JSON line to it; the worker's own intake validates, persists and enqueues the event with
 its immediate wake, waits for the completion marker in-process and writes the outcome back.

@@ -8,14 +8,15 @@ calls, since the gateway checkpoints each completed call under the step's key
 decision, transmit). Tool calls, critique, refinement, engagement and a heartbeat's
 assessment are steps of their own.
 
-The workflows and steps are methods of `Workflows`, a DBOS configured instance: DBOS records
-the instance's name (`dispatch.WORKFLOWS_CLASS` / `WORKFLOWS_INSTANCE`) with every workflow
-and hands that instance to it when a queue worker claims it or recovery resumes it, in
-whichever process. So the workflows reach their collaborators as typed attributes of `self`,
-given by the composition root, with no module-level locator; a process that only submits
-(`persyn send`) enqueues by those names through a `DBOSClient`. The one workflow that is not
-a method is the schedule's tick (a DBOS schedule names no instance): it enqueues the
-instance's `fire_due` by name.
+The workflows and steps are methods of `Workflows`, a DBOS configured instance that only
+declares them: what a turn does, in which order, is `TurnPolicy`'s (`runtime/turn/policy.py`),
+called with the steps as its `DurableTurn`. DBOS records the instance's name
+(`dispatch.WORKFLOWS_CLASS` / `WORKFLOWS_INSTANCE`) with every workflow and hands that instance
+to it when a queue worker claims it or recovery resumes it, in whichever process. So the
+workflows reach their collaborators as typed attributes of `self`, given by the composition
+root, with no module-level locator; a process that only submits (`persyn send`) enqueues by
+those names through a `DBOSClient`. The one workflow that is not a method is the schedule's
+tick (a DBOS schedule names no instance): it enqueues the instance's `fire_due` by name.
 
 Steps are `durable_step`s: typed in and out, checkpointed as plain JSON (`runtime.durable`).
 """
@@ -63,12 +64,12 @@ from persyn.runtime.turn.models import (
     ClosedRun,
     Deferred,
     Draft,
-    Received,
     RoundTrip,
     TransmitRequest,
     TransmitResult,
     Turned,
 )
+from persyn.runtime.turn.policy import TurnPolicy
 from persyn.runtime.turn.tool_steps import ToolSteps, run_durable_tool_loop
 from persyn.store.base import Conversation
 from persyn.tools.registry import ToolOutcome
@@ -154,7 +155,7 @@ class Workflows(DBOSConfiguredInstance):
         self.jobs = jobs
         self.reminders = reminders
         self.tracing = tracing
-        self.transmit_delay = transmit_delay
+        self.policy = TurnPolicy(steps, jobs, transmit_delay=transmit_delay)
         self.dispatcher: Dispatcher | None = None  # the worker's, set when workers start
         release_instance(WORKFLOWS_CLASS, WORKFLOWS_INSTANCE)  # the newest runtime runs them
         super().__init__(WORKFLOWS_INSTANCE)
@@ -170,9 +171,10 @@ class Workflows(DBOSConfiguredInstance):
         """receive + respond (overheard: receive → engage → respond; heartbeat: receive →
         assess → respond) → tool loop → (critique → refine) → decide → transmit.
 
-        The common path runs whole in the turn step (`turn_step`). Inline mode critiques and
-        refines before deciding on the draft. Deferred mode, where
-        a person waits, decides on the input concurrently with the draft inside the turn
+        The order is `TurnPolicy`'s (`runtime/turn/policy.py`); this class makes its
+        operations durable. The common path runs whole in the turn step (`turn_step`). Inline
+        mode critiques and refines before deciding on the draft. Deferred mode, where a person
+        waits, decides on the input concurrently with the draft inside the turn
         step (when the input is substantive: `ActivationSteps.decides_on_input`), so only the
         deterministic gates stand between the draft and transmit; a silence or a refusal
         decided on the input still replaces the draft there. It then hands critique and
@@ -195,14 +197,10 @@ class Workflows(DBOSConfiguredInstance):
             self.tracing.activation(agent_id, event_id, DBOS.workflow_id) as turn,
         ):
             turned = await self.turn_step(agent_id, event_id)
-            received = turned.received
-            setup = received.setup
+            setup = turned.received.setup
             await self._trace_setup(turn, setup)
             with rebind(surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id):
-                if turned.result is not None and received.draft is not None:  # sent in the step
-                    result = await self._after_transmit(setup, received.draft, turned.result)
-                else:
-                    result = await self._activate(setup, received.draft, received.decision)
+                result = await self.policy.activate(_DurableTurn(self), turned)
             turn.outcome(
                 transmitted=result.transmitted, action=result.action, text=result.text, reason=result.reason
             )
@@ -222,89 +220,6 @@ class Workflows(DBOSConfiguredInstance):
         if turn.wants_input:  # the event is cached for the turn: no store read
             turn.input((await self.steps.cache.event(setup.agent_id, setup.event_id)).text)
 
-    async def _activate(
-        self, setup: TurnSetup, draft: Draft | None, decided: Decision | None = None
-    ) -> TransmitResult:
-        agent_id, event_id = setup.agent_id, setup.event_id
-        if setup.kind == "heartbeat":  # assess first: rest, or act on it
-            assessment = await self.assess_step(agent_id, event_id, setup)
-            if assessment.intention == "rest":
-                rest = Decision(action="silent", reason=f"resting: {assessment.plan}")
-                return await self._finish_run(
-                    setup, await self._transmit(setup, TransmitRequest(decision=rest))
-                )
-            draft = await self.respond_step(agent_id, event_id, setup)
-        elif draft is None:  # overheard: decide whether to engage before any draft
-            engagement = await self.engage_step(agent_id, event_id, setup)
-            if engagement.action != "speak":
-                return await self._transmit(setup, TransmitRequest(decision=engagement))
-            draft = await self.respond_step(agent_id, event_id, setup)
-        if draft.reply.tool_calls:
-            draft = await self._tool_loop(setup, draft)
-        text = draft.reply.text
-        if text is None:
-            return await self._finish_run(setup, await self._transmit(setup, TransmitRequest(draft=draft)))
-        critiques: tuple[CritiqueOutcome, ...] = ()
-        final = text
-        if self._critiques(setup, text) and setup.mode == "inline":
-            critiques = await self.critique_step(agent_id, event_id, setup, draft)
-            if any(c.objections for c in critiques):
-                final = await self.refine_step(agent_id, event_id, draft, critiques, True) or text
-        if decided is not None:  # made on the input while the draft was written (deferred)
-            decision = decided
-        elif self.steps.needs_decision(setup, final):
-            decision = await self.decide_step(agent_id, event_id, setup, final)
-        else:
-            decision = Decision(action="speak", reason=AUTO_SPEAK)
-        if self.transmit_delay:
-            await asyncio.sleep(self.transmit_delay)
-        request = TransmitRequest(draft=draft, text=final, decision=decision, critiques=critiques)
-        return await self._after_transmit(setup, draft, await self._transmit(setup, request))
-
-    def _critiques(self, setup: TurnSetup, text: str) -> bool:
-        """Whether the draft is critiqued (inline before it is sent, deferred after). A
-        heartbeat's words go to no one: nothing to critique before "saying" them."""
-        return self.steps.should_critique(text, setup.agent_id) and setup.kind != "heartbeat"
-
-    async def _after_transmit(self, setup: TurnSetup, draft: Draft, result: TransmitResult) -> TransmitResult:
-        """What follows a draft's transmit: the deferred deliberation of what was said, the
-        extraction when due, and a self-initiated run's end."""
-        if draft.reply.text is None:  # nothing was generated: nothing to reconsider or read
-            return await self._finish_run(setup, result)
-        # Only a draft that was actually said is worth reconsidering (not one replaced by
-        # a refusal, nor one kept back).
-        if (
-            setup.mode == "deferred"
-            and result.action in ("speak", "redirect")
-            and self._critiques(setup, draft.reply.text)
-        ):
-            await self._defer(setup, draft)
-        await self._extract_if_due(setup, result)
-        await self._feel_later(setup, result)
-        return await self._finish_run(setup, result)
-
-    def _sends_at_once(self, received: Received) -> TransmitRequest | None:
-        """The transmit request of a turn whose draft has no tool calls (inline, the turn step
-        critiques it first: `_critiqued`), without its decision yet; None for every other turn."""
-        draft = received.draft
-        if draft is None or draft.reply.tool_calls:  # overheard, a heartbeat; the tool loop
-            return None
-        text = draft.reply.text
-        if text is None:
-            return TransmitRequest(draft=draft)
-        return TransmitRequest(draft=draft, text=text, decision=received.decision)
-
-    async def _critiqued(self, setup: TurnSetup, draft: Draft) -> TransmitRequest:
-        """Inline, inside the turn step: the critics (concurrently, each call keyed on its own
-        lens) and, when they object, the refinement. Four steps of their own before (critique,
-        refine, decide, transmit), each a checkpoint of the whole draft and prompt; the gateway's
-        call checkpoints make a re-run of the one step bill nothing twice."""
-        agent_id, event_id, text = setup.agent_id, setup.event_id, draft.reply.text
-        critiques = await self.steps.critique(agent_id, event_id, setup, draft)
-        if any(c.objections for c in critiques):
-            text = await self.steps.refine(agent_id, event_id, draft, critiques, live=True) or text
-        return TransmitRequest(draft=draft, text=text, critiques=critiques)
-
     def _count_running(self) -> None:
         """Count this activation as running here (woken polls batch while any is) and, when
         its task ends (DBOS has recorded its outcome and released its slot), wake the queue: the
@@ -317,10 +232,7 @@ class Workflows(DBOSConfiguredInstance):
         dispatcher.activation_started(DBOS.workflow_id or "")
         task.add_done_callback(lambda _task: dispatcher.activation_ended())
 
-    async def _transmit(self, setup: TurnSetup, request: TransmitRequest) -> TransmitResult:
-        return await self.transmit_step(setup.agent_id, setup.event_id, setup, request)
-
-    async def _defer(self, setup: TurnSetup, draft: Draft) -> None:
+    async def _deliberate_later(self, setup: TurnSetup, draft: Draft) -> None:
         deferred = Deferred(setup=setup, draft=draft, trace_parent=self.tracing.carrier()).model_dump_json()
         await self._dispatcher().enqueue_once(
             BACKGROUND_QUEUE,
@@ -356,11 +268,7 @@ class Workflows(DBOSConfiguredInstance):
                 event_id=event_id,
             ),
         ):
-            critiques = await self.critique_step(agent_id, event_id, setup, draft)
-            revised = None
-            if any(c.objections for c in critiques):
-                revised = await self.refine_step(agent_id, event_id, draft, critiques, True)
-            await self.park_step(agent_id, event_id, setup, draft, critiques, revised)
+            await self.policy.deliberate(_DurableTurn(self), setup, draft)
 
     async def _tool_loop(self, setup: TurnSetup, draft: Draft) -> Draft:
         """Every model round-trip and every tool call of the loop is its own durable step."""
@@ -426,39 +334,28 @@ class Workflows(DBOSConfiguredInstance):
         if self.images is not None:
             await self.images.deliver(news)
 
-    async def _finish_run(self, setup: TurnSetup, result: TransmitResult) -> TransmitResult:
-        """A self-initiated run (reminder, heartbeat) is one conversation: log it, close it and
-        consolidate it (its close hooks, enqueued under the id the idle close and the sweep
-        derive too: consolidated once)."""
-        if setup.kind == "message":
-            return result
+    async def _close_run(self, setup: TurnSetup, result: TransmitResult) -> None:
+        """Log, close and consolidate a self-initiated run's conversation (its close hooks, enqueued
+        under the id the idle close and the sweep derive too: consolidated once)."""
         closed = await self.finish_run_step(setup.agent_id, setup.event_id, setup, result)
         if closed is not None:
             await self.jobs.enqueue_close_hooks(closed.conversation, trace_parent=self.tracing.carrier())
-        return result
 
-    async def _extract_if_due(self, setup: TurnSetup, result: TransmitResult) -> None:
-        """Every `[conversation] extract_every_messages` messages of an open conversation, read
-        what is new for observations and the graph, off the critical path. The count is a
-        trigger only (in memory: a restart just waits for more messages or the close); what is
-        read is decided by durable watermarks, so a replay or a second trigger reads nothing twice."""
-        conversation_id = setup.conversation_id
-        if not self.jobs.extraction_due(conversation_id, 2 if result.transmitted else 1):
-            return
+    async def _extract_later(self, setup: TurnSetup) -> None:
+        """Read what is new of an open conversation for observations and the graph, off the
+        critical path (`TurnPolicy.after_transmit` says when)."""
         await self._dispatcher().enqueue_once(
             BACKGROUND_QUEUE,
             self.extract,
             extraction_workflow_id(setup.event_id),
             setup.agent_id,
-            conversation_id,
+            setup.conversation_id,
             self.tracing.carrier(),
         )
 
-    async def _feel_later(self, setup: TurnSetup, result: TransmitResult) -> None:
-        """After an exchange (a message answered), the agent's emotional state (SPEC §4.9), on
-        the background queue: off the reply's path and outside the agent's lock."""
-        if setup.kind != "message" or not result.transmitted or not self.steps.settings.emotion.enabled:
-            return
+    async def _feel_later(self, setup: TurnSetup) -> None:
+        """The agent's emotional state (SPEC §4.9) on the background queue: off the reply's
+        path and outside the agent's lock."""
         await self._dispatcher().enqueue_once(
             BACKGROUND_QUEUE,
             self.feel,
@@ -500,36 +397,18 @@ class Workflows(DBOSConfiguredInstance):
     @durable_step("persyn.turn")
     async def turn_step(self, agent_id: str, event_id: str) -> Turned:
         """receive, then (when the message is for the agent) respond, and on the common path
-        (`_sends_at_once`: no tool calls) inline critique and refinement, the decision on the
-        draft when it needs one and transmit: one step, one DBOS checkpoint. Re-running it after a crash is
-        safe: the gateway checkpointed each completed model call under this step's key
+        (`TurnPolicy.in_turn_step`: no tool calls) inline critique and refinement, the decision
+        on the draft when it needs one and transmit: one step, one DBOS checkpoint. Re-running
+        it after a crash is safe: the gateway checkpointed each completed model call under this step's key
         (`gateway.checkpoints`), so a re-run replays them instead of calling and billing
         again; receive's inbound message id is derived from the event; transmit records one
         reply per event (a re-run finds it stored) and its outbox row under the event's key."""
         received = await self.steps.receive_and_respond(agent_id, event_id)
-        request = self._sends_at_once(received)
-        if request is None:
-            return Turned(received=received)
-        setup = received.setup
-        with rebind(surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id):
-            draft, text = request.draft, request.text
-            if (
-                draft is not None
-                and text is not None
-                and setup.mode == "inline"
-                and self._critiques(setup, text)
-            ):
-                request = await self._critiqued(setup, draft)
-            if request.text is not None and request.decision is None:
-                if self.steps.needs_decision(setup, request.text):
-                    decision = await self.steps.decide(agent_id, event_id, setup, request.text)
-                else:
-                    decision = Decision(action="speak", reason=AUTO_SPEAK)
-                request = request.model_copy(update={"decision": decision})
-            if self.transmit_delay:
-                await asyncio.sleep(self.transmit_delay)
-            result = await self.transmitter.transmit(agent_id, event_id, setup, request)
-        return Turned(received=received, result=result)
+
+        async def transmit(request: TransmitRequest) -> TransmitResult:
+            return await self.transmitter.transmit(agent_id, event_id, received.setup, request)
+
+        return await self.policy.in_turn_step(received, transmit)
 
     @durable_step("persyn.engage")
     async def engage_step(self, agent_id: str, event_id: str, setup: TurnSetup) -> Decision:
@@ -667,6 +546,57 @@ class Workflows(DBOSConfiguredInstance):
         ):
             for hook_name in self.jobs.conversation_hook_names():
                 await self.conversation_hook_step(agent_id, conversation_id, hook_name)
+
+
+class _DurableTurn:
+    """The turn's operations as `TurnPolicy` asks for them (`DurableTurn`), each one of the
+    instance's durable steps, or a background workflow it enqueues once."""
+
+    def __init__(self, workflows: Workflows) -> None:
+        self._workflows = workflows
+
+    async def engage(self, setup: TurnSetup) -> Decision:
+        return await self._workflows.engage_step(setup.agent_id, setup.event_id, setup)
+
+    async def respond(self, setup: TurnSetup) -> Draft:
+        return await self._workflows.respond_step(setup.agent_id, setup.event_id, setup)
+
+    async def assess(self, setup: TurnSetup) -> SelfAssessment:
+        return await self._workflows.assess_step(setup.agent_id, setup.event_id, setup)
+
+    async def tool_loop(self, setup: TurnSetup, draft: Draft) -> Draft:
+        return await self._workflows._tool_loop(setup, draft)
+
+    async def critique(self, setup: TurnSetup, draft: Draft) -> tuple[CritiqueOutcome, ...]:
+        return await self._workflows.critique_step(setup.agent_id, setup.event_id, setup, draft)
+
+    async def refine(
+        self, setup: TurnSetup, draft: Draft, critiques: Sequence[CritiqueOutcome]
+    ) -> str | None:
+        return await self._workflows.refine_step(setup.agent_id, setup.event_id, draft, critiques, True)
+
+    async def decide(self, setup: TurnSetup, text: str) -> Decision:
+        return await self._workflows.decide_step(setup.agent_id, setup.event_id, setup, text)
+
+    async def transmit(self, setup: TurnSetup, request: TransmitRequest) -> TransmitResult:
+        return await self._workflows.transmit_step(setup.agent_id, setup.event_id, setup, request)
+
+    async def park(
+        self, setup: TurnSetup, draft: Draft, critiques: Sequence[CritiqueOutcome], revised: str | None
+    ) -> None:
+        await self._workflows.park_step(setup.agent_id, setup.event_id, setup, draft, critiques, revised)
+
+    async def finish_run(self, setup: TurnSetup, result: TransmitResult) -> None:
+        await self._workflows._close_run(setup, result)
+
+    async def deliberate_later(self, setup: TurnSetup, draft: Draft) -> None:
+        await self._workflows._deliberate_later(setup, draft)
+
+    async def extract_later(self, setup: TurnSetup) -> None:
+        await self._workflows._extract_later(setup)
+
+    async def feel_later(self, setup: TurnSetup) -> None:
+        await self._workflows._feel_later(setup)
 
 
 @DBOS.workflow(name="persyn.scheduler_tick")

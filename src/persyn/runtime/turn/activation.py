@@ -297,7 +297,7 @@ class ActivationSteps:
         """The draft and the decision on the input, concurrently, in one step: a replay after
         the step bills neither again. When the draft comes back short and plain while the
         decision is still being made, the decision is cancelled: such a reply is sent on the
-        deterministic gates alone, as it always was. Both read the turn's dialog (one read,
+        deterministic gates alone, like any short, plain reply. Both read the turn's dialog (one read,
         `TurnCache.dialog`); the reply budget was found unspent just before."""
         agent_id, event_id = setup.agent_id, setup.event_id
         step_key = usage_context.current().step_key

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -201,26 +202,80 @@ class Transmitter:
         return (await self._runs.spent(event)).stopped
 
     async def _transmit(self, event: Event, setup: TurnSetup, outcome: TransmitRequest) -> TransmitResult:
-        agent_id, event_id = setup.agent_id, event.id
+        """The gates that refuse before any words, the hard gate on the words, then (not silent)
+        the words and where they go, pacing, the record and the delivery."""
         now = self._clock.now()
-        ttl = timedelta(seconds=self._settings.dispatch.marker_ttl_seconds)
-        channel = self._channels(event.service)
-        draft = outcome.draft
+        sending = _Transmission(
+            event=event,
+            setup=setup,
+            outcome=outcome,
+            began=now,
+            said_at=now,
+            ttl=timedelta(seconds=self._settings.dispatch.marker_ttl_seconds),
+            origin=self._channels(event.service),
+        )
+        refused = await self._refused(sending)
+        if refused is not None:
+            return refused
         decision = outcome.decision
-
-        async def unsent(reason: str, level: str) -> TransmitResult:
-            marker = CompletionMarker(
-                event_id=event_id, transmitted=False, reason=reason, created_at=now, expires_at=now + ttl
+        if decision is not None and decision.action in ("speak", "redirect"):
+            decision = await self.gate(setup, outcome.text or "") or decision
+        trace = _deliberation_trace(setup, outcome, decision)
+        if decision is None or decision.action == "silent":
+            if trace is not None:
+                await self._record_deliberation(setup.agent_id, event.id, trace)
+            reason = decision.reason if decision is not None else "no decision"
+            return await self._unsent(
+                sending, f"{self._agents[setup.agent_id].name} chose silence: {reason}", "info"
             )
-            await self._store.put_marker(agent_id, marker)
-            self._markers.put(marker)
-            await _safe_notice(channel, event, Notice(level=level, text=reason))
-            return TransmitResult(transmitted=False, reason=reason)
+        recalled = await self._recalled(setup, outcome.draft)
+        text = deliberation.clean_for_transmit(outcome.text or "", recalled)
+        route = _Route(target=sending.origin, service=event.service, channel=event.channel)
+        if decision.action == "decline":
+            text = (
+                deliberation.clean_for_transmit(decision.message or "", recalled)
+                or f"I'd rather not. {decision.reason}"
+            )
+            route = replace(route, reason=f"declined: {decision.reason}")
+        elif decision.action == "redirect":
+            route = await self._redirect_route(sending, decision)
+        paced = await self._paced(sending, text)
+        if paced is not None:
+            return paced
+        message = await self._record_reply(sending, route, text, trace)
+        await self._deliver(sending, route)
+        return TransmitResult(
+            transmitted=True,
+            action=decision.action,
+            text=message.text,
+            message_id=message.id,
+            reason=route.reason,
+        )
 
+    async def _unsent(self, sending: _Transmission, reason: str, level: str) -> TransmitResult:
+        """Not sent: the event's marker says why, and its surface is told."""
+        marker = CompletionMarker(
+            event_id=sending.event.id,
+            transmitted=False,
+            reason=reason,
+            created_at=sending.began,
+            expires_at=sending.began + sending.ttl,
+        )
+        await self._store.put_marker(sending.setup.agent_id, marker)
+        self._markers.put(marker)
+        await _safe_notice(sending.origin, sending.event, Notice(level=level, text=reason))
+        return TransmitResult(transmitted=False, reason=reason)
+
+    async def _refused(self, sending: _Transmission) -> TransmitResult | None:
+        """The gates that refuse before the words are looked at: a self-initiated run the
+        autonomy budget stopped, a guardrail block, the channel's spent reply budget, a draft
+        that failed. None: none of them refuses."""
+        setup, draft = sending.setup, sending.outcome.draft
+        agent_id, event_id = setup.agent_id, sending.event.id
         if setup.kind != "message":  # a self-initiated run the autonomy budget stopped says so
-            stopped = await self._run_stopped(event)
+            stopped = await self._run_stopped(sending.event)
             if stopped is not None:
-                return await unsent(stopped, "info")
+                return await self._unsent(sending, stopped, "info")
         if self._guardrails is not None:  # SPEC §4.10: the hard gate, on every transmission
             blocked = await self._guardrails.blocking(setup)
             if blocked is not None:
@@ -235,74 +290,76 @@ class Transmitter:
                         "guardrail": blocked.id,
                     },
                 )
-                return await unsent(f"{self._agents[agent_id].name} chose silence: {reason}", "info")
+                return await self._unsent(
+                    sending, f"{self._agents[agent_id].name} chose silence: {reason}", "info"
+                )
         if draft is not None and draft.budget:  # the channel's reply budget is used
             skipped = deliberation.Decision(action="silent", reason=draft.budget)
             await self._record_deliberation(
                 agent_id, event_id, {"mode": setup.mode, "decision": skipped.model_dump(mode="json")}
             )
-            return await unsent(draft.budget, "info")
+            return await self._unsent(sending, draft.budget, "info")
         if draft is not None and draft.reply.text is None:
-            return await unsent(f"I could not produce a reply: {draft.reply.failure}", "error")
-        if decision is not None and decision.action in ("speak", "redirect"):
-            decision = await self.gate(setup, outcome.text or "") or decision
-        critiques = [c.model_dump(mode="json") for c in outcome.critiques]
-        used = [u.model_dump(mode="json") for u in draft.tools] if draft is not None else []
-        trips = [t.model_dump(mode="json") for t in draft.trips] if draft is not None else []
-        trace: dict[str, Any] | None = None
-        if critiques or used or (decision is not None and decision.reason != AUTO_SPEAK):
-            trace = {"mode": setup.mode, "critiques": critiques}
-            if used:
-                trace["tools"] = used
-            if trips:  # a loop breaker stopped the tool loop: recorded (SPEC §4.6)
-                trace["trips"] = trips
-            if decision is not None:
-                trace["decision"] = decision.model_dump(mode="json")
-        if decision is None or decision.action == "silent":
-            if trace is not None:
-                await self._record_deliberation(agent_id, event_id, trace)
-            reason = decision.reason if decision is not None else "no decision"
-            return await unsent(f"{self._agents[agent_id].name} chose silence: {reason}", "info")
-        recalled = await self._recalled(setup, draft)
-        text = deliberation.clean_for_transmit(outcome.text or "", recalled)
-        reason: str | None = None
-        target = channel
-        service, channel_name = event.service, event.channel
-        redirected = False
-        if decision.action == "decline":
-            text = (
-                deliberation.clean_for_transmit(decision.message or "", recalled)
-                or f"I'd rather not. {decision.reason}"
+            return await self._unsent(sending, f"I could not produce a reply: {draft.reply.failure}", "error")
+        return None
+
+    async def _redirect_route(self, sending: _Transmission, decision: deliberation.Decision) -> _Route:
+        """Where a redirected reply goes: the channel asked for when it is connected here and
+        no one reads it who was not in this conversation, else back where it was asked."""
+        event = sending.event
+        here = _Route(target=sending.origin, service=event.service, channel=event.channel)
+        service, _, channel_name = (decision.redirect_to or "").partition(":")
+        target = self._channels(service)
+        if target is None or not channel_name:
+            return replace(
+                here, reason=f"wanted to redirect to {decision.redirect_to!r}, which is not available here"
             )
-            reason = f"declined: {decision.reason}"
-        elif decision.action == "redirect":
-            service, _, channel_name = (decision.redirect_to or "").partition(":")
-            target = self._channels(service)
-            if target is None or not channel_name:
-                target, service, channel_name = channel, event.service, event.channel
-                reason = f"wanted to redirect to {decision.redirect_to!r}, which is not available here"
-            elif not await self._may_redirect(event, setup, service, channel_name):
-                target, service, channel_name = channel, event.service, event.channel
-                reason = (
+        if not await self._may_redirect(event, sending.setup, service, channel_name):
+            return replace(
+                here,
+                reason=(
                     f"wanted to redirect to {decision.redirect_to!r}, where someone who is not here could "
                     "read it; answered here instead"
-                )
-            else:
-                reason = f"redirected to {decision.redirect_to}: {decision.reason}"
-                redirected = True
-        agent = self._agents[agent_id]
-        if self._pacing is not None:  # SPEC §4.5: budgets, intervals, delays (recorded when they act)
-            held = await self._pacing.hold(setup, text)
-            if held.silent is not None:
-                paced = deliberation.Decision(action="silent", reason=held.silent)
-                await self._record_deliberation(
-                    agent_id, event_id, {"mode": setup.mode, "decision": paced.model_dump(mode="json")}
-                )
-                return await unsent(held.silent, "info")
-            if held.record is not None:
-                await self._record_deliberation(agent_id, event_id, {"pacing": held.record})
-            now = self._clock.now()  # the reply is said when the hold ends
+                ),
+            )
+        return _Route(
+            target=target,
+            service=service,
+            channel=channel_name,
+            reason=f"redirected to {decision.redirect_to}: {decision.reason}",
+            redirected=True,
+        )
 
+    async def _paced(self, sending: _Transmission, text: str) -> TransmitResult | None:
+        """SPEC §4.5: budgets, intervals, delays (recorded when they act). A hold that ends in
+        silence is the turn's outcome; one that waited moves the reply's time to its end."""
+        if self._pacing is None:
+            return None
+        setup = sending.setup
+        held = await self._pacing.hold(setup, text)
+        if held.silent is not None:
+            paced = deliberation.Decision(action="silent", reason=held.silent)
+            await self._record_deliberation(
+                setup.agent_id,
+                sending.event.id,
+                {"mode": setup.mode, "decision": paced.model_dump(mode="json")},
+            )
+            return await self._unsent(sending, held.silent, "info")
+        if held.record is not None:
+            await self._record_deliberation(setup.agent_id, sending.event.id, {"pacing": held.record})
+        sending.said_at = self._clock.now()  # the reply is said when the hold ends
+        return None
+
+    async def _record_reply(
+        self, sending: _Transmission, route: _Route, text: str, trace: dict[str, Any] | None
+    ) -> Message:
+        """The reply, its marker, its outbox row and the turn's bookkeeping (the deliberation
+        trace, the reply budget's entry, the parked conclusions it carried, now spent) in one
+        transaction: a reply recorded is on its way, whichever process delivers it (a crash
+        after this loses nothing), and one write is the cheapest a turn can make."""
+        setup, draft = sending.setup, sending.outcome.draft
+        agent_id, event_id, now = setup.agent_id, sending.event.id, sending.said_at
+        agent = self._agents[agent_id]
         made: list[CompletionMarker] = []
 
         def marker(message: Message) -> CompletionMarker:
@@ -311,21 +368,21 @@ class Transmitter:
                     event_id=event_id,
                     transmitted=True,
                     text=message.text,
-                    reason=reason,
+                    reason=route.reason,
                     created_at=now,
-                    expires_at=now + ttl,
+                    expires_at=now + sending.ttl,
                 )
             )
             return made[-1]
 
         def outbox_row(message: Message) -> OutboxRow | None:
-            if service == AUTONOMOUS_SERVICE:  # the agent's own surface has no reader to deliver to
+            if route.service == AUTONOMOUS_SERVICE:  # the agent's own surface has no reader to deliver to
                 return None
             outbound = Outbound(
                 event_id=event_id,
                 agent_id=agent_id,
-                service=service,
-                channel=channel_name,
+                service=route.service,
+                channel=route.channel,
                 conversation_id=said_in.conversation_id,
                 message_id=message.id,
                 text=message.text,
@@ -333,18 +390,13 @@ class Transmitter:
             return self._outbox.row(outbound, reply_key(event_id), message.created_at)
 
         said_in = setup
-        if redirected:  # said in the private chat: recorded there, and the room gets a note
-            said_in = await self._redirected(setup, agent.name, service, channel_name, now)
-
-        # The reply, its marker, its outbox row and the turn's bookkeeping (the deliberation
-        # trace, the reply budget's entry, the parked conclusions it carried, now spent) in
-        # one transaction: a reply recorded is on its way, whichever process delivers it (a
-        # crash after this loses nothing), and one write is the cheapest a turn can make.
+        if route.redirected:  # said in the private chat: recorded there, and the room gets a note
+            said_in = await self._redirected(setup, agent.name, route.service, route.channel, now)
         prepared = draft.prepared if draft is not None else None
         evidence = [item.record_id for item in prepared.evidence_items()] if prepared is not None else []
         upkeep = ReplyUpkeep(
             trace=trace,
-            spend=self._outreach.reply_entry(event_id, service, channel_name, text, now),
+            spend=self._outreach.reply_entry(event_id, route.service, route.channel, text, now),
             cleared_flags=prepared.woven if prepared is not None else (),
             # The records recalled for the turn, surfaced by the reply: consolidation and the
             # next turns' transmits know them from here.
@@ -355,16 +407,21 @@ class Transmitter:
         )
         if made:
             self._markers.put(made[-1])
-        if service != AUTONOMOUS_SERVICE:
+        return message
+
+    async def _deliver(self, sending: _Transmission, route: _Route) -> None:
+        """Through the outbox (the reply is stored, marked and in it: a failure here loses
+        nothing); a reply that went elsewhere leaves a note where it was asked."""
+        if route.service != AUTONOMOUS_SERVICE:
             try:
-                await self._outbox.deliver(service, agent_id)
-            except Exception as exc:  # the reply is stored, marked and in the outbox
-                log.warning("reply to %s not delivered on %s: %s", event_id, service, exc)
-        if target is not channel and channel is not None:
-            await _safe_notice(channel, event, Notice(level="info", text=reason or "answered elsewhere"))
-        return TransmitResult(
-            transmitted=True, action=decision.action, text=message.text, message_id=message.id, reason=reason
-        )
+                await self._outbox.deliver(route.service, sending.setup.agent_id)
+            except Exception as exc:
+                log.warning("reply to %s not delivered on %s: %s", sending.event.id, route.service, exc)
+        origin = sending.origin
+        if route.target is not origin and origin is not None:
+            await _safe_notice(
+                origin, sending.event, Notice(level="info", text=route.reason or "answered elsewhere")
+            )
 
     async def _redirected(
         self, setup: TurnSetup, agent_name: str, service: str, channel: str, now: datetime
@@ -418,6 +475,54 @@ class Transmitter:
             if c.service == service
         ]
         return bool(there) and set(there[0].participant_ids) <= present
+
+
+@dataclass
+class _Transmission:
+    """One transmit's givens: the event, its setup and request, when it began (an unsent
+    marker's time) and when the reply is said (later when pacing held it), and the surface the
+    event came from."""
+
+    event: Event
+    setup: TurnSetup
+    outcome: TransmitRequest
+    began: datetime
+    said_at: datetime
+    ttl: timedelta
+    origin: Channel | None
+
+
+@dataclass(frozen=True)
+class _Route:
+    """Where a reply goes (`target` the connected channel of `service`), and the reason a reply
+    went elsewhere than plainly back, or was a refusal in words."""
+
+    target: Channel | None
+    service: str
+    channel: str
+    reason: str | None = None
+    redirected: bool = False
+
+
+def _deliberation_trace(
+    setup: TurnSetup, outcome: TransmitRequest, decision: deliberation.Decision | None
+) -> dict[str, Any] | None:
+    """What the turn deliberated, recorded with its outcome: the critiques, the tools used and
+    any loop-breaker trips, and a decision a model made. None: there was nothing to record."""
+    draft = outcome.draft
+    critiques = [c.model_dump(mode="json") for c in outcome.critiques]
+    used = [u.model_dump(mode="json") for u in draft.tools] if draft is not None else []
+    trips = [t.model_dump(mode="json") for t in draft.trips] if draft is not None else []
+    if not (critiques or used or (decision is not None and decision.reason != AUTO_SPEAK)):
+        return None
+    trace: dict[str, Any] = {"mode": setup.mode, "critiques": critiques}
+    if used:
+        trace["tools"] = used
+    if trips:  # a loop breaker stopped the tool loop: recorded (SPEC §4.6)
+        trace["trips"] = trips
+    if decision is not None:
+        trace["decision"] = decision.model_dump(mode="json")
+    return trace
 
 
 async def _safe_notice(channel: Channel | None, event: Event, notice: Notice) -> None:

@@ -1,26 +1,23 @@
-"""The last of the wrappers every model call goes through (`gateway/wrappers.py` lists them
-all, innermost first): a task's chain of models, each tried in turn."""
+"""A task's chain of models, each tried in turn: the last of the wrappers every model call
+goes through (`gateway/wrappers/__init__.py` lists them all, innermost first)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
-from pydantic_ai.models.wrapper import WrapperModel
-from pydantic_ai.settings import ModelSettings
+from pydantic_ai.models import Model
 
 from persyn.core.errors import ModelError, ModelUnavailableError
+from persyn.gateway.wrappers.base import Call, Reply, RoundTripModel
 
 __all__ = ["FallbackModel"]
 
 log = logging.getLogger(__name__)
 
 
-class FallbackModel(WrapperModel):
+class FallbackModel(RoundTripModel):
     """A task's chain of models: each is tried in turn until one answers; when every one has
     failed, the error names each failure. Only a `ModelError` (a model that failed after its
     retries) moves on to the next; the chain presents itself as its first model (name,
@@ -34,39 +31,17 @@ class FallbackModel(WrapperModel):
         super().__init__(models[0])
         self.models = list(models)
 
-    async def request(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-    ) -> ModelResponse:
-        failures: list[ModelError] = []
-        for model in self.models:
-            try:
-                return await model.request(messages, model_settings, model_request_parameters)
-            except ModelError as exc:
-                self._moving_on(exc, failures)
-        raise _exhausted(failures)
-
     @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: Any = None,
-    ) -> AsyncGenerator[StreamedResponse]:
+    async def _round_trip(self, call: Call[Reply]) -> AsyncGenerator[Reply]:
         failures: list[ModelError] = []
         for model in self.models:
             async with AsyncExitStack() as stack:
                 try:
-                    stream = await stack.enter_async_context(
-                        model.request_stream(messages, model_settings, model_request_parameters, run_context)
-                    )
+                    reply = await stack.enter_async_context(call.to(model))
                 except ModelError as exc:
                     self._moving_on(exc, failures)
                     continue
-                yield stream
+                yield reply
                 return
         raise _exhausted(failures)
 
