@@ -287,7 +287,7 @@ from persyn.memory.retrieval import Mode, Retriever
 from persyn.store import open_store
 from persyn.store.base import Store
 from persyn.store.sqlite.engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
-from persyn.store.sqlite.keyword import fts_any_query, keyword_by_filter, keyword_by_top
+from persyn.store.sqlite.keyword_index import fts_any_query, keyword_by_filter, keyword_by_top
 from persyn.store.sqlite.store import SQLiteStore
 
 SEED = 20260301

@@ -23,7 +23,7 @@ from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.ops.doctor.postgres import postgres_checks
 from persyn.store import Store, open_store
-from persyn.store.postgres.keyword import BLOCK
+from persyn.store.postgres.keyword_index import BLOCK
 from persyn.store.schema.migrations import migrate
 from persyn.store.schema.tables import memory_records
 from persyn.testing.postgres import PostgresForTests

@@ -15,7 +15,7 @@ from persyn.core.errors import InputError, StoreError
 from persyn.store.sql.search import MAX_DIMS, STOP_WORDS, unit_vector
 from persyn.store.sqlite import engine as _sqlite_engine
 from persyn.store.sqlite.engine import create_sqlite_engine, sqlite_dbapi
-from persyn.store.sqlite.keyword import fts_any_query
+from persyn.store.sqlite.keyword_index import fts_any_query
 from persyn.store.sqlite.vectors import vector_table
 
 

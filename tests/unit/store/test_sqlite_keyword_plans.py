@@ -15,8 +15,8 @@ import pytest
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.sql.search import KEYWORD_WEIGHTS, fts_any_words
-from persyn.store.sqlite.keyword import fts_any_query, keyword_by_filter, keyword_by_top
 from persyn.store.sqlite.keyword_bound import FTS_TOKENIZER, QueryTokenizer, keyword_by_bound
+from persyn.store.sqlite.keyword_index import fts_any_query, keyword_by_filter, keyword_by_top
 from persyn.store.sqlite.store import SQLiteStore
 
 START = datetime(2025, 3, 1, tzinfo=UTC)

@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL, Connection
 from persyn.core.errors import InputError, StoreError
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.ports.memory import RecallCandidate, RecallHits
-from persyn.store.postgres import keyword as keyword
+from persyn.store.postgres import keyword_index as keyword
 from persyn.store.postgres import vectors as vectors
 from persyn.store.schema.tables import memory_records
 from persyn.store.sql.mapping import record_from_row

@@ -40,7 +40,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from persyn.core.errors import StoreError
-from persyn.store.postgres import keyword as keyword
+from persyn.store.postgres import keyword_index as keyword
 from persyn.store.postgres import vectors as vectors
 from persyn.store.postgres.dialog import PostgresDialog
 from persyn.store.postgres.engine import create_postgres_engine, driver_url, redacted, server_settings

@@ -34,7 +34,7 @@ from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity, channel_key
 from persyn.store.base import GLOBAL, Provenance
-from persyn.store.postgres import keyword as pg_keyword
+from persyn.store.postgres import keyword_index as pg_keyword
 from persyn.store.postgres import migrations as pg
 from persyn.store.schema import graph as schema_graph
 from persyn.store.schema import tables as schema

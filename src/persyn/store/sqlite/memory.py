@@ -24,7 +24,7 @@ from persyn.store.sql.memory import NewRow, SqlMemory, insert_records
 from persyn.store.sql.search import fts_any_words, unit_vector
 from persyn.store.sqlite import vectors as vectors
 from persyn.store.sqlite.ann import AnnCache
-from persyn.store.sqlite.keyword import keyword_hits
+from persyn.store.sqlite.keyword_index import keyword_hits
 
 __all__ = ["SQLiteMemory"]
 
