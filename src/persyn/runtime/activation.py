@@ -145,7 +145,8 @@ class TurnCache:
         return await recalled_ids(self._store, setup.agent_id, setup.conversation_id)
 
     def drop(self, event_id: str) -> None:
-        """Forget an activation's event, dialog and recalled ids (its transmit ran)."""
+        """Forget an activation's event, dialog, emotion readings and recalled ids (its transmit
+        ran)."""
         self.events.pop(event_id, None)
         self.dialogs.pop(event_id, None)
         self._emotions.pop(event_id, None)
