@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from functools import cache
 
@@ -35,10 +35,12 @@ from persyn.gateway.base import Prompt, UserTurn
 from persyn.gateway.gateway import ModelGateway
 from persyn.memory.access import may_surface
 from persyn.store.base import Message, Role, Store
+from persyn.store.ports.emotions import EmotionReading
 
 __all__ = [
     "EMOTION_STAGE",
     "EmotionSource",
+    "TurnReadings",
     "classify",
     "covered_by_later",
     "decision_preferences",
@@ -135,17 +137,26 @@ def shown_distribution(distribution: Mapping[str, float], top: int = 3) -> str:
     return ", ".join(f"{category} {value:.0%}" for category, value in ranked)
 
 
+# The agent's latest `limit` readings as a turn sees them (`runtime.activation.TurnCache.emotions`
+# reads them once per activation for all of its steps).
+TurnReadings = Callable[[TurnSetup, int], Awaitable[list[EmotionReading]]]
+
+
 class EmotionSource:
     """The recent emotional trajectory as context (SPEC §4.9)."""
 
-    def __init__(self, store: Store, config: EmotionConfig) -> None:
+    def __init__(self, store: Store, config: EmotionConfig, *, readings: TurnReadings | None = None) -> None:
         self.store = store
         self.config = config
+        self._readings = readings
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
         if not self.config.enabled or not self.config.trajectory:
             return []
-        readings = await self.store.recent_emotions(setup.agent_id, self.config.trajectory)
+        if self._readings is not None:
+            readings = await self._readings(setup, self.config.trajectory)
+        else:
+            readings = await self.store.recent_emotions(setup.agent_id, self.config.trajectory)
         if not readings:
             return []
         lines = [
@@ -162,9 +173,12 @@ async def decision_preferences(
     groups: Sequence[Sequence[str]],
     config: EmotionConfig,
     now: datetime,
+    *,
+    readings: TurnReadings | None = None,
 ) -> str:
     """What the decision weighs besides the configured rules: what the agent knows of itself,
-    its open goals (each only where it may surface) and its current emotional state."""
+    its open goals (each only where it may surface) and its current emotional state (from
+    `readings` when given: the turn's own read)."""
     here = channel_key(setup.service, setup.channel)
     present = tuple(p for p in (setup.participant_ids or ((setup.person_id,) if setup.person_id else ())))
     facts = [
@@ -183,7 +197,10 @@ async def decision_preferences(
     if goals:
         parts.append("My open goals:\n" + "\n".join(f"- {g.description}" for g in goals))
     if config.enabled:
-        latest = await store.recent_emotions(setup.agent_id, 1)
+        if readings is not None:
+            latest = await readings(setup, 1)
+        else:
+            latest = await store.recent_emotions(setup.agent_id, 1)
         if latest:
             state = latest[0]
             parts.append(

@@ -11,6 +11,10 @@ back here, are the same). Before calling, the wrapper looks the key up in the st
 stored response is returned as it was (streamed as one piece when a stream was asked for)
 and nothing is called, metered or charged. After a call completes, its response is queued
 for writing under its key, before anything the step writes later (`save_model_call`).
+Once a lookup has found nothing, the later calls of that sequence (same step key, same
+execution) are not looked up: from that call on the execution is not repeating the first
+run (the calls it makes now may answer differently, so what follows is asked differently),
+and a first run — nearly every execution — makes one lookup per sequence, not one per call.
 
 It wraps a task's whole model, outside the fallback chain, the metering and whatever the
 composition root adds (the autonomy budget), so a replayed call bypasses all of them: the
@@ -66,7 +70,8 @@ class StepCalls:
     their calls are numbered in one sequence."""
 
     def __init__(self) -> None:
-        self._calls: OrderedDict[tuple[str, str | None], int] = OrderedDict()
+        # execution -> [calls so far, whether a lookup of one of them found nothing]
+        self._calls: OrderedDict[tuple[str, str | None], list[int]] = OrderedDict()
 
     def next_key(self) -> str | None:
         """The key of the call about to be made (None: not in a durable step). An execution
@@ -76,12 +81,26 @@ class StepCalls:
         if attribution.step_key is None:
             return None
         execution = (attribution.step_key, attribution.step_run)
-        index = self._calls.get(execution, 0)
-        self._calls[execution] = index + 1
+        counted = self._calls.setdefault(execution, [0, 0])
+        index = counted[0]
+        counted[0] = index + 1
         self._calls.move_to_end(execution)
         while len(self._calls) > _COUNTERS:
             self._calls.popitem(last=False)
         return call_key(attribution.step_key, index)
+
+    def past_a_miss(self) -> bool:
+        """Whether a lookup in the current execution's sequence found nothing already."""
+        attribution = usage_context.current()
+        counted = self._calls.get((attribution.step_key or "", attribution.step_run))
+        return counted is not None and bool(counted[1])
+
+    def missed(self) -> None:
+        """A lookup in the current execution's sequence found nothing."""
+        attribution = usage_context.current()
+        counted = self._calls.get((attribution.step_key or "", attribution.step_run))
+        if counted is not None:
+            counted[1] = 1
 
 
 class CheckpointedModel(HookedModel):
@@ -101,9 +120,10 @@ class CheckpointedModel(HookedModel):
         key = self._calls.next_key()
         if key is None:
             return CallHooks(params)
-        stored = await self._stored(key)
+        stored = None if self._calls.past_a_miss() else await self._stored(key)
         if stored is not None:
             return CallHooks(params, replay=stored)
+        self._calls.missed()
 
         async def save(response: ModelResponse) -> None:
             self._save(key, response)

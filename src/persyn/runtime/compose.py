@@ -82,8 +82,9 @@ def build_runtime(
     agents = {agent.id: agent for agent in settings.agents}
     gateways: dict[str, ModelGateway] = {}  # built at start, once local models run
     connected: dict[str, Channel] = dict(channels or {})
-    sources: list[ContextSource] = [EmotionSource(store, settings.emotion)]  # the rest join at start
     cache = TurnCache(store, settings)
+    # the rest join at start
+    sources: list[ContextSource] = [EmotionSource(store, settings.emotion, readings=cache.emotions)]
     markers = Markers(store, clock, in_flight=lambda event_id: cache.known(event_id) is not None)
     intake = Intake(store, settings, cache)
     autonomy = Autonomy(store, clock, settings, agents.keys(), _RunHost(intake, cache))

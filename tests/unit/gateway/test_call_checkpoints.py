@@ -2,7 +2,8 @@
 (`gateway/checkpoints.py`), over a real SQLite store: a re-run of the step (a new `step_run`
 under the same `step_key`) gets each call's first response back — streamed ones too — with
 no model call and no usage record; calls past what the first run made are made and metered
-under call ids of their own; outside a step nothing is stored."""
+under call ids of their own; once a call of an execution was not stored, the calls after it
+are made again, not looked up; outside a step nothing is stored."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from gateway_fakes import RecordingAdapter, make_agent
 from pydantic import BaseModel
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.core.clock import SystemClock
@@ -150,6 +151,25 @@ async def test_concurrent_calls_of_one_step_are_kept_apart_by_their_step_keys(
         await gateway.aclose()
     assert model.calls == 2
     assert second == first
+
+
+async def test_after_a_call_that_was_not_stored_the_later_calls_are_made_again(
+    tmp_path: Path, meter: Meter, store: SQLiteStore
+) -> None:
+    """A re-run that had to make its first call again asks the next one differently: a
+    response the first run stored for that next call is not replayed (nor looked up)."""
+    model = Counting()
+    prompt = Prompt(system="You are Ada.", items=(UserTurn(text="Hello?"),))
+    stale = ModelMessagesTypeAdapter.dump_json([ModelResponse(parts=[TextPart(content="stale")])]).decode()
+    await store.save_model_call(f"{STEP}/1", STEP.split(":")[0], stale, SystemClock().now())
+    with registered_double("counting", model):
+        gateway = _gateway(tmp_path, meter, store, StepCalls())
+        with step_execution():
+            first = await gateway.complete(Task.RESPOND, prompt)
+            second = await gateway.complete(Task.RESPOND, prompt)
+        await gateway.aclose()
+    assert model.calls == 2
+    assert (first.text, second.text) == ("answer 1 to Hello?", "answer 2 to Hello?")
 
 
 async def test_outside_a_step_and_with_the_store_down_calls_go_through(

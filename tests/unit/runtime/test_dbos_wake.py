@@ -56,19 +56,29 @@ def test_a_wake_ends_only_the_named_queue_workers_wait_and_says_not_stopped() ->
 
 def test_a_quiet_queue_worker_polls_seldom_and_a_wake_still_ends_its_wait() -> None:
     """Idle (nothing woken or run here for `quiet_after`), an unwoken poll waits the quiet poll,
-    not its own 10 ms (issue 33: idle claims were most of 3.7% of a core); other threads
-    sharing the event keep their timeout, and an enqueue here still wakes the worker at once."""
+    not its own 10 ms (issue 33: idle claims were most of 3.7% of a core); so do DBOS's
+    background jobs, its queue manager and its schedule poll; other threads sharing the event
+    keep their timeout, and an enqueue here still wakes the worker at once."""
     event = _wakeable(quiet_after=0.0, quiet_poll=600.0)
     time.sleep(0.01)
     quiet, quiet_result = _wait_in_thread(event, "queue-worker-events", 0.01)
-    other, other_result = _wait_in_thread(event, "dbos-background-jobs", 0.01)
+    pollers = [
+        _wait_in_thread(event, name, 0.01)
+        for name in ("dbos-background-jobs", "Thread-4 (queue_thread)", "Thread-5 (dynamic_scheduler_loop)")
+    ]
+    other, other_result = _wait_in_thread(event, "Thread-7 (poller)", 0.01)
     other.join(30)
     assert other_result and other_result[0][0] is False  # its own 10 ms
     quiet.join(0.5)
     assert quiet.is_alive() and not quiet_result  # still waiting, long past 10 ms
+    assert all(thread.is_alive() and not result for thread, result in pollers)
     _dbos_wake.QueueWaker([event]).wake("events")  # type: ignore[list-item]
     quiet.join(30)
     assert quiet_result and quiet_result[0][0] is False  # woken, not stopped
+    event.set()  # a stop still ends the stretched polls at once
+    for thread, result in pollers:
+        thread.join(30)
+        assert result and result[0][0] is True
 
 
 def test_a_wake_while_busy_is_kept_and_set_still_stops_everyone() -> None:

@@ -3,9 +3,9 @@ and a self-initiated run's assess and finish. `runtime.workflows` makes each a d
 here they are plain typed methods over explicit collaborators.
 
 `TurnCache` holds what one activation reads once and several of its steps use: its event
-(events never change once saved), the dialog as the turn sees it, and the records recalled
-earlier in its conversation (read with the draft's prompt, for transmit). All are dropped at
-transmit; a crash simply reads them again.
+(events never change once saved), the dialog as the turn sees it, the agent's latest emotion
+readings, and the records recalled earlier in its conversation (read with the draft's prompt,
+for transmit). All are dropped at transmit; a crash simply reads them again.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class TurnCache:
         self.dialogs: dict[str, list[Message]] = {}  # input last, by event id
         self._reading: dict[str, asyncio.Future[list[Message]]] = {}  # dialog reads in flight
         self._recalled: dict[str, asyncio.Future[list[str]]] = {}  # by event id, see `recalled`
+        self._emotions: dict[str, asyncio.Future[list[EmotionReading]]] = {}  # by event id
 
     async def event(self, agent_id: str, event_id: str) -> Event:
         """The stored event. Events never change once saved, so each is read once per
@@ -104,6 +105,22 @@ class TurnCache:
         self.dialogs[setup.event_id] = dialog
         return dialog
 
+    async def emotions(self, setup: TurnSetup, limit: int) -> list[EmotionReading]:
+        """The agent's latest `limit` emotion readings, newest first, as this turn sees them:
+        read once per activation in this process (as many as any of its steps shows, the
+        `[emotion] trajectory`), for the reluctance at receive, the prompt's trajectory and the
+        decision's current state alike; dropped at transmit. Readings are written after a
+        turn (its `persyn.feel`), so a turn's steps judge one state, not one that changed
+        between its draft and its decision."""
+        reading = self._emotions.get(setup.event_id)
+        if reading is None or (reading.done() and (reading.cancelled() or reading.exception() is not None)):
+            if len(self._emotions) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
+                self._emotions.pop(next(iter(self._emotions)))
+            most = max(limit, self._settings.emotion.trajectory, 1)
+            reading = asyncio.ensure_future(self._store.recent_emotions(setup.agent_id, most))
+            self._emotions[setup.event_id] = reading
+        return list((await asyncio.shield(reading))[:limit])
+
     def read_recalled(self, setup: TurnSetup) -> None:
         """Start reading the records recalled earlier in the turn's conversation, for its
         transmit: asked for with the draft's prompt, it joins that read batch instead of
@@ -128,9 +145,11 @@ class TurnCache:
         return await recalled_ids(self._store, setup.agent_id, setup.conversation_id)
 
     def drop(self, event_id: str) -> None:
-        """Forget an activation's event, dialog and recalled ids (its transmit ran)."""
+        """Forget an activation's event, dialog, emotion readings and recalled ids (its transmit
+        ran)."""
         self.events.pop(event_id, None)
         self.dialogs.pop(event_id, None)
+        self._emotions.pop(event_id, None)
         reading = self._recalled.pop(event_id, None)
         if reading is not None and not reading.done():
             reading.cancel()
@@ -266,7 +285,7 @@ class ActivationSteps:
         config = self.settings.emotion
         if not config.enabled or not config.decline_when or setup.kind != "message" or not setup.addressed:
             return False
-        latest = await self.store.recent_emotions(setup.agent_id, 1)
+        latest = await self.cache.emotions(setup, 1)
         return bool(latest) and latest[0].top in config.decline_when
 
     async def receive_and_respond(self, agent_id: str, event_id: str) -> Received:
@@ -408,7 +427,12 @@ class ActivationSteps:
         """What the decision weighs besides the configured rules (SPEC §4 step 6): quick
         facts about the agent itself, its open goals, its current emotional state."""
         return await emotion.decision_preferences(
-            self.store, setup, self.settings.memory.channel_groups, self.settings.emotion, self.clock.now()
+            self.store,
+            setup,
+            self.settings.memory.channel_groups,
+            self.settings.emotion,
+            self.clock.now(),
+            readings=self.cache.emotions,
         )
 
     async def decide(self, agent_id: str, event_id: str, setup: TurnSetup, text: str) -> Decision:

@@ -9,8 +9,6 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import (
-    ColumnElement,
-    and_,
     case,
     delete,
     func,
@@ -119,8 +117,13 @@ class SqlDialog(SqlWork):
         return await self._write("add_message", lambda c: add_message_row(c, message))
 
     async def recent_messages(self, agent_id: str, conversation_id: str, limit: int) -> list[Message]:
-        condition = and_(messages.c.agent_id == agent_id, messages.c.conversation_id == conversation_id)
-        return await self._last_messages("recent_messages", condition, limit)
+        """The last `limit` messages, oldest first: (created_at, id) order, so messages stamped
+        in the same instant still come back in ULID order. Every turn reads them: built once."""
+        if limit <= 0:
+            return []
+        params = {"p_agent_id": agent_id, "p_conversation_id": conversation_id, "p_limit": limit}
+        found = await self._fetch_all("recent_messages", _SQL_RECENT_MESSAGES, message_from_row, params)
+        return list(reversed(found))
 
     async def turn_messages(
         self, agent_id: str, conversation_id: str, input_message_id: str, limit: int
@@ -142,19 +145,6 @@ class SqlDialog(SqlWork):
         params = {"p_agent_id": agent_id, "p_service": service, "p_channel": channel, "p_limit": limit}
         found = await self._fetch_all("channel_messages", _SQL_CHANNEL_MESSAGES, message_from_row, params)
         return list(reversed(found))
-
-    async def _last_messages(self, what: str, condition: ColumnElement[bool], limit: int) -> list[Message]:
-        """The last `limit` matching messages, oldest first: (created_at, id) order, so
-        messages stamped in the same instant still come back in ULID order."""
-        if limit <= 0:
-            return []
-        statement = (
-            select(messages)
-            .where(condition)
-            .order_by(messages.c.created_at.desc(), messages.c.id.desc())
-            .limit(limit)
-        )
-        return list(reversed(await self._fetch_all(what, statement, message_from_row)))
 
     async def agent_reply_for_event(self, agent_id: str, event_id: str) -> Message | None:
         params = {"p_agent_id": agent_id, "p_event_id": event_id}
@@ -301,6 +291,14 @@ _SQL_TURN_MESSAGES = (
         messages.c.created_at.desc(),
         messages.c.id.desc(),
     )
+    .limit(p("limit"))
+)
+
+
+_SQL_RECENT_MESSAGES = (
+    select(messages)
+    .where(messages.c.agent_id == p("agent_id"), messages.c.conversation_id == p("conversation_id"))
+    .order_by(messages.c.created_at.desc(), messages.c.id.desc())
     .limit(p("limit"))
 )
 

@@ -172,13 +172,8 @@ class SqlFacts(SqlWork):
         return newest
 
     async def fact_rows(self, agent_id: str, subject_id: str) -> list[QuickFact]:
-        facts = quick_facts.c
-        statement = (
-            select(quick_facts)
-            .where(facts.agent_id == agent_id, facts.subject_id == subject_id)
-            .order_by(facts.key, facts.updated_at.desc(), facts.id.desc())
-        )
-        rows = await self._read("fact_rows", lambda c: c.execute(statement).all())
+        params = {"p_agent_id": agent_id, "p_subject_id": subject_id}
+        rows = await self._read("fact_rows", lambda c: c.execute(_SQL_FACT_ROWS, params).all())
         return [fact_from_row(row) for row in rows]
 
 
@@ -206,6 +201,14 @@ def _audit(
             at=at,
         )
     )
+
+
+# The decision reads the agent's facts about itself on every turn: built once.
+_SQL_FACT_ROWS = (
+    select(quick_facts)
+    .where(quick_facts.c.agent_id == p("agent_id"), quick_facts.c.subject_id == p("subject_id"))
+    .order_by(quick_facts.c.key, quick_facts.c.updated_at.desc(), quick_facts.c.id.desc())
+)
 
 
 _SQL_OBSERVATIONS = (

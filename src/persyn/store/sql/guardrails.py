@@ -24,6 +24,7 @@ from persyn.store.schema.tables import (
     messages,
 )
 from persyn.store.sql.dml import insert
+from persyn.store.sql.work import p
 
 __all__ = ["SqlGuardrails"]
 
@@ -31,6 +32,20 @@ T = TypeVar("T")
 _e = guardrail_events.c
 _c = guardrail_checks.c
 _r = emotion_readings.c
+
+# Read on every turn: built once (see `_sqlite_work.p`).
+_SQL_BLOCKS = (
+    select(guardrail_events)
+    .where(_e.blocked_until > p("now", _e.blocked_until), _e.lifted_at.is_(None))
+    .order_by(_e.detected_at.desc(), _e.id.desc())
+)
+_SQL_AGENT_BLOCKS = _SQL_BLOCKS.where(_e.agent_id == p("agent_id"))
+_SQL_RECENT_EMOTIONS = (
+    select(emotion_readings)
+    .where(_r.agent_id == p("agent_id"), _r.record_id.is_(None))
+    .order_by(_r.created_at.desc(), _r.id.desc())
+    .limit(p("limit"))
+)
 
 
 def _event(row: Row[Any]) -> GuardrailEvent:
@@ -107,15 +122,10 @@ class SqlGuardrails(GuardrailsPort, EmotionsPort):
         )
 
     async def guardrail_blocks(self, agent_id: str | None, now: datetime) -> list[GuardrailEvent]:
-        statement = (
-            select(guardrail_events)
-            .where(_e.blocked_until > now, _e.lifted_at.is_(None))
-            .order_by(_e.detected_at.desc(), _e.id.desc())
-        )
-        if agent_id is not None:
-            statement = statement.where(_e.agent_id == agent_id)
+        statement = _SQL_BLOCKS if agent_id is None else _SQL_AGENT_BLOCKS
+        params = {"p_now": now} if agent_id is None else {"p_now": now, "p_agent_id": agent_id}
         return await self._read(
-            "guardrail_blocks", lambda connection: [_event(r) for r in connection.execute(statement)]
+            "guardrail_blocks", lambda connection: [_event(r) for r in connection.execute(statement, params)]
         )
 
     async def lift_guardrail_block(self, event_id: str, now: datetime) -> GuardrailEvent | None:
@@ -235,14 +245,10 @@ class SqlGuardrails(GuardrailsPort, EmotionsPort):
         )
 
     async def recent_emotions(self, agent_id: str, limit: int) -> list[EmotionReading]:
-        statement = (
-            select(emotion_readings)
-            .where(_r.agent_id == agent_id, _r.record_id.is_(None))
-            .order_by(_r.created_at.desc(), _r.id.desc())
-            .limit(limit)
-        )
+        params = {"p_agent_id": agent_id, "p_limit": limit}
         return await self._read(
-            "recent_emotions", lambda connection: [_reading(r) for r in connection.execute(statement)]
+            "recent_emotions",
+            lambda connection: [_reading(r) for r in connection.execute(_SQL_RECENT_EMOTIONS, params)],
         )
 
     async def conversation_emotions(self, agent_id: str, conversation_id: str) -> list[EmotionReading]:

@@ -86,11 +86,14 @@ class SqlPersons(SqlWork):
         await self._write("touch_person", work)
 
     async def get_person(self, agent_id: str, person_id: str) -> Person | None:
+        params = {"p_agent_id": agent_id, "p_person_id": person_id}
+
         def work(connection: Connection) -> Person | None:
-            statement = select(persons.c.id).where(persons.c.agent_id == agent_id, persons.c.id == person_id)
-            if connection.execute(statement).first() is None:
+            # `load_person` over the prepared statements (every turn reads its speaker).
+            row = connection.execute(_SQL_PERSON, params).first()
+            if row is None:
                 return None
-            return load_person(connection, agent_id, person_id)
+            return person_from_row(row, _identities(connection, params))
 
         return await self._read("get_person", work)
 
@@ -310,11 +313,15 @@ def resolve_person_row(
     # load_person, over the prepared statements
     params = {"p_agent_id": agent_id, "p_person_id": person_id}
     row = connection.execute(_SQL_PERSON, params).one()
-    known = tuple(
+    return person_from_row(row, _identities(connection, params))
+
+
+def _identities(connection: Connection, params: dict[str, str]) -> tuple[Identity, ...]:
+    """A person's identities, oldest first (`params`: `p_agent_id`, `p_person_id`)."""
+    return tuple(
         Identity(service=r.service, channel=r.channel, speaker_id=r.speaker_id)
         for r in connection.execute(_SQL_PERSON_IDENTITIES, params)
     )
-    return person_from_row(row, known)
 
 
 def _person_for_identity(connection: Connection, agent_id: str, identity: Identity) -> str | None:

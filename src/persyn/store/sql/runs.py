@@ -147,14 +147,16 @@ class SqlRuns(RunsPort):
     async def channel_spent(
         self, agent_id: str, kind: SpendKind, service: str, channel: str, since: datetime
     ) -> int:
-        statement = select(func.coalesce(func.sum(_l.tokens), 0)).where(
-            _l.agent_id == agent_id,
-            _l.kind == kind.value,
-            _l.service == service,
-            _l.channel == channel,
-            _l.at > since,
+        params = {
+            "p_agent_id": agent_id,
+            "p_kind": kind.value,
+            "p_service": service,
+            "p_channel": channel,
+            "p_since": since,
+        }
+        return await self._read(
+            "channel_spent", lambda c: int(c.execute(_SQL_SPENT_SINCE, params).scalar_one())
         )
-        return await self._read("channel_spent", lambda c: int(c.execute(statement).scalar_one()))
 
     async def purge_runs(self, before: datetime) -> int:
         def work(connection: Connection) -> int:
