@@ -1,1 +1,1 @@
-"""What the operator asks of a deployment without starting workers (the `persyn` commands' logic): history, memory, autonomy, graph, guardrails, sandbox, tools, web keys, `persyn init` — and `doctor/`, the checks of what a deployment needs."""
+"""What the operator asks of a deployment without starting workers (the `persyn` commands' logic): history, memory, autonomy, graph, guardrails, tools, web keys, `persyn init` — and `doctor/`, the checks of what a deployment needs."""
