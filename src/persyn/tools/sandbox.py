@@ -46,7 +46,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict
 
-from persyn.core.config_sandbox import SandboxConfig
+from persyn.core.config.sandbox import SandboxConfig
 from persyn.core.errors import ToolError
 from persyn.tools._pids_cgroup import PidsCgroup
 from persyn.tools._sandbox_disk import SAVED_MARK, ArchiveTransfer, DiskReserve, archive_cap

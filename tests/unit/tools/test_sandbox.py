@@ -13,7 +13,7 @@ import pytest
 
 import needs
 from persyn.core.config import load_settings
-from persyn.core.config_sandbox import SandboxConfig
+from persyn.core.config.sandbox import SandboxConfig
 from persyn.core.errors import ConfigError, ToolError
 from persyn.ops.sandbox import run_probes
 from persyn.tools._sandbox_disk import archive_cap

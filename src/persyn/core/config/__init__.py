@@ -25,7 +25,18 @@ from pydantic import (
     model_validator,
 )
 
-from persyn.core.config_base import (
+from persyn.core.config.browse import BrowseConfig, ImagesConfig, ReferenceConfig, SkillsConfig
+from persyn.core.config.live import LiveConfig
+from persyn.core.config.mcp import McpConfig, McpServerConfig
+from persyn.core.config.memory import (
+    AutonomyConfig,
+    DeliberationConfig,
+    GraphConfig,
+    MemoryConfig,
+    RetrievalWeights,
+    ToolsConfig,
+)
+from persyn.core.config.models import (
     AUTO_PROBE_DEFAULT,
     AgentConfig,
     ConversationConfig,
@@ -38,6 +49,10 @@ from persyn.core.config_base import (
     Task,
     model_chain,
 )
+from persyn.core.config.safety import EmotionConfig, GuardrailConfig, SafetyConfig
+from persyn.core.config.sandbox import ArtifactsConfig, SandboxConfig
+from persyn.core.config.tracing import TracingConfig
+from persyn.core.config.web import WebConfig
 from persyn.core.config_chat import (
     ChannelsConfig,
     IrcConfig,
@@ -46,21 +61,6 @@ from persyn.core.config_chat import (
     PacingRules,
     TelegramConfig,
 )
-from persyn.core.config_cognition import (
-    AutonomyConfig,
-    DeliberationConfig,
-    GraphConfig,
-    MemoryConfig,
-    RetrievalWeights,
-    ToolsConfig,
-)
-from persyn.core.config_live import LiveConfig
-from persyn.core.config_reach import BrowseConfig, ImagesConfig, ReferenceConfig, SkillsConfig
-from persyn.core.config_safety import EmotionConfig, GuardrailConfig, SafetyConfig
-from persyn.core.config_sandbox import ArtifactsConfig, SandboxConfig
-from persyn.core.config_tools import McpConfig, McpServerConfig
-from persyn.core.config_tracing import TracingConfig
-from persyn.core.config_web import WebConfig
 from persyn.core.errors import ConfigError
 from persyn.core.urls import masked_url
 

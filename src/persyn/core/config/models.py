@@ -1,7 +1,7 @@
 """The configuration's base and its first sections: tasks, agents, `[models]`, `[prices]`,
 `[metering]`, `[conversation]` and `[dispatch]` (`core/config.py` composes them into `Settings`).
 
-Each key's `Field(description=...)` is its documentation: `core/config_template.py` writes the
+Each key's `Field(description=...)` is its documentation: `core/config/template.py` writes the
 starter `persyn.toml` and the README's reference from it.
 """
 

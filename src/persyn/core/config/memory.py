@@ -1,6 +1,6 @@
 """The configuration's cognition sections: `[deliberation]`, `[graph]`, `[autonomy]`,
 `[memory]` (with `[memory.weights]`) and `[tools]` (`core/config.py` composes them into
-`Settings`; each key's description is its documentation, as in `core/config_base.py`).
+`Settings`; each key's description is its documentation, as in `core/config/models.py`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Literal, cast, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from persyn.core.config_base import Section
+from persyn.core.config.models import Section
 
 __all__ = [
     "DEFERRED_TOOLS",
