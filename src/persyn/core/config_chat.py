@@ -1,7 +1,7 @@
 """Chat networks and pacing: `[channels.irc]`, `[channels.telegram]`, `[channels.matrix]` and
 `[pacing]` (SPEC §3, §4.5).
 
-`core/config.py` composes them into `Settings`. Each key's description is its documentation
+`core/config/settings.py` composes them into `Settings`. Each key's description is its documentation
 (`core/config/template.py` writes the starter file and the README's table from them).
 """
 
@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from persyn.core.config.models import Section
+from persyn.core.config.section import Section
 
 __all__ = ["ChannelsConfig", "IrcConfig", "MatrixConfig", "PacingConfig", "PacingRules", "TelegramConfig"]
 
