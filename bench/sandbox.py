@@ -18,7 +18,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Literal, cast
 
-from persyn.core.config_sandbox import SandboxConfig
+from persyn.core.config.sandbox import SandboxConfig
 from persyn.tools.sandbox.isolation import detect_provider
 
 

@@ -30,7 +30,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from persyn.core.clock import SystemClock
 from persyn.core.config import McpConfig
-from persyn.core.config_cognition import DEFERRED_TOOLS
+from persyn.core.config.tools import DEFERRED_TOOLS
 from persyn.gateway.base import ToolCall
 from persyn.memory.retrieval import estimate_tokens
 from persyn.ops.tools import OPERATOR_CHANNEL, agent_registry

@@ -14,7 +14,7 @@ import pytest
 
 from persyn.core.clock import ManualClock
 from persyn.core.config import AgentConfig, GuardrailConfig, Settings
-from persyn.core.config_safety import SafetyConfig
+from persyn.core.config.safety import SafetyConfig
 from persyn.core.ids import new_id
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.background.guardrails import Guardrails

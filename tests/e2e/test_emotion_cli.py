@@ -12,7 +12,7 @@ from persyn_cli import Persyn
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
-from persyn.core.config_template import render_agent
+from persyn.core.config.template import render_agent
 from persyn.testing import run_runtime
 from persyn.testing.models import DoubleReply, minimal_instance, output_schema, registered_double
 

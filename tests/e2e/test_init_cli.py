@@ -135,7 +135,7 @@ def test_every_key_of_the_config_models_is_in_the_file_under_its_comment(written
     assert len(every) > 90
     assert "#[prices.images]" in lines  # image prices: a table of their own, with an example
     for section, key, description in every:
-        assert description, f"[{section}] {key} has no description in core/config.py"
+        assert description, f"[{section}] {key} has no description in core/config/"
         assert (section, key) in where, f"[{section}] {key} is not in the starter file"
         for index in where[section, key]:
             comment: list[str] = []

@@ -1,4 +1,4 @@
-"""The `persyn` command: one module per command group, each with `register(app)`.
+"""The `persyn` command: one module per command group in `commands/`, each with `register(app)`.
 
 `root.py` builds the Typer application; `context.py` holds what commands share (the
 `CliContext` with the deployment directory and the clock); `times.py` parses every time given

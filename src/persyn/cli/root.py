@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from persyn.cli import (
+from persyn.cli.commands import (
     agents,
     autonomy,
     channels,

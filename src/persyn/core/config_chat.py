@@ -1,8 +1,8 @@
 """Chat networks and pacing: `[channels.irc]`, `[channels.telegram]`, `[channels.matrix]` and
 `[pacing]` (SPEC §3, §4.5).
 
-`core/config.py` composes them into `Settings`. Each key's description is its documentation
-(`core/config_template.py` writes the starter file and the README's table from them).
+`core/config/settings.py` composes them into `Settings`. Each key's description is its documentation
+(`core/config/template.py` writes the starter file and the README's table from them).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from persyn.core.config_base import Section
+from persyn.core.config.section import Section
 
 __all__ = ["ChannelsConfig", "IrcConfig", "MatrixConfig", "PacingConfig", "PacingRules", "TelegramConfig"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from persyn.core.config import GuardrailConfig, Settings
-from persyn.core.config_safety import effective_guardrails
+from persyn.core.config.safety import effective_guardrails
 from persyn.core.errors import InputError
 from persyn.core.ids import is_id
 from persyn.ops.history import opened_store

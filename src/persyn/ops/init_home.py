@@ -1,4 +1,4 @@
-"""`persyn init`: write the starter `persyn.toml` (`core/config_template.py`), or add an agent to one."""
+"""`persyn init`: write the starter `persyn.toml` (`core/config/template.py`), or add an agent to one."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import tomlkit
 from tomlkit.items import AoT, Table
 
 from persyn.core.config import CONFIG_FILE, AgentConfig
-from persyn.core.config_template import render_agent, starter_toml
+from persyn.core.config.template import render_agent, starter_toml
 from persyn.core.errors import ConfigError, InputError
 from persyn.core.ids import new_id
 
@@ -33,7 +33,7 @@ class InitResult:
 
 
 def _agent_table(agent: AgentConfig) -> Table:
-    """`agent` as a commented `[[agents]]` table (`core/config_template.py` writes it)."""
+    """`agent` as a commented `[[agents]]` table (`core/config/template.py` writes it)."""
     agents = tomlkit.parse(render_agent(agent))["agents"]
     return cast(AoT, agents)[0]
 

@@ -43,7 +43,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from ulid import ULID
 
-from persyn.core.config_tracing import TracingConfig
+from persyn.core.config.tracing import TracingConfig
 from persyn.tracing.base import ATTR, ContentPolicy, SpanKind
 from persyn.tracing.export import BoundedExport
 from persyn.tracing.local import LocalSpanExporter

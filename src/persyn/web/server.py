@@ -25,7 +25,7 @@ import uvicorn
 
 from persyn.channels.web.channel import TurnUsage, WebChannel
 from persyn.core.config import Settings
-from persyn.core.config_web import is_loopback_host
+from persyn.core.config.web import is_loopback_host
 from persyn.core.errors import ConfigError
 from persyn.runtime.api import RuntimeAPI
 from persyn.web._head_deadline import with_head_deadline

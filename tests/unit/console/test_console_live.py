@@ -16,7 +16,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Markdown, Static
 
 from persyn.channels.terminal.channel import operator_speaker
-from persyn.cli.serve import chat_runtime
+from persyn.cli.commands.serve import chat_runtime
 from persyn.console import ConsoleApp, ConsoleChannel, Operator, Update
 from persyn.console.transcript import Draft, Indicator, Transcript, WorkingSurface
 from persyn.core.clock import ManualClock

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from persyn.core.config import Task, load_settings
+from persyn.core.config import Settings, Task, load_settings
 from persyn.core.errors import ConfigError, InputError
 from persyn.ops.init_home import init_home
 
@@ -98,3 +98,45 @@ def test_bad_agent_id_in_file(tmp_path: Path) -> None:
     (tmp_path / "persyn.toml").write_text('[[agents]]\nname = "Ada"\nid = "not-a-ulid"\n')
     with pytest.raises(ConfigError, match=r"agents\.0\.id.*not a ULID"):
         load_settings(tmp_path, environ={})
+
+
+def test_settings_built_in_code_read_neither_the_file_nor_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "persyn.toml").write_text('[models]\nrespond = "test:file"\n')
+    monkeypatch.setenv("PERSYN_MODELS__DEFAULT", "test:environment")
+    monkeypatch.chdir(tmp_path)
+    built = Settings(home=tmp_path)
+    assert (built.models.default, built.models.respond) == ("auto", None)
+    loaded = load_settings(tmp_path)
+    assert (loaded.models.default, loaded.models.respond) == ("test:environment", "test:file")
+
+
+def test_a_section_set_as_a_value_and_one_of_its_keys_in_the_environment_are_refused(tmp_path: Path) -> None:
+    environ = {"PERSYN_MODELS": "test:a", "PERSYN_MODELS__RESPOND": "test:b"}
+    with pytest.raises(ConfigError, match="PERSYN_MODELS and PERSYN_MODELS__RESPOND: they overlap"):
+        load_settings(tmp_path, environ=environ)
+    # A table is merged with the keys set beside it, which win.
+    environ = {
+        "PERSYN_MODELS": '{ respond = "test:a", decide = "test:c" }',
+        "PERSYN_MODELS__RESPOND": "test:b",
+    }
+    models = load_settings(tmp_path, environ=environ).models
+    assert (models.respond, models.decide) == ("test:b", "test:c")
+
+
+def test_environment_values_read_as_the_file_reads_them(tmp_path: Path) -> None:
+    settings = load_settings(
+        tmp_path,
+        environ={
+            "PERSYN_MODELS__RESPOND": '["test:a", "test:b"]',
+            "PERSYN_MODELS__TIERS": '{ "test:a" = "cheap" }',
+            "PERSYN_DISPATCH__EXECUTOR_ID": "worker-1",
+            "PERSYN_METERING__EVENT_LOG": "false",
+        },
+    )
+    assert settings.models.respond == ["test:a", "test:b"]
+    assert settings.models.tiers == {"test:a": "cheap"}
+    assert (settings.dispatch.executor_id, settings.metering.event_log) == ("worker-1", False)
+    with pytest.raises(ConfigError, match=r"PERSYN_METERING__EVENT_LOG \(metering.event_log\)"):
+        load_settings(tmp_path, environ={"PERSYN_METERING__EVENT_LOG": "yes"})

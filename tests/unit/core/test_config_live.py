@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio.connection import parse_url
 
 from persyn.core.config import parse_settings
-from persyn.core.config_live import redis_url_problem
+from persyn.core.config.live import redis_url_problem
 from persyn.core.errors import ConfigError
 from persyn.core.urls import masked_url
 

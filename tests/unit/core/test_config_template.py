@@ -1,5 +1,5 @@
 """The README's key reference is written from the config models, like the starter file
-(`core/config_template.py`), so it cannot disagree with the code."""
+(`core/config/template.py`), so it cannot disagree with the code."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from persyn.core.config import AgentConfig, Settings
-from persyn.core.config_template import config_keys, readme_reference, render_agent, starter_toml, toml_value
+from persyn.core.config.template import config_keys, readme_reference, render_agent, starter_toml, toml_value
 from persyn.core.ids import new_id
 
 README = Path(__file__).resolve().parents[3] / "README.md"

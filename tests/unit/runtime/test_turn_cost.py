@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 
 from persyn.cognition.deliberation import Critique, Decision, Objection
 from persyn.core.config import AgentConfig
-from persyn.core.config_base import Task
+from persyn.core.config.models import Task
 from persyn.core.ids import new_id
 from persyn.store.sqlite.store import SQLiteStore
 from persyn.testing import START, RecordingChannel, run_runtime

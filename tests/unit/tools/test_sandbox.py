@@ -13,7 +13,7 @@ import pytest
 
 import needs
 from persyn.core.config import load_settings
-from persyn.core.config_sandbox import SandboxConfig
+from persyn.core.config.sandbox import SandboxConfig
 from persyn.core.errors import ConfigError, ToolError
 from persyn.tools.sandbox._disk import archive_cap
 from persyn.tools.sandbox.isolation import SandboxProvider, detect_provider

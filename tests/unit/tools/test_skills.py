@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from persyn.core.config_reach import SkillsConfig
+from persyn.core.config.skills import SkillsConfig
 from persyn.core.errors import InputError, ToolError
 from persyn.tools.skills.library import BUNDLED_SKILLS, SkillLibrary, parse_skill
 

@@ -22,7 +22,7 @@ from pypdf import PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
 from persyn.core.clock import SystemClock
-from persyn.core.config_reach import BrowseConfig
+from persyn.core.config.browse import BrowseConfig
 from persyn.core.errors import ToolError
 from persyn.ops.tools import call_tool, list_tools
 from persyn.testing import ADA

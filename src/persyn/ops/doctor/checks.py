@@ -259,7 +259,7 @@ async def _check_model(settings: Settings, spec: ModelSpec, tasks: list[str]) ->
 
 async def _check_web(settings: Settings) -> Check:
     """The web channel `persyn run` serves: where, and whether any key can use it."""
-    from persyn.core.config_web import is_loopback_host
+    from persyn.core.config.web import is_loopback_host
     from persyn.ops.web_keys import list_keys
 
     web = settings.web

@@ -43,7 +43,7 @@ from persyn.cognition import guardrails as detect
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, GuardrailConfig, Settings
-from persyn.core.config_safety import CLASSIFIER, effective_guardrails
+from persyn.core.config.safety import CLASSIFIER, effective_guardrails
 from persyn.core.events import Outbound
 from persyn.core.ids import derived_id, new_id
 from persyn.core.records import channel_key

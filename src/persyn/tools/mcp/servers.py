@@ -56,7 +56,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from persyn.core.config import McpConfig, McpServerConfig
-from persyn.core.config_tools import MCP_SEPARATOR
+from persyn.core.config.mcp import MCP_SEPARATOR
 from persyn.core.errors import ToolError
 from persyn.tools.mcp._transports import (
     RESULT_TOO_LARGE,

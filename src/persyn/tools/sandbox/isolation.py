@@ -46,7 +46,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict
 
-from persyn.core.config_sandbox import SandboxConfig
+from persyn.core.config.sandbox import SandboxConfig
 from persyn.core.errors import ToolError
 from persyn.tools.sandbox._disk import SAVED_MARK, ArchiveTransfer, DiskReserve, archive_cap
 from persyn.tools.sandbox._pids_cgroup import PidsCgroup

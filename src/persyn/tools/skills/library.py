@@ -50,7 +50,7 @@ from typing import Any, Literal, cast
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from persyn.core.config_reach import SkillsConfig
+from persyn.core.config.skills import SkillsConfig
 from persyn.core.errors import InputError, ToolError
 from persyn.tools.registry import Tool
 

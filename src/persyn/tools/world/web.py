@@ -38,7 +38,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from persyn.core.config_reach import BrowseConfig
+from persyn.core.config.browse import BrowseConfig
 from persyn.core.errors import ToolError
 from persyn.tools.registry import Tool
 

@@ -1,8 +1,8 @@
-"""The configuration's base and its first sections: tasks, agents, `[models]`, `[prices]`,
-`[metering]`, `[conversation]` and `[dispatch]` (`core/config.py` composes them into `Settings`).
+"""`[models]`: which model each task runs on (tasks, model strings, fallback chains), and how
+model requests are made.
 
-Each key's `Field(description=...)` is its documentation: `core/config_template.py` writes the
-starter `persyn.toml` and the README's reference from it.
+Every key's `Field(description=...)` is its documentation (`core/config/template.py` writes the
+starter file and the README's reference from it).
 """
 
 from __future__ import annotations
@@ -10,22 +10,18 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, field_validator
 
-from persyn.core.ids import is_id
+from persyn.core.config.section import Section
 
 __all__ = [
     "AUTO_PROBE_DEFAULT",
     "PROVIDER_TOOLS",
-    "AgentConfig",
-    "ConversationConfig",
-    "DispatchConfig",
-    "MeteringConfig",
     "ModelChoice",
     "ModelsConfig",
-    "Price",
-    "Section",
     "Task",
+    "check_model_choice",
+    "check_task_keys",
     "model_chain",
 ]
 
@@ -50,72 +46,7 @@ ModelChoice = str | list[str]
 """Where a task's model is configured: one model string, or a fallback chain tried in order."""
 
 
-class Section(BaseModel):
-    # Strict: `true` is not an integer and "5" is not a number (TOML and the environment
-    # parser already give numbers their type); no inf or nan, which pass every bound check
-    # and then break the arithmetic that uses them.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-    @field_validator("*")
-    @classmethod
-    def _bounded_duration(cls, value: object, info: ValidationInfo) -> object:
-        # A duration past what `timedelta` holds (about 2.7 million years) passes every
-        # lower bound and then breaks each activation or housekeeping tick that adds it to
-        # a time; nothing in a deployment's life needs more than a century.
-        name = info.field_name or ""
-        unit = next((seconds for suffix, seconds in _DURATION_UNITS.items() if name.endswith(suffix)), None)
-        if unit is not None and isinstance(value, int | float) and value * unit > _LONGEST_DURATION_SECONDS:
-            raise ValueError(
-                f"{value!r} is longer than 100 years; use at most {_LONGEST_DURATION_SECONDS / unit:g}"
-            )
-        return value
-
-
-_DURATION_UNITS = {"_seconds": 1, "_minutes": 60, "_hours": 3600, "_days": 86400}
-_LONGEST_DURATION_SECONDS = 100 * 365 * 86400
-
-
-class AgentConfig(Section):
-    """The seed persona: day-zero voice that memory soon augments (SPEC §1)."""
-
-    name: str = Field(
-        min_length=1, max_length=64, description="How the agent is called (1 to 64 characters)."
-    )
-    id: str = Field(description="ULID: the agent's identity; never change it once it has memories.")
-    disposition: str = Field(
-        default="Curious, candid and warm; prefers honesty to agreement.",
-        description="Its temperament, in its own words.",
-    )
-    objectives: list[str] = Field(
-        default_factory=list[str],
-        description='What it cares about, e.g. ["learn what my operator is building"].',
-    )
-    rules: list[str] = Field(
-        default_factory=list[str],
-        description='Standing rules as conditionals, e.g. ["if asked for secrets, then decline"].',
-    )
-    models: dict[str, ModelChoice] = Field(
-        default_factory=dict[str, ModelChoice],
-        description="This agent's own models by task (or `default`), over [models].",
-        examples=[{"respond": "anthropic:claude-sonnet-4-6"}],
-    )
-
-    @field_validator("id")
-    @classmethod
-    def _ulid(cls, value: str) -> str:
-        if not is_id(value):
-            raise ValueError(f"{value!r} is not a ULID (26 Crockford base32 characters)")
-        return value.upper()
-
-    @field_validator("models")
-    @classmethod
-    def _known_tasks(cls, value: dict[str, ModelChoice]) -> dict[str, ModelChoice]:
-        for choice in value.values():
-            _check_choice(choice)
-        return _check_task_keys(value)
-
-
-def _check_task_keys(value: dict[str, ModelChoice]) -> dict[str, ModelChoice]:
+def check_task_keys(value: dict[str, ModelChoice]) -> dict[str, ModelChoice]:
     allowed = {t.value for t in Task} | {"default"}
     for key in value:
         if key not in allowed:
@@ -123,7 +54,7 @@ def _check_task_keys(value: dict[str, ModelChoice]) -> dict[str, ModelChoice]:
     return value
 
 
-def _check_choice(choice: ModelChoice | None) -> ModelChoice | None:
+def check_model_choice(choice: ModelChoice | None) -> ModelChoice | None:
     """A fallback chain names at least one model and no blank one."""
     if isinstance(choice, list):
         if not choice:
@@ -319,7 +250,7 @@ class ModelsConfig(Section):
     @field_validator("default", *(task.value for task in Task))
     @classmethod
     def _chain(cls, value: ModelChoice | None) -> ModelChoice | None:
-        return _check_choice(value)
+        return check_model_choice(value)
 
     def for_task(self, task: Task) -> str:
         """The first model `task` runs on (the whole chain: `chain_for_task`)."""
@@ -328,155 +259,3 @@ class ModelsConfig(Section):
     def chain_for_task(self, task: Task) -> tuple[str, ...]:
         chosen: ModelChoice | None = getattr(self, task.value)
         return model_chain(chosen or self.default)
-
-
-class Price(Section):
-    """US dollars per million tokens of one model string, what `persyn usage` costs with."""
-
-    input: float = Field(ge=0, description="Per million input tokens.", examples=[3.0])
-    output: float = Field(ge=0, description="Per million output tokens.", examples=[15.0])
-    cache_read: float | None = Field(
-        default=None,
-        ge=0,
-        description="Per million tokens read from the prompt cache (unset: the input price).",
-        examples=[0.3],
-    )
-    cache_write: float | None = Field(
-        default=None,
-        ge=0,
-        description="Per million tokens written to the prompt cache (unset: the input price).",
-        examples=[3.75],
-    )
-    per_request: dict[str, float] = Field(
-        default_factory=dict[str, float],
-        description=(
-            "US dollars per request of a provider-run tool, by tool. A tool without a price here is "
-            "counted on the usage record, not costed."
-        ),
-        examples=[{"web_search": 0.01}],
-    )
-
-    @field_validator("per_request")
-    @classmethod
-    def _non_negative(cls, value: dict[str, float]) -> dict[str, float]:
-        for tool, dollars in value.items():
-            if dollars < 0:
-                raise ValueError(f"per_request price of {tool!r} is negative: {dollars!r}")
-        return value
-
-
-class MeteringConfig(Section):
-    """Every model call is metered (SPEC App. C)."""
-
-    event_log: bool = Field(
-        default=True,
-        description="Write usage.jsonl beside persyn.toml: the exact ledger `persyn usage` reads.",
-    )
-    prometheus_port: int = Field(
-        default=0, ge=0, le=65535, description="Above 0, serve usage counters on PORT/metrics."
-    )
-    prometheus_host: str = Field(default="127.0.0.1", description="The address the counters are served on.")
-
-
-class ConversationConfig(Section):
-    """Conversations: when they close, how much of them a prompt carries."""
-
-    idle_timeout_minutes: float = Field(
-        default=30.0, gt=0, description="An idle conversation closes, and is consolidated into a memory."
-    )
-    recent_dialog_messages: int = Field(
-        default=20, ge=0, le=500, description="How many recent messages of the dialog each prompt carries."
-    )
-    max_message_chars: int = Field(default=32_000, ge=1, description="Longer inbound messages are refused.")
-    # One extraction call per several exchanges, not per turn.
-    extract_every_messages: int = Field(
-        default=8,
-        ge=0,
-        le=200,
-        description=(
-            "Observations and the knowledge graph are extracted in the background every this many new "
-            "messages of an open conversation (each read once), and when it closes; 0 = only when it closes."
-        ),
-    )
-
-
-class DispatchConfig(Section):
-    """The durable queues (DBOS), their workers and the outbox."""
-
-    # Each look is a claim query (~2 ms CPU), idle or not; an enqueue in this process wakes
-    # its worker at once (runtime/durable/_wake.py).
-    queue_polling_seconds: float = Field(
-        default=0.25,
-        gt=0,
-        le=10,
-        description="How often a worker looks for events other processes enqueued (`persyn send`, other workers).",
-    )
-    # Idle, the claims were most of 3.7% of a core (bench/idle.py); in-process enqueues wake the
-    # worker at once whatever this is.
-    quiet_polling_seconds: float = Field(
-        default=3.0,
-        ge=0,
-        le=60,
-        description=(
-            "After 10 s with nothing enqueued or run in this process, a worker looks for events other processes "
-            "enqueued this often instead (0 = always `queue_polling_seconds`)."
-        ),
-    )
-    marker_ttl_seconds: float = Field(
-        default=3600.0, gt=0, description="How long completion markers are kept."
-    )
-    worker_concurrency: int = Field(
-        default=16, ge=1, le=1000, description="Activations one worker process runs at once (one per agent)."
-    )
-    executor_id: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=200,
-        description=(
-            "DBOS executor id; unset = a slot of its own per process (<role>-<n>@<host>). If set, give each "
-            "worker sharing one database its own."
-        ),
-        examples=["worker-1"],
-    )
-    dead_executor_seconds: float = Field(
-        default=5.0,
-        gt=0,
-        le=3600,
-        description=(
-            "How often a worker looks for workers that died mid-turn (kill -9, a lost host) and takes over "
-            "their unfinished turns."
-        ),
-    )
-    channel_lease_seconds: float = Field(
-        default=30.0,
-        ge=1,
-        le=3600,
-        description=(
-            "A chat network (IRC, Telegram, Matrix, the agent link) is connected by one process of the "
-            "deployment, which renews its lease in the store every third of this; if that process dies, "
-            "another `persyn run` connects it within this and a third. Hosts sharing a store keep their "
-            "clocks well within it of each other."
-        ),
-    )
-    housekeeping_seconds: float = Field(
-        default=60.0,
-        gt=0,
-        description="How often the scheduler closes idle conversations, sweeps consolidation and purges markers.",
-    )
-    outbox_poll_seconds: float = Field(
-        default=1.0,
-        gt=0,
-        le=60,
-        description=(
-            "How soon a message another process sent shows in a connected channel, and a web key "
-            "revoked by another process ends its open streams."
-        ),
-    )
-    outbox_keep_days: float = Field(
-        default=30.0, gt=0, description="Messages for a channel never connected are dropped after this."
-    )
-    debug_transmit_delay_seconds: float = Field(
-        default=0.0,
-        ge=0,
-        description="Crash-recovery drills: sleep this long between respond and transmit, to kill the process there.",
-    )

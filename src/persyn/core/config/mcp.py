@@ -1,5 +1,5 @@
 """The configuration of tools that reach outside the agent (SPEC §4.6): `[mcp]` and its
-`[[mcp.servers]]` (`core/config.py` composes it into `Settings`).
+`[[mcp.servers]]` (`core/config/settings.py` composes it into `Settings`).
 
 An MCP server's tools are offered to the model as `<server>__<tool>`; the server's name is
 therefore restricted to what every provider accepts in a function name and never holds `__`
@@ -12,7 +12,7 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
-from persyn.core.config_base import Section
+from persyn.core.config.section import Section
 
 __all__ = ["MCP_SEPARATOR", "McpConfig", "McpServerConfig"]
 

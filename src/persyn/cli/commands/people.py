@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from persyn.cli.contacts import ContactArgument
+from persyn.cli.commands.contacts import ContactArgument
 from persyn.cli.context import AgentOption, CliContext, JsonOption, run
 from persyn.cli.help import command_group
 from persyn.present.render import dump_json, echo, one_line

@@ -236,7 +236,7 @@ def _no_worker(event_id: str) -> str:
 
 async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -> int:
     from persyn.channels.network import configured_channels
-    from persyn.cli.web import serve_web, web_surface
+    from persyn.cli.commands.web import serve_web, web_surface
     from persyn.runtime.compose import build_runtime
     from persyn.runtime.delivery.channel_leases import ChannelOwnership
     from persyn.runtime.durable.control import ControlServer

@@ -28,7 +28,7 @@ def console(
     first, marked as missed; those a `persyn run` daemon sends while it is open arrive live."""
     import sys
 
-    from persyn.cli.serve import chat_runtime
+    from persyn.cli.commands.serve import chat_runtime
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise InputError("persyn console needs a terminal; for pipes and scripts use `persyn chat`")

@@ -1,6 +1,6 @@
 """The `[web]` section: the web channel `persyn run` serves (HTTP API, chat page, directory).
 
-Composed into `Settings` by `core/config.py`; every key's description is its documentation.
+Composed into `Settings` by `core/config/settings.py`; every key's description is its documentation.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import ipaddress
 
 from pydantic import Field, field_validator
 
-from persyn.core.config_base import Section
+from persyn.core.config.section import Section
 
 __all__ = ["WebConfig", "is_loopback_host"]
 
