@@ -10,6 +10,14 @@ and the README's key reference from the models' descriptions. Callers import fro
 from persyn.core.config.agents import AgentConfig
 from persyn.core.config.autonomy import AutonomyConfig
 from persyn.core.config.browse import BrowseConfig, ReferenceConfig
+from persyn.core.config.chat import (
+    ChannelsConfig,
+    IrcConfig,
+    MatrixConfig,
+    PacingConfig,
+    PacingRules,
+    TelegramConfig,
+)
 from persyn.core.config.conversation import ConversationConfig
 from persyn.core.config.deliberation import DeliberationConfig
 from persyn.core.config.dispatch import DispatchConfig
@@ -36,14 +44,6 @@ from persyn.core.config.sources import (
 from persyn.core.config.tools import ToolsConfig
 from persyn.core.config.tracing import TracingConfig
 from persyn.core.config.web import WebConfig
-from persyn.core.config_chat import (
-    ChannelsConfig,
-    IrcConfig,
-    MatrixConfig,
-    PacingConfig,
-    PacingRules,
-    TelegramConfig,
-)
 
 __all__ = [
     "AUTO_PROBE_DEFAULT",

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from persyn.core.config.agents import AgentConfig
 from persyn.core.config.autonomy import AutonomyConfig
 from persyn.core.config.browse import BrowseConfig, ReferenceConfig
+from persyn.core.config.chat import ChannelsConfig, PacingConfig
 from persyn.core.config.conversation import ConversationConfig
 from persyn.core.config.deliberation import DeliberationConfig
 from persyn.core.config.dispatch import DispatchConfig
@@ -33,7 +34,6 @@ from persyn.core.config.skills import SkillsConfig
 from persyn.core.config.tools import ToolsConfig
 from persyn.core.config.tracing import TracingConfig
 from persyn.core.config.web import WebConfig
-from persyn.core.config_chat import ChannelsConfig, PacingConfig
 from persyn.core.errors import ConfigError
 from persyn.core.urls import masked_url
 
