@@ -32,6 +32,7 @@ pytestmark = pytest.mark.e2e
 
 HOSTILE = Path(__file__).resolve().parent / "mcp_hostile_server.py"
 LIMIT = 1_048_576  # the default [mcp] max_result_bytes
+PIECE = 65_536  # what the hostile server writes at a time (`mcp_hostile_server.PIECE`)
 
 
 def _stdio(name: str = "hostile", **extra: Any) -> dict[str, Any]:
@@ -80,8 +81,10 @@ async def test_a_stdio_result_is_cut_off_near_the_bound_as_it_arrives(tmp_path: 
         assert _too_large(flood), flood.content
         assert children_running(HOSTILE) == []  # stopped where it was
         taken = int(progress.read_text(encoding="utf-8"))
-        # the reader stopped just past the bound: the rest of the 50 MB was never taken
-        assert LIMIT < taken < 2 * LIMIT, taken
+        # the reader stopped just past the bound: the rest of the 50 MB was never taken. The
+        # server counts a piece after the pipe took it, so when it is stopped between the two
+        # the count lags one piece behind what was read (it read more than LIMIT)
+        assert LIMIT - PIECE < taken < 2 * LIMIT, taken
         assert (await _call(mcp, "hostile__echo", message="after")).ok
 
 
