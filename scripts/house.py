@@ -157,7 +157,7 @@ def main() -> None:
     package = root / "persyn"
     paths = sorted(package.rglob("*.py"))
     modules = {_module_name(root, p): p for p in paths}
-    per_folder = Counter(str(p.parent.relative_to(package)) for p in paths if p.name != "__init__.py")
+    per_folder = Counter(str(p.parent.relative_to(package)) for p in paths)
     crowded_folder, crowded = per_folder.most_common(1)[0]
     lines = {str(p.relative_to(package)): len(p.read_text(encoding="utf-8").splitlines()) for p in paths}
     largest = max(lines, key=lambda name: lines[name])
@@ -167,7 +167,10 @@ def main() -> None:
     rows = [
         ("modules / folders", f"{len(paths)} / {len({p.parent for p in paths})}"),
         ("most modules in one folder", f"{crowded} ({crowded_folder}/)"),
-        ("folders over 25 modules", ", ".join(f"{f}/ {n}" for f, n in per_folder.items() if n > 25) or "none"),
+        (
+            "folders over 25 modules",
+            ", ".join(f"{f}/ {n}" for f, n in per_folder.items() if n > 25) or "none",
+        ),
         ("largest module", f"{lines[largest]} lines ({largest})"),
         ("modules over 700 lines", str(sum(n > 700 for n in lines.values()))),
         ("import cycles", str(_cycles(edges))),

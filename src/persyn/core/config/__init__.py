@@ -22,11 +22,10 @@ from persyn.core.config.conversation import ConversationConfig
 from persyn.core.config.deliberation import DeliberationConfig
 from persyn.core.config.dispatch import DispatchConfig
 from persyn.core.config.emotion import EmotionConfig
-from persyn.core.config.graph import GraphConfig
 from persyn.core.config.images import ImagesConfig
 from persyn.core.config.live import LiveConfig
 from persyn.core.config.mcp import McpConfig, McpServerConfig
-from persyn.core.config.memory import MemoryConfig, RetrievalWeights
+from persyn.core.config.memory import GraphConfig, MemoryConfig, RetrievalWeights
 from persyn.core.config.metering import MeteringConfig, Price
 from persyn.core.config.models import AUTO_PROBE_DEFAULT, ModelChoice, ModelsConfig, Task, model_chain
 from persyn.core.config.safety import GuardrailConfig, SafetyConfig

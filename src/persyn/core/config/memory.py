@@ -1,4 +1,5 @@
-"""`[memory]` (with `[memory.weights]`): retrieval, scoring, consolidation and the embedder.
+"""`[memory]` (with `[memory.weights]`): retrieval, scoring, consolidation and the embedder; and
+`[graph]`: the knowledge graph, populated after each conversation closes and read at retrieval.
 
 Every key's `Field(description=...)` is its documentation (`core/config/template.py` writes the
 starter file and the README's reference from it).
@@ -12,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from persyn.core.config.section import Section
 
-__all__ = ["MemoryConfig", "RetrievalWeights", "SensitivityName"]
+__all__ = ["GraphConfig", "MemoryConfig", "RetrievalWeights", "SensitivityName"]
 
 
 SensitivityName = Literal["public", "private", "confidential", "restricted"]  # core/records.py Sensitivity
@@ -191,3 +192,31 @@ def _embedder_kind(spec: str) -> str:
     if kind in ("sentence-transformers", "test") and not rest:
         raise ValueError(f"embedder {spec!r} names no model: use '{kind}:NAME'")
     return kind
+
+
+class GraphConfig(Section):
+    """The knowledge graph (SPEC §4.3): populated after each conversation closes, read as
+    context for the entities an input mentions. Optional: disabled (or failing) it costs
+    context, never a turn."""
+
+    enabled: bool = Field(
+        default=True, description="Extract entities and relations, and show them as context."
+    )
+    hops: int = Field(
+        default=2, ge=1, le=4, description="How far from a mentioned entity the context reaches."
+    )
+    max_relations: int = Field(
+        default=30, ge=1, le=500, description="At most this many relations in a prompt."
+    )
+    max_path_hops: int = Field(
+        default=4,
+        ge=1,
+        le=6,
+        description="Shortest paths between mentioned entities, up to this many relations.",
+    )
+    budget_fraction: float = Field(
+        default=0.05,
+        gt=0,
+        le=0.5,
+        description="Share of the respond model's context window graph lines may take.",
+    )
