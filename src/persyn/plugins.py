@@ -9,11 +9,17 @@ keep one since removed. Other distributions' entries (plugins) are kept either w
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["declared"]
+__all__ = ["declared", "loaded"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _CHECKOUT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
@@ -25,6 +31,23 @@ def declared(group: str) -> list[EntryPoint]:
     if checkout is not None:
         points = {name: point for name, point in points.items() if not _persyns(point)} | checkout
     return [points[name] for name in sorted(points)]
+
+
+def loaded(group: str, kind: type[T]) -> list[T]:
+    """What the entry points of `group` name, each loaded and checked to be a `kind`. One that
+    fails to load, or is something else, is logged and skipped: the rest of the group still works."""
+    found: list[T] = []
+    for point in declared(group):
+        try:
+            value = point.load()
+        except Exception:
+            log.warning("%s entry %r (%s) failed to load", group, point.name, point.value, exc_info=True)
+            continue
+        if not isinstance(value, kind):
+            log.warning("%s entry %r (%s) is not a %s", group, point.name, point.value, kind.__name__)
+            continue
+        found.append(value)
+    return found
 
 
 def _persyns(point: EntryPoint) -> bool:

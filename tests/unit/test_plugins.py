@@ -4,11 +4,15 @@ metadata an earlier install left)."""
 
 from __future__ import annotations
 
+import logging
 import tomllib
+from fractions import Fraction
 from pathlib import Path
 
+import pytest
+
 from persyn.channels.registry import ChannelPlugin, channel_plugins
-from persyn.plugins import declared
+from persyn.plugins import declared, loaded
 from persyn.tools.providers import ToolProvider, tool_providers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,3 +42,27 @@ def test_every_declared_tool_group_loads_and_is_registered() -> None:
     assert len(providers) == len(table)
     assert [provider.name for provider in providers if provider.gives_way] == ["mcp"]
     assert providers[-1].name == "mcp"  # asked last: its tools give way to the others
+
+
+def test_a_broken_or_foreign_entry_is_skipped_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A third party's distribution declares three entries in a group: one that is what the group
+    takes, one whose module does not exist, one that is something else. Only the first is loaded;
+    the other two are logged by name and the group still works."""
+    dist = tmp_path / "someone_else-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: someone-else\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[persyn.test_group]\n"
+        "good = fractions:Fraction\n"
+        "missing = no_such_module_anywhere:thing\n"
+        "foreign = json:dumps\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="persyn.plugins"):
+        found = loaded("persyn.test_group", type)
+    assert found == [Fraction]
+    said = caplog.text
+    assert "'missing' (no_such_module_anywhere:thing) failed to load" in said
+    assert "'foreign' (json:dumps) is not a type" in said

@@ -10,14 +10,13 @@ process takes the lease) and how `persyn doctor` probes it. The surfaces a comma
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pydantic import SecretStr
 
 from persyn.core.config import Settings
-from persyn.plugins import declared
+from persyn.plugins import loaded
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.channel import LeasedChannel
 
@@ -31,7 +30,6 @@ __all__ = [
     "revealed",
 ]
 
-log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "persyn.channels"
 # A probe is bounded and changes nothing on the server (no log-in that would leave a device behind).
@@ -76,18 +74,9 @@ def channel_plugins() -> tuple[ChannelPlugin, ...]:
     load is logged and skipped: the others still connect."""
     global _loaded
     if _loaded is None:
-        found: list[ChannelPlugin] = []
-        for point in declared(ENTRY_POINT_GROUP):
-            try:
-                plugin = point.load()
-            except Exception:
-                log.warning("channel plugin %r (%s) failed to load", point.name, point.value, exc_info=True)
-                continue
-            if not isinstance(plugin, ChannelPlugin):
-                log.warning("channel plugin %r (%s) is not a ChannelPlugin", point.name, point.value)
-                continue
-            found.append(plugin)
-        _loaded = tuple(sorted(found, key=lambda plugin: (plugin.rank, plugin.service)))
+        _loaded = tuple(
+            sorted(loaded(ENTRY_POINT_GROUP, ChannelPlugin), key=lambda plugin: (plugin.rank, plugin.service))
+        )
     return _loaded
 
 

@@ -11,7 +11,6 @@ for a configuration (its section off) gives an empty list.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +19,7 @@ from typing import Any
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
 from persyn.gateway.base import ToolSpec
-from persyn.plugins import declared
+from persyn.plugins import loaded
 from persyn.store.base import ReminderAction, Store
 from persyn.tools.builtin.own import Audience, RunProvenance
 from persyn.tools.images.generate import ImagesContext
@@ -31,7 +30,6 @@ from persyn.tools.skills.library import SkillLibrary
 
 __all__ = ["ENTRY_POINT_GROUP", "ToolProvider", "ToolScope", "tool_providers"]
 
-log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "persyn.tools"
 
@@ -83,16 +81,7 @@ def tool_providers() -> tuple[ToolProvider, ...]:
     that fails to load is logged and skipped: the other groups still work."""
     global _loaded
     if _loaded is None:
-        found: list[ToolProvider] = []
-        for point in declared(ENTRY_POINT_GROUP):
-            try:
-                provider = point.load()
-            except Exception:
-                log.warning("tool provider %r (%s) failed to load", point.name, point.value, exc_info=True)
-                continue
-            if not isinstance(provider, ToolProvider):
-                log.warning("tool provider %r (%s) is not a ToolProvider", point.name, point.value)
-                continue
-            found.append(provider)
-        _loaded = tuple(sorted(found, key=lambda provider: provider.gives_way))
+        _loaded = tuple(
+            sorted(loaded(ENTRY_POINT_GROUP, ToolProvider), key=lambda provider: provider.gives_way)
+        )
     return _loaded
