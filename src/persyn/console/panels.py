@@ -13,7 +13,7 @@ import shlex
 from typing import ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -34,6 +34,7 @@ __all__ = [
     "DirectoryPanel",
     "MindPanel",
     "Panel",
+    "Table",
     "UsagePanel",
 ]
 
@@ -45,6 +46,27 @@ DIRECTORY_HELP = (
     "attach SERVICE CHANNEL SPEAKER · detach SERVICE CHANNEL SPEAKER · prefer SERVICE:CHANNEL · "
     "add-address LABEL VALUE · remove-address LABEL VALUE"
 )
+
+
+class Table(DataTable[str | Text]):
+    """A DataTable whose header follows its columns' widths. DataTable measures new rows when
+    idle and widens their columns then, but a header painted before keeps its cached, narrower
+    line until something else changes the table (a starved run showed the rows laid out under
+    a header at its labels' widths): when a width changes, the cached lines go."""
+
+    def __init__(self, *, id: str) -> None:
+        super().__init__(id=id, cursor_type="row")
+        self._painted_widths: tuple[int, ...] = ()
+
+    async def _on_idle(self, _: events.Idle) -> None:
+        # Textual calls each class's idle handler in turn, this one first: measuring here
+        # leaves DataTable's own call after it nothing to do, and the widget's repaints.
+        await super()._on_idle(_)
+        widths = tuple(column.content_width for column in self.ordered_columns)
+        if widths != self._painted_widths:
+            self._painted_widths = widths
+            self._clear_caches()
+            self.refresh()
 
 
 class ConversationItem(ListItem):
@@ -98,7 +120,7 @@ class DirectoryPanel(Panel):
 
     def compose(self) -> ComposeResult:
         with Horizontal():
-            yield DataTable(id="contacts", cursor_type="row")
+            yield Table(id="contacts")
             with VerticalScroll(id="contact-view"):
                 yield Static(id="contact-digest")
                 yield ListView(id="contact-conversations")
@@ -242,7 +264,7 @@ class ChannelsPanel(Panel):
 
     def compose(self) -> ComposeResult:
         with Horizontal():
-            yield DataTable(id="channel-list", cursor_type="row")
+            yield Table(id="channel-list")
             with VerticalScroll():
                 yield ListView(id="channel-conversations")
                 yield Static(id="channel-dialog")
@@ -330,7 +352,7 @@ class MindPanel(Panel):
         with VerticalScroll(id="mind-scroll"):
             yield Static(id="mind-view")
         yield Static(Text(f"Turns on {self.where[0]}/{self.where[1]}, newest first (↑/↓ picks one):"))
-        yield DataTable(id="turns", cursor_type="row")
+        yield Table(id="turns")
         with VerticalScroll(id="trace-scroll"):
             yield Static(id="turn-trace")
         yield Static(classes="result")

@@ -109,13 +109,31 @@ def _panel(key: str, ready: Callable[[ConsoleApp], bool]) -> Callable[[Pilot[Any
         await until(pilot, lambda: ready(app), f"the panel behind {key}")
         await app.workers.wait_for_complete()  # nothing is still loading when it is taken
         await pilot.pause()
-        # A table sizes its columns when idle and may not have repainted since (a starved CI
-        # run snapshotted the contacts with their header widths): lay out and paint anew.
-        app.screen.refresh(layout=True)
-        await pilot.pause()
-        await pilot.pause()
+        await _painted(pilot)
 
     return run_before
+
+
+async def _painted(pilot: Pilot[Any]) -> None:
+    """Wait until every table on screen paints its header as wide as its rows: a table
+    measures new rows when idle and repaints its header after, which a starved CI run
+    snapshotted in between (the rows laid out, the header still at its labels' widths)."""
+    app = pilot.app
+
+    def headers_laid_out() -> bool:
+        app.screen.refresh(layout=True)
+        for table in app.screen.query(DataTable):
+            if table.row_count == 0 or not table.region.area:  # empty or not on screen
+                continue
+            painted = table.render_line(0).text
+            for column in table.ordered_columns:
+                label = str(column.label)
+                if f" {label}{' ' * (column.content_width - len(label))} " not in painted:
+                    return False
+        return True
+
+    await until(pilot, headers_laid_out, "each table's header to be painted at its rows' widths")
+    await pilot.pause()
 
 
 def _static(selector: str, text: str) -> Callable[[ConsoleApp], bool]:
@@ -167,7 +185,7 @@ def test_the_mind_panel_with_an_older_turn_picked(snap_compare: Any, tmp_path: P
         await pilot.press("down")  # the older turn: its objection and decision
         picked = _static("#turn-trace", "false-premise")
         await until(pilot, lambda: picked(app), "the older turn's trace")
-        await pilot.pause()
+        await _painted(pilot)
 
     # One lens to draw from: the second critic is the same whatever the events' ids.
     app = _app(tmp_path, DELIBERATE + 'lenses = ["adversarial"]\n', _two_console_turns)
