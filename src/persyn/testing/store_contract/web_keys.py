@@ -11,6 +11,7 @@ from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.store import Store
 from persyn.store.ports.web_keys import WebKey
+from persyn.testing.store_contract.base import Contract
 
 T0 = datetime(2026, 12, 1, 9, tzinfo=UTC)
 
@@ -21,27 +22,29 @@ def _key(name: str, digest: str, at: datetime, **extra: object) -> WebKey:
     )
 
 
-async def test_keys_are_found_by_hash_listed_in_order_and_revoked_once(store: Store) -> None:
-    laptop = await store.add_web_key(_key("laptop", "a", T0))
-    ops = await store.add_web_key(_key("ops", "b", T0 + timedelta(minutes=1), operator=True))
-    assert await store.web_key_by_hash("a" * 64) == laptop
-    assert await store.web_key_by_hash("c" * 64) is None
-    assert [k.name for k in await store.web_keys()] == ["laptop", "ops"]
-    assert (await store.web_keys())[1].operator is True
+class WebKeysContract(Contract):
+    """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
-    later = T0 + timedelta(hours=1)
-    revoked = await store.revoke_web_key(laptop.id, later)
-    assert revoked is not None and revoked.revoked_at == later
-    again = await store.revoke_web_key(laptop.id, later + timedelta(hours=1))
-    assert again is not None and again.revoked_at == later  # the first revocation stays
-    assert await store.revoke_web_key(new_id(T0), later) is None
-    found = await store.web_key_by_hash("a" * 64)
-    assert found is not None and found.revoked_at == later
-    assert (await store.web_key_by_hash("b" * 64)) == ops
+    async def test_keys_are_found_by_hash_listed_in_order_and_revoked_once(self, store: Store) -> None:
+        laptop = await store.add_web_key(_key("laptop", "a", T0))
+        ops = await store.add_web_key(_key("ops", "b", T0 + timedelta(minutes=1), operator=True))
+        assert await store.web_key_by_hash("a" * 64) == laptop
+        assert await store.web_key_by_hash("c" * 64) is None
+        assert [k.name for k in await store.web_keys()] == ["laptop", "ops"]
+        assert (await store.web_keys())[1].operator is True
 
+        later = T0 + timedelta(hours=1)
+        revoked = await store.revoke_web_key(laptop.id, later)
+        assert revoked is not None and revoked.revoked_at == later
+        again = await store.revoke_web_key(laptop.id, later + timedelta(hours=1))
+        assert again is not None and again.revoked_at == later  # the first revocation stays
+        assert await store.revoke_web_key(new_id(T0), later) is None
+        found = await store.web_key_by_hash("a" * 64)
+        assert found is not None and found.revoked_at == later
+        assert (await store.web_key_by_hash("b" * 64)) == ops
 
-async def test_a_hash_is_never_stored_twice(store: Store) -> None:
-    await store.add_web_key(_key("one", "d", T0))
-    with pytest.raises(StoreError):
-        await store.add_web_key(_key("two", "d", T0))
-    assert [k.name for k in await store.web_keys()] == ["one"]
+    async def test_a_hash_is_never_stored_twice(self, store: Store) -> None:
+        await store.add_web_key(_key("one", "d", T0))
+        with pytest.raises(StoreError):
+            await store.add_web_key(_key("two", "d", T0))
+        assert [k.name for k in await store.web_keys()] == ["one"]
