@@ -113,9 +113,20 @@ def test_a_third_party_runs_contract_groups_on_its_store_and_lacking_a_capabilit
     assert all(line.endswith("this store offers no knowledge graph (GraphStore)") for line in skips), skips
 
 
+def test_a_missing_test_dependency_is_named_with_the_install_hint() -> None:
+    blocked = "import sys; sys.modules['hypothesis'] = None; import persyn.testing.store_contract"
+    ran = subprocess.run(
+        [sys.executable, "-c", blocked], env=os.environ.copy(), capture_output=True, text=True, check=False
+    )
+    assert ran.returncode != 0
+    assert (
+        "needs the test dependency 'hypothesis': pip install pytest pytest-asyncio hypothesis" in ran.stderr
+    )
+
+
 def test_every_group_is_in_the_table_and_in_the_whole_contract_once() -> None:
     package = Path(contract_package.__file__).parent
-    modules = {path.stem for path in package.glob("*.py")} - {"__init__", "base"}
+    modules = {path.stem for path in package.glob("*.py")} - {"__init__", "_needs", "base"}
     assert set(GROUP_PORTS) == modules
     assert {group.__module__.rsplit(".", 1)[-1] for group in CONTRACT_GROUPS} == modules
     assert set(StoreContract.__mro__) >= set(CONTRACT_GROUPS)

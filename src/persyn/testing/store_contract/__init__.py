@@ -13,10 +13,11 @@ pass it from tests/contract/; a third backend proves itself the same way:
 `StoreContract` is every group at once; each group is also a class of its own
 (`MemoryContract`, `GraphContract`, ...) to run alone. A group whose port is an optional
 capability skips on a store without it (`GROUP_PORTS` in `base.py` is the table). The suite
-needs the dev dependencies pytest, pytest-asyncio (`asyncio_mode = "auto"`) and hypothesis;
-nothing in production imports this package.
+needs pytest, pytest-asyncio (`asyncio_mode = "auto"`) and hypothesis, Persyn's dev dependencies
+(`_needs.py` names one that is missing); nothing in production imports this package.
 """
 
+from persyn.testing.store_contract import _needs  # noqa: F401  (first: the install hint)
 from persyn.testing.store_contract.activity import ActivityContract
 from persyn.testing.store_contract.artifacts import ArtifactsContract
 from persyn.testing.store_contract.base import GROUP_PORTS, Contract, StoreFactory
