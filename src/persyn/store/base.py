@@ -1,5 +1,5 @@
 """The storage port (ARCHITECTURE §4). One schema, several backends; every backend passes
-`tests/contract/`. Every row carries `agent_id`; every id is a ULID.
+the contract, `persyn.testing.store_contract`. Every row carries `agent_id`; every id is a ULID.
 
 `Store` is composed of sub-ports, one module per concern with its row types beside it:
 `events` (events, completion markers, deliberation traces), `directory` (agents, persons,

@@ -7,7 +7,7 @@ without SQLite-only syntax (no `instr`, no JSON functions in queries), so a Post
 can reuse the statements as they are.
 
 Visibility (`_visible`) is `memory.access.may_surface` written as SQL over a fact's
-provenance columns; tests/contract/test_graph_contract.py checks the two agree on every
+provenance columns; persyn/testing/store_contract/graph.py checks the two agree on every
 combination.
 """
 
