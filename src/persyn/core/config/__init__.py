@@ -2,7 +2,7 @@
 start into frozen pydantic models, with `PERSYN_SECTION__KEY` environment variables over it.
 
 One module per section (`models.py` is `[models]`, `memory.py` is `[memory]`, ...) over the strict
-`Section` base (`section.py`); `settings.py` composes them into `Settings`; `sources.py` reads
+`Section` base (`core/section.py`); `settings.py` composes them into `Settings`; `sources.py` reads
 the file and the environment (pydantic-settings sources); `template.py` writes the starter file
 and the README's key reference from the models' descriptions. Callers import from here.
 """

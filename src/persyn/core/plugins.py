@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_CHECKOUT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+_CHECKOUT = Path(__file__).resolve().parents[3] / "pyproject.toml"
 
 
 def declared(group: str) -> list[EntryPoint]:
