@@ -1,6 +1,8 @@
 """The channels registry: each chat network or surface under `channels/` registers one
 `ChannelPlugin` in the `persyn.channels` entry-point group of its distribution
-(`core/plugins.py`), so a new network is its folder plus one line in `pyproject.toml`.
+(`core/plugins.py`), so a new network is its folder plus one line in `pyproject.toml`, and one
+more under `persyn.channel_settings` for its `[channels.NAME]` section (`config.py`, which the
+configuration loads: `core/config/chat.py`).
 
 A plugin names its service and, for a network `persyn run` connects, says whether the settings
 ask for it, how to build its leased channel (`runtime/channel.py`: built afresh each time a
