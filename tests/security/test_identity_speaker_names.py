@@ -19,6 +19,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.channels.irc.channel import IrcChannel
+from persyn.channels.irc.config import IrcConfig
 from persyn.core.clock import ManualClock
 from persyn.testing import models
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
@@ -73,7 +74,9 @@ async def _on_irc(home: Path, port: int) -> AsyncIterator[tuple[Pilot, IrcChanne
     clock = ManualClock(START)
     settings = harness_settings(home, model=f"test:{DOUBLE}", config=config)
     async with run_runtime(settings, clock=clock) as pilot, ticking(clock, timedelta(seconds=1), 0.005):
-        channel = IrcChannel(settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime)
+        channel = IrcChannel(
+            settings.channels.section(IrcConfig), {pilot.agent.id: pilot.agent}, pilot.runtime
+        )
         await channel.start()
         try:
             yield pilot, channel

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from persyn.channels.registry import ChannelPlugin, channel_plugins
-from persyn.plugins import declared, loaded
+from persyn.core.plugins import declared, loaded
 from persyn.tools.providers import ToolProvider, tool_providers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def test_a_broken_or_foreign_entry_is_skipped_and_said(
         "foreign = json:dumps\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    with caplog.at_level(logging.WARNING, logger="persyn.plugins"):
+    with caplog.at_level(logging.WARNING, logger="persyn.core.plugins"):
         found = loaded("persyn.test_group", type)
     assert found == [Fraction]
     said = caplog.text

@@ -1,6 +1,8 @@
 """The channels registry: each chat network or surface under `channels/` registers one
 `ChannelPlugin` in the `persyn.channels` entry-point group of its distribution
-(`persyn/plugins.py`), so a new network is its folder plus one line in `pyproject.toml`.
+(`core/plugins.py`), so a new network is its folder plus one line in `pyproject.toml`, and one
+more under `persyn.channel_settings` for its `[channels.NAME]` section (`config.py`, which the
+configuration loads: `core/config/chat.py`).
 
 A plugin names its service and, for a network `persyn run` connects, says whether the settings
 ask for it, how to build its leased channel (`runtime/channel.py`: built afresh each time a
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 
 from persyn.core.config import Settings
-from persyn.plugins import loaded
+from persyn.core.plugins import loaded
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.channel import LeasedChannel
 

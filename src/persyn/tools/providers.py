@@ -1,5 +1,5 @@
 """Tool providers (SPEC §4.6): each tool group offers its tools through one `ToolProvider`,
-registered in the `persyn.tools` entry-point group of its distribution (`persyn/plugins.py`), so
+registered in the `persyn.tools` entry-point group of its distribution (`core/plugins.py`), so
 a new group is one folder plus one line in `pyproject.toml`. `runtime/turn/agent_tools.py`
 binds a `ToolScope` to one activation and registers what every provider gives for it.
 
@@ -18,8 +18,8 @@ from typing import Any
 
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
+from persyn.core.plugins import loaded
 from persyn.gateway.base import ToolSpec
-from persyn.plugins import loaded
 from persyn.store.base import ReminderAction, Store
 from persyn.tools.builtin.own import Audience, RunProvenance
 from persyn.tools.images.generate import ImagesContext

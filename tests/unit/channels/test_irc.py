@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from irc_server import IrcPeer, IrcServer
 
 from persyn.channels.irc.channel import IrcChannel, parse_line, split_text
+from persyn.channels.irc.config import IrcConfig
 from persyn.core.clock import ManualClock
-from persyn.core.config import IrcConfig
 from persyn.core.errors import ConfigError
 from persyn.core.events import Event
 from persyn.testing import models
@@ -57,7 +57,9 @@ async def on_irc(
     clock = ManualClock(START)
     settings = harness_settings(home, model=f"test:{ROOM_DOUBLE}", config=_config(port, rooms, irc=irc))
     async with run_runtime(settings, clock=clock) as pilot, ticking(clock, timedelta(seconds=1), 0.005):
-        channel = IrcChannel(settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime)
+        channel = IrcChannel(
+            settings.channels.section(IrcConfig), {pilot.agent.id: pilot.agent}, pilot.runtime
+        )
         await channel.start()
         try:
             yield pilot, channel
@@ -394,7 +396,10 @@ async def test_server_password_wrong_then_right(tmp_path: Path) -> None:
         )
         async with run_runtime(settings, clock=ManualClock(START)) as pilot:
             wrong = IrcChannel(
-                settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime, password="nope"
+                settings.channels.section(IrcConfig),
+                {pilot.agent.id: pilot.agent},
+                pilot.runtime,
+                password="nope",
             )
             await wrong.start()
             refused = next(iter(wrong.connections.values()))
@@ -402,7 +407,10 @@ async def test_server_password_wrong_then_right(tmp_path: Path) -> None:
             assert not refused.ready.is_set() and refused.connections == 0
             await wrong.stop()
             right = IrcChannel(
-                settings.channels.irc, {pilot.agent.id: pilot.agent}, pilot.runtime, password="opensesame"
+                settings.channels.section(IrcConfig),
+                {pilot.agent.id: pilot.agent},
+                pilot.runtime,
+                password="opensesame",
             )
             await right.start()
             try:
@@ -438,7 +446,9 @@ async def test_a_known_contact_listed_in_bots_later_becomes_an_agent(tmp_path: P
             first = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}["bob"]
             assert first.kind == "human"
             await irc.stop()
-            listed = pilot.settings.channels.irc.model_copy(update={"bots": ["Bob"]})  # nicks match any case
+            listed = pilot.settings.channels.section(IrcConfig).model_copy(
+                update={"bots": ["Bob"]}
+            )  # nicks match any case
             restarted = IrcChannel(listed, {pilot.agent.id: pilot.agent}, pilot.runtime)
             await restarted.start()
             try:

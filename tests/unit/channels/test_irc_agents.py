@@ -13,6 +13,7 @@ import pytest
 from irc_server import IrcPeer, IrcServer
 
 from persyn.channels.irc.channel import IrcChannel
+from persyn.channels.irc.config import IrcConfig
 from persyn.core.clock import ManualClock
 from persyn.store.base import Role
 from persyn.store.ports.runs import SpendKind
@@ -55,7 +56,7 @@ async def test_two_agents_in_a_room_stop_on_their_own(tmp_path: Path, ircd: IrcS
     await sam.join("#tea")
     try:
         async with run_runtime(settings, clock=clock) as pilot, ticking(clock):
-            irc = IrcChannel(settings.channels.irc, {ADA.id: ADA, BOB.id: BOB}, pilot.runtime)
+            irc = IrcChannel(settings.channels.section(IrcConfig), {ADA.id: ADA, BOB.id: BOB}, pilot.runtime)
             await irc.start()
             try:
                 for nick in ("Ada", "Bob"):

@@ -27,8 +27,9 @@ from test_irc import ticking
 
 from persyn.channels.matrix._messages import in_timeline_order
 from persyn.channels.matrix.channel import MatrixChannel, render_html
+from persyn.channels.matrix.config import MatrixConfig
 from persyn.core.clock import ManualClock
-from persyn.core.config import AgentConfig, MatrixConfig, Secrets, Settings
+from persyn.core.config import AgentConfig, Secrets, Settings
 from persyn.core.errors import ConfigError
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
@@ -86,7 +87,7 @@ def _config(
 def _channel(pilot: Pilot) -> MatrixChannel:
     settings = pilot.settings
     return MatrixChannel(
-        settings.channels.matrix,
+        settings.channels.section(MatrixConfig),
         {pilot.agent.id: pilot.agent},
         pilot.runtime,
         state_dir=settings.data_dir / "matrix",
@@ -203,7 +204,7 @@ async def test_no_credentials_is_a_config_error(tmp_path: Path) -> None:
     ) as pilot:
         with pytest.raises(ConfigError, match="MATRIX_ACCESS_TOKEN or MATRIX_PASSWORD"):
             MatrixChannel(
-                pilot.settings.channels.matrix,
+                pilot.settings.channels.section(MatrixConfig),
                 {pilot.agent.id: pilot.agent},
                 pilot.runtime,
                 state_dir=tmp_path,
@@ -316,7 +317,7 @@ async def test_the_deployments_other_agent_is_a_contact_of_kind_agent(
     clock = ManualClock(START)
     async with people(accounts, "sam") as (sam,), run_runtime(settings, clock=clock) as pilot, ticking(clock):
         matrix = MatrixChannel(
-            settings.channels.matrix,
+            settings.channels.section(MatrixConfig),
             {a.id: a for a in settings.agents},
             pilot.runtime,
             state_dir=settings.data_dir / "matrix",
@@ -358,7 +359,7 @@ async def test_an_access_token_serves_its_own_user_only(
 
         def by_token(token: str) -> MatrixChannel:
             return MatrixChannel(
-                settings.channels.matrix,
+                settings.channels.section(MatrixConfig),
                 {pilot.agent.id: pilot.agent},
                 pilot.runtime,
                 state_dir=settings.data_dir / "matrix",
@@ -570,7 +571,7 @@ async def test_restarted_adapter_resumes_from_its_sync_token(tmp_path: Path, acc
             await again.stop()
         # A first start (no state yet) takes the current position: no history is answered.
         fresh = MatrixChannel(
-            pilot.settings.channels.matrix,
+            pilot.settings.channels.section(MatrixConfig),
             {pilot.agent.id: pilot.agent},
             pilot.runtime,
             state_dir=tmp_path / "fresh",
@@ -602,7 +603,7 @@ async def test_a_first_start_soon_after_another_answers_no_history(tmp_path: Pat
         await matrix.stop()
         await lee.say(direct, "said while nobody listened")
         fresh = MatrixChannel(
-            pilot.settings.channels.matrix,
+            pilot.settings.channels.section(MatrixConfig),
             {pilot.agent.id: pilot.agent},
             pilot.runtime,
             state_dir=tmp_path / "fresh",
@@ -716,7 +717,9 @@ async def test_doctor_reports_each_chat_channel(tmp_path: Path, accounts: Synaps
             f'[channels.matrix]\nhomeserver = "{homeserver}"\nuser_id = "@{{agent}}:{SERVER_NAME}"\n'
         )
         base = harness_settings(tmp_path / "home", config=config)
-        return base.model_copy(update={"secrets": Secrets(**{k: SecretStr(v) for k, v in secrets.items()})})
+        return base.model_copy(
+            update={"secrets": Secrets(channels={k: SecretStr(v) for k, v in secrets.items()})}
+        )
 
     def lines(checks: list[Check]) -> dict[str, tuple[bool, str]]:
         return {c.name: (c.ok, c.detail) for c in checks}

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from persyn.channels.telegram.channel import TelegramChannel, split_message
+from persyn.channels.telegram.config import TelegramConfig
 from persyn.channels.telegram.format import telegram_html
 from persyn.core.clock import ManualClock
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
@@ -219,7 +220,9 @@ async def bot(home: Path, fake: FakeBotApi) -> AsyncIterator[tuple[Pilot, Telegr
         )
         settings = harness_settings(home, config=config)
         async with run_runtime(settings, clock=ManualClock(START)) as pilot:
-            channel = TelegramChannel(settings.channels.telegram, pilot.agent, pilot.runtime, token=TOKEN)
+            channel = TelegramChannel(
+                settings.channels.section(TelegramConfig), pilot.agent, pilot.runtime, token=TOKEN
+            )
             await channel.start()
             try:
                 yield pilot, channel
@@ -269,7 +272,9 @@ async def test_groups_answer_mentions_and_a_repeated_update_once(tmp_path: Path)
         # A restarted adapter has no offset: Telegram sends what it kept again, and the same
         # message is the same event, not answered twice.
         await channel.stop()
-        again = TelegramChannel(pilot.settings.channels.telegram, pilot.agent, pilot.runtime, token=TOKEN)
+        again = TelegramChannel(
+            pilot.settings.channels.section(TelegramConfig), pilot.agent, pilot.runtime, token=TOKEN
+        )
         await again.start()
         calls = len(fake.calls)
         await _until(lambda: fake.calls[calls:].count("getUpdates") >= 2, "the updates read again")

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from persyn.core.config import AgentConfig, IrcConfig
+from persyn.channels.irc.config import IrcConfig
+from persyn.core.config import AgentConfig
 from persyn.core.errors import ChannelError, InputError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import new_id

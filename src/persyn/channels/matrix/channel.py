@@ -74,8 +74,9 @@ from persyn.channels.matrix._messages import (
     without_reply_fallback,
 )
 from persyn.channels.matrix._state import AccountState
+from persyn.channels.matrix.config import MatrixConfig
 from persyn.channels.telegram.channel import split_message
-from persyn.core.config import AgentConfig, MatrixConfig
+from persyn.core.config import AgentConfig
 from persyn.core.errors import ChannelError, ConfigError, InputError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import derived_id

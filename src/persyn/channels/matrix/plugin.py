@@ -8,6 +8,7 @@ from functools import partial
 
 import httpx
 
+from persyn.channels.matrix.config import MatrixConfig
 from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed
 from persyn.core.config import AgentConfig, Settings
 from persyn.runtime.api import RuntimeAPI
@@ -28,8 +29,8 @@ def _connect(settings: Settings, api: RuntimeAPI) -> LeasedChannel:
             settings,
             agents,
             api,
-            access_token=revealed(secrets.matrix_access_token),
-            password=revealed(secrets.matrix_password),
+            access_token=revealed(secrets.channel("matrix_access_token")),
+            password=revealed(secrets.channel("matrix_password")),
         ),
     )
 
@@ -45,7 +46,7 @@ def _matrix_channel(
     from persyn.channels.matrix.channel import MatrixChannel
 
     return MatrixChannel(
-        settings.channels.matrix,
+        settings.channels.section(MatrixConfig),
         agents,
         api,
         state_dir=settings.data_dir / "matrix",
@@ -55,9 +56,12 @@ def _matrix_channel(
 
 
 async def _probe(settings: Settings) -> Probe:
-    config = settings.channels.matrix
+    config = settings.channels.section(MatrixConfig)
     server = config.homeserver or ""
-    token, password = settings.secrets.matrix_access_token, settings.secrets.matrix_password
+    token, password = (
+        settings.secrets.channel("matrix_access_token"),
+        settings.secrets.channel("matrix_password"),
+    )
     if token is None and password is None:
         return Probe(
             "matrix",
@@ -101,7 +105,7 @@ async def _probe(settings: Settings) -> Probe:
 PLUGIN = ChannelPlugin(
     MATRIX_SERVICE,
     rank=3,
-    configured=lambda settings: bool(settings.channels.matrix.homeserver),
+    configured=lambda settings: bool(settings.channels.section(MatrixConfig).homeserver),
     connect=_connect,
     probe=_probe,
     section="[channels.matrix]",

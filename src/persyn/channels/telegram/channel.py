@@ -29,8 +29,9 @@ from typing import Any, cast
 
 import httpx
 
+from persyn.channels.telegram.config import TelegramConfig
 from persyn.channels.telegram.format import telegram_html
-from persyn.core.config import AgentConfig, TelegramConfig
+from persyn.core.config import AgentConfig
 from persyn.core.errors import ChannelError, InputError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import derived_id

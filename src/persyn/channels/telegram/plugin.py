@@ -9,6 +9,7 @@ import httpx
 
 from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed
 from persyn.channels.telegram.channel import TELEGRAM_SERVICE, TelegramChannel
+from persyn.channels.telegram.config import TelegramConfig
 from persyn.core.config import Settings
 from persyn.core.errors import ConfigError
 from persyn.runtime.api import RuntimeAPI
@@ -18,8 +19,8 @@ __all__ = ["PLUGIN"]
 
 
 def _connect(settings: Settings, api: RuntimeAPI) -> LeasedChannel:
-    telegram = settings.channels.telegram
-    token = revealed(settings.secrets.telegram_bot_token)
+    telegram = settings.channels.section(TelegramConfig)
+    token = revealed(settings.secrets.channel("telegram_bot_token"))
     if token is None:
         raise ConfigError("[channels.telegram] enabled = true needs the bot token in TELEGRAM_BOT_TOKEN")
     agent = (
@@ -29,8 +30,8 @@ def _connect(settings: Settings, api: RuntimeAPI) -> LeasedChannel:
 
 
 async def _probe(settings: Settings) -> Probe:
-    config = settings.channels.telegram
-    token = settings.secrets.telegram_bot_token
+    config = settings.channels.section(TelegramConfig)
+    token = settings.secrets.channel("telegram_bot_token")
     if token is None:
         return Probe(
             "telegram", False, "enabled but TELEGRAM_BOT_TOKEN is not set", "export TELEGRAM_BOT_TOKEN=..."
@@ -54,7 +55,7 @@ async def _probe(settings: Settings) -> Probe:
 PLUGIN = ChannelPlugin(
     TELEGRAM_SERVICE,
     rank=2,
-    configured=lambda settings: settings.channels.telegram.enabled,
+    configured=lambda settings: settings.channels.section(TelegramConfig).enabled,
     connect=_connect,
     probe=_probe,
     section="[channels.telegram]",

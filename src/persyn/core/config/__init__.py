@@ -2,22 +2,17 @@
 start into frozen pydantic models, with `PERSYN_SECTION__KEY` environment variables over it.
 
 One module per section (`models.py` is `[models]`, `memory.py` is `[memory]`, ...) over the strict
-`Section` base (`section.py`); `settings.py` composes them into `Settings`; `sources.py` reads
-the file and the environment (pydantic-settings sources); `template.py` writes the starter file
-and the README's key reference from the models' descriptions. Callers import from here.
+`Section` base (`core/section.py`); a chat network's `[channels.NAME]` section is in its own folder
+(`channels/NAME/config.py`), found by entry point (`chat.py`); `settings.py` composes them into
+`Settings`; `sources.py` reads the file and the environment (pydantic-settings sources);
+`template.py` writes the starter file and the README's key reference from the models'
+descriptions. Callers import from here.
 """
 
 from persyn.core.config.agents import AgentConfig
 from persyn.core.config.autonomy import AutonomyConfig
 from persyn.core.config.browse import BrowseConfig, ReferenceConfig
-from persyn.core.config.chat import (
-    ChannelsConfig,
-    IrcConfig,
-    MatrixConfig,
-    PacingConfig,
-    PacingRules,
-    TelegramConfig,
-)
+from persyn.core.config.chat import ChannelsConfig, PacingConfig, PacingRules
 from persyn.core.config.conversation import ConversationConfig
 from persyn.core.config.deliberation import DeliberationConfig
 from persyn.core.config.dispatch import DispatchConfig
@@ -60,9 +55,7 @@ __all__ = [
     "GraphConfig",
     "GuardrailConfig",
     "ImagesConfig",
-    "IrcConfig",
     "LiveConfig",
-    "MatrixConfig",
     "McpConfig",
     "McpServerConfig",
     "MemoryConfig",
@@ -80,7 +73,6 @@ __all__ = [
     "Settings",
     "SkillsConfig",
     "Task",
-    "TelegramConfig",
     "ToolsConfig",
     "TracingConfig",
     "WebConfig",

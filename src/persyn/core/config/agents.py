@@ -9,8 +9,8 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from persyn.core.config.models import ModelChoice, check_model_choice, check_task_keys
-from persyn.core.config.section import Section
 from persyn.core.ids import is_id
+from persyn.core.section import Section
 
 __all__ = ["AgentConfig"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from persyn.core.config.section import Section
+from persyn.core.section import Section
 
 __all__ = ["ConversationConfig"]
 

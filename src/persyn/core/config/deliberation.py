@@ -10,7 +10,7 @@ from typing import Literal, cast
 
 from pydantic import Field
 
-from persyn.core.config.section import Section
+from persyn.core.section import Section
 
 __all__ = ["DeliberationConfig", "DeliberationMode", "Lens"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from persyn.core.config.section import Section
+from persyn.core.section import Section
 
 __all__ = ["EMOTION_CATEGORIES", "EmotionConfig"]
 

@@ -9,7 +9,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from pydantic import Field, field_validator
 
-from persyn.core.config.section import Section
+from persyn.core.section import Section
 from persyn.core.urls import masked_url
 
 __all__ = ["LiveConfig", "redis_url_problem"]

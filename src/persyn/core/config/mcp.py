@@ -12,7 +12,7 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
-from persyn.core.config.section import Section
+from persyn.core.section import Section
 
 __all__ = ["MCP_SEPARATOR", "McpConfig", "McpServerConfig"]
 

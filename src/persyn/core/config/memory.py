@@ -11,7 +11,7 @@ from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from persyn.core.config.section import Section
+from persyn.core.section import Section
 
 __all__ = ["GraphConfig", "MemoryConfig", "RetrievalWeights", "SensitivityName"]
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from persyn.core.config.section import Section
+from persyn.core.section import Section
 
 __all__ = [
     "CLASSIFIER",

@@ -8,7 +8,7 @@ builds one from `persyn.toml` and the `PERSYN_*` environment.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from persyn.core.config.agents import AgentConfig
 from persyn.core.config.autonomy import AutonomyConfig
 from persyn.core.config.browse import BrowseConfig, ReferenceConfig
-from persyn.core.config.chat import ChannelsConfig, PacingConfig
+from persyn.core.config.chat import ChannelsConfig, PacingConfig, channels_model
 from persyn.core.config.conversation import ConversationConfig
 from persyn.core.config.deliberation import DeliberationConfig
 from persyn.core.config.dispatch import DispatchConfig
@@ -36,23 +36,51 @@ from persyn.core.config.web import WebConfig
 from persyn.core.errors import ConfigError
 from persyn.core.urls import masked_url
 
-__all__ = ["CONFIG_FILE", "DEFAULT_HOME", "Secrets", "Settings"]
+__all__ = ["CONFIG_FILE", "DEFAULT_HOME", "Secrets", "Settings", "channel_secret_variables"]
 
 CONFIG_FILE = "persyn.toml"
 DEFAULT_HOME = Path("~/.persyn")
 
 
+# `[channels]`: a section for each chat network declared under `persyn.channel_settings`
+# (`core/config/chat.py`), built once, when the configuration is imported. The type checker sees
+# the base, whose `section(IrcConfig)` gives each network its own section, typed.
+if TYPE_CHECKING:
+    _Channels = ChannelsConfig
+else:
+    _Channels = channels_model()
+_CHANNEL_SECRETS = _Channels.secret_variables()
+
+
+def channel_secret_variables() -> dict[str, str]:
+    """The chat networks' secrets (`Secrets.channel`): each one's name and its environment variable."""
+    return dict(_CHANNEL_SECRETS)
+
+
 class Secrets(BaseModel):
-    """Secrets: only ever from the environment, never from the file."""
+    """Secrets: only ever from the environment, never from the file. The model providers' API
+    keys, and the secrets each chat network's section declares (`ChannelSection.secrets`)."""
 
     model_config = ConfigDict(frozen=True)
 
     anthropic_api_key: SecretStr | None = None
     openai_api_key: SecretStr | None = None
-    irc_password: SecretStr | None = None
-    telegram_bot_token: SecretStr | None = None
-    matrix_access_token: SecretStr | None = None
-    matrix_password: SecretStr | None = None
+    # By the name a network's section gives it (`irc_password`); those set only.
+    channels: dict[str, SecretStr] = Field(default_factory=dict[str, SecretStr])
+
+    @field_validator("channels")
+    @classmethod
+    def _declared(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        unknown = sorted(set(value) - set(_CHANNEL_SECRETS))
+        if unknown:
+            raise ValueError(f"no chat network declares the secrets {unknown!r}")
+        return value
+
+    def channel(self, name: str) -> SecretStr | None:
+        """The chat network's secret `name` (`"irc_password"`); None when its variable is unset."""
+        if name not in _CHANNEL_SECRETS:
+            raise LookupError(f"no chat network declares the secret {name!r}")
+        return self.channels.get(name)
 
 
 class Settings(BaseSettings):
@@ -107,7 +135,7 @@ class Settings(BaseSettings):
     reference: ReferenceConfig = ReferenceConfig()
     images: ImagesConfig = ImagesConfig()
     skills: SkillsConfig = SkillsConfig()
-    channels: ChannelsConfig = ChannelsConfig()
+    channels: _Channels = _Channels()
     pacing: PacingConfig = PacingConfig()
     web: WebConfig = WebConfig()
     tracing: TracingConfig = TracingConfig()

@@ -10,7 +10,7 @@ import re
 
 from pydantic import Field, field_validator
 
-from persyn.core.config.section import Section
+from persyn.core.section import Section
 
 __all__ = ["AUTHORING_SKILL", "SkillsConfig"]
 

@@ -28,7 +28,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from persyn.core.config.settings import CONFIG_FILE, DEFAULT_HOME, Settings
+from persyn.core.config.settings import CONFIG_FILE, DEFAULT_HOME, Settings, channel_secret_variables
 from persyn.core.errors import ConfigError
 from persyn.core.urls import masked_url
 
@@ -44,14 +44,9 @@ __all__ = [
     "parse_settings",
 ]
 
-_SECRET_ENV = {
-    "anthropic_api_key": "ANTHROPIC_API_KEY",
-    "openai_api_key": "OPENAI_API_KEY",
-    "irc_password": "IRC_PASSWORD",
-    "telegram_bot_token": "TELEGRAM_BOT_TOKEN",
-    "matrix_access_token": "MATRIX_ACCESS_TOKEN",
-    "matrix_password": "MATRIX_PASSWORD",
-}
+# The model providers' keys; the chat networks' secrets are each network's to declare
+# (`channel_secret_variables`).
+_SECRET_ENV = {"anthropic_api_key": "ANTHROPIC_API_KEY", "openai_api_key": "OPENAI_API_KEY"}
 # `PERSYN_` variables that are not settings: read by `home_from_env` (and by nothing else).
 NOT_SETTINGS_ENV = frozenset({"PERSYN_HOME"})
 _NOT_FROM_ENV = {
@@ -239,7 +234,8 @@ def _settings(
     env = os.environ if environ is None else environ
     environment = EnvironmentSource(Settings, env)
     api_keys = {field: SecretStr(env[var]) for field, var in _SECRET_ENV.items() if env.get(var)}
-    fixed = InitSettingsSource(Settings, {"home": home, "secrets": api_keys})
+    networks = {name: SecretStr(env[var]) for name, var in channel_secret_variables().items() if env.get(var)}
+    fixed = InitSettingsSource(Settings, {"home": home, "secrets": {**api_keys, "channels": networks}})
     try:
         # `_build_sources` is BaseSettings.__init__'s own parameter, which the type checker's view
         # of the model (its fields) does not show.

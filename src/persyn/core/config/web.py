@@ -9,7 +9,7 @@ import ipaddress
 
 from pydantic import Field, field_validator
 
-from persyn.core.config.section import Section
+from persyn.core.section import Section
 
 __all__ = ["WebConfig", "is_loopback_host"]
 

@@ -1,10 +1,19 @@
-"""The base of every configuration section: strict, frozen, no unknown key, bounded durations."""
+"""The base of every configuration section: strict, frozen, no unknown key, bounded durations;
+and of a chat network's `[channels.NAME]` section, which also declares the network's secrets.
+
+Outside `core/config/` so that a network's section (`channels/NAME/config.py`) imports its base
+without importing the configuration: `core/config/chat.py` loads those sections while the
+configuration itself is being imported.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-__all__ = ["Section"]
+__all__ = ["ChannelSection", "Section"]
 
 
 class Section(BaseModel):
@@ -30,3 +39,14 @@ class Section(BaseModel):
 
 _DURATION_UNITS = {"_seconds": 1, "_minutes": 60, "_hours": 3600, "_days": 86400}
 _LONGEST_DURATION_SECONDS = 100 * 365 * 86400
+
+
+class ChannelSection(Section):
+    """A chat network's `[channels.NAME]` section, declared by its folder under the
+    `persyn.channel_settings` entry points (`core/config/chat.py`). Every one of its keys has a
+    default: a network nobody configured is off.
+
+    `secrets` names the network's secrets and the environment variable each is read from
+    (`{"irc_password": "IRC_PASSWORD"}`): never a key of the file, served by `Secrets.channel`."""
+
+    secrets: ClassVar[Mapping[str, str]] = {}

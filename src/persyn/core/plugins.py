@@ -1,8 +1,12 @@
-"""The entry points of a group (`persyn.channels`, `persyn.tools`): how a chat network or a tool
-group joins by one folder and one line in `pyproject.toml`.
+"""The entry points of a group (`persyn.channels`, `persyn.channel_settings`, `persyn.tools`): how
+a chat network or a tool group joins by one folder and its lines in `pyproject.toml`.
+
+In `core` because the configuration loads through it too: `core/config/chat.py` builds the
+`[channels]` section from the `persyn.channel_settings` entries, the way the gateway finds a model
+provider by its `persyn.model_providers` entry, so `core` names no chat network in its imports.
 
 The installed distributions declare them in their metadata. When persyn runs from a source
-checkout (its `pyproject.toml` two folders above this package), that file's entries replace the
+checkout (its `pyproject.toml` beside `src/`), that file's entries replace the
 installed persyn's: metadata written by an earlier install does not hide a group added since, nor
 keep one since removed. Other distributions' entries (plugins) are kept either way.
 """
@@ -15,13 +19,13 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["declared", "loaded"]
+__all__ = ["declared", "loaded", "loaded_by_name"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_CHECKOUT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+_CHECKOUT = Path(__file__).resolve().parents[3] / "pyproject.toml"
 
 
 def declared(group: str) -> list[EntryPoint]:
@@ -36,7 +40,12 @@ def declared(group: str) -> list[EntryPoint]:
 def loaded(group: str, kind: type[T]) -> list[T]:
     """What the entry points of `group` name, each loaded and checked to be a `kind`. One that
     fails to load, or is something else, is logged and skipped: the rest of the group still works."""
-    found: list[T] = []
+    return list(loaded_by_name(group, kind).values())
+
+
+def loaded_by_name(group: str, kind: type[T]) -> dict[str, T]:
+    """`loaded`, by each entry point's name (`irc = ...` is `"irc"`), sorted by name."""
+    found: dict[str, T] = {}
     for point in declared(group):
         try:
             value = point.load()
@@ -46,7 +55,7 @@ def loaded(group: str, kind: type[T]) -> list[T]:
         if not isinstance(value, kind):
             log.warning("%s entry %r (%s) is not a %s", group, point.name, point.value, kind.__name__)
             continue
-        found.append(value)
+        found[point.name] = value
     return found
 
 
