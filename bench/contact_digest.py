@@ -3,7 +3,7 @@ digest stays bounded "regardless of how much history a long-known contact has ac
 
 For each history size, stores that many conversations with one contact (each with its
 consolidated memory) plus as many with other people, then times the digest the CLI prints
-(`runtime.inspect.contact`: opening the store, the participant index walk, the summaries)
+(`ops.history.contact`: opening the store, the participant index walk, the summaries)
 and the index walk alone (`Store.person_conversations`).
 
     uv run python bench/contact_digest.py [--sizes 100,1000,10000] [--repeat 20]

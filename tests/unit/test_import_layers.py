@@ -149,6 +149,28 @@ def test_no_two_folders_import_each_other() -> None:
     assert not ties, "folders importing each other:\n" + "\n".join(f"{a} ↔ {b}" for a, b in ties)
 
 
+def _sub_unit(module: str) -> str | None:
+    """The sub-package or module directly inside a top-level folder that a module belongs to:
+    `persyn.store.schema.tables` → `store.schema`, `persyn.tools.providers` → `tools.providers`;
+    None for a top-level folder's own `__init__.py` and for a top-level module."""
+    parts = module.split(".")
+    return ".".join(parts[1:3]) if len(parts) > 2 else None
+
+
+def test_no_two_sub_packages_import_each_other() -> None:
+    """The same one-way rule a level down: `store/sql/` imports `store/schema/`, so the schema
+    never imports `store/sql/` (or a backend) back; the tool groups import `tools/providers.py`,
+    so it names none of their types. A tie makes two sub-packages one that cannot be read,
+    tested or replaced apart. `python scripts/house.py` prints the same figure."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for found in _imports(_modules()):
+        importer, imported = _sub_unit(found.importer), _sub_unit(found.imported)
+        if importer is not None and imported is not None and importer != imported:
+            edges[importer].add(imported)
+    ties = _two_way_ties(edges)
+    assert not ties, "sub-packages importing each other:\n" + "\n".join(f"{a} ↔ {b}" for a, b in ties)
+
+
 def test_the_tie_finder_finds_ties() -> None:
     """The check above is only as good as this."""
     assert _two_way_ties({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == [("a", "b")]

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 # A source tells the run what it put in front of the model: a self-initiated run then writes
-# at most where that may surface (`runtime.autonomy.Autonomy.noticed`).
+# at most where that may surface (`runtime.background.autonomy.Autonomy.noticed`).
 ReadHook = Callable[[TurnSetup, Sequence[Provenanced]], Awaitable[None]]
 
 

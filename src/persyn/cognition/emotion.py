@@ -137,7 +137,7 @@ def shown_distribution(distribution: Mapping[str, float], top: int = 3) -> str:
     return ", ".join(f"{category} {value:.0%}" for category, value in ranked)
 
 
-# The agent's latest `limit` readings as a turn sees them (`runtime.activation.TurnCache.emotions`
+# The agent's latest `limit` readings as a turn sees them (`runtime.turn.activation.TurnCache.emotions`
 # reads them once per activation for all of its steps).
 TurnReadings = Callable[[TurnSetup, int], Awaitable[list[EmotionReading]]]
 

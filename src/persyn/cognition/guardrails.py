@@ -1,6 +1,6 @@
 """Guardrail detectors (SPEC §4.10): what a pattern finds in the interaction history.
 
-Pure functions over a window of messages (`store.guardrails.WindowMessage`, across
+Pure functions over a window of messages (`store.ports.guardrails.WindowMessage`, across
 conversations) for the deterministic rules, and one model call (`judge`, stage `guardrail`)
 for a classifier over one person's window. `runtime/background/guardrails.py` decides when to run them,
 checks the budget, records what they find and acts on it.

@@ -81,7 +81,7 @@ async def review_material(
 
     The provenance is the meet of what was reviewed, nothing more: what the beat's later
     steps recall (its earlier reflections included) narrows the run when it is read
-    (`runtime.autonomy.narrow_run` through the context sources and tools), so a beat that
+    (`runtime.background.autonomy.narrow_run` through the context sources and tools), so a beat that
     reviewed only Ann's private memories may still write to Ann where they formed, and one
     that reviewed nothing it could not say to anyone writes for everyone."""
     found: list[MemoryRecord] = []

@@ -5,7 +5,7 @@ is an ordinary channel adapter with presentation privileges only.
   the console's loop (arrival order; the pipeline never waits).
 - `transcript.py` — the transcript and the five live-cognition rules.
 - `panels.py` — Directory, Channels, Mind, Usage: bounded views and curation.
-- `operator.py` — what the panels call: the CLI's operator functions, bound to an agent.
+- `operator_views.py` — what the panels call: the CLI's operator functions, bound to an agent.
 - `app.py` — `ConsoleApp`: the layout, the composer, the status line.
 """
 

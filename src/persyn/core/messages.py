@@ -1,6 +1,6 @@
 """What a message must be to enter the pipeline (SPEC §4.1), checked the same way wherever it
 arrives: by the intake in a runtime, and by `persyn send` before it reaches one. Standard
-library only, so the fast path of `persyn send` (`runtime.control_client`) can use it
+library only, so the fast path of `persyn send` (`runtime.durable.control_client`) can use it
 without importing the runtime.
 """
 

@@ -1,12 +1,12 @@
 """`persyn tools`: the tools an agent is offered, by source, and one call run as the agent
-would run it — the same registry (`runtime.agent_tools.build_registry`), the same MCP
+would run it — the same registry (`runtime.turn.agent_tools.build_registry`), the same MCP
 connections, argument checks, timeouts and result caps — for checking a configuration.
 
 The call runs as an activation on `--channel` (default `cli:operator`, a channel of its own
 with nobody present), so the memory tools show what the agent could bring up there and no
 more. It sends nothing: `message_contact` is refused here (`persyn send` exists for that). It
 authors none of the agent's own intent either: creating a goal or a reminder, editing a reminder,
-revising or reopening a goal are refused before anything runs (`tools.own.not_the_operators`,
+revising or reopening a goal are refused before anything runs (`tools.builtin.own.not_the_operators`,
 SPEC §4.7, §4.8), also through `call_tool`.
 """
 
@@ -232,7 +232,7 @@ async def call_tool(
 
 
 def _not_the_operators(name: str, arguments: Mapping[str, Any]) -> str | None:
-    """Why the operator may not run this call as the agent (`tools.own.not_the_operators`),
+    """Why the operator may not run this call as the agent (`tools.builtin.own.not_the_operators`),
     looking through `call_tool` to the deferred tool it would run."""
     inner, inner_arguments = arguments.get("name"), arguments.get("arguments")
     if name == CALL_TOOL and isinstance(inner, str) and isinstance(inner_arguments, Mapping):

@@ -432,7 +432,7 @@ class Runtime:
 
     # people, for channels (which never reach into stores) -------------------------------
     async def resolve_speaker(self, agent_id: str, speaker: Speaker) -> tuple[str, str | None]:
-        """The person id behind a speaker and the name they chose (`runtime.speakers`)."""
+        """The person id behind a speaker and the name they chose (`runtime.turn.speakers`)."""
         return await speakers.resolve_speaker(self.store, agent_id, speaker, self.clock.now())
 
     async def remember_display_name(self, agent_id: str, person_id: str, name: str) -> None:
@@ -441,7 +441,7 @@ class Runtime:
     async def knows_speaker(self, agent_id: str, speaker: Speaker) -> bool:
         return await speakers.knows_speaker(self.store, agent_id, speaker)
 
-    # ingestion and dispatch (`runtime.dispatch`) --------------------------------------------
+    # ingestion and dispatch (`runtime.durable.dispatch`) --------------------------------------------
     def validate_text(self, text: str | bytes) -> str:
         return self.intake.validate_text(text)
 

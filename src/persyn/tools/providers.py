@@ -5,8 +5,10 @@ binds a `ToolScope` to one activation and registers what every provider gives fo
 
 A provider reads only its scope: what the activation is (agent, channel, the people present, who
 hears the answers, the provenance of what it writes) and the services the runtime holds (MCP
-connections, the sandbox, the image renderer, the agent's skills). A provider that gives no tool
-for a configuration (its section off) gives an empty list.
+connections, the sandbox, the image renderer, the agent's skills). A service's type belongs to
+the group that uses it, which looks it up by that type (`ToolScope.service`): the groups import
+this module, never the reverse. A provider that gives no tool for a configuration (its section
+off, its service absent) gives an empty list.
 """
 
 from __future__ import annotations
@@ -14,24 +16,22 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.plugins import loaded
 from persyn.gateway.base import ToolSpec
 from persyn.store.base import ReminderAction, Store
-from persyn.tools.builtin.own import Audience, RunProvenance
-from persyn.tools.images.generate import ImagesContext
-from persyn.tools.mcp.servers import McpTools
+from persyn.tools.activation import Audience, RunProvenance
 from persyn.tools.registry import Tool
-from persyn.tools.sandbox.service import SandboxService
-from persyn.tools.skills.library import SkillLibrary
 
 __all__ = ["ENTRY_POINT_GROUP", "ToolProvider", "ToolScope", "tool_providers"]
 
 
 ENTRY_POINT_GROUP = "persyn.tools"
+
+_Service = TypeVar("_Service")
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,12 @@ class ToolScope:
     activity: Callable[[int, str | None], Awaitable[list[Any]]]  # recent activity this audience sees
     advertised: Callable[[], tuple[str, ...]]  # every tool's name, once registered
     started_at: datetime
-    mcp: McpTools | None = None
-    sandbox: SandboxService | None = None
-    images: ImagesContext | None = None
-    skills: SkillLibrary | None = None
+    services: tuple[object, ...] = ()  # the runtime's services for this activation, of the groups' types
+
+    def service(self, kind: type[_Service]) -> _Service | None:
+        """The service of type `kind` the runtime holds for this activation (`McpTools`, the
+        `SandboxService`, …), or None when it holds none (not configured, not available)."""
+        return next((service for service in self.services if isinstance(service, kind)), None)
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from persyn.channels.telegram.channel import TelegramChannel, split_message
+from persyn.channels.telegram.channel import TelegramChannel
 from persyn.channels.telegram.config import TelegramConfig
 from persyn.channels.telegram.format import telegram_html
+from persyn.channels.text import split_message
 from persyn.core.clock import ManualClock
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 
@@ -293,7 +294,7 @@ async def test_groups_answer_mentions_and_a_repeated_update_once(tmp_path: Path)
 
 def test_split_message_keeps_pieces_within_the_limit() -> None:
     text = ("word " * 2000).strip()
-    pieces = split_message(text)
+    pieces = split_message(text, 4096)  # Telegram's limit
     assert all(len(p) <= 4096 for p in pieces) and " ".join(pieces) == text
 
 

@@ -15,20 +15,23 @@ from sqlalchemy import Engine, insert, inspect, text
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.store.base import Goal
+from persyn.store.postgres.migrations import POSTGRES_MIGRATIONS
 from persyn.store.schema import tables as schema
 from persyn.store.schema.migrations import (
     LATEST_VERSION,
     MIGRATIONS,
+    DialectMigrations,
     current_version,
     migrate,
     schema_version,
 )
+from persyn.store.sqlite.migrations import SQLITE_MIGRATIONS
 from persyn.store.sqlite.store import SQLiteStore, create_sqlite_engine
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 # The tables and columns migration 1 creates. If this test fails you changed a v1 table in
-# schema.py: add a new migration for the change and freeze migration 1 (migrations.py says how).
+# schema/tables.py: add a new migration for the change and freeze migration 1 (migrations.py says how).
 V1_COLUMNS = {
     table: columns.split()
     for table, columns in {
@@ -85,7 +88,7 @@ def _version(engine: Engine) -> int:
 
 def _migrate(engine: Engine, target: int | None = None) -> int:
     with engine.connect() as connection:
-        return migrate(connection, "sqlite", target=target)
+        return migrate(connection, SQLITE_MIGRATIONS, target=target)
 
 
 def _schema_sql(engine: Engine) -> list[tuple[str, str]]:
@@ -98,6 +101,24 @@ def test_migrations_are_numbered_one_to_n_without_gaps() -> None:
     assert [m.number for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
     assert LATEST_VERSION == len(MIGRATIONS) >= 2
     assert len({m.name for m in MIGRATIONS}) == len(MIGRATIONS)
+
+
+def test_each_backend_supplies_every_step_that_has_no_portable_form() -> None:
+    """A step in a dialect's own DDL lives in each backend, which hands it to the runner; the
+    schema names no backend. Neither backend offers a step for a migration that does not exist."""
+    own = {m.number for m in MIGRATIONS if m.apply is None}
+    assert own  # FTS5/vec0 on SQLite, tsvector/posting lists on PostgreSQL
+    for dialect in (SQLITE_MIGRATIONS, POSTGRES_MIGRATIONS):
+        assert own <= set(dialect.steps), dialect.name
+        assert set(dialect.steps) <= {m.number for m in MIGRATIONS}, dialect.name
+
+
+def test_a_dialect_without_a_step_is_refused_at_that_migration(engine: Engine) -> None:
+    """Migration 2 has only dialect forms: a dialect that supplies none stops before it, with
+    the database left at version 1 (each migration is its own transaction)."""
+    with engine.connect() as connection, pytest.raises(StoreError, match=r"migration 2 .* 'bare'"):
+        migrate(connection, DialectMigrations("bare"))
+    assert _version(engine) == 1
 
 
 def test_an_empty_database_is_at_version_zero(engine: Engine) -> None:

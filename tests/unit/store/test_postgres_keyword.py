@@ -1,4 +1,4 @@
-"""Keyword search on PostgreSQL through block posting lists (`_postgres_keyword.py`, docs
+"""Keyword search on PostgreSQL through block posting lists (`store/postgres/keyword_index.py`, docs
 §7.2, issue 20): triggers keep the lists equal to the records' words through every kind of
 write — multi-row inserts, deletes across blocks, in-place edits and channel moves, writers
 in parallel, records stored before the lists existed — and the ranking is BM25 over the
@@ -24,6 +24,7 @@ from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.ops.doctor.postgres import postgres_checks
 from persyn.store import Store, open_store
 from persyn.store.postgres.keyword_index import BLOCK
+from persyn.store.postgres.migrations import POSTGRES_MIGRATIONS
 from persyn.store.schema.migrations import migrate
 from persyn.store.schema.tables import memory_records
 from persyn.testing.postgres import PostgresForTests
@@ -318,7 +319,7 @@ async def test_records_stored_before_the_lists_are_indexed_by_the_migration(url:
     engine = _engine(url)
     try:
         with engine.connect() as connection:
-            migrate(connection, "postgresql", target=21)
+            migrate(connection, POSTGRES_MIGRATIONS, target=21)
         rows = [_record(i) for i in range(BLOCK + 30)]
         with engine.begin() as connection:
             connection.execute(
@@ -344,7 +345,7 @@ async def test_records_stored_before_the_lists_are_indexed_by_the_migration(url:
                 ],
             )
         with engine.connect() as connection:
-            migrate(connection, "postgresql")
+            migrate(connection, POSTGRES_MIGRATIONS)
     finally:
         engine.dispose()
     _assert_lists_match(url)

@@ -24,6 +24,7 @@ from persyn.store.schema import tables as schema
 from persyn.store.schema.migrations import LATEST_VERSION, migrate
 from persyn.store.sqlite import ann
 from persyn.store.sqlite.engine import create_sqlite_engine
+from persyn.store.sqlite.migrations import SQLITE_MIGRATIONS
 from persyn.store.sqlite.store import SQLiteStore
 
 T0 = datetime(2026, 12, 2, 6, tzinfo=UTC)
@@ -274,7 +275,7 @@ async def test_migration_16_codes_the_vectors_of_a_version_15_database(tmp_path:
     rows += [(r, v) for r, v in zip(_records(agent_id, OTHER, 5, start=5_000), small, strict=True)]
     try:
         with engine.connect() as connection:
-            assert migrate(connection, "sqlite", target=15) == 15
+            assert migrate(connection, SQLITE_MIGRATIONS, target=15) == 15
         with engine.begin() as connection:  # what the store wrote before migration 16
             connection.exec_driver_sql(
                 f"CREATE VIRTUAL TABLE memory_vectors_{DIMS} USING vec0(record_id text primary key, "
@@ -299,7 +300,7 @@ async def test_migration_16_codes_the_vectors_of_a_version_15_database(tmp_path:
                 [(r.id, r.agent_id, r.channel, struct.pack(f"<{DIMS}f", *v), MODEL) for r, v in rows],
             )
         with engine.connect() as connection:
-            assert migrate(connection, "sqlite") == LATEST_VERSION
+            assert migrate(connection, SQLITE_MIGRATIONS) == LATEST_VERSION
     finally:
         engine.dispose()
     assert _partition(path, agent_id, MAIN) == {

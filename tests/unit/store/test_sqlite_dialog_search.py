@@ -20,6 +20,7 @@ from persyn.core.ids import new_id
 from persyn.store.schema.migrations import migrate
 from persyn.store.schema.tables import conversations, messages
 from persyn.store.sqlite.dialog import fts_query, search_messages_query
+from persyn.store.sqlite.migrations import SQLITE_MIGRATIONS
 from persyn.store.sqlite.store import create_sqlite_engine
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -30,7 +31,7 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     created = create_sqlite_engine(tmp_path / "persyn.db", writer=True)
     try:
         with created.connect() as connection:
-            migrate(connection, "sqlite")
+            migrate(connection, SQLITE_MIGRATIONS)
         yield created
     finally:
         created.dispose()

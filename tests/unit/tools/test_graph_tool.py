@@ -1,4 +1,4 @@
-"""`query_graph` through the agent's real registry (`runtime.tool_ops.call_tool` builds it as an
+"""`query_graph` through the agent's real registry (`ops.tools.call_tool` builds it as an
 activation does): the same compartment and sensitivity rules as the graph context of a turn.
 A stranger's channel learns nothing of another compartment's graph — not its relations, not
 its entities' attributes, not even that an entity exists there."""

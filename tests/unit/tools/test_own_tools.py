@@ -251,8 +251,8 @@ async def test_what_was_set_elsewhere_is_neither_shown_nor_changed_nor_forgotten
     still sees and changes them where she set them."""
     from persyn.core.records import Sensitivity
     from persyn.store.base import Provenance
+    from persyn.tools.activation import Audience, FixedProvenance
     from persyn.tools.builtin.facts import fact_tools
-    from persyn.tools.builtin.own import Audience, FixedProvenance
 
     ann = await store.resolve_person(
         AGENT, Identity(service="chat", channel="dm-ann", speaker_id="ann"), "Ann", "human", T0

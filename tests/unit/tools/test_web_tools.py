@@ -1,6 +1,6 @@
 """`web_search` and `read_url` against a real HTTP server on the loopback (serving search
 answers in the SearXNG and Brave shapes, an HTML page, a PDF made here, a 10 MB body and a
-server that trickles), through the agent's real registry (`runtime.tool_ops.call_tool`).
+server that trickles), through the agent's real registry (`ops.tools.call_tool`).
 
 The loopback is a private address: every test that reads from it has to allow it explicitly,
 and one checks that without that allowance nothing is fetched."""

@@ -1,4 +1,4 @@
-"""Matrix message content in and out, for the Matrix adapter (`matrix.py`): which messages are
+"""Matrix message content in and out, for the Matrix adapter (`channel.py`): which messages are
 text to answer, a reply's body without its quoted fallback, whether a text names the agent, the
 order of a batch's arrival times, and a reply's Markdown rendered as `formatted_body`.
 """

@@ -9,7 +9,7 @@ handlers return, and keeps it in its own store). Two gaps of mautrix are filled 
 raised at once with `retry_after_ms` dropped, so an aiohttp middleware waits it out and resends
 the same request; and its errors are translated to `ChannelError` at this boundary. Message
 content in and out (what is text to answer, mentions, timeline order, the HTML of a reply) is
-`_matrix_messages.py`; the state file an account keeps between runs is `_matrix_state.py`.
+`_messages.py`; the state file an account keeps between runs is `_state.py`.
 
 What it does:
 - Every served agent logs in as `[channels.matrix] user_id` (`{agent}` filled) with
@@ -75,7 +75,7 @@ from persyn.channels.matrix._messages import (
 )
 from persyn.channels.matrix._state import AccountState
 from persyn.channels.matrix.config import MatrixConfig
-from persyn.channels.telegram.channel import split_message
+from persyn.channels.text import split_message
 from persyn.core.config import AgentConfig
 from persyn.core.errors import ChannelError, ConfigError, InputError
 from persyn.core.events import Event, Outbound, Speaker

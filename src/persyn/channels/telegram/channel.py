@@ -31,6 +31,7 @@ import httpx
 
 from persyn.channels.telegram.config import TelegramConfig
 from persyn.channels.telegram.format import telegram_html
+from persyn.channels.text import split_message
 from persyn.core.config import AgentConfig
 from persyn.core.errors import ChannelError, InputError
 from persyn.core.events import Event, Outbound, Speaker
@@ -39,7 +40,7 @@ from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.channel import Channel
 
-__all__ = ["TELEGRAM_SERVICE", "TelegramChannel", "TelegramRefused", "split_message"]
+__all__ = ["TELEGRAM_SERVICE", "TelegramChannel", "TelegramRefused"]
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +60,6 @@ class TelegramRefused(ChannelError):
         super().__init__(f"telegram {method}: {code} {description!r}")
         self.code = code
         self.description = str(description or "")
-
-
-def split_message(text: str, limit: int = _MESSAGE_LIMIT) -> list[str]:
-    """`text` in pieces of at most `limit` characters, cut at a line break or space if possible."""
-    pieces: list[str] = []
-    rest = text.strip()
-    while len(rest) > limit:
-        cut = max(rest.rfind("\n", 0, limit), rest.rfind(" ", 0, limit))
-        cut = cut if cut > 0 else limit
-        pieces.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip()
-    if rest:
-        pieces.append(rest)
-    return pieces
 
 
 class TelegramChannel(Channel):
@@ -169,7 +156,7 @@ class TelegramChannel(Channel):
         if outbound.agent_id != self.agent.id:
             raise ChannelError(f"agent {outbound.agent_id!r} is not the Telegram bot here")
         thread = await self._thread(outbound)
-        for piece in split_message(outbound.text):
+        for piece in split_message(outbound.text, _MESSAGE_LIMIT):
             body: dict[str, Any] = {"chat_id": outbound.channel, "text": telegram_html(piece) or piece}
             if thread is not None:  # the first piece answers the message; the rest follow it
                 body["reply_parameters"] = {"message_id": thread, "allow_sending_without_reply": True}

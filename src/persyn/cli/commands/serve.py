@@ -139,7 +139,7 @@ def send(
         text=body,
         received_at=now.isoformat(),
     )
-    # A running worker takes it over its control socket (`runtime.control`): no DBOS client,
+    # A running worker takes it over its control socket (`runtime.durable.control`): no DBOS client,
     # no queue polling. Without one, the queue path, with the same event (idempotent).
     started = time.monotonic()
     outcome = control.send(settings.data_dir, request, wait=wait, timeout=timeout)

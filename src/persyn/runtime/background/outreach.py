@@ -38,7 +38,7 @@ _WINDOW = timedelta(hours=24)
 
 
 class TargetGate(Protocol):
-    """The guardrails' hard gate for a message the agent initiates (`runtime.guardrails`)."""
+    """The guardrails' hard gate for a message the agent initiates (`runtime.background.guardrails`)."""
 
     async def blocking_target(
         self, agent_id: str, person_id: str | None, service: str, channel: str

@@ -1,8 +1,8 @@
 """Live streams and outbox wake-ups across processes (ARCHITECTURE §5): which bus a deployment
 uses, and the LISTEN/NOTIFY one. Redis pub/sub where `[live] redis_url` is set
-(`live_redis.py`, for either store); otherwise PostgreSQL's own LISTEN/NOTIFY, and on SQLite
+(`redis_bus.py`, for either store); otherwise PostgreSQL's own LISTEN/NOTIFY, and on SQLite
 no bus (its one-host mechanism is the outbox poll). The port and what the relaying buses share
-(bounded queue, joined deltas, sealed token messages, backoff) are in `live_relay.py`.
+(bounded queue, joined deltas, sealed token messages, backoff) are in `relay.py`.
 
 Two things cross processes when a turn runs in one process and its channel is connected in
 another (a `persyn worker` answering a web client held by `persyn run --no-workers`):

@@ -1,5 +1,5 @@
 """The live bus on Redis pub/sub (ARCHITECTURE §5), where `[live] redis_url` is set: the same
-two duties as LISTEN/NOTIFY (`live.py`), for a PostgreSQL store or for several processes of
+two duties as LISTEN/NOTIFY (`bus.py`), for a PostgreSQL store or for several processes of
 one SQLite host. Imported only where configured, so redis-py is loaded only there.
 
 The channels are `persyn:NAMESPACE:outbox` and `persyn:NAMESPACE:live` (`live_namespace`):

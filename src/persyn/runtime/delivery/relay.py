@@ -1,5 +1,5 @@
 """The live bus's port and what the adapters relaying through a server share (ARCHITECTURE
-§5; the adapters: `live.py` for PostgreSQL, `live_redis.py` for Redis).
+§5; the adapters: `bus.py` for PostgreSQL, `redis_bus.py` for Redis).
 
 Best-effort, never blocking generation: publishing puts the item on a bounded queue and
 returns; one task drains it, joining consecutive deltas of one stream into one message

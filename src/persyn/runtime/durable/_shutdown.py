@@ -24,7 +24,7 @@ still needs it:
 
 The assumptions about DBOS 3.4's internals (a global instance with `background_thread_stop_events`,
 queue threads named `queue-worker-<queue>`, workflows as tasks running `_execute_workflow_async`,
-the cancellation warning's wording) are the ones `_dbos_wake` makes, plus the last two;
+the cancellation warning's wording) are the ones `_wake.py` makes, plus the last two;
 `tests/e2e/test_chat_exit.py` fails when any of them stops holding (a traceback or a warning
 at exit). Should the instance be missing, step 1 is skipped and the rest still holds.
 """

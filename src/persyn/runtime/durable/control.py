@@ -1,5 +1,5 @@
 """A worker's control socket: where `persyn send` hands a message to a running worker
-(`runtime.control_client` is the other end and describes the exchange).
+(`runtime.durable.control_client` is the other end and describes the exchange).
 
 `persyn run` and `persyn worker` listen on `data/control.sock`. One worker of a deployment
 serves it at a time: the one holding the `flock` on `data/control.lock` (released by the

@@ -1,5 +1,5 @@
 """The fast path of `persyn send`: hand the message to a running worker over its control
-socket (`runtime.control`), standard library only.
+socket (`runtime.durable.control`), standard library only.
 
 Enqueueing through the system database means importing DBOS and SQLAlchemy (1.7 s on a quiet
 2-core machine), then waiting for a worker polling its queue: the path when no worker listens.
@@ -15,7 +15,7 @@ The exchange, one request per connection, each message one JSON line:
 
 or a single `{"error": "input" | "request" | "internal", "message": ...}` instead. `send`
 returns what happened; `Unreachable` and `Lost` tell the caller to take the queue path
-(`runtime.dispatch.Submitter`) with the same event: storing it is idempotent by its id and
+(`runtime.durable.dispatch.Submitter`) with the same event: storing it is idempotent by its id and
 its enqueue deduplicated, so handing over twice never answers twice.
 
 Only the owner of the deployment can connect: the socket file is mode 0600 (connecting to

@@ -3,7 +3,7 @@
 A `Dispatcher` enqueues workflows exactly once under a given id. Two adapters:
 - `WorkerDispatcher`, in a process that runs DBOS workers (`persyn run`, `persyn chat`,
   `persyn worker`): enqueues through the queues it registered, and wakes their worker at once
-  (`_dbos_wake`) instead of leaving the work to the next poll;
+  (`_wake.py`) instead of leaving the work to the next poll;
 - `ClientDispatcher`, in a process that only submits (`persyn send`) and inside a durable step
   (a step may not start workflows itself; the event id keeps it exactly-once either way):
   enqueues by workflow name through a `DBOSClient` on the system database, for the workers.
@@ -71,7 +71,7 @@ __all__ = [
 
 EVENTS_QUEUE = "persyn-events"
 BACKGROUND_QUEUE = "persyn-background"
-# The DBOS configured instance every Persyn workflow runs on (`runtime.workflows`): recorded
+# The DBOS configured instance every Persyn workflow runs on (`runtime.durable.workflows`): recorded
 # with each workflow, so a worker in any process finds it by these names.
 WORKFLOWS_CLASS = "persyn.Workflows"
 WORKFLOWS_INSTANCE = "persyn"

@@ -1,5 +1,5 @@
 """The activation's steps (SPEC §4): receive, engage, respond, critique, refine, decide, park,
-and a self-initiated run's assess and finish. `runtime.workflows` makes each a durable step;
+and a self-initiated run's assess and finish. `runtime.durable.workflows` makes each a durable step;
 here they are plain typed methods over explicit collaborators.
 
 `TurnCache` holds what one activation reads once and several of its steps use: its event
@@ -44,7 +44,7 @@ ReplyBudget = Callable[[TurnSetup], Awaitable[str | None]]
 
 
 class RunCloser(Protocol):
-    """Logs and closes a self-initiated run (`runtime.autonomy.Autonomy`)."""
+    """Logs and closes a self-initiated run (`runtime.background.autonomy.Autonomy`)."""
 
     async def finish(self, event: Event, conversation_id: str, outcome: str) -> Conversation | None: ...
 

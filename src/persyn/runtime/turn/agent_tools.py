@@ -36,7 +36,7 @@ Goals, reminders, quick facts and activity entries carry provenance (ARCHITECTUR
 2): the tools show them only to the `Audience` of this activation, and store what they write
 with the activation's provenance — a conversation turn's channel, the people present and
 the channel's default sensitivity; a self-initiated run's, narrowed by all it read
-(`runtime.autonomy.narrow_run`).
+(`runtime.background.autonomy.narrow_run`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from persyn.memory.consolidate import default_sensitivity
 from persyn.runtime.background.autonomy import narrow_run, recent_activity, run_provenance
 from persyn.runtime.turn.images import ImageService
 from persyn.store.base import Provenance, ReminderAction, Store
-from persyn.tools.builtin.own import Audience, FixedProvenance, RunProvenance
+from persyn.tools.activation import Audience, FixedProvenance, RunProvenance
 from persyn.tools.mcp.servers import McpTools
 from persyn.tools.providers import ToolScope, tool_providers
 from persyn.tools.registry import ToolRegistry
@@ -181,10 +181,16 @@ def build_registry(
         activity=activity,
         advertised=lambda: registry.names,
         started_at=_STARTED,
-        mcp=deps.mcp,
-        sandbox=deps.sandbox,
-        images=None if deps.images is None else deps.images.context(setup, event_id, call_key),
-        skills=agent_skills(settings, deps.agents[agent_id], where),
+        services=tuple(
+            service
+            for service in (
+                deps.mcp,
+                deps.sandbox,
+                None if deps.images is None else deps.images.context(setup, event_id, call_key),
+                agent_skills(settings, deps.agents[agent_id], where),
+            )
+            if service is not None
+        ),
     )
     for provider in tool_providers():
         for tool in provider.tools(scope):

@@ -1,6 +1,6 @@
 """What the activation's durable steps hand each other (SPEC §4): frozen models only.
 
-Each step returns one of these; `runtime.durable.durable_step` dumps it to JSON inside the
+Each step returns one of these; `runtime.durable.steps.durable_step` dumps it to JSON inside the
 step (that JSON is the DBOS checkpoint) and validates it back outside, so the workflow body
 reads typed fields and a checkpoint never depends on a Python class. The field names are the
 keys the step protocol checkpoints (`STEP_PROTOCOL_VERSION`), so a checkpoint

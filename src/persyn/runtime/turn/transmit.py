@@ -55,19 +55,19 @@ class CompletionMarkers(Protocol):
 
 class RunSpending(Protocol):
     """What a self-initiated run has spent, and whether the autonomy budget stopped it
-    (`runtime.autonomy.Autonomy`)."""
+    (`runtime.background.autonomy.Autonomy`)."""
 
     async def spent(self, event: Event) -> RunSpend: ...
 
 
 class PacingGate(Protocol):
-    """The last pacing safeguards before a reply is recorded (`runtime.pacing.Pacing`)."""
+    """The last pacing safeguards before a reply is recorded (`runtime.turn.pacing.Pacing`)."""
 
     async def hold(self, setup: TurnSetup, text: str) -> PacingHold: ...
 
 
 class GuardrailGate(Protocol):
-    """The guardrails' hard gate (`runtime.guardrails.Guardrails`): the block in force on a
+    """The guardrails' hard gate (`runtime.background.guardrails.Guardrails`): the block in force on a
     turn's person, channel or agent, if any."""
 
     async def blocking(self, setup: TurnSetup) -> GuardrailEvent | None: ...

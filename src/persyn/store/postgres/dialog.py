@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, select, text
 
 from persyn.store.base import Message
-from persyn.store.postgres.migrations import TEXT_CONFIG
+from persyn.store.postgres.engine import TEXT_CONFIG
 from persyn.store.schema.tables import messages
 from persyn.store.sql.dialog import SqlDialog
 from persyn.store.sql.mapping import message_from_row

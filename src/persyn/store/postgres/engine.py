@@ -9,7 +9,11 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection
 
-__all__ = ["WRITE_LOCK", "create_postgres_engine", "driver_url", "redacted", "server_settings"]
+__all__ = ["TEXT_CONFIG", "WRITE_LOCK", "create_postgres_engine", "driver_url", "redacted", "server_settings"]
+
+# The text search configuration every tsvector and query names; migration 2 creates it
+# (`migrations.py`).
+TEXT_CONFIG = "persyn_text"
 
 # Arbitrary constant naming "Persyn store writes" among PostgreSQL advisory locks.
 WRITE_LOCK = 0x7065_7273_7772

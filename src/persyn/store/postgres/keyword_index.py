@@ -30,7 +30,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from persyn.store.postgres.migrations import TEXT_CONFIG
+from persyn.store.postgres.engine import TEXT_CONFIG
 from persyn.store.sql.search import KEYWORD_WEIGHTS
 
 __all__ = ["BLOCK", "create_keyword_index", "keyword_lists_problem", "keyword_search", "repair_keyword_lists"]

@@ -1,6 +1,6 @@
 """Long-term memory on PostgreSQL: the `memory_records` methods that touch the keyword index
 (the `search_tsv` column, migration 3's PostgreSQL variant) or the vectors (pgvector,
-`_postgres_vectors.py`). The rest is the shared SQL of `sql/memory.py`. A record and its
+`vectors.py`). The rest is the shared SQL of `sql/memory.py`. A record and its
 vector change in one write transaction, as on SQLite."""
 
 from __future__ import annotations

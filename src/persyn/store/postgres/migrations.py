@@ -1,27 +1,31 @@
-"""PostgreSQL variants of the migrations that use SQLite's own DDL (ARCHITECTURE §7.2).
-
-`migrations.MIGRATIONS` runs on both dialects: a step in portable SQLAlchemy Core runs as
-is; a step that uses FTS5, vec0 or SQLite's table rebuilds names a variant from here for
-`"postgresql"`. No PostgreSQL database ever held a schema older than the one these build
-(the PostgreSQL backend arrived at version 14), so the variants create structure and move
-no legacy data.
+"""PostgreSQL's own steps of the schema migrations (`store/schema/migrations.py`; ARCHITECTURE
+§7.2), handed to the runner as `POSTGRES_MIGRATIONS` with the advisory lock that serialises
+migrators. A step in portable SQLAlchemy Core lives with the schema and runs as is; one that
+SQLite writes in its own DDL (FTS5, vec0, table rebuilds) has its PostgreSQL form here. No
+PostgreSQL database ever held a schema older than the one these build (the PostgreSQL backend
+arrived at version 14), so these steps create structure and move no legacy data.
 
 Full-text search is a stored, generated `tsvector` column with a GIN index, in the
 `persyn_text` configuration: English stemming, as FTS5's porter tokenizer. (FTS5 also folds
 diacritics; PostgreSQL needs the `unaccent` extension for that, which pgserver's build lacks,
 so "cafe" does not find "café" on PostgreSQL.) Vectors (pgvector) live in one table per dimension,
-created when the first vector of that size arrives (`_postgres_vectors.py`).
+created when the first vector of that size arrives (`vectors.py`).
 """
 
 from __future__ import annotations
 
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from persyn.store.postgres.engine import TEXT_CONFIG
+from persyn.store.postgres.keyword_index import create_keyword_index
 from persyn.store.schema import tables as schema
+from persyn.store.schema.migrations import PROVENANCE_COLUMNS, DialectMigrations
 
-__all__ = ["TEXT_CONFIG", "memory_records", "message_search", "nothing", "provenance"]
+__all__ = ["POSTGRES_MIGRATIONS"]
 
-TEXT_CONFIG = "persyn_text"
+# Arbitrary constant naming "Persyn schema migrations" among PostgreSQL advisory locks.
+_MIGRATION_LOCK = 0x7065_7273_796E
 
 # A configuration of our own (a copy of `english` today), so that a later migration can
 # change how text is split (add `unaccent` where the server has it) without touching queries.
@@ -59,21 +63,36 @@ def memory_records(connection: Connection, dialect_name: str) -> None:
 
 def nothing(connection: Connection, dialect_name: str) -> None:
     """A step with nothing to do on PostgreSQL (migration 4 re-laid sqlite-vec tables;
-    migration 16 codes vectors for sub-linear search, which pgvector's HNSW index gives)."""
-
-
-_PROVENANCE_COLUMNS = (
-    "ALTER TABLE {table} ADD COLUMN channel VARCHAR(700)",
-    "ALTER TABLE {table} ADD COLUMN participant_ids JSON NOT NULL DEFAULT '[]'",
-    "ALTER TABLE {table} ADD COLUMN sensitivity VARCHAR(32) NOT NULL DEFAULT 'private'",
-)
+    migration 16 codes vectors for sub-linear search, which pgvector's HNSW index gives;
+    migration 23 bounds common words with FTS5's vocabulary, which the posting lists count)."""
 
 
 def provenance(connection: Connection, dialect_name: str) -> None:
     """Migration 10 on PostgreSQL: the provenance columns, and quick facts with their new
     unique key (the tables are empty here: nothing to carry over)."""
     for table in ("goals", "reminders"):
-        for statement in _PROVENANCE_COLUMNS:
+        for statement in PROVENANCE_COLUMNS:
             connection.exec_driver_sql(statement.format(table=table))
     connection.exec_driver_sql("DROP TABLE quick_facts")
     schema.quick_facts.create(connection, checkfirst=False)
+
+
+def _lock(connection: Connection) -> None:
+    """Serialise migrators: a transaction-scoped advisory lock, taken in each migration's
+    transaction before it re-reads the version."""
+    connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+
+
+POSTGRES_MIGRATIONS = DialectMigrations(
+    "postgresql",
+    {
+        2: message_search,
+        3: memory_records,
+        4: nothing,
+        10: provenance,
+        16: nothing,
+        22: create_keyword_index,
+        23: nothing,
+    },
+    lock=_lock,
+)

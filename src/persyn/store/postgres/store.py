@@ -5,7 +5,7 @@ One schema, two backends. The tables are `schema/`'s and most statements are the
 of `sql/` (portable SQLAlchemy Core: ON CONFLICT through `sql/dml.insert`, the graph's
 recursive CTEs, the access rules' SQL form), composed in `SqlStore` as SQLite's are. What
 differs has its own part here: full-text search on `tsvector` + GIN (`dialog.py`,
-`memory.py`, `keyword.py`), vectors on pgvector with HNSW (`vectors.py`), engines
+`memory.py`, `keyword_index.py`), vectors on pgvector with HNSW (`vectors.py`), engines
 (`engine.py`) and the migrations' PostgreSQL variants (`migrations.py`).
 
 Concurrency model: the same as SQLite's, across hosts.
@@ -45,6 +45,7 @@ from persyn.store.postgres import vectors as vectors
 from persyn.store.postgres.dialog import PostgresDialog
 from persyn.store.postgres.engine import create_postgres_engine, driver_url, redacted, server_settings
 from persyn.store.postgres.memory import PostgresMemory
+from persyn.store.postgres.migrations import POSTGRES_MIGRATIONS
 from persyn.store.schema import migrations
 from persyn.store.sql.store import SqlStore
 
@@ -83,7 +84,7 @@ class PostgresStore(PostgresDialog, PostgresMemory, SqlStore):
     def _migrate_sync(self) -> None:
         try:
             with self._writer.connect() as connection:
-                migrations.migrate(connection, "postgresql")
+                migrations.migrate(connection, POSTGRES_MIGRATIONS)
             # A bulk load killed half way left a vector table without its HNSW index.
             vectors.restore_indexes(self._url)
             # Writes made while the keyword triggers were off missed the posting lists.

@@ -1,9 +1,10 @@
-"""What every table module of the shared schema builds on (`schema.py`, `schema_graph.py`,
-`schema_runs.py`, `schema_leases.py`): the `metadata` with its constraint naming convention, the
+"""What every table module of the shared schema builds on (`tables.py`, `graph.py`,
+`runs.py`, `leases.py`): the `metadata` with its constraint naming convention, the
 column types that read back the same on SQLite and PostgreSQL (`UTCDateTime`, `NulSafeText`),
-and the column builders for ids, the agent namespace and a row's provenance.
+the column builders for ids, the agent namespace and a row's provenance, and the values that
+fill the provenance columns (`provenance_values`, for the row mappers and the migrations).
 
-`schema.py` re-exports every public name here: code outside the table modules imports them
+`tables.py` re-exports every public name here: code outside the table modules imports them
 from there.
 """
 
@@ -16,6 +17,8 @@ from sqlalchemy import CHAR, JSON, Column, DateTime, MetaData, String, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
+from persyn.store.rows import Provenance
+
 __all__ = [
     "ID_LENGTH",
     "NulSafeText",
@@ -25,6 +28,7 @@ __all__ = [
     "metadata",
     "primary_id",
     "provenance_columns",
+    "provenance_values",
 ]
 
 ID_LENGTH = 26  # a canonical ULID string
@@ -111,3 +115,12 @@ def provenance_columns() -> tuple[Column[Any], ...]:
         Column("participant_ids", JSON, nullable=False),
         Column("sensitivity", String(32), nullable=False),
     )
+
+
+def provenance_values(provenance: Provenance) -> dict[str, Any]:
+    """The `provenance_columns` of a row formed with `provenance`."""
+    return {
+        "channel": provenance.channel,
+        "participant_ids": list(provenance.participant_ids),
+        "sensitivity": provenance.sensitivity.value,
+    }

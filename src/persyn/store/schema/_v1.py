@@ -1,6 +1,6 @@
 """Migration 1's tables, frozen as they were released (see migrations.py).
 
-A copy, on purpose: `schema.py` holds the *current* tables and moves on; this module must
+A copy, on purpose: `tables.py` holds the *current* tables and moves on; this module must
 not, or a fresh database would be built differently from an upgraded one. Never edit it.
 """
 

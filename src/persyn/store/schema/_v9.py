@@ -1,6 +1,6 @@
 """Frozen copies of the tables migrations 5 and 9 created, as released: `quick_facts`
 (migration 5) and `reminders`, `goals` (migration 9). Migration 10 gave them provenance; the
-live definitions in `schema.py` are the current layout. Never edit these."""
+live definitions in `tables.py` are the current layout. Never edit these."""
 
 from __future__ import annotations
 

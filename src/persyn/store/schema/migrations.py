@@ -4,48 +4,60 @@
 and the table doubles as a history. Each migration runs in its own transaction together with
 the row that records it: a crash leaves the database at the previous version, never between.
 
+Dialects: a step written in portable SQLAlchemy Core lives here and runs on every backend. A
+step in a dialect's own DDL (FTS5, vec0, tsvector, table rebuilds) has no portable form here
+(`Migration.apply` is None): each backend supplies it, with how it serialises migrators, in a
+`DialectMigrations` it hands to `migrate` (`sqlite/migrations.py`, `postgres/migrations.py`),
+so the schema knows no backend and the backends sit above it.
+
 Racing processes: `migrate` re-reads the version *inside* each migration's transaction. On
 SQLite the store's write connections open transactions with BEGIN IMMEDIATE, which takes the
 database write lock first, so a second process waits (busy_timeout), then sees the migration
 recorded and skips it. PostgreSQL takes a transaction-scoped advisory lock for the same effect.
 
 Adding a migration: append a `Migration(N + 1, ...)`; never edit a released one. Migration 1
-creates a frozen copy of the v1 tables (`_schema_v1.py`), never the live `schema.metadata`.
-Migration 3 creates `schema.memory_records` from the live definition: the first later
+creates a frozen copy of the v1 tables (`_v1.py`), never the live `tables.metadata`.
+Migration 3 creates `memory_records` from the live definition: the first later
 migration that alters that table must first freeze migration 3 the same way (copy the
 table as it is now), or fresh databases would get the new columns twice.
 `tests/unit/store/test_migrations.py` pins the columns each migration creates so that moment
-cannot pass unnoticed. Migrations 5 and 9 are frozen (`_schema_v9.py`); migration 10 creates
+cannot pass unnoticed. Migrations 5 and 9 are frozen (`_v9.py`); migration 10 creates
 `quick_facts` from the live definition again.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select, text
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
 from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity, channel_key
 from persyn.store.base import GLOBAL, Provenance
-from persyn.store.postgres import keyword_index as pg_keyword
-from persyn.store.postgres import migrations as pg
 from persyn.store.schema import graph as schema_graph
 from persyn.store.schema import tables as schema
 from persyn.store.schema._migrate_runs import delete_flags_with_prefix, flags_with_prefix, runs_become_tables
 from persyn.store.schema._v1 import v1_metadata
 from persyn.store.schema._v9 import v5_quick_facts, v9_goals, v9_reminders
 from persyn.store.schema.leases import leases
-from persyn.store.sql import mapping
-from persyn.store.sqlite import ann as ann
 
-__all__ = ["LATEST_VERSION", "MIGRATIONS", "Migration", "current_version", "migrate", "schema_version"]
+__all__ = [
+    "LATEST_VERSION",
+    "MIGRATIONS",
+    "PROVENANCE_COLUMNS",
+    "UNATTRIBUTED",
+    "DialectMigrations",
+    "Migration",
+    "attribute_legacy_reminders",
+    "current_version",
+    "migrate",
+    "schema_version",
+]
 
 _version_metadata = MetaData()
 
@@ -57,27 +69,41 @@ schema_version = Table(
     Column("applied_at", schema.UTCDateTime(), nullable=False),
 )
 
-# Arbitrary constant naming "Persyn schema migrations" among PostgreSQL advisory locks.
-_PG_MIGRATION_LOCK = 0x7065_7273_796E
-
-
 Apply = Callable[[Connection, str], None]  # (connection inside a transaction, dialect name)
 
 
 @dataclass(frozen=True)
 class Migration:
-    """One schema step. `apply` runs on every dialect unless `variants` names one for the
-    connection's dialect (e.g. `{"postgresql": ...}`): a migration written in portable
-    SQLAlchemy Core needs no variant; one that uses a dialect's own DDL (FTS5, vec0, table
-    rebuilds) supplies a variant for each other dialect, or that dialect refuses it."""
+    """One schema step. `apply` is its portable form, run on every dialect; None when the step
+    is written in each dialect's own DDL, which the backend's `DialectMigrations` supplies."""
 
     number: int
     name: str
-    apply: Apply
-    variants: Mapping[str, Apply] = field(default_factory=dict[str, Apply])
+    apply: Apply | None = None
 
-    def for_dialect(self, dialect_name: str) -> Apply:
-        return self.variants.get(dialect_name, self.apply)
+
+def _no_lock(connection: Connection) -> None:
+    """SQLite needs nothing: the write connection's BEGIN IMMEDIATE already holds the
+    database write lock."""
+
+
+@dataclass(frozen=True)
+class DialectMigrations:
+    """What a backend hands the runner: its dialect's name (SQLAlchemy's), its own form of
+    the steps that have no portable one (by migration number; it may also replace a portable
+    step), and how it serialises migrators inside each migration's transaction."""
+
+    name: str
+    steps: Mapping[int, Apply] = field(default_factory=dict[int, Apply])
+    lock: Callable[[Connection], None] = _no_lock
+
+    def step(self, migration: Migration) -> Apply:
+        apply = self.steps.get(migration.number, migration.apply)
+        if apply is None:
+            raise StoreError(
+                f"migration {migration.number} ({migration.name}) has no variant for dialect {self.name!r}"
+            )
+        return apply
 
 
 def _create_tables(connection: Connection, dialect_name: str) -> None:
@@ -85,144 +111,8 @@ def _create_tables(connection: Connection, dialect_name: str) -> None:
     v1_metadata.create_all(connection, checkfirst=False)
 
 
-# External-content FTS5 (content='messages'): the text lives once, in `messages`, and the
-# index only stores tokens. A contentless table (content='') would need SQLite >= 3.43
-# (contentless_delete) to support deleting or editing a message, and cannot return the text
-# for snippet()/highlight(); external content supports both on the SQLite we ship with.
-# The index is keyed by `messages.rowid`. SQLite does not promise that VACUUM keeps the
-# rowids of a table without INTEGER PRIMARY KEY (in practice it does); after a VACUUM, run
-# INSERT INTO messages_fts(messages_fts) VALUES('rebuild') to be certain. The store never
-# runs VACUUM itself. Porter stemming makes "walked" find "walking", as tsvector will on
-# PostgreSQL.
-_SQLITE_FTS = (
-    """
-    CREATE VIRTUAL TABLE messages_fts USING fts5(
-        text,
-        content='messages',
-        content_rowid='rowid',
-        tokenize='porter unicode61 remove_diacritics 2'
-    )
-    """,
-    """
-    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-        INSERT INTO messages_fts(rowid, text) VALUES (new.rowid, new.text);
-    END
-    """,
-    """
-    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
-        INSERT INTO messages_fts(messages_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
-    END
-    """,
-    """
-    CREATE TRIGGER messages_fts_update AFTER UPDATE OF text ON messages BEGIN
-        INSERT INTO messages_fts(messages_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
-        INSERT INTO messages_fts(rowid, text) VALUES (new.rowid, new.text);
-    END
-    """,
-    # Messages stored before this migration ran.
-    "INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')",
-)
-
-
-def _create_message_search(connection: Connection, dialect_name: str) -> None:
-    """Migration 2: full-text search over messages.text."""
-    if dialect_name != "sqlite":
-        raise StoreError(
-            f"migration 2 (message search) has no variant for dialect {dialect_name!r} yet; "
-            "supported: 'sqlite'"
-        )
-    for statement in _SQLITE_FTS:
-        connection.exec_driver_sql(statement)
-
-
-# Long-term memory. Keyword search is external-content FTS5 over (summary, tags) keyed by
-# `memory_records.rowid`, kept in step by triggers (the VACUUM note above applies here too:
-# rebuild with INSERT INTO memory_fts(memory_fts) VALUES('rebuild')). `tags` is indexed as its
-# stored JSON text; the tokenizer treats brackets, quotes and commas as separators. Porter
-# stemming lets "hiking" find "hiked". Vectors are not created here: sqlite-vec tables are
-# per dimension and appear when the first vector of that size is stored (_sqlite_vectors.py).
-_SQLITE_MEMORY_FTS = (
-    """
-    CREATE VIRTUAL TABLE memory_fts USING fts5(
-        summary,
-        tags,
-        content='memory_records',
-        content_rowid='rowid',
-        tokenize='porter unicode61 remove_diacritics 2'
-    )
-    """,
-    """
-    CREATE TRIGGER memory_fts_insert AFTER INSERT ON memory_records BEGIN
-        INSERT INTO memory_fts(rowid, summary, tags) VALUES (new.rowid, new.summary, new.tags);
-    END
-    """,
-    """
-    CREATE TRIGGER memory_fts_delete AFTER DELETE ON memory_records BEGIN
-        INSERT INTO memory_fts(memory_fts, rowid, summary, tags)
-        VALUES ('delete', old.rowid, old.summary, old.tags);
-    END
-    """,
-    """
-    CREATE TRIGGER memory_fts_update AFTER UPDATE OF summary, tags ON memory_records BEGIN
-        INSERT INTO memory_fts(memory_fts, rowid, summary, tags)
-        VALUES ('delete', old.rowid, old.summary, old.tags);
-        INSERT INTO memory_fts(rowid, summary, tags) VALUES (new.rowid, new.summary, new.tags);
-    END
-    """,
-)
-
-
-def _create_memory_records(connection: Connection, dialect_name: str) -> None:
-    """Migration 3: long-term memory records and their keyword index."""
-    if dialect_name != "sqlite":
-        raise StoreError(
-            f"migration 3 (memory records) has no variant for dialect {dialect_name!r} yet; "
-            "supported: 'sqlite'"
-        )
-    schema.memory_records.create(connection, checkfirst=False)
-    for statement in _SQLITE_MEMORY_FTS:
-        connection.exec_driver_sql(statement)
-
-
-# Migration 4: record vectors partitioned by channel as well as by agent (see
-# _sqlite_vectors.py for why). vec0 cannot alter a table, so each `memory_vec_<dims>` table
-# of migration 3's layout (agent partition; channel and model as metadata columns) is copied
-# into a `memory_vectors_<dims>` table of this layout, frozen here, and dropped.
-_V3_VECTOR_TABLE = re.compile(r"memory_vec_([0-9]+)")
-_V4_VECTOR_DDL = (
-    "CREATE VIRTUAL TABLE memory_vectors_{dims} USING vec0("
-    "record_id text primary key, "
-    "agent_id text partition key, "
-    "channel text partition key, "
-    "embedding float[{dims}] distance_metric=cosine, "
-    "+embedding_model text, "
-    "chunk_size=256)"
-)
-
-
-def _partition_vectors_by_channel(connection: Connection, dialect_name: str) -> None:
-    """Migration 4: move every vector into a table partitioned by (agent, channel)."""
-    if dialect_name != "sqlite":
-        raise StoreError(
-            f"migration 4 (vectors by channel) has no variant for dialect {dialect_name!r} yet; "
-            "supported: 'sqlite'"
-        )
-    names = connection.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars()
-    for old in sorted(str(name) for name in names):
-        match = _V3_VECTOR_TABLE.fullmatch(old)  # not the vec0 shadow tables (..._chunks)
-        if match is None:
-            continue
-        dims = int(match.group(1))
-        connection.exec_driver_sql(_V4_VECTOR_DDL.format(dims=dims))
-        connection.exec_driver_sql(
-            f"INSERT INTO memory_vectors_{dims}(record_id, agent_id, channel, embedding, embedding_model) "
-            f"SELECT record_id, agent_id, channel, embedding, embedding_model FROM {old}"
-        )
-        connection.exec_driver_sql(f"DROP TABLE {old}")
-
-
 def _create_quick_facts(connection: Connection, dialect_name: str) -> None:
-    """Migration 5: the quick-facts scratchpad, as released (frozen: `_schema_v9.py`)."""
+    """Migration 5: the quick-facts scratchpad, as released (frozen: `_v9.py`)."""
     v5_quick_facts.create(connection, checkfirst=False)
 
 
@@ -247,7 +137,7 @@ def _create_graph(connection: Connection, dialect_name: str) -> None:
         table.create(connection, checkfirst=False)
 
 
-# Migration 8's index on memory_records, by DDL (schema.py says why it is not declared there).
+# Migration 8's index on memory_records, by DDL (tables.py says why it is not declared there).
 _MEMORY_BY_CONVERSATION = (
     "CREATE INDEX ix_memory_records_agent_id_conversation_id ON memory_records (agent_id, conversation_id)"
 )
@@ -286,7 +176,7 @@ def _create_directory(connection: Connection, dialect_name: str) -> None:
 
 def _create_schedule(connection: Connection, dialect_name: str) -> None:
     """Migration 9: reminders and goals (SPEC §4.7, §4.8), as released (frozen:
-    `_schema_v9.py`)."""
+    `_v9.py`)."""
     v9_reminders.create(connection, checkfirst=False)
     v9_goals.create(connection, checkfirst=False)
 
@@ -301,9 +191,10 @@ def _create_schedule(connection: Connection, dialect_name: str) -> None:
 # stranger. A reminder the agent set in a conversation recorded where (its action's service
 # and channel) and with whom (its person): it keeps that channel, private to that person
 # alone — fewer people than may have been there, so it can only withhold. The heartbeat is
-# core infrastructure formed with nobody: global.
-_UNATTRIBUTED = Provenance(sensitivity=Sensitivity.PRIVATE)
-_PROVENANCE_COLUMNS = (
+# core infrastructure formed with nobody: global. The backends add the columns
+# (`PROVENANCE_COLUMNS`) and rebuild quick facts in their own DDL; the attribution is here.
+UNATTRIBUTED = Provenance(sensitivity=Sensitivity.PRIVATE)
+PROVENANCE_COLUMNS = (
     "ALTER TABLE {table} ADD COLUMN channel VARCHAR(700)",
     "ALTER TABLE {table} ADD COLUMN participant_ids JSON NOT NULL DEFAULT '[]'",
     "ALTER TABLE {table} ADD COLUMN sensitivity VARCHAR(32) NOT NULL DEFAULT 'private'",
@@ -319,34 +210,16 @@ def _legacy_reminder_provenance(kind: str, action: dict[str, object]) -> Provena
         return Provenance(
             channel=channel_key(service, channel), participant_ids=people, sensitivity=Sensitivity.PRIVATE
         )
-    return _UNATTRIBUTED
+    return UNATTRIBUTED
 
 
-def _add_provenance(connection: Connection, dialect_name: str) -> None:
-    """Migration 10: provenance for quick facts (kept per scope from now on), goals and
-    reminders (existing rows: see the note above)."""
-    if dialect_name != "sqlite":
-        raise StoreError(
-            f"migration 10 (provenance) has no variant for dialect {dialect_name!r} yet; supported: 'sqlite'"
-        )
-    for table in ("goals", "reminders"):
-        for statement in _PROVENANCE_COLUMNS:
-            connection.exec_driver_sql(statement.format(table=table))
+def attribute_legacy_reminders(connection: Connection) -> None:
+    """Migration 10, once the provenance columns exist: each reminder stored before them gets
+    the provenance its action recorded (see the note above)."""
     old = v9_reminders.c
     for row in connection.execute(select(old.id, old.kind, old.action)).all():
-        values = mapping.provenance_values(_legacy_reminder_provenance(row.kind, dict(row.action)))
+        values = schema.provenance_values(_legacy_reminder_provenance(row.kind, dict(row.action)))
         connection.execute(schema.reminders.update().where(schema.reminders.c.id == row.id).values(**values))
-    # A new unique key (agent, subject, key, scope): SQLite alters no constraint, so copy.
-    connection.exec_driver_sql("ALTER TABLE quick_facts RENAME TO quick_facts_v5")
-    schema.quick_facts.create(connection, checkfirst=False)
-    unattributed = mapping.provenance_values(_UNATTRIBUTED)
-    connection.exec_driver_sql(
-        "INSERT INTO quick_facts (id, agent_id, subject_id, key, value, updated_at, channel, "
-        "participant_ids, sensitivity, scope) SELECT id, agent_id, subject_id, key, value, updated_at, "
-        "NULL, ?, ?, ? FROM quick_facts_v5",
-        ("[]", unattributed["sensitivity"], _UNATTRIBUTED.scope),
-    )
-    connection.exec_driver_sql("DROP TABLE quick_facts_v5")
 
 
 # Migration 11: the flag prefixes that were a log and a per-event record become tables. The
@@ -364,7 +237,7 @@ def _legacy_activity(agent_id: str, run_id: str, raw: str) -> dict[str, object] 
         if not isinstance(entry, dict) or not all(isinstance(entry.get(f), str) for f in _ACTIVITY_FIELDS):
             return None
         at = datetime.fromisoformat(entry["at"])
-        provenance = Provenance.model_validate(entry.get("provenance") or _UNATTRIBUTED.model_dump())
+        provenance = Provenance.model_validate(entry.get("provenance") or UNATTRIBUTED.model_dump())
         tokens = int(entry.get("tokens") or 0)
     except (ValueError, TypeError):
         return None
@@ -377,7 +250,7 @@ def _legacy_activity(agent_id: str, run_id: str, raw: str) -> dict[str, object] 
         **{field: entry[field] for field in _ACTIVITY_FIELDS if field != "at"},
         "tokens": tokens,
         "conversation_id": conversation_id if isinstance(conversation_id, str) else None,
-        **mapping.provenance_values(provenance),
+        **schema.provenance_values(provenance),
     }
 
 
@@ -476,18 +349,6 @@ def _create_web_keys(connection: Connection, dialect_name: str) -> None:
     schema.web_keys.create(connection, checkfirst=False)
 
 
-_VECTOR_TABLE = re.compile(r"memory_vectors_([0-9]+)")
-
-
-def _create_vector_codes(connection: Connection, dialect_name: str) -> None:
-    """Migration 16: binary codes for sub-linear search in large compartments
-    (`_sqlite_ann.py`), backfilled from every vector already stored."""
-    names = connection.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars()
-    tables = sorted(name for name in names if _VECTOR_TABLE.fullmatch(name))
-    ann.create_tables(connection)
-    ann.backfill(connection, tables)
-
-
 def _create_guardrails(connection: Connection, dialect_name: str) -> None:
     """Migration 17: guardrail events and checks (`store/ports/guardrails.py`), from the live
     definitions (freeze them here before a later migration alters those tables)."""
@@ -518,18 +379,6 @@ def _create_guardrail_slots(connection: Connection, dialect_name: str) -> None:
     schema.guardrail_slots.create(connection, checkfirst=False)
 
 
-def _keyword_postings(connection: Connection, dialect_name: str) -> None:
-    """Migration 22: nothing on SQLite, whose FTS5 index keeps its own postings; on
-    PostgreSQL, block posting lists for BM25 keyword search (`_postgres_keyword.py`)."""
-
-
-def _keyword_vocabulary(connection: Connection, dialect_name: str) -> None:
-    """Migration 23: on SQLite, `memory_fts_vocab`, memory_fts's vocabulary with each token's
-    row count, read by keyword search to bound the words found in most records
-    (`_sqlite_keyword_bound.py`). A virtual table over the index: it stores nothing."""
-    connection.execute(text("CREATE VIRTUAL TABLE memory_fts_vocab USING fts5vocab(memory_fts, row)"))
-
-
 def _create_leases(connection: Connection, dialect_name: str) -> None:
     """Migration 24: leases (`store/ports/leases.py`), from the live definition (freeze it here
     before a later migration alters that table)."""
@@ -538,44 +387,28 @@ def _create_leases(connection: Connection, dialect_name: str) -> None:
 
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
-    Migration(2, "full-text search over messages", _create_message_search, {"postgresql": pg.message_search}),
-    Migration(3, "long-term memory records", _create_memory_records, {"postgresql": pg.memory_records}),
-    Migration(
-        4, "record vectors partitioned by channel", _partition_vectors_by_channel, {"postgresql": pg.nothing}
-    ),
+    Migration(2, "full-text search over messages"),
+    Migration(3, "long-term memory records"),
+    Migration(4, "record vectors partitioned by channel"),
     Migration(5, "quick facts about people and the agent", _create_quick_facts),
     Migration(6, "observations about people, with an audit trail", _create_observations),
     Migration(7, "the knowledge graph", _create_graph),
     Migration(8, "contact addresses and the conversation participant index", _create_directory),
     Migration(9, "reminders and goals", _create_schedule),
-    Migration(
-        10, "provenance for quick facts, goals and reminders", _add_provenance, {"postgresql": pg.provenance}
-    ),
+    Migration(10, "provenance for quick facts, goals and reminders"),
     Migration(11, "activity runs and deliberation traces as tables", _logs_become_tables),
     Migration(12, "the outbox", _create_outbox),
     Migration(13, "consolidation state and extraction watermarks as tables", _create_conversation_jobs),
     Migration(14, "run state, run conversations and channel ledgers as tables", runs_become_tables),
     Migration(15, "web API keys", _create_web_keys),
-    Migration(
-        16, "binary vector codes for large compartments", _create_vector_codes, {"postgresql": pg.nothing}
-    ),
+    Migration(16, "binary vector codes for large compartments"),
     Migration(17, "guardrail events and checks", _create_guardrails),
     Migration(18, "emotional-state readings", _create_emotion_readings),
     Migration(19, "shared artifacts", _create_artifacts),
     Migration(20, "model calls checkpointed inside a durable step", _create_model_calls),
     Migration(21, "guardrail evaluation slots", _create_guardrail_slots),
-    Migration(
-        22,
-        "keyword posting lists for memory search",
-        _keyword_postings,
-        {"postgresql": pg_keyword.create_keyword_index},
-    ),
-    Migration(
-        23,
-        "the keyword index's vocabulary, for bounding common words",
-        _keyword_vocabulary,
-        {"postgresql": pg.nothing},
-    ),
+    Migration(22, "keyword posting lists for memory search"),
+    Migration(23, "the keyword index's vocabulary, for bounding common words"),
     Migration(24, "leases: one process holds each chat network's connection", _create_leases),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
@@ -588,9 +421,10 @@ def current_version(connection: Connection) -> int:
     return int(connection.scalar(select(func.coalesce(func.max(schema_version.c.version), 0))) or 0)
 
 
-def migrate(connection: Connection, dialect_name: str, *, target: int | None = None) -> int:
+def migrate(connection: Connection, dialect: DialectMigrations, *, target: int | None = None) -> int:
     """Apply every missing migration up to `target` (default: all), each in its own
-    transaction; return the resulting version. Idempotent and safe against a racing process.
+    transaction, with `dialect`'s own steps where a migration has no portable one; return the
+    resulting version. Idempotent and safe against a racing process.
 
     `connection` must not be inside a transaction: each step begins and commits its own.
     """
@@ -598,22 +432,22 @@ def migrate(connection: Connection, dialect_name: str, *, target: int | None = N
     if not 0 <= goal <= LATEST_VERSION:
         raise StoreError(f"unknown schema version {goal!r}; this Persyn knows 0..{LATEST_VERSION}")
     with connection.begin():
-        _lock(connection, dialect_name)
+        dialect.lock(connection)
         schema_version.create(connection, checkfirst=True)
     for migration in MIGRATIONS:
         if migration.number > goal:
             break
-        _apply_if_missing(connection, dialect_name, migration)
+        _apply_if_missing(connection, dialect, migration)
     with connection.begin():
         return _checked_version(connection)
 
 
-def _apply_if_missing(connection: Connection, dialect_name: str, migration: Migration) -> None:
+def _apply_if_missing(connection: Connection, dialect: DialectMigrations, migration: Migration) -> None:
     with connection.begin():
-        _lock(connection, dialect_name)
+        dialect.lock(connection)
         if _checked_version(connection) >= migration.number:
             return  # applied earlier, or by a process that won the race
-        migration.for_dialect(dialect_name)(connection, dialect_name)
+        dialect.step(migration)(connection, dialect.name)
         connection.execute(
             insert(schema_version).values(
                 version=migration.number, name=migration.name, applied_at=datetime.now(UTC)
@@ -629,10 +463,3 @@ def _checked_version(connection: Connection) -> int:
             f"({LATEST_VERSION!r}); upgrade Persyn"
         )
     return version
-
-
-def _lock(connection: Connection, dialect_name: str) -> None:
-    """Serialise migrators. SQLite needs nothing here: the write connection's BEGIN
-    IMMEDIATE already holds the database write lock."""
-    if dialect_name == "postgresql":
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})

@@ -2,7 +2,7 @@
 self-initiated runs, deliberation traces, the outbox, run state and its conversations, the
 channels' spend ledgers, and the model calls checkpointed inside durable steps.
 
-`schema.py` re-exports every table here, so `from persyn.store.schema.tables import outbox` keeps working.
+`tables.py` re-exports every table here, so `from persyn.store.schema.tables import outbox` keeps working.
 """
 
 from __future__ import annotations

@@ -9,12 +9,12 @@ Rules the tables follow, so a PostgreSQL backend can reuse them unchanged:
 `agent_id` deliberately has no foreign key to `agents`: it is a namespace key, and callers may
 store events for an agent before anything has called `ensure_agent`.
 
-The `metadata`, the column types and the column builders are in `_schema_columns.py`; the
+The `metadata`, the column types and the column builders are in `_columns.py`; the
 tables of runs and what they send (activity log, deliberation traces, outbox, run state, spend
-ledgers, checkpointed model calls) in `schema_runs.py`; both are re-exported here. The knowledge
-graph's tables are in `schema_graph.py`, on the same `metadata`; the row mappers every backend
+ledgers, checkpointed model calls) in `runs.py`; both are re-exported here. The knowledge
+graph's tables are in `graph.py`, on the same `metadata`; the row mappers every backend
 over these tables shares (the port's row types to rows and back) are in `mapping.py`. The tables
-here and in `schema_runs.py` are the *current* schema.
+here and in `runs.py` are the *current* schema.
 Migration 1 created the first ones (it keeps a frozen copy), migration 3 `memory_records`; a
 later change must be a new numbered migration (see migrations.py).
 """
@@ -49,6 +49,7 @@ from persyn.store.schema._columns import (
     metadata,
     primary_id,
     provenance_columns,
+    provenance_values,
 )
 from persyn.store.schema.runs import (
     activity_runs,
@@ -97,6 +98,7 @@ __all__ = [
     "persons",
     "primary_id",
     "provenance_columns",
+    "provenance_values",
     "quick_facts",
     "reminders",
     "run_conversations",

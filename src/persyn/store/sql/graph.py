@@ -1,4 +1,4 @@
-"""The knowledge graph on SQLite (SPEC §4.3): the `Store` methods over `graph_entities`,
+"""The knowledge graph (SPEC §4.3): the `Store` methods over `graph_entities`,
 `graph_mentions`, `graph_relations`, `graph_links` and `graph_fact_participants` (migration 7).
 
 Traversal is a recursive CTE over *visible* relations only, so a relation the current view

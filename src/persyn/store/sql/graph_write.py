@@ -1,7 +1,7 @@
-"""Writing the knowledge graph on SQLite (SPEC §4.3): an upsert of what one conversation
+"""Writing the knowledge graph (SPEC §4.3): an upsert of what one conversation
 taught (`upsert_graph_rows`: planned and validated before anything is written, then one
 write transaction), and a directory merge's re-attribution of facts
-(`replace_graph_participant`). `_sqlite_graph.py` reads; this module writes, with the same
+(`replace_graph_participant`). `graph.py` reads; this module writes, with the same
 portable SQLAlchemy Core.
 """
 

@@ -1,7 +1,7 @@
 """Guardrails and emotional-state readings on SQLite (`store/ports/guardrails.py`,
 `store/ports/emotions.py`) over the tables of migrations 17, 18 and 23.
 
-Mixed into `SQLiteStore`; plain SQLAlchemy core (the one `insert` of `_dml.py`), so the
+Mixed into `SQLiteStore`; plain SQLAlchemy core (the one `insert` of `dml.py`), so the
 PostgreSQL store runs it unchanged."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Row mapping between the shared tables (`schema.py`) and the port's row types, for every
+"""Row mapping between the shared tables (`schema/tables.py`) and the port's row types, for every
 backend over those tables: `x_values(row type) -> dict` for writing, `x_from_row(row) -> row
 type` for reading back, and `load_person` (a person spans two tables).
 """
@@ -29,7 +29,7 @@ from persyn.store.base import (
     ReminderStatus,
     Role,
 )
-from persyn.store.schema.tables import identities, persons
+from persyn.store.schema.tables import identities, persons, provenance_values
 
 __all__ = [
     "activity_from_row",
@@ -52,14 +52,6 @@ __all__ = [
     "reminder_from_row",
     "reminder_values",
 ]
-
-
-def provenance_values(provenance: Provenance) -> dict[str, Any]:
-    return {
-        "channel": provenance.channel,
-        "participant_ids": list(provenance.participant_ids),
-        "sensitivity": provenance.sensitivity.value,
-    }
 
 
 def provenance_from_row(row: Row[Any]) -> Provenance:

@@ -1,5 +1,5 @@
 """Agents, persons and their identities, merges and preferences on SQLite (the directory
-sub-port; contact addresses and the participant index are in `_sqlite_directory.py`)."""
+sub-port; contact addresses and the participant index are in `directory.py`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Sub-linear vector search in one large compartment (ARCHITECTURE §7.1; issue 20 item 5).
 
-sqlite-vec's kNN (`_sqlite_vectors.py`) is exact and costs about half a microsecond per
+sqlite-vec's kNN (`vectors.py`) is exact and costs about half a microsecond per
 stored vector: 85 ms at 100k records in ONE channel, half a second at 1M. A partition (an
 agent's channel, one vector size) of `EXACT_BELOW` vectors or more is searched here
 instead, in three steps:

@@ -3,7 +3,7 @@
 
 `keyword_hits` is `SqlMemory.keyword_candidates`' work inside a read transaction. It tries
 three plans, cheapest first, each giving the same answer or None: the common-word bound
-(`_sqlite_keyword_bound.py`), the index's top-ranked matches (`keyword_by_top`), and the
+(`keyword_bound.py`), the index's top-ranked matches (`keyword_by_top`), and the
 matches filtered by the compartment (`keyword_by_filter`), which always answers.
 `fts_any_query` turns user text into an FTS5 query of the words both backends search
 (`sql/search.py`).

@@ -1,5 +1,5 @@
 """Long-term memory on SQLite (SPEC §4.1, §5): the `memory_records` methods that touch the
-keyword index `memory_fts` (migration 3; the search is `keyword.py`) or the sqlite-vec
+keyword index `memory_fts` (migration 3; the search is `keyword_index.py`) or the sqlite-vec
 tables (`vectors.py`, with the binary codes of `ann.py` for large partitions), and the reads
 that fetch recall's candidates as plain driver rows. The rest is the shared SQL of
 `sql/memory.py`. A record, its keyword-index entry (a trigger) and its vector change in one

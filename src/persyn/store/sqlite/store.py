@@ -15,7 +15,7 @@ Where the rest lives: how work reaches those threads, and every part of `Store` 
 backends share, in `sql/` (`sql/work.py`, `sql/store.py`: one part per sub-port and the
 operations that span parts in one transaction); engines, the DB-API driver (pysqlite3, for
 sqlite-vec) and pragmas in `engine.py`; what SQLite does its own way beside it: dialog
-search on FTS5 (`dialog.py`), long-term memory's keyword search (`keyword.py`,
+search on FTS5 (`dialog.py`), long-term memory's keyword search (`keyword_index.py`,
 `keyword_bound.py`) and vectors (`vectors.py`, `ann.py`) behind `memory.py`. This module
 keeps the engines and the lifecycle.
 """
@@ -35,6 +35,7 @@ from persyn.store.sql.store import SqlStore
 from persyn.store.sqlite.dialog import SQLiteDialog, fts_query
 from persyn.store.sqlite.engine import create_sqlite_engine
 from persyn.store.sqlite.memory import SQLiteMemory
+from persyn.store.sqlite.migrations import SQLITE_MIGRATIONS
 
 __all__ = ["SQLiteStore", "create_sqlite_engine", "fts_query"]
 
@@ -72,6 +73,6 @@ class SQLiteStore(SQLiteDialog, SQLiteMemory, SqlStore):
     def _migrate_sync(self) -> None:
         try:
             with self._writer.connect() as connection:
-                migrations.migrate(connection, "sqlite")
+                migrations.migrate(connection, SQLITE_MIGRATIONS)
         except SQLAlchemyError as exc:
             raise StoreError(f"migrating {str(self._path)!r} failed: {exc}") from exc

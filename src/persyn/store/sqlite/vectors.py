@@ -33,7 +33,7 @@ without a direction (all zeros) is never stored, and one with a non-finite compo
 refused: vec0 would give either a NULL distance that sorts before every real neighbour.
 vec0 caps k at 4096.
 
-A partition of 2,000 vectors or more is searched sub-linearly instead (`_sqlite_ann.py`:
+A partition of 2,000 vectors or more is searched sub-linearly instead (`ann.py`:
 binary codes scanned by Hamming distance, then an exact re-rank): every vector stored here
 is also kept, by integer id, in `memory_ann_units` for that re-rank.
 """

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from persyn.core.clock import Clock
 from persyn.core.errors import ToolError
 from persyn.core.ids import is_id, parse_id
-from persyn.memory.access import Provenanced, may_surface
+from persyn.memory.access import Provenanced
 from persyn.schedule import (
     REMINDER_KIND,
     AtTrigger,
@@ -49,16 +49,14 @@ from persyn.schedule import (
     set_reminder,
 )
 from persyn.schedule import create_goal as store_goal
-from persyn.store.base import GLOBAL, Provenance, Store
+from persyn.store.base import Provenance, Store
+from persyn.tools.activation import Audience, FixedProvenance, RunProvenance
 from persyn.tools.registry import Tool
 
 __all__ = [
-    "Audience",
-    "FixedProvenance",
     "GoalView",
     "OwnToolsContext",
     "ReminderView",
-    "RunProvenance",
     "goal_tools",
     "not_the_operators",
     "reminder_tools",
@@ -73,49 +71,6 @@ class _HasProvenance(Protocol):
 
 
 _T = TypeVar("_T", bound=_HasProvenance)
-
-
-@dataclass(frozen=True)
-class Audience:
-    """Who hears what the tools show: the current channel (`channel_key`), the people
-    present (the agent excluded) and the channel groups. `reflecting`: the agent on its own
-    reviewing everything it could say with nobody present, in each item's own compartment
-    (the heartbeat; `present` is then empty)."""
-
-    channel: str
-    present: tuple[str, ...] = ()
-    channel_groups: Sequence[Sequence[str]] = ()
-    agent_id: str | None = None
-    reflecting: bool = False
-
-    def sees(self, item: Provenanced) -> bool:
-        channel = (item.channel or self.channel) if self.reflecting else self.channel
-        present = () if self.reflecting else self.present
-        return may_surface(item, channel, present, self.channel_groups, agent_id=self.agent_id)
-
-
-class RunProvenance(Protocol):
-    """The provenance of what this activation writes, and what narrows it."""
-
-    async def written(self) -> Provenance: ...
-
-    async def read(self, items: Sequence[Provenanced]) -> None:
-        """The tools showed `items`: what the run writes from now on may surface at most
-        where they may."""
-        ...
-
-
-@dataclass(frozen=True)
-class FixedProvenance:
-    """A conversation turn's: everything it writes carries the turn's provenance."""
-
-    provenance: Provenance = GLOBAL
-
-    async def written(self) -> Provenance:
-        return self.provenance
-
-    async def read(self, items: Sequence[Provenanced]) -> None:
-        return None
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,18 @@
 
 from __future__ import annotations
 
-from persyn.tools.images.generate import image_tools
-from persyn.tools.providers import ToolProvider
+from typing import Any
+
+from persyn.tools.images.generate import ImagesContext, image_tools
+from persyn.tools.providers import ToolProvider, ToolScope
+from persyn.tools.registry import Tool
 
 __all__ = ["IMAGES"]
 
-IMAGES = ToolProvider("images", lambda scope: [] if scope.images is None else image_tools(scope.images))
+
+def _images(scope: ToolScope) -> list[Tool[Any, Any]]:
+    context = scope.service(ImagesContext)
+    return [] if context is None else image_tools(context)
+
+
+IMAGES = ToolProvider("images", _images)

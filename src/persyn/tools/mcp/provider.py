@@ -4,9 +4,20 @@ other, under the same breakers and caps."""
 
 from __future__ import annotations
 
-from persyn.tools.providers import ToolProvider
+from collections.abc import Sequence
+from typing import Any
+
+from persyn.tools.mcp.servers import McpTools
+from persyn.tools.providers import ToolProvider, ToolScope
+from persyn.tools.registry import Tool
 
 __all__ = ["MCP"]
 
+
+def _mcp(scope: ToolScope) -> Sequence[Tool[Any, Any]]:
+    servers = scope.service(McpTools)
+    return () if servers is None else servers.tools()
+
+
 # `__` never appears in a built-in tool's name; giving way keeps a server from shadowing one anyway.
-MCP = ToolProvider("mcp", lambda scope: () if scope.mcp is None else scope.mcp.tools(), gives_way=True)
+MCP = ToolProvider("mcp", _mcp, gives_way=True)

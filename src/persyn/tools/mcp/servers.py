@@ -25,7 +25,7 @@ the model after a notice naming the server and marking the text as others' words
 as data, not as the operator's or the user's instructions.
 
 A server is held to `[mcp] max_result_bytes` per message as the message arrives (the bounded
-transports of `_mcp_transports.py`): past it the call's result is dropped and the call fails
+transports of `_transports.py`): past it the call's result is dropped and the call fails
 with that reason. A call that timed out or was cut off ends the server's connection (a stdio
 server's process group is stopped), so the next call starts it afresh instead of queueing
 behind what is stuck. A stdio server's stderr goes to its own log file (`mcp-NAME.log` in the

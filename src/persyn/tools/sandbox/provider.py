@@ -9,21 +9,24 @@ from typing import Any
 
 from persyn.tools.providers import ToolProvider, ToolScope
 from persyn.tools.registry import Tool
+from persyn.tools.sandbox.service import SandboxService
+from persyn.tools.skills.library import SkillLibrary
 
 __all__ = ["SANDBOX"]
 
 
 def _run_code(scope: ToolScope) -> list[Tool[Any, Any]]:
-    if scope.sandbox is None:
+    sandbox = scope.service(SandboxService)
+    if sandbox is None:
         return []
-    library = scope.skills
+    library = scope.service(SkillLibrary)
 
     def skill_folders() -> dict[str, Path]:
         """The skills this activation may use, read when a `run_code` task starts (after
         protected ones were restored), so their scripts run inside the sandbox."""
         return {} if library is None else {skill.name: skill.folder for skill in library.scan()}
 
-    code = scope.sandbox.tool_for(
+    code = sandbox.tool_for(
         scope.agent.id,
         scope.run.written,
         own=scope.kind != "message",

@@ -20,7 +20,7 @@ made an equivalence:
   or above) gets a workspace of its own run only.
 
 A self-initiated run (a heartbeat, a reminder) is keyed by its *derived* provenance
-(`runtime.autonomy.run_provenance`, narrowed by all it read) and is kept apart from
+(`runtime.background.autonomy.run_provenance`, narrowed by all it read) and is kept apart from
 conversations (`own = True`): a beat never opens a workspace a person filled, whose files it
 never read through the policy. The operator sees and removes every workspace
 (`persyn sandbox list|reset`).

@@ -8,7 +8,7 @@ from typing import Any
 
 from persyn.tools.providers import ToolProvider, ToolScope
 from persyn.tools.registry import Tool
-from persyn.tools.skills.library import skill_tools
+from persyn.tools.skills.library import SkillLibrary, skill_tools
 
 __all__ = ["SKILLS"]
 
@@ -16,10 +16,11 @@ _log = logging.getLogger(__name__)
 
 
 def _skills(scope: ToolScope) -> list[Tool[Any, Any]]:
-    if scope.skills is None:
+    library = scope.service(SkillLibrary)
+    if library is None:
         return []
     try:
-        return skill_tools(scope.skills)
+        return skill_tools(library)
     except OSError as exc:  # an unreadable or read-only skills folder: answer without skills
         _log.warning("skills are unavailable: %s", exc)
         return []
