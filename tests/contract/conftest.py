@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from persyn.store import Store, open_store
+from persyn.store import open_store
+from persyn.store.capabilities import FullStore
 
 
 @pytest.fixture
-async def store(store_url: str) -> AsyncIterator[Store]:
+async def store(store_url: str) -> AsyncIterator[FullStore]:
     """A set-up store on a fresh database, closed after the test."""
     opened = open_store(store_url)
     await opened.setup()

@@ -9,8 +9,8 @@ import pytest
 from persyn.core.errors import InputError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
-from persyn.store import Store
 from persyn.store.base import Provenance
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.activity import UNATTRIBUTED_RUN, ActivityEntry
 
 T0 = datetime(2026, 3, 2, 12, tzinfo=UTC)
@@ -25,7 +25,7 @@ def _run(agent_id: str, at: datetime, **fields: object) -> ActivityEntry:
     return ActivityEntry.model_validate(values | fields)
 
 
-async def test_runs_come_back_newest_first_with_everything_they_were_logged_with(store: Store) -> None:
+async def test_runs_come_back_newest_first_with_everything_they_were_logged_with(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     reminder_id, conversation_id = new_id(), new_id()
     where = Provenance(channel="discord:dm", participant_ids=(new_id(),), sensitivity=Sensitivity.PRIVATE)
@@ -49,7 +49,7 @@ async def test_runs_come_back_newest_first_with_everything_they_were_logged_with
     assert await store.recent_activity(agent_id, limit=0) == []
 
 
-async def test_logging_a_run_again_replaces_it(store: Store) -> None:
+async def test_logging_a_run_again_replaces_it(store: FullStore) -> None:
     agent_id = new_id()
     entry = _run(agent_id, T0)
     await store.add_activity(entry)
@@ -58,7 +58,7 @@ async def test_logging_a_run_again_replaces_it(store: Store) -> None:
     assert (stored.outcome, stored.tokens) == ("said: hello", 30)
 
 
-async def test_the_token_window_is_half_open_and_per_agent(store: Store) -> None:
+async def test_the_token_window_is_half_open_and_per_agent(store: FullStore) -> None:
     agent_id = new_id()
     for minutes in (0, 10, 20, 30):
         await store.add_activity(_run(agent_id, T0 - minutes * MINUTE))
@@ -69,14 +69,14 @@ async def test_the_token_window_is_half_open_and_per_agent(store: Store) -> None
     assert [r.at for r in await store.recent_activity(agent_id, limit=10)] == [T0, T0 - 10 * MINUTE]
 
 
-async def test_a_run_with_a_bad_id_is_refused(store: Store) -> None:
+async def test_a_run_with_a_bad_id_is_refused(store: FullStore) -> None:
     with pytest.raises(InputError, match="run id"):
         await store.add_activity(_run(new_id(), T0, id="run-1"))
     with pytest.raises(InputError, match="agent id"):
         await store.add_activity(_run("ada", T0))
 
 
-async def test_deliberation_traces_merge_by_key_per_event(store: Store) -> None:
+async def test_deliberation_traces_merge_by_key_per_event(store: FullStore) -> None:
     agent_id, event_id, other_event = new_id(), new_id(), new_id()
     await store.merge_deliberation(agent_id, event_id, {"mode": "deferred", "critiques": [{"lens": "x"}]}, T0)
     await store.merge_deliberation(agent_id, event_id, {"decision": {"action": "speak"}}, T0 + MINUTE)

@@ -9,7 +9,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from persyn.core.ids import new_id
-from persyn.store import Store
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.artifacts import ArtifactVersion
 
 T0 = datetime(2026, 12, 2, 9, tzinfo=UTC)
@@ -31,7 +31,7 @@ def _version(
     )
 
 
-async def test_versions_are_numbered_attributed_and_kept_whole(store: Store) -> None:
+async def test_versions_are_numbered_attributed_and_kept_whole(store: FullStore) -> None:
     first = await store.add_artifact_version(
         _version("irc:#plans", "trip.md", ADA, "Day 1: Kyoto", T0), base=0
     )
@@ -53,14 +53,14 @@ async def test_versions_are_numbered_attributed_and_kept_whole(store: Store) -> 
     assert await store.artifact_versions("irc:#other", "trip.md") == []
 
 
-async def test_a_stale_base_stores_nothing(store: Store) -> None:
+async def test_a_stale_base_stores_nothing(store: FullStore) -> None:
     assert await store.add_artifact_version(_version("s:c", "doc", ADA, "one", T0), base=0) is not None
     assert await store.add_artifact_version(_version("s:c", "doc", BEA, "clobber", T0), base=0) is None
     assert await store.add_artifact_version(_version("s:c", "doc", BEA, "from 5", T0), base=5) is None
     assert [v.content for v in await store.artifact_versions("s:c", "doc")] == ["one"]
 
 
-async def test_concurrent_writers_get_distinct_numbers_and_one_base_wins(store: Store) -> None:
+async def test_concurrent_writers_get_distinct_numbers_and_one_base_wins(store: FullStore) -> None:
     writes = [
         store.add_artifact_version(
             _version("s:c", "log", agent, f"{agent}-{i}", T0 + timedelta(seconds=i)), base=None
@@ -76,7 +76,7 @@ async def test_concurrent_writers_get_distinct_numbers_and_one_base_wins(store: 
     assert len(await store.artifact_versions("s:c", "log")) == 11
 
 
-async def test_a_listing_answers_only_for_the_scopes_asked(store: Store) -> None:
+async def test_a_listing_answers_only_for_the_scopes_asked(store: FullStore) -> None:
     await store.add_artifact_version(_version("s:a", "x", ADA, "1", T0), base=None)
     await store.add_artifact_version(_version("s:a", "x", BEA, "2", T0 + timedelta(minutes=2)), base=None)
     await store.add_artifact_version(_version("s:a", "x", ADA, "3", T0 + timedelta(minutes=3)), base=None)

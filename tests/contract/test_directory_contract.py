@@ -10,7 +10,8 @@ import pytest
 from persyn.core.errors import InputError, StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
-from persyn.store import Identity, Store
+from persyn.store import Identity
+from persyn.store.capabilities import FullStore
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 TERMINAL = Identity(service="terminal", channel="terminal", speaker_id="operator:sam")
@@ -18,7 +19,9 @@ SLACK = Identity(service="slack", channel="general", speaker_id="U123")
 HOUR = 3600
 
 
-async def test_a_contact_met_as_a_person_becomes_an_agent_when_known_as_one_never_back(store: Store) -> None:
+async def test_a_contact_met_as_a_person_becomes_an_agent_when_known_as_one_never_back(
+    store: FullStore,
+) -> None:
     agent_id = new_id()
     bob = await store.resolve_person(agent_id, SLACK, "Bob", "human", T0)
     assert bob.kind == "human"
@@ -33,7 +36,7 @@ async def test_a_contact_met_as_a_person_becomes_an_agent_when_known_as_one_neve
 
 
 # contact addresses ----------------------------------------------------------------------------
-async def test_addresses_are_added_once_listed_oldest_first_and_removed(store: Store) -> None:
+async def test_addresses_are_added_once_listed_oldest_first_and_removed(store: FullStore) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     ann = await store.resolve_person(agent_id, SLACK, "Ann", "human", T0)
@@ -77,7 +80,7 @@ async def test_addresses_are_added_once_listed_oldest_first_and_removed(store: S
     ],
 )
 async def test_a_bad_label_or_value_is_an_input_error_and_stores_nothing(
-    store: Store, label: str, value: str, complaint: str
+    store: FullStore, label: str, value: str, complaint: str
 ) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
@@ -86,7 +89,7 @@ async def test_a_bad_label_or_value_is_an_input_error_and_stores_nothing(
     assert await store.addresses(agent_id) == []
 
 
-async def test_addresses_belong_to_one_agent_and_need_a_contact(store: Store) -> None:
+async def test_addresses_belong_to_one_agent_and_need_a_contact(store: FullStore) -> None:
     agent_id, other_agent = new_id(), new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     await store.add_address(agent_id, sam.id, "email", "sam@example.com", T0)
@@ -101,7 +104,7 @@ async def test_addresses_belong_to_one_agent_and_need_a_contact(store: Store) ->
     assert [a.value for a in await store.addresses(agent_id)] == ["sam@example.com"]
 
 
-async def test_merge_moves_addresses_to_the_survivor_keeping_a_shared_one_once(store: Store) -> None:
+async def test_merge_moves_addresses_to_the_survivor_keeping_a_shared_one_once(store: FullStore) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     dup = await store.resolve_person(agent_id, SLACK, "Sam K", "human", T0)
@@ -118,7 +121,7 @@ async def test_merge_moves_addresses_to_the_survivor_keeping_a_shared_one_once(s
 
 
 # the participant index ------------------------------------------------------------------------
-async def test_a_persons_conversations_come_newest_first_and_bounded(store: Store) -> None:
+async def test_a_persons_conversations_come_newest_first_and_bounded(store: FullStore) -> None:
     agent_id = new_id()
     sam, ann = new_id(), new_id()  # participant ids need not name stored persons
     started = []
@@ -137,7 +140,7 @@ async def test_a_persons_conversations_come_newest_first_and_bounded(store: Stor
     assert await store.person_conversations(new_id(), sam, 5) == []  # another agent's index
 
 
-async def test_the_index_follows_participants_joining_an_open_conversation(store: Store) -> None:
+async def test_the_index_follows_participants_joining_an_open_conversation(store: FullStore) -> None:
     agent_id = new_id()
     sam, ann = new_id(), new_id()
     talk = await store.open_conversation(agent_id, "slack", "general", [sam], T0, HOUR)
@@ -160,7 +163,7 @@ async def test_the_index_follows_participants_joining_an_open_conversation(store
     assert [c.id for c in await store.person_conversations(agent_id, sam, 5)] == [talk.id]
 
 
-async def test_merge_moves_the_index_to_the_survivor_once_per_conversation(store: Store) -> None:
+async def test_merge_moves_the_index_to_the_survivor_once_per_conversation(store: FullStore) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     dup = await store.resolve_person(agent_id, SLACK, "Sam K", "human", T0)
@@ -178,7 +181,7 @@ async def test_merge_moves_the_index_to_the_survivor_once_per_conversation(store
     assert await store.person_conversations(agent_id, dup.id, 10) == []
 
 
-async def test_conversation_summaries_come_from_their_newest_memory(store: Store) -> None:
+async def test_conversation_summaries_come_from_their_newest_memory(store: FullStore) -> None:
     agent_id = new_id()
     sam = new_id()
     first = await store.open_conversation(agent_id, "slack", "general", [sam], T0, HOUR)
@@ -211,7 +214,7 @@ async def test_conversation_summaries_come_from_their_newest_memory(store: Store
     assert await store.conversation_summaries(new_id(), [first.id]) == {}
 
 
-async def test_a_person_seen_in_history_is_touched_forward_never_back(store: Store) -> None:
+async def test_a_person_seen_in_history_is_touched_forward_never_back(store: FullStore) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     await store.touch_person(agent_id, sam.id, T0 - timedelta(days=400))  # older history

@@ -13,7 +13,8 @@ from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.memory.access import eligible_channels, may_surface
 from persyn.store import Store
-from persyn.store.capabilities import GraphStore, capability
+from persyn.store.capabilities import GraphStore, capability, require_capability
+from persyn.store.ports.directory import ContactsPort
 from persyn.store.ports.graph_rows import EntityFact, FactSource, GraphView, RelationFact, entity_key
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
@@ -284,7 +285,7 @@ async def test_merge_moves_graph_provenance_to_the_survivor(store: GraphStore) -
     )
     # Before: the fact is for Samuel's ears only; Sam is a stranger to it.
     assert await store.graph_entities(agent_id, ["cello"], _view(DM, (sam.id,))) == []
-    await store.merge_persons(agent_id, sam.id, other.id)
+    await require_capability(store, ContactsPort).merge_persons(agent_id, sam.id, other.id)
     assert [e.name for e in await store.graph_entities(agent_id, ["cello"], _view(DM, (sam.id,)))] == [
         "cello"
     ]
@@ -316,7 +317,7 @@ async def test_a_merge_folds_a_fact_learned_with_each_record_into_one(store: Gra
             [RelationFact(source="Sam", relation="plays", target="cello")],
         )
     assert (await store.graph_stats(agent_id))["relations"] == 2
-    await store.merge_persons(agent_id, sam.id, other.id)
+    await require_capability(store, ContactsPort).merge_persons(agent_id, sam.id, other.id)
     assert await store.graph_stats(agent_id) == {"entities": 2, "mentions": 2, "relations": 1}
     view = _view(DM, (sam.id,))
     (person,) = await store.graph_entities(agent_id, ["sam"], view)

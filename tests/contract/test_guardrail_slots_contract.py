@@ -19,8 +19,9 @@ from persyn.core.ids import new_id
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.background.guardrails import Guardrails
 from persyn.runtime.delivery.outbox import Outbox
-from persyn.store import Store, open_store
+from persyn.store import open_store
 from persyn.store.base import Message, Role
+from persyn.store.capabilities import FullStore
 
 T0 = datetime(2026, 12, 1, 9, tzinfo=UTC)
 AGENT = new_id(T0)
@@ -29,7 +30,7 @@ ADA = AgentConfig(name="Ada", id=AGENT)
 
 
 @pytest.fixture
-async def second_store(store: Store, store_url: str) -> AsyncIterator[Store]:
+async def second_store(store: FullStore, store_url: str) -> AsyncIterator[FullStore]:
     """Another connection to the same database, as another process has."""
     opened = open_store(store_url)
     await opened.setup()
@@ -40,7 +41,7 @@ async def second_store(store: Store, store_url: str) -> AsyncIterator[Store]:
 
 
 async def test_a_slot_is_claimed_by_exactly_one_caller_across_stores_and_purged_with_the_checks(
-    store: Store, second_store: Store
+    store: FullStore, second_store: FullStore
 ) -> None:
     racing = [store, second_store] * 4
     claims = await asyncio.gather(
@@ -58,7 +59,7 @@ async def test_a_slot_is_claimed_by_exactly_one_caller_across_stores_and_purged_
     assert not await store.claim_guardrail_slot(AGENT, "spam", later, "again", later)  # kept
 
 
-def _guardrails(store: Store, clock: ManualClock, tmp_path: Path) -> Guardrails:
+def _guardrails(store: FullStore, clock: ManualClock, tmp_path: Path) -> Guardrails:
     spam = GuardrailConfig(
         name="spam",
         detector="outbound_messages",
@@ -88,7 +89,7 @@ def _guardrails(store: Store, clock: ManualClock, tmp_path: Path) -> Guardrails:
 
 
 async def test_two_processes_evaluating_one_period_record_and_notify_one_trigger(
-    store: Store, second_store: Store, tmp_path: Path
+    store: FullStore, second_store: FullStore, tmp_path: Path
 ) -> None:
     await store.ensure_agent(AGENT, "Ada", T0)
     conversation = await store.open_conversation(AGENT, "irc", "#a", [], T0, 3600)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from persyn.core.ids import new_id
-from persyn.store import Store
 from persyn.store.base import Identity, Message, Role
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.emotions import EmotionReading
 from persyn.store.ports.guardrails import GuardrailCheck, GuardrailEvent
 
@@ -31,7 +31,7 @@ def _event(at: datetime, *, agent: str = AGENT, blocked_for: timedelta | None = 
     )
 
 
-async def test_events_are_kept_once_newest_first_and_blocks_end_when_due_or_lifted(store: Store) -> None:
+async def test_events_are_kept_once_newest_first_and_blocks_end_when_due_or_lifted(store: FullStore) -> None:
     first = _event(T0, blocked_for=timedelta(hours=1))
     assert await store.add_guardrail_event(first)
     assert not await store.add_guardrail_event(first.model_copy(update={"reason": "replayed"}))
@@ -55,7 +55,7 @@ async def test_events_are_kept_once_newest_first_and_blocks_end_when_due_or_lift
     assert await store.lift_guardrail_block(new_id(T0), T0) is None
 
 
-async def test_checks_give_the_watermark_and_the_budget_and_are_purged(store: Store) -> None:
+async def test_checks_give_the_watermark_and_the_budget_and_are_purged(store: FullStore) -> None:
     for minutes, tokens in ((0, 100), (10, 250)):
         await store.add_guardrail_check(
             GuardrailCheck(
@@ -78,7 +78,7 @@ async def test_checks_give_the_watermark_and_the_budget_and_are_purged(store: St
     assert await store.guardrail_tokens(AGENT, T0) == 250
 
 
-async def test_the_interaction_window_spans_conversations_oldest_first(store: Store) -> None:
+async def test_the_interaction_window_spans_conversations_oldest_first(store: FullStore) -> None:
     await store.ensure_agent(AGENT, "Ada", T0)
     sam = await store.resolve_person(
         AGENT, Identity(service="irc", channel="irc", speaker_id="sam"), "Sam", "human", T0
@@ -111,7 +111,7 @@ async def test_the_interaction_window_spans_conversations_oldest_first(store: St
     assert await store.interaction_window(OTHER, T0) == []
 
 
-async def test_emotion_readings_by_exchange_conversation_and_record(store: Store) -> None:
+async def test_emotion_readings_by_exchange_conversation_and_record(store: FullStore) -> None:
     conversation, record = new_id(T0), new_id(T0 + timedelta(seconds=2))
 
     def reading(minutes: int, top: str, **where: str) -> EmotionReading:

@@ -8,7 +8,7 @@ import pytest
 
 from persyn.core.errors import InputError
 from persyn.core.ids import new_id
-from persyn.store import Store
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.jobs import MAX_ERROR_CHARS, Consolidation, ConsolidationStatus, Watermark
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -26,7 +26,7 @@ def _failed(agent_id: str, conversation_id: str, attempts: int, retry_at: dateti
     )
 
 
-async def test_a_consolidation_moves_from_pending_through_failed_to_done(store: Store) -> None:
+async def test_a_consolidation_moves_from_pending_through_failed_to_done(store: FullStore) -> None:
     agent_id, conversation_id = new_id(T0), new_id(T0)
     assert await store.get_consolidation(agent_id, conversation_id) is None
     assert await store.consolidation_pending(agent_id, conversation_id, T0)
@@ -52,7 +52,9 @@ async def test_a_consolidation_moves_from_pending_through_failed_to_done(store: 
     assert await store.get_consolidation(new_id(T0), conversation_id) is None  # per agent
 
 
-async def test_failed_consolidations_are_listed_across_agents_and_by_when_they_are_due(store: Store) -> None:
+async def test_failed_consolidations_are_listed_across_agents_and_by_when_they_are_due(
+    store: FullStore,
+) -> None:
     first, second = new_id(T0), new_id(T0)
     soon, later, done = new_id(T0), new_id(T0), new_id(T0)
     await store.set_consolidation(_failed(first, soon, 1, T0 + timedelta(minutes=2)))
@@ -90,7 +92,7 @@ def test_consolidation_rows_validate_what_they_hold() -> None:
     assert len(Consolidation.model_validate(long.model_dump()).last_error or "") == MAX_ERROR_CHARS
 
 
-async def test_each_reader_keeps_its_own_watermark_per_conversation(store: Store) -> None:
+async def test_each_reader_keeps_its_own_watermark_per_conversation(store: FullStore) -> None:
     agent_id, conversation_id, other = new_id(T0), new_id(T0), new_id(T0)
     first, second = new_id(T0), new_id(T0 + timedelta(seconds=1))
     assert await store.get_watermark(agent_id, conversation_id, "graph") is None

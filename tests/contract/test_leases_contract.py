@@ -10,14 +10,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from persyn.store import Store, open_store
+from persyn.store import open_store
+from persyn.store.capabilities import FullStore
 
 T0 = datetime(2026, 12, 6, 9, tzinfo=UTC)
 TTL = timedelta(seconds=30)
 NAME = "channel:irc"
 
 
-async def test_a_free_lease_is_taken_and_a_second_acquirer_is_refused(store: Store) -> None:
+async def test_a_free_lease_is_taken_and_a_second_acquirer_is_refused(store: FullStore) -> None:
     first = await store.acquire_lease(NAME, "host-a:1:aa", T0, TTL)
     assert (first.holder, first.acquired_at, first.expires_at) == ("host-a:1:aa", T0, T0 + TTL)
     refused = await store.acquire_lease(NAME, "host-b:2:bb", T0 + timedelta(seconds=29), TTL)
@@ -25,7 +26,7 @@ async def test_a_free_lease_is_taken_and_a_second_acquirer_is_refused(store: Sto
     assert not refused.held_by("host-b:2:bb", T0 + timedelta(seconds=29))
 
 
-async def test_the_holder_renews_and_keeps_the_time_it_took_the_lease(store: Store) -> None:
+async def test_the_holder_renews_and_keeps_the_time_it_took_the_lease(store: FullStore) -> None:
     await store.acquire_lease(NAME, "a", T0, TTL)
     renewed = await store.acquire_lease(NAME, "a", T0 + timedelta(seconds=20), TTL)
     assert (renewed.holder, renewed.acquired_at, renewed.expires_at) == ("a", T0, T0 + timedelta(seconds=50))
@@ -34,7 +35,7 @@ async def test_the_holder_renews_and_keeps_the_time_it_took_the_lease(store: Sto
     assert (await store.acquire_lease(NAME, "b", late, TTL)).holder == "a"
 
 
-async def test_a_lapsed_lease_is_taken_over_and_its_old_holder_learns_it(store: Store) -> None:
+async def test_a_lapsed_lease_is_taken_over_and_its_old_holder_learns_it(store: FullStore) -> None:
     await store.acquire_lease(NAME, "a", T0, TTL)
     lapsed = T0 + TTL
     taken = await store.acquire_lease(NAME, "b", lapsed, TTL)
@@ -43,7 +44,7 @@ async def test_a_lapsed_lease_is_taken_over_and_its_old_holder_learns_it(store: 
     assert await store.acquire_lease(NAME, "a", lapsed + timedelta(seconds=1), TTL) == taken
 
 
-async def test_only_the_holder_releases_and_a_released_lease_is_free(store: Store) -> None:
+async def test_only_the_holder_releases_and_a_released_lease_is_free(store: FullStore) -> None:
     await store.acquire_lease(NAME, "a", T0, TTL)
     assert not await store.release_lease(NAME, "b")
     assert [lease.holder for lease in await store.leases()] == ["a"]
@@ -53,7 +54,7 @@ async def test_only_the_holder_releases_and_a_released_lease_is_free(store: Stor
     assert (await store.acquire_lease(NAME, "b", T0 + timedelta(seconds=1), TTL)).holder == "b"
 
 
-async def test_leases_are_independent_and_listed_by_name(store: Store) -> None:
+async def test_leases_are_independent_and_listed_by_name(store: FullStore) -> None:
     await store.acquire_lease("channel:telegram", "a", T0, TTL)
     await store.acquire_lease(NAME, "b", T0, TTL)
     assert [(lease.name, lease.holder) for lease in await store.leases()] == [
@@ -78,7 +79,7 @@ async def test_processes_racing_for_a_free_lease_get_one_winner(store_url: str) 
     assert len({lease.holder for lease in results}) == 1
 
 
-async def test_bad_values_are_refused_before_anything_is_written(store: Store) -> None:
+async def test_bad_values_are_refused_before_anything_is_written(store: FullStore) -> None:
     with pytest.raises(ValidationError, match="name"):
         await store.acquire_lease("", "a", T0, TTL)
     with pytest.raises(ValidationError, match="holder"):

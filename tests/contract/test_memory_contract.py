@@ -1,5 +1,5 @@
-"""What every storage backend must do for long-term memory (SPEC §4.1, §5; the `Store` port's
-"long-term memory" methods). Runs once per backend through the `store` fixture. Vectors are
+"""What every storage backend that offers autobiographical memory must do (SPEC §4.1, §5; the
+`MemoryPort` methods). Runs once per backend through the `store` fixture. Vectors are
 hand-made (4-d unless a test says otherwise), times come from fixed instants.
 """
 
@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from persyn.core.errors import InputError, StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity, channel_key
-from persyn.store import Store
 from persyn.store.base import RecallCandidate
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.jobs import ConsolidationStatus
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -53,7 +53,7 @@ def _record(
 
 
 async def _add(
-    store: Store, record: MemoryRecord, vector: Sequence[float] | None = None, model: str = MODEL
+    store: FullStore, record: MemoryRecord, vector: Sequence[float] | None = None, model: str = MODEL
 ) -> MemoryRecord:
     assert await store.add_record(record, vector, model if vector is not None else None)
     return record
@@ -69,7 +69,7 @@ def _cosine_distance(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 # records ------------------------------------------------------------------------------------------
-async def test_a_record_round_trips_every_field(store: Store) -> None:
+async def test_a_record_round_trips_every_field(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     record = MemoryRecord(
         id=new_id(T0),
@@ -108,7 +108,7 @@ async def test_a_record_round_trips_every_field(store: Store) -> None:
     assert fetched.created_at.utcoffset() == timedelta(0)
 
 
-async def test_add_record_deduplicates_on_id_and_on_ref_per_agent(store: Store) -> None:
+async def test_add_record_deduplicates_on_id_and_on_ref_per_agent(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     first = await _add(store, _record(agent_id, "the original", ref="history:1"), [1, 0, 0, 0])
 
@@ -128,7 +128,7 @@ async def test_add_record_deduplicates_on_id_and_on_ref_per_agent(store: Store) 
     assert await store.count_records(other) == 1
 
 
-async def test_add_record_rejects_bad_input_and_stores_nothing(store: Store) -> None:
+async def test_add_record_rejects_bad_input_and_stores_nothing(store: FullStore) -> None:
     agent_id = new_id()
     with pytest.raises(InputError, match="participant id"):
         await store.add_record(_record(agent_id, "x", participants=["not-a-ulid"]), None, None)
@@ -141,7 +141,7 @@ async def test_add_record_rejects_bad_input_and_stores_nothing(store: Store) -> 
     assert await store.count_records(agent_id) == 0
 
 
-async def test_add_records_stores_a_batch_as_add_record_would_one_by_one(store: Store) -> None:
+async def test_add_records_stores_a_batch_as_add_record_would_one_by_one(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     known = await _add(store, _record(agent_id, "already known", ref="history:1"), [1, 0, 0, 0])
     theirs = await _add(store, _record(other, "theirs"))
@@ -206,7 +206,9 @@ async def test_add_records_stores_a_batch_as_add_record_would_one_by_one(store: 
 @pytest.mark.parametrize(
     "problem", ["participant id", "non-finite", "embedding model", "vectors", "agent id"]
 )
-async def test_add_records_rejects_bad_input_anywhere_and_stores_nothing(store: Store, problem: str) -> None:
+async def test_add_records_rejects_bad_input_anywhere_and_stores_nothing(
+    store: FullStore, problem: str
+) -> None:
     agent_id = new_id()
     batch = [_record(agent_id, f"record {i}", at=T0 + timedelta(minutes=i)) for i in range(5)]
     vectors: list[list[float] | None] = [[1, 0, 0, i] for i in range(5)]
@@ -227,7 +229,7 @@ async def test_add_records_rejects_bad_input_anywhere_and_stores_nothing(store: 
     assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None) == []
 
 
-async def test_records_by_ids_returns_those_that_exist_for_the_agent(store: Store) -> None:
+async def test_records_by_ids_returns_those_that_exist_for_the_agent(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     mine = [await _add(store, _record(agent_id, f"r{i}", at=T0 + timedelta(minutes=i))) for i in range(3)]
     theirs = await _add(store, _record(other, "theirs"))
@@ -244,7 +246,7 @@ async def test_records_by_ids_returns_those_that_exist_for_the_agent(store: Stor
     assert [c.id for c in await store.recall_candidates(agent_id, many)] == [mine[1].id]
 
 
-async def test_list_records_pages_newest_first(store: Store) -> None:
+async def test_list_records_pages_newest_first(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     records = [
         await _add(store, _record(agent_id, f"r{i}", at=T0 + timedelta(minutes=i % 4))) for i in range(9)
@@ -269,7 +271,7 @@ async def test_list_records_pages_newest_first(store: Store) -> None:
     assert rest == expected[4:]
 
 
-async def test_delete_records_removes_them_from_vector_and_keyword_search(store: Store) -> None:
+async def test_delete_records_removes_them_from_vector_and_keyword_search(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     gone = await _add(store, _record(agent_id, "a walk along the river", tags=["river"]), [1, 0, 0, 0])
     kept = await _add(store, _record(agent_id, "the river was cold", at=T0 + timedelta(1)), [1, 1, 0, 0])
@@ -286,7 +288,7 @@ async def test_delete_records_removes_them_from_vector_and_keyword_search(store:
 
 
 # vector search ----------------------------------------------------------------------------------------
-async def test_vector_candidates_are_ordered_by_cosine_distance(store: Store) -> None:
+async def test_vector_candidates_are_ordered_by_cosine_distance(store: FullStore) -> None:
     agent_id = new_id()
     same = await _add(store, _record(agent_id, "same"), [2, 0, 0, 0])  # length does not matter
     near = await _add(store, _record(agent_id, "near"), [1, 1, 0, 0])
@@ -304,7 +306,7 @@ async def test_vector_candidates_are_ordered_by_cosine_distance(store: Store) ->
         await store.vector_candidates(agent_id, [math.inf, 0, 0, 0], 5, None)
 
 
-async def test_vector_candidates_filter_by_agent_and_channel_set_inside_the_index(store: Store) -> None:
+async def test_vector_candidates_filter_by_agent_and_channel_set_inside_the_index(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     # The closest vectors overall belong to another agent or another channel.
     await _add(store, _record(other, "theirs", channel=MAIN), [1, 0, 0, 0])
@@ -324,7 +326,7 @@ async def test_vector_candidates_filter_by_agent_and_channel_set_inside_the_inde
     assert await store.vector_candidates(new_id(), [1, 0, 0, 0], 10, None) == []
 
 
-async def test_vector_recall_answers_as_the_search_and_then_the_fetch(store: Store) -> None:
+async def test_vector_recall_answers_as_the_search_and_then_the_fetch(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     await _add(store, _record(other, "theirs", channel=MAIN), [1, 0, 0, 0])
     records = [
@@ -369,7 +371,7 @@ async def test_vector_recall_answers_as_the_search_and_then_the_fetch(store: Sto
     assert _ids(after.hits) == [records[3].id, records[2].id, records[1].id]
 
 
-async def test_vector_candidates_search_only_vectors_of_the_query_size(store: Store) -> None:
+async def test_vector_candidates_search_only_vectors_of_the_query_size(store: FullStore) -> None:
     agent_id = new_id()
     assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None) == []  # no index yet
     four = await _add(store, _record(agent_id, "four"), [1, 0, 0, 0])
@@ -380,7 +382,7 @@ async def test_vector_candidates_search_only_vectors_of_the_query_size(store: St
 
 
 # keyword search ----------------------------------------------------------------------------------------
-async def test_keyword_candidates_match_any_word_and_rank_by_bm25(store: Store) -> None:
+async def test_keyword_candidates_match_any_word_and_rank_by_bm25(store: FullStore) -> None:
     agent_id = new_id()
     both = await _add(store, _record(agent_id, "Ann and I went hiking by the lake"))
     lake = await _add(store, _record(agent_id, "The lake froze early this year", at=T0 + timedelta(1)))
@@ -402,7 +404,7 @@ async def test_keyword_candidates_match_any_word_and_rank_by_bm25(store: Store) 
     assert await store.keyword_candidates(agent_id, "  ?! ", 10, None) == []
 
 
-async def test_keyword_candidates_filter_by_agent_and_channel_set(store: Store) -> None:
+async def test_keyword_candidates_filter_by_agent_and_channel_set(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     await _add(store, _record(other, "otters in the harbour"))
     main = await _add(store, _record(agent_id, "otters on the beach", channel=MAIN))
@@ -448,7 +450,7 @@ HOSTILE = [
 ]
 
 
-async def test_keyword_recall_answers_as_the_search_and_then_the_fetch(store: Store) -> None:
+async def test_keyword_recall_answers_as_the_search_and_then_the_fetch(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     await _add(store, _record(other, "otters in the harbour"))
     records = [
@@ -498,7 +500,7 @@ async def test_keyword_recall_answers_as_the_search_and_then_the_fetch(store: St
 
 
 @pytest.mark.parametrize("query", HOSTILE)
-async def test_hostile_keyword_queries_are_plain_words(store: Store, query: str) -> None:
+async def test_hostile_keyword_queries_are_plain_words(store: FullStore, query: str) -> None:
     agent_id = new_id()
     lake = await _add(store, _record(agent_id, "the lake at dawn"))
     hits = await store.keyword_candidates(agent_id, query, 5, None)
@@ -507,12 +509,12 @@ async def test_hostile_keyword_queries_are_plain_words(store: Store, query: str)
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=st.text(max_size=60))
-async def test_keyword_candidates_never_raise_on_any_text(store: Store, query: str) -> None:
+async def test_keyword_candidates_never_raise_on_any_text(store: FullStore, query: str) -> None:
     await store.keyword_candidates(new_id(), query, 5, [MAIN])
 
 
 # reindex, cull, directory merges, stats ---------------------------------------------------------------
-async def test_reindex_flow_and_dimension_change(store: Store) -> None:
+async def test_reindex_flow_and_dimension_change(store: FullStore) -> None:
     agent_id = new_id()
     bare = await _add(store, _record(agent_id, "no vector yet"))
     old = await _add(store, _record(agent_id, "old model", at=T0 + timedelta(1)), [1, 0, 0, 0], "m1")
@@ -547,7 +549,7 @@ async def test_reindex_flow_and_dimension_change(store: Store) -> None:
     assert _ids(await store.vector_candidates(agent_id, [0, 0, 1, 0], 1, None)) == [bare.id]
 
 
-async def test_an_all_zero_vector_is_encoded_but_never_searched(store: Store) -> None:
+async def test_an_all_zero_vector_is_encoded_but_never_searched(store: FullStore) -> None:
     """An encoder may map text to no direction at all; the record is kept (its memory is not
     lost), never returned by vector search, and not offered again for the same model."""
     agent_id = new_id()
@@ -567,7 +569,7 @@ async def test_an_all_zero_vector_is_encoded_but_never_searched(store: Store) ->
     assert _ids(await store.vector_candidates(agent_id, [0, 1, 0, 0], 10, None)) == [blank.id]
 
 
-async def test_cull_candidates_need_low_importance_and_age(store: Store) -> None:
+async def test_cull_candidates_need_low_importance_and_age(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     cutoff = T0 + timedelta(days=30)
     old_low = await _add(store, _record(agent_id, "old, low", importance=2))
@@ -582,7 +584,7 @@ async def test_cull_candidates_need_low_importance_and_age(store: Store) -> None
     assert [r.id for r in found] == [older_low.id, old_low.id]  # oldest first
 
 
-async def test_replace_participant_reattributes_records(store: Store) -> None:
+async def test_replace_participant_reattributes_records(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     p1, p2, p3 = new_id(), new_id(), new_id()
     a = await _add(store, _record(agent_id, "a", participants=[p1, p3]))
@@ -600,7 +602,7 @@ async def test_replace_participant_reattributes_records(store: Store) -> None:
         await store.replace_participant(agent_id, p3, "not-a-person")
 
 
-async def test_record_stats(store: Store) -> None:
+async def test_record_stats(store: FullStore) -> None:
     agent_id = new_id()
     empty = await store.record_stats(agent_id)
     assert empty["count"] == 0 and empty["oldest"] is None and empty["newest"] is None
@@ -647,7 +649,7 @@ _record_spec = st.tuples(
     k=st.integers(1, 8),
 )
 async def test_candidates_never_leave_the_requested_agent_and_channels(
-    store: Store,
+    store: FullStore,
     specs: list[tuple[int, str, list[int], list[str]]],
     agent: int,
     channels: list[str] | None,
@@ -680,7 +682,7 @@ async def test_candidates_never_leave_the_requested_agent_and_channels(
 
 
 # scale -------------------------------------------------------------------------------------------------
-async def test_five_thousand_records_with_256_dimensional_vectors(store: Store) -> None:
+async def test_five_thousand_records_with_256_dimensional_vectors(store: FullStore) -> None:
     """A smoke test at a realistic size: no timing assertions, only that it works."""
     agent_id = new_id()
     rng = random.Random(7)
@@ -704,7 +706,7 @@ async def test_five_thousand_records_with_256_dimensional_vectors(store: Store) 
     assert len(await store.list_records(agent_id, limit=100)) == 100
 
 
-async def test_one_large_compartment_is_searched_well_and_never_leaks(store: Store) -> None:
+async def test_one_large_compartment_is_searched_well_and_never_leaks(store: FullStore) -> None:
     """4,000 clustered 32-d vectors in ONE channel (large enough for a backend's approximate
     index), beside the same agent's other channel and another agent's same channel, which
     hold exact copies of every query. Recall@10 against brute force stays high, the
@@ -743,7 +745,7 @@ async def test_one_large_compartment_is_searched_well_and_never_leaks(store: Sto
     assert found / (10 * len(queries)) >= 0.9
 
 
-async def test_add_imported_writes_a_batch_whole_once_and_nothing_of_a_bad_one(store: Store) -> None:
+async def test_add_imported_writes_a_batch_whole_once_and_nothing_of_a_bad_one(store: FullStore) -> None:
     from persyn.store.base import Conversation, ImportedMemory, Message, Role
 
     agent_id = new_id()

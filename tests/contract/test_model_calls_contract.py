@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from persyn.store import Store
+from persyn.store.capabilities import FullStore
 
 T0 = datetime(2026, 12, 1, 9, tzinfo=UTC)
 KEY = "01KBWORKFLOW0000000000000:1/0"
 
 
-async def test_a_call_is_found_by_its_key_and_keeps_its_first_response(store: Store) -> None:
+async def test_a_call_is_found_by_its_key_and_keeps_its_first_response(store: FullStore) -> None:
     assert await store.model_call(KEY) is None
     first = asyncio.ensure_future(
         store.save_model_call(KEY, "01KBWORKFLOW0000000000000", '[{"first": 1}]', T0)
@@ -27,7 +27,7 @@ async def test_a_call_is_found_by_its_key_and_keeps_its_first_response(store: St
     assert await store.model_call("x" * 301) is None  # longer than any key that can be stored
 
 
-async def test_old_calls_are_purged_and_new_ones_kept(store: Store) -> None:
+async def test_old_calls_are_purged_and_new_ones_kept(store: FullStore) -> None:
     await store.save_model_call(KEY, "w", "[1]", T0)
     await store.save_model_call(KEY + "1", "w", "[2]", T0 + timedelta(days=8))
     assert await store.purge_model_calls(T0 + timedelta(days=1)) == 1
@@ -35,7 +35,7 @@ async def test_old_calls_are_purged_and_new_ones_kept(store: Store) -> None:
     assert await store.model_call(KEY + "1") == "[2]"
 
 
-async def test_a_bad_checkpoint_is_refused_before_anything_is_written(store: Store) -> None:
+async def test_a_bad_checkpoint_is_refused_before_anything_is_written(store: FullStore) -> None:
     with pytest.raises(ValidationError, match="call_key"):
         store.save_model_call("", "w", "[1]", T0)
     with pytest.raises(ValidationError, match="response"):

@@ -9,14 +9,15 @@ import pytest
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
-from persyn.store import Identity, Message, Role, Store
+from persyn.store import Identity, Message, Role
+from persyn.store.capabilities import FullStore
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 TERMINAL = Identity(service="terminal", channel="terminal", speaker_id="operator:sam")
 SLACK = Identity(service="slack", channel="general", speaker_id="U123")
 
 
-async def _message(store: Store, agent_id: str, person_id: str, conversation_id: str, text: str) -> None:
+async def _message(store: FullStore, agent_id: str, person_id: str, conversation_id: str, text: str) -> None:
     await store.add_message(
         Message(
             id=new_id(T0),
@@ -32,7 +33,7 @@ async def _message(store: Store, agent_id: str, person_id: str, conversation_id:
     )
 
 
-async def test_merge_moves_identities_history_and_memories_to_the_survivor(store: Store) -> None:
+async def test_merge_moves_identities_history_and_memories_to_the_survivor(store: FullStore) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     samuel = await store.resolve_person(agent_id, SLACK, "samuel.k", "human", T0 + timedelta(days=2))
@@ -72,7 +73,7 @@ async def test_merge_moves_identities_history_and_memories_to_the_survivor(store
     assert record is not None and record.participant_ids == (sam.id,)
 
 
-async def test_merge_errors_change_nothing(store: Store) -> None:
+async def test_merge_errors_change_nothing(store: FullStore) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     with pytest.raises(StoreError, match="into itself"):
@@ -82,7 +83,7 @@ async def test_merge_errors_change_nothing(store: Store) -> None:
     assert await store.get_person(agent_id, sam.id) == sam
 
 
-async def test_detach_is_forward_looking_and_attach_recognises_the_sender(store: Store) -> None:
+async def test_detach_is_forward_looking_and_attach_recognises_the_sender(store: FullStore) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     sam = await store.attach_identity(agent_id, sam.id, SLACK)
@@ -101,7 +102,7 @@ async def test_detach_is_forward_looking_and_attach_recognises_the_sender(store:
     assert stranger.id != sam.id and stranger.identities == (SLACK,)
 
 
-async def test_attach_refuses_an_identity_of_someone_else_and_detach_an_unknown_one(store: Store) -> None:
+async def test_attach_refuses_an_identity_of_someone_else_and_detach_an_unknown_one(store: FullStore) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     other = await store.resolve_person(agent_id, SLACK, "U123", "human", T0)
@@ -113,7 +114,7 @@ async def test_attach_refuses_an_identity_of_someone_else_and_detach_an_unknown_
     assert (await store.get_person(agent_id, sam.id)) == sam
 
 
-async def test_quick_facts_are_per_subject_overwritten_and_forgotten(store: Store) -> None:
+async def test_quick_facts_are_per_subject_overwritten_and_forgotten(store: FullStore) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     await store.set_fact(agent_id, sam.id, "instrument", "cello", T0)
@@ -131,7 +132,7 @@ async def test_quick_facts_are_per_subject_overwritten_and_forgotten(store: Stor
         await store.set_fact(agent_id, "not-an-id", "k", "x", T0)
 
 
-async def test_merge_moves_quick_facts_the_survivor_lacks(store: Store) -> None:
+async def test_merge_moves_quick_facts_the_survivor_lacks(store: FullStore) -> None:
     agent_id = new_id()
     sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
     dup = await store.resolve_person(agent_id, SLACK, "Sam K", "human", T0)
@@ -143,7 +144,7 @@ async def test_merge_moves_quick_facts_the_survivor_lacks(store: Store) -> None:
     assert await store.facts(agent_id, dup.id) == {}
 
 
-async def test_quick_facts_are_kept_per_provenance_and_follow_a_merge_by_scope(store: Store) -> None:
+async def test_quick_facts_are_kept_per_provenance_and_follow_a_merge_by_scope(store: FullStore) -> None:
     from persyn.core.records import Sensitivity
     from persyn.store.base import Provenance
 
@@ -170,7 +171,7 @@ async def test_quick_facts_are_kept_per_provenance_and_follow_a_merge_by_scope(s
     assert await store.fact_rows(agent_id, dup.id) == []
 
 
-async def test_observations_are_revised_with_an_audit_trail_and_follow_a_merge(store: Store) -> None:
+async def test_observations_are_revised_with_an_audit_trail_and_follow_a_merge(store: FullStore) -> None:
     from persyn.store.base import Observation
 
     agent_id = new_id()

@@ -31,7 +31,7 @@ from persyn.schedule import (
     reschedule_reminder,
     set_reminder,
 )
-from persyn.store import Store
+from persyn.store.capabilities import FullStore
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -52,7 +52,7 @@ def _reminder(agent_id: str, objective: str, at: datetime, **fields: object) -> 
     )
 
 
-async def test_goals_and_reminders_keep_where_they_were_set(store: Store) -> None:
+async def test_goals_and_reminders_keep_where_they_were_set(store: FullStore) -> None:
     from persyn.core.records import Sensitivity
     from persyn.store.base import GLOBAL, Provenance
 
@@ -70,7 +70,7 @@ async def test_goals_and_reminders_keep_where_they_were_set(store: Store) -> Non
     assert (await create_goal(store, agent_id, "Learn Go", T0)).provenance == GLOBAL  # the default
 
 
-async def test_reminders_round_trip_with_their_trigger_and_action(store: Store) -> None:
+async def test_reminders_round_trip_with_their_trigger_and_action(store: FullStore) -> None:
     agent_id, person_id = new_id(), new_id()
     action = ReminderAction(person_id=person_id, service="terminal", channel="terminal")
     one_shot = await set_reminder(
@@ -96,7 +96,7 @@ async def test_reminders_round_trip_with_their_trigger_and_action(store: Store) 
     assert listed[0].next_fire_at.tzinfo is not None
 
 
-async def test_reminders_are_namespaced_per_agent(store: Store) -> None:
+async def test_reminders_are_namespaced_per_agent(store: FullStore) -> None:
     ada, bob = new_id(), new_id()
     mine = await set_reminder(store, ada, "Mine", AtTrigger(at=T0 + HOUR), T0)
     assert await store.get_reminder(bob, mine.id) is None
@@ -111,7 +111,7 @@ async def test_reminders_are_namespaced_per_agent(store: Store) -> None:
     assert await store.get_reminder(ada, mine.id) == mine
 
 
-async def test_due_reminders_are_active_ones_at_or_before_now_earliest_first(store: Store) -> None:
+async def test_due_reminders_are_active_ones_at_or_before_now_earliest_first(store: FullStore) -> None:
     ada, bob = new_id(), new_id()
     later = await set_reminder(store, ada, "Later", AtTrigger(at=T0 + 3 * HOUR), T0)
     soon = await set_reminder(store, ada, "Soon", AtTrigger(at=T0 + HOUR), T0)
@@ -127,7 +127,7 @@ async def test_due_reminders_are_active_ones_at_or_before_now_earliest_first(sto
     assert later.id in {r.id for r in await store.due_reminders(T0 + 3 * HOUR)}
 
 
-async def test_a_one_shot_reminder_is_deleted_when_it_fires(store: Store) -> None:
+async def test_a_one_shot_reminder_is_deleted_when_it_fires(store: FullStore) -> None:
     agent_id = new_id()
     reminder = await set_reminder(store, agent_id, "Once", AtTrigger(at=T0 + HOUR), T0)
     assert await mark_fired(store, reminder, T0 + HOUR, T0 + HOUR) is FireResult.DELETED
@@ -137,7 +137,7 @@ async def test_a_one_shot_reminder_is_deleted_when_it_fires(store: Store) -> Non
     assert await mark_fired(store, reminder, T0 + HOUR, T0 + HOUR) is FireResult.STALE
 
 
-async def test_a_recurring_reminder_rolls_forward_skipping_missed_fires(store: Store) -> None:
+async def test_a_recurring_reminder_rolls_forward_skipping_missed_fires(store: FullStore) -> None:
     agent_id = new_id()
     reminder = await set_reminder(store, agent_id, "Hourly", interval_trigger(3600, T0 + HOUR), T0)
     assert await mark_fired(store, reminder, T0 + HOUR, T0 + HOUR) is FireResult.ROLLED_FORWARD
@@ -163,7 +163,7 @@ async def test_a_recurring_reminder_rolls_forward_skipping_missed_fires(store: S
     assert await store.due_reminders(now) == []
 
 
-async def test_racing_schedulers_fire_a_reminder_once(store: Store) -> None:
+async def test_racing_schedulers_fire_a_reminder_once(store: FullStore) -> None:
     agent_id = new_id()
     reminder = await set_reminder(store, agent_id, "Daily", cron_trigger("0 10 * * *"), T0)
     fire_time = reminder.next_fire_at
@@ -174,7 +174,7 @@ async def test_racing_schedulers_fire_a_reminder_once(store: Store) -> None:
     assert stored.next_fire_at == fire_time + timedelta(days=1)
 
 
-async def test_mark_fired_refuses_a_next_time_that_is_not_later(store: Store) -> None:
+async def test_mark_fired_refuses_a_next_time_that_is_not_later(store: FullStore) -> None:
     agent_id = new_id()
     reminder = await set_reminder(store, agent_id, "Broken", interval_trigger(3600, T0 + HOUR), T0)
     with pytest.raises(StoreError, match="which is not later"):
@@ -182,7 +182,7 @@ async def test_mark_fired_refuses_a_next_time_that_is_not_later(store: Store) ->
     assert await store.get_reminder(agent_id, reminder.id) == reminder  # nothing changed
 
 
-async def test_cancelled_and_edited_reminders_do_not_fire_for_the_old_time(store: Store) -> None:
+async def test_cancelled_and_edited_reminders_do_not_fire_for_the_old_time(store: FullStore) -> None:
     agent_id = new_id()
     cancelled = await set_reminder(store, agent_id, "Cancel me", AtTrigger(at=T0 + HOUR), T0)
     moved = await set_reminder(store, agent_id, "Move me", AtTrigger(at=T0 + HOUR), T0)
@@ -194,7 +194,7 @@ async def test_cancelled_and_edited_reminders_do_not_fire_for_the_old_time(store
     assert [r.id for r in await store.due_reminders(T0 + 5 * HOUR)] == [moved.id]
 
 
-async def test_editing_a_reminder(store: Store) -> None:
+async def test_editing_a_reminder(store: FullStore) -> None:
     agent_id, person_id = new_id(), new_id()
     reminder = await set_reminder(store, agent_id, "Call mum", cron_trigger("0 18 * * 0"), T0)
     edited = await edit_reminder(
@@ -229,7 +229,7 @@ async def test_editing_a_reminder(store: Store) -> None:
     assert await store.get_reminder(agent_id, reminder.id) is None
 
 
-async def test_reminder_edits_that_cannot_work_are_refused(store: Store) -> None:
+async def test_reminder_edits_that_cannot_work_are_refused(store: FullStore) -> None:
     agent_id = new_id()
     reminder = await set_reminder(store, agent_id, "Keep", AtTrigger(at=T0 + HOUR), T0)
     with pytest.raises(InputError, match="needs the next fire time"):
@@ -251,7 +251,7 @@ async def test_reminder_edits_that_cannot_work_are_refused(store: Store) -> None
     assert [r.id for r in await store.list_reminders(agent_id, include_cancelled=True)] == [reminder.id]
 
 
-async def test_new_reminders_are_validated(store: Store) -> None:
+async def test_new_reminders_are_validated(store: FullStore) -> None:
     agent_id = new_id()
     with pytest.raises(InputError, match="reminder objective is empty"):
         await store.add_reminder(_reminder(agent_id, "", T0))
@@ -268,7 +268,7 @@ async def test_new_reminders_are_validated(store: Store) -> None:
     assert len(await store.list_reminders(agent_id)) == 1
 
 
-async def test_delete_removes_a_reminder(store: Store) -> None:
+async def test_delete_removes_a_reminder(store: FullStore) -> None:
     agent_id = new_id()
     reminder = await set_reminder(store, agent_id, "Gone", AtTrigger(at=T0 + HOUR), T0)
     assert await store.delete_reminder(agent_id, reminder.id)
@@ -276,7 +276,7 @@ async def test_delete_removes_a_reminder(store: Store) -> None:
     assert await store.get_reminder(agent_id, reminder.id) is None
 
 
-async def test_the_heartbeat_kind_is_kept_apart_from_the_agents_reminders(store: Store) -> None:
+async def test_the_heartbeat_kind_is_kept_apart_from_the_agents_reminders(store: FullStore) -> None:
     agent_id = new_id()
     beat = await set_reminder(
         store, agent_id, "Reflect and act", interval_trigger(1800, T0), T0, kind=HEARTBEAT_KIND
@@ -289,7 +289,7 @@ async def test_the_heartbeat_kind_is_kept_apart_from_the_agents_reminders(store:
     assert [r.id for r in await store.due_reminders(T0 + HOUR)] == [beat.id, own.id]
 
 
-async def test_goals_are_created_revised_and_closed(store: Store) -> None:
+async def test_goals_are_created_revised_and_closed(store: FullStore) -> None:
     agent_id = new_id()
     goal = await create_goal(store, agent_id, "  Learn the names of Sam's cats  ", T0)
     assert goal == Goal(
@@ -313,7 +313,7 @@ async def test_goals_are_created_revised_and_closed(store: Store) -> None:
     assert await open_goals(store, agent_id) == []
 
 
-async def test_goals_list_open_first_oldest_first_then_latest_closed(store: Store) -> None:
+async def test_goals_list_open_first_oldest_first_then_latest_closed(store: FullStore) -> None:
     agent_id = new_id()
     first = await create_goal(store, agent_id, "First", T0)
     second = await create_goal(store, agent_id, "Second", T0 + HOUR)
@@ -332,7 +332,7 @@ async def test_goals_list_open_first_oldest_first_then_latest_closed(store: Stor
     assert await store.list_goals(new_id()) == []  # namespaced per agent
 
 
-async def test_goal_errors(store: Store) -> None:
+async def test_goal_errors(store: FullStore) -> None:
     agent_id = new_id()
     with pytest.raises(InputError, match="goal description is empty"):
         await create_goal(store, agent_id, " ", T0)

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from persyn.core.errors import ConfigError, InputError, StoreError
 from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.core.ids import derived_id, new_id
-from persyn.store import Conversation, Identity, Message, Person, Role, Store, open_store
+from persyn.store import Conversation, Identity, Message, Person, Role, open_store
 from persyn.store.base import ReplyUpkeep
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.runs import ChannelEntry, SpendKind
 from persyn.store.schema.migrations import LATEST_VERSION
 
@@ -47,7 +48,11 @@ def _identity(speaker_id: str = "u1", channel: str = "main") -> Identity:
 
 
 async def _open(
-    store: Store, agent_id: str, channel: str = "main", at: datetime = T0, participants: tuple[str, ...] = ()
+    store: FullStore,
+    agent_id: str,
+    channel: str = "main",
+    at: datetime = T0,
+    participants: tuple[str, ...] = (),
 ) -> Conversation:
     return await store.open_conversation(agent_id, "terminal", channel, participants, at, HOUR)
 
@@ -74,7 +79,9 @@ def _message(
     )
 
 
-async def _say(store: Store, conversation: Conversation, *texts: str, start: datetime = T0) -> list[Message]:
+async def _say(
+    store: FullStore, conversation: Conversation, *texts: str, start: datetime = T0
+) -> list[Message]:
     said = [_message(conversation, text, start + timedelta(seconds=i)) for i, text in enumerate(texts)]
     for message in said:
         assert await store.add_message(message)
@@ -82,7 +89,7 @@ async def _say(store: Store, conversation: Conversation, *texts: str, start: dat
 
 
 # lifecycle and agents -------------------------------------------------------------------
-async def test_setup_is_idempotent_and_reports_the_latest_version(store: Store) -> None:
+async def test_setup_is_idempotent_and_reports_the_latest_version(store: FullStore) -> None:
     await store.setup()
     assert await store.schema_version() == LATEST_VERSION
 
@@ -96,7 +103,7 @@ async def test_a_closed_store_refuses_work(store_url: str) -> None:
         await closed.count_messages(new_id())
 
 
-async def test_ensure_agent_creates_once_and_follows_renames(store: Store) -> None:
+async def test_ensure_agent_creates_once_and_follows_renames(store: FullStore) -> None:
     agent_id = new_id()
     first = await store.ensure_agent(agent_id, "Anna", T0)
     again = await store.ensure_agent(agent_id, "Anna II", T0 + timedelta(days=1))
@@ -105,7 +112,7 @@ async def test_ensure_agent_creates_once_and_follows_renames(store: Store) -> No
     assert await store.list_agents() == [again, other]
 
 
-async def test_non_ulid_ids_are_rejected_before_anything_is_stored(store: Store) -> None:
+async def test_non_ulid_ids_are_rejected_before_anything_is_stored(store: FullStore) -> None:
     with pytest.raises(InputError, match="not-an-id"):
         await store.ensure_agent("not-an-id", "Anna", T0)
     event = _event(new_id()).model_copy(update={"id": "evt-1"})
@@ -124,7 +131,7 @@ async def test_non_ulid_ids_are_rejected_before_anything_is_stored(store: Store)
     ],
 )
 async def test_a_message_with_a_bad_id_never_reaches_a_backend(
-    store: Store, field: str, bad: str, complaint: str
+    store: FullStore, field: str, bad: str, complaint: str
 ) -> None:
     """The row type checks its ids as it is built, the same for every backend: a message
     with a bad id cannot be made, so nothing of it is stored."""
@@ -161,7 +168,7 @@ async def test_conversations_and_persons_with_bad_ids_cannot_be_built() -> None:
         )  # fmt: skip
 
 
-async def test_times_come_back_timezone_aware_utc(store: Store) -> None:
+async def test_times_come_back_timezone_aware_utc(store: FullStore) -> None:
     eastern = timezone(timedelta(hours=-5))
     agent = await store.ensure_agent(new_id(), "Anna", datetime(2026, 1, 5, 4, 0, tzinfo=eastern))
     assert agent.created_at.tzinfo is UTC
@@ -169,7 +176,7 @@ async def test_times_come_back_timezone_aware_utc(store: Store) -> None:
 
 
 # events and completion markers ------------------------------------------------------------
-async def test_save_event_round_trips_and_deduplicates_on_id(store: Store) -> None:
+async def test_save_event_round_trips_and_deduplicates_on_id(store: FullStore) -> None:
     agent_id = new_id()
     event = _event(agent_id, "first")
     assert await store.save_event(event) is True
@@ -178,7 +185,7 @@ async def test_save_event_round_trips_and_deduplicates_on_id(store: Store) -> No
     assert await store.get_event(agent_id, new_id()) is None
 
 
-async def test_a_marker_is_replaced_expires_at_now_and_is_purged(store: Store) -> None:
+async def test_a_marker_is_replaced_expires_at_now_and_is_purged(store: FullStore) -> None:
     agent_id = new_id()
     event_id = new_id(T0)
     first = CompletionMarker(
@@ -205,7 +212,7 @@ async def test_a_marker_is_replaced_expires_at_now_and_is_purged(store: Store) -
 
 
 # persons -------------------------------------------------------------------------------------
-async def test_resolve_person_creates_once_and_tracks_last_interaction(store: Store) -> None:
+async def test_resolve_person_creates_once_and_tracks_last_interaction(store: FullStore) -> None:
     agent_id = new_id()
     ann = await store.resolve_person(agent_id, _identity("u1"), "Ann", "human", T0)
     assert (ann.display_name, ann.kind, ann.created_at, ann.last_interaction_at) == ("Ann", "human", T0, T0)
@@ -227,7 +234,7 @@ async def test_resolve_person_creates_once_and_tracks_last_interaction(store: St
     assert [p.id for p in await store.list_persons(agent_id)] == [ann.id, bot.id]
 
 
-async def test_concurrent_first_contacts_yield_one_person(store: Store) -> None:
+async def test_concurrent_first_contacts_yield_one_person(store: FullStore) -> None:
     agent_id = new_id()
     resolved = await asyncio.gather(
         *(store.resolve_person(agent_id, _identity("u1"), "Ann", "human", T0) for _ in range(20))
@@ -236,7 +243,7 @@ async def test_concurrent_first_contacts_yield_one_person(store: Store) -> None:
     assert len(await store.list_persons(agent_id)) == 1
 
 
-async def test_rename_person(store: Store) -> None:
+async def test_rename_person(store: FullStore) -> None:
     agent_id = new_id()
     ann = await store.resolve_person(agent_id, _identity(), "Ann", "human", T0)
     renamed = await store.rename_person(agent_id, ann.id, "Annabel")
@@ -246,7 +253,7 @@ async def test_rename_person(store: Store) -> None:
         await store.rename_person(agent_id, new_id(), "Nobody")
 
 
-async def test_preferences_are_per_person_and_overwritten(store: Store) -> None:
+async def test_preferences_are_per_person_and_overwritten(store: FullStore) -> None:
     agent_id = new_id()
     ann = await store.resolve_person(agent_id, _identity("u1"), "Ann", "human", T0)
     bob = await store.resolve_person(agent_id, _identity("u2"), "Bob", "human", T0)
@@ -260,7 +267,7 @@ async def test_preferences_are_per_person_and_overwritten(store: Store) -> None:
 
 
 # conversations -------------------------------------------------------------------------------
-async def test_open_conversation_is_reused_while_active_and_unions_participants(store: Store) -> None:
+async def test_open_conversation_is_reused_while_active_and_unions_participants(store: FullStore) -> None:
     agent_id = new_id()
     ann, bob = new_id(), new_id()
     first = await _open(store, agent_id, participants=(ann,))
@@ -279,7 +286,7 @@ async def test_open_conversation_is_reused_while_active_and_unions_participants(
     assert await store.get_conversation(agent_id, new_id()) is None
 
 
-async def test_an_idle_conversation_is_closed_and_succeeded(store: Store) -> None:
+async def test_an_idle_conversation_is_closed_and_succeeded(store: FullStore) -> None:
     agent_id = new_id()
     first = await _open(store, agent_id)
     at_timeout = T0 + timedelta(seconds=HOUR)
@@ -293,7 +300,7 @@ async def test_an_idle_conversation_is_closed_and_succeeded(store: Store) -> Non
     assert closed.closed_at == after
 
 
-async def test_conversation_kinds_and_channels_are_separate(store: Store) -> None:
+async def test_conversation_kinds_and_channels_are_separate(store: FullStore) -> None:
     agent_id = new_id()
     dialog = await _open(store, agent_id)
     reflection = await store.open_conversation(agent_id, "terminal", "main", (), T0, HOUR, kind="reflection")
@@ -302,7 +309,7 @@ async def test_conversation_kinds_and_channels_are_separate(store: Store) -> Non
     assert reflection.kind == "reflection"
 
 
-async def test_close_idle_conversations(store: Store) -> None:
+async def test_close_idle_conversations(store: FullStore) -> None:
     agent_a, agent_b = new_id(), new_id()
     stale = await _open(store, agent_a, channel="stale")
     fresh = await _open(store, agent_a, channel="fresh", at=T0 + timedelta(hours=2))
@@ -319,7 +326,7 @@ async def test_close_idle_conversations(store: Store) -> None:
     assert still_open.closed_at is None
 
 
-async def test_list_conversations_newest_first_and_by_channel(store: Store) -> None:
+async def test_list_conversations_newest_first_and_by_channel(store: FullStore) -> None:
     agent_id = new_id()
     opened = [
         await _open(store, agent_id, channel=channel, at=T0 + timedelta(hours=2 * i))  # a: idle, reopened
@@ -333,7 +340,7 @@ async def test_list_conversations_newest_first_and_by_channel(store: Store) -> N
 
 
 # dialog ----------------------------------------------------------------------------------------
-async def test_add_message_is_idempotent(store: Store) -> None:
+async def test_add_message_is_idempotent(store: FullStore) -> None:
     agent_id = new_id()
     conversation = await _open(store, agent_id)
     event_id = new_id(T0)
@@ -353,7 +360,7 @@ async def test_add_message_is_idempotent(store: Store) -> None:
     assert await store.count_messages(agent_id) == 3
 
 
-async def test_record_inbound_resolves_opens_and_adds_once(store: Store) -> None:
+async def test_record_inbound_resolves_opens_and_adds_once(store: FullStore) -> None:
     agent_id = new_id()
     message_id = new_id(T0)
 
@@ -391,7 +398,7 @@ async def test_record_inbound_resolves_opens_and_adds_once(store: Store) -> None
     assert nobody is None and reflection.participant_ids == () and reflection.id != conversation.id
 
 
-async def test_record_reply_stores_once_and_marks_from_the_stored_reply(store: Store) -> None:
+async def test_record_reply_stores_once_and_marks_from_the_stored_reply(store: FullStore) -> None:
     agent_id = new_id()
     conversation = await _open(store, agent_id)
     event_id = new_id(T0)
@@ -416,7 +423,7 @@ async def test_record_reply_stores_once_and_marks_from_the_stored_reply(store: S
     assert await store.count_messages(agent_id) == 1
 
 
-async def test_record_reply_writes_the_turns_upkeep_with_the_reply_once(store: Store) -> None:
+async def test_record_reply_writes_the_turns_upkeep_with_the_reply_once(store: FullStore) -> None:
     """The deliberation trace is merged into the event's, the reply's ledger entry is spent
     once however often transmit is re-run, and the parked flags it carried are cleared."""
     agent_id = new_id()
@@ -455,7 +462,7 @@ async def test_record_reply_writes_the_turns_upkeep_with_the_reply_once(store: S
     assert await store.get_flag(agent_id, "parked:test:main:b") == "not woven"
 
 
-async def test_add_message_needs_an_existing_conversation(store: Store) -> None:
+async def test_add_message_needs_an_existing_conversation(store: FullStore) -> None:
     agent_id = new_id()
     ghost = Conversation(
         id=new_id(), agent_id=agent_id, service="terminal", channel="main", participant_ids=(),
@@ -465,7 +472,7 @@ async def test_add_message_needs_an_existing_conversation(store: Store) -> None:
         await store.add_message(_message(ghost, "into the void"))
 
 
-async def test_a_message_is_activity_in_its_conversation(store: Store) -> None:
+async def test_a_message_is_activity_in_its_conversation(store: FullStore) -> None:
     agent_id = new_id()
     conversation = await _open(store, agent_id)
     later = T0 + timedelta(minutes=50)
@@ -476,7 +483,7 @@ async def test_a_message_is_activity_in_its_conversation(store: Store) -> None:
     assert await store.close_idle_conversations(agent_id, T0 + timedelta(minutes=90), HOUR) == []
 
 
-async def test_recent_messages_are_the_last_ones_oldest_first(store: Store) -> None:
+async def test_recent_messages_are_the_last_ones_oldest_first(store: FullStore) -> None:
     agent_id = new_id()
     conversation = await _open(store, agent_id)
     said = await _say(store, conversation, "one", "two", "three", "four")
@@ -485,7 +492,7 @@ async def test_recent_messages_are_the_last_ones_oldest_first(store: Store) -> N
     assert await store.recent_messages(agent_id, conversation.id, 0) == []
 
 
-async def test_turn_messages_keep_the_input_and_stay_in_its_conversation(store: Store) -> None:
+async def test_turn_messages_keep_the_input_and_stay_in_its_conversation(store: FullStore) -> None:
     agent_id = new_id()
     old = await _open(store, agent_id)
     await _say(store, old, "before, in a closed conversation")
@@ -500,7 +507,7 @@ async def test_turn_messages_keep_the_input_and_stay_in_its_conversation(store: 
     assert await store.turn_messages(agent_id, new.id, waiting.id, 0) == []
 
 
-async def test_channel_messages_span_conversations_on_that_channel_only(store: Store) -> None:
+async def test_channel_messages_span_conversations_on_that_channel_only(store: FullStore) -> None:
     agent_id = new_id()
     old = await _open(store, agent_id)
     early = await _say(store, old, "old one", "old two")
@@ -514,7 +521,7 @@ async def test_channel_messages_span_conversations_on_that_channel_only(store: S
     assert await store.channel_messages(agent_id, "irc", "main", 10) == []
 
 
-async def test_search_ranks_best_match_first(store: Store) -> None:
+async def test_search_ranks_best_match_first(store: FullStore) -> None:
     agent_id = new_id()
     conversation = await _open(store, agent_id)
     passing, focused, unrelated = await _say(
@@ -532,7 +539,7 @@ async def test_search_ranks_best_match_first(store: Store) -> None:
     assert unrelated not in await store.search_messages(agent_id, "see nothing here town")
 
 
-async def test_search_filters_by_inclusive_date_range(store: Store) -> None:
+async def test_search_filters_by_inclusive_date_range(store: FullStore) -> None:
     agent_id = new_id()
     conversation = await _open(store, agent_id)
     days = [T0 + timedelta(days=i) for i in range(3)]
@@ -551,14 +558,14 @@ HOSTILE_QUERIES = [
 
 
 @pytest.mark.parametrize("query", HOSTILE_QUERIES)
-async def test_search_treats_fts_syntax_as_plain_words(store: Store, query: str) -> None:
+async def test_search_treats_fts_syntax_as_plain_words(store: FullStore, query: str) -> None:
     agent_id = new_id()
     conversation = await _open(store, agent_id)
     await _say(store, conversation, "alpha:beta gamma NEAR the end (of text)")
     await store.search_messages(agent_id, query)  # must not raise
 
 
-async def test_search_finds_words_written_with_syntax_characters(store: Store) -> None:
+async def test_search_finds_words_written_with_syntax_characters(store: FullStore) -> None:
     agent_id = new_id()
     conversation = await _open(store, agent_id)
     [message] = await _say(store, conversation, "alpha:beta gamma NEAR the end (of text)")
@@ -568,13 +575,13 @@ async def test_search_finds_words_written_with_syntax_characters(store: Store) -
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=st.text(max_size=40))
-async def test_search_never_raises_on_any_text(store: Store, query: str) -> None:
+async def test_search_never_raises_on_any_text(store: FullStore, query: str) -> None:
     # The fixture's store is shared by the examples; searching does not change it.
     await store.search_messages(new_id(), query)
 
 
 # flags ------------------------------------------------------------------------------------------
-async def test_flags_set_overwrite_and_delete(store: Store) -> None:
+async def test_flags_set_overwrite_and_delete(store: FullStore) -> None:
     agent_id = new_id()
     assert await store.get_flag(agent_id, "cursor") is None
     await store.set_flag(agent_id, "cursor", "1")
@@ -585,7 +592,7 @@ async def test_flags_set_overwrite_and_delete(store: Store) -> None:
     await store.set_flag(agent_id, "cursor", None)  # deleting nothing is fine
 
 
-async def test_update_flag_changes_the_current_value(store: Store) -> None:
+async def test_update_flag_changes_the_current_value(store: FullStore) -> None:
     agent_id = new_id()
     seen: list[str | None] = []
 
@@ -601,7 +608,7 @@ async def test_update_flag_changes_the_current_value(store: Store) -> None:
     assert await store.get_flag(agent_id, "k") is None
 
 
-async def test_set_flag_if_absent_is_compare_and_set(store: Store) -> None:
+async def test_set_flag_if_absent_is_compare_and_set(store: FullStore) -> None:
     agent_id = new_id()
     outcomes = await asyncio.gather(*(store.set_flag_if_absent(agent_id, "lock", str(i)) for i in range(10)))
     assert outcomes.count(True) == 1
@@ -612,7 +619,7 @@ async def test_set_flag_if_absent_is_compare_and_set(store: Store) -> None:
     assert await store.set_flag_if_absent(agent_id, "lock", "again") is True
 
 
-async def test_flags_with_prefix_lists_only_that_prefix_of_that_agent(store: Store) -> None:
+async def test_flags_with_prefix_lists_only_that_prefix_of_that_agent(store: FullStore) -> None:
     agent_id, other = new_id(), new_id()
     await store.set_flag(agent_id, "parked:a:2", "two")
     await store.set_flag(agent_id, "parked:a:1", "one")
@@ -625,7 +632,7 @@ async def test_flags_with_prefix_lists_only_that_prefix_of_that_agent(store: Sto
 
 
 # per-agent namespacing (SPEC §6) -----------------------------------------------------------------
-async def test_nothing_agent_a_stores_is_visible_to_agent_b(store: Store) -> None:
+async def test_nothing_agent_a_stores_is_visible_to_agent_b(store: FullStore) -> None:
     a, b = new_id(), new_id()
     event = _event(a)
     await store.save_event(event)
@@ -725,7 +732,7 @@ async def test_two_processes_write_one_database_concurrently(store_url: str) -> 
     order=st.randoms(use_true_random=False),
 )
 async def test_messages_round_trip_in_ulid_order(
-    store: Store, offsets_ms: list[int], texts: list[str], order: random.Random
+    store: FullStore, offsets_ms: list[int], texts: list[str], order: random.Random
 ) -> None:
     # Each example uses its own agent, so examples sharing the fixture's store never meet.
     agent_id = new_id()
@@ -783,7 +790,7 @@ async def test_open_store_creates_parent_directories(tmp_path: Path) -> None:
         await created.close()
 
 
-async def test_purge_dialog_keeps_open_and_recent_conversations(store: Store) -> None:
+async def test_purge_dialog_keeps_open_and_recent_conversations(store: FullStore) -> None:
     agent_id = new_id()
     old = await _open(store, agent_id)
     await store.add_message(_message(old, "an old line", T0))
@@ -803,7 +810,7 @@ async def test_purge_dialog_keeps_open_and_recent_conversations(store: Store) ->
     assert await store.count_messages(other_agent) == 1
 
 
-async def test_close_conversation_closes_one_conversation_once(store: Store) -> None:
+async def test_close_conversation_closes_one_conversation_once(store: FullStore) -> None:
     agent_id = new_id()
     now = datetime(2026, 11, 30, 9, tzinfo=UTC)
     mine = await store.open_conversation(agent_id, "self", "heartbeat", [], now, 3600, kind="reflection")

@@ -9,7 +9,7 @@ import pytest
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
-from persyn.store import Store
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.web_keys import WebKey
 
 T0 = datetime(2026, 12, 1, 9, tzinfo=UTC)
@@ -21,7 +21,7 @@ def _key(name: str, digest: str, at: datetime, **extra: object) -> WebKey:
     )
 
 
-async def test_keys_are_found_by_hash_listed_in_order_and_revoked_once(store: Store) -> None:
+async def test_keys_are_found_by_hash_listed_in_order_and_revoked_once(store: FullStore) -> None:
     laptop = await store.add_web_key(_key("laptop", "a", T0))
     ops = await store.add_web_key(_key("ops", "b", T0 + timedelta(minutes=1), operator=True))
     assert await store.web_key_by_hash("a" * 64) == laptop
@@ -40,7 +40,7 @@ async def test_keys_are_found_by_hash_listed_in_order_and_revoked_once(store: St
     assert (await store.web_key_by_hash("b" * 64)) == ops
 
 
-async def test_a_hash_is_never_stored_twice(store: Store) -> None:
+async def test_a_hash_is_never_stored_twice(store: FullStore) -> None:
     await store.add_web_key(_key("one", "d", T0))
     with pytest.raises(StoreError):
         await store.add_web_key(_key("two", "d", T0))
