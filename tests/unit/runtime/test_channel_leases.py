@@ -49,7 +49,13 @@ async def store(store_url: str) -> AsyncIterator[FullStore]:
 
 
 def _process(
-    store: FullStore, clock: ManualClock, name: str, log: list[str], said: list[str], *, fail: bool = False
+    store: FullStore | None,
+    clock: ManualClock,
+    name: str,
+    log: list[str],
+    said: list[str],
+    *,
+    fail: bool = False,
 ) -> ChannelOwnership:
     def build() -> NetworkChannel:
         return Connection(log, name, fail=fail)
@@ -177,3 +183,19 @@ async def test_doctor_names_the_holder_of_each_configured_network(tmp_path: Path
     assert lapsed is not None and lapsed.detail.startswith(
         "irc: no process connects it (host-a:41:beef stopped renewing at 09:00:30 UTC"
     )
+
+
+async def test_without_channel_leases_a_process_connects_every_network_as_the_only_one() -> None:
+    """A store that offers no channel leases (`store/capabilities.py`): nothing to hold, so the
+    process connects what it is given, keeps it across rounds and leaves it at stop."""
+    clock = ManualClock(T0)
+    log: list[str] = []
+    said: list[str] = []
+    alone = _process(None, clock, "a", log, said)
+    await alone.settle()
+    clock.advance(timedelta(seconds=TTL * 2))  # no lease to lapse
+    await alone.settle()
+    assert log == ["a up"]
+    assert said == ["irc: connected by this process (a)"]
+    await alone.stop()
+    assert log == ["a up", "a down"]
