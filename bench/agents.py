@@ -47,7 +47,7 @@ async def two_agents(pacing: str) -> dict[str, Any]:
             link = AgentLink({ADA.id: ADA, BOB.id: BOB}, pilot.runtime)
             await link.start()
             turn = await pilot.say("Ada, say hello to Bob")
-            bob = next(p for p in await pilot.store.list_persons(ADA.id) if p.kind == "agent")
+            bob = next(p for p in await pilot.full_store.list_persons(ADA.id) if p.kind == "agent")
             before = len(pilot.usage())
             began_sim, began = clock.now(), time.perf_counter()
             async with ticking(clock):

@@ -31,6 +31,7 @@ from persyn.runtime.app import Runtime
 from persyn.runtime.background.autonomy import recent_activity
 from persyn.runtime.compose import build_runtime
 from persyn.schedule import interval_trigger, set_reminder
+from persyn.store.capabilities import FullStore, require_capability
 from persyn.testing.models import DoubleReply, minimal_instance, output_schema, register_double
 
 START = datetime(2026, 11, 30, 0, tzinfo=UTC)
@@ -61,7 +62,10 @@ class Costly:
 async def _settle(runtime: Runtime, agent_id: str, runs: int) -> None:
     """Until the fired runs are logged and their workflows have finished (bounded)."""
     for _ in range(3000):
-        logged = len(await recent_activity(runtime.store, agent_id, limit=1000)) >= runs
+        logged = (
+            len(await recent_activity(require_capability(runtime.store, FullStore), agent_id, limit=1000))
+            >= runs
+        )
         if logged and not await runtime.intake.busy(agent_id):
             return
         await asyncio.sleep(0.02)
@@ -85,7 +89,7 @@ async def _measure(runs: int, prompt: int, reply: int) -> None:
         await runtime.start(workers=True)
         try:
             await set_reminder(
-                runtime.store,
+                require_capability(runtime.store, FullStore),
                 agent.id,
                 "check the plan",
                 interval_trigger(3600, START + timedelta(minutes=30)),
@@ -94,10 +98,16 @@ async def _measure(runs: int, prompt: int, reply: int) -> None:
             for _ in range(runs):
                 for minutes in (31, 30):  # the reminder, then the heartbeat
                     clock.advance(timedelta(minutes=minutes) if minutes == 31 else timedelta(minutes=29))
-                    before = len(await recent_activity(runtime.store, agent.id, limit=1000))
+                    before = len(
+                        await recent_activity(
+                            require_capability(runtime.store, FullStore), agent.id, limit=1000
+                        )
+                    )
                     fired = await runtime.autonomy.fire_due()
                     await _settle(runtime, agent.id, before + fired)
-            entries = await recent_activity(runtime.store, agent.id, limit=1000)
+            entries = await recent_activity(
+                require_capability(runtime.store, FullStore), agent.id, limit=1000
+            )
         finally:
             await runtime.stop()
     budget = settings.autonomy.daily_token_budget

@@ -23,12 +23,13 @@ from persyn.core.config import AgentConfig, load_settings
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.ops.history import contact
-from persyn.store import Identity, Store, open_store
+from persyn.store import Identity, open_store
+from persyn.store.capabilities import FullStore
 
 _START = datetime(2020, 1, 1, tzinfo=UTC)
 
 
-async def _fill(store: Store, agent_id: str, person_id: str, size: int) -> None:
+async def _fill(store: FullStore, agent_id: str, person_id: str, size: int) -> None:
     records: list[MemoryRecord] = []
     for n in range(2 * size):  # the contact's conversations interleaved with strangers'
         when = _START + timedelta(minutes=n)

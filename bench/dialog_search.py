@@ -47,7 +47,8 @@ from sqlalchemy import create_engine, insert
 from sqlalchemy.engine import make_url
 
 from persyn.core.ids import new_id
-from persyn.store import Store, open_store
+from persyn.store import open_store
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.dialog import Role
 from persyn.store.postgres.engine import driver_url
 from persyn.store.schema.tables import messages
@@ -119,7 +120,7 @@ def _fill(url: str, agent_id: str, conversation_id: str, said: Sequence[str]) ->
         engine.dispose()
 
 
-async def _measure(store: Store, agent_id: str, query: str, repeat: int) -> tuple[float, float, int]:
+async def _measure(store: FullStore, agent_id: str, query: str, repeat: int) -> tuple[float, float, int]:
     found = await store.search_messages(agent_id, query)  # warm-up
     times: list[float] = []
     for _ in range(repeat):

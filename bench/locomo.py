@@ -71,7 +71,8 @@ from persyn.core.ids import derived_id
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.importer import import_channel_key, import_jsonl
 from persyn.memory.retrieval import Mode, Retriever
-from persyn.store.base import Identity, Store
+from persyn.store.base import Identity
+from persyn.store.capabilities import FullStore
 from persyn.store.sqlite.store import SQLiteStore
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev.json"
@@ -180,7 +181,7 @@ class Scores:
 
 
 async def _import(
-    store: Store,
+    store: FullStore,
     embedder: Embedder | None,
     conversations: Sequence[Conversation],
     granularity: str,
@@ -211,7 +212,7 @@ async def _import(
 
 
 async def _evaluate(
-    store: Store,
+    store: FullStore,
     embedder: Embedder | None,
     config: MemoryConfig,
     agent: AgentConfig,

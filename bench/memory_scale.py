@@ -285,7 +285,7 @@ from persyn.memory._query import analyse_query
 from persyn.memory.embedder import Embedder, embedder_from_config, warm_embedder
 from persyn.memory.retrieval import Mode, Retriever
 from persyn.store import open_store
-from persyn.store.base import Store
+from persyn.store.capabilities import FullStore
 from persyn.store.sqlite.engine import _sqlite_vec_path, sqlite_dbapi  # pyright: ignore[reportPrivateUsage]
 from persyn.store.sqlite.keyword_index import fts_any_query, keyword_by_filter, keyword_by_top
 from persyn.store.sqlite.store import SQLiteStore
@@ -519,7 +519,7 @@ def _pg_size_mb(url: str) -> float:
     return int(size) / 1e6
 
 
-async def _fill(store: Store, embedder: Embedder, records: Sequence[MemoryRecord]) -> float:
+async def _fill(store: FullStore, embedder: Embedder, records: Sequence[MemoryRecord]) -> float:
     started = time.perf_counter()
     batch = 2048
     async with store.bulk_load(len(records)):  # the HNSW index built once, at the end
@@ -575,7 +575,7 @@ async def _measure(
         for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             leftover.unlink(missing_ok=True)
     url = backend.store_url(f"scale_{size}", fresh=not cached) if backend.url is not None else None
-    store: Store = SQLiteStore(path) if url is None else open_store(url)
+    store: FullStore = SQLiteStore(path) if url is None else open_store(url)
     await store.setup()
     try:
         agent_id = derived_id(START, "scale-agent", str(size))
@@ -710,7 +710,7 @@ def _stage_ids(count: int) -> list[str]:
     return [derived_id(START + spacing * i, agent_id, str(i)) for i in range(count)]
 
 
-async def _fill_stage(store: Store, count: int, vectors: np.ndarray[Any, Any]) -> float:
+async def _fill_stage(store: FullStore, count: int, vectors: np.ndarray[Any, Any]) -> float:
     agent_id = _stage_agent(count)
     await store.ensure_agent(agent_id, "stage", START)
     spacing = timedelta(days=365) / count

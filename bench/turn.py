@@ -42,6 +42,7 @@ from persyn.core.ids import new_id
 from persyn.core.records import channel_key
 from persyn.runtime.app import Runtime
 from persyn.runtime.compose import build_runtime
+from persyn.store.capabilities import FullStore, require_capability
 from persyn.testing import register_double
 from persyn.testing.models import DoubleReply, last_user_text, output_schema
 
@@ -167,7 +168,7 @@ async def _seed_memories(runtime: Runtime, agent: AgentConfig, count: int, perso
     for offset in range(0, len(records), 2048):
         batch = records[offset : offset + 2048]
         vectors = await runtime.embedder.embed([r.summary for r in batch])
-        await runtime.store.add_records(batch, vectors, runtime.embedder.name)
+        await require_capability(runtime.store, FullStore).add_records(batch, vectors, runtime.embedder.name)
 
 
 _TRACING = {"on": False}  # --tracing: [tracing] enabled, local span files, metadata only

@@ -36,6 +36,8 @@ from persyn.core.ids import new_id
 from persyn.ops.web_keys import create_key
 from persyn.runtime.compose import build_runtime
 from persyn.runtime.web_keys import authenticate, revoked_keys
+from persyn.store.capabilities import capability
+from persyn.store.ports.web_keys import WebKeysPort
 from persyn.web.server import WebSurface
 
 _CHILD = r"""
@@ -116,8 +118,8 @@ async def main() -> None:
     await runtime.start(workers=True)
     url = await web.start(
         runtime,
-        partial(authenticate, runtime.store),
-        partial(revoked_keys, runtime.store),
+        partial(authenticate, capability(runtime.store, WebKeysPort)),
+        partial(revoked_keys, capability(runtime.store, WebKeysPort)),
         runtime.meter.flush,
     )
     speaker = Speaker(service="web", channel=key.id, speaker_id=f"{key.id}:inproc", display_name="in-process")

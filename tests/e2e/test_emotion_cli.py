@@ -39,7 +39,7 @@ async def test_memory_show_prints_the_distribution_strongest_first(tmp_path: Pat
             await pilot.say("Tell me a joke about sailors, please", transmitted=True)
             await pilot.settle()
             await pilot.close_idle(after=timedelta(hours=2))
-            (record,) = await pilot.store.list_records(pilot.agent.id)
+            (record,) = await pilot.full_store.list_records(pilot.agent.id)
             agent = pilot.agent
     config = home / "persyn.toml"  # the harness gives its agent in code: the CLI needs it written
     config.write_text(config.read_text() + "\n" + render_agent(agent))

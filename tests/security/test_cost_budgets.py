@@ -78,7 +78,7 @@ async def test_a_beat_that_keeps_calling_tools_stops_at_the_daily_budget(
         channel = pilot.channel
         model.counting = True
         assert await pilot.fire(timedelta(hours=1)) == 1  # the heartbeat
-        (entry,) = await recent_activity(pilot.store, ADA.id)
+        (entry,) = await recent_activity(pilot.full_store, ADA.id)
         assert entry.kind == "heartbeat"
         assert entry.outcome == (
             "stopped: the autonomy budget of 300 tokens per 24 hours is used (300); this run makes no "
@@ -91,7 +91,7 @@ async def test_a_beat_that_keeps_calling_tools_stops_at_the_daily_budget(
         assert channel.delivered == []  # a stopped run says nothing
         # The next beat is skipped before it starts: the window's budget is used.
         assert await pilot.fire(timedelta(hours=1)) == 1
-        latest = (await recent_activity(pilot.store, ADA.id))[0]
+        latest = (await recent_activity(pilot.full_store, ADA.id))[0]
         assert latest.outcome.startswith(
             "skipped: the autonomy budget of 300 tokens per 24 hours is used (300)"
         )

@@ -120,7 +120,7 @@ async def test_a_beat_whose_self_assessment_fails_is_charged_what_it_spent(
         channel = pilot.channel
         model.broken_reflection = True
         assert await pilot.fire(timedelta(hours=1)) == 1  # the heartbeat
-        (entry,) = await recent_activity(pilot.store, ADA.id)
+        (entry,) = await recent_activity(pilot.full_store, ADA.id)
         assert entry.kind == "heartbeat"
         metered = [r for r in pilot.usage() if r.thread_id == entry.id]
         # Invalid twice: two round-trips billed, the call raised, and the beat rested.

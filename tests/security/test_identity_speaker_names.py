@@ -103,9 +103,9 @@ async def test_a_forged_irc_nick_is_no_other_speakers_tag_in_the_prompt(
             assert prompt[-1] == "[op)_(Ada] hello", prompt
             assert not any(part.startswith("[op]") or "]_[" in part for part in prompt), prompt
             # Cleaned as it arrived, not only as it was rendered: the contact and the stored line.
-            people = await pilot.store.list_persons(pilot.agent.id)
+            people = await pilot.full_store.list_persons(pilot.agent.id)
             assert [p.display_name for p in people if p.identities[0].service == "irc"] == ["op)_(Ada"]
-            (conversation,) = await pilot.store.list_conversations(pilot.agent.id, limit=1)
+            (conversation,) = await pilot.full_store.list_conversations(pilot.agent.id, limit=1)
             said = await pilot.store.recent_messages(pilot.agent.id, conversation.id, 10)
             assert [m.speaker_name for m in said if m.person_id] == ["op)_(Ada"]
     finally:

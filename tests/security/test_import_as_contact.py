@@ -22,6 +22,7 @@ from persyn.memory.access import may_surface
 from persyn.memory.importer import SpeakerContact
 from persyn.ops.memory import MemoryOps, memory_ops
 from persyn.store.base import Identity, Person, Provenance
+from persyn.store.capabilities import FullStore, require_capability
 from persyn.testing import harness_settings
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
@@ -101,13 +102,18 @@ async def test_history_attributed_to_the_operator_is_theirs_as_if_said_live(
     conversation = await opened.store.get_conversation(agent_id, record.conversation_id or "")
     assert conversation is not None and conversation.participant_ids == (operator.id,)
     # Nobody new, and neither the operator's identities nor the stranger changed.
-    people = {p.id: p for p in await opened.store.list_persons(agent_id)}
+    people = {p.id: p for p in await opened.contacts.list_persons(agent_id)}
     assert set(people) == {operator.id, stranger.id}
     assert people[operator.id].identities == operator.identities
-    assert [c.id for c in await opened.store.person_conversations(agent_id, operator.id, 5)] == [
-        conversation.id
-    ]
-    assert await opened.store.person_conversations(agent_id, stranger.id, 5) == []
+    assert [
+        c.id
+        for c in await require_capability(opened.store, FullStore).person_conversations(
+            agent_id, operator.id, 5
+        )
+    ] == [conversation.id]
+    assert (
+        await require_capability(opened.store, FullStore).person_conversations(agent_id, stranger.id, 5) == []
+    )
     # Recall: the operator alone is reminded; the stranger, present or alone, is not.
     assert await _recall(opened, [operator.id]) == ["violins"]
     assert await _recall(opened, [operator.id, stranger.id]) == []
@@ -130,7 +136,7 @@ async def test_each_level_surfaces_exactly_where_the_operators_own_words_would(
     await opened.import_file(
         _write(tmp_path / "levels.jsonl", *lines), attributions=[SpeakerContact("sam", operator.id, "--as")]
     )
-    (bo,) = [p for p in await opened.store.list_persons(agent_id) if p.display_name == "Bo"]
+    (bo,) = [p for p in await opened.contacts.list_persons(agent_id) if p.display_name == "Bo"]
     assert bo.identities[0].service == "import"
     for level in Sensitivity:
         record = await opened.store.get_record_by_ref(agent_id, level.value)
@@ -177,7 +183,7 @@ async def test_an_unknown_or_ambiguous_contact_is_refused_before_anything_is_imp
             ],
         )
     assert await opened.store.count_records(agent_id) == 0
-    assert {p.id for p in await opened.store.list_persons(agent_id)} == {operator.id, stranger.id, twin.id}
+    assert {p.id for p in await opened.contacts.list_persons(agent_id)} == {operator.id, stranger.id, twin.id}
     # Unmapped, the name goes to the one contact called exactly that: the stranger, not the operator.
     await opened.import_file(path)
     record = await opened.store.get_record_by_ref(agent_id, "violins")

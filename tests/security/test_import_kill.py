@@ -22,8 +22,9 @@ from persyn.core.config import AgentConfig
 from persyn.core.ids import derived_id, new_id
 from persyn.core.records import MemoryRecord
 from persyn.memory.importer import import_jsonl
-from persyn.store import Store, open_store
+from persyn.store import open_store
 from persyn.store.base import Identity, Message, Role
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.jobs import ConsolidationStatus
 from persyn.testing.embedder import HashEmbedder
 
@@ -105,7 +106,7 @@ AGENT = AgentConfig(name="Ada", id=new_id(NOW))
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
+async def store(tmp_path: Path) -> AsyncIterator[FullStore]:
     opened = open_store(f"sqlite:///{tmp_path / 'persyn.db'}")
     await opened.setup()
     await opened.ensure_agent(AGENT.id, AGENT.name, NOW)
@@ -115,7 +116,7 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
         await opened.close()
 
 
-async def test_a_rerun_completes_the_links_an_older_import_left_out(store: Store, tmp_path: Path) -> None:
+async def test_a_rerun_completes_the_links_an_older_import_left_out(store: FullStore, tmp_path: Path) -> None:
     """The state a kill left with the older importer: the dialog stored, the record
     stored by the re-run with only the messages that run added itself (here: none), the
     conversation open."""

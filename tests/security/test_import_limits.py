@@ -19,8 +19,9 @@ from persyn_cli import Persyn
 from persyn.core.config import AgentConfig
 from persyn.core.ids import new_id
 from persyn.memory.importer import import_jsonl
-from persyn.store import Store, open_store
+from persyn.store import open_store
 from persyn.store.base import Identity
+from persyn.store.capabilities import FullStore
 from persyn.testing.embedder import HashEmbedder
 
 NOW = datetime(2026, 3, 10, tzinfo=UTC)
@@ -87,7 +88,7 @@ def test_a_5_mb_summary_is_a_line_error_and_its_neighbours_import(persyn: Persyn
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
+async def store(tmp_path: Path) -> AsyncIterator[FullStore]:
     opened = open_store(f"sqlite:///{tmp_path / 'persyn.db'}")
     await opened.setup()
     await opened.ensure_agent(AGENT.id, AGENT.name, NOW)
@@ -97,7 +98,7 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
         await opened.close()
 
 
-async def test_a_huge_line_is_never_held_in_memory(store: Store, tmp_path: Path) -> None:
+async def test_a_huge_line_is_never_held_in_memory(store: FullStore, tmp_path: Path) -> None:
     """Bounded memory, measured by allocation (not time): a 24 MB line costs at most about
     one read of `max_line_bytes` (4 MiB by default), not the line."""
 

@@ -16,6 +16,7 @@ from persyn_cli import Persyn
 
 from persyn.core.clock import ManualClock
 from persyn.core.config import load_settings
+from persyn.store.capabilities import FullStore, require_capability
 from persyn.testing import run_runtime
 
 pytestmark = pytest.mark.e2e
@@ -68,12 +69,14 @@ async def test_starting_the_runtime_makes_no_model_call_for_imported_history(
         # Even a close hook run by hand does not re-create a culled imported memory.
         [conversation] = [
             c
-            for c in await runtime.store.list_conversations(agent_id, limit=100)
+            for c in await require_capability(runtime.store, FullStore).list_conversations(
+                agent_id, limit=100
+            )
             if c.channel.endswith("#garden-1")
         ]
         assert conversation.closed_at is not None and conversation.kind == "imported"
         await runtime.jobs.run_conversation_hook(agent_id, conversation.id, "consolidate")
-        remaining = await runtime.store.list_records(agent_id, limit=100)
+        remaining = await require_capability(runtime.store, FullStore).list_records(agent_id, limit=100)
         assert sorted(r.ref or "" for r in remaining) == sorted(f"garden-{i}" for i in range(0, 20, 5))
         await pilot.settle()
         assert pilot.usage() == []

@@ -113,7 +113,7 @@ async def test_a_name_is_never_matched_by_its_first_word(tmp_path: Path) -> None
         assert report.imported == 1 and not report.problems
         record = await opened.store.get_record_by_ref(agent_id, "a")
         assert record is not None and stranger.id not in record.participant_ids
-        (ann,) = [p for p in await opened.store.list_persons(agent_id) if p.display_name == "Ann"]
+        (ann,) = [p for p in await opened.contacts.list_persons(agent_id) if p.display_name == "Ann"]
         assert record.participant_ids == (ann.id,)
         with pytest.raises(InputError, match="Ann Eve"):
             await opened.recall(

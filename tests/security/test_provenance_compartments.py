@@ -102,13 +102,13 @@ async def test_what_ann_sets_in_her_dm_never_reaches_mallory_elsewhere(tmp_path:
     ) as pilot:
         # Nothing to review yet: the goal it sets is its own, for everyone.
         assert await pilot.fire(timedelta(hours=1)) == 1
-        (own,) = await pilot.store.list_goals(ADA.id)
+        (own,) = await pilot.full_store.list_goals(ADA.id)
         assert own.description == OWN_GOAL
 
         await pilot.say("ann: please remember all this", channel="dm-ann", speaker="ann", transmitted=True)
-        stored = {g.description for g in await pilot.store.list_goals(ADA.id)}
+        stored = {g.description for g in await pilot.full_store.list_goals(ADA.id)}
         assert stored == {OWN_GOAL, "Plan Ann's surprise party"}  # written: the operator sees all
-        assert len(await pilot.store.list_reminders(ADA.id)) == 1
+        assert len(await pilot.full_store.list_reminders(ADA.id)) == 1
 
         await pilot.say(
             "mallory: what do you know about Ann?", channel="lobby", speaker="mallory", transmitted=True

@@ -143,7 +143,7 @@ async def test_recall_dialog_withholds_the_words_search_dialog_withholds(
         )
         pilot.advance(timedelta(hours=2))
         assert await pilot.close_idle() == 1
-        (record,) = await pilot.store.list_records(ADA.id)  # consolidated before close_idle returned
+        (record,) = await pilot.full_store.list_records(ADA.id)  # consolidated before close_idle returned
         assert record.summary == "We planned the team picnic."  # public: Mallory may hear it
 
         await pilot.say(

@@ -121,7 +121,7 @@ async def _remember(pilot: Pilot) -> None:
         _record("test:dm-ann", (ANN,), Sensitivity.PRIVATE, DOOR_CODE),
         _record("test:notes", (), Sensitivity.RESTRICTED, MUSING),
     ):
-        assert await pilot.store.add_record(record, None, None)
+        assert await pilot.full_store.add_record(record, None, None)
 
 
 async def test_a_restricted_record_formed_with_others_never_reaches_the_reflect_prompt(
@@ -143,9 +143,9 @@ async def test_what_a_beat_wrote_after_reading_a_private_record_does_not_show_to
     async with _runtime(tmp_path) as pilot:
         await _remember(pilot)
         assert await pilot.fire(timedelta(hours=1)) == 1
-        (entry,) = await recent_activity(pilot.store, ADA.id)
+        (entry,) = await recent_activity(pilot.full_store, ADA.id)
         assert "4711" in entry.outcome  # the operator's log has it...
-        (goal,) = await pilot.store.list_goals(ADA.id)
+        (goal,) = await pilot.full_store.list_goals(ADA.id)
         assert "4711" in goal.description
 
         await pilot.say(
@@ -158,7 +158,7 @@ async def test_what_a_beat_wrote_after_reading_a_private_record_does_not_show_to
         # The beat's own memory is at least as sensitive as the most sensitive thing it read
         # (the restricted musing), so it too stays with the agent alone.
         await pilot.settle()
-        (memory,) = [r for r in await pilot.store.list_records(ADA.id) if r.kind == "reflection"]
+        (memory,) = [r for r in await pilot.full_store.list_records(ADA.id) if r.kind == "reflection"]
         assert memory.sensitivity is Sensitivity.RESTRICTED and memory.participant_ids == ()
 
 
@@ -166,7 +166,7 @@ async def test_a_reminder_run_carries_the_provenance_of_the_reminder(tmp_path: P
     async with _runtime(tmp_path) as pilot:
         await pilot.say(ANN_SETS_A_REMINDER, channel="dm-ann", speaker="ann", transmitted=True)
         assert await pilot.fire(timedelta(minutes=31)) == 1  # the reminder, on Ann's DM (before the beat)
-        (entry,) = await recent_activity(pilot.store, ADA.id)
+        (entry,) = await recent_activity(pilot.full_store, ADA.id)
         assert (
             entry.kind == "reminder" and "engagement ring" in entry.objective and "jeweller" in entry.outcome
         )
@@ -192,9 +192,9 @@ async def test_a_reminder_run_in_a_room_does_not_recall_what_someone_else_said_a
             ADA.id, Identity(service="test", channel="room", speaker_id="bo"), "Bo", "human", START
         )
         record = _record("test:room", (bo.id,), Sensitivity.PRIVATE, SALARY)
-        assert await pilot.store.add_record(record, None, None)
+        assert await pilot.full_store.add_record(record, None, None)
         assert await pilot.fire(timedelta(minutes=31)) == 1
-        (entry,) = await recent_activity(pilot.store, ADA.id)
+        (entry,) = await recent_activity(pilot.full_store, ADA.id)
         assert entry.outcome == "said: Ann, off to the jeweller now!"
 
         await pilot.say("ann: what have you been up to?", channel="room", speaker="ann", transmitted=True)

@@ -90,7 +90,7 @@ def _runtime(tmp_path: Path) -> AbstractAsyncContextManager[Pilot]:
 
 
 async def _agent_messages(pilot: Pilot, channel: str) -> list[Message]:
-    conversations = await pilot.store.list_conversations(ADA.id, channel=channel)
+    conversations = await pilot.full_store.list_conversations(ADA.id, channel=channel)
     found: list[Message] = []
     for conversation in conversations:
         found += [
@@ -105,7 +105,7 @@ async def test_a_beat_that_read_anns_private_memory_cannot_message_it_to_bob(
     async with _runtime(tmp_path) as pilot:
         await pilot.say("hi", channel="dm-ann", speaker="ann", transmitted=True)
         await pilot.say("hi", channel="dm-bob", speaker="bob", transmitted=True)
-        (ann_person,) = [p for p in await pilot.store.list_persons(ADA.id) if p.display_name == "Ann"]
+        (ann_person,) = [p for p in await pilot.full_store.list_persons(ADA.id) if p.display_name == "Ann"]
         record = MemoryRecord(
             id=new_id(START),
             agent_id=ADA.id,
@@ -115,7 +115,7 @@ async def test_a_beat_that_read_anns_private_memory_cannot_message_it_to_bob(
             summary=DOOR_CODE,
             sensitivity=Sensitivity.PRIVATE,
         )
-        assert await pilot.store.add_record(record, None, None)
+        assert await pilot.full_store.add_record(record, None, None)
         bob_before = len(await _agent_messages(pilot, "dm-bob"))
         ann_before = len(await _agent_messages(pilot, "dm-ann"))
 
@@ -137,7 +137,7 @@ async def test_a_reminder_in_a_shared_room_recalls_only_what_everyone_there_may_
         await pilot.say("hi all", channel="room", speaker="cy", transmitted=True)
         await pilot.say("hello", channel="room", speaker="bo", transmitted=True)
         await pilot.say("remind the room in half an hour", channel="room", speaker="ann", transmitted=True)
-        people = {p.display_name: p.id for p in await pilot.store.list_persons(ADA.id)}
+        people = {p.display_name: p.id for p in await pilot.full_store.list_persons(ADA.id)}
         record = MemoryRecord(
             id=new_id(START),
             agent_id=ADA.id,
@@ -147,7 +147,7 @@ async def test_a_reminder_in_a_shared_room_recalls_only_what_everyone_there_may_
             summary=PLANS,
             sensitivity=Sensitivity.PRIVATE,
         )
-        assert await pilot.store.add_record(record, None, None)
+        assert await pilot.full_store.add_record(record, None, None)
 
         assert await pilot.fire(timedelta(minutes=31)) == 1
 

@@ -139,7 +139,9 @@ async def test_the_operator_lists_and_resets_every_compartments_workspace(
         await pilot.say(PIN, channel="dm-alice", speaker="alice", transmitted=True)
         await pilot.say("echo mallory > /workspace/m.txt", channel="dm-mallory", speaker="mallory")
         people = {
-            p.id for p in await pilot.store.list_persons(ADA.id) if p.display_name in ("Alice", "Mallory")
+            p.id
+            for p in await pilot.full_store.list_persons(ADA.id)
+            if p.display_name in ("Alice", "Mallory")
         }
     cli = Persyn(home=home, env={"PERSYN_MODELS__DEFAULT": "test:echo"})
     listed = cli.run("sandbox", "list", "--all", "--json")

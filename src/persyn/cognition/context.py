@@ -20,7 +20,7 @@ from persyn.memory.access import Provenanced, eligible_channels, may_surface
 from persyn.memory.consolidate import default_sensitivity
 from persyn.memory.retrieval import Retriever, format_memories
 from persyn.store.base import Observation, Provenance, Store
-from persyn.store.capabilities import GraphStore
+from persyn.store.capabilities import GraphStore, MemoryStore
 from persyn.store.ports.graph_rows import GraphView
 
 __all__ = [
@@ -93,7 +93,7 @@ class MemorySource:
 
     def __init__(
         self,
-        store: Store,
+        store: MemoryStore,
         retriever: Retriever,
         clock: Clock,
         budget_tokens: Callable[[str], int],
@@ -147,7 +147,9 @@ class PeopleSource:
 
     max_people = 4
 
-    def __init__(self, store: Store, dossiers: Callable[[str], _Briefings], memory: MemoryConfig) -> None:
+    def __init__(
+        self, store: MemoryStore, dossiers: Callable[[str], _Briefings], memory: MemoryConfig
+    ) -> None:
         self.store = store
         self.dossiers = dossiers
         self.memory = memory

@@ -35,7 +35,9 @@ from persyn.gateway.base import Prompt, UserTurn
 from persyn.gateway.gateway import ModelGateway
 from persyn.memory.access import may_surface
 from persyn.store.base import Message, Role, Store
-from persyn.store.ports.emotions import EmotionReading
+from persyn.store.capabilities import ScheduleStore, capability
+from persyn.store.ports.emotions import EmotionReading, EmotionsPort
+from persyn.store.ports.memory import MemoryPort
 
 __all__ = [
     "EMOTION_STAGE",
@@ -143,15 +145,16 @@ TurnReadings = Callable[[TurnSetup, int], Awaitable[list[EmotionReading]]]
 
 
 class EmotionSource:
-    """The recent emotional trajectory as context (SPEC §4.9)."""
+    """The recent emotional trajectory as context (SPEC §4.9); none without the store's
+    emotion history (`store/capabilities.py`)."""
 
     def __init__(self, store: Store, config: EmotionConfig, *, readings: TurnReadings | None = None) -> None:
-        self.store = store
+        self.store: EmotionsPort | None = capability(store, EmotionsPort)
         self.config = config
         self._readings = readings
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
-        if not self.config.enabled or not self.config.trajectory:
+        if not self.config.enabled or not self.config.trajectory or self.store is None:
             return []
         if self._readings is not None:
             readings = await self._readings(setup, self.config.trajectory)
@@ -181,15 +184,16 @@ async def decision_preferences(
     `readings` when given: the turn's own read)."""
     here = channel_key(setup.service, setup.channel)
     present = tuple(p for p in (setup.participant_ids or ((setup.person_id,) if setup.person_id else ())))
+    # What the store does not keep (`store/capabilities.py`) is not weighed.
+    memory, schedule = capability(store, MemoryPort), capability(store, ScheduleStore)
+    stored_facts = [] if memory is None else await memory.fact_rows(setup.agent_id, setup.agent_id)
     facts = [
-        f
-        for f in await store.fact_rows(setup.agent_id, setup.agent_id)
-        if may_surface(f.provenance, here, present, groups, agent_id=setup.agent_id)
+        f for f in stored_facts if may_surface(f.provenance, here, present, groups, agent_id=setup.agent_id)
     ]
     newest: dict[str, str] = {}
     for fact in facts:  # newest first within a key
         newest.setdefault(fact.key, fact.value)
-    goals = await visible_goals(store, setup, groups, _GOALS, present=present)
+    goals = [] if schedule is None else await visible_goals(schedule, setup, groups, _GOALS, present=present)
     parts: list[str] = []
     if newest:
         shown = list(newest.items())[:_SELF_FACTS]
@@ -200,7 +204,8 @@ async def decision_preferences(
         if readings is not None:
             latest = await readings(setup, 1)
         else:
-            latest = await store.recent_emotions(setup.agent_id, 1)
+            history = capability(store, EmotionsPort)
+            latest = [] if history is None else await history.recent_emotions(setup.agent_id, 1)
         if latest:
             state = latest[0]
             parts.append(

@@ -15,7 +15,8 @@ from persyn.cognition.pipeline import TurnSetup
 from persyn.cognition.prompt import ContextSection
 from persyn.core.records import channel_key
 from persyn.memory.access import Provenanced, may_surface
-from persyn.store.base import Goal, GoalStatus, Store
+from persyn.store.base import Goal, GoalStatus
+from persyn.store.capabilities import ScheduleStore
 
 __all__ = ["GoalsSource", "reflective_view", "visible_goals"]
 
@@ -31,7 +32,7 @@ def reflective_view(item: Provenanced, home: str, groups: Sequence[Sequence[str]
 
 
 async def visible_goals(
-    store: Store,
+    store: ScheduleStore,
     setup: TurnSetup,
     groups: Sequence[Sequence[str]],
     limit: int,
@@ -51,7 +52,7 @@ async def visible_goals(
     return kept[:limit]
 
 
-async def _present(store: Store, setup: TurnSetup) -> tuple[str, ...]:
+async def _present(store: ScheduleStore, setup: TurnSetup) -> tuple[str, ...]:
     participants = setup.participant_ids
     if participants is None:
         conversation = await store.get_conversation(setup.agent_id, setup.conversation_id)
@@ -69,7 +70,7 @@ class GoalsSource:
 
     def __init__(
         self,
-        store: Store,
+        store: ScheduleStore,
         channel_groups: Sequence[Sequence[str]] = (),
         limit: int = 10,
         on_read: Callable[[TurnSetup, Sequence[Provenanced]], Awaitable[None]] = _nothing_read,

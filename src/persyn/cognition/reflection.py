@@ -31,6 +31,9 @@ from persyn.core.records import MemoryRecord
 from persyn.gateway.base import Completion, Prompt, UserTurn
 from persyn.memory.access import derived_provenance
 from persyn.store.base import Goal, GoalStatus, Provenance, Store
+from persyn.store.capabilities import capability
+from persyn.store.ports.memory import MemoryPort
+from persyn.store.ports.schedule import SchedulePort
 
 __all__ = ["Intention", "Review", "SelfAssessment", "assess", "render_assessment_prompt", "review_material"]
 
@@ -83,20 +86,24 @@ async def review_material(
     steps recall (its earlier reflections included) narrows the run when it is read
     (`runtime.background.autonomy.narrow_run` through the context sources and tools), so a beat that
     reviewed only Ann's private memories may still write to Ann where they formed, and one
-    that reviewed nothing it could not say to anyone writes for everyone."""
+    that reviewed nothing it could not say to anyone writes for everyone.
+
+    A store without memory or without goals (`store/capabilities.py`) has none to review."""
+    memory, schedule = capability(store, MemoryPort), capability(store, SchedulePort)
     found: list[MemoryRecord] = []
     before: str | None = None
     for _ in range(_MAX_PAGES):
-        page = await store.list_records(agent_id, limit=_PAGE, before_id=before)
+        if memory is None:
+            break
+        page = await memory.list_records(agent_id, limit=_PAGE, before_id=before)
         found.extend(r for r in page if reflective_view(r, home, groups, agent_id))
         if len(found) >= records or len(page) < _PAGE:
             break
         before = page[-1].id
-    open_goals = [
-        g
-        for g in await store.list_goals(agent_id, statuses=[GoalStatus.OPEN], limit=200)
-        if reflective_view(g.provenance, home, groups, agent_id)
-    ][:goals]
+    stored_goals = (
+        [] if schedule is None else await schedule.list_goals(agent_id, statuses=[GoalStatus.OPEN], limit=200)
+    )
+    open_goals = [g for g in stored_goals if reflective_view(g.provenance, home, groups, agent_id)][:goals]
     kept = found[:records]
     sources = [*kept, *(g.provenance for g in open_goals)]
     return Review(records=kept, goals=open_goals, provenance=derived_provenance(sources, home))

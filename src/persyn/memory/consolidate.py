@@ -21,8 +21,9 @@ from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity, channel_key
 from persyn.gateway.base import Completion, Prompt, UserTurn
 from persyn.memory.embedder import Embedder
-from persyn.store.base import Conversation, Message, Role, Store
-from persyn.store.ports.emotions import reading_for_record
+from persyn.store.base import Conversation, Message, Role
+from persyn.store.capabilities import MemoryStore, capability
+from persyn.store.ports.emotions import EmotionsPort, reading_for_record
 
 __all__ = [
     "IMPORTED_KIND",
@@ -160,13 +161,14 @@ class Consolidator:
 
     def __init__(
         self,
-        store: Store,
+        store: MemoryStore,
         model: StructuredModel,
         embedder: Embedder | None,
         config: MemoryConfig,
         agent_name: str,
     ) -> None:
         self.store = store
+        self._emotions: EmotionsPort | None = capability(store, EmotionsPort)  # tags the record
         self.model = model
         self.embedder = embedder
         self.config = config
@@ -220,14 +222,16 @@ class Consolidator:
         floor = raise_only(default_sensitivity(self.config, conversation.service), floor)
         # SPEC §4.9: the state measured after each exchange, averaged over the conversation,
         # is kept with the record; its top category is the record's emotion tag.
-        felt = reading_for_record(
-            await self.store.conversation_emotions(agent_id, conversation.id),
-            reading_id=derived_id(conversation.started_at, record_id, "emotion"),
-            record_id=record_id,
-            at=conversation.started_at,
-        )
-        if felt is not None:  # written first: a replay after the record finds both
-            await self.store.add_emotion_reading(felt)
+        felt = None
+        if self._emotions is not None:
+            felt = reading_for_record(
+                await self._emotions.conversation_emotions(agent_id, conversation.id),
+                reading_id=derived_id(conversation.started_at, record_id, "emotion"),
+                record_id=record_id,
+                at=conversation.started_at,
+            )
+        if felt is not None and self._emotions is not None:  # first: a replay finds both
+            await self._emotions.add_emotion_reading(felt)
         record = MemoryRecord(
             id=record_id,
             agent_id=agent_id,

@@ -61,8 +61,10 @@ from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.memory.consolidate import IMPORTED_KIND
 from persyn.memory.embedder import Embedder
-from persyn.store.base import Conversation, ImportedMemory, Message, Role, Store
-from persyn.store.ports.jobs import Consolidation, ConsolidationStatus
+from persyn.store.base import Conversation, ImportedMemory, Message, Role
+from persyn.store.capabilities import MemoryStore, capability
+from persyn.store.ports.dialog import DialogHistoryPort
+from persyn.store.ports.jobs import Consolidation, ConsolidationStatus, JobsPort
 
 __all__ = [
     "IMPORT_SERVICE",
@@ -267,7 +269,7 @@ class _Tally:
 
 async def import_jsonl(
     path: Path,
-    store: Store,
+    store: MemoryStore,
     embedder: Embedder | None,
     agent: AgentConfig,
     resolve_participant: ParticipantResolver,
@@ -435,7 +437,9 @@ def _beyond_limits(line: ImportLine, limits: ImportLimits) -> str | None:
     return None
 
 
-async def _complete_links(store: Store, record: MemoryRecord, line: ImportLine, limits: ImportLimits) -> bool:
+async def _complete_links(
+    store: MemoryStore, record: MemoryRecord, line: ImportLine, limits: ImportLimits
+) -> bool:
     """A record an older import stored without all its message links (killed between its
     dialog and its record, then re-run) gets the links of the dialog that is stored."""
     if not line.dialog or record.conversation_id is None or len(record.message_ids) >= len(line.dialog):
@@ -446,7 +450,7 @@ async def _complete_links(store: Store, record: MemoryRecord, line: ImportLine, 
     return await store.link_record_messages(record.agent_id, record.id, [m.id for m in stored])
 
 
-async def _settle(store: Store, record: MemoryRecord) -> None:
+async def _settle(store: MemoryStore, record: MemoryRecord) -> None:
     """Close (its consolidation done) the conversation an older import left open (the first
     `persyn run` would otherwise close it and run its model hooks), as of its last message."""
     if record.kind != IMPORTED_KIND or record.conversation_id is None:
@@ -454,8 +458,9 @@ async def _settle(store: Store, record: MemoryRecord) -> None:
     conversation = await store.get_conversation(record.agent_id, record.conversation_id)
     if conversation is None or conversation.kind != IMPORTED_KIND or conversation.closed_at is not None:
         return
-    if await store.get_consolidation(record.agent_id, conversation.id) is None:
-        await store.set_consolidation(
+    jobs = capability(store, JobsPort)
+    if jobs is not None and await jobs.get_consolidation(record.agent_id, conversation.id) is None:
+        await jobs.set_consolidation(
             Consolidation(
                 agent_id=record.agent_id,
                 conversation_id=conversation.id,
@@ -464,12 +469,14 @@ async def _settle(store: Store, record: MemoryRecord) -> None:
                 updated_at=conversation.last_activity_at,
             )
         )
-    await store.close_conversation(record.agent_id, conversation.id, conversation.last_activity_at)
+    history = capability(store, DialogHistoryPort)
+    if history is not None:  # without it, it closes once idle, as any conversation
+        await history.close_conversation(record.agent_id, conversation.id, conversation.last_activity_at)
 
 
 async def _import_batch(
     batch: Sequence[tuple[int, ImportLine]],
-    store: Store,
+    store: MemoryStore,
     embedder: Embedder | None,
     agent: AgentConfig,
     resolve: ParticipantResolver,

@@ -54,7 +54,8 @@ from persyn.memory._query import (
 )
 from persyn.memory.access import eligible_channels, may_surface
 from persyn.memory.embedder import Embedder
-from persyn.store.base import RecallCandidate, RecallHits, Store
+from persyn.store.base import RecallCandidate, RecallHits
+from persyn.store.ports.memory import MemoryPort
 
 __all__ = [
     "Components",
@@ -271,7 +272,7 @@ _PARTIAL = "(recall is partial right now: matched by keywords only, so meaning-a
 class Retriever:
     """Recall over one store with one encoder (None = keyword only) and one configuration."""
 
-    def __init__(self, store: Store, embedder: Embedder | None, config: MemoryConfig) -> None:
+    def __init__(self, store: MemoryPort, embedder: Embedder | None, config: MemoryConfig) -> None:
         self.store = store
         self.embedder = embedder
         self.config = config

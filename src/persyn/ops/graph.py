@@ -15,7 +15,7 @@ from persyn.core.ids import is_id
 from persyn.memory.access import eligible_channels
 from persyn.ops.history import opened_store
 from persyn.store.base import Store
-from persyn.store.capabilities import capability
+from persyn.store.capabilities import command_capability
 from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphEntity, GraphRelation, GraphView, Subgraph, entity_key
 
@@ -44,10 +44,7 @@ def view_for(settings: Settings, channel: str | None) -> GraphView | None:
 
 
 def _graph(store: Store) -> GraphPort:
-    graph = capability(store, GraphPort)
-    if graph is None:
-        raise InputError("this store offers no knowledge graph (the 'knowledge graph' capability is absent)")
-    return graph
+    return command_capability(store, GraphPort)
 
 
 async def _resolve(store: GraphPort, agent: AgentConfig, name: str, view: GraphView | None) -> GraphEntity:

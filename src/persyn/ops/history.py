@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -25,6 +25,9 @@ from persyn.store.base import (
     Person,
     Role,
 )
+from persyn.store.capabilities import ContactsStore, capability, command_capability
+from persyn.store.ports.dialog import DialogHistoryPort
+from persyn.store.ports.memory import MemoryPort
 from persyn.store.schema.tables import checked_address
 from persyn.tools.builtin._contacts import named_contact
 
@@ -43,6 +46,7 @@ __all__ = [
     "conversation_dialog",
     "list_conversations",
     "merge_contacts",
+    "opened_capability",
     "opened_store",
     "person_observations",
     "prefer_channel",
@@ -51,6 +55,8 @@ __all__ = [
 ]
 
 _DIALOG_LIMIT = 100_000
+
+P = TypeVar("P")
 
 
 @asynccontextmanager
@@ -63,10 +69,18 @@ async def opened_store(settings: Settings) -> AsyncIterator[Store]:
         await store.close()
 
 
+@asynccontextmanager
+async def opened_capability(settings: Settings, port: type[P]) -> AsyncIterator[P]:
+    """The configured store as the capability `port`, for a command that needs it: InputError
+    (exit 2) naming the capability when the store does not offer it."""
+    async with opened_store(settings) as store:
+        yield command_capability(store, port)
+
+
 async def list_conversations(
     settings: Settings, agent: AgentConfig, channel: str | None, limit: int
 ) -> list[Conversation]:
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, DialogHistoryPort) as store:
         return await store.list_conversations(agent.id, channel=channel, limit=limit)
 
 
@@ -159,7 +173,7 @@ class ContactDigest(BaseModel):
 
 
 async def contacts(settings: Settings, agent: AgentConfig) -> list[Contact]:
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, ContactsStore) as store:
         people = await store.list_persons(agent.id)
         by_person: dict[str, list[ContactAddress]] = {}
         for address in await store.addresses(agent.id):
@@ -169,7 +183,16 @@ async def contacts(settings: Settings, agent: AgentConfig) -> list[Contact]:
     return [Contact(person=p, addresses=by_person.get(p.id, [])) for p in people]
 
 
-async def _person(store: Store, agent: AgentConfig, who: str) -> Person:
+async def _summaries(
+    memory: MemoryPort | None, agent: AgentConfig, conversations: list[Conversation]
+) -> dict[str, str]:
+    """The summaries of those of `conversations` that were consolidated (none without memory)."""
+    if memory is None:
+        return {}
+    return await memory.conversation_summaries(agent.id, [c.id for c in conversations])
+
+
+async def _person(store: ContactsStore, agent: AgentConfig, who: str) -> Person:
     """The contact a command names: an id, or a name exactly one contact goes by."""
     return await named_contact(store, agent.id, agent.name, who)
 
@@ -177,17 +200,23 @@ async def _person(store: Store, agent: AgentConfig, who: str) -> Person:
 async def contact(settings: Settings, agent: AgentConfig, person_id: str) -> ContactDigest:
     """A bounded digest: a few recent conversations, found through the participant index
     (SPEC App. B), so its cost does not grow with how long the contact has been known."""
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, ContactsStore) as store:
         person = await _person(store, agent, person_id)
         preference = await store.get_preference(agent.id, person.id, "display_name")
-        recent = await store.person_conversations(agent.id, person.id, _DIGEST_CONVERSATIONS)
-        summaries = await store.conversation_summaries(agent.id, [c.id for c in recent])
+        history = capability(store, DialogHistoryPort)  # without it: no conversations shown
+        recent = (
+            []
+            if history is None
+            else await history.person_conversations(agent.id, person.id, _DIGEST_CONVERSATIONS)
+        )
+        memory = capability(store, MemoryPort)  # without it: no summaries, no facts
+        summaries = await _summaries(memory, agent, recent)
         return ContactDigest(
             person=person,
             addresses=await store.addresses(agent.id, person.id),
             display_name_preference=preference,
             preferred_channel=await store.get_preference(agent.id, person.id, PREFERRED_CHANNEL),
-            facts=await store.facts(agent.id, person.id),
+            facts={} if memory is None else await memory.facts(agent.id, person.id),
             conversations=[(c, summaries.get(c.id)) for c in recent],
         )
 
@@ -196,7 +225,7 @@ async def rename_contact(settings: Settings, agent: AgentConfig, person_id: str,
     name = name.strip()
     if not name or len(name) > 64:
         raise InputError(f"invalid name {name!r}: use 1 to 64 characters")
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, ContactsStore) as store:
         person = await _person(store, agent, person_id)
         return await store.rename_person(agent.id, person.id, name)
 
@@ -207,7 +236,7 @@ async def merge_contacts(
     """Fold `other` into `survivor` (retroactive; the operator picks the survivor and name)."""
     if name is not None and (not name.strip() or len(name.strip()) > 64):
         raise InputError(f"invalid name {name!r}: use 1 to 64 characters")
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, ContactsStore) as store:
         survivor = await _person(store, agent, survivor_id)
         other = await _person(store, agent, other_id)
         if survivor.id == other.id:
@@ -218,7 +247,7 @@ async def merge_contacts(
 async def change_identity(
     settings: Settings, agent: AgentConfig, person_id: str, identity: Identity, *, attach: bool
 ) -> Person:
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, ContactsStore) as store:
         person = await _person(store, agent, person_id)
         if attach:
             return await store.attach_identity(agent.id, person.id, identity)
@@ -238,7 +267,7 @@ async def change_address(
     """Give a contact an address, or take one away (SPEC §4.5 out-of-band curation). Returns
     the contact and whether anything changed (False: they already had it, when adding)."""
     label, value = checked_address(label, value)
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, ContactsStore) as store:
         person = await _person(store, agent, person_id)
         if add:
             return person, await store.add_address(agent.id, person.id, label, value, now)
@@ -255,7 +284,7 @@ async def prefer_channel(settings: Settings, agent: AgentConfig, person_id: str,
     service, _, name = channel.partition(":")
     if not service.strip() or not name.strip():
         raise InputError(f"invalid channel {channel!r}: use SERVICE:CHANNEL, e.g. terminal:terminal")
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, ContactsStore) as store:
         person = await _person(store, agent, person_id)
         await store.set_preference(
             agent.id, person.id, PREFERRED_CHANNEL, f"{service.strip()}:{name.strip()}"
@@ -272,8 +301,9 @@ class ChannelDigest(BaseModel):
 async def channels(settings: Settings, agent: AgentConfig) -> list[ChannelDigest]:
     """The channels the agent has conversed on, most recently active first (bounded scan)."""
     async with opened_store(settings) as store:
+        history = command_capability(store, DialogHistoryPort)
         seen: dict[tuple[str, str], ChannelDigest] = {}
-        for conversation in await store.list_conversations(agent.id, limit=_DIGEST_SCAN):
+        for conversation in await history.list_conversations(agent.id, limit=_DIGEST_SCAN):
             key = (conversation.service, conversation.channel)
             if key not in seen:
                 seen[key] = ChannelDigest(service=key[0], channel=key[1])
@@ -284,13 +314,14 @@ async def channel(settings: Settings, agent: AgentConfig, name: str) -> ChannelD
     """One channel ("service:channel") with its latest conversations' summaries, newest first."""
     service, _, channel_name = name.partition(":")
     async with opened_store(settings) as store:
-        recent = await store.list_conversations(agent.id, channel=channel_name, limit=_DIGEST_SCAN)
+        history = command_capability(store, DialogHistoryPort)
+        recent = await history.list_conversations(agent.id, channel=channel_name, limit=_DIGEST_SCAN)
         recent = [c for c in recent if c.service == service][:_DIGEST_CONVERSATIONS]
         if not recent:
             raise InputError(
                 f"agent {agent.name} has no conversations on {name!r} (see `persyn channels list`)"
             )
-        summaries = await store.conversation_summaries(agent.id, [c.id for c in recent])
+        summaries = await _summaries(capability(store, MemoryPort), agent, recent)
         return ChannelDigest(
             service=service, channel=channel_name, conversations=[(c, summaries.get(c.id)) for c in recent]
         )
@@ -302,10 +333,11 @@ async def person_observations(
     """What the agent has observed about someone, how that changed, and its cached dossier."""
     from persyn.people.observations import DOSSIER_FLAG
 
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, ContactsStore) as store:
         person = await _person(store, agent, person_id)
-        observations = await store.observations(agent.id, person.id)
-        history = await store.observation_history(agent.id, person.id)
+        memory = command_capability(store, MemoryPort)
+        observations = await memory.observations(agent.id, person.id)
+        history = await memory.observation_history(agent.id, person.id)
         raw = await store.get_flag(agent.id, DOSSIER_FLAG + person.id)
     dossier: str | None = None
     if raw:

@@ -22,9 +22,11 @@ from persyn.gateway.registry import context_window_for
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.importer import ImportLimits, ImportReport, SpeakerContact, import_jsonl
 from persyn.memory.retrieval import RetrievalResult, Retriever
-from persyn.ops.history import opened_store
+from persyn.ops.history import opened_capability
 from persyn.store import Store
 from persyn.store.base import Identity, Message
+from persyn.store.capabilities import ContactsStore, MemoryStore, command_capability
+from persyn.store.ports.emotions import EmotionsPort
 from persyn.tools.builtin._contacts import UnknownContact, folded, named_contact, resolve_exactly
 from persyn.usage.context import Attribution, bind
 from persyn.usage.records import UsageRecord
@@ -50,10 +52,15 @@ _IMPORT_SERVICE = "import"
 class MemoryOps:
     settings: Settings
     agent: AgentConfig
-    store: Store
+    store: MemoryStore
     embedder: Embedder | None
     degraded: str | None
     clock: Clock = field(default_factory=SystemClock)  # the command's (`persyn --now`)
+
+    @property
+    def contacts(self) -> ContactsStore:
+        """The store's contact directory: InputError (exit 2) naming it when it has none."""
+        return command_capability(self.store, ContactsStore)
 
     @property
     def retriever(self) -> Retriever:
@@ -73,13 +80,14 @@ class MemoryOps:
         `seen_at` (import): when the history shows the person. A person it creates is first
         and last seen then, not at the import; a known one's "last seen" moves forward to it,
         never back. A time after the command's clock counts as now."""
+        contacts = self.contacts
         if not create:
-            return (await named_contact(self.store, self.agent.id, self.agent.name, name_or_id)).id
+            return (await named_contact(contacts, self.agent.id, self.agent.name, name_or_id)).id
         now = self.clock.now()
         seen = now if seen_at is None else min(seen_at, now)
         name = " ".join(name_or_id.split())
         try:
-            found = await resolve_exactly(self.store, self.agent.id, name_or_id)
+            found = await resolve_exactly(contacts, self.agent.id, name_or_id)
         except UnknownContact as exc:
             if is_id(name):
                 raise InputError(f"participant {name_or_id!r}: {exc}") from exc
@@ -87,7 +95,7 @@ class MemoryOps:
             raise InputError(f"participant {name_or_id!r}: {exc}") from exc
         else:
             if seen_at is not None:
-                await self.store.touch_person(self.agent.id, found.id, seen)
+                await contacts.touch_person(self.agent.id, found.id, seen)
             return found.id
         identity = Identity(service=_IMPORT_SERVICE, channel=channel or "history", speaker_id=name.lower())
         person = await self.store.resolve_person(self.agent.id, identity, name, "human", seen)
@@ -105,7 +113,7 @@ class MemoryOps:
                     f"{item.where}: {item.name!r} is {self.agent.name} itself; its lines are its own"
                 )
             try:
-                person = await named_contact(self.store, self.agent.id, self.agent.name, item.contact)
+                person = await named_contact(self.contacts, self.agent.id, self.agent.name, item.contact)
             except InputError as exc:
                 raise InputError(f"{item.where}: {item.name}={item.contact}: {exc}") from exc
             earlier = chosen.get(key)
@@ -128,7 +136,7 @@ class MemoryOps:
         async def resolve(name: str, channel: str, seen_at: datetime) -> str:
             mapped = speakers.get(folded(name))
             if mapped is not None:  # `--as`: as if said live, then
-                await self.store.touch_person(self.agent.id, mapped, min(seen_at, self.clock.now()))
+                await self.contacts.touch_person(self.agent.id, mapped, min(seen_at, self.clock.now()))
                 return mapped
             return await self.resolve_participant(name, create=True, channel=channel, seen_at=seen_at)
 
@@ -173,7 +181,8 @@ class MemoryOps:
 
     async def emotions(self, record_id: str) -> dict[str, float] | None:
         """The emotional-state distribution kept with a memory (SPEC §4.9), if it has one."""
-        found = await self.store.record_emotions(self.agent.id, [parse_id(record_id, what="memory id")])
+        history = command_capability(self.store, EmotionsPort)
+        found = await history.record_emotions(self.agent.id, [parse_id(record_id, what="memory id")])
         reading = next(iter(found.values()), None)
         return None if reading is None else dict(reading.distribution)
 
@@ -218,7 +227,7 @@ async def memory_ops(
     settings: Settings, agent: AgentConfig, clock: Clock | None = None
 ) -> AsyncIterator[MemoryOps]:
     clock = clock or SystemClock()
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, MemoryStore) as store:
         await store.ensure_agent(agent.id, agent.name, clock.now())
         embedder: Embedder | None
         degraded: str | None = None

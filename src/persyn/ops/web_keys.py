@@ -9,9 +9,10 @@ from datetime import datetime
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
 from persyn.core.ids import is_id, new_id
-from persyn.ops.history import opened_store
+from persyn.ops.history import opened_capability, opened_store
 from persyn.runtime.web_keys import KEY_PREFIX, hash_key, web_identity
-from persyn.store.ports.web_keys import WebKey
+from persyn.store.capabilities import ContactsStore, command_capability
+from persyn.store.ports.web_keys import WebKey, WebKeysPort
 from persyn.tools.builtin._contacts import named_contact
 
 __all__ = ["create_key", "has_keys", "list_keys", "revoke_key"]
@@ -34,12 +35,14 @@ async def create_key(
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
     key_id = new_id(now)
     async with opened_store(settings) as store:
+        keys = command_capability(store, WebKeysPort)
         contact_id: str | None = None
         if contact is not None:
             if agent is None:
                 raise InputError("--contact needs the agent whose contact it is (--agent)")
-            person = await named_contact(store, agent.id, agent.name, contact)
-            await store.attach_identity(agent.id, person.id, web_identity(key_id))
+            directory = command_capability(store, ContactsStore)
+            person = await named_contact(directory, agent.id, agent.name, contact)
+            await directory.attach_identity(agent.id, person.id, web_identity(key_id))
             contact_id = person.id
         key = WebKey(
             id=key_id,
@@ -49,12 +52,12 @@ async def create_key(
             operator=operator,
             created_at=now,
         )
-        await store.add_web_key(key)
+        await keys.add_web_key(key)
     return key, secret
 
 
 async def list_keys(settings: Settings) -> list[WebKey]:
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, WebKeysPort) as store:
         return await store.web_keys()
 
 
@@ -64,7 +67,7 @@ async def has_keys(settings: Settings) -> bool:
 
 
 async def revoke_key(settings: Settings, key_id: str, now: datetime) -> WebKey:
-    async with opened_store(settings) as store:
+    async with opened_capability(settings, WebKeysPort) as store:
         wanted = key_id.strip().upper()
         if not is_id(wanted):
             named = [k for k in await store.web_keys() if k.name == key_id.strip()]

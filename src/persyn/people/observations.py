@@ -34,7 +34,8 @@ from persyn.core.config import Task
 from persyn.core.errors import ModelError
 from persyn.core.ids import derived_id
 from persyn.gateway.base import Completion, Prompt, UserTurn
-from persyn.store.base import Conversation, Message, Observation, Role, Store
+from persyn.store.base import Conversation, Message, Observation, Role
+from persyn.store.capabilities import MemoryStore
 from persyn.store.unread import WatermarkReader
 
 __all__ = ["DOSSIER_FLAG", "OBSERVE_READER", "Dossiers", "Extraction", "Judgement", "Noticed", "Observer"]
@@ -86,7 +87,7 @@ observation it relates to (not for "new")."""
 class Observer:
     """Extracts and reconciles observations for one agent's conversations."""
 
-    def __init__(self, store: Store, gateway: _Gateway, agent_name: str) -> None:
+    def __init__(self, store: MemoryStore, gateway: _Gateway, agent_name: str) -> None:
         self.store = store
         self.gateway = gateway
         self.agent_name = agent_name
@@ -204,7 +205,7 @@ Say nothing the observations do not support."""
 class Dossiers:
     """Briefings about people, rewritten only when their observations change."""
 
-    def __init__(self, store: Store, gateway: _Gateway, agent_name: str) -> None:
+    def __init__(self, store: MemoryStore, gateway: _Gateway, agent_name: str) -> None:
         self.store = store
         self.gateway = gateway
         self.agent_name = agent_name

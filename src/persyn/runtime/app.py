@@ -32,7 +32,7 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import StoreError
 from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.gateway.checkpoints import CheckpointedModel, StepCalls
-from persyn.gateway.gateway import ModelGateway
+from persyn.gateway.gateway import ModelGateway, ModelWrapper
 from persyn.memory.embedder import Embedder, EmbedderUnavailable, warm_embedder
 from persyn.runtime.background.autonomy import Autonomy, BudgetedModel
 from persyn.runtime.background.conversation_jobs import ConversationHook, ConversationJobs, JobQueue
@@ -69,6 +69,8 @@ from persyn.runtime.turn.tool_steps import ToolSteps
 from persyn.runtime.turn.transmit import Transmitter
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store
+from persyn.store.capabilities import ScheduleStore, capability
+from persyn.store.ports.model_calls import ModelCallsPort
 from persyn.tracing import Tracing
 from persyn.usage.meter import Meter
 from persyn.usage.prometheus import PrometheusAdapter
@@ -191,6 +193,17 @@ class Runtime:
                 lambda: list(self.channels), list(self.agents), self.settings.dispatch.outbox_poll_seconds
             )
         )
+        # Outermost last: a call replayed from its checkpoint is neither admitted nor charged
+        # again (§8). A store without model-call checkpoints (`store/capabilities.py`) replays
+        # a step's calls by making them again.
+        checkpoints = capability(self.store, ModelCallsPort)
+        wrappers: list[ModelWrapper] = [lambda model: BudgetedModel(model, self.autonomy)]
+        if checkpoints is not None:
+            wrappers.append(
+                lambda model: CheckpointedModel(
+                    model, checkpoints=checkpoints, calls=self._step_calls, clock=self.clock
+                )
+            )
         for agent in self.agents.values():
             self.gateways[agent.id] = ModelGateway(
                 self.settings,
@@ -198,14 +211,7 @@ class Runtime:
                 self.meter,
                 local_factory=self.local_models.model,
                 clock=self.clock,
-                # Outermost last: a call replayed from its checkpoint is neither admitted nor
-                # charged again (§8).
-                wrappers=[
-                    lambda model: BudgetedModel(model, self.autonomy),
-                    lambda model: CheckpointedModel(
-                        model, checkpoints=self.store, calls=self._step_calls, clock=self.clock
-                    ),
-                ],
+                wrappers=wrappers,
                 tracing=self.tracing,
             )
         await self.tools.start()
@@ -213,9 +219,11 @@ class Runtime:
         if workers:
             self._spawn(self._warm_recall())
         self.jobs.start_graph(self.context_sources, self.autonomy.noticed)
-        self.context_sources.append(
-            GoalsSource(self.store, self.settings.memory.channel_groups, on_read=self.autonomy.noticed)
-        )
+        schedule = capability(self.store, ScheduleStore)
+        if schedule is not None:  # a store without goals: no goals section
+            self.context_sources.append(
+                GoalsSource(schedule, self.settings.memory.channel_groups, on_read=self.autonomy.noticed)
+            )
         if self._prometheus is not None:
             self._prometheus.start(
                 self.settings.metering.prometheus_port, self.settings.metering.prometheus_host
@@ -286,9 +294,12 @@ class Runtime:
                 log.info("encoder %s loaded", self.embedder.name)
         except EmbedderUnavailable as exc:
             log.warning("encoder not loaded ahead of the first recall: %s", exc)
+        memory = self.jobs.memory
+        if memory is None:
+            return  # no memory, no recall to warm
         for agent in self.agents.values():
             try:
-                loaded = await self.store.warm_recall(agent.id)
+                loaded = await memory.warm_recall(agent.id)
             except StoreError as exc:
                 log.warning("recall for agent %s not warmed: %s", agent.id, exc)
                 continue
@@ -459,10 +470,12 @@ class Runtime:
     # autonomy (SPEC §4.7) ---------------------------------------------------------------
     async def _start_autonomy(self) -> None:
         """Bootstrap each agent's heartbeat (once ever: a deleted one stays deleted) and the
-        DBOS schedule that fires due reminders."""
+        DBOS schedule that fires due reminders. A store without reminders has no heartbeat."""
         every = int(self.settings.autonomy.heartbeat_minutes * 60)
-        for agent in self.agents.values():
-            await bootstrap_heartbeat(self.store, agent.id, every, self.clock.now())
+        schedule = capability(self.store, ScheduleStore)
+        if schedule is not None:
+            for agent in self.agents.values():
+                await bootstrap_heartbeat(schedule, agent.id, every, self.clock.now())
         self.intake.open_for_steps(ClientDispatcher(await self._client()))
         if not self.settings.autonomy.schedule:
             return

@@ -13,9 +13,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection
 
-from persyn.store import Store
 from persyn.store.base import Identity
-from persyn.store.ports.web_keys import WebKey
+from persyn.store.ports.web_keys import WebKey, WebKeysPort
 
 __all__ = [
     "KEY_PREFIX",
@@ -53,9 +52,10 @@ def web_speaker_name(key: WebKey, user: str | None = None) -> str:
     return key.name if not user else f"{user} ({key.name})"
 
 
-async def authenticate(store: Store, secret: str) -> WebKey | None:
-    """The live key `secret` is, or None (unknown, revoked or malformed)."""
-    if not secret.startswith(KEY_PREFIX) or len(secret) > _MAX_KEY_CHARS:
+async def authenticate(store: WebKeysPort | None, secret: str) -> WebKey | None:
+    """The live key `secret` is, or None (unknown, revoked or malformed; every key, with a
+    store that offers no web keys: `store/capabilities.py`)."""
+    if store is None or not secret.startswith(KEY_PREFIX) or len(secret) > _MAX_KEY_CHARS:
         return None
     key = await store.web_key_by_hash(hash_key(secret))
     if key is None or key.revoked_at is not None:
@@ -63,11 +63,13 @@ async def authenticate(store: Store, secret: str) -> WebKey | None:
     return key
 
 
-async def revoked_keys(store: Store, key_ids: Collection[str]) -> set[str]:
+async def revoked_keys(store: WebKeysPort | None, key_ids: Collection[str]) -> set[str]:
     """Which of `key_ids` no longer work (revoked, or gone): asked while a key's streams are
     open, since `persyn web keys revoke` may run in another process. A deployment has a
     handful of keys, so one read of them all answers for any number of streams."""
     if not key_ids:
         return set()
+    if store is None:
+        return set(key_ids)
     live = {key.id for key in await store.web_keys() if key.revoked_at is None}
     return {key_id for key_id in key_ids if key_id not in live}

@@ -23,7 +23,8 @@ from persyn.core.errors import StoreError
 from persyn.core.ids import derived_id, id_time
 from persyn.schedule.reminders import HEARTBEAT_KIND
 from persyn.schedule.triggers import interval_trigger
-from persyn.store.base import IntervalTrigger, Reminder, Store
+from persyn.store.base import IntervalTrigger, Reminder
+from persyn.store.capabilities import ScheduleStore
 
 __all__ = [
     "BOOTSTRAP_FLAG",
@@ -47,13 +48,13 @@ def heartbeat_id(agent_id: str) -> str:
     return derived_id(id_time(agent_id), agent_id, HEARTBEAT_KIND)
 
 
-async def heartbeat_status(store: Store, agent_id: str) -> Reminder | None:
+async def heartbeat_status(store: ScheduleStore, agent_id: str) -> Reminder | None:
     """The heartbeat, or None when it was deleted (or never bootstrapped)."""
     return await store.get_reminder(agent_id, heartbeat_id(agent_id))
 
 
 async def bootstrap_heartbeat(
-    store: Store, agent_id: str, every_seconds: int, now: datetime
+    store: ScheduleStore, agent_id: str, every_seconds: int, now: datetime
 ) -> Reminder | None:
     """Create the heartbeat if this agent never had one; keep it deleted if it was deleted.
     Returns the heartbeat as it now is (None: asleep)."""
@@ -70,12 +71,14 @@ async def bootstrap_heartbeat(
     return current
 
 
-async def delete_heartbeat(store: Store, agent_id: str) -> bool:
+async def delete_heartbeat(store: ScheduleStore, agent_id: str) -> bool:
     """Put the agent to sleep, durably. False if it was already asleep."""
     return await store.delete_reminder(agent_id, heartbeat_id(agent_id))
 
 
-async def restore_heartbeat(store: Store, agent_id: str, every_seconds: int, now: datetime) -> Reminder:
+async def restore_heartbeat(
+    store: ScheduleStore, agent_id: str, every_seconds: int, now: datetime
+) -> Reminder:
     """Wake the agent's idle cognition: the heartbeat again, next beat one interval from now
     (an existing one is left as it is)."""
     current = await heartbeat_status(store, agent_id) or await _create(store, agent_id, every_seconds, now)
@@ -83,7 +86,7 @@ async def restore_heartbeat(store: Store, agent_id: str, every_seconds: int, now
     return current
 
 
-async def _create(store: Store, agent_id: str, every_seconds: int, now: datetime) -> Reminder:
+async def _create(store: ScheduleStore, agent_id: str, every_seconds: int, now: datetime) -> Reminder:
     trigger = interval_trigger(every_seconds, now + timedelta(seconds=every_seconds))
     reminder = Reminder(
         id=heartbeat_id(agent_id),
@@ -105,7 +108,7 @@ async def _create(store: Store, agent_id: str, every_seconds: int, now: datetime
     return reminder
 
 
-async def _retime(store: Store, current: Reminder, every_seconds: int, now: datetime) -> Reminder:
+async def _retime(store: ScheduleStore, current: Reminder, every_seconds: int, now: datetime) -> Reminder:
     trigger = interval_trigger(every_seconds, now + timedelta(seconds=every_seconds))
     return await store.update_reminder(
         current.agent_id, current.id, now, trigger=trigger, next_fire_at=trigger.start

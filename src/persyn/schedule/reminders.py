@@ -29,9 +29,9 @@ from persyn.store.base import (
     Provenance,
     Reminder,
     ReminderAction,
-    Store,
     Trigger,
 )
+from persyn.store.ports.schedule import SchedulePort
 
 __all__ = [
     "HEARTBEAT_KIND",
@@ -58,7 +58,7 @@ def fire_key(reminder_id: str, fire_time: datetime) -> str:
 
 
 async def set_reminder(
-    store: Store,
+    store: SchedulePort,
     agent_id: str,
     objective: str,
     trigger: Trigger,
@@ -89,7 +89,7 @@ async def set_reminder(
 
 
 async def edit_reminder(
-    store: Store,
+    store: SchedulePort,
     agent_id: str,
     reminder_id: str,
     now: datetime,
@@ -112,7 +112,7 @@ async def edit_reminder(
 
 
 async def reschedule_reminder(
-    store: Store, agent_id: str, reminder_id: str, at: datetime, now: datetime
+    store: SchedulePort, agent_id: str, reminder_id: str, at: datetime, now: datetime
 ) -> Reminder:
     """Move the next firing to `at`. A one-shot reminder becomes one at `at`; a recurring
     one fires at `at` and then carries on from its trigger."""
@@ -127,7 +127,7 @@ async def reschedule_reminder(
     )
 
 
-async def drop_recurrence(store: Store, agent_id: str, reminder_id: str, now: datetime) -> Reminder:
+async def drop_recurrence(store: SchedulePort, agent_id: str, reminder_id: str, now: datetime) -> Reminder:
     """Make a recurring reminder one-shot: it fires once more, at its next time, and is gone."""
     current = await _existing(store, agent_id, reminder_id)
     if not is_recurring(current.trigger):
@@ -138,7 +138,9 @@ async def drop_recurrence(store: Store, agent_id: str, reminder_id: str, now: da
     )
 
 
-async def mark_fired(store: Store, reminder: Reminder, fire_time: datetime, now: datetime) -> FireResult:
+async def mark_fired(
+    store: SchedulePort, reminder: Reminder, fire_time: datetime, now: datetime
+) -> FireResult:
     """Record a firing: a recurring reminder rolls forward past both `fire_time` and `now`
     (skipping fires missed while nothing ran), a one-shot one is deleted. Atomic; STALE when
     another scheduler got there first or the reminder changed meanwhile."""
@@ -151,7 +153,7 @@ async def mark_fired(store: Store, reminder: Reminder, fire_time: datetime, now:
 
 
 async def create_goal(
-    store: Store, agent_id: str, description: str, now: datetime, *, provenance: Provenance = GLOBAL
+    store: SchedulePort, agent_id: str, description: str, now: datetime, *, provenance: Provenance = GLOBAL
 ) -> Goal:
     """A new open goal, with where it formed (`provenance`: where it is standing context)."""
     goal = Goal(
@@ -169,7 +171,7 @@ async def create_goal(
 
 
 async def close_goal(
-    store: Store, agent_id: str, goal_id: str, status: GoalStatus, outcome: str, now: datetime
+    store: SchedulePort, agent_id: str, goal_id: str, status: GoalStatus, outcome: str, now: datetime
 ) -> Goal:
     """Mark a goal achieved, abandoned or retired, saying how it ended."""
     if status is GoalStatus.OPEN:
@@ -177,12 +179,12 @@ async def close_goal(
     return await store.update_goal(agent_id, goal_id, now, status=status, outcome=outcome)
 
 
-async def open_goals(store: Store, agent_id: str, limit: int = 20) -> list[Goal]:
+async def open_goals(store: SchedulePort, agent_id: str, limit: int = 20) -> list[Goal]:
     """The standing context source of SPEC §4.8: open goals, oldest first."""
     return await store.list_goals(agent_id, statuses=[GoalStatus.OPEN], limit=limit)
 
 
-async def _existing(store: Store, agent_id: str, reminder_id: str) -> Reminder:
+async def _existing(store: SchedulePort, agent_id: str, reminder_id: str) -> Reminder:
     reminder = await store.get_reminder(agent_id, reminder_id)
     if reminder is None:
         raise InputError(f"there is no reminder {reminder_id!r}")

@@ -10,6 +10,7 @@ from sqlalchemy.exc import ArgumentError
 from persyn.core.errors import ConfigError
 from persyn.core.urls import masked_url
 from persyn.store.base import AgentRow, Conversation, Identity, Message, Person, Role, Store
+from persyn.store.capabilities import FullStore
 
 __all__ = [
     "SUPPORTED_SCHEMES",
@@ -26,8 +27,9 @@ __all__ = [
 SUPPORTED_SCHEMES = ("sqlite", "postgresql")
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str) -> FullStore:
     """The backend named by `url`'s scheme, not yet set up: callers `await store.setup()`.
+    Both built-in backends offer every optional capability (`store/capabilities.py`).
 
     URLs are parsed as SQLAlchemy parses them (as the DBOS database URL is):
     `sqlite:///relative/path.db` and `sqlite:////absolute/path.db` open that file, creating
@@ -52,7 +54,7 @@ def open_store(url: str) -> Store:
     )
 
 
-def _open_sqlite(url: str, parsed: URL) -> Store:
+def _open_sqlite(url: str, parsed: URL) -> FullStore:
     # Imported here so that choosing another backend never imports this one.
     from persyn.store.sqlite.store import SQLiteStore
 
@@ -70,7 +72,7 @@ def _open_sqlite(url: str, parsed: URL) -> Store:
     return SQLiteStore(file)
 
 
-def _open_postgres(url: str, parsed: URL) -> Store:
+def _open_postgres(url: str, parsed: URL) -> FullStore:
     # Imported here so that choosing SQLite never imports psycopg.
     from persyn.store.postgres.store import PostgresStore
 

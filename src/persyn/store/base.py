@@ -1,16 +1,18 @@
 """The storage port (ARCHITECTURE §4). One schema, several backends; every backend passes
 the contract, `persyn.testing.store_contract`. Every row carries `agent_id`; every id is a ULID.
 
-`Store` is composed of sub-ports, one module per concern with its row types beside it:
-`events` (events, completion markers, deliberation traces), `directory` (agents, persons,
-identities, contact addresses, preferences), `dialog` (conversations, messages, search),
-`flags`, `memory` (records, vectors, quick facts, observations), `graph`, `schedule`
-(reminders, goals), `activity` (the log of self-initiated runs), `jobs` (consolidation
-state, extraction watermarks), `outbox`, `runs` (run state, channel ledgers) and `leases`
-(which process holds a chat network's connection). A new concern is a module with its port
-and one more base class below. `graph` is a capability rather than a part of `Store`: a backend
-offers it by deriving from it, and callers detect it (`store/capabilities.py`). Code may import a sub-port's names from its own module; this
-module re-exports the row types for the code that imports them from here.
+`Store` is the required core: what every backend must do for a turn to run — the lifecycle,
+`events` (events, completion markers, deliberation traces), `directory` (agents, and who
+speaks: `DirectoryPort`), `dialog` (a turn's conversation and its messages: `DialogPort`),
+`flags`, `outbox`, `runs` (run state, channel ledgers: cost safety) and the extraction
+watermarks (`jobs.WatermarksPort`) — 40 abstract methods. Everything else is a named optional
+capability a backend offers by deriving from its port besides `Store` (`store/capabilities.py`:
+memory, dialog history, the contact directory, the knowledge graph, reminders and goals,
+guardrail and emotion history, artifacts, web keys, channel leases, the activity log,
+consolidation jobs, model-call checkpoints); callers detect it and degrade without it (SPEC
+§2). One module per concern in `store/ports/`, its row types beside it; code may import a
+sub-port's names from its own module, and this module re-exports the row types for the code
+that imports them from here.
 
 Methods are async: backends run blocking database work off the event loop, with a single
 writer on SQLite.
@@ -26,16 +28,12 @@ from typing import Any
 
 from persyn.core.events import CompletionMarker
 from persyn.store.ports.activity import UNATTRIBUTED_RUN, ActivityEntry, ActivityPort
-from persyn.store.ports.artifacts import ArtifactsPort
 from persyn.store.ports.dialog import Conversation, DialogPort, Message, Role
 from persyn.store.ports.directory import AgentRow, ContactAddress, DirectoryPort, Identity, Person
-from persyn.store.ports.emotions import EmotionsPort
 from persyn.store.ports.events import DeliberationTrace, EventsPort
 from persyn.store.ports.flags import FlagsPort
 from persyn.store.ports.graph import GraphPort
-from persyn.store.ports.guardrails import GuardrailsPort
-from persyn.store.ports.jobs import JobsPort
-from persyn.store.ports.leases import LeasesPort
+from persyn.store.ports.jobs import WatermarksPort
 from persyn.store.ports.memory import (
     ImportedMemory,
     MemoryPort,
@@ -45,7 +43,6 @@ from persyn.store.ports.memory import (
     RecallCandidate,
     RecallHits,
 )
-from persyn.store.ports.model_calls import ModelCallsPort
 from persyn.store.ports.outbox import OutboxPort, OutboxRow
 from persyn.store.ports.runs import ChannelEntry, RunsPort
 from persyn.store.ports.schedule import (
@@ -61,7 +58,6 @@ from persyn.store.ports.schedule import (
     SchedulePort,
     Trigger,
 )
-from persyn.store.ports.web_keys import WebKeysPort
 from persyn.store.rows import GLOBAL, Provenance
 
 __all__ = [
@@ -127,22 +123,13 @@ class Store(
     DirectoryPort,
     DialogPort,
     FlagsPort,
-    MemoryPort,
-    SchedulePort,
-    ActivityPort,
-    JobsPort,
     OutboxPort,
     RunsPort,
-    WebKeysPort,
-    GuardrailsPort,
-    EmotionsPort,
-    ArtifactsPort,
-    ModelCallsPort,
-    LeasesPort,
+    WatermarksPort,
     ABC,
 ):
-    """What the rest of Persyn may ask of storage: every sub-port, the lifecycle, and the
-    operations that span sub-ports (a backend may do each in one transaction)."""
+    """What every backend must offer (the module docstring): the core sub-ports, the
+    lifecycle, and the operations that span them (a backend may do each in one transaction)."""
 
     # lifecycle -----------------------------------------------------------------------
     @abstractmethod

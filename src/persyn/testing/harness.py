@@ -54,6 +54,7 @@ from persyn.runtime.compose import build_runtime
 from persyn.runtime.durable import workflows
 from persyn.store import Store
 from persyn.store.base import Conversation
+from persyn.store.capabilities import FullStore, missing_capabilities
 from persyn.testing.meter import RecordingAdapter
 from persyn.usage.meter import MeterAdapter
 from persyn.usage.records import UsageRecord
@@ -240,6 +241,15 @@ class Pilot:
     @property
     def store(self) -> Store:
         return self.runtime.store
+
+    @property
+    def full_store(self) -> FullStore:
+        """The store as a built-in backend, every capability offered (what `run_runtime` opens
+        unless a test passes a store of its own), for a test to read back what the runtime kept."""
+        store = self.runtime.store
+        if not isinstance(store, FullStore):
+            raise TypeError(f"{store!r} is not a built-in store: it lacks {missing_capabilities(store)}")
+        return store
 
     @property
     def clock(self) -> Clock:

@@ -133,7 +133,7 @@ async def test_room_chatter_is_observed_silently_and_questions_answered(
             said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "irc", "#lab", 10)]
             assert said[:2] == ["the weather is lovely today", "yes, sunny all week"]
             # One contact per nick, whatever room or private conversation it spoke in.
-            people = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}
+            people = {p.display_name: p for p in await pilot.full_store.list_persons(pilot.agent.id)}
             assert {"sam", "kim"} <= set(people) and people["kim"].kind == "human"
             assert len([p for p in people if p == "kim"]) == 1
     finally:
@@ -322,7 +322,7 @@ async def test_server_restart_loses_and_doubles_nothing(tmp_path: Path, ircd: Ir
             await pilot.settle()
             first = (await _events(pilot))[-1]
             person = (await pilot.store.get_event(pilot.agent.id, first.id)) and next(
-                p for p in await pilot.store.list_persons(pilot.agent.id) if p.display_name == "sam3"
+                p for p in await pilot.full_store.list_persons(pilot.agent.id) if p.display_name == "sam3"
             )
             assert person
             await sam.close()
@@ -366,7 +366,7 @@ def _negated(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
 
 
 async def _events(pilot: Pilot) -> list[Event]:
-    conversations = await pilot.store.list_conversations(pilot.agent.id, limit=50)
+    conversations = await pilot.full_store.list_conversations(pilot.agent.id, limit=50)
     found: list[Event] = []
     for conversation in conversations:
         for message in await pilot.store.recent_messages(pilot.agent.id, conversation.id, 50):
@@ -443,7 +443,7 @@ async def test_a_known_contact_listed_in_bots_later_becomes_an_agent(tmp_path: P
             await bob.say(nick, "hello, I am just bob")
             await bob.wait_for(lambda h: h.nick == nick and h.command == "PRIVMSG", "an answer")
             await pilot.settle()
-            first = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}["bob"]
+            first = {p.display_name: p for p in await pilot.full_store.list_persons(pilot.agent.id)}["bob"]
             assert first.kind == "human"
             await irc.stop()
             listed = pilot.settings.channels.section(IrcConfig).model_copy(
@@ -462,7 +462,7 @@ async def test_a_known_contact_listed_in_bots_later_becomes_an_agent(tmp_path: P
                 await pilot.wait_for(marked, "bob's contact marked as an agent")
                 await pilot.settle()
                 people = [
-                    p for p in await pilot.store.list_persons(pilot.agent.id) if p.display_name == "bob"
+                    p for p in await pilot.full_store.list_persons(pilot.agent.id) if p.display_name == "bob"
                 ]
                 assert [p.id for p in people] == [first.id]  # the same contact, not a new one
             finally:

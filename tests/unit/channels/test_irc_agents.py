@@ -70,7 +70,7 @@ async def test_two_agents_in_a_room_stop_on_their_own(tmp_path: Path, ircd: IrcS
                 assert 2 <= len(by_agents) <= rules.max_agent_turns + 1, by_agents
                 # Each agent's contact for the other is marked agent (a nick of this deployment).
                 for me, other in ((ADA, "Bob"), (BOB, "Ada")):
-                    people = {p.display_name: p for p in await pilot.store.list_persons(me.id)}
+                    people = {p.display_name: p for p in await pilot.full_store.list_persons(me.id)}
                     assert people[other].kind == "agent" and people["sam"].kind == "human"
                 # Why it ended is recorded: the turn limit, or the listening merge of a burst.
                 reasons: list[str] = []

@@ -130,7 +130,7 @@ async def _joined(person: MatrixPerson, room: str, user: str = ADA) -> None:
 
 async def _events(pilot: Pilot) -> list[Event]:
     found: list[Event] = []
-    for conversation in await pilot.store.list_conversations(pilot.agent.id, limit=50):
+    for conversation in await pilot.full_store.list_conversations(pilot.agent.id, limit=50):
         for message in await pilot.store.recent_messages(pilot.agent.id, conversation.id, 50):
             if message.event_id and message.role.value == "user":
                 event = await pilot.store.get_event(pilot.agent.id, message.event_id)
@@ -267,7 +267,7 @@ async def test_rooms_threads_direct_chats_and_invitations(tmp_path: Path, accoun
         said_there = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "matrix", room, 10)]
         # Every overheard line is in the room's dialog, in the room's order.
         assert said_there[:3] == ["the weather is lovely today", "yes, sunny all week", "beep: 3 new builds"]
-        kinds = {p.display_name: p.kind for p in await pilot.store.list_persons(pilot.agent.id)}
+        kinds = {p.display_name: p.kind for p in await pilot.full_store.list_persons(pilot.agent.id)}
         assert kinds["helper"] == "agent" and kinds["sam"] == kinds["kim"] == kinds["lee"] == "human"
         assert len(sam.said_by(ADA)) == 1 and len(lee.said_by(ADA)) == 1
         assert not any("before you came" in e.text for e in events)
@@ -333,11 +333,11 @@ async def test_the_deployments_other_agent_is_a_contact_of_kind_agent(
             await sam.wait_for(lambda: bool(sam.said_by(ADA, room)), "Ada's answer")
 
             async def bob_has_met_both() -> bool:  # Bob hears Ada's answer on his own next sync
-                return len(await pilot.store.list_persons(BOB.id)) >= 2
+                return len(await pilot.full_store.list_persons(BOB.id)) >= 2
 
             await pilot.wait_for(bob_has_met_both, "Bob's directory to hold Ada and sam")
             await pilot.settle()
-            kinds = {p.display_name: p.kind for p in await pilot.store.list_persons(BOB.id)}
+            kinds = {p.display_name: p.kind for p in await pilot.full_store.list_persons(BOB.id)}
             assert kinds == {"Ada": "agent", "sam": "human"}
             assert sam.said_by(bob) == []  # nothing was said to Bob
         finally:
@@ -467,7 +467,7 @@ async def test_join_contacts_accepts_a_known_contacts_invitation_only(
         await kim.say(room, "hello everyone, nice weather")
         await pilot.wait_for(lambda: _silent(pilot, 1), "kim's line taken in")
         await pilot.settle()
-        assert "kim" in {p.display_name for p in await pilot.store.list_persons(pilot.agent.id)}
+        assert "kim" in {p.display_name for p in await pilot.full_store.list_persons(pilot.agent.id)}
         invited = await kim.create_room(ADA)
         await _joined(kim, invited)
         await kim.say(invited, "Ada, thanks for coming")
@@ -513,7 +513,9 @@ async def test_homeserver_restart_loses_and_doubles_nothing(tmp_path: Path, acco
         await sam.wait_for(lambda: len(sam.said_by(ADA, direct)) == 1, "the first answer")
         await pilot.settle()
         first = (await _events(pilot))[-1]
-        person = next(p for p in await pilot.store.list_persons(pilot.agent.id) if p.display_name == "sam")
+        person = next(
+            p for p in await pilot.full_store.list_persons(pilot.agent.id) if p.display_name == "sam"
+        )
         connections = account.connections
 
         async def not_ready() -> bool:

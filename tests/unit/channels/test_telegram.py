@@ -248,7 +248,7 @@ async def test_private_chat_is_answered_through_a_rate_limit(tmp_path: Path) -> 
         assert fake.sent == [{"chat_id": "7", "text": "You said: hello bot", "parse_mode": "HTML"}]
         assert fake.calls.count("sendMessage") == 2  # the 429, then the retry after it
         await pilot.settle()
-        people = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}
+        people = {p.display_name: p for p in await pilot.full_store.list_persons(pilot.agent.id)}
         assert people["ann"].kind == "human"
 
 
@@ -287,7 +287,7 @@ async def test_groups_answer_mentions_and_a_repeated_update_once(tmp_path: Path)
             "You said: @ada_bot and again",
         ]
         assert fake.sent[1]["reply_parameters"]["message_id"] == fake.updates[-1]["message"]["message_id"]
-        people = {p.display_name: p for p in await pilot.store.list_persons(pilot.agent.id)}
+        people = {p.display_name: p for p in await pilot.full_store.list_persons(pilot.agent.id)}
         assert people["bob_bot"].kind == "agent"
         await again.stop()
 
@@ -415,7 +415,7 @@ async def test_text_that_is_not_valid_unicode_is_kept_with_replacement_character
         await pilot.settle()
         said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "telegram", "7", 20)]
         assert said[0] == "caf\ufffd au lait"
-        people = [p.display_name for p in await pilot.store.list_persons(pilot.agent.id)]
+        people = [p.display_name for p in await pilot.full_store.list_persons(pilot.agent.id)]
         assert "Ann\ufffd" in people
 
 

@@ -226,7 +226,7 @@ async def test_name_changes_only_the_display_name_and_is_remembered(tmp_path: Pa
         assert "Samantha: hello" in lines(app)
         again, remembered = await runtime.runtime.resolve_speaker(runtime.agent.id, operator_speaker(LOGIN))
         assert (again, remembered) == (person_id, "Samantha")  # the same person, a new name
-        people = await runtime.store.list_persons(runtime.agent.id)
+        people = await runtime.full_store.list_persons(runtime.agent.id)
         assert [p.id for p in people if p.kind == "human"] == [person_id]
     async with console(tmp_path) as (runtime, app, pilot):  # next time: remembered
         assert app.display_name == "Samantha" and app.person_id == person_id

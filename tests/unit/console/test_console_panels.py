@@ -91,7 +91,7 @@ def _seed_conversations(runtime: RuntimePilot, person_id: str, count: int) -> No
 
 
 async def _person(runtime: RuntimePilot, name: str) -> str:
-    people = await runtime.store.list_persons(runtime.agent.id)
+    people = await runtime.full_store.list_persons(runtime.agent.id)
     return next(p.id for p in people if p.display_name == name)
 
 
@@ -150,13 +150,13 @@ async def test_a_merge_in_the_directory_panel_is_made_in_the_store(tmp_path: Pat
         await pilot.press("enter")
         result = app.query_one("#directory-panel .result", Static)
         await until(pilot, lambda: "now covers" in str(result.content), "the merge")
-        people = {p.id: p for p in await runtime.store.list_persons(runtime.agent.id)}
+        people = {p.id: p for p in await runtime.full_store.list_persons(runtime.agent.id)}
         assert samuel not in people and people[sam].display_name == "Sam Smith"
         assert {(i.channel, i.speaker_id) for i in people[sam].identities} == {
             ("room", "sam"),
             ("lobby", "samuel"),
         }
-        assert len(await runtime.store.person_conversations(runtime.agent.id, sam, 10)) == 2
+        assert len(await runtime.full_store.person_conversations(runtime.agent.id, sam, 10)) == 2
         await until(
             pilot, lambda: "Sam Smith" in _rows(app) and "Samuel" not in _rows(app), "the list to show it"
         )
@@ -183,7 +183,9 @@ async def test_a_merge_in_the_directory_panel_is_made_in_the_store(tmp_path: Pat
         person = await runtime.store.get_person(runtime.agent.id, sam)
         assert person is not None and person.display_name == "Samantha"
         assert ("general", "U123") not in {(i.channel, i.speaker_id) for i in person.identities}
-        assert await runtime.store.get_preference(runtime.agent.id, sam, "preferred_channel") == "test:room"
+        assert (
+            await runtime.full_store.get_preference(runtime.agent.id, sam, "preferred_channel") == "test:room"
+        )
 
 
 async def test_channels_mind_and_usage_panels(tmp_path: Path, mind: Mind) -> None:
@@ -205,10 +207,10 @@ async def test_channels_mind_and_usage_panels(tmp_path: Path, mind: Mind) -> Non
         app.query_one("#mind-panel").focus()
         await pilot.press("d")
         await until(pilot, lambda: "Heartbeat: deleted" in str(view.content), "the heartbeat deleted")
-        assert await heartbeat_status(runtime.store, runtime.agent.id) is None  # in the store
+        assert await heartbeat_status(runtime.full_store, runtime.agent.id) is None  # in the store
         await pilot.press("r")
         await until(pilot, lambda: "Heartbeat: next at" in str(view.content), "the heartbeat restored")
-        assert await heartbeat_status(runtime.store, runtime.agent.id) is not None
+        assert await heartbeat_status(runtime.full_store, runtime.agent.id) is not None
 
         await pilot.press("f5")
         usage = app.query_one("#usage-view", Static)
@@ -349,7 +351,7 @@ async def test_addresses_are_added_and_removed_in_the_directory_panel(tmp_path: 
             return str(result.content)
 
         async def stored() -> set[tuple[str, str]]:
-            return {(a.label, a.value) for a in await runtime.store.addresses(runtime.agent.id, sam)}
+            return {(a.label, a.value) for a in await runtime.full_store.addresses(runtime.agent.id, sam)}
 
         await command("add-address Email sam@example.com", "Sam can be reached at email sam@example.com")
         assert await stored() == {("email", "sam@example.com")}

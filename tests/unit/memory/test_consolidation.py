@@ -14,8 +14,9 @@ from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.gateway.gateway import ModelGateway
 from persyn.memory.consolidate import Consolidator, near_duplicate, raise_only
-from persyn.store import Store, open_store
+from persyn.store import open_store
 from persyn.store.base import Conversation, Identity, Message, Role
+from persyn.store.capabilities import FullStore
 from persyn.testing import registered_double
 from persyn.testing.embedder import HashEmbedder
 from persyn.testing.models import last_user_text
@@ -51,7 +52,7 @@ class Script:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
+async def store(tmp_path: Path) -> AsyncIterator[FullStore]:
     store = open_store(f"sqlite:///{tmp_path / 'persyn.db'}")
     await store.setup()
     await store.ensure_agent(AGENT.id, AGENT.name, START)
@@ -68,7 +69,7 @@ def _settings(tmp_path: Path) -> Settings:
     return load_settings(tmp_path, environ={}).model_copy(update={"agents": [AGENT]})
 
 
-async def _conversation(store: Store, lines: list[tuple[Role, str]]) -> Conversation:
+async def _conversation(store: FullStore, lines: list[tuple[Role, str]]) -> Conversation:
     sam = await store.resolve_person(
         AGENT.id, Identity(service="terminal", channel="terminal", speaker_id="sam"), "Sam", "human", START
     )
@@ -94,7 +95,7 @@ async def _conversation(store: Store, lines: list[tuple[Role, str]]) -> Conversa
 
 
 def _consolidator(
-    store: Store, tmp_path: Path, embedder: HashEmbedder | None = None
+    store: FullStore, tmp_path: Path, embedder: HashEmbedder | None = None
 ) -> tuple[Consolidator, ModelGateway]:
     settings = _settings(tmp_path)
     gateway = ModelGateway(settings, AGENT, Meter([]))
@@ -102,7 +103,7 @@ def _consolidator(
 
 
 async def test_summary_keeps_epistemic_framing_and_rating_comes_from_structured_output(
-    store: Store, tmp_path: Path
+    store: FullStore, tmp_path: Path
 ) -> None:
     said = "I assumed, without confirming, that Sam is moving to Lisbon; I promised to send him a guide."
     script = Script(said, importance=8, sensitivity="public")
@@ -135,7 +136,7 @@ async def test_summary_keeps_epistemic_framing_and_rating_comes_from_structured_
     ] == stored.id
 
 
-async def test_model_may_raise_sensitivity(store: Store, tmp_path: Path) -> None:
+async def test_model_may_raise_sensitivity(store: FullStore, tmp_path: Path) -> None:
     conversation = await _conversation(
         store, [(Role.USER, "Keep this between us: my diagnosis."), (Role.AGENT, "Of course.")]
     )
@@ -149,7 +150,7 @@ async def test_model_may_raise_sensitivity(store: Store, tmp_path: Path) -> None
     assert result.record.sensitivity is Sensitivity.RESTRICTED
 
 
-async def test_a_recalled_memory_is_not_extracted_again(store: Store, tmp_path: Path) -> None:
+async def test_a_recalled_memory_is_not_extracted_again(store: FullStore, tmp_path: Path) -> None:
     old = MemoryRecord(
         id=new_id(START - timedelta(days=30)),
         agent_id=AGENT.id,
@@ -173,7 +174,7 @@ async def test_a_recalled_memory_is_not_extracted_again(store: Store, tmp_path: 
 
 
 async def test_consolidating_twice_stores_one_record_and_no_vector_is_not_fatal(
-    store: Store, tmp_path: Path
+    store: FullStore, tmp_path: Path
 ) -> None:
     conversation = await _conversation(store, [(Role.USER, "Let's plan the trip."), (Role.AGENT, "Sure.")])
     consolidator, gateway = _consolidator(store, tmp_path, embedder=None)

@@ -16,8 +16,9 @@ from persyn.core.ids import derived_id, id_time, new_id
 from persyn.core.records import Sensitivity
 from persyn.memory.importer import SpeakerContact, import_jsonl, parse_speaker_contact, read_speaker_contacts
 from persyn.memory.retrieval import Retriever
-from persyn.store import Store, open_store
+from persyn.store import open_store
 from persyn.store.base import Identity
+from persyn.store.capabilities import FullStore
 from persyn.testing.embedder import HashEmbedder, UnavailableEmbedder
 
 NOW = datetime(2026, 3, 10, tzinfo=UTC)
@@ -25,7 +26,7 @@ AGENT = AgentConfig(name="Ada", id=new_id(NOW))
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
+async def store(tmp_path: Path) -> AsyncIterator[FullStore]:
     opened = open_store(f"sqlite:///{tmp_path / 'persyn.db'}")
     await opened.setup()
     await opened.ensure_agent(AGENT.id, AGENT.name, NOW)
@@ -38,7 +39,7 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 class People:
     """Creates a person the first time a name is seen (as the CLI does); refuses "Mallory"."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: FullStore) -> None:
         self.store = store
         self.ids: dict[str, str] = {}
 
@@ -72,7 +73,9 @@ GOOD = {
 }
 
 
-async def test_good_lines_import_and_bad_lines_are_reported_by_number(store: Store, tmp_path: Path) -> None:
+async def test_good_lines_import_and_bad_lines_are_reported_by_number(
+    store: FullStore, tmp_path: Path
+) -> None:
     path = _write(
         tmp_path / "history.jsonl",
         GOOD,
@@ -107,7 +110,7 @@ async def test_good_lines_import_and_bad_lines_are_reported_by_number(store: Sto
     ]
 
 
-async def test_records_carry_the_line_and_link_back_to_the_dialog(store: Store, tmp_path: Path) -> None:
+async def test_records_carry_the_line_and_link_back_to_the_dialog(store: FullStore, tmp_path: Path) -> None:
     people = People(store)
     report = await import_jsonl(_write(tmp_path / "h.jsonl", GOOD), store, HashEmbedder(), AGENT, people)
     assert report.imported == 1
@@ -136,7 +139,7 @@ async def test_records_carry_the_line_and_link_back_to_the_dialog(store: Store, 
     assert record.id == derived_id(conversation.started_at, conversation.id, "memory")
 
 
-async def test_reimporting_never_duplicates(store: Store, tmp_path: Path) -> None:
+async def test_reimporting_never_duplicates(store: FullStore, tmp_path: Path) -> None:
     no_ref = {
         "time": "2026-03-05T10:00:00Z",
         "channel": "terminal:terminal",
@@ -151,7 +154,7 @@ async def test_reimporting_never_duplicates(store: Store, tmp_path: Path) -> Non
     assert await store.count_records(AGENT.id) == 2
 
 
-async def test_embeds_in_batches_and_reports_progress(store: Store, tmp_path: Path) -> None:
+async def test_embeds_in_batches_and_reports_progress(store: FullStore, tmp_path: Path) -> None:
     lines = [
         {"time": f"2026-03-0{1 + i % 9}T10:00:00Z", "channel": "web", "summary": f"Memory {i}", "ref": str(i)}
         for i in range(10)
@@ -169,7 +172,9 @@ async def test_embeds_in_batches_and_reports_progress(store: Store, tmp_path: Pa
     assert (await store.get_record_by_ref(AGENT.id, "3")).channel == "import:web"  # type: ignore[union-attr]
 
 
-async def test_an_unavailable_encoder_still_imports_for_keyword_recall(store: Store, tmp_path: Path) -> None:
+async def test_an_unavailable_encoder_still_imports_for_keyword_recall(
+    store: FullStore, tmp_path: Path
+) -> None:
     report = await import_jsonl(
         _write(tmp_path / "h.jsonl", GOOD), store, UnavailableEmbedder(), AGENT, People(store)
     )
@@ -188,12 +193,12 @@ async def test_an_unavailable_encoder_still_imports_for_keyword_recall(store: St
     assert [s.record.ref for s in result.records] == ["export-1"]
 
 
-async def test_an_unreadable_file_is_an_input_error(store: Store, tmp_path: Path) -> None:
+async def test_an_unreadable_file_is_an_input_error(store: FullStore, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read import file"):
         await import_jsonl(tmp_path / "missing.jsonl", store, HashEmbedder(), AGENT, People(store))
 
 
-async def test_progress_counts_records_never_bad_lines(store: Store, tmp_path: Path) -> None:
+async def test_progress_counts_records_never_bad_lines(store: FullStore, tmp_path: Path) -> None:
     """Bad lines before, between and after the records: the bar runs from 0 to the number of
     records, and a duplicate is a record done."""
     good = [

@@ -17,7 +17,8 @@ from persyn.core.ids import derived_id, new_id
 from persyn.core.records import MemoryRecord, RelevanceBand, Sensitivity
 from persyn.memory.embedder import Embedder, OpenAICompatibleEmbedder
 from persyn.memory.retrieval import RetrievalResult, Retriever, format_memories
-from persyn.store import Store, open_store
+from persyn.store import open_store
+from persyn.store.capabilities import FullStore
 from persyn.testing.embedder import HashEmbedder, UnavailableEmbedder
 
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
@@ -26,7 +27,7 @@ ANN, BO, CY = (derived_id(NOW, "person", name) for name in ("ann", "bo", "cy"))
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
+async def store(tmp_path: Path) -> AsyncIterator[FullStore]:
     opened = open_store(f"sqlite:///{tmp_path / 'persyn.db'}")
     await opened.setup()
     try:
@@ -36,7 +37,7 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
-async def any_store(store_url: str) -> AsyncIterator[Store]:
+async def any_store(store_url: str) -> AsyncIterator[FullStore]:
     """A store of each backend (tests/conftest.py): the access rules' SQL form must give
     exactly the policy on every one."""
     opened = open_store(store_url)
@@ -47,14 +48,14 @@ async def any_store(store_url: str) -> AsyncIterator[Store]:
         await opened.close()
 
 
-async def _agent(store: Store) -> str:
+async def _agent(store: FullStore) -> str:
     agent_id = new_id(NOW)
     await store.ensure_agent(agent_id, "Ada", NOW)
     return agent_id
 
 
 async def _remember(
-    store: Store,
+    store: FullStore,
     agent_id: str,
     summary: str,
     *,
@@ -95,7 +96,7 @@ async def _recall(
     )
 
 
-async def test_the_relevant_memory_comes_first_with_a_band_and_its_id(store: Store) -> None:
+async def test_the_relevant_memory_comes_first_with_a_band_and_its_id(store: FullStore) -> None:
     agent = await _agent(store)
     hike = await _remember(store, agent, "I helped Ann plan a hiking trip on the Kesch ridge.")
     await _remember(store, agent, "Ann and I sorted out her tax forms for the accountant.")
@@ -112,7 +113,7 @@ async def test_the_relevant_memory_comes_first_with_a_band_and_its_id(store: Sto
     )
 
 
-async def test_packing_keeps_the_best_and_respects_the_budget(store: Store) -> None:
+async def test_packing_keeps_the_best_and_respects_the_budget(store: FullStore) -> None:
     agent = await _agent(store)
     for index in range(12):
         await _remember(
@@ -134,7 +135,7 @@ async def test_packing_keeps_the_best_and_respects_the_budget(store: Store) -> N
     [None, UnavailableEmbedder(), "dead-service"],
     ids=["no-encoder", "encoder-raises", "dead-service"],
 )
-async def test_an_unavailable_encoder_degrades_to_keyword_recall(store: Store, embedder: object) -> None:
+async def test_an_unavailable_encoder_degrades_to_keyword_recall(store: FullStore, embedder: object) -> None:
     agent = await _agent(store)
     hike = await _remember(store, agent, "I helped Ann plan a hiking trip on the Kesch ridge.")
     await _remember(store, agent, "Ann and I sorted out her tax forms.")
@@ -152,7 +153,7 @@ async def test_an_unavailable_encoder_degrades_to_keyword_recall(store: Store, e
     assert format_memories(result).startswith("(recall is partial right now: ")
 
 
-async def test_modes_search_one_way_only(store: Store) -> None:
+async def test_modes_search_one_way_only(store: FullStore) -> None:
     agent = await _agent(store)
     await _remember(store, agent, "I helped Ann plan a hiking trip.")
     retriever = Retriever(store, HashEmbedder(), MemoryConfig())
@@ -162,7 +163,7 @@ async def test_modes_search_one_way_only(store: Store) -> None:
     assert vector.records[0].similarity is not None and vector.records[0].keyword is None
 
 
-async def test_a_date_in_the_query_finds_what_happened_then(store: Store) -> None:
+async def test_a_date_in_the_query_finds_what_happened_then(store: FullStore) -> None:
     agent = await _agent(store)
     wide = HashEmbedder(dims=2048)  # no hash collisions between these words
     yesterday = await _remember(store, agent, "Ann showed me photos of her garden.", embedder=wide)
@@ -176,7 +177,7 @@ async def test_a_date_in_the_query_finds_what_happened_then(store: Store) -> Non
     assert dated.records[0].record.id == yesterday.id
 
 
-async def test_other_agents_and_channels_are_invisible(store: Store) -> None:
+async def test_other_agents_and_channels_are_invisible(store: FullStore) -> None:
     agent, other = await _agent(store), await _agent(store)
     await _remember(store, other, "Ann's hiking trip, as the other agent remembers it.")
     elsewhere = await _remember(
@@ -227,7 +228,7 @@ def _allowed(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(memories, situations)
 async def test_recall_surfaces_exactly_what_the_policy_allows(
-    any_store: Store,
+    any_store: FullStore,
     formed: list[tuple[str, list[str], Sensitivity]],
     situation: tuple[str, list[str], list[list[str]]],
 ) -> None:
@@ -253,7 +254,7 @@ async def test_recall_surfaces_exactly_what_the_policy_allows(
     assert surfaced == {r.id for r in records if _allowed(r, channel, present, groups)}
 
 
-async def test_an_agent_with_no_memories_is_not_searched_until_it_has_one(store: Store) -> None:
+async def test_an_agent_with_no_memories_is_not_searched_until_it_has_one(store: FullStore) -> None:
     """Recall for a new agent costs no embedding; the first record, however it arrives, is
     found on the next turn."""
     agent = await _agent(store)
@@ -268,13 +269,15 @@ async def test_an_agent_with_no_memories_is_not_searched_until_it_has_one(store:
     assert await retriever.has_memories(agent) is True
 
 
-async def test_with_no_memories_and_no_encoder_recall_still_says_it_is_degraded(store: Store) -> None:
+async def test_with_no_memories_and_no_encoder_recall_still_says_it_is_degraded(store: FullStore) -> None:
     agent = await _agent(store)
     result = await _recall(Retriever(store, None, MemoryConfig()), agent, "the ridge hiking trip")
     assert result.records == () and result.degraded is not None and "keyword-only" in result.degraded
 
 
-async def test_after_a_merge_memories_of_either_identity_are_recalled_for_the_survivor(store: Store) -> None:
+async def test_after_a_merge_memories_of_either_identity_are_recalled_for_the_survivor(
+    store: FullStore,
+) -> None:
     """Issue 5: the participant match and the access policy use the unified person id, so a
     contact folded from two records is recognised on both channels."""
     from persyn.store import Identity

@@ -13,8 +13,9 @@ from persyn.cognition.context import PeopleSource
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.config import MemoryConfig
 from persyn.core.ids import new_id
-from persyn.store import Identity, Store, open_store
+from persyn.store import Identity, open_store
 from persyn.store.base import Observation
+from persyn.store.capabilities import FullStore
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 AGENT_ID = new_id(T0)
@@ -29,7 +30,7 @@ class Briefings:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
+async def store(tmp_path: Path) -> AsyncIterator[FullStore]:
     opened = open_store(f"sqlite:///{tmp_path / 'persyn.db'}")
     await opened.setup()
     try:
@@ -38,7 +39,7 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
         await opened.close()
 
 
-async def _setup(store: Store, speaker: str, people: list[str], channel: str) -> TurnSetup:
+async def _setup(store: FullStore, speaker: str, people: list[str], channel: str) -> TurnSetup:
     await store.close_idle_conversations(AGENT_ID, datetime(2026, 12, 1, tzinfo=UTC), 60)  # a fresh talk
     talk = await store.open_conversation(AGENT_ID, "phone", channel, people, T0, 60)
     assert talk.participant_ids == tuple(people)
@@ -59,7 +60,7 @@ async def _setup(store: Store, speaker: str, people: list[str], channel: str) ->
     ("level", "alone", "elsewhere"), [("private", True, False), ("restricted", False, False)]
 )
 async def test_a_dossier_follows_the_sensitivity_of_what_it_was_learned_from(
-    store: Store, level: str, alone: bool, elsewhere: bool
+    store: FullStore, level: str, alone: bool, elsewhere: bool
 ) -> None:
     ann = await store.resolve_person(
         AGENT_ID, Identity(service="phone", channel="line1", speaker_id="a"), "Ann", "human", T0

@@ -17,7 +17,8 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.ids import new_id
 from persyn.gateway.gateway import ModelGateway
 from persyn.people.observations import Dossiers, Extraction, Judgement, Noticed, Observer
-from persyn.store import Identity, Message, Role, Store, open_store
+from persyn.store import Identity, Message, Role, open_store
+from persyn.store.capabilities import FullStore
 from persyn.testing import run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 from persyn.usage.meter import Meter
@@ -65,7 +66,7 @@ class Mind:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
+async def store(tmp_path: Path) -> AsyncIterator[FullStore]:
     opened = open_store(f"sqlite:///{tmp_path / 'persyn.db'}")
     await opened.setup()
     await opened.ensure_agent(AGENT.id, AGENT.name, T0)
@@ -88,7 +89,7 @@ async def mind(tmp_path: Path) -> AsyncIterator[tuple[Mind, ModelGateway]]:
         await gateway.aclose()
 
 
-async def _conversation(store: Store, at: datetime, lines: list[tuple[str, str]]) -> Any:
+async def _conversation(store: FullStore, at: datetime, lines: list[tuple[str, str]]) -> Any:
     people = {}
     for who, _ in lines:
         if who != "Ada" and who not in people:
@@ -115,7 +116,7 @@ async def _conversation(store: Store, at: datetime, lines: list[tuple[str, str]]
 
 
 async def test_facts_are_extracted_then_superseded_supplemented_or_ignored_with_an_audit_trail(
-    store: Store, mind: tuple[Mind, ModelGateway]
+    store: FullStore, mind: tuple[Mind, ModelGateway]
 ) -> None:
     _double, gateway = mind
     observer = Observer(store, gateway, "Ada")
@@ -151,7 +152,7 @@ async def test_facts_are_extracted_then_superseded_supplemented_or_ignored_with_
     assert any(action == "supplemented" for action, _, _ in history)
 
 
-async def test_a_failed_extraction_changes_nothing(store: Store, tmp_path: Path) -> None:
+async def test_a_failed_extraction_changes_nothing(store: FullStore, tmp_path: Path) -> None:
     def broken(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
         return DoubleReply(output={"observations": [{"person": "Sam"}]})  # invalid twice
 
@@ -168,7 +169,7 @@ async def test_a_failed_extraction_changes_nothing(store: Store, tmp_path: Path)
 
 
 async def test_the_dossier_is_cached_until_the_observations_change(
-    store: Store, mind: tuple[Mind, ModelGateway]
+    store: FullStore, mind: tuple[Mind, ModelGateway]
 ) -> None:
     double, gateway = mind
     observer, dossiers = Observer(store, gateway, "Ada"), Dossiers(store, gateway, "Ada")
@@ -205,7 +206,7 @@ async def test_the_runtime_observes_closed_conversations_and_briefs_itself_only_
         (closed,) = await pilot.end_conversations(after=timedelta(hours=2))
         await runtime.jobs.observe_conversation(AGENT.id, closed.id)
         sam = closed.participant_ids[0]
-        assert [o.value for o in await runtime.store.observations(AGENT.id, sam)] == ["works as a teacher"]
+        assert [o.value for o in await pilot.full_store.observations(AGENT.id, sam)] == ["works as a teacher"]
         assert (
             await runtime.jobs.dossiers(AGENT.id).cached(AGENT.id, sam)
             == "I know that Sam works as a teacher."
@@ -215,7 +216,7 @@ async def test_the_runtime_observes_closed_conversations_and_briefs_itself_only_
         assert "What I know about Sam" in double.respond_prompts[-1]
         assert "works as a teacher" in double.respond_prompts[-1]
         # The same person on another channel: the dossier was learned in "room" and stays there.
-        await runtime.store.attach_identity(
+        await pilot.full_store.attach_identity(
             AGENT.id, sam, Identity(service="test", channel="lobby", speaker_id="sam")
         )
         await pilot.say("Hello from the lobby!", channel="lobby")

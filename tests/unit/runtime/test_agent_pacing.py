@@ -56,7 +56,7 @@ async def two_agents(home: Path, pacing: str = "") -> AsyncIterator[Pilot]:
 async def _start_exchange(pilot: Pilot) -> None:
     """Ada, asked by a person, writes to Bob first (`message_contact`'s path)."""
     turn = await pilot.say("Ada, please say hello to Bob")
-    bob = next(p for p in await pilot.store.list_persons(ADA.id) if p.kind == "agent")
+    bob = next(p for p in await pilot.full_store.list_persons(ADA.id) if p.kind == "agent")
     assert bob.display_name == "Bob"
     status = await pilot.runtime.outreach.send_to_contact(
         ADA.id, turn.event.id, bob.id, AGENT_SERVICE, BOB.id, "Hello Bob, what are you thinking about?"

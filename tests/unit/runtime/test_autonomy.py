@@ -88,14 +88,14 @@ def _runtime(
 
 
 async def _activity(pilot: Pilot) -> int:
-    return len(await recent_activity(pilot.store, AGENT.id))
+    return len(await recent_activity(pilot.full_store, AGENT.id))
 
 
 async def test_a_due_reminder_fires_once_through_the_pipeline_and_is_remembered(
     tmp_path: Path, mind: Mind
 ) -> None:
     async with _runtime(tmp_path) as pilot:
-        runtime, store = pilot.runtime, pilot.store
+        runtime, store = pilot.runtime, pilot.full_store
         reminder = await set_reminder(
             store, AGENT.id, "remind Sam to stretch", at_trigger(START + timedelta(minutes=5), START), START
         )
@@ -128,7 +128,7 @@ async def test_a_recurring_reminder_rolls_forward_and_sees_what_happened_last_ti
 ) -> None:
     async with _runtime(tmp_path, "[autonomy]\nheartbeat_minutes = 1440\n") as pilot:  # no beat in the way
         reminder = await set_reminder(
-            pilot.store,
+            pilot.full_store,
             AGENT.id,
             "check on the thesis",
             interval_trigger(3600, START + timedelta(hours=1)),
@@ -136,7 +136,7 @@ async def test_a_recurring_reminder_rolls_forward_and_sees_what_happened_last_ti
         )
         assert await pilot.fire(timedelta(hours=1, minutes=1)) == 1
         assert await _activity(pilot) == 1
-        rolled = await pilot.store.get_reminder(AGENT.id, reminder.id)
+        rolled = await pilot.full_store.get_reminder(AGENT.id, reminder.id)
         assert rolled is not None and rolled.next_fire_at == START + timedelta(hours=2)
         assert await pilot.fire(timedelta(hours=1)) == 1
         assert await _activity(pilot) == 2
@@ -147,11 +147,11 @@ async def test_the_heartbeat_rests_or_acts_and_stays_deleted_across_restarts(
     tmp_path: Path, mind: Mind
 ) -> None:
     async with _runtime(tmp_path) as pilot:
-        beat = await heartbeat_status(pilot.store, AGENT.id)
+        beat = await heartbeat_status(pilot.full_store, AGENT.id)
         assert beat is not None and beat.next_fire_at == START + timedelta(hours=1)
-        await create_goal(pilot.store, AGENT.id, "Help Sam finish chapter two", START)
+        await create_goal(pilot.full_store, AGENT.id, "Help Sam finish chapter two", START)
         assert await pilot.fire(timedelta(hours=1, seconds=1)) == 1
-        (rested,) = await recent_activity(pilot.store, AGENT.id)
+        (rested,) = await recent_activity(pilot.full_store, AGENT.id)
         assert (
             rested.kind == "heartbeat"
             and rested.outcome == "Ada chose silence: resting: nothing calls for me"
@@ -161,7 +161,7 @@ async def test_the_heartbeat_rests_or_acts_and_stays_deleted_across_restarts(
         mind.intention = "pursue_goal"
         assert await pilot.fire(timedelta(hours=1)) == 1  # once the first beat's workflow has finished
         assert await _activity(pilot) == 2
-        latest = (await recent_activity(pilot.store, AGENT.id))[0]
+        latest = (await recent_activity(pilot.full_store, AGENT.id))[0]
         assert latest.outcome == "said: Time to stretch, Sam!"
         prompt = mind.respond_prompts[-1]
         assert "Help Sam finish chapter two" in prompt  # open goals are standing context
@@ -173,7 +173,7 @@ async def test_the_heartbeat_rests_or_acts_and_stays_deleted_across_restarts(
         assert await sleep(pilot.settings, AGENT)
     # A restart does not resurrect a deleted heartbeat; the agent still answers messages.
     async with _runtime(tmp_path, clock=ManualClock(START + timedelta(days=1))) as again:
-        assert await heartbeat_status(again.store, AGENT.id) is None
+        assert await heartbeat_status(again.full_store, AGENT.id) is None
         assert await again.runtime.autonomy.fire_due() == 0
         await again.say("Are you there?", transmitted=True)
 
@@ -184,7 +184,7 @@ async def test_budgets_and_a_busy_agent_skip_runs_and_say_why(tmp_path: Path, mi
         runtime = pilot.runtime
         for minutes in (1, 2):
             await set_reminder(
-                pilot.store,
+                pilot.full_store,
                 AGENT.id,
                 f"nudge {minutes}",
                 at_trigger(START + timedelta(minutes=minutes), START),
@@ -218,14 +218,14 @@ async def test_the_dbos_schedule_fires_a_due_reminder_on_its_own(tmp_path: Path,
     async with _runtime(tmp_path, extra, clock=SystemClock()) as pilot:
         now = datetime.now(UTC)
         await set_reminder(
-            pilot.store, AGENT.id, "say hello", at_trigger(now + timedelta(seconds=1), now), now
+            pilot.full_store, AGENT.id, "say hello", at_trigger(now + timedelta(seconds=1), now), now
         )
 
         async def fired() -> bool:
             return await _activity(pilot) > 0
 
         await pilot.wait_for(fired, "the schedule to fire the reminder")
-        (entry,) = await recent_activity(pilot.store, AGENT.id)
+        (entry,) = await recent_activity(pilot.full_store, AGENT.id)
         assert entry.outcome == "said: Time to stretch, Sam!"
 
 
@@ -236,14 +236,18 @@ async def test_a_cancelled_reminder_never_fires_and_the_operator_sees_what_ran(
 
     async with _runtime(tmp_path, "[autonomy]\nheartbeat_minutes = 1440\n") as pilot:
         kept = await set_reminder(
-            pilot.store,
+            pilot.full_store,
             AGENT.id,
             "water the plants",
             interval_trigger(600, START + timedelta(minutes=10)),
             START,
         )
         dropped = await set_reminder(
-            pilot.store, AGENT.id, "call the bank", at_trigger(START + timedelta(minutes=10), START), START
+            pilot.full_store,
+            AGENT.id,
+            "call the bank",
+            at_trigger(START + timedelta(minutes=10), START),
+            START,
         )
         cancelled = await cancel_reminder(pilot.settings, AGENT, dropped.id, START)
         assert cancelled.status.value == "cancelled"
@@ -276,8 +280,8 @@ async def test_the_budget_window_counts_the_newest_runs_however_long_the_log(tmp
                     tokens=100,
                 )
             )
-        assert await window_tokens(pilot.store, AGENT.id, now) == 4_800
-        newest = await recent_activity(pilot.store, AGENT.id, limit=3)
+        assert await window_tokens(pilot.full_store, AGENT.id, now) == 4_800
+        newest = await recent_activity(pilot.full_store, AGENT.id, limit=3)
         assert [e.at for e in newest] == [now - timedelta(minutes=30 * k) for k in range(3)]
         # Two runs in the last hour (now, and 30 minutes ago): the hourly cap of 2 is reached.
         reason = await runtime.autonomy.skip_reason(AGENT.id, now, heartbeat=False)
@@ -293,4 +297,4 @@ async def test_runs_older_than_the_retention_are_purged_when_a_run_is_logged(tmp
                 objective="beat", outcome="rested",
             )  # fmt: skip
             await pilot.runtime.autonomy.record(entry)
-        assert [e.at for e in await recent_activity(pilot.store, AGENT.id)] == [START, recent]
+        assert [e.at for e in await recent_activity(pilot.full_store, AGENT.id)] == [START, recent]

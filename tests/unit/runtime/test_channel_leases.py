@@ -14,7 +14,8 @@ import pytest
 from persyn.core.clock import ManualClock
 from persyn.runtime.channel import LeasedChannel, NetworkChannel
 from persyn.runtime.delivery.channel_leases import ChannelOwnership, channel_lease
-from persyn.store import Store, open_store
+from persyn.store import open_store
+from persyn.store.capabilities import FullStore
 from persyn.store.sqlite.store import SQLiteStore
 
 T0 = datetime(2026, 12, 6, 9, tzinfo=UTC)
@@ -37,7 +38,7 @@ class Connection:
 
 
 @pytest.fixture
-async def store(store_url: str) -> AsyncIterator[Store]:
+async def store(store_url: str) -> AsyncIterator[FullStore]:
     """A set-up store of each backend (PostgreSQL: what processes on several hosts share)."""
     opened = open_store(store_url)
     await opened.setup()
@@ -48,7 +49,13 @@ async def store(store_url: str) -> AsyncIterator[Store]:
 
 
 def _process(
-    store: Store, clock: ManualClock, name: str, log: list[str], said: list[str], *, fail: bool = False
+    store: FullStore | None,
+    clock: ManualClock,
+    name: str,
+    log: list[str],
+    said: list[str],
+    *,
+    fail: bool = False,
 ) -> ChannelOwnership:
     def build() -> NetworkChannel:
         return Connection(log, name, fail=fail)
@@ -59,7 +66,7 @@ def _process(
 
 
 async def test_one_owner_a_standby_that_says_so_and_a_takeover_when_the_owner_dies(
-    store: Store,
+    store: FullStore,
 ) -> None:
     clock = ManualClock(T0)
     log: list[str] = []
@@ -99,7 +106,7 @@ async def test_one_owner_a_standby_that_says_so_and_a_takeover_when_the_owner_di
     await a.stop()
 
 
-async def test_an_owner_that_stops_gives_the_lease_up_for_the_next_try(store: Store) -> None:
+async def test_an_owner_that_stops_gives_the_lease_up_for_the_next_try(store: FullStore) -> None:
     clock = ManualClock(T0)
     log: list[str] = []
     a = _process(store, clock, "a", log, [])
@@ -114,7 +121,7 @@ async def test_an_owner_that_stops_gives_the_lease_up_for_the_next_try(store: St
     assert log[-1] == "b down" and await store.leases() == []
 
 
-async def test_a_connection_that_fails_to_start_leaves_the_lease_to_others(store: Store) -> None:
+async def test_a_connection_that_fails_to_start_leaves_the_lease_to_others(store: FullStore) -> None:
     clock = ManualClock(T0)
     log: list[str] = []
     broken = _process(store, clock, "broken", log, [], fail=True)
@@ -176,3 +183,19 @@ async def test_doctor_names_the_holder_of_each_configured_network(tmp_path: Path
     assert lapsed is not None and lapsed.detail.startswith(
         "irc: no process connects it (host-a:41:beef stopped renewing at 09:00:30 UTC"
     )
+
+
+async def test_without_channel_leases_a_process_connects_every_network_as_the_only_one() -> None:
+    """A store that offers no channel leases (`store/capabilities.py`): nothing to hold, so the
+    process connects what it is given, keeps it across rounds and leaves it at stop."""
+    clock = ManualClock(T0)
+    log: list[str] = []
+    said: list[str] = []
+    alone = _process(None, clock, "a", log, said)
+    await alone.settle()
+    clock.advance(timedelta(seconds=TTL * 2))  # no lease to lapse
+    await alone.settle()
+    assert log == ["a up"]
+    assert said == ["irc: connected by this process (a)"]
+    await alone.stop()
+    assert log == ["a up", "a down"]

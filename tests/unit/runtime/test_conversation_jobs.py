@@ -23,6 +23,7 @@ from persyn.core.ids import new_id
 from persyn.ops.doctor.checks import check_consolidation
 from persyn.runtime.app import Runtime
 from persyn.schedule import at_trigger, set_reminder
+from persyn.store.capabilities import FullStore, require_capability
 from persyn.store.ports.jobs import ConsolidationStatus
 from persyn.testing import Pilot, run_runtime
 from persyn.testing.models import DoubleReply, registered_double
@@ -78,7 +79,7 @@ async def _fire_a_reminder(runtime: Runtime) -> None:
     clock = runtime.clock
     assert isinstance(clock, ManualClock)
     await set_reminder(
-        runtime.store,
+        require_capability(runtime.store, FullStore),
         AGENT.id,
         "remind Sam to stretch",
         at_trigger(START + timedelta(minutes=5), START),
@@ -90,12 +91,18 @@ async def _fire_a_reminder(runtime: Runtime) -> None:
 
 async def _reflections(runtime: Runtime) -> list[str]:
     return [
-        c.id for c in await runtime.store.list_conversations(AGENT.id, limit=10) if c.closed_at is not None
+        c.id
+        for c in await require_capability(runtime.store, FullStore).list_conversations(AGENT.id, limit=10)
+        if c.closed_at is not None
     ]
 
 
 async def _memories(runtime: Runtime) -> list[str]:
-    return [r.summary for r in await runtime.store.list_records(AGENT.id) if r.kind == "reminder"]
+    return [
+        r.summary
+        for r in await require_capability(runtime.store, FullStore).list_records(AGENT.id)
+        if r.kind == "reminder"
+    ]
 
 
 async def _close_hook_runs() -> list[Any]:
@@ -157,7 +164,9 @@ async def test_a_failed_consolidation_is_retried_until_it_succeeds_and_doctor_re
         (conversation_id,) = await _reflections(runtime)
 
         async def failed(attempts: int) -> bool:
-            state = await runtime.store.get_consolidation(AGENT.id, conversation_id)
+            state = await require_capability(runtime.store, FullStore).get_consolidation(
+                AGENT.id, conversation_id
+            )
             return (
                 state is not None
                 and state.status is ConsolidationStatus.FAILED
@@ -184,7 +193,9 @@ async def test_a_failed_consolidation_is_retried_until_it_succeeds_and_doctor_re
         assert await runtime.housekeeping.sweep_unconsolidated() == 1
 
         async def done() -> bool:
-            state = await runtime.store.get_consolidation(AGENT.id, conversation_id)
+            state = await require_capability(runtime.store, FullStore).get_consolidation(
+                AGENT.id, conversation_id
+            )
             return state is not None and state.status is ConsolidationStatus.DONE
 
         await pilot.wait_for(done)

@@ -27,6 +27,7 @@ from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.gateway.base import TokenUsage
 from persyn.runtime.compose import build_runtime
+from persyn.store.capabilities import FullStore, require_capability
 from persyn.testing import START, Pilot, RecordingChannel, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
@@ -199,7 +200,9 @@ async def test_a_weakly_remembered_topic_is_hedged_not_asserted(tmp_path: Path, 
         )
         assert pilot.runtime.embedder is not None
         vector = (await pilot.runtime.embedder.embed([record.summary]))[0]
-        await pilot.runtime.store.add_record(record, vector, pilot.runtime.embedder.name)
+        await require_capability(pilot.runtime.store, FullStore).add_record(
+            record, vector, pilot.runtime.embedder.name
+        )
         event, marker = await pilot.say("Remember when we talked about sailing?")
         assert marker.text == "I vaguely recall we talked about sailing, but not the details."
         (trace,) = await pilot.store.deliberation_traces(agent.id, [event.id])

@@ -85,14 +85,14 @@ async def test_state_is_read_after_each_exchange_carried_into_prompts_and_weighe
         granted = await pilot.say(FAVOUR, transmitted=True)  # no state yet: the decision speaks
         assert granted.marker.text == LONG_REPLY
         await pilot.settle()
-        (first,) = await pilot.store.recent_emotions(agent, 5)
+        (first,) = await pilot.full_store.recent_emotions(agent, 5)
         assert (first.event_id, first.top, dict(first.distribution)) == (granted.event.id, "curious", CURIOUS | {
             c: 0.0 for c in pilot.settings.emotion.categories if c not in CURIOUS
         })  # fmt: skip
 
         await pilot.say("Say hello again, and again.", transmitted=True)
         await pilot.settle()
-        assert [r.top for r in await pilot.store.recent_emotions(agent, 5)] == ["frustrated", "curious"]
+        assert [r.top for r in await pilot.full_store.recent_emotions(agent, 5)] == ["frustrated", "curious"]
         assert _emotion_calls(pilot) == 2  # one per exchange
 
         declined = await pilot.say(FAVOUR, transmitted=True)
@@ -108,8 +108,8 @@ async def test_state_is_read_after_each_exchange_carried_into_prompts_and_weighe
         # The conversation's state is kept with its memory; its top category is the tag.
         await pilot.settle()  # the last exchange's reading is written
         await pilot.close_idle(after=timedelta(hours=2))
-        (record,) = await pilot.store.list_records(agent, limit=5)
-        kept = await pilot.store.record_emotions(agent, [record.id])
+        (record,) = await pilot.full_store.list_records(agent, limit=5)
+        kept = await pilot.full_store.record_emotions(agent, [record.id])
         # The mean of curious, frustrated and frustrated (the refusal says "again" too).
         assert record.emotion == kept[record.id].top == "frustrated"
         assert kept[record.id].distribution["curious"] == pytest.approx(0.7 / 3, abs=1e-3)
@@ -124,12 +124,12 @@ async def test_a_malformed_classifier_answer_keeps_no_reading_and_costs_the_turn
         turn = await pilot.say(HOW_WAS_IT, transmitted=True)
         assert turn.marker.text == f"Sure: {HOW_WAS_IT}"
         await pilot.settle()
-        assert await pilot.store.recent_emotions(pilot.agent.id, 5) == []
+        assert await pilot.full_store.recent_emotions(pilot.agent.id, 5) == []
         assert _emotion_calls(pilot) == 2  # the gateway's one corrective retry, then degraded
         moody.malformed = False
         await pilot.say(f"{HOW_WAS_IT} Tell me again.", transmitted=True)
         await pilot.settle()
-        assert [r.top for r in await pilot.store.recent_emotions(pilot.agent.id, 5)] == ["frustrated"]
+        assert [r.top for r in await pilot.full_store.recent_emotions(pilot.agent.id, 5)] == ["frustrated"]
 
 
 async def test_the_state_is_read_by_default_but_not_after_a_trivially_short_exchange(
@@ -138,10 +138,10 @@ async def test_the_state_is_read_by_default_but_not_after_a_trivially_short_exch
     async with run_runtime(tmp_path / "home", model="test:moody") as pilot:  # no [emotion] table
         await pilot.say("hi", transmitted=True)  # "Sure: hi": 3 words, under `min_words`
         await pilot.settle()
-        assert (await pilot.store.recent_emotions(pilot.agent.id, 5), _emotion_calls(pilot)) == ([], 0)
+        assert (await pilot.full_store.recent_emotions(pilot.agent.id, 5), _emotion_calls(pilot)) == ([], 0)
         turn = await pilot.say(HOW_WAS_IT, transmitted=True)
         await pilot.settle()
-        readings = await pilot.store.recent_emotions(pilot.agent.id, 5)
+        readings = await pilot.full_store.recent_emotions(pilot.agent.id, 5)
         assert [(r.event_id, r.top) for r in readings] == [(turn.event.id, "curious")]
         assert _emotion_calls(pilot) == 1
 
@@ -156,7 +156,7 @@ async def test_an_exchange_answered_past_before_its_reading_ran_is_left_to_the_l
         await pilot.say(f"{HOW_WAS_IT} Tell me again.", transmitted=True)
         await pilot.settle()
         calls = _emotion_calls(pilot)
-        (latest, *_) = await pilot.store.recent_emotions(pilot.agent.id, 5)
+        (latest, *_) = await pilot.full_store.recent_emotions(pilot.agent.id, 5)
         assert latest.conversation_id is not None
         await pilot.runtime.activation.feel(pilot.agent.id, first.event.id, latest.conversation_id)
         assert _emotion_calls(pilot) == calls
@@ -176,7 +176,7 @@ async def test_a_frustrated_agent_decides_even_on_a_short_reply_and_a_content_on
         assert "decide" not in moody.systems  # content (no reading yet): no decision call
         await pilot.say("Say hello again, and again, and again please.", transmitted=True)
         await pilot.settle()
-        assert [r.top for r in await pilot.store.recent_emotions(pilot.agent.id, 1)] == ["frustrated"]
+        assert [r.top for r in await pilot.full_store.recent_emotions(pilot.agent.id, 1)] == ["frustrated"]
         declined = await pilot.say(game, transmitted=True)
         assert declined.marker.text == "Not now, I'm rather frustrated; ask me again later."
         assert "How I feel right now: frustrated" in moody.systems["decide"][-1]

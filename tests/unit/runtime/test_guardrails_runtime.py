@@ -119,7 +119,7 @@ async def test_escalating_conflict_over_three_conversations_notifies_and_blocks(
         sams = guard.judged[-2][1]
         assert sams.count("--- conversation on test:room ---") == 3  # across conversations
         assert "Ann:" not in sams  # only Sam's words and the agent's replies are judged
-        assert await pilot.store.guardrail_events(pilot.agent.id) == [event]
+        assert await pilot.full_store.guardrail_events(pilot.agent.id) == [event]
         assert _stages(pilot).count("guardrail") == 4
         # The operator is told on their channel, through the outbox.
         (notice,) = ops.delivered
@@ -260,7 +260,7 @@ async def test_the_agents_own_spend_blocks_it_everywhere_but_the_operators_chann
         await pilot.say("hello", service=OPS, channel="desk", transmitted=True)  # ...but to the operator
         now = pilot.clock.now()
         for key, operator in ((new_id(now), True), (new_id(now), False)):
-            await pilot.store.add_web_key(
+            await pilot.full_store.add_web_key(
                 WebKey(id=key, name=key, key_hash=hash_key(key), operator=operator, created_at=now)
             )
             await pilot.say("hello", service="web", channel=key, speaker=key, transmitted=operator)
@@ -275,12 +275,12 @@ async def test_a_block_that_arrives_while_a_deferred_reply_is_written_stops_it_a
     ) as pilot:  # the test is the scheduler: it evaluates
         assert pilot.runtime.activation.deliberation_mode("test") == "deferred"
         await pilot.say("hello", transmitted=True)
-        (conversation,) = await pilot.store.list_conversations(pilot.agent.id, limit=1)
+        (conversation,) = await pilot.full_store.list_conversations(pilot.agent.id, limit=1)
         (person_id,) = conversation.participant_ids  # Sam
 
         async def block_sam() -> None:
             now = pilot.clock.now()
-            await pilot.store.add_guardrail_event(
+            await pilot.full_store.add_guardrail_event(
                 GuardrailEvent(
                     id=new_id(now),
                     agent_id=pilot.agent.id,

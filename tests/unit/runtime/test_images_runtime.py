@@ -264,7 +264,7 @@ async def test_a_self_initiated_run_past_its_autonomy_budget_gets_no_render(
         async with _runtime(tmp_path, api, PRICED + "[autonomy]\ndaily_token_budget = 1\n") as pilot:
             now = pilot.clock.now()
             await set_reminder(
-                pilot.store,
+                pilot.full_store,
                 pilot.agent.id,
                 "draw a sunrise",
                 at_trigger(now + timedelta(minutes=1), now),
@@ -276,7 +276,7 @@ async def test_a_self_initiated_run_past_its_autonomy_budget_gets_no_render(
             assert [r for r in pilot.usage() if r.stage == "image"] == []
             said = [
                 message
-                for conversation in await pilot.store.list_conversations(pilot.agent.id)
+                for conversation in await pilot.full_store.list_conversations(pilot.agent.id)
                 for message in await pilot.store.recent_messages(pilot.agent.id, conversation.id, 20)
             ]
             (news,) = [m.text for m in said if "could not be made" in m.text]

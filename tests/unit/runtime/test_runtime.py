@@ -226,7 +226,7 @@ async def test_invalid_input_is_rejected_before_anything_is_stored(pilot: Pilot)
     with pytest.raises(InputError, match="the limit is 32000"):
         await runtime.submit(good.model_copy(update={"text": "x" * 32_001}))
     assert await runtime.store.get_event(agent.id, good.id) is None
-    assert await runtime.store.count_messages(agent.id) == 0
+    assert await pilot.full_store.count_messages(agent.id) == 0
 
 
 async def test_a_broken_sink_never_reaches_generation(tmp_path: Path) -> None:
@@ -246,7 +246,7 @@ async def test_a_failing_model_degrades_to_a_notice_not_a_crash(tmp_path: Path) 
             channel = pilot.channel
             _, marker = await pilot.say("hello?")
             # The agent keeps answering once the model works again.
-            assert await pilot.store.count_messages(pilot.agent.id) == 1
+            assert await pilot.full_store.count_messages(pilot.agent.id) == 1
     assert not marker.transmitted
     assert marker.reason is not None
     assert "could not produce a reply" in marker.reason
@@ -299,18 +299,18 @@ async def test_culling_and_dialog_retention_on_a_moved_clock(pilot: Pilot) -> No
         importance=9,
     )
     for record in (trivial, vital):
-        await runtime.store.add_record(record, None, None)
+        await pilot.full_store.add_record(record, None, None)
     pilot.advance(timedelta(days=13))
     assert await runtime.housekeeping.cull_memories() == 0  # too young to cull
     pilot.advance(timedelta(days=2))
     assert await runtime.housekeeping.cull_memories() == 1
-    assert [r.id for r in await runtime.store.list_records(agent.id)] == [vital.id]
+    assert [r.id for r in await pilot.full_store.list_records(agent.id)] == [vital.id]
     # Verbatim dialog outlives the retention window only as the memories made from it.
     assert await pilot.close_idle() == 1
     assert await runtime.housekeeping.purge_old_dialog() == 0
     pilot.advance(timedelta(days=91))  # the window counts from when the conversation closed
     assert await runtime.housekeeping.purge_old_dialog() == 2
-    assert await runtime.store.count_messages(agent.id) == 0
+    assert await pilot.full_store.count_messages(agent.id) == 0
     assert pilot.channel.delivered
 
 
@@ -320,7 +320,7 @@ async def test_a_crash_between_close_and_consolidation_loses_nothing(pilot: Pilo
 
     async def hook(agent_id: str, conversation_id: str) -> None:
         consolidated.append(conversation_id)
-        await runtime.store.set_consolidation(
+        await pilot.full_store.set_consolidation(
             Consolidation(
                 agent_id=agent_id,
                 conversation_id=conversation_id,

@@ -112,7 +112,7 @@ async def test_the_model_uses_a_tool_then_answers_each_step_durable_and_metered(
     async with _runtime(tmp_path) as pilot:
         event, marker = await pilot.say("I want to learn Go someday.")
         assert marker.transmitted and marker.text == "I've set myself a goal: learning Go."
-        (goal,) = await pilot.store.list_goals(ADA.id)
+        (goal,) = await pilot.full_store.list_goals(ADA.id)
         assert goal.description == "Learn to play Go" and goal.status is GoalStatus.OPEN
         assert "create_goal" in mind.tool_names[0] and "message_contact" in mind.tool_names[0]
         assert '"description":"Learn to play Go"' in mind.seen_results[0]
@@ -134,7 +134,7 @@ async def test_a_failing_tool_call_is_a_result_the_model_reads(tmp_path: Path, m
         _, marker = await pilot.say("What is 2 + 2?")
         assert marker.transmitted and "2 + 2 = 4" in (marker.text or "")
         assert "description" in mind.seen_results[0]  # the validation error, named
-        assert await pilot.store.list_goals(ADA.id) == []
+        assert await pilot.full_store.list_goals(ADA.id) == []
 
 
 async def test_loop_breakers_stop_a_runaway_and_are_recorded(tmp_path: Path, mind: Mind) -> None:
@@ -159,7 +159,7 @@ async def test_the_heartbeat_acts_by_messaging_a_contact(tmp_path: Path, mind: M
         mind.scenario = "outreach"
         # Fired once the message's workflow has finished (the beat is not skipped as busy).
         assert await pilot.fire(timedelta(hours=1)) == 1  # the heartbeat
-        (entry,) = await recent_activity(pilot.store, ADA.id)
+        (entry,) = await recent_activity(pilot.full_store, ADA.id)
         assert entry.kind == "heartbeat" and entry.outcome == "said: I wrote to Sam."
         assert [(o.channel, o.text) for o in pilot.channel.delivered] == [
             ("room", "How is chapter two going?")
@@ -192,13 +192,13 @@ async def test_a_reminder_set_in_conversation_reaches_the_person_unprompted(
         pilot.channel.delivered.clear()
         assert await pilot.fire(timedelta(minutes=11)) == 1, (
             mind.seen_results,
-            await pilot.store.list_reminders(ADA.id),
+            await pilot.full_store.list_reminders(ADA.id),
         )
         # Unprompted, on the channel it was set on, to the person who asked.
         assert [(o.service, o.channel, o.text) for o in pilot.channel.delivered] == [
             ("test", "room", "Sam, time for your walk!")
         ]
-        assert await pilot.store.list_reminders(ADA.id) == []  # one-shot: gone
+        assert await pilot.full_store.list_reminders(ADA.id) == []  # one-shot: gone
 
 
 async def test_the_tools_offered_are_described_the_same_for_every_agent_channel_and_run(

@@ -27,7 +27,8 @@ from persyn.core.errors import InputError
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.ops.doctor.postgres import postgres_checks
-from persyn.store import Store, open_store
+from persyn.store import open_store
+from persyn.store.capabilities import FullStore
 from persyn.store.copying import copy_store
 from persyn.store.postgres.vectors import BULK_MIN_RECORDS
 from persyn.testing.postgres import PostgresForTests
@@ -77,7 +78,7 @@ async def url(postgres_server: PostgresForTests) -> str:
 
 
 @pytest.fixture
-async def store(url: str) -> AsyncIterator[Store]:
+async def store(url: str) -> AsyncIterator[FullStore]:
     opened = open_store(url)
     await opened.setup()
     await opened.ensure_agent(AGENT, "Ada", START)
@@ -87,7 +88,7 @@ async def store(url: str) -> AsyncIterator[Store]:
         await opened.close()
 
 
-async def _write(store: Store, first: int, last: int) -> None:
+async def _write(store: FullStore, first: int, last: int) -> None:
     for offset in range(first, last, BATCH):
         end = min(last, offset + BATCH)
         await store.add_records(
@@ -137,12 +138,12 @@ def _exact(count: int, query: np.ndarray[Any, Any], channel: str, k: int) -> lis
     return [RECORDS_ALL[members[j]].id for j in order]
 
 
-async def _nearest(store: Store, query: np.ndarray[Any, Any], channel: str, k: int) -> list[str]:
+async def _nearest(store: FullStore, query: np.ndarray[Any, Any], channel: str, k: int) -> list[str]:
     hits = await store.vector_candidates(AGENT, query.tolist(), k, [channel])
     return [record_id for record_id, _ in hits]
 
 
-async def _answers(store: Store) -> list[Sequence[Any]]:
+async def _answers(store: FullStore) -> list[Sequence[Any]]:
     found: list[Sequence[Any]] = []
     for query in QUERIES:
         for channel in (BUSY, QUIET):
@@ -153,7 +154,7 @@ async def _answers(store: Store) -> list[Sequence[Any]]:
 
 
 async def test_a_bulk_load_stores_and_recalls_what_row_by_row_writes_do(
-    postgres_server: PostgresForTests, url: str, store: Store
+    postgres_server: PostgresForTests, url: str, store: FullStore
 ) -> None:
     async with store.bulk_load(RECORDS):
         await _write(store, 0, RECORDS)
@@ -177,7 +178,7 @@ async def test_a_bulk_load_stores_and_recalls_what_row_by_row_writes_do(
     assert len(_dump(url)["vectors"]) == RECORDS
 
 
-async def test_readers_during_a_bulk_load_get_exact_answers(url: str, store: Store) -> None:
+async def test_readers_during_a_bulk_load_get_exact_answers(url: str, store: FullStore) -> None:
     reader = open_store(url)  # another store: another process's view
     await reader.setup()
     try:
@@ -200,7 +201,7 @@ async def test_readers_during_a_bulk_load_get_exact_answers(url: str, store: Sto
         await reader.close()
 
 
-async def test_a_small_load_keeps_the_index(url: str, store: Store) -> None:
+async def test_a_small_load_keeps_the_index(url: str, store: FullStore) -> None:
     async with store.bulk_load(RECORDS):
         await _write(store, 0, RECORDS)
     # 1,000 more against 6,000 stored: under a quarter, so row by row, the index kept.
@@ -213,7 +214,7 @@ async def test_a_small_load_keeps_the_index(url: str, store: Store) -> None:
 
 
 async def test_bad_input_in_a_bulk_load_stores_nothing_of_its_batch_and_the_index_comes_back(
-    url: str, store: Store
+    url: str, store: FullStore
 ) -> None:
     bad = [v.tolist() for v in VECTORS_ALL[2 * BATCH : 3 * BATCH]]
     bad[17][3] = math.nan

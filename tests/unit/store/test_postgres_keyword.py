@@ -22,7 +22,8 @@ from sqlalchemy.pool import NullPool
 from persyn.core.ids import derived_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.ops.doctor.postgres import postgres_checks
-from persyn.store import Store, open_store
+from persyn.store import open_store
+from persyn.store.capabilities import FullStore
 from persyn.store.postgres.keyword_index import BLOCK
 from persyn.store.postgres.migrations import POSTGRES_MIGRATIONS
 from persyn.store.schema.migrations import migrate
@@ -58,7 +59,7 @@ async def url(postgres_server: PostgresForTests) -> str:
     return postgres_server.fresh_schema("kw")
 
 
-async def _open(url: str) -> Store:
+async def _open(url: str) -> FullStore:
     opened = open_store(url)
     await opened.setup()
     await opened.ensure_agent(AGENT, "Ada", START)
@@ -67,7 +68,7 @@ async def _open(url: str) -> Store:
 
 
 @pytest.fixture
-async def store(url: str) -> AsyncIterator[Store]:
+async def store(url: str) -> AsyncIterator[FullStore]:
     opened = await _open(url)
     try:
         yield opened
@@ -157,7 +158,7 @@ def _sql(url: str, statement: str, **params: Any) -> None:
         engine.dispose()
 
 
-async def test_lists_follow_inserts_deletes_edits_and_moves(store: Store, url: str) -> None:
+async def test_lists_follow_inserts_deletes_edits_and_moves(store: FullStore, url: str) -> None:
     # A multi-row insert, then single ones, then another batch: "river" spans three blocks.
     await store.add_records([_record(i) for i in range(BLOCK + 40)], None, None)
     for i in range(BLOCK + 40, BLOCK + 60):
@@ -258,7 +259,7 @@ def _bm25_reference(url: str, words: Sequence[str], channels: Sequence[str], k: 
     return ranked[:k]
 
 
-async def test_ranking_is_bm25_over_the_channels_searched(store: Store, url: str) -> None:
+async def test_ranking_is_bm25_over_the_channels_searched(store: FullStore, url: str) -> None:
     records = [_record(i, channel=MAIN if i % 4 else SIDE) for i in range(600)]
     records += [
         _record(1000, words="orchard orchard orchard lantern"),  # tf 3, short
@@ -279,7 +280,7 @@ async def test_ranking_is_bm25_over_the_channels_searched(store: Store, url: str
     assert top[0][0] == _record(1000).id
 
 
-async def test_a_tie_at_the_cut_goes_to_the_newer_records(store: Store) -> None:
+async def test_a_tie_at_the_cut_goes_to_the_newer_records(store: FullStore) -> None:
     # Forty records with the same words and length score the same: the newest ten win,
     # whatever order they were written in.
     order = [17, 3, 39, 0, 25, *range(40)]
@@ -360,7 +361,7 @@ async def test_records_stored_before_the_lists_are_indexed_by_the_migration(url:
 
 
 async def test_writes_with_the_triggers_off_are_reported_then_repaired_at_start(
-    store: Store, url: str
+    store: FullStore, url: str
 ) -> None:
     await store.add_records([_record(i) for i in range(40)], None, None)
     assert [c for c in await postgres_checks(url) if c.name == "keyword lists"] == []

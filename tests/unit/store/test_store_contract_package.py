@@ -21,34 +21,14 @@ from persyn.testing.store_contract import (
 
 THIRD_PARTY_TESTS = """
 import functools
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from persyn.store.base import Store
 from persyn.store.sqlite.store import SQLiteStore
+from persyn.testing.core_store import core_only_store
 from persyn.testing.store_contract import GraphContract, LeasesContract, StoreFactory
-
-
-def _delegate(name: str) -> Callable[..., Any]:
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.inner, name)(*args, **kwargs)
-
-    method.__name__ = name
-    return method
-
-
-class _CoreOnlyBase(Store):
-    def __init__(self, inner: SQLiteStore) -> None:
-        self.inner = inner
-
-
-# A backend offering every method of `Store` and nothing of the knowledge graph.
-CoreOnlyStore = type(
-    "CoreOnlyStore", (_CoreOnlyBase,), {n: _delegate(n) for n in sorted(Store.__abstractmethods__)}
-)
 
 
 def open_whole(path: Path) -> Store:
@@ -56,7 +36,7 @@ def open_whole(path: Path) -> Store:
 
 
 def open_core_only(path: Path) -> Store:
-    return CoreOnlyStore(SQLiteStore(path))
+    return core_only_store(SQLiteStore(path))  # the required core, no capability
 
 
 class TestWholeStore(LeasesContract, GraphContract):
@@ -110,7 +90,9 @@ def test_a_third_party_runs_contract_groups_on_its_store_and_lacking_a_capabilit
     skips = [line for line in ran.stdout.splitlines() if line.startswith("SKIPPED")]
     assert len(skips) == needing_the_graph, skips  # one line per skipped test, at the test
     assert all("store_contract/graph.py" in line for line in skips), skips
-    assert all(line.endswith("this store offers no knowledge graph (GraphStore)") for line in skips), skips
+    assert all(line.endswith("this store offers no contact directory, knowledge graph") for line in skips), (
+        skips
+    )
 
 
 def test_a_missing_test_dependency_is_named_with_the_install_hint() -> None:

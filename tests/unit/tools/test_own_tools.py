@@ -272,7 +272,9 @@ async def test_what_was_set_elsewhere_is_neither_shown_nor_changed_nor_forgotten
             run=FixedProvenance(here),
         )
         agent = Agent(store, clock, ReminderAction())
-        agent.registry = ToolRegistry([*reminder_tools(context), *goal_tools(context), *fact_tools(context)])
+        agent.registry = ToolRegistry(
+            [*reminder_tools(context), *goal_tools(context), *fact_tools(context, store)]
+        )
         return agent
 
     in_dm, in_lobby = agent_for("chat:dm-ann", ann.id), agent_for("chat:lobby", mallory.id)

@@ -93,7 +93,7 @@ async def people(store: SQLiteStore) -> dict[str, Person]:
 
 @pytest.fixture
 def facts(store: SQLiteStore, clock: ManualClock) -> Caller:
-    return Caller(ToolRegistry(fact_tools(OwnToolsContext(store=store, agent_id=AGENT, clock=clock))))
+    return Caller(ToolRegistry(fact_tools(OwnToolsContext(store=store, agent_id=AGENT, clock=clock), store)))
 
 
 async def test_facts_about_people_and_myself(facts: Caller, people: dict[str, Person]) -> None:

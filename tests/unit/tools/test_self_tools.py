@@ -216,11 +216,11 @@ def test_every_own_tool_is_advertised_under_a_stable_name() -> None:
         return []
 
     clock = ManualClock(T0)
-    own = OwnToolsContext(store=None, agent_id=AGENT, clock=clock)  # type: ignore[arg-type]
+    own: OwnToolsContext[Any] = OwnToolsContext(store=None, agent_id=AGENT, clock=clock)
     tools = [
         *reminder_tools(own),
         *goal_tools(own),
-        *fact_tools(own),
+        *fact_tools(own, None),
         *memory_tools(
             MemoryToolsContext(store=None, agent_id=AGENT, channel="a:b", present=()),  # type: ignore[arg-type]
         ),

@@ -228,11 +228,15 @@ async def test_a_reminder_is_a_trace_and_its_consolidation_joins_it(tmp_path: Pa
         ) as pilot:
             now = pilot.clock.now()
             await set_reminder(
-                pilot.store, ADA.id, "tell Sam to stretch", at_trigger(now + timedelta(minutes=5), now), now
+                pilot.full_store,
+                ADA.id,
+                "tell Sam to stretch",
+                at_trigger(now + timedelta(minutes=5), now),
+                now,
             )
             assert await pilot.fire(timedelta(minutes=6)) == 1  # waits for the run and its close hooks
             assert pilot.runtime.tracing.force_flush()
-            (entry,) = await recent_activity(pilot.store, ADA.id)
+            (entry,) = await recent_activity(pilot.full_store, ADA.id)
     spans = list(memory.get_finished_spans())
     (root,) = [span for span in spans if span.parent is None]
     assert root.name == "activation reminder" and root.context is not None

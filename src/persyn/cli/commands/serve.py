@@ -240,6 +240,8 @@ async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -
     from persyn.runtime.compose import build_runtime
     from persyn.runtime.delivery.channel_leases import ChannelOwnership
     from persyn.runtime.durable.control import ControlServer
+    from persyn.store.capabilities import capability
+    from persyn.store.ports.leases import LeasesPort
 
     settings = cli.settings
     cli.preflight()
@@ -255,7 +257,7 @@ async def _serve(cli: CliContext, *, housekeeping: bool, workers: bool = True) -
     # one of those only: the one holding each network's lease (`runtime/delivery/channel_leases.py`).
     # A scale-out worker, or a second `persyn run`, would join the rooms a second time.
     networks = ChannelOwnership(
-        runtime.store,
+        capability(runtime.store, LeasesPort),
         runtime.clock,
         configured_channels(settings, runtime) if housekeeping else [],
         ttl_seconds=settings.dispatch.channel_lease_seconds,

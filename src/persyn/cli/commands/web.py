@@ -103,11 +103,14 @@ async def serve_web(web: WebSurface, runtime: Runtime) -> None:
     from functools import partial
 
     from persyn.runtime.web_keys import authenticate, revoked_keys
+    from persyn.store.capabilities import capability
+    from persyn.store.ports.web_keys import WebKeysPort
 
+    keys = capability(runtime.store, WebKeysPort)  # none: every request is refused
     url = await web.start(
         runtime,
-        partial(authenticate, runtime.store),
-        partial(revoked_keys, runtime.store),
+        partial(authenticate, keys),
+        partial(revoked_keys, keys),
         runtime.meter.flush,
     )
     echo(f"web channel on {url}")

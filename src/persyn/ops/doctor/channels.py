@@ -37,8 +37,9 @@ async def channel_checks(settings: Settings) -> list[Check]:
 async def channel_owner_check(settings: Settings, now: datetime) -> Check | None:
     """Which process connects each configured network (`runtime/delivery/channel_leases.py`): the
     holder of its lease, or that none does. None when no network is configured."""
-    from persyn.ops.history import opened_store
+    from persyn.ops.history import opened_capability
     from persyn.runtime.delivery.channel_leases import channel_lease
+    from persyn.store.ports.leases import LeasesPort
 
     services = [
         plugin.service
@@ -48,7 +49,7 @@ async def channel_owner_check(settings: Settings, now: datetime) -> Check | None
     if not services:
         return None
     try:
-        async with opened_store(settings) as store:
+        async with opened_capability(settings, LeasesPort) as store:
             held = {lease.name: lease for lease in await store.leases()}
     except PersynError as exc:
         return Check("channel owners", True, f"unreadable: {exc}", "check the database", warning=True)

@@ -20,14 +20,21 @@ from persyn.ops.doctor.channels import channel_checks, channel_owner_check
 from persyn.ops.doctor.live import live_checks
 from persyn.ops.doctor.postgres import Check, is_postgres, postgres_checks, shown_url
 from persyn.ops.doctor.reach import reach_checks
-from persyn.store import open_store
-from persyn.store.capabilities import capability
+from persyn.store import Store, open_store
+from persyn.store.capabilities import (
+    capability,
+    command_capability,
+    missing_capabilities,
+    offered_capabilities,
+)
+from persyn.store.ports.directory import ContactsPort
 from persyn.store.ports.graph import GraphPort
-from persyn.store.ports.jobs import ConsolidationStatus
+from persyn.store.ports.jobs import ConsolidationStatus, JobsPort
 from persyn.tracing import read_losses
 
 __all__ = [
     "Check",
+    "check_capabilities",
     "check_consolidation",
     "check_guardrails",
     "collect_checks",
@@ -48,7 +55,8 @@ async def _check_database(settings: Settings) -> Check:
         try:
             await store.setup()
             version = await store.schema_version()
-            agents = len(await store.list_agents())
+            directory = capability(store, ContactsPort)
+            agents = None if directory is None else len(await directory.list_agents())
         finally:
             await store.close()
     except Exception as exc:
@@ -58,9 +66,35 @@ async def _check_database(settings: Settings) -> Check:
             f"{shown_url(settings.database_url)}: {exc}",
             "check storage_url and file permissions",
         )
+    seen = "" if agents is None else f", {agents} agent(s) seen"
+    return Check("database", True, f"{shown_url(settings.database_url)} (schema v{version}{seen})")
+
+
+def check_capabilities(store: Store) -> Check:
+    """The optional capabilities `store` offers and lacks (`store/capabilities.py`). A store
+    without one still runs turns with that part off (SPEC §2 fail soft): a note, not a failure."""
+    name = "store capabilities"
+    offered, missing = offered_capabilities(store), missing_capabilities(store)
+    if not missing:
+        return Check(name, True, f"all offered: {', '.join(offered)}")
     return Check(
-        "database", True, f"{shown_url(settings.database_url)} (schema v{version}, {agents} agent(s) seen)"
+        name,
+        True,
+        f"missing: {', '.join(missing)}; offered: {', '.join(offered) or 'none'}",
+        "the agent runs without what is missing; the SQLite and PostgreSQL backends offer every one",
+        warning=True,
     )
+
+
+async def _check_capabilities(settings: Settings) -> Check:
+    try:
+        store = open_store(settings.database_url)
+        try:
+            return check_capabilities(store)
+        finally:
+            await store.close()
+    except Exception as exc:
+        return Check("store capabilities", True, f"unreadable: {exc}", "check the database", warning=True)
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -193,7 +227,8 @@ async def check_consolidation(settings: Settings) -> Check:
         store = open_store(settings.database_url)
         try:
             await store.setup()
-            failing = await store.consolidations(ConsolidationStatus.FAILED, limit=_FAILING_SHOWN)
+            jobs = command_capability(store, JobsPort)
+            failing = await jobs.consolidations(ConsolidationStatus.FAILED, limit=_FAILING_SHOWN)
         finally:
             await store.close()
     except Exception as exc:
@@ -357,6 +392,7 @@ async def collect_checks(home: Path | None) -> list[Check]:
         if system is not None:
             checks.append(system)
         if database.ok:  # the graph lives in that database: nothing more to say when it is broken
+            checks.append(await _check_capabilities(settings))
             checks.append(await _check_graph(settings))
             checks.append(await check_consolidation(settings))
             checks.append(await check_guardrails(settings, datetime.now(UTC)))

@@ -23,6 +23,10 @@ status` and `persyn activity` show and the agent's introspection tool reads. Ent
 than `ACTIVITY_RETENTION` (90 days: far longer than the 24-hour budget window, long enough
 for the operator's history) are purged whenever a run is logged.
 
+A store without reminders or without the activity log (`store/capabilities.py`: the latter
+keeps the budget) gives the agent no self-initiated run (no reminder fires, no heartbeat
+beats); it answers what it is told as ever.
+
 Provenance (ARCHITECTURE §4): a run writes — goals, facts, reminders, its activity
 entry — with the provenance of what it read, kept in the run's state (`store/ports/runs.py`) for
 the run's steps. A reminder's run starts from the reminder's own (and its earlier runs'); a
@@ -55,8 +59,11 @@ from persyn.gateway.wrappers import CallHooks, HookedModel, token_usage
 from persyn.memory.access import Provenanced, derived_provenance
 from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
 from persyn.store.base import Conversation, Provenance, Reminder, Store
-from persyn.store.ports.activity import ActivityEntry
+from persyn.store.capabilities import capability
+from persyn.store.ports.activity import ActivityEntry, ActivityPort
+from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.store.ports.runs import RunConversation, RunState
+from persyn.store.ports.schedule import SchedulePort
 from persyn.usage import context as usage_context
 
 __all__ = [
@@ -127,14 +134,18 @@ async def narrow_run(
 
 
 async def recent_activity(
-    store: Store, agent_id: str, limit: int = 20, kind: str | None = None
+    store: ActivityPort | None, agent_id: str, limit: int = 20, kind: str | None = None
 ) -> list[ActivityEntry]:
-    """The newest first."""
+    """The newest first (none without the activity log)."""
+    if store is None:
+        return []
     return await store.recent_activity(agent_id, limit=limit, kind=kind)
 
 
-async def window_tokens(store: Store, agent_id: str, now: datetime) -> int:
+async def window_tokens(store: ActivityPort | None, agent_id: str, now: datetime) -> int:
     """Tokens the agent's self-initiated runs used in the last 24 hours (rolling window)."""
+    if store is None:
+        return 0  # no log, no run (`Autonomy.fire_due`): nothing was spent
     return await store.activity_tokens(agent_id, now - _WINDOW, now)
 
 
@@ -171,14 +182,25 @@ class Autonomy:
     agent_ids: Collection[str]
     host: RunHost
     _runs: dict[str, Event | None] = field(default_factory=dict)  # thread id -> its run, if one
+    activity: ActivityPort | None = field(init=False)  # the store's activity log, if it has one
+    schedule: SchedulePort | None = field(init=False)  # its reminders, if it has them
+    history: DialogHistoryPort | None = field(init=False)  # its dialog history, if it has one
+
+    def __post_init__(self) -> None:
+        self.activity = capability(self.store, ActivityPort)
+        self.schedule = capability(self.store, SchedulePort)
+        self.history = capability(self.store, DialogHistoryPort)
 
     # firing ----------------------------------------------------------------------------
     async def fire_due(self, *, from_step: bool = False) -> int:
         """Fire every due reminder of this deployment's agents once; returns how many fired
         (skips included: they roll forward too). `from_step`: called inside a durable step."""
+        schedule = self.schedule
+        if schedule is None or self.activity is None:
+            return 0  # no reminders, or no log to keep the budget with: no self-initiated run
         now = self.clock.now()
         fired = 0
-        for reminder in await self.store.due_reminders(now, limit=100):
+        for reminder in await schedule.due_reminders(now, limit=100):
             if reminder.agent_id not in self.agent_ids:
                 continue  # another deployment's agent on a shared database
             fire_time = reminder.next_fire_at
@@ -186,7 +208,7 @@ class Autonomy:
                 await self._fire(reminder, fire_time, now, from_step)
             except Exception:  # one broken reminder never stops the others
                 log.exception("reminder %s could not fire", reminder.id)
-            await mark_fired(self.store, reminder, fire_time, now)
+            await mark_fired(schedule, reminder, fire_time, now)
             fired += 1
         return fired
 
@@ -247,10 +269,14 @@ class Autonomy:
         front of them (SPEC §4 step 2): the reminder's person and everyone seen in the
         channel's recent conversations. A run with no channel of its own has no audience.
         More people present can only withhold (`memory.access` is monotone in them)."""
+        people = [reminder.action.person_id] if reminder.action.person_id else []
         if service == AUTONOMOUS_SERVICE:
             return []
-        people = [reminder.action.person_id] if reminder.action.person_id else []
-        for conversation in await self.store.list_conversations(
+        if self.history is None:
+            # Who else reads the channel is unknown (no dialog history): someone no memory
+            # formed with stands for them, so only what may surface before anyone does.
+            return [*people, derived_id(reminder.created_at, reminder.id, "unknown audience")]
+        for conversation in await self.history.list_conversations(
             reminder.agent_id, channel=channel, limit=_AUDIENCE_CONVERSATIONS
         ):
             if conversation.service == service:
@@ -265,7 +291,7 @@ class Autonomy:
                 lines.append(f"It concerns {person.display_name}; what I say now reaches them here.")
         before = [
             e
-            for e in await recent_activity(self.store, reminder.agent_id, limit=50)
+            for e in await recent_activity(self.activity, reminder.agent_id, limit=50)
             if e.reminder_id == reminder.id
         ][:2]
         for entry in before:
@@ -282,7 +308,7 @@ class Autonomy:
             )
             log.warning("agent %s: %s", agent_id, reason)  # the operator's notice; also in `persyn activity`
             return reason
-        recent = await recent_activity(self.store, agent_id, limit=_ACTIVITY_SCAN)
+        recent = await recent_activity(self.activity, agent_id, limit=_ACTIVITY_SCAN)
         ran = sum(
             1 for e in recent if e.at > now - timedelta(hours=1) and not e.outcome.startswith("skipped")
         )
@@ -295,7 +321,7 @@ class Autonomy:
     # accounting ------------------------------------------------------------------------
     async def tokens_used(self, agent_id: str, now: datetime) -> int:
         """Tokens of the self-initiated runs in the rolling window (the last 24 hours)."""
-        return await window_tokens(self.store, agent_id, now)
+        return await window_tokens(self.activity, agent_id, now)
 
     async def finish(self, event: Event, conversation_id: str, outcome: str) -> Conversation | None:
         """A self-initiated run is over: count its tokens, log it, close its conversation (one
@@ -332,7 +358,9 @@ class Autonomy:
                 created_at=now,
             )
         )
-        return await self.store.close_conversation(event.agent_id, conversation_id, now)
+        if self.history is None:
+            return None  # it closes once idle, as any conversation (`close_idle_conversations`)
+        return await self.history.close_conversation(event.agent_id, conversation_id, now)
 
     # the budget while a run goes ------------------------------------------------------------
     async def admit_call(self, agent_id: str | None, thread_id: str | None) -> Event | None:
@@ -397,8 +425,10 @@ class Autonomy:
 
     async def record(self, entry: ActivityEntry) -> None:
         """Log a run, and let go of the runs older than the retention."""
-        await self.store.add_activity(entry)
-        await self.store.purge_activity(entry.agent_id, entry.at - ACTIVITY_RETENTION)
+        if self.activity is None:
+            return
+        await self.activity.add_activity(entry)
+        await self.activity.purge_activity(entry.agent_id, entry.at - ACTIVITY_RETENTION)
 
 
 class BudgetedModel(HookedModel):

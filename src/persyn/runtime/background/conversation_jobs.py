@@ -13,7 +13,9 @@ enqueued, done once consolidated, failed (attempts, next attempt, last error) wh
 failed. A failed one is retried by the housekeeping sweep under a fresh workflow id per
 attempt (`consolidation_retry_id`: DBOS returns the existing workflow for a reused id, so a
 reused id would never run again), with exponential backoff, until it succeeds; `persyn
-doctor` reports it meanwhile.
+doctor` reports it meanwhile. A store without that state (the "consolidation jobs"
+capability, `store/capabilities.py`) gets no consolidation: the dialog is kept, no memory
+is formed from it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from persyn.cognition.context import (
 from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
-from persyn.core.errors import ModelError
+from persyn.core.errors import ModelError, StoreError
 from persyn.core.ids import derived_id
 from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.registry import context_window_for
@@ -50,8 +52,8 @@ from persyn.people.observations import Dossiers, Observer
 from persyn.runtime.background.autonomy import run_sensitivity
 from persyn.runtime.durable.dispatch import BACKGROUND_QUEUE, Dispatcher
 from persyn.store.base import Conversation, Store
-from persyn.store.capabilities import GraphStore, capability
-from persyn.store.ports.jobs import Consolidation, ConsolidationStatus
+from persyn.store.capabilities import GraphStore, MemoryStore, capability
+from persyn.store.ports.jobs import Consolidation, ConsolidationStatus, JobsPort
 from persyn.usage import context as usage_context
 
 __all__ = [
@@ -156,7 +158,7 @@ class JobQueue:
 @dataclass(frozen=True)
 class MemoryServices:
     embedder: Embedder | None
-    retriever: Retriever
+    retriever: Retriever | None  # None: the store offers no autobiographical memory
     degraded: str | None
 
 
@@ -175,6 +177,8 @@ class ConversationJobs:
     ) -> None:
         self.settings = settings
         self.store = store
+        self.memory: MemoryStore | None = capability(store, MemoryStore)
+        self.consolidations: JobsPort | None = capability(store, JobsPort)
         self.clock = clock
         self.agents = agents
         self.gateway = gateway
@@ -187,7 +191,14 @@ class ConversationJobs:
     # set-up ------------------------------------------------------------------------------
     def start_memory(self, context_sources: list[ContextSource], noticed: ReadHook) -> MemoryServices:
         """The encoder, retrieval as a context source, and consolidation after each
-        conversation. An unavailable encoder degrades to keyword recall (SPEC §6)."""
+        conversation. An unavailable encoder degrades to keyword recall (SPEC §6); a store
+        without autobiographical memory (`store/capabilities.py`) to none of the three, nor
+        observations about people: the agent answers from the conversation alone."""
+        memory = self.memory
+        if memory is None:
+            missing = "this store offers no autobiographical memory"
+            log.warning("%s: no recall, no consolidation, no observations", missing)
+            return MemoryServices(None, None, missing)
         degraded = None
         try:
             self.embedder = embedder_from_config(self.settings.memory)
@@ -195,15 +206,16 @@ class ConversationJobs:
             self.embedder = None
             degraded = f"encoder {self.settings.memory.embedder!r} unavailable: {exc}"
             log.warning("%s; memory falls back to keyword recall", degraded)
-        retriever = Retriever(self.store, self.embedder, self.settings.memory)
+        retriever = Retriever(memory, self.embedder, self.settings.memory)
         context_sources.append(
-            MemorySource(self.store, retriever, self.clock, self.memory_budget, on_read=noticed)
+            MemorySource(memory, retriever, self.clock, self.memory_budget, on_read=noticed)
         )
-        self.add_conversation_hook(CONSOLIDATE_HOOK, self.consolidate_conversation)
+        if self.consolidations is not None:  # the state machine consolidation runs in
+            self.add_conversation_hook(CONSOLIDATE_HOOK, self.consolidate_conversation)
         # People (SPEC §4.4): observations after each conversation, dossiers in context.
         self.add_conversation_hook("observe", self.observe_conversation)
         self.add_extraction("observe", self.observe_so_far)
-        context_sources.append(PeopleSource(self.store, self.dossiers, self.settings.memory))
+        context_sources.append(PeopleSource(memory, self.dossiers, self.settings.memory))
         return MemoryServices(self.embedder, retriever, degraded)
 
     def start_graph(self, context_sources: list[ContextSource], noticed: ReadHook) -> None:
@@ -235,7 +247,13 @@ class ConversationJobs:
 
     # people ------------------------------------------------------------------------------
     def dossiers(self, agent_id: str) -> Dossiers:
-        return Dossiers(self.store, self.gateway(agent_id), self.agents[agent_id].name)
+        return Dossiers(self._memory(), self.gateway(agent_id), self.agents[agent_id].name)
+
+    def _memory(self) -> MemoryStore:
+        """The store's memory, for the jobs `start_memory` registers only when it has one."""
+        if self.memory is None:
+            raise StoreError("this store offers no autobiographical memory")
+        return self.memory
 
     async def observe_conversation(self, agent_id: str, conversation_id: str, *, closed: bool = True) -> None:
         """Extract and reconcile observations about who spoke (what is new since the last
@@ -245,7 +263,7 @@ class ConversationJobs:
         agent = self.agents.get(agent_id)
         if conversation is None or agent is None or (closed and conversation.closed_at is None):
             return
-        observer = Observer(self.store, self.gateway(agent_id), agent.name)
+        observer = Observer(self._memory(), self.gateway(agent_id), agent.name)
         done = await observer.observe(agent_id, conversation)
         if not done:
             return
@@ -307,17 +325,20 @@ class ConversationJobs:
         """Consolidate a closed conversation once. A model failure keeps the dialog and is
         recorded (attempts, next attempt, error), for the sweep to retry and the doctor to
         report; a done one is never consolidated again (a culled memory stays culled)."""
+        jobs, memory = self.consolidations, self.memory
+        if jobs is None or memory is None:
+            return
         conversation = await self.store.get_conversation(agent_id, conversation_id)
         if conversation is None or conversation.closed_at is None:
             return
         agent = self.agents.get(agent_id)
         if agent is None:
             return
-        state = await self.store.get_consolidation(agent_id, conversation_id)
+        state = await jobs.get_consolidation(agent_id, conversation_id)
         if state is not None and state.status is ConsolidationStatus.DONE:
             return
         consolidator = Consolidator(
-            self.store, self.gateway(agent_id), self.embedder, self.settings.memory, agent.name
+            memory, self.gateway(agent_id), self.embedder, self.settings.memory, agent.name
         )
         recalled = await recalled_ids(self.store, agent_id, conversation_id)
         run = await self.store.get_run_conversation(agent_id, conversation_id)
@@ -344,7 +365,7 @@ class ConversationJobs:
                 retry_at.isoformat(),
                 exc,
             )
-            await self.store.set_consolidation(
+            await jobs.set_consolidation(
                 Consolidation(
                     agent_id=agent_id,
                     conversation_id=conversation_id,
@@ -356,7 +377,7 @@ class ConversationJobs:
                 )
             )
             return
-        await self.store.set_consolidation(
+        await jobs.set_consolidation(
             Consolidation(
                 agent_id=agent_id,
                 conversation_id=conversation_id,
@@ -405,14 +426,18 @@ class ConversationJobs:
             conversation.id,
             trace_parent,
         )
-        if enqueued and conversation.kind != IMPORTED_KIND:
-            await self.store.consolidation_pending(conversation.agent_id, conversation.id, self.clock.now())
+        if enqueued and conversation.kind != IMPORTED_KIND and self.consolidations is not None:
+            await self.consolidations.consolidation_pending(
+                conversation.agent_id, conversation.id, self.clock.now()
+            )
         return enqueued
 
     async def enqueue_due_retries(self, limit: int = 100) -> int:
         """Enqueue a retry of each failed consolidation whose next attempt is due."""
         enqueued = 0
-        for state in await self.store.consolidations(
+        if self.consolidations is None:
+            return 0
+        for state in await self.consolidations.consolidations(
             ConsolidationStatus.FAILED, due_by=self.clock.now(), limit=limit
         ):
             if state.agent_id not in self.agents:

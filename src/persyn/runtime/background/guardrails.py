@@ -27,6 +27,10 @@ next period evaluates the same window again.
 `Guardrails.blocking` is the hard gate: transmit asks it on every transmission, inline or
 deferred, and the draft step asks it before any model call, so a blocked person or channel gets
 no reply (recorded as silence with the guardrail's reason) and costs nothing.
+
+Without the store's guardrail history (`store/capabilities.py`) there is nothing to evaluate
+into and no block to find: the guardrails are off (`persyn doctor` names the missing
+capability). Without web keys no web channel is an operator's.
 """
 
 from __future__ import annotations
@@ -52,7 +56,10 @@ from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE
 from persyn.runtime.delivery.outbox import Outbox
 from persyn.runtime.web_keys import WEB_SERVICE
 from persyn.store.base import Conversation, Message, Role, Store
-from persyn.store.ports.guardrails import GuardrailCheck, GuardrailEvent, WindowMessage
+from persyn.store.capabilities import capability
+from persyn.store.ports.dialog import DialogHistoryPort
+from persyn.store.ports.guardrails import GuardrailCheck, GuardrailEvent, GuardrailsPort, WindowMessage
+from persyn.store.ports.web_keys import WebKeysPort
 from persyn.usage import context as usage_context
 from persyn.usage.ledger import records_since
 
@@ -89,6 +96,9 @@ class Guardrails:
     ) -> None:
         self.settings = settings
         self.store = store
+        self.history: GuardrailsPort | None = capability(store, GuardrailsPort)
+        self._web_keys: WebKeysPort | None = capability(store, WebKeysPort)
+        self._dialog: DialogHistoryPort | None = capability(store, DialogHistoryPort)  # to end one
         self.clock = clock
         self.agents = agents
         self._gateway = gateway
@@ -109,10 +119,10 @@ class Guardrails:
     ) -> GuardrailEvent | None:
         """The block in force on a person, a channel or the agent, if any: what a reply and
         a message the agent initiates (`Outreach.send_to_contact`) both pass."""
-        if not self.settings.safety.enabled:
+        if not self.settings.safety.enabled or self.history is None:
             return None
         where = channel_key(service, channel)
-        for event in await self.store.guardrail_blocks(agent_id, self.clock.now()):
+        for event in await self.history.guardrail_blocks(agent_id, self.clock.now()):
             if event.subject_kind == "person" and event.subject == person_id:
                 return event
             if (
@@ -131,9 +141,9 @@ class Guardrails:
         service, _, channel = where.partition(":")
         if where == self.settings.safety.notify_channel or service in _OPERATOR_SERVICES:
             return True
-        if service != WEB_SERVICE:
+        if service != WEB_SERVICE or self._web_keys is None:
             return False
-        return any(key.id == channel and key.operator for key in await self.store.web_keys())
+        return any(key.id == channel and key.operator for key in await self._web_keys.web_keys())
 
     async def blocked_reason(self, setup: TurnSetup) -> str | None:
         event = await self.blocking(setup)
@@ -147,12 +157,13 @@ class Guardrails:
     async def evaluate(self) -> list[GuardrailEvent]:
         """Evaluate every pattern for every agent once; returns the events recorded."""
         self._last_run = self.clock.now()
-        if not self.settings.safety.enabled or not self.patterns:
+        history = self.history
+        if not self.settings.safety.enabled or not self.patterns or history is None:
             return []
         recorded: list[GuardrailEvent] = []
         for agent_id in self.agents:
-            recorded += await self._evaluate_agent(agent_id)
-        await self.store.purge_guardrail_checks(self.clock.now() - _CHECK_RETENTION)
+            recorded += await self._evaluate_agent(history, agent_id)
+        await history.purge_guardrail_checks(self.clock.now() - _CHECK_RETENTION)
         return recorded
 
     def slot_start(self, now: datetime) -> datetime:
@@ -161,26 +172,26 @@ class Guardrails:
         every = self.settings.safety.evaluate_seconds
         return datetime.fromtimestamp(math.floor(now.timestamp() / every) * every, UTC)
 
-    async def _evaluate_agent(self, agent_id: str) -> list[GuardrailEvent]:
+    async def _evaluate_agent(self, history: GuardrailsPort, agent_id: str) -> list[GuardrailEvent]:
         now = self.clock.now()
         slot = self.slot_start(now)
         claimed = [
             p
             for p in self.patterns
-            if await self.store.claim_guardrail_slot(agent_id, p.name, slot, _HOLDER, now)
+            if await history.claim_guardrail_slot(agent_id, p.name, slot, _HOLDER, now)
         ]
         if not claimed:
             return []  # another process evaluates this period
         longest = max(p.window_minutes for p in claimed)
-        window = await self.store.interaction_window(agent_id, now - timedelta(minutes=longest))
-        recent = await self.store.guardrail_events(agent_id, since=now - timedelta(minutes=longest))
+        window = await history.interaction_window(agent_id, now - timedelta(minutes=longest))
+        recent = await history.guardrail_events(agent_id, since=now - timedelta(minutes=longest))
         blocked = {(e.guardrail, e.subject) for e in recent if e.blocks_at(now)}
         recorded: list[GuardrailEvent] = []
         for pattern in claimed:
             start = now - timedelta(minutes=pattern.window_minutes)
             in_window = [m for m in window if m.created_at >= start]
             try:
-                findings = await self._detect(agent_id, pattern, in_window, blocked)
+                findings = await self._detect(history, agent_id, pattern, in_window, blocked)
             except Exception as exc:  # one broken pattern never stops the others
                 log.warning("guardrail %s failed for agent %s: %s", pattern.name, agent_id, exc)
                 continue
@@ -191,7 +202,7 @@ class Guardrails:
                     continue
                 if _already_acted(finding, pattern, recent, start, now):
                     continue
-                event = await self._act(agent_id, pattern, finding, now, slot)
+                event = await self._act(history, agent_id, pattern, finding, now, slot)
                 if event is None:
                     continue  # recorded (and acted on) by another process
                 recent.append(event)
@@ -200,6 +211,7 @@ class Guardrails:
 
     async def _detect(
         self,
+        history: GuardrailsPort,
         agent_id: str,
         pattern: GuardrailConfig,
         window: list[WindowMessage],
@@ -214,7 +226,7 @@ class Guardrails:
         if pattern.detector == "token_spend":
             return detect.token_spend(pattern, await self._tokens_spent(agent_id, pattern))
         if pattern.detector == CLASSIFIER:
-            return await self._classify(agent_id, pattern, window, blocked)
+            return await self._classify(history, agent_id, pattern, window, blocked)
         raise AssertionError(f"unknown detector {pattern.detector!r}")  # pragma: no cover
 
     async def _tokens_spent(self, agent_id: str, pattern: GuardrailConfig) -> dict[str | None, int]:
@@ -250,6 +262,7 @@ class Guardrails:
 
     async def _classify(
         self,
+        history: GuardrailsPort,
         agent_id: str,
         pattern: GuardrailConfig,
         window: list[WindowMessage],
@@ -266,11 +279,11 @@ class Guardrails:
         for person in people:
             if (pattern.name, person.person_id) in blocked:
                 continue  # already blocked by this pattern: no call until the block ends
-            last = await self.store.last_guardrail_check(agent_id, pattern.name, person.person_id)
+            last = await history.last_guardrail_check(agent_id, pattern.name, person.person_id)
             if last is not None and last.window_end >= person.latest.created_at:
                 continue  # nothing new from them since their last check
             now = self.clock.now()
-            spent = await self.store.guardrail_tokens(agent_id, now - _BUDGET_WINDOW)
+            spent = await history.guardrail_tokens(agent_id, now - _BUDGET_WINDOW)
             if spent >= safety.daily_tokens:  # checked before each call
                 log.info(
                     "guardrail budget of agent %s is spent (%d tokens); classifiers wait", agent_id, spent
@@ -286,7 +299,7 @@ class Guardrails:
                 )
             ):
                 verdict, usage, error = await detect.judge(self._gateway(agent_id), pattern, agent, person)
-            await self.store.add_guardrail_check(
+            await history.add_guardrail_check(
                 GuardrailCheck(
                     id=new_id(now),
                     agent_id=agent_id,
@@ -321,7 +334,13 @@ class Guardrails:
 
     # actions ---------------------------------------------------------------------------------
     async def _act(
-        self, agent_id: str, pattern: GuardrailConfig, finding: detect.Finding, now: datetime, slot: datetime
+        self,
+        history: GuardrailsPort,
+        agent_id: str,
+        pattern: GuardrailConfig,
+        finding: detect.Finding,
+        now: datetime,
+        slot: datetime,
     ) -> GuardrailEvent | None:
         """Record the trigger and act on it; None when its event was already stored (its id
         is derived from the pattern, the subject and the slot): whoever stored it acts."""
@@ -344,11 +363,11 @@ class Guardrails:
             detected_at=now,
             blocked_until=blocked_until,
         )
-        if not await self.store.add_guardrail_event(event):
+        if not await history.add_guardrail_event(event):
             return None
         log.warning("guardrail %s triggered for agent %s: %s", pattern.name, agent_id, event.reason)
-        if "end_conversation" in pattern.actions and finding.conversation_id is not None:
-            closed = await self.store.close_conversation(agent_id, finding.conversation_id, now)
+        if "end_conversation" in pattern.actions and finding.conversation_id is not None and self._dialog:
+            closed = await self._dialog.close_conversation(agent_id, finding.conversation_id, now)
             if closed is not None and self._closed is not None:
                 await self._closed(closed)
         if "notify" in pattern.actions:

@@ -5,7 +5,9 @@ evaluate_seconds`), and once a day cull memories, purge old dialog and
 purge run state and channel ledgers past `[autonomy] run_keep_days`.
 
 `Housekeeping` receives its collaborators explicitly; the conversation jobs it enqueues go
-through `ConversationJobs`, so every enqueue derives the same workflow ids.
+through `ConversationJobs`, so every enqueue derives the same workflow ids. A chore over
+what the store does not keep (`store/capabilities.py`: memory, dialog history, consolidation
+state, model-call checkpoints) is skipped.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from persyn.memory.consolidate import IMPORTED_KIND
 from persyn.runtime.background.conversation_jobs import ConversationJobs
 from persyn.runtime.background.guardrails import Guardrails
 from persyn.store.base import Store
+from persyn.store.capabilities import capability
+from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.store.ports.jobs import ConsolidationStatus
+from persyn.store.ports.model_calls import ModelCallsPort
 
 __all__ = ["Housekeeping"]
 
@@ -50,6 +55,8 @@ class Housekeeping:
         self.agents = agents
         self.jobs = jobs
         self.guardrails = guardrails
+        self._checkpoints: ModelCallsPort | None = capability(store, ModelCallsPort)
+        self._history: DialogHistoryPort | None = capability(store, DialogHistoryPort)
 
     async def close_idle_conversations(self) -> int:
         closed = await self.store.close_idle_conversations(
@@ -66,14 +73,17 @@ class Housekeeping:
         (done there too): their hooks never run, so neither a model call per imported
         conversation nor a culled imported memory coming back."""
         enqueued = 0
+        jobs, history = self.jobs.consolidations, self._history
+        if jobs is None or history is None:
+            return 0  # no consolidation state, or no listing, to sweep by (`store/capabilities.py`)
         cutoff = self.clock.now() - grace
         for agent_id in self.agents:
-            for conversation in await self.store.list_conversations(agent_id, limit=_SWEEP_CONVERSATIONS):
+            for conversation in await history.list_conversations(agent_id, limit=_SWEEP_CONVERSATIONS):
                 if conversation.closed_at is None or conversation.closed_at > cutoff:
                     continue
                 if conversation.kind == IMPORTED_KIND:
                     continue
-                state = await self.store.get_consolidation(agent_id, conversation.id)
+                state = await jobs.get_consolidation(agent_id, conversation.id)
                 if state is not None and state.status is not ConsolidationStatus.PENDING:
                     continue  # done, or failed: retried below when due
                 await self.jobs.enqueue_close_hooks(conversation)
@@ -85,19 +95,24 @@ class Housekeeping:
         config = self.settings.memory
         older_than = self.clock.now() - timedelta(days=config.cull_after_days)
         deleted = 0
+        memory = self.jobs.memory
+        if memory is None:
+            return 0
         for agent_id in self.agents:
-            doomed = await self.store.cull_candidates(
+            doomed = await memory.cull_candidates(
                 agent_id, below_importance=config.cull_below_importance, older_than=older_than
             )
             if doomed:
-                deleted += await self.store.delete_records(agent_id, [r.id for r in doomed])
+                deleted += await memory.delete_records(agent_id, [r.id for r in doomed])
         return deleted
 
     async def purge_old_dialog(self) -> int:
         """Verbatim dialog is kept for `[memory] dialog_retention_days` (SPEC §4.1); the
         memories consolidated from it stay."""
         before = self.clock.now() - timedelta(days=self.settings.memory.dialog_retention_days)
-        return sum([await self.store.purge_dialog(agent_id, before) for agent_id in self.agents])
+        if self._history is None:
+            return 0  # a store without dialog history keeps its dialog its own way
+        return sum([await self._history.purge_dialog(agent_id, before) for agent_id in self.agents])
 
     async def purge_runs(self) -> int:
         """Run state, run conversations and channel ledger entries are kept for `[autonomy]
@@ -121,7 +136,8 @@ class Housekeeping:
                     culled = await self.cull_memories()
                     purged = await self.purge_old_dialog()
                     runs = await self.purge_runs()
-                    await self.store.purge_model_calls(self.clock.now() - MODEL_CALL_KEEP)
+                    if self._checkpoints is not None:
+                        await self._checkpoints.purge_model_calls(self.clock.now() - MODEL_CALL_KEEP)
                     last_cull = self.clock.now()
                     if culled or purged or runs:
                         log.info(

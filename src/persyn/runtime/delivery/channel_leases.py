@@ -51,11 +51,15 @@ class ChannelOwnership:
     """Connects the networks of `channels` whose lease this process holds, and only those.
     `start` tries every lease once (so what this process connects is known when it returns),
     then keeps trying in the background; `stop` disconnects and gives the leases up.
-    `settle` is one such round, for a test to drive with a clock it moves."""
+    `settle` is one such round, for a test to drive with a clock it moves.
+
+    `store` None is a store without channel leases (`store/capabilities.py`): this process
+    then connects every network, as the only one (`persyn doctor` names the missing capability,
+    so an operator running two processes on such a store learns why both joined)."""
 
     def __init__(
         self,
-        store: LeasesPort,
+        store: LeasesPort | None,
         clock: Clock,
         channels: Sequence[LeasedChannel],
         *,
@@ -99,6 +103,10 @@ class ChannelOwnership:
 
     async def _settle(self, channel: LeasedChannel) -> None:
         service, now = channel.service, self._clock.now()
+        if self._store is None:
+            if service not in self.connected:
+                await self._connect(channel)
+            return
         try:
             lease = await self._store.acquire_lease(channel_lease(service), self.holder, now, self._ttl)
         except Exception as exc:  # the store is away: keep what we hold until it lapses
@@ -129,8 +137,9 @@ class ChannelOwnership:
             log.warning("%s: connecting failed: %s", channel.service, exc)
             with contextlib.suppress(Exception):
                 await built.stop()
-            with contextlib.suppress(Exception):  # so another process may try it meanwhile
-                await self._store.release_lease(channel_lease(channel.service), self.holder)
+            if self._store is not None:
+                with contextlib.suppress(Exception):  # so another process may try it meanwhile
+                    await self._store.release_lease(channel_lease(channel.service), self.holder)
             return
         self.connected[channel.service] = built
         self._report(f"{channel.service}: connected by this process ({self.holder})")
@@ -154,6 +163,8 @@ class ChannelOwnership:
             channel = self.connected.pop(service)
             with contextlib.suppress(Exception):
                 await channel.stop()
+            if self._store is None:
+                continue
             try:
                 await self._store.release_lease(channel_lease(service), self.holder)
             except Exception as exc:  # it lapses on its own

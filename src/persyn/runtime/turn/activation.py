@@ -33,7 +33,8 @@ from persyn.runtime.channel import Channel, safe_sink
 from persyn.runtime.turn.models import ClosedRun, Draft, Received, TransmitResult
 from persyn.runtime.turn.tool_steps import ToolSteps
 from persyn.store.base import Conversation, Message, Role, Store
-from persyn.store.ports.emotions import EmotionReading, top_category
+from persyn.store.capabilities import capability
+from persyn.store.ports.emotions import EmotionReading, EmotionsPort, top_category
 from persyn.usage import context as usage_context
 
 __all__ = ["ActivationSteps", "RunCloser", "TurnCache", "record_deliberation"]
@@ -54,6 +55,7 @@ class TurnCache:
 
     def __init__(self, store: Store, settings: Settings) -> None:
         self._store = store
+        self._readings: EmotionsPort | None = capability(store, EmotionsPort)
         self._settings = settings
         self.events: dict[str, Event] = {}
         self.dialogs: dict[str, list[Message]] = {}  # input last, by event id
@@ -111,13 +113,15 @@ class TurnCache:
         `[emotion] trajectory`), for the reluctance at receive, the prompt's trajectory and the
         decision's current state alike; dropped at transmit. Readings are written after a
         turn (its `persyn.feel`), so a turn's steps judge one state, not one that changed
-        between its draft and its decision."""
+        between its draft and its decision. None without the store's emotion history."""
+        if self._readings is None:
+            return []
         reading = self._emotions.get(setup.event_id)
         if reading is None or (reading.done() and (reading.cancelled() or reading.exception() is not None)):
             if len(self._emotions) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
                 self._emotions.pop(next(iter(self._emotions)))
             most = max(limit, self._settings.emotion.trajectory, 1)
-            reading = asyncio.ensure_future(self._store.recent_emotions(setup.agent_id, most))
+            reading = asyncio.ensure_future(self._readings.recent_emotions(setup.agent_id, most))
             self._emotions[setup.event_id] = reading
         return list((await asyncio.shield(reading))[:limit])
 
@@ -188,6 +192,7 @@ class ActivationSteps:
     ) -> None:
         self.settings = settings
         self.store = store
+        self._emotions: EmotionsPort | None = capability(store, EmotionsPort)
         self.clock = clock
         self.agents = agents
         self.gateways = gateways
@@ -459,7 +464,10 @@ class ActivationSteps:
         (stage `emotion`) over the exchange, kept as a reading keyed by the event. A failed
         or unusable answer keeps no reading; the reply was already sent. When the agent has
         answered again in the conversation since, this exchange is left to that reading; a
-        trivially short one (`[emotion] min_words`) is not read."""
+        trivially short one (`[emotion] min_words`) is not read; without the store's emotion
+        history (`store/capabilities.py`) nothing is read."""
+        if self._emotions is None:
+            return
         dialog = await self.store.recent_messages(agent_id, conversation_id, 6)
         if not dialog or emotion.covered_by_later(dialog, event_id):
             return
@@ -471,7 +479,7 @@ class ActivationSteps:
         )
         if distribution is None:
             return
-        await self.store.add_emotion_reading(
+        await self._emotions.add_emotion_reading(
             EmotionReading(
                 id=derived_id(id_time(event_id), event_id, "emotion"),
                 agent_id=agent_id,

@@ -56,6 +56,8 @@ from persyn.memory.consolidate import default_sensitivity
 from persyn.runtime.background.autonomy import narrow_run, recent_activity, run_provenance
 from persyn.runtime.turn.images import ImageService
 from persyn.store.base import Provenance, ReminderAction, Store
+from persyn.store.capabilities import capability
+from persyn.store.ports.activity import ActivityPort
 from persyn.tools.activation import Audience, FixedProvenance, RunProvenance
 from persyn.tools.mcp.servers import McpTools
 from persyn.tools.providers import ToolScope, tool_providers
@@ -159,7 +161,7 @@ def build_registry(
         return await deps.outreach.messages_sent(agent_id, event_id)
 
     async def activity(limit: int, kind: str | None) -> list[Any]:
-        entries = await recent_activity(store, agent_id, _ACTIVITY_SCAN, kind)
+        entries = await recent_activity(capability(store, ActivityPort), agent_id, _ACTIVITY_SCAN, kind)
         return [e for e in entries if audience.sees(e.provenance)][:limit]
 
     registry = ToolRegistry(config=settings.tools)

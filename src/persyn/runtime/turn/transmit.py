@@ -34,6 +34,8 @@ from persyn.runtime.turn.models import AUTO_SPEAK, Draft, TransmitRequest, Trans
 from persyn.runtime.turn.pacing import PacingHold
 from persyn.store import Store
 from persyn.store.base import Message, ReplyUpkeep, Role
+from persyn.store.capabilities import capability
+from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.store.ports.guardrails import GuardrailEvent
 from persyn.store.ports.outbox import OutboxRow
 
@@ -96,6 +98,7 @@ class Transmitter:
         guardrails: GuardrailGate | None = None,
     ) -> None:
         self._store = store
+        self._history: DialogHistoryPort | None = capability(store, DialogHistoryPort)
         self._settings = settings
         self._clock = clock
         self._agents = agents
@@ -460,7 +463,7 @@ class Transmitter:
         was not in this conversation (the reply may repeat what was said here). That is the
         asker's own private channel on the same service (named by their speaker id or name, as
         IRC names a private chat and the agent link an agent), or a channel whose latest
-        conversation had no one else in it."""
+        conversation had no one else in it (known only from the store's dialog history)."""
         speaker = event.speaker
         if (
             speaker is not None
@@ -468,10 +471,12 @@ class Transmitter:
             and channel.lower() in (speaker.speaker_id.lower(), speaker.display_name.lower())
         ):
             return True
+        if self._history is None:
+            return False
         present = set(setup.participant_ids or ()) | ({setup.person_id} if setup.person_id else set())
         there = [
             c
-            for c in await self._store.list_conversations(setup.agent_id, channel=channel, limit=5)
+            for c in await self._history.list_conversations(setup.agent_id, channel=channel, limit=5)
             if c.service == service
         ]
         return bool(there) and set(there[0].participant_ids) <= present

@@ -1,4 +1,6 @@
-"""The dialog sub-port (SPEC §4.1): conversations, their messages and full-text search over them."""
+"""The dialog sub-ports (SPEC §4.1): conversations and their messages as a turn reads and
+writes them (`DialogPort`, part of `Store`), and listing, closing, full-text search and
+purging beyond a turn (`DialogHistoryPort`, a capability)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,15 @@ from typing import Annotated
 
 from persyn.store.rows import AgentId, Row, ulid
 
-__all__ = ["Conversation", "ConversationId", "DialogPort", "Message", "PersonId", "Role"]
+__all__ = [
+    "Conversation",
+    "ConversationId",
+    "DialogHistoryPort",
+    "DialogPort",
+    "Message",
+    "PersonId",
+    "Role",
+]
 
 
 class Role(StrEnum):
@@ -51,7 +61,7 @@ class Message(Row):
 
 
 class DialogPort(ABC):
-    """Conversations and what was said in them."""
+    """Conversations and what was said in them, as far as a turn needs them; part of `Store`."""
 
     @abstractmethod
     async def open_conversation(
@@ -72,28 +82,10 @@ class DialogPort(ABC):
     async def get_conversation(self, agent_id: str, conversation_id: str) -> Conversation | None: ...
 
     @abstractmethod
-    async def list_conversations(
-        self, agent_id: str, *, channel: str | None = None, limit: int = 50
-    ) -> list[Conversation]:
-        """Newest first."""
-
-    @abstractmethod
-    async def person_conversations(self, agent_id: str, person_id: str, limit: int) -> list[Conversation]:
-        """The `limit` latest conversations (by start, newest first) a person took part in,
-        from the participant index: the cost grows with `limit`, not with their history."""
-
-    @abstractmethod
     async def close_idle_conversations(
         self, agent_id: str | None, now: datetime, idle_timeout_seconds: float
     ) -> list[Conversation]:
         """Close every open conversation idle longer than the timeout; return those closed."""
-
-    @abstractmethod
-    async def close_conversation(
-        self, agent_id: str, conversation_id: str, now: datetime
-    ) -> Conversation | None:
-        """Close one conversation now (a self-initiated run is one conversation); None if it
-        does not exist or was already closed — so its close hooks are enqueued only once."""
 
     @abstractmethod
     async def add_message(self, message: Message) -> bool:
@@ -121,6 +113,29 @@ class DialogPort(ABC):
 
     @abstractmethod
     async def agent_reply_for_event(self, agent_id: str, event_id: str) -> Message | None: ...
+
+
+class DialogHistoryPort(ABC):
+    """Conversations beyond the ones a turn is in: listing, closing one now, searching and
+    purging dialog. The "dialog history" capability (`store/capabilities.py`)."""
+
+    @abstractmethod
+    async def list_conversations(
+        self, agent_id: str, *, channel: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        """Newest first."""
+
+    @abstractmethod
+    async def person_conversations(self, agent_id: str, person_id: str, limit: int) -> list[Conversation]:
+        """The `limit` latest conversations (by start, newest first) a person took part in,
+        from the participant index: the cost grows with `limit`, not with their history."""
+
+    @abstractmethod
+    async def close_conversation(
+        self, agent_id: str, conversation_id: str, now: datetime
+    ) -> Conversation | None:
+        """Close one conversation now (a self-initiated run is one conversation); None if it
+        does not exist or was already closed — so its close hooks are enqueued only once."""
 
     @abstractmethod
     async def search_messages(

@@ -1,5 +1,7 @@
-"""The directory sub-port (SPEC §4.4, §4.5): agents, persons and the identities they write
-from, contact addresses and per-person preferences."""
+"""The directory sub-ports (SPEC §4.4, §4.5): agents, persons and the identities they write
+from (`DirectoryPort`, part of `Store`: who speaks), and the contact directory beyond it —
+listing, renaming, identities, merging, contact addresses and per-person preferences
+(`ContactsPort`, a capability)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from persyn.store.rows import Row, ulid
 __all__ = [
     "AgentRow",
     "ContactAddress",
+    "ContactsPort",
     "DirectoryPort",
     "Identity",
     "Person",
@@ -91,13 +94,10 @@ class ContactAddress(Row):
 
 
 class DirectoryPort(ABC):
-    """Who the agents are and whom they know."""
+    """Who the agents are and who speaks, as a turn needs it; part of `Store`."""
 
     @abstractmethod
     async def ensure_agent(self, agent_id: str, name: str, now: datetime) -> AgentRow: ...
-
-    @abstractmethod
-    async def list_agents(self) -> list[AgentRow]: ...
 
     @abstractmethod
     async def resolve_person(
@@ -106,12 +106,21 @@ class DirectoryPort(ABC):
         """The person holding `identity`, created on first contact. Updates last interaction."""
 
     @abstractmethod
+    async def get_person(self, agent_id: str, person_id: str) -> Person | None: ...
+
+
+class ContactsPort(ABC):
+    """The contact directory beyond resolving who speaks: listing, renaming, identities,
+    merging, addresses and preferences. The "contact directory" capability
+    (`store/capabilities.py`)."""
+
+    @abstractmethod
+    async def list_agents(self) -> list[AgentRow]: ...
+
+    @abstractmethod
     async def touch_person(self, agent_id: str, person_id: str, at: datetime) -> None:
         """The person was seen at `at` (history brought in by `persyn memory import`): their
         last interaction moves forward to it, never back. An unknown person is left alone."""
-
-    @abstractmethod
-    async def get_person(self, agent_id: str, person_id: str) -> Person | None: ...
 
     @abstractmethod
     async def list_persons(self, agent_id: str) -> list[Person]: ...

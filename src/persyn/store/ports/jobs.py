@@ -1,5 +1,6 @@
-"""The conversation-jobs part of the `Store` port: consolidation state and extraction
-watermarks (ARCHITECTURE §4), with their row types.
+"""The conversation jobs' storage (ARCHITECTURE §4), with their row types: consolidation
+state (`JobsPort`, the "consolidation jobs" capability: `store/capabilities.py`) and the
+extraction watermarks (`WatermarksPort`, part of `Store`: every incremental reader uses them).
 
 Both were flag prefixes (`consolidated:`, `graph-seen:`, `observed-seen:`) until migration
 13 moved them here: a consolidation is a small state machine that a sweep must be able to
@@ -25,6 +26,7 @@ __all__ = [
     "ConsolidationStatus",
     "JobsPort",
     "Watermark",
+    "WatermarksPort",
 ]
 
 MAX_ERROR_CHARS = 2000
@@ -94,7 +96,7 @@ class Watermark(BaseModel):
 
 
 class JobsPort(ABC):
-    """Consolidation state and extraction watermarks; mixed into `Store`."""
+    """Consolidation state: the "consolidation jobs" capability."""
 
     # consolidation state ---------------------------------------------------------------
     @abstractmethod
@@ -115,7 +117,10 @@ class JobsPort(ABC):
         """Every agent's consolidations in `status`, oldest update first; with `due_by`, only
         those whose next attempt is due by then."""
 
-    # extraction watermarks -------------------------------------------------------------
+
+class WatermarksPort(ABC):
+    """Extraction watermarks (`store/unread.py`); mixed into `Store`."""
+
     @abstractmethod
     async def get_watermark(self, agent_id: str, conversation_id: str, reader: str) -> str | None:
         """The id of the last message `reader` has read in the conversation (None: none yet)."""

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from persyn.core.events import CompletionMarker
 from persyn.store.base import Conversation, Identity, Message, Person, ReplyUpkeep
-from persyn.store.capabilities import GraphStore
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.outbox import OutboxRow
 from persyn.store.schema import migrations
 from persyn.store.schema.tables import checked_id
@@ -61,7 +61,7 @@ class SqlStore(
     SqlArtifacts,
     SqlModelCalls,
     SqlLeases,
-    GraphStore,
+    FullStore,
 ):
     """`Store` with the knowledge graph over SQLAlchemy Core, less what each backend does its
     own way: message and keyword search, vectors, the engines and the migrations."""

@@ -9,8 +9,8 @@ import pytest
 from persyn.core.errors import InputError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
-from persyn.store import Store
 from persyn.store.base import Provenance
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.activity import UNATTRIBUTED_RUN, ActivityEntry
 from persyn.testing.store_contract.base import Contract
 
@@ -30,7 +30,7 @@ class ActivityContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
     async def test_runs_come_back_newest_first_with_everything_they_were_logged_with(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         agent_id, other = new_id(), new_id()
         reminder_id, conversation_id = new_id(), new_id()
@@ -54,7 +54,7 @@ class ActivityContract(Contract):
         assert len(await store.recent_activity(agent_id, limit=10, since=T0 - MINUTE)) == 2
         assert await store.recent_activity(agent_id, limit=0) == []
 
-    async def test_logging_a_run_again_replaces_it(self, store: Store) -> None:
+    async def test_logging_a_run_again_replaces_it(self, store: FullStore) -> None:
         agent_id = new_id()
         entry = _run(agent_id, T0)
         await store.add_activity(entry)
@@ -62,7 +62,7 @@ class ActivityContract(Contract):
         (stored,) = await store.recent_activity(agent_id, limit=10)
         assert (stored.outcome, stored.tokens) == ("said: hello", 30)
 
-    async def test_the_token_window_is_half_open_and_per_agent(self, store: Store) -> None:
+    async def test_the_token_window_is_half_open_and_per_agent(self, store: FullStore) -> None:
         agent_id = new_id()
         for minutes in (0, 10, 20, 30):
             await store.add_activity(_run(agent_id, T0 - minutes * MINUTE))
@@ -72,13 +72,13 @@ class ActivityContract(Contract):
         assert await store.purge_activity(agent_id, T0 - 10 * MINUTE) == 2
         assert [r.at for r in await store.recent_activity(agent_id, limit=10)] == [T0, T0 - 10 * MINUTE]
 
-    async def test_a_run_with_a_bad_id_is_refused(self, store: Store) -> None:
+    async def test_a_run_with_a_bad_id_is_refused(self, store: FullStore) -> None:
         with pytest.raises(InputError, match="run id"):
             await store.add_activity(_run(new_id(), T0, id="run-1"))
         with pytest.raises(InputError, match="agent id"):
             await store.add_activity(_run("ada", T0))
 
-    async def test_deliberation_traces_merge_by_key_per_event(self, store: Store) -> None:
+    async def test_deliberation_traces_merge_by_key_per_event(self, store: FullStore) -> None:
         agent_id, event_id, other_event = new_id(), new_id(), new_id()
         await store.merge_deliberation(
             agent_id, event_id, {"mode": "deferred", "critiques": [{"lens": "x"}]}, T0

@@ -9,7 +9,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from persyn.core.ids import new_id
-from persyn.store import Store
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.artifacts import ArtifactVersion
 from persyn.testing.store_contract.base import Contract
 
@@ -35,7 +35,7 @@ def _version(
 class ArtifactsContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
-    async def test_versions_are_numbered_attributed_and_kept_whole(self, store: Store) -> None:
+    async def test_versions_are_numbered_attributed_and_kept_whole(self, store: FullStore) -> None:
         first = await store.add_artifact_version(
             _version("irc:#plans", "trip.md", ADA, "Day 1: Kyoto", T0), base=0
         )
@@ -61,13 +61,13 @@ class ArtifactsContract(Contract):
         # The same name in another scope is another artifact.
         assert await store.artifact_versions("irc:#other", "trip.md") == []
 
-    async def test_a_stale_base_stores_nothing(self, store: Store) -> None:
+    async def test_a_stale_base_stores_nothing(self, store: FullStore) -> None:
         assert await store.add_artifact_version(_version("s:c", "doc", ADA, "one", T0), base=0) is not None
         assert await store.add_artifact_version(_version("s:c", "doc", BEA, "clobber", T0), base=0) is None
         assert await store.add_artifact_version(_version("s:c", "doc", BEA, "from 5", T0), base=5) is None
         assert [v.content for v in await store.artifact_versions("s:c", "doc")] == ["one"]
 
-    async def test_concurrent_writers_get_distinct_numbers_and_one_base_wins(self, store: Store) -> None:
+    async def test_concurrent_writers_get_distinct_numbers_and_one_base_wins(self, store: FullStore) -> None:
         writes = [
             store.add_artifact_version(
                 _version("s:c", "log", agent, f"{agent}-{i}", T0 + timedelta(seconds=i)), base=None
@@ -82,7 +82,7 @@ class ArtifactsContract(Contract):
         assert sorted(v is None for v in raced) == [False, True]
         assert len(await store.artifact_versions("s:c", "log")) == 11
 
-    async def test_a_listing_answers_only_for_the_scopes_asked(self, store: Store) -> None:
+    async def test_a_listing_answers_only_for_the_scopes_asked(self, store: FullStore) -> None:
         await store.add_artifact_version(_version("s:a", "x", ADA, "1", T0), base=None)
         await store.add_artifact_version(_version("s:a", "x", BEA, "2", T0 + timedelta(minutes=2)), base=None)
         await store.add_artifact_version(_version("s:a", "x", ADA, "3", T0 + timedelta(minutes=3)), base=None)

@@ -2,59 +2,75 @@
 fixture its user supplies, and the table of which port each contract group exercises.
 
 A group is one module of this package (`graph`, `memory`, ...) and its one class. A group
-whose port is a capability (`store/capabilities.py`) skips, naming the capability, when the
-factory's store does not offer it; a group whose port is `Store` is required of every backend.
+that uses optional capabilities (`store/capabilities.py`) skips, naming those missing, when the
+factory's store does not offer them; a group that needs only the core is required of every backend.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import cast
 
 import pytest
 
 from persyn.store import Store
-from persyn.store.capabilities import CAPABILITIES, GraphStore, capability
+from persyn.store.capabilities import FullStore, capability, capability_name
+from persyn.store.ports.activity import ActivityPort
+from persyn.store.ports.artifacts import ArtifactsPort
+from persyn.store.ports.dialog import DialogHistoryPort
+from persyn.store.ports.directory import ContactsPort
+from persyn.store.ports.emotions import EmotionsPort
+from persyn.store.ports.graph import GraphPort
+from persyn.store.ports.guardrails import GuardrailsPort
+from persyn.store.ports.jobs import JobsPort
+from persyn.store.ports.leases import LeasesPort
+from persyn.store.ports.memory import MemoryPort
+from persyn.store.ports.model_calls import ModelCallsPort
+from persyn.store.ports.schedule import SchedulePort
+from persyn.store.ports.web_keys import WebKeysPort
 
-__all__ = ["GROUP_PORTS", "Contract", "StoreFactory"]
+__all__ = ["GROUP_PORTS", "Contract", "StoreFactory", "full"]
 
 StoreFactory = Callable[[], Store]
 """Opens a new store, not yet set up, on the one database of the running test; each call is
 another connection to that database, as another process would open. It must pickle (a module-level
 function or a `functools.partial` of one): the two-process test calls it in spawned interpreters."""
 
-# Contract group (module of this package) -> the port its tests exercise. A port that becomes an
-# optional capability: its store-shaped type from store/capabilities.py here, and the group skips
-# on a backend without it. Tests a backend adds in its own subclass are held to `Store`.
-GROUP_PORTS: dict[str, type[Store]] = {
-    "activity": Store,
-    "artifacts": Store,
-    "core": Store,
-    "dialog": Store,
-    "directory": Store,
-    "graph": GraphStore,
-    "guardrail_slots": Store,
-    "guardrails": Store,
-    "jobs": Store,
-    "leases": Store,
-    "memory": Store,
-    "model_calls": Store,
-    "outbox": Store,
-    "people": Store,
-    "recall": Store,
-    "runs": Store,
-    "schedule": Store,
-    "web_keys": Store,
+# Contract group (module of this package) -> the optional capabilities (their ports, from
+# store/capabilities.py) its tests use besides the required core: the group skips, naming what is
+# missing, on a backend without one of them. Empty: the group is required of every backend. Tests a
+# backend adds in its own subclass are held to the core.
+GROUP_PORTS: dict[str, tuple[type, ...]] = {
+    "activity": (ActivityPort,),
+    "artifacts": (ArtifactsPort,),
+    "core": (ContactsPort, DialogHistoryPort),
+    "dialog": (ContactsPort, DialogHistoryPort),
+    "directory": (MemoryPort, ContactsPort, DialogHistoryPort),
+    "graph": (ContactsPort, GraphPort),
+    "guardrail_slots": (GuardrailsPort,),
+    "guardrails": (EmotionsPort, GuardrailsPort),
+    "jobs": (JobsPort,),
+    "leases": (LeasesPort,),
+    "memory": (MemoryPort, JobsPort, DialogHistoryPort),
+    "model_calls": (ModelCallsPort,),
+    "outbox": (),
+    "people": (MemoryPort, ContactsPort),
+    "recall": (MemoryPort,),
+    "runs": (),
+    "schedule": (SchedulePort,),
+    "web_keys": (WebKeysPort,),
 }
+
+
+def full(store: Store) -> FullStore:
+    """`store`, typed with every capability: for a store a test opens itself (another connection)
+    in a group whose capabilities the `store` fixture has already found on the same backend."""
+    return cast(FullStore, store)
 
 
 def group_of(test: Callable[..., object]) -> str:
     """The contract group a test method belongs to: the module of this package it is written in."""
     return test.__module__.rsplit(".", 1)[-1]
-
-
-def capability_name(port: type[Store]) -> str:
-    """The operator's name of the capability `port` offers (`knowledge graph`), else the type's."""
-    return next((name for name, offered in CAPABILITIES.items() if issubclass(port, offered)), port.__name__)
 
 
 class Contract:
@@ -75,12 +91,13 @@ class Contract:
     ) -> AsyncIterator[Store]:
         """A set-up store on the test's fresh database, as its group's port; skips when the store
         does not offer that capability."""
-        port = GROUP_PORTS.get(group_of(request.function), Store)  # a backend's own tests: `Store`
+        ports = GROUP_PORTS.get(group_of(request.function), ())  # a backend's own tests: the core
         opened = store_factory()
         await opened.setup()
         try:
-            if capability(opened, port) is None:
-                pytest.skip(f"this store offers no {capability_name(port)} ({port.__name__})")
+            missing = [capability_name(port) for port in ports if capability(opened, port) is None]
+            if missing:
+                pytest.skip(f"this store offers no {', '.join(missing)}")
             yield opened
         finally:
             await opened.close()

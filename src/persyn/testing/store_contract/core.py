@@ -14,9 +14,10 @@ import pytest
 from persyn.core.errors import InputError, StoreError
 from persyn.core.events import CompletionMarker, Event, Speaker
 from persyn.core.ids import derived_id, new_id
-from persyn.store import Conversation, Identity, Message, Person, Role, Store
+from persyn.store import Conversation, Identity, Message, Person, Role
+from persyn.store.capabilities import FullStore
 from persyn.store.schema.migrations import LATEST_VERSION
-from persyn.testing.store_contract.base import Contract, StoreFactory
+from persyn.testing.store_contract.base import Contract, StoreFactory, full
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 HOUR = 3600.0
@@ -40,7 +41,11 @@ def _identity(speaker_id: str = "u1", channel: str = "main") -> Identity:
 
 
 async def _open(
-    store: Store, agent_id: str, channel: str = "main", at: datetime = T0, participants: tuple[str, ...] = ()
+    store: FullStore,
+    agent_id: str,
+    channel: str = "main",
+    at: datetime = T0,
+    participants: tuple[str, ...] = (),
 ) -> Conversation:
     return await store.open_conversation(agent_id, "terminal", channel, participants, at, HOUR)
 
@@ -67,7 +72,9 @@ def _message(
     )
 
 
-async def _say(store: Store, conversation: Conversation, *texts: str, start: datetime = T0) -> list[Message]:
+async def _say(
+    store: FullStore, conversation: Conversation, *texts: str, start: datetime = T0
+) -> list[Message]:
     said = [_message(conversation, text, start + timedelta(seconds=i)) for i, text in enumerate(texts)]
     for message in said:
         assert await store.add_message(message)
@@ -78,19 +85,19 @@ class CoreContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
     # lifecycle and agents -------------------------------------------------------------------
-    async def test_setup_is_idempotent_and_reports_the_latest_version(self, store: Store) -> None:
+    async def test_setup_is_idempotent_and_reports_the_latest_version(self, store: FullStore) -> None:
         await store.setup()
         assert await store.schema_version() == LATEST_VERSION
 
     async def test_a_closed_store_refuses_work(self, store_factory: StoreFactory) -> None:
-        closed = store_factory()
+        closed = full(store_factory())
         await closed.setup()
         await closed.close()
         await closed.close()  # idempotent
         with pytest.raises(StoreError, match="closed"):
             await closed.count_messages(new_id())
 
-    async def test_ensure_agent_creates_once_and_follows_renames(self, store: Store) -> None:
+    async def test_ensure_agent_creates_once_and_follows_renames(self, store: FullStore) -> None:
         agent_id = new_id()
         first = await store.ensure_agent(agent_id, "Anna", T0)
         again = await store.ensure_agent(agent_id, "Anna II", T0 + timedelta(days=1))
@@ -98,7 +105,7 @@ class CoreContract(Contract):
         other = await store.ensure_agent(new_id(), "Bob", T0 + timedelta(days=2))
         assert await store.list_agents() == [again, other]
 
-    async def test_non_ulid_ids_are_rejected_before_anything_is_stored(self, store: Store) -> None:
+    async def test_non_ulid_ids_are_rejected_before_anything_is_stored(self, store: FullStore) -> None:
         with pytest.raises(InputError, match="not-an-id"):
             await store.ensure_agent("not-an-id", "Anna", T0)
         event = _event(new_id()).model_copy(update={"id": "evt-1"})
@@ -116,7 +123,7 @@ class CoreContract(Contract):
         ],
     )
     async def test_a_message_with_a_bad_id_never_reaches_a_backend(
-        self, store: Store, field: str, bad: str, complaint: str
+        self, store: FullStore, field: str, bad: str, complaint: str
     ) -> None:
         """The row type checks its ids as it is built, the same for every backend: a message
         with a bad id cannot be made, so nothing of it is stored."""
@@ -151,14 +158,14 @@ class CoreContract(Contract):
                 last_interaction_at=None,
             )  # fmt: skip
 
-    async def test_times_come_back_timezone_aware_utc(self, store: Store) -> None:
+    async def test_times_come_back_timezone_aware_utc(self, store: FullStore) -> None:
         eastern = timezone(timedelta(hours=-5))
         agent = await store.ensure_agent(new_id(), "Anna", datetime(2026, 1, 5, 4, 0, tzinfo=eastern))
         assert agent.created_at.tzinfo is UTC
         assert agent.created_at == T0
 
     # events and completion markers ------------------------------------------------------------
-    async def test_save_event_round_trips_and_deduplicates_on_id(self, store: Store) -> None:
+    async def test_save_event_round_trips_and_deduplicates_on_id(self, store: FullStore) -> None:
         agent_id = new_id()
         event = _event(agent_id, "first")
         assert await store.save_event(event) is True
@@ -166,7 +173,7 @@ class CoreContract(Contract):
         assert await store.get_event(agent_id, event.id) == event
         assert await store.get_event(agent_id, new_id()) is None
 
-    async def test_a_marker_is_replaced_expires_at_now_and_is_purged(self, store: Store) -> None:
+    async def test_a_marker_is_replaced_expires_at_now_and_is_purged(self, store: FullStore) -> None:
         agent_id = new_id()
         event_id = new_id(T0)
         first = CompletionMarker(
@@ -192,7 +199,7 @@ class CoreContract(Contract):
         assert await store.get_marker(agent_id, later.event_id, T0) == later
 
     # persons -------------------------------------------------------------------------------------
-    async def test_resolve_person_creates_once_and_tracks_last_interaction(self, store: Store) -> None:
+    async def test_resolve_person_creates_once_and_tracks_last_interaction(self, store: FullStore) -> None:
         agent_id = new_id()
         ann = await store.resolve_person(agent_id, _identity("u1"), "Ann", "human", T0)
         assert (ann.display_name, ann.kind, ann.created_at, ann.last_interaction_at) == (
@@ -218,7 +225,7 @@ class CoreContract(Contract):
         assert await store.get_person(agent_id, new_id()) is None
         assert [p.id for p in await store.list_persons(agent_id)] == [ann.id, bot.id]
 
-    async def test_concurrent_first_contacts_yield_one_person(self, store: Store) -> None:
+    async def test_concurrent_first_contacts_yield_one_person(self, store: FullStore) -> None:
         agent_id = new_id()
         resolved = await asyncio.gather(
             *(store.resolve_person(agent_id, _identity("u1"), "Ann", "human", T0) for _ in range(20))
@@ -226,7 +233,7 @@ class CoreContract(Contract):
         assert len({person.id for person in resolved}) == 1
         assert len(await store.list_persons(agent_id)) == 1
 
-    async def test_rename_person(self, store: Store) -> None:
+    async def test_rename_person(self, store: FullStore) -> None:
         agent_id = new_id()
         ann = await store.resolve_person(agent_id, _identity(), "Ann", "human", T0)
         renamed = await store.rename_person(agent_id, ann.id, "Annabel")
@@ -235,7 +242,7 @@ class CoreContract(Contract):
         with pytest.raises(StoreError):
             await store.rename_person(agent_id, new_id(), "Nobody")
 
-    async def test_preferences_are_per_person_and_overwritten(self, store: Store) -> None:
+    async def test_preferences_are_per_person_and_overwritten(self, store: FullStore) -> None:
         agent_id = new_id()
         ann = await store.resolve_person(agent_id, _identity("u1"), "Ann", "human", T0)
         bob = await store.resolve_person(agent_id, _identity("u2"), "Bob", "human", T0)
@@ -249,7 +256,7 @@ class CoreContract(Contract):
 
     # conversations -------------------------------------------------------------------------------
     async def test_open_conversation_is_reused_while_active_and_unions_participants(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         agent_id = new_id()
         ann, bob = new_id(), new_id()
@@ -268,7 +275,7 @@ class CoreContract(Contract):
         assert await store.get_conversation(agent_id, first.id) == same
         assert await store.get_conversation(agent_id, new_id()) is None
 
-    async def test_an_idle_conversation_is_closed_and_succeeded(self, store: Store) -> None:
+    async def test_an_idle_conversation_is_closed_and_succeeded(self, store: FullStore) -> None:
         agent_id = new_id()
         first = await _open(store, agent_id)
         at_timeout = T0 + timedelta(seconds=HOUR)
@@ -281,7 +288,7 @@ class CoreContract(Contract):
         assert closed is not None
         assert closed.closed_at == after
 
-    async def test_conversation_kinds_and_channels_are_separate(self, store: Store) -> None:
+    async def test_conversation_kinds_and_channels_are_separate(self, store: FullStore) -> None:
         agent_id = new_id()
         dialog = await _open(store, agent_id)
         reflection = await store.open_conversation(
@@ -291,7 +298,7 @@ class CoreContract(Contract):
         assert len({dialog.id, reflection.id, elsewhere.id}) == 3
         assert reflection.kind == "reflection"
 
-    async def test_close_idle_conversations(self, store: Store) -> None:
+    async def test_close_idle_conversations(self, store: FullStore) -> None:
         agent_a, agent_b = new_id(), new_id()
         stale = await _open(store, agent_a, channel="stale")
         fresh = await _open(store, agent_a, channel="fresh", at=T0 + timedelta(hours=2))
@@ -307,7 +314,7 @@ class CoreContract(Contract):
         assert still_open is not None
         assert still_open.closed_at is None
 
-    async def test_list_conversations_newest_first_and_by_channel(self, store: Store) -> None:
+    async def test_list_conversations_newest_first_and_by_channel(self, store: FullStore) -> None:
         agent_id = new_id()
         opened = [
             await _open(store, agent_id, channel=channel, at=T0 + timedelta(hours=2 * i))  # a: idle, reopened
@@ -322,7 +329,7 @@ class CoreContract(Contract):
         ]
         assert await store.list_conversations(agent_id, channel="none") == []
 
-    async def test_close_conversation_closes_one_conversation_once(self, store: Store) -> None:
+    async def test_close_conversation_closes_one_conversation_once(self, store: FullStore) -> None:
         agent_id = new_id()
         now = datetime(2026, 11, 30, 9, tzinfo=UTC)
         mine = await store.open_conversation(agent_id, "self", "heartbeat", [], now, 3600, kind="reflection")

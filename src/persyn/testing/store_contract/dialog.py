@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 from persyn.core.errors import StoreError
 from persyn.core.events import CompletionMarker
 from persyn.core.ids import new_id
-from persyn.store import Conversation, Message, Person, Role, Store
+from persyn.store import Conversation, Message, Person, Role
 from persyn.store.base import ReplyUpkeep
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.runs import ChannelEntry, SpendKind
-from persyn.testing.store_contract.base import Contract, StoreFactory
+from persyn.testing.store_contract.base import Contract, StoreFactory, full
 from persyn.testing.store_contract.core import HOUR, T0, _event, _identity, _message, _open, _say
 
 HOSTILE_QUERIES = [
@@ -41,7 +42,7 @@ def _write_from_process(store_factory: StoreFactory, agent_id: str, worker: int,
 
 
 async def _write_many(store_factory: StoreFactory, agent_id: str, worker: int) -> None:
-    store = store_factory()
+    store = full(store_factory())
     try:
         await store.setup()  # racing the other process's setup on a fresh database
         await store.resolve_person(agent_id, _identity("shared"), "Ann", "human", T0)
@@ -60,7 +61,7 @@ class DialogContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
     # dialog ----------------------------------------------------------------------------------------
-    async def test_add_message_is_idempotent(self, store: Store) -> None:
+    async def test_add_message_is_idempotent(self, store: FullStore) -> None:
         agent_id = new_id()
         conversation = await _open(store, agent_id)
         event_id = new_id(T0)
@@ -83,7 +84,7 @@ class DialogContract(Contract):
         assert await store.agent_reply_for_event(agent_id, new_id()) is None
         assert await store.count_messages(agent_id) == 3
 
-    async def test_record_inbound_resolves_opens_and_adds_once(self, store: Store) -> None:
+    async def test_record_inbound_resolves_opens_and_adds_once(self, store: FullStore) -> None:
         agent_id = new_id()
         message_id = new_id(T0)
 
@@ -120,7 +121,7 @@ class DialogContract(Contract):
         )
         assert nobody is None and reflection.participant_ids == () and reflection.id != conversation.id
 
-    async def test_record_reply_stores_once_and_marks_from_the_stored_reply(self, store: Store) -> None:
+    async def test_record_reply_stores_once_and_marks_from_the_stored_reply(self, store: FullStore) -> None:
         agent_id = new_id()
         conversation = await _open(store, agent_id)
         event_id = new_id(T0)
@@ -144,7 +145,7 @@ class DialogContract(Contract):
         assert found is not None and found.transmitted and found.text == "hello!"
         assert await store.count_messages(agent_id) == 1
 
-    async def test_record_reply_writes_the_turns_upkeep_with_the_reply_once(self, store: Store) -> None:
+    async def test_record_reply_writes_the_turns_upkeep_with_the_reply_once(self, store: FullStore) -> None:
         """The deliberation trace is merged into the event's, the reply's ledger entry is spent
         once however often transmit is re-run, and the parked flags it carried are cleared."""
         agent_id = new_id()
@@ -182,7 +183,7 @@ class DialogContract(Contract):
         assert await store.get_flag(agent_id, "parked:test:main:a") is None
         assert await store.get_flag(agent_id, "parked:test:main:b") == "not woven"
 
-    async def test_add_message_needs_an_existing_conversation(self, store: Store) -> None:
+    async def test_add_message_needs_an_existing_conversation(self, store: FullStore) -> None:
         agent_id = new_id()
         ghost = Conversation(
             id=new_id(), agent_id=agent_id, service="terminal", channel="main", participant_ids=(),
@@ -191,7 +192,7 @@ class DialogContract(Contract):
         with pytest.raises(StoreError):
             await store.add_message(_message(ghost, "into the void"))
 
-    async def test_a_message_is_activity_in_its_conversation(self, store: Store) -> None:
+    async def test_a_message_is_activity_in_its_conversation(self, store: FullStore) -> None:
         agent_id = new_id()
         conversation = await _open(store, agent_id)
         later = T0 + timedelta(minutes=50)
@@ -201,7 +202,7 @@ class DialogContract(Contract):
         assert touched.last_activity_at == later
         assert await store.close_idle_conversations(agent_id, T0 + timedelta(minutes=90), HOUR) == []
 
-    async def test_recent_messages_are_the_last_ones_oldest_first(self, store: Store) -> None:
+    async def test_recent_messages_are_the_last_ones_oldest_first(self, store: FullStore) -> None:
         agent_id = new_id()
         conversation = await _open(store, agent_id)
         said = await _say(store, conversation, "one", "two", "three", "four")
@@ -209,7 +210,7 @@ class DialogContract(Contract):
         assert await store.recent_messages(agent_id, conversation.id, 10) == said
         assert await store.recent_messages(agent_id, conversation.id, 0) == []
 
-    async def test_turn_messages_keep_the_input_and_stay_in_its_conversation(self, store: Store) -> None:
+    async def test_turn_messages_keep_the_input_and_stay_in_its_conversation(self, store: FullStore) -> None:
         agent_id = new_id()
         old = await _open(store, agent_id)
         await _say(store, old, "before, in a closed conversation")
@@ -223,7 +224,7 @@ class DialogContract(Contract):
         assert await store.turn_messages(agent_id, new.id, waiting.id, 3) == [waiting, *later[1:]]
         assert await store.turn_messages(agent_id, new.id, waiting.id, 0) == []
 
-    async def test_channel_messages_span_conversations_on_that_channel_only(self, store: Store) -> None:
+    async def test_channel_messages_span_conversations_on_that_channel_only(self, store: FullStore) -> None:
         agent_id = new_id()
         old = await _open(store, agent_id)
         early = await _say(store, old, "old one", "old two")
@@ -236,7 +237,7 @@ class DialogContract(Contract):
         assert await store.channel_messages(agent_id, "terminal", "main", 2) == [early[1], late[0]]
         assert await store.channel_messages(agent_id, "irc", "main", 10) == []
 
-    async def test_search_ranks_best_match_first(self, store: Store) -> None:
+    async def test_search_ranks_best_match_first(self, store: FullStore) -> None:
         agent_id = new_id()
         conversation = await _open(store, agent_id)
         passing, focused, unrelated = await _say(
@@ -253,7 +254,7 @@ class DialogContract(Contract):
         assert await store.search_messages(agent_id, "absent") == []
         assert unrelated not in await store.search_messages(agent_id, "see nothing here town")
 
-    async def test_search_filters_by_inclusive_date_range(self, store: Store) -> None:
+    async def test_search_filters_by_inclusive_date_range(self, store: FullStore) -> None:
         agent_id = new_id()
         conversation = await _open(store, agent_id)
         days = [T0 + timedelta(days=i) for i in range(3)]
@@ -265,13 +266,13 @@ class DialogContract(Contract):
         assert await store.search_messages(agent_id, "tea", since=days[1], until=days[1]) == [said[1]]
 
     @pytest.mark.parametrize("query", HOSTILE_QUERIES)
-    async def test_search_treats_fts_syntax_as_plain_words(self, store: Store, query: str) -> None:
+    async def test_search_treats_fts_syntax_as_plain_words(self, store: FullStore, query: str) -> None:
         agent_id = new_id()
         conversation = await _open(store, agent_id)
         await _say(store, conversation, "alpha:beta gamma NEAR the end (of text)")
         await store.search_messages(agent_id, query)  # must not raise
 
-    async def test_search_finds_words_written_with_syntax_characters(self, store: Store) -> None:
+    async def test_search_finds_words_written_with_syntax_characters(self, store: FullStore) -> None:
         agent_id = new_id()
         conversation = await _open(store, agent_id)
         [message] = await _say(store, conversation, "alpha:beta gamma NEAR the end (of text)")
@@ -280,12 +281,12 @@ class DialogContract(Contract):
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(query=st.text(max_size=40))
-    async def test_search_never_raises_on_any_text(self, store: Store, query: str) -> None:
+    async def test_search_never_raises_on_any_text(self, store: FullStore, query: str) -> None:
         # The fixture's store is shared by the examples; searching does not change it.
         await store.search_messages(new_id(), query)
 
     # flags ------------------------------------------------------------------------------------------
-    async def test_flags_set_overwrite_and_delete(self, store: Store) -> None:
+    async def test_flags_set_overwrite_and_delete(self, store: FullStore) -> None:
         agent_id = new_id()
         assert await store.get_flag(agent_id, "cursor") is None
         await store.set_flag(agent_id, "cursor", "1")
@@ -295,7 +296,7 @@ class DialogContract(Contract):
         assert await store.get_flag(agent_id, "cursor") is None
         await store.set_flag(agent_id, "cursor", None)  # deleting nothing is fine
 
-    async def test_update_flag_changes_the_current_value(self, store: Store) -> None:
+    async def test_update_flag_changes_the_current_value(self, store: FullStore) -> None:
         agent_id = new_id()
         seen: list[str | None] = []
 
@@ -310,7 +311,7 @@ class DialogContract(Contract):
         assert await store.update_flag(agent_id, "k", lambda _: None) is None  # None deletes
         assert await store.get_flag(agent_id, "k") is None
 
-    async def test_set_flag_if_absent_is_compare_and_set(self, store: Store) -> None:
+    async def test_set_flag_if_absent_is_compare_and_set(self, store: FullStore) -> None:
         agent_id = new_id()
         outcomes = await asyncio.gather(
             *(store.set_flag_if_absent(agent_id, "lock", str(i)) for i in range(10))
@@ -322,7 +323,7 @@ class DialogContract(Contract):
         await store.set_flag(agent_id, "lock", None)
         assert await store.set_flag_if_absent(agent_id, "lock", "again") is True
 
-    async def test_flags_with_prefix_lists_only_that_prefix_of_that_agent(self, store: Store) -> None:
+    async def test_flags_with_prefix_lists_only_that_prefix_of_that_agent(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         await store.set_flag(agent_id, "parked:a:2", "two")
         await store.set_flag(agent_id, "parked:a:1", "one")
@@ -340,7 +341,7 @@ class DialogContract(Contract):
         assert await store.flags_with_prefix(agent_id, "nothing:") == {}
 
     # per-agent namespacing (SPEC §6) -----------------------------------------------------------------
-    async def test_nothing_agent_a_stores_is_visible_to_agent_b(self, store: Store) -> None:
+    async def test_nothing_agent_a_stores_is_visible_to_agent_b(self, store: FullStore) -> None:
         a, b = new_id(), new_id()
         event = _event(a)
         await store.save_event(event)
@@ -390,7 +391,7 @@ class DialogContract(Contract):
         await asyncio.gather(*(asyncio.to_thread(process.join, 120) for process in workers))
         assert [process.exitcode for process in workers] == [0, 0]  # a worker's traceback is on stderr
 
-        store = store_factory()
+        store = full(store_factory())
         await store.setup()
         try:
             assert await store.count_messages(agent_id) == 2 * WRITES_PER_PROCESS
@@ -412,7 +413,7 @@ class DialogContract(Contract):
         order=st.randoms(use_true_random=False),
     )
     async def test_messages_round_trip_in_ulid_order(
-        self, store: Store, offsets_ms: list[int], texts: list[str], order: random.Random
+        self, store: FullStore, offsets_ms: list[int], texts: list[str], order: random.Random
     ) -> None:
         # Each example uses its own agent, so examples sharing the fixture's store never meet.
         agent_id = new_id()
@@ -429,7 +430,7 @@ class DialogContract(Contract):
         assert back == sorted(said, key=lambda m: m.id)  # the very same messages, in ULID order
         assert [m.id for m in back] == sorted(m.id for m in said)
 
-    async def test_purge_dialog_keeps_open_and_recent_conversations(self, store: Store) -> None:
+    async def test_purge_dialog_keeps_open_and_recent_conversations(self, store: FullStore) -> None:
         agent_id = new_id()
         old = await _open(store, agent_id)
         await store.add_message(_message(old, "an old line", T0))

@@ -10,7 +10,8 @@ import pytest
 from persyn.core.errors import InputError, StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
-from persyn.store import Identity, Store
+from persyn.store import Identity
+from persyn.store.capabilities import FullStore
 from persyn.testing.store_contract.base import Contract
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
@@ -23,7 +24,7 @@ class DirectoryContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
     async def test_a_contact_met_as_a_person_becomes_an_agent_when_known_as_one_never_back(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         agent_id = new_id()
         bob = await store.resolve_person(agent_id, SLACK, "Bob", "human", T0)
@@ -38,7 +39,7 @@ class DirectoryContract(Contract):
         assert later.kind == "agent"
 
     # contact addresses ----------------------------------------------------------------------------
-    async def test_addresses_are_added_once_listed_oldest_first_and_removed(self, store: Store) -> None:
+    async def test_addresses_are_added_once_listed_oldest_first_and_removed(self, store: FullStore) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
         ann = await store.resolve_person(agent_id, SLACK, "Ann", "human", T0)
@@ -81,7 +82,7 @@ class DirectoryContract(Contract):
         ],
     )
     async def test_a_bad_label_or_value_is_an_input_error_and_stores_nothing(
-        self, store: Store, label: str, value: str, complaint: str
+        self, store: FullStore, label: str, value: str, complaint: str
     ) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
@@ -89,7 +90,7 @@ class DirectoryContract(Contract):
             await store.add_address(agent_id, sam.id, label, value, T0)
         assert await store.addresses(agent_id) == []
 
-    async def test_addresses_belong_to_one_agent_and_need_a_contact(self, store: Store) -> None:
+    async def test_addresses_belong_to_one_agent_and_need_a_contact(self, store: FullStore) -> None:
         agent_id, other_agent = new_id(), new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
         await store.add_address(agent_id, sam.id, "email", "sam@example.com", T0)
@@ -104,7 +105,7 @@ class DirectoryContract(Contract):
         assert [a.value for a in await store.addresses(agent_id)] == ["sam@example.com"]
 
     async def test_merge_moves_addresses_to_the_survivor_keeping_a_shared_one_once(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
@@ -121,7 +122,7 @@ class DirectoryContract(Contract):
         assert {a.person_id for a in await store.addresses(agent_id)} == {sam.id}
 
     # the participant index ------------------------------------------------------------------------
-    async def test_a_persons_conversations_come_newest_first_and_bounded(self, store: Store) -> None:
+    async def test_a_persons_conversations_come_newest_first_and_bounded(self, store: FullStore) -> None:
         agent_id = new_id()
         sam, ann = new_id(), new_id()  # participant ids need not name stored persons
         started = []
@@ -141,7 +142,9 @@ class DirectoryContract(Contract):
         assert [c.id for c in await store.person_conversations(agent_id, ann, 5)] == [elsewhere.id]
         assert await store.person_conversations(new_id(), sam, 5) == []  # another agent's index
 
-    async def test_the_index_follows_participants_joining_an_open_conversation(self, store: Store) -> None:
+    async def test_the_index_follows_participants_joining_an_open_conversation(
+        self, store: FullStore
+    ) -> None:
         agent_id = new_id()
         sam, ann = new_id(), new_id()
         talk = await store.open_conversation(agent_id, "slack", "general", [sam], T0, HOUR)
@@ -167,7 +170,9 @@ class DirectoryContract(Contract):
         assert [c.id for c in await store.person_conversations(agent_id, ann, 5)] == [later.id, talk.id]
         assert [c.id for c in await store.person_conversations(agent_id, sam, 5)] == [talk.id]
 
-    async def test_merge_moves_the_index_to_the_survivor_once_per_conversation(self, store: Store) -> None:
+    async def test_merge_moves_the_index_to_the_survivor_once_per_conversation(
+        self, store: FullStore
+    ) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
         dup = await store.resolve_person(agent_id, SLACK, "Sam K", "human", T0)
@@ -186,7 +191,7 @@ class DirectoryContract(Contract):
         assert [c.participant_ids for c in merged] == [(sam.id,)] * 3
         assert await store.person_conversations(agent_id, dup.id, 10) == []
 
-    async def test_conversation_summaries_come_from_their_newest_memory(self, store: Store) -> None:
+    async def test_conversation_summaries_come_from_their_newest_memory(self, store: FullStore) -> None:
         agent_id = new_id()
         sam = new_id()
         first = await store.open_conversation(agent_id, "slack", "general", [sam], T0, HOUR)
@@ -218,7 +223,7 @@ class DirectoryContract(Contract):
         assert await store.conversation_summaries(agent_id, []) == {}
         assert await store.conversation_summaries(new_id(), [first.id]) == {}
 
-    async def test_a_person_seen_in_history_is_touched_forward_never_back(self, store: Store) -> None:
+    async def test_a_person_seen_in_history_is_touched_forward_never_back(self, store: FullStore) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
         await store.touch_person(agent_id, sam.id, T0 - timedelta(days=400))  # older history

@@ -12,7 +12,7 @@ from persyn.core.errors import InputError
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.memory.access import eligible_channels, may_surface
-from persyn.store.capabilities import GraphStore
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.graph_rows import EntityFact, FactSource, GraphView, RelationFact, entity_key
 from persyn.testing.store_contract.base import Contract
 
@@ -34,7 +34,7 @@ def _view(channel: str, present: tuple[str, ...] = (), groups: list[list[str]] |
     return GraphView(channel=channel, eligible=eligible_channels(channel, groups or []), present=present)
 
 
-async def _ids(store: GraphStore, agent_id: str, *names: str) -> list[str]:
+async def _ids(store: FullStore, agent_id: str, *names: str) -> list[str]:
     found = await store.graph_entities(agent_id, [entity_key(n) for n in names], None)
     by_key = {entity_key(e.name): e.id for e in found}
     return [by_key[entity_key(n)] for n in names]
@@ -50,7 +50,7 @@ class GraphContract(Contract):
         with pytest.raises(InputError):
             entity_key(" ... ")
 
-    async def test_upsert_never_duplicates_and_merges_what_it_learns(self, store: GraphStore) -> None:
+    async def test_upsert_never_duplicates_and_merges_what_it_learns(self, store: FullStore) -> None:
         agent_id = new_id()
         first = await store.upsert_graph(
             agent_id,
@@ -78,7 +78,7 @@ class GraphContract(Contract):
         # Another agent shares nothing.
         assert await store.graph_entities(new_id(), ["ann"], None) == []
 
-    async def test_bad_facts_store_nothing(self, store: GraphStore) -> None:
+    async def test_bad_facts_store_nothing(self, store: FullStore) -> None:
         agent_id = new_id()
         for relations in (
             [
@@ -95,7 +95,7 @@ class GraphContract(Contract):
         assert await store.graph_stats(agent_id) == {"entities": 0, "mentions": 0, "relations": 0}
 
     async def test_neighbourhood_walks_n_hops_in_either_direction_and_survives_cycles(
-        self, store: GraphStore
+        self, store: FullStore
     ) -> None:
         agent_id = new_id()
         chain = [
@@ -126,7 +126,7 @@ class GraphContract(Contract):
         with pytest.raises(InputError):
             await store.graph_neighbourhood(agent_id, [ann], 99, None)
 
-    async def test_shortest_path_prefers_fewer_hops(self, store: GraphStore) -> None:
+    async def test_shortest_path_prefers_fewer_hops(self, store: FullStore) -> None:
         agent_id = new_id()
         await store.upsert_graph(
             agent_id,
@@ -152,7 +152,7 @@ class GraphContract(Contract):
         assert await store.graph_path(agent_id, ann, island, None, 6) is None  # not connected
         assert await store.graph_path(agent_id, ann, ann, None, 2) == []
 
-    async def test_a_private_fact_never_surfaces_elsewhere_nor_bridges(self, store: GraphStore) -> None:
+    async def test_a_private_fact_never_surfaces_elsewhere_nor_bridges(self, store: FullStore) -> None:
         agent_id = new_id()
         ann, bo = new_id(), new_id()
         await store.upsert_graph(
@@ -186,7 +186,7 @@ class GraphContract(Contract):
             "budget": "secret"
         }
 
-    async def test_visibility_matches_the_memory_policy_exhaustively(self, store: GraphStore) -> None:
+    async def test_visibility_matches_the_memory_policy_exhaustively(self, store: FullStore) -> None:
         """Every provenance x every situation: a relation (and its entities) surfaces exactly
         when a memory with the same provenance may (memory.access.may_surface)."""
         agent_id = new_id()
@@ -266,7 +266,7 @@ class GraphContract(Contract):
                 assert (path is not None) is (n in allowed_numbers)
         assert checked == 24 * 3 * 2 * 8
 
-    async def test_merge_moves_graph_provenance_to_the_survivor(self, store: GraphStore) -> None:
+    async def test_merge_moves_graph_provenance_to_the_survivor(self, store: FullStore) -> None:
         agent_id = new_id()
         from persyn.store import Identity
 
@@ -297,7 +297,7 @@ class GraphContract(Contract):
         )
         assert again.relations_added == 0 and (await store.graph_stats(agent_id))["relations"] == 1
 
-    async def test_a_merge_folds_a_fact_learned_with_each_record_into_one(self, store: GraphStore) -> None:
+    async def test_a_merge_folds_a_fact_learned_with_each_record_into_one(self, store: FullStore) -> None:
         from persyn.store import Identity
 
         agent_id = new_id()
@@ -325,7 +325,7 @@ class GraphContract(Contract):
         around = await store.graph_neighbourhood(agent_id, [person.id], 1, view)
         assert [r.line() for r in around.relations] == ["Sam —plays→ cello"]
 
-    async def test_relearning_out_of_order_never_lets_the_older_fact_win(self, store: GraphStore) -> None:
+    async def test_relearning_out_of_order_never_lets_the_older_fact_win(self, store: FullStore) -> None:
         agent_id = new_id()
         naive = datetime(2026, 11, 30, 12)  # no zone: UTC
         await store.upsert_graph(

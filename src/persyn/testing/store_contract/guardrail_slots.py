@@ -19,9 +19,9 @@ from persyn.core.ids import new_id
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.background.guardrails import Guardrails
 from persyn.runtime.delivery.outbox import Outbox
-from persyn.store import Store
 from persyn.store.base import Message, Role
-from persyn.testing.store_contract.base import Contract, StoreFactory
+from persyn.store.capabilities import FullStore
+from persyn.testing.store_contract.base import Contract, StoreFactory, full
 
 T0 = datetime(2026, 12, 1, 9, tzinfo=UTC)
 AGENT = new_id(T0)
@@ -29,7 +29,7 @@ OTHER = new_id(T0 + timedelta(seconds=1))
 ADA = AgentConfig(name="Ada", id=AGENT)
 
 
-def _guardrails(store: Store, clock: ManualClock, tmp_path: Path) -> Guardrails:
+def _guardrails(store: FullStore, clock: ManualClock, tmp_path: Path) -> Guardrails:
     spam = GuardrailConfig(
         name="spam",
         detector="outbound_messages",
@@ -62,9 +62,9 @@ class GuardrailSlotsContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
     @pytest.fixture
-    async def second_store(self, store: Store, store_factory: StoreFactory) -> AsyncIterator[Store]:
+    async def second_store(self, store: FullStore, store_factory: StoreFactory) -> AsyncIterator[FullStore]:
         """Another connection to the same database, as another process has."""
-        opened = store_factory()
+        opened = full(store_factory())
         await opened.setup()
         try:
             yield opened
@@ -72,7 +72,7 @@ class GuardrailSlotsContract(Contract):
             await opened.close()
 
     async def test_a_slot_is_claimed_by_exactly_one_caller_across_stores_and_purged_with_the_checks(
-        self, store: Store, second_store: Store
+        self, store: FullStore, second_store: FullStore
     ) -> None:
         racing = [store, second_store] * 4
         claims = await asyncio.gather(
@@ -92,7 +92,7 @@ class GuardrailSlotsContract(Contract):
         assert not await store.claim_guardrail_slot(AGENT, "spam", later, "again", later)  # kept
 
     async def test_two_processes_evaluating_one_period_record_and_notify_one_trigger(
-        self, store: Store, second_store: Store, tmp_path: Path
+        self, store: FullStore, second_store: FullStore, tmp_path: Path
     ) -> None:
         await store.ensure_agent(AGENT, "Ada", T0)
         conversation = await store.open_conversation(AGENT, "irc", "#a", [], T0, 3600)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from persyn.core.ids import new_id
-from persyn.store import Store
 from persyn.store.base import Identity, Message, Role
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.emotions import EmotionReading
 from persyn.store.ports.guardrails import GuardrailCheck, GuardrailEvent
 from persyn.testing.store_contract.base import Contract
@@ -36,7 +36,7 @@ class GuardrailsContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
     async def test_events_are_kept_once_newest_first_and_blocks_end_when_due_or_lifted(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         first = _event(T0, blocked_for=timedelta(hours=1))
         assert await store.add_guardrail_event(first)
@@ -60,7 +60,7 @@ class GuardrailsContract(Contract):
         assert await store.guardrail_blocks(AGENT, T0 + timedelta(minutes=30)) == []
         assert await store.lift_guardrail_block(new_id(T0), T0) is None
 
-    async def test_checks_give_the_watermark_and_the_budget_and_are_purged(self, store: Store) -> None:
+    async def test_checks_give_the_watermark_and_the_budget_and_are_purged(self, store: FullStore) -> None:
         for minutes, tokens in ((0, 100), (10, 250)):
             await store.add_guardrail_check(
                 GuardrailCheck(
@@ -82,7 +82,7 @@ class GuardrailsContract(Contract):
         assert await store.purge_guardrail_checks(T0 + timedelta(minutes=5)) == 1
         assert await store.guardrail_tokens(AGENT, T0) == 250
 
-    async def test_the_interaction_window_spans_conversations_oldest_first(self, store: Store) -> None:
+    async def test_the_interaction_window_spans_conversations_oldest_first(self, store: FullStore) -> None:
         await store.ensure_agent(AGENT, "Ada", T0)
         sam = await store.resolve_person(
             AGENT, Identity(service="irc", channel="irc", speaker_id="sam"), "Sam", "human", T0
@@ -114,7 +114,7 @@ class GuardrailsContract(Contract):
         assert [m.id for m in latest] == [said[2]]
         assert await store.interaction_window(OTHER, T0) == []
 
-    async def test_emotion_readings_by_exchange_conversation_and_record(self, store: Store) -> None:
+    async def test_emotion_readings_by_exchange_conversation_and_record(self, store: FullStore) -> None:
         conversation, record = new_id(T0), new_id(T0 + timedelta(seconds=2))
 
         def reading(minutes: int, top: str, **where: str) -> EmotionReading:

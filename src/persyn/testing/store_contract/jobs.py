@@ -8,7 +8,7 @@ import pytest
 
 from persyn.core.errors import InputError
 from persyn.core.ids import new_id
-from persyn.store import Store
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.jobs import MAX_ERROR_CHARS, Consolidation, ConsolidationStatus, Watermark
 from persyn.testing.store_contract.base import Contract
 
@@ -30,7 +30,7 @@ def _failed(agent_id: str, conversation_id: str, attempts: int, retry_at: dateti
 class JobsContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
-    async def test_a_consolidation_moves_from_pending_through_failed_to_done(self, store: Store) -> None:
+    async def test_a_consolidation_moves_from_pending_through_failed_to_done(self, store: FullStore) -> None:
         agent_id, conversation_id = new_id(T0), new_id(T0)
         assert await store.get_consolidation(agent_id, conversation_id) is None
         assert await store.consolidation_pending(agent_id, conversation_id, T0)
@@ -56,7 +56,7 @@ class JobsContract(Contract):
         assert await store.get_consolidation(new_id(T0), conversation_id) is None  # per agent
 
     async def test_failed_consolidations_are_listed_across_agents_and_by_when_they_are_due(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         first, second = new_id(T0), new_id(T0)
         soon, later, done = new_id(T0), new_id(T0), new_id(T0)
@@ -98,7 +98,7 @@ class JobsContract(Contract):
         long = _failed(agent_id, new_id(T0), 1, T0).model_copy(update={"last_error": "x" * 10_000})
         assert len(Consolidation.model_validate(long.model_dump()).last_error or "") == MAX_ERROR_CHARS
 
-    async def test_each_reader_keeps_its_own_watermark_per_conversation(self, store: Store) -> None:
+    async def test_each_reader_keeps_its_own_watermark_per_conversation(self, store: FullStore) -> None:
         agent_id, conversation_id, other = new_id(T0), new_id(T0), new_id(T0)
         first, second = new_id(T0), new_id(T0 + timedelta(seconds=1))
         assert await store.get_watermark(agent_id, conversation_id, "graph") is None

@@ -14,8 +14,8 @@ import pytest
 from persyn.core.errors import InputError, StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, Sensitivity, channel_key
-from persyn.store import Store
 from persyn.store.base import RecallCandidate
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.jobs import ConsolidationStatus
 from persyn.testing.store_contract.base import Contract
 
@@ -51,7 +51,7 @@ def _record(
 
 
 async def _add(
-    store: Store, record: MemoryRecord, vector: Sequence[float] | None = None, model: str = MODEL
+    store: FullStore, record: MemoryRecord, vector: Sequence[float] | None = None, model: str = MODEL
 ) -> MemoryRecord:
     assert await store.add_record(record, vector, model if vector is not None else None)
     return record
@@ -70,7 +70,7 @@ class MemoryContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
     # records ------------------------------------------------------------------------------------------
-    async def test_a_record_round_trips_every_field(self, store: Store) -> None:
+    async def test_a_record_round_trips_every_field(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         record = MemoryRecord(
             id=new_id(T0),
@@ -108,7 +108,7 @@ class MemoryContract(Contract):
         assert fetched is not None and fetched.created_at.tzinfo is not None
         assert fetched.created_at.utcoffset() == timedelta(0)
 
-    async def test_add_record_deduplicates_on_id_and_on_ref_per_agent(self, store: Store) -> None:
+    async def test_add_record_deduplicates_on_id_and_on_ref_per_agent(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         first = await _add(store, _record(agent_id, "the original", ref="history:1"), [1, 0, 0, 0])
 
@@ -127,7 +127,7 @@ class MemoryContract(Contract):
         assert await store.count_records(agent_id) == 3
         assert await store.count_records(other) == 1
 
-    async def test_add_record_rejects_bad_input_and_stores_nothing(self, store: Store) -> None:
+    async def test_add_record_rejects_bad_input_and_stores_nothing(self, store: FullStore) -> None:
         agent_id = new_id()
         with pytest.raises(InputError, match="participant id"):
             await store.add_record(_record(agent_id, "x", participants=["not-a-ulid"]), None, None)
@@ -139,7 +139,7 @@ class MemoryContract(Contract):
             await store.add_record(_record(agent_id, "x"), [1, math.nan, 0, 0], MODEL)
         assert await store.count_records(agent_id) == 0
 
-    async def test_add_records_stores_a_batch_as_add_record_would_one_by_one(self, store: Store) -> None:
+    async def test_add_records_stores_a_batch_as_add_record_would_one_by_one(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         known = await _add(store, _record(agent_id, "already known", ref="history:1"), [1, 0, 0, 0])
         theirs = await _add(store, _record(other, "theirs"))
@@ -204,7 +204,7 @@ class MemoryContract(Contract):
         "problem", ["participant id", "non-finite", "embedding model", "vectors", "agent id"]
     )
     async def test_add_records_rejects_bad_input_anywhere_and_stores_nothing(
-        self, store: Store, problem: str
+        self, store: FullStore, problem: str
     ) -> None:
         agent_id = new_id()
         batch = [_record(agent_id, f"record {i}", at=T0 + timedelta(minutes=i)) for i in range(5)]
@@ -225,7 +225,7 @@ class MemoryContract(Contract):
         assert await store.count_records(agent_id) == 0
         assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None) == []
 
-    async def test_records_by_ids_returns_those_that_exist_for_the_agent(self, store: Store) -> None:
+    async def test_records_by_ids_returns_those_that_exist_for_the_agent(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         mine = [await _add(store, _record(agent_id, f"r{i}", at=T0 + timedelta(minutes=i))) for i in range(3)]
         theirs = await _add(store, _record(other, "theirs"))
@@ -243,7 +243,7 @@ class MemoryContract(Contract):
         assert await store.recall_candidates(agent_id, []) == []
         assert [c.id for c in await store.recall_candidates(agent_id, many)] == [mine[1].id]
 
-    async def test_list_records_pages_newest_first(self, store: Store) -> None:
+    async def test_list_records_pages_newest_first(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         records = [
             await _add(store, _record(agent_id, f"r{i}", at=T0 + timedelta(minutes=i % 4))) for i in range(9)
@@ -267,7 +267,7 @@ class MemoryContract(Contract):
         rest = await store.list_records(agent_id, limit=50, before_id=cursor.id)
         assert rest == expected[4:]
 
-    async def test_delete_records_removes_them_from_vector_and_keyword_search(self, store: Store) -> None:
+    async def test_delete_records_removes_them_from_vector_and_keyword_search(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         gone = await _add(store, _record(agent_id, "a walk along the river", tags=["river"]), [1, 0, 0, 0])
         kept = await _add(store, _record(agent_id, "the river was cold", at=T0 + timedelta(1)), [1, 1, 0, 0])
@@ -283,7 +283,7 @@ class MemoryContract(Contract):
         assert await store.count_records(agent_id) == 1
 
     # reindex, cull, directory merges, stats ---------------------------------------------------------------
-    async def test_reindex_flow_and_dimension_change(self, store: Store) -> None:
+    async def test_reindex_flow_and_dimension_change(self, store: FullStore) -> None:
         agent_id = new_id()
         bare = await _add(store, _record(agent_id, "no vector yet"))
         old = await _add(store, _record(agent_id, "old model", at=T0 + timedelta(1)), [1, 0, 0, 0], "m1")
@@ -317,7 +317,7 @@ class MemoryContract(Contract):
             await store.set_record_vector(agent_id, bare.id, [math.nan, 0, 0, 0], "m2")
         assert _ids(await store.vector_candidates(agent_id, [0, 0, 1, 0], 1, None)) == [bare.id]
 
-    async def test_an_all_zero_vector_is_encoded_but_never_searched(self, store: Store) -> None:
+    async def test_an_all_zero_vector_is_encoded_but_never_searched(self, store: FullStore) -> None:
         """An encoder may map text to no direction at all; the record is kept (its memory is not
         lost), never returned by vector search, and not offered again for the same model."""
         agent_id = new_id()
@@ -336,7 +336,7 @@ class MemoryContract(Contract):
         await store.set_record_vector(agent_id, blank.id, [0, 1, 0, 0], "m2")
         assert _ids(await store.vector_candidates(agent_id, [0, 1, 0, 0], 10, None)) == [blank.id]
 
-    async def test_cull_candidates_need_low_importance_and_age(self, store: Store) -> None:
+    async def test_cull_candidates_need_low_importance_and_age(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         cutoff = T0 + timedelta(days=30)
         old_low = await _add(store, _record(agent_id, "old, low", importance=2))
@@ -350,7 +350,7 @@ class MemoryContract(Contract):
         found = await store.cull_candidates(agent_id, below_importance=5, older_than=cutoff)
         assert [r.id for r in found] == [older_low.id, old_low.id]  # oldest first
 
-    async def test_replace_participant_reattributes_records(self, store: Store) -> None:
+    async def test_replace_participant_reattributes_records(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         p1, p2, p3 = new_id(), new_id(), new_id()
         a = await _add(store, _record(agent_id, "a", participants=[p1, p3]))
@@ -367,7 +367,7 @@ class MemoryContract(Contract):
         with pytest.raises(InputError):
             await store.replace_participant(agent_id, p3, "not-a-person")
 
-    async def test_record_stats(self, store: Store) -> None:
+    async def test_record_stats(self, store: FullStore) -> None:
         agent_id = new_id()
         empty = await store.record_stats(agent_id)
         assert empty["count"] == 0 and empty["oldest"] is None and empty["newest"] is None
@@ -392,7 +392,7 @@ class MemoryContract(Contract):
         assert stats["without_vector"] == 1
 
     async def test_add_imported_writes_a_batch_whole_once_and_nothing_of_a_bad_one(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         from persyn.store.base import Conversation, ImportedMemory, Message, Role
 

@@ -9,7 +9,8 @@ import pytest
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord, channel_key
-from persyn.store import Identity, Message, Role, Store
+from persyn.store import Identity, Message, Role
+from persyn.store.capabilities import FullStore
 from persyn.testing.store_contract.base import Contract
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
@@ -17,7 +18,7 @@ TERMINAL = Identity(service="terminal", channel="terminal", speaker_id="operator
 SLACK = Identity(service="slack", channel="general", speaker_id="U123")
 
 
-async def _message(store: Store, agent_id: str, person_id: str, conversation_id: str, text: str) -> None:
+async def _message(store: FullStore, agent_id: str, person_id: str, conversation_id: str, text: str) -> None:
     await store.add_message(
         Message(
             id=new_id(T0),
@@ -36,7 +37,9 @@ async def _message(store: Store, agent_id: str, person_id: str, conversation_id:
 class PeopleContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
-    async def test_merge_moves_identities_history_and_memories_to_the_survivor(self, store: Store) -> None:
+    async def test_merge_moves_identities_history_and_memories_to_the_survivor(
+        self, store: FullStore
+    ) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
         samuel = await store.resolve_person(agent_id, SLACK, "samuel.k", "human", T0 + timedelta(days=2))
@@ -75,7 +78,7 @@ class PeopleContract(Contract):
         record = await store.get_record(agent_id, memory.id)
         assert record is not None and record.participant_ids == (sam.id,)
 
-    async def test_merge_errors_change_nothing(self, store: Store) -> None:
+    async def test_merge_errors_change_nothing(self, store: FullStore) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
         with pytest.raises(StoreError, match="into itself"):
@@ -84,7 +87,7 @@ class PeopleContract(Contract):
             await store.merge_persons(agent_id, sam.id, new_id())
         assert await store.get_person(agent_id, sam.id) == sam
 
-    async def test_detach_is_forward_looking_and_attach_recognises_the_sender(self, store: Store) -> None:
+    async def test_detach_is_forward_looking_and_attach_recognises_the_sender(self, store: FullStore) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
         sam = await store.attach_identity(agent_id, sam.id, SLACK)
@@ -103,7 +106,7 @@ class PeopleContract(Contract):
         assert stranger.id != sam.id and stranger.identities == (SLACK,)
 
     async def test_attach_refuses_an_identity_of_someone_else_and_detach_an_unknown_one(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
@@ -115,7 +118,7 @@ class PeopleContract(Contract):
         assert (await store.get_person(agent_id, other.id)) == other
         assert (await store.get_person(agent_id, sam.id)) == sam
 
-    async def test_quick_facts_are_per_subject_overwritten_and_forgotten(self, store: Store) -> None:
+    async def test_quick_facts_are_per_subject_overwritten_and_forgotten(self, store: FullStore) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
         await store.set_fact(agent_id, sam.id, "instrument", "cello", T0)
@@ -132,7 +135,7 @@ class PeopleContract(Contract):
         with pytest.raises(Exception, match="subject id"):
             await store.set_fact(agent_id, "not-an-id", "k", "x", T0)
 
-    async def test_merge_moves_quick_facts_the_survivor_lacks(self, store: Store) -> None:
+    async def test_merge_moves_quick_facts_the_survivor_lacks(self, store: FullStore) -> None:
         agent_id = new_id()
         sam = await store.resolve_person(agent_id, TERMINAL, "Sam", "human", T0)
         dup = await store.resolve_person(agent_id, SLACK, "Sam K", "human", T0)
@@ -144,7 +147,7 @@ class PeopleContract(Contract):
         assert await store.facts(agent_id, dup.id) == {}
 
     async def test_quick_facts_are_kept_per_provenance_and_follow_a_merge_by_scope(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         from persyn.core.records import Sensitivity
         from persyn.store.base import Provenance
@@ -172,7 +175,7 @@ class PeopleContract(Contract):
         assert await store.fact_rows(agent_id, dup.id) == []
 
     async def test_observations_are_revised_with_an_audit_trail_and_follow_a_merge(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         from persyn.store.base import Observation
 

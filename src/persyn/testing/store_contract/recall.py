@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from persyn.core.errors import InputError
 from persyn.core.ids import new_id
 from persyn.core.records import MemoryRecord
-from persyn.store import Store
+from persyn.store.capabilities import FullStore
 from persyn.testing.store_contract.base import Contract
 from persyn.testing.store_contract.memory import (
     DISCORD,
@@ -75,7 +75,7 @@ class RecallContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
     # vector search ----------------------------------------------------------------------------------------
-    async def test_vector_candidates_are_ordered_by_cosine_distance(self, store: Store) -> None:
+    async def test_vector_candidates_are_ordered_by_cosine_distance(self, store: FullStore) -> None:
         agent_id = new_id()
         same = await _add(store, _record(agent_id, "same"), [2, 0, 0, 0])  # length does not matter
         near = await _add(store, _record(agent_id, "near"), [1, 1, 0, 0])
@@ -93,7 +93,7 @@ class RecallContract(Contract):
             await store.vector_candidates(agent_id, [math.inf, 0, 0, 0], 5, None)
 
     async def test_vector_candidates_filter_by_agent_and_channel_set_inside_the_index(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         agent_id, other = new_id(), new_id()
         # The closest vectors overall belong to another agent or another channel.
@@ -113,7 +113,7 @@ class RecallContract(Contract):
         assert _ids(everything) == [slack.id, discord.id, main_far.id]
         assert await store.vector_candidates(new_id(), [1, 0, 0, 0], 10, None) == []
 
-    async def test_vector_recall_answers_as_the_search_and_then_the_fetch(self, store: Store) -> None:
+    async def test_vector_recall_answers_as_the_search_and_then_the_fetch(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         await _add(store, _record(other, "theirs", channel=MAIN), [1, 0, 0, 0])
         records = [
@@ -165,7 +165,7 @@ class RecallContract(Contract):
         assert sorted(c.id for c in after.candidates) == sorted(_ids(after.hits))
         assert _ids(after.hits) == [records[3].id, records[2].id, records[1].id]
 
-    async def test_vector_candidates_search_only_vectors_of_the_query_size(self, store: Store) -> None:
+    async def test_vector_candidates_search_only_vectors_of_the_query_size(self, store: FullStore) -> None:
         agent_id = new_id()
         assert await store.vector_candidates(agent_id, [1, 0, 0, 0], 10, None) == []  # no index yet
         four = await _add(store, _record(agent_id, "four"), [1, 0, 0, 0])
@@ -175,7 +175,7 @@ class RecallContract(Contract):
         assert await store.vector_candidates(agent_id, [1, 0, 0, 0, 0, 0, 0], 10, None) == []
 
     # keyword search ----------------------------------------------------------------------------------------
-    async def test_keyword_candidates_match_any_word_and_rank_by_bm25(self, store: Store) -> None:
+    async def test_keyword_candidates_match_any_word_and_rank_by_bm25(self, store: FullStore) -> None:
         agent_id = new_id()
         both = await _add(store, _record(agent_id, "Ann and I went hiking by the lake"))
         lake = await _add(store, _record(agent_id, "The lake froze early this year", at=T0 + timedelta(1)))
@@ -196,7 +196,7 @@ class RecallContract(Contract):
         assert await store.keyword_candidates(agent_id, "volcano", 10, None) == []
         assert await store.keyword_candidates(agent_id, "  ?! ", 10, None) == []
 
-    async def test_keyword_candidates_filter_by_agent_and_channel_set(self, store: Store) -> None:
+    async def test_keyword_candidates_filter_by_agent_and_channel_set(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         await _add(store, _record(other, "otters in the harbour"))
         main = await _add(store, _record(agent_id, "otters on the beach", channel=MAIN))
@@ -213,7 +213,7 @@ class RecallContract(Contract):
         assert await store.keyword_candidates(agent_id, "otters", 10, []) == []
         assert await store.keyword_candidates(new_id(), "otters", 10, None) == []
 
-    async def test_keyword_recall_answers_as_the_search_and_then_the_fetch(self, store: Store) -> None:
+    async def test_keyword_recall_answers_as_the_search_and_then_the_fetch(self, store: FullStore) -> None:
         agent_id, other = new_id(), new_id()
         await _add(store, _record(other, "otters in the harbour"))
         records = [
@@ -264,7 +264,7 @@ class RecallContract(Contract):
         assert sorted(c.id for c in after.candidates) == sorted(_ids(after.hits))
 
     @pytest.mark.parametrize("query", HOSTILE)
-    async def test_hostile_keyword_queries_are_plain_words(self, store: Store, query: str) -> None:
+    async def test_hostile_keyword_queries_are_plain_words(self, store: FullStore, query: str) -> None:
         agent_id = new_id()
         lake = await _add(store, _record(agent_id, "the lake at dawn"))
         hits = await store.keyword_candidates(agent_id, query, 5, None)
@@ -272,7 +272,7 @@ class RecallContract(Contract):
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(query=st.text(max_size=60))
-    async def test_keyword_candidates_never_raise_on_any_text(self, store: Store, query: str) -> None:
+    async def test_keyword_candidates_never_raise_on_any_text(self, store: FullStore, query: str) -> None:
         await store.keyword_candidates(new_id(), query, 5, [MAIN])
 
     @settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -286,7 +286,7 @@ class RecallContract(Contract):
     )
     async def test_candidates_never_leave_the_requested_agent_and_channels(
         self,
-        store: Store,
+        store: FullStore,
         specs: list[tuple[int, str, list[int], list[str]]],
         agent: int,
         channels: list[str] | None,
@@ -318,7 +318,7 @@ class RecallContract(Contract):
         assert len(by_keyword) == min(k, len(matching))
 
     # scale -------------------------------------------------------------------------------------------------
-    async def test_five_thousand_records_with_256_dimensional_vectors(self, store: Store) -> None:
+    async def test_five_thousand_records_with_256_dimensional_vectors(self, store: FullStore) -> None:
         """A smoke test at a realistic size: no timing assertions, only that it works."""
         agent_id = new_id()
         rng = random.Random(7)
@@ -341,7 +341,7 @@ class RecallContract(Contract):
         assert len(await store.keyword_candidates(agent_id, "otter piano", 50, None)) == 50
         assert len(await store.list_records(agent_id, limit=100)) == 100
 
-    async def test_one_large_compartment_is_searched_well_and_never_leaks(self, store: Store) -> None:
+    async def test_one_large_compartment_is_searched_well_and_never_leaks(self, store: FullStore) -> None:
         """4,000 clustered 32-d vectors in ONE channel (large enough for a backend's approximate
         index), beside the same agent's other channel and another agent's same channel, which
         hold exact copies of every query. Recall@10 against brute force stays high, the

@@ -10,8 +10,8 @@ import pytest
 from persyn.core.errors import InputError, ToolError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity
-from persyn.store import Store
 from persyn.store.base import Provenance
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.runs import RunConversation, RunState, SpendKind
 from persyn.testing.store_contract.base import Contract
 
@@ -23,7 +23,7 @@ class RunsContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
     async def test_a_run_state_is_changed_in_one_step_and_a_refused_change_writes_nothing(
-        self, store: Store
+        self, store: FullStore
     ) -> None:
         agent_id, run_id = new_id(T0), new_id(T0)
         assert await store.get_run(agent_id, run_id) is None
@@ -59,7 +59,7 @@ class RunsContract(Contract):
         with pytest.raises(InputError, match="invalid run id"):
             await store.update_run(agent_id, "run-1", add, T0)
 
-    async def test_what_caused_a_conversation_is_kept_per_conversation(self, store: Store) -> None:
+    async def test_what_caused_a_conversation_is_kept_per_conversation(self, store: FullStore) -> None:
         agent_id, talk, run_id, reminder = new_id(T0), new_id(T0), new_id(T0), new_id(T0)
         row = RunConversation(
             agent_id=agent_id, conversation_id=talk, run_id=run_id, kind="reminder", reminder_id=reminder,
@@ -72,7 +72,7 @@ class RunsContract(Contract):
 
     async def test_a_channel_ledger_sums_a_rolling_window_refuses_past_its_limit_and_counts_a_key_once(
         self,
-        store: Store,
+        store: FullStore,
     ) -> None:
         agent_id = new_id(T0)
         now = T0 + timedelta(hours=30)
@@ -92,7 +92,7 @@ class RunsContract(Contract):
         assert await store.channel_spent(agent_id, SpendKind.REPLIED, "discord", "dm-ann", now - DAY) == 0
         assert await store.channel_spent(agent_id, SpendKind.SENT, "discord", "dm-bob", now - DAY) == 0
 
-    async def test_the_purge_drops_what_is_older_than_the_keeping_time(self, store: Store) -> None:
+    async def test_the_purge_drops_what_is_older_than_the_keeping_time(self, store: FullStore) -> None:
         agent_id, old_run, new_run, talk = new_id(T0), new_id(T0), new_id(T0), new_id(T0)
         later = T0 + timedelta(days=40)
         await store.update_run(agent_id, old_run, lambda s: s, T0)

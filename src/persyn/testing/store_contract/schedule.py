@@ -31,7 +31,7 @@ from persyn.schedule import (
     reschedule_reminder,
     set_reminder,
 )
-from persyn.store import Store
+from persyn.store.capabilities import FullStore
 from persyn.testing.store_contract.base import Contract
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
@@ -56,7 +56,7 @@ def _reminder(agent_id: str, objective: str, at: datetime, **fields: object) -> 
 class ScheduleContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
-    async def test_goals_and_reminders_keep_where_they_were_set(self, store: Store) -> None:
+    async def test_goals_and_reminders_keep_where_they_were_set(self, store: FullStore) -> None:
         from persyn.core.records import Sensitivity
         from persyn.store.base import GLOBAL, Provenance
 
@@ -75,7 +75,7 @@ class ScheduleContract(Contract):
         assert closed.provenance == dm
         assert (await create_goal(store, agent_id, "Learn Go", T0)).provenance == GLOBAL  # the default
 
-    async def test_reminders_round_trip_with_their_trigger_and_action(self, store: Store) -> None:
+    async def test_reminders_round_trip_with_their_trigger_and_action(self, store: FullStore) -> None:
         agent_id, person_id = new_id(), new_id()
         action = ReminderAction(person_id=person_id, service="terminal", channel="terminal")
         one_shot = await set_reminder(
@@ -100,7 +100,7 @@ class ScheduleContract(Contract):
         assert [r.id for r in listed] == [one_shot.id, hourly.id, daily.id]  # soonest first
         assert listed[0].next_fire_at.tzinfo is not None
 
-    async def test_reminders_are_namespaced_per_agent(self, store: Store) -> None:
+    async def test_reminders_are_namespaced_per_agent(self, store: FullStore) -> None:
         ada, bob = new_id(), new_id()
         mine = await set_reminder(store, ada, "Mine", AtTrigger(at=T0 + HOUR), T0)
         assert await store.get_reminder(bob, mine.id) is None
@@ -114,7 +114,9 @@ class ScheduleContract(Contract):
             await store.update_reminder(bob, mine.id, T0, objective="Theirs now")
         assert await store.get_reminder(ada, mine.id) == mine
 
-    async def test_due_reminders_are_active_ones_at_or_before_now_earliest_first(self, store: Store) -> None:
+    async def test_due_reminders_are_active_ones_at_or_before_now_earliest_first(
+        self, store: FullStore
+    ) -> None:
         ada, bob = new_id(), new_id()
         later = await set_reminder(store, ada, "Later", AtTrigger(at=T0 + 3 * HOUR), T0)
         soon = await set_reminder(store, ada, "Soon", AtTrigger(at=T0 + HOUR), T0)
@@ -129,7 +131,7 @@ class ScheduleContract(Contract):
         assert await store.due_reminders(T0) == []
         assert later.id in {r.id for r in await store.due_reminders(T0 + 3 * HOUR)}
 
-    async def test_a_one_shot_reminder_is_deleted_when_it_fires(self, store: Store) -> None:
+    async def test_a_one_shot_reminder_is_deleted_when_it_fires(self, store: FullStore) -> None:
         agent_id = new_id()
         reminder = await set_reminder(store, agent_id, "Once", AtTrigger(at=T0 + HOUR), T0)
         assert await mark_fired(store, reminder, T0 + HOUR, T0 + HOUR) is FireResult.DELETED
@@ -138,7 +140,7 @@ class ScheduleContract(Contract):
         # A second scheduler that saw it due changes nothing.
         assert await mark_fired(store, reminder, T0 + HOUR, T0 + HOUR) is FireResult.STALE
 
-    async def test_a_recurring_reminder_rolls_forward_skipping_missed_fires(self, store: Store) -> None:
+    async def test_a_recurring_reminder_rolls_forward_skipping_missed_fires(self, store: FullStore) -> None:
         agent_id = new_id()
         reminder = await set_reminder(store, agent_id, "Hourly", interval_trigger(3600, T0 + HOUR), T0)
         assert await mark_fired(store, reminder, T0 + HOUR, T0 + HOUR) is FireResult.ROLLED_FORWARD
@@ -163,7 +165,7 @@ class ScheduleContract(Contract):
         )
         assert await store.due_reminders(now) == []
 
-    async def test_racing_schedulers_fire_a_reminder_once(self, store: Store) -> None:
+    async def test_racing_schedulers_fire_a_reminder_once(self, store: FullStore) -> None:
         agent_id = new_id()
         reminder = await set_reminder(store, agent_id, "Daily", cron_trigger("0 10 * * *"), T0)
         fire_time = reminder.next_fire_at
@@ -173,14 +175,16 @@ class ScheduleContract(Contract):
         assert stored is not None and stored.fire_count == 1
         assert stored.next_fire_at == fire_time + timedelta(days=1)
 
-    async def test_mark_fired_refuses_a_next_time_that_is_not_later(self, store: Store) -> None:
+    async def test_mark_fired_refuses_a_next_time_that_is_not_later(self, store: FullStore) -> None:
         agent_id = new_id()
         reminder = await set_reminder(store, agent_id, "Broken", interval_trigger(3600, T0 + HOUR), T0)
         with pytest.raises(StoreError, match="which is not later"):
             await store.mark_fired(agent_id, reminder.id, T0 + HOUR, lambda r: T0 + HOUR)
         assert await store.get_reminder(agent_id, reminder.id) == reminder  # nothing changed
 
-    async def test_cancelled_and_edited_reminders_do_not_fire_for_the_old_time(self, store: Store) -> None:
+    async def test_cancelled_and_edited_reminders_do_not_fire_for_the_old_time(
+        self, store: FullStore
+    ) -> None:
         agent_id = new_id()
         cancelled = await set_reminder(store, agent_id, "Cancel me", AtTrigger(at=T0 + HOUR), T0)
         moved = await set_reminder(store, agent_id, "Move me", AtTrigger(at=T0 + HOUR), T0)
@@ -191,7 +195,7 @@ class ScheduleContract(Contract):
         assert await store.due_reminders(T0 + 4 * HOUR) == []
         assert [r.id for r in await store.due_reminders(T0 + 5 * HOUR)] == [moved.id]
 
-    async def test_editing_a_reminder(self, store: Store) -> None:
+    async def test_editing_a_reminder(self, store: FullStore) -> None:
         agent_id, person_id = new_id(), new_id()
         reminder = await set_reminder(store, agent_id, "Call mum", cron_trigger("0 18 * * 0"), T0)
         edited = await edit_reminder(
@@ -226,7 +230,7 @@ class ScheduleContract(Contract):
         )
         assert await store.get_reminder(agent_id, reminder.id) is None
 
-    async def test_reminder_edits_that_cannot_work_are_refused(self, store: Store) -> None:
+    async def test_reminder_edits_that_cannot_work_are_refused(self, store: FullStore) -> None:
         agent_id = new_id()
         reminder = await set_reminder(store, agent_id, "Keep", AtTrigger(at=T0 + HOUR), T0)
         with pytest.raises(InputError, match="needs the next fire time"):
@@ -247,7 +251,7 @@ class ScheduleContract(Contract):
         assert await store.list_reminders(agent_id) == []
         assert [r.id for r in await store.list_reminders(agent_id, include_cancelled=True)] == [reminder.id]
 
-    async def test_new_reminders_are_validated(self, store: Store) -> None:
+    async def test_new_reminders_are_validated(self, store: FullStore) -> None:
         agent_id = new_id()
         with pytest.raises(InputError, match="reminder objective is empty"):
             await store.add_reminder(_reminder(agent_id, "", T0))
@@ -263,14 +267,14 @@ class ScheduleContract(Contract):
             await store.add_reminder(reminder)
         assert len(await store.list_reminders(agent_id)) == 1
 
-    async def test_delete_removes_a_reminder(self, store: Store) -> None:
+    async def test_delete_removes_a_reminder(self, store: FullStore) -> None:
         agent_id = new_id()
         reminder = await set_reminder(store, agent_id, "Gone", AtTrigger(at=T0 + HOUR), T0)
         assert await store.delete_reminder(agent_id, reminder.id)
         assert not await store.delete_reminder(agent_id, reminder.id)
         assert await store.get_reminder(agent_id, reminder.id) is None
 
-    async def test_the_heartbeat_kind_is_kept_apart_from_the_agents_reminders(self, store: Store) -> None:
+    async def test_the_heartbeat_kind_is_kept_apart_from_the_agents_reminders(self, store: FullStore) -> None:
         agent_id = new_id()
         beat = await set_reminder(
             store, agent_id, "Reflect and act", interval_trigger(1800, T0), T0, kind=HEARTBEAT_KIND
@@ -282,7 +286,7 @@ class ScheduleContract(Contract):
         # The scheduler fires both kinds.
         assert [r.id for r in await store.due_reminders(T0 + HOUR)] == [beat.id, own.id]
 
-    async def test_goals_are_created_revised_and_closed(self, store: Store) -> None:
+    async def test_goals_are_created_revised_and_closed(self, store: FullStore) -> None:
         agent_id = new_id()
         goal = await create_goal(store, agent_id, "  Learn the names of Sam's cats  ", T0)
         assert goal == Goal(
@@ -307,7 +311,7 @@ class ScheduleContract(Contract):
         assert await store.get_goal(agent_id, goal.id) == done
         assert await open_goals(store, agent_id) == []
 
-    async def test_goals_list_open_first_oldest_first_then_latest_closed(self, store: Store) -> None:
+    async def test_goals_list_open_first_oldest_first_then_latest_closed(self, store: FullStore) -> None:
         agent_id = new_id()
         first = await create_goal(store, agent_id, "First", T0)
         second = await create_goal(store, agent_id, "Second", T0 + HOUR)
@@ -325,7 +329,7 @@ class ScheduleContract(Contract):
         assert [g.id for g in await store.list_goals(agent_id, limit=1)] == [second.id]
         assert await store.list_goals(new_id()) == []  # namespaced per agent
 
-    async def test_goal_errors(self, store: Store) -> None:
+    async def test_goal_errors(self, store: FullStore) -> None:
         agent_id = new_id()
         with pytest.raises(InputError, match="goal description is empty"):
             await create_goal(store, agent_id, " ", T0)

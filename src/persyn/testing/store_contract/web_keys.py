@@ -9,7 +9,7 @@ import pytest
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
-from persyn.store import Store
+from persyn.store.capabilities import FullStore
 from persyn.store.ports.web_keys import WebKey
 from persyn.testing.store_contract.base import Contract
 
@@ -25,7 +25,7 @@ def _key(name: str, digest: str, at: datetime, **extra: object) -> WebKey:
 class WebKeysContract(Contract):
     """The tests of this module, run on the store the `store_factory` fixture opens (`base.Contract`)."""
 
-    async def test_keys_are_found_by_hash_listed_in_order_and_revoked_once(self, store: Store) -> None:
+    async def test_keys_are_found_by_hash_listed_in_order_and_revoked_once(self, store: FullStore) -> None:
         laptop = await store.add_web_key(_key("laptop", "a", T0))
         ops = await store.add_web_key(_key("ops", "b", T0 + timedelta(minutes=1), operator=True))
         assert await store.web_key_by_hash("a" * 64) == laptop
@@ -43,7 +43,7 @@ class WebKeysContract(Contract):
         assert found is not None and found.revoked_at == later
         assert (await store.web_key_by_hash("b" * 64)) == ops
 
-    async def test_a_hash_is_never_stored_twice(self, store: Store) -> None:
+    async def test_a_hash_is_never_stored_twice(self, store: FullStore) -> None:
         await store.add_web_key(_key("one", "d", T0))
         with pytest.raises(StoreError):
             await store.add_web_key(_key("two", "d", T0))

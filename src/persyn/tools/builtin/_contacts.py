@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 
 from persyn.core.errors import InputError, ToolError
 from persyn.core.ids import is_id, parse_id
-from persyn.store.base import Person, Store
+from persyn.store.base import Person
+from persyn.store.capabilities import ContactsStore
 
 __all__ = [
     "MAX_LISTED",
@@ -55,7 +56,7 @@ def _listing(people: list[Person]) -> str:
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-async def resolve_contact(store: Store, agent_id: str, who: str) -> Person:
+async def resolve_contact(store: ContactsStore, agent_id: str, who: str) -> Person:
     """The one person `who` names, or a ToolError the model can act on."""
     wanted = " ".join(who.split())
     if not wanted:
@@ -83,7 +84,7 @@ async def resolve_contact(store: Store, agent_id: str, who: str) -> Person:
     raise UnknownContact(f"there is no contact named {wanted!r}; your contacts include {_listing(people)}")
 
 
-async def resolve_exactly(store: Store, agent_id: str, who: str) -> Person:
+async def resolve_exactly(store: ContactsStore, agent_id: str, who: str) -> Person:
     """The one person `who` names with no guessing, for the operator's commands that attach
     history to someone (`persyn memory import`, `memory recall --participant`): an id, else
     an exact display name (case and spacing aside) or an identity's exact speaker id. No
@@ -113,7 +114,7 @@ async def resolve_exactly(store: Store, agent_id: str, who: str) -> Person:
     raise UnknownContact(f"no contact named exactly {wanted!r}{hint}")
 
 
-async def named_contact(store: Store, agent_id: str, agent_name: str, who: str) -> Person:
+async def named_contact(store: ContactsStore, agent_id: str, agent_name: str, who: str) -> Person:
     """The contact an operator's command names (`persyn contacts show Sam`, `people dossier`,
     `memory recall --participant`, `memory import --as`): exactly `resolve_exactly`, an id or
     a unique exact name, so a command never acts on someone its operator did not mean. None

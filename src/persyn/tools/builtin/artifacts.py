@@ -30,8 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from persyn.core.clock import Clock
 from persyn.core.errors import ToolError
 from persyn.core.ids import new_id
-from persyn.store.base import Store
-from persyn.store.ports.artifacts import ArtifactVersion
+from persyn.store.ports.artifacts import ArtifactsPort, ArtifactVersion
 from persyn.tools.registry import Tool
 
 __all__ = ["ArtifactsContext", "artifact_tools", "others_words"]
@@ -41,7 +40,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()-]{0,119}")
 
 @dataclass(frozen=True)
 class ArtifactsContext:
-    store: Store
+    store: ArtifactsPort
     agent_id: str
     eligible: tuple[str, ...]  # this activation's channel first, then the rest of its compartment
     agent_names: Mapping[str, str]  # the deployment's agents, id → name, to show who wrote what

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.core.errors import ToolError
 from persyn.store.base import QuickFact
+from persyn.store.capabilities import ContactsStore, MemoryStore
 from persyn.tools.builtin._contacts import SELF_WORDS, resolve_contact
 from persyn.tools.builtin.own import OwnToolsContext
 from persyn.tools.registry import Tool
@@ -64,15 +65,18 @@ class FactsView(BaseModel):
     facts: dict[str, str]
 
 
-def fact_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
-    """get_facts and set_fact, bound to `context`."""
+def fact_tools(context: OwnToolsContext[MemoryStore], contacts: ContactsStore | None) -> list[Tool[Any, Any]]:
+    """get_facts and set_fact, bound to `context`; facts about others need `contacts` (None:
+    the store keeps no contact directory, so only the agent's facts about itself)."""
     store, agent_id, clock = context.store, context.agent_id, context.clock
 
     async def subject(about: str) -> tuple[str, str]:
         wanted = " ".join(about.split())
         if wanted.casefold() in SELF_WORDS or wanted.upper() == agent_id:
             return agent_id, "me"
-        person = await resolve_contact(store, agent_id, wanted)
+        if contacts is None:
+            raise ToolError("only facts about yourself are kept here (no contact directory): use 'me'")
+        person = await resolve_contact(contacts, agent_id, wanted)
         return person.id, person.display_name
 
     async def visible(subject_id: str) -> list[QuickFact]:

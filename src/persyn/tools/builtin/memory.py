@@ -44,7 +44,9 @@ from persyn.core.errors import ToolError
 from persyn.core.ids import is_id, parse_id
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.memory.access import eligible_channels, may_surface
-from persyn.store.base import Conversation, Message, Store
+from persyn.store.base import Conversation, Message
+from persyn.store.capabilities import MemoryStore, capability
+from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.tools.builtin._regex import MAX_PATTERN_CHARS, compile_pattern, matching
 from persyn.tools.registry import Tool
 
@@ -70,7 +72,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class MemoryToolsContext:
-    store: Store
+    store: MemoryStore
     agent_id: str
     channel: str  # the current channel key, "service:channel"
     present: tuple[str, ...]  # who can read the current channel now (the agent's id is ignored)
@@ -201,6 +203,8 @@ async def _regex_filter(pattern: str | None, items: list[T], text_of: Callable[[
 def memory_tools(context: MemoryToolsContext) -> list[Tool[Any, Any]]:
     """search_memories, search_dialog and recall_dialog, bound to `context`."""
     store, agent_id = context.store, context.agent_id
+    # Keyword search of dialog; a store without dialog history (`store/capabilities.py`) has none.
+    history = capability(store, DialogHistoryPort)
     groups = [list(group) for group in context.channel_groups]
     channels = eligible_channels(context.channel, groups)
 
@@ -286,7 +290,12 @@ def memory_tools(context: MemoryToolsContext) -> list[Tool[Any, Any]]:
         since, until = arguments.since, arguments.until
         note = None
         if arguments.keyword is not None:
-            candidates = await store.search_messages(
+            if history is None:
+                raise ToolError(
+                    "keyword search of past dialog is not available here (the store keeps no "
+                    "dialog history); search without a keyword, by date or regex"
+                )
+            candidates = await history.search_messages(
                 agent_id,
                 arguments.keyword,
                 since=None if since is None else _utc(since),

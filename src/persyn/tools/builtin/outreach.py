@@ -27,7 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.core.clock import Clock
 from persyn.core.errors import ToolError
-from persyn.store.base import Person, Store
+from persyn.store.base import Person
+from persyn.store.capabilities import ContactsStore, capability
+from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.tools.builtin._contacts import describe, resolve_contact
 from persyn.tools.registry import Tool
 
@@ -51,7 +53,7 @@ Route = Literal["preferred channel", "most recent conversation", "only identity"
 
 @dataclass(frozen=True)
 class OutreachContext:
-    store: Store
+    store: ContactsStore
     agent_id: str
     clock: Clock
     send: SendMessage
@@ -85,6 +87,9 @@ class MessageSent(BaseModel):
 def outreach_tools(context: OutreachContext) -> list[Tool[Any, Any]]:
     """message_contact, bound to `context` (and its per-activation message count)."""
     store, agent_id = context.store, context.agent_id
+    # Where they were last met; a store without dialog history (`store/capabilities.py`)
+    # leaves it to their preferred channel or only identity.
+    history = capability(store, DialogHistoryPort)
     attempts = 0
 
     async def route(person: Person) -> tuple[str, str, Route]:
@@ -93,11 +98,12 @@ def outreach_tools(context: OutreachContext) -> list[Tool[Any, Any]]:
             service, _, channel = preferred.partition(":")
             if service.strip() and channel.strip():
                 return service.strip(), channel.strip(), "preferred channel"
-        recent = [
-            c
-            for c in await store.person_conversations(agent_id, person.id, _RECENT_CONVERSATIONS)
-            if c.kind == "dialog"
-        ]
+        met = (
+            []
+            if history is None
+            else await history.person_conversations(agent_id, person.id, _RECENT_CONVERSATIONS)
+        )
+        recent = [c for c in met if c.kind == "dialog"]
         if recent:
             latest = max(recent, key=lambda c: (c.last_activity_at, c.id))
             return latest.service, latest.channel, "most recent conversation"

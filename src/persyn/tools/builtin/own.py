@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol, Self, TypeVar
+from typing import Any, Generic, Literal, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -49,7 +49,8 @@ from persyn.schedule import (
     set_reminder,
 )
 from persyn.schedule import create_goal as store_goal
-from persyn.store.base import Provenance, Store
+from persyn.store.base import Provenance
+from persyn.store.capabilities import ScheduleStore
 from persyn.tools.activation import Audience, FixedProvenance, RunProvenance
 from persyn.tools.registry import Tool
 
@@ -71,11 +72,12 @@ class _HasProvenance(Protocol):
 
 
 _T = TypeVar("_T", bound=_HasProvenance)
+_S = TypeVar("_S", covariant=True)  # a context for a richer store serves where a poorer one is asked
 
 
 @dataclass(frozen=True)
-class OwnToolsContext:
-    store: Store
+class OwnToolsContext(Generic[_S]):
+    store: _S  # what the tools bound to it need of the store (`store/capabilities.py`)
     agent_id: str
     clock: Clock
     # Whom and where a new reminder addresses unless the model says otherwise.
@@ -260,7 +262,7 @@ class ListGoalsInput(_Input):
 
 
 # the tools -------------------------------------------------------------------------------------
-def reminder_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
+def reminder_tools(context: OwnToolsContext[ScheduleStore]) -> list[Tool[Any, Any]]:
     """set_reminder, list_reminders, edit_reminder and cancel_reminder, bound to `context`."""
     store, agent_id, clock = context.store, context.agent_id, context.clock
 
@@ -356,7 +358,7 @@ def reminder_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
     return tools
 
 
-def goal_tools(context: OwnToolsContext) -> list[Tool[Any, Any]]:
+def goal_tools(context: OwnToolsContext[ScheduleStore]) -> list[Tool[Any, Any]]:
     """create_goal, update_goal and list_goals, bound to `context`."""
     store, agent_id, clock = context.store, context.agent_id, context.clock
 

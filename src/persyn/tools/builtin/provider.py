@@ -7,7 +7,7 @@ search, messaging a contact, arithmetic, recent activity, self-inspection, the k
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from persyn.core.config import Task
 from persyn.core.records import Sensitivity
@@ -15,7 +15,8 @@ from persyn.gateway.base import ToolSpec
 from persyn.gateway.provider_tools import provider_tool_specs
 from persyn.memory.access import eligible_channels
 from persyn.store.base import Provenance
-from persyn.store.capabilities import capability
+from persyn.store.capabilities import ContactsStore, MemoryStore, ScheduleStore, capability
+from persyn.store.ports.artifacts import ArtifactsPort
 from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphView
 from persyn.tools.builtin.activity import ActivityContext, activity_tools
@@ -43,10 +44,12 @@ __all__ = [
     "PROVIDER_TOOLS",
 ]
 
+_S = TypeVar("_S")
 
-def _own(scope: ToolScope) -> OwnToolsContext:
+
+def _own(scope: ToolScope, store: _S) -> OwnToolsContext[_S]:
     return OwnToolsContext(
-        store=scope.store,
+        store=store,
         agent_id=scope.agent.id,
         clock=scope.clock,
         default_action=scope.here,
@@ -55,14 +58,31 @@ def _own(scope: ToolScope) -> OwnToolsContext:
     )
 
 
+def _reminders_and_goals(scope: ToolScope) -> list[Tool[Any, Any]]:
+    schedule = capability(scope.store, ScheduleStore)
+    if schedule is None:  # a store without reminders and goals: no tools for them
+        return []
+    return [*reminder_tools(_own(scope, schedule)), *goal_tools(_own(scope, schedule))]
+
+
 async def _shown(scope: ToolScope, provenances: Sequence[Provenance]) -> None:
     await scope.run.read(provenances)
 
 
+def _facts(scope: ToolScope) -> list[Tool[Any, Any]]:
+    memory = capability(scope.store, MemoryStore)
+    if memory is None:  # a store without memory: no quick facts
+        return []
+    return fact_tools(_own(scope, memory), capability(scope.store, ContactsStore))
+
+
 def _memory(scope: ToolScope) -> list[Tool[Any, Any]]:
+    memory = capability(scope.store, MemoryStore)
+    if memory is None:  # a store without autobiographical memory: no memory tools
+        return []
     return memory_tools(
         MemoryToolsContext(
-            store=scope.store,
+            store=memory,
             agent_id=scope.agent.id,
             channel=scope.where,
             present=scope.present,
@@ -75,9 +95,12 @@ def _memory(scope: ToolScope) -> list[Tool[Any, Any]]:
 
 
 def _outreach(scope: ToolScope) -> list[Tool[Any, Any]]:
+    contacts = capability(scope.store, ContactsStore)
+    if contacts is None:  # a store without the contact directory: no one to find by name
+        return []
     return outreach_tools(
         OutreachContext(
-            store=scope.store,
+            store=contacts,
             agent_id=scope.agent.id,
             clock=scope.clock,
             send=scope.send,
@@ -141,11 +164,12 @@ def _graph(scope: ToolScope) -> list[Tool[Any, Any]]:
 
 def _artifacts(scope: ToolScope) -> list[Tool[Any, Any]]:
     settings = scope.settings
-    if not settings.artifacts.enabled:
+    artifacts = capability(scope.store, ArtifactsPort)
+    if not settings.artifacts.enabled or artifacts is None:  # a store without them: no workspace tools
         return []
     return artifact_tools(
         ArtifactsContext(
-            store=scope.store,
+            store=artifacts,
             agent_id=scope.agent.id,
             eligible=eligible_channels(scope.where, settings.memory.channel_groups),
             agent_names={a.id: a.name for a in scope.agents.values()},
@@ -159,8 +183,8 @@ def _provider_specs(scope: ToolScope) -> list[ToolSpec]:
     return list(provider_tool_specs(scope.settings, scope.agent))
 
 
-OWN = ToolProvider("own", lambda scope: [*reminder_tools(_own(scope)), *goal_tools(_own(scope))])
-FACTS = ToolProvider("facts", lambda scope: fact_tools(_own(scope)))
+OWN = ToolProvider("own", _reminders_and_goals)
+FACTS = ToolProvider("facts", _facts)
 MEMORY = ToolProvider("memory", _memory)
 OUTREACH = ToolProvider("outreach", _outreach)
 ARITHMETIC = ToolProvider("arithmetic", lambda scope: [calculator_tool()])
