@@ -10,10 +10,12 @@ nobody talks to. The turns reuse `bench/turn.py`'s model double (0 ms per call) 
 
 In the turn rows the scheduler is off and the outbox poll and the dead-executor watch are
 slowed (60 s, 3600 s); the queue workers keep their polling (with it at 10 s the turns here
-stalled for minutes; not investigated). Under valgrind a turn lasts ~50x longer in wall time,
-so polls that tick by the wall clock weigh more in these rows than in a native turn: the
-`wall s` column and the idle row (instructions per quiet second) bound that share. Compare
-rows of this script only.
+stalled for minutes; not investigated). Under valgrind a turn lasts 20-50 s of wall time and
+those polls tick by the wall clock (every 0.25 s while busy), so they are counted with the
+turns, far more of them than in a native turn: an idle row with `--dispatch 'quiet_polling_seconds
+= 0'` gives the busy polling rate, and that rate times the `wall s` column is their share
+(the script does not subtract it: part of a poll's claims are the turn's own). Compare rows
+of this script only.
 
 `--ns-per-instruction` converts to CPU ms; without it a calibration (a pure-Python loop, its
 CPU time natively, best of 5, over its count under callgrind) gives the ratio on this machine.
@@ -36,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,7 @@ _HELPER_C = r"""
 void count_start(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_ZERO_STATS; }
 void count_stop(const char *what) { CALLGRIND_DUMP_STATS_AT(what); CALLGRIND_STOP_INSTRUMENTATION; }
 """
-_QUIET_POLLING = "[dispatch]\noutbox_poll_seconds = 60\ndead_executor_seconds = 3600\n"
+_QUIET_POLLING = "outbox_poll_seconds = 60\ndead_executor_seconds = 3600\n"
 _SAMPLE_LOOKS = 30
 _CALIBRATION = "sum(i * i % 7 for i in range(3_000_000))"
 
@@ -81,7 +84,13 @@ async def _settled() -> None:
 
 
 async def _child(
-    mode: str, turns: int, memories: int, idle_seconds: float, home: Path, count: Any
+    mode: str,
+    turns: int,
+    memories: int,
+    idle_seconds: float,
+    home: Path,
+    count: Any,
+    extra_dispatch: Sequence[str] = (),
 ) -> dict[str, Any]:
     import turn as bench  # the `--bench-dir` checkout's bench/turn.py  # pyright: ignore[reportMissingImports]
 
@@ -94,9 +103,10 @@ async def _child(
     bench._MODEL.delay = 0.0  # pyright: ignore[reportPrivateUsage]
     register_double("bench-turn", bench._MODEL)  # pyright: ignore[reportPrivateUsage]
     bench._home(home, "deferred" if mode == "idle" else mode)  # pyright: ignore[reportPrivateUsage]
-    if mode != "idle":
+    dispatch = ("" if mode == "idle" else _QUIET_POLLING) + "".join(f"{line}\n" for line in extra_dispatch)
+    if dispatch:
         with (home / "persyn.toml").open("a") as toml:
-            toml.write(_QUIET_POLLING)
+            toml.write(f"[dispatch]\n{dispatch}")
     settings = load_settings(home, environ={})
     agent = AgentConfig(name="Ada", id=new_id())
     runtime = build_runtime(settings.model_copy(update={"agents": [agent]}))
@@ -211,6 +221,12 @@ def main() -> None:
         "--modes", default="inline,deferred,idle", help="comma-separated: inline, deferred, idle"
     )
     parser.add_argument("--bench-dir", type=Path, default=Path(__file__).parent, help="whose bench/turn.py")
+    parser.add_argument(
+        "--dispatch",
+        action="append",
+        default=[],
+        help="a [dispatch] key for every row, e.g. 'quiet_polling_seconds = 0' (repeatable)",
+    )
     parser.add_argument("--ns-per-instruction", type=float, default=None, help="skip the calibration")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -219,7 +235,15 @@ def main() -> None:
         count = ctypes.CDLL(os.environ["PERSYN_COUNT_LIB"])
         with tempfile.TemporaryDirectory() as home:
             result = asyncio.run(
-                _child(args.child, args.turns, args.memories, args.idle_seconds, Path(home) / "home", count)
+                _child(
+                    args.child,
+                    args.turns,
+                    args.memories,
+                    args.idle_seconds,
+                    Path(home) / "home",
+                    count,
+                    args.dispatch,
+                )
             )
         print("RESULT " + json.dumps(result))
         return
@@ -242,6 +266,7 @@ def main() -> None:
                 str(args.idle_seconds),
                 "--bench-dir",
                 str(args.bench_dir.resolve()),
+                *(f"--dispatch={line}" for line in args.dispatch),
             ]
             stdout = _under_callgrind(argv, out, env)
             result = json.loads(next(line for line in stdout.splitlines() if line.startswith("RESULT "))[7:])
