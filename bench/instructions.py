@@ -8,14 +8,12 @@ either `--turns` turns (each from submit to its marker and until its background 
 critique, refinement, emotion reading — has finished) or `--idle-seconds` of a deployment
 nobody talks to. The turns reuse `bench/turn.py`'s model double (0 ms per call) and memories.
 
-In the turn rows the scheduler is off and the outbox poll and the dead-executor watch are
-slowed (60 s, 3600 s); the queue workers keep their polling (with it at 10 s the turns here
-stalled for minutes; not investigated). Under valgrind a turn lasts 20-50 s of wall time and
-those polls tick by the wall clock (every 0.25 s while busy), so they are counted with the
-turns, far more of them than in a native turn: an idle row with `--dispatch 'quiet_polling_seconds
-= 0'` gives the busy polling rate, and that rate times the `wall s` column is their share
-(the script does not subtract it: part of a poll's claims are the turn's own). Compare rows
-of this script only.
+In the turn rows the scheduler is off and the polls are slowed: the queue workers' to 10 s
+(enqueues in this process wake them at once, `runtime/durable/_wake.py`), the outbox's to
+60 s, the dead-executor watch to an hour. Under valgrind a turn lasts 20-50 s of wall time,
+and polls at their defaults (0.25 s while busy) would be counted with it by the hundred. The
+idle row keeps the defaults; `--dispatch 'quiet_polling_seconds = 0'` there gives the busy
+polling rate. Compare rows of this script only.
 
 `--ns-per-instruction` converts to CPU ms; without it a calibration (a pure-Python loop, its
 CPU time natively, best of 5, over its count under callgrind) gives the ratio on this machine.
@@ -47,7 +45,7 @@ _HELPER_C = r"""
 void count_start(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_ZERO_STATS; }
 void count_stop(const char *what) { CALLGRIND_DUMP_STATS_AT(what); CALLGRIND_STOP_INSTRUMENTATION; }
 """
-_QUIET_POLLING = "outbox_poll_seconds = 60\ndead_executor_seconds = 3600\n"
+_QUIET_POLLING = "queue_polling_seconds = 10\noutbox_poll_seconds = 60\ndead_executor_seconds = 3600\n"
 _SAMPLE_LOOKS = 30
 _CALIBRATION = "sum(i * i % 7 for i in range(3_000_000))"
 
