@@ -164,14 +164,13 @@ async def _child(
 
 # parent: run each configuration under callgrind, print the table ------------------------------
 def _counted(out: Path, what: str = "window") -> int:
-    """Instructions in the dump made by `count_stop(what)` (its `totals:` line)."""
-    for dump in sorted(out.parent.glob(out.name + "*")):
-        text = dump.read_text(errors="replace")
-        if f"Client Request: {what}\n" in text:
-            for line in text.splitlines():
-                if line.startswith(("totals:", "summary:")):
-                    return int(line.split()[1])
-    raise RuntimeError(f"no counted window in {out}*")
+    """Instructions in the dump made by `count_stop(what)` (its `totals:` line). Only the dump
+    whose trigger line names `what` counts: the one made at exit holds no count."""
+    for dump in sorted(out.parent.glob(out.name + ".*")):
+        lines = dump.read_text(errors="replace").splitlines()
+        if f"desc: Trigger: Client Request: {what}" in lines:
+            return next(int(line.split()[1]) for line in lines if line.startswith("totals:"))
+    raise RuntimeError(f"no dump of {what!r} in {out}.*")
 
 
 def _under_callgrind(argv: list[str], out: Path, env: dict[str, str]) -> str:
