@@ -64,28 +64,6 @@ __all__ = [
     "WebKeysContract",
 ]
 
-CONTRACT_GROUPS: tuple[type[Contract], ...] = (
-    CoreContract,
-    DialogContract,
-    MemoryContract,
-    RecallContract,
-    GraphContract,
-    PeopleContract,
-    DirectoryContract,
-    ActivityContract,
-    RunsContract,
-    JobsContract,
-    ScheduleContract,
-    GuardrailsContract,
-    GuardrailSlotsContract,
-    LeasesContract,
-    OutboxContract,
-    ModelCallsContract,
-    ArtifactsContract,
-    WebKeysContract,
-)
-"""Every contract group, one class each; `StoreContract` derives from all of them."""
-
 
 class StoreContract(
     CoreContract,
@@ -108,3 +86,7 @@ class StoreContract(
     WebKeysContract,
 ):
     """The whole contract: every group's tests in one class (no two groups share a test name)."""
+
+
+CONTRACT_GROUPS: tuple[type[Contract], ...] = StoreContract.__bases__
+"""Every contract group, one class each: the bases of `StoreContract`."""
