@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from datetime import datetime
 from enum import StrEnum
@@ -9,6 +10,9 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "ATTACHMENT_REFERENCE",
+    "Attachment",
+    "AttachmentKind",
     "CompletionMarker",
     "Event",
     "EventKind",
@@ -80,6 +84,33 @@ class Speaker(BaseModel):
         return Speaker.model_validate({**self.model_dump(), "display_name": display_name})
 
 
+class AttachmentKind(StrEnum):
+    IMAGE = "image"
+    AUDIO = "audio"
+    DOCUMENT = "document"
+
+
+# What a kept original is called (`runtime/turn/attachments.py`): att- and a ULID, whose time is
+# when it was received.
+ATTACHMENT_REFERENCE = re.compile(r"\batt-[0-9A-HJKMNP-TV-Z]{26}\b")
+
+
+class Attachment(BaseModel):
+    """Something a person sent with a message (SPEC §4 step 1): an image, audio or a document,
+    kept as the original under `reference` in its conversation's compartment. `media_type` is
+    the type sniffed from its bytes (never only what the sender declared); `meta` holds what
+    inspecting it found (`width`, `height`, `seconds`, `pages`) as text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: AttachmentKind
+    media_type: str
+    size: int
+    reference: str
+    filename: str | None = None
+    meta: dict[str, str] = Field(default_factory=dict[str, str])
+
+
 class Event(BaseModel):
     """One stimulus for one agent. Persisted before it is enqueued; its id is the dedup key."""
 
@@ -95,6 +126,9 @@ class Event(BaseModel):
     received_at: datetime
     addressed: bool = True
     meta: dict[str, str] = Field(default_factory=dict[str, str])
+    # What came with the text, kept before the event was (`RuntimeAPI.keep_attachments`); the
+    # turn reads them as text first (`runtime/turn/senses.py`).
+    attachments: tuple[Attachment, ...] = ()
 
 
 class ImageAttachment(BaseModel):

@@ -858,3 +858,30 @@ def test_migration_twenty_four_creates_the_leases(engine: Engine) -> None:
         key = inspect(connection).get_pk_constraint("leases")["constrained_columns"]
     # Created from the live definition: if this fails, freeze migration 24 first.
     assert (columns, key) == (["name", "holder", "acquired_at", "expires_at"], ["name"])
+
+
+def test_migration_twenty_five_gives_old_events_no_attachments(engine: Engine) -> None:
+    assert _migrate(engine, target=24) == 24
+    at = datetime(2026, 1, 5, tzinfo=UTC)
+    row = {
+        "id": new_id(at),
+        "agent_id": new_id(at),
+        "kind": "message",
+        "service": "web",
+        "channel": "k",
+        "speaker": None,
+        "text": "before",
+        "received_at": at,
+        "addressed": True,
+        "meta": {},
+    }
+    columns = ", ".join(row)
+    with engine.begin() as connection:
+        connection.execute(
+            text(f"INSERT INTO events ({columns}) VALUES ({', '.join(':' + c for c in row)})"),
+            {**row, "speaker": None, "meta": "{}", "received_at": at.isoformat()},
+        )
+    assert _migrate(engine, target=25) == 25
+    with engine.connect() as connection:
+        kept = connection.execute(text("SELECT attachments FROM events")).scalar_one()
+    assert json.loads(kept) == []

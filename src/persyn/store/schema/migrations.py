@@ -385,6 +385,12 @@ def _create_leases(connection: Connection, dialect_name: str) -> None:
     leases.create(connection, checkfirst=False)
 
 
+def _add_event_attachments(connection: Connection, dialect_name: str) -> None:
+    """Migration 25: what came with an event (`core.events.Attachment`, a JSON list); every
+    event before it had none."""
+    connection.exec_driver_sql("ALTER TABLE events ADD COLUMN attachments JSON NOT NULL DEFAULT '[]'")
+
+
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "create tables", _create_tables),
     Migration(2, "full-text search over messages"),
@@ -410,6 +416,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(22, "keyword posting lists for memory search"),
     Migration(23, "the keyword index's vocabulary, for bounding common words"),
     Migration(24, "leases: one process holds each chat network's connection", _create_leases),
+    Migration(25, "attachments of inbound events", _add_event_attachments),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -128,6 +128,7 @@ events = Table(
     Column("received_at", UTCDateTime(), nullable=False),
     Column("addressed", Boolean, nullable=False),
     Column("meta", JSON, nullable=False),
+    Column("attachments", JSON, nullable=False, server_default="[]"),  # `Attachment`s (migration 25)
     Index(None, "agent_id", "received_at"),
 )
 

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine import Connection, Row
 
-from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
+from persyn.core.events import Attachment, CompletionMarker, Event, EventKind, Speaker
 from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.store.base import (
     ActivityEntry,
@@ -76,6 +76,7 @@ def event_values(event: Event) -> dict[str, Any]:
         "kind": event.kind.value,
         "speaker": speaker,
         "meta": dict(event.meta),
+        "attachments": [attachment.model_dump(mode="json") for attachment in event.attachments],
     }
 
 
@@ -91,6 +92,7 @@ def event_from_row(row: Row[Any]) -> Event:
         received_at=row.received_at,
         addressed=row.addressed,
         meta=dict(row.meta),
+        attachments=tuple(Attachment.model_validate(item) for item in row.attachments or ()),
     )
 
 

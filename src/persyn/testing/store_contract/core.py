@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from persyn.core.errors import InputError, StoreError
-from persyn.core.events import CompletionMarker, Event, Speaker
+from persyn.core.events import Attachment, AttachmentKind, CompletionMarker, Event, Speaker
 from persyn.core.ids import derived_id, new_id
 from persyn.store import Conversation, Identity, Message, Person, Role
 from persyn.store.capabilities import FullStore
@@ -172,6 +172,26 @@ class CoreContract(Contract):
         assert await store.save_event(event.model_copy(update={"text": "changed"})) is False
         assert await store.get_event(agent_id, event.id) == event
         assert await store.get_event(agent_id, new_id()) is None
+
+    async def test_an_event_keeps_its_attachments_in_order(self, store: FullStore) -> None:
+        agent_id = new_id()
+        photo = Attachment(
+            kind=AttachmentKind.IMAGE,
+            media_type="image/png",
+            size=1234,
+            reference=f"att-{new_id(T0)}",
+            filename="bike.png",
+            meta={"width": "640", "height": "480"},
+        )
+        note = Attachment(
+            kind=AttachmentKind.AUDIO, media_type="audio/wav", size=88, reference=f"att-{new_id(T0)}"
+        )
+        event = _event(agent_id, "is this mine?").model_copy(update={"attachments": (photo, note)})
+        assert await store.save_event(event) is True
+        assert await store.get_event(agent_id, event.id) == event
+        plain = _event(agent_id, "no attachments")
+        await store.save_event(plain)
+        assert (await store.get_event(agent_id, plain.id) or event).attachments == ()
 
     async def test_a_marker_is_replaced_expires_at_now_and_is_purged(self, store: FullStore) -> None:
         agent_id = new_id()
