@@ -18,6 +18,7 @@ __all__ = [
     "USAGE_ID_METADATA_KEY",
     "AgentTurn",
     "Completion",
+    "ImageInput",
     "Prompt",
     "PromptItem",
     "SinkEvent",
@@ -45,12 +46,22 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+class ImageInput(_Frozen):
+    """An image shown to a model with a user turn (the `caption` task): its bytes and sniffed type."""
+
+    model_config = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64")
+
+    data: bytes
+    media_type: str
+
+
 class UserTurn(_Frozen):
     """Something said to the agent (by a person, another agent, or the system on its behalf)."""
 
     kind: Literal["user"] = "user"
     text: str
     name: str | None = None  # speaker display name, for multi-speaker channels
+    images: tuple[ImageInput, ...] = ()  # only to a model whose profile can see (`ModelGateway.can_see`)
 
 
 class ToolCall(_Frozen):

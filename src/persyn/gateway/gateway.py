@@ -44,6 +44,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_ai.concurrency import ConcurrencyLimiter
 from pydantic_ai.direct import model_request, model_request_stream
 from pydantic_ai.messages import (
+    BinaryContent,
     InstructionPart,
     ModelMessage,
     ModelRequest,
@@ -194,6 +195,18 @@ class ModelGateway:
                 model = wrap(model)
             self._models[chain] = model
         return model
+
+    async def can_see(self, task: Task) -> bool:
+        """Whether `task`'s first model takes images, as its provider's profile says
+        (`supports_image_input`: false for the bundled `local:` model and the doubles but
+        `test:vision`). A model that cannot is never sent one (SPEC §4 step 1)."""
+        model = await self._model_for(self._resolve(task))
+        return bool(model.profile.get("supports_image_input", True))
+
+    def meter_units(self, model: str, stage: str, units: int, cost_usd: float | None = None) -> str | None:
+        """One usage record for a call that is not a chat round-trip (a transcription: `units`
+        seconds of audio, unpriced when local), attributed like every other; its id."""
+        return self._meter.record_units(model, stage, units, cost_usd)
 
     async def layers(self, task: Task) -> tuple[str, ...]:
         """The models a call of `task` passes through, outermost first, down to the provider's
@@ -439,6 +452,13 @@ def _request_part(item: UserTurn | ToolResult) -> ModelRequestPart:
             outcome="failed" if item.is_error else "success",
         )
     text = f"[{item.name}] {item.text}" if item.name else item.text
+    if item.images:
+        return UserPromptPart(
+            content=[
+                text,
+                *(BinaryContent(data=image.data, media_type=image.media_type) for image in item.images),
+            ]
+        )
     return UserPromptPart(content=text)
 
 

@@ -127,6 +127,7 @@ def build_local_model(name: str, base_url: str, timeout: float, max_tokens: int)
     reply bound (a tiny model otherwise rambles for minutes)."""
     provider = OpenAIProvider(base_url=base_url, api_key=PLACEHOLDER_API_KEY)
     profile = _profile(hosted=False, mode="prompted")
+    profile["supports_image_input"] = False  # the bundled text-only model
     return CompatibleChatModel(
         name, provider=provider, profile=profile, settings=_settings(timeout, max_tokens)
     )

@@ -9,6 +9,8 @@ real CLI and runtime run them through the real gateway — no monkeypatching:
 - `test:script@/abs/rules.json` — rules from a JSON file, first match wins (see `ScriptRule`);
   for subprocess end-to-end tests. Unmatched requests fall back to the echo reply.
 - `test:unreachable` — every request fails like an unreachable server (for fallback chains).
+- `test:vision` — the only double whose profile can see images: it captions one from its
+  pixels (`testing/vision.py`) for the `caption` task and echoes otherwise.
 - anything added with `register_double(name, fn)` — in-process, for unit tests.
 
 The gateway builds them like any provider's models: `build_test_model` is the `test` entry of
@@ -38,6 +40,7 @@ from typing import Any, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
+    BinaryContent,
     InstructionPart,
     ModelMessage,
     ModelRequest,
@@ -64,6 +67,7 @@ from persyn.core.errors import ModelError
 from persyn.gateway.base import TASK_METADATA_KEY, TokenUsage
 from persyn.gateway.providers import BuildContext
 from persyn.gateway.registry import ModelSpec
+from persyn.testing.vision import describe_image
 
 __all__ = [
     "BUILTIN_DOUBLES",
@@ -77,6 +81,7 @@ __all__ = [
     "build_test_model",
     "echo_text",
     "estimate_tokens",
+    "last_user_images",
     "last_user_text",
     "minimal_instance",
     "output_schema",
@@ -86,7 +91,7 @@ __all__ = [
     "unregister_double",
 ]
 
-BUILTIN_DOUBLES = frozenset({"unreachable", "echo", "instant", "script"})
+BUILTIN_DOUBLES = frozenset({"unreachable", "echo", "instant", "script", "vision"})
 INSTANT_REPLY = "OK."
 _SPEAKER_TAG = re.compile(r"^\[[^\]\n]{1,80}\]\s*")
 
@@ -157,6 +162,8 @@ def build_double(spec: ModelSpec) -> DoubleModel:
         return DoubleModel("echo", _echo)
     if spec.name == "instant":
         return DoubleModel("instant", _instant)
+    if spec.name == "vision":
+        return DoubleModel("vision", _vision, sees=True)
     if spec.name == "script":
         if spec.script is None:
             raise ModelError("test:script needs a rules file: test:script@/abs/path.json")
@@ -177,13 +184,14 @@ class DoubleModel(FunctionModel):
     by a double survive streaming too.
     """
 
-    def __init__(self, name: str, responder: DoubleFunction) -> None:
+    def __init__(self, name: str, responder: DoubleFunction, *, sees: bool = False) -> None:
         self._responder = responder
         # Structured output as an output tool, like Claude's (the profile is what picks it).
         profile = ModelProfile(
             default_structured_output_mode="tool",
             supports_json_schema_output=True,
             supports_json_object_output=True,
+            supports_image_input=sees,
         )
         super().__init__(
             self._respond, stream_function=self._stream, model_name=f"test:{name}", profile=profile
@@ -411,6 +419,25 @@ def _echo(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Do
     if schema is not None:
         return DoubleReply(output=minimal_instance(schema))
     return DoubleReply(text=echo_text(messages))
+
+
+def _vision(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleResult:
+    images = last_user_images(messages)
+    if task != "caption" or not images:
+        return _echo(task, messages, info)
+    return DoubleReply(text="; ".join(describe_image(image.data) for image in images))
+
+
+def last_user_images(messages: Sequence[ModelMessage]) -> list[BinaryContent]:
+    """The images of the latest user prompt."""
+    for message in reversed(messages):
+        if isinstance(message, ModelRequest):
+            for part in reversed(message.parts):
+                if isinstance(part, UserPromptPart) and not isinstance(part.content, str):
+                    return [
+                        item for item in part.content if isinstance(item, BinaryContent) and item.is_image
+                    ]
+    return []
 
 
 def _unreachable(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleResult:

@@ -40,6 +40,7 @@ class Task(StrEnum):
     DOSSIER = "dossier"
     REFLECT = "reflect"
     SANDBOX = "sandbox"
+    CAPTION = "caption"
 
 
 ModelChoice = str | list[str]
@@ -153,6 +154,24 @@ class ModelsConfig(Section):
         description="The sandbox agent that `run_code` delegates to: writes and runs code in the sandbox.",
         examples=["anthropic:claude-sonnet-4-6"],
     )
+    caption: ModelChoice | None = Field(
+        default=None,
+        description=(
+            "Describing an image a person sent, so the turn reads it as text (SPEC §4 step 1). Unset: "
+            "the respond model's, when its profile says it can see images; else the agent is told it "
+            "received an image it could not see."
+        ),
+        examples=["anthropic:claude-haiku-4-5"],
+    )
+    transcribe: str = Field(
+        default="local:whisper-tiny.en",
+        description=(
+            "Transcribing audio a person sent: `local:whisper-tiny.en` (faster-whisper with the packaged "
+            "model, the `local` extra; never downloaded at run time) or any OpenAI-compatible "
+            "`/audio/transcriptions` endpoint, `openai:whisper-1@http://host:port/v1`."
+        ),
+        examples=["openai:whisper-1@https://api.openai.com/v1"],
+    )
     auto_probe: list[str] = Field(
         default_factory=lambda: list(AUTO_PROBE_DEFAULT),
         description=(
@@ -258,4 +277,6 @@ class ModelsConfig(Section):
 
     def chain_for_task(self, task: Task) -> tuple[str, ...]:
         chosen: ModelChoice | None = getattr(self, task.value)
+        if chosen is None and task is Task.CAPTION:
+            return self.chain_for_task(Task.RESPOND)  # the voice that answers is the one that looks
         return model_chain(chosen or self.default)

@@ -283,5 +283,8 @@ class Settings(BaseSettings):
 
     def models_for(self, agent: AgentConfig, task: Task) -> tuple[str, ...]:
         """Every model `task` may run on for `agent`, in the order they are tried."""
-        chosen = agent.models.get(task.value) or agent.models.get("default")
+        chosen = agent.models.get(task.value)
+        if chosen is None and task is Task.CAPTION and self.models.caption is None:
+            return self.models_for(agent, Task.RESPOND)  # the voice that answers is the one that looks
+        chosen = chosen or agent.models.get("default")
         return model_chain(chosen) if chosen else self.models.chain_for_task(task)

@@ -86,6 +86,33 @@ class CallMeter:
             return None
         return record.id
 
+    def record_units(self, model: str, stage: str, units: int, cost: float | None) -> str | None:
+        """Emit one usage record of a call counted in units, not tokens (seconds of audio
+        transcribed); its id, or None when it could not be metered."""
+        try:
+            attribution = usage_context.current()
+            now = self.clock.now()
+            record = UsageRecord(
+                id=new_id(now),
+                call_id=self._call_id(attribution),
+                at=now,
+                agent_id=attribution.agent_id or self.agent_id,
+                stage=stage,
+                model=model,
+                tier=self.tiers.get(model, "cheap"),
+                units=units,
+                surface=attribution.surface,
+                channel=attribution.channel,
+                thread_id=attribution.thread_id,
+                conversation_id=attribution.conversation_id,
+                cost_usd=cost,
+            )
+            self.meter.emit(record)
+        except Exception:
+            log.warning("could not meter a call to %s", model, exc_info=True)
+            return None
+        return record.id
+
     def _call_id(self, attribution: usage_context.Attribution) -> str | None:
         """Inside a durable step, the logical call: derived from the step and the round.
 
