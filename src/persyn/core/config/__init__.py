@@ -25,6 +25,7 @@ from persyn.core.config.metering import MeteringConfig, Price
 from persyn.core.config.models import AUTO_PROBE_DEFAULT, ModelChoice, ModelsConfig, Task, model_chain
 from persyn.core.config.safety import GuardrailConfig, SafetyConfig
 from persyn.core.config.sandbox import ArtifactsConfig, SandboxConfig
+from persyn.core.config.senses import SensesConfig
 from persyn.core.config.settings import CONFIG_FILE, DEFAULT_HOME, Secrets, Settings
 from persyn.core.config.skills import SkillsConfig
 from persyn.core.config.sources import (
@@ -70,6 +71,7 @@ __all__ = [
     "SafetyConfig",
     "SandboxConfig",
     "Secrets",
+    "SensesConfig",
     "Settings",
     "SkillsConfig",
     "Task",

@@ -29,6 +29,7 @@ from persyn.core.config.metering import MeteringConfig, Price
 from persyn.core.config.models import ModelsConfig, Task, model_chain
 from persyn.core.config.safety import GuardrailConfig, SafetyConfig
 from persyn.core.config.sandbox import ArtifactsConfig, SandboxConfig
+from persyn.core.config.senses import SensesConfig
 from persyn.core.config.skills import SkillsConfig
 from persyn.core.config.tools import ToolsConfig
 from persyn.core.config.tracing import TracingConfig
@@ -134,6 +135,7 @@ class Settings(BaseSettings):
     browse: BrowseConfig = BrowseConfig()
     reference: ReferenceConfig = ReferenceConfig()
     images: ImagesConfig = ImagesConfig()
+    senses: SensesConfig = SensesConfig()
     skills: SkillsConfig = SkillsConfig()
     channels: _Channels = _Channels()
     pacing: PacingConfig = PacingConfig()

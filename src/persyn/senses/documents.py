@@ -1,0 +1,109 @@
+"""Reading: a sent document to text (issue 35 item 2), bounded.
+
+A PDF through pypdf, page by page until `[senses] document_max_chars` (an encrypted or broken
+PDF is refused, as is one past `document_max_pages`, whoever calls this); plain text and
+Markdown decoded with a guess at their charset; HTML to its readable text with trafilatura
+(its main content, or its plain-text conversion when it finds none), as the web reader does.
+What is cut is marked: `DocumentText.truncated`. Blocking work: callers run it in a thread.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+
+from persyn.core.config.senses import SensesConfig
+from persyn.senses.media import DOCUMENT_TYPES, MediaRejected, open_pdf
+
+__all__ = ["DocumentText", "decode_text", "read_document"]
+
+_BOMS = (
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+@dataclass(frozen=True)
+class DocumentText:
+    """A document's text (at most `document_max_chars`), its page count (PDF only) and whether
+    text was cut to fit."""
+
+    text: str
+    pages: int | None
+    truncated: bool
+
+
+def read_document(data: bytes, media_type: str, limits: SensesConfig) -> DocumentText:
+    """The text of a document whose type `media.inspect_media` sniffed (`application/pdf`,
+    `text/plain`, `text/markdown`, `text/html`)."""
+    if media_type not in DOCUMENT_TYPES:
+        raise MediaRejected(f"{media_type!r} is not a document type I can read")
+    if len(data) > limits.document_max_bytes:
+        raise MediaRejected(
+            f"the document is {len(data)} bytes; the limit is {limits.document_max_bytes}",
+            "document_max_bytes",
+        )
+    if media_type == "application/pdf":
+        return _pdf_text(data, limits)
+    text = decode_text(data)
+    if media_type == "text/html":
+        text = _html_text(text)
+    return _bounded(text.strip(), None, limits.document_max_chars)
+
+
+def decode_text(data: bytes) -> str:
+    """Bytes as text: by their byte-order mark, else UTF-8, else charset-normalizer's best guess
+    (trafilatura's own dependency), else Latin-1, which decodes anything."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return data.decode(encoding, errors="replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(data).best()
+    if best is not None:
+        return str(best)
+    return data.decode("latin-1")
+
+
+def _pdf_text(data: bytes, limits: SensesConfig) -> DocumentText:
+    reader = open_pdf(data)
+    pages = len(reader.pages)
+    if pages > limits.document_max_pages:
+        raise MediaRejected(
+            f"the PDF has {pages} pages; the limit is {limits.document_max_pages}", "document_max_pages"
+        )
+    parts: list[str] = []
+    kept = 0
+    truncated = False
+    for number, page in enumerate(reader.pages):
+        if kept > limits.document_max_chars:
+            truncated = number < pages
+            break
+        try:
+            text = page.extract_text() or ""
+        except Exception as exc:  # pypdf's content-stream errors are many types: any means "corrupt"
+            raise MediaRejected(f"the PDF is corrupt: page {number + 1} cannot be read") from exc
+        text = text.strip()
+        if text:
+            parts.append(text)
+            kept += len(text) + 2
+    document = _bounded("\n\n".join(parts), pages, limits.document_max_chars)
+    return DocumentText(document.text, pages, document.truncated or truncated)
+
+
+def _html_text(html: str) -> str:
+    import trafilatura  # imported on first use: it loads lxml and language data
+
+    extracted = trafilatura.extract(html, include_comments=False)
+    return extracted or trafilatura.html2txt(html) or ""
+
+
+def _bounded(text: str, pages: int | None, max_chars: int) -> DocumentText:
+    if len(text) <= max_chars:
+        return DocumentText(text, pages, False)
+    return DocumentText(text[:max_chars].rstrip(), pages, True)
