@@ -20,6 +20,7 @@ __all__ = [
     "Notice",
     "Outbound",
     "Speaker",
+    "Upload",
     "speaker_name",
 ]
 
@@ -109,6 +110,19 @@ class Attachment(BaseModel):
     reference: str
     filename: str | None = None
     meta: dict[str, str] = Field(default_factory=dict[str, str])
+
+
+class Upload(BaseModel):
+    """A file as a surface received it, before it is inspected and kept
+    (`RuntimeAPI.keep_attachments`): the bytes and what the sender said they are, or an
+    http(s) `url` to fetch them from (under `[browse]`'s rules: never a private address)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    data: bytes = b""
+    declared_type: str | None = None
+    filename: str | None = None
+    url: str | None = None
 
 
 class Event(BaseModel):

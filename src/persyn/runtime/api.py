@@ -8,10 +8,11 @@ everything behind it; `Runtime` satisfies it structurally.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from persyn.core.clock import Clock
-from persyn.core.events import CompletionMarker, Event, Speaker
+from persyn.core.events import Attachment, CompletionMarker, Event, Speaker, Upload
 from persyn.runtime.channel import Channel
 
 __all__ = ["RuntimeAPI"]
@@ -49,7 +50,18 @@ class RuntimeAPI(Protocol):
 
     def offline_notice(self) -> str | None: ...
 
-    async def submit(self, event: Event, *, from_step: bool = False) -> str: ...
+    async def keep_attachments(
+        self, agent_id: str, service: str, channel: str, speaker_id: str | None, uploads: Sequence[Upload]
+    ) -> tuple[Attachment, ...]:
+        """Inspect and keep what a person sent with a message, all of it or none (SPEC §4 step
+        1): the `Attachment`s to put on its `Event`. A file over a `[senses]` limit, of a type
+        the agent does not take, corrupt, or past the storage cap raises an `InputError`
+        (`persyn.senses.media.MediaRejected`) whose message names the limit."""
+        ...
+
+    async def submit(self, event: Event, *, from_step: bool = False) -> str:
+        """Store and enqueue `event`; one with attachments is read into text first."""
+        ...
 
     async def get_event(self, agent_id: str, event_id: str) -> Event | None:
         """The stored event (its `meta` included): an adapter threads a reply to the message

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +29,8 @@ from persyn.cognition.goals import GoalsSource
 from persyn.cognition.pipeline import ContextSource
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
-from persyn.core.errors import StoreError
-from persyn.core.events import CompletionMarker, Event, Speaker
+from persyn.core.errors import InputError, StoreError
+from persyn.core.events import Attachment, CompletionMarker, Event, Speaker, Upload
 from persyn.gateway.checkpoints import CheckpointedModel, StepCalls
 from persyn.gateway.gateway import ModelGateway, ModelWrapper
 from persyn.memory.embedder import Embedder, EmbedderUnavailable, warm_embedder
@@ -64,6 +64,7 @@ from persyn.runtime.durable.workflows import AUTO_SPEAK, Workflows, scheduler_ti
 from persyn.runtime.local_models import LocalModels
 from persyn.runtime.turn import speakers
 from persyn.runtime.turn.activation import ActivationSteps, TurnCache
+from persyn.runtime.turn.senses import Senses
 from persyn.runtime.turn.speakers import DISPLAY_NAME_PREF
 from persyn.runtime.turn.tool_steps import ToolSteps
 from persyn.runtime.turn.transmit import Transmitter
@@ -105,6 +106,7 @@ class RuntimeParts:
     tools: ToolSteps
     workflows: Workflows
     tracing: Tracing
+    senses: Senses
 
 
 class Runtime:
@@ -149,6 +151,7 @@ class Runtime:
         self.tools = parts.tools
         self.workflows = parts.workflows
         self.tracing = parts.tracing
+        self.senses = parts.senses
         self.embedder: Embedder | None = None  # set at start (None: keyword recall only)
         self._background: set[asyncio.Task[None]] = set()
         self._launched = False
@@ -456,7 +459,18 @@ class Runtime:
     def validate_text(self, text: str | bytes) -> str:
         return self.intake.validate_text(text)
 
+    async def keep_attachments(
+        self, agent_id: str, service: str, channel: str, speaker_id: str | None, uploads: Sequence[Upload]
+    ) -> tuple[Attachment, ...]:
+        if agent_id not in self.agents:
+            raise InputError(f"unknown agent id {agent_id!r}")
+        files = await self.senses.fetched(uploads)
+        now = self.clock.now()
+        return await asyncio.to_thread(self.senses.keep, agent_id, service, channel, speaker_id, files, now)
+
     async def submit(self, event: Event, *, from_step: bool = False) -> str:
+        if event.attachments:  # SPEC §4 step 1, once: the turn and a replay read the same words
+            event = await self.senses.perceive(event)
         # Its tokens come back here if another process runs it (`runtime/delivery/bus.py`).
         event = self.live.taken_in(event, self.channels.get(event.service))
         return await self.intake.submit(event, from_step=from_step)

@@ -35,6 +35,7 @@ from persyn.runtime.turn.activation import ActivationSteps, ReplyBudget, TurnCac
 from persyn.runtime.turn.agent_tools import AgentToolDeps
 from persyn.runtime.turn.images import ImageService
 from persyn.runtime.turn.pacing import Pacing
+from persyn.runtime.turn.senses import Senses
 from persyn.runtime.turn.tool_steps import ToolSteps
 from persyn.runtime.turn.transmit import Transmitter
 from persyn.store import Store, open_store
@@ -218,6 +219,7 @@ def build_runtime(
         tools=tools,
         workflows=workflows,
         tracing=tracing,
+        senses=Senses(settings, gateways),
     )
     return Runtime(settings, clock=clock, store=store, meter=meter, prometheus=prometheus, parts=parts)
 

@@ -123,26 +123,33 @@ DoubleFunction = Callable[[str | None, list[ModelMessage], AgentInfo], DoubleRes
 """`fn(task, messages, info)`: task is the `Task` value the gateway is serving (or None)."""
 
 _registry: dict[str, DoubleFunction] = {}
+_seeing: set[str] = set()  # registered doubles whose profile takes images
 
 
 # registry -----------------------------------------------------------------------------------
-def register_double(name: str, fn: DoubleFunction, *, replace: bool = False) -> None:
-    """Make `test:NAME` answer with `fn` in this process."""
+def register_double(name: str, fn: DoubleFunction, *, replace: bool = False, sees: bool = False) -> None:
+    """Make `test:NAME` answer with `fn` in this process; with `sees`, its profile takes images
+    (`ModelGateway.can_see`)."""
     if name in BUILTIN_DOUBLES:
         raise ValueError(f"{name!r} is a built-in double; choose another name")
     if name in _registry and not replace:
         raise ValueError(f"a double named {name!r} is already registered (pass replace=True)")
     _registry[name] = fn
+    if sees:
+        _seeing.add(name)
+    else:
+        _seeing.discard(name)
 
 
 def unregister_double(name: str) -> None:
     _registry.pop(name, None)
+    _seeing.discard(name)
 
 
 @contextmanager
-def registered_double(name: str, fn: DoubleFunction) -> Iterator[None]:
+def registered_double(name: str, fn: DoubleFunction, *, sees: bool = False) -> Iterator[None]:
     """`register_double` for the duration of a `with` block (unit tests)."""
-    register_double(name, fn, replace=True)
+    register_double(name, fn, replace=True, sees=sees)
     try:
         yield
     finally:
@@ -172,7 +179,7 @@ def build_double(spec: ModelSpec) -> DoubleModel:
     if fn is None:
         known = ", ".join(sorted(BUILTIN_DOUBLES | set(_registry)))
         raise ModelError(f"no test double named {spec.name!r}; available: {known}")
-    return DoubleModel(spec.name, fn)
+    return DoubleModel(spec.name, fn, sees=spec.name in _seeing)
 
 
 # the model ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from persyn.web import directory, openai_api
 from persyn.web.context import REVOKED, ApiError, WebContext, handler, sse
 from persyn.web.models import EventRequest
 from persyn.web.openapi import schema
+from persyn.web.parts import upload_of_file
 
 __all__ = ["build_app"]
 
@@ -47,11 +48,19 @@ async def post_event(context: WebContext, request: Request) -> Response:
     key = await context.key(request)
     agent = context.agent(request.path_params["agent"])
     body = await context.body(request, EventRequest)
-    text = context.text(body.text, param="text")
-    event, _ = await context.submit(key, agent, text, body.user)
-    return JSONResponse(
-        {"event_id": event.id, "agent": agent.name, "status_url": f"/v1/events/{event.id}"}, status_code=202
-    )
+    uploads = [upload_of_file(file, f"attachments.{index}") for index, file in enumerate(body.attachments)]
+    text = context.message_text(body.text, uploads, param="text")
+    event, _ = await context.submit(key, agent, text, body.user, uploads=uploads)
+    answer: dict[str, object] = {
+        "event_id": event.id,
+        "agent": agent.name,
+        "status_url": f"/v1/events/{event.id}",
+    }
+    if event.attachments:
+        answer["attachments"] = [attachment.model_dump(mode="json") for attachment in event.attachments]
+    if event.meta.get("refused"):
+        answer["refused"] = event.meta["refused"].split(" | ")
+    return JSONResponse(answer, status_code=202)
 
 
 async def get_event(context: WebContext, request: Request) -> Response:

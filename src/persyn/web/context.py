@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -23,11 +23,12 @@ from starlette.responses import JSONResponse, Response
 from persyn.channels.web.channel import ENDED, SERVICE, Listener, LiveEvent, TurnUsage, WebChannel
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import STORAGE_UNAVAILABLE, InputError, PersynError, StoreError, is_storage_full
-from persyn.core.events import CompletionMarker, Event, EventKind, Speaker
+from persyn.core.events import Attachment, CompletionMarker, Event, EventKind, Speaker, Upload
 from persyn.core.ids import new_id
 from persyn.core.messages import lone_surrogate
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.web_keys import WebKey, web_identity, web_speaker_name
+from persyn.senses.media import MediaRejected
 
 __all__ = ["REVOKED", "ApiError", "Authenticate", "Revoked", "WebContext", "handler", "sse"]
 
@@ -184,13 +185,23 @@ class WebContext:
             raise ApiError(status, f"invalid field {param!r}: {exc}", param=param) from exc
 
     # turns -------------------------------------------------------------------------------
+    def message_text(self, raw: str, uploads: Sequence[Upload], *, param: str) -> str:
+        """The message's text, checked; empty is fine when files came with it."""
+        return raw if uploads and not raw.strip() else self.text(raw, param=param)
+
     async def submit(
-        self, key: WebKey, agent: AgentConfig, text: str, user: str | None, listener: bool = False
+        self,
+        key: WebKey,
+        agent: AgentConfig,
+        text: str,
+        user: str | None,
+        listener: bool = False,
+        uploads: Sequence[Upload] = (),
     ) -> tuple[Event, Listener | None]:
         """The client's message as an event of the web channel; with `listener`, a queue of
-        the turn's live events, registered before the turn can start."""
+        the turn's live events, registered before the turn can start. `uploads` are kept
+        first (`_kept`); the event's `meta["refused"]` lists the files refused."""
         identity = web_identity(key.id, user)
-        now = self.runtime.clock.now()
         speaker = Speaker(
             service=SERVICE,
             channel=identity.channel,
@@ -198,6 +209,10 @@ class WebContext:
             display_name=web_speaker_name(key, user),
         )
         await self.runtime.resolve_speaker(agent.id, speaker)
+        attachments, refused = await self._kept(agent, identity.channel, identity.speaker_id, text, uploads)
+        if refused:  # the agent reads why, and says so; the client reads it in `persyn.refused`
+            text = " ".join([*(f"[a file I refused: {reason}]" for reason in refused), text]).strip()
+        now = self.runtime.clock.now()
         event = Event(
             id=new_id(now),
             agent_id=agent.id,
@@ -207,6 +222,8 @@ class WebContext:
             speaker=speaker,
             text=text,
             received_at=now,
+            attachments=attachments,
+            meta={"refused": " | ".join(refused)} if refused else {},
         )
         waiter = self.channel.wait_for(event.id, key.id) if listener else None
         try:
@@ -215,6 +232,30 @@ class WebContext:
             self.channel.stop_waiting(event.id)
             raise
         return event, waiter
+
+    async def _kept(
+        self, agent: AgentConfig, channel: str, speaker_id: str, text: str, uploads: Sequence[Upload]
+    ) -> tuple[tuple[Attachment, ...], list[str]]:
+        """Each file kept whole or refused (SPEC §4 step 1). A message that is nothing but
+        refused files is a 4xx naming the limit (413 for a size, pixel, length or storage
+        limit; 415 for a file that is not what it claims or not a type taken), nothing kept;
+        otherwise the rest of the message is answered and the refusals go with it."""
+        kept: list[Attachment] = []
+        refused: list[str] = []
+        first: MediaRejected | None = None
+        for index, upload in enumerate(uploads):
+            try:
+                kept.extend(
+                    await self.runtime.keep_attachments(agent.id, SERVICE, channel, speaker_id, [upload])
+                )
+            except MediaRejected as exc:
+                first = first or exc
+                label = upload.filename or f"file {index + 1}"
+                refused.append(f"{label}: {exc.reason}" + (f" ([senses] {exc.limit})" if exc.limit else ""))
+        if first is not None and not kept and not text.strip():
+            limit = f" ([senses] {first.limit})" if first.limit else ""
+            raise ApiError(413 if first.limit else 415, f"{first.reason}{limit}", param="attachments")
+        return tuple(kept), refused
 
     async def submitted_event(self, key: WebKey, event_id: str) -> AgentConfig:
         """The agent of event `event_id` if `key` submitted it (an operator key: any event);

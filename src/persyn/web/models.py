@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -10,7 +10,9 @@ __all__ = [
     "AddressChange",
     "ChatMessage",
     "ChatRequest",
+    "ContentPart",
     "EventRequest",
+    "FilePart",
     "IdentityChange",
     "MergeRequest",
     "RenameRequest",
@@ -25,18 +27,37 @@ __all__ = [
 _USER_NAME = r"^[^\x00-\x1f\x7f\[\]]+$"
 
 
-class TextPart(BaseModel):
+class FilePart(BaseModel):
+    """A file as OpenAI `file` parts and the native API's `attachments` send it (`web/parts.py`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    file_data: str | None = None  # base64, or a data: URL
+    filename: str | None = Field(default=None, max_length=500)
+    file_id: str | None = None
+    media_type: str | None = Field(default=None, max_length=200)
+
+
+class ContentPart(BaseModel):
+    """One part of an OpenAI message's `content` list: text, `image_url`, `input_audio`, `file`."""
+
     model_config = ConfigDict(extra="ignore")
 
     type: str
     text: str | None = None
+    image_url: dict[str, Any] | str | None = None
+    input_audio: dict[str, Any] | None = None
+    file: FilePart | None = None
+
+
+TextPart = ContentPart  # the name it had when only text was read
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
 
     def text(self) -> str:
@@ -45,6 +66,9 @@ class ChatMessage(BaseModel):
         if not self.content:
             return ""
         return "\n".join(part.text for part in self.content if part.type == "text" and part.text)
+
+    def parts(self) -> list[ContentPart]:
+        return self.content if isinstance(self.content, list) else []
 
 
 class StreamOptions(BaseModel):
@@ -71,8 +95,11 @@ class EventRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str
+    text: str = ""
     user: str | None = Field(default=None, min_length=1, max_length=64, pattern=_USER_NAME)
+    # Files sent with the text (base64 `file_data`, a `filename`, a `media_type`): kept and read
+    # as the person's message (SPEC §4 step 1); the text may then be empty.
+    attachments: list[FilePart] = Field(default_factory=list[FilePart], max_length=16)
 
 
 class RenameRequest(BaseModel):

@@ -1,7 +1,8 @@
 """The OpenAI-compatible endpoints: `GET /v1/models` (the agents) and
 `POST /v1/chat/completions`, streamed or not, for unmodified clients.
 
-Only the last user message is new input: the agent keeps its own memory of the
+Only the last user message is new input (its text and its files: `image_url`, `input_audio`,
+`file` parts, `web/parts.py`; a message of files alone is answered too): the agent keeps its own memory of the
 conversation, which is the key's (one key and one agent are one conversation). A `user`
 field names one of several people behind one key. Streaming sends the draft as it is
 generated; when the turn ends without speech (the decide step withdrew the draft, a budget,
@@ -26,6 +27,7 @@ from persyn.core.events import CompletionMarker, Event
 from persyn.runtime.web_keys import WebKey
 from persyn.web.context import REVOKED, ApiError, WebContext
 from persyn.web.models import ChatRequest
+from persyn.web.parts import uploads_of
 
 __all__ = ["chat_completions", "models", "silence_text"]
 
@@ -66,8 +68,9 @@ async def chat_completions(context: WebContext, request: Request) -> Response:
     body = await context.body(request, ChatRequest)
     agent = context.agent(body.model, param="model")
     raw, index = _last_user_text(body)
-    text = context.text(raw, param=f"messages.{index}.content")
-    event, listener = await context.submit(key, agent, text, body.user, listener=body.stream)
+    uploads = uploads_of(body.messages[index].parts(), f"messages.{index}.content")
+    text = context.message_text(raw, uploads, param=f"messages.{index}.content")
+    event, listener = await context.submit(key, agent, text, body.user, listener=body.stream, uploads=uploads)
     if listener is None:
         marker = await context.marker(agent, event.id)
         if not await context.still_valid(key):  # revoked while the turn ran: its reply is not given
@@ -82,12 +85,17 @@ async def chat_completions(context: WebContext, request: Request) -> Response:
 
 
 def _persyn(event: Event, marker: CompletionMarker) -> dict[str, Any]:
-    return {
+    found: dict[str, Any] = {
         "event_id": event.id,
         "transmitted": marker.transmitted,
         "withdrawn": not marker.transmitted,
         "reason": marker.reason,
     }
+    if event.attachments:
+        found["attachments"] = [attachment.model_dump(mode="json") for attachment in event.attachments]
+    if event.meta.get("refused"):
+        found["refused"] = event.meta["refused"].split(" | ")
+    return found
 
 
 async def _completion(

