@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from persyn.core.config import Settings, Task
 from persyn.core.errors import InputError, ModelError, ToolError
 from persyn.core.events import ATTACHMENT_REFERENCE, Attachment, AttachmentKind, Event, Upload
-from persyn.core.ids import new_id
+from persyn.core.ids import is_id, new_id, parse_id
 from persyn.core.records import channel_key
 from persyn.gateway.base import ImageInput, Prompt, UserTurn
 from persyn.gateway.gateway import ModelGateway
@@ -115,7 +115,7 @@ class AttachmentLibrary:
         self.directory = directory
 
     def _folder(self, agent_id: str) -> Path:
-        return self.directory / agent_id
+        return self.directory / parse_id(agent_id, what="agent id")
 
     def used_bytes(self, agent_id: str) -> int:
         """What the agent's kept originals take (their files; the metadata is negligible)."""
@@ -132,7 +132,7 @@ class AttachmentLibrary:
     def get(self, agent_id: str, reference: str, eligible: Sequence[str]) -> KeptOriginal | None:
         """The original, if it exists and its scope is one of `eligible` (else None: a
         stranger cannot tell an original elsewhere from no original)."""
-        if not ATTACHMENT_REFERENCE.fullmatch(reference):
+        if not ATTACHMENT_REFERENCE.fullmatch(reference) or not is_id(agent_id):
             return None
         try:
             kept = KeptOriginal.model_validate_json(
@@ -253,7 +253,7 @@ class Senses:
         `meta["sent_text"]`); the event itself when it has none."""
         if not event.attachments:
             return event
-        where = (channel_key(event.service, event.channel),)
+        where = (channel_key(event.service, event.channel),)  # the channel it was sent on, only
         with usage_context.rebind(agent_id=event.agent_id, surface=event.service, channel=event.channel):
             seen = [await self._read(event.agent_id, attachment, where) for attachment in event.attachments]
         text = " ".join([*seen, event.text]).strip()
@@ -262,8 +262,8 @@ class Senses:
 
     async def _read(self, agent_id: str, attachment: Attachment, where: Sequence[str]) -> str:
         kept = self.library.get(agent_id, attachment.reference, where)
-        if kept is None:
-            return f"[a {_noun(attachment.kind)} that was not kept]"
+        if kept is None:  # never kept, culled, or kept in another compartment: all the same here
+            return f"[{_noun(attachment.kind)} that is not here]"
         data = await asyncio.to_thread(self.library.read, kept)
         if attachment.kind is AttachmentKind.IMAGE:
             return await self._look(agent_id, data, attachment)
@@ -339,7 +339,7 @@ class Senses:
 
 
 def _noun(kind: AttachmentKind) -> str:
-    return {AttachmentKind.IMAGE: "image", AttachmentKind.AUDIO: "voice note"}.get(kind, "document")
+    return {AttachmentKind.IMAGE: "an image", AttachmentKind.AUDIO: "a voice note"}.get(kind, "a document")
 
 
 def _safe_filename(name: str | None) -> str | None:
