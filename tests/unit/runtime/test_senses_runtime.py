@@ -21,9 +21,10 @@ from pydantic_ai.models.function import AgentInfo
 
 from persyn.core.errors import InputError
 from persyn.core.events import AttachmentKind, Event, Upload
+from persyn.ops.doctor.senses import senses_checks
 from persyn.senses.hearing import local_whisper_available
 from persyn.senses.media import MediaRejected
-from persyn.testing import Pilot, run_runtime
+from persyn.testing import Pilot, harness_settings, run_runtime
 from persyn.testing.models import DoubleResult, echo_text, registered_double
 
 NO_DELIBERATION = "[deliberation]\nenabled = false\n"
@@ -188,3 +189,32 @@ async def test_a_voice_note_is_transcribed_by_the_packaged_model_and_metered_in_
         assert heard.model == "local:whisper-tiny.en"
         assert heard.units >= 2 and heard.cost_usd is None
         assert heard.channel == "room" and heard.surface == "test"
+
+
+def test_doctor_says_whether_the_agent_can_see_and_hear(tmp_path: Path) -> None:
+    blind = senses_checks(harness_settings(tmp_path / "blind", model="test:echo"))
+    hears = local_whisper_available()
+    assert [(c.name, c.ok, c.warning) for c in blind] == [
+        ("seeing", True, True),
+        ("hearing", True, not hears),
+    ]
+    assert (
+        blind[0].detail
+        == "test:echo cannot see images: they are kept, and the agent says it could not see them"
+    )
+    seeing = senses_checks(
+        harness_settings(tmp_path / "seeing", model="test:echo", config='[models]\ncaption = "test:vision"\n')
+    )
+    assert (seeing[0].ok, seeing[0].warning, seeing[0].detail) == (
+        True,
+        False,
+        "images are captioned by test:vision",
+    )
+    wrong = senses_checks(harness_settings(tmp_path / "wrong", config='[models]\ntranscribe = "sphinx:en"\n'))
+    assert (wrong[-1].name, wrong[-1].ok) == ("hearing", False) and "sphinx:en" in wrong[-1].detail
+    remote = senses_checks(
+        harness_settings(
+            tmp_path / "remote", config='[models]\ntranscribe = "openai:whisper-1@http://127.0.0.1:9/v1"\n'
+        )
+    )
+    assert remote[-1].detail == "voice notes are transcribed by openai:whisper-1@http://127.0.0.1:9/v1"
