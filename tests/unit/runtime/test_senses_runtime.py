@@ -7,10 +7,12 @@ Images are drawn with Pillow, speech synthesised with espeak-ng, in the test."""
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import struct
 import subprocess
 import zlib
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,17 @@ from persyn.ops.doctor.senses import senses_checks
 from persyn.senses.hearing import local_whisper_available
 from persyn.senses.media import MediaRejected
 from persyn.testing import Pilot, harness_settings, run_runtime
-from persyn.testing.models import DoubleResult, echo_text, registered_double
+from persyn.testing.models import (
+    DoubleReply,
+    DoubleResult,
+    echo_text,
+    last_user_images,
+    minimal_instance,
+    output_schema,
+    registered_double,
+)
+from persyn.testing.requests import consolidation_reply, request_text
+from persyn.testing.vision import describe_image
 
 NO_DELIBERATION = "[deliberation]\nenabled = false\n"
 
@@ -218,3 +230,31 @@ def test_doctor_says_whether_the_agent_can_see_and_hear(tmp_path: Path) -> None:
         )
     )
     assert remote[-1].detail == "voice notes are transcribed by openai:whisper-1@http://127.0.0.1:9/v1"
+
+
+_PHOTO = re.compile(r"\[photo: ([^\]]+)\]")
+
+
+def _seer(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleResult:
+    """Sees (like `test:vision`) and summarises what the transcript it is given says it saw."""
+    if task == "caption":
+        return describe_image(last_user_images(messages)[0].data)
+    if task == "summarize":
+        seen = _PHOTO.search(request_text(messages, info))
+        summary = f"Sam showed me a photo: {seen.group(1)}." if seen else "I talked with someone."
+        return DoubleReply(output={"summary": summary, "tags": ["photo"]})
+    schema = output_schema(info)
+    return consolidation_reply(task) or (
+        DoubleReply(output=minimal_instance(schema)) if schema else echo_text(messages)
+    )
+
+
+async def test_the_consolidated_memory_says_what_was_seen(tmp_path: Path) -> None:
+    with registered_double("seer", _seer, sees=True):
+        async with run_runtime(tmp_path / "home", model="test:seer", config=NO_DELIBERATION) as pilot:
+            await _send(pilot, "found this in the shed", [Upload(data=red_square_png())])
+            assert await pilot.close_idle(timedelta(hours=3)) == 1
+            summaries = [r.summary for r in await pilot.full_store.list_records(pilot.agent.id)]
+    assert any("photo: a 200×120 picture of a red square on a white background" in s for s in summaries), (
+        summaries
+    )
