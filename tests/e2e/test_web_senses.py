@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat.chat_completion_content_part_input_audio_param import InputAudio
 from PIL import Image, ImageDraw
 from web_daemon import WebDaemon, start
 
@@ -152,7 +153,7 @@ def test_a_voice_note_is_heard_and_usage_by_stage_shows_caption_and_transcribe(
     subprocess.run(
         ["espeak-ng", "-s", "130", "-w", str(wav), "Please water the garden tomorrow."], check=True
     )
-    audio = {"data": base64.b64encode(wav.read_bytes()).decode(), "format": "wav"}
+    audio: InputAudio = {"data": base64.b64encode(wav.read_bytes()).decode(), "format": "wav"}
     reply = _client(web).chat.completions.create(
         model="Ada", messages=[{"role": "user", "content": [{"type": "input_audio", "input_audio": audio}]}]
     )
@@ -191,7 +192,7 @@ def test_bad_files_are_clear_errors_naming_the_limit_and_nothing_is_kept(web: We
         )
     assert bomb.value.status_code == 413
     assert "image_max_pixels" in str(bomb.value) and "pixels" in str(bomb.value)
-    audio = {"data": base64.b64encode(_square_png()).decode(), "format": "wav"}
+    audio: InputAudio = {"data": base64.b64encode(_square_png()).decode(), "format": "wav"}
     with pytest.raises(openai.APIStatusError) as mislabeled:
         client.chat.completions.create(
             model="Ada",
