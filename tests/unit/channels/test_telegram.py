@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
+import io
 import json
 import random
 import re
 import socket
+import struct
+import zlib
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,6 +22,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from PIL import Image
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -107,9 +111,10 @@ class FakeBotApi:
         self.blocked: set[str] = set()  # chats whose person blocked the bot (403 on send)
         self._arrived = asyncio.Event()
         self._next_id = 1000
+        self.files: dict[str, bytes] = {}  # file_id → the file's bytes (getFile, then its URL)
 
     def message(
-        self, text: str, *, chat: dict[str, Any], sender: dict[str, Any], at: datetime, **extra: Any
+        self, text: str | None, *, chat: dict[str, Any], sender: dict[str, Any], at: datetime, **extra: Any
     ) -> int:
         """A message as Telegram delivers it (an Update with a Message); returns its update_id."""
         self._next_id += 1
@@ -122,7 +127,7 @@ class FakeBotApi:
                     "from": sender,
                     "chat": chat,
                     "date": int(at.timestamp()),
-                    "text": text,
+                    **({"text": text} if text is not None else {}),
                     **extra,
                 },
             }
@@ -138,6 +143,18 @@ class FakeBotApi:
         body = json.loads(await request.body() or b"{}")
         if method == "getMe":
             return JSONResponse({"ok": True, "result": BOT})
+        if method == "getFile":
+            file_id = str(body.get("file_id") or "")
+            if file_id not in self.files:
+                return _bad_request("invalid file_id")
+            size = len(self.files[file_id])
+            result = {
+                "file_id": file_id,
+                "file_unique_id": file_id[::-1],
+                "file_size": size,
+                "file_path": f"files/{file_id}",
+            }
+            return JSONResponse({"ok": True, "result": result})
         if method == "getUpdates":
             offset = int(body.get("offset") or 0)
             pending = [u for u in self.updates if u["update_id"] >= offset]
@@ -188,6 +205,18 @@ class FakeBotApi:
             )
         return JSONResponse({"ok": False, "error_code": 404, "description": "Not Found"}, 404)
 
+    async def download(self, request: Request) -> Response:
+        """`GET /file/bot<token>/<file_path>`: a file's bytes (core.telegram.org/bots/api#getfile)."""
+        if request.path_params["token"] != f"bot{TOKEN}":
+            return Response(status_code=401)
+        path = request.path_params["path"]
+        data = self.files.get(path.removeprefix("files/"))
+        return (
+            Response(data, media_type="application/octet-stream")
+            if data is not None
+            else Response(status_code=404)
+        )
+
 
 def _bad_request(description: str) -> JSONResponse:
     return JSONResponse({"ok": False, "error_code": 400, "description": f"Bad Request: {description}"}, 400)
@@ -198,7 +227,12 @@ async def serving(fake: FakeBotApi) -> AsyncIterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    app = Starlette(routes=[Route("/{token}/{method}", fake.handle, methods=["POST"])])
+    app = Starlette(
+        routes=[
+            Route("/file/{token}/{path:path}", fake.download, methods=["GET"]),
+            Route("/{token}/{method}", fake.handle, methods=["POST"]),
+        ]
+    )
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
     )
@@ -212,14 +246,16 @@ async def serving(fake: FakeBotApi) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def bot(home: Path, fake: FakeBotApi) -> AsyncIterator[tuple[Pilot, TelegramChannel]]:
+async def bot(
+    home: Path, fake: FakeBotApi, model: str = "test:echo"
+) -> AsyncIterator[tuple[Pilot, TelegramChannel]]:
     async with serving(fake) as url:
         config = (
             f'[channels.telegram]\nenabled = true\napi_url = "{url}"\npoll_seconds = 1\n'
             "[pacing.channels.telegram]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
             "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
         )
-        settings = harness_settings(home, config=config)
+        settings = harness_settings(home, model=model, config=config)
         async with run_runtime(settings, clock=ManualClock(START)) as pilot:
             channel = TelegramChannel(
                 settings.channels.section(TelegramConfig), pilot.agent, pilot.runtime, token=TOKEN
@@ -439,3 +475,72 @@ async def test_a_person_who_blocked_the_bot_never_holds_up_the_replies_to_others
         await pilot.settle()
         (held,) = await pilot.store.pending_outbox(pilot.agent.id, "telegram")
         assert held.channel == "9" and "blocked" in (held.last_error or "")
+
+
+def _png(colour: tuple[int, int, int], size: tuple[int, int] = (48, 32)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, colour).save(out, "PNG")
+    return out.getvalue()
+
+
+async def test_a_photo_a_document_and_a_refused_file_are_seen_read_and_named(tmp_path: Path) -> None:
+    """Photos come as several sizes (the largest is taken), their caption is the text; a
+    document keeps its file name; a file over a `[senses]` limit is named to the agent, and the
+    caption is still answered."""
+    fake = FakeBotApi()
+    chat = {"id": 42, "type": "private"}
+    sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
+    fake.files["small"] = _png((30, 60, 220), (12, 8))
+    fake.files["large"] = _png((30, 60, 220))
+    fake.files["notes"] = b"Pick up the keys at noon."
+    fake.files["bomb"] = _bomb()
+    sizes = [
+        {
+            "file_id": "small",
+            "file_unique_id": "s",
+            "width": 12,
+            "height": 8,
+            "file_size": len(fake.files["small"]),
+        },
+        {
+            "file_id": "large",
+            "file_unique_id": "l",
+            "width": 48,
+            "height": 32,
+            "file_size": len(fake.files["large"]),
+        },
+    ]
+    async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, _):
+        at = pilot.clock.now()
+        fake.message(None, chat=chat, sender=sam, at=at, photo=sizes, caption="is this the sky?")
+        await _until(lambda: len(fake.seen) == 1, "the photo's answer")
+        assert fake.seen[0] == "You said: [photo: a 48×32 picture, all blue] is this the sky?"
+        document = {
+            "file_id": "notes",
+            "file_unique_id": "n",
+            "file_name": "todo.txt",
+            "mime_type": "text/plain",
+        }
+        fake.message(None, chat=chat, sender=sam, at=at, document=document)
+        await _until(lambda: len(fake.seen) == 2, "the document's answer")
+        assert fake.seen[1] == "You said: [document todo.txt: Pick up the keys at noon.]"
+        bomb = [{"file_id": "bomb", "file_unique_id": "b", "width": 90000, "height": 90000}]
+        fake.message(None, chat=chat, sender=sam, at=at, photo=bomb, caption="and this?")
+        await _until(lambda: len(fake.seen) == 3, "the refusal's answer")
+        assert fake.seen[2].startswith("You said: [a file I refused: photo: the image "), fake.seen[2]
+        assert "40 M pixels" in fake.seen[2] and fake.seen[2].endswith("] and this?")
+        kept = pilot.settings.data_dir / "attachments"
+        assert len(list(kept.rglob("att-*.json"))) == 2  # the photo and the document, not the bomb
+
+
+def _bomb() -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 90_000, 90_000, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0"))
+        + chunk(b"IEND", b"")
+    )

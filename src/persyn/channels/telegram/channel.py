@@ -16,6 +16,10 @@
   the message id kept in the stored event's `meta`, so a reply the outbox retries after a
   restart is threaded too). A 429 is waited out for its `retry_after` and the call retried;
   any other failure raises, so the outbox keeps the row and retries it.
+- A photo (its largest size), voice note, audio or document is downloaded (`getFile`, then the
+  file URL) and kept (`RuntimeAPI.keep_attachments`); its caption is the message's text. A file
+  refused (a `[senses]` limit, the Bot API's 20 MB) is named in the text the agent reads, so the
+  agent says so; the caption is still answered.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -34,7 +39,7 @@ from persyn.channels.telegram.format import telegram_html
 from persyn.channels.text import split_message
 from persyn.core.config import AgentConfig
 from persyn.core.errors import ChannelError, InputError
-from persyn.core.events import Event, Outbound, Speaker
+from persyn.core.events import Attachment, Event, Outbound, Speaker, Upload
 from persyn.core.ids import derived_id
 from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
@@ -51,6 +56,50 @@ _ERROR_WAIT_SECONDS = 2.0
 _LAST_DATE = 253_402_300_800  # 10000-01-01: a later Unix date (or message id) is not one
 MESSAGE_ID_META = "telegram_message_id"  # the inbound message an event is, for threading
 CHAT_TYPE_META = "telegram_chat_type"  # private, group, supergroup, channel
+
+
+_DOWNLOAD_LIMIT = 20_000_000  # what the Bot API lets a bot download (getFile)
+
+
+@dataclass(frozen=True)
+class TelegramFile:
+    """The one file a message carries: a photo (its largest size), a voice note, audio, a document."""
+
+    kind: str
+    file_id: str
+    media_type: str | None
+    filename: str | None
+    size: int | None
+
+
+def _media_of(message: dict[str, Any]) -> TelegramFile | None:
+    photo = message.get("photo")
+    if isinstance(photo, list) and photo:
+        sizes = [cast(dict[str, Any], p) for p in cast(list[object], photo) if isinstance(p, dict)]
+        largest = max(
+            sizes, key=lambda p: int(p.get("file_size") or 0) or int(p.get("width") or 0), default=None
+        )
+        if largest is not None and isinstance(largest.get("file_id"), str):
+            return TelegramFile("photo", largest["file_id"], None, None, _size(largest))
+    for kind in ("voice", "audio", "document"):
+        item = message.get(kind)
+        if isinstance(item, dict):
+            item = cast(dict[str, Any], item)
+            if isinstance(item.get("file_id"), str):
+                mime, name = item.get("mime_type"), item.get("file_name")
+                return TelegramFile(
+                    kind,
+                    item["file_id"],
+                    mime if isinstance(mime, str) else None,
+                    name if isinstance(name, str) else None,
+                    _size(item),
+                )
+    return None
+
+
+def _size(item: dict[str, Any]) -> int | None:
+    size = item.get("file_size")
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 class TelegramRefused(ChannelError):
@@ -82,6 +131,7 @@ class TelegramChannel(Channel):
         self.agent = agent
         self._api = api
         self._base = f"{config.api_url}/bot{token}"
+        self._files = f"{config.api_url}/file/bot{token}"
         self._client = httpx.AsyncClient(timeout=config.poll_seconds + 15, transport=transport)
         self._offset: int | None = None
         self._task: asyncio.Task[None] | None = None
@@ -181,6 +231,41 @@ class TelegramChannel(Channel):
         return int(raw) if raw.isdigit() else None
 
     # inbound -----------------------------------------------------------------------------
+    async def _kept(
+        self, media: TelegramFile, chat_id: str, sender_id: str
+    ) -> tuple[tuple[Attachment, ...], str]:
+        """The file downloaded (`getFile`, then the file URL; at most the Bot API's 20 MB)
+        and kept, or why it was not."""
+        try:
+            if media.size is not None and media.size > _DOWNLOAD_LIMIT:
+                raise InputError(
+                    f"the file is {media.size} bytes; bots can download at most {_DOWNLOAD_LIMIT}"
+                )
+            found = await self._call("getFile", {"file_id": media.file_id})
+            path = found.get("file_path") if isinstance(found, dict) else None
+            if not isinstance(path, str) or not path or ".." in path:
+                raise ChannelError(f"telegram getFile: no usable file_path in {found!r:.200}")
+            data = await self._download(f"{self._files}/{path}")
+            upload = Upload(data=data, declared_type=media.media_type, filename=media.filename)
+            kept = await self._api.keep_attachments(
+                self.agent.id, TELEGRAM_SERVICE, chat_id, sender_id, [upload]
+            )
+        except (InputError, ChannelError, httpx.HTTPError) as exc:
+            log.warning("telegram: a %s in chat %s was not kept: %s", media.kind, chat_id, exc)
+            return (), f"{media.filename or media.kind}: {exc}"
+        return kept, ""
+
+    async def _download(self, url: str) -> bytes:
+        async with self._client.stream("GET", url) as response:
+            if response.status_code != 200:
+                raise ChannelError(f"telegram file download: HTTP {response.status_code}")
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > _DOWNLOAD_LIMIT:
+                    raise InputError(f"the file is over the {_DOWNLOAD_LIMIT}-byte download limit")
+        return bytes(body)
+
     def _addressed(self, message: dict[str, Any]) -> bool:
         chat = message.get("chat") or {}
         if chat.get("type") == "private":
@@ -188,7 +273,7 @@ class TelegramChannel(Channel):
         replied = (message.get("reply_to_message") or {}).get("from") or {}
         if self.bot_id is not None and replied.get("id") == self.bot_id:
             return True
-        text = str(message.get("text") or "")
+        text = str(message.get("text") or message.get("caption") or "")
         return bool(self.username) and re.search(rf"@{re.escape(self.username)}\b", text, re.I) is not None
 
     async def _received(self, update: dict[str, Any]) -> None:
@@ -198,10 +283,17 @@ class TelegramChannel(Channel):
             return
         message = cast(dict[str, Any], message)
         text = message.get("text")
+        if text is None:  # a photo, voice note or document says its words in `caption`
+            text = message.get("caption") if _media_of(message) else None
+            text = text if isinstance(text, str) else ("" if _media_of(message) else None)
         sender = message.get("from") or {}
         chat = message.get("chat") or {}
-        if not isinstance(text, str) or not text.strip() or not isinstance(sender, dict):
-            return  # stickers, joins, photos without a caption: nothing said to answer
+        if (
+            not isinstance(text, str)
+            or not (text.strip() or _media_of(message))
+            or not isinstance(sender, dict)
+        ):
+            return  # stickers, joins: nothing said or shown to answer
         if not isinstance(chat, dict):
             log.warning("telegram: skipped update %r: its chat is not an object", update["update_id"])
             return
@@ -227,6 +319,12 @@ class TelegramChannel(Channel):
             str(sender.get("username") or sender.get("first_name") or sender["id"])
         )
         text = without_lone_surrogates(text)
+        attachments: tuple[Attachment, ...] = ()
+        media = _media_of(message)
+        if media is not None:
+            attachments, refused = await self._kept(media, str(chat["id"]), str(sender["id"]))
+            if refused:  # the agent reads why, and says so in the chat
+                text = f"[a file I refused: {refused}] {text}".strip()
         event = Event(
             id=derived_id(said_at, TELEGRAM_SERVICE, str(chat["id"]), str(message.get("message_id"))),
             agent_id=self.agent.id,
@@ -242,13 +340,15 @@ class TelegramChannel(Channel):
             text=text,
             received_at=min(said_at, now) if said_at.year > 2000 else now,
             addressed=self._addressed(message),
+            attachments=attachments,
             meta={
                 MESSAGE_ID_META: str(message.get("message_id")),
                 CHAT_TYPE_META: str(chat.get("type") or "private"),
             },
         )
         try:
-            self._api.validate_text(text)
+            if text.strip() or not attachments:  # a photo alone is said by its attachment
+                self._api.validate_text(text)
             await self._api.submit(event)
         except InputError as exc:
             log.warning("telegram: dropped a message in chat %s: %s", chat["id"], exc)
