@@ -16,11 +16,12 @@ import shutil
 import sys
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TextIO
 
 from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
-from persyn.core.events import Event, EventKind, Notice, Outbound, Speaker
+from persyn.core.events import Event, EventKind, Notice, Outbound, Speaker, Upload
 from persyn.core.ids import new_id
 from persyn.gateway.base import SinkCallable, SinkEvent
 from persyn.present.render import error_text, visible
@@ -30,7 +31,11 @@ from persyn.runtime.channel import Channel
 __all__ = ["SERVICE", "TerminalChannel", "login_name", "name_command", "operator_speaker", "run_chat"]
 
 SERVICE = "terminal"
-_HELP = "Commands: /name NEW (change how the agent calls you), /help, /quit. Ctrl-D or Ctrl-C leaves."
+_HELP = (
+    "Commands: /name NEW (change how the agent calls you), /attach PATH (an image, audio or a document, "
+    "sent with your next message), /help, /quit. Ctrl-D or Ctrl-C leaves."
+)
+_ATTACH_READ_LIMIT = 200_000_000  # a file larger than this is not read (the [senses] limits are lower)
 
 
 class TerminalChannel(Channel):
@@ -193,6 +198,26 @@ def operator_speaker(login: str) -> Speaker:
     return Speaker(service=SERVICE, channel=SERVICE, speaker_id=f"operator:{login}", display_name=login)
 
 
+def attach_command(line: str) -> Upload | None:
+    """The file of an `/attach PATH` line, read, or None when it is not one. Raises
+    `InputError` for a path that is not a readable file, or one too large to read."""
+    if line != "/attach" and not line.startswith("/attach "):
+        return None
+    raw = line.removeprefix("/attach").strip().strip("'\"")
+    if not raw:
+        raise InputError("usage: /attach PATH")
+    path = Path(raw).expanduser()
+    try:
+        if not path.is_file():
+            raise InputError(f"{raw!r} is not a file")
+        if path.stat().st_size > _ATTACH_READ_LIMIT:
+            raise InputError(f"{raw!r} is over {_ATTACH_READ_LIMIT} bytes; it is not read")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{raw!r} cannot be read: {exc.strerror or exc}") from exc
+    return Upload(data=data, filename=path.name)
+
+
 def name_command(line: str) -> str | None:
     """The new display name of a `/name NEW` line, or None when it is not one. Raises
     `InputError` for an empty or over-long name."""
@@ -265,6 +290,7 @@ async def run_chat(
         channel._write(_prompt())  # the prompt scrolled up under what was printed
 
     failed = False
+    staged: list[Upload] = []  # `/attach`ed files, sent with the next message
     while True:
         try:
             if first is not None:
@@ -282,6 +308,15 @@ async def run_chat(
             channel.notice_text(_HELP)
             continue
         try:
+            upload = attach_command(stripped)
+        except InputError as exc:
+            channel.notice_text(str(exc), "33")
+            continue
+        if upload is not None:
+            staged.append(upload)
+            channel.notice_text(f"{upload.filename} goes with your next message.")
+            continue
+        try:
             new_name = name_command(stripped)
         except InputError:
             channel.notice_text("usage: /name NEW (1 to 64 characters)", "33")
@@ -296,6 +331,17 @@ async def run_chat(
         except InputError as exc:
             channel.notice_text(str(exc), "31")
             continue
+        try:
+            attachments = (
+                await runtime.keep_attachments(agent.id, SERVICE, SERVICE, operator.speaker_id, staged)
+                if staged
+                else ()
+            )
+        except InputError as exc:  # nothing of it kept: the message waits to be sent again
+            channel.notice_text(f"not sent: {exc}", "31")
+            staged = []
+            continue
+        staged = []
         now = runtime.clock.now()
         event = Event(
             id=new_id(now),
@@ -306,6 +352,7 @@ async def run_chat(
             speaker=operator.named(name),
             text=text,
             received_at=now,
+            attachments=attachments,
         )
         try:
             await runtime.submit(event)
