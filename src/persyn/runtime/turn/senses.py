@@ -34,7 +34,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from persyn.core.config import Settings, Task
-from persyn.core.errors import InputError, ModelError, ToolError
+from persyn.core.errors import InputError, ModelError, PersynError, ToolError
 from persyn.core.events import ATTACHMENT_REFERENCE, Attachment, AttachmentKind, Event, Upload
 from persyn.core.ids import is_id, new_id, parse_id
 from persyn.core.records import channel_key
@@ -275,7 +275,11 @@ class Senses:
         gateway = self._gateways.get(agent_id)
         if gateway is None:
             return "[an image I could not look at: no model is running in this process]"
-        if not await gateway.can_see(Task.CAPTION):
+        try:
+            sees = await gateway.can_see(Task.CAPTION)
+        except PersynError as exc:  # the caption model cannot be built (a key missing, a bad string)
+            return f"[an image I could not look at: {exc}]"
+        if not sees:
             return (
                 f"[an image ({attachment.filename or attachment.media_type}) that I could not see: "
                 "my model cannot see images]"
@@ -292,7 +296,7 @@ class Senses:
         )
         try:
             completion = await gateway.complete(Task.CAPTION, prompt, stage=CAPTION_STAGE)
-        except ModelError as exc:
+        except PersynError as exc:  # ModelError, a provider's refusal, among them
             log.warning("captioning %s failed: %s", attachment.reference, exc)
             return f"[an image I could not look at: {exc}]"
         caption = " ".join(completion.text.split()) or "nothing I could describe"
