@@ -53,7 +53,7 @@ def read_document(data: bytes, media_type: str, limits: SensesConfig) -> Documen
 
 
 def decode_text(data: bytes) -> str:
-    """Bytes as text: by their byte-order mark, else UTF-8, else charset-normalizer's best guess
+    """Bytes as text: by their byte-order mark, else UTF-8, else charset-normalizer's guess
     (trafilatura's own dependency), else Latin-1, which decodes anything."""
     for bom, encoding in _BOMS:
         if data.startswith(bom):
@@ -64,10 +64,13 @@ def decode_text(data: bytes) -> str:
         pass
     from charset_normalizer import from_bytes
 
-    best = from_bytes(data).best()
-    if best is not None:
-        return str(best)
-    return data.decode("latin-1")
+    matches = list(from_bytes(data))
+    # On a short text several single-byte charsets fit about as well and the guess among them is
+    # a coin toss ("crème" read as cp1250's "crčme"); Windows-1252, the commonest, wins when it
+    # is among those that fit at all.
+    western = next((match for match in matches if match.encoding == "cp1252"), None)
+    chosen = western or (matches[0] if matches else None)
+    return str(chosen) if chosen is not None else data.decode("latin-1")
 
 
 def _pdf_text(data: bytes, limits: SensesConfig) -> DocumentText:

@@ -22,6 +22,7 @@ a type not taken at all).
 from __future__ import annotations
 
 import io
+import re
 import struct
 import warnings
 from dataclasses import dataclass
@@ -270,9 +271,11 @@ def _inspect_image(data: bytes, media_type: str, limits: SensesConfig) -> MediaI
             with Image.open(io.BytesIO(data), formats=formats) as image:
                 width, height = image.size  # from the header: nothing decoded yet
     except Image.DecompressionBombError as exc:
+        # Its message is the one place the declared size is left: "Image size (N pixels) ...".
+        declared = re.search(r"\((\d+) pixels\)", str(exc))
+        amount = _pixels(int(declared[1])) if declared else "more"
         raise MediaRejected(
-            f"the image declares more pixels than can safely be opened; the limit is "
-            f"{_pixels(limits.image_max_pixels)} pixels",
+            f"the image declares {amount} pixels; the limit is {_pixels(limits.image_max_pixels)} pixels",
             "image_max_pixels",
         ) from exc
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
