@@ -358,7 +358,7 @@ def _demuxed_seconds(data: bytes, media_type: str) -> float:
                 return container.duration / av.time_base
             total = 0.0
             for packet in container.demux(stream):  # packets only: nothing is decoded
-                if packet.duration is not None and packet.time_base is not None:
+                if packet.duration is not None:
                     total += float(packet.duration * packet.time_base)
             if total <= 0:
                 raise MediaRejected(f"the audio is corrupt: {_describe(media_type)} with no sound in it")
