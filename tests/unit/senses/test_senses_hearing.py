@@ -65,8 +65,8 @@ async def test_synthesized_speech_is_heard(whisper: LocalWhisper, speech_wav: by
     transcript = await engine.transcribe(speech_wav, "audio/wav")
     # tiny.en is imperfect: two robust words of "the quick brown fox jumps over the lazy dog".
     assert {"fox", "dog"} <= _words(transcript), transcript.text
-    assert transcript.model == "local:whisper-tiny.en"
-    assert transcript.seconds == pytest.approx(len(speech_wav) / 44_100, abs=0.2)  # 22.05 kHz 16-bit
+    assert (transcript.model, transcript.cut) == ("local:whisper-tiny.en", False)
+    assert transcript.seconds == pytest.approx(len(speech_wav) / 44_100, abs=0.05)  # 22.05 kHz 16-bit
 
 
 @pytest.mark.local_llm
@@ -77,6 +77,19 @@ async def test_compressed_speech_is_heard(
 ) -> None:
     transcript = await whisper.transcribe(transcode(speech_wav, media_type), media_type)
     assert {"fox", "dog"} <= _words(transcript), transcript.text
+
+
+@pytest.mark.local_llm
+@needs_local_model
+async def test_the_engine_decodes_no_more_than_its_limit(speech_wav: bytes, transcode: Transcode) -> None:
+    """Whatever a header claimed, the decoder stops at `max_seconds`: only the start is heard."""
+    whole = await LocalWhisper().transcribe(speech_wav, "audio/wav")
+    assert not whole.cut
+    engine = build_transcriber(max_seconds=1.5)
+    for data, media_type in ((speech_wav, "audio/wav"), (transcode(speech_wav, "audio/ogg"), "audio/ogg")):
+        start = await engine.transcribe(data, media_type)
+        assert (start.seconds, start.cut) == (1.5, True)
+        assert "dog" not in _words(start) and len(start.text) < len(whole.text), start.text
 
 
 @pytest.mark.local_llm
