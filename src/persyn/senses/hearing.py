@@ -63,6 +63,7 @@ DEFAULT_MAX_SECONDS = 600.0  # `[senses] audio_max_seconds`' default: callers pa
 _EXTENSIONS = {
     "audio/wav": "wav",
     "audio/mpeg": "mp3",
+    "audio/aac": "aac",
     "audio/ogg": "ogg",
     "audio/flac": "flac",
     "audio/mp4": "m4a",

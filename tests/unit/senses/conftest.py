@@ -69,7 +69,8 @@ def _sox_ogg(wav: bytes, directory: Path) -> bytes:
 
 @pytest.fixture
 def transcode(tmp_path: Path) -> Transcode:
-    """`transcode(wav, "audio/mpeg")`: the same sound as MP3, Ogg Vorbis (sox), Ogg Opus or WebM."""
+    """`transcode(wav, "audio/mpeg")`: the same sound as MP3, Ogg Vorbis (sox), Ogg Opus, WebM,
+    raw AAC (ADTS) or M4A."""
 
     def run(wav: bytes, media_type: str) -> bytes:
         if media_type == "audio/mpeg":
@@ -80,6 +81,10 @@ def transcode(tmp_path: Path) -> Transcode:
             return _pyav_transcode(wav, "ogg", "libopus", 48000)
         if media_type == "audio/webm":
             return _pyav_transcode(wav, "webm", "libopus", 48000)
+        if media_type == "audio/aac":
+            return _pyav_transcode(wav, "adts", "aac", 22050)
+        if media_type == "audio/mp4":
+            return _pyav_transcode(wav, "ipod", "aac", 22050)  # an .m4a
         raise AssertionError(f"no recipe for {media_type!r}")
 
     return run

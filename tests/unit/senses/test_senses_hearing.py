@@ -71,7 +71,7 @@ async def test_synthesized_speech_is_heard(whisper: LocalWhisper, speech_wav: by
 
 @pytest.mark.local_llm
 @needs_local_model
-@pytest.mark.parametrize("media_type", ["audio/mpeg", "audio/ogg", "audio/webm"])
+@pytest.mark.parametrize("media_type", ["audio/mpeg", "audio/ogg", "audio/webm", "audio/mp4"])
 async def test_compressed_speech_is_heard(
     whisper: LocalWhisper, speech_wav: bytes, transcode: Transcode, media_type: str
 ) -> None:

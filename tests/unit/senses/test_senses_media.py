@@ -139,7 +139,9 @@ def test_a_streamed_wav_without_a_length_is_measured_by_its_samples(limits: Sens
     assert info.seconds == pytest.approx(1.5, abs=0.05)
 
 
-@pytest.mark.parametrize("media_type", ["audio/mpeg", "audio/ogg", "audio/opus", "audio/webm"])
+@pytest.mark.parametrize(
+    "media_type", ["audio/mpeg", "audio/ogg", "audio/opus", "audio/webm", "audio/aac", "audio/mp4"]
+)
 def test_compressed_audio_is_measured_without_decoding(
     media_type: str, speech_wav: bytes, transcode: Transcode, limits: SensesConfig
 ) -> None:
@@ -149,6 +151,23 @@ def test_compressed_audio_is_measured_without_decoding(
     assert info.kind is MediaKind.AUDIO
     assert info.media_type == {"audio/opus": "audio/ogg"}.get(media_type, media_type)
     assert expected is not None and info.seconds == pytest.approx(expected, abs=0.15)
+
+
+def test_a_type_that_claims_no_kind_leaves_it_to_the_bytes(
+    speech_wav: bytes, transcode: Transcode, limits: SensesConfig
+) -> None:
+    """A voice note sent as `video/mp4`, JSON as `application/json`: no kind claimed, none contradicted."""
+    assert (
+        inspect_media(transcode(speech_wav, "audio/mp4"), "video/mp4", "note.mp4", limits).kind
+        is MediaKind.AUDIO
+    )
+    data = b'{"bicycle": "red"}'
+    assert inspect_media(data, "application/json", "a.json", limits) == MediaInfo(
+        kind=MediaKind.DOCUMENT, media_type="text/plain", size=len(data)
+    )
+    assert rejected(data, "audio/mpeg", limits).reason == (
+        "the file was sent as 'audio/mpeg' but its bytes are plain text"
+    )
 
 
 def test_compressed_audio_past_the_duration_limit_is_refused(speech_wav: bytes, transcode: Transcode) -> None:
