@@ -138,7 +138,9 @@ def inspect_media(
     data: bytes, declared_type: str | None, filename: str | None, limits: SensesConfig
 ) -> MediaInfo:
     """The checks of the module docstring, cheapest first; a `MediaRejected` at the first that
-    fails. Nothing here decodes more than a header (and, for images, a verify pass)."""
+    fails. Nothing here decodes more than a header (and, for images, a verify pass). Blocking
+    (an image's verify pass takes up to seconds, see `_verify_image`): call it in a thread from
+    async code."""
     largest = max(limits.image_max_bytes, limits.audio_max_bytes, limits.document_max_bytes)
     if len(data) > largest:
         raise MediaRejected(
@@ -300,7 +302,9 @@ def _verify_image(data: bytes, formats: list[str], media_type: str) -> None:
     """A structural check once the size is known to be bounded: PNG's chunk checksums (its
     `verify`); JPEG, GIF and WebP, whose `verify` checks little, are decoded (a JPEG at an
     eighth of its size through libjpeg's DCT scaling, which still reads every byte of it), so a
-    truncated or garbled file is refused here rather than by whoever reads it next."""
+    truncated or garbled file is refused here rather than by whoever reads it next. Worst case
+    (12 MP of noise, 2 cores at load 15): JPEG 10.8 MB 0.27 s, PNG 36 MB 0.04 s, WebP 10 MB 2.6 s
+    (libwebp has no scaled decoding); a photo compresses better and decodes faster."""
     from PIL import Image
 
     try:
