@@ -106,3 +106,25 @@ def test_html_becomes_its_readable_text(limits: SensesConfig) -> None:
 def test_a_type_that_is_no_document_is_refused(limits: SensesConfig) -> None:
     with pytest.raises(MediaRejected, match="'image/png' is not a document type"):
         read_document(b"\x89PNG", "image/png", limits)
+
+
+def test_a_huge_page_is_read_in_bounded_work(limits: SensesConfig) -> None:
+    """10 MB of HTML: only its first 2 MB are converted (plain-text conversion, no extraction),
+    and the text says it was cut."""
+    paragraph = b"<div><p>Some paragraph about bicycles and fences, again and again.</p></div>"
+    page = b"<html><body>" + paragraph * 140_000 + b"<p>THE VERY END</p></body></html>"
+    assert len(page) > 10_000_000
+    info = inspect_media(page, "text/html", None, SensesConfig(document_max_bytes=20_000_000))
+    document = read_document(page, info.media_type, limits)
+    assert document.truncated and len(document.text) <= limits.document_max_chars
+    assert document.text.startswith("Some paragraph about bicycles") and "THE VERY END" not in document.text
+
+
+def test_a_small_page_cut_by_the_character_limit_says_so() -> None:
+    page = (
+        b"<html><body><article>"
+        + b"<p>A sentence about a red bicycle.</p>" * 50
+        + b"</article></body></html>"
+    )
+    document = read_document(page, "text/html", SensesConfig(document_max_chars=200))
+    assert document.truncated and document.text.startswith("A sentence about a red bicycle.")
