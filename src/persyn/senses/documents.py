@@ -51,22 +51,29 @@ def read_document(data: bytes, media_type: str, limits: SensesConfig) -> Documen
         )
     if media_type == "application/pdf":
         return _pdf_text(data, limits)
-    text = decode_text(data)
     if media_type != "text/html":
-        return _bounded(text.strip(), None, limits.document_max_chars)
+        # Four bytes hold any character: past that many, the bytes cannot be in the text kept,
+        # and decoding them (charset guessing included) is work for nothing.
+        head = data[: limits.document_max_chars * 4]
+        cut = len(head) < len(data)
+        document = _bounded(decode_text(head, complete=not cut).strip(), None, limits.document_max_chars)
+        return DocumentText(document.text, None, document.truncated or cut)
+    text = decode_text(data)
     cut = len(text) > _HTML_MAX_CHARS
     document = _bounded(_html_text(text[:_HTML_MAX_CHARS]).strip(), None, limits.document_max_chars)
     return DocumentText(document.text, None, document.truncated or cut)
 
 
-def decode_text(data: bytes) -> str:
+def decode_text(data: bytes, *, complete: bool = True) -> str:
     """Bytes as text: by their byte-order mark, else UTF-8, else charset-normalizer's guess
-    (trafilatura's own dependency), else Latin-1, which decodes anything."""
+    (trafilatura's own dependency), else Latin-1, which decodes anything. `complete=False`: the
+    bytes are the head of a longer text, so a character cut in two at the end is dropped, not an
+    error."""
     for bom, encoding in _BOMS:
         if data.startswith(bom):
-            return data.decode(encoding, errors="replace")
+            return codecs.getincrementaldecoder(encoding)(errors="replace").decode(data, final=complete)
     try:
-        return data.decode("utf-8")
+        return codecs.getincrementaldecoder("utf-8")().decode(data, final=complete)
     except UnicodeDecodeError:
         pass
     from charset_normalizer import from_bytes

@@ -128,3 +128,19 @@ def test_a_small_page_cut_by_the_character_limit_says_so() -> None:
     )
     document = read_document(page, "text/html", SensesConfig(document_max_chars=200))
     assert document.truncated and document.text.startswith("A sentence about a red bicycle.")
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "cp1252"])
+def test_a_long_text_is_decoded_only_as_far_as_it_is_kept(encoding: str) -> None:
+    """The byte cut (at 400 bytes here) lands inside a character (é is two bytes in UTF-8): that
+    character is dropped, not turned into an error or a replacement sign, and the text says it
+    was cut."""
+    limits = SensesConfig(document_max_chars=100)
+    text = (
+        "Ordered at the corner table on a Tuesday:  " + "Un café crème, s'il vous plaît, et l'addition. " * 20
+    )
+    if encoding == "utf-8":  # the cut is where it should be: inside the é of the eighth "café"
+        with pytest.raises(UnicodeDecodeError):
+            text.encode()[:400].decode()
+    document = read_document(text.encode(encoding), "text/plain", limits)
+    assert document == DocumentText(text=text[:100].rstrip(), pages=None, truncated=True)
