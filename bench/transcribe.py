@@ -4,7 +4,8 @@ A sentence of about five seconds is synthesized with espeak-ng (`-s 130`), then 
 `senses.hearing.LocalWhisper` (faster-whisper, int8, 2 CPU threads) as a voice note would be.
 Printed: the cold load (the model read from the package into CTranslate2, once per process), the
 first transcription after it, then p50 / p90 over `--runs` transcriptions and the real-time
-factor (p50 over the audio's length: below 1 is faster than speech), per beam size, for the WAV
+factor (p50 over the audio's length: below 1 is faster than speech) and the CPU seconds each
+takes (all threads: the figure the machine's load moves least), per beam size, for the WAV
 and for the same sound as MP3 (decoding included); and what `inspect_media` costs on each (the
 gate every file passes first).
 
@@ -90,7 +91,7 @@ def main() -> None:
     print(f"cold model load {cold * 1000:.0f} ms; first transcription after it {first_call * 1000:.0f} ms")
     print()
     print(
-        f"{'audio':>11} {'beam':>5} {'runs':>5} {'inspect ms':>11} {'p50 ms':>8} {'p90 ms':>8} {'RTF p50':>8}"
+        f"{'audio':>11} {'beam':>5} {'runs':>5} {'inspect ms':>11} {'p50 ms':>8} {'p90 ms':>8} {'RTF p50':>8} {'CPU s p50':>10}"
     )
     inspect_ms: dict[str, float] = {}
     for media_type, data in samples.items():
@@ -101,17 +102,19 @@ def main() -> None:
     rows = [(media_type, int(beam)) for media_type in samples for beam in args.beams.split(",")]
     runners = {beam: LocalWhisper(cpu_threads=args.threads, beam_size=beam) for _, beam in rows}
     times: dict[tuple[str, int], list[float]] = {row: [] for row in rows}
+    cpu: dict[tuple[str, int], list[float]] = {row: [] for row in rows}
     # Round-robin over the rows, so a change in the machine's load falls on every row alike.
     for _ in range(args.runs):
         for media_type, beam in rows:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             runners[beam].transcribe_blocking(samples[media_type], media_type)
             times[(media_type, beam)].append(time.perf_counter() - started)
+            cpu[(media_type, beam)].append(time.process_time() - cpu_started)
     for (media_type, beam), taken in times.items():
         p50, p90 = statistics.median(taken), percentile(taken, 0.9)
         print(
             f"{media_type:>11} {beam:>5} {args.runs:>5} {inspect_ms[media_type]:>11.2f} {p50 * 1000:>8.0f} "
-            f"{p90 * 1000:>8.0f} {p50 / seconds:>8.3f}"
+            f"{p90 * 1000:>8.0f} {p50 / seconds:>8.3f} {statistics.median(cpu[(media_type, beam)]):>10.2f}"
         )
     load = " ".join(f"{value:.2f}" for value in os.getloadavg())
     print(f"\n{os.cpu_count()} CPUs, {args.threads} CTranslate2 threads, load average {load}.")
