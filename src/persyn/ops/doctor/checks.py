@@ -20,7 +20,6 @@ from persyn.ops.doctor.channels import channel_checks, channel_owner_check
 from persyn.ops.doctor.live import live_checks
 from persyn.ops.doctor.postgres import Check, is_postgres, postgres_checks, shown_url
 from persyn.ops.doctor.reach import reach_checks
-from persyn.ops.doctor.senses import senses_checks
 from persyn.store import Store, open_store
 from persyn.store.capabilities import (
     capability,
@@ -429,7 +428,6 @@ async def collect_checks(home: Path | None) -> list[Check]:
     if settings.sandbox.enabled:
         checks.append(await _check_sandbox(settings))
     checks.extend(await reach_checks(settings))
-    checks.extend(senses_checks(settings))
     return checks
 
 
