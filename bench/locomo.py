@@ -163,21 +163,34 @@ def _line(conversation: Conversation, session: int, text: str, ref: str) -> dict
     }
 
 
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+
+
 @dataclass
 class Scores:
     hits: dict[str, int] = field(default_factory=dict[str, int])
     questions: int = 0
     latencies_ms: list[float] = field(default_factory=list[float])
+    by_category: dict[int, list[int]] = field(default_factory=dict[int, list[int]])  # [hits@5, questions]
 
-    def add(self, ranked_sessions: Sequence[int], gold: frozenset[int]) -> None:
+    def add(self, ranked_sessions: Sequence[int], gold: frozenset[int], category: int) -> None:
         self.questions += 1
         for k in KS:
             key = f"all@{k}"
             self.hits[key] = self.hits.get(key, 0) + (gold <= set(ranked_sessions[:k]))
         self.hits["any@5"] = self.hits.get("any@5", 0) + bool(gold & set(ranked_sessions[:5]))
+        tally = self.by_category.setdefault(category, [0, 0])
+        tally[0] += gold <= set(ranked_sessions[:5])
+        tally[1] += 1
 
     def rate(self, key: str) -> float:
         return self.hits.get(key, 0) / max(1, self.questions)
+
+    def category_rates(self) -> str:
+        return "  ".join(
+            f"{CATEGORIES[c]} {hits / max(1, n):.3f} ({n})"
+            for c, (hits, n) in sorted(self.by_category.items())
+        )
 
 
 async def _import(
@@ -218,13 +231,14 @@ async def _evaluate(
     agent: AgentConfig,
     people: dict[str, dict[str, str]],
     conversations: Sequence[Conversation],
+    modes: Sequence[Mode] = MODES,
 ) -> dict[Mode, Scores]:
     retriever = Retriever(store, embedder, config)
-    results: dict[Mode, Scores] = {mode: Scores() for mode in MODES}
+    results: dict[Mode, Scores] = {mode: Scores() for mode in modes}
     for conversation in conversations:
         present = [people[conversation.channel][name] for name in conversation.speakers]
         for question in conversation.questions:
-            for mode in MODES:
+            for mode in modes:
                 started = time.perf_counter()
                 result = await retriever.retrieve(
                     agent.id,
@@ -240,7 +254,7 @@ async def _evaluate(
                 if result.degraded:
                     raise SystemExit(f"retrieval degraded: {result.degraded}")
                 sessions = [_session_of(s.record.ref) for s in result.records]
-                results[mode].add(sessions, question.sessions)
+                results[mode].add(sessions, question.sessions, question.category)
     return results
 
 
@@ -256,7 +270,13 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-async def run(path: Path, embedder_spec: str | None, limit: int | None) -> None:
+async def run(
+    path: Path,
+    embedder_spec: str | None,
+    limit: int | None,
+    granularities: Sequence[str] = GRANULARITIES,
+    modes: Sequence[Mode] = MODES,
+) -> None:
     conversations = load(path)[:limit]
     config = MemoryConfig() if embedder_spec is None else MemoryConfig(embedder=embedder_spec)
     embedder = embedder_from_config(config)
@@ -275,12 +295,14 @@ async def run(path: Path, embedder_spec: str | None, limit: int | None) -> None:
         await store.setup()
         try:
             rows: list[str] = []
-            for granularity in GRANULARITIES:
+            per_category: list[str] = []
+            for granularity in granularities:
                 agent, people, seconds = await _import(store, embedder, conversations, granularity, Path(tmp))
                 records = await store.count_records(agent.id)
                 print(f"imported {records} {granularity} in {seconds:.1f} s")
-                results = await _evaluate(store, embedder, config, agent, people, conversations)
-                for mode in MODES:
+                results = await _evaluate(store, embedder, config, agent, people, conversations, modes)
+                per_category.append(f"{granularity:<18} {results[modes[0]].category_rates()}")
+                for mode in modes:
                     scores = results[mode]
                     row = f"{granularity:<18} {mode:<8} " + " ".join(
                         f"{scores.rate(f'all@{k}'):>7.3f}" for k in KS
@@ -295,6 +317,9 @@ async def run(path: Path, embedder_spec: str | None, limit: int | None) -> None:
     print(header)
     for row in rows:
         print(row)
+    print(f"\nall@5 by question category ({modes[0]}; questions in brackets)")
+    for row in per_category:
+        print(row)
 
 
 def main() -> None:
@@ -306,10 +331,27 @@ def main() -> None:
         "--embedder", default=None, help="[memory] embedder string (default: the configured default)"
     )
     parser.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
+    parser.add_argument(
+        "--granularity",
+        choices=GRANULARITIES,
+        action="append",
+        help="only this one (repeatable; default both)",
+    )
+    parser.add_argument(
+        "--mode", choices=MODES, action="append", help="only this retrieval (repeatable; default all three)"
+    )
     args = parser.parse_args()
     if not args.path.exists():
         raise SystemExit(f"no LoCoMo file at {args.path}; pass its path")
-    asyncio.run(run(args.path, args.embedder, args.conversations))
+    asyncio.run(
+        run(
+            args.path,
+            args.embedder,
+            args.conversations,
+            args.granularity or GRANULARITIES,
+            args.mode or MODES,
+        )
+    )
 
 
 if __name__ == "__main__":
