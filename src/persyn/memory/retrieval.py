@@ -19,7 +19,10 @@ For one query the retriever
    the score is the weighted mean, so it lies in [0, 1]; similarity and keyword weigh in
    even when absent, so a record found one way only, or keyword-only recall with the
    encoder down, cannot reach "strong" on a single signal;
-4. bands each score (strong / moderate / weak) by the configured thresholds and packs the
+4. spreads the top of the ranking over episodes (`spread_over_episodes`: each further record
+   of the same channel and day counts `episode_penalty` of its score, compounding), so one
+   conversation's records do not crowd out the others a question needs;
+5. bands each score (strong / moderate / weak) by the configured thresholds and packs the
    records best-first until their estimated prompt size (chars / 4) would pass the budget.
 
 Scores are query-time annotations: nothing is written back (SPEC §5). Query processing
