@@ -206,9 +206,10 @@ def spread_over_episodes(
     an item counts `score * penalty ** n`, n = how many items of its episode are already
     placed. With `penalty` 1 the order is `ranked`'s; the first item is always the best.
 
-    A question about something said over many conversations ("what books has Sam read?")
-    needs one memory from each, and several memories of one conversation crowd the others
-    out (LoCoMo's multi-hop questions, bench/locomo.py). Greedy over a heap of each
+    Several memories of one conversation, each a near-copy of the others' topic, otherwise
+    fill the top and crowd out the conversation that answers: on LoCoMo (bench/locomo.py)
+    penalty 0.8 lifted recall_all@5 on observations 0.759 -> 0.776, mostly single-hop
+    questions whose top five had been one wrong session's. Greedy over a heap of each
     episode's best remaining item: O((n + k) log n)."""
     if penalty >= 1.0 or k <= 1:
         return list(ranked[:k])
