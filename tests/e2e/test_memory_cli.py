@@ -190,3 +190,26 @@ def test_memory_of_an_earlier_conversation_is_recalled_after_restart(persyn: Per
     with sqlite3.connect(persyn.home / "data" / "persyn.db") as db:
         flags = db.execute("SELECT key FROM flags WHERE key LIKE 'recalled:%'").fetchall()
     assert flags, "the memory was surfaced into the new conversation's context"
+
+
+def test_recall_explain_shows_each_score_part(persyn: Persyn, tmp_path: Path) -> None:
+    """`--explain`: the parts whose weighted mean ([memory.weights] defaults) is the score."""
+    assert persyn.run("memory", "import", str(_write_history(tmp_path / "history.jsonl"))).returncode == 0
+    asked = ("memory", "recall", "violins workshop", "--participant", "Sam", "--now", "2026-02-01T00:00:00")
+    [first, *_] = json.loads(persyn.run(*asked, "--explain", "--json").stdout)
+    parts = first["explain"]
+    assert first["ref"] == "hist:1"
+    assert set(parts) == {"similarity", "keyword", "date", "recency", "importance", "participants", "cosine"}
+    assert parts["date"] is None  # the query names no date: not counted
+    assert parts["participants"] == 1.0 and parts["keyword"] == 1.0
+    assert parts["importance"] == pytest.approx(8 / 9, abs=1e-4)  # rated 9 of 10
+    assert parts["recency"] == pytest.approx(0.5 ** ((26 + 14 / 24) / 30), abs=1e-3)  # 26 d 14 h old
+    assert 0.0 < parts["cosine"] < 1.0 and 0.0 < parts["similarity"] <= 1.0
+    weights = {"similarity": 1.0, "keyword": 1.0, "recency": 0.05, "importance": 0.1, "participants": 0.15}
+    mean = sum(w * parts[name] for name, w in weights.items()) / sum(weights.values())
+    assert first["score"] == pytest.approx(mean, abs=1e-3)
+
+    shown = persyn.run(*asked, "--explain").stdout
+    assert "similarity" in shown and "keywords 1.00" in shown and "date -" in shown
+    assert "participants 1.00" in shown and "(cosine " in shown
+    assert "keywords" not in persyn.run(*asked).stdout  # only when asked

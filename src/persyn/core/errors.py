@@ -12,6 +12,7 @@ __all__ = [
     "STORAGE_UNAVAILABLE",
     "ChannelError",
     "ConfigError",
+    "EmbedderUnavailable",
     "InputError",
     "ModelError",
     "ModelUnavailableError",
@@ -48,6 +49,11 @@ class ModelError(PersynError):
 
 class ModelUnavailableError(ModelError):
     """The model (or its server) could not be reached at all."""
+
+
+class EmbedderUnavailable(ModelUnavailableError):
+    """The encoder could not embed right now (service down, timeout, bad reply, missing
+    weights). Retrieval degrades to keyword search; it never fails a turn."""
 
 
 class StoreError(PersynError):

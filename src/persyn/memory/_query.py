@@ -301,6 +301,7 @@ class AnalysedQuery:
     text: str
     keyword_query: str  # content words for full-text search ("" = skip keyword search)
     embedding_text: str  # what is embedded: the content words, or the text if it has none
+    sentence: str  # the text without its relative date expressions, for an encoder that reads syntax
     terms: tuple[str, ...]  # stemmed content words, for keyword coverage
     periods: tuple[Period, ...]
 
@@ -315,6 +316,7 @@ def analyse_query(text: str, now: datetime) -> AnalysedQuery:
         text=text,
         keyword_query=" ".join(kept),
         embedding_text=" ".join(kept) or text.strip() or text,
+        sentence=" ".join(searchable.split()) or text.strip() or text,
         terms=tuple(dict.fromkeys(stem(w) for w in kept)),
         periods=periods,
     )

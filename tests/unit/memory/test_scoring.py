@@ -23,6 +23,7 @@ from persyn.memory.retrieval import (
     participant_component,
     recency_component,
     similarity_component,
+    spread_over_episodes,
 )
 
 unit = st.floats(min_value=0.0, max_value=1.0)
@@ -173,3 +174,42 @@ def test_memory_line_shows_band_friendly_date_emotion_and_id() -> None:
         "[strong] (Wed 4 Mar 2026, 3 days ago; felt curious; ref 01JNQ8Z6K00000000000000000) "
         "I helped Ann plan her trip."
     )
+
+
+# spreading a ranking over episodes ---------------------------------------------------------------
+ranked_items = st.lists(
+    st.tuples(st.floats(min_value=0.01, max_value=1.0), st.integers(min_value=0, max_value=4)), max_size=30
+).map(lambda items: sorted(items, key=lambda item: -item[0]))
+
+
+@given(ranked_items, st.floats(min_value=0.05, max_value=1.0), st.integers(min_value=0, max_value=40))
+def test_spreading_keeps_the_best_first_and_only_reorders(
+    ranked: list[tuple[float, int]], penalty: float, k: int
+) -> None:
+    spread = spread_over_episodes(ranked, lambda item: item[0], lambda item: item[1], penalty, k)
+    assert len(spread) == min(k, len(ranked))
+    if spread:
+        assert spread[0] == ranked[0]
+    pool = list(ranked)
+    for item in spread:  # a sub-multiset of the ranking: nothing invented, nothing twice
+        pool.remove(item)
+    if penalty == 1.0:
+        assert spread == ranked[:k]
+
+
+@given(ranked_items, st.integers(min_value=1, max_value=40))
+def test_a_strong_penalty_puts_one_of_each_episode_first(ranked: list[tuple[float, int]], k: int) -> None:
+    spread = spread_over_episodes(ranked, lambda item: item[0], lambda item: item[1], 0.001, k)
+    episodes = list(dict.fromkeys(item[1] for item in ranked))
+    distinct = min(k, len(episodes))
+    assert len({item[1] for item in spread[:distinct]}) == distinct
+    # Within an episode the given order holds.
+    for episode in episodes:
+        mine = [item for item in spread if item[1] == episode]
+        assert mine == [item for item in ranked if item[1] == episode][: len(mine)]
+
+
+def test_a_second_memory_of_one_episode_yields_to_a_nearly_as_good_other() -> None:
+    ranked = [(0.9, "monday"), (0.85, "monday"), (0.8, "tuesday"), (0.5, "tuesday")]
+    spread = spread_over_episodes(ranked, lambda item: item[0], lambda item: item[1], 0.8, 3)
+    assert spread == [(0.9, "monday"), (0.8, "tuesday"), (0.85, "monday")]  # 0.85 * 0.8 = 0.68 < 0.8

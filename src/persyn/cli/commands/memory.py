@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -25,9 +26,10 @@ memory_app = command_group(
 )
 
 
-def _scored_json(result: Any) -> list[dict[str, Any]]:
-    return [
-        {
+def _scored_json(result: Any, *, explain: bool = False) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for index, s in enumerate(result.records):
+        row: dict[str, Any] = {
             "id": s.record.id,
             "ref": s.record.ref,
             "score": round(s.score, 6),
@@ -36,8 +38,36 @@ def _scored_json(result: Any) -> list[dict[str, Any]]:
             "summary": s.record.summary,
             "time": s.record.created_at.isoformat(),
         }
-        for s in result.records
+        if explain:
+            row["explain"] = _explained(result, index)
+        rows.append(row)
+    return rows
+
+
+_PARTS = ("similarity", "keyword", "date", "recency", "importance", "participants")
+
+
+def _explained(result: Any, index: int) -> dict[str, Any]:
+    """A record's score parts (each in [0, 1], None = not counted for this query) and the
+    raw cosine behind the similarity part."""
+    parts = dataclasses.asdict(result.components[index])
+    explained: dict[str, Any] = {
+        name: None if parts[name] is None else round(parts[name], 4) for name in _PARTS
+    }
+    cosine = result.records[index].similarity
+    explained["cosine"] = None if cosine is None else round(cosine, 4)
+    return explained
+
+
+def _explain_line(result: Any, index: int) -> str:
+    explained = _explained(result, index)
+    shown = [
+        f"{'keywords' if name == 'keyword' else name} {'-' if explained[name] is None else f'{explained[name]:.2f}'}"
+        for name in _PARTS
     ]
+    cosine = explained["cosine"]
+    shown[0] += f" (cosine {cosine:.2f})" if cosine is not None else " (no vector match)"
+    return " · ".join(shown)
 
 
 @memory_app.command("import")
@@ -190,10 +220,19 @@ def memory_recall(
         Path | None,
         typer.Option("--queries", help="Batch: JSONL of {id, query, channel?, participants?, now?}."),
     ] = None,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Show each result's score parts: similarity, keywords, date, recency, importance, participants.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Exactly the retrieval the agent uses when it answers, with each record's band. A name
-    several contacts go by is an error listing them: give the id."""
+    several contacts go by is an error listing them: give the id. With --explain, each
+    result's score parts (each in [0, 1]; '-' = not counted for this query), whose weighted
+    mean ([memory.weights]) is the score."""
     from persyn.ops.memory import memory_ops, read_queries
 
     cli = CliContext.of(ctx)
@@ -218,7 +257,11 @@ def memory_recall(
                         budget_tokens=budget_tokens,
                         limit=limit,
                     )
-                    echo(dump_json({"id": item.id, "results": _scored_json(result)}, indent=None))
+                    echo(
+                        dump_json(
+                            {"id": item.id, "results": _scored_json(result, explain=explain)}, indent=None
+                        )
+                    )
                 return
             assert query is not None
             result = await ops.recall(
@@ -230,15 +273,17 @@ def memory_recall(
                 limit=limit,
             )
             if as_json:
-                echo(dump_json(_scored_json(result)))
+                echo(dump_json(_scored_json(result, explain=explain)))
                 return
             if not result.records:
                 echo("I don't remember anything about that here.")
-            for scored in result.records:
+            for index, scored in enumerate(result.records):
                 echo(
                     f"[{scored.band.value:>8}] {scored.score:.3f}  {scored.record.created_at:%Y-%m-%d}  {scored.record.id}"
                 )
                 echo(f"           {one_line(scored.record.summary)}")
+                if explain:
+                    echo(f"           {_explain_line(result, index)}")
 
     run(_recall())
 
