@@ -92,6 +92,8 @@ class ReminderTimer:
                     fired_for = due
                     continue
                 fired_for = None
+                if due != self.armed_for and due is not None:
+                    log.info("reminder timer armed for %s", due.isoformat())  # one line per change
                 self.armed_for = due
                 if due is not None and due > now:
                     wait = min(wait, (due - now).total_seconds() + _LATE)
