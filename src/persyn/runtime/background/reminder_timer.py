@@ -11,8 +11,8 @@ How it learns that the schedule changed: every `[autonomy] watch_seconds` it re-
 earliest due time from the store (one indexed query per agent, no DBOS work), so a reminder
 set, edited or cancelled by anyone — the agent's tools here, another worker, `persyn tools
 call` or `persyn heartbeat restore` from the CLI, a worker on another host — is armed within
-that interval. A due time it fires early for is harmless: `fire_due` finds nothing and the
-timer re-arms. `rearm()` cuts the wait short for a change made in this process.
+that interval (the agent sets reminders minutes ahead at least: one set here needs no faster
+path). A due time it fires early for is harmless: `fire_due` finds nothing and the timer re-arms.
 
 What it keeps: nothing in memory that the store does not hold. Killed while armed, the next
 process reads the same earliest due time and fires an overdue reminder at once. The slow DBOS
@@ -23,7 +23,6 @@ schedule (`[autonomy] tick_seconds`, 60 s) stays as the safety net for a timer t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timedelta
@@ -56,13 +55,7 @@ class ReminderTimer:
         self._clock = clock
         self._fire = fire
         self._watch = watch_seconds
-        self._changed: asyncio.Event | None = None  # made in `run`, on its loop
         self.armed_for: datetime | None = None  # the due time it sleeps until, if one is near
-
-    def rearm(self) -> None:
-        """The schedule changed in this process: read the next due time again now."""
-        if self._changed is not None:
-            self._changed.set()
 
     async def next_due(self) -> datetime | None:
         """The earliest time a reminder of one of this process's agents is due, if any."""
@@ -79,9 +72,7 @@ class ReminderTimer:
         # store refused the write) is fired again only after a watch interval, not in a loop.
         fired_for: datetime | None = None
         failing = False
-        changed = self._changed = asyncio.Event()
         while True:
-            changed.clear()
             wait = self._watch
             try:
                 due = await self.next_due()
@@ -106,5 +97,4 @@ class ReminderTimer:
                 if not failing:  # one line per condition, not one per watch
                     log.warning("the reminder timer could not read or fire reminders: %s", exc)
                     failing = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), wait)
+            await asyncio.sleep(wait)
