@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,7 +35,30 @@ def _write_home(home: Path, polling: float | None) -> None:
     (home / "persyn.toml").write_text(toml)
 
 
-async def _idle_share(home: Path, agents: int, seconds: float, polling: float | None) -> float:
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each live thread of this process, by name (numbered pool threads
+    summed under their prefix)."""
+    used: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (OSError, ValueError):  # it ended meanwhile
+            continue
+        name = thread.name.rstrip("0123456789_-")
+        used[name] = used.get(name, 0.0) + seconds
+    return used
+
+
+async def _idle_share(
+    home: Path,
+    agents: int,
+    seconds: float,
+    polling: float | None,
+    by_thread: dict[str, float],
+    split: dict[str, float],
+) -> float:
     _write_home(home, polling)
     settings = load_settings(home, environ={})
     configs = [AgentConfig(name=f"agent{i}", id=new_id()) for i in range(agents)]
@@ -41,9 +66,17 @@ async def _idle_share(home: Path, agents: int, seconds: float, polling: float | 
     await runtime.start(workers=True)
     try:
         await asyncio.sleep(12)  # queue threads start, heartbeats bootstrap, polls go quiet
-        cpu, wall = time.process_time(), time.perf_counter()
+        threads, cpu, wall = _thread_cpu(), time.process_time(), time.perf_counter()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         await asyncio.sleep(seconds)
-        return (time.process_time() - cpu) / (time.perf_counter() - wall)
+        elapsed = time.perf_counter() - wall
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        split["user"] = (after.ru_utime - usage.ru_utime) / elapsed
+        split["sys"] = (after.ru_stime - usage.ru_stime) / elapsed
+        split["switches"] = (after.ru_nvcsw - usage.ru_nvcsw) / elapsed
+        for name, used in _thread_cpu().items():
+            by_thread[name] = (used - threads.get(name, 0.0)) / elapsed
+        return (time.process_time() - cpu) / elapsed
     finally:
         await runtime.stop()
 
@@ -59,10 +92,20 @@ def main() -> None:
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        share = asyncio.run(_idle_share(Path(tmp) / "home", args.agents, args.seconds, args.polling))
+        by_thread: dict[str, float] = {}
+        split: dict[str, float] = {}  # the process's user and sys CPU, its context switches
+        share = asyncio.run(
+            _idle_share(Path(tmp) / "home", args.agents, args.seconds, args.polling, by_thread, split)
+        )
     polling = args.polling if args.polling is not None else "default"
     print(f"{'agents':>7} {'polling s':>10} {'window s':>9} {'idle CPU % of a core':>21}")
     print(f"{args.agents:>7} {polling!s:>10} {args.seconds:>9.0f} {share * 100:>21.1f}")
+    print(
+        f"user {split['user'] * 100:.2f}%, sys {split['sys'] * 100:.2f}% of a core; "
+        f"{split['switches']:.0f} voluntary context switches per second"
+    )
+    shown = sorted(((used, name) for name, used in by_thread.items() if used >= 0.0005), reverse=True)
+    print("by thread (% of a core): " + ", ".join(f"{name} {used * 100:.2f}" for used, name in shown))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{os.cpu_count()} CPUs, load average {load}.")
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import resource
 import statistics
 import sys
 import tempfile
@@ -131,6 +132,16 @@ _THREAD_GROUPS = (
     ("persyn-sqlite", "store"),
 )
 GROUPS = (*(group for _, group in _THREAD_GROUPS), "other")
+# The process's rusage over a turn (kept beside the groups, not summed with them): user and
+# kernel CPU, the context switches (voluntary: a thread blocked; involuntary: preempted) and
+# the minor page faults (memory the process touched for the first time: kernel time).
+_RUSAGE_FIELDS = (
+    ("user ms", "ru_utime"),
+    ("sys ms", "ru_stime"),
+    ("voluntary cs", "ru_nvcsw"),
+    ("involuntary cs", "ru_nivcsw"),
+    ("page faults", "ru_minflt"),
+)
 
 
 def _thread_cpu() -> dict[str, float]:
@@ -217,11 +228,13 @@ async def _run(
             )
             _turn_events[_label(index) if kind else str(index)] = event.id
             before = _thread_cpu()
+            usage_before = resource.getrusage(resource.RUSAGE_SELF)
             started = time.perf_counter()
             await runtime.submit(event)
             await runtime.wait_marker(agent.id, event.id, timeout=120)
             elapsed = time.perf_counter() - started
             after = _thread_cpu()
+            usage_after = resource.getrusage(resource.RUSAGE_SELF)
             # Only the calls on the critical path: background ones land after the marker.
             model_time = _MODEL.critical_path(event.id)
             if index >= 2:
@@ -231,6 +244,10 @@ async def _run(
                 overheads.append((elapsed - model_time) * 1000)
                 for group in GROUPS:
                     cpu[group] += (after[group] - before[group]) * 1000 / turns
+                for name, field in _RUSAGE_FIELDS:
+                    scale = 1000 if name.endswith("ms") else 1
+                    delta = getattr(usage_after, field) - getattr(usage_before, field)
+                    cpu[name] = cpu.get(name, 0.0) + delta * scale / turns
             # Let deferred deliberation finish before the next turn, as a person would pause.
             await asyncio.sleep(_MODEL.delay * 3 + 0.05)
     finally:
@@ -313,13 +330,21 @@ def main() -> None:
     print(f"{'mode':>9} {'model ms':>9} {'CPU':>6} " + " ".join(f"{group:>14}" for group in GROUPS))
     for mode, delay, cpu in cpu_rows:
         print(
-            f"{mode:>9} {delay:>9.0f} {sum(cpu.values()):>6.1f} "
+            f"{mode:>9} {delay:>9.0f} {sum(cpu[group] for group in GROUPS):>6.1f} "
             + " ".join(f"{cpu[group]:>14.1f}" for group in GROUPS)
+        )
+    print()
+    print(f"{'mode':>9} {'model ms':>9} " + " ".join(f"{name:>14}" for name, _ in _RUSAGE_FIELDS))
+    for mode, delay, cpu in cpu_rows:
+        print(
+            f"{mode:>9} {delay:>9.0f} "
+            + " ".join(f"{cpu.get(name, 0.0):>14.1f}" for name, _ in _RUSAGE_FIELDS)
         )
     print(
         "CPU: mean ms per turn from submit to marker, all threads, split by thread group. DBOS's\n"
         "share (db calls + claims, plus its orchestration inside the event loop's figure) is the\n"
-        "floor `bench/dbos_floor.py` measures without Persyn.\n"
+        "floor `bench/dbos_floor.py` measures without Persyn. Second table: the process's rusage\n"
+        "per turn (`getrusage`): user and kernel (sys) CPU, context switches, minor page faults.\n"
     )
     print(f"deferred, {args.model_ms:.0f} ms model: model calls per turn by kind of turn")
     print(f"{'turn':>38} {'calls':>6} {'begun':>6} {'transmit p50':>13}")

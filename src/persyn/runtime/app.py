@@ -38,6 +38,7 @@ from persyn.runtime.background.autonomy import Autonomy, BudgetedModel
 from persyn.runtime.background.conversation_jobs import ConversationHook, ConversationJobs, JobQueue
 from persyn.runtime.background.housekeeping import Housekeeping
 from persyn.runtime.background.outreach import Outreach
+from persyn.runtime.background.reminder_timer import ReminderTimer
 from persyn.runtime.channel import Channel, safe_sink
 from persyn.runtime.delivery.bus import LiveBus, live_bus
 from persyn.runtime.delivery.outbox import Outbox, reply_key
@@ -99,6 +100,7 @@ class RuntimeParts:
     jobs: ConversationJobs
     job_queue: JobQueue
     housekeeping: Housekeeping
+    reminder_timer: ReminderTimer | None  # None: no reminders in the store, or `watch_seconds = 0`
     outbox: Outbox
     outreach: Outreach
     transmitter: Transmitter
@@ -144,6 +146,7 @@ class Runtime:
         self.jobs = parts.jobs
         self.job_queue = parts.job_queue
         self.housekeeping = parts.housekeeping
+        self.reminder_timer = parts.reminder_timer
         self.outbox = parts.outbox
         self.outreach = parts.outreach
         self.transmitter = parts.transmitter
@@ -483,17 +486,23 @@ class Runtime:
 
     # autonomy (SPEC §4.7) ---------------------------------------------------------------
     async def _start_autonomy(self) -> None:
-        """Bootstrap each agent's heartbeat (once ever: a deleted one stays deleted) and the
-        DBOS schedule that fires due reminders. A store without reminders has no heartbeat."""
+        """Bootstrap each agent's heartbeat (once ever: a deleted one stays deleted), the timer
+        armed to the next due reminder (`runtime/background/reminder_timer.py`) and the slow DBOS
+        schedule that catches what it missed. A store without reminders has no heartbeat."""
         every = int(self.settings.autonomy.heartbeat_minutes * 60)
         schedule = capability(self.store, ScheduleStore)
         if schedule is not None:
             for agent in self.agents.values():
                 await bootstrap_heartbeat(schedule, agent.id, every, self.clock.now())
         self.intake.open_for_steps(ClientDispatcher(await self._client()))
-        if not self.settings.autonomy.schedule:
+        config = self.settings.autonomy
+        if not config.schedule:
             return
-        tick = self.settings.autonomy.tick_seconds
+        if self.reminder_timer is not None:
+            self._spawn(self.reminder_timer.run())
+        if config.tick_seconds == 0:
+            return
+        tick = config.tick_seconds
         await DBOS.apply_schedules_async(
             [
                 {

@@ -26,6 +26,7 @@ from persyn.runtime.background.conversation_jobs import ConversationJobs, JobQue
 from persyn.runtime.background.guardrails import Guardrails
 from persyn.runtime.background.housekeeping import Housekeeping
 from persyn.runtime.background.outreach import Outreach
+from persyn.runtime.background.reminder_timer import ReminderTimer
 from persyn.runtime.channel import Channel
 from persyn.runtime.delivery.outbox import Outbox
 from persyn.runtime.durable.dispatch import Intake, Markers
@@ -105,6 +106,13 @@ def build_runtime(
     )
     housekeeping = Housekeeping(
         settings, store=store, clock=clock, agents=agents, jobs=jobs, guardrails=guardrails
+    )
+    # No reminders, or no activity log to keep the budget with: nothing ever fires.
+    watch, reminders = settings.autonomy.watch_seconds, autonomy.schedule
+    reminder_timer = (
+        ReminderTimer(reminders, list(agents), clock, autonomy.fire_due, watch)
+        if reminders is not None and autonomy.activity is not None and watch > 0
+        else None
     )
     outreach = Outreach(
         store=store,
@@ -212,6 +220,7 @@ def build_runtime(
         jobs=jobs,
         job_queue=job_queue,
         housekeeping=housekeeping,
+        reminder_timer=reminder_timer,
         outbox=outbox,
         outreach=outreach,
         transmitter=transmitter,

@@ -214,7 +214,8 @@ async def test_budgets_and_a_busy_agent_skip_runs_and_say_why(tmp_path: Path, mi
 
 
 async def test_the_dbos_schedule_fires_a_due_reminder_on_its_own(tmp_path: Path, mind: Mind) -> None:
-    extra = "[autonomy]\nschedule = true\ntick_seconds = 1\nheartbeat_minutes = 1440\n"
+    # The safety tick alone (no timer): what catches a reminder the timer missed.
+    extra = "[autonomy]\nschedule = true\ntick_seconds = 1\nwatch_seconds = 0\nheartbeat_minutes = 1440\n"
     async with _runtime(tmp_path, extra, clock=SystemClock()) as pilot:
         now = datetime.now(UTC)
         await set_reminder(

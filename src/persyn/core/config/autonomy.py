@@ -26,10 +26,24 @@ class AutonomyConfig(Section):
         ),
     )
     tick_seconds: int = Field(
-        default=5,
-        ge=1,
+        default=60,
+        ge=0,
         le=60,
-        description="How often due reminders are looked for (every process may; each firing happens once).",
+        description=(
+            "The safety tick: how often a DBOS schedule looks for due reminders the timer missed (every "
+            "process may; each firing happens once). 0 = none: the timer alone."
+        ),
+    )
+    watch_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=60,
+        description=(
+            "The reminder timer sleeps until the next due reminder and re-reads the earliest due time from "
+            "the store this often (one small query), so a reminder set or changed by another process fires "
+            "on time if set this much ahead, and at most this late otherwise. 0 = no timer: the safety tick "
+            "alone."
+        ),
     )
     schedule: bool = Field(
         default=True, description="Fire reminders in this process; false leaves it to another one."

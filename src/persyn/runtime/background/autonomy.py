@@ -1,7 +1,8 @@
 """What the agent does without being spoken to (SPEC §4.7, §4.8): reminders fire, the heartbeat
 beats — each as an event through the agent's own queue and the full pipeline — under budgets.
 
-The scheduler (a DBOS schedule every `[autonomy] tick_seconds`, `fire_due`) turns each due
+The scheduler (`fire_due`: called by the timer armed to the next due reminder,
+`reminder_timer.py`, and by the slow DBOS safety tick every `[autonomy] tick_seconds`) turns each due
 reminder into an `Event` whose id is derived from `reminder_id@fire_time`, so however many
 schedulers see it due, the activation runs once (the event id is the queue's dedup key),
 then rolls the reminder forward or deletes it (`schedule.mark_fired`, compare-and-set).
