@@ -87,6 +87,7 @@ class RunLog(_Frozen):
     happenings: tuple[Happening, ...]
     snapshots: tuple[IdentitySnapshot, ...]
     wall_seconds: float
+    environment: dict[str, str]  # the PERSYN_ settings the last daemon ran with (no secrets)
 
     def probe(self, name: str) -> Happening | None:
         return next((h for h in self.happenings if h.probe == name), None)
@@ -254,6 +255,7 @@ async def run_week(
         happenings=tuple(week.happenings),
         snapshots=tuple(week.snapshots),
         wall_seconds=round(time.monotonic() - began, 1),
+        environment={k: v for k, v in week.environ().items() if k.startswith("PERSYN_")},
     )
     await asyncio.to_thread(log.save, run_log_path(work))
     return log
