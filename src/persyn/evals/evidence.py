@@ -154,7 +154,7 @@ async def load_evidence(work: Path, criteria: Criteria) -> WeekEvidence:
         activity = await store.recent_activity(agent_id, limit=10_000)
     finally:
         await store.close()
-    usage = [r for r in read_records(settings.usage_log_path) if r is not None]
+    usage = [r for r in read_records(settings.usage_log_path) if r is not None and r.agent_id == agent_id]
     return WeekEvidence(
         log=log,
         criteria=criteria,

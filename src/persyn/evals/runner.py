@@ -220,9 +220,10 @@ async def run_week(
     """Drive `scenario` in a scratch deployment under `work` and return what happened."""
     began = time.monotonic()
     week = await asyncio.to_thread(_Week, scenario, work, progress)
-    await asyncio.to_thread(week.must, "init", "--name", scenario.agent)
+    for name in (scenario.agent, *scenario.others):
+        await asyncio.to_thread(week.must, "init", "--name", name)
     settings = load_settings(week.home, environ=week.environ())
-    agent_id = settings.agent(None).id
+    agent_id = settings.agent(scenario.agent).id
     today = datetime.now(UTC).replace(hour=scenario.start_hour, minute=0, second=0, microsecond=0)
     start = today + timedelta(days=1)
     store = open_store(settings.database_url)
@@ -265,7 +266,17 @@ async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) ->
     if step.say is not None:
         at = week.now()
         done = await asyncio.to_thread(
-            week.persyn, "send", "--as", step.who, "--channel", step.channel, "--timeout", "60", step.say
+            week.persyn,
+            "send",
+            "--agent",
+            week.scenario.agent,
+            "--as",
+            step.who,
+            "--channel",
+            step.channel,
+            "--timeout",
+            "60",
+            step.say,
         )
         if done.returncode != 0:
             raise EvalRunError(
@@ -286,23 +297,49 @@ async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) ->
     elif step.restart:
         await asyncio.to_thread(week.stop_daemon)
         week.snapshots.append(await _identity(week, store, agent_id, "before restart"))
-        week.overrides.update({"PERSYN_" + k.upper().replace(".", "__"): v for k, v in step.config.items()})
+        week.overrides.update(
+            {
+                "PERSYN_" + k.upper().replace(".", "__"): v.replace("{work}", str(week.work))
+                for k, v in step.config.items()
+            }
+        )
         await asyncio.to_thread(week.start_daemon)
         week.snapshots.append(await _identity(week, store, agent_id, "after restart"))
         week.note(day, "restart", step, detail="every process stopped (SIGTERM) and started again")
     elif step.heartbeat == "delete":
-        shown = await asyncio.to_thread(week.must, "heartbeat", "delete")
+        shown = await asyncio.to_thread(week.must, "heartbeat", "delete", "--agent", week.scenario.agent)
         week.note(day, "heartbeat", step, detail=shown.strip())
     elif step.wait == "reminder":
+        assert isinstance(store, ActivityPort)
         deadline = time.monotonic() + step.timeout_seconds
         while time.monotonic() < deadline:
-            assert isinstance(store, ActivityPort)
             if await store.recent_activity(agent_id, limit=1, kind="reminder"):
                 break
             await asyncio.sleep(0.3)
-        assert isinstance(store, ActivityPort)
         ran = await store.recent_activity(agent_id, limit=5, kind="reminder")
         week.note(day, "wait", step, detail=f"{len(ran)} reminder run(s) logged")
+    elif step.wait == "agents":
+        count = await _quiet_between_agents(store, agent_id, step.timeout_seconds)
+        week.note(day, "wait", step, detail=f"{count} message(s) between the agents, then quiet")
+
+
+async def _quiet_between_agents(store: Store, agent_id: str, timeout: float, quiet: float = 6.0) -> int:
+    """Wait until the agents' exchange has started and nothing was said in it for `quiet`
+    seconds (or `timeout` passed); the number of its messages."""
+    assert isinstance(store, DialogHistoryPort)
+    deadline = time.monotonic() + timeout
+    count, changed = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = 0
+        for conversation in await store.list_conversations(agent_id, limit=1000):
+            if conversation.service == "agent":
+                now += len(await store.recent_messages(agent_id, conversation.id, limit=1000))
+        if now != count:
+            count, changed = now, time.monotonic()
+        elif count > 0 and time.monotonic() - changed >= quiet:
+            break
+        await asyncio.sleep(0.3)
+    return max(count, 0)
 
 
 async def _wait_settled(store: Store, agent_id: str, before: datetime, timeout: float = 120) -> None:
@@ -333,7 +370,7 @@ async def _identity(week: _Week, store: Store, agent_id: str, taken: str) -> Ide
     """Who the agent is now: its persona as configured, and its store's people, memories, facts.
     Read afresh (a new connection) so a store swapped by configuration shows as it is."""
     settings = load_settings(week.home, environ=week.environ())
-    agent = settings.agent(None)
+    agent = settings.agent(week.scenario.agent)
     fresh = open_store(settings.database_url)
     await fresh.setup()
     try:

@@ -28,7 +28,9 @@ class _Frozen(BaseModel):
 
 
 class Step(_Frozen):
-    """One thing that happens in a day; exactly one of `say`, `restart`, `heartbeat`, `wait`."""
+    """One thing that happens in a day; exactly one of `say`, `restart`, `heartbeat`, `wait`
+    (`reminder`: until the reminder loop has run; `agents`: until the agents' exchange is
+    quiet)."""
 
     say: str | None = Field(default=None, min_length=1, max_length=4000)
     who: str = Field(default="operator", min_length=1, max_length=80)
@@ -36,9 +38,10 @@ class Step(_Frozen):
     probe: str | None = Field(default=None, min_length=1, max_length=60)
     restart: bool = False
     heartbeat: Literal["delete"] | None = None
-    wait: Literal["reminder"] | None = None
+    wait: Literal["reminder", "agents"] | None = None
     timeout_seconds: float = Field(default=60.0, gt=0, le=600)
-    # With `restart`: settings changed from the restart on (a sabotage, or an upgrade).
+    # With `restart`: settings changed from the restart on (a sabotage, or an upgrade);
+    # "{work}" in a value is the eval's scratch directory.
     config: dict[str, str] = Field(default_factory=dict[str, str])
 
     @model_validator(mode="after")
@@ -73,6 +76,8 @@ class Criteria(_Frozen):
 class Scenario(_Frozen):
     name: str = Field(min_length=1, max_length=80)
     agent: str = Field(default="Wren", min_length=1, max_length=80)
+    # Other agents of the scratch deployment (`persyn init --name`): someone to talk to.
+    others: tuple[str, ...] = ()
     start_hour: int = Field(default=9, ge=0, le=23)
     config: dict[str, str] = Field(default_factory=dict[str, str])
     criteria: Criteria = Criteria()
