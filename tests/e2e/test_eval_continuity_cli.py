@@ -26,7 +26,9 @@ from persyn.evals.evidence import load_evidence
 from persyn.evals.runner import run_week
 from persyn.evals.scenario import Day, Scenario, Step, load_scenario
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# A week drives the real daemon for a few minutes (about 2 on 2 idle cores); the module
+# fixtures run inside the first test that needs them.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def _eval(*args: str, home: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
@@ -144,11 +146,16 @@ def _sabotaged(shipped: Scenario) -> Scenario:
             "decide|(?i)history essay": None,
         },
     )
-    # 7: the reminder gate silences the reminder's message
+    # 7: the reminder gate silences the reminder's message (a draft long enough to be decided on)
     rules = (
         {
-            "task": "decide",
+            "task": "respond",
             "match": "(?i)call her sister",
+            "reply": "Alice, this is your reminder: please call your sister today, her bakery turns ten.",
+        },
+        {
+            "task": "decide",
+            "match": "(?i)call your sister",
             "output": {"action": "silent", "reason": "Not now."},
         },
         *rules,

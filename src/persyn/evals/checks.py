@@ -401,15 +401,8 @@ def _rated_important(week: WeekEvidence) -> list[str]:
     for span in week.spans:
         if span.attributes.get(ATTR.STAGE) != "rate":
             continue
-        output = str(span.attributes.get(ATTR.OUTPUT, ""))  # "[calls final_result] {...}"
-        try:
-            rating = json.loads(output[output.find("{") :])
-        except ValueError:
-            continue
-        if (
-            not isinstance(rating, dict)
-            or int(rating.get("importance", 0)) < week.criteria.memorable_importance
-        ):  # type: ignore[arg-type]
+        importance = _output_json(span).get("importance")
+        if not isinstance(importance, int) or importance < week.criteria.memorable_importance:
             continue
         root = next((s for s in week.spans if s.trace_id == span.trace_id and s.parent_id is None), None)
         if root is None or root.attributes.get(ATTR.AGENT) != week.agent_id:

@@ -108,7 +108,6 @@ def run_log_path(work: Path) -> Path:
 class _Week:
     scenario: Scenario
     work: Path
-    progress: Callable[[str], None]
     home: Path = field(init=False)
     env: dict[str, str] = field(init=False)
     overrides: dict[str, str] = field(default_factory=dict[str, str])
@@ -219,7 +218,7 @@ async def run_week(
 ) -> RunLog:
     """Drive `scenario` in a scratch deployment under `work` and return what happened."""
     began = time.monotonic()
-    week = await asyncio.to_thread(_Week, scenario, work, progress)
+    week = await asyncio.to_thread(_Week, scenario, work)
     for name in (scenario.agent, *scenario.others):
         await asyncio.to_thread(week.must, "init", "--name", name)
     settings = load_settings(week.home, environ=week.environ())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
@@ -41,7 +43,7 @@ def continuity(
         typer.Option(
             "--agent",
             "-a",
-            help="Evaluate a copy of this agent (never the live one); default: a fresh agent (not built yet).",
+            help="Not built yet: evaluate a copy of this agent, never the live one. Default: a fresh agent.",
             show_default=False,
         ),
     ] = None,
@@ -123,6 +125,8 @@ def continuity(
     elif work.exists() and any(work.iterdir()):
         raise _usage_error(f"--work {str(work)!r} is not empty: the eval makes a deployment of its own there")
     console = Console(stderr=as_json)
+    # SIGTERM unwinds like Ctrl-C, so the week's daemon is stopped rather than left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         log = asyncio.run(run_week(week, work, lambda line: console.print(f"[dim]{line}[/dim]")))
     except EvalRunError as exc:
