@@ -16,7 +16,7 @@ import asyncio
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from persyn_cli import Persyn
@@ -133,7 +133,7 @@ def _sabotaged(shipped: Scenario) -> Scenario:
         shipped,
         {
             # 1: importance not recorded as memorable
-            "rate|(?i)lighthouse": {"output": {**_rating(4)}},
+            "rate|(?i)restore an old lighthouse": {"output": {**_rating(4)}},
             # 3: a recollection of what never happened
             "respond|(?i)sailing": {
                 "reply": "Yes, the sailing trip last summer was wonderful, the wind was perfect."
@@ -159,6 +159,13 @@ def _sabotaged(shipped: Scenario) -> Scenario:
             "output": {"action": "silent", "reason": "Not now."},
         },
         *rules,
+    )
+    # 2: every memory rated public (the rater may only raise a channel's default)
+    rules = tuple(
+        {**rule, "output": {**cast(dict[str, Any], rule["output"]), "sensitivity": "public"}}
+        if rule.get("task") == "rate"
+        else rule
+        for rule in rules
     )
     config = {
         **shipped.config,

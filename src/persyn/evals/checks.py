@@ -8,6 +8,7 @@ which exchange to read; a checker that is not built yet fails and says so.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable
@@ -150,8 +151,17 @@ def channel_memories(week: WeekEvidence) -> Verdict:
         evidence.append(f"{channel} asked {_quote(turn.message.text)} → retrieved {listed}")
     if any(not s for s in sets):
         return Verdict(2, title, False, "a channel retrieved no memory for the question", tuple(evidence))
-    if len(set(sets)) < len(sets):
-        return Verdict(2, title, False, "two channels retrieved the same memories", tuple(evidence))
+    # Under the default compartments (each channel its own, memories private to whoever was
+    # there) no memory one channel retrieved may come up on another.
+    shared = {i for a, b in itertools.combinations(sets, 2) for i in a & b}
+    if shared:
+        return Verdict(
+            2,
+            title,
+            False,
+            f"two channels retrieved the same memories ({len(shared)} shared)",
+            tuple(evidence),
+        )
     return Verdict(
         2, title, True, f"{len(sets)} channels, {len(set(sets))} different memory sets", tuple(evidence)
     )
