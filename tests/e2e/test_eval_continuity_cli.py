@@ -3,11 +3,14 @@ and each checker shown able to fail.
 
 The honest week runs once (a module fixture) through `persyn eval continuity --json`. The
 failing twins run the same runner on the same week with its mechanisms switched off or
-sabotaged through the scenario alone — its settings and the scripted model's rules: the
-critic told to agree, the decide step told to speak, culling disabled by
-`cull_below_importance = 1`, the compartments merged by `channel_groups`, the heartbeat
-never deleted, the store swapped at the restart. Independent sabotages share one week;
-the restart twin, which breaks everything after it, has a short week of its own.
+sabotaged through the scenario alone, its settings and the scripted model's rules: the
+importance of the first meeting rated low, a recollection of what never happened, a guess
+with no lookup, the critic told to agree, the decide step told to speak, the reminder gate
+silencing, the agents' exchange cut by `max_agent_turns`, culling disabled by
+`cull_below_importance = 1`, the heartbeat never deleted. Independent sabotages share one
+week; the restart twin (the store swapped at the restart, which breaks everything after it)
+and the compartment twin (compartments merged and every memory public; the first meeting's
+lower rating would disturb its retrieval) have short weeks of their own.
 """
 
 from __future__ import annotations
@@ -160,20 +163,10 @@ def _sabotaged(shipped: Scenario) -> Scenario:
         },
         *rules,
     )
-    # 2: every memory rated public (the rater may only raise a channel's default)
-    rules = tuple(
-        {**rule, "output": {**cast(dict[str, Any], rule["output"]), "sensitivity": "public"}}
-        if rule.get("task") == "rate"
-        else rule
-        for rule in rules
-    )
     config = {
         **shipped.config,
         "memory.cull_below_importance": "1",  # 9: culling disabled
         "pacing.max_agent_turns": "1",  # 8: the agents' exchange cut before it is one
-        # 2: every channel one compartment, every memory public
-        "memory.channel_groups": '[["cli:web", "cli:group"]]',
-        "memory.default_sensitivity.cli": "public",
     }
     days = tuple(  # 11: the heartbeat is never deleted
         Day(steps=tuple(step for step in day.steps if step.heartbeat is None)) for day in shipped.days
@@ -210,7 +203,6 @@ def sabotaged(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Verdict]:
     ("number", "reason"),
     [
         (1, "the first meeting was rated 4, below memorable (7)"),
-        (2, "two channels retrieved the same memories"),
         (3, "the reply recollects an event no memory holds"),
         (4, "no raw-record lookup (search_dialog, recall_dialog) in its trace"),
         (5, "no critic objected to the draft"),
@@ -230,6 +222,31 @@ def test_each_checker_fails_when_its_mechanism_is_sabotaged(
 
 def test_a_sabotage_elsewhere_leaves_the_restart_criterion_passing(sabotaged: dict[int, Verdict]) -> None:
     assert sabotaged[10].passed, sabotaged[10]
+
+
+def test_merged_compartments_fail_criterion_2(tmp_path: Path) -> None:
+    """Every channel one compartment and every memory public: a short week of the first
+    meeting, then the same question on both channels."""
+    shipped = load_scenario()
+    asked = tuple(s for day in shipped.days for s in day.steps if (s.probe or "").startswith("same_question"))
+    rules = tuple(
+        {**rule, "output": {**cast(dict[str, Any], rule["output"]), "sensitivity": "public"}}
+        if rule.get("task") == "rate"
+        else rule
+        for rule in shipped.rules
+    )
+    config = {
+        **shipped.config,
+        "memory.channel_groups": '[["cli:web", "cli:group"]]',
+        "memory.default_sensitivity.cli": "public",
+    }
+    week = shipped.model_copy(
+        update={"rules": rules, "config": config, "days": (shipped.days[0], Day(steps=asked))}
+    )
+    verdict = _verdicts(week, tmp_path / "week")[2]
+    assert not verdict.passed and verdict.summary.startswith("two channels retrieved the same memories"), (
+        verdict
+    )
 
 
 def test_identity_lost_at_the_restart_fails_criterion_10(tmp_path: Path) -> None:
