@@ -1,0 +1,156 @@
+"""`persyn eval continuity`: a simulated week, the eleven criteria of SPEC §9, evidence quoted."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from persyn.cli.context import JsonOption
+from persyn.cli.help import command_group
+from persyn.present.render import echo
+
+__all__ = ["register"]
+
+eval_app = command_group(
+    "Evaluations of this deployment's agent against what Persyn is for (SPEC §9): "
+    "`persyn eval continuity` is the one to run first."
+)
+
+
+def _usage_error(message: str) -> typer.Exit:
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    return typer.Exit(2)
+
+
+@eval_app.command()
+def continuity(
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            help="mechanics: the scripted model double (free, a few minutes, what CI runs); "
+            "behaviour: the configured model with an LLM judge (not built yet).",
+        ),
+    ] = "mechanics",
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="Not built yet: evaluate a copy of this agent, never the live one. Default: a fresh agent.",
+            show_default=False,
+        ),
+    ] = None,
+    days: Annotated[
+        int | None,
+        typer.Option(
+            "--days", min=1, help="Run only the first N days of the scenario (default: all of them)."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report", help="Also write a self-contained HTML page: the week and each criterion's evidence."
+        ),
+    ] = None,
+    budget_tokens: Annotated[
+        int | None,
+        typer.Option("--budget-tokens", min=1, help="behaviour mode: refuse to spend more tokens."),
+    ] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option("--judge", help="behaviour mode: the judge's model (default: the respond binding)."),
+    ] = None,
+    scenario: Annotated[
+        Path | None,
+        typer.Option(
+            "--scenario",
+            help="A week of your own (TOML, the shape of the shipped evals/scenarios/week.toml).",
+        ),
+    ] = None,
+    work: Annotated[
+        Path | None,
+        typer.Option(
+            "--work",
+            help="Where the scratch deployment is made (a new empty directory; default: a temporary one, kept).",
+        ),
+    ] = None,
+) -> None:
+    """Drive an agent through a simulated week and show whether it is the same someone at the end.
+
+    A scratch deployment is made (never the operator's live agent) and the real daemon runs
+    it day by day on a moved clock: people talk to it on two channels, it is restarted, its
+    heartbeat is deleted on day 6. Then eleven checkers, one per line of SPEC §9, read its
+    store, transcripts, traces, activity log and usage ledger, and each prints pass or fail
+    with the evidence. Exit status: 0 when every criterion passes, 1 when any fails, 2 on a
+    usage error. The run's usage is recorded in its own scratch deployment, never the agent's.
+    """
+    from rich.console import Console
+
+    from persyn.core.errors import InputError
+    from persyn.evals.checks import run_checkers
+    from persyn.evals.evidence import load_evidence
+    from persyn.evals.report import render_html, render_json, render_table
+    from persyn.evals.runner import EvalRunError, run_week
+    from persyn.evals.scenario import load_scenario
+
+    chosen = _mode(mode)
+    if chosen == "behaviour":
+        raise _usage_error(
+            "not built yet: --mode behaviour (the configured model with an LLM judge); use --mode mechanics"
+        )
+    if agent is not None:
+        raise _usage_error(
+            "not built yet: --agent (evaluating a copy of an agent); leave it out for a fresh one"
+        )
+    if budget_tokens is not None or judge is not None:
+        raise _usage_error("--budget-tokens and --judge apply to --mode behaviour only")
+    try:
+        week = load_scenario(scenario)
+    except InputError as exc:
+        raise _usage_error(str(exc)) from exc
+    if days is not None:
+        if days > len(week.days):
+            raise _usage_error(f"--days {days} is more than the scenario's {len(week.days)} days")
+        week = week.model_copy(update={"days": week.days[:days]})
+    if work is None:
+        work = Path(tempfile.mkdtemp(prefix="persyn-eval-"))
+    elif work.exists() and any(work.iterdir()):
+        raise _usage_error(f"--work {str(work)!r} is not empty: the eval makes a deployment of its own there")
+    console = Console(stderr=as_json)
+    # SIGTERM unwinds like Ctrl-C, so the week's daemon is stopped rather than left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        log = asyncio.run(run_week(week, work, lambda line: console.print(f"[dim]{line}[/dim]")))
+    except EvalRunError as exc:
+        typer.secho(f"error: the week could not be driven: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from exc
+    evidence = asyncio.run(load_evidence(work, week.criteria))
+    verdicts = run_checkers(evidence)
+    if report is not None:
+        report.write_text(render_html(verdicts, log), encoding="utf-8")
+    if as_json:
+        echo(render_json(verdicts, log))
+    else:
+        render_table(verdicts, log, console)
+    if not all(v.passed for v in verdicts):
+        raise typer.Exit(1)
+
+
+def _mode(mode: str) -> Literal["mechanics", "behaviour"]:
+    if mode == "mechanics":
+        return "mechanics"
+    if mode in ("behaviour", "behavior"):
+        return "behaviour"
+    raise _usage_error(f"--mode {mode!r} is not one of: mechanics, behaviour")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")

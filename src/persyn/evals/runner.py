@@ -1,0 +1,394 @@
+"""Drives the continuity week through the real `persyn` commands (issue 38).
+
+Nothing here calls the runtime's internals. The runner makes a scratch deployment with
+`persyn init`, then for each day starts `persyn --now DAY run` (the daemon: dispatcher,
+reminders, heartbeat, consolidation and culling are its own loops), sends the day's messages
+with `persyn --now T send`, and stops the daemon with SIGTERM at the end of the day. The
+clock of a day starts at `start + (day - 1)` days and moves on in real time, as `--now` does.
+Between days the daemon's restart on the next day's clock is what closes the idle
+conversations and consolidates them; the runner only waits, reading the store, until that
+work is done before it speaks again. A `restart` step stops every process and starts them
+again mid-day. What it did is written to `run.json` beside the scratch home: the evidence
+the checkers read alongside the store, the traces, the activity log and the usage ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from persyn.core.config import load_settings
+from persyn.core.errors import PersynError
+from persyn.evals.scenario import Scenario, Step
+from persyn.store import open_store
+from persyn.store.base import Store
+from persyn.store.ports.activity import ActivityPort
+from persyn.store.ports.dialog import DialogHistoryPort
+from persyn.store.ports.directory import DirectoryPort
+from persyn.store.ports.jobs import ConsolidationStatus, JobsPort
+from persyn.store.ports.memory import MemoryPort
+
+__all__ = ["EvalRunError", "Happening", "IdentitySnapshot", "RunLog", "run_week"]
+
+_BANNER = "persyn is serving"
+_RUN_LOG = "run.json"
+
+
+class EvalRunError(PersynError):
+    """The week could not be driven (a daemon that would not start, a send that failed)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Happening(_Frozen):
+    """One step as it happened, on the moved clock."""
+
+    day: int
+    at: datetime
+    action: str  # say | restart | heartbeat | wait | day
+    who: str | None = None
+    channel: str | None = None
+    probe: str | None = None
+    text: str | None = None
+    reply: str | None = None  # what `persyn send` printed (the reply or the reason for silence)
+    detail: str | None = None
+
+
+class IdentitySnapshot(_Frozen):
+    """Who the agent is, read from its configuration and its store at one moment."""
+
+    taken: str  # "before restart" | "after restart"
+    at: datetime
+    agent_id: str
+    name: str
+    persona: str
+    contacts: tuple[str, ...]
+    memory_ids: tuple[str, ...]
+    facts: int
+
+
+class RunLog(_Frozen):
+    scenario: str
+    home: str
+    agent_id: str
+    start: datetime
+    happenings: tuple[Happening, ...]
+    snapshots: tuple[IdentitySnapshot, ...]
+    wall_seconds: float
+    environment: dict[str, str]  # the PERSYN_ settings the last daemon ran with (no secrets)
+
+    def probe(self, name: str) -> Happening | None:
+        return next((h for h in self.happenings if h.probe == name), None)
+
+    def save(self, path: Path) -> None:
+        path.write_text(self.model_dump_json(indent=1), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> RunLog:
+        return cls.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def run_log_path(work: Path) -> Path:
+    return work / _RUN_LOG
+
+
+@dataclass
+class _Week:
+    scenario: Scenario
+    work: Path
+    home: Path = field(init=False)
+    env: dict[str, str] = field(init=False)
+    overrides: dict[str, str] = field(default_factory=dict[str, str])
+    daemon: subprocess.Popen[bytes] | None = None
+    day_clock: datetime | None = None
+    day_started: float = 0.0
+    happenings: list[Happening] = field(default_factory=list[Happening])
+    snapshots: list[IdentitySnapshot] = field(default_factory=list[IdentitySnapshot])
+
+    def __post_init__(self) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.home = self.work / "home"
+        script = self.work / "rules.json"
+        script.write_text(self.scenario.rules_json(), encoding="utf-8")
+        self.env = self.scenario.environment(script)
+
+    # processes -------------------------------------------------------------------------
+    def environ(self) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PERSYN_")}
+        for secret in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+            base.pop(secret, None)  # mechanics mode never reaches a hosted model
+        return {**base, "PERSYN_HOME": str(self.home), **self.env, **self.overrides}
+
+    def now(self) -> datetime:
+        assert self.day_clock is not None
+        return self.day_clock + timedelta(seconds=time.monotonic() - self.day_started)
+
+    def persyn(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        moved = ("--now", self.now().isoformat()) if self.day_clock is not None else ()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "persyn", *moved, *args],
+                capture_output=True,
+                env=self.environ(),
+                timeout=timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise EvalRunError(f"`persyn {' '.join(args)}` took longer than {timeout:.0f} s") from exc
+        return subprocess.CompletedProcess(
+            done.args,
+            done.returncode,
+            done.stdout.decode(errors="replace"),
+            done.stderr.decode(errors="replace"),
+        )
+
+    def must(self, *args: str, timeout: float = 120) -> str:
+        done = self.persyn(*args, timeout=timeout)
+        if done.returncode != 0:
+            raise EvalRunError(f"`persyn {' '.join(args)}` failed ({done.returncode}): {done.stderr.strip()}")
+        return done.stdout
+
+    def start_daemon(self, timeout: float = 90) -> None:
+        log_path = self.work / "daemon.log"
+        before = log_path.read_text(errors="replace").count(_BANNER) if log_path.exists() else 0
+        with open(log_path, "ab") as log:
+            self.daemon = subprocess.Popen(
+                [sys.executable, "-m", "persyn", "--now", self.now().isoformat(), "run"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environ(),
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = log_path.read_text(errors="replace")
+            if text.count(_BANNER) > before:
+                return
+            if self.daemon.poll() is not None:
+                raise EvalRunError(f"`persyn run` exited with {self.daemon.returncode}:\n{text[-2000:]}")
+            time.sleep(0.05)
+        self.stop_daemon()
+        raise EvalRunError(f"`persyn run` did not start within {timeout:.0f} s (see {log_path})")
+
+    def stop_daemon(self) -> None:
+        daemon, self.daemon = self.daemon, None
+        if daemon is None or daemon.poll() is not None:
+            return
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+
+    # one day ------------------------------------------------------------------------
+    def begin_day(self, day_clock: datetime) -> None:
+        self.day_clock = day_clock
+        self.day_started = time.monotonic()
+
+    def note(self, day: int, action: str, step: Step | None = None, **fields: str | None) -> Happening:
+        happening = Happening(
+            day=day,
+            at=self.now(),
+            action=action,
+            who=step.who if step is not None and step.say is not None else None,
+            channel=step.channel if step is not None and step.say is not None else None,
+            probe=step.probe if step is not None else None,
+            **fields,
+        )
+        self.happenings.append(happening)
+        return happening
+
+
+async def run_week(
+    scenario: Scenario, work: Path, progress: Callable[[str], None] = lambda _: None
+) -> RunLog:
+    """Drive `scenario` in a scratch deployment under `work` and return what happened."""
+    began = time.monotonic()
+    week = await asyncio.to_thread(_Week, scenario, work)
+    for name in (scenario.agent, *scenario.others):
+        await asyncio.to_thread(week.must, "init", "--name", name)
+    settings = load_settings(week.home, environ=week.environ())
+    agent_id = settings.agent(scenario.agent).id
+    today = datetime.now(UTC).replace(hour=scenario.start_hour, minute=0, second=0, microsecond=0)
+    start = today + timedelta(days=1)
+    store = open_store(settings.database_url)
+    await store.setup()
+    try:
+        if not all(
+            isinstance(store, port)
+            for port in (JobsPort, MemoryPort, DirectoryPort, ActivityPort, DialogHistoryPort)
+        ):
+            raise EvalRunError("the eval needs a store with consolidation jobs, memory and a directory")
+        for number, day in enumerate(scenario.days, start=1):
+            week.begin_day(start + timedelta(days=number - 1))
+            progress(f"day {number}: {week.now():%Y-%m-%d %H:%M} UTC")
+            await asyncio.to_thread(week.start_daemon)
+            try:
+                await _wait_settled(store, agent_id, week.now())
+                week.note(number, "day", detail="daemon started; the day before is consolidated")
+                for step in day.steps:
+                    await _do(week, store, agent_id, number, step)
+            finally:
+                await asyncio.to_thread(week.stop_daemon)
+    finally:
+        await asyncio.to_thread(week.stop_daemon)
+        await store.close()
+    log = RunLog(
+        scenario=scenario.name,
+        home=str(week.home),
+        agent_id=agent_id,
+        start=start,
+        happenings=tuple(week.happenings),
+        snapshots=tuple(week.snapshots),
+        wall_seconds=round(time.monotonic() - began, 1),
+        environment={k: v for k, v in week.environ().items() if k.startswith("PERSYN_")},
+    )
+    await asyncio.to_thread(log.save, run_log_path(work))
+    return log
+
+
+async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) -> None:
+    if step.say is not None:
+        at = week.now()
+        done = await asyncio.to_thread(
+            week.persyn,
+            "send",
+            "--agent",
+            week.scenario.agent,
+            "--as",
+            step.who,
+            "--channel",
+            step.channel,
+            "--timeout",
+            "60",
+            step.say,
+        )
+        if done.returncode != 0:
+            raise EvalRunError(
+                f"`persyn send` failed on day {day} ({done.returncode}): {done.stderr.strip()}"
+            )
+        week.happenings.append(
+            Happening(
+                day=day,
+                at=at,
+                action="say",
+                who=step.who,
+                channel=step.channel,
+                probe=step.probe,
+                text=step.say,
+                reply=done.stdout.strip(),
+            )
+        )
+    elif step.restart:
+        await asyncio.to_thread(week.stop_daemon)
+        week.snapshots.append(await _identity(week, store, agent_id, "before restart"))
+        week.overrides.update(
+            {
+                "PERSYN_" + k.upper().replace(".", "__"): v.replace("{work}", str(week.work))
+                for k, v in step.config.items()
+            }
+        )
+        await asyncio.to_thread(week.start_daemon)
+        week.snapshots.append(await _identity(week, store, agent_id, "after restart"))
+        week.note(day, "restart", step, detail="every process stopped (SIGTERM) and started again")
+    elif step.heartbeat == "delete":
+        shown = await asyncio.to_thread(week.must, "heartbeat", "delete", "--agent", week.scenario.agent)
+        week.note(day, "heartbeat", step, detail=shown.strip())
+    elif step.wait == "reminder":
+        assert isinstance(store, ActivityPort)
+        deadline = time.monotonic() + step.timeout_seconds
+        while time.monotonic() < deadline:
+            if await store.recent_activity(agent_id, limit=1, kind="reminder"):
+                break
+            await asyncio.sleep(0.3)
+        ran = await store.recent_activity(agent_id, limit=5, kind="reminder")
+        week.note(day, "wait", step, detail=f"{len(ran)} reminder run(s) logged")
+    elif step.wait == "agents":
+        count = await _quiet_between_agents(store, agent_id, step.timeout_seconds)
+        week.note(day, "wait", step, detail=f"{count} message(s) between the agents, then quiet")
+
+
+async def _quiet_between_agents(store: Store, agent_id: str, timeout: float, quiet: float = 6.0) -> int:
+    """Wait until the agents' exchange has started and nothing was said in it for `quiet`
+    seconds (or `timeout` passed); the number of its messages."""
+    assert isinstance(store, DialogHistoryPort)
+    deadline = time.monotonic() + timeout
+    count, changed = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = 0
+        for conversation in await store.list_conversations(agent_id, limit=1000):
+            if conversation.service == "agent":
+                now += len(await store.recent_messages(agent_id, conversation.id, limit=1000))
+        if now != count:
+            count, changed = now, time.monotonic()
+        elif count > 0 and time.monotonic() - changed >= quiet:
+            break
+        await asyncio.sleep(0.3)
+    return max(count, 0)
+
+
+async def _wait_settled(store: Store, agent_id: str, before: datetime, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not await _settled(store, agent_id, before):
+        if time.monotonic() > deadline:
+            raise EvalRunError(
+                f"the conversations before {before:%Y-%m-%d %H:%M} were not consolidated in time"
+            )
+        await asyncio.sleep(0.3)
+
+
+async def _settled(store: Store, agent_id: str, before: datetime) -> bool:
+    """Every conversation started before `before` is closed and its consolidation done."""
+    assert isinstance(store, JobsPort) and isinstance(store, DialogHistoryPort)
+    for conversation in await store.list_conversations(agent_id, limit=1000):
+        if conversation.started_at >= before or conversation.kind != "dialog":
+            continue
+        if conversation.closed_at is None:
+            return False
+        state = await store.get_consolidation(agent_id, conversation.id)
+        if state is None or state.status != ConsolidationStatus.DONE:
+            return False
+    return True
+
+
+async def _identity(week: _Week, store: Store, agent_id: str, taken: str) -> IdentitySnapshot:
+    """Who the agent is now: its persona as configured, and its store's people, memories, facts.
+    Read afresh (a new connection) so a store swapped by configuration shows as it is."""
+    settings = load_settings(week.home, environ=week.environ())
+    agent = settings.agent(week.scenario.agent)
+    fresh = open_store(settings.database_url)
+    await fresh.setup()
+    try:
+        assert isinstance(fresh, MemoryPort) and isinstance(fresh, DirectoryPort)
+        people = await fresh.list_persons(agent.id)
+        records = await fresh.list_records(agent.id, limit=1000)
+        facts = 0
+        for person in people:
+            facts += len(await fresh.facts(agent.id, person.id))
+    finally:
+        await fresh.close()
+    persona = " | ".join([agent.disposition, *agent.objectives, *agent.rules])
+    return IdentitySnapshot(
+        taken=taken,
+        at=week.now(),
+        agent_id=agent.id,
+        name=agent.name,
+        persona=persona,
+        contacts=tuple(sorted(p.display_name for p in people)),
+        memory_ids=tuple(sorted(r.id for r in records)),
+        facts=facts,
+    )
