@@ -23,15 +23,19 @@ from persyn.core.errors import InputError
 from persyn.usage.records import UsageRecord
 
 __all__ = [
+    "BUCKETS",
     "GROUP_BY",
     "GroupBy",
+    "LedgerBucket",
     "LedgerReport",
     "LedgerRow",
+    "LedgerSeries",
     "read_records",
     "records_since",
     "render_summary",
     "summarize",
     "summarize_records",
+    "summarize_series",
 ]
 
 GroupBy = Literal["stage", "model", "channel", "conversation", "agent"]
@@ -270,3 +274,66 @@ def render_summary(report: LedgerReport) -> str:
         notes.append(f"{report.total.unpriced_calls} call(s) unpriced: add them to [prices] to cost them")
     out.extend(notes)
     return "\n".join(out)
+
+
+Bucket = Literal["day", "hour"]
+BUCKETS: tuple[str, ...] = get_args(Bucket)
+
+
+class LedgerBucket(_Frozen):
+    start: datetime
+    report: LedgerReport
+
+
+class LedgerSeries(_Frozen):
+    """The ledger over a range, as a whole and cut into day or hour buckets: the console's
+    usage chart. Every figure comes from `summarize_records`, the sum `persyn usage` prints."""
+
+    bucket: str
+    until: datetime | None = None
+    total: LedgerReport
+    buckets: tuple[LedgerBucket, ...] = ()
+
+
+def summarize_series(
+    path: Path,
+    *,
+    by: str = "stage",
+    bucket: str = "day",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    agent_id: str | None = None,
+) -> LedgerSeries:
+    """`summarize` over [`since`, `until`), and the same sum for each `bucket` (UTC day or
+    hour) in it that has a record, oldest first. Without `until` the whole report equals
+    `persyn usage --since` for the same `since`."""
+    if bucket not in BUCKETS:
+        raise InputError(f"cannot bucket usage by {bucket!r}; choose one of: {', '.join(BUCKETS)}")
+    if until is not None and until.tzinfo is None:
+        until = until.replace(tzinfo=UTC)
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    records = [r for r in read_records(path) if r is None or until is None or r.at < until]
+    total = summarize_records(records, by=by, since=since, agent_id=agent_id)
+    groups: dict[datetime, list[UsageRecord | None]] = {}
+    for record in records:
+        if record is None or (since is not None and record.at < since):
+            continue
+        groups.setdefault(_bucket_start(record.at, bucket), []).append(record)
+    buckets = tuple(
+        LedgerBucket(start=start, report=summarize_records(groups[start], by=by, agent_id=agent_id))
+        for start in sorted(groups)
+    )
+    return LedgerSeries(
+        bucket=bucket,
+        until=until,
+        total=total,
+        buckets=tuple(b for b in buckets if b.report.records),
+    )
+
+
+def _bucket_start(at: datetime, bucket: str) -> datetime:
+    at = at.astimezone(UTC)
+    if bucket == "hour":
+        return at.replace(minute=0, second=0, microsecond=0)
+    return at.replace(hour=0, minute=0, second=0, microsecond=0)

@@ -110,6 +110,7 @@ function onLive(kind, data) {
       t.draft = node;
     }
     if (t.surface) { t.surface.remove(); t.surface = null; }
+    if (window.traceLink && state.operator) window.traceLink(t.draft, data.event_id);
   } else if (kind === "deliberation_done") {
     if (t.surface) {
       t.surface.remove();
@@ -359,6 +360,7 @@ function showView(name) {
   $("dialog").hidden = true;
   if (name === "directory") loadContacts();
   if (name === "channels") loadChannels();
+  if (window.consoleViews && window.consoleViews[name]) window.consoleViews[name]();
 }
 
 async function connect() {
