@@ -39,7 +39,9 @@ function tableOf(headers, rows, caption) {
 function fail(box, error) { box.replaceChildren(el("div", "notice error", error.message)); }
 
 // memory ----------------------------------------------------------------------------------
-const memoryState = { cursor: null };
+// Each load is numbered: only the latest one's answer is shown (a tab click and a search
+// typed at once must not interleave their pages).
+const memoryState = { cursor: null, asked: 0 };
 
 function memoryParams() {
   const params = new URLSearchParams({ agent: state.agent });
@@ -53,11 +55,13 @@ function memoryParams() {
 
 async function loadMemories(more) {
   const list = $("memories");
-  if (!more) { list.replaceChildren(); memoryState.cursor = null; }
+  const asked = ++memoryState.asked;
   const params = memoryParams();
   if (more && memoryState.cursor) params.set("cursor", memoryState.cursor);
   try {
     const data = await api("/v1/console/memories?" + params);
+    if (asked !== memoryState.asked) return;
+    if (!more) list.replaceChildren();
     $("memory-count").textContent = "(" + data.total_records + " in all)";
     for (const m of data.memories) {
       const item = el("li");
@@ -68,7 +72,7 @@ async function loadMemories(more) {
     if (!list.children.length) list.appendChild(el("li", "tag", "No memory matches."));
     memoryState.cursor = data.next_cursor;
     $("memory-more").hidden = !data.next_cursor;
-  } catch (error) { list.replaceChildren(el("li", "notice error", error.message)); }
+  } catch (error) { if (asked === memoryState.asked) list.replaceChildren(el("li", "notice error", error.message)); }
 }
 
 async function showMemory(id) {
@@ -132,6 +136,20 @@ function measure(row, kind) {
   return kind === "cost" ? (row.cost_usd || 0) : row.input_tokens + row.output_tokens;
 }
 
+// Every day (or hour) of the range gets its slot, an empty one too: a quiet day reads as one.
+function slots(data, from, to) {
+  const size = data.bucket === "day" ? 864e5 : 36e5;
+  const have = new Map(data.buckets.map((b) => [Date.parse(b.start), b]));
+  const first = Math.floor(Date.parse(from) / size) * size;
+  const last = Math.min(to ? Date.parse(to) : Date.now(), Date.now());
+  if (!(first <= last) || (last - first) / size > 24 * 62) return data.buckets;
+  const all = [];
+  for (let t = first; t < last; t += size) {
+    all.push(have.get(t) || { start: new Date(t).toISOString().replace(".000Z", "Z"), report: { rows: [], total: { input_tokens: 0, output_tokens: 0, cost_usd: null } } });
+  }
+  return all;
+}
+
 function usageChart(data, kind) {
   const keys = [];
   for (const b of data.buckets) for (const row of b.report.rows) if (!keys.includes(row.key)) keys.push(row.key);
@@ -156,7 +174,7 @@ function usageChart(data, kind) {
   data.buckets.forEach((b, index) => {
     const x = left + index * step + (step - barW) / 2;
     let y = topPad + plotH;
-    const group = svgEl("g", { class: "bar", "data-start": b.start, tabindex: "0" });
+    const group = svgEl("g", { class: "bar", "data-start": b.start, ...(b.report.rows.length ? { tabindex: "0" } : {}) });
     group.appendChild(svgEl("title", {}, b.start + ": " + totals[index] + (kind === "cost" ? " USD" : " tokens") + " — open its traces"));
     for (const row of b.report.rows) {
       const h = (measure(row, kind) / top) * plotH;
@@ -167,14 +185,15 @@ function usageChart(data, kind) {
     group.addEventListener("click", open);
     group.addEventListener("keydown", (e) => { if (e.key === "Enter") open(); });
     svg.appendChild(group);
-    const when = data.bucket === "day" ? b.start.slice(5, 10) : b.start.slice(11, 16);
+    const when = data.bucket === "day" ? b.start.slice(5, 10) : b.start.slice(5, 10) + " " + b.start.slice(11, 13) + "h";
+    if (index % Math.ceil(data.buckets.length / 10) !== 0) return;  // at most ten labels
     svg.appendChild(svgEl("text", { x: x + barW / 2, y: height - bottom + 16, "text-anchor": "middle", class: "tick" }, when));
   });
   if (budget) {
     const y = budgetInScale ? topPad + plotH - (budget.tokens / top) * plotH : topPad;
     const note = budgetInScale ? "" : " (above this scale)";
     svg.appendChild(svgEl("line", { x1: left, y1: y, x2: left + plotW, y2: y, class: "budget" }));
-    svg.appendChild(svgEl("text", { x: left + plotW, y: y + 12, "text-anchor": "end", class: "budget-label" }, budget.name + ": " + budget.tokens + note));
+    svg.appendChild(svgEl("text", { x: left + 4, y: y + 12, "text-anchor": "start", class: "budget-label" }, budget.name + ": " + budget.tokens + note));
   }
   keys.forEach((key, index) => {
     const x = left + (index % 4) * 150, y = height - 8;
@@ -193,7 +212,7 @@ async function loadUsage(event) {
   try {
     const data = await api("/v1/console/usage?" + params);
     const kind = $("usage-measure").value;
-    chart.replaceChildren(usageChart(data, kind));
+    chart.replaceChildren(usageChart({ ...data, buckets: slots(data, params.get("from"), params.get("to")) }, kind));
     const t = data.total.total;
     $("usage-caption").textContent = data.total.records + " model calls, " + (t.input_tokens + t.output_tokens) + " tokens (" + t.input_tokens +
       " in, " + t.output_tokens + " out), " + (t.cost_usd === null ? "unpriced" : t.cost_usd.toFixed(6) + " USD") + " since " + params.get("from").slice(0, 10);
@@ -216,7 +235,7 @@ function openTraces(start, bucket) {
 async function loadTraces() {
   const box = $("trace-list");
   const params = new URLSearchParams({ agent: state.agent, limit: "100", from: traceState.from || new Date(Date.now() - 864e5).toISOString() });
-  box.replaceChildren(el("h2", "", "Turns " + (traceState.from ? "from " + traceState.from.slice(0, 16) : "of the last day")));
+  const title = el("h2", "", "Turns " + (traceState.from ? "from " + traceState.from.slice(0, 16) : "of the last day"));
   try {
     const data = await api("/v1/console/traces?" + params);
     const until = traceState.to ? Date.parse(traceState.to) : Infinity;
@@ -224,6 +243,7 @@ async function loadTraces() {
       link(new Date(t.start).toLocaleString(), () => showTrace(t.trace_id)), t.kind, t.event_id || t.trace_id, t.surface,
       t.duration_ms.toFixed(0) + " ms", t.model_calls, t.tool_calls, t.input_tokens + "/" + t.output_tokens, t.outcome,
     ]);
+    box.replaceChildren(title);  // built whole once the answer is in: a second load replaces it
     if (data.note) box.appendChild(el("div", "notice warning", data.note));
     box.appendChild(rows.length ? tableOf(["started", "kind", "event", "surface", "took", "models", "tools", "tokens in/out", "ended"], rows)
       : el("div", "tag", "No turn recorded in that window."));
