@@ -20,7 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
-from web_daemon import HELLO, WebDaemon, start
+from sse_reader import SseReader
+from web_daemon import GARDEN, HELLO, LISBON, SILENCE, WebDaemon, start
 
 import needs
 from persyn.core.ids import new_id
@@ -222,6 +223,42 @@ def test_a_turns_trace_is_the_span_store_persyn_traces_shows(web: WebDaemon) -> 
     assert respond and respond[0]["output_tokens"] == 9 and respond[0]["depth"] >= 1
 
 
+def test_a_turns_critiques_and_decision_are_one_request_away(web: WebDaemon) -> None:
+    # Two conversations: a decision sees its dialog, and Lisbon's rule would answer the garden.
+    ids: dict[str, str] = {}
+    for who, text, done in (
+        ("alice", "Remember our trip to Lisbon?", "deliberation_done"),
+        ("ops", GARDEN, "notice"),
+    ):
+        stream = SseReader(web.url + "v1/agents/Ada/stream", web.keys[who])
+        try:
+            with _http(web, who) as http:
+                ids[who] = http.post("/v1/agents/Ada/events", json={"text": text}).json()["event_id"]
+            assert stream.wait(
+                lambda events, done=done, wanted=ids[who]: any(
+                    k == done and d["event_id"] == wanted for k, d in events
+                ),
+                timeout=120,
+            ), stream.events
+        finally:
+            stream.close()
+    lisbon_id, garden_id = ids["alice"], ids["ops"]
+    with _http(web, "ops") as ops, _http(web, "alice") as alice:
+        assert alice.get(f"/v1/console/turns/{lisbon_id}").status_code == 403
+        revised = ops.get(f"/v1/console/turns/{lisbon_id}").json()
+        silent = ops.get(f"/v1/console/turns/{garden_id}").json()
+        assert ops.get(f"/v1/console/turns/{new_id()}").status_code == 404
+        assert ops.get("/v1/console/turns/nope").status_code == 400
+    objections = [o for c in revised["deliberation"]["critiques"] for o in c.get("objections") or []]
+    assert {o["kind"] for o in objections} == {"confabulation"}
+    assert (
+        revised["ended"] == {"transmitted": True, "text": LISBON, "reason": None}
+        or revised["ended"]["text"] == LISBON
+    )
+    assert silent["ended"]["transmitted"] is False and SILENCE in silent["ended"]["reason"]
+    assert silent["deliberation"]["decision"]["action"] == "silent"
+
+
 def test_the_life_view_shows_the_heartbeat_reminders_and_goals(web: WebDaemon) -> None:
     with _http(web, "ops") as ops:
         data = ops.get("/v1/console/life").json()
@@ -302,6 +339,28 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             expect(page.locator("#waterfall h2")).to_contain_text("Trace ")
             expect(page.locator("ol.waterfall li.model").first).to_contain_text("40/9 tokens")
 
+            # A withdrawn draft's decision, and a deferred revision's critique, one click away
+            # (in this order: a decision sees the dialog, and Lisbon's rule comes first).
+            page.get_by_role("button", name="Chat").click()
+            page.get_by_label("Message").fill(GARDEN)
+            page.get_by_label("Message").press("Enter")
+            expect(page.locator(".notice").last).to_contain_text(f"Ada chose silence: {SILENCE}")
+            withdrawn = page.locator(".msg.withdrawn").last
+            withdrawn.get_by_role("link", name="critique of this answer").click()
+            expect(withdrawn.locator(".critique .decision").first).to_contain_text(
+                f"decided to silent: {SILENCE}"
+            )
+            page.get_by_label("Message").fill("Remember our trip to Lisbon?")
+            page.get_by_label("Message").press("Enter")
+            lisbon = page.locator(".msg.agent:not(.history)", has_text=LISBON).last
+            expect(lisbon).to_be_visible()
+            lisbon.get_by_role("link", name="critique of this answer").click()
+            # Open at once, the critique fills in when deliberation ends.
+            expect(lisbon.locator(".critique .objection").first).to_contain_text(
+                "[confabulation]", timeout=WAIT_MS
+            )
+            page.screenshot(path=str(shots / "critique.png"), full_page=True)
+
             page.get_by_role("button", name="Life").click()
             expect(page.locator("#life")).to_contain_text("Next beat")
             page.screenshot(path=str(shots / "life.png"), full_page=True)
@@ -318,5 +377,5 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             client.screenshot(path=str(shots / "client.png"), full_page=True)
         finally:
             browser.close()
-    for name in ("chat", "memory", "usage", "traces", "life", "client"):
+    for name in ("chat", "memory", "usage", "traces", "critique", "life", "client"):
         assert (shots / f"{name}.png").stat().st_size > 0

@@ -13,6 +13,7 @@ foreign line) is skipped and counted rather than failing the whole report.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal, get_args
@@ -73,6 +74,46 @@ class LedgerRow(_Frozen):
                 "units": self.units + record.units,
                 "cost_usd": cost,
             }
+        )
+
+
+@dataclass(slots=True)
+class _Sums:
+    """A `LedgerRow` being summed: the same arithmetic as `LedgerRow.add`, in place (a frozen
+    copy per record made a month's ledger take seconds to sum)."""
+
+    key: str
+    calls: int = 0
+    unpriced_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    units: int = 0
+    cost_usd: float | None = None
+
+    def add(self, record: UsageRecord) -> None:
+        if record.cost_usd is not None:
+            self.cost_usd = round((self.cost_usd or 0.0) + record.cost_usd, 10)
+        self.calls += 1
+        self.unpriced_calls += record.cost_usd is None
+        self.input_tokens += record.input_tokens
+        self.output_tokens += record.output_tokens
+        self.cache_read_tokens += record.cache_read_tokens
+        self.cache_write_tokens += record.cache_write_tokens
+        self.units += record.units
+
+    def row(self) -> LedgerRow:
+        return LedgerRow.model_construct(  # the sums of validated records: nothing to check
+            key=self.key,
+            calls=self.calls,
+            unpriced_calls=self.unpriced_calls,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cache_read_tokens=self.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens,
+            units=self.units,
+            cost_usd=self.cost_usd,
         )
 
 
@@ -171,45 +212,93 @@ def summarize_records(
     since: datetime | None = None,
     agent_id: str | None = None,
 ) -> LedgerReport:
+    _check_by(by)
+    since = _utc(since)
+    tally = _Tally()
+    summer = _Summer(by)
+    for record in _counted(records, tally, since, agent_id):
+        summer.add(record)
+    return summer.report(tally, since=since, agent_id=agent_id)
+
+
+def _check_by(by: str) -> None:
     if by not in GROUP_BY:
         raise InputError(f"cannot group usage by {by!r}; choose one of: {', '.join(GROUP_BY)}")
-    if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)  # records are stamped in UTC
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+
+
+@dataclass(slots=True)
+class _Tally:
+    duplicates: int = 0  # re-emitted records skipped by id
+    malformed: int = 0
+
+
+def _counted(
+    records: Iterator[UsageRecord | None] | list[UsageRecord | None],
+    tally: _Tally,
+    since: datetime | None,
+    agent_id: str | None,
+    until: datetime | None = None,
+) -> Iterator[UsageRecord]:
+    """The records to count: each id once, in [`since`, `until`), of `agent_id` if given."""
     seen: set[str] = set()
-    calls: set[str] = set()
-    rows: dict[str, LedgerRow] = {}
-    total = LedgerRow(key="total")
-    duplicates = malformed = repeated = 0
     for record in records:
         if record is None:
-            malformed += 1
+            tally.malformed += 1
             continue
         if record.id in seen:
-            duplicates += 1
+            tally.duplicates += 1
             continue
         seen.add(record.id)
         if since is not None and record.at < since:
             continue
+        if until is not None and record.at >= until:
+            continue
         if agent_id is not None and record.agent_id != agent_id:
             continue
+        yield record
+
+
+class _Summer:
+    """The rows and the total of one report, summed record by record."""
+
+    def __init__(self, by: str) -> None:
+        self.by = by
+        self.rows: dict[str, _Sums] = {}
+        self.total = _Sums("total")
+        self.calls: set[str] = set()
+        self.repeated = 0
+
+    def add(self, record: UsageRecord) -> None:
         if record.call_id is not None:
-            repeated += record.call_id in calls
-            calls.add(record.call_id)
-        key = _key(record, by)
-        rows[key] = rows.get(key, LedgerRow(key=key)).add(record)
-        total = total.add(record)
-    ordered = sorted(rows.values(), key=lambda row: (-(row.cost_usd or 0.0), -row.calls, row.key))
-    return LedgerReport(
-        by=by,
-        since=since,
-        agent_id=agent_id,
-        rows=tuple(ordered),
-        total=total,
-        records=total.calls,
-        duplicates=duplicates,
-        repeated_calls=repeated,
-        malformed_lines=malformed,
-    )
+            self.repeated += record.call_id in self.calls
+            self.calls.add(record.call_id)
+        key = _key(record, self.by)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = _Sums(key)
+        row.add(record)
+        self.total.add(record)
+
+    def report(self, tally: _Tally, *, since: datetime | None, agent_id: str | None) -> LedgerReport:
+        ordered = sorted(
+            (row.row() for row in self.rows.values()),
+            key=lambda row: (-(row.cost_usd or 0.0), -row.calls, row.key),
+        )
+        return LedgerReport(
+            by=self.by,
+            since=since,
+            agent_id=agent_id,
+            rows=tuple(ordered),
+            total=self.total.row(),
+            records=self.total.calls,
+            duplicates=tally.duplicates,
+            repeated_calls=self.repeated,
+            malformed_lines=tally.malformed,
+        )
 
 
 def _key(record: UsageRecord, by: str) -> str:
@@ -287,7 +376,7 @@ class LedgerBucket(_Frozen):
 
 class LedgerSeries(_Frozen):
     """The ledger over a range, as a whole and cut into day or hour buckets: the console's
-    usage chart. Every figure comes from `summarize_records`, the sum `persyn usage` prints."""
+    usage chart. Every figure is summed as `summarize_records` sums it for `persyn usage`."""
 
     bucket: str
     until: datetime | None = None
@@ -305,30 +394,34 @@ def summarize_series(
     agent_id: str | None = None,
 ) -> LedgerSeries:
     """`summarize` over [`since`, `until`), and the same sum for each `bucket` (UTC day or
-    hour) in it that has a record, oldest first. Without `until` the whole report equals
-    `persyn usage --since` for the same `since`."""
+    hour) in it that has a record, oldest first. Without `until` the whole report's rows and
+    totals equal `persyn usage --since` for the same `since`. With `since` the ledger is read
+    from its end back (`records_since`): what lies before the range is not read, so the
+    report's duplicate and malformed-line counts are the range's own."""
     if bucket not in BUCKETS:
         raise InputError(f"cannot bucket usage by {bucket!r}; choose one of: {', '.join(BUCKETS)}")
-    if until is not None and until.tzinfo is None:
-        until = until.replace(tzinfo=UTC)
-    if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)
-    records = [r for r in read_records(path) if r is None or until is None or r.at < until]
-    total = summarize_records(records, by=by, since=since, agent_id=agent_id)
-    groups: dict[datetime, list[UsageRecord | None]] = {}
-    for record in records:
-        if record is None or (since is not None and record.at < since):
-            continue
-        groups.setdefault(_bucket_start(record.at, bucket), []).append(record)
-    buckets = tuple(
-        LedgerBucket(start=start, report=summarize_records(groups[start], by=by, agent_id=agent_id))
-        for start in sorted(groups)
-    )
+    _check_by(by)
+    since, until = _utc(since), _utc(until)
+    source = read_records(path) if since is None else iter(records_since(path, since))
+    tally = _Tally()
+    whole = _Summer(by)
+    cut: dict[datetime, _Summer] = {}
+    for record in _counted(source, tally, since, agent_id, until):
+        whole.add(record)
+        start = _bucket_start(record.at, bucket)
+        summer = cut.get(start)
+        if summer is None:
+            summer = cut[start] = _Summer(by)
+        summer.add(record)
+    none = _Tally()  # the range's duplicates and torn lines are the whole's to report
     return LedgerSeries(
         bucket=bucket,
         until=until,
-        total=total,
-        buckets=tuple(b for b in buckets if b.report.records),
+        total=whole.report(tally, since=since, agent_id=agent_id),
+        buckets=tuple(
+            LedgerBucket(start=start, report=cut[start].report(none, since=None, agent_id=agent_id))
+            for start in sorted(cut)
+        ),
     )
 
 

@@ -14,6 +14,7 @@ from starlette.routing import Route
 from persyn.web.console.life import life
 from persyn.web.console.memory import RecallRequest, memories, memory, recall
 from persyn.web.console.traces import trace, traces
+from persyn.web.console.turns import turn
 from persyn.web.console.usage import usage
 from persyn.web.context import WebContext, handler
 
@@ -73,6 +74,13 @@ ROUTES: tuple[ConsoleRoute, ...] = (
         "GET",
         trace,
         "One turn's spans as waterfall rows (by event id or trace id)",
+    ),
+    ConsoleRoute(
+        "/v1/console/turns/{event_id}",
+        "GET",
+        turn,
+        "One turn's deliberation (critics' lenses and objections, tools, the decision) and how it ended",
+        ("agent",),
     ),
     ConsoleRoute(
         "/v1/console/life",

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from persyn.core.ids import is_id
+from persyn.core.ids import id_time, is_id
 from persyn.tracing import ATTR, SpanRecord, read_spans, summarize, trace_id_of, trace_spans
 from persyn.web.console._params import moment, number, operator, the_agent
 from persyn.web.context import ApiError, WebContext
@@ -48,8 +48,12 @@ async def trace(context: WebContext, request: Request) -> Response:
     offset from the start, its duration, its tokens — a waterfall's rows, in start order."""
     await operator(context, request)
     wanted = request.path_params["trace"].strip()
+    since: datetime | None = None
     if is_id(wanted.upper()):
         trace_id = trace_id_of(wanted.upper())
+        # Its spans end after the event arrived: the files of earlier days are not read
+        # (a minute of slack for the clocks of the processes that wrote them).
+        since = id_time(wanted.upper()) - timedelta(minutes=1)
     elif _TRACE_ID.match(wanted.lower()):
         trace_id = wanted.lower()
     else:
@@ -58,7 +62,9 @@ async def trace(context: WebContext, request: Request) -> Response:
             f"invalid trace {wanted!r}: neither an event id (a ULID) nor a trace id (32 hex digits)",
             param="trace",
         )
-    spans = trace_spans(await asyncio.to_thread(read_spans, context.settings.traces_dir), trace_id)
+    spans = trace_spans(
+        await asyncio.to_thread(read_spans, context.settings.traces_dir, since=since), trace_id
+    )
     if not spans:
         note = "" if context.settings.tracing.enabled else f" ({_OFF})"
         raise ApiError(404, f"no trace of {wanted!r} is stored{note}", param="trace", kind="not_found_error")

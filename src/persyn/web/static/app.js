@@ -92,6 +92,7 @@ function onLive(kind, data) {
       t.draft.classList.add("withdrawn");
       t.draft.querySelector(".body").textContent += "";
       t.draft.appendChild(el("span", "tag", "(withdrawn)"));
+      if (window.traceLink && state.operator) window.traceLink(t.draft, data.event_id);
     }
     if (t.surface) { t.surface.remove(); t.surface = null; }
   } else if (kind === "notice") {
@@ -112,6 +113,7 @@ function onLive(kind, data) {
     if (t.surface) { t.surface.remove(); t.surface = null; }
     if (window.traceLink && state.operator) window.traceLink(t.draft, data.event_id);
   } else if (kind === "deliberation_done") {
+    if (window.refreshCritique && t.draft) window.refreshCritique(t.draft, data.event_id);
     if (t.surface) {
       t.surface.remove();
       t.surface = null;

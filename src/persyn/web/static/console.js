@@ -282,12 +282,52 @@ function showTraceOf(eventId) {
   showTrace(eventId);
 }
 
+// The turn's critiques, one click away on every agent message: each critic's lens and
+// objections (or why it was skipped), the tools, the decision and its reason.
+async function toggleCritique(node, eventId) {
+  const shown = node.querySelector(".critique");
+  if (shown) { shown.remove(); return; }
+  const box = el("div", "critique");
+  node.appendChild(box);
+  await fillCritique(box, eventId);
+}
+
+// Deliberation ended for a turn whose critique is open: show what it concluded.
+window.refreshCritique = (node, eventId) => {
+  const box = node.querySelector(".critique");
+  if (box) fillCritique(box, eventId);
+};
+
+async function fillCritique(box, eventId) {
+  try {
+    const data = await api("/v1/console/turns/" + encodeURIComponent(eventId) + "?" + agentQuery());
+    const trace = data.deliberation;
+    box.replaceChildren();
+    if (!trace) box.appendChild(el("div", "tag", "No deliberation was recorded for this turn."));
+    else {
+      box.appendChild(el("div", "", "deliberation: " + (trace.mode || "?")));
+      for (const c of trace.critiques || []) {
+        if (c.skipped) { box.appendChild(el("div", "lens", c.lens + ": skipped (" + c.skipped + ")")); continue; }
+        const objections = c.objections || [];
+        if (!objections.length) box.appendChild(el("div", "lens", c.lens + ": no objections"));
+        for (const o of objections) box.appendChild(el("div", "lens objection", c.lens + ": [" + o.kind + "] “" + o.span + "” — " + o.explanation));
+      }
+      for (const t of trace.tools || []) box.appendChild(el("div", "lens", "tool " + t.name + ": " + t.status));
+      if (trace.decision) box.appendChild(el("div", "decision", "decided to " + trace.decision.action + ": " + trace.decision.reason));
+    }
+    if (data.ended && !data.ended.transmitted) box.appendChild(el("div", "decision", data.ended.reason || "chose silence"));
+  } catch (error) { box.replaceChildren(el("div", "notice error", error.message)); }
+}
+
 window.traceLink = (node, eventId) => {
   if (!node || !eventId || node.querySelector(".trace-link")) return;
   const a = link("trace", () => showTraceOf(eventId));
   a.className = "trace-link tag";
   a.setAttribute("aria-label", "trace of this answer");
-  node.appendChild(a);
+  const why = link("critique", () => toggleCritique(node, eventId));
+  why.className = "critique-link tag";
+  why.setAttribute("aria-label", "critique of this answer");
+  node.append(a, why);
 };
 
 // life ------------------------------------------------------------------------------------
