@@ -44,6 +44,16 @@ def _memory(ref: str, summary: str, **more: Any) -> str:
 def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
     root = tmp_path_factory.mktemp("console")
     daemon = start(root, keys={"ops": True, "alice": False}, PERSYN_TRACING__ENABLED="true")
+    # The emotion classifier's answer, so each exchange leaves a state (SPEC §4.9).
+    script = json.loads(daemon.rules.read_text())
+    script.append(
+        {
+            "task": "classify",
+            "match": "^The exchange:",
+            "output": {"curious": 0.6, "engaged": 0.3, "calm": 0.1},
+        }
+    )
+    daemon.rules.write_text(json.dumps(script))
     history = root / "history.jsonl"
     history.write_text(
         "\n".join(
@@ -266,6 +276,10 @@ def test_the_life_view_shows_the_heartbeat_reminders_and_goals(web: WebDaemon) -
     assert data["heartbeat"]["daily_token_budget"] > 0
     assert data["heartbeat"]["asleep"] is False and data["heartbeat"]["next_fire_at"]
     assert isinstance(data["reminders"], list) and isinstance(data["goals"], list)
+    # Every exchange leaves an emotional state (the scripted emotion stage ran for each turn).
+    assert data["emotions"], data
+    assert all(r["top"] in r["distribution"] for r in data["emotions"])
+    assert [r["at"] for r in data["emotions"]] == sorted(r["at"] for r in data["emotions"])
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
@@ -363,7 +377,15 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
 
             page.get_by_role("button", name="Life").click()
             expect(page.locator("#life")).to_contain_text("Next beat")
+            expect(page.locator("#life svg.emotions rect").first).to_be_attached()
             page.screenshot(path=str(shots / "life.png"), full_page=True)
+
+            # A phone's width: the views reflow, nothing runs off the side.
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.get_by_role("button", name="Usage").click()
+            expect(chart).to_be_visible()
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+            page.screenshot(path=str(shots / "phone-usage.png"), full_page=True)
 
             # A client key: the chat as before, no console navigation.
             client = browser.new_page()
@@ -377,5 +399,5 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             client.screenshot(path=str(shots / "client.png"), full_page=True)
         finally:
             browser.close()
-    for name in ("chat", "memory", "usage", "traces", "critique", "life", "client"):
+    for name in ("chat", "memory", "usage", "traces", "critique", "life", "phone-usage", "client"):
         assert (shots / f"{name}.png").stat().st_size > 0

@@ -31,6 +31,7 @@ __all__ = [
     "LedgerReport",
     "LedgerRow",
     "LedgerSeries",
+    "parse_line",
     "read_records",
     "records_since",
     "render_summary",
@@ -175,7 +176,7 @@ def records_since(path: Path, since: datetime) -> list[UsageRecord]:
             lines = (handle.read(step) + carry).split(b"\n")
             carry = lines.pop(0) if position > 0 else b""  # may be cut: completed by the next block
             for line in reversed(lines):
-                record = _parse(line)
+                record = parse_line(line)
                 if record is None:
                     continue
                 if record.at < since - _TAIL_SLACK:
@@ -187,7 +188,8 @@ def records_since(path: Path, since: datetime) -> list[UsageRecord]:
     return found
 
 
-def _parse(line: bytes) -> UsageRecord | None:
+def parse_line(line: bytes) -> UsageRecord | None:
+    """One ledger line as a record; None for a blank or torn line."""
     line = line.strip()
     if not line:
         return None
@@ -392,17 +394,22 @@ def summarize_series(
     since: datetime | None = None,
     until: datetime | None = None,
     agent_id: str | None = None,
+    recent: list[UsageRecord] | None = None,
 ) -> LedgerSeries:
     """`summarize` over [`since`, `until`), and the same sum for each `bucket` (UTC day or
     hour) in it that has a record, oldest first. Without `until` the whole report's rows and
     totals equal `persyn usage --since` for the same `since`. With `since` the ledger is read
     from its end back (`records_since`): what lies before the range is not read, so the
-    report's duplicate and malformed-line counts are the range's own."""
+    report's duplicate and malformed-line counts are the range's own. `recent`: the records
+    at or after `since` already read (a `LedgerTail`'s), instead of reading them here."""
     if bucket not in BUCKETS:
         raise InputError(f"cannot bucket usage by {bucket!r}; choose one of: {', '.join(BUCKETS)}")
     _check_by(by)
     since, until = _utc(since), _utc(until)
-    source = read_records(path) if since is None else iter(records_since(path, since))
+    if since is None:
+        source: Iterator[UsageRecord | None] = read_records(path)
+    else:
+        source = iter(records_since(path, since) if recent is None else recent)
     tally = _Tally()
     whole = _Summer(by)
     cut: dict[datetime, _Summer] = {}

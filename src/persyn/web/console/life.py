@@ -1,6 +1,6 @@
 """`GET /v1/console/life`: what the agent does on its own — reminders with their next fire
 time, goals, the heartbeat and its recent runs with what each did and cost, guardrail
-findings — read with the functions `persyn reminders | goals | heartbeat | guardrails events`
+findings, the emotional state over the latest exchanges — read with the functions `persyn reminders | goals | heartbeat | guardrails events`
 use (`ops/autonomy.py`, `ops/guardrails.py`)."""
 
 from __future__ import annotations
@@ -11,12 +11,29 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from persyn.core.errors import InputError
 from persyn.ops.autonomy import agent_goals, agent_reminders, heartbeat
 from persyn.ops.guardrails import guardrail_events
+from persyn.ops.history import opened_capability
+from persyn.store.ports.emotions import EmotionsPort
 from persyn.web.console._params import number, operator, the_agent
 from persyn.web.context import WebContext
 
 __all__ = ["life"]
+
+
+async def _emotions(context: WebContext, agent_id: str, limit: int) -> list[dict[str, object]]:
+    """The agent's emotional state after its latest exchanges, oldest first (SPEC §4.9); empty
+    for a store that keeps no emotion history."""
+    try:
+        async with opened_capability(context.settings, EmotionsPort) as store:
+            readings = await store.recent_emotions(agent_id, limit)
+    except InputError:
+        return []
+    return [
+        {"at": r.created_at.isoformat(), "top": r.top, "distribution": dict(r.distribution)}
+        for r in reversed(readings)
+    ]
 
 
 def _dump(rows: Sequence[BaseModel]) -> list[object]:
@@ -33,6 +50,7 @@ async def life(context: WebContext, request: Request) -> Response:
     goals = await agent_goals(settings, agent)
     beat = await heartbeat(settings, agent, now, limit=limit)
     findings = await guardrail_events(settings, agent.id, None, limit)
+    emotions = await _emotions(context, agent.id, limit)
 
     return JSONResponse(
         {
@@ -48,5 +66,6 @@ async def life(context: WebContext, request: Request) -> Response:
                 "runs": _dump(beat.activity),
             },
             "guardrail_findings": _dump(findings),
+            "emotions": emotions,
         }
     )

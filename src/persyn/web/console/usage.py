@@ -5,15 +5,21 @@ the sum `persyn usage` prints, so the chart and the CLI agree for the same range
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from persyn.usage.ledger import BUCKETS, GROUP_BY, summarize_series
+from persyn.usage.tail import LedgerTail
 from persyn.web.console._params import choice, moment, operator, the_agent
 from persyn.web.context import WebContext
 
 __all__ = ["usage"]
+
+# The ledger's recent lines, parsed once in this process (`LedgerTail`): a view asked again
+# parses only what was metered since. One per ledger file.
+_TAILS: dict[Path, LedgerTail] = {}
 
 
 async def usage(context: WebContext, request: Request) -> Response:
@@ -26,14 +32,18 @@ async def usage(context: WebContext, request: Request) -> Response:
     bucket = choice(request, "bucket", BUCKETS, "day")
     if context.flush_usage is not None:  # what this process metered is in the file first
         await asyncio.to_thread(context.flush_usage)
+    path = context.settings.usage_log_path
+    tail = _TAILS.setdefault(path, LedgerTail(path))
+    recent = None if since is None else await asyncio.to_thread(tail.since, since)
     series = await asyncio.to_thread(
         summarize_series,
-        context.settings.usage_log_path,
+        path,
         by=by,
         bucket=bucket,
         since=since,
         until=until,
         agent_id=None if agent is None else agent.id,
+        recent=recent,
     )
     data = series.model_dump(mode="json")
     # The budgets drawn on the chart: the autonomy's daily tokens (per agent, SPEC §4.7).

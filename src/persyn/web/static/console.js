@@ -331,11 +331,48 @@ window.traceLink = (node, eventId) => {
 };
 
 // life ------------------------------------------------------------------------------------
+// The emotional state after each of the latest exchanges: one stacked column per reading
+// (its distribution), the table beside it naming each reading's strongest emotion.
+function emotionChart(readings) {
+  const names = [];
+  for (const r of readings) for (const k of Object.keys(r.distribution)) if (!names.includes(k)) names.push(k);
+  const width = 640, height = 90, step = width / Math.max(1, readings.length);
+  const label = "Emotional state over the latest " + readings.length + " exchanges";
+  const svg = svgEl("svg", { viewBox: "0 0 " + width + " " + (height + 16), role: "img", "aria-label": label, class: "chart emotions" });
+  svg.appendChild(svgEl("title", {}, label + " (the table below names each one's strongest)"));
+  readings.forEach((r, index) => {
+    const total = Object.values(r.distribution).reduce((a, b) => a + b, 0) || 1;
+    let y = height;
+    for (const name of names) {
+      const h = ((r.distribution[name] || 0) / total) * height;
+      y -= h;
+      const cell = svgEl("rect", { x: index * step + 1, y, width: Math.max(1, step - 2), height: h, fill: PALETTE[names.indexOf(name) % PALETTE.length] });
+      cell.appendChild(svgEl("title", {}, r.at + " " + name + " " + (r.distribution[name] || 0).toFixed(2)));
+      svg.appendChild(cell);
+    }
+  });
+  names.slice(0, 8).forEach((name, index) => {
+    svg.appendChild(svgEl("rect", { x: index * 80, y: height + 6, width: 8, height: 8, fill: PALETTE[index % PALETTE.length] }));
+    svg.appendChild(svgEl("text", { x: index * 80 + 11, y: height + 14, class: "tick" }, name));
+  });
+  return svg;
+}
+
+const lifeState = { timer: null };
+
 async function loadLife() {
+  // Live while shown: read again every few seconds (a reminder firing, a beat, a finding).
+  if (!lifeState.timer) {
+    lifeState.timer = setInterval(() => {
+      if ($("view-life").hidden) { clearInterval(lifeState.timer); lifeState.timer = null; return; }
+      loadLife();
+    }, 5000);
+  }
   const box = $("life");
   try {
     const data = await api("/v1/console/life?" + agentQuery());
     const beat = data.heartbeat;
+    const feelings = data.emotions || [];
     box.replaceChildren(
       el("h2", "", "Reminders"),
       data.reminders.length ? tableOf(["objective", "next fire", "fired", "status"], data.reminders.map((r) => [r.objective, new Date(r.next_fire_at).toLocaleString(), r.fire_count, r.status]))
@@ -347,6 +384,9 @@ async function loadLife() {
       el("p", "", beat.asleep ? "Asleep (no heartbeat)." : "Next beat " + new Date(beat.next_fire_at).toLocaleString() + "; " + beat.tokens_today + " of " + beat.daily_token_budget + " autonomy tokens spent in the last 24 hours."),
       beat.runs.length ? tableOf(["when", "kind", "objective", "outcome", "tokens"], beat.runs.map((r) => [new Date(r.at).toLocaleString(), r.kind, r.objective, r.outcome, r.tokens]))
         : el("div", "tag", "No run yet."),
+      el("h2", "", "Emotional state"),
+      ...(feelings.length ? [emotionChart(feelings), tableOf(["when", "strongest"], feelings.slice(-10).reverse().map((r) => [new Date(r.at).toLocaleString(), r.top]))]
+        : [el("div", "tag", "No emotional state recorded yet.")]),
       el("h2", "", "Guardrail findings"),
       data.guardrail_findings.length ? tableOf(["when", "guardrail", "subject", "reason", "actions", "blocked until"], data.guardrail_findings.map((g) => [new Date(g.detected_at).toLocaleString(), g.guardrail, g.subject_kind + " " + (g.subject || "(the agent)"), g.reason, g.actions.join(", "), g.lifted_at ? "lifted" : g.blocked_until]))
         : el("div", "tag", "None."),
