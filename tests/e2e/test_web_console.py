@@ -10,6 +10,7 @@ sees no console at all. Screenshots of each view are kept under the test's tmp d
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
@@ -401,3 +402,17 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             browser.close()
     for name in ("chat", "memory", "usage", "traces", "critique", "life", "phone-usage", "client"):
         assert (shots / f"{name}.png").stat().st_size > 0
+    # `CONSOLE_SCREENSHOTS=docs/screenshots` refreshes the README's pictures from this run.
+    keep = os.environ.get("CONSOLE_SCREENSHOTS")
+    if keep:
+        from PIL import Image
+
+        for name, shot in (
+            ("chat", "critique"),
+            ("memory", "memory"),
+            ("usage", "usage"),
+            ("traces", "traces"),
+            ("life", "life"),
+        ):
+            image = Image.open(shots / f"{shot}.png").convert("RGB").quantize(colors=64)
+            image.save(Path(keep) / f"console-{name}.png", optimize=True)
