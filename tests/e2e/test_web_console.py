@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from sse_reader import SseReader
-from web_daemon import GARDEN, HELLO, LISBON, SILENCE, WebDaemon, start
+from web_daemon import GARDEN, HELLO, LISBON, REMINDED, SILENCE, WebDaemon, rules, start
 
 import needs
 from persyn.core.ids import new_id
@@ -416,3 +416,38 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
         ):
             image = Image.open(shots / f"{shot}.png").convert("RGB").quantize(colors=64)
             image.save(Path(keep) / f"console-{name}.png", optimize=True)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
+def test_a_reminder_shows_in_the_life_view_and_fires_live_in_the_chat(web: WebDaemon, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    script = web.rules.read_text()
+    due = datetime.now(UTC) + timedelta(seconds=40)  # time to be seen waiting, even under load
+    rules(web.rules, reminder_at=due.isoformat())
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(WAIT_MS)
+            page.goto(web.url)
+            page.get_by_label("Key").fill(web.keys["ops"])
+            page.get_by_role("button", name="Connect").click()
+            expect(page.locator("#status")).to_contain_text("connected to Ada")
+            page.get_by_label("Message").fill("remind me to water the plants")
+            page.get_by_label("Message").press("Enter")
+            page.get_by_role("button", name="Life").click()
+            # The Life view reads itself again while shown: the reminder appears, then goes.
+            reminder = page.locator("#life-reminders tr", has_text="water the plants")
+            expect(reminder).to_have_count(1, timeout=WAIT_MS)
+            page.screenshot(path=str(tmp_path / "life-reminder.png"), full_page=True)
+            # Fired: no longer waiting, and its run is listed with what it did.
+            expect(reminder).to_have_count(0, timeout=90_000)
+            expect(page.locator("#life-runs tr", has_text="water the plants")).to_have_count(
+                1, timeout=WAIT_MS
+            )
+            page.get_by_role("button", name="Chat").click()
+            expect(page.locator(".msg.agent", has_text=REMINDED)).to_have_count(1, timeout=WAIT_MS)
+        finally:
+            browser.close()
+            web.rules.write_text(script)

@@ -36,6 +36,8 @@ function tableOf(headers, rows, caption) {
   return table;
 }
 
+function withId(node, id) { node.id = id; return node; }
+
 function fail(box, error) { box.replaceChildren(el("div", "notice error", error.message)); }
 
 // memory ----------------------------------------------------------------------------------
@@ -375,14 +377,14 @@ async function loadLife() {
     const feelings = data.emotions || [];
     box.replaceChildren(
       el("h2", "", "Reminders"),
-      data.reminders.length ? tableOf(["objective", "next fire", "fired", "status"], data.reminders.map((r) => [r.objective, new Date(r.next_fire_at).toLocaleString(), r.fire_count, r.status]))
+      data.reminders.length ? withId(tableOf(["objective", "next fire", "fired", "status"], data.reminders.map((r) => [r.objective, new Date(r.next_fire_at).toLocaleString(), r.fire_count, r.status])), "life-reminders")
         : el("div", "tag", "No reminder set."),
       el("h2", "", "Goals"),
       data.goals.length ? tableOf(["goal", "status", "since", "outcome"], data.goals.map((g) => [g.description, g.status, new Date(g.created_at).toLocaleString(), g.outcome]))
         : el("div", "tag", "No goal."),
       el("h2", "", "Heartbeat"),
       el("p", "", beat.asleep ? "Asleep (no heartbeat)." : "Next beat " + new Date(beat.next_fire_at).toLocaleString() + "; " + beat.tokens_today + " of " + beat.daily_token_budget + " autonomy tokens spent in the last 24 hours."),
-      beat.runs.length ? tableOf(["when", "kind", "objective", "outcome", "tokens"], beat.runs.map((r) => [new Date(r.at).toLocaleString(), r.kind, r.objective, r.outcome, r.tokens]))
+      beat.runs.length ? withId(tableOf(["when", "kind", "objective", "outcome", "tokens"], beat.runs.map((r) => [new Date(r.at).toLocaleString(), r.kind, r.objective, r.outcome, r.tokens])), "life-runs")
         : el("div", "tag", "No run yet."),
       el("h2", "", "Emotional state"),
       ...(feelings.length ? [emotionChart(feelings), tableOf(["when", "strongest"], feelings.slice(-10).reverse().map((r) => [new Date(r.at).toLocaleString(), r.top]))]
