@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from persyn.cli.log_filter import install_log_filters
-from persyn.cli.times import parse_time
 from persyn.core.clock import Clock, OffsetClock, SystemClock
 from persyn.core.errors import InputError
+from persyn.core.times import parse_time
 from persyn.present.render import visible
 
 if TYPE_CHECKING:

@@ -33,9 +33,9 @@ from persyn.cli.commands import (
 )
 from persyn.cli.context import NOW_HELP, CliContext, HomeOption
 from persyn.cli.help import command_group
-from persyn.cli.times import parse_time
 from persyn.core.errors import PersynError
 from persyn.core.messages import lone_surrogate
+from persyn.core.times import parse_time
 from persyn.present.render import error_text
 
 __all__ = ["app", "main", "undecodable_argument"]

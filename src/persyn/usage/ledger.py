@@ -13,6 +13,7 @@ foreign line) is skipped and counted rather than failing the whole report.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal, get_args
@@ -23,15 +24,20 @@ from persyn.core.errors import InputError
 from persyn.usage.records import UsageRecord
 
 __all__ = [
+    "BUCKETS",
     "GROUP_BY",
     "GroupBy",
+    "LedgerBucket",
     "LedgerReport",
     "LedgerRow",
+    "LedgerSeries",
+    "parse_line",
     "read_records",
     "records_since",
     "render_summary",
     "summarize",
     "summarize_records",
+    "summarize_series",
 ]
 
 GroupBy = Literal["stage", "model", "channel", "conversation", "agent"]
@@ -69,6 +75,46 @@ class LedgerRow(_Frozen):
                 "units": self.units + record.units,
                 "cost_usd": cost,
             }
+        )
+
+
+@dataclass(slots=True)
+class _Sums:
+    """A `LedgerRow` being summed: the same arithmetic as `LedgerRow.add`, in place (a frozen
+    copy per record made a month's ledger take seconds to sum)."""
+
+    key: str
+    calls: int = 0
+    unpriced_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    units: int = 0
+    cost_usd: float | None = None
+
+    def add(self, record: UsageRecord) -> None:
+        if record.cost_usd is not None:
+            self.cost_usd = round((self.cost_usd or 0.0) + record.cost_usd, 10)
+        self.calls += 1
+        self.unpriced_calls += record.cost_usd is None
+        self.input_tokens += record.input_tokens
+        self.output_tokens += record.output_tokens
+        self.cache_read_tokens += record.cache_read_tokens
+        self.cache_write_tokens += record.cache_write_tokens
+        self.units += record.units
+
+    def row(self) -> LedgerRow:
+        return LedgerRow.model_construct(  # the sums of validated records: nothing to check
+            key=self.key,
+            calls=self.calls,
+            unpriced_calls=self.unpriced_calls,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cache_read_tokens=self.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens,
+            units=self.units,
+            cost_usd=self.cost_usd,
         )
 
 
@@ -130,7 +176,7 @@ def records_since(path: Path, since: datetime) -> list[UsageRecord]:
             lines = (handle.read(step) + carry).split(b"\n")
             carry = lines.pop(0) if position > 0 else b""  # may be cut: completed by the next block
             for line in reversed(lines):
-                record = _parse(line)
+                record = parse_line(line)
                 if record is None:
                     continue
                 if record.at < since - _TAIL_SLACK:
@@ -142,7 +188,8 @@ def records_since(path: Path, since: datetime) -> list[UsageRecord]:
     return found
 
 
-def _parse(line: bytes) -> UsageRecord | None:
+def parse_line(line: bytes) -> UsageRecord | None:
+    """One ledger line as a record; None for a blank or torn line."""
     line = line.strip()
     if not line:
         return None
@@ -167,45 +214,93 @@ def summarize_records(
     since: datetime | None = None,
     agent_id: str | None = None,
 ) -> LedgerReport:
+    _check_by(by)
+    since = _utc(since)
+    tally = _Tally()
+    summer = _Summer(by)
+    for record in _counted(records, tally, since, agent_id):
+        summer.add(record)
+    return summer.report(tally, since=since, agent_id=agent_id)
+
+
+def _check_by(by: str) -> None:
     if by not in GROUP_BY:
         raise InputError(f"cannot group usage by {by!r}; choose one of: {', '.join(GROUP_BY)}")
-    if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)  # records are stamped in UTC
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+
+
+@dataclass(slots=True)
+class _Tally:
+    duplicates: int = 0  # re-emitted records skipped by id
+    malformed: int = 0
+
+
+def _counted(
+    records: Iterator[UsageRecord | None] | list[UsageRecord | None],
+    tally: _Tally,
+    since: datetime | None,
+    agent_id: str | None,
+    until: datetime | None = None,
+) -> Iterator[UsageRecord]:
+    """The records to count: each id once, in [`since`, `until`), of `agent_id` if given."""
     seen: set[str] = set()
-    calls: set[str] = set()
-    rows: dict[str, LedgerRow] = {}
-    total = LedgerRow(key="total")
-    duplicates = malformed = repeated = 0
     for record in records:
         if record is None:
-            malformed += 1
+            tally.malformed += 1
             continue
         if record.id in seen:
-            duplicates += 1
+            tally.duplicates += 1
             continue
         seen.add(record.id)
         if since is not None and record.at < since:
             continue
+        if until is not None and record.at >= until:
+            continue
         if agent_id is not None and record.agent_id != agent_id:
             continue
+        yield record
+
+
+class _Summer:
+    """The rows and the total of one report, summed record by record."""
+
+    def __init__(self, by: str) -> None:
+        self.by = by
+        self.rows: dict[str, _Sums] = {}
+        self.total = _Sums("total")
+        self.calls: set[str] = set()
+        self.repeated = 0
+
+    def add(self, record: UsageRecord) -> None:
         if record.call_id is not None:
-            repeated += record.call_id in calls
-            calls.add(record.call_id)
-        key = _key(record, by)
-        rows[key] = rows.get(key, LedgerRow(key=key)).add(record)
-        total = total.add(record)
-    ordered = sorted(rows.values(), key=lambda row: (-(row.cost_usd or 0.0), -row.calls, row.key))
-    return LedgerReport(
-        by=by,
-        since=since,
-        agent_id=agent_id,
-        rows=tuple(ordered),
-        total=total,
-        records=total.calls,
-        duplicates=duplicates,
-        repeated_calls=repeated,
-        malformed_lines=malformed,
-    )
+            self.repeated += record.call_id in self.calls
+            self.calls.add(record.call_id)
+        key = _key(record, self.by)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = _Sums(key)
+        row.add(record)
+        self.total.add(record)
+
+    def report(self, tally: _Tally, *, since: datetime | None, agent_id: str | None) -> LedgerReport:
+        ordered = sorted(
+            (row.row() for row in self.rows.values()),
+            key=lambda row: (-(row.cost_usd or 0.0), -row.calls, row.key),
+        )
+        return LedgerReport(
+            by=self.by,
+            since=since,
+            agent_id=agent_id,
+            rows=tuple(ordered),
+            total=self.total.row(),
+            records=self.total.calls,
+            duplicates=tally.duplicates,
+            repeated_calls=self.repeated,
+            malformed_lines=tally.malformed,
+        )
 
 
 def _key(record: UsageRecord, by: str) -> str:
@@ -270,3 +365,75 @@ def render_summary(report: LedgerReport) -> str:
         notes.append(f"{report.total.unpriced_calls} call(s) unpriced: add them to [prices] to cost them")
     out.extend(notes)
     return "\n".join(out)
+
+
+Bucket = Literal["day", "hour"]
+BUCKETS: tuple[str, ...] = get_args(Bucket)
+
+
+class LedgerBucket(_Frozen):
+    start: datetime
+    report: LedgerReport
+
+
+class LedgerSeries(_Frozen):
+    """The ledger over a range, as a whole and cut into day or hour buckets: the console's
+    usage chart. Every figure is summed as `summarize_records` sums it for `persyn usage`."""
+
+    bucket: str
+    until: datetime | None = None
+    total: LedgerReport
+    buckets: tuple[LedgerBucket, ...] = ()
+
+
+def summarize_series(
+    path: Path,
+    *,
+    by: str = "stage",
+    bucket: str = "day",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    agent_id: str | None = None,
+    recent: list[UsageRecord] | None = None,
+) -> LedgerSeries:
+    """`summarize` over [`since`, `until`), and the same sum for each `bucket` (UTC day or
+    hour) in it that has a record, oldest first. Without `until` the whole report's rows and
+    totals equal `persyn usage --since` for the same `since`. With `since` the ledger is read
+    from its end back (`records_since`): what lies before the range is not read, so the
+    report's duplicate and malformed-line counts are the range's own. `recent`: the records
+    at or after `since` already read (a `LedgerTail`'s), instead of reading them here."""
+    if bucket not in BUCKETS:
+        raise InputError(f"cannot bucket usage by {bucket!r}; choose one of: {', '.join(BUCKETS)}")
+    _check_by(by)
+    since, until = _utc(since), _utc(until)
+    if since is None:
+        source: Iterator[UsageRecord | None] = read_records(path)
+    else:
+        source = iter(records_since(path, since) if recent is None else recent)
+    tally = _Tally()
+    whole = _Summer(by)
+    cut: dict[datetime, _Summer] = {}
+    for record in _counted(source, tally, since, agent_id, until):
+        whole.add(record)
+        start = _bucket_start(record.at, bucket)
+        summer = cut.get(start)
+        if summer is None:
+            summer = cut[start] = _Summer(by)
+        summer.add(record)
+    none = _Tally()  # the range's duplicates and torn lines are the whole's to report
+    return LedgerSeries(
+        bucket=bucket,
+        until=until,
+        total=whole.report(tally, since=since, agent_id=agent_id),
+        buckets=tuple(
+            LedgerBucket(start=start, report=cut[start].report(none, since=None, agent_id=agent_id))
+            for start in sorted(cut)
+        ),
+    )
+
+
+def _bucket_start(at: datetime, bucket: str) -> datetime:
+    at = at.astimezone(UTC)
+    if bucket == "hour":
+        return at.replace(minute=0, second=0, microsecond=0)
+    return at.replace(hour=0, minute=0, second=0, microsecond=0)

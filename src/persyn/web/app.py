@@ -5,6 +5,8 @@
   API — submit, the completion marker, live Server-Sent Events.
 - `/v1/agents/{agent}/contacts...`, `/channels...`, `/conversations/{id}`: the directory,
   through the same operator logic the CLI uses (`ops/history.py`); operator keys only.
+- `/v1/console/...`: the operator's console views — memory, recall, usage, traces, the
+  agent's life (`web/console/`); operator keys only.
 - `/`: the chat page (static files of this package); `/healthz`; `/openapi.json`.
 
 Every endpoint but `/healthz` and the page's static files needs a key (`Authorization:
@@ -27,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 
 from persyn.channels.web.channel import ENDED, SERVICE, LiveEvent
 from persyn.core.ids import is_id
-from persyn.web import directory, openai_api
+from persyn.web import console, directory, openai_api
 from persyn.web.context import REVOKED, ApiError, WebContext, handler, sse
 from persyn.web.models import EventRequest
 from persyn.web.openapi import schema
@@ -164,6 +166,7 @@ def build_app(context: WebContext) -> Starlette:
         Route("/v1/events/{event_id}", handler(context, get_event)),
         Route("/v1/agents/{agent}/stream", handler(context, stream)),
         *directory.routes(context),
+        *console.routes(context),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     middleware: list[Middleware] = []

@@ -92,6 +92,7 @@ function onLive(kind, data) {
       t.draft.classList.add("withdrawn");
       t.draft.querySelector(".body").textContent += "";
       t.draft.appendChild(el("span", "tag", "(withdrawn)"));
+      if (window.traceLink && state.operator) window.traceLink(t.draft, data.event_id);
     }
     if (t.surface) { t.surface.remove(); t.surface = null; }
   } else if (kind === "notice") {
@@ -110,7 +111,9 @@ function onLive(kind, data) {
       t.draft = node;
     }
     if (t.surface) { t.surface.remove(); t.surface = null; }
+    if (window.traceLink && state.operator) window.traceLink(t.draft, data.event_id);
   } else if (kind === "deliberation_done") {
+    if (window.refreshCritique && t.draft) window.refreshCritique(t.draft, data.event_id);
     if (t.surface) {
       t.surface.remove();
       t.surface = null;
@@ -359,6 +362,7 @@ function showView(name) {
   $("dialog").hidden = true;
   if (name === "directory") loadContacts();
   if (name === "channels") loadChannels();
+  if (window.consoleViews && window.consoleViews[name]) window.consoleViews[name]();
 }
 
 async function connect() {

@@ -1,4 +1,5 @@
-"""The one parser of times given on the command line: the root `--now`, every `--since`.
+"""The one parser of times given by an operator: the root `--now`, every `--since`, the web
+console's `from`/`to`.
 
 A time is ISO 8601 (naive means UTC). Where an option accepts a span (`--since 7d`), the span
 reaches back from the command's clock, so a moved clock (`persyn --now ...`) moves the window

@@ -1,0 +1,57 @@
+"""`GET /v1/console/usage`: the usage ledger over a range, by day or hour, grouped by stage,
+model, channel, conversation or agent (SPEC App. C). The figures are `summarize_records`'s,
+the sum `persyn usage` prints, so the chart and the CLI agree for the same range."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from persyn.usage.ledger import BUCKETS, GROUP_BY, summarize_series
+from persyn.usage.tail import LedgerTail
+from persyn.web.console._params import choice, moment, operator, the_agent
+from persyn.web.context import WebContext
+
+__all__ = ["usage"]
+
+# The ledger's recent lines, parsed once in this process (`LedgerTail`): a view asked again
+# parses only what was metered since. One per ledger file.
+_TAILS: dict[Path, LedgerTail] = {}
+
+
+async def usage(context: WebContext, request: Request) -> Response:
+    await operator(context, request)
+    now = context.runtime.clock.now()
+    agent = the_agent(context, request) if request.query_params.get("agent") else None
+    since = moment(request, "from", now)
+    until = moment(request, "to", now)
+    by = choice(request, "by", GROUP_BY, "stage")
+    bucket = choice(request, "bucket", BUCKETS, "day")
+    if context.flush_usage is not None:  # what this process metered is in the file first
+        await asyncio.to_thread(context.flush_usage)
+    path = context.settings.usage_log_path
+    tail = _TAILS.setdefault(path, LedgerTail(path))
+    recent = None if since is None else await asyncio.to_thread(tail.since, since)
+    series = await asyncio.to_thread(
+        summarize_series,
+        path,
+        by=by,
+        bucket=bucket,
+        since=since,
+        until=until,
+        agent_id=None if agent is None else agent.id,
+        recent=recent,
+    )
+    data = series.model_dump(mode="json")
+    # The budgets drawn on the chart: the autonomy's daily tokens (per agent, SPEC §4.7).
+    data["budgets"] = [
+        {
+            "name": "autonomy tokens per day",
+            "tokens": context.settings.autonomy.daily_token_budget,
+            "bucket": "day",
+        }
+    ]
+    return JSONResponse(data)

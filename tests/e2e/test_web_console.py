@@ -1,0 +1,453 @@
+"""The web console (issue 40) against `persyn run` with a scripted model, over real HTTP on
+loopback and in Debian's Chromium: every console endpoint is an operator key's alone (403 for
+any other key, walked over the one route list the app serves), documented in /openapi.json;
+the usage figures are the ledger's (equal to `persyn usage --json` for the same range), the
+memory search and the recall tester return what `persyn memory recall` does, a turn's trace is
+`persyn traces show`'s spans; and in the browser an operator chats, finds an imported memory,
+runs the recall tester, sees the usage chart and opens a turn's waterfall, while a client key
+sees no console at all. Screenshots of each view are kept under the test's tmp directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sse_reader import SseReader
+from web_daemon import GARDEN, HELLO, LISBON, REMINDED, SILENCE, WebDaemon, rules, start
+
+import needs
+from persyn.core.ids import new_id
+from persyn.web.console import ROUTES
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+WAIT_MS = 60_000
+LIGHTHOUSE = "Sam told me about the lighthouse keeper in Brittany who painted the stairs blue."
+
+
+def _memory(ref: str, summary: str, **more: Any) -> str:
+    base = {"time": "2026-11-20T10:00:00Z", "channel": "terminal:terminal", "summary": summary, "ref": ref}
+    return json.dumps({**base, **more})
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
+    root = tmp_path_factory.mktemp("console")
+    daemon = start(root, keys={"ops": True, "alice": False}, PERSYN_TRACING__ENABLED="true")
+    # The emotion classifier's answer, so each exchange leaves a state (SPEC §4.9).
+    script = json.loads(daemon.rules.read_text())
+    script.append(
+        {
+            "task": "classify",
+            "match": "^The exchange:",
+            "output": {"curious": 0.6, "engaged": 0.3, "calm": 0.1},
+        }
+    )
+    daemon.rules.write_text(json.dumps(script))
+    history = root / "history.jsonl"
+    history.write_text(
+        "\n".join(
+            [
+                _memory("light", LIGHTHOUSE, participants=["Sam"], importance=8),
+                _memory("bread", "We baked sourdough bread together on Sunday.", participants=["Sam"]),
+                _memory(
+                    "news",
+                    "The town council voted for a new bicycle lane.",
+                    channel="slack:general",
+                    sensitivity="public",
+                    time="2026-11-25T09:00:00Z",
+                ),
+            ]
+        )
+        + "\n"
+    )
+    imported = daemon.persyn.run("memory", "import", str(history))
+    assert imported.returncode == 0, imported.stderr
+    # A turn of alice's: a model call in the ledger, a trace in the span store.
+    with _http(daemon, "alice") as alice:
+        said = alice.post("/v1/agents/Ada/events", json={"text": "hello, I am Alice"})
+        assert said.status_code == 202, said.text
+        event_id = said.json()["event_id"]
+        for _ in range(600):
+            if alice.get(f"/v1/events/{event_id}").json()["status"] != "pending":
+                break
+            time.sleep(0.1)
+    daemon.key_ids["turn"] = event_id
+    yield daemon
+    daemon.stop()
+
+
+def _http(web: WebDaemon, who: str | None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {web.keys[who]}"} if who else {}
+    return httpx.Client(base_url=web.url, headers=headers, timeout=60)
+
+
+def _concrete(path: str) -> str:
+    return re.sub(r"{\w+}", new_id(), path)
+
+
+def test_every_console_endpoint_is_an_operator_keys_alone_and_documented(web: WebDaemon) -> None:
+    assert len(ROUTES) >= 7
+    documented = httpx.get(web.url + "openapi.json", timeout=60).json()["paths"]
+    with _http(web, "alice") as alice, _http(web, None) as nobody, _http(web, "ops") as ops:
+        for route in ROUTES:
+            path = _concrete(route.path)
+            body = {"query": "lighthouse"} if route.method == "POST" else None
+            denied = alice.request(route.method, path, json=body)
+            assert denied.status_code == 403, (route.path, denied.text)
+            assert "not an operator key" in denied.json()["error"]["message"]
+            assert nobody.request(route.method, path, json=body).status_code == 401, route.path
+            allowed = ops.request(route.method, path, json=body)
+            assert allowed.status_code in (200, 400, 404), (route.path, allowed.text)  # unknown ids
+            operation = documented[route.path][route.method.lower()]
+            assert "403" in operation["responses"] and "operator keys only" in operation["summary"]
+        # What a client key is refused, it is refused before its body is even read.
+        huge = alice.post("/v1/console/recall", content=b"x" * 10_000_000)
+        assert huge.status_code == 403
+
+
+def test_usage_is_the_ledger_equal_to_persyn_usage_for_the_same_range(web: WebDaemon) -> None:
+    since = (datetime.now(UTC) - timedelta(days=2)).replace(microsecond=0).isoformat()
+    with _http(web, "ops") as ops:
+        for by in ("stage", "model"):
+            got = ops.get("/v1/console/usage", params={"from": since, "by": by, "bucket": "day"})
+            assert got.status_code == 200, got.text
+            data = got.json()
+            printed = web.persyn.run("usage", "--since", since, "--by", by, "--json")
+            assert printed.returncode == 0, printed.stderr
+            assert data["total"] == json.loads(printed.stdout)
+            assert data["total"]["records"] >= 1
+            # The buckets cut the same records: their sums are the total's.
+            buckets = data["buckets"]
+            assert sum(b["report"]["total"]["calls"] for b in buckets) == data["total"]["total"]["calls"]
+            today = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00Z")
+            assert buckets[-1]["start"] == today
+        respond = {r["key"]: r for r in data["total"]["rows"]}
+        hourly = ops.get("/v1/console/usage", params={"from": since, "bucket": "hour"}).json()
+        assert [b["start"][14:] for b in hourly["buckets"]] == ["00:00Z"] * len(hourly["buckets"])
+        assert sum(b["report"]["total"]["input_tokens"] for b in hourly["buckets"]) == sum(
+            r["input_tokens"] for r in respond.values()
+        )
+        # `to` before every record: nothing; bad parameters: a 400 naming them.
+        empty = ops.get("/v1/console/usage", params={"from": since, "to": since}).json()
+        assert empty["total"]["records"] == 0 and empty["buckets"] == []
+        for params, name in (
+            ({"by": "mood"}, "by"),
+            ({"bucket": "week"}, "bucket"),
+            ({"from": "soon"}, "from"),
+        ):
+            bad = ops.get("/v1/console/usage", params=params)
+            assert bad.status_code == 400 and name in bad.json()["error"]["message"], bad.text
+
+
+def test_memories_are_searched_filtered_paged_and_opened(web: WebDaemon) -> None:
+    with _http(web, "ops") as ops:
+
+        def find(**params: str) -> list[str]:
+            got = ops.get("/v1/console/memories", params=params)
+            assert got.status_code == 200, got.text
+            return [m["ref"] for m in got.json()["memories"]]
+
+        assert find(q="lighthouse Brittany") == ["light"]
+        newest_first = find()
+        assert newest_first[0] == "news" and sorted(newest_first[1:]) == ["bread", "light"]
+        assert find(sensitivity="public") == ["news"]
+        assert find(channel="slack:general") == ["news"]
+        assert find(min_importance="8") == ["light"]
+        assert sorted(find(person="Sam")) == ["bread", "light"]
+        assert find(**{"from": "2026-11-24T00:00:00", "to": "2026-11-26"}) == ["news"]
+        assert find(q="bread", sensitivity="public") == []
+        # Paging: one at a time, each page after the last, until there is no cursor.
+        seen: list[str] = []
+        cursor: str | None = None
+        while True:
+            params = {"limit": "1", **({"cursor": cursor} if cursor else {})}
+            page = ops.get("/v1/console/memories", params=params).json()
+            seen += [m["ref"] for m in page["memories"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert sorted(seen) == ["bread", "light", "news"] and len(seen) == 3
+        (light,) = ops.get("/v1/console/memories", params={"q": "lighthouse"}).json()["memories"]
+        shown = ops.get(f"/v1/console/memories/{light['id']}").json()
+        assert shown["memory"]["summary"] == LIGHTHOUSE and shown["memory"]["importance"] == 8
+        assert shown["memory"]["kind"] == "imported" and shown["memory"]["ref"] == "light"
+        for params, name in (
+            ({"cursor": "nope"}, "cursor"),
+            ({"sensitivity": "secret"}, "sensitivity"),
+            ({"min_importance": "11"}, "min_importance"),
+            ({"person": "Nobody At All"}, "Nobody At All"),
+        ):
+            bad = ops.get("/v1/console/memories", params=params)
+            assert bad.status_code == 400 and name in bad.json()["error"]["message"], bad.text
+        assert ops.get(f"/v1/console/memories/{new_id()}").status_code == 400
+
+
+def test_the_recall_tester_returns_what_persyn_memory_recall_does(web: WebDaemon) -> None:
+    with _http(web, "ops") as ops:
+        got = ops.post("/v1/console/recall", json={"query": "the lighthouse keeper", "participants": ["Sam"]})
+        assert got.status_code == 200, got.text
+        data = got.json()
+    printed = web.persyn.run("memory", "recall", "the lighthouse keeper", "-p", "Sam", "--json")
+    assert printed.returncode == 0, printed.stderr
+    cli = json.loads(printed.stdout)
+    cli_records: list[dict[str, Any]] = cli
+    assert [r["memory"]["id"] for r in data["results"]] == [r["id"] for r in cli_records]
+    assert data["results"][0]["memory"]["ref"] == "light"
+    # The same scores, but for the moments the two were asked at (recency moves by seconds).
+    assert [round(r["score"], 3) for r in data["results"]] == [round(r["score"], 3) for r in cli_records]
+    assert set(data["results"][0]["parts"]) >= {"similarity", "keyword"}
+    assert data["considered"] >= len(data["results"]) and data["budget_tokens"] > 0
+    with _http(web, "ops") as ops:
+        for body, field in (({"query": ""}, "query"), ({"query": "x", "extra": 1}, "extra")):
+            bad = ops.post("/v1/console/recall", json=body)
+            assert bad.status_code == 400 and field in bad.json()["error"]["message"], bad.text
+
+
+def test_a_turns_trace_is_the_span_store_persyn_traces_shows(web: WebDaemon) -> None:
+    event_id = web.key_ids["turn"]
+    with _http(web, "ops") as ops:
+        listed = ops.get("/v1/console/traces").json()
+        assert listed["enabled"] is True
+        assert event_id in [t["event_id"] for t in listed["traces"]]
+        got = ops.get(f"/v1/console/traces/{event_id}")
+        assert got.status_code == 200, got.text
+        rows = got.json()["spans"]
+        assert ops.get("/v1/console/traces/not-an-id").status_code == 400
+    printed = web.persyn.run("traces", "show", event_id, "--json")
+    assert printed.returncode == 0, printed.stderr
+    assert [r["span_id"] for r in rows] == [s["span_id"] for s in json.loads(printed.stdout)]
+    assert rows[0]["depth"] == 0 and rows[0]["offset_ms"] == 0
+    assert all(r["offset_ms"] >= 0 and r["duration_ms"] >= 0 for r in rows)
+    respond = [r for r in rows if r["kind"] == "model" and r["input_tokens"] == 40]
+    assert respond and respond[0]["output_tokens"] == 9 and respond[0]["depth"] >= 1
+
+
+def test_a_turns_critiques_and_decision_are_one_request_away(web: WebDaemon) -> None:
+    # Two conversations: a decision sees its dialog, and Lisbon's rule would answer the garden.
+    ids: dict[str, str] = {}
+    for who, text, done in (
+        ("alice", "Remember our trip to Lisbon?", "deliberation_done"),
+        ("ops", GARDEN, "notice"),
+    ):
+        stream = SseReader(web.url + "v1/agents/Ada/stream", web.keys[who])
+        try:
+            with _http(web, who) as http:
+                ids[who] = http.post("/v1/agents/Ada/events", json={"text": text}).json()["event_id"]
+            assert stream.wait(
+                lambda events, done=done, wanted=ids[who]: any(
+                    k == done and d["event_id"] == wanted for k, d in events
+                ),
+                timeout=120,
+            ), stream.events
+        finally:
+            stream.close()
+    lisbon_id, garden_id = ids["alice"], ids["ops"]
+    with _http(web, "ops") as ops, _http(web, "alice") as alice:
+        assert alice.get(f"/v1/console/turns/{lisbon_id}").status_code == 403
+        revised = ops.get(f"/v1/console/turns/{lisbon_id}").json()
+        silent = ops.get(f"/v1/console/turns/{garden_id}").json()
+        assert ops.get(f"/v1/console/turns/{new_id()}").status_code == 404
+        assert ops.get("/v1/console/turns/nope").status_code == 400
+    objections = [o for c in revised["deliberation"]["critiques"] for o in c.get("objections") or []]
+    assert {o["kind"] for o in objections} == {"confabulation"}
+    assert (
+        revised["ended"] == {"transmitted": True, "text": LISBON, "reason": None}
+        or revised["ended"]["text"] == LISBON
+    )
+    assert silent["ended"]["transmitted"] is False and SILENCE in silent["ended"]["reason"]
+    assert silent["deliberation"]["decision"]["action"] == "silent"
+
+
+def test_the_life_view_shows_the_heartbeat_reminders_and_goals(web: WebDaemon) -> None:
+    with _http(web, "ops") as ops:
+        data = ops.get("/v1/console/life").json()
+    assert data["agent"]["name"] == "Ada"
+    assert data["heartbeat"]["daily_token_budget"] > 0
+    assert data["heartbeat"]["asleep"] is False and data["heartbeat"]["next_fire_at"]
+    assert isinstance(data["reminders"], list) and isinstance(data["goals"], list)
+    # Every exchange leaves an emotional state (the scripted emotion stage ran for each turn).
+    assert data["emotions"], data
+    assert all(r["top"] in r["distribution"] for r in data["emotions"])
+    assert [r["at"] for r in data["emotions"]] == sorted(r["at"] for r in data["emotions"])
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
+def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    print(f"\nscreenshots: {shots}")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 800})
+            page.set_default_timeout(WAIT_MS)
+            page.goto(web.url)
+            page.get_by_label("Key").fill(web.keys["ops"])
+            page.get_by_role("button", name="Connect").click()
+            expect(page.locator("#status")).to_contain_text("connected to Ada")
+
+            # Chat: the answer arrives, with a link to its trace.
+            page.get_by_label("Message").fill("hello from the console")
+            page.get_by_label("Message").press("Enter")
+            answer = page.locator(".msg.agent:not(.history)").last
+            expect(answer.locator(".body")).to_have_text(HELLO)
+            expect(answer.get_by_role("link", name="trace of this answer")).to_be_visible()
+            page.screenshot(path=str(shots / "chat.png"), full_page=True)
+
+            # Memory: search finds the imported memory; it opens; the recall tester finds it.
+            page.get_by_role("button", name="Memory").click()
+            page.get_by_label("Search").fill("lighthouse")
+            page.get_by_role("button", name="Find").click()
+            found = page.locator("#memories li a")
+            expect(found).to_have_count(1)
+            expect(found.first).to_have_text(LIGHTHOUSE)
+            found.first.click()
+            expect(page.locator("#memory .summary")).to_have_text(LIGHTHOUSE)
+            expect(page.locator("#memory table")).to_contain_text("imported")
+            page.get_by_label("Question").fill("the lighthouse keeper")
+            page.get_by_label("Participants").fill("Sam")
+            page.get_by_role("button", name="Recall").click()
+            expect(page.locator("#recall-results table tr").nth(1)).to_contain_text(LIGHTHOUSE)
+            expect(page.locator(".recall-summary")).to_contain_text("considered")
+            page.screenshot(path=str(shots / "memory.png"), full_page=True)
+
+            # Usage: an svg bar for today, the budget line, the table beside it.
+            page.get_by_role("button", name="Usage").click()
+            chart = page.locator("#usage-chart svg[role=img]")
+            expect(chart).to_be_visible()
+            today = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00Z")
+            bar = chart.locator(f"g.bar[data-start='{today}']")
+            expect(bar.locator("rect[data-key=respond]")).to_have_count(1)
+            assert float(bar.locator("rect[data-key=respond]").get_attribute("height") or 0) > 0
+            expect(chart.locator("line.budget")).to_have_count(1)
+            expect(page.locator("#usage-table table")).to_contain_text("respond")
+            page.screenshot(path=str(shots / "usage.png"), full_page=True)
+
+            # From the day's bar to its turns, and one turn's waterfall.
+            bar.click()
+            expect(page.locator("#view-traces")).to_be_visible()
+            first_turn = page.locator("#trace-list table tr td a").first
+            expect(first_turn).to_be_visible()
+            first_turn.click()
+            spans = page.locator("ol.waterfall li")
+            expect(spans.first).to_be_visible()
+            expect(page.locator("ol.waterfall li.model").first).to_contain_text("tokens")
+            page.screenshot(path=str(shots / "traces.png"), full_page=True)
+
+            # From a chat answer to its trace.
+            page.get_by_role("button", name="Chat").click()
+            answer.get_by_role("link", name="trace of this answer").click()
+            expect(page.locator("#waterfall h2")).to_contain_text("Trace ")
+            expect(page.locator("ol.waterfall li.model").first).to_contain_text("40/9 tokens")
+
+            # A withdrawn draft's decision, and a deferred revision's critique, one click away
+            # (in this order: a decision sees the dialog, and Lisbon's rule comes first).
+            page.get_by_role("button", name="Chat").click()
+            page.get_by_label("Message").fill(GARDEN)
+            page.get_by_label("Message").press("Enter")
+            expect(page.locator(".notice").last).to_contain_text(f"Ada chose silence: {SILENCE}")
+            withdrawn = page.locator(".msg.withdrawn").last
+            withdrawn.get_by_role("link", name="critique of this answer").click()
+            expect(withdrawn.locator(".critique .decision").first).to_contain_text(
+                f"decided to silent: {SILENCE}"
+            )
+            page.get_by_label("Message").fill("Remember our trip to Lisbon?")
+            page.get_by_label("Message").press("Enter")
+            lisbon = page.locator(".msg.agent:not(.history)", has_text=LISBON).last
+            expect(lisbon).to_be_visible()
+            lisbon.get_by_role("link", name="critique of this answer").click()
+            # Open at once, the critique fills in when deliberation ends.
+            expect(lisbon.locator(".critique .objection").first).to_contain_text(
+                "[confabulation]", timeout=WAIT_MS
+            )
+            page.screenshot(path=str(shots / "critique.png"), full_page=True)
+
+            page.get_by_role("button", name="Life").click()
+            expect(page.locator("#life")).to_contain_text("Next beat")
+            expect(page.locator("#life svg.emotions rect").first).to_be_attached()
+            page.screenshot(path=str(shots / "life.png"), full_page=True)
+
+            # A phone's width: the views reflow, nothing runs off the side.
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.get_by_role("button", name="Usage").click()
+            expect(chart).to_be_visible()
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+            page.screenshot(path=str(shots / "phone-usage.png"), full_page=True)
+
+            # A client key: the chat as before, no console navigation.
+            client = browser.new_page()
+            client.set_default_timeout(WAIT_MS)
+            client.goto(web.url)
+            client.get_by_label("Key").fill(web.keys["alice"])
+            client.get_by_role("button", name="Connect").click()
+            expect(client.locator("#status")).to_contain_text("connected to Ada")
+            for name in ("Memory", "Usage", "Traces", "Life", "Directory"):
+                expect(client.get_by_role("button", name=name)).to_have_count(0)
+            client.screenshot(path=str(shots / "client.png"), full_page=True)
+        finally:
+            browser.close()
+    for name in ("chat", "memory", "usage", "traces", "critique", "life", "phone-usage", "client"):
+        assert (shots / f"{name}.png").stat().st_size > 0
+    # `CONSOLE_SCREENSHOTS=docs/screenshots` refreshes the README's pictures from this run.
+    keep = os.environ.get("CONSOLE_SCREENSHOTS")
+    if keep:
+        from PIL import Image
+
+        for name, shot in (
+            ("chat", "critique"),
+            ("memory", "memory"),
+            ("usage", "usage"),
+            ("traces", "traces"),
+            ("life", "life"),
+        ):
+            image = Image.open(shots / f"{shot}.png").convert("RGB").quantize(colors=64)
+            image.save(Path(keep) / f"console-{name}.png", optimize=True)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
+def test_a_reminder_shows_in_the_life_view_and_fires_live_in_the_chat(web: WebDaemon, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    script = web.rules.read_text()
+    due = datetime.now(UTC) + timedelta(seconds=40)  # time to be seen waiting, even under load
+    rules(web.rules, reminder_at=due.isoformat())
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(WAIT_MS)
+            page.goto(web.url)
+            page.get_by_label("Key").fill(web.keys["ops"])
+            page.get_by_role("button", name="Connect").click()
+            expect(page.locator("#status")).to_contain_text("connected to Ada")
+            page.get_by_label("Message").fill("remind me to water the plants")
+            page.get_by_label("Message").press("Enter")
+            page.get_by_role("button", name="Life").click()
+            # The Life view reads itself again while shown: the reminder appears, then goes.
+            reminder = page.locator("#life-reminders tr", has_text="water the plants")
+            expect(reminder).to_have_count(1, timeout=WAIT_MS)
+            page.screenshot(path=str(tmp_path / "life-reminder.png"), full_page=True)
+            # Fired: no longer waiting, and its run is listed with what it did.
+            expect(reminder).to_have_count(0, timeout=90_000)
+            expect(page.locator("#life-runs tr", has_text="water the plants")).to_have_count(
+                1, timeout=WAIT_MS
+            )
+            page.get_by_role("button", name="Chat").click()
+            expect(page.locator(".msg.agent", has_text=REMINDED)).to_have_count(1, timeout=WAIT_MS)
+        finally:
+            browser.close()
+            web.rules.write_text(script)
