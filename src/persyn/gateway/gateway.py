@@ -35,8 +35,9 @@ import functools
 import inspect
 import json
 import logging
+import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -95,12 +96,16 @@ from persyn.gateway.wrappers import (
     delta_text,
     token_usage,
 )
+from persyn.senses.hearing import Transcriber, Transcript
 from persyn.tracing import Tracing
 from persyn.usage.meter import Meter
+from persyn.usage.pricing import audio_cost_usd, price_for
 
 __all__ = [
     "OUTPUT_TOOL_NAME",
     "TASK_METADATA_KEY",
+    "TRANSCRIBE_STAGE",
+    "Admission",
     "CallUsage",
     "LocalModelFactory",
     "ModelGateway",
@@ -115,6 +120,12 @@ OUTPUT_TOOL_NAME = "final_result"
 
 ModelWrapper = Callable[[Model], Model]
 """Wraps a task's whole model (its chain) once, when the gateway builds it."""
+
+Admission = Callable[[], Awaitable[object]]
+"""Before a call that is not a chat round-trip (a transcription): what the `wrappers` check
+before each request (the autonomy budget), raising a `ModelError` to refuse it."""
+
+TRANSCRIBE_STAGE = "transcribe"
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n(?P<body>.*?)\n?```\s*$", re.DOTALL)
 
@@ -155,8 +166,10 @@ class ModelGateway:
         retry_max_delay: float = 8.0,
         wrappers: Sequence[ModelWrapper] = (),
         tracing: Tracing | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._settings = settings
+        self._admission = admission
         self._tracing = tracing if tracing is not None and tracing.enabled else None
         self._agent = agent
         self._context = BuildContext(settings.models, settings.secrets, local_factory)
@@ -203,10 +216,29 @@ class ModelGateway:
         model = await self._model_for(self._resolve(task))
         return bool(model.profile.get("supports_image_input", True))
 
-    def meter_units(self, model: str, stage: str, units: int, cost_usd: float | None = None) -> str | None:
-        """One usage record for a call that is not a chat round-trip (a transcription: `units`
-        seconds of audio, unpriced when local), attributed like every other; its id."""
-        return self._meter.record_units(model, stage, units, cost_usd)
+    async def transcribe(self, transcriber: Transcriber, data: bytes, media_type: str) -> Transcript:
+        """Audio to text like every model call: admitted first (`admission`: the autonomy
+        budget of a self-initiated run; a refusal is its `ModelError`), traced (a model span
+        with stage `transcribe`, the model and the seconds heard) and metered (one usage record,
+        `units` = whole seconds of audio, costed by the model's `per_audio_minute` price when
+        the price table has one — a local transcription has none)."""
+        if self._admission is not None:
+            await self._admission()
+        if self._tracing is None:
+            transcript = await transcriber.transcribe(data, media_type)
+            self._meter_transcript(transcript)
+            return transcript
+        with self._tracing.model_call(TRANSCRIBE_STAGE, transcriber.model) as span:
+            transcript = await transcriber.transcribe(data, media_type)
+            usage_id = self._meter_transcript(transcript)
+            span.heard(seconds=transcript.seconds, usage_id=usage_id, output=lambda: transcript.text)
+        return transcript
+
+    def _meter_transcript(self, transcript: Transcript) -> str | None:
+        cost = audio_cost_usd(price_for(self._settings.prices, transcript.model), transcript.seconds)
+        return self._meter.record_units(
+            transcript.model, TRANSCRIBE_STAGE, math.ceil(transcript.seconds), cost
+        )
 
     async def layers(self, task: Task) -> tuple[str, ...]:
         """The models a call of `task` passes through, outermost first, down to the provider's

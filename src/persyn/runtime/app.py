@@ -219,6 +219,7 @@ class Runtime:
                 clock=self.clock,
                 wrappers=wrappers,
                 tracing=self.tracing,
+                admission=self.autonomy.admit_current,
             )
         await self.tools.start()
         self.embedder = self.jobs.start_memory(self.context_sources, self.autonomy.noticed).embedder

@@ -55,6 +55,7 @@ class ATTR:
     ACTION = "persyn.action"
     REASON = "persyn.reason"  # full content only
     STAGE = "persyn.stage"
+    AUDIO_SECONDS = "persyn.audio_seconds"  # a transcription's length
     MODEL = "gen_ai.request.model"
     ANSWERED_BY = "gen_ai.response.model"
     INPUT_TOKENS = "gen_ai.usage.input_tokens"

@@ -196,6 +196,13 @@ class ModelCallSpan:
             span.set_attribute(ATTR.USAGE_ID, usage_id)
         self._content.put(span, ATTR.OUTPUT, output)
 
+    def heard(self, *, seconds: float, usage_id: str | None, output: Callable[[], str]) -> None:
+        """A transcription's answer: the seconds of audio heard and (full content) the words."""
+        self._span.set_attribute(ATTR.AUDIO_SECONDS, seconds)
+        if usage_id:
+            self._span.set_attribute(ATTR.USAGE_ID, usage_id)
+        self._content.put(self._span, ATTR.OUTPUT, output)
+
     def failed(self, exc: BaseException) -> None:
         self._content.failed(self._span, exc)
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from persyn.core.config import Price
 
-__all__ = ["cost_usd", "price_for"]
+__all__ = ["audio_cost_usd", "cost_usd", "price_for"]
 
 _PER = 1_000_000  # prices are US dollars per million tokens
 
@@ -53,3 +53,11 @@ def cost_usd(
         dollars += count * price.per_request.get(tool, 0.0)
     # Float noise (0.30000000000000004) would otherwise leak into the ledger.
     return round(dollars, 10)
+
+
+def audio_cost_usd(price: Price | None, seconds: float) -> float | None:
+    """Dollars for transcribing `seconds` of audio, or None when the model has no
+    `per_audio_minute` price (counted in seconds, not costed)."""
+    if price is None or price.per_audio_minute is None:
+        return None
+    return round(seconds / 60 * price.per_audio_minute, 10)

@@ -38,6 +38,16 @@ class Price(Section):
         ),
         examples=[{"web_search": 0.01}],
     )
+    per_audio_minute: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "US dollars per minute of audio transcribed (`[models] transcribe`, e.g. "
+            "`openai:whisper-1`, priced per minute; its token prices are then 0). Unset: a "
+            "transcription is counted in seconds, not costed."
+        ),
+        examples=[0.006],
+    )
 
     @field_validator("per_request")
     @classmethod

@@ -390,6 +390,12 @@ class Autonomy:
         await self.store.update_run(event.agent_id, event.id, stop, now)
         raise BudgetExhausted(reason)
 
+    async def admit_current(self) -> None:
+        """`admit_call` for the attribution in force: the gateway's admission of a call that is
+        not a chat round-trip (a transcription), refused with `BudgetExhausted` like any call."""
+        attribution = usage_context.current()
+        await self.admit_call(attribution.agent_id, attribution.thread_id)
+
     async def charge(self, event: Event, usage: TokenUsage) -> None:
         """After a model call of a self-initiated run: add what it used to the run's spend."""
         tokens = usage.input_tokens + usage.output_tokens

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import math
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -39,7 +38,7 @@ from persyn.core.events import ATTACHMENT_REFERENCE, Attachment, AttachmentKind,
 from persyn.core.ids import is_id, new_id, parse_id
 from persyn.core.records import channel_key
 from persyn.gateway.base import ImageInput, Prompt, UserTurn
-from persyn.gateway.gateway import ModelGateway
+from persyn.gateway.gateway import TRANSCRIBE_STAGE, ModelGateway
 from persyn.senses.documents import read_document
 from persyn.senses.hearing import Transcriber, build_transcriber
 from persyn.senses.media import MediaInfo, MediaRejected, inspect_media
@@ -51,7 +50,6 @@ __all__ = ["CAPTION_STAGE", "TRANSCRIBE_STAGE", "AttachmentLibrary", "KeptOrigin
 log = logging.getLogger(__name__)
 
 CAPTION_STAGE = "caption"
-TRANSCRIBE_STAGE = "transcribe"
 _DOCUMENT_CHARS = 4000  # of a document's text in the turn: the rest stays in the kept original
 _CAPTION_SYSTEM = (
     "You describe an image for someone who cannot see it. In one or two plain sentences say what "
@@ -303,18 +301,17 @@ class Senses:
         return f"[photo: {caption}]"
 
     async def _hear(self, agent_id: str, data: bytes, attachment: Attachment) -> str:
+        gateway = self._gateways.get(agent_id)
+        if gateway is None:
+            return "[a voice note I could not listen to: no model is running in this process]"
         try:
-            transcriber = self._transcriber_for()
-            transcript = await transcriber.transcribe(data, attachment.media_type)
-        except (ModelError, InputError, OSError) as exc:
+            transcript = await gateway.transcribe(self._transcriber_for(), data, attachment.media_type)
+        except (ModelError, InputError, OSError) as exc:  # a refused budget among them
             log.warning("transcribing %s failed: %s", attachment.reference, exc)
-            return f"[a voice note I could not hear: {exc}]"
+            return f"[a voice note I could not listen to: {exc}]"
         except Exception as exc:  # a configuration error (the `local` extra missing) among them
             log.warning("transcribing %s failed", attachment.reference, exc_info=True)
-            return f"[a voice note I could not hear: {exc}]"
-        gateway = self._gateways.get(agent_id)
-        if gateway is not None:
-            gateway.meter_units(transcript.model, TRANSCRIBE_STAGE, math.ceil(transcript.seconds))
+            return f"[a voice note I could not listen to: {exc}]"
         words = " ".join(transcript.text.split())
         return (
             f'[voice note, {transcript.seconds:.0f} s: "{words}"]'

@@ -1,0 +1,101 @@
+"""Transcription is a model call like any other (issue 35 item 5): a remote transcriber's
+seconds are priced from the `per_audio_minute` price, visible in `persyn usage --by stage`, the
+call is a `model transcribe` span in the trace, and a self-initiated run whose autonomy budget is
+used is refused the call (nothing reaches the transcriber) while its turn goes on."""
+
+from __future__ import annotations
+
+import io
+import wave
+from datetime import timedelta
+from pathlib import Path
+
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from persyn.core.events import Upload
+from persyn.runtime.background.autonomy import recent_activity
+from persyn.schedule import at_trigger, set_reminder
+from persyn.testing import run_runtime
+from persyn.testing.transcriptions import serve_fake_transcriptions
+from persyn.tracing.base import ATTR
+from persyn.usage import context as usage_context
+from persyn.usage.ledger import summarize_records
+
+
+def silent_wav(seconds: float = 3.0) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as sound:
+        sound.setnchannels(1)
+        sound.setsampwidth(2)
+        sound.setframerate(16_000)
+        sound.writeframes(b"\0\0" * int(16_000 * seconds))
+    return out.getvalue()
+
+
+def _config(url: str, extra: str = "") -> str:
+    model = f"openai:whisper-1@{url}"
+    return (
+        "[deliberation]\nenabled = false\n"
+        f'[models]\ntranscribe = "{model}"\n'
+        f'[prices."{model}"]\ninput = 0\noutput = 0\nper_audio_minute = 0.006\n' + extra
+    )
+
+
+async def test_a_remote_transcription_is_priced_per_minute_traced_and_in_usage_by_stage(
+    tmp_path: Path,
+) -> None:
+    spans = InMemorySpanExporter()
+    tracing = '[tracing]\nenabled = true\ncontent = "full"\nexporters = []\n'
+    with serve_fake_transcriptions("bring the ladder") as api:
+        async with run_runtime(
+            tmp_path / "home", model="test:echo", config=_config(api.url, tracing), span_exporters=[spans]
+        ) as pilot:
+            attachments = await pilot.runtime.keep_attachments(
+                pilot.agent.id, "test", "room", "sam", [Upload(data=silent_wav(30.0))]
+            )
+            event = pilot.event("", channel="room").model_copy(update={"attachments": attachments})
+            marker = await pilot.submit(event)
+            assert marker.text == 'You said: [voice note, 30 s: "bring the ladder"]'
+            records = pilot.usage()
+            assert pilot.runtime.tracing.force_flush()
+    model = f"openai:whisper-1@{api.url}"
+    (heard,) = [record for record in records if record.stage == "transcribe"]
+    assert (heard.model, heard.units, heard.cost_usd, heard.channel) == (model, 30, 0.003, "room")
+    (row,) = [row for row in summarize_records(list(records), by="stage").rows if row.key == "transcribe"]
+    assert (row.calls, row.units, row.cost_usd, row.unpriced_calls) == (1, 30, 0.003, 0)
+    (span,) = [span for span in spans.get_finished_spans() if span.name == "model transcribe"]
+    values = dict(span.attributes or {})
+    assert values[ATTR.STAGE] == "transcribe" and values[ATTR.MODEL] == model
+    assert values[ATTR.AUDIO_SECONDS] == 30.0 and values[ATTR.USAGE_ID] == heard.id
+    assert values[ATTR.OUTPUT] == "bring the ladder"
+
+
+async def test_a_run_whose_budget_is_used_is_refused_the_transcription_and_goes_on(
+    tmp_path: Path,
+) -> None:
+    budget = "[autonomy]\ndaily_token_budget = 1\n"
+    with serve_fake_transcriptions() as api:
+        async with run_runtime(
+            tmp_path / "home", model="test:echo", config=_config(api.url, budget)
+        ) as pilot:
+            now = pilot.clock.now()
+            await set_reminder(
+                pilot.full_store, pilot.agent.id, "listen", at_trigger(now + timedelta(minutes=1), now), now
+            )
+            assert await pilot.fire(timedelta(minutes=2)) == 1  # its respond call uses the day's budget
+            (run,) = await recent_activity(pilot.full_store, pilot.agent.id)
+            attachments = await pilot.runtime.keep_attachments(
+                pilot.agent.id, "test", "room", "sam", [Upload(data=silent_wav())]
+            )
+            event = pilot.event("what is this?", channel="room").model_copy(
+                update={"attachments": attachments}
+            )
+            with usage_context.bind(usage_context.Attribution(agent_id=pilot.agent.id, thread_id=run.id)):
+                heard = await pilot.runtime.senses.perceive(event)
+            records = pilot.usage()
+    assert api.requests == []
+    assert [record for record in records if record.stage == "transcribe"] == []
+    assert heard.text.startswith(
+        "[a voice note I could not listen to: stopped: the autonomy budget of 1 tokens"
+    )
+    assert heard.text.endswith("] what is this?")
