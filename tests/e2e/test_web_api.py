@@ -29,6 +29,7 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
         keys={"alice": False, "bob": False, "ops": True, "gone": False},
         revoked=("gone",),
         PERSYN_CONVERSATION__MAX_MESSAGE_CHARS=str(MAX_CHARS),
+        PERSYN_WEB__MAX_UPLOAD_BYTES=str(4 * 1_048_576),  # the routes that take files
     )
     yield daemon
     daemon.stop()
@@ -286,13 +287,21 @@ def test_bad_requests_get_a_json_error_naming_the_field_and_lose_nothing(web: We
             + b'"}]}',
             headers={"Content-Type": "application/json"},
         )
-        assert huge.status_code == 413 and "max_body_bytes" in huge.json()["error"]["message"]
+        assert huge.status_code == 413 and "max_upload_bytes" in huge.json()["error"]["message"]
         chunked = http.post(  # no Content-Length: counted as it arrives
             "/v1/chat/completions",
-            content=iter([b'{"model": "Ada", "messages": "'] + [b"z" * 65536] * 40 + [b'"}']),
+            content=iter([b'{"model": "Ada", "messages": "'] + [b"z" * 65536] * 80 + [b'"}']),
             headers={"Content-Type": "application/json"},
         )
-        assert chunked.status_code == 413, chunked.text
+        assert chunked.status_code == 413 and "max_upload_bytes" in chunked.json()["error"]["message"]
+    with _http(web, "ops") as ops:  # a route that takes no files keeps [web] max_body_bytes (1 MiB)
+        renamed = ops.post(
+            "/v1/agents/Ada/contacts/merge",
+            content=iter([b'{"into": "'] + [b"z" * 65536] * 20 + [b'"}']),
+            headers={"Content-Type": "application/json"},
+        )
+        assert renamed.status_code == 413 and "max_body_bytes" in renamed.json()["error"]["message"]
+    with _http(web, "bob") as http:
         assert error(http.post("/v1/chat/completions", content=b"{not json")) == (400, "body")
         assert error(http.post("/v1/chat/completions", json={"messages": []})) == (400, "model")
         assert error(http.post("/v1/chat/completions", json={"model": "Ada", "messages": []})) == (

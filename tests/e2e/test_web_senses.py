@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import random
 import shutil
 import struct
 import subprocess
@@ -36,7 +37,6 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
         keys={"alice": False},
         PERSYN_MODELS__DEFAULT="test:vision",
         PERSYN_DELIBERATION__ENABLED="false",
-        PERSYN_WEB__MAX_BODY_BYTES=str(4 * 1_048_576),
     )
     yield daemon
     daemon.stop()
@@ -104,6 +104,32 @@ def test_an_image_and_text_are_answered_with_what_the_image_shows(web: WebDaemon
     (attachment,) = _persyn(reply)["attachments"]
     assert attachment["kind"] == "image" and attachment["media_type"] == "image/png"
     assert attachment["reference"].startswith("att-")
+
+
+def test_a_phone_sized_photo_fits_the_upload_limit_with_the_default_body_limit(web: WebDaemon) -> None:
+    """A 3 MB photo is 4 MB as a data URL: over `[web] max_body_bytes` (1 MiB, unchanged here)
+    but within the limit of the routes that take files, derived from `[senses]`."""
+    noise = Image.frombytes("RGB", (1000, 1000), random.Random(35).randbytes(3_000_000))
+    out = io.BytesIO()
+    noise.save(out, "PNG")
+    photo = out.getvalue()
+    assert len(photo) > 2_900_000
+    reply = _client(web).chat.completions.create(
+        model="Ada",
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this?"},
+                    {"type": "image_url", "image_url": {"url": _data_url(photo, "image/png")}},
+                ],
+            }
+        ],
+    )
+    text = reply.choices[0].message.content or ""
+    assert text.startswith("You said: [photo: a 1000×1000 picture"), text
+    (attachment,) = _persyn(reply)["attachments"]
+    assert attachment["size"] == len(photo) and not _persyn(reply).get("refused")
 
 
 def test_an_image_only_message_is_no_longer_a_400(web: WebDaemon) -> None:

@@ -49,7 +49,7 @@ async def healthz(context: WebContext, request: Request) -> Response:
 async def post_event(context: WebContext, request: Request) -> Response:
     key = await context.key(request)
     agent = context.agent(request.path_params["agent"])
-    body = await context.body(request, EventRequest)
+    body = await context.body(request, EventRequest, files=True)
     uploads = [upload_of_file(file, f"attachments.{index}") for index, file in enumerate(body.attachments)]
     text = context.message_text(body.text, uploads, param="text")
     event, _ = await context.submit(key, agent, text, body.user, uploads=uploads)

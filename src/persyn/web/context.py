@@ -30,7 +30,7 @@ from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.web_keys import WebKey, web_identity, web_speaker_name
 from persyn.senses.media import MediaRejected
 
-__all__ = ["REVOKED", "ApiError", "Authenticate", "Revoked", "WebContext", "handler", "sse"]
+__all__ = ["REVOKED", "ApiError", "Authenticate", "Revoked", "WebContext", "handler", "sse", "upload_limit"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -121,9 +121,11 @@ class WebContext:
             )
         return key
 
-    async def body(self, request: Request, model: type[M]) -> M:
-        """The JSON body as `model`: 413 over the limit, 400 naming the first bad field."""
-        limit = self.settings.web.max_body_bytes
+    async def body(self, request: Request, model: type[M], *, files: bool = False) -> M:
+        """The JSON body as `model`: 413 over the limit, 400 naming the first bad field. A route
+        that takes files (`files`) is held to `upload_limit`, every other to `[web] max_body_bytes`."""
+        limit = upload_limit(self.settings) if files else self.settings.web.max_body_bytes
+        key = "[web] max_upload_bytes" if files else "[web] max_body_bytes"
         declared = request.headers.get("content-length")
         if declared is not None:
             if not declared.isdigit():
@@ -131,7 +133,7 @@ class WebContext:
             if int(declared) > limit:
                 raise ApiError(
                     413,
-                    f"request body of {int(declared)} bytes is over the limit of {limit} ([web] max_body_bytes)",
+                    f"request body of {int(declared)} bytes is over the limit of {limit} ({key})",
                 )
         chunks: list[bytes] = []
         size = 0
@@ -141,9 +143,7 @@ class WebContext:
                 async for chunk in request.stream():
                     size += len(chunk)
                     if size > limit:
-                        raise ApiError(
-                            413, f"request body is over the limit of {limit} bytes ([web] max_body_bytes)"
-                        )
+                        raise ApiError(413, f"request body is over the limit of {limit} bytes ({key})")
                     chunks.append(chunk)
         except TimeoutError as exc:
             raise ApiError(
@@ -343,3 +343,14 @@ def _storage_unavailable(request: Request, exc: Exception) -> Response:
     the client gets a 503 that names no path and no SQL."""
     log.warning("%s %s: the storage failed: %s", request.method, request.url.path, exc)
     return ApiError(503, STORAGE_UNAVAILABLE, kind="server_error").response()
+
+
+def upload_limit(settings: Settings) -> int:
+    """The body limit of a route that takes files: `[web] max_upload_bytes`, or unset the
+    largest `[senses]` per-kind byte limit as base64 (4/3 of it) plus `[web] max_body_bytes` for
+    the rest of the body — a phone photo sent as a data URL is several MiB."""
+    if settings.web.max_upload_bytes is not None:
+        return settings.web.max_upload_bytes
+    senses = settings.senses
+    largest = max(senses.image_max_bytes, senses.audio_max_bytes, senses.document_max_bytes)
+    return -(-largest * 4 // 3) + settings.web.max_body_bytes

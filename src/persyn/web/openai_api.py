@@ -65,7 +65,7 @@ def _last_user_text(body: ChatRequest) -> tuple[str, int]:
 
 async def chat_completions(context: WebContext, request: Request) -> Response:
     key = await context.key(request)
-    body = await context.body(request, ChatRequest)
+    body = await context.body(request, ChatRequest, files=True)
     agent = context.agent(body.model, param="model")
     raw, index = _last_user_text(body)
     uploads = uploads_of(body.messages[index].parts(), f"messages.{index}.content")

@@ -44,6 +44,18 @@ class WebConfig(Section):
         le=64 * 1_048_576,
         description="Larger request bodies are refused with 413 (the message itself is also held to [conversation] max_message_chars).",
     )
+    max_upload_bytes: int | None = Field(
+        default=None,
+        ge=1024,
+        le=1_024 * 1_048_576,
+        description=(
+            "The body limit of the routes that take files (`/v1/chat/completions`, `POST "
+            "/v1/agents/{agent}/events`), which carry them base64 (4/3 of their size); every other "
+            "route keeps max_body_bytes. Unset: the largest [senses] per-kind byte limit × 4/3 plus "
+            "max_body_bytes (about 34 MiB with the defaults: a 25 MB voice note fits)."
+        ),
+        examples=[8 * 1_048_576],
+    )
     cors_origins: list[str] = Field(
         default_factory=list[str],
         description=(
