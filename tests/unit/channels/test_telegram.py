@@ -544,3 +544,34 @@ def _bomb() -> bytes:
         + chunk(b"IDAT", zlib.compress(b"\0"))
         + chunk(b"IEND", b"")
     )
+
+
+async def test_a_photo_delivered_again_after_a_restart_is_not_downloaded_or_kept_twice(
+    tmp_path: Path,
+) -> None:
+    fake = FakeBotApi()
+    chat = {"id": 42, "type": "private"}
+    sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
+    fake.files["large"] = _png((30, 60, 220))
+    sizes = [{"file_id": "large", "file_unique_id": "l", "width": 48, "height": 32}]
+    async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, channel):
+        await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+        fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), photo=sizes, caption="the sky?")
+        await _until(lambda: len(fake.seen) == 1, "the photo's answer")
+        assert fake.calls.count("getFile") == 1
+        # A restarted adapter has no offset: Telegram sends the photo's update again.
+        await channel.stop()
+        again = TelegramChannel(
+            pilot.settings.channels.section(TelegramConfig), pilot.agent, pilot.runtime, token=TOKEN
+        )
+        await again.start()
+        calls = len(fake.calls)
+        await _until(lambda: fake.calls[calls:].count("getUpdates") >= 2, "the updates read again")
+        fake.message("and now?", chat=chat, sender=sam, at=pilot.clock.now())
+        await _until(lambda: len(fake.seen) == 2, "the next answer")
+        await pilot.settle()
+        assert fake.seen == ["You said: [photo: a 48×32 picture, all blue] the sky?", "You said: and now?"]
+        assert fake.calls.count("getFile") == 1
+        kept = pilot.settings.data_dir / "attachments"
+        assert len(list(kept.rglob("att-*.json"))) == 1
+        await again.stop()

@@ -319,14 +319,23 @@ class TelegramChannel(Channel):
             str(sender.get("username") or sender.get("first_name") or sender["id"])
         )
         text = without_lone_surrogates(text)
+        event_id = derived_id(said_at, TELEGRAM_SERVICE, str(chat["id"]), str(message.get("message_id")))
         attachments: tuple[Attachment, ...] = ()
         media = _media_of(message)
+        if media is not None and await self._api.get_event(self.agent.id, event_id) is not None:
+            # Telegram delivers an update again when the offset was not confirmed (a restart
+            # mid-batch): the event is stored, its file kept; downloading it again would keep a
+            # second copy that nothing refers to, counted against the storage cap.
+            log.info(
+                "telegram: update %r was received already; its file is not fetched again", update["update_id"]
+            )
+            return
         if media is not None:
             attachments, refused = await self._kept(media, str(chat["id"]), str(sender["id"]))
             if refused:  # the agent reads why, and says so in the chat
                 text = f"[a file I refused: {refused}] {text}".strip()
         event = Event(
-            id=derived_id(said_at, TELEGRAM_SERVICE, str(chat["id"]), str(message.get("message_id"))),
+            id=event_id,
             agent_id=self.agent.id,
             service=TELEGRAM_SERVICE,
             channel=str(chat["id"]),
