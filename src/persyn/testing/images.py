@@ -2,7 +2,8 @@
 
 It speaks the wire format of https://platform.openai.com/docs/api-reference/images:
 `POST /v1/images/generations` takes JSON (`model`, `prompt`, `n`, `size`, `response_format`),
-`POST /v1/images/edits` takes multipart form data (an `image` file part and the same fields);
+`POST /v1/images/edits` takes multipart form data (an `image` file part, or one `image[]` part per
+image when an edit composes several, and the same fields);
 both answer `{"created": <unix time>, "data": [{"b64_json": …, "revised_prompt": …}]}`, and
 an error as `{"error": {"message", "type", "param", "code"}}` with a 4xx/5xx status.
 
@@ -50,7 +51,8 @@ class ImagesRequest:
     endpoint: Literal["generations", "edits"]
     fields: dict[str, str]
     authorization: str | None
-    image: bytes | None = None  # edits: the uploaded image file
+    image: bytes | None = None  # edits: the (first) uploaded image file
+    images: tuple[bytes, ...] = ()  # edits: every uploaded image (`image`, or each `image[]`), in order
 
 
 @dataclass
@@ -106,24 +108,26 @@ def _handler(api: FakeImagesApi, stop: threading.Event) -> type[BaseHTTPRequestH
             if self.path not in ("/v1/images/generations", "/v1/images/edits"):
                 self._answer(404, json.dumps({"error": {"message": f"no route {self.path}"}}).encode())
                 return
-            image: bytes | None = None
+            images: tuple[bytes, ...] = ()
             if endpoint == "generations":
                 fields = {k: str(v) for k, v in json.loads(body).items()}
             else:
-                fields, image = _multipart(self.headers.get("Content-Type", ""), body)
+                fields, images = _multipart(self.headers.get("Content-Type", ""), body)
+            image = images[0] if images else None
             api.requests.append(
                 ImagesRequest(
                     endpoint="generations" if endpoint == "generations" else "edits",
                     fields=fields,
                     authorization=self.headers.get("Authorization"),
                     image=image,
+                    images=images,
                 )
             )
             api.received.set()
             while not api.gate.wait(0.05):
                 if stop.is_set():
                     return
-            self._respond(fields, image)
+            self._respond(fields, b"".join(images) or None)
 
         def _respond(self, fields: dict[str, str], image: bytes | None) -> None:
             if api.canned is not None:
@@ -163,20 +167,20 @@ def _handler(api: FakeImagesApi, stop: threading.Event) -> type[BaseHTTPRequestH
     return Handler
 
 
-def _multipart(content_type: str, body: bytes) -> tuple[dict[str, str], bytes | None]:
+def _multipart(content_type: str, body: bytes) -> tuple[dict[str, str], tuple[bytes, ...]]:
     message = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + body)
     fields: dict[str, str] = {}
-    image: bytes | None = None
+    images: list[bytes] = []
     for part in message.iter_parts():  # pyright: ignore[reportAttributeAccessIssue, reportUnknownVariableType]
         name = part.get_param("name", header="content-disposition")  # pyright: ignore[reportUnknownMemberType]
         payload = part.get_payload(decode=True)  # pyright: ignore[reportUnknownMemberType]
         if not isinstance(payload, bytes):
             continue
-        if name == "image":
-            image = payload
+        if name in ("image", "image[]"):
+            images.append(payload)
         elif isinstance(name, str):
             fields[name] = payload.decode()
-    return fields, image
+    return fields, tuple(images)
 
 
 @contextmanager

@@ -9,6 +9,7 @@ are absent."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -18,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
+from persyn.core.events import Upload
 from persyn.schedule import at_trigger, set_reminder
 from persyn.testing import Pilot, RecordingChannel, run_runtime, tool_returns
 from persyn.testing.images import FakeImagesApi, serve_fake_images
@@ -60,10 +63,10 @@ class Painter:
                 args["size"] = "1024x1536"
             return DoubleReply(tool_calls=[{"name": "generate_image", "args": args}])
         if said.startswith("edit "):
-            reference, _, prompt = said.removeprefix("edit ").partition(": ")
-            return DoubleReply(
-                tool_calls=[{"name": "edit_image", "args": {"reference": reference, "prompt": prompt}}]
-            )
+            named, _, prompt = said.removeprefix("edit ").partition(": ")
+            reference, *more = named.split(" + ")  # "edit img-A + att-B: …" composes several
+            args = {"reference": reference, "prompt": prompt, **({"more_references": more} if more else {})}
+            return DoubleReply(tool_calls=[{"name": "edit_image", "args": args}])
         return DoubleReply(text="Noted.")
 
 
@@ -233,6 +236,55 @@ async def test_an_image_is_seen_and_edited_only_from_its_channel(tmp_path: Path,
             news = pilot.channel.delivered[-1]
             assert news.channel == "room-a" and news.images[0].reference == edited
             assert len([r for r in pilot.usage() if r.stage == "image"]) == 2
+
+
+async def test_an_edit_composes_a_made_image_with_one_received_only_on_their_channel(
+    tmp_path: Path, painter: Painter
+) -> None:
+    """SPEC §4.6 compositing from reference images: `edit_image` takes an image someone sent
+    (`att-…`) beside one it made, access-checked by the run's channel like `img-…`; the images
+    API receives every one, in order."""
+    face = io.BytesIO()
+    Image.new("RGB", (40, 40), (250, 200, 160)).save(face, "PNG")
+    with serve_fake_images() as api:
+        async with _runtime(tmp_path, api, PRICED) as pilot:
+            await pilot.say("draw a red door", channel="room-a")
+            made = painter.results[0]["reference"]
+            await _news(pilot, 2)
+            await pilot.settle()
+            original = _read(pilot.channel.delivered[1].images[0].path)
+            (sent,) = await pilot.runtime.keep_attachments(
+                pilot.agent.id, "test", "room-a", "sam", [Upload(data=face.getvalue())]
+            )
+            document = await pilot.runtime.keep_attachments(
+                pilot.agent.id, "test", "room-a", "sam", [Upload(data=b"a note", filename="n.txt")]
+            )
+
+            # A stranger elsewhere cannot use what Sam sent, alone or beside an image of theirs.
+            await pilot.say(f"edit {sent.reference}: on a mug", channel="room-b", speaker="mallory")
+            assert painter.results[-1] == {
+                "error": f"Tool 'edit_image' failed: there is no image {sent.reference!r} that you can see here"
+            }
+            # A received file that is not an image is no image either.
+            await pilot.say(f"edit {made} + {document[0].reference}: together", channel="room-a")
+            assert painter.results[-1] == {
+                "error": f"Tool 'edit_image' failed: there is no image {document[0].reference!r} "
+                "that you can see here"
+            }
+            assert len(api.requests) == 1
+
+            await pilot.say(f"edit {made} + {sent.reference}: put the face on the door", channel="room-a")
+            edited = painter.results[-1]["reference"]
+            assert edited.startswith("img-")
+            await _news(pilot, 6)
+            await pilot.settle()
+            request = api.requests[-1]
+            assert (request.endpoint, request.images, request.fields["prompt"]) == (
+                "edits",
+                (original, face.getvalue()),
+                "put the face on the door",
+            )
+            assert pilot.channel.delivered[-1].images[0].reference == edited
 
 
 async def test_a_channel_that_shows_no_images_gets_a_line_with_the_reference_not_the_host_file(

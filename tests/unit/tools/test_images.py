@@ -42,7 +42,7 @@ async def test_generate_and_edit_speak_the_documented_wire_format() -> None:
         made = await provider.generate("a red square", "1024x1024")
         assert made.mime == "image/png" and made.data.startswith(b"\x89PNG")
         assert made.revised_prompt == "a red square"
-        edited = await provider.edit(RED, "image/png", "make it blue", "512x512")
+        edited = await provider.edit([(RED, "image/png")], "make it blue", "512x512")
         assert edited.mime == "image/png" and edited.data != made.data
         generation, edit = api.requests
         assert generation.fields == {
@@ -53,6 +53,9 @@ async def test_generate_and_edit_speak_the_documented_wire_format() -> None:
         }
         assert edit.endpoint == "edits" and edit.image == RED
         assert edit.fields == {"model": "gpt-image-1", "prompt": "make it blue", "n": "1", "size": "512x512"}
+        # Compositing (SPEC §4.6): one `image[]` part per image, the edited one first.
+        await provider.edit([(RED, "image/png"), (made.data, "image/png")], "side by side", "512x512")
+        assert api.requests[-1].images == (RED, made.data)
         assert {r.authorization for r in api.requests} == {"Bearer sk-secret"}
         # DALL·E and most compatible servers answer a URL unless asked for b64_json.
         await _provider(api.url, model="dall-e-3").generate("x", "1024x1024")
@@ -130,10 +133,10 @@ async def test_the_tools_check_prompt_size_and_reference_before_asking(tmp_path:
     library = ImageLibrary(tmp_path / "images")
     elsewhere = _store(library, "test:room-b")
     here = _store(library, "test:room-a")
-    asked: list[tuple[str, str, str, str | None]] = []
+    asked: list[tuple[str, str, str, tuple[str, ...]]] = []
 
-    async def request(kind: Any, prompt: str, size: str, based_on: str | None) -> str:
-        asked.append((kind, prompt, size, based_on))
+    async def request(kind: Any, prompt: str, size: str, references: tuple[str, ...]) -> str:
+        asked.append((kind, prompt, size, references))
         return f"img-{new_id(AT)}"
 
     registry = ToolRegistry(
@@ -160,7 +163,7 @@ async def test_the_tools_check_prompt_size_and_reference_before_asking(tmp_path:
     ack = json.loads(await call("edit_image", reference=here, prompt="blue"))
     assert ack["status"] == "rendering" and ack["reference"].startswith("img-")
     assert json.loads(await call("generate_image", prompt="a cat", size="512x512"))["status"] == "rendering"
-    assert asked == [("edit", "blue", "1024x1024", here), ("generate", "a cat", "512x512", None)]
+    assert asked == [("edit", "blue", "1024x1024", (here,)), ("generate", "a cat", "512x512", ())]
 
 
 def _settings(tmp_path: Path, data: dict[str, Any], environ: dict[str, str] | None = None) -> Settings:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Literal
 
@@ -33,12 +33,13 @@ from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ToolError
-from persyn.core.events import ImageAttachment, Outbound
+from persyn.core.events import ATTACHMENT_REFERENCE, AttachmentKind, ImageAttachment, Outbound
 from persyn.core.ids import derived_id, id_time, new_id
 from persyn.core.records import channel_key
 from persyn.memory.access import eligible_channels
 from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE
 from persyn.runtime.delivery.outbox import Outbox
+from persyn.runtime.turn.senses import AttachmentLibrary, KeptOriginal
 from persyn.store import Store
 from persyn.store.base import Message, Role
 from persyn.store.ports.outbox import OutboxRow
@@ -49,7 +50,6 @@ from persyn.tools.images.generate import (
     ImageProvider,
     ImageRenderError,
     ImagesContext,
-    StoredImage,
 )
 from persyn.tools.images.openai_images import OpenAIImages
 from persyn.tools.registry import ToolOutcome
@@ -111,6 +111,7 @@ class ImageService:
         self.settings = settings
         self.config = settings.images
         self.library = ImageLibrary(settings.data_dir / "images")
+        self.received = AttachmentLibrary(settings.data_dir / "attachments")  # `Senses.library`'s files
         self._store = store
         self._clock = clock
         self._agents = agents
@@ -124,7 +125,7 @@ class ImageService:
         where = channel_key(setup.service, setup.channel)
 
         async def request(
-            kind: Literal["generate", "edit"], prompt: str, size: str, based_on: str | None
+            kind: Literal["generate", "edit"], prompt: str, size: str, references: tuple[str, ...]
         ) -> str:
             now = self._clock.now()
             # A re-run of the tool step asks for the same image: the reference is the call's.
@@ -144,7 +145,8 @@ class ImageService:
                 kind=kind,
                 prompt=prompt,
                 size=size,
-                based_on=based_on,
+                based_on=references[0] if references else None,
+                references=references,
                 agent_id=setup.agent_id,
                 scope=where,
                 service=setup.service,
@@ -163,7 +165,32 @@ class ImageService:
             default_size=self.config.size,
             max_prompt_chars=self.config.max_prompt_chars,
             request=request,
+            received=lambda reference, eligible: (
+                self._received_image(setup.agent_id, reference, eligible) is not None
+            ),
         )
+
+    def _received_image(self, agent_id: str, reference: str, eligible: Sequence[str]) -> KeptOriginal | None:
+        """A received original that is an image, kept on one of `eligible` (else None)."""
+        kept = self.received.get(agent_id, reference, eligible)
+        return kept if kept is not None and kept.kind is AttachmentKind.IMAGE else None
+
+    async def _sources(self, job: ImageJob) -> list[tuple[bytes, str]]:
+        """The images an edit composes from, checked again against the job's own channel (a
+        culled or foreign one is the edit's failure, never read)."""
+        sources: list[tuple[bytes, str]] = []
+        for reference in job.references or (job.based_on or "",):
+            if ATTACHMENT_REFERENCE.fullmatch(reference):
+                kept = self._received_image(job.agent_id, reference, (job.scope,))
+                if kept is None:
+                    raise ImageRenderError(f"the image {reference!r} is gone")
+                sources.append((await asyncio.to_thread(self.received.read, kept), kept.media_type))
+                continue
+            stored = self.library.get(reference, (job.scope,))
+            if stored is None:
+                raise ImageRenderError(f"the image {reference!r} is gone")
+            sources.append((await asyncio.to_thread(self.library.read, stored), stored.mime))
+        return sources
 
     def started(self, outcome: ToolOutcome) -> str | None:
         """The reference of a render `outcome` asked for. Decided from the outcome alone,
@@ -187,13 +214,9 @@ class ImageService:
             return ImageNews(job=job, outcome="ready")
         try:
             await self._admit(job.agent_id, job.thread_id)
-            source: StoredImage | None = None
-            if job.kind == "edit":
-                source = self.library.get(job.based_on or "", (job.scope,))
-                if source is None:
-                    raise ImageRenderError(f"the image {job.based_on!r} is gone")
-                original = await asyncio.to_thread(self.library.read, source)
-                image = await self.provider.edit(original, source.mime, job.prompt, job.size)
+            edited = job.kind == "edit"
+            if edited:
+                image = await self.provider.edit(await self._sources(job), job.prompt, job.size)
             else:
                 image = await self.provider.generate(job.prompt, job.size)
             await asyncio.to_thread(
@@ -202,7 +225,7 @@ class ImageService:
                 image.data,
                 scope=job.scope,
                 agent_id=job.agent_id,
-                source="edited" if source is not None else "generated",
+                source="edited" if edited else "generated",
                 created_at=self._clock.now(),
                 prompt=job.prompt,
                 revised_prompt=image.revised_prompt,

@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from persyn.core.errors import ToolError
+from persyn.core.events import ATTACHMENT_REFERENCE
 from persyn.core.ids import id_time
 from persyn.tools.registry import Tool
 
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 IMAGE_REFERENCE = re.compile(r"\bimg-[0-9A-HJKMNP-TV-Z]{26}\b")
+MAX_REFERENCES = 16  # images one edit composes from: what OpenAI's images edit endpoint takes
 _SIZE = re.compile(r"auto|[1-9][0-9]{1,4}x[1-9][0-9]{1,4}")
 _EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}
 
@@ -66,7 +68,10 @@ class ImageProvider(Protocol):
 
     async def generate(self, prompt: str, size: str) -> RenderedImage: ...
 
-    async def edit(self, image: bytes, mime: str, prompt: str, size: str) -> RenderedImage: ...
+    async def edit(self, images: Sequence[tuple[bytes, str]], prompt: str, size: str) -> RenderedImage:
+        """`images` (bytes, media type), the first the one edited and the rest references to
+        compose from (SPEC §4.6)."""
+        ...
 
 
 class ImageJob(BaseModel):
@@ -79,6 +84,9 @@ class ImageJob(BaseModel):
     prompt: str
     size: str
     based_on: str | None = None  # edit: the reference of the image edited
+    # edit: every image it composes from, `based_on` first (img- made here, att- received);
+    # empty in a job written before there could be several: then `based_on` alone.
+    references: tuple[str, ...] = ()
     agent_id: str
     scope: str  # the channel key it was asked for on (its visibility)
     service: str
@@ -256,7 +264,14 @@ class GenerateImageInput(BaseModel):
 class EditImageInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reference: str = Field(description="The image to edit: its reference, img-...")
+    reference: str = Field(
+        description="The image to edit: its reference, img-... (one you made) or att-... (one you were sent)."
+    )
+    more_references: list[str] = Field(
+        default_factory=list[str],
+        max_length=MAX_REFERENCES - 1,
+        description="More images to compose from (img-... or att-...), e.g. a face to put in the scene.",
+    )
     prompt: str = Field(min_length=1, description="What to change.")
     size: str | None = Field(default=None, description="WIDTHxHEIGHT (default: the configured size).")
 
@@ -275,8 +290,12 @@ class ImagesContext:
     eligible: tuple[str, ...]  # the channel keys whose images this activation may see
     default_size: str
     max_prompt_chars: int
-    # Records the pending job for `kind`, `prompt`, `size`, `based_on`; returns its reference.
-    request: Callable[[Literal["generate", "edit"], str, str, str | None], Awaitable[str]]
+    # Records the pending job for `kind`, `prompt`, `size`, the images an edit composes from
+    # (none for a generation); returns its reference.
+    request: Callable[[Literal["generate", "edit"], str, str, tuple[str, ...]], Awaitable[str]]
+    # Whether an `att-` reference is an image someone sent that this activation may see (its
+    # channel among `eligible`); without a library of received files, none is.
+    received: Callable[[str, tuple[str, ...]], bool] = lambda reference, eligible: False
 
 
 def _checked(ctx: ImagesContext, prompt: str, size: str | None) -> tuple[str, str]:
@@ -300,15 +319,25 @@ _PROMISE = (
 def image_tools(ctx: ImagesContext) -> list[Tool[Any, Any]]:
     async def generate(args: GenerateImageInput) -> ImageRequested:
         prompt, size = _checked(ctx, args.prompt, args.size)
-        reference = await ctx.request("generate", prompt, size, None)
+        reference = await ctx.request("generate", prompt, size, ())
         return ImageRequested(reference=reference, note=_PROMISE)
 
     async def edit(args: EditImageInput) -> ImageRequested:
         prompt, size = _checked(ctx, args.prompt, args.size)
-        source = ctx.library.get(args.reference.strip(), ctx.eligible)
-        if source is None:
-            raise ToolError(f"there is no image {args.reference!r} that you can see here")
-        reference = await ctx.request("edit", prompt, size, source.reference)
+        sources: list[str] = []
+        for asked in (args.reference, *args.more_references):
+            wanted = asked.strip()
+            seen = (
+                ctx.received(wanted, ctx.eligible)
+                if ATTACHMENT_REFERENCE.fullmatch(wanted)
+                else IMAGE_REFERENCE.fullmatch(wanted) is not None
+                and ctx.library.get(wanted, ctx.eligible) is not None
+            )
+            if not seen:  # elsewhere, another kind of file or none: all answered alike
+                raise ToolError(f"there is no image {asked!r} that you can see here")
+            if wanted not in sources:
+                sources.append(wanted)
+        reference = await ctx.request("edit", prompt, size, tuple(sources))
         return ImageRequested(reference=reference, note=_PROMISE)
 
     tools: list[Tool[Any, Any]] = [
@@ -324,7 +353,10 @@ def image_tools(ctx: ImagesContext) -> list[Tool[Any, Any]]:
         ),
         Tool(
             name="edit_image",
-            description="Change an image you can see (its reference, img-...) as described; shown when ready.",
+            description=(
+                "Change an image you can see (img-... you made, att-... you were sent) as described, "
+                "composing in more of them if given; shown when ready."
+            ),
             input_model=EditImageInput,
             output_model=ImageRequested,
             handler=edit,

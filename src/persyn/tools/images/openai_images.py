@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any, cast
 
 import httpx
@@ -40,10 +41,15 @@ class OpenAIImages:
     async def generate(self, prompt: str, size: str) -> RenderedImage:
         return await self._post("generations", json=self._fields(prompt, size))
 
-    async def edit(self, image: bytes, mime: str, prompt: str, size: str) -> RenderedImage:
+    async def edit(self, images: Sequence[tuple[bytes, str]], prompt: str, size: str) -> RenderedImage:
+        """One image as the `image` part; several (SPEC §4.6 compositing from reference images)
+        as one `image[]` part each, the edited one first, as the edits endpoint takes them."""
         fields = {k: str(v) for k, v in self._fields(prompt, size).items()}
-        extension = mime.rpartition("/")[2]
-        files = {"image": (f"image.{extension}", image, mime)}
+        name = "image" if len(images) == 1 else "image[]"
+        files = [
+            (name, (f"image{index}.{mime.rpartition('/')[2]}", data, mime))
+            for index, (data, mime) in enumerate(images)
+        ]
         return await self._post("edits", data=fields, files=files)
 
     async def _post(self, endpoint: str, **body: Any) -> RenderedImage:
