@@ -2,7 +2,8 @@
 Playwright, as in test_web_page.py) against `persyn run` whose model is the `test:vision`
 double, which captions an image from its pixels: a PNG chosen with the attach button, one
 pasted into the message box and one dropped on the chat are each seen (their chips shown and
-removable before sending), and a file the server refuses shows the server's reason."""
+removable before sending), and a file the server refuses (over a `[senses]` limit, or the web
+body cap) shows the server's reason."""
 
 from __future__ import annotations
 
@@ -142,5 +143,14 @@ def test_attached_pasted_and_dropped_images_are_seen_and_a_refusal_is_shown(web:
             error = page.locator(".notice.error").last
             expect(error).to_contain_text("pixels")
             expect(error).to_contain_text("image_max_pixels")
+
+            # Over the web body cap (4 MB here; base64 makes 3.5 MB more than that): the cap named.
+            page.set_input_files(
+                "#attach", files=[{"name": "big.txt", "mimeType": "text/plain", "buffer": b"a" * 3_500_000}]
+            )
+            page.press("#text", "Enter")
+            expect(page.locator(".notice.error")).to_have_count(2)
+            expect(page.locator(".notice.error").last).to_contain_text("[web] max_body_bytes")
+            expect(replies).to_have_count(3)  # neither refusal was answered
         finally:
             browser.close()
