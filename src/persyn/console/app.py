@@ -26,13 +26,13 @@ from textual.message import Message
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from persyn.channels.console.channel import ConsoleChannel, Update
-from persyn.channels.terminal.channel import SERVICE, name_command, operator_speaker
+from persyn.channels.terminal.channel import SERVICE, attach_command, name_command, operator_speaker
 from persyn.console.operator_views import Operator
 from persyn.console.panels import ChannelsPanel, DirectoryPanel, MindPanel, Panel, UsagePanel
 from persyn.console.transcript import Transcript
 from persyn.core.config import AgentConfig
 from persyn.core.errors import InputError
-from persyn.core.events import CompletionMarker, Event, EventKind
+from persyn.core.events import Attachment, CompletionMarker, Event, EventKind, Upload
 from persyn.core.ids import new_id
 from persyn.present.render import error_text
 from persyn.runtime.api import RuntimeAPI
@@ -40,7 +40,8 @@ from persyn.runtime.api import RuntimeAPI
 __all__ = ["ConsoleApp", "ConsoleUpdate", "Spend"]
 
 HELP = (
-    "Commands: /name NEW (change how the agent calls you), /help, /quit. "
+    "Commands: /name NEW (change how the agent calls you), /attach PATH (an image, audio or a "
+    "document, sent with your next message), /help, /quit. "
     "F1 chat · F2 directory · F3 channels · F4 mind · F5 usage · Ctrl-Q quits."
 )
 
@@ -121,6 +122,7 @@ class ConsoleApp(App[int]):
         self.ready = asyncio.Event()
         self.failed = False
         self._tokens: Spend | None = None
+        self._staged: list[Upload] = []  # `/attach`ed files, sent with the next message
 
     # layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -212,6 +214,15 @@ class ConsoleApp(App[int]):
             self.transcript.note(HELP)
             return
         try:
+            upload = attach_command(stripped)
+        except InputError as exc:
+            self.transcript.note(str(exc), "warning")
+            return
+        if upload is not None:
+            self._staged.append(upload)
+            self.transcript.note(f"{upload.filename} goes with your next message.")
+            return
+        try:
             new_name = name_command(stripped)
         except InputError:
             self.transcript.note("usage: /name NEW (1 to 64 characters)", "warning")
@@ -220,7 +231,8 @@ class ConsoleApp(App[int]):
             self.run_worker(self._rename(new_name), group="turns")
             return
         self.transcript.operator(self.display_name, line)
-        self.run_worker(self._turn(line), group="turns")
+        staged, self._staged = self._staged, []
+        self.run_worker(self._turn(line, staged), group="turns")
 
     async def action_quit(self) -> None:
         self.exit(1 if self.failed else 0)
@@ -235,7 +247,7 @@ class ConsoleApp(App[int]):
         self.transcript.note(f"{self.agent.name} will call you {name} from now on.")
         self._show_status()
 
-    async def _turn(self, line: str) -> CompletionMarker | None:
+    async def _turn(self, line: str, staged: list[Upload] | None = None) -> CompletionMarker | None:
         await self.ready.wait()
         runtime = self.runtime
         if runtime is None:
@@ -246,6 +258,15 @@ class ConsoleApp(App[int]):
         except InputError as exc:
             self.transcript.note(str(exc), "error")
             return None
+        attachments: tuple[Attachment, ...] = ()
+        if staged:
+            try:
+                attachments = await runtime.keep_attachments(
+                    self.agent.id, SERVICE, SERVICE, operator_speaker(self.login).speaker_id, staged
+                )
+            except InputError as exc:  # nothing of it kept: the message is not sent either
+                self.transcript.note(f"not sent: {exc}", "error")
+                return None
         now = runtime.clock.now()
         speaker = operator_speaker(self.login).named(self.display_name)
         event = Event(
@@ -257,6 +278,7 @@ class ConsoleApp(App[int]):
             speaker=speaker,
             text=text,
             received_at=now,
+            attachments=attachments,
         )
         try:
             await runtime.submit(event)

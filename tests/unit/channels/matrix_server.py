@@ -233,6 +233,27 @@ class MatrixPerson:
         sent = await self._call("PUT", f"/rooms/{quote(room)}/send/m.room.message/t{self._txn}", content)
         return str(sent["event_id"])
 
+    async def upload(self, data: bytes, content_type: str, filename: str) -> str:
+        """`data` put in the homeserver's media repository; its `mxc://` URI."""
+        done = await self._client.post(
+            f"{self.server.url}/_matrix/media/v3/upload",
+            params={"filename": filename},
+            content=data,
+            headers={"Content-Type": content_type},
+        )
+        assert done.status_code == 200, f"upload: {done.status_code} {done.text}"
+        return str(done.json()["content_uri"])
+
+    async def send_file(
+        self, room: str, msgtype: str, data: bytes, content_type: str, filename: str, caption: str = ""
+    ) -> str:
+        """A media message as clients send it: the file uploaded, its name and size in the
+        event, a caption (Matrix v1.10) as `body` with the name in `filename`."""
+        url = await self.upload(data, content_type, filename)
+        info = {"mimetype": content_type, "size": len(data)}
+        extra = {"filename": filename} if caption else {}
+        return await self.say(room, caption or filename, msgtype=msgtype, url=url, info=info, **extra)
+
     async def limit_messages(self, user: str, per_second: int, burst: int) -> None:
         """Synapse's admin API (this person must be an admin): `user`'s sends limited to
         `per_second` with bursts of `burst`, whatever the server's `rc_message` says."""

@@ -92,6 +92,7 @@ def _channel(pilot: Pilot) -> MatrixChannel:
         pilot.runtime,
         state_dir=settings.data_dir / "matrix",
         password=AGENT_PASSWORD,
+        senses=settings.senses,
     )
 
 

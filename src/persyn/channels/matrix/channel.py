@@ -42,6 +42,9 @@ What it does:
 - A delivery while the homeserver is unreachable raises, so the outbox keeps the row; the sync
   loop retries with a doubling backoff and, on every (re)connection, delivers the backlog
   (`RuntimeAPI.deliver_pending`).
+- `m.image`, `m.audio`, `m.file` are downloaded and kept, their caption the text; a refused
+  file (a `[senses]` limit, checked before and during the download), a video or an encrypted
+  file is named to the agent (`_media.py`).
 - End-to-end encryption is not supported: encrypted rooms' messages are not seen.
 """
 
@@ -66,6 +69,7 @@ from mautrix.client import ClientAPI
 from mautrix.errors import MatrixError, MatrixRequestError
 from mautrix.types import DeviceID, EventID, EventType, RoomCreatePreset, RoomID, UserID
 
+from persyn.channels.matrix._media import kept_media, media_of
 from persyn.channels.matrix._messages import (
     TEXT_TYPES,
     in_timeline_order,
@@ -76,9 +80,9 @@ from persyn.channels.matrix._messages import (
 from persyn.channels.matrix._state import AccountState
 from persyn.channels.matrix.config import MatrixConfig
 from persyn.channels.text import split_message
-from persyn.core.config import AgentConfig
+from persyn.core.config import AgentConfig, SensesConfig
 from persyn.core.errors import ChannelError, ConfigError, InputError
-from persyn.core.events import Event, Outbound, Speaker
+from persyn.core.events import Attachment, Event, Outbound, Speaker
 from persyn.core.ids import derived_id
 from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
@@ -469,7 +473,8 @@ class _Account:
         last: dict[str, str] = {}
         for room_id, matrix_id, event in events:
             try:
-                self._owner.api.validate_text(event.text)
+                if event.text.strip() or not event.attachments:  # a photo alone is its attachment
+                    self._owner.api.validate_text(event.text)
                 await self._owner.api.submit(event)
             except InputError as exc:
                 log.warning("matrix: dropped a message in %s: %s", room_id, exc)
@@ -488,14 +493,24 @@ class _Account:
         if sender == self.user_id or not isinstance(matrix_id, str) or not isinstance(body, str):
             return None
         relation = content.get("m.relates_to") or {}
-        if content.get("msgtype") not in TEXT_TYPES or relation.get("rel_type") == "m.replace":
-            return None  # notices, media, edits: nothing said to answer (an edit repeats a message)
+        media = media_of(content)
+        if (content.get("msgtype") not in TEXT_TYPES and media is None) or relation.get(
+            "rel_type"
+        ) == "m.replace":
+            return None  # notices, edits: nothing said to answer (an edit repeats a message)
         replied = str((relation.get("m.in_reply_to") or {}).get("event_id") or "")
+        body = media.caption if media is not None else body
         text = without_lone_surrogates(without_reply_fallback(body) if replied else body)  # a "\ud800"
         name = without_lone_surrogates(self._display.get((room_id, sender)) or sender[1:].partition(":")[0])
         if content.get("msgtype") == "m.emote":
             text = f"* {name} {text}"
-        if not text.strip():
+        attachments: tuple[Attachment, ...] = ()
+        if media is not None:
+            owner = self._owner
+            found = kept_media(self.client, owner.api, owner.senses, self.agent.id, room_id, sender, media)
+            attachments, refused = await found
+            text = f"{refused} {text}".strip()  # a refused file is named: the agent says so
+        if not text.strip() and not attachments:
             return None
         thread = str(relation.get("event_id") or "") if relation.get("rel_type") == "m.thread" else ""
         direct = await self._member_count(room_id) == 2
@@ -523,6 +538,7 @@ class _Account:
             text=text,
             received_at=min(said_at, now) if said_at.year > 2000 else now,
             addressed=bool(addressed),
+            attachments=attachments,
         )
         self.state.answered[event.id] = [room_id, matrix_id, thread, sender]
         return event
@@ -604,6 +620,7 @@ class MatrixChannel(Channel):
         state_dir: Path,
         access_token: str | None = None,
         password: str | None = None,
+        senses: SensesConfig | None = None,
     ) -> None:
         if not config.homeserver:
             raise ChannelError("[channels.matrix] homeserver is not set")
@@ -623,6 +640,7 @@ class MatrixChannel(Channel):
         self.state_dir = state_dir
         self.access_token = access_token
         self.password = password
+        self.senses = senses or SensesConfig()
         parsed = urlparse(config.homeserver)
         self.network = parsed.netloc.lower()
         self.accounts = {agent_id: _Account(self, agent) for agent_id, agent in served.items()}

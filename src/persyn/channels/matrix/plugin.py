@@ -52,6 +52,7 @@ def _matrix_channel(
         state_dir=settings.data_dir / "matrix",
         access_token=access_token,
         password=password,
+        senses=settings.senses,
     )
 
 

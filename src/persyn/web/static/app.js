@@ -4,7 +4,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { key: "", agent: "", operator: false, stream: null, turns: new Map() };
+const state = { key: "", agent: "", operator: false, stream: null, turns: new Map(), files: [] };
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -25,8 +25,11 @@ async function api(path, options = {}) {
     signal: options.signal,
   });
   if (options.raw) return response;
-  const data = await response.json();
-  if (!response.ok) throw new Error((data.error && data.error.message) || response.statusText);
+  // A refusal before the app (a body over the cap, a proxy) may not be JSON: its text is shown.
+  const raw = await response.text();
+  let data = {};
+  try { data = raw ? JSON.parse(raw) : {}; } catch (error) { data = { error: { message: raw.slice(0, 300) } }; }
+  if (!response.ok) throw new Error((data.error && data.error.message) || (data.detail && String(data.detail)) || response.status + " " + response.statusText);
   return data;
 }
 
@@ -183,17 +186,93 @@ async function openStream() {
   document.body.dataset.live = "no";
 }
 
+// Files to send (the attach button, a paste, a drop): chips with a remove button until sent,
+// then the native API's `attachments` (base64 `file_data`, `filename`, `media_type`).
+function addFiles(files) {
+  for (const file of files) {
+    if (file.name) { state.files.push(file); continue; }
+    // A pasted screenshot has no name: it gets one the person (and the agent) can refer to.
+    state.pasted = (state.pasted || 0) + 1;
+    const ext = (file.type.split("/")[1] || "bin").replace(/[^a-z0-9]/gi, "");
+    state.files.push(new File([file], "pasted-" + state.pasted + "." + ext, { type: file.type }));
+  }
+  showChips();
+}
+
+function showChips() {
+  const box = $("chips");
+  box.replaceChildren();
+  state.files.forEach((file, index) => {
+    const chip = el("span", "chip");
+    if (file.type.startsWith("image/")) {
+      const preview = el("img");
+      preview.alt = "";
+      preview.src = URL.createObjectURL(file);
+      preview.onload = () => URL.revokeObjectURL(preview.src);
+      chip.appendChild(preview);
+    }
+    chip.appendChild(el("span", "name", file.name || file.type || "file"));
+    chip.appendChild(el("span", "tag", Math.max(1, Math.round(file.size / 1024)) + " KB"));
+    const remove = el("button", "remove", "×");
+    remove.type = "button";
+    remove.setAttribute("aria-label", "Remove " + (file.name || "file"));
+    remove.addEventListener("click", () => { state.files.splice(index, 1); showChips(); });
+    chip.appendChild(remove);
+    box.appendChild(chip);
+  });
+}
+
+function fileData(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(String(reader.result).replace(/^data:[^,]*,/, ""));
+    reader.onerror = () => reject(reader.error || new Error("could not read " + file.name));
+    reader.readAsDataURL(file);
+  });
+}
+
 async function send(event) {
   event.preventDefault();
   const text = $("text").value;
-  if (!text.trim() || !state.agent) return;
+  const files = state.files.slice();
+  if ((!text.trim() && !files.length) || !state.agent) return;
   $("text").value = "";
-  message("user", "you", text);
+  state.files = [];
+  showChips();
+  $("attach").value = "";
+  const names = files.map((file) => file.name);
+  message("user", "you", text, names.length ? "[" + names.join(", ") + "]" : undefined);
   try {
-    await api("/v1/agents/" + encodeURIComponent(state.agent) + "/events", { method: "POST", body: { text } });
+    const attachments = [];
+    for (let i = 0; i < files.length; i++) {
+      attachments.push({ file_data: await fileData(files[i]), filename: names[i], media_type: files[i].type || null });
+    }
+    const body = attachments.length ? { text, attachments } : { text };
+    await api("/v1/agents/" + encodeURIComponent(state.agent) + "/events", { method: "POST", body });
   } catch (error) {
     notice(error.message, "error");
   }
+}
+
+function takeDroppedFiles() {
+  const view = $("view-chat");
+  view.addEventListener("dragover", (e) => {
+    if (e.dataTransfer && Array.from(e.dataTransfer.types).includes("Files")) { e.preventDefault(); view.classList.add("dropping"); }
+  });
+  view.addEventListener("dragleave", () => view.classList.remove("dropping"));
+  view.addEventListener("drop", (e) => {
+    view.classList.remove("dropping");
+    if (!e.dataTransfer || !e.dataTransfer.files.length) return;
+    e.preventDefault();
+    addFiles(e.dataTransfer.files);
+  });
+  $("text").addEventListener("paste", (e) => {
+    const files = Array.from((e.clipboardData && e.clipboardData.files) || []);
+    if (!files.length) return;  // text is pasted as text
+    e.preventDefault();
+    addFiles(files);
+  });
+  $("attach").addEventListener("change", () => addFiles($("attach").files));
 }
 
 // directory ------------------------------------------------------------------------------
@@ -393,6 +472,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("connect").addEventListener("click", connect);
   $("agent").addEventListener("change", () => { state.agent = $("agent").value; openStream(); });
   $("send").addEventListener("submit", send);
+  takeDroppedFiles();
   $("merge").addEventListener("click", mergePicked);
   for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => showView(tab.dataset.view));
   if ($("key").value) connect();

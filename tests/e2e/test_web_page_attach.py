@@ -1,0 +1,156 @@
+"""The chat page sends files (issue 35) in a real browser (Debian's headless Chromium driven by
+Playwright, as in test_web_page.py) against `persyn run` whose model is the `test:vision`
+double, which captions an image from its pixels: a PNG chosen with the attach button, one
+pasted into the message box and one dropped on the chat are each seen (their chips shown and
+removable before sending), and a file the server refuses (over a `[senses]` limit, or the web
+body cap) shows the server's reason."""
+
+from __future__ import annotations
+
+import base64
+import io
+import shutil
+import struct
+import zlib
+from collections.abc import Iterator
+
+import pytest
+from PIL import Image, ImageDraw
+from test_web_page import CHROMIUM, FLAGS, WAIT_MS
+from web_daemon import WebDaemon, start
+
+import needs
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+RED_SQUARE = "a 160×100 picture of a red square on a white background"
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
+    daemon = start(
+        tmp_path_factory.mktemp("page-attach"),
+        keys={"alice": False},
+        PERSYN_MODELS__DEFAULT="test:vision",
+        PERSYN_DELIBERATION__ENABLED="false",
+        PERSYN_WEB__MAX_BODY_BYTES=str(4 * 1_048_576),
+    )
+    yield daemon
+    daemon.stop()
+
+
+def _square_png() -> bytes:
+    image = Image.new("RGB", (160, 100), "white")
+    ImageDraw.Draw(image).rectangle((40, 20, 110, 80), fill=(220, 30, 30))
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+def _blue_png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (48, 32), (30, 60, 220)).save(out, "PNG")
+    return out.getvalue()
+
+
+def _bomb_png() -> bytes:
+    """A PNG whose header declares 90,000×90,000 pixels (a decompression bomb): refused unread."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 90_000, 90_000, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0"))
+        + chunk(b"IEND", b"")
+    )
+
+
+# A browser event carrying a file, as a paste or a drop makes it (Playwright has no clipboard
+# or drag of files from outside the page).
+_DISPATCH = """([selector, kind, data, type]) => {
+  const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+  const transfer = new DataTransfer();
+  transfer.items.add(new File([bytes], "", { type }));
+  const init = { bubbles: true, cancelable: true };
+  const event = kind === "paste"
+    ? new ClipboardEvent("paste", { ...init, clipboardData: transfer })
+    : new DragEvent(kind, { ...init, dataTransfer: transfer });
+  document.querySelector(selector).dispatchEvent(event);
+}"""
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
+def test_attached_pasted_and_dropped_images_are_seen_and_a_refusal_is_shown(web: WebDaemon) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(WAIT_MS)
+            page.goto(web.url)
+            page.fill("#key", web.keys["alice"])
+            page.click("#connect")
+            expect(page.locator("#status")).to_contain_text("connected to Ada")
+            replies = page.locator(".msg.agent:not(.history) .body")
+            chips = page.locator("#chips .chip")
+
+            # The attach button: two files chosen, one removed from its chip, then sent.
+            page.set_input_files(
+                "#attach",
+                files=[
+                    {"name": "square.png", "mimeType": "image/png", "buffer": _square_png()},
+                    {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"not this one"},
+                ],
+            )
+            expect(chips).to_have_count(2)
+            expect(chips.nth(0)).to_contain_text("square.png")
+            expect(chips.nth(0).locator("img")).to_have_count(1)  # an image's preview
+            page.get_by_label("Remove notes.txt").click()
+            expect(chips).to_have_count(1)
+            page.fill("#text", "is this mine?")
+            page.press("#text", "Enter")
+            expect(replies.last).to_have_text(f"You said: [photo: {RED_SQUARE}] is this mine?")
+            expect(chips).to_have_count(0)
+            expect(page.locator(".msg.user .tag").last).to_have_text("[square.png]")
+
+            # A pasted image, sent alone.
+            blue = base64.b64encode(_blue_png()).decode()
+            page.evaluate(_DISPATCH, ["#text", "paste", blue, "image/png"])
+            expect(chips).to_have_count(1)
+            expect(chips.nth(0)).to_contain_text("pasted-1.png")
+            page.click("#send button[type=submit]")
+            expect(replies).to_have_count(2)
+            expect(replies.last).to_have_text("You said: [photo: a 48×32 picture, all blue]")
+
+            # A dropped image on the chat.
+            square = base64.b64encode(_square_png()).decode()
+            page.evaluate(_DISPATCH, ["#view-chat", "drop", square, "image/png"])
+            expect(chips).to_have_count(1)
+            page.fill("#text", "and this one?")
+            page.press("#text", "Enter")
+            expect(replies).to_have_count(3)
+            expect(replies.last).to_have_text(f"You said: [photo: {RED_SQUARE}] and this one?")
+
+            # Refused by the server: its reason is shown, naming the limit.
+            page.set_input_files(
+                "#attach", files=[{"name": "bomb.png", "mimeType": "image/png", "buffer": _bomb_png()}]
+            )
+            page.press("#text", "Enter")
+            error = page.locator(".notice.error").last
+            expect(error).to_contain_text("pixels")
+            expect(error).to_contain_text("image_max_pixels")
+
+            # Over the web body cap (4 MB here; base64 makes 3.5 MB more than that): the cap named.
+            page.set_input_files(
+                "#attach", files=[{"name": "big.txt", "mimeType": "text/plain", "buffer": b"a" * 3_500_000}]
+            )
+            page.press("#text", "Enter")
+            expect(page.locator(".notice.error")).to_have_count(2)
+            expect(page.locator(".notice.error").last).to_contain_text("[web] max_body_bytes")
+            expect(replies).to_have_count(3)  # neither refusal was answered
+        finally:
+            browser.close()
