@@ -3,7 +3,7 @@ Playwright, as in test_web_page.py) against `persyn run` whose model is the `tes
 double, which captions an image from its pixels: a PNG chosen with the attach button, one
 pasted into the message box and one dropped on the chat are each seen (their chips shown and
 removable before sending), and a file the server refuses (over a `[senses]` limit, or the web
-body cap) shows the server's reason."""
+upload cap) shows the server's reason."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
         keys={"alice": False},
         PERSYN_MODELS__DEFAULT="test:vision",
         PERSYN_DELIBERATION__ENABLED="false",
-        PERSYN_WEB__MAX_BODY_BYTES=str(4 * 1_048_576),
+        PERSYN_WEB__MAX_UPLOAD_BYTES=str(4 * 1_048_576),
     )
     yield daemon
     daemon.stop()
@@ -144,13 +144,13 @@ def test_attached_pasted_and_dropped_images_are_seen_and_a_refusal_is_shown(web:
             expect(error).to_contain_text("pixels")
             expect(error).to_contain_text("image_max_pixels")
 
-            # Over the web body cap (4 MB here; base64 makes 3.5 MB more than that): the cap named.
+            # Over the web upload cap (4 MB here; base64 makes 3.5 MB more than that): the cap named.
             page.set_input_files(
                 "#attach", files=[{"name": "big.txt", "mimeType": "text/plain", "buffer": b"a" * 3_500_000}]
             )
             page.press("#text", "Enter")
             expect(page.locator(".notice.error")).to_have_count(2)
-            expect(page.locator(".notice.error").last).to_contain_text("[web] max_body_bytes")
+            expect(page.locator(".notice.error").last).to_contain_text("[web] max_upload_bytes")
             expect(replies).to_have_count(3)  # neither refusal was answered
         finally:
             browser.close()
