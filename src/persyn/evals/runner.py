@@ -116,6 +116,8 @@ class _Week:
     day_started: float = 0.0
     happenings: list[Happening] = field(default_factory=list[Happening])
     snapshots: list[IdentitySnapshot] = field(default_factory=list[IdentitySnapshot])
+    # Behaviour mode: the model every task runs on (the scenario's scripted rules unused).
+    model: str | None = None
 
     def __post_init__(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -123,12 +125,15 @@ class _Week:
         script = self.work / "rules.json"
         script.write_text(self.scenario.rules_json(), encoding="utf-8")
         self.env = self.scenario.environment(script)
+        if self.model is not None:
+            self.env["PERSYN_MODELS__DEFAULT"] = self.model
 
     # processes -------------------------------------------------------------------------
     def environ(self) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("PERSYN_")}
-        for secret in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
-            base.pop(secret, None)  # mechanics mode never reaches a hosted model
+        if self.model is None:
+            for secret in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+                base.pop(secret, None)  # mechanics mode never reaches a hosted model
         return {**base, "PERSYN_HOME": str(self.home), **self.env, **self.overrides}
 
     def now(self) -> datetime:
@@ -214,11 +219,16 @@ class _Week:
 
 
 async def run_week(
-    scenario: Scenario, work: Path, progress: Callable[[str], None] = lambda _: None
+    scenario: Scenario,
+    work: Path,
+    progress: Callable[[str], None] = lambda _: None,
+    *,
+    model: str | None = None,
 ) -> RunLog:
-    """Drive `scenario` in a scratch deployment under `work` and return what happened."""
+    """Drive `scenario` in a scratch deployment under `work` and return what happened;
+    with `model` (behaviour mode) every task runs on it instead of the scripted double."""
     began = time.monotonic()
-    week = await asyncio.to_thread(_Week, scenario, work)
+    week = await asyncio.to_thread(_Week, scenario, work, model=model)
     for name in (scenario.agent, *scenario.others):
         await asyncio.to_thread(week.must, "init", "--name", name)
     settings = load_settings(week.home, environ=week.environ())
