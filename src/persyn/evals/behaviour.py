@@ -29,6 +29,7 @@ from persyn.evals.scenario import Scenario
 from persyn.gateway.auto import resolve_auto
 from persyn.gateway.base import Prompt, UserTurn
 from persyn.gateway.gateway import ModelGateway
+from persyn.runtime.local_models import LocalModels
 from persyn.usage import context
 from persyn.usage.jsonl import JsonlAdapter
 from persyn.usage.meter import Meter
@@ -175,13 +176,17 @@ async def judge_week(verdicts: Sequence[Verdict], log: RunLog, agent: str, judge
     """Judge a finished week with `judge`, through a gateway of the week's scratch deployment:
     its calls are metered in that deployment's usage log, on the eval's own channel."""
     environ = {**log.environment, "PERSYN_MODELS__DEFAULT": judge}
-    settings, _ = resolve_auto(load_settings(Path(log.home), environ=environ))
+    settings, auto = resolve_auto(load_settings(Path(log.home), environ=environ))
+    judge_agent = settings.agent(agent)
+    local = LocalModels(settings, auto)  # a `local:` judge: its llama.cpp server, this process's
+    await local.start([judge_agent])
     meter = Meter([JsonlAdapter(settings.usage_log_path)])
-    gateway = ModelGateway(settings, settings.agent(agent), meter)
+    gateway = ModelGateway(settings, judge_agent, meter, local_factory=local.model)
     try:
         return await judge_verdicts(verdicts, gateway, agent_id=log.agent_id)
     finally:
         await gateway.aclose()
+        await local.stop()
         meter.close()
 
 

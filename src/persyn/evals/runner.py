@@ -88,6 +88,9 @@ class RunLog(_Frozen):
     snapshots: tuple[IdentitySnapshot, ...]
     wall_seconds: float
     environment: dict[str, str]  # the PERSYN_ settings the last daemon ran with (no secrets)
+    mode: str = "mechanics"  # behaviour: every task ran on `model`
+    model: str | None = None
+    copy_of: str | None = None  # the live deployment's home the agent was copied from
 
     def probe(self, name: str) -> Happening | None:
         return next((h for h in self.happenings if h.probe == name), None)
@@ -224,13 +227,20 @@ async def run_week(
     progress: Callable[[str], None] = lambda _: None,
     *,
     model: str | None = None,
+    copy_of: Path | None = None,
 ) -> RunLog:
     """Drive `scenario` in a scratch deployment under `work` and return what happened;
-    with `model` (behaviour mode) every task runs on it instead of the scripted double."""
+    with `model` (behaviour mode) every task runs on it instead of the scripted double;
+    with `copy_of` (a live deployment's home) the agent is a copy of that deployment's
+    agent named `scenario.agent`, its store copied whole (`persyn store copy`)."""
     began = time.monotonic()
     week = await asyncio.to_thread(_Week, scenario, work, model=model)
+    known: set[str] = set()
+    if copy_of is not None:
+        known = await asyncio.to_thread(_copy_deployment, week, copy_of)
     for name in (scenario.agent, *scenario.others):
-        await asyncio.to_thread(week.must, "init", "--name", name)
+        if name.casefold() not in known:
+            await asyncio.to_thread(week.must, "init", "--name", name)
     settings = load_settings(week.home, environ=week.environ())
     agent_id = settings.agent(scenario.agent).id
     today = datetime.now(UTC).replace(hour=scenario.start_hour, minute=0, second=0, microsecond=0)
@@ -266,9 +276,31 @@ async def run_week(
         snapshots=tuple(week.snapshots),
         wall_seconds=round(time.monotonic() - began, 1),
         environment={k: v for k, v in week.environ().items() if k.startswith("PERSYN_")},
+        mode="mechanics" if model is None else "behaviour",
+        model=model,
+        copy_of=None if copy_of is None else str(copy_of),
     )
     await asyncio.to_thread(log.save, run_log_path(work))
     return log
+
+
+def _copy_deployment(week: _Week, live_home: Path) -> set[str]:
+    """Make the scratch home a copy of the deployment at `live_home`: its configuration file
+    and every row of its store (read, never written: `persyn store copy` takes one snapshot).
+    The copy's store is always the scratch SQLite file, whatever backend the live one uses.
+    Returns the (casefolded) names of the agents the copy already has."""
+    live = load_settings(live_home, environ={})
+    if week.scenario.agent.casefold() not in {a.name.casefold() for a in live.agents}:
+        names = ", ".join(a.name for a in live.agents) or "none"
+        raise EvalRunError(f"no agent named {week.scenario.agent!r} at {str(live_home)!r} (agents: {names})")
+    (week.home / "data").mkdir(parents=True, exist_ok=True)
+    config = live_home / "persyn.toml"
+    if config.is_file():
+        (week.home / "persyn.toml").write_bytes(config.read_bytes())
+    scratch_url = f"sqlite:///{week.home / 'data' / 'persyn.db'}"
+    week.env["PERSYN_STORAGE_URL"] = scratch_url
+    week.must("store", "copy", "--from", live.database_url, "--to", scratch_url, timeout=600)
+    return {a.name.casefold() for a in live.agents}
 
 
 async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) -> None:
