@@ -253,6 +253,8 @@ async def run_week(
             for port in (JobsPort, MemoryPort, DirectoryPort, ActivityPort, DialogHistoryPort)
         ):
             raise EvalRunError("the eval needs a store with consolidation jobs, memory and a directory")
+        if copy_of is not None:
+            start = await _after_the_copy(store, agent_id, start, scenario.start_hour)
         for number, day in enumerate(scenario.days, start=1):
             week.begin_day(start + timedelta(days=number - 1))
             progress(f"day {number}: {week.now():%Y-%m-%d %H:%M} UTC")
@@ -282,6 +284,18 @@ async def run_week(
     )
     await asyncio.to_thread(log.save, run_log_path(work))
     return log
+
+
+async def _after_the_copy(store: Store, agent_id: str, start: datetime, hour: int) -> datetime:
+    """A copied agent's week starts no earlier than the day after its last conversation began
+    (a deployment that itself lived on a moved clock may be ahead of today)."""
+    assert isinstance(store, DialogHistoryPort)
+    conversations = await store.list_conversations(agent_id, limit=10_000)
+    if not conversations:
+        return start
+    last = max(c.started_at for c in conversations)
+    after = last.replace(hour=hour, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    return max(start, after)
 
 
 def _copy_deployment(week: _Week, live_home: Path) -> set[str]:

@@ -48,7 +48,8 @@ def continuity(
         typer.Option(
             "--agent",
             "-a",
-            help="Not built yet: evaluate a copy of this agent, never the live one. Default: a fresh agent.",
+            help="Evaluate a copy of this deployment's agent (its configuration and its store copied "
+            "into the scratch home; the live one is only read). Default: a fresh agent.",
             show_default=False,
         ),
     ] = None,
@@ -113,10 +114,6 @@ def continuity(
     from persyn.evals.scenario import load_scenario
 
     chosen = _mode(mode)
-    if agent is not None:
-        raise _usage_error(
-            "not built yet: --agent (evaluating a copy of an agent); leave it out for a fresh one"
-        )
     if chosen == "mechanics" and (budget_tokens is not None or judge is not None or model is not None):
         raise _usage_error("--budget-tokens, --judge and --model apply to --mode behaviour only")
     try:
@@ -127,6 +124,15 @@ def continuity(
         if days > len(week.days):
             raise _usage_error(f"--days {days} is more than the scenario's {len(week.days)} days")
         week = week.model_copy(update={"days": week.days[:days]})
+    live_home: Path | None = None
+    if agent is not None:
+        live_home = _live_home(agent)
+        week = week.model_copy(
+            update={
+                "agent": agent,
+                "others": tuple(o for o in week.others if o.casefold() != agent.casefold()),
+            }
+        )
     console = Console(stderr=as_json)
     behaviour: tuple[str, str] | None = None
     if chosen == "behaviour":
@@ -145,6 +151,7 @@ def continuity(
                 work,
                 lambda line: console.print(f"[dim]{line}[/dim]"),
                 model=None if behaviour is None else behaviour[0],
+                copy_of=live_home,
             )
         )
     except EvalRunError as exc:
@@ -164,6 +171,19 @@ def continuity(
         render_table(verdicts, log, console)
     if not all(v.passed for v in verdicts):
         raise typer.Exit(1)
+
+
+def _live_home(agent: str) -> Path:
+    """The operator's deployment home, checked to have `agent` (a usage error if not)."""
+    from persyn.core.config import load_settings
+    from persyn.core.errors import ConfigError
+
+    try:
+        settings = load_settings()
+        settings.agent(agent)
+    except ConfigError as exc:
+        raise _usage_error(f"--agent {agent!r}: {exc}") from exc
+    return settings.home
 
 
 def _behaviour_models(model: str | None, judge: str | None) -> tuple[str, str]:
