@@ -77,6 +77,19 @@ async def test_a_verdict_quoting_the_evidence_decides_either_way(tmp_path: Path)
     assert f'quoting "{quote}"' in passed.evidence[-1]
 
 
+async def test_a_structural_failure_stands_without_a_call_and_a_wording_one_is_judged(tmp_path: Path) -> None:
+    no_lookup = Verdict(4, "hedges", False, "the lookup found no line of the earlier dialog", ("asked x",))
+    wording = Verdict(
+        5, "pushes back", False, "the revised reply does not contradict the premise", PUSHBACK.evidence
+    )
+    quote = "the Moon is not bigger than the Earth"
+    [kept, judged] = await _judged(tmp_path, {"passed": True, "quote": quote}, [no_lookup, wording])
+    assert kept == no_lookup
+    assert judged.passed and judged.summary == "judge: pass"
+    records = [r for r in read_records(tmp_path / "usage.jsonl") if r is not None]
+    assert [r.stage for r in records] == ["eval:judge:5"]
+
+
 def test_a_quote_must_be_in_the_evidence_and_more_than_a_word() -> None:
     lines = ['the reply: "I think it was Crumb and Co."']
     assert quote_found("i think it was  CRUMB and co", lines)
