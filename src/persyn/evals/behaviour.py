@@ -46,12 +46,13 @@ __all__ = [
     "quote_found",
 ]
 
-# Per-turn figures the estimate multiplies (tokens, input + output). One inbound turn with
-# inline deliberation is a respond call (~4k of prompt: persona, memories, tools), two critic
+# Per-turn figures the estimate multiplies (tokens, input + output): a budget's upper bound
+# for a hosted model, composed rather than measured. One inbound turn with inline
+# deliberation is a respond call (~4k of prompt: persona, memories, tools), two critic
 # lenses, a refine and a decide (~2k each), and its share of the day's consolidation
-# (summarise + rate, ~1.5k each): ~14k, 1.2k of it output. Read off the mechanics week's
-# ledger (`persyn usage --by stage` in its scratch home), rounded up; a real model's longer
-# replies move the output share, not the order of magnitude.
+# (summarise + rate, ~1.5k each): ~14k, 1.2k of it output. Measured far lower on the bundled
+# `local:` model, whose deliberation is off and prompt short: ~130 tokens a call, day 1 of
+# the week (2 turns) metered 341 tokens in 3 calls.
 TOKENS_PER_TURN = 14_000
 OUTPUT_PER_TURN = 1_200
 # One judge call: the rubric and the evidence of one criterion (~1.5k), a short verdict.
