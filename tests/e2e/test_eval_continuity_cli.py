@@ -93,9 +93,13 @@ def test_the_week_is_recorded_in_its_own_deployment_and_reported_as_one_page(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--mode", "behaviour"), "not built yet: --mode behaviour"),
+        (
+            ("--mode", "behaviour", "--model", "test:echo", "--budget-tokens", "10"),
+            "more than --budget-tokens 10; nothing was run",
+        ),
         (("--mode", "poetry"), "--mode 'poetry' is not one of"),
-        (("--agent", "Ada"), "not built yet: --agent"),
+        (("--agent", "Ada"), "--agent 'Ada': no agents are configured"),
+        (("--model", "test:echo"), "apply to --mode behaviour only"),
         (("--days", "9"), "--days 9 is more than the scenario's 7 days"),
         (("--judge", "test:echo"), "apply to --mode behaviour only"),
     ],

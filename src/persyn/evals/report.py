@@ -17,7 +17,7 @@ __all__ = ["render_html", "render_json", "render_table"]
 
 
 def render_table(verdicts: Sequence[Verdict], log: RunLog, console: Console) -> None:
-    table = Table(title=f"Continuity ({log.scenario}, mechanics mode): SPEC §9", show_lines=False)
+    table = Table(title=f"Continuity ({log.scenario}, {log.mode} mode): SPEC §9", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("criterion")
     table.add_column("result")
@@ -37,7 +37,7 @@ def render_json(verdicts: Sequence[Verdict], log: RunLog) -> str:
     return json.dumps(
         {
             "scenario": log.scenario,
-            "mode": "mechanics",
+            "mode": log.mode,
             "home": log.home,
             "agent_id": log.agent_id,
             "wall_seconds": log.wall_seconds,

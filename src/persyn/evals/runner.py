@@ -88,6 +88,9 @@ class RunLog(_Frozen):
     snapshots: tuple[IdentitySnapshot, ...]
     wall_seconds: float
     environment: dict[str, str]  # the PERSYN_ settings the last daemon ran with (no secrets)
+    mode: str = "mechanics"  # behaviour: every task ran on `model`
+    model: str | None = None
+    copy_of: str | None = None  # the live deployment's home the agent was copied from
 
     def probe(self, name: str) -> Happening | None:
         return next((h for h in self.happenings if h.probe == name), None)
@@ -116,6 +119,8 @@ class _Week:
     day_started: float = 0.0
     happenings: list[Happening] = field(default_factory=list[Happening])
     snapshots: list[IdentitySnapshot] = field(default_factory=list[IdentitySnapshot])
+    # Behaviour mode: the model every task runs on (the scenario's scripted rules unused).
+    model: str | None = None
 
     def __post_init__(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -123,12 +128,15 @@ class _Week:
         script = self.work / "rules.json"
         script.write_text(self.scenario.rules_json(), encoding="utf-8")
         self.env = self.scenario.environment(script)
+        if self.model is not None:
+            self.env["PERSYN_MODELS__DEFAULT"] = self.model
 
     # processes -------------------------------------------------------------------------
     def environ(self) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("PERSYN_")}
-        for secret in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
-            base.pop(secret, None)  # mechanics mode never reaches a hosted model
+        if self.model is None:
+            for secret in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+                base.pop(secret, None)  # mechanics mode never reaches a hosted model
         return {**base, "PERSYN_HOME": str(self.home), **self.env, **self.overrides}
 
     def now(self) -> datetime:
@@ -214,13 +222,25 @@ class _Week:
 
 
 async def run_week(
-    scenario: Scenario, work: Path, progress: Callable[[str], None] = lambda _: None
+    scenario: Scenario,
+    work: Path,
+    progress: Callable[[str], None] = lambda _: None,
+    *,
+    model: str | None = None,
+    copy_of: Path | None = None,
 ) -> RunLog:
-    """Drive `scenario` in a scratch deployment under `work` and return what happened."""
+    """Drive `scenario` in a scratch deployment under `work` and return what happened;
+    with `model` (behaviour mode) every task runs on it instead of the scripted double;
+    with `copy_of` (a live deployment's home) the agent is a copy of that deployment's
+    agent named `scenario.agent`, its store copied whole (`persyn store copy`)."""
     began = time.monotonic()
-    week = await asyncio.to_thread(_Week, scenario, work)
+    week = await asyncio.to_thread(_Week, scenario, work, model=model)
+    known: set[str] = set()
+    if copy_of is not None:
+        known = await asyncio.to_thread(_copy_deployment, week, copy_of)
     for name in (scenario.agent, *scenario.others):
-        await asyncio.to_thread(week.must, "init", "--name", name)
+        if name.casefold() not in known:
+            await asyncio.to_thread(week.must, "init", "--name", name)
     settings = load_settings(week.home, environ=week.environ())
     agent_id = settings.agent(scenario.agent).id
     today = datetime.now(UTC).replace(hour=scenario.start_hour, minute=0, second=0, microsecond=0)
@@ -233,6 +253,8 @@ async def run_week(
             for port in (JobsPort, MemoryPort, DirectoryPort, ActivityPort, DialogHistoryPort)
         ):
             raise EvalRunError("the eval needs a store with consolidation jobs, memory and a directory")
+        if copy_of is not None:
+            start = await _after_the_copy(store, agent_id, start, scenario.start_hour)
         for number, day in enumerate(scenario.days, start=1):
             week.begin_day(start + timedelta(days=number - 1))
             progress(f"day {number}: {week.now():%Y-%m-%d %H:%M} UTC")
@@ -256,9 +278,43 @@ async def run_week(
         snapshots=tuple(week.snapshots),
         wall_seconds=round(time.monotonic() - began, 1),
         environment={k: v for k, v in week.environ().items() if k.startswith("PERSYN_")},
+        mode="mechanics" if model is None else "behaviour",
+        model=model,
+        copy_of=None if copy_of is None else str(copy_of),
     )
     await asyncio.to_thread(log.save, run_log_path(work))
     return log
+
+
+async def _after_the_copy(store: Store, agent_id: str, start: datetime, hour: int) -> datetime:
+    """A copied agent's week starts no earlier than the day after its last conversation began
+    (a deployment that itself lived on a moved clock may be ahead of today)."""
+    assert isinstance(store, DialogHistoryPort)
+    conversations = await store.list_conversations(agent_id, limit=10_000)
+    if not conversations:
+        return start
+    last = max(c.started_at for c in conversations)
+    after = last.replace(hour=hour, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    return max(start, after)
+
+
+def _copy_deployment(week: _Week, live_home: Path) -> set[str]:
+    """Make the scratch home a copy of the deployment at `live_home`: its configuration file
+    and every row of its store (read, never written: `persyn store copy` takes one snapshot).
+    The copy's store is always the scratch SQLite file, whatever backend the live one uses.
+    Returns the (casefolded) names of the agents the copy already has."""
+    live = load_settings(live_home, environ={})
+    if week.scenario.agent.casefold() not in {a.name.casefold() for a in live.agents}:
+        names = ", ".join(a.name for a in live.agents) or "none"
+        raise EvalRunError(f"no agent named {week.scenario.agent!r} at {str(live_home)!r} (agents: {names})")
+    (week.home / "data").mkdir(parents=True, exist_ok=True)
+    config = live_home / "persyn.toml"
+    if config.is_file():
+        (week.home / "persyn.toml").write_bytes(config.read_bytes())
+    scratch_url = f"sqlite:///{week.home / 'data' / 'persyn.db'}"
+    week.env["PERSYN_STORAGE_URL"] = scratch_url
+    week.must("store", "copy", "--from", live.database_url, "--to", scratch_url, timeout=600)
+    return {a.name.casefold() for a in live.agents}
 
 
 async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) -> None:
