@@ -307,6 +307,27 @@ async def test_nick_collision_and_kick(tmp_path: Path, ircd: IrcServer) -> None:
         await squatter.close()
 
 
+async def test_a_taken_nick_is_taken_back_when_its_holder_leaves(tmp_path: Path, ircd: IrcServer) -> None:
+    """Registered as Ada_ because Ada was taken (as by its own connection's ghost after a
+    network blip): when the holder quits, the agent renames itself back and answers as Ada."""
+    holder = await IrcPeer("Ada").connect(ircd.port)
+    await holder.join("#lab")
+    sam = await IrcPeer("sam4").connect(ircd.port)
+    await sam.join("#lab")
+    try:
+        async with on_irc(tmp_path / "home", ircd.port) as (pilot, irc):
+            assert await _ready(irc, sam, "#lab") == "Ada_"
+            await holder.send("QUIT :bye")
+            renamed = await sam.wait_for(lambda h: h.command == "NICK" and h.nick == "Ada_", "Ada_ renamed")
+            assert (renamed.target or renamed.text) == "Ada"
+            await sam.say("#lab", "Ada, what did I say?")
+            await sam.wait_for(lambda h: h.nick == "Ada" and h.command == "PRIVMSG", "an answer from Ada")
+            await pilot.settle()
+    finally:
+        await holder.close()
+        await sam.close()
+
+
 async def test_server_restart_loses_and_doubles_nothing(tmp_path: Path, ircd: IrcServer) -> None:
     """The server dies mid-conversation. What the agent says meanwhile waits in the outbox;
     it reconnects with backoff, rejoins, and delivers it exactly once; the conversation goes on."""

@@ -51,6 +51,10 @@ _ORDER_STEP = timedelta(milliseconds=1)
 
 SERVICE = "irc"
 _KICK_REJOIN_SECONDS = 5.0
+# Registered under a stand-in nick (the wanted one was taken, often by our own connection's
+# ghost after a network blip): ask for the wanted one again this often, and at once when its
+# holder is seen leaving or renaming.
+_REGAIN_NICK_SECONDS = 60.0
 _LINE_BYTES = 510  # RFC 1459 §2.3: 512 bytes a line, CRLF included
 _HOST_BYTES = 63  # the longest host name label a server may show in a prefix
 _MIN_TEXT_BYTES = 32  # a target so long that less fits is the server's to refuse
@@ -109,6 +113,10 @@ def _plain(text: str) -> str:
     if text.startswith("\x01ACTION ") and text.endswith("\x01"):
         text = f"* {text[8:-1]}"
     return _FORMATTING.sub("", text).replace("\x01", "")
+
+
+def _same_nick(a: str, b: str) -> bool:
+    return a.casefold() == b.casefold()
 
 
 def _names(text: str, nick: str) -> bool:
@@ -200,12 +208,17 @@ class _Connection:
             self.connections += 1
             self.ready.set()
             self._owner.connected(self)
+            if self.nick != self.wanted_nick:
+                self._owner.later(_REGAIN_NICK_SECONDS, self._regain_nick(self.connections))
         elif command in ("432", "433", "436", "437") and not self.ready.is_set():
             # A taken (or refused) nick while registering: try the next one.
             self.nick = (self.nick + "_")[:30] if command != "432" else f"persyn{len(self.nick)}"
             await self._send_raw(f"NICK {self.nick}")
         elif command == "NICK" and message.nick == self.nick and params:
             self.nick = params[-1]
+        elif command in ("QUIT", "NICK") and _same_nick(message.nick, self.wanted_nick):
+            if self.ready.is_set() and self.nick != self.wanted_nick:  # its holder let it go
+                await self._send_raw(f"NICK {self.wanted_nick}")
         elif command == "JOIN" and message.nick == self.nick and params:
             self.joined.add(params[0].lower())
             if "!" in message.prefix:
@@ -220,6 +233,13 @@ class _Connection:
             if text.startswith("\x01") and not text.startswith("\x01ACTION "):
                 return  # a CTCP request (VERSION, PING...) is the client's business, not said to anyone
             await self._owner.received(self, message.nick, params[0], _plain(text))
+
+    async def _regain_nick(self, session: int) -> None:
+        """Ask for the wanted nick again while this registration still goes by another one."""
+        if not self.ready.is_set() or self.connections != session or self.nick == self.wanted_nick:
+            return
+        await self._send_raw(f"NICK {self.wanted_nick}")
+        self._owner.later(_REGAIN_NICK_SECONDS, self._regain_nick(session))
 
     async def _rejoin(self, room: str) -> None:
         if self.ready.is_set():
@@ -301,7 +321,11 @@ class IrcChannel(Channel):
 
     def later(self, seconds: float, coroutine: Coroutine[Any, Any, None]) -> None:
         async def run() -> None:
-            await asyncio.sleep(seconds)
+            try:
+                await asyncio.sleep(seconds)
+            except asyncio.CancelledError:
+                coroutine.close()  # stopped before its time: never started, not left unawaited
+                raise
             await coroutine
 
         self._spawn(run())
