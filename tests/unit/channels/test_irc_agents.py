@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from irc_server import IrcPeer, IrcServer
+from irc_server import IrcPeer, IrcServer, running_ircd
 
 from persyn.channels.irc.channel import IrcChannel
 from persyn.channels.irc.config import IrcConfig
@@ -22,6 +22,13 @@ from persyn.testing.harness import ADA, START, Pilot, harness_settings, run_runt
 from persyn.testing.pacing import BOB, chatty, ticking
 
 CHATTY = "irc-chatty"
+
+
+@pytest.fixture
+def ircd(tmp_path: Path) -> Iterator[IrcServer]:
+    """A server of its own: the test needs the nicks Ada and Bob, which a connection another
+    test left (or its ghost, until the server notices) could still hold on the session's."""
+    yield from running_ircd(tmp_path / "ngircd")
 
 
 @pytest.fixture(autouse=True)
