@@ -575,3 +575,22 @@ async def test_a_photo_delivered_again_after_a_restart_is_not_downloaded_or_kept
         kept = pilot.settings.data_dir / "attachments"
         assert len(list(kept.rglob("att-*.json"))) == 1
         await again.stop()
+
+
+async def test_a_photo_whose_caption_is_refused_is_neither_downloaded_nor_kept(tmp_path: Path) -> None:
+    """The caption is checked before the file is fetched: a message refused for its text leaves
+    no original behind that nothing refers to (issue 35)."""
+    fake = FakeBotApi()
+    chat = {"id": 42, "type": "private"}
+    sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
+    fake.files["large"] = _png((30, 60, 220))
+    sizes = [{"file_id": "large", "file_unique_id": "l", "width": 48, "height": 32}]
+    async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, channel):
+        await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+        too_long = "x" * (pilot.settings.conversation.max_message_chars + 1)
+        fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), photo=sizes, caption=too_long)
+        fake.message("and now?", chat=chat, sender=sam, at=pilot.clock.now())
+        await _until(lambda: len(fake.seen) == 1, "the next answer")
+        assert fake.seen == ["You said: and now?"]
+        assert "getFile" not in fake.calls
+        assert list((pilot.settings.data_dir / "attachments").rglob("att-*")) == []

@@ -19,7 +19,8 @@
 - A photo (its largest size), voice note, audio or document is downloaded (`getFile`, then the
   file URL) and kept (`RuntimeAPI.keep_attachments`); its caption is the message's text. A file
   refused (a `[senses]` limit, the Bot API's 20 MB) is named in the text the agent reads, so the
-  agent says so; the caption is still answered.
+  agent says so; the caption is still answered. A caption refused (too long, not valid text)
+  drops the message before its file is fetched: nothing is kept for it.
 """
 
 from __future__ import annotations
@@ -330,6 +331,14 @@ class TelegramChannel(Channel):
                 "telegram: update %r was received already; its file is not fetched again", update["update_id"]
             )
             return
+        if media is not None and text.strip():
+            # The caption is checked before its file is fetched and kept: a message refused
+            # for its text must leave no file behind (nothing would refer to it).
+            try:
+                self._api.validate_text(text)
+            except InputError as exc:
+                log.warning("telegram: dropped a message in chat %s: %s", chat["id"], exc)
+                return
         if media is not None:
             attachments, refused = await self._kept(media, str(chat["id"]), str(sender["id"]))
             if refused:  # the agent reads why, and says so in the chat
