@@ -158,8 +158,9 @@ class Senses:
     # reading --------------------------------------------------------------------------------
     async def perceive(self, event: Event) -> Event:
         """`event` with its attachments read into its text (the sender's words kept in
-        `meta["sent_text"]`); the event itself when it has none."""
-        if not event.attachments:
+        `meta["sent_text"]`); the event itself when it has none, or was read already (a stored
+        event submitted again by a replaying surface: read and paid for once)."""
+        if not event.attachments or "sent_text" in event.meta:
             return event
         where = (channel_key(event.service, event.channel),)  # the channel it was sent on, only
         with usage_context.rebind(agent_id=event.agent_id, surface=event.service, channel=event.channel):
