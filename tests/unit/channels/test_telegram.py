@@ -643,3 +643,27 @@ async def test_a_voice_note_is_heard(tmp_path: Path) -> None:
         assert said.startswith('You said: [voice note, 3 s: "') and said.endswith('"]'), said
         assert "garden" in said.lower() and "sunday" in said.lower(), said
         assert [r.stage for r in pilot.usage() if r.stage == "transcribe"] == ["transcribe"]
+
+
+async def test_a_file_in_a_group_not_sent_to_the_bot_is_not_downloaded(tmp_path: Path) -> None:
+    """Only what is said to the agent is fetched, kept and read: a photo two people share in a
+    group is named to the agent, nothing more (issue 35)."""
+    fake = FakeBotApi()
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    group = {"id": -100, "type": "supergroup", "title": "lab"}
+    fake.files["large"] = _png((30, 60, 220))
+    sizes = [{"file_id": "large", "file_unique_id": "l", "width": 48, "height": 32}]
+    async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, channel):
+        await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+        fake.message(None, chat=group, sender=ann, at=START, photo=sizes, caption="look, Bob")
+        fake.message(None, chat=group, sender=ann, at=START, photo=sizes, caption="@ada_bot is this the sky?")
+        await _until(
+            lambda: "You said: [photo: a 48×32 picture, all blue] @ada_bot is this the sky?" in fake.seen,
+            "the answer to the photo sent to the bot",
+        )
+        await pilot.settle()
+        said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "telegram", "-100", 10)]
+        assert said[0] == "[a file shared in the chat: photo] look, Bob"
+        assert fake.calls.count("getFile") == 1
+        assert len(list((pilot.settings.data_dir / "attachments").rglob("att-*.json"))) == 1
+        assert [r.stage for r in pilot.usage()].count("caption") == 1
