@@ -42,10 +42,8 @@ What it does:
 - A delivery while the homeserver is unreachable raises, so the outbox keeps the row; the sync
   loop retries with a doubling backoff and, on every (re)connection, delivers the backlog
   (`RuntimeAPI.deliver_pending`).
-- `m.image`, `m.audio`, `m.file` sent to the agent are downloaded and kept, their caption the
-  text; a refused file, a video, an encrypted or an overheard file is named to the agent
-  (`_media.py`). A replayed media event already stored is taken as stored: nothing fetched again.
-- End-to-end encryption is not supported: encrypted rooms' messages are not seen.
+- Media sent to the agent is kept, its caption the text (`_media.py`); overheard, or stored already
+  (a replay), it is not fetched. End-to-end encryption is not supported: encrypted rooms are not seen.
 """
 
 from __future__ import annotations
