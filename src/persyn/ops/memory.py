@@ -195,7 +195,7 @@ class MemoryOps:
         await self.sweep_originals()
         return record
 
-    async def sweep_originals(self) -> int:
+    async def sweep_originals(self, now: datetime | None = None) -> int:
         """Forget the kept originals nothing holds any more (`senses/library.py`), after the
         store has committed what let them go; the bytes freed (0 without dialog history)."""
         history = capability(self.store, DialogHistoryPort)
@@ -203,7 +203,7 @@ class MemoryOps:
             return 0
         held = await history.held_attachments(self.agent.id)
         library = AttachmentLibrary(self.settings.data_dir / "attachments")
-        return await asyncio.to_thread(library.sweep, self.agent.id, held, self.clock.now())
+        return await asyncio.to_thread(library.sweep, self.agent.id, held, now or self.clock.now())
 
     async def cull(self, *, dry_run: bool, now: datetime | None = None) -> list[MemoryRecord]:
         """SPEC §4.1: delete records rated below the threshold AND older than the age limit."""
@@ -216,7 +216,7 @@ class MemoryOps:
         )
         if not dry_run and doomed:
             await self.store.delete_records(self.agent.id, [r.id for r in doomed])
-            await self.sweep_originals()
+            await self.sweep_originals(moment)
         return doomed
 
     async def reindex(self, progress: Callable[[int, int], None] | None = None, batch: int = 64) -> int:
