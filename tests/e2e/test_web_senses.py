@@ -1,6 +1,6 @@
 """Files on the web API (issue 35) against `persyn run` in a subprocess, through the official
 `openai` SDK and the native API: an image (drawn with Pillow) captioned by `test:vision` from its
-pixels, an image-only message, a document, a voice note (espeak-ng, the packaged whisper model),
+pixels, an image-only message, a document (text and PDF), a voice note (espeak-ng, the packaged whisper model),
 `persyn usage --by stage`, and the bad input: a decompression bomb, a file that is not what it
 claims, an image URL on a private address, a refused file next to text that is still answered."""
 
@@ -26,6 +26,7 @@ from PIL import Image, ImageDraw
 from web_daemon import WebDaemon, start
 
 from persyn.senses.hearing import local_whisper_available
+from persyn.testing.media import text_pdf
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -165,6 +166,25 @@ def test_a_file_part_is_read(web: WebDaemon) -> None:
     )
     assert reply.choices[0].message.content == (
         "You said: [document ferry.txt: The ferry leaves at nine from pier 4.] when?"
+    )
+
+
+def test_a_pdf_file_part_is_read(web: WebDaemon) -> None:
+    pdf = base64.b64encode(text_pdf("Boarding pass: gate B12", "Seat 14C (window)")).decode()
+    reply = _client(web).chat.completions.create(
+        model="Ada",
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "my seat?"},
+                    {"type": "file", "file": {"file_data": pdf, "filename": "boarding.pdf"}},
+                ],
+            }
+        ],
+    )
+    assert reply.choices[0].message.content == (
+        "You said: [document boarding.pdf, 1 page: Boarding pass: gate B12 Seat 14C (window)] my seat?"
     )
 
 

@@ -1,5 +1,5 @@
 """A kept original is reachable by reference only from the conversation it was sent in (issue
-35): an event on another channel that names it (a forged or replayed reference) reads "not here",
+35): an event on another channel that names it (a forged or replayed reference) reads "[a file that is no longer kept]",
 and the model is never shown the image; the library answers a stranger's channel exactly as it
 answers a reference that does not exist; a channel grouped with it (`[memory] channel_groups`)
 shares it, as it shares memory and the agent's images."""
@@ -47,7 +47,7 @@ async def test_a_reference_from_another_channel_is_not_seen(tmp_path: Path) -> N
             update={"attachments": (kept,)}
         )
         marker = await pilot.submit(forged)
-        assert marker.text == "You said: [an image that is not here] what is in it?"
+        assert marker.text == "You said: [a file that is no longer kept] what is in it?"
         assert "caption" not in [record.stage for record in pilot.usage()]  # never shown to a model
         # From its own channel, the same reference is seen.
         await pilot.idle()

@@ -22,8 +22,8 @@ from persyn.cognition.deliberation import Evidence, Parked
 from persyn.cognition.prompt import ContextSection, assemble_prompt
 from persyn.core.config import AgentConfig, Settings, Task
 from persyn.core.errors import ModelError
-from persyn.core.events import CompletionMarker, Event, EventKind
-from persyn.core.ids import derived_id, new_id
+from persyn.core.events import CompletionMarker, Event, EventKind, inbound_message_id
+from persyn.core.ids import new_id
 from persyn.gateway.base import Completion, Prompt, SinkCallable, ToolCall, ToolSpec
 from persyn.store.base import Conversation, Identity, Message, Person, ReplyUpkeep, Role, Store
 from persyn.store.ports.outbox import OutboxRow
@@ -182,7 +182,7 @@ async def receive(
         )
         speaker = (identity, event.speaker.display_name, event.speaker.kind)
     # Derived, not fresh: if this step is re-run after a crash the input is not stored twice.
-    message_id = derived_id(event.received_at, event.id, "inbound")
+    message_id = inbound_message_id(event.id, event.received_at)
     # Dialog is read in time order, so an input stamped by a sender's clock that runs ahead
     # of this one (`persyn --now <later> send`) would sort after everything said after it.
     # Nothing arrives later than the moment it is received.

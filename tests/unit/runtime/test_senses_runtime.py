@@ -214,6 +214,12 @@ def test_doctor_says_whether_the_agent_can_see_and_hear(tmp_path: Path) -> None:
         blind[0].detail
         == "test:echo cannot see images: they are kept, and the agent says it could not see them"
     )
+    assert blind[1].detail == (
+        "voice notes are transcribed by local:whisper-tiny.en"
+        if hears
+        else "the packaged speech model is not installed: voice notes are kept, and the agent says "
+        "it could not listen to them"
+    )
     seeing = senses_checks(
         harness_settings(tmp_path / "seeing", model="test:echo", config='[models]\ncaption = "test:vision"\n')
     )

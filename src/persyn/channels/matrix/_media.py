@@ -12,6 +12,8 @@ repository and kept (`RuntimeAPI.keep_attachments`), or named to the agent when 
 - An encrypted file (`file` instead of `url`, an end-to-end encrypted room's form) is not
   opened: the agent reads "[an encrypted file I could not open]".
 - A video is not taken (no sense watches it): the agent reads that it was refused, and why.
+- A file in a room that was not sent to the agent (overheard traffic) is not downloaded: the
+  agent reads only that one was shared (`overheard_media`), like a person glancing past it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from persyn.core.errors import ChannelError, InputError
 from persyn.core.events import Attachment, Upload
 from persyn.runtime.api import RuntimeAPI
 
-__all__ = ["ENCRYPTED", "MEDIA_TYPES", "MatrixMedia", "kept_media", "media_of"]
+__all__ = ["ENCRYPTED", "MEDIA_TYPES", "MatrixMedia", "kept_media", "media_of", "overheard_media"]
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +128,12 @@ async def kept_media(
     room_id: str,
     sender: str,
     media: MatrixMedia,
+    addressed: bool,
 ) -> tuple[tuple[Attachment, ...], str]:
-    """The file downloaded and kept, or the sentence the agent reads instead of it."""
+    """The file downloaded and kept, or the sentence the agent reads instead of it (for a file
+    not sent to the agent, without fetching it)."""
+    if not addressed:
+        return (), overheard_media(media)
     if media.encrypted:
         return (), ENCRYPTED
     if media.msgtype == "m.video":
@@ -144,3 +150,8 @@ async def kept_media(
         log.warning("matrix: a %s in %s was not kept: %s", media.msgtype, room_id, exc)
         return (), f"[a file I refused: {media.filename}: {exc}]"
     return kept, ""
+
+
+def overheard_media(media: MatrixMedia) -> str:
+    """What the agent reads of a file shared in a room but not sent to it."""
+    return f"[a file shared in the room: {media.filename}]"

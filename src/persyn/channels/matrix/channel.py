@@ -42,10 +42,8 @@ What it does:
 - A delivery while the homeserver is unreachable raises, so the outbox keeps the row; the sync
   loop retries with a doubling backoff and, on every (re)connection, delivers the backlog
   (`RuntimeAPI.deliver_pending`).
-- `m.image`, `m.audio`, `m.file` are downloaded and kept, their caption the text; a refused
-  file (a `[senses]` limit, checked before and during the download), a video or an encrypted
-  file is named to the agent (`_media.py`).
-- End-to-end encryption is not supported: encrypted rooms' messages are not seen.
+- Media sent to the agent is kept, its caption the text (`_media.py`); overheard, or stored already
+  (a replay), it is not fetched. End-to-end encryption is not supported: encrypted rooms are not seen.
 """
 
 from __future__ import annotations
@@ -504,14 +502,6 @@ class _Account:
         name = without_lone_surrogates(self._display.get((room_id, sender)) or sender[1:].partition(":")[0])
         if content.get("msgtype") == "m.emote":
             text = f"* {name} {text}"
-        attachments: tuple[Attachment, ...] = ()
-        if media is not None:
-            owner = self._owner
-            found = kept_media(self.client, owner.api, owner.senses, self.agent.id, room_id, sender, media)
-            attachments, refused = await found
-            text = f"{refused} {text}".strip()  # a refused file is named: the agent says so
-        if not text.strip() and not attachments:
-            return None
         thread = str(relation.get("event_id") or "") if relation.get("rel_type") == "m.thread" else ""
         direct = await self._member_count(room_id) == 2
         if direct:
@@ -529,8 +519,22 @@ class _Account:
         )
         said_at = datetime.fromtimestamp(int(message.get("origin_server_ts") or 0) / 1000, UTC)
         now = self._owner.api.clock.now()
+        event_id = derived_id(said_at, MATRIX_SERVICE, self.agent.id, matrix_id)
+        attachments: tuple[Attachment, ...] = ()
+        if media is not None:
+            stored = await self._owner.api.get_event(self.agent.id, event_id)
+            if stored is not None:  # a replayed batch: its file was kept and read already
+                self.state.answered[event_id] = [room_id, matrix_id, thread, sender]
+                return stored
+            owner = self._owner
+            attachments, lead = await kept_media(
+                self.client, owner.api, owner.senses, self.agent.id, room_id, sender, media, bool(addressed)
+            )
+            text = f"{lead} {text}".strip()  # refused or overheard, the file is named to the agent
+        if not text.strip() and not attachments:
+            return None
         event = Event(
-            id=derived_id(said_at, MATRIX_SERVICE, self.agent.id, matrix_id),
+            id=event_id,
             agent_id=self.agent.id,
             service=MATRIX_SERVICE,
             channel=room_id,

@@ -19,7 +19,9 @@
 - A photo (its largest size), voice note, audio or document is downloaded (`getFile`, then the
   file URL) and kept (`RuntimeAPI.keep_attachments`); its caption is the message's text. A file
   refused (a `[senses]` limit, the Bot API's 20 MB) is named in the text the agent reads, so the
-  agent says so; the caption is still answered.
+  agent says so; the caption is still answered. A caption refused (too long, not valid text)
+  drops the message before its file is fetched: nothing is kept for it. A file in a group that
+  is not addressed to the bot is only named ("[a file shared in the chat: NAME]"): not fetched.
 """
 
 from __future__ import annotations
@@ -330,7 +332,18 @@ class TelegramChannel(Channel):
                 "telegram: update %r was received already; its file is not fetched again", update["update_id"]
             )
             return
-        if media is not None:
+        if media is not None and text.strip():
+            # The caption is checked before its file is fetched and kept: a message refused
+            # for its text must leave no file behind (nothing would refer to it).
+            try:
+                self._api.validate_text(text)
+            except InputError as exc:
+                log.warning("telegram: dropped a message in chat %s: %s", chat["id"], exc)
+                return
+        addressed = self._addressed(message)
+        if media is not None and not addressed:  # overheard in a group: named, never fetched or read
+            text = f"[a file shared in the chat: {media.filename or media.kind}] {text}".strip()
+        elif media is not None:
             attachments, refused = await self._kept(media, str(chat["id"]), str(sender["id"]))
             if refused:  # the agent reads why, and says so in the chat
                 text = f"[a file I refused: {refused}] {text}".strip()
@@ -348,7 +361,7 @@ class TelegramChannel(Channel):
             ),
             text=text,
             received_at=min(said_at, now) if said_at.year > 2000 else now,
-            addressed=self._addressed(message),
+            addressed=addressed,
             attachments=attachments,
             meta={
                 MESSAGE_ID_META: str(message.get("message_id")),

@@ -1,7 +1,8 @@
 """`persyn doctor`'s lines for the senses (§22): whether the agent can see the images people send
 (the `caption` model's provider) and hear their voice notes (`[models] transcribe`). Both are
-optional: without them an image is kept and the agent says it could not see it, a voice note is
-kept and the agent says it could not hear it. Nothing is called: a probe would be billed."""
+optional: without them an image is kept and the agent says it could not see it ("[an image … that
+I could not see …]"), a voice note is kept and the agent says it could not listen to it ("[a
+voice note I could not listen to: …]"). Nothing is called: a probe would be billed."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def _hearing(settings: Settings) -> Check:
         return Check(
             "hearing",
             True,
-            "the packaged speech model is not installed: voice notes are kept, not heard",
+            "the packaged speech model is not installed: voice notes are kept, and the agent says "
+            "it could not listen to them",
             LOCAL_EXTRA_HINT,
             warning=True,
         )

@@ -1,8 +1,10 @@
 """Housekeeping (SPEC §4.1, §7): the scheduler process's periodic chores — close idle
 conversations, catch closed ones never consolidated (and retry failed consolidations when
 due), purge expired completion markers, evaluate the guardrails (SPEC §4.10, every `[safety]
-evaluate_seconds`), and once a day cull memories, purge old dialog and
-purge run state and channel ledgers past `[autonomy] run_keep_days`.
+evaluate_seconds`), and once a day cull memories, purge old dialog, sweep the kept originals
+nothing holds any more (`senses/library.py`: after the store commits, so a kill in between
+leaves files the next sweep takes) and purge run state and channel ledgers past `[autonomy]
+run_keep_days`.
 
 `Housekeeping` receives its collaborators explicitly; the conversation jobs it enqueues go
 through `ConversationJobs`, so every enqueue derives the same workflow ids. A chore over
@@ -22,6 +24,7 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.memory.consolidate import IMPORTED_KIND
 from persyn.runtime.background.conversation_jobs import ConversationJobs
 from persyn.runtime.background.guardrails import Guardrails
+from persyn.senses.library import AttachmentLibrary
 from persyn.store.base import Store
 from persyn.store.capabilities import capability
 from persyn.store.ports.dialog import DialogHistoryPort
@@ -57,6 +60,7 @@ class Housekeeping:
         self.guardrails = guardrails
         self._checkpoints: ModelCallsPort | None = capability(store, ModelCallsPort)
         self._history: DialogHistoryPort | None = capability(store, DialogHistoryPort)
+        self._originals = AttachmentLibrary(settings.data_dir / "attachments")  # `Senses.library`'s files
 
     async def close_idle_conversations(self) -> int:
         closed = await self.store.close_idle_conversations(
@@ -114,6 +118,18 @@ class Housekeeping:
             return 0  # a store without dialog history keeps its dialog its own way
         return sum([await self._history.purge_dialog(agent_id, before) for agent_id in self.agents])
 
+    async def sweep_originals(self) -> int:
+        """Issue 35: the kept originals go with the last dialog and memory that held them
+        (`DialogHistoryPort.held_attachments`), a grace period after they were kept. Returns
+        the bytes freed."""
+        if self._history is None:
+            return 0  # nothing to tell a held original from a free one: keep them all
+        freed = 0
+        for agent_id in self.agents:
+            held = await self._history.held_attachments(agent_id)
+            freed += await asyncio.to_thread(self._originals.sweep, agent_id, held, self.clock.now())
+        return freed
+
     async def purge_runs(self) -> int:
         """Run state, run conversations and channel ledger entries are kept for `[autonomy]
         run_keep_days`: far past the 24-hour budget windows and a run's retries."""
@@ -122,8 +138,8 @@ class Housekeeping:
 
     async def run(self) -> None:
         """Every `housekeeping_seconds`: close idle conversations, catch unconsolidated ones,
-        purge expired markers; once a day: cull memories, purge old dialog, old run state and old
-        model-call checkpoints."""
+        purge expired markers; once a day: cull memories, purge old dialog, sweep the originals
+        they let go, purge old run state and old model-call checkpoints."""
         last_cull = None
         while True:
             try:
@@ -135,6 +151,7 @@ class Housekeeping:
                 if last_cull is None or self.clock.now() - last_cull >= timedelta(days=1):
                     culled = await self.cull_memories()
                     purged = await self.purge_old_dialog()
+                    await self.sweep_originals()  # after both: what they let go
                     runs = await self.purge_runs()
                     if self._checkpoints is not None:
                         await self._checkpoints.purge_model_calls(self.clock.now() - MODEL_CALL_KEEP)

@@ -25,22 +25,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from persyn.core.config import Settings, Task
 from persyn.core.errors import InputError, ModelError, PersynError, ToolError
-from persyn.core.events import ATTACHMENT_REFERENCE, Attachment, AttachmentKind, Event, Upload
-from persyn.core.ids import is_id, new_id, parse_id
+from persyn.core.events import Attachment, AttachmentKind, Event, Upload
+from persyn.core.ids import new_id
 from persyn.core.records import channel_key
 from persyn.gateway.base import ImageInput, Prompt, UserTurn
 from persyn.gateway.gateway import TRANSCRIBE_STAGE, ModelGateway
 from persyn.senses.documents import read_document
 from persyn.senses.hearing import Transcriber, build_transcriber
+from persyn.senses.library import GONE_ORIGINAL, AttachmentLibrary, KeptOriginal
 from persyn.senses.media import MediaInfo, MediaRejected, inspect_media
 from persyn.tools.world.web import WebFetcher
 from persyn.usage import context as usage_context
@@ -71,93 +68,6 @@ _EXTENSIONS = {
     "text/markdown": "md",
     "text/html": "html",
 }
-
-
-class KeptOriginal(BaseModel):
-    """One kept original, as its metadata file holds it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    reference: str
-    agent_id: str
-    scope: str  # the channel key it was sent on (its visibility)
-    service: str
-    channel: str
-    speaker_id: str | None = None
-    kind: AttachmentKind
-    media_type: str
-    size: int
-    sha256: str
-    filename: str | None = None
-    file: str
-    received_at: datetime
-    meta: dict[str, str] = Field(default_factory=dict[str, str])
-
-    def attachment(self) -> Attachment:
-        return Attachment(
-            kind=self.kind,
-            media_type=self.media_type,
-            size=self.size,
-            reference=self.reference,
-            filename=self.filename,
-            meta=self.meta,
-        )
-
-
-class AttachmentLibrary:
-    """Originals as files, one folder per agent: `<ref>.<ext>` and `<ref>.json`. Every write
-    goes to a temporary file renamed into place, and the metadata last, so a reader never sees
-    half a file and a file without its metadata is not an original."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def _folder(self, agent_id: str) -> Path:
-        return self.directory / parse_id(agent_id, what="agent id")
-
-    def used_bytes(self, agent_id: str) -> int:
-        """What the agent's kept originals take (their files; the metadata is negligible)."""
-        folder = self._folder(agent_id)
-        if not folder.is_dir():
-            return 0
-        return sum(path.stat().st_size for path in folder.glob("att-*") if path.suffix != ".json")
-
-    def put(self, original: KeptOriginal, data: bytes) -> None:
-        folder = self._folder(original.agent_id)
-        _write(folder / original.file, data)
-        _write(folder / f"{original.reference}.json", original.model_dump_json().encode())
-
-    def get(self, agent_id: str, reference: str, eligible: Sequence[str]) -> KeptOriginal | None:
-        """The original, if it exists and its scope is one of `eligible` (else None: a
-        stranger cannot tell an original elsewhere from no original)."""
-        if not ATTACHMENT_REFERENCE.fullmatch(reference) or not is_id(agent_id):
-            return None
-        try:
-            kept = KeptOriginal.model_validate_json(
-                (self._folder(agent_id) / f"{reference}.json").read_bytes()
-            )
-        except (OSError, ValidationError):
-            return None
-        return kept if kept.scope in eligible and kept.agent_id == agent_id else None
-
-    def read(self, kept: KeptOriginal) -> bytes:
-        return (self._folder(kept.agent_id) / kept.file).read_bytes()
-
-    def forget(self, agent_id: str, reference: str) -> None:
-        """Drop an original (its metadata first: it stops existing at once)."""
-        if not ATTACHMENT_REFERENCE.fullmatch(reference):
-            return
-        folder = self._folder(agent_id)
-        (folder / f"{reference}.json").unlink(missing_ok=True)
-        for path in folder.glob(f"{reference}.*"):
-            path.unlink(missing_ok=True)
-
-
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
 
 
 def _meta(info: MediaInfo) -> dict[str, str]:
@@ -248,8 +158,9 @@ class Senses:
     # reading --------------------------------------------------------------------------------
     async def perceive(self, event: Event) -> Event:
         """`event` with its attachments read into its text (the sender's words kept in
-        `meta["sent_text"]`); the event itself when it has none."""
-        if not event.attachments:
+        `meta["sent_text"]`); the event itself when it has none, or was read already (a stored
+        event submitted again by a replaying surface: read and paid for once)."""
+        if not event.attachments or "sent_text" in event.meta:
             return event
         where = (channel_key(event.service, event.channel),)  # the channel it was sent on, only
         with usage_context.rebind(agent_id=event.agent_id, surface=event.service, channel=event.channel):
@@ -260,9 +171,12 @@ class Senses:
 
     async def _read(self, agent_id: str, attachment: Attachment, where: Sequence[str]) -> str:
         kept = self.library.get(agent_id, attachment.reference, where)
-        if kept is None:  # never kept, culled, or kept in another compartment: all the same here
-            return f"[{_noun(attachment.kind)} that is not here]"
-        data = await asyncio.to_thread(self.library.read, kept)
+        if kept is None:  # never kept, swept, or kept in another compartment: all the same here
+            return GONE_ORIGINAL
+        try:
+            data = await asyncio.to_thread(self.library.read, kept)
+        except OSError:  # swept between the two reads
+            return GONE_ORIGINAL
         if attachment.kind is AttachmentKind.IMAGE:
             return await self._look(agent_id, data, attachment)
         if attachment.kind is AttachmentKind.AUDIO:
@@ -337,10 +251,6 @@ class Senses:
         cut = document.truncated or len(text) > _DOCUMENT_CHARS
         shown = text[:_DOCUMENT_CHARS] + (" …(cut)" if cut else "")
         return f"[document {name}{pages}: {shown}]"
-
-
-def _noun(kind: AttachmentKind) -> str:
-    return {AttachmentKind.IMAGE: "an image", AttachmentKind.AUDIO: "a voice note"}.get(kind, "a document")
 
 
 def _safe_filename(name: str | None) -> str | None:

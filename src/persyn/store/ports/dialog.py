@@ -156,3 +156,11 @@ class DialogHistoryPort(ABC):
     async def purge_dialog(self, agent_id: str, before: datetime) -> int:
         """Delete verbatim dialog older than `before` in conversations closed before it (the
         retention window of SPEC §4.1); memory records stay. Returns messages deleted."""
+
+    @abstractmethod
+    async def held_attachments(self, agent_id: str) -> set[str]:
+        """The `att-…` references of the agent's events that something still holds: a dialog
+        message of the event (retained dialog), or a memory record whose `message_ids` name
+        the event's input message (`core.events.inbound_message_id`, so a memory holds its
+        originals past the dialog purge). An original not among them is free to sweep
+        (`senses.library.AttachmentLibrary.sweep`, after a grace period)."""

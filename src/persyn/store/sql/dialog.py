@@ -9,7 +9,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import (
+    Text,
     case,
+    cast,
     delete,
     func,
     literal_column,
@@ -18,13 +20,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
+from persyn.core.events import inbound_message_id
 from persyn.core.ids import new_id
 from persyn.store.base import (
     Conversation,
     Message,
     Role,
 )
-from persyn.store.schema.tables import checked_id, conversations, messages
+from persyn.store.schema.tables import checked_id, conversations, events, memory_records, messages
 from persyn.store.sql.directory import index_participants
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import conversation_from_row, message_from_row
@@ -167,6 +170,43 @@ class SqlDialog(SqlWork):
             messages.c.conversation_id.in_(closed),
         )
         return await self._write("purge_dialog", lambda c: int(c.execute(statement).rowcount or 0))
+
+    async def held_attachments(self, agent_id: str) -> set[str]:
+        agent_id = checked_id(agent_id, "agent id")
+
+        def work(connection: Connection) -> set[str]:
+            with_files = connection.execute(
+                select(events.c.id, events.c.received_at, events.c.attachments).where(
+                    events.c.agent_id == agent_id, cast(events.c.attachments, Text) != "[]"
+                )
+            ).all()
+            if not with_files:
+                return set()
+            in_dialog: set[str] = set()
+            ids = [row.id for row in with_files]
+            for start in range(0, len(ids), _CHUNK):
+                in_dialog.update(
+                    connection.execute(
+                        select(messages.c.event_id).where(
+                            messages.c.agent_id == agent_id,
+                            messages.c.event_id.in_(ids[start : start + _CHUNK]),
+                        )
+                    ).scalars()
+                )
+            remembered: set[str] = set()
+            listed = select(memory_records.c.message_ids).where(memory_records.c.agent_id == agent_id)
+            for message_ids in connection.execute(listed).scalars():
+                remembered.update(message_ids or ())
+            held: set[str] = set()
+            for row in with_files:
+                if row.id in in_dialog or inbound_message_id(row.id, row.received_at) in remembered:
+                    held.update(str(item["reference"]) for item in row.attachments or ())
+            return held
+
+        return await self._read("held_attachments", work)
+
+
+_CHUNK = 500  # event ids per IN list (well under every backend's parameter limit)
 
 
 def _utc(when: datetime) -> datetime:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import random
-from datetime import timedelta
+from datetime import datetime, timedelta
 from multiprocessing.synchronize import Barrier
 
 import pytest
@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from persyn.core.errors import StoreError
-from persyn.core.events import CompletionMarker
+from persyn.core.events import Attachment, AttachmentKind, CompletionMarker, Event, inbound_message_id
 from persyn.core.ids import new_id
+from persyn.core.records import MemoryRecord
 from persyn.store import Conversation, Message, Person, Role
 from persyn.store.base import ReplyUpkeep
 from persyn.store.capabilities import FullStore
@@ -448,3 +449,50 @@ class DialogContract(Contract):
         assert [m.text for m in await store.recent_messages(agent_id, recent.id, 10)] == ["a recent line"]
         assert await store.search_messages(agent_id, "old line") == []
         assert await store.count_messages(other_agent) == 1
+
+    async def test_held_attachments_are_those_of_retained_dialog_or_a_remaining_memory(
+        self, store: FullStore
+    ) -> None:
+        agent_id = new_id()
+
+        def with_file(text: str, at: datetime) -> tuple[Event, str]:
+            reference = f"att-{new_id(at)}"
+            file = Attachment(kind=AttachmentKind.IMAGE, media_type="image/png", size=10, reference=reference)
+            return _event(agent_id, text, at).model_copy(update={"attachments": (file,)}), reference
+
+        conversation = await _open(store, agent_id)
+        remembered, kept_by_memory = with_file("remember this", T0)
+        forgotten, let_go = with_file("and this", T0 + timedelta(seconds=1))
+        talked, in_dialog = with_file("still in the dialog", T0 + timedelta(seconds=2))
+        await store.save_event(_event(agent_id, "no files"))
+        for event in (remembered, forgotten, talked):
+            assert await store.save_event(event)
+            await store.add_message(
+                _message(
+                    conversation,
+                    event.text,
+                    event.received_at,
+                    event_id=event.id,
+                    message_id=inbound_message_id(event.id, event.received_at),
+                )
+            )
+        memory = MemoryRecord(
+            id=new_id(T0),
+            agent_id=agent_id,
+            created_at=T0,
+            channel="terminal:main",
+            summary="Ann showed me a photo.",
+            importance=5,
+            conversation_id=conversation.id,
+            message_ids=(inbound_message_id(remembered.id, remembered.received_at),),
+        )
+        await store.add_record(memory, None, None)
+        assert await store.held_attachments(agent_id) == {kept_by_memory, let_go, in_dialog}
+        assert await store.held_attachments(new_id()) == set()  # another agent's hold nothing
+
+        # The dialog purged: the memory still holds its original; the others are free.
+        await store.close_idle_conversations(agent_id, T0 + timedelta(hours=2), HOUR)
+        assert await store.purge_dialog(agent_id, T0 + timedelta(days=91)) == 3
+        assert await store.held_attachments(agent_id) == {kept_by_memory}
+        await store.delete_records(agent_id, [memory.id])
+        assert await store.held_attachments(agent_id) == set()
