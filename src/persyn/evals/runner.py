@@ -8,7 +8,8 @@ clock of a day starts at `start + (day - 1)` days and moves on in real time, as 
 Between days the daemon's restart on the next day's clock is what closes the idle
 conversations and consolidates them; the runner only waits, reading the store, until that
 work is done before it speaks again. A `restart` step stops every process and starts them
-again mid-day. What it did is written to `run.json` beside the scratch home: the evidence
+again mid-day. Each daemon runs under a tether (`persyn.evals.tether`) that stops it when the
+eval ends, even by SIGKILL, so no scratch daemon outlives its eval. What it did is written to `run.json` beside the scratch home: the evidence
 the checkers read alongside the store, the traces, the activity log and the usage ledger.
 """
 
@@ -42,6 +43,7 @@ __all__ = ["EvalRunError", "Happening", "IdentitySnapshot", "RunLog", "run_week"
 
 _BANNER = "persyn is serving"
 _RUN_LOG = "run.json"
+_TETHER = (sys.executable, "-m", "persyn.evals.tether")
 
 
 class EvalRunError(PersynError):
@@ -173,11 +175,12 @@ class _Week:
         log_path = self.work / "daemon.log"
         before = log_path.read_text(errors="replace").count(_BANNER) if log_path.exists() else 0
         with open(log_path, "ab") as log:
+            # Tethered: the daemon is stopped when this process ends, however it ends.
             self.daemon = subprocess.Popen(
-                [sys.executable, "-m", "persyn", "--now", self.now().isoformat(), "run"],
+                [*_TETHER, sys.executable, "-m", "persyn", "--now", self.now().isoformat(), "run"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 env=self.environ(),
             )
         deadline = time.monotonic() + timeout
@@ -193,14 +196,18 @@ class _Week:
 
     def stop_daemon(self) -> None:
         daemon, self.daemon = self.daemon, None
-        if daemon is None or daemon.poll() is not None:
+        if daemon is None:
             return
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)  # the tether passes it on to the daemon
+            try:
+                # The tether itself kills a daemon that has not stopped within a minute.
+                daemon.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+        if daemon.stdin is not None:
+            daemon.stdin.close()
 
     # one day ------------------------------------------------------------------------
     def begin_day(self, day_clock: datetime) -> None:
