@@ -304,7 +304,8 @@ async def _run(week: _Week, progress: Callable[[str], None], copy_of: Path | Non
             progress(f"day {number}: {week.now():%Y-%m-%d %H:%M} UTC")
             await _start(week)
             try:
-                await _wait_settled(store, agent_id, week.now())
+                # A model on this machine consolidates a day in minutes, not seconds.
+                await _wait_settled(store, agent_id, week.now(), 120 if week.model is None else 1800)
                 week.note(number, "day", detail="daemon started; the day before is consolidated")
                 for step in day.steps:
                     await _do(week, store, agent_id, number, step)
