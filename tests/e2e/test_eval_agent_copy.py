@@ -1,19 +1,21 @@
 """`persyn eval continuity --agent NAME` (issue 38): the week runs on a copy of a live
 agent — its configuration and its whole store copied into the scratch home — and the live
 deployment is only read: its files are byte-for-byte and its tables row-for-row the same
-after the eval, while the copy starts from the people and memories the agent already had."""
+after the eval, while the copy starts from the people and memories the agent already had.
+The live deployment is the session's shipped week (`shipped_week`, conftest.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 from persyn_cli import Persyn
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]  # the shared week may run in it
 
 
 def _digests(home: Path) -> dict[str, str]:
@@ -40,13 +42,13 @@ def _people(database: Path) -> dict[str, str]:
         return {name: pid for pid, name in db.execute("SELECT id, display_name FROM persons")}
 
 
-def test_the_week_runs_on_a_copy_and_the_live_agent_is_untouched(tmp_path: Path) -> None:
-    # The "live" deployment: a one-day week leaves an agent that knows Alice and Bob (its
-    # memories of them form when the next day closes the conversations).
-    made = Persyn(tmp_path / "operator").run(
-        "eval", "continuity", "--days", "1", "--work", str(tmp_path / "live"), timeout=600
-    )
-    live_home = tmp_path / "live" / "home"
+def test_the_week_runs_on_a_copy_and_the_live_agent_is_untouched(
+    tmp_path: Path, shipped_week: tuple[subprocess.CompletedProcess[str], Path]
+) -> None:
+    # The "live" deployment: the session's shipped week (conftest.py) left an agent that
+    # knows Alice and Bob; it is only read, here as everywhere.
+    made, root = shipped_week
+    live_home = root / "week" / "home"
     live_db = live_home / "data" / "persyn.db"
     assert live_db.is_file(), made.stderr
     known = _people(live_db)

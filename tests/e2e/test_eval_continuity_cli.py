@@ -1,33 +1,40 @@
 """`persyn eval continuity` (issue 38, SPEC §9): the shipped week through the real command,
 and each checker shown able to fail.
 
-The honest week runs once (a module fixture) through `persyn eval continuity --json`. The
-failing twins run the same runner on the same week with its mechanisms switched off or
-sabotaged through the scenario alone, its settings and the scripted model's rules: the
-importance of the first meeting rated low, a recollection of what never happened, a guess
-with no lookup, the critic told to agree, the decide step told to speak, the reminder gate
-silencing, the agents' exchange cut by `max_agent_turns`, culling disabled by
-`cull_below_importance = 1`, the heartbeat never deleted. Independent sabotages share one
-week; the restart twin (the store swapped at the restart, which breaks everything after it)
-and the compartment twin (compartments merged and every memory public; the first meeting's
-lower rating would disturb its retrieval) have short weeks of their own.
+The honest week runs once per session (the `shipped_week` fixture of conftest.py, shared
+with the agent-copy test) through `persyn eval continuity --json`. The failing twins run the
+same runner on the same week with its mechanisms switched off or sabotaged through the
+scenario alone, its settings and the scripted model's rules: the importance of the first
+meeting rated low, a recollection of what never happened, a guess with no lookup, the critic
+told to agree, the decide step told to speak, the reminder gate silencing, the agents'
+exchange cut by `max_agent_turns`, culling disabled by `cull_below_importance = 1`, the
+heartbeat never deleted. Independent sabotages share one week, and exactly they fail; the
+restart twin (the store swapped at the restart, which breaks everything after it) and the
+compartment twin (compartments merged and every memory public; the first meeting's lower
+rating would disturb its retrieval) have short weeks of their own. Criterion 11's exactness
+(only consolidation is set apart on the conversations held before the deletion) is shown on
+the shipped week's own evidence with one call of the agent's own added.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from persyn_cli import Persyn
 
-from persyn.evals.checks import Verdict, run_checkers
+from persyn.evals.checks import Verdict, dormancy, run_checkers
 from persyn.evals.evidence import load_evidence
 from persyn.evals.runner import run_week
 from persyn.evals.scenario import Day, Scenario, Step, load_scenario
+from persyn.usage.records import UsageRecord
 
 # A week drives the real daemon for a few minutes (about 2 on 2 idle cores); the module
 # fixtures run inside the first test that needs them.
@@ -38,24 +45,15 @@ def _eval(*args: str, home: Path, timeout: float = 900) -> subprocess.CompletedP
     return Persyn(home).run("eval", "continuity", *args, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def honest(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    root = tmp_path_factory.mktemp("honest")
-    done = _eval(
-        "--json", "--work", str(root / "week"), "--report", str(root / "week.html"), home=root / "operator"
-    )
-    return done, root
-
-
 def _criteria(done: subprocess.CompletedProcess[str]) -> dict[int, dict[str, Any]]:
     shown = json.loads(done.stdout)
     return {c["number"]: c for c in shown["criteria"]}
 
 
 def test_the_shipped_week_passes_every_built_criterion_with_evidence(
-    honest: tuple[subprocess.CompletedProcess[str], Path],
+    shipped_week: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
-    done, _root = honest
+    done, _root = shipped_week
     criteria = _criteria(done)
     assert sorted(criteria) == list(range(1, 12)), done.stderr
     failed = {n: c["summary"] for n, c in criteria.items() if not c["passed"]}
@@ -64,8 +62,9 @@ def test_the_shipped_week_passes_every_built_criterion_with_evidence(
     first = " ".join(criteria[1]["evidence"])
     assert "rated 9" in first and "lighthouse" in first and "[strong]" in first
     channels = criteria[2]["evidence"]
-    assert any("cli:web" in line and "lighthouse" in line for line in channels)
-    assert any("cli:group" in line and "chess" in line for line in channels)
+    # Alice spoke through the real web API (her key's conversation), Bob in a real IRC room.
+    assert any(line.startswith("web:") and "lighthouse" in line for line in channels)
+    assert any(line.startswith("irc:#group") and "chess" in line for line in channels)
     assert "search_dialog" in " ".join(criteria[4]["evidence"])
     assert "false premise" in " ".join(criteria[5]["evidence"])
     assert "decline" in " ".join(criteria[6]["evidence"])
@@ -77,9 +76,9 @@ def test_the_shipped_week_passes_every_built_criterion_with_evidence(
 
 
 def test_the_week_is_recorded_in_its_own_deployment_and_reported_as_one_page(
-    honest: tuple[subprocess.CompletedProcess[str], Path],
+    shipped_week: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
-    done, root = honest
+    done, root = shipped_week
     shown = json.loads(done.stdout)
     assert shown["home"] == str(root / "week" / "home")
     assert (root / "week" / "home" / "usage.jsonl").stat().st_size > 0
@@ -203,20 +202,20 @@ def sabotaged(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Verdict]:
     return _verdicts(_sabotaged(load_scenario()), tmp_path_factory.mktemp("sabotaged") / "week")
 
 
-@pytest.mark.parametrize(
-    ("number", "reason"),
-    [
-        (1, "the first meeting was rated 4, below memorable (7)"),
-        (3, "the reply recollects an event no memory holds"),
-        (4, "no raw-record lookup (search_dialog, recall_dialog) in its trace"),
-        (5, "no critic objected to the draft"),
-        (6, "it decided to speak; nothing was declined"),
-        (7, "a reminder ran but no unprompted message reached a channel"),
-        (8, "not multi-turn"),
-        (9, "nothing was culled"),
-        (11, "the heartbeat was never deleted"),
-    ],
-)
+_SABOTAGED = {
+    1: "the first meeting was rated 4, below memorable (7)",
+    3: "the reply recollects an event no memory holds",
+    4: "no raw-record lookup (search_dialog, recall_dialog) in its trace",
+    5: "no critic objected to the draft",
+    6: "it decided to speak; nothing was declined",
+    7: "a reminder ran but no unprompted message reached a channel",
+    8: "not multi-turn",
+    9: "nothing was culled",
+    11: "the heartbeat was never deleted",
+}
+
+
+@pytest.mark.parametrize(("number", "reason"), sorted(_SABOTAGED.items()))
 def test_each_checker_fails_when_its_mechanism_is_sabotaged(
     sabotaged: dict[int, Verdict], number: int, reason: str
 ) -> None:
@@ -224,8 +223,13 @@ def test_each_checker_fails_when_its_mechanism_is_sabotaged(
     assert not verdict.passed and verdict.summary.startswith(reason), verdict
 
 
-def test_a_sabotage_elsewhere_leaves_the_restart_criterion_passing(sabotaged: dict[int, Verdict]) -> None:
-    assert sabotaged[10].passed, sabotaged[10]
+def test_exactly_the_sabotaged_criteria_fail(sabotaged: dict[int, Verdict]) -> None:
+    """The mechanisms are independent: what fails is the sabotaged criteria and only they,
+    each for its own sabotage's reason (above); the restart and the compartments, left
+    whole, pass in the same week."""
+    failed = {n: v.summary for n, v in sabotaged.items() if not v.passed}
+    assert sorted(failed) == sorted(_SABOTAGED), failed
+    assert all(failed[n].startswith(reason) for n, reason in _SABOTAGED.items()), failed
 
 
 def test_merged_compartments_fail_criterion_2(tmp_path: Path) -> None:
@@ -241,8 +245,9 @@ def test_merged_compartments_fail_criterion_2(tmp_path: Path) -> None:
     )
     config = {
         **shipped.config,
-        "memory.channel_groups": '[["cli:web", "cli:group"]]',
-        "memory.default_sensitivity.cli": "public",
+        "memory.channel_groups": '[["{web:Alice}", "irc:#group"]]',
+        "memory.default_sensitivity.irc": "public",
+        "memory.default_sensitivity.web": "public",
     }
     week = shipped.model_copy(
         update={"rules": rules, "config": config, "days": (shipped.days[0], Day(steps=asked))}
@@ -266,3 +271,39 @@ def test_the_command_is_in_the_readme_first_screen() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     first_screen = "\n".join(readme.splitlines()[:24])
     assert "persyn eval continuity" in first_screen
+
+
+def test_a_call_of_its_own_on_an_old_conversation_while_dormant_fails_criterion_11(
+    shipped_week: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """Calls on conversations begun before the deletion are set apart only when they are
+    their consolidation: the shipped week's evidence, plus one reply of the agent's own on
+    the group conversation of the deletion's day while it sleeps, fails criterion 11 —
+    while the week as it was passes it, its consolidation calls counted as such."""
+    _done, root = shipped_week
+    week = asyncio.run(load_evidence(root / "week", load_scenario().criteria))
+    verdict = dormancy(week)
+    assert verdict.passed, verdict
+    assert re.search(r"\(([1-9]\d*) calls consolidating the", " ".join(verdict.evidence)), verdict
+    deleted = next(h for h in week.log.happenings if h.action == "heartbeat")
+    (held,) = [
+        c
+        for c in week.conversations
+        if c.channel == "#group"
+        and c.started_at < deleted.at
+        and c.started_at > deleted.at - timedelta(hours=1)
+    ]
+    own = UsageRecord(
+        id="01M9ZZZZZZZZZZZZZZZZZZZZZZ",
+        at=deleted.at + timedelta(minutes=5),
+        agent_id=week.agent_id,
+        stage="respond",
+        model="test:script",
+        tier="strong",
+        surface=held.service,
+        channel=held.channel,
+        conversation_id=held.id,
+    )
+    woken = dormancy(replace(week, usage=(*week.usage, own)))
+    assert not woken.passed and woken.summary.startswith("it kept working while dormant"), woken
+    assert f"respond (irc:#group, conversation {held.id})" in woken.summary

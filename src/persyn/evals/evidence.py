@@ -99,8 +99,8 @@ class WeekEvidence:
         return tuple(s for s in self.spans if s.trace_id in roots)
 
     def turn_of(self, happening: Happening | None) -> Turn | None:
-        """The stored turn of a `say` step: its inbound line (same words, same channel, at or
-        after the step's time), the agent's next line in that conversation, its trace."""
+        """The stored turn of a `say` step: its inbound line (same words, where it was said,
+        within the hour of the step's time), the agent's next line there, its trace."""
         if happening is None or happening.text is None:
             return None
         for message in self.messages:
@@ -109,7 +109,7 @@ class WeekEvidence:
                 message.role == Role.USER
                 and message.text == happening.text
                 and conversation is not None
-                and conversation.channel == happening.channel
+                and _said_where(happening, conversation)
                 and abs(message.created_at - happening.at) < _SAME_STEP
             ):
                 reply = next(
@@ -124,6 +124,14 @@ class WeekEvidence:
                 )
                 return Turn(message, reply, conversation, self.trace(message.event_id))
         return None
+
+
+def _said_where(happening: Happening, conversation: Conversation) -> bool:
+    """Whether `conversation` is where the step was said: its surface's own address (a web
+    key's conversation), or — in a log written before addresses were kept — its channel."""
+    if happening.address is not None:
+        return f"{conversation.service}:{conversation.channel}" == happening.address
+    return conversation.channel == happening.channel
 
 
 async def load_evidence(work: Path, criteria: Criteria) -> WeekEvidence:

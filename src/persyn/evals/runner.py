@@ -8,14 +8,17 @@ clock of a day starts at `start + (day - 1)` days and moves on in real time, as 
 Between days the daemon's restart on the next day's clock is what closes the idle
 conversations and consolidates them; the runner only waits, reading the store, until that
 work is done before it speaks again. A `restart` step stops every process and starts them
-again mid-day. What it did is written to `run.json` beside the scratch home: the evidence
+again mid-day. Each daemon runs under a tether (`persyn.evals.tether`) that stops it when the
+eval ends, even by SIGKILL, so no scratch daemon outlives its eval. What it did is written to `run.json` beside the scratch home: the evidence
 the checkers read alongside the store, the traces, the activity log and the usage ledger.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,10 +28,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 from pydantic import BaseModel, ConfigDict
 
 from persyn.core.config import load_settings
 from persyn.core.errors import PersynError
+from persyn.evals.group import ROOM, IrcPerson, IrcRoom
 from persyn.evals.scenario import Scenario, Step
 from persyn.store import open_store
 from persyn.store.base import Store
@@ -42,6 +47,13 @@ __all__ = ["EvalRunError", "Happening", "IdentitySnapshot", "RunLog", "run_week"
 
 _BANNER = "persyn is serving"
 _RUN_LOG = "run.json"
+_TETHER = (sys.executable, "-m", "persyn.evals.tether")
+# The scenario's channel said through the daemon's real web API (`[web]`, a key per person).
+WEB = "web"
+_WEB_URL = re.compile(r"web channel on (http://\S+)")
+# The scenario's channel said in a real IRC room (a private ngircd), the group chat.
+IRC = "irc"
+_WEB_SETTINGS = {"PERSYN_WEB__ENABLED": "true", "PERSYN_WEB__HOST": "127.0.0.1", "PERSYN_WEB__PORT": "0"}
 
 
 class EvalRunError(PersynError):
@@ -62,8 +74,10 @@ class Happening(_Frozen):
     channel: str | None = None
     probe: str | None = None
     text: str | None = None
-    reply: str | None = None  # what `persyn send` printed (the reply or the reason for silence)
+    reply: str | None = None  # the reply, or the reason for silence, as the surface gave it
     detail: str | None = None
+    # Where it was said, "service:channel" as the store names it (web: the speaker's key id).
+    address: str | None = None
 
 
 class IdentitySnapshot(_Frozen):
@@ -121,6 +135,12 @@ class _Week:
     snapshots: list[IdentitySnapshot] = field(default_factory=list[IdentitySnapshot])
     # Behaviour mode: the model every task runs on (the scenario's scripted rules unused).
     model: str | None = None
+    # The web channel: this day's daemon's URL, and each speaker's key (secret, id).
+    web_url: str | None = None
+    web_keys: dict[str, tuple[str, str]] = field(default_factory=dict[str, tuple[str, str]])
+    # The group chat: the IRC server and each speaker's client in its room.
+    room: IrcRoom | None = None
+    irc: dict[str, IrcPerson] = field(default_factory=dict[str, IrcPerson])
 
     def __post_init__(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -130,6 +150,8 @@ class _Week:
         self.env = self.scenario.environment(script)
         if self.model is not None:
             self.env["PERSYN_MODELS__DEFAULT"] = self.model
+        if any(step.channel == WEB for day in self.scenario.days for step in day.steps if step.say):
+            self.env.update(_WEB_SETTINGS)
 
     # processes -------------------------------------------------------------------------
     def environ(self) -> dict[str, str]:
@@ -173,17 +195,20 @@ class _Week:
         log_path = self.work / "daemon.log"
         before = log_path.read_text(errors="replace").count(_BANNER) if log_path.exists() else 0
         with open(log_path, "ab") as log:
+            # Tethered: the daemon is stopped when this process ends, however it ends.
             self.daemon = subprocess.Popen(
-                [sys.executable, "-m", "persyn", "--now", self.now().isoformat(), "run"],
+                [*_TETHER, sys.executable, "-m", "persyn", "--now", self.now().isoformat(), "run"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 env=self.environ(),
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = log_path.read_text(errors="replace")
             if text.count(_BANNER) > before:
+                served = _WEB_URL.findall(text)
+                self.web_url = served[-1] if served and self.env.get("PERSYN_WEB__ENABLED") else None
                 return
             if self.daemon.poll() is not None:
                 raise EvalRunError(f"`persyn run` exited with {self.daemon.returncode}:\n{text[-2000:]}")
@@ -193,14 +218,18 @@ class _Week:
 
     def stop_daemon(self) -> None:
         daemon, self.daemon = self.daemon, None
-        if daemon is None or daemon.poll() is not None:
+        if daemon is None:
             return
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)  # the tether passes it on to the daemon
+            try:
+                # The tether itself kills a daemon that has not stopped within a minute.
+                daemon.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+        if daemon.stdin is not None:
+            daemon.stdin.close()
 
     # one day ------------------------------------------------------------------------
     def begin_day(self, day_clock: datetime) -> None:
@@ -235,6 +264,18 @@ async def run_week(
     agent named `scenario.agent`, its store copied whole (`persyn store copy`)."""
     began = time.monotonic()
     week = await asyncio.to_thread(_Week, scenario, work, model=model)
+    try:
+        return await _run(week, progress, copy_of, began)
+    finally:
+        for person in week.irc.values():
+            await person.close()
+        if week.room is not None:
+            await asyncio.to_thread(week.room.stop)
+
+
+async def _run(week: _Week, progress: Callable[[str], None], copy_of: Path | None, began: float) -> RunLog:
+    scenario, work = week.scenario, week.work
+    await _open_the_room(week)
     known: set[str] = set()
     if copy_of is not None:
         known = await asyncio.to_thread(_copy_deployment, week, copy_of)
@@ -255,12 +296,16 @@ async def run_week(
             raise EvalRunError("the eval needs a store with consolidation jobs, memory and a directory")
         if copy_of is not None:
             start = await _after_the_copy(store, agent_id, start, scenario.start_hour)
+        assert isinstance(store, DirectoryPort)
+        known_people = {p.display_name.casefold() for p in await store.list_persons(agent_id)}
+        await asyncio.to_thread(_make_web_keys, week, known_people)
         for number, day in enumerate(scenario.days, start=1):
             week.begin_day(start + timedelta(days=number - 1))
             progress(f"day {number}: {week.now():%Y-%m-%d %H:%M} UTC")
-            await asyncio.to_thread(week.start_daemon)
+            await _start(week)
             try:
-                await _wait_settled(store, agent_id, week.now())
+                # A model on this machine consolidates a day in minutes, not seconds.
+                await _wait_settled(store, agent_id, week.now(), 120 if week.model is None else 1800)
                 week.note(number, "day", detail="daemon started; the day before is consolidated")
                 for step in day.steps:
                     await _do(week, store, agent_id, number, step)
@@ -278,8 +323,8 @@ async def run_week(
         snapshots=tuple(week.snapshots),
         wall_seconds=round(time.monotonic() - began, 1),
         environment={k: v for k, v in week.environ().items() if k.startswith("PERSYN_")},
-        mode="mechanics" if model is None else "behaviour",
-        model=model,
+        mode="mechanics" if week.model is None else "behaviour",
+        model=week.model,
         copy_of=None if copy_of is None else str(copy_of),
     )
     await asyncio.to_thread(log.save, run_log_path(work))
@@ -317,8 +362,110 @@ def _copy_deployment(week: _Week, live_home: Path) -> set[str]:
     return {a.name.casefold() for a in live.agents}
 
 
+async def _open_the_room(week: _Week) -> None:
+    """When the scenario has people speak on the IRC channel: start the room's server, have
+    the agent (only it) join the room through its IRC adapter, and connect each speaker."""
+    speakers = {s.who for d in week.scenario.days for s in d.steps if s.say and s.channel == IRC}
+    if not speakers:
+        return
+    week.room = IrcRoom(week.work / "irc")
+    try:
+        await asyncio.to_thread(week.room.start)
+    except PersynError as exc:
+        raise EvalRunError(str(exc)) from exc
+    week.env.update(
+        {
+            "PERSYN_CHANNELS__IRC__SERVER": "127.0.0.1",
+            "PERSYN_CHANNELS__IRC__PORT": str(week.room.port),
+            "PERSYN_CHANNELS__IRC__TLS": "false",
+            "PERSYN_CHANNELS__IRC__CHANNELS": json.dumps([ROOM]),
+            "PERSYN_CHANNELS__IRC__AGENTS": json.dumps([week.scenario.agent]),
+        }
+    )
+    for who in sorted(speakers):
+        person = IrcPerson(who)
+        week.irc[who] = person
+        await person.connect(week.room.port)
+
+
+async def _start(week: _Week) -> None:
+    """Start the daemon; with a group chat, wait until the agent is in the room."""
+    await asyncio.to_thread(week.start_daemon)
+    if week.irc and not await next(iter(week.irc.values())).await_present(week.scenario.agent):
+        raise EvalRunError(f"{week.scenario.agent} did not join {ROOM} (see daemon.log)")
+
+
+async def _say_in_the_room(week: _Week, day: int, step: Step) -> Happening:
+    """Say the line in the IRC room, addressed to the agent by name as people do there; its
+    answer is what it said in the room next."""
+    assert step.say is not None
+    line = f"{week.scenario.agent}: {step.say}"
+    at = week.now()
+    reply = await week.irc[step.who].say(line, week.scenario.agent, timeout=90)
+    return Happening(
+        day=day,
+        at=at,
+        action="say",
+        who=step.who,
+        channel=step.channel,
+        probe=step.probe,
+        text=line,
+        reply=reply if reply is not None else "(nothing said in the room within 90 s)",
+        address=f"irc:{ROOM}",
+    )
+
+
+def _make_web_keys(week: _Week, known: set[str]) -> None:
+    """A web API key for each person the scenario has speak on the web channel, named after
+    them; one the agent already knows (a copied agent) is the contact the key speaks as."""
+    speakers = {s.who for d in week.scenario.days for s in d.steps if s.say and s.channel == WEB}
+    for who in sorted(speakers):
+        tie = ("--agent", week.scenario.agent, "--contact", who) if who.casefold() in known else ()
+        made = json.loads(week.must("web", "keys", "create", "--name", who, *tie, "--json"))
+        week.web_keys[who] = (str(made["key"]), str(made["id"]))
+    # "{web:NAME}" in a setting (say, a channel group) is NAME's web conversation, "web:KEY-ID".
+    for who, (_secret, key_id) in week.web_keys.items():
+        week.env = {k: v.replace(f"{{web:{who}}}", f"web:{key_id}") for k, v in week.env.items()}
+
+
+async def _say_on_the_web(week: _Week, day: int, step: Step) -> Happening:
+    """POST the line to the daemon's OpenAI-compatible endpoint with the speaker's key, as
+    any client would; the answer (or the reason for silence) is what the surface returned."""
+    assert step.say is not None
+    if week.web_url is None:
+        raise EvalRunError(f"day {day}: the daemon did not serve the web channel (see daemon.log)")
+    secret, key_id = week.web_keys[step.who]
+    at = week.now()
+    body = {"model": week.scenario.agent, "messages": [{"role": "user", "content": step.say}]}
+    try:
+        async with httpx.AsyncClient(base_url=week.web_url, timeout=120) as client:
+            answer = await client.post(
+                "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {secret}"}
+            )
+    except httpx.HTTPError as exc:
+        raise EvalRunError(f"day {day}: the web channel did not answer: {exc}") from exc
+    if answer.status_code != 200:
+        raise EvalRunError(f"day {day}: the web channel answered {answer.status_code}: {answer.text[:400]}")
+    reply = str(answer.json()["choices"][0]["message"]["content"])
+    return Happening(
+        day=day,
+        at=at,
+        action="say",
+        who=step.who,
+        channel=step.channel,
+        probe=step.probe,
+        text=step.say,
+        reply=reply,
+        address=f"web:{key_id}",
+    )
+
+
 async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) -> None:
-    if step.say is not None:
+    if step.say is not None and step.channel == WEB:
+        week.happenings.append(await _say_on_the_web(week, day, step))
+    elif step.say is not None and step.channel == IRC:
+        week.happenings.append(await _say_in_the_room(week, day, step))
+    elif step.say is not None:
         at = week.now()
         done = await asyncio.to_thread(
             week.persyn,
@@ -347,6 +494,7 @@ async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) ->
                 probe=step.probe,
                 text=step.say,
                 reply=done.stdout.strip(),
+                address=f"cli:{step.channel}",
             )
         )
     elif step.restart:
@@ -358,7 +506,7 @@ async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) ->
                 for k, v in step.config.items()
             }
         )
-        await asyncio.to_thread(week.start_daemon)
+        await _start(week)
         week.snapshots.append(await _identity(week, store, agent_id, "after restart"))
         week.note(day, "restart", step, detail="every process stopped (SIGTERM) and started again")
     elif step.heartbeat == "delete":

@@ -30,7 +30,8 @@ class _Frozen(BaseModel):
 class Step(_Frozen):
     """One thing that happens in a day; exactly one of `say`, `restart`, `heartbeat`, `wait`
     (`reminder`: until the reminder loop has run; `agents`: until the agents' exchange is
-    quiet)."""
+    quiet). A `say` on `channel = "web"` is said through the daemon's real web API with
+    the speaker's own key; on any other channel through `persyn send --channel`."""
 
     say: str | None = Field(default=None, min_length=1, max_length=4000)
     who: str = Field(default="operator", min_length=1, max_length=80)

@@ -12,7 +12,7 @@ import pytest
 from persyn.core.errors import InputError
 from persyn.evals.checks import Verdict
 from persyn.evals.report import render_html, render_json
-from persyn.evals.runner import Happening, RunLog
+from persyn.evals.runner import IRC, WEB, Happening, RunLog
 from persyn.evals.scenario import load_scenario
 from persyn.testing.models import ScriptRule
 
@@ -21,7 +21,8 @@ def test_the_shipped_week_has_what_the_criteria_read() -> None:
     week = load_scenario()
     steps = [step for day in week.days for step in day.steps]
     assert len(week.days) == 7 and week.others  # a week, and another agent to talk to
-    assert {s.channel for s in steps if s.say} == {"web", "group"}  # two channels
+    # Two real surfaces: the web API and a group chat (an IRC room).
+    assert {s.channel for s in steps if s.say} == {WEB, IRC} == {"web", "irc"}
     assert any(s.restart for s in steps)
     deleted = next(i for i, day in enumerate(week.days) if any(s.heartbeat == "delete" for s in day.steps))
     assert deleted == 5 and any(s.say for s in week.days[6].steps)  # deleted on day 6, spoken to on day 7
