@@ -101,6 +101,7 @@ def test_the_week_is_recorded_in_its_own_deployment_and_reported_as_one_page(
         (("--model", "test:echo"), "apply to --mode behaviour only"),
         (("--days", "9"), "--days 9 is more than the scenario's 7 days"),
         (("--judge", "test:echo"), "apply to --mode behaviour only"),
+        (("--group-chat", "smoke"), "--group-chat 'smoke': choose auto, irc or send"),
     ],
 )
 def test_usage_errors_exit_2_and_run_nothing(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
@@ -119,6 +120,20 @@ def test_a_bad_scenario_or_a_used_work_directory_is_a_usage_error(tmp_path: Path
     (used / "something").write_text("mine")
     done = _eval("--work", str(used), home=tmp_path / "operator", timeout=60)
     assert done.returncode == 2 and "is not empty" in done.stderr
+
+
+def test_the_group_chat_can_be_said_without_an_irc_server(tmp_path: Path) -> None:
+    """`--group-chat send` (what `auto` falls back to where ngircd is not installed): the
+    group's lines go through `persyn send --channel irc`, and no IRC server is started."""
+    work = tmp_path / "week"
+    done = _eval(
+        "--days", "1", "--group-chat", "send", "--work", str(work), home=tmp_path / "operator", timeout=600
+    )
+    assert done.returncode in (0, 1), done.stderr
+    said = json.loads((work / "run.json").read_text())["happenings"]
+    group = [h for h in said if h.get("channel") == "irc"]
+    assert group and all(h["address"] == "cli:irc" and h["reply"] for h in group), group
+    assert not (work / "irc").exists()  # no room was opened
 
 
 # the failing twins --------------------------------------------------------------------

@@ -36,6 +36,13 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def ngircd_binary() -> str | None:
+    """Where ngircd is installed (Debian puts it in /usr/sbin, off a user's PATH), or None."""
+    return shutil.which("ngircd") or next(
+        (p for p in ("/usr/sbin/ngircd", "/usr/local/sbin/ngircd") if Path(p).is_file()), None
+    )
+
+
 @dataclass
 class IrcRoom:
     """One ngircd on 127.0.0.1:`port`, its files under `directory`."""
@@ -45,9 +52,7 @@ class IrcRoom:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        binary = shutil.which("ngircd") or next(
-            (p for p in ("/usr/sbin/ngircd", "/usr/local/sbin/ngircd") if Path(p).is_file()), None
-        )
+        binary = ngircd_binary()
         if binary is None:
             raise GroupChatError(
                 "the scenario's group chat is an IRC room and needs ngircd (apt install ngircd)"

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from persyn.core.config import load_settings
 from persyn.core.errors import PersynError
-from persyn.evals.group import ROOM, IrcPerson, IrcRoom
+from persyn.evals.group import ROOM, IrcPerson, IrcRoom, ngircd_binary
 from persyn.evals.scenario import Scenario, Step
 from persyn.store import open_store
 from persyn.store.base import Store
@@ -257,15 +257,18 @@ async def run_week(
     *,
     model: str | None = None,
     copy_of: Path | None = None,
+    group_chat: str = "auto",
 ) -> RunLog:
     """Drive `scenario` in a scratch deployment under `work` and return what happened;
     with `model` (behaviour mode) every task runs on it instead of the scripted double;
     with `copy_of` (a live deployment's home) the agent is a copy of that deployment's
-    agent named `scenario.agent`, its store copied whole (`persyn store copy`)."""
+    agent named `scenario.agent`, its store copied whole (`persyn store copy`). The group
+    chat (the scenario's `irc` channel) is a real IRC room (`group_chat="irc"`), said through
+    `persyn send --channel irc` (`"send"`), or the room when ngircd is installed (`"auto"`)."""
     began = time.monotonic()
     week = await asyncio.to_thread(_Week, scenario, work, model=model)
     try:
-        return await _run(week, progress, copy_of, began)
+        return await _run(week, progress, copy_of, began, group_chat)
     finally:
         for person in week.irc.values():
             await person.close()
@@ -273,9 +276,18 @@ async def run_week(
             await asyncio.to_thread(week.room.stop)
 
 
-async def _run(week: _Week, progress: Callable[[str], None], copy_of: Path | None, began: float) -> RunLog:
+async def _run(
+    week: _Week, progress: Callable[[str], None], copy_of: Path | None, began: float, group_chat: str
+) -> RunLog:
     scenario, work = week.scenario, week.work
-    await _open_the_room(week)
+    if group_chat == "send" or (group_chat == "auto" and ngircd_binary() is None):
+        if group_chat == "auto" and _group_speakers(week):
+            progress(
+                "ngircd is not installed: the group chat is said through `persyn send --channel irc`, "
+                "not a real IRC room (apt install ngircd for one)"
+            )
+    else:
+        await _open_the_room(week)
     known: set[str] = set()
     if copy_of is not None:
         known = await asyncio.to_thread(_copy_deployment, week, copy_of)
@@ -362,10 +374,14 @@ def _copy_deployment(week: _Week, live_home: Path) -> set[str]:
     return {a.name.casefold() for a in live.agents}
 
 
+def _group_speakers(week: _Week) -> set[str]:
+    return {s.who for d in week.scenario.days for s in d.steps if s.say and s.channel == IRC}
+
+
 async def _open_the_room(week: _Week) -> None:
     """When the scenario has people speak on the IRC channel: start the room's server, have
     the agent (only it) join the room through its IRC adapter, and connect each speaker."""
-    speakers = {s.who for d in week.scenario.days for s in d.steps if s.say and s.channel == IRC}
+    speakers = _group_speakers(week)
     if not speakers:
         return
     week.room = IrcRoom(week.work / "irc")
@@ -463,7 +479,7 @@ async def _say_on_the_web(week: _Week, day: int, step: Step) -> Happening:
 async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) -> None:
     if step.say is not None and step.channel == WEB:
         week.happenings.append(await _say_on_the_web(week, day, step))
-    elif step.say is not None and step.channel == IRC:
+    elif step.say is not None and step.channel == IRC and week.room is not None:
         week.happenings.append(await _say_in_the_room(week, day, step))
     elif step.say is not None:
         at = week.now()

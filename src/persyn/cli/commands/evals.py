@@ -80,6 +80,14 @@ def continuity(
             "--model", help="behaviour mode: the model the agent runs on (default: the respond binding)."
         ),
     ] = None,
+    group_chat: Annotated[
+        str,
+        typer.Option(
+            "--group-chat",
+            help="Where the scenario's group chat is said: `irc` (a real IRC room on a private ngircd), "
+            "`send` (`persyn send --channel irc`, no server), or `auto` (irc when ngircd is installed).",
+        ),
+    ] = "auto",
     scenario: Annotated[
         Path | None,
         typer.Option(
@@ -116,6 +124,8 @@ def continuity(
     chosen = _mode(mode)
     if chosen == "mechanics" and (budget_tokens is not None or judge is not None or model is not None):
         raise _usage_error("--budget-tokens, --judge and --model apply to --mode behaviour only")
+    if group_chat not in ("auto", "irc", "send"):
+        raise _usage_error(f"--group-chat {group_chat!r}: choose auto, irc or send")
     try:
         week = load_scenario(scenario)
     except InputError as exc:
@@ -152,6 +162,7 @@ def continuity(
                 lambda line: console.print(f"[dim]{line}[/dim]"),
                 model=None if behaviour is None else behaviour[0],
                 copy_of=live_home,
+                group_chat=group_chat,
             )
         )
     except EvalRunError as exc:
