@@ -30,7 +30,9 @@ def test_observations_and_dossier_after_a_conversation_closes(persyn: Persyn, tm
         "PERSYN_CONVERSATION__IDLE_TIMEOUT_MINUTES": "0.02",
         "PERSYN_DISPATCH__HOUSEKEEPING_SECONDS": "0.5",
     }
-    done = persyn.run("chat", "--as", "Sam", input="I work as a teacher.\n", env=env)
+    chatting = {**env, "PERSYN_CONVERSATION__IDLE_TIMEOUT_MINUTES": "60"}
+    # The chat itself never closes the conversation (however slow the machine): the daemon does.
+    done = persyn.run("chat", "--as", "Sam", input="I work as a teacher.\n", env=chatting)
     assert done.returncode == 0, done.stderr
     (sam,) = json.loads(persyn.run("contacts", "list", "--json").stdout)
     assert "nothing observed yet" in persyn.run("people", "observations", sam["id"]).stdout
