@@ -16,6 +16,7 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # twenty whole chats, each a process start: minutes on a loaded machine
 def test_a_piped_chat_exits_with_code_0_and_nothing_on_stderr_every_time(persyn: Persyn) -> None:
     for run in range(20):
         done = persyn.run("chat", input="hi\n")
