@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 WAIT_MS = 60_000
+EXPLAINED = ["similarity", "keyword", "date", "recency", "importance", "participants", "cosine"]
 LIGHTHOUSE = "Sam told me about the lighthouse keeper in Brittany who painted the stairs blue."
 
 
@@ -199,7 +200,7 @@ def test_the_recall_tester_returns_what_persyn_memory_recall_does(web: WebDaemon
         got = ops.post("/v1/console/recall", json={"query": "the lighthouse keeper", "participants": ["Sam"]})
         assert got.status_code == 200, got.text
         data = got.json()
-    printed = web.persyn.run("memory", "recall", "the lighthouse keeper", "-p", "Sam", "--json")
+    printed = web.persyn.run("memory", "recall", "the lighthouse keeper", "-p", "Sam", "--explain", "--json")
     assert printed.returncode == 0, printed.stderr
     cli = json.loads(printed.stdout)
     cli_records: list[dict[str, Any]] = cli
@@ -207,7 +208,15 @@ def test_the_recall_tester_returns_what_persyn_memory_recall_does(web: WebDaemon
     assert data["results"][0]["memory"]["ref"] == "light"
     # The same scores, but for the moments the two were asked at (recency moves by seconds).
     assert [round(r["score"], 3) for r in data["results"]] == [round(r["score"], 3) for r in cli_records]
-    assert set(data["results"][0]["parts"]) >= {"similarity", "keyword"}
+    # Each result's score parts are `--explain`'s, part for part, in its order (the moments
+    # differ by seconds: recency alone may move in its last places).
+    for got_row, cli_row in zip(data["results"], cli_records, strict=True):
+        assert list(got_row["parts"]) == list(cli_row["explain"])
+        for name, value in cli_row["explain"].items():
+            assert got_row["parts"][name] == pytest.approx(value, abs=1e-3), name
+    light = data["results"][0]["parts"]
+    assert light["participants"] == 1.0 and light["importance"] > 0 and light["date"] is None
+    assert light["keyword"] > 0 and light["cosine"] is not None
     assert data["considered"] >= len(data["results"]) and data["budget_tokens"] > 0
     with _http(web, "ops") as ops:
         for body, field in (({"query": ""}, "query"), ({"query": "x", "extra": 1}, "extra")):
@@ -322,6 +331,12 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             page.get_by_label("Participants").fill("Sam")
             page.get_by_role("button", name="Recall").click()
             expect(page.locator("#recall-results table tr").nth(1)).to_contain_text(LIGHTHOUSE)
+            # Each result's score parts, as `--explain` names them; "-" where one is not counted.
+            headers = page.locator("#recall-results table tr").first.locator("th")
+            expect(headers).to_have_text(["memory", "score", "band", *EXPLAINED, "tokens"])
+            first_row = page.locator("#recall-results table tr").nth(1).locator("td")
+            expect(first_row.nth(5)).to_have_text("-")  # no date in the question
+            expect(first_row.nth(8)).to_have_text("1.000")  # Sam was there
             expect(page.locator(".recall-summary")).to_contain_text("considered")
             page.screenshot(path=str(shots / "memory.png"), full_page=True)
 

@@ -3,6 +3,7 @@ and exactly the retrieval the agent uses when it answers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -33,12 +34,14 @@ from persyn.usage.records import UsageRecord
 
 __all__ = [
     "DEFAULT_RECALL_CHANNEL",
+    "SCORE_PARTS",
     "ExtractionEstimate",
     "ExtractionReport",
     "MemoryOps",
     "RecallQuery",
     "context_window_for",
     "estimate_extraction",
+    "explain",
     "extract_imported",
     "memory_ops",
     "read_queries",
@@ -236,6 +239,25 @@ async def memory_ops(
         except Exception as exc:  # fail soft: keyword retrieval still works
             embedder, degraded = None, f"encoder {settings.memory.embedder!r} unavailable: {exc}"
         yield MemoryOps(settings, agent, store, embedder, degraded, clock)
+
+
+# The order `--explain` and the console's recall tester show a score's parts in.
+SCORE_PARTS = ("similarity", "keyword", "date", "recency", "importance", "participants")
+
+
+def explain(result: RetrievalResult, index: int) -> dict[str, float | None]:
+    """The score parts of `result`'s record at `index` (each in [0, 1], None = not counted
+    for this query) and the raw cosine behind the similarity part: what `persyn memory
+    recall --explain` prints and the console's recall tester shows, from this one place.
+    A part retrieval adds later follows the known ones, so neither view can drop it."""
+    parts = dataclasses.asdict(result.components[index])
+    names = [*SCORE_PARTS, *(name for name in parts if name not in SCORE_PARTS)]
+    explained: dict[str, float | None] = {
+        name: None if parts.get(name) is None else round(parts[name], 4) for name in names
+    }
+    cosine = result.records[index].similarity
+    explained["cosine"] = None if cosine is None else round(cosine, 4)
+    return explained
 
 
 class RecallQuery(BaseModel):

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from persyn.core.errors import InputError
 from persyn.core.ids import is_id
 from persyn.core.records import MemoryRecord, ScoredRecord, Sensitivity
-from persyn.ops.memory import MemoryOps, memory_ops
+from persyn.ops.memory import MemoryOps, explain, memory_ops
 from persyn.web.console._params import choice, moment, number, operator, text, the_agent
 from persyn.web.context import ApiError, WebContext
 
@@ -149,14 +149,13 @@ async def memory(context: WebContext, request: Request) -> Response:
     )
 
 
-def _scored(scored: ScoredRecord) -> dict[str, Any]:
+def _scored(scored: ScoredRecord, parts: dict[str, float | None]) -> dict[str, Any]:
     return {
         "memory": _record(scored.record),
         "score": round(scored.score, 6),
         "band": scored.band.value,
         "tokens": scored.tokens,
-        # The parts of the score retrieval reports today; more join here as it reports them.
-        "parts": {"similarity": scored.similarity, "keyword": scored.keyword},
+        "parts": parts,  # `persyn memory recall --explain`'s, from the same function
     }
 
 
@@ -181,7 +180,7 @@ async def recall(context: WebContext, request: Request) -> Response:
             "query": result.query,
             "channel": result.channel,
             "mode": result.mode,
-            "results": [_scored(s) for s in result.records],
+            "results": [_scored(s, explain(result, at)) for at, s in enumerate(result.records)],
             "considered": result.considered,
             "withheld": result.withheld,
             "over_budget": result.over_budget,

@@ -120,16 +120,17 @@ async function runRecall(event) {
   if ($("recall-channel").value.trim()) body.channel = $("recall-channel").value.trim();
   try {
     const data = await api("/v1/console/recall", { method: "POST", body });
+    // The score's parts as `persyn memory recall --explain` names them ("-" = not counted).
+    const parts = data.results.length ? Object.keys(data.results[0].parts) : [];
     const rows = data.results.map((r) => [
       link(r.memory.summary, () => showMemory(r.memory.id)), r.score.toFixed(3), r.band,
-      r.parts.similarity === null ? null : r.parts.similarity.toFixed(3),
-      r.parts.keyword === null ? null : r.parts.keyword.toFixed(3), r.tokens,
+      ...parts.map((name) => (r.parts[name] === null ? null : r.parts[name].toFixed(3))), r.tokens,
     ]);
     const summary = data.results.length + " recalled (" + data.mode + ") of " + data.considered + " considered; " +
       data.withheld + " withheld by sensitivity; " + data.over_budget + " cut by the budget of " + data.budget_tokens + " tokens" +
       (data.degraded ? "; degraded: " + data.degraded : "");
     box.replaceChildren(el("p", "recall-summary", summary),
-      tableOf(["memory", "score", "band", "similarity", "keyword", "tokens"], rows, "What recall returns, best first"));
+      tableOf(["memory", "score", "band", ...parts, "tokens"], rows, "What recall returns, best first"));
   } catch (error) { fail(box, error); }
 }
 
