@@ -35,6 +35,7 @@ from persyn.usage.records import UsageRecord
 __all__ = [
     "DEFAULT_RECALL_CHANNEL",
     "SCORE_PARTS",
+    "Encoder",
     "ExtractionEstimate",
     "ExtractionReport",
     "MemoryOps",
@@ -44,6 +45,7 @@ __all__ = [
     "explain",
     "extract_imported",
     "memory_ops",
+    "open_encoder",
     "read_queries",
 ]
 
@@ -227,18 +229,30 @@ class MemoryOps:
 
 @asynccontextmanager
 async def memory_ops(
-    settings: Settings, agent: AgentConfig, clock: Clock | None = None
+    settings: Settings, agent: AgentConfig, clock: Clock | None = None, *, encoder: Encoder | None = None
 ) -> AsyncIterator[MemoryOps]:
     clock = clock or SystemClock()
     async with opened_capability(settings, MemoryStore) as store:
         await store.ensure_agent(agent.id, agent.name, clock.now())
-        embedder: Embedder | None
-        degraded: str | None = None
-        try:
-            embedder = embedder_from_config(settings.memory)
-        except Exception as exc:  # fail soft: keyword retrieval still works
-            embedder, degraded = None, f"encoder {settings.memory.embedder!r} unavailable: {exc}"
-        yield MemoryOps(settings, agent, store, embedder, degraded, clock)
+        encoder = encoder or open_encoder(settings)
+        yield MemoryOps(settings, agent, store, encoder.embedder, encoder.degraded, clock)
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """The configured encoder, or None and why (recall then runs on keywords alone). A
+    long-lived process keeps one: an encoder loads its model on its first use (~140 ms for
+    the default, measured 2026-12-07), which a new one per request pays every time."""
+
+    embedder: Embedder | None
+    degraded: str | None = None
+
+
+def open_encoder(settings: Settings) -> Encoder:
+    try:
+        return Encoder(embedder_from_config(settings.memory))
+    except Exception as exc:  # fail soft: keyword retrieval still works
+        return Encoder(None, f"encoder {settings.memory.embedder!r} unavailable: {exc}")
 
 
 # The order `--explain` and the console's recall tester show a score's parts in.

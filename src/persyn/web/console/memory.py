@@ -75,7 +75,9 @@ async def memories(context: WebContext, request: Request) -> Response:
     cursor = text(request, "cursor")
     if cursor is not None and not is_id(cursor.upper()):
         raise ApiError(400, f"invalid parameter 'cursor': {cursor!r} is not a memory id", param="cursor")
-    async with memory_ops(context.settings, agent, context.runtime.clock) as ops:
+    async with memory_ops(
+        context.settings, agent, context.runtime.clock, encoder=context.console_encoder()
+    ) as ops:
         person = text(request, "person")
         wanted = _Filter(
             channel=text(request, "channel"),
@@ -134,7 +136,9 @@ async def memory(context: WebContext, request: Request) -> Response:
     """One record: its provenance and rating, its emotion, the dialog it came from."""
     await operator(context, request)
     agent = the_agent(context, request)
-    async with memory_ops(context.settings, agent, context.runtime.clock) as ops:
+    async with memory_ops(
+        context.settings, agent, context.runtime.clock, encoder=context.console_encoder()
+    ) as ops:
         record, dialog = await ops.show(request.path_params["record_id"])
         try:
             emotions = await ops.emotions(record.id)
@@ -165,7 +169,9 @@ async def recall(context: WebContext, request: Request) -> Response:
     await operator(context, request)
     body = await context.body(request, RecallRequest)
     agent = context.agent(body.agent) if body.agent else the_agent(context, request)
-    async with memory_ops(context.settings, agent, context.runtime.clock) as ops:
+    async with memory_ops(
+        context.settings, agent, context.runtime.clock, encoder=context.console_encoder()
+    ) as ops:
         result = await ops.recall(
             body.query,
             channel=body.channel,
