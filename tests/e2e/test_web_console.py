@@ -292,6 +292,50 @@ def test_the_life_view_shows_the_heartbeat_reminders_and_goals(web: WebDaemon) -
     assert [r["at"] for r in data["emotions"]] == sorted(r["at"] for r in data["emotions"])
 
 
+def test_operator_actions_need_confirming_are_logged_and_are_an_operators_alone(
+    web: WebDaemon, tmp_path: Path
+) -> None:
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(_memory("spare", "The spare key is under the blue flowerpot.") + "\n")
+    assert web.persyn.run("memory", "import", str(extra)).returncode == 0
+    with _http(web, "ops") as ops, _http(web, "alice") as alice:
+        (spare,) = ops.get("/v1/console/memories", params={"q": "flowerpot"}).json()["memories"]
+        forget = {"action": "forget_memory", "target": spare["id"], "confirm": True}
+        assert alice.post("/v1/console/actions", json=forget).status_code == 403
+        for body, name in (
+            ({**forget, "confirm": False}, "confirm"),
+            ({"action": "forget_memory", "target": spare["id"]}, "confirm"),
+            ({**forget, "action": "reset_everything"}, "action"),
+            ({"action": "forget_memory", "confirm": True}, "target"),
+            ({**forget, "action": "pause_heartbeat"}, "target"),
+            ({**forget, "target": new_id()}, "memory"),
+        ):
+            bad = ops.post("/v1/console/actions", json=body)
+            assert bad.status_code == 400 and name in bad.json()["error"]["message"], (body, bad.text)
+        assert ops.get("/v1/console/memories", params={"q": "flowerpot"}).json()["memories"]  # still there
+        done = ops.post("/v1/console/actions", json=forget)
+        assert done.status_code == 200, done.text
+        assert done.json()["outcome"].endswith("(by the operator, key 'ops')")
+        assert ops.get("/v1/console/memories", params={"q": "flowerpot"}).json()["memories"] == []
+        paused = ops.post("/v1/console/actions", json={"action": "pause_heartbeat", "confirm": True})
+        assert paused.status_code == 200, paused.text
+        assert ops.get("/v1/console/life").json()["heartbeat"]["asleep"] is True
+        resumed = ops.post("/v1/console/actions", json={"action": "resume_heartbeat", "confirm": True})
+        assert resumed.status_code == 200, resumed.text
+        life = ops.get("/v1/console/life").json()
+    assert life["heartbeat"]["asleep"] is False
+    # In the activity log `persyn activity` prints, and in the Life view's list of runs.
+    printed = web.persyn.run("activity", "--json")
+    assert printed.returncode == 0, printed.stderr
+    logged = [e for e in json.loads(printed.stdout) if e["kind"] == "operator"]
+    assert [e["objective"] for e in logged[:3]] == [
+        "resume heartbeat",
+        "pause heartbeat",
+        f"forget memory {spare['id']}",
+    ]
+    assert "operator" in [r["kind"] for r in life["heartbeat"]["runs"]]
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
 def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
@@ -395,6 +439,23 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             expect(page.locator("#life")).to_contain_text("Next beat")
             expect(page.locator("#life svg.emotions rect").first).to_be_attached()
             page.screenshot(path=str(shots / "life.png"), full_page=True)
+
+            # An operator action: asked in a dialog first; "Keep as is" does nothing.
+            page.get_by_role("button", name="Pause the heartbeat").click()
+            dialog = page.get_by_role("dialog")
+            expect(dialog).to_contain_text("Pause the heartbeat?")
+            dialog.get_by_role("button", name="Keep as is").click()
+            expect(dialog).to_be_hidden()
+            expect(page.locator("#life")).to_contain_text("Next beat")
+            page.get_by_role("button", name="Pause the heartbeat").click()
+            dialog.get_by_role("button", name="Confirm").click()
+            expect(page.locator("#action-done")).to_contain_text("paused the heartbeat")
+            expect(page.locator("#life")).to_contain_text("Asleep (no heartbeat).")
+            expect(page.locator("#life-runs tr", has_text="pause heartbeat")).not_to_have_count(0)
+            page.get_by_role("button", name="Resume the heartbeat").click()
+            dialog.get_by_role("button", name="Confirm").click()
+            expect(page.locator("#action-done")).to_contain_text("resumed the heartbeat")
+            expect(page.locator("#life")).to_contain_text("Next beat")
 
             # A phone's width: the views reflow, nothing runs off the side.
             page.set_viewport_size({"width": 390, "height": 844})

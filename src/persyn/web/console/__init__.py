@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from persyn.web.console.actions import ActionRequest, action
 from persyn.web.console.life import life
 from persyn.web.console.memory import RecallRequest, memories, memory, recall
 from persyn.web.console.traces import trace, traces
@@ -18,7 +19,7 @@ from persyn.web.console.turns import turn
 from persyn.web.console.usage import usage
 from persyn.web.context import WebContext, handler
 
-__all__ = ["ROUTES", "ConsoleRoute", "RecallRequest", "routes"]
+__all__ = ["ROUTES", "ActionRequest", "ConsoleRoute", "RecallRequest", "routes"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,14 @@ ROUTES: tuple[ConsoleRoute, ...] = (
         life,
         "Reminders, goals, the heartbeat and its runs, guardrail findings",
         ("agent", "limit"),
+    ),
+    ConsoleRoute(
+        "/v1/console/actions",
+        "POST",
+        action,
+        "An operator action the CLI also has (forget_memory, cancel_reminder, pause_heartbeat, "
+        "resume_heartbeat), with `confirm: true`; recorded in the activity log",
+        body=ActionRequest,
     ),
 )
 

@@ -40,6 +40,36 @@ function withId(node, id) { node.id = id; return node; }
 
 function fail(box, error) { box.replaceChildren(el("div", "notice error", error.message)); }
 
+// operator actions --------------------------------------------------------------------------
+// Only what the CLI lets the operator do, asked once more in a dialog; the server refuses a
+// request without `confirm` and logs each action in the agent's activity log.
+function confirmAction(question, action, target, done) {
+  const dialog = $("confirm-action");
+  $("confirm-question").textContent = question;
+  dialog.returnValue = "";
+  dialog.onclose = async () => {
+    if (dialog.returnValue !== "yes") return;
+    const said = $("action-done");
+    said.hidden = false;
+    said.classList.remove("failed");
+    try {
+      const body = { action, agent: state.agent, confirm: true };
+      if (target) body.target = target;
+      const data = await api("/v1/console/actions", { method: "POST", body });
+      said.textContent = data.outcome;
+      if (done) done(data);
+    } catch (error) { said.textContent = error.message; said.classList.add("failed"); }
+  };
+  dialog.showModal();
+}
+
+function actionButton(label, onClick) {
+  const button = el("button", "action", label);
+  button.type = "button";
+  button.addEventListener("click", onClick);
+  return button;
+}
+
 // memory ----------------------------------------------------------------------------------
 // Each load is numbered: only the latest one's answer is shown (a tab click and a search
 // typed at once must not interleave their pages).
@@ -84,6 +114,9 @@ async function showMemory(id) {
     const data = await api("/v1/console/memories/" + encodeURIComponent(id) + "?" + agentQuery());
     const m = data.memory;
     box.appendChild(el("p", "summary", m.summary));
+    box.appendChild(actionButton("Forget this memory", () => confirmAction(
+      "Forget this memory for good? “" + m.summary.slice(0, 120) + "”", "forget_memory", m.id,
+      () => { box.replaceChildren(el("div", "tag", "Forgotten.")); loadMemories(false); })));
     box.appendChild(tableOf(["", ""], [
       ["when", new Date(m.created_at).toLocaleString()],
       ["kind", m.kind],
@@ -363,6 +396,13 @@ function emotionChart(readings) {
 
 const lifeState = { timer: null };
 
+function cancelButton(reminder) {
+  const button = actionButton("Cancel", () => confirmAction(
+    "Cancel the reminder “" + reminder.objective.slice(0, 120) + "”?", "cancel_reminder", reminder.id, loadLife));
+  button.setAttribute("aria-label", "Cancel reminder: " + reminder.objective.slice(0, 80));
+  return button;
+}
+
 async function loadLife() {
   // Live while shown: read again every few seconds (a reminder firing, a beat, a finding).
   if (!lifeState.timer) {
@@ -378,13 +418,17 @@ async function loadLife() {
     const feelings = data.emotions || [];
     box.replaceChildren(
       el("h2", "", "Reminders"),
-      data.reminders.length ? withId(tableOf(["objective", "next fire", "fired", "status"], data.reminders.map((r) => [r.objective, new Date(r.next_fire_at).toLocaleString(), r.fire_count, r.status])), "life-reminders")
+      data.reminders.length ? withId(tableOf(["objective", "next fire", "fired", "status", ""], data.reminders.map((r) => [r.objective, new Date(r.next_fire_at).toLocaleString(), r.fire_count, r.status,
+        cancelButton(r)])), "life-reminders")
         : el("div", "tag", "No reminder set."),
       el("h2", "", "Goals"),
       data.goals.length ? tableOf(["goal", "status", "since", "outcome"], data.goals.map((g) => [g.description, g.status, new Date(g.created_at).toLocaleString(), g.outcome]))
         : el("div", "tag", "No goal."),
       el("h2", "", "Heartbeat"),
       el("p", "", beat.asleep ? "Asleep (no heartbeat)." : "Next beat " + new Date(beat.next_fire_at).toLocaleString() + "; " + beat.tokens_today + " of " + beat.daily_token_budget + " autonomy tokens spent in the last 24 hours."),
+      beat.asleep
+        ? actionButton("Resume the heartbeat", () => confirmAction("Resume the heartbeat (idle cognition between conversations)?", "resume_heartbeat", null, loadLife))
+        : actionButton("Pause the heartbeat", () => confirmAction("Pause the heartbeat? The agent stops thinking on its own until it is resumed.", "pause_heartbeat", null, loadLife)),
       beat.runs.length ? withId(tableOf(["when", "kind", "objective", "outcome", "tokens"], beat.runs.map((r) => [new Date(r.at).toLocaleString(), r.kind, r.objective, r.outcome, r.tokens])), "life-runs")
         : el("div", "tag", "No run yet."),
       el("h2", "", "Emotional state"),
