@@ -121,7 +121,7 @@ def test_every_console_endpoint_is_an_operator_keys_alone_and_documented(web: We
 def test_usage_is_the_ledger_equal_to_persyn_usage_for_the_same_range(web: WebDaemon) -> None:
     since = (datetime.now(UTC) - timedelta(days=2)).replace(microsecond=0).isoformat()
     with _http(web, "ops") as ops:
-        for by in ("stage", "model"):
+        for by in ("stage", "model", "trigger"):
             got = ops.get("/v1/console/usage", params={"from": since, "by": by, "bucket": "day"})
             assert got.status_code == 200, got.text
             data = got.json()
@@ -134,6 +134,10 @@ def test_usage_is_the_ledger_equal_to_persyn_usage_for_the_same_range(web: WebDa
             assert sum(b["report"]["total"]["calls"] for b in buckets) == data["total"]["total"]["calls"]
             today = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00Z")
             assert buckets[-1]["start"] == today
+        # Every call so far came of a person's message (the turns and what followed them).
+        triggers = {r["key"] for r in data["total"]["rows"]}
+        assert "message" in triggers and triggers <= {"message", "emotion", "extraction"}, triggers
+        data = ops.get("/v1/console/usage", params={"from": since, "by": "model"}).json()
         respond = {r["key"]: r for r in data["total"]["rows"]}
         hourly = ops.get("/v1/console/usage", params={"from": since, "bucket": "hour"}).json()
         assert [b["start"][14:] for b in hourly["buckets"]] == ["00:00Z"] * len(hourly["buckets"])
@@ -395,6 +399,15 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             expect(chart.locator("line.budget")).to_have_count(1)
             expect(page.locator("#usage-table table")).to_contain_text("respond")
             page.screenshot(path=str(shots / "usage.png"), full_page=True)
+            # Stacked by what triggered each call: today's bar holds the messages' calls.
+            page.get_by_label("Group by").select_option("trigger")
+            page.get_by_role("button", name="Show").click()
+            expect(chart.locator(f"g.bar[data-start='{today}'] rect[data-key=message]")).to_have_count(1)
+            expect(page.locator("#usage-table table")).to_contain_text("message")
+            page.screenshot(path=str(shots / "usage-trigger.png"), full_page=True)
+            page.get_by_label("Group by").select_option("stage")
+            page.get_by_role("button", name="Show").click()
+            expect(bar.locator("rect[data-key=respond]")).to_have_count(1)
 
             # From the day's bar to its turns, and one turn's waterfall.
             bar.click()

@@ -430,7 +430,12 @@ async def extract_imported(
                 )
                 break
             with bind(
-                Attribution(agent_id=agent.id, surface=_IMPORT_SERVICE, conversation_id=conversation_id)
+                Attribution(
+                    agent_id=agent.id,
+                    surface=_IMPORT_SERVICE,
+                    conversation_id=conversation_id,
+                    trigger="import",
+                )
             ):
                 for hook in hooks:
                     await runtime.jobs.run_conversation_hook(agent.id, conversation_id, hook)

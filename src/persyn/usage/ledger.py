@@ -40,7 +40,7 @@ __all__ = [
     "summarize_series",
 ]
 
-GroupBy = Literal["stage", "model", "channel", "conversation", "agent"]
+GroupBy = Literal["stage", "model", "channel", "conversation", "agent", "trigger"]
 GROUP_BY: tuple[str, ...] = get_args(GroupBy)
 NO_VALUE = "(none)"
 
@@ -202,7 +202,8 @@ def parse_line(line: bytes) -> UsageRecord | None:
 def summarize(
     path: Path, *, by: str = "stage", since: datetime | None = None, agent_id: str | None = None
 ) -> LedgerReport:
-    """Sum the ledger at `path` grouped `by` stage | model | channel | conversation | agent,
+    """Sum the ledger at `path` grouped `by` stage | model | channel | conversation | agent |
+    trigger (what set the call going: a message, the heartbeat, a reminder, consolidation...),
     of one agent's calls when `agent_id` is given."""
     return summarize_records(read_records(path), by=by, since=since, agent_id=agent_id)
 
@@ -310,6 +311,7 @@ def _key(record: UsageRecord, by: str) -> str:
         "channel": record.channel,
         "conversation": record.conversation_id,
         "agent": record.agent_id,
+        "trigger": record.trigger,
     }[by]
     return value or NO_VALUE
 
