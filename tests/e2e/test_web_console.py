@@ -9,6 +9,7 @@ sees no console at all. Screenshots of each view are kept under the test's tmp d
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -296,6 +297,48 @@ def test_the_life_view_shows_the_heartbeat_reminders_and_goals(web: WebDaemon) -
     assert [r["at"] for r in data["emotions"]] == sorted(r["at"] for r in data["emotions"])
 
 
+async def _observe(web: WebDaemon, person_id: str, kind: str, value: str) -> None:
+    """An observation as the extraction job stores one (its scripted model extracts none)."""
+    from persyn.core.config import load_settings
+    from persyn.ops.history import opened_capability
+    from persyn.store.ports.memory import MemoryPort, Observation
+
+    settings = load_settings(web.persyn.home, environ=web.persyn.environ())
+    agent = settings.agents[0]
+    now = datetime.now(UTC)
+    observation = Observation(
+        id=new_id(now), agent_id=agent.id, subject_id=person_id, kind=kind, value=value, observed_at=now
+    )
+    async with opened_capability(settings, MemoryPort) as store:
+        await store.add_observation(observation, "added", "said so on the terminal")
+
+
+def test_a_persons_page_shows_what_the_agent_observed_as_persyn_people_does(web: WebDaemon) -> None:
+    with _http(web, "ops") as ops:
+        contacts = ops.get("/v1/agents/Ada/contacts").json()["contacts"]
+        (sam,) = [c for c in contacts if c["person"]["display_name"] == "Sam"]
+        person_id = sam["person"]["id"]
+        asyncio.run(_observe(web, person_id, "occupation", "keeps bees on the roof"))
+        got = ops.get(f"/v1/console/people/{person_id}")
+        assert got.status_code == 200, got.text
+        page = got.json()
+        assert ops.get(f"/v1/console/people/{new_id()}").status_code in (400, 404)
+    printed = web.persyn.run("people", "observations", person_id, "--history", "--json")
+    assert printed.returncode == 0, printed.stderr
+    cli = json.loads(printed.stdout)
+    assert page["person"]["display_name"] == "Sam"
+    assert [(o["kind"], o["value"]) for o in page["observations"]] == [
+        ("occupation", "keeps bees on the roof")
+    ]
+    assert [o["id"] for o in page["observations"]] == [o["id"] for o in cli["observations"]]
+    assert (
+        [(c["action"], c["reason"]) for c in page["changes"]]
+        == [(c["action"], c["reason"]) for c in cli["history"]]
+        == [("added", "said so on the terminal")]
+    )
+    assert page["dossier"] is None
+
+
 def test_operator_actions_need_confirming_are_logged_and_are_an_operators_alone(
     web: WebDaemon, tmp_path: Path
 ) -> None:
@@ -469,6 +512,15 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             dialog.get_by_role("button", name="Confirm").click()
             expect(page.locator("#action-done")).to_contain_text("resumed the heartbeat")
             expect(page.locator("#life")).to_contain_text("Next beat")
+
+            # A person's page: the directory's digest, then what the agent observed and its dossier.
+            page.get_by_role("button", name="Directory").click()
+            page.locator("#contacts li a", has_text="Sam").first.click()
+            person_page = page.locator("#person-page")
+            expect(person_page.get_by_role("heading", name="Observations")).to_be_visible()
+            expect(person_page.get_by_role("heading", name="Dossier")).to_be_visible()
+            expect(person_page.locator(".dossier")).to_have_text("No dossier yet.")
+            page.screenshot(path=str(shots / "person.png"), full_page=True)
 
             # A phone's width: the views reflow, nothing runs off the side.
             page.set_viewport_size({"width": 390, "height": 844})

@@ -14,6 +14,7 @@ from starlette.routing import Route
 from persyn.web.console.actions import ActionRequest, action
 from persyn.web.console.life import life
 from persyn.web.console.memory import RecallRequest, memories, memory, recall
+from persyn.web.console.people import person
 from persyn.web.console.traces import trace, traces
 from persyn.web.console.turns import turn
 from persyn.web.console.usage import usage
@@ -89,6 +90,13 @@ ROUTES: tuple[ConsoleRoute, ...] = (
         life,
         "Reminders, goals, the heartbeat and its runs, guardrail findings",
         ("agent", "limit"),
+    ),
+    ConsoleRoute(
+        "/v1/console/people/{person}",
+        "GET",
+        person,
+        "A person's page: the agent's observations of them, how each changed and why, its dossier",
+        ("agent",),
     ),
     ConsoleRoute(
         "/v1/console/actions",

@@ -441,7 +441,30 @@ async function loadLife() {
   } catch (error) { fail(box, error); }
 }
 
+// people ------------------------------------------------------------------------------------
+// A person's page, below the directory's digest: what the agent has observed of them, how
+// that changed and why, and the dossier it keeps.
+async function showPerson(box, personId) {
+  const section = el("div", "person-page");
+  section.id = "person-page";
+  box.appendChild(section);
+  try {
+    const data = await api("/v1/console/people/" + encodeURIComponent(personId) + "?" + agentQuery());
+    section.appendChild(el("h3", "", "Observations"));
+    section.appendChild(data.observations.length
+      ? withId(tableOf(["kind", "value", "observed"], data.observations.map((o) => [o.kind, o.value, new Date(o.observed_at).toLocaleString()])), "person-observations")
+      : el("div", "tag", "Nothing observed yet."));
+    if (data.changes.length) {
+      section.appendChild(el("h4", "", "How they changed"));
+      section.appendChild(tableOf(["when", "change", "before", "after", "why"], data.changes.slice(0, 20).map((c) => [new Date(c.at).toLocaleString(), c.action, c.before, c.after, c.reason])));
+    }
+    section.appendChild(el("h3", "", "Dossier"));
+    section.appendChild(el("p", "dossier", data.dossier || "No dossier yet."));
+  } catch (error) { fail(section, error); }
+}
+
 window.consoleViews = {
+  person: showPerson,
   memory: () => loadMemories(false),
   usage: () => loadUsage(),
   traces: () => loadTraces(),
