@@ -85,6 +85,14 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
             if alice.get(f"/v1/events/{event_id}").json()["status"] != "pending":
                 break
             time.sleep(0.1)
+        # The exchange's emotion is classified after it (its own workflow): wait for its call,
+        # so the ledger holds the turn's calls whole before the tests compare views of it.
+        with _http(daemon, "ops") as ops:
+            for _ in range(600):
+                rows = ops.get("/v1/console/usage", params={"from": "1d"}).json()["total"]["rows"]
+                if "emotion" in {r["key"] for r in rows}:
+                    break
+                time.sleep(0.1)
     daemon.key_ids["turn"] = event_id
     yield daemon
     daemon.stop()
