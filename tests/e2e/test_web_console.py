@@ -9,6 +9,7 @@ sees no console at all. Screenshots of each view are kept under the test's tmp d
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 WAIT_MS = 60_000
+EXPLAINED = ["similarity", "keyword", "date", "recency", "importance", "participants", "cosine"]
 LIGHTHOUSE = "Sam told me about the lighthouse keeper in Brittany who painted the stairs blue."
 
 
@@ -83,6 +85,14 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
             if alice.get(f"/v1/events/{event_id}").json()["status"] != "pending":
                 break
             time.sleep(0.1)
+        # The exchange's emotion is classified after it (its own workflow): wait for its call,
+        # so the ledger holds the turn's calls whole before the tests compare views of it.
+        with _http(daemon, "ops") as ops:
+            for _ in range(600):
+                rows = ops.get("/v1/console/usage", params={"from": "1d"}).json()["total"]["rows"]
+                if "emotion" in {r["key"] for r in rows}:
+                    break
+                time.sleep(0.1)
     daemon.key_ids["turn"] = event_id
     yield daemon
     daemon.stop()
@@ -120,7 +130,7 @@ def test_every_console_endpoint_is_an_operator_keys_alone_and_documented(web: We
 def test_usage_is_the_ledger_equal_to_persyn_usage_for_the_same_range(web: WebDaemon) -> None:
     since = (datetime.now(UTC) - timedelta(days=2)).replace(microsecond=0).isoformat()
     with _http(web, "ops") as ops:
-        for by in ("stage", "model"):
+        for by in ("stage", "model", "trigger"):
             got = ops.get("/v1/console/usage", params={"from": since, "by": by, "bucket": "day"})
             assert got.status_code == 200, got.text
             data = got.json()
@@ -133,6 +143,10 @@ def test_usage_is_the_ledger_equal_to_persyn_usage_for_the_same_range(web: WebDa
             assert sum(b["report"]["total"]["calls"] for b in buckets) == data["total"]["total"]["calls"]
             today = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00Z")
             assert buckets[-1]["start"] == today
+        # Every call so far came of a person's message (the turns and what followed them).
+        triggers = {r["key"] for r in data["total"]["rows"]}
+        assert "message" in triggers and triggers <= {"message", "emotion", "extraction"}, triggers
+        data = ops.get("/v1/console/usage", params={"from": since, "by": "model"}).json()
         respond = {r["key"]: r for r in data["total"]["rows"]}
         hourly = ops.get("/v1/console/usage", params={"from": since, "bucket": "hour"}).json()
         assert [b["start"][14:] for b in hourly["buckets"]] == ["00:00Z"] * len(hourly["buckets"])
@@ -199,7 +213,7 @@ def test_the_recall_tester_returns_what_persyn_memory_recall_does(web: WebDaemon
         got = ops.post("/v1/console/recall", json={"query": "the lighthouse keeper", "participants": ["Sam"]})
         assert got.status_code == 200, got.text
         data = got.json()
-    printed = web.persyn.run("memory", "recall", "the lighthouse keeper", "-p", "Sam", "--json")
+    printed = web.persyn.run("memory", "recall", "the lighthouse keeper", "-p", "Sam", "--explain", "--json")
     assert printed.returncode == 0, printed.stderr
     cli = json.loads(printed.stdout)
     cli_records: list[dict[str, Any]] = cli
@@ -207,7 +221,15 @@ def test_the_recall_tester_returns_what_persyn_memory_recall_does(web: WebDaemon
     assert data["results"][0]["memory"]["ref"] == "light"
     # The same scores, but for the moments the two were asked at (recency moves by seconds).
     assert [round(r["score"], 3) for r in data["results"]] == [round(r["score"], 3) for r in cli_records]
-    assert set(data["results"][0]["parts"]) >= {"similarity", "keyword"}
+    # Each result's score parts are `--explain`'s, part for part, in its order (the moments
+    # differ by seconds: recency alone may move in its last places).
+    for got_row, cli_row in zip(data["results"], cli_records, strict=True):
+        assert list(got_row["parts"]) == list(cli_row["explain"])
+        for name, value in cli_row["explain"].items():
+            assert got_row["parts"][name] == pytest.approx(value, abs=1e-3), name
+    light = data["results"][0]["parts"]
+    assert light["participants"] == 1.0 and light["importance"] > 0 and light["date"] is None
+    assert light["keyword"] > 0 and light["cosine"] is not None
     assert data["considered"] >= len(data["results"]) and data["budget_tokens"] > 0
     with _http(web, "ops") as ops:
         for body, field in (({"query": ""}, "query"), ({"query": "x", "extra": 1}, "extra")):
@@ -283,6 +305,92 @@ def test_the_life_view_shows_the_heartbeat_reminders_and_goals(web: WebDaemon) -
     assert [r["at"] for r in data["emotions"]] == sorted(r["at"] for r in data["emotions"])
 
 
+async def _observe(web: WebDaemon, person_id: str, kind: str, value: str) -> None:
+    """An observation as the extraction job stores one (its scripted model extracts none)."""
+    from persyn.core.config import load_settings
+    from persyn.ops.history import opened_capability
+    from persyn.store.ports.memory import MemoryPort, Observation
+
+    settings = load_settings(web.persyn.home, environ=web.persyn.environ())
+    agent = settings.agents[0]
+    now = datetime.now(UTC)
+    observation = Observation(
+        id=new_id(now), agent_id=agent.id, subject_id=person_id, kind=kind, value=value, observed_at=now
+    )
+    async with opened_capability(settings, MemoryPort) as store:
+        await store.add_observation(observation, "added", "said so on the terminal")
+
+
+def test_a_persons_page_shows_what_the_agent_observed_as_persyn_people_does(web: WebDaemon) -> None:
+    with _http(web, "ops") as ops:
+        contacts = ops.get("/v1/agents/Ada/contacts").json()["contacts"]
+        (sam,) = [c for c in contacts if c["person"]["display_name"] == "Sam"]
+        person_id = sam["person"]["id"]
+        asyncio.run(_observe(web, person_id, "occupation", "keeps bees on the roof"))
+        got = ops.get(f"/v1/console/people/{person_id}")
+        assert got.status_code == 200, got.text
+        page = got.json()
+        assert ops.get(f"/v1/console/people/{new_id()}").status_code in (400, 404)
+    printed = web.persyn.run("people", "observations", person_id, "--history", "--json")
+    assert printed.returncode == 0, printed.stderr
+    cli = json.loads(printed.stdout)
+    assert page["person"]["display_name"] == "Sam"
+    assert [(o["kind"], o["value"]) for o in page["observations"]] == [
+        ("occupation", "keeps bees on the roof")
+    ]
+    assert [o["id"] for o in page["observations"]] == [o["id"] for o in cli["observations"]]
+    assert (
+        [(c["action"], c["reason"]) for c in page["changes"]]
+        == [(c["action"], c["reason"]) for c in cli["history"]]
+        == [("added", "said so on the terminal")]
+    )
+    assert page["dossier"] is None
+
+
+def test_operator_actions_need_confirming_are_logged_and_are_an_operators_alone(
+    web: WebDaemon, tmp_path: Path
+) -> None:
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(_memory("spare", "The spare key is under the blue flowerpot.") + "\n")
+    assert web.persyn.run("memory", "import", str(extra)).returncode == 0
+    with _http(web, "ops") as ops, _http(web, "alice") as alice:
+        (spare,) = ops.get("/v1/console/memories", params={"q": "flowerpot"}).json()["memories"]
+        forget = {"action": "forget_memory", "target": spare["id"], "confirm": True}
+        assert alice.post("/v1/console/actions", json=forget).status_code == 403
+        for body, name in (
+            ({**forget, "confirm": False}, "confirm"),
+            ({"action": "forget_memory", "target": spare["id"]}, "confirm"),
+            ({**forget, "action": "reset_everything"}, "action"),
+            ({"action": "forget_memory", "confirm": True}, "target"),
+            ({**forget, "action": "pause_heartbeat"}, "target"),
+            ({**forget, "target": new_id()}, "memory"),
+        ):
+            bad = ops.post("/v1/console/actions", json=body)
+            assert bad.status_code == 400 and name in bad.json()["error"]["message"], (body, bad.text)
+        assert ops.get("/v1/console/memories", params={"q": "flowerpot"}).json()["memories"]  # still there
+        done = ops.post("/v1/console/actions", json=forget)
+        assert done.status_code == 200, done.text
+        assert done.json()["outcome"].endswith("(by the operator, key 'ops')")
+        assert ops.get("/v1/console/memories", params={"q": "flowerpot"}).json()["memories"] == []
+        paused = ops.post("/v1/console/actions", json={"action": "pause_heartbeat", "confirm": True})
+        assert paused.status_code == 200, paused.text
+        assert ops.get("/v1/console/life").json()["heartbeat"]["asleep"] is True
+        resumed = ops.post("/v1/console/actions", json={"action": "resume_heartbeat", "confirm": True})
+        assert resumed.status_code == 200, resumed.text
+        life = ops.get("/v1/console/life").json()
+    assert life["heartbeat"]["asleep"] is False
+    # In the activity log `persyn activity` prints, and in the Life view's list of runs.
+    printed = web.persyn.run("activity", "--json")
+    assert printed.returncode == 0, printed.stderr
+    logged = [e for e in json.loads(printed.stdout) if e["kind"] == "operator"]
+    assert [e["objective"] for e in logged[:3]] == [
+        "resume heartbeat",
+        "pause heartbeat",
+        f"forget memory {spare['id']}",
+    ]
+    assert "operator" in [r["kind"] for r in life["heartbeat"]["runs"]]
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
 def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
@@ -322,6 +430,12 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             page.get_by_label("Participants").fill("Sam")
             page.get_by_role("button", name="Recall").click()
             expect(page.locator("#recall-results table tr").nth(1)).to_contain_text(LIGHTHOUSE)
+            # Each result's score parts, as `--explain` names them; "-" where one is not counted.
+            headers = page.locator("#recall-results table tr").first.locator("th")
+            expect(headers).to_have_text(["memory", "score", "band", *EXPLAINED, "tokens"])
+            first_row = page.locator("#recall-results table tr").nth(1).locator("td")
+            expect(first_row.nth(5)).to_have_text("-")  # no date in the question
+            expect(first_row.nth(8)).to_have_text("1.000")  # Sam was there
             expect(page.locator(".recall-summary")).to_contain_text("considered")
             page.screenshot(path=str(shots / "memory.png"), full_page=True)
 
@@ -336,6 +450,15 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             expect(chart.locator("line.budget")).to_have_count(1)
             expect(page.locator("#usage-table table")).to_contain_text("respond")
             page.screenshot(path=str(shots / "usage.png"), full_page=True)
+            # Stacked by what triggered each call: today's bar holds the messages' calls.
+            page.get_by_label("Group by").select_option("trigger")
+            page.get_by_role("button", name="Show").click()
+            expect(chart.locator(f"g.bar[data-start='{today}'] rect[data-key=message]")).to_have_count(1)
+            expect(page.locator("#usage-table table")).to_contain_text("message")
+            page.screenshot(path=str(shots / "usage-trigger.png"), full_page=True)
+            page.get_by_label("Group by").select_option("stage")
+            page.get_by_role("button", name="Show").click()
+            expect(bar.locator("rect[data-key=respond]")).to_have_count(1)
 
             # From the day's bar to its turns, and one turn's waterfall.
             bar.click()
@@ -380,6 +503,32 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             expect(page.locator("#life")).to_contain_text("Next beat")
             expect(page.locator("#life svg.emotions rect").first).to_be_attached()
             page.screenshot(path=str(shots / "life.png"), full_page=True)
+
+            # An operator action: asked in a dialog first; "Keep as is" does nothing.
+            page.get_by_role("button", name="Pause the heartbeat").click()
+            dialog = page.get_by_role("dialog")
+            expect(dialog).to_contain_text("Pause the heartbeat?")
+            dialog.get_by_role("button", name="Keep as is").click()
+            expect(dialog).to_be_hidden()
+            expect(page.locator("#life")).to_contain_text("Next beat")
+            page.get_by_role("button", name="Pause the heartbeat").click()
+            dialog.get_by_role("button", name="Confirm").click()
+            expect(page.locator("#action-done")).to_contain_text("paused the heartbeat")
+            expect(page.locator("#life")).to_contain_text("Asleep (no heartbeat).")
+            expect(page.locator("#life-runs tr", has_text="pause heartbeat")).not_to_have_count(0)
+            page.get_by_role("button", name="Resume the heartbeat").click()
+            dialog.get_by_role("button", name="Confirm").click()
+            expect(page.locator("#action-done")).to_contain_text("resumed the heartbeat")
+            expect(page.locator("#life")).to_contain_text("Next beat")
+
+            # A person's page: the directory's digest, then what the agent observed and its dossier.
+            page.get_by_role("button", name="Directory").click()
+            page.locator("#contacts li a", has_text="Sam").first.click()
+            person_page = page.locator("#person-page")
+            expect(person_page.get_by_role("heading", name="Observations")).to_be_visible()
+            expect(person_page.get_by_role("heading", name="Dossier")).to_be_visible()
+            expect(person_page.locator(".dossier")).to_have_text("No dossier yet.")
+            page.screenshot(path=str(shots / "person.png"), full_page=True)
 
             # A phone's width: the views reflow, nothing runs off the side.
             page.set_viewport_size({"width": 390, "height": 844})

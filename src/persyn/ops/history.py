@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -36,6 +38,7 @@ __all__ = [
     "ChannelDigest",
     "Contact",
     "ContactDigest",
+    "SharedStore",
     "Turn",
     "change_address",
     "change_identity",
@@ -59,8 +62,59 @@ _DIALOG_LIMIT = 100_000
 P = TypeVar("P")
 
 
+class SharedStore:
+    """One store for a long-lived process's operator views (the web console): opened on first
+    use, set up once, closed by `close` when the process stops. While `bound`, every
+    `opened_store` of this task is this one store rather than a store opened, migrated and
+    closed per call (the commands' logic in `ops/` stays the same for the CLI)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._store: Store | None = None
+        self._opening = asyncio.Lock()
+        self._closed = False
+
+    async def get(self) -> Store:
+        async with self._opening:
+            if self._closed:
+                raise InputError("the shared store is closed: this process is stopping")
+            if self._store is None:
+                store = open_store(self.settings.database_url)
+                try:
+                    await store.setup()
+                except BaseException:
+                    await store.close()
+                    raise
+                self._store = store
+            return self._store
+
+    @contextmanager
+    def bound(self) -> Iterator[None]:
+        token = _SHARED.set(self)
+        try:
+            yield
+        finally:
+            _SHARED.reset(token)
+
+    async def close(self) -> None:
+        async with self._opening:
+            self._closed = True
+            store, self._store = self._store, None
+        if store is not None:
+            await store.close()
+
+
+_SHARED: ContextVar[SharedStore | None] = ContextVar("persyn_shared_store", default=None)
+
+
 @asynccontextmanager
 async def opened_store(settings: Settings) -> AsyncIterator[Store]:
+    """The configured store for one command's work: the bound `SharedStore`'s when there is
+    one for these settings (left open for its owner to close), else one opened here."""
+    shared = _SHARED.get()
+    if shared is not None and shared.settings.database_url == settings.database_url:
+        yield await shared.get()
+        return
     store = open_store(settings.database_url)
     await store.setup()
     try:

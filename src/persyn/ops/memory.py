@@ -4,6 +4,7 @@ and exactly the retrieval the agent uses when it answers."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -36,14 +37,18 @@ from persyn.usage.records import UsageRecord
 
 __all__ = [
     "DEFAULT_RECALL_CHANNEL",
+    "SCORE_PARTS",
+    "Encoder",
     "ExtractionEstimate",
     "ExtractionReport",
     "MemoryOps",
     "RecallQuery",
     "context_window_for",
     "estimate_extraction",
+    "explain",
     "extract_imported",
     "memory_ops",
+    "open_encoder",
     "read_queries",
 ]
 
@@ -239,18 +244,49 @@ class MemoryOps:
 
 @asynccontextmanager
 async def memory_ops(
-    settings: Settings, agent: AgentConfig, clock: Clock | None = None
+    settings: Settings, agent: AgentConfig, clock: Clock | None = None, *, encoder: Encoder | None = None
 ) -> AsyncIterator[MemoryOps]:
     clock = clock or SystemClock()
     async with opened_capability(settings, MemoryStore) as store:
         await store.ensure_agent(agent.id, agent.name, clock.now())
-        embedder: Embedder | None
-        degraded: str | None = None
-        try:
-            embedder = embedder_from_config(settings.memory)
-        except Exception as exc:  # fail soft: keyword retrieval still works
-            embedder, degraded = None, f"encoder {settings.memory.embedder!r} unavailable: {exc}"
-        yield MemoryOps(settings, agent, store, embedder, degraded, clock)
+        encoder = encoder or open_encoder(settings)
+        yield MemoryOps(settings, agent, store, encoder.embedder, encoder.degraded, clock)
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """The configured encoder, or None and why (recall then runs on keywords alone). A
+    long-lived process keeps one: an encoder loads its model on its first use (~140 ms for
+    the default, measured 2026-12-07), which a new one per request pays every time."""
+
+    embedder: Embedder | None
+    degraded: str | None = None
+
+
+def open_encoder(settings: Settings) -> Encoder:
+    try:
+        return Encoder(embedder_from_config(settings.memory))
+    except Exception as exc:  # fail soft: keyword retrieval still works
+        return Encoder(None, f"encoder {settings.memory.embedder!r} unavailable: {exc}")
+
+
+# The order `--explain` and the console's recall tester show a score's parts in.
+SCORE_PARTS = ("similarity", "keyword", "date", "recency", "importance", "participants")
+
+
+def explain(result: RetrievalResult, index: int) -> dict[str, float | None]:
+    """The score parts of `result`'s record at `index` (each in [0, 1], None = not counted
+    for this query) and the raw cosine behind the similarity part: what `persyn memory
+    recall --explain` prints and the console's recall tester shows, from this one place.
+    A part retrieval adds later follows the known ones, so neither view can drop it."""
+    parts = dataclasses.asdict(result.components[index])
+    names = [*SCORE_PARTS, *(name for name in parts if name not in SCORE_PARTS)]
+    explained: dict[str, float | None] = {
+        name: None if parts.get(name) is None else round(parts[name], 4) for name in names
+    }
+    cosine = result.records[index].similarity
+    explained["cosine"] = None if cosine is None else round(cosine, 4)
+    return explained
 
 
 class RecallQuery(BaseModel):
@@ -409,7 +445,12 @@ async def extract_imported(
                 )
                 break
             with bind(
-                Attribution(agent_id=agent.id, surface=_IMPORT_SERVICE, conversation_id=conversation_id)
+                Attribution(
+                    agent_id=agent.id,
+                    surface=_IMPORT_SERVICE,
+                    conversation_id=conversation_id,
+                    trigger="import",
+                )
             ):
                 for hook in hooks:
                     await runtime.jobs.run_conversation_hook(agent.id, conversation_id, hook)

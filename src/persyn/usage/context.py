@@ -26,6 +26,8 @@ class Attribution:
     # Set with it: one execution of the step (a re-run gets a new one), so what counts the
     # model calls of an execution counts them across the nested rebinds inside the step.
     step_run: str | None = None
+    # What set the work going (`UsageRecord.trigger`): bound with the activation or job.
+    trigger: str | None = None
 
 
 # Attribution is a frozen dataclass, so sharing one default instance is safe.

@@ -27,6 +27,7 @@ __all__ = [
     "BUCKETS",
     "GROUP_BY",
     "GroupBy",
+    "HourlyRollup",
     "LedgerBucket",
     "LedgerReport",
     "LedgerRow",
@@ -40,7 +41,7 @@ __all__ = [
     "summarize_series",
 ]
 
-GroupBy = Literal["stage", "model", "channel", "conversation", "agent"]
+GroupBy = Literal["stage", "model", "channel", "conversation", "agent", "trigger"]
 GROUP_BY: tuple[str, ...] = get_args(GroupBy)
 NO_VALUE = "(none)"
 
@@ -103,6 +104,18 @@ class _Sums:
         self.cache_read_tokens += record.cache_read_tokens
         self.cache_write_tokens += record.cache_write_tokens
         self.units += record.units
+
+    def merge(self, other: _Sums) -> None:
+        """Add `other`'s sums, as adding its records one by one would."""
+        if other.cost_usd is not None:
+            self.cost_usd = round((self.cost_usd or 0.0) + other.cost_usd, 10)
+        self.calls += other.calls
+        self.unpriced_calls += other.unpriced_calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+        self.units += other.units
 
     def row(self) -> LedgerRow:
         return LedgerRow.model_construct(  # the sums of validated records: nothing to check
@@ -202,7 +215,8 @@ def parse_line(line: bytes) -> UsageRecord | None:
 def summarize(
     path: Path, *, by: str = "stage", since: datetime | None = None, agent_id: str | None = None
 ) -> LedgerReport:
-    """Sum the ledger at `path` grouped `by` stage | model | channel | conversation | agent,
+    """Sum the ledger at `path` grouped `by` stage | model | channel | conversation | agent |
+    trigger (what set the call going: a message, the heartbeat, a reminder, consolidation...),
     of one agent's calls when `agent_id` is given."""
     return summarize_records(read_records(path), by=by, since=since, agent_id=agent_id)
 
@@ -285,6 +299,18 @@ class _Summer:
         row.add(record)
         self.total.add(record)
 
+    def merge(self, other: _Summer) -> None:
+        """Add `other`'s records (summed after these): a call id seen in both counts as
+        repeated once more for each of its distinct ids here, as adding them in order would."""
+        for key, sums in other.rows.items():
+            row = self.rows.get(key)
+            if row is None:
+                row = self.rows[key] = _Sums(key)
+            row.merge(sums)
+        self.total.merge(other.total)
+        self.repeated += other.repeated + len(self.calls & other.calls)
+        self.calls |= other.calls
+
     def report(self, tally: _Tally, *, since: datetime | None, agent_id: str | None) -> LedgerReport:
         ordered = sorted(
             (row.row() for row in self.rows.values()),
@@ -310,6 +336,7 @@ def _key(record: UsageRecord, by: str) -> str:
         "channel": record.channel,
         "conversation": record.conversation_id,
         "agent": record.agent_id,
+        "trigger": record.trigger,
     }[by]
     return value or NO_VALUE
 
@@ -430,6 +457,93 @@ def summarize_series(
             for start in sorted(cut)
         ),
     )
+
+
+class HourlyRollup:
+    """The records of a `LedgerTail` summed per UTC hour and agent for one `by`, kept as they
+    arrive: a view over 30 days by hour merges ~720 hourly sums instead of summing 30,000
+    records per request (1.05 s on a loaded 2-core VM, 120,000 `_Sums.add`). The hours the
+    range only partly covers are summed from their records."""
+
+    def __init__(self, by: str) -> None:
+        _check_by(by)
+        self.by = by
+        self.hours: dict[tuple[datetime, str | None], _Summer] = {}
+
+    def add(self, record: UsageRecord) -> None:
+        slot = (_bucket_start(record.at, "hour"), record.agent_id)
+        summer = self.hours.get(slot)
+        if summer is None:
+            summer = self.hours[slot] = _Summer(self.by)
+        summer.add(record)
+
+    def series(
+        self,
+        records: list[UsageRecord],
+        *,
+        bucket: str,
+        since: datetime,
+        until: datetime | None,
+        agent_id: str | None,
+    ) -> LedgerSeries:
+        """`summarize_series` over [`since`, `until`) of `records` (a tail's, each id once,
+        every one added here), from the hourly sums where whole hours are covered."""
+        if bucket not in BUCKETS:
+            raise InputError(f"cannot bucket usage by {bucket!r}; choose one of: {', '.join(BUCKETS)}")
+        since_utc = _utc(since)
+        assert since_utc is not None
+        until = _utc(until)
+        first_whole = _bucket_start(since_utc, "hour")
+        if first_whole < since_utc:
+            first_whole += timedelta(hours=1)
+        last_whole = None if until is None else _bucket_start(until, "hour")  # whole hours end here
+        whole = _Summer(self.by)
+        cut: dict[datetime, _Summer] = {}
+
+        def into(start: datetime, part: _Summer) -> None:
+            summer = cut.get(start)
+            if summer is None:
+                summer = cut[start] = _Summer(self.by)
+            summer.merge(part)
+
+        # Hours in order, so repeated calls count as a record-by-record sum over time would.
+        covered = sorted(
+            (hour, agent)
+            for hour, agent in self.hours
+            if hour >= first_whole
+            and (last_whole is None or hour < last_whole)
+            and (agent_id is None or agent == agent_id)
+        )
+        edge_cut: dict[datetime, _Summer] = {}
+        for record in records:
+            at = record.at
+            if at < since_utc or (until is not None and at >= until):
+                continue
+            if at >= first_whole and (last_whole is None or at < last_whole):
+                continue  # in a whole hour: summed already
+            if agent_id is not None and record.agent_id != agent_id:
+                continue
+            start = _bucket_start(at, "hour")
+            summer = edge_cut.get(start)
+            if summer is None:
+                summer = edge_cut[start] = _Summer(self.by)
+            summer.add(record)
+        parts: list[tuple[datetime, _Summer]] = [(hour, self.hours[(hour, agent)]) for hour, agent in covered]
+        parts += [(start, summer) for start, summer in edge_cut.items()]
+        parts.sort(key=lambda part: part[0])
+        for start, part in parts:
+            whole.merge(part)
+            into(_bucket_start(start, bucket), part)
+        none = _Tally()
+        return LedgerSeries(
+            bucket=bucket,
+            until=until,
+            total=whole.report(none, since=since_utc, agent_id=agent_id),
+            buckets=tuple(
+                LedgerBucket(start=start, report=cut[start].report(none, since=None, agent_id=agent_id))
+                for start in sorted(cut)
+            ),
+        )
 
 
 def _bucket_start(at: datetime, bucket: str) -> datetime:

@@ -15,7 +15,7 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
-from persyn.usage.ledger import parse_line, records_since
+from persyn.usage.ledger import HourlyRollup, LedgerSeries, parse_line, records_since
 from persyn.usage.records import UsageRecord
 
 __all__ = ["LedgerTail"]
@@ -30,15 +30,33 @@ class LedgerTail:
         self._ids: set[str] = set()
         self._offset = 0  # bytes of the file read so far (complete lines)
         self._identity: tuple[int, int] | None = None  # (device, inode) of the file read
+        self._rollups: dict[str, HourlyRollup] = {}  # by `by`, made on first ask, kept current
 
     def since(self, since: datetime) -> list[UsageRecord]:
         """The records at or after `since`, in ledger order, each id once."""
         with self._lock:
-            if self._start is None or since < self._start or not self._same_file():
-                self._load(since)
-            else:
-                self._read_appended()
+            self._refresh(since)
             return [record for record in self._records if record.at >= since]
+
+    def series(
+        self, *, by: str, bucket: str, since: datetime, until: datetime | None, agent_id: str | None
+    ) -> LedgerSeries:
+        """`summarize_series(path, since=since, ..., recent=self.since(since))`, from hourly
+        roll-ups kept as records arrive (`HourlyRollup`) rather than summed per call."""
+        with self._lock:
+            self._refresh(since)
+            rollup = self._rollups.get(by)
+            if rollup is None:
+                rollup = self._rollups[by] = HourlyRollup(by)
+                for record in self._records:
+                    rollup.add(record)
+            return rollup.series(self._records, bucket=bucket, since=since, until=until, agent_id=agent_id)
+
+    def _refresh(self, since: datetime) -> None:
+        if self._start is None or since < self._start or not self._same_file():
+            self._load(since)
+        else:
+            self._read_appended()
 
     def _same_file(self) -> bool:
         try:
@@ -52,11 +70,12 @@ class LedgerTail:
             stat = self.path.stat()
         except FileNotFoundError:
             self._start, self._records, self._ids, self._offset, self._identity = since, [], set(), 0, None
+            self._rollups = {}
             return
         # The size first: what is appended while the tail is read back is read again next
         # time, and skipped then by its id.
         self._identity, self._offset = (stat.st_dev, stat.st_ino), self._complete(stat.st_size)
-        self._records, self._ids = [], set()
+        self._records, self._ids, self._rollups = [], set(), {}
         for record in records_since(self.path, since):
             if record.id not in self._ids:  # a re-emitted line: its first copy is the record
                 self._ids.add(record.id)
@@ -90,4 +109,6 @@ class LedgerTail:
                 continue
             self._ids.add(record.id)
             self._records.append(record)
+            for rollup in self._rollups.values():
+                rollup.add(record)
         self._offset += cut + 1

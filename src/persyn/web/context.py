@@ -10,6 +10,7 @@ key still works (`deliverable`: one read per batch, however many tokens it holds
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -26,6 +27,8 @@ from persyn.core.errors import STORAGE_UNAVAILABLE, InputError, PersynError, Sto
 from persyn.core.events import Attachment, CompletionMarker, Event, EventKind, Speaker, Upload
 from persyn.core.ids import new_id
 from persyn.core.messages import lone_surrogate
+from persyn.ops.history import SharedStore
+from persyn.ops.memory import Encoder, open_encoder
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.web_keys import WebKey, web_identity, web_speaker_name
 from persyn.senses.media import MediaRejected
@@ -71,6 +74,15 @@ class WebContext:
     authenticate: Authenticate
     revoked: Revoked
     flush_usage: Callable[[], object] | None = None
+    # The console's one store for this process (opened on first use, closed with the surface).
+    console_store: SharedStore | None = None
+    _console_encoder: Encoder | None = dataclasses.field(default=None, init=False, repr=False)
+
+    def console_encoder(self) -> Encoder:
+        """The recall tester's encoder, one for the process (built on first use)."""
+        if self._console_encoder is None:
+            self._console_encoder = open_encoder(self.settings)
+        return self._console_encoder
 
     # requests ----------------------------------------------------------------------------
     async def key(self, request: Request) -> WebKey:

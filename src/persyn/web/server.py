@@ -27,6 +27,7 @@ from persyn.channels.web.channel import TurnUsage, WebChannel
 from persyn.core.config import Settings
 from persyn.core.config.web import is_loopback_host
 from persyn.core.errors import ConfigError
+from persyn.ops.history import SharedStore
 from persyn.runtime.api import RuntimeAPI
 from persyn.web._head_deadline import with_head_deadline
 from persyn.web.app import build_app
@@ -85,6 +86,7 @@ class WebSurface:
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
+        self.console_store = SharedStore(settings)  # the console views' store, closed in `stop`
 
     async def start(
         self,
@@ -105,6 +107,7 @@ class WebSurface:
             authenticate=authenticate,
             revoked=revoked,
             flush_usage=flush_usage,
+            console_store=self.console_store,
         )
         config = uvicorn.Config(
             build_app(context),
@@ -160,3 +163,4 @@ class WebSurface:
                 await asyncio.wait_for(self._task, 5)
         self._server = None
         self._task = None
+        await self.console_store.close()

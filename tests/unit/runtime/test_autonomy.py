@@ -157,6 +157,8 @@ async def test_the_heartbeat_rests_or_acts_and_stays_deleted_across_restarts(
             and rested.outcome == "Ada chose silence: resting: nothing calls for me"
         )
         assert mind.respond_prompts == []  # resting costs one reflection call, nothing more
+        assert "heartbeat" in {r.trigger for r in pilot.usage()}
+        assert "message" not in {r.trigger for r in pilot.usage()}
 
         mind.intention = "pursue_goal"
         assert await pilot.fire(timedelta(hours=1)) == 1  # once the first beat's workflow has finished

@@ -86,6 +86,7 @@ async def test_an_event_is_answered_stored_and_metered(pilot: Pilot) -> None:
     assert stages[1] == "critique:provenance"
     assert stages[2:] == ["decide", "respond"]
     assert all(r.thread_id == event.id and r.conversation_id == conversation_id for r in records)
+    assert {r.trigger for r in records} == {"message"}  # what set every one of them going
     record = next(r for r in records if r.stage == "respond")
     assert (record.stage, record.agent_id, record.surface, record.channel) == (
         "respond",

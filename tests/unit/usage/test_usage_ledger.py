@@ -126,3 +126,27 @@ def test_one_agents_calls_only(tmp_path: Path) -> None:
     assert summarize(path, by="agent", agent_id=bob).rows[0].key == bob
     everyone = summarize(path, by="agent")
     assert everyone.agent_id is None and everyone.total.calls == 4
+
+
+def test_grouping_by_what_triggered_each_call(tmp_path: Path) -> None:
+    """`trigger` is written when known and left out of a line when not, so a ledger written
+    before it existed reads as before: those calls group under "(none)"."""
+    path = tmp_path / "usage.jsonl"
+    before = make_record(input_tokens=5)
+    assert b"trigger" not in record_line(before)
+    write(
+        path,
+        make_record(trigger="message", input_tokens=10),
+        make_record(trigger="message", input_tokens=20),
+        make_record(trigger="heartbeat", input_tokens=40),
+        make_record(trigger="consolidation", input_tokens=80),
+        before,
+    )
+    assert b'"trigger":"heartbeat"' in path.read_bytes().replace(b" ", b"")
+    report = summarize(path, by="trigger")
+    assert {row.key: (row.calls, row.input_tokens) for row in report.rows} == {
+        "message": (2, 30),
+        "heartbeat": (1, 40),
+        "consolidation": (1, 80),
+        "(none)": (1, 5),
+    }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -39,31 +38,21 @@ def _scored_json(result: Any, *, explain: bool = False) -> list[dict[str, Any]]:
             "time": s.record.created_at.isoformat(),
         }
         if explain:
-            row["explain"] = _explained(result, index)
+            from persyn.ops.memory import explain as explained
+
+            row["explain"] = explained(result, index)
         rows.append(row)
     return rows
 
 
-_PARTS = ("similarity", "keyword", "date", "recency", "importance", "participants")
-
-
-def _explained(result: Any, index: int) -> dict[str, Any]:
-    """A record's score parts (each in [0, 1], None = not counted for this query) and the
-    raw cosine behind the similarity part."""
-    parts = dataclasses.asdict(result.components[index])
-    explained: dict[str, Any] = {
-        name: None if parts[name] is None else round(parts[name], 4) for name in _PARTS
-    }
-    cosine = result.records[index].similarity
-    explained["cosine"] = None if cosine is None else round(cosine, 4)
-    return explained
-
-
 def _explain_line(result: Any, index: int) -> str:
-    explained = _explained(result, index)
+    from persyn.ops.memory import explain
+
+    explained = explain(result, index)
     shown = [
-        f"{'keywords' if name == 'keyword' else name} {'-' if explained[name] is None else f'{explained[name]:.2f}'}"
-        for name in _PARTS
+        f"{'keywords' if name == 'keyword' else name} {'-' if value is None else f'{value:.2f}'}"
+        for name, value in explained.items()
+        if name != "cosine"
     ]
     cosine = explained["cosine"]
     shown[0] += f" (cosine {cosine:.2f})" if cosine is not None else " (no vector match)"

@@ -15,7 +15,11 @@ __all__ = ["register"]
 def usage(
     ctx: typer.Context,
     by: Annotated[
-        str, typer.Option("--by", help="Group by: stage, model, channel, conversation or agent.")
+        str,
+        typer.Option(
+            "--by",
+            help="Group by: stage, model, channel, conversation, agent or trigger (a message, heartbeat, reminder, consolidation...).",
+        ),
     ] = "stage",
     since: Annotated[
         str | None, typer.Option("--since", help="ISO time or a span like 30m, 12h, 7d.")

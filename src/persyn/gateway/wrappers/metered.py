@@ -70,6 +70,7 @@ class CallMeter:
                 channel=attribution.channel,
                 thread_id=attribution.thread_id,
                 conversation_id=attribution.conversation_id,
+                trigger=attribution.trigger,
                 tool_requests=requests,
                 cost_usd=cost_usd(
                     price_for(self.prices, str(spec), configured),
@@ -105,6 +106,7 @@ class CallMeter:
                 channel=attribution.channel,
                 thread_id=attribution.thread_id,
                 conversation_id=attribution.conversation_id,
+                trigger=attribution.trigger,
                 cost_usd=cost,
             )
             self.meter.emit(record)

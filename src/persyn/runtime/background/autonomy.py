@@ -61,7 +61,7 @@ from persyn.memory.access import Provenanced, derived_provenance
 from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
 from persyn.store.base import Conversation, Provenance, Reminder, Store
 from persyn.store.capabilities import capability
-from persyn.store.ports.activity import ActivityEntry, ActivityPort
+from persyn.store.ports.activity import OPERATOR_KIND, ActivityEntry, ActivityPort
 from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.store.ports.runs import RunConversation, RunState
 from persyn.store.ports.schedule import SchedulePort
@@ -311,7 +311,11 @@ class Autonomy:
             return reason
         recent = await recent_activity(self.activity, agent_id, limit=_ACTIVITY_SCAN)
         ran = sum(
-            1 for e in recent if e.at > now - timedelta(hours=1) and not e.outcome.startswith("skipped")
+            1
+            for e in recent
+            if e.at > now - timedelta(hours=1)
+            and e.kind != OPERATOR_KIND  # an operator's action is logged here, but is no run
+            and not e.outcome.startswith("skipped")
         )
         if ran >= config.max_runs_per_hour:
             return f"{ran} self-initiated runs in the last hour (limit {config.max_runs_per_hour})"

@@ -296,6 +296,7 @@ class Guardrails:
                     surface=latest.service,
                     channel=latest.channel,
                     conversation_id=latest.conversation_id,
+                    trigger="guardrails",
                 )
             ):
                 verdict, usage, error = await detect.judge(self._gateway(agent_id), pattern, agent, person)

@@ -34,7 +34,7 @@ from dbos import DBOS, DBOSConfiguredInstance, EnqueueOptions
 from persyn.cognition.deliberation import CritiqueOutcome, Decision
 from persyn.cognition.pipeline import TurnSetup
 from persyn.cognition.reflection import SelfAssessment
-from persyn.core.errors import is_storage_full
+from persyn.core.errors import InputError, is_storage_full
 from persyn.core.ids import derived_id
 from persyn.gateway.base import Prompt, ToolCall
 from persyn.runtime.durable._instance import release_instance
@@ -191,9 +191,18 @@ class Workflows(DBOSConfiguredInstance):
                 raise
             return await end_on_full_storage(self.transmitter, agent_id, event_id, exc)
 
+    async def _trigger(self, agent_id: str, event_id: str) -> str | None:
+        """What set this activation going (a message, the heartbeat, a reminder: the event's
+        kind) for the usage records: the event the turn reads anyway, through its cache."""
+        try:
+            return (await self.steps.cache.event(agent_id, event_id)).kind.value
+        except InputError:  # not stored: the turn says so itself
+            return None
+
     async def _run_activation(self, agent_id: str, event_id: str) -> TransmitResult:
+        trigger = await self._trigger(agent_id, event_id)
         with (
-            bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id)),
+            bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, trigger=trigger)),
             self.tracing.activation(agent_id, event_id, DBOS.workflow_id) as turn,
         ):
             turned = await self.turn_step(agent_id, event_id)
@@ -258,6 +267,7 @@ class Workflows(DBOSConfiguredInstance):
                     surface=setup.service,
                     channel=setup.channel,
                     conversation_id=setup.conversation_id,
+                    trigger=setup.kind,
                 )
             ),
             self.tracing.background(
@@ -381,6 +391,7 @@ class Workflows(DBOSConfiguredInstance):
                     surface=conversation.service if conversation else None,
                     channel=conversation.channel if conversation else None,
                     conversation_id=conversation_id,
+                    trigger="emotion",
                 )
             ),
             self.tracing.background(
@@ -504,7 +515,14 @@ class Workflows(DBOSConfiguredInstance):
         """Incremental observations and graph extraction for an open conversation, in the
         trace of the turn that triggered it (`trace_parent`)."""
         with (
-            bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)),
+            bind(
+                Attribution(
+                    agent_id=agent_id,
+                    thread_id=DBOS.workflow_id,
+                    conversation_id=conversation_id,
+                    trigger="extraction",
+                )
+            ),
             self.tracing.background(
                 "extraction", parent=trace_parent, agent_id=agent_id, conversation_id=conversation_id
             ),
@@ -522,7 +540,14 @@ class Workflows(DBOSConfiguredInstance):
         """A failed consolidation tried again (enqueued by the housekeeping sweep when due,
         under a fresh id per attempt: `conversation_jobs.consolidation_retry_id`)."""
         with (
-            bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)),
+            bind(
+                Attribution(
+                    agent_id=agent_id,
+                    thread_id=DBOS.workflow_id,
+                    conversation_id=conversation_id,
+                    trigger="consolidation",
+                )
+            ),
             self.tracing.background(
                 "consolidation retry", parent=None, agent_id=agent_id, conversation_id=conversation_id
             ),
@@ -539,7 +564,14 @@ class Workflows(DBOSConfiguredInstance):
         nothing. A run that closed its own conversation passes its trace (`trace_parent`); an
         idle close has no turn, and gets a trace of its own."""
         with (
-            bind(Attribution(agent_id=agent_id, thread_id=DBOS.workflow_id, conversation_id=conversation_id)),
+            bind(
+                Attribution(
+                    agent_id=agent_id,
+                    thread_id=DBOS.workflow_id,
+                    conversation_id=conversation_id,
+                    trigger="consolidation",
+                )
+            ),
             self.tracing.background(
                 "conversation closed", parent=trace_parent, agent_id=agent_id, conversation_id=conversation_id
             ),

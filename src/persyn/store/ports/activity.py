@@ -14,7 +14,10 @@ from typing import Annotated
 from persyn.core.records import Sensitivity
 from persyn.store.rows import AgentId, Provenance, Row, ulid
 
-__all__ = ["UNATTRIBUTED_RUN", "ActivityEntry", "ActivityPort"]
+__all__ = ["OPERATOR_KIND", "UNATTRIBUTED_RUN", "ActivityEntry", "ActivityPort"]
+
+# An operator's action from the web console (`ops/operator_actions.py`): logged, not a run.
+OPERATOR_KIND = "operator"
 
 # An entry written before runs carried provenance: it may hold anything the run read, so it
 # is the agent's own — shown only with nobody present (its reflections), never to anyone.
@@ -27,7 +30,7 @@ class ActivityEntry(Row):
     id: Annotated[str, ulid("run id")]  # the run's event id (skips: derived from the fire key too)
     agent_id: AgentId
     at: datetime
-    kind: str  # "heartbeat" | "reminder"
+    kind: str  # "heartbeat" | "reminder" | OPERATOR_KIND
     reminder_id: str
     objective: str
     outcome: str

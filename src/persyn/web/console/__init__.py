@@ -11,14 +11,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from persyn.web.console.actions import ActionRequest, action
 from persyn.web.console.life import life
 from persyn.web.console.memory import RecallRequest, memories, memory, recall
+from persyn.web.console.people import person
 from persyn.web.console.traces import trace, traces
 from persyn.web.console.turns import turn
 from persyn.web.console.usage import usage
 from persyn.web.context import WebContext, handler
 
-__all__ = ["ROUTES", "ConsoleRoute", "RecallRequest", "routes"]
+__all__ = ["ROUTES", "ActionRequest", "ConsoleRoute", "RecallRequest", "routes"]
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,38 @@ ROUTES: tuple[ConsoleRoute, ...] = (
         "Reminders, goals, the heartbeat and its runs, guardrail findings",
         ("agent", "limit"),
     ),
+    ConsoleRoute(
+        "/v1/console/people/{person}",
+        "GET",
+        person,
+        "A person's page: the agent's observations of them, how each changed and why, its dossier",
+        ("agent",),
+    ),
+    ConsoleRoute(
+        "/v1/console/actions",
+        "POST",
+        action,
+        "An operator action the CLI also has (forget_memory, cancel_reminder, pause_heartbeat, "
+        "resume_heartbeat), with `confirm: true`; recorded in the activity log",
+        body=ActionRequest,
+    ),
 )
 
 
+def _on_shared_store(
+    work: Callable[[WebContext, Request], Awaitable[Response]],
+) -> Callable[[WebContext, Request], Awaitable[Response]]:
+    """`work` reading through the process's one console store (`WebContext.console_store`),
+    not a store opened per request; opened only when `work` first reads (after the key check)."""
+
+    async def on_shared_store(context: WebContext, request: Request) -> Response:
+        if context.console_store is None:
+            return await work(context, request)
+        with context.console_store.bound():
+            return await work(context, request)
+
+    return on_shared_store
+
+
 def routes(context: WebContext) -> list[Route]:
-    return [Route(r.path, handler(context, r.work), methods=[r.method]) for r in ROUTES]
+    return [Route(r.path, handler(context, _on_shared_store(r.work)), methods=[r.method]) for r in ROUTES]

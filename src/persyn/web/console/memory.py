@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from persyn.core.errors import InputError
 from persyn.core.ids import is_id
 from persyn.core.records import MemoryRecord, ScoredRecord, Sensitivity
-from persyn.ops.memory import MemoryOps, memory_ops
+from persyn.ops.memory import MemoryOps, explain, memory_ops
 from persyn.web.console._params import choice, moment, number, operator, text, the_agent
 from persyn.web.context import ApiError, WebContext
 
@@ -75,7 +75,9 @@ async def memories(context: WebContext, request: Request) -> Response:
     cursor = text(request, "cursor")
     if cursor is not None and not is_id(cursor.upper()):
         raise ApiError(400, f"invalid parameter 'cursor': {cursor!r} is not a memory id", param="cursor")
-    async with memory_ops(context.settings, agent, context.runtime.clock) as ops:
+    async with memory_ops(
+        context.settings, agent, context.runtime.clock, encoder=context.console_encoder()
+    ) as ops:
         person = text(request, "person")
         wanted = _Filter(
             channel=text(request, "channel"),
@@ -134,7 +136,9 @@ async def memory(context: WebContext, request: Request) -> Response:
     """One record: its provenance and rating, its emotion, the dialog it came from."""
     await operator(context, request)
     agent = the_agent(context, request)
-    async with memory_ops(context.settings, agent, context.runtime.clock) as ops:
+    async with memory_ops(
+        context.settings, agent, context.runtime.clock, encoder=context.console_encoder()
+    ) as ops:
         record, dialog = await ops.show(request.path_params["record_id"])
         try:
             emotions = await ops.emotions(record.id)
@@ -149,14 +153,13 @@ async def memory(context: WebContext, request: Request) -> Response:
     )
 
 
-def _scored(scored: ScoredRecord) -> dict[str, Any]:
+def _scored(scored: ScoredRecord, parts: dict[str, float | None]) -> dict[str, Any]:
     return {
         "memory": _record(scored.record),
         "score": round(scored.score, 6),
         "band": scored.band.value,
         "tokens": scored.tokens,
-        # The parts of the score retrieval reports today; more join here as it reports them.
-        "parts": {"similarity": scored.similarity, "keyword": scored.keyword},
+        "parts": parts,  # `persyn memory recall --explain`'s, from the same function
     }
 
 
@@ -166,7 +169,9 @@ async def recall(context: WebContext, request: Request) -> Response:
     await operator(context, request)
     body = await context.body(request, RecallRequest)
     agent = context.agent(body.agent) if body.agent else the_agent(context, request)
-    async with memory_ops(context.settings, agent, context.runtime.clock) as ops:
+    async with memory_ops(
+        context.settings, agent, context.runtime.clock, encoder=context.console_encoder()
+    ) as ops:
         result = await ops.recall(
             body.query,
             channel=body.channel,
@@ -181,7 +186,7 @@ async def recall(context: WebContext, request: Request) -> Response:
             "query": result.query,
             "channel": result.channel,
             "mode": result.mode,
-            "results": [_scored(s) for s in result.records],
+            "results": [_scored(s, explain(result, at)) for at, s in enumerate(result.records)],
             "considered": result.considered,
             "withheld": result.withheld,
             "over_budget": result.over_budget,

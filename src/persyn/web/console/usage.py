@@ -1,10 +1,12 @@
 """`GET /v1/console/usage`: the usage ledger over a range, by day or hour, grouped by stage,
-model, channel, conversation or agent (SPEC App. C). The figures are `summarize_records`'s,
-the sum `persyn usage` prints, so the chart and the CLI agree for the same range."""
+model, channel, conversation, agent or trigger (SPEC App. C). The figures are `persyn usage`'s
+sum for the same range, so the chart and the CLI agree; a range with a start is summed from
+the ledger tail's hourly roll-ups (`LedgerTail.series`), which equal the record-by-record sum."""
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 
 from starlette.requests import Request
@@ -34,17 +36,15 @@ async def usage(context: WebContext, request: Request) -> Response:
         await asyncio.to_thread(context.flush_usage)
     path = context.settings.usage_log_path
     tail = _TAILS.setdefault(path, LedgerTail(path))
-    recent = None if since is None else await asyncio.to_thread(tail.since, since)
-    series = await asyncio.to_thread(
-        summarize_series,
-        path,
-        by=by,
-        bucket=bucket,
-        since=since,
-        until=until,
-        agent_id=None if agent is None else agent.id,
-        recent=recent,
-    )
+    agent_id = None if agent is None else agent.id
+    if since is not None:  # from the tail's hourly roll-ups (equal to the record-by-record sum)
+        series = await asyncio.to_thread(
+            partial(tail.series, by=by, bucket=bucket, since=since, until=until, agent_id=agent_id)
+        )
+    else:
+        series = await asyncio.to_thread(
+            summarize_series, path, by=by, bucket=bucket, since=None, until=until, agent_id=agent_id
+        )
     data = series.model_dump(mode="json")
     # The budgets drawn on the chart: the autonomy's daily tokens (per agent, SPEC §4.7).
     data["budgets"] = [

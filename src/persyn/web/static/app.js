@@ -408,6 +408,7 @@ async function showContact(personId) {
   }));
   box.appendChild(el("h3", "", "Recent conversations"));
   box.appendChild(conversationList(c.conversations));
+  if (window.consoleViews) await window.consoleViews.person(box, personId);
 }
 
 async function loadChannels() {

@@ -40,6 +40,36 @@ function withId(node, id) { node.id = id; return node; }
 
 function fail(box, error) { box.replaceChildren(el("div", "notice error", error.message)); }
 
+// operator actions --------------------------------------------------------------------------
+// Only what the CLI lets the operator do, asked once more in a dialog; the server refuses a
+// request without `confirm` and logs each action in the agent's activity log.
+function confirmAction(question, action, target, done) {
+  const dialog = $("confirm-action");
+  $("confirm-question").textContent = question;
+  dialog.returnValue = "";
+  dialog.onclose = async () => {
+    if (dialog.returnValue !== "yes") return;
+    const said = $("action-done");
+    said.hidden = false;
+    said.classList.remove("failed");
+    try {
+      const body = { action, agent: state.agent, confirm: true };
+      if (target) body.target = target;
+      const data = await api("/v1/console/actions", { method: "POST", body });
+      said.textContent = data.outcome;
+      if (done) done(data);
+    } catch (error) { said.textContent = error.message; said.classList.add("failed"); }
+  };
+  dialog.showModal();
+}
+
+function actionButton(label, onClick) {
+  const button = el("button", "action", label);
+  button.type = "button";
+  button.addEventListener("click", onClick);
+  return button;
+}
+
 // memory ----------------------------------------------------------------------------------
 // Each load is numbered: only the latest one's answer is shown (a tab click and a search
 // typed at once must not interleave their pages).
@@ -84,6 +114,9 @@ async function showMemory(id) {
     const data = await api("/v1/console/memories/" + encodeURIComponent(id) + "?" + agentQuery());
     const m = data.memory;
     box.appendChild(el("p", "summary", m.summary));
+    box.appendChild(actionButton("Forget this memory", () => confirmAction(
+      "Forget this memory for good? “" + m.summary.slice(0, 120) + "”", "forget_memory", m.id,
+      () => { box.replaceChildren(el("div", "tag", "Forgotten.")); loadMemories(false); })));
     box.appendChild(tableOf(["", ""], [
       ["when", new Date(m.created_at).toLocaleString()],
       ["kind", m.kind],
@@ -120,16 +153,17 @@ async function runRecall(event) {
   if ($("recall-channel").value.trim()) body.channel = $("recall-channel").value.trim();
   try {
     const data = await api("/v1/console/recall", { method: "POST", body });
+    // The score's parts as `persyn memory recall --explain` names them ("-" = not counted).
+    const parts = data.results.length ? Object.keys(data.results[0].parts) : [];
     const rows = data.results.map((r) => [
       link(r.memory.summary, () => showMemory(r.memory.id)), r.score.toFixed(3), r.band,
-      r.parts.similarity === null ? null : r.parts.similarity.toFixed(3),
-      r.parts.keyword === null ? null : r.parts.keyword.toFixed(3), r.tokens,
+      ...parts.map((name) => (r.parts[name] === null ? null : r.parts[name].toFixed(3))), r.tokens,
     ]);
     const summary = data.results.length + " recalled (" + data.mode + ") of " + data.considered + " considered; " +
       data.withheld + " withheld by sensitivity; " + data.over_budget + " cut by the budget of " + data.budget_tokens + " tokens" +
       (data.degraded ? "; degraded: " + data.degraded : "");
     box.replaceChildren(el("p", "recall-summary", summary),
-      tableOf(["memory", "score", "band", "similarity", "keyword", "tokens"], rows, "What recall returns, best first"));
+      tableOf(["memory", "score", "band", ...parts, "tokens"], rows, "What recall returns, best first"));
   } catch (error) { fail(box, error); }
 }
 
@@ -362,6 +396,13 @@ function emotionChart(readings) {
 
 const lifeState = { timer: null };
 
+function cancelButton(reminder) {
+  const button = actionButton("Cancel", () => confirmAction(
+    "Cancel the reminder “" + reminder.objective.slice(0, 120) + "”?", "cancel_reminder", reminder.id, loadLife));
+  button.setAttribute("aria-label", "Cancel reminder: " + reminder.objective.slice(0, 80));
+  return button;
+}
+
 async function loadLife() {
   // Live while shown: read again every few seconds (a reminder firing, a beat, a finding).
   if (!lifeState.timer) {
@@ -377,13 +418,17 @@ async function loadLife() {
     const feelings = data.emotions || [];
     box.replaceChildren(
       el("h2", "", "Reminders"),
-      data.reminders.length ? withId(tableOf(["objective", "next fire", "fired", "status"], data.reminders.map((r) => [r.objective, new Date(r.next_fire_at).toLocaleString(), r.fire_count, r.status])), "life-reminders")
+      data.reminders.length ? withId(tableOf(["objective", "next fire", "fired", "status", ""], data.reminders.map((r) => [r.objective, new Date(r.next_fire_at).toLocaleString(), r.fire_count, r.status,
+        cancelButton(r)])), "life-reminders")
         : el("div", "tag", "No reminder set."),
       el("h2", "", "Goals"),
       data.goals.length ? tableOf(["goal", "status", "since", "outcome"], data.goals.map((g) => [g.description, g.status, new Date(g.created_at).toLocaleString(), g.outcome]))
         : el("div", "tag", "No goal."),
       el("h2", "", "Heartbeat"),
       el("p", "", beat.asleep ? "Asleep (no heartbeat)." : "Next beat " + new Date(beat.next_fire_at).toLocaleString() + "; " + beat.tokens_today + " of " + beat.daily_token_budget + " autonomy tokens spent in the last 24 hours."),
+      beat.asleep
+        ? actionButton("Resume the heartbeat", () => confirmAction("Resume the heartbeat (idle cognition between conversations)?", "resume_heartbeat", null, loadLife))
+        : actionButton("Pause the heartbeat", () => confirmAction("Pause the heartbeat? The agent stops thinking on its own until it is resumed.", "pause_heartbeat", null, loadLife)),
       beat.runs.length ? withId(tableOf(["when", "kind", "objective", "outcome", "tokens"], beat.runs.map((r) => [new Date(r.at).toLocaleString(), r.kind, r.objective, r.outcome, r.tokens])), "life-runs")
         : el("div", "tag", "No run yet."),
       el("h2", "", "Emotional state"),
@@ -396,7 +441,30 @@ async function loadLife() {
   } catch (error) { fail(box, error); }
 }
 
+// people ------------------------------------------------------------------------------------
+// A person's page, below the directory's digest: what the agent has observed of them, how
+// that changed and why, and the dossier it keeps.
+async function showPerson(box, personId) {
+  const section = el("div", "person-page");
+  section.id = "person-page";
+  box.appendChild(section);
+  try {
+    const data = await api("/v1/console/people/" + encodeURIComponent(personId) + "?" + agentQuery());
+    section.appendChild(el("h3", "", "Observations"));
+    section.appendChild(data.observations.length
+      ? withId(tableOf(["kind", "value", "observed"], data.observations.map((o) => [o.kind, o.value, new Date(o.observed_at).toLocaleString()])), "person-observations")
+      : el("div", "tag", "Nothing observed yet."));
+    if (data.changes.length) {
+      section.appendChild(el("h4", "", "How they changed"));
+      section.appendChild(tableOf(["when", "change", "before", "after", "why"], data.changes.slice(0, 20).map((c) => [new Date(c.at).toLocaleString(), c.action, c.before, c.after, c.reason])));
+    }
+    section.appendChild(el("h3", "", "Dossier"));
+    section.appendChild(el("p", "dossier", data.dossier || "No dossier yet."));
+  } catch (error) { fail(section, error); }
+}
+
 window.consoleViews = {
+  person: showPerson,
   memory: () => loadMemories(false),
   usage: () => loadUsage(),
   traces: () => loadTraces(),
