@@ -23,7 +23,8 @@ unique per agent). Questions whose evidence names no session are skipped and cou
         [--granularity G] [--mode hybrid|keyword|vector]
 
 G: observations, "session summaries", turns, "observations + turns" (one ranking),
-"observations | turns" (two rankings merged by score), "summary sentences".
+"observations | turns" (two rankings merged by score), "summary sentences",
+"observations keyed by turn", "session summaries keyed by dialog".
 
 Also prints all@5 per question category (multi-hop, temporal, open-domain, single-hop) for the
 first mode, so a gain that fits one category only is visible.
@@ -94,6 +95,23 @@ memories are weak (their best score under 0.55 / 0.45): 0.791 / 0.786, so fusing
 the better rule. Multi-hop does not move with the raw record: its evidence is spread over
 sessions, not missing from them.
 
+Index keys richer than the text (issue 39 item 3; the record's text is unchanged and
+embedded alone, the keys are its tags, which the keyword index reads with the summary):
+
+    observations, each with its dialog turn's content words as keys (up to 32;
+    `--granularity "observations keyed by turn"`)      0.792 (+0.016)   0.345 / 0.910 / 0.523 / 0.928
+                                                        keyword 0.774, vector 0.738
+    session summaries (0.726 in the same run: 0.246 / 0.840 / 0.500 / 0.871), each with
+    up to 32 of its session's most said words the summary lacks, as consolidation could
+    take them from the transcript it summarises (`"session summaries keyed by dialog"`)
+                                                        0.753 (+0.027)   0.261 / 0.872 / 0.455 / 0.907
+    ... up to 16 words                                  0.734
+
+Both gain without a record or a vector more, and the query path is unchanged (p50 as
+before). Not yet in the agent: consolidation's tags are labels the model and the operator
+read (up to 8, shown by `search_memory`); the keys want a column of their own that the
+full-text index reads and no prompt shows.
+
 Tried and not kept (issue 39, same conditions, observations, hybrid):
 
     multi-aspect query: a coordination of words ("Caroline and Melanie", "hiking, camping
@@ -139,6 +157,7 @@ from typing import Any, cast
 
 from persyn.core.config import AgentConfig, MemoryConfig
 from persyn.core.ids import derived_id
+from persyn.memory._query import content_words
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.importer import import_channel_key, import_jsonl
 from persyn.memory.retrieval import Mode, Retriever, spread_over_episodes
@@ -156,6 +175,8 @@ GRANULARITIES = (
     "observations + turns",
     "summary sentences",
     "observations | turns",
+    "observations keyed by turn",
+    "session summaries keyed by dialog",
 )
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
@@ -246,6 +267,36 @@ def load(path: Path) -> list[Conversation]:
     return conversations
 
 
+def _keyed_by_turn(conversation: Conversation) -> list[dict[str, Any]]:
+    """Each observation with its dialog turn's content words as extra index keys (tags)."""
+    said = {line["ref"].removesuffix("#turn"): line["summary"] for line in conversation.turns}
+    keyed: list[dict[str, Any]] = []
+    for line in conversation.observations:
+        turn = said.get(line["ref"].split("#")[0], "")
+        keys = [w for w in content_words(turn.partition(": ")[2]) if len(w) <= 100][:32]
+        keyed.append({**line, "tags": keys})
+    return keyed
+
+
+def _keyed_by_dialog(conversation: Conversation) -> list[dict[str, Any]]:
+    """Each session summary with up to 32 of its session's dialog words (most said first, not
+    already in the summary) as extra index keys: what consolidation could add from the
+    transcript it summarises, knowing nothing of other sessions."""
+    keyed: list[dict[str, Any]] = []
+    for line in conversation.summaries:
+        session = line["ref"].rsplit("_", 1)[1]
+        prefix = f"{conversation.sample_id}:D{session}:"
+        counts: dict[str, int] = {}
+        for turn in conversation.turns:
+            if turn["ref"].startswith(prefix):
+                for word in content_words(turn["summary"].partition(": ")[2]):
+                    counts[word] = counts.get(word, 0) + 1
+        known = set(content_words(line["summary"]))
+        ranked = sorted((w for w in counts if w not in known and len(w) > 2), key=lambda w: -counts[w])
+        keyed.append({**line, "tags": ranked[:32]})
+    return keyed
+
+
 def _line(conversation: Conversation, session: int, text: str, ref: str) -> dict[str, Any]:
     return {
         "time": conversation.dates[session].isoformat(),
@@ -314,6 +365,8 @@ async def _import(
             "turns": conversation.turns,
             "observations + turns": conversation.observations + conversation.turns,
             "summary sentences": conversation.summary_sentences,
+            "observations keyed by turn": _keyed_by_turn(conversation),
+            "session summaries keyed by dialog": _keyed_by_dialog(conversation),
         }[granularity]
         path = tmp / f"{agent.name}-{conversation.sample_id}.jsonl"
         path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
