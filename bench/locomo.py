@@ -24,8 +24,8 @@ unique per agent). Questions whose evidence names no session are skipped and cou
 
 G: observations, "session summaries", turns, "observations + turns" (one ranking),
 "observations | turns" (two rankings merged by score), "summary sentences",
-"observations keyed by turn", "session summaries keyed by dialog", and any of the
-first or last two followed by " | turns".
+"observations keyed by turn", "session summaries keyed by dialog", "observations keyed by
+turn | turns", "session summaries | turns", "session summaries keyed by dialog | turns".
 
 Also prints all@5 per question category (multi-hop, temporal, open-domain, single-hop) for the
 first mode, so a gain that fits one category only is visible.
