@@ -20,7 +20,12 @@ Observations that share a dialog turn get refs `<sample_id>:<dia_id>#2`, `#3`…
 unique per agent). Questions whose evidence names no session are skipped and counted.
 
     uv run python bench/locomo.py [PATH] [--embedder wordllama|minilm] [--conversations N]
-        [--granularity observations|"session summaries"] [--mode hybrid|keyword|vector]
+        [--granularity G] [--mode hybrid|keyword|vector]
+
+G: observations, "session summaries", turns, "observations + turns" (one ranking),
+"observations | turns" (two rankings merged by score), "summary sentences",
+"observations keyed by turn", "session summaries keyed by dialog", "observations keyed by
+turn | turns", "session summaries | turns", "session summaries keyed by dialog | turns".
 
 Also prints all@5 per question category (multi-hop, temporal, open-domain, single-hop) for the
 first mode, so a gain that fits one category only is visible.
@@ -83,6 +88,53 @@ record recovers details the observations dropped. The agent's recall does not ye
 dialog search with its memories (SPEC §4.2 "check the raw record"): the next step, measured
 here as its upper bound with one shared ranking.
 
+Two sources ranked apart and merged (`--granularity "observations | turns"`, the shape the
+agent's recall would have: its memory ranking and a raw-dialog ranking, each by the same
+scorer, merged by score and spread over episodes, top 10): 0.799, by category 0.310 / 0.917 /
+0.523 / 0.950, all@10 0.876: as good as one shared ranking (0.801). Fused only when the
+memories are weak (their best score under 0.55 / 0.45): 0.791 / 0.786, so fusing always is
+the better rule. Multi-hop does not move with the raw record: its evidence is spread over
+sessions, not missing from them.
+
+Index keys richer than the text (issue 39 item 3; the record's text is unchanged and
+embedded alone, the keys are its tags, which the keyword index reads with the summary):
+
+    observations, each with its dialog turn's content words as keys (up to 32;
+    `--granularity "observations keyed by turn"`)      0.792 (+0.016)   0.345 / 0.910 / 0.523 / 0.928
+                                                        keyword 0.774, vector 0.738
+    session summaries (0.726 in the same run: 0.246 / 0.840 / 0.500 / 0.871), each with
+    up to 32 of its session's most said words the summary lacks, as consolidation could
+    take them from the transcript it summarises (`"session summaries keyed by dialog"`)
+                                                        0.753 (+0.027)   0.261 / 0.872 / 0.455 / 0.907
+    ... up to 16 words                                  0.734
+
+Both gain without a record or a vector more, and the query path is unchanged (p50 as
+before). Not yet in the agent: consolidation's tags are labels the model and the operator
+read (up to 8, shown by `search_memory`); the keys want a column of their own that the
+full-text index reads and no prompt shows.
+
+The two together, and the summaries with the raw record (two rankings merged by score,
+top 10, spread over days with penalty 0.8; 0.6 and 0.4 give 0.808 on the first line):
+
+    observations keyed by turn | turns                  0.807   0.324 / 0.923 / 0.523 / 0.957
+    session summaries | turns                           0.800   0.331 / 0.923 / 0.455 / 0.950
+    session summaries keyed by dialog | turns           0.795   0.324 / 0.904 / 0.455 / 0.950
+
+So the raw record fused into recall would carry summaries past their target (0.77);
+observations stop at 0.81 (target 0.82), held back by multi-hop (0.32).
+
+Tried and not kept (issue 39, same conditions, observations, hybrid):
+
+    multi-aspect query: a coordination of words ("Caroline and Melanie", "hiking, camping
+    or swimming") split into one query per word, each aspect's best moved up after the
+    whole question's best                               0.776 (no change; 17 of 142
+                                                        multi-hop questions coordinate)
+    ... and clauses split on , ; and / or too           0.774 / 0.310 / 0.891 / 0.500 / 0.916
+    summaries: one record (vector + BM25 document) per sentence, a session counted at its
+    best sentence (`--granularity "summary sentences"`) 0.693 / 0.225 / 0.808 / 0.432 / 0.837
+                                                        against 0.714 whole: a sentence
+                                                        loses its subject ("She ...")
+
 Spreading over episodes (a channel's day) lifts single-hop most: a wrong session's several
 observations no longer fill the top five. Summaries are one a session, so it cannot move
 them. MiniLM is kept as an option, not the default: +0.011 on observations, nothing on
@@ -116,9 +168,10 @@ from typing import Any, cast
 
 from persyn.core.config import AgentConfig, MemoryConfig
 from persyn.core.ids import derived_id
+from persyn.memory._query import content_words
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.importer import import_channel_key, import_jsonl
-from persyn.memory.retrieval import Mode, Retriever
+from persyn.memory.retrieval import Mode, Retriever, spread_over_episodes
 from persyn.store.base import Identity
 from persyn.store.capabilities import FullStore
 from persyn.store.sqlite.store import SQLiteStore
@@ -126,7 +179,20 @@ from persyn.store.sqlite.store import SQLiteStore
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev.json"
 KS = (1, 3, 5, 10)
 MODES: tuple[Mode, ...] = ("hybrid", "keyword", "vector")
-GRANULARITIES = ("observations", "session summaries", "turns", "observations + turns")
+GRANULARITIES = (
+    "observations",
+    "session summaries",
+    "turns",
+    "observations + turns",
+    "summary sentences",
+    "observations | turns",
+    "observations keyed by turn",
+    "session summaries keyed by dialog",
+    "observations keyed by turn | turns",
+    "session summaries | turns",
+    "session summaries keyed by dialog | turns",
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
 
 @dataclass
@@ -143,6 +209,7 @@ class Conversation:
     dates: dict[int, datetime]
     observations: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     summaries: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    summary_sentences: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     turns: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     questions: list[Question] = field(default_factory=list[Question])
     skipped: int = 0
@@ -198,6 +265,10 @@ def load(path: Path) -> list[Conversation]:
             session = int(key.split("_")[1])
             ref = f"{conversation.sample_id}:session_{session}"
             conversation.summaries.append(_line(conversation, session, text, ref))
+            for index, sentence in enumerate(_SENTENCE_END.split(text.strip()), 1):
+                # One record (so one vector and one BM25 document) per sentence of the summary.
+                line = _line(conversation, session, sentence, f"{ref}#{index}")
+                conversation.summary_sentences.append(line)
         for qa in sample["qa"]:
             if qa.get("category") not in (1, 2, 3, 4):
                 continue
@@ -208,6 +279,36 @@ def load(path: Path) -> list[Conversation]:
                 conversation.skipped += 1
         conversations.append(conversation)
     return conversations
+
+
+def _keyed_by_turn(conversation: Conversation) -> list[dict[str, Any]]:
+    """Each observation with its dialog turn's content words as extra index keys (tags)."""
+    said = {line["ref"].removesuffix("#turn"): line["summary"] for line in conversation.turns}
+    keyed: list[dict[str, Any]] = []
+    for line in conversation.observations:
+        turn = said.get(line["ref"].split("#")[0], "")
+        keys = [w for w in content_words(turn.partition(": ")[2]) if len(w) <= 100][:32]
+        keyed.append({**line, "tags": keys})
+    return keyed
+
+
+def _keyed_by_dialog(conversation: Conversation) -> list[dict[str, Any]]:
+    """Each session summary with up to 32 of its session's dialog words (most said first, not
+    already in the summary) as extra index keys: what consolidation could add from the
+    transcript it summarises, knowing nothing of other sessions."""
+    keyed: list[dict[str, Any]] = []
+    for line in conversation.summaries:
+        session = line["ref"].rsplit("_", 1)[1]
+        prefix = f"{conversation.sample_id}:D{session}:"
+        counts: dict[str, int] = {}
+        for turn in conversation.turns:
+            if turn["ref"].startswith(prefix):
+                for word in content_words(turn["summary"].partition(": ")[2]):
+                    counts[word] = counts.get(word, 0) + 1
+        known = set(content_words(line["summary"]))
+        ranked = sorted((w for w in counts if w not in known and len(w) > 2), key=lambda w: -counts[w])
+        keyed.append({**line, "tags": ranked[:32]})
+    return keyed
 
 
 def _line(conversation: Conversation, session: int, text: str, ref: str) -> dict[str, Any]:
@@ -277,6 +378,9 @@ async def _import(
             "session summaries": conversation.summaries,
             "turns": conversation.turns,
             "observations + turns": conversation.observations + conversation.turns,
+            "summary sentences": conversation.summary_sentences,
+            "observations keyed by turn": _keyed_by_turn(conversation),
+            "session summaries keyed by dialog": _keyed_by_dialog(conversation),
         }[granularity]
         path = tmp / f"{agent.name}-{conversation.sample_id}.jsonl"
         path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
@@ -294,6 +398,8 @@ async def _evaluate(
     people: dict[str, dict[str, str]],
     conversations: Sequence[Conversation],
     modes: Sequence[Mode] = MODES,
+    *,
+    collapse: bool = False,
 ) -> dict[Mode, Scores]:
     retriever = Retriever(store, embedder, config)
     results: dict[Mode, Scores] = {mode: Scores() for mode in modes}
@@ -309,13 +415,79 @@ async def _evaluate(
                     participants=present,
                     now=conversation.now,
                     budget_tokens=1_000_000,
-                    limit=max(KS),
+                    limit=max(KS) * (5 if collapse else 1),
                     mode=mode,
                 )
                 results[mode].latencies_ms.append((time.perf_counter() - started) * 1000)
                 if result.degraded:
                     raise SystemExit(f"retrieval degraded: {result.degraded}")
                 sessions = [_session_of(s.record.ref) for s in result.records]
+                if collapse:  # a session's record scores as its best sentence
+                    sessions = list(dict.fromkeys(sessions))
+                results[mode].add(sessions, question.sessions, question.category)
+    return results
+
+
+def _report(
+    granularity: str,
+    results: dict[Mode, Scores],
+    modes: Sequence[Mode],
+    rows: list[str],
+    per_category: list[str],
+) -> None:
+    per_category.append(f"{granularity:<18} {results[modes[0]].category_rates()}")
+    for mode in modes:
+        scores = results[mode]
+        row = f"{granularity:<18} {mode:<8} " + " ".join(f"{scores.rate(f'all@{k}'):>7.3f}" for k in KS)
+        row += f" {scores.rate('any@5'):>7.3f}"
+        row += f" {statistics.median(scores.latencies_ms):>7.2f}"
+        row += f" {_percentile(scores.latencies_ms, 0.99):>7.2f}"
+        rows.append(row)
+
+
+async def _fused_sources(
+    store: FullStore,
+    embedder: Embedder | None,
+    config: MemoryConfig,
+    conversations: Sequence[Conversation],
+    tmp: Path,
+    modes: Sequence[Mode],
+    memory_side: str = "observations",
+) -> dict[Mode, Scores]:
+    """Memories and the raw record as two sources, each ranked on its own (as the agent's
+    memory recall and a dialog search would be), merged by score and spread over episodes."""
+    memories, people, _ = await _import(store, embedder, conversations, memory_side, tmp)
+    raw, raw_people, _ = await _import(store, embedder, conversations, "turns", tmp)
+    retriever = Retriever(store, embedder, config)
+    results: dict[Mode, Scores] = {mode: Scores() for mode in modes}
+    for conversation in conversations:
+        for question in conversation.questions:
+            for mode in modes:
+                started = time.perf_counter()
+                found: list[Any] = []
+                for agent, known in ((memories, people), (raw, raw_people)):
+                    present = [known[conversation.channel][name] for name in conversation.speakers]
+                    result = await retriever.retrieve(
+                        agent.id,
+                        question.text,
+                        channel=conversation.channel,
+                        participants=present,
+                        now=conversation.now,
+                        budget_tokens=1_000_000,
+                        limit=max(KS),
+                        mode=mode,
+                    )
+                    found += result.records
+                found.sort(key=lambda s: -s.score)
+                top = spread_over_episodes(
+                    found,
+                    lambda s: s.score,
+                    lambda s: s.record.created_at.date(),
+                    config.episode_penalty,
+                    max(KS),
+                )
+                results[mode].latencies_ms.append((time.perf_counter() - started) * 1000)
+                sessions = [_session_of(s.record.ref) for s in top]
                 results[mode].add(sessions, question.sessions, question.category)
     return results
 
@@ -359,20 +531,27 @@ async def run(
             rows: list[str] = []
             per_category: list[str] = []
             for granularity in granularities:
+                if granularity.endswith(" | turns"):
+                    memory_side = granularity.removesuffix(" | turns")
+                    fused = await _fused_sources(
+                        store, embedder, config, conversations, Path(tmp), modes, memory_side
+                    )
+                    _report(granularity, fused, modes, rows, per_category)
+                    continue
                 agent, people, seconds = await _import(store, embedder, conversations, granularity, Path(tmp))
                 records = await store.count_records(agent.id)
                 print(f"imported {records} {granularity} in {seconds:.1f} s")
-                results = await _evaluate(store, embedder, config, agent, people, conversations, modes)
-                per_category.append(f"{granularity:<18} {results[modes[0]].category_rates()}")
-                for mode in modes:
-                    scores = results[mode]
-                    row = f"{granularity:<18} {mode:<8} " + " ".join(
-                        f"{scores.rate(f'all@{k}'):>7.3f}" for k in KS
-                    )
-                    row += f" {scores.rate('any@5'):>7.3f}"
-                    row += f" {statistics.median(scores.latencies_ms):>7.2f}"
-                    row += f" {_percentile(scores.latencies_ms, 0.99):>7.2f}"
-                    rows.append(row)
+                results = await _evaluate(
+                    store,
+                    embedder,
+                    config,
+                    agent,
+                    people,
+                    conversations,
+                    modes,
+                    collapse=granularity == "summary sentences",
+                )
+                _report(granularity, results, modes, rows, per_category)
         finally:
             await store.close()
     print()
