@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
@@ -49,47 +50,32 @@ class CallMeter:
 
     def record(self, spec: ModelSpec, configured: str, stage: str, usage: RequestUsage) -> str | None:
         """Emit one usage record; its id, or None when it could not be metered."""
-        try:
-            attribution = usage_context.current()
-            now = self.clock.now()
+
+        def fields() -> dict[str, Any]:
             tokens = token_usage(usage)
             requests = provider_tool_requests(usage)
-            record = UsageRecord(
-                id=new_id(now),
-                call_id=self._call_id(attribution),
-                at=now,
-                agent_id=attribution.agent_id or self.agent_id,
-                stage=stage,
-                model=str(spec),
-                tier=model_tier(spec, self.tiers),
-                input_tokens=tokens.input_tokens,
-                output_tokens=tokens.output_tokens,
-                cache_read_tokens=tokens.cache_read_tokens,
-                cache_write_tokens=tokens.cache_write_tokens,
-                surface=attribution.surface,
-                channel=attribution.channel,
-                thread_id=attribution.thread_id,
-                conversation_id=attribution.conversation_id,
-                trigger=attribution.trigger,
-                tool_requests=requests,
-                cost_usd=cost_usd(
-                    price_for(self.prices, str(spec), configured),
-                    input_tokens=tokens.input_tokens,
-                    output_tokens=tokens.output_tokens,
-                    cache_read_tokens=tokens.cache_read_tokens,
-                    cache_write_tokens=tokens.cache_write_tokens,
-                    tool_requests=requests,
-                ),
-            )
-            self.meter.emit(record)
-        except Exception:
-            log.warning("could not meter a call to %s", spec, exc_info=True)
-            return None
-        return record.id
+            counts: dict[str, Any] = {
+                "input_tokens": tokens.input_tokens,
+                "output_tokens": tokens.output_tokens,
+                "cache_read_tokens": tokens.cache_read_tokens,
+                "cache_write_tokens": tokens.cache_write_tokens,
+                "tool_requests": requests,
+            }
+            price = price_for(self.prices, str(spec), configured)
+            return {"tier": model_tier(spec, self.tiers), **counts, "cost_usd": cost_usd(price, **counts)}
+
+        return self._emit(str(spec), stage, fields)
 
     def record_units(self, model: str, stage: str, units: int, cost: float | None) -> str | None:
         """Emit one usage record of a call counted in units, not tokens (seconds of audio
         transcribed); its id, or None when it could not be metered."""
+        return self._emit(
+            model, stage, lambda: {"tier": self.tiers.get(model, "cheap"), "units": units, "cost_usd": cost}
+        )
+
+    def _emit(self, model: str, stage: str, fields: Callable[[], dict[str, Any]]) -> str | None:
+        """One record: who, where and why from the bound attribution, the counts from
+        `fields`; metering never fails a call (a failure is logged and yields None)."""
         try:
             attribution = usage_context.current()
             now = self.clock.now()
@@ -100,14 +86,12 @@ class CallMeter:
                 agent_id=attribution.agent_id or self.agent_id,
                 stage=stage,
                 model=model,
-                tier=self.tiers.get(model, "cheap"),
-                units=units,
                 surface=attribution.surface,
                 channel=attribution.channel,
                 thread_id=attribution.thread_id,
                 conversation_id=attribution.conversation_id,
                 trigger=attribution.trigger,
-                cost_usd=cost,
+                **fields(),
             )
             self.meter.emit(record)
         except Exception:
