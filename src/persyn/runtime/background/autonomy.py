@@ -58,6 +58,7 @@ from persyn.core.records import Sensitivity, channel_key
 from persyn.gateway.base import TokenUsage
 from persyn.gateway.wrappers import CallHooks, HookedModel, token_usage
 from persyn.memory.access import Provenanced, derived_provenance
+from persyn.runtime.durable.dispatch import background_workflow_ids
 from persyn.schedule import HEARTBEAT_KIND, fire_key, mark_fired
 from persyn.store.base import Conversation, Provenance, Reminder, Store
 from persyn.store.capabilities import capability
@@ -415,17 +416,26 @@ class Autonomy:
 
     async def _run_of(self, agent_id: str | None, thread_id: str | None) -> Event | None:
         """The event of the self-initiated run whose activation is `thread_id` (an
-        activation's workflow id is its event id), looked up once per thread."""
+        activation's workflow id is its event id), looked up once per thread. The background
+        workflows an activation starts (its deferred deliberation, emotion reading, extraction)
+        run on threads of their own, named after its event and never an event themselves: they
+        are known as no run as soon as the activation is, without a read each."""
         if agent_id is None or thread_id is None or not is_id(thread_id):
             return None
         if thread_id in self._runs:
             return self._runs[thread_id]
         event = self.host.known_event(thread_id) or await self.store.get_event(agent_id, thread_id)
         run = event if event is not None and event.kind is not EventKind.MESSAGE else None
+        self._know(thread_id, run)
+        if event is not None:
+            for background in background_workflow_ids(thread_id):
+                self._know(background, None)
+        return run
+
+    def _know(self, thread_id: str, run: Event | None) -> None:
         if len(self._runs) >= _KNOWN_THREADS:
             self._runs.pop(next(iter(self._runs)))
         self._runs[thread_id] = run
-        return run
 
     async def noticed(self, setup: TurnSetup, items: Sequence[Provenanced]) -> None:
         """A context source put `items` in front of the model: a self-initiated run writes at

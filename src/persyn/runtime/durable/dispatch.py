@@ -63,6 +63,7 @@ __all__ = [
     "NoWorkerRunning",
     "Submitter",
     "WorkerDispatcher",
+    "background_workflow_ids",
     "deliberation_workflow_id",
     "emotion_workflow_id",
     "extraction_workflow_id",
@@ -103,6 +104,16 @@ def emotion_workflow_id(event_id: str) -> str:
 def extraction_workflow_id(event_id: str) -> str:
     """The incremental extraction an event's activation triggered."""
     return derived_id(id_time(event_id), event_id, "extract")
+
+
+def background_workflow_ids(event_id: str) -> tuple[str, ...]:
+    """The ids of the background workflows an event's activation may start (the threads
+    their model calls are attributed to; none of them is an event)."""
+    return (
+        deliberation_workflow_id(event_id),
+        emotion_workflow_id(event_id),
+        extraction_workflow_id(event_id),
+    )
 
 
 def worker_liveness(settings: Settings) -> Callable[[], bool] | None:

@@ -374,22 +374,34 @@ class Workflows(DBOSConfiguredInstance):
             setup.event_id,
             setup.conversation_id,
             self.tracing.carrier(),
+            setup.service,
+            setup.channel,
         )
 
     @DBOS.workflow(name="persyn.feel")
     @ends_on_full_storage
     async def feel(
-        self, agent_id: str, event_id: str, conversation_id: str, trace_parent: str | None = None
+        self,
+        agent_id: str,
+        event_id: str,
+        conversation_id: str,
+        trace_parent: str | None = None,
+        surface: str | None = None,
+        channel: str | None = None,
     ) -> None:
-        """The emotion classifier after an exchange, attributed to its conversation."""
-        conversation = await self.steps.store.get_conversation(agent_id, conversation_id)
+        """The emotion classifier after an exchange, attributed to its conversation (its surface
+        and channel given by the activation; read only for a reading enqueued without them)."""
+        if surface is None or channel is None:
+            conversation = await self.steps.store.get_conversation(agent_id, conversation_id)
+            surface = conversation.service if conversation else None
+            channel = conversation.channel if conversation else None
         with (
             bind(
                 Attribution(
                     agent_id=agent_id,
                     thread_id=DBOS.workflow_id,
-                    surface=conversation.service if conversation else None,
-                    channel=conversation.channel if conversation else None,
+                    surface=surface,
+                    channel=channel,
                     conversation_id=conversation_id,
                     trigger="emotion",
                 )

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from persyn.cognition import deliberation, emotion, pipeline, reflection
 from persyn.cognition.context import recalled_ids
@@ -39,7 +39,10 @@ from persyn.usage import context as usage_context
 
 __all__ = ["ActivationSteps", "RunCloser", "TurnCache", "record_deliberation"]
 
+T = TypeVar("T")
+
 _EVENT_CACHE_SIZE = 4096
+_FINISHED_EVENTS = 64  # events kept after their transmit, for the background work that follows
 
 ReplyBudget = Callable[[TurnSetup], Awaitable[str | None]]
 
@@ -58,6 +61,12 @@ class TurnCache:
         self._readings: EmotionsPort | None = capability(store, EmotionsPort)
         self._settings = settings
         self.events: dict[str, Event] = {}
+        # The events and dialogs of the latest few activations whose transmit ran: their
+        # deferred deliberation follows at once (the critics judge the dialog the reply
+        # answered; refine's sink and the conclusion's channel need the event) and reads
+        # neither again.
+        self._finished: dict[str, Event] = {}
+        self._finished_dialogs: dict[str, list[Message]] = {}
         self.dialogs: dict[str, list[Message]] = {}  # input last, by event id
         self._reading: dict[str, asyncio.Future[list[Message]]] = {}  # dialog reads in flight
         self._recalled: dict[str, asyncio.Future[list[str]]] = {}  # by event id, see `recalled`
@@ -67,7 +76,7 @@ class TurnCache:
         """The stored event. Events never change once saved, so each is read once per
         activation (receive; or handed over by `submit` in this process), kept for its respond
         and transmit, and dropped after."""
-        event = self.events.get(event_id)
+        event = self.events.get(event_id) or self._finished.get(event_id)
         if event is not None and event.agent_id == agent_id:
             return event
         event = await self._store.get_event(agent_id, event_id)
@@ -91,6 +100,8 @@ class TurnCache:
         both critics, the decision, the engagement decision and the redundancy gate all judge
         the same dialog (what came before the input does not change); dropped at transmit."""
         cached = self.dialogs.get(setup.event_id)
+        if cached is None:
+            cached = self._finished_dialogs.get(setup.event_id)
         if cached is not None:
             return cached
         # Steps of one turn that start together (the draft's prompt and the decision on the
@@ -150,13 +161,21 @@ class TurnCache:
 
     def drop(self, event_id: str) -> None:
         """Forget an activation's event, dialog, emotion readings and recalled ids (its transmit
-        ran)."""
-        self.events.pop(event_id, None)
-        self.dialogs.pop(event_id, None)
+        ran); its event and dialog stay at hand among the latest finished ones."""
+        _keep_finished(self._finished, event_id, self.events.pop(event_id, None))
+        _keep_finished(self._finished_dialogs, event_id, self.dialogs.pop(event_id, None))
         self._emotions.pop(event_id, None)
         reading = self._recalled.pop(event_id, None)
         if reading is not None and not reading.done():
             reading.cancel()
+
+
+def _keep_finished(kept: dict[str, T], event_id: str, value: T | None) -> None:
+    if value is None:
+        return
+    if len(kept) >= _FINISHED_EVENTS:
+        kept.pop(next(iter(kept)))
+    kept[event_id] = value
 
 
 async def record_deliberation(

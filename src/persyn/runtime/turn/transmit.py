@@ -150,7 +150,6 @@ class Transmitter:
         self._markers.transmitting.add(event_id)
         try:
             event = await self._cache.event(agent_id, event_id)
-            self._cache.events.pop(event_id, None)
             return await self._transmit(event, setup, outcome)
         finally:
             self._markers.transmitting.discard(event_id)
