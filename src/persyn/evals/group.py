@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from persyn.channels.irc.channel import parse_line
 from persyn.core.errors import PersynError
 
 __all__ = ["ROOM", "IrcPerson", "IrcRoom"]
@@ -125,26 +126,18 @@ class IrcPerson:
     async def _read(self, welcomed: asyncio.Event) -> None:
         assert self._reader is not None
         while raw := await self._reader.readline():
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            prefix = ""
-            if line.startswith(":"):
-                prefix, _, line = line[1:].partition(" ")
-            head, _, trailing = line.partition(" :")
-            words = head.split()
-            if not words:
-                continue
-            nick = prefix.split("!")[0].lower()
-            command, target = words[0], (words[1] if len(words) > 1 else trailing)
+            message = parse_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
+            command, params, nick = message.command, message.params, message.nick.lower()
             if command == "PING":
-                await self._send(f"PONG :{trailing}")
+                await self._send(f"PONG :{params[-1] if params else ''}")
             elif command == "001":
                 welcomed.set()
-            elif command == "JOIN" and (target or trailing).lower() == ROOM:
+            elif command == "JOIN" and params[:1] and params[0].lower() == ROOM:
                 self.present.add(nick)
-            elif command in ("PART", "QUIT") or (command == "KICK" and len(words) > 2):
-                self.present.discard(words[2].lower() if command == "KICK" else nick)
-            elif command == "PRIVMSG" and target.lower() == ROOM:
-                await self._lines.put((nick, trailing))
+            elif command in ("PART", "QUIT") or (command == "KICK" and len(params) > 1):
+                self.present.discard(params[1].lower() if command == "KICK" else nick)
+            elif command == "PRIVMSG" and len(params) > 1 and params[0].lower() == ROOM:
+                await self._lines.put((nick, params[-1]))
             self._changed.set()
 
     async def await_present(self, nick: str, timeout: float = _WAIT) -> bool:

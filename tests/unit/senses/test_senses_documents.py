@@ -6,12 +6,13 @@ from __future__ import annotations
 import io
 
 import pytest
-from media_samples import blank_pdf, text_pdf
+from media_samples import blank_pdf
 from pypdf import PdfWriter
 
 from persyn.core.config.senses import SensesConfig
 from persyn.senses.documents import DocumentText, read_document
 from persyn.senses.media import MediaRejected, inspect_media
+from persyn.testing.media import text_pdf
 
 
 def multi_page_pdf(texts: list[str]) -> bytes:

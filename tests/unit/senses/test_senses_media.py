@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from media_samples import blank_pdf, picture, png_declaring, text_pdf, tone_wav, wav_declaring
+from media_samples import blank_pdf, picture, png_declaring, tone_wav, wav_declaring
 
 from persyn.core.config.senses import SensesConfig
 from persyn.core.errors import InputError
 from persyn.senses.media import MediaInfo, MediaKind, MediaRejected, inspect_media
+from persyn.testing.media import text_pdf
 
 Transcode = Callable[[bytes, str], bytes]  # the `transcode` fixture (conftest.py)
 
