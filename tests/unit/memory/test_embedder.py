@@ -162,6 +162,11 @@ async def test_an_encoder_whose_weights_are_missing_fails_its_warm_up_by_name() 
         await warm_embedder(_MissingWeights())
 
 
+# The client's timeout in these tests: long enough that a healthy answer on a loaded CI machine
+# comes in time (0.3 s once did not: a connect timeout), short against the slow behaviour.
+_CLIENT_TIMEOUT = 2.0
+
+
 # a real OpenAI-compatible service on loopback -------------------------------------------------------
 @dataclass
 class Service:
@@ -184,7 +189,7 @@ def _app(service: Service) -> Starlette:
         if service.behaviour == "garbage":
             return JSONResponse({"data": [{"embedding": "nope"}]})
         if service.behaviour == "slow":
-            await asyncio.sleep(2)
+            await asyncio.sleep(3 * _CLIENT_TIMEOUT)
         inputs = body["input"]
         data = [
             {"object": "embedding", "index": i, "embedding": [x * 3 for x in double.vector(t)]}
@@ -244,7 +249,7 @@ async def test_service_failures_are_embedder_unavailable(
     healthy: Service, behaviour: str, message: str
 ) -> None:
     healthy.behaviour = behaviour
-    embedder = OpenAICompatibleEmbedder("hash-32", healthy.base_url, timeout_seconds=0.3)
+    embedder = OpenAICompatibleEmbedder("hash-32", healthy.base_url, timeout_seconds=_CLIENT_TIMEOUT)
     with pytest.raises(EmbedderUnavailable, match=message):
         await embedder.embed(["anything"])
 
@@ -292,7 +297,7 @@ async def test_a_failing_service_degrades_recall_to_keywords_never_raises(
     try:
         agent_id = new_id(NOW)
         await store.ensure_agent(agent_id, "Ada", NOW)
-        embedder = OpenAICompatibleEmbedder("hash-32", healthy.base_url, timeout_seconds=0.3)
+        embedder = OpenAICompatibleEmbedder("hash-32", healthy.base_url, timeout_seconds=_CLIENT_TIMEOUT)
         record = MemoryRecord(
             id=new_id(NOW),
             agent_id=agent_id,
