@@ -5,6 +5,11 @@ PDF is refused, as is one past `document_max_pages`, whoever calls this); plain 
 Markdown decoded with a guess at their charset; HTML to its readable text with trafilatura
 (its main content, or its plain-text conversion when it finds none), as the web reader does.
 What is cut is marked: `DocumentText.truncated`. Blocking work: callers run it in a thread.
+
+**Pages.** The text is read in pages of `PAGE_CHARS` (its whitespace folded to single spaces,
+`DocumentText.flat`): the turn shows the first (`runtime/turn/senses.py`), and the
+`read_attachment` tool (`tools/builtin/attachments.py`) any other, from the kept original — so a
+document's pages are at most `document_max_chars / PAGE_CHARS` (5 with the defaults).
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ from dataclasses import dataclass
 from persyn.core.config.senses import SensesConfig
 from persyn.senses.media import DOCUMENT_TYPES, MediaRejected, open_pdf
 
-__all__ = ["DocumentText", "decode_text", "read_document"]
+__all__ = ["PAGE_CHARS", "DocumentText", "decode_text", "read_document"]
+
+# A page of a document's text: what the turn shows of it, and what `read_attachment` returns.
+PAGE_CHARS = 4000
 
 # trafilatura's extraction takes about 7 s per MB of HTML on a busy 2-core machine (load 15),
 # its plain-text conversion about 0.6 s: a sent page gets the extraction up to half a megabyte
@@ -37,6 +45,20 @@ class DocumentText:
     text: str
     pages: int | None
     truncated: bool
+
+    @property
+    def flat(self) -> str:
+        """The text with its whitespace folded to single spaces (as a prompt shows it)."""
+        return " ".join(self.text.split())
+
+    @property
+    def page_count(self) -> int:
+        """How many `PAGE_CHARS` pages the flat text fills (1 for an empty text)."""
+        return max(1, -(-len(self.flat) // PAGE_CHARS))
+
+    def page(self, number: int) -> str:
+        """Page `number` (1-based) of the flat text; '' past the last."""
+        return self.flat[(number - 1) * PAGE_CHARS : number * PAGE_CHARS] if number >= 1 else ""
 
 
 def read_document(data: bytes, media_type: str, limits: SensesConfig) -> DocumentText:

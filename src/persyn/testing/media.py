@@ -1,17 +1,45 @@
 """Media made in a test, as people send it (issue 35): a PDF with text on it, speech
 synthesised by espeak-ng, and that speech as a phone's voice note (Ogg Opus, Telegram's and
-WhatsApp's form). Nothing is read from disk or the network: each is made from its words, so a
+WhatsApp's form), a small one-colour PNG drawn with Pillow, and a decompression-bomb PNG (a
+tiny file whose header declares 90,000×90,000 pixels). Nothing is read from disk or the network: each is made from its words, so a
 test can check that the agent read or heard exactly them."""
 
 from __future__ import annotations
 
 import io
 import shutil
+import struct
 import subprocess
 import tempfile
+import zlib
 from pathlib import Path
 
-__all__ = ["espeak_available", "ogg_opus", "spoken_wav", "text_pdf"]
+__all__ = ["bomb_png", "espeak_available", "ogg_opus", "small_png", "spoken_wav", "text_pdf"]
+
+
+def small_png(size: tuple[int, int] = (48, 32), colour: tuple[int, int, int] = (30, 60, 220)) -> bytes:
+    """A `size` PNG of one `colour` (blue by default), drawn with Pillow."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", size, colour).save(out, "PNG")
+    return out.getvalue()
+
+
+def bomb_png(width: int = 90_000, height: int = 90_000) -> bytes:
+    """A PNG of a few dozen bytes whose header declares `width`×`height` pixels (a
+    decompression bomb): a reader that decodes before checking the header would need gigabytes."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0"))
+        + chunk(b"IEND", b"")
+    )
 
 
 def text_pdf(*lines: str) -> bytes:

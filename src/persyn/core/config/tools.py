@@ -20,6 +20,7 @@ DEFERRED_TOOLS = (
     "inspect_self",
     "list_goals",
     "query_graph",
+    "read_attachment",
     "recall_dialog",
     "recent_activity",
     "search_dialog",

@@ -47,7 +47,6 @@ __all__ = ["CAPTION_STAGE", "TRANSCRIBE_STAGE", "AttachmentLibrary", "KeptOrigin
 log = logging.getLogger(__name__)
 
 CAPTION_STAGE = "caption"
-_DOCUMENT_CHARS = 4000  # of a document's text in the turn: the rest stays in the kept original
 _CAPTION_SYSTEM = (
     "You describe an image for someone who cannot see it. In one or two plain sentences say what "
     "it shows: the main subject, its colours, any words in it. No preamble."
@@ -247,10 +246,15 @@ class Senses:
         except MediaRejected as exc:
             return f"[a document I could not read, {name}: {exc.reason}]"
         pages = f", {document.pages} page{'s' if document.pages != 1 else ''}" if document.pages else ""
-        text = " ".join(document.text.split())
-        cut = document.truncated or len(text) > _DOCUMENT_CHARS
-        shown = text[:_DOCUMENT_CHARS] + (" …(cut)" if cut else "")
-        return f"[document {name}{pages}: {shown}]"
+        more = document.page_count
+        if more > 1:  # the rest stays in the kept original, for the model to read on
+            cut = (
+                f" …(cut: page 1 of {more} of its text; read_attachment with reference "
+                f"{attachment.reference} and page 2 reads on)"
+            )
+        else:
+            cut = " …(cut)" if document.truncated else ""
+        return f"[document {name}{pages}: {document.page(1)}{cut}]"
 
 
 def _safe_filename(name: str | None) -> str | None:

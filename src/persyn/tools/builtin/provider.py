@@ -1,8 +1,8 @@
 """The built-in tool groups' providers (`tools/providers.py`), each one line of the
 `persyn.tools` entry points: the agent's reminders and goals, quick facts, memory and dialog
 search, messaging a contact, arithmetic, recent activity, self-inspection, the knowledge graph
-(`[graph]`), the shared artifacts (`[artifacts]`), and the tools the model provider runs itself
-(`[models] provider_tools`)."""
+(`[graph]`), the shared artifacts (`[artifacts]`), reading on in a document someone sent
+(`read_attachment`), and the tools the model provider runs itself (`[models] provider_tools`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from persyn.core.records import Sensitivity
 from persyn.gateway.base import ToolSpec
 from persyn.gateway.provider_tools import provider_tool_specs
 from persyn.memory.access import eligible_channels
+from persyn.senses.library import AttachmentLibrary
 from persyn.store.base import Provenance
 from persyn.store.capabilities import ContactsStore, MemoryStore, ScheduleStore, capability
 from persyn.store.ports.artifacts import ArtifactsPort
@@ -22,6 +23,7 @@ from persyn.store.ports.graph_rows import GraphView
 from persyn.tools.builtin.activity import ActivityContext, activity_tools
 from persyn.tools.builtin.arithmetic import calculator_tool
 from persyn.tools.builtin.artifacts import ArtifactsContext, artifact_tools
+from persyn.tools.builtin.attachments import AttachmentsContext, attachment_tools
 from persyn.tools.builtin.facts import fact_tools
 from persyn.tools.builtin.graph import GraphToolsContext, graph_tools
 from persyn.tools.builtin.inspection import SelfInspectionContext, inspection_tools
@@ -35,6 +37,7 @@ __all__ = [
     "ACTIVITY",
     "ARITHMETIC",
     "ARTIFACTS",
+    "ATTACHMENTS",
     "FACTS",
     "GRAPH",
     "INSPECTION",
@@ -179,6 +182,18 @@ def _artifacts(scope: ToolScope) -> list[Tool[Any, Any]]:
     )
 
 
+def _attachments(scope: ToolScope) -> list[Tool[Any, Any]]:
+    settings = scope.settings
+    return attachment_tools(
+        AttachmentsContext(
+            library=AttachmentLibrary(settings.data_dir / "attachments"),
+            agent_id=scope.agent.id,
+            eligible=eligible_channels(scope.where, settings.memory.channel_groups),
+            limits=settings.senses,
+        )
+    )
+
+
 def _provider_specs(scope: ToolScope) -> list[ToolSpec]:
     return list(provider_tool_specs(scope.settings, scope.agent))
 
@@ -192,4 +207,5 @@ ACTIVITY = ToolProvider("activity", _activity)
 INSPECTION = ToolProvider("inspection", _inspection)
 GRAPH = ToolProvider("graph", _graph)
 ARTIFACTS = ToolProvider("artifacts", _artifacts)
+ATTACHMENTS = ToolProvider("attachments", _attachments)
 PROVIDER_TOOLS = ToolProvider("provider", lambda scope: [], provider_specs=_provider_specs)
