@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import (
     Text,
@@ -16,9 +17,11 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
+    true,
     update,
 )
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql import Select
 
 from persyn.core.events import inbound_message_id
 from persyn.core.ids import new_id
@@ -193,10 +196,19 @@ class SqlDialog(SqlWork):
                         )
                     ).scalars()
                 )
+            # The memories' `message_ids` are matched in the database (a JSON array's elements as
+            # rows: SQLite's `json_each`, PostgreSQL's `json_array_elements_text`), against the
+            # input messages of these events only: no memory's list comes to Python.
+            inbound = [
+                inbound_message_id(row.id, row.received_at) for row in with_files if row.id not in in_dialog
+            ]
             remembered: set[str] = set()
-            listed = select(memory_records.c.message_ids).where(memory_records.c.agent_id == agent_id)
-            for message_ids in connection.execute(listed).scalars():
-                remembered.update(message_ids or ())
+            for start in range(0, len(inbound), _CHUNK):
+                remembered.update(
+                    connection.execute(
+                        _remembered(connection.dialect.name, agent_id, inbound[start : start + _CHUNK])
+                    ).scalars()
+                )
             held: set[str] = set()
             for row in with_files:
                 if row.id in in_dialog or inbound_message_id(row.id, row.received_at) in remembered:
@@ -207,6 +219,26 @@ class SqlDialog(SqlWork):
 
 
 _CHUNK = 500  # event ids per IN list (well under every backend's parameter limit)
+
+
+def _remembered(dialect: str, agent_id: str, message_ids: Sequence[str]) -> Select[Any]:
+    """Which of `message_ids` some memory record of the agent names in its `message_ids`."""
+    elements = (
+        (
+            func.json_each(memory_records.c.message_ids)
+            if dialect == "sqlite"
+            else func.json_array_elements_text(memory_records.c.message_ids)
+        )
+        .table_valued("value")
+        .alias("named")
+    )
+    return (
+        select(elements.c.value)
+        .select_from(memory_records)
+        .join(elements, true())
+        .where(memory_records.c.agent_id == agent_id, elements.c.value.in_(message_ids))
+        .distinct()
+    )
 
 
 def _utc(when: datetime) -> datetime:
