@@ -208,7 +208,8 @@ class MemoryOps:
             return 0
         held = await history.held_attachments(self.agent.id)
         library = AttachmentLibrary(self.settings.data_dir / "attachments")
-        return await asyncio.to_thread(library.sweep, self.agent.id, held, now or self.clock.now())
+        grace = timedelta(hours=self.settings.senses.original_grace_hours)
+        return await asyncio.to_thread(library.sweep, self.agent.id, held, now or self.clock.now(), grace)
 
     async def cull(self, *, dry_run: bool, now: datetime | None = None) -> list[MemoryRecord]:
         """SPEC §4.1: delete records rated below the threshold AND older than the age limit."""

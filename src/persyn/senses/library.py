@@ -7,16 +7,18 @@ exactly like one that does not exist.
 
 **Culled with their memory** (SPEC §4.1). `sweep` forgets every original that nothing holds
 any more (`DialogHistoryPort.held_attachments`: its event's dialog, or a memory made from it)
-and that is older than `ORIGINAL_GRACE` (its reference's time is when it was kept): a file
-kept for an event still being stored or processed is never swept, and one kept for an event
-that never was (a crash in between, a message refused after its files were kept) is swept a
-day later. Callers commit the store first and sweep after (`Housekeeping`, `persyn memory
+and that is older than the grace period (`[senses] original_grace_hours`, `ORIGINAL_GRACE` by
+default; its reference's time is when it was kept): a file kept for an event still being stored
+or processed is never swept, and one kept for an event that never was (a crash in between, a
+message refused after its files were kept, its text over `max_message_chars` once they were
+read) is swept a grace period later, as is a half-written `.att-….tmp` a crash left behind. Callers commit the store first and sweep after (`Housekeeping`, `persyn memory
 forget` / `cull`), so a kill between the two leaves only files the next sweep takes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,6 +35,8 @@ __all__ = ["GONE_ORIGINAL", "ORIGINAL_GRACE", "AttachmentLibrary", "KeptOriginal
 ORIGINAL_GRACE = timedelta(days=1)
 # What a reference reads as once its original is gone (swept, or never kept here).
 GONE_ORIGINAL = "[a file that is no longer kept]"
+# A write in progress (`_write`): `.<ref>.<ext>.<pid>.tmp`, `.<ref>.json.<pid>.tmp`.
+_TEMPORARY = re.compile(r"\.(att-[0-9A-HJKMNP-TV-Z]{26})\.[^/]*\.tmp")
 
 
 class KeptOriginal(BaseModel):
@@ -114,18 +118,27 @@ class AttachmentLibrary:
         for path in folder.glob(f"{reference}.*"):
             path.unlink(missing_ok=True)
 
-    def sweep(self, agent_id: str, held: Collection[str], now: datetime) -> int:
-        """Forget every original of the agent not in `held` and kept before `now -
-        ORIGINAL_GRACE` (a data file whose metadata was never written among them); returns
-        the bytes freed."""
+    def sweep(
+        self, agent_id: str, held: Collection[str], now: datetime, grace: timedelta = ORIGINAL_GRACE
+    ) -> int:
+        """Forget every original of the agent not in `held` and kept before `now - grace` (a
+        data file whose metadata was never written among them), and every half-written
+        temporary file that old (a crash mid-write: no write takes that long); returns the
+        bytes freed."""
         folder = self._folder(agent_id)
         if not folder.is_dir():
             return 0
-        cutoff = (now if now.tzinfo is not None else now.replace(tzinfo=UTC)) - ORIGINAL_GRACE
+        cutoff = (now if now.tzinfo is not None else now.replace(tzinfo=UTC)) - grace
         freed = 0
-        references = {
-            match[0] for path in folder.iterdir() if (match := ATTACHMENT_REFERENCE.match(path.name))
-        }
+        references: set[str] = set()
+        for path in folder.iterdir():
+            if match := ATTACHMENT_REFERENCE.match(path.name):
+                references.add(match[0])
+            elif (temporary := _TEMPORARY.fullmatch(path.name)) and id_time(
+                temporary[1].removeprefix("att-")
+            ) < cutoff:
+                freed += path.stat().st_size
+                path.unlink(missing_ok=True)
         for reference in sorted(references - set(held)):
             if id_time(reference.removeprefix("att-")) >= cutoff:
                 continue

@@ -6,8 +6,11 @@ file is gone reads as such."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,7 +19,9 @@ from PIL import Image, ImageDraw
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
+from persyn.core.errors import InputError
 from persyn.core.events import Event, Upload
+from persyn.core.ids import new_id
 from persyn.ops.memory import memory_ops
 from persyn.senses.library import ORIGINAL_GRACE, AttachmentLibrary
 from persyn.senses.media import MediaRejected
@@ -151,3 +156,69 @@ async def test_an_orphan_is_swept_after_the_grace_period_and_then_reads_as_gone(
         await pilot.idle()
         marker = await pilot.submit(event)
         assert marker.text == "You said: [a file that is no longer kept] what is this?"
+
+
+# A process that dies between writing an original's temporary file and renaming it into place:
+# the library's own writer, with `os.replace` ending the process as a kill would at that moment.
+_CRASH = """
+import os, sys
+from datetime import UTC, datetime
+from pathlib import Path
+from persyn.core.events import AttachmentKind
+from persyn.senses.library import AttachmentLibrary, KeptOriginal
+agent, reference = sys.argv[2], sys.argv[3]
+os.replace = lambda *args: os._exit(9)
+kept = KeptOriginal(reference=reference, agent_id=agent, scope="test:room", service="test",
+    channel="room", kind=AttachmentKind.DOCUMENT, media_type="text/plain", size=5, sha256="0",
+    file=f"{reference}.txt", received_at=datetime.now(UTC))
+AttachmentLibrary(Path(sys.argv[1])).put(kept, b"hello")
+"""
+
+
+async def test_a_half_written_file_a_crash_left_is_swept_after_the_configured_grace(tmp_path: Path) -> None:
+    config = NO_DELIBERATION + "[senses]\noriginal_grace_hours = 2\n"
+    async with run_runtime(tmp_path / "home", model="test:vision", config=config) as pilot:
+        agent_id, housekeeping = pilot.agent.id, pilot.runtime.housekeeping
+        reference = f"att-{new_id(pilot.clock.now())}"
+        folder = pilot.settings.data_dir / "attachments"
+        crashed = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", _CRASH, str(folder), agent_id, reference],
+            check=False,
+            capture_output=True,
+        )
+        assert crashed.returncode == 9, crashed.stderr.decode()
+        (left,) = (folder / agent_id).iterdir()
+        assert left.name.startswith(f".{reference}.txt.") and left.name.endswith(".tmp")
+        assert _library(pilot).used_bytes(agent_id) == 0  # not an original: not counted, not readable
+
+        pilot.advance(timedelta(hours=2) - timedelta(minutes=1))
+        assert await housekeeping.sweep_originals() == 0  # could be a write in progress
+        assert left.exists()
+        pilot.advance(timedelta(minutes=2))
+        assert await housekeeping.sweep_originals() == len(b"hello")
+        assert list((folder / agent_id).iterdir()) == []
+
+
+async def test_files_of_a_message_too_long_once_read_are_swept_after_the_grace(tmp_path: Path) -> None:
+    """A document read into the turn makes the message longer than `[conversation]
+    max_message_chars`: the event is refused after its file was kept (nothing holds it), and
+    the sweep takes the file once the grace period (`[senses] original_grace_hours`) is over."""
+    config = NO_DELIBERATION + "[conversation]\nmax_message_chars = 300\n[senses]\noriginal_grace_hours = 1\n"
+    async with run_runtime(tmp_path / "home", model="test:vision", config=config) as pilot:
+        agent_id, housekeeping = pilot.agent.id, pilot.runtime.housekeeping
+        notes = ("The plumber comes on Tuesday between nine and noon. " * 12).encode()  # 624 bytes
+        attachments = await pilot.runtime.keep_attachments(
+            agent_id, "test", "room", "sam", [Upload(data=notes, filename="notes.txt")]
+        )
+        event = pilot.event("see the notes").model_copy(update={"attachments": attachments})
+        with pytest.raises(InputError, match="300"):
+            await pilot.runtime.submit(event)
+        assert await pilot.runtime.get_event(agent_id, event.id) is None  # nothing stored
+        assert _references(pilot) == {attachments[0].reference}
+
+        pilot.advance(timedelta(minutes=59))
+        assert await housekeeping.sweep_originals() == 0
+        pilot.advance(timedelta(minutes=2))
+        assert await housekeeping.sweep_originals() == len(notes)
+        assert _references(pilot) == set()

@@ -57,6 +57,15 @@ class SensesConfig(Section):
         le=1 << 50,
         description="The originals kept for one agent (images, audio, documents) add up to at most this many bytes.",
     )
+    original_grace_hours: float = Field(
+        default=24.0,
+        gt=0,
+        le=24 * 365,
+        description=(
+            "A kept original that no dialog or memory holds is swept once it is this old (an orphan: "
+            "its message was refused or never stored; a half-written file left by a crash)."
+        ),
+    )
     transcribe_language: str = Field(
         default="en",
         pattern=r"[a-z]{2,3}",

@@ -127,7 +127,8 @@ class Housekeeping:
         freed = 0
         for agent_id in self.agents:
             held = await self._history.held_attachments(agent_id)
-            freed += await asyncio.to_thread(self._originals.sweep, agent_id, held, self.clock.now())
+            grace = timedelta(hours=self.settings.senses.original_grace_hours)
+            freed += await asyncio.to_thread(self._originals.sweep, agent_id, held, self.clock.now(), grace)
         return freed
 
     async def purge_runs(self) -> int:
