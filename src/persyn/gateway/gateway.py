@@ -121,9 +121,14 @@ OUTPUT_TOOL_NAME = "final_result"
 ModelWrapper = Callable[[Model], Model]
 """Wraps a task's whole model (its chain) once, when the gateway builds it."""
 
-Admission = Callable[[], Awaitable[object]]
-"""Before a call that is not a chat round-trip (a transcription): what the `wrappers` check
-before each request (the autonomy budget), raising a `ModelError` to refuse it."""
+Settle = Callable[[float], Awaitable[object]]
+"""After an admitted transcription: charges the seconds heard (to a self-initiated run's budget)."""
+
+Admission = Callable[[float], Awaitable[Settle | None]]
+"""Before a call that is not a chat round-trip (a transcription of about that many seconds of
+audio, as its header says): what the `wrappers` check before each request (the autonomy budget),
+raising a `ModelError` to refuse it; what it returns is called with the seconds heard after the
+call succeeded (None: nothing to charge)."""
 
 TRANSCRIBE_STAGE = "transcribe"
 
@@ -216,22 +221,27 @@ class ModelGateway:
         model = await self._model_for(self._resolve(task))
         return bool(model.profile.get("supports_image_input", True))
 
-    async def transcribe(self, transcriber: Transcriber, data: bytes, media_type: str) -> Transcript:
-        """Audio to text like every model call: admitted first (`admission`: the autonomy
-        budget of a self-initiated run; a refusal is its `ModelError`), traced (a model span
-        with stage `transcribe`, the model and the seconds heard) and metered (one usage record,
-        `units` = whole seconds of audio, costed by the model's `per_audio_minute` price when
-        the price table has one — a local transcription has none)."""
-        if self._admission is not None:
-            await self._admission()
+    async def transcribe(
+        self, transcriber: Transcriber, data: bytes, media_type: str, seconds: float = 0.0
+    ) -> Transcript:
+        """Audio to text like every model call: admitted first (`admission`, told the
+        `seconds` its header declares: the autonomy budget of a self-initiated run; a refusal
+        is its `ModelError`), traced (a model span with stage `transcribe`, the model and the
+        seconds heard), metered (one usage record, `units` = whole seconds of audio, costed by
+        the model's `per_audio_minute` price when the price table has one — a local
+        transcription has none) and then charged (the admission's settle, with the seconds
+        heard)."""
+        settle = await self._admission(seconds) if self._admission is not None else None
         if self._tracing is None:
             transcript = await transcriber.transcribe(data, media_type)
             self._meter_transcript(transcript)
-            return transcript
-        with self._tracing.model_call(TRANSCRIBE_STAGE, transcriber.model) as span:
-            transcript = await transcriber.transcribe(data, media_type)
-            usage_id = self._meter_transcript(transcript)
-            span.heard(seconds=transcript.seconds, usage_id=usage_id, output=lambda: transcript.text)
+        else:
+            with self._tracing.model_call(TRANSCRIBE_STAGE, transcriber.model) as span:
+                transcript = await transcriber.transcribe(data, media_type)
+                usage_id = self._meter_transcript(transcript)
+                span.heard(seconds=transcript.seconds, usage_id=usage_id, output=lambda: transcript.text)
+        if settle is not None:
+            await settle(transcript.seconds)
         return transcript
 
     def _meter_transcript(self, transcript: Transcript) -> str | None:

@@ -99,3 +99,45 @@ async def test_a_run_whose_budget_is_used_is_refused_the_transcription_and_goes_
         "[a voice note I could not listen to: stopped: the autonomy budget of 1 tokens"
     )
     assert heard.text.endswith("] what is this?")
+
+
+async def test_a_runs_transcriptions_count_against_its_budget_and_one_past_it_is_refused_first(
+    tmp_path: Path,
+) -> None:
+    """`[autonomy] tokens_per_audio_second`: the seconds a self-initiated run has transcribed
+    are charged to its spend; a voice note whose declared length would take the run past the
+    budget is refused before anything reaches the transcriber, and the run is not stopped."""
+    budget = "[autonomy]\ndaily_token_budget = 200000\ntokens_per_audio_second = 10000\n"
+    with serve_fake_transcriptions("bring the ladder") as api:
+        async with run_runtime(
+            tmp_path / "home", model="test:echo", config=_config(api.url, budget)
+        ) as pilot:
+            agent = pilot.agent.id
+            now = pilot.clock.now()
+            await set_reminder(
+                pilot.full_store, agent, "listen", at_trigger(now + timedelta(minutes=1), now), now
+            )
+            assert await pilot.fire(timedelta(minutes=2)) == 1
+            (run,) = await recent_activity(pilot.full_store, agent)
+            before = await pilot.full_store.get_run(agent, run.id)
+            assert before is not None and before.tokens < 50_000  # the run's own calls: a little
+
+            async def hear(seconds: float) -> str:
+                attachments = await pilot.runtime.keep_attachments(
+                    agent, "test", "room", "sam", [Upload(data=silent_wav(seconds))]
+                )
+                event = pilot.event("", channel="room").model_copy(update={"attachments": attachments})
+                with usage_context.bind(usage_context.Attribution(agent_id=agent, thread_id=run.id)):
+                    return (await pilot.runtime.senses.perceive(event)).text
+
+            assert await hear(3.0) == '[voice note, 3 s: "bring the ladder"]'
+            charged = await pilot.full_store.get_run(agent, run.id)
+            assert charged is not None and charged.tokens == before.tokens + 30_000
+            assert len(api.requests) == 1
+
+            refused = await hear(30.0)  # 300,000 tokens: past the budget, refused first
+            assert refused.startswith("[a voice note I could not listen to: this would take 300000 tokens")
+            assert len(api.requests) == 1  # nothing reached the transcriber
+            after = await pilot.full_store.get_run(agent, run.id)
+            assert after is not None and after.tokens == charged.tokens and after.stopped is None
+            assert await hear(2.0) == '[voice note, 2 s: "bring the ladder"]'  # the run goes on

@@ -56,6 +56,16 @@ class AutonomyConfig(Section):
             "runs are skipped, and recorded, until the window moves on. 0 = no autonomous runs."
         ),
     )
+    tokens_per_audio_second: int = Field(
+        default=10,
+        ge=0,
+        le=10_000,
+        description=(
+            "What a second of audio a self-initiated run has transcribed counts against daily_token_budget "
+            "(a hosted speech model bills about 10 tokens per second of audio). A voice note that would take "
+            "the run past the budget is refused before the call. 0 = audio is free."
+        ),
+    )
     max_runs_per_hour: int = Field(
         default=12,
         ge=0,

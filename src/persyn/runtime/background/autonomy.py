@@ -39,7 +39,8 @@ only ever narrower, so a replayed step changes nothing).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+import math
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -369,9 +370,11 @@ class Autonomy:
         return await self.history.close_conversation(event.agent_id, conversation_id, now)
 
     # the budget while a run goes ------------------------------------------------------------
-    async def admit_call(self, agent_id: str | None, thread_id: str | None) -> Event | None:
-        """Before a model call: the self-initiated run it belongs to (None: not one), or
-        `BudgetExhausted` when the autonomy budget is used — recorded on the run first."""
+    async def admit_call(self, agent_id: str | None, thread_id: str | None, tokens: int = 0) -> Event | None:
+        """Before a model call (one known to cost `tokens`: a transcription): the
+        self-initiated run it belongs to (None: not one), or `BudgetExhausted` when the
+        autonomy budget is used — recorded on the run first — or when this call would take
+        the run past it (the run goes on; this call is not made)."""
         event = await self._run_of(agent_id, thread_id)
         if event is None:
             return None
@@ -381,6 +384,11 @@ class Autonomy:
             raise BudgetExhausted(spent.stopped)
         now = self.clock.now()
         used = await self.tokens_used(event.agent_id, now) + spent.tokens
+        if used < config.daily_token_budget and used + tokens > config.daily_token_budget:
+            raise BudgetExhausted(
+                f"this would take {tokens} tokens of the autonomy budget of {config.daily_token_budget} "
+                f"per 24 hours, of which {config.daily_token_budget - used} are left"
+            )
         if used < config.daily_token_budget:
             return event
         reason = (
@@ -395,11 +403,23 @@ class Autonomy:
         await self.store.update_run(event.agent_id, event.id, stop, now)
         raise BudgetExhausted(reason)
 
-    async def admit_current(self) -> None:
+    async def admit_current(self, audio_seconds: float = 0.0) -> Callable[[float], Awaitable[None]] | None:
         """`admit_call` for the attribution in force: the gateway's admission of a call that is
-        not a chat round-trip (a transcription), refused with `BudgetExhausted` like any call."""
+        not a chat round-trip (a transcription of about `audio_seconds`, counted as `[autonomy]
+        tokens_per_audio_second` each), refused with `BudgetExhausted` like any call. Returns
+        what charges the seconds heard to the run once the call succeeded (None: no run)."""
         attribution = usage_context.current()
-        await self.admit_call(attribution.agent_id, attribution.thread_id)
+        rate = self.settings.autonomy.tokens_per_audio_second
+        run = await self.admit_call(
+            attribution.agent_id, attribution.thread_id, math.ceil(audio_seconds * rate)
+        )
+        if run is None:
+            return None
+
+        async def settle(seconds: float) -> None:
+            await self.charge(run, TokenUsage(input_tokens=math.ceil(seconds * rate)))
+
+        return settle
 
     async def charge(self, event: Event, usage: TokenUsage) -> None:
         """After a model call of a self-initiated run: add what it used to the run's spend."""

@@ -218,7 +218,10 @@ class Senses:
         if gateway is None:
             return "[a voice note I could not listen to: no model is running in this process]"
         try:
-            transcript = await gateway.transcribe(self._transcriber_for(), data, attachment.media_type)
+            declared = float(attachment.meta.get("seconds", "0"))  # from its header, before decoding
+            transcript = await gateway.transcribe(
+                self._transcriber_for(), data, attachment.media_type, declared
+            )
         except (ModelError, InputError, OSError) as exc:  # a refused budget among them
             log.warning("transcribing %s failed: %s", attachment.reference, exc)
             return f"[a voice note I could not listen to: {exc}]"
