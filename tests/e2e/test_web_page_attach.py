@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import io
 import shutil
-import struct
-import zlib
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +18,7 @@ from test_web_page import CHROMIUM, FLAGS, WAIT_MS
 from web_daemon import WebDaemon, start
 
 import needs
+from persyn.testing.media import bomb_png, small_png
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -45,27 +44,6 @@ def _square_png() -> bytes:
     out = io.BytesIO()
     image.save(out, "PNG")
     return out.getvalue()
-
-
-def _blue_png() -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (48, 32), (30, 60, 220)).save(out, "PNG")
-    return out.getvalue()
-
-
-def _bomb_png() -> bytes:
-    """A PNG whose header declares 90,000×90,000 pixels (a decompression bomb): refused unread."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", 90_000, 90_000, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(b"\0"))
-        + chunk(b"IEND", b"")
-    )
 
 
 # A browser event carrying a file, as a paste or a drop makes it (Playwright has no clipboard
@@ -118,7 +96,7 @@ def test_attached_pasted_and_dropped_images_are_seen_and_a_refusal_is_shown(web:
             expect(page.locator(".msg.user .tag").last).to_have_text("[square.png]")
 
             # A pasted image, sent alone.
-            blue = base64.b64encode(_blue_png()).decode()
+            blue = base64.b64encode(small_png()).decode()
             page.evaluate(_DISPATCH, ["#text", "paste", blue, "image/png"])
             expect(chips).to_have_count(1)
             expect(chips.nth(0)).to_contain_text("pasted-1.png")
@@ -137,7 +115,7 @@ def test_attached_pasted_and_dropped_images_are_seen_and_a_refusal_is_shown(web:
 
             # Refused by the server: its reason is shown, naming the limit.
             page.set_input_files(
-                "#attach", files=[{"name": "bomb.png", "mimeType": "image/png", "buffer": _bomb_png()}]
+                "#attach", files=[{"name": "bomb.png", "mimeType": "image/png", "buffer": bomb_png()}]
             )
             page.press("#text", "Enter")
             error = page.locator(".notice.error").last

@@ -11,9 +11,7 @@ import io
 import json
 import random
 import shutil
-import struct
 import subprocess
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from PIL import Image, ImageDraw
 from web_daemon import WebDaemon, start
 
 from persyn.senses.hearing import local_whisper_available
-from persyn.testing.media import text_pdf
+from persyn.testing.media import bomb_png, text_pdf
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -63,19 +61,6 @@ def _square_png() -> bytes:
     out = io.BytesIO()
     image.save(out, "PNG")
     return out.getvalue()
-
-
-def _bomb_png() -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", 90_000, 90_000, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(b"\0"))
-        + chunk(b"IEND", b"")
-    )
 
 
 def _persyn(reply: Any) -> dict[str, Any]:
@@ -231,7 +216,7 @@ def test_bad_files_are_clear_errors_naming_the_limit_and_nothing_is_kept(web: We
                 {
                     "role": "user",
                     "content": [
-                        {"type": "image_url", "image_url": {"url": _data_url(_bomb_png(), "image/png")}}
+                        {"type": "image_url", "image_url": {"url": _data_url(bomb_png(), "image/png")}}
                     ],
                 }
             ],
@@ -276,7 +261,7 @@ def test_bad_files_are_clear_errors_naming_the_limit_and_nothing_is_kept(web: We
                 "role": "user",
                 "content": [
                     {"type": "text", "text": "and this one?"},
-                    {"type": "image_url", "image_url": {"url": _data_url(_bomb_png(), "image/png")}},
+                    {"type": "image_url", "image_url": {"url": _data_url(bomb_png(), "image/png")}},
                 ],
             }
         ],

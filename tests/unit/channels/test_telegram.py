@@ -8,13 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
-import io
 import json
 import random
 import re
 import socket
-import struct
-import zlib
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,7 +19,6 @@ from typing import Any
 
 import pytest
 import uvicorn
-from PIL import Image
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -35,7 +31,7 @@ from persyn.channels.text import split_message
 from persyn.core.clock import ManualClock
 from persyn.senses.hearing import local_whisper_available
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
-from persyn.testing.media import espeak_available, ogg_opus, spoken_wav, text_pdf
+from persyn.testing.media import bomb_png, espeak_available, ogg_opus, small_png, spoken_wav, text_pdf
 
 TOKEN = "123456:TEST-token"
 BOT = {"id": 99, "is_bot": True, "first_name": "Ada", "username": "ada_bot"}
@@ -479,12 +475,6 @@ async def test_a_person_who_blocked_the_bot_never_holds_up_the_replies_to_others
         assert held.channel == "9" and "blocked" in (held.last_error or "")
 
 
-def _png(colour: tuple[int, int, int], size: tuple[int, int] = (48, 32)) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", size, colour).save(out, "PNG")
-    return out.getvalue()
-
-
 async def test_a_photo_a_document_and_a_refused_file_are_seen_read_and_named(tmp_path: Path) -> None:
     """Photos come as several sizes (the largest is taken), their caption is the text; a
     document keeps its file name; a file over a `[senses]` limit is named to the agent, and the
@@ -492,10 +482,10 @@ async def test_a_photo_a_document_and_a_refused_file_are_seen_read_and_named(tmp
     fake = FakeBotApi()
     chat = {"id": 42, "type": "private"}
     sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
-    fake.files["small"] = _png((30, 60, 220), (12, 8))
-    fake.files["large"] = _png((30, 60, 220))
+    fake.files["small"] = small_png((12, 8))
+    fake.files["large"] = small_png()
     fake.files["notes"] = b"Pick up the keys at noon."
-    fake.files["bomb"] = _bomb()
+    fake.files["bomb"] = bomb_png()
     sizes = [
         {
             "file_id": "small",
@@ -535,26 +525,13 @@ async def test_a_photo_a_document_and_a_refused_file_are_seen_read_and_named(tmp
         assert len(list(kept.rglob("att-*.json"))) == 2  # the photo and the document, not the bomb
 
 
-def _bomb() -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", 90_000, 90_000, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(b"\0"))
-        + chunk(b"IEND", b"")
-    )
-
-
 async def test_a_photo_delivered_again_after_a_restart_is_not_downloaded_or_kept_twice(
     tmp_path: Path,
 ) -> None:
     fake = FakeBotApi()
     chat = {"id": 42, "type": "private"}
     sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
-    fake.files["large"] = _png((30, 60, 220))
+    fake.files["large"] = small_png()
     sizes = [{"file_id": "large", "file_unique_id": "l", "width": 48, "height": 32}]
     async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, channel):
         await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
@@ -585,7 +562,7 @@ async def test_a_photo_whose_caption_is_refused_is_neither_downloaded_nor_kept(t
     fake = FakeBotApi()
     chat = {"id": 42, "type": "private"}
     sam = {"id": 7, "is_bot": False, "first_name": "Sam"}
-    fake.files["large"] = _png((30, 60, 220))
+    fake.files["large"] = small_png()
     sizes = [{"file_id": "large", "file_unique_id": "l", "width": 48, "height": 32}]
     async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, channel):
         await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
@@ -651,7 +628,7 @@ async def test_a_file_in_a_group_not_sent_to_the_bot_is_not_downloaded(tmp_path:
     fake = FakeBotApi()
     ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
     group = {"id": -100, "type": "supergroup", "title": "lab"}
-    fake.files["large"] = _png((30, 60, 220))
+    fake.files["large"] = small_png()
     sizes = [{"file_id": "large", "file_unique_id": "l", "width": 48, "height": 32}]
     async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, channel):
         await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)

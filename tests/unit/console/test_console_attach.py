@@ -6,37 +6,23 @@ bomb PNG) is an error naming the limit, with nothing kept and the message not se
 
 from __future__ import annotations
 
-import struct
-import zlib
 from pathlib import Path
 
-from PIL import Image
 from textual.widgets import Markdown
+
+from persyn.testing.media import bomb_png, small_png
 
 from .kit import Mind, say, until
 from .test_console_live import console, lines
-
-
-def _bomb() -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", 90_000, 90_000, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(b"\0"))
-        + chunk(b"IEND", b"")
-    )
 
 
 async def test_attach_sends_a_file_with_the_next_message_and_refusals_are_named(
     tmp_path: Path, mind: Mind
 ) -> None:
     photo = tmp_path / "sky.png"
-    Image.new("RGB", (48, 32), (30, 60, 220)).save(photo)
+    photo.write_bytes(small_png())
     bomb = tmp_path / "bomb.png"
-    bomb.write_bytes(_bomb())
+    bomb.write_bytes(bomb_png())
     async with console(tmp_path) as (runtime, app, pilot):
         await say(pilot, f"/attach {tmp_path / 'nowhere.png'}")
         await until(pilot, lambda: any("is not a file" in t for t in lines(app)), "the warning")
