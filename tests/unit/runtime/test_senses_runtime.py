@@ -9,9 +9,7 @@ from __future__ import annotations
 import io
 import re
 import shutil
-import struct
 import subprocess
-import zlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from persyn.ops.doctor.senses import senses_checks
 from persyn.senses.hearing import local_whisper_available
 from persyn.senses.media import MediaRejected
 from persyn.testing import Pilot, harness_settings, run_runtime
+from persyn.testing.media import bomb_png
 from persyn.testing.models import (
     DoubleReply,
     DoubleResult,
@@ -48,21 +47,6 @@ def red_square_png(size: tuple[int, int] = (200, 120)) -> bytes:
     out = io.BytesIO()
     image.save(out, "PNG")
     return out.getvalue()
-
-
-def bomb_png(width: int = 100_000, height: int = 100_000) -> bytes:
-    """A tiny PNG whose header declares `width`×`height` pixels."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
-        + chunk(b"IEND", b"")
-    )
 
 
 async def _send(pilot: Pilot, text: str, uploads: list[Upload], channel: str = "room") -> tuple[Event, str]:
