@@ -76,6 +76,7 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
     )
     imported = daemon.persyn.run("memory", "import", str(history))
     assert imported.returncode == 0, imported.stderr
+    asyncio.run(_learn(daemon))
     # A turn of alice's: a model call in the ledger, a trace in the span store.
     with _http(daemon, "alice") as alice:
         said = alice.post("/v1/agents/Ada/events", json={"text": "hello, I am Alice"})
@@ -96,6 +97,35 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
     daemon.key_ids["turn"] = event_id
     yield daemon
     daemon.stop()
+
+
+async def _learn(web: WebDaemon) -> None:
+    """What graph extraction would learn (its scripted model extracts nothing): a public fact
+    on the terminal, which the lighthouse memory names, and a confidence in a DM, which it
+    may not show."""
+    from persyn.core.config import load_settings
+    from persyn.ops.history import opened_capability
+    from persyn.store.ports.graph import GraphPort
+    from persyn.store.ports.graph_rows import FactSource, RelationFact
+
+    settings = load_settings(web.persyn.home, environ=web.persyn.environ())
+    agent = settings.agents[0]
+    now = datetime.now(UTC)
+    async with opened_capability(settings, GraphPort) as store:
+        for channel, sensitivity, fact in (
+            (
+                "terminal:terminal",
+                "public",
+                RelationFact(source="Brittany", relation="is in", target="France"),
+            ),
+            (
+                "slack:dm-sam",
+                "confidential",
+                RelationFact(source="Brittany", relation="hides", target="Sam's boat"),
+            ),
+        ):
+            source = FactSource(channel=channel, sensitivity=sensitivity, learned_at=now)  # type: ignore[arg-type]
+            await store.upsert_graph(agent.id, source, [], [fact])
 
 
 def _http(web: WebDaemon, who: str | None) -> httpx.Client:
@@ -197,6 +227,11 @@ def test_memories_are_searched_filtered_paged_and_opened(web: WebDaemon) -> None
         shown = ops.get(f"/v1/console/memories/{light['id']}").json()
         assert shown["memory"]["summary"] == LIGHTHOUSE and shown["memory"]["importance"] == 8
         assert shown["memory"]["kind"] == "imported" and shown["memory"]["ref"] == "light"
+        # Its graph neighbours: what it names, read where it may surface (not the DM's secret).
+        graph = shown["graph"]
+        assert [e["name"] for e in graph["entities"]] == ["Brittany"]
+        assert [r["line"] for r in graph["relations"]] == ["Brittany —is in→ France"]
+        assert graph["memories"] == []  # no other memory names Brittany
         for params, name in (
             ({"cursor": "nope"}, "cursor"),
             ({"sensitivity": "secret"}, "sensitivity"),
@@ -426,6 +461,10 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             found.first.click()
             expect(page.locator("#memory .summary")).to_have_text(LIGHTHOUSE)
             expect(page.locator("#memory table")).to_contain_text("imported")
+            expect(page.get_by_role("region", name="Graph neighbours")).to_contain_text(
+                "Brittany —is in→ France"
+            )
+            expect(page.locator("#memory-graph")).not_to_contain_text("boat")
             page.get_by_label("Question").fill("the lighthouse keeper")
             page.get_by_label("Participants").fill("Sam")
             page.get_by_role("button", name="Recall").click()

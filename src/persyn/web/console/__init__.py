@@ -53,7 +53,7 @@ ROUTES: tuple[ConsoleRoute, ...] = (
         "/v1/console/memories/{record_id}",
         "GET",
         memory,
-        "One memory: provenance, rating, emotion and the dialog it came from",
+        "One memory: provenance, rating, emotion, the dialog it came from and its graph neighbours",
         ("agent",),
     ),
     ConsoleRoute(

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from persyn.core.errors import InputError
 from persyn.core.ids import is_id
 from persyn.core.records import MemoryRecord, ScoredRecord, Sensitivity
+from persyn.ops.graph import MemoryNeighbours, memory_neighbours
 from persyn.ops.memory import MemoryOps, explain, memory_ops
 from persyn.web.console._params import choice, moment, number, operator, text, the_agent
 from persyn.web.context import ApiError, WebContext
@@ -144,13 +145,25 @@ async def memory(context: WebContext, request: Request) -> Response:
             emotions = await ops.emotions(record.id)
         except InputError:  # a store without emotion history: the record still shows
             emotions = None
+        graph = _neighbours(await memory_neighbours(ops.settings, ops.agent.id, ops.store, record))
     return JSONResponse(
         {
             "memory": _record(record),
             "emotions": emotions,
+            "graph": graph,
             "dialog": [m.model_dump(mode="json", exclude={"agent_id"}) for m in dialog],
         }
     )
+
+
+def _neighbours(found: MemoryNeighbours | None) -> dict[str, Any] | None:
+    if found is None:
+        return None
+    return {
+        "entities": [e.model_dump(mode="json") for e in found.entities],
+        "relations": [{**r.model_dump(mode="json"), "line": r.line()} for r in found.relations],
+        "memories": [_record(r) for r in found.memories],
+    }
 
 
 def _scored(scored: ScoredRecord, parts: dict[str, float | None]) -> dict[str, Any]:

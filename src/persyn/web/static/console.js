@@ -133,6 +133,7 @@ async function showMemory(id) {
       const rows = Object.entries(data.emotions).sort((a, b) => b[1] - a[1]).slice(0, 5).map(([k, v]) => [k, v.toFixed(2)]);
       box.appendChild(tableOf(["emotion", "weight"], rows, "Emotional state then"));
     }
+    if (data.graph) box.appendChild(graphNeighbours(data.graph));
     box.appendChild(el("h4", "", "The dialog it came from"));
     if (!data.dialog.length) box.appendChild(el("div", "tag", "No dialog is stored with it."));
     for (const line of data.dialog) {
@@ -142,6 +143,35 @@ async function showMemory(id) {
       box.appendChild(node);
     }
   } catch (error) { fail(box, error); }
+}
+
+// What the knowledge graph links a memory to, read in the memory's own situation.
+function graphNeighbours(graph) {
+  const section = el("section", "graph-neighbours");
+  section.id = "memory-graph";
+  section.setAttribute("aria-label", "Graph neighbours");
+  section.appendChild(el("h4", "", "Graph neighbours"));
+  if (!graph.entities.length) { section.appendChild(el("div", "tag", "The graph links nothing to it.")); return section; }
+  section.appendChild(el("p", "", "Entities: " + graph.entities.map((e) => e.name + " (" + e.kind + ")").join(", ")));
+  if (graph.relations.length) {
+    const list = el("ul", "relations");
+    for (const r of graph.relations) list.appendChild(el("li", "", r.line));
+    section.appendChild(list);
+  }
+  if (graph.memories.length) {
+    section.appendChild(el("h5", "", "Other memories naming them"));
+    const list = el("ul", "related-memories");
+    for (const m of graph.memories) {
+      const item = el("li");
+      const link = el("button", "link", m.summary.slice(0, 140));
+      link.type = "button";
+      link.addEventListener("click", () => showMemory(m.id));
+      item.appendChild(link);
+      list.appendChild(item);
+    }
+    section.appendChild(list);
+  }
+  return section;
 }
 
 async function runRecall(event) {
