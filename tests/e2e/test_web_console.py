@@ -639,3 +639,45 @@ def test_a_reminder_shows_in_the_life_view_and_fires_live_in_the_chat(web: WebDa
         finally:
             browser.close()
             web.rules.write_text(script)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
+def test_a_cull_is_a_memory_event_in_the_api_and_the_page(web: WebDaemon, tmp_path: Path) -> None:
+    """Last in the module: it culls a memory the other tests do not count."""
+    from playwright.sync_api import expect, sync_playwright
+
+    trivial = tmp_path / "trivial.jsonl"
+    trivial.write_text(
+        _memory("trivia", "Small talk about the weather.", time="2026-11-01T10:00:00Z", importance=1)
+    )
+    assert web.persyn.run("memory", "import", str(trivial)).returncode == 0
+    culled = web.persyn.run("memory", "cull")
+    assert culled.returncode == 0 and "deleted 1 memories" in culled.stdout, culled.stdout + culled.stderr
+    with _http(web, "ops") as ops, _http(web, "alice") as alice:
+        events = ops.get("/v1/console/memory-events").json()["events"]
+        assert alice.get("/v1/console/memory-events").status_code == 403
+        assert ops.get("/v1/console/memory-events", params={"kind": "remember_harder"}).json() == {
+            "events": []
+        }
+        bad = ops.get("/v1/console/memory-events", params={"kind": "nap"})
+        assert bad.status_code == 400 and "kind" in bad.json()["error"]["message"]
+    (event,) = events
+    assert event["kind"] == "cull" and event["objective"].startswith("cull 1 memory (importance below 3")
+    assert "Small talk about the weather." in event["outcome"] and event["tokens"] == 0
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(WAIT_MS)
+            page.goto(web.url)
+            page.get_by_label("Key").fill(web.keys["ops"])
+            page.get_by_role("button", name="Connect").click()
+            expect(page.locator("#status")).to_contain_text("connected to Ada")
+            page.get_by_role("button", name="Memory").click()
+            shown = page.get_by_role("list", name="Memory events").locator("li")
+            expect(shown).to_have_count(1)
+            expect(shown.first).to_contain_text("cull 1 memory")
+            expect(shown.first).to_contain_text("Small talk about the weather.")
+            page.screenshot(path=str(tmp_path / "memory-events.png"), full_page=True)
+        finally:
+            browser.close()

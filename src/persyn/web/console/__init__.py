@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from persyn.web.console.actions import ActionRequest, action
 from persyn.web.console.life import life
-from persyn.web.console.memory import RecallRequest, memories, memory, recall
+from persyn.web.console.memory import RecallRequest, memories, memory, memory_events, recall
 from persyn.web.console.people import person
 from persyn.web.console.traces import trace, traces
 from persyn.web.console.turns import turn
@@ -48,6 +48,14 @@ ROUTES: tuple[ConsoleRoute, ...] = (
         memories,
         "The agent's memories, newest first (best first with `q`), filtered; paged by `cursor`",
         (*_RANGE, "q", "channel", "person", "sensitivity", "min_importance", "limit", "cursor"),
+    ),
+    ConsoleRoute(
+        "/v1/console/memory-events",
+        "GET",
+        memory_events,
+        "What happened to the memories, newest first: culls (how many, which) and the agent "
+        "remembering harder (the dialog behind a memory it read)",
+        ("agent", "kind", "limit"),
     ),
     ConsoleRoute(
         "/v1/console/memories/{record_id}",

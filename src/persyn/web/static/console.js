@@ -145,6 +145,22 @@ async function showMemory(id) {
   } catch (error) { fail(box, error); }
 }
 
+// Culls and the agent remembering harder, newest first (the activity log's memory events).
+async function loadMemoryEvents() {
+  const list = $("memory-events");
+  try {
+    const data = await api("/v1/console/memory-events?limit=20&" + agentQuery());
+    if (!data.events.length) { list.replaceChildren(el("li", "tag", "No cull and no remembering harder yet.")); return; }
+    list.replaceChildren(...data.events.map((e) => {
+      const item = el("li", "event " + e.kind);
+      item.appendChild(el("time", "tag", new Date(e.at).toLocaleString()));
+      item.appendChild(el("strong", "", " " + e.objective + ": "));
+      item.appendChild(el("span", "", e.outcome));
+      return item;
+    }));
+  } catch (error) { list.replaceChildren(el("li", "notice error", error.message)); }
+}
+
 // What the knowledge graph links a memory to, read in the memory's own situation.
 function graphNeighbours(graph) {
   const section = el("section", "graph-neighbours");
@@ -495,7 +511,7 @@ async function showPerson(box, personId) {
 
 window.consoleViews = {
   person: showPerson,
-  memory: () => loadMemories(false),
+  memory: () => { loadMemories(false); loadMemoryEvents(); },
   usage: () => loadUsage(),
   traces: () => loadTraces(),
   life: () => loadLife(),
