@@ -338,6 +338,10 @@ def test_the_life_view_shows_the_heartbeat_reminders_and_goals(web: WebDaemon) -
     assert data["emotions"], data
     assert all(r["top"] in r["distribution"] for r in data["emotions"])
     assert [r["at"] for r in data["emotions"]] == sorted(r["at"] for r in data["emotions"])
+    with _http(web, "ops") as ops:
+        links = ops.get("/v1/console/channels").json()["channels"]
+    # The surfaces `persyn run` attached here, each connected (a network's states: test_irc).
+    assert {(c["service"], c["state"]) for c in links} >= {("web", "connected")}
 
 
 async def _observe(web: WebDaemon, person_id: str, kind: str, value: str) -> None:
@@ -541,6 +545,7 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             page.get_by_role("button", name="Life").click()
             expect(page.locator("#life")).to_contain_text("Next beat")
             expect(page.locator("#life svg.emotions rect").first).to_be_attached()
+            expect(page.locator("#life-channels tr", has_text="web")).to_contain_text("connected")
             page.screenshot(path=str(shots / "life.png"), full_page=True)
 
             # An operator action: asked in a dialog first; "Keep as is" does nothing.

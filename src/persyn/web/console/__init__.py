@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from persyn.web.console.actions import ActionRequest, action
-from persyn.web.console.life import life
+from persyn.web.console.life import channels, life
 from persyn.web.console.memory import RecallRequest, memories, memory, memory_events, recall
 from persyn.web.console.people import person
 from persyn.web.console.traces import trace, traces
@@ -98,6 +98,12 @@ ROUTES: tuple[ConsoleRoute, ...] = (
         life,
         "Reminders, goals, the heartbeat and its runs, guardrail findings",
         ("agent", "limit"),
+    ),
+    ConsoleRoute(
+        "/v1/console/channels",
+        "GET",
+        channels,
+        "Each channel's connection state, live: connected, connecting, reconnecting or failing",
     ),
     ConsoleRoute(
         "/v1/console/people/{person}",

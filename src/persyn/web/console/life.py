@@ -19,7 +19,7 @@ from persyn.store.ports.emotions import EmotionsPort
 from persyn.web.console._params import number, operator, the_agent
 from persyn.web.context import WebContext
 
-__all__ = ["life"]
+__all__ = ["channels", "life"]
 
 
 async def _emotions(context: WebContext, agent_id: str, limit: int) -> list[dict[str, object]]:
@@ -67,5 +67,27 @@ async def life(context: WebContext, request: Request) -> Response:
             },
             "guardrail_findings": _dump(findings),
             "emotions": emotions,
+        }
+    )
+
+
+async def channels(context: WebContext, request: Request) -> Response:
+    """The connection state of each channel attached in this process, live (SPEC §3): connected,
+    connecting, reconnecting, or failing (attempts in a row failed) with the last failure. A
+    network channel whose lease another process holds is not listed here."""
+    await operator(context, request)
+    return JSONResponse(
+        {
+            "channels": [
+                {
+                    "service": state.service,
+                    "name": state.name,
+                    "state": state.link.value,
+                    "since": None if state.since is None else state.since.isoformat(),
+                    "failures": state.failures,
+                    "detail": state.detail,
+                }
+                for state in context.runtime.channel_states()
+            ]
         }
     )

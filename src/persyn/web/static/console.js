@@ -459,7 +459,7 @@ async function loadLife() {
   }
   const box = $("life");
   try {
-    const data = await api("/v1/console/life?" + agentQuery());
+    const [data, links] = await Promise.all([api("/v1/console/life?" + agentQuery()), api("/v1/console/channels")]);
     const beat = data.heartbeat;
     const feelings = data.emotions || [];
     box.replaceChildren(
@@ -480,6 +480,8 @@ async function loadLife() {
       el("h2", "", "Emotional state"),
       ...(feelings.length ? [emotionChart(feelings), tableOf(["when", "strongest"], feelings.slice(-10).reverse().map((r) => [new Date(r.at).toLocaleString(), r.top]))]
         : [el("div", "tag", "No emotional state recorded yet.")]),
+      el("h2", "", "Channels"),
+      withId(tableOf(["channel", "connection", "state", "since", "failures", "last failure"], links.channels.map((c) => [c.service, c.name || "-", el("span", "link-state " + c.state, c.state), c.since ? new Date(c.since).toLocaleString() : "-", c.failures, c.detail || "-"]), "Channel connections"), "life-channels"),
       el("h2", "", "Guardrail findings"),
       data.guardrail_findings.length ? tableOf(["when", "guardrail", "subject", "reason", "actions", "blocked until"], data.guardrail_findings.map((g) => [new Date(g.detected_at).toLocaleString(), g.guardrail, g.subject_kind + " " + (g.subject || "(the agent)"), g.reason, g.actions.join(", "), g.lifted_at ? "lifted" : g.blocked_until]))
         : el("div", "tag", "None."),
