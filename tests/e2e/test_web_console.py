@@ -629,6 +629,11 @@ def test_a_reminder_shows_in_the_life_view_and_fires_live_in_the_chat(web: WebDa
             expect(page.locator("#status")).to_contain_text("connected to Ada")
             page.get_by_label("Message").fill("remind me to water the plants")
             page.get_by_label("Message").press("Enter")
+            # The tool call as it happens: its name and (an operator's view) its arguments, then "ok".
+            call = page.locator(".tool-call[data-tool=set_reminder]")
+            expect(call).to_have_attribute("data-status", "ok")
+            expect(call).to_contain_text("water the plants")
+            expect(call).to_contain_text("→ ok")
             page.get_by_role("button", name="Life").click()
             # The Life view reads itself again while shown: the reminder appears, then goes.
             reminder = page.locator("#life-reminders tr", has_text="water the plants")
