@@ -77,6 +77,7 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
     imported = daemon.persyn.run("memory", "import", str(history))
     assert imported.returncode == 0, imported.stderr
     asyncio.run(_learn(daemon))
+    asyncio.run(_guard(daemon))
     # A turn of alice's: a model call in the ledger, a trace in the span store.
     with _http(daemon, "alice") as alice:
         said = alice.post("/v1/agents/Ada/events", json={"text": "hello, I am Alice"})
@@ -126,6 +127,50 @@ async def _learn(web: WebDaemon) -> None:
         ):
             source = FactSource(channel=channel, sensitivity=sensitivity, learned_at=now)  # type: ignore[arg-type]
             await store.upsert_graph(agent.id, source, [], [fact])
+
+
+STRANGER = new_id()  # a person a guardrail blocked (nobody the tests speak as)
+
+
+async def _guard(web: WebDaemon) -> None:
+    """Two guardrail findings as the evaluation records them: a spend spike one stranger caused
+    (blocks that person for an hour) and an agent-wide one (autonomy; a notice, no block)."""
+    from persyn.core.config import load_settings
+    from persyn.ops.history import opened_capability
+    from persyn.store.ports.guardrails import GuardrailEvent, GuardrailsPort
+
+    settings = load_settings(web.persyn.home, environ=web.persyn.environ())
+    agent = settings.agents[0]
+    now = datetime.now(UTC)
+    async with opened_capability(settings, GuardrailsPort) as store:
+        await store.add_guardrail_event(
+            GuardrailEvent(
+                id=new_id(now),
+                agent_id=agent.id,
+                guardrail="spend-spike",
+                subject_kind="person",
+                subject=STRANGER,
+                person_id=STRANGER,
+                reason="342k tokens in 60 minutes from one key",
+                score=1.0,
+                actions=("block",),
+                detected_at=now,
+                blocked_until=now + timedelta(hours=1),
+            )
+        )
+        await store.add_guardrail_event(
+            GuardrailEvent(
+                id=new_id(now),
+                agent_id=agent.id,
+                guardrail="autonomy-spend",
+                subject_kind="agent",
+                subject="",
+                reason="the heartbeat spent its day's budget by noon",
+                score=0.8,
+                actions=("notify",),
+                detected_at=now,
+            )
+        )
 
 
 def _http(web: WebDaemon, who: str | None) -> httpx.Client:
@@ -338,6 +383,12 @@ def test_the_life_view_shows_the_heartbeat_reminders_and_goals(web: WebDaemon) -
     assert data["emotions"], data
     assert all(r["top"] in r["distribution"] for r in data["emotions"])
     assert [r["at"] for r in data["emotions"]] == sorted(r["at"] for r in data["emotions"])
+    # Guardrail findings and the blocks in force, each with its scope: one stranger, or everyone.
+    scopes = {g["guardrail"]: g["scope"] for g in data["guardrail_findings"]}
+    assert scopes == {"spend-spike": f"person {STRANGER}", "autonomy-spend": "agent"}
+    assert [(b["guardrail"], b["scope"]) for b in data["guardrail_blocks"]] == [
+        ("spend-spike", f"person {STRANGER}")
+    ]
     with _http(web, "ops") as ops:
         links = ops.get("/v1/console/channels").json()["channels"]
     # The surfaces `persyn run` attached here, each connected (a network's states: test_irc).
@@ -546,6 +597,12 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             expect(page.locator("#life")).to_contain_text("Next beat")
             expect(page.locator("#life svg.emotions rect").first).to_be_attached()
             expect(page.locator("#life-channels tr", has_text="web")).to_contain_text("connected")
+            expect(page.locator("#life-blocks tr", has_text="spend-spike")).to_contain_text(
+                f"person {STRANGER}"
+            )
+            expect(page.locator("#life-findings tr", has_text="autonomy-spend")).to_contain_text(
+                "the whole agent"
+            )
             page.screenshot(path=str(shots / "life.png"), full_page=True)
 
             # An operator action: asked in a dialog first; "Keep as is" does nothing.

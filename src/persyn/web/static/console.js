@@ -442,6 +442,9 @@ function emotionChart(readings) {
 
 const lifeState = { timer: null };
 
+// Whom a guardrail finding's block stops: everyone only for an agent-wide cause.
+function scopeText(g) { return g.scope === "agent" ? "the whole agent (everyone)" : g.scope; }
+
 function cancelButton(reminder) {
   const button = actionButton("Cancel", () => confirmAction(
     "Cancel the reminder “" + reminder.objective.slice(0, 120) + "”?", "cancel_reminder", reminder.id, loadLife));
@@ -483,8 +486,11 @@ async function loadLife() {
       el("h2", "", "Channels"),
       withId(tableOf(["channel", "connection", "state", "since", "failures", "last failure"], links.channels.map((c) => [c.service, c.name || "-", el("span", "link-state " + c.state, c.state), c.since ? new Date(c.since).toLocaleString() : "-", c.failures, c.detail || "-"]), "Channel connections"), "life-channels"),
       el("h2", "", "Guardrail findings"),
-      data.guardrail_findings.length ? tableOf(["when", "guardrail", "subject", "reason", "actions", "blocked until"], data.guardrail_findings.map((g) => [new Date(g.detected_at).toLocaleString(), g.guardrail, g.subject_kind + " " + (g.subject || "(the agent)"), g.reason, g.actions.join(", "), g.lifted_at ? "lifted" : g.blocked_until]))
+      data.guardrail_findings.length ? withId(tableOf(["when", "guardrail", "scope", "reason", "actions", "blocked until"], data.guardrail_findings.map((g) => [new Date(g.detected_at).toLocaleString(), g.guardrail, scopeText(g), g.reason, g.actions.join(", "), g.lifted_at ? "lifted" : g.blocked_until]), "Guardrail findings"), "life-findings")
         : el("div", "tag", "None."),
+      el("h2", "", "Blocks in force"),
+      data.guardrail_blocks.length ? withId(tableOf(["guardrail", "blocks", "until", "reason"], data.guardrail_blocks.map((g) => [g.guardrail, scopeText(g), new Date(g.blocked_until).toLocaleString(), g.reason]), "Blocks in force"), "life-blocks")
+        : el("div", "tag", "No block: the agent speaks to everyone."),
     );
   } catch (error) { fail(box, error); }
 }
