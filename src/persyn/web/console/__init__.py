@@ -18,7 +18,7 @@ from persyn.web.console.people import person
 from persyn.web.console.traces import trace, traces
 from persyn.web.console.turns import turn
 from persyn.web.console.usage import usage
-from persyn.web.context import WebContext, handler
+from persyn.web.context import WebContext, handler, on_console_store
 
 __all__ = ["ROUTES", "ActionRequest", "ConsoleRoute", "RecallRequest", "routes"]
 
@@ -123,20 +123,5 @@ ROUTES: tuple[ConsoleRoute, ...] = (
 )
 
 
-def _on_shared_store(
-    work: Callable[[WebContext, Request], Awaitable[Response]],
-) -> Callable[[WebContext, Request], Awaitable[Response]]:
-    """`work` reading through the process's one console store (`WebContext.console_store`),
-    not a store opened per request; opened only when `work` first reads (after the key check)."""
-
-    async def on_shared_store(context: WebContext, request: Request) -> Response:
-        if context.console_store is None:
-            return await work(context, request)
-        with context.console_store.bound():
-            return await work(context, request)
-
-    return on_shared_store
-
-
 def routes(context: WebContext) -> list[Route]:
-    return [Route(r.path, handler(context, _on_shared_store(r.work)), methods=[r.method]) for r in ROUTES]
+    return [Route(r.path, handler(context, on_console_store(r.work)), methods=[r.method]) for r in ROUTES]
