@@ -76,6 +76,8 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
     )
     imported = daemon.persyn.run("memory", "import", str(history))
     assert imported.returncode == 0, imported.stderr
+    asyncio.run(_learn(daemon))
+    asyncio.run(_guard(daemon))
     # A turn of alice's: a model call in the ledger, a trace in the span store.
     with _http(daemon, "alice") as alice:
         said = alice.post("/v1/agents/Ada/events", json={"text": "hello, I am Alice"})
@@ -96,6 +98,79 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
     daemon.key_ids["turn"] = event_id
     yield daemon
     daemon.stop()
+
+
+async def _learn(web: WebDaemon) -> None:
+    """What graph extraction would learn (its scripted model extracts nothing): a public fact
+    on the terminal, which the lighthouse memory names, and a confidence in a DM, which it
+    may not show."""
+    from persyn.core.config import load_settings
+    from persyn.ops.history import opened_capability
+    from persyn.store.ports.graph import GraphPort
+    from persyn.store.ports.graph_rows import FactSource, RelationFact
+
+    settings = load_settings(web.persyn.home, environ=web.persyn.environ())
+    agent = settings.agents[0]
+    now = datetime.now(UTC)
+    async with opened_capability(settings, GraphPort) as store:
+        for channel, sensitivity, fact in (
+            (
+                "terminal:terminal",
+                "public",
+                RelationFact(source="Brittany", relation="is in", target="France"),
+            ),
+            (
+                "slack:dm-sam",
+                "confidential",
+                RelationFact(source="Brittany", relation="hides", target="Sam's boat"),
+            ),
+        ):
+            source = FactSource(channel=channel, sensitivity=sensitivity, learned_at=now)  # type: ignore[arg-type]
+            await store.upsert_graph(agent.id, source, [], [fact])
+
+
+STRANGER = new_id()  # a person a guardrail blocked (nobody the tests speak as)
+
+
+async def _guard(web: WebDaemon) -> None:
+    """Two guardrail findings as the evaluation records them: a spend spike one stranger caused
+    (blocks that person for an hour) and an agent-wide one (autonomy; a notice, no block)."""
+    from persyn.core.config import load_settings
+    from persyn.ops.history import opened_capability
+    from persyn.store.ports.guardrails import GuardrailEvent, GuardrailsPort
+
+    settings = load_settings(web.persyn.home, environ=web.persyn.environ())
+    agent = settings.agents[0]
+    now = datetime.now(UTC)
+    async with opened_capability(settings, GuardrailsPort) as store:
+        await store.add_guardrail_event(
+            GuardrailEvent(
+                id=new_id(now),
+                agent_id=agent.id,
+                guardrail="spend-spike",
+                subject_kind="person",
+                subject=STRANGER,
+                person_id=STRANGER,
+                reason="342k tokens in 60 minutes from one key",
+                score=1.0,
+                actions=("block",),
+                detected_at=now,
+                blocked_until=now + timedelta(hours=1),
+            )
+        )
+        await store.add_guardrail_event(
+            GuardrailEvent(
+                id=new_id(now),
+                agent_id=agent.id,
+                guardrail="autonomy-spend",
+                subject_kind="agent",
+                subject="",
+                reason="the heartbeat spent its day's budget by noon",
+                score=0.8,
+                actions=("notify",),
+                detected_at=now,
+            )
+        )
 
 
 def _http(web: WebDaemon, who: str | None) -> httpx.Client:
@@ -197,6 +272,11 @@ def test_memories_are_searched_filtered_paged_and_opened(web: WebDaemon) -> None
         shown = ops.get(f"/v1/console/memories/{light['id']}").json()
         assert shown["memory"]["summary"] == LIGHTHOUSE and shown["memory"]["importance"] == 8
         assert shown["memory"]["kind"] == "imported" and shown["memory"]["ref"] == "light"
+        # Its graph neighbours: what it names, read where it may surface (not the DM's secret).
+        graph = shown["graph"]
+        assert [e["name"] for e in graph["entities"]] == ["Brittany"]
+        assert [r["line"] for r in graph["relations"]] == ["Brittany —is in→ France"]
+        assert graph["memories"] == []  # no other memory names Brittany
         for params, name in (
             ({"cursor": "nope"}, "cursor"),
             ({"sensitivity": "secret"}, "sensitivity"),
@@ -303,6 +383,16 @@ def test_the_life_view_shows_the_heartbeat_reminders_and_goals(web: WebDaemon) -
     assert data["emotions"], data
     assert all(r["top"] in r["distribution"] for r in data["emotions"])
     assert [r["at"] for r in data["emotions"]] == sorted(r["at"] for r in data["emotions"])
+    # Guardrail findings and the blocks in force, each with its scope: one stranger, or everyone.
+    scopes = {g["guardrail"]: g["scope"] for g in data["guardrail_findings"]}
+    assert scopes == {"spend-spike": f"person {STRANGER}", "autonomy-spend": "agent"}
+    assert [(b["guardrail"], b["scope"]) for b in data["guardrail_blocks"]] == [
+        ("spend-spike", f"person {STRANGER}")
+    ]
+    with _http(web, "ops") as ops:
+        links = ops.get("/v1/console/channels").json()["channels"]
+    # The surfaces `persyn run` attached here, each connected (a network's states: test_irc).
+    assert {(c["service"], c["state"]) for c in links} >= {("web", "connected")}
 
 
 async def _observe(web: WebDaemon, person_id: str, kind: str, value: str) -> None:
@@ -426,6 +516,10 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             found.first.click()
             expect(page.locator("#memory .summary")).to_have_text(LIGHTHOUSE)
             expect(page.locator("#memory table")).to_contain_text("imported")
+            expect(page.get_by_role("region", name="Graph neighbours")).to_contain_text(
+                "Brittany —is in→ France"
+            )
+            expect(page.locator("#memory-graph")).not_to_contain_text("boat")
             page.get_by_label("Question").fill("the lighthouse keeper")
             page.get_by_label("Participants").fill("Sam")
             page.get_by_role("button", name="Recall").click()
@@ -502,6 +596,13 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
             page.get_by_role("button", name="Life").click()
             expect(page.locator("#life")).to_contain_text("Next beat")
             expect(page.locator("#life svg.emotions rect").first).to_be_attached()
+            expect(page.locator("#life-channels tr", has_text="web")).to_contain_text("connected")
+            expect(page.locator("#life-blocks tr", has_text="spend-spike")).to_contain_text(
+                f"person {STRANGER}"
+            )
+            expect(page.locator("#life-findings tr", has_text="autonomy-spend")).to_contain_text(
+                "the whole agent"
+            )
             page.screenshot(path=str(shots / "life.png"), full_page=True)
 
             # An operator action: asked in a dialog first; "Keep as is" does nothing.
@@ -585,6 +686,11 @@ def test_a_reminder_shows_in_the_life_view_and_fires_live_in_the_chat(web: WebDa
             expect(page.locator("#status")).to_contain_text("connected to Ada")
             page.get_by_label("Message").fill("remind me to water the plants")
             page.get_by_label("Message").press("Enter")
+            # The tool call as it happens: its name and (an operator's view) its arguments, then "ok".
+            call = page.locator(".tool-call[data-tool=set_reminder]")
+            expect(call).to_have_attribute("data-status", "ok")
+            expect(call).to_contain_text("water the plants")
+            expect(call).to_contain_text("→ ok")
             page.get_by_role("button", name="Life").click()
             # The Life view reads itself again while shown: the reminder appears, then goes.
             reminder = page.locator("#life-reminders tr", has_text="water the plants")
@@ -600,3 +706,45 @@ def test_a_reminder_shows_in_the_life_view_and_fires_live_in_the_chat(web: WebDa
         finally:
             browser.close()
             web.rules.write_text(script)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
+def test_a_cull_is_a_memory_event_in_the_api_and_the_page(web: WebDaemon, tmp_path: Path) -> None:
+    """Last in the module: it culls a memory the other tests do not count."""
+    from playwright.sync_api import expect, sync_playwright
+
+    trivial = tmp_path / "trivial.jsonl"
+    trivial.write_text(
+        _memory("trivia", "Small talk about the weather.", time="2026-11-01T10:00:00Z", importance=1)
+    )
+    assert web.persyn.run("memory", "import", str(trivial)).returncode == 0
+    culled = web.persyn.run("memory", "cull")
+    assert culled.returncode == 0 and "deleted 1 memories" in culled.stdout, culled.stdout + culled.stderr
+    with _http(web, "ops") as ops, _http(web, "alice") as alice:
+        events = ops.get("/v1/console/memory-events").json()["events"]
+        assert alice.get("/v1/console/memory-events").status_code == 403
+        assert ops.get("/v1/console/memory-events", params={"kind": "remember_harder"}).json() == {
+            "events": []
+        }
+        bad = ops.get("/v1/console/memory-events", params={"kind": "nap"})
+        assert bad.status_code == 400 and "kind" in bad.json()["error"]["message"]
+    (event,) = events
+    assert event["kind"] == "cull" and event["objective"].startswith("cull 1 memory (importance below 3")
+    assert "Small talk about the weather." in event["outcome"] and event["tokens"] == 0
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(WAIT_MS)
+            page.goto(web.url)
+            page.get_by_label("Key").fill(web.keys["ops"])
+            page.get_by_role("button", name="Connect").click()
+            expect(page.locator("#status")).to_contain_text("connected to Ada")
+            page.get_by_role("button", name="Memory").click()
+            shown = page.get_by_role("list", name="Memory events").locator("li")
+            expect(shown).to_have_count(1)
+            expect(shown.first).to_contain_text("cull 1 memory")
+            expect(shown.first).to_contain_text("Small talk about the weather.")
+            page.screenshot(path=str(tmp_path / "memory-events.png"), full_page=True)
+        finally:
+            browser.close()

@@ -177,7 +177,7 @@ async def judge_verdicts(
     is not in the evidence, or a judge that fails, is a fail saying so. Each call is metered
     on the eval's own channel."""
     judged: list[Verdict] = []
-    attribution = context.Attribution(agent_id=agent_id, surface="eval", channel=EVAL_CHANNEL)
+    attribution = context.Attribution(agent_id=agent_id, surface="eval", channel=EVAL_CHANNEL, trigger="eval")
     with context.bind(attribution):
         for verdict in verdicts:
             structural = not verdict.passed and verdict.summary not in WORDING_FAILURES

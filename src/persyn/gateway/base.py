@@ -136,7 +136,9 @@ class Completion(_Frozen):
 class SinkEvent(_Frozen):
     phase: str  # "draft" | "revise" | ...
     kind: Literal["delta", "tool_start", "tool_end", "end"]
-    text: str = ""
+    text: str = ""  # a delta's text; a tool event's tool name
+    arguments: str = ""  # tool_start: the call's arguments, shortened (for the operator's eyes)
+    status: str = ""  # tool_end: the result's status ("ok", "error", ...)
 
 
 class TokenSink(Protocol):

@@ -16,7 +16,7 @@ from persyn.core.errors import InputError
 from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphEntity, GraphRelation, GraphView, entity_key
 
-__all__ = ["GraphContext", "candidate_keys", "recall"]
+__all__ = ["GraphContext", "candidate_keys", "neighbours", "recall"]
 
 _TOKEN = re.compile(r"[\w][\w'&.-]*", re.UNICODE)
 _POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
@@ -104,4 +104,27 @@ async def recall(
             paths.append(tuple(path))
     return GraphContext(
         mentioned=tuple(mentioned), entities=around.entities, relations=around.relations, paths=tuple(paths)
+    )
+
+
+async def neighbours(
+    store: GraphPort,
+    agent_id: str,
+    text: str,
+    conversation_id: str | None,
+    view: GraphView,
+    *,
+    limit: int = 30,
+) -> GraphContext:
+    """What the graph links a memory to: the entities its conversation taught and those its
+    text names (`mentioned`), and the visible relations one hop around them — read in `view`,
+    the memory's own situation, so nothing shows beside it that could not surface with it."""
+    taught = await store.conversation_entities(agent_id, [conversation_id], view) if conversation_id else []
+    named = await store.graph_entities(agent_id, candidate_keys(text), view)
+    mentioned = list({e.id: e for e in [*taught, *named]}.values())[: _MAX_STARTS * 2]
+    if not mentioned:
+        return GraphContext(mentioned=(), entities=(), relations=(), paths=())
+    around = await store.graph_neighbourhood(agent_id, [e.id for e in mentioned], 1, view, limit)
+    return GraphContext(
+        mentioned=tuple(mentioned), entities=around.entities, relations=around.relations, paths=()
     )

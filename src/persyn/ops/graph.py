@@ -12,14 +12,28 @@ from dataclasses import dataclass
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import InputError
 from persyn.core.ids import is_id
-from persyn.memory.access import eligible_channels
+from persyn.core.records import MemoryRecord
+from persyn.graph.recall import neighbours
+from persyn.memory.access import eligible_channels, may_surface
 from persyn.ops.history import opened_store
 from persyn.store.base import Store
-from persyn.store.capabilities import command_capability
+from persyn.store.capabilities import MemoryStore, capability, command_capability
 from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphEntity, GraphRelation, GraphView, Subgraph, entity_key
 
-__all__ = ["GraphPath", "GraphQuery", "graph_path", "graph_query", "graph_stats", "view_for"]
+__all__ = [
+    "GraphPath",
+    "GraphQuery",
+    "MemoryNeighbours",
+    "graph_path",
+    "graph_query",
+    "graph_stats",
+    "memory_neighbours",
+    "view_for",
+]
+
+_RELATED_ENTITIES = 5  # entities whose other memories a memory's neighbours list
+_RELATED_HITS = 10  # keyword hits read per entity name
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,16 @@ class GraphPath:
     source: GraphEntity
     target: GraphEntity
     relations: list[GraphRelation] | None  # None: not connected within the bound
+
+
+@dataclass(frozen=True)
+class MemoryNeighbours:
+    """What the graph links a memory to: the entities its conversation taught or its text
+    names, the relations one hop around them, and other memories naming those entities."""
+
+    entities: tuple[GraphEntity, ...]
+    relations: tuple[GraphRelation, ...]
+    memories: tuple[MemoryRecord, ...]
 
 
 def view_for(settings: Settings, channel: str | None) -> GraphView | None:
@@ -100,3 +124,31 @@ async def graph_path(
 async def graph_stats(settings: Settings, agent: AgentConfig) -> dict[str, int]:
     async with opened_store(settings) as opened:
         return await _graph(opened).graph_stats(agent.id)
+
+
+async def memory_neighbours(
+    settings: Settings, agent_id: str, store: MemoryStore, record: MemoryRecord
+) -> MemoryNeighbours | None:
+    """`record`'s graph neighbours (None on a store without a graph), all read in the
+    memory's own situation — its channel, before the people it was formed with — so nothing
+    shows beside a memory that could not surface with it (`memory.access.may_surface`)."""
+    graph = capability(store, GraphPort)
+    if graph is None:
+        return None
+    groups = settings.memory.channel_groups
+    present = tuple(p for p in record.participant_ids if p != agent_id)
+    view = GraphView(
+        channel=record.channel, eligible=eligible_channels(record.channel, groups), present=present
+    )
+    linked = await neighbours(graph, agent_id, record.summary, record.conversation_id, view)
+    related: dict[str, MemoryRecord] = {}
+    for entity in linked.mentioned[:_RELATED_ENTITIES]:
+        hits = await store.keyword_candidates(agent_id, entity.name, _RELATED_HITS, None)
+        for other in await store.records_by_ids(agent_id, [i for i, _ in hits if i != record.id]):
+            if may_surface(other, record.channel, present, groups, agent_id=agent_id):
+                related.setdefault(other.id, other)
+    return MemoryNeighbours(
+        entities=linked.mentioned,
+        relations=linked.relations,
+        memories=tuple(sorted(related.values(), key=lambda r: r.id, reverse=True)),
+    )

@@ -29,6 +29,7 @@ from persyn.senses.library import AttachmentLibrary
 from persyn.store import Store
 from persyn.store.base import Identity, Message
 from persyn.store.capabilities import ContactsStore, MemoryStore, capability, command_capability
+from persyn.store.ports.activity import ActivityPort, cull_entry
 from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.store.ports.emotions import EmotionsPort
 from persyn.tools.builtin._contacts import UnknownContact, folded, named_contact, resolve_exactly
@@ -222,6 +223,11 @@ class MemoryOps:
         )
         if not dry_run and doomed:
             await self.store.delete_records(self.agent.id, [r.id for r in doomed])
+            log = capability(self.store, ActivityPort)
+            rule = (config.cull_below_importance, config.cull_after_days)
+            if log is not None:
+                entry = cull_entry(self.agent.id, moment, doomed, *rule, "`persyn memory cull`")
+                await log.add_activity(entry)
             await self.sweep_originals(moment)
         return doomed
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from persyn.core.clock import Clock
 from persyn.core.events import Attachment, CompletionMarker, Event, Speaker, Upload
-from persyn.runtime.channel import Channel
+from persyn.runtime.channel import Channel, ConnectionState
 
 __all__ = ["RuntimeAPI"]
 
@@ -29,6 +29,10 @@ class RuntimeAPI(Protocol):
         ...
 
     def detach_channel(self, channel: Channel) -> None: ...
+
+    def channel_states(self) -> list[ConnectionState]:
+        """The connection states of the channels attached in this process, by service."""
+        ...
 
     async def deliver_pending(self, service: str) -> int:
         """Deliver now what the outbox holds for `service` (written by any process)."""

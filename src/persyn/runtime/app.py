@@ -39,7 +39,7 @@ from persyn.runtime.background.conversation_jobs import ConversationHook, Conver
 from persyn.runtime.background.housekeeping import Housekeeping
 from persyn.runtime.background.outreach import Outreach
 from persyn.runtime.background.reminder_timer import ReminderTimer
-from persyn.runtime.channel import Channel, safe_sink
+from persyn.runtime.channel import Channel, ConnectionState, safe_sink
 from persyn.runtime.delivery.bus import LiveBus, live_bus
 from persyn.runtime.delivery.outbox import Outbox, reply_key
 from persyn.runtime.durable._executor import (
@@ -424,6 +424,11 @@ class Runtime:
     def detach_channel(self, channel: Channel) -> None:
         if self.channels.get(channel.service) is channel:
             del self.channels[channel.service]
+
+    def channel_states(self) -> list[ConnectionState]:
+        return [
+            state for _, channel in sorted(self.channels.items()) for state in channel.connection_states()
+        ]
 
     async def deliver_pending(self, service: str) -> int:
         """Deliver now what the outbox holds for `service`, written by any process."""

@@ -16,14 +16,75 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
 from typing import Protocol
 
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
 
-__all__ = ["Channel", "LeasedChannel", "NetworkChannel", "images_as_text", "safe_sink"]
+__all__ = [
+    "Channel",
+    "ConnectionState",
+    "LeasedChannel",
+    "Link",
+    "LinkTracker",
+    "NetworkChannel",
+    "images_as_text",
+    "safe_sink",
+]
 
 _REMEMBERED = 4096  # outbox ids remembered per channel for deduplication
+_FAILING_AFTER = 3  # attempts in a row that failed before a reconnecting link counts as failing
+
+
+class Link(StrEnum):
+    """A channel connection's state, as the operator's console shows it."""
+
+    CONNECTING = "connecting"  # first attempt under way
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"  # lost, trying again
+    FAILING = "failing"  # `_FAILING_AFTER` attempts in a row failed
+
+
+@dataclass(frozen=True)
+class ConnectionState:
+    service: str
+    name: str  # which of the service's connections (an agent's nick, the bot account); "" if one
+    link: Link
+    since: datetime | None  # when it entered this state (None: as long as the channel is attached)
+    failures: int = 0  # attempts in a row that failed
+    detail: str = ""  # the last failure
+
+
+class LinkTracker:
+    """One connection's state, told by the adapter's connect loop as it goes (`attempt`,
+    `up`, `lost`); read at any time (`state`). Not thread-safe: one event loop's."""
+
+    def __init__(self, service: str, name: str, now: Callable[[], datetime]) -> None:
+        self._service, self._name, self._now = service, name, now
+        self._link, self._since = Link.CONNECTING, now()
+        self._failures, self._detail = 0, ""
+
+    def _enter(self, link: Link) -> None:
+        if link is not self._link:
+            self._link, self._since = link, self._now()
+
+    def up(self) -> None:
+        self._failures, self._detail = 0, ""
+        self._enter(Link.CONNECTED)
+
+    def lost(self, error: BaseException | str) -> None:
+        """The connection dropped, or an attempt failed: reconnecting, failing once
+        `_FAILING_AFTER` attempts in a row have."""
+        self._failures += 1
+        self._detail = str(error) or type(error).__name__
+        self._enter(Link.FAILING if self._failures >= _FAILING_AFTER else Link.RECONNECTING)
+
+    def state(self) -> ConnectionState:
+        return ConnectionState(
+            self._service, self._name, self._link, self._since, self._failures, self._detail
+        )
 
 
 class Channel(ABC):
@@ -60,6 +121,22 @@ class Channel(ABC):
     def serves(self, agent_id: str) -> bool:
         """Whether this channel shows `agent_id`'s messages (a terminal shows one agent's)."""
         return True
+
+    def track(self, name: str, now: Callable[[], datetime]) -> LinkTracker:
+        """A tracker of one of its connections (`name`: whose), which its connect loop tells
+        and `connection_states` reports."""
+        tracker = LinkTracker(self.service, name, now)
+        links: dict[str, LinkTracker] = vars(self).setdefault("_links", {})
+        links[name] = tracker
+        return tracker
+
+    def connection_states(self) -> list[ConnectionState]:
+        """Each tracked connection's state; a surface with no connection of its own (the
+        terminal, the web) is connected while attached."""
+        links: dict[str, LinkTracker] = vars(self).get("_links", {})
+        if not links:
+            return [ConnectionState(self.service, "", Link.CONNECTED, None)]
+        return [link.state() for link in links.values()]
 
     async def deliver_outbound(self, outbound: Outbound) -> bool:
         """`deliver`, once per outbox id: False (nothing shown) for one already delivered

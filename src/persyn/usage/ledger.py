@@ -118,7 +118,10 @@ class _Sums:
         self.units += other.units
 
     def row(self) -> LedgerRow:
-        return LedgerRow.model_construct(  # the sums of validated records: nothing to check
+        # Validated, though these are sums of validated records: pydantic-core's `__init__` takes
+        # 2.2 µs a row against `model_construct`'s 6.4 µs (Python), and 30 days by hour is
+        # ~6,500 rows per request.
+        return LedgerRow(
             key=self.key,
             calls=self.calls,
             unpriced_calls=self.unpriced_calls,
@@ -469,25 +472,29 @@ class HourlyRollup:
         _check_by(by)
         self.by = by
         self.hours: dict[tuple[datetime, str | None], _Summer] = {}
+        # Each hour's records, in the order added: a range's partly covered first and last
+        # hours are summed from these, not by scanning every record (30,000 for 30 days).
+        self.records: dict[datetime, list[UsageRecord]] = {}
 
     def add(self, record: UsageRecord) -> None:
-        slot = (_bucket_start(record.at, "hour"), record.agent_id)
+        hour = _bucket_start(record.at, "hour")
+        slot = (hour, record.agent_id)
         summer = self.hours.get(slot)
         if summer is None:
             summer = self.hours[slot] = _Summer(self.by)
         summer.add(record)
+        self.records.setdefault(hour, []).append(record)
 
     def series(
         self,
-        records: list[UsageRecord],
         *,
         bucket: str,
         since: datetime,
         until: datetime | None,
         agent_id: str | None,
     ) -> LedgerSeries:
-        """`summarize_series` over [`since`, `until`) of `records` (a tail's, each id once,
-        every one added here), from the hourly sums where whole hours are covered."""
+        """`summarize_series` over [`since`, `until`) of the records added (a tail's, each id
+        once), from the hourly sums where whole hours are covered."""
         if bucket not in BUCKETS:
             raise InputError(f"cannot bucket usage by {bucket!r}; choose one of: {', '.join(BUCKETS)}")
         since_utc = _utc(since)
@@ -515,7 +522,11 @@ class HourlyRollup:
             and (agent_id is None or agent == agent_id)
         )
         edge_cut: dict[datetime, _Summer] = {}
-        for record in records:
+        edges = {
+            _bucket_start(since_utc, "hour"),
+            *(() if until is None else (_bucket_start(until, "hour"),)),
+        }
+        for record in (r for hour in sorted(edges) for r in self.records.get(hour, ())):
             at = record.at
             if at < since_utc or (until is not None and at >= until):
                 continue

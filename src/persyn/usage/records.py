@@ -34,7 +34,8 @@ class UsageRecord(BaseModel):
     cost_usd: float | None = None  # None = unpriced: counted, not costed
     # What set the call going (low cardinality): a person's "message", the "heartbeat", a
     # "reminder", or background work — "consolidation", "extraction", "emotion", "guardrails",
-    # "import". None for lines written before it was recorded (and left out of their dump).
+    # "import", an "eval"'s judge. An image render carries the trigger of the activation that
+    # asked for it. None for lines written before it was recorded (and left out of their dump).
     trigger: str | None = Field(default=None, exclude_if=lambda value: value is None)
     # The logical call inside a durable step: derived from the step and the call's round in
     # it, so a step run again (after a crash, by a recovering executor) makes calls with the

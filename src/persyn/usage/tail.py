@@ -50,7 +50,7 @@ class LedgerTail:
                 rollup = self._rollups[by] = HourlyRollup(by)
                 for record in self._records:
                     rollup.add(record)
-            return rollup.series(self._records, bucket=bucket, since=since, until=until, agent_id=agent_id)
+            return rollup.series(bucket=bucket, since=since, until=until, agent_id=agent_id)
 
     def _refresh(self, since: datetime) -> None:
         if self._start is None or since < self._start or not self._same_file():

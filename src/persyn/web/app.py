@@ -116,7 +116,7 @@ async def stream(context: WebContext, request: Request) -> Response:
                     yield ": keep-alive\n\n"
                     continue
                 for item in await context.deliverable(key, listener, first):
-                    yield sse(item.type, item.payload())
+                    yield sse(item.type, item.payload(operator=key.operator))
                     if item.type == ENDED:  # the key was revoked: the stream ends here
                         return
         finally:

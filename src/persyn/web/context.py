@@ -33,7 +33,17 @@ from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.web_keys import WebKey, web_identity, web_speaker_name
 from persyn.senses.media import MediaRejected
 
-__all__ = ["REVOKED", "ApiError", "Authenticate", "Revoked", "WebContext", "handler", "sse", "upload_limit"]
+__all__ = [
+    "REVOKED",
+    "ApiError",
+    "Authenticate",
+    "Revoked",
+    "WebContext",
+    "handler",
+    "on_console_store",
+    "sse",
+    "upload_limit",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -324,6 +334,21 @@ def _not_unicode(data: object, path: str = "") -> tuple[str, str] | None:
 
 def sse(kind: str, data: dict[str, Any]) -> str:
     return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def on_console_store(
+    work: Callable[[WebContext, Request], Awaitable[Response]],
+) -> Callable[[WebContext, Request], Awaitable[Response]]:
+    """`work` reading through the process's one store (`WebContext.console_store`), not a
+    store opened per request; opened only when `work` first reads (after the key check)."""
+
+    async def on_shared_store(context: WebContext, request: Request) -> Response:
+        if context.console_store is None:
+            return await work(context, request)
+        with context.console_store.bound():
+            return await work(context, request)
+
+    return on_shared_store
 
 
 def handler(

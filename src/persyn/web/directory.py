@@ -6,6 +6,7 @@ A client key may read only its own conversations (the web channel named by its i
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -15,7 +16,7 @@ from starlette.routing import Route
 from persyn.channels.web.channel import SERVICE
 from persyn.ops import history as inspect
 from persyn.store.ports.directory import Identity
-from persyn.web.context import ApiError, WebContext, handler
+from persyn.web.context import ApiError, WebContext, handler, on_console_store
 from persyn.web.models import AddressChange, IdentityChange, MergeRequest, RenameRequest
 
 __all__ = ["routes"]
@@ -128,16 +129,21 @@ async def own_conversations(context: WebContext, request: Request) -> Response:
 
 
 def routes(context: WebContext) -> list[Route]:
+    """Each on the process's one store (`on_console_store`), as the console's routes are."""
     base = "/v1/agents/{agent}"
+    served: tuple[tuple[str, Callable[[WebContext, Request], Awaitable[Response]], str], ...] = (
+        ("/contacts", list_contacts, "GET"),
+        ("/contacts/merge", merge, "POST"),
+        ("/contacts/{person}", show_contact, "GET"),
+        ("/contacts/{person}/rename", rename, "POST"),
+        ("/contacts/{person}/identities", identity, "POST"),
+        ("/contacts/{person}/addresses", address, "POST"),
+        ("/channels", list_channels, "GET"),
+        ("/channels/{name}", show_channel, "GET"),
+        ("/conversations", own_conversations, "GET"),
+        ("/conversations/{conversation}", conversation, "GET"),
+    )
     return [
-        Route(f"{base}/contacts", handler(context, list_contacts)),
-        Route(f"{base}/contacts/merge", handler(context, merge), methods=["POST"]),
-        Route(f"{base}/contacts/{{person}}", handler(context, show_contact)),
-        Route(f"{base}/contacts/{{person}}/rename", handler(context, rename), methods=["POST"]),
-        Route(f"{base}/contacts/{{person}}/identities", handler(context, identity), methods=["POST"]),
-        Route(f"{base}/contacts/{{person}}/addresses", handler(context, address), methods=["POST"]),
-        Route(f"{base}/channels", handler(context, list_channels)),
-        Route(f"{base}/channels/{{name}}", handler(context, show_channel)),
-        Route(f"{base}/conversations", handler(context, own_conversations)),
-        Route(f"{base}/conversations/{{conversation}}", handler(context, conversation)),
+        Route(base + path, handler(context, on_console_store(work)), methods=[method])
+        for path, work, method in served
     ]

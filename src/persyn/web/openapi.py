@@ -140,7 +140,7 @@ def _paths(base: str) -> dict[str, Any]:
         },
         f"{base}/stream": {
             "get": _op(
-                "Server-Sent Events of the key's conversation: token (phase draft|revise, kind delta|tool_start|tool_end|end), withdraw, notice, message, deliberation_done, dropped, revoked (the key was revoked: the stream ends)",
+                "Server-Sent Events of the key's conversation: token (phase draft|revise, kind delta|tool_start|tool_end|end; a tool_start names the tool in text, with its shortened arguments for an operator key; a tool_end carries the result's status), withdraw, notice, message, deliberation_done, dropped, revoked (the key was revoked: the stream ends)",
                 params=[_AGENT],
                 media="text/event-stream",
             )

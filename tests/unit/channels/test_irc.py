@@ -20,6 +20,7 @@ from persyn.channels.irc.config import IrcConfig
 from persyn.core.clock import ManualClock
 from persyn.core.errors import ConfigError
 from persyn.core.events import Event
+from persyn.runtime.channel import Link
 from persyn.testing import models
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 from persyn.testing.pacing import room_listener, ticking
@@ -490,3 +491,32 @@ async def test_a_known_contact_listed_in_bots_later_becomes_an_agent(tmp_path: P
                 await restarted.stop()
     finally:
         await bob.close()
+
+
+async def test_the_connection_state_follows_the_server(tmp_path: Path, ircd: IrcServer) -> None:
+    """What the console's channel view reads (`RuntimeAPI.channel_states`): connected while the
+    server is up; reconnecting, then failing with the refusal once attempts in a row fail while
+    it is down; connected again when it is back."""
+
+    def irc_state(pilot: Pilot) -> tuple[Link, int, str]:
+        (state,) = [s for s in pilot.runtime.channel_states() if s.service == "irc"]
+        return state.link, state.failures, state.detail
+
+    def now_in(link: Link) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return irc_state(pilot)[0] is link
+
+        return check
+
+    async with on_irc(tmp_path / "home", ircd.port) as (pilot, irc):
+        connection = next(iter(irc.connections.values()))
+        await asyncio.wait_for(connection.ready.wait(), 60)
+        assert irc_state(pilot) == (Link.CONNECTED, 0, "")
+        assert [s.name for s in pilot.runtime.channel_states() if s.service == "irc"] == [connection.nick]
+        ircd.stop()
+        await pilot.wait_for(now_in(Link.FAILING), "failing while the server is down")
+        _, failures, detail = irc_state(pilot)
+        assert failures >= 3 and detail  # the last refusal, as the adapter logged it
+        ircd.start()
+        await pilot.wait_for(now_in(Link.CONNECTED), "connected again")
+        assert irc_state(pilot) == (Link.CONNECTED, 0, "")

@@ -63,7 +63,7 @@ async def test_a_verdict_quoting_a_line_not_in_the_evidence_fails(tmp_path: Path
     assert judged.summary.startswith("the judge's quote is not in the evidence")
     assert culled == CULLING  # a criterion a rule decides is never sent to the judge
     records = [r for r in read_records(tmp_path / "usage.jsonl") if r is not None]
-    assert [(r.stage, r.channel) for r in records] == [("eval:judge:5", EVAL_CHANNEL)]
+    assert [(r.stage, r.channel, r.trigger) for r in records] == [("eval:judge:5", EVAL_CHANNEL, "eval")]
 
 
 async def test_a_verdict_quoting_the_evidence_decides_either_way(tmp_path: Path) -> None:

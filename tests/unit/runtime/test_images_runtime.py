@@ -141,6 +141,7 @@ async def test_the_tool_answers_at_once_and_the_image_arrives_later_through_the_
             respond = [r for r in records if r.stage == "respond"]
             assert (rendered.model, rendered.units, rendered.cost_usd) == ("gpt-image-1", 1, 0.04)
             assert (rendered.input_tokens, rendered.output_tokens) == (0, 0)
+            assert rendered.trigger == respond[0].trigger == "message"  # the turn that asked for it
             assert (rendered.agent_id, rendered.conversation_id, rendered.thread_id, rendered.channel) == (
                 pilot.agent.id,
                 respond[0].conversation_id,

@@ -16,6 +16,7 @@ from persyn.core.errors import InputError
 from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
 from persyn.store.base import Message
+from persyn.store.ports.activity import CULL_KIND, UNATTRIBUTED_RUN
 from persyn.store.ports.jobs import Consolidation, ConsolidationStatus
 from persyn.store.sqlite.store import SQLiteStore
 from persyn.testing import START, Pilot, RecordingChannel, registered_double, run_runtime
@@ -306,6 +307,11 @@ async def test_culling_and_dialog_retention_on_a_moved_clock(pilot: Pilot) -> No
     pilot.advance(timedelta(days=2))
     assert await runtime.housekeeping.cull_memories() == 1
     assert [r.id for r in await pilot.full_store.list_records(agent.id)] == [vital.id]
+    # The cull is an event the operator sees: what went, by which rule.
+    (culled,) = await pilot.full_store.recent_activity(agent.id, limit=10, kind=CULL_KIND)
+    assert culled.objective == "cull 1 memory (importance below 3, older than 14 days, by the daily cull)"
+    assert culled.outcome == f"culled {trivial.id} “Small talk.”"
+    assert culled.provenance == UNATTRIBUTED_RUN  # the agent's own: summaries from any channel
     # Verbatim dialog outlives the retention window only as the memories made from it.
     assert await pilot.close_idle() == 1
     assert await runtime.housekeeping.purge_old_dialog() == 0

@@ -18,8 +18,10 @@ from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.reflection import SelfAssessment
 from persyn.core.ids import new_id
+from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.runtime.background.autonomy import recent_activity
 from persyn.store.base import GoalStatus
+from persyn.store.ports.activity import REMEMBER_HARDER_KIND
 from persyn.testing import ADA, START, Pilot, run_runtime, tool_returns
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
@@ -32,6 +34,7 @@ class Mind:
         self.seen_results: list[str] = []
         self.tool_names: list[list[str]] = []
         self.prompts: list[str] = []
+        self.memory_id = ""  # the memory "remember" pulls the dialog behind
 
     def __call__(self, task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
         if task == "reflect":
@@ -81,6 +84,12 @@ class Mind:
                     ]
                 )
             return DoubleReply(text="I wrote to Sam.")
+        if self.scenario == "remember":
+            if not results:
+                return DoubleReply(
+                    tool_calls=[{"name": "recall_dialog", "args": {"memory_id": self.memory_id}}]
+                )
+            return DoubleReply(text="You said it twice, word for word.")
         return DoubleReply(text=last_user_text(messages))
 
 
@@ -234,3 +243,34 @@ async def test_the_tools_offered_are_described_the_same_for_every_agent_channel_
         assert len(described[0]) >= 8 and "call_tool" in {spec.name for spec in described[0]}
         assert described[1] == described[0] and described[2] == described[0]
         assert pilot.runtime.tools.specs(setups[1], setups[1].event_id) == described[0]
+
+
+async def test_remembering_harder_is_an_event_in_the_activity_log(tmp_path: Path, mind: Mind) -> None:
+    """The agent pulling the dialog behind a memory (`recall_dialog`) is logged, as visible
+    as the memory, for the operator's memory events; a turn that pulls nothing logs nothing."""
+    mind.scenario = "plain"
+    async with _runtime(tmp_path) as pilot:
+        await pilot.say("The boat is called Marguerite.")
+        conversation_id = pilot.channel.delivered[-1].conversation_id
+        said = await pilot.full_store.recent_messages(ADA.id, conversation_id, 10)
+        record = MemoryRecord(
+            id=new_id(START),
+            agent_id=ADA.id,
+            created_at=START,
+            channel="test:room",
+            summary="Sam named the boat.",
+            sensitivity=Sensitivity.PUBLIC,
+            conversation_id=conversation_id,
+            message_ids=tuple(m.id for m in said),
+        )
+        await pilot.full_store.add_record(record, None, None)
+        assert await pilot.full_store.recent_activity(ADA.id, limit=10, kind=REMEMBER_HARDER_KIND) == []
+        mind.scenario, mind.memory_id = "remember", record.id
+        _, marker = await pilot.say("What exactly did I call the boat?")
+        assert marker.text == "You said it twice, word for word.", mind.seen_results
+        assert "Marguerite" in mind.seen_results[-1], mind.seen_results
+        (entry,) = await pilot.full_store.recent_activity(ADA.id, limit=10, kind=REMEMBER_HARDER_KIND)
+    assert entry.objective == f"remember harder: memory {record.id}"
+    assert entry.outcome == f"read {len(said)} lines of the dialog behind “Sam named the boat.”"
+    assert entry.conversation_id == conversation_id and entry.tokens == 0
+    assert (entry.provenance.channel, entry.provenance.sensitivity) == ("test:room", Sensitivity.PUBLIC)

@@ -92,3 +92,19 @@ def test_turn_usage_adds_up_a_turns_calls_and_forgets_them_once_taken() -> None:
     usage.handle(record(None, 7, 7))
     assert usage.take(turn) == (42, 8)  # cache reads are part of the input, not added to it
     assert usage.take(turn) == (0, 0)
+
+
+async def test_a_tool_call_is_shown_live_its_arguments_to_an_operator_only() -> None:
+    web = WebChannel(buffer=8)
+    event = _event()
+    listener = web.listen(event.agent_id, event.channel)
+    sink = web.sink_for(event)
+    assert sink is not None
+    arguments = '{"to": "Sam", "text": "How is chapter two going?"}'
+    sink(SinkEvent(phase="draft", kind="tool_start", text="message_contact", arguments=arguments))
+    sink(SinkEvent(phase="draft", kind="tool_end", text="message_contact", status="ok"))
+    start, end = listener.queue.get_nowait(), listener.queue.get_nowait()
+    head = {"type": "token", "event_id": event.id, "phase": "draft", "text": "message_contact"}
+    assert start.payload(operator=True) == {**head, "kind": "tool_start", "arguments": arguments}
+    assert start.payload() == start.payload(operator=False) == {**head, "kind": "tool_start"}
+    assert end.payload() == end.payload(operator=True) == {**head, "kind": "tool_end", "status": "ok"}

@@ -138,6 +138,7 @@ class _Connection:
         self._writer: asyncio.StreamWriter | None = None
         self._send_lock = asyncio.Lock()
         self.userhost: str | None = None  # `user@host` as the server shows it (from our JOIN)
+        self.link = channel.track(self.wanted_nick, channel.now)
 
     async def run(self) -> None:
         config = self._owner.config
@@ -150,6 +151,7 @@ class _Connection:
                 raise
             except Exception as exc:
                 log.warning("irc %s (%s): %s", config.server, self.nick, exc)
+                self.link.lost(exc)
             self.ready.clear()
             self.joined.clear()
             self._writer = None
@@ -207,6 +209,7 @@ class _Connection:
                 await self._send_raw(f"JOIN {room}")
             self.connections += 1
             self.ready.set()
+            self.link.up()
             self._owner.connected(self)
             if self.nick != self.wanted_nick:
                 self._owner.later(_REGAIN_NICK_SECONDS, self._regain_nick(self.connections))
@@ -329,6 +332,9 @@ class IrcChannel(Channel):
             await coroutine
 
         self._spawn(run())
+
+    def now(self) -> datetime:
+        return self._api.clock.now()
 
     def connected(self, connection: _Connection) -> None:
         """Registered (again): what waited in the outbox goes out now."""

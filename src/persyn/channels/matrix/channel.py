@@ -39,9 +39,8 @@ What it does:
 - A 429 (M_LIMIT_EXCEEDED) is waited out (`retry_after_ms`, else `Retry-After`, at most 60 s,
   five sends) and the request sent again; a message keeps its transaction id (the outbox row's),
   so it is stored once.
-- A delivery while the homeserver is unreachable raises, so the outbox keeps the row; the sync
-  loop retries with a doubling backoff and, on every (re)connection, delivers the backlog
-  (`RuntimeAPI.deliver_pending`).
+- A delivery while the homeserver is unreachable raises (the outbox keeps the row); the sync loop
+  retries with doubling backoff, delivers the backlog on each (re)connection, tells its `link`.
 - Media sent to the agent is kept, its caption the text (`_media.py`); overheard, or stored already
   (a replay), it is not fetched. End-to-end encryption is not supported: encrypted rooms are not seen.
 """
@@ -142,6 +141,7 @@ class _Account:
         self._display: dict[tuple[str, str], str] = {}
         self._joined_rooms = False
         self._save_lock = asyncio.Lock()
+        self.link = channel.track(self.user_id, channel.api.clock.now)
 
     # HTTP (mautrix's client-server API over one aiohttp session) ---------------------------
     @property
@@ -226,6 +226,7 @@ class _Account:
                 if not self.ready.is_set():
                     self.ready.set()
                     self.connections += 1
+                    self.link.up()
                     self._owner.connected()
             except asyncio.CancelledError:
                 raise
@@ -238,6 +239,7 @@ class _Account:
                     self._token = None  # logged out elsewhere: log in again
                     self.client.api.token = ""
                 log.warning("matrix %s (%s): %s", config.homeserver, self.user_id, exc)
+                self.link.lost(exc)
                 self.ready.clear()
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, config.reconnect_max_seconds)

@@ -140,6 +140,7 @@ class TelegramChannel(Channel):
         self.username: str | None = None
         self.bot_id: int | None = None
         self.ready = asyncio.Event()
+        self.link = self.track(agent.name, api.clock.now)
 
     # lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -161,12 +162,15 @@ class TelegramChannel(Channel):
                     me = await self._call("getMe", {})
                     self.bot_id, self.username = int(me["id"]), str(me.get("username") or "")
                     self.ready.set()
+                    self.link.up()
                     await self._api.deliver_pending(TELEGRAM_SERVICE)
                 await self._poll_once()
+                self.link.up()  # a poll answered
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("telegram: %s", exc)
+                self.link.lost(exc)
                 await asyncio.sleep(_ERROR_WAIT_SECONDS)
 
     async def _poll_once(self) -> None:

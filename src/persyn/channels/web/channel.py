@@ -29,11 +29,16 @@ from persyn.gateway.base import SinkCallable, SinkEvent
 from persyn.runtime.channel import Channel
 from persyn.usage.records import UsageRecord
 
-__all__ = ["ENDED", "SERVICE", "Listener", "LiveEvent", "TurnUsage", "WebChannel"]
+__all__ = ["ENDED", "OPERATOR_ONLY", "SERVICE", "Listener", "LiveEvent", "TurnUsage", "WebChannel"]
 
 SERVICE = "web"
 ENDED = "revoked"  # the type of a listener's last event once its key was revoked
 _USAGE_KEPT = 4096  # turns whose usage is remembered until their completion is answered
+
+
+# A live event's field only an operator's key is shown: a tool call's arguments can name what
+# the agent does elsewhere (whom it writes to, what it looks up).
+OPERATOR_ONLY = "arguments"
 
 
 @dataclass(frozen=True)
@@ -45,8 +50,19 @@ class LiveEvent:
     event_id: str
     data: dict[str, Any] = field(default_factory=dict[str, Any])
 
-    def payload(self) -> dict[str, Any]:
-        return {"type": self.type, "event_id": self.event_id, **self.data}
+    def payload(self, *, operator: bool = False) -> dict[str, Any]:
+        """What a client is sent; `OPERATOR_ONLY` only to an operator's key."""
+        data = self.data if operator else {k: v for k, v in self.data.items() if k != OPERATOR_ONLY}
+        return {"type": self.type, "event_id": self.event_id, **data}
+
+
+def _token(item: SinkEvent) -> dict[str, Any]:
+    data: dict[str, Any] = {"phase": item.phase, "kind": item.kind, "text": item.text}
+    if item.kind == "tool_start":
+        data[OPERATOR_ONLY] = item.arguments  # dropped for any key but an operator's
+    elif item.kind == "tool_end":
+        data["status"] = item.status
+    return data
 
 
 class Listener:
@@ -204,7 +220,7 @@ class WebChannel(Channel):
             self._publish(
                 event.agent_id,
                 event.channel,
-                LiveEvent("token", event.id, {"phase": item.phase, "kind": item.kind, "text": item.text}),
+                LiveEvent("token", event.id, _token(item)),
             )
 
         return sink

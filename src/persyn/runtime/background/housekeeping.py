@@ -27,6 +27,7 @@ from persyn.runtime.background.guardrails import Guardrails
 from persyn.senses.library import AttachmentLibrary
 from persyn.store.base import Store
 from persyn.store.capabilities import capability
+from persyn.store.ports.activity import ActivityPort, cull_entry
 from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.store.ports.jobs import ConsolidationStatus
 from persyn.store.ports.model_calls import ModelCallsPort
@@ -95,19 +96,25 @@ class Housekeeping:
         return enqueued + await self.jobs.enqueue_due_retries()
 
     async def cull_memories(self) -> int:
-        """SPEC §4.1: delete records rated below the threshold AND older than the age limit."""
+        """SPEC §4.1: delete records rated below the threshold AND older than the age limit;
+        each agent's cull is an entry in its activity log (the operator's memory events)."""
         config = self.settings.memory
-        older_than = self.clock.now() - timedelta(days=config.cull_after_days)
+        now = self.clock.now()
+        older_than = now - timedelta(days=config.cull_after_days)
         deleted = 0
         memory = self.jobs.memory
         if memory is None:
             return 0
+        log = capability(self.store, ActivityPort)
+        rule = (config.cull_below_importance, config.cull_after_days)
         for agent_id in self.agents:
             doomed = await memory.cull_candidates(
                 agent_id, below_importance=config.cull_below_importance, older_than=older_than
             )
             if doomed:
                 deleted += await memory.delete_records(agent_id, [r.id for r in doomed])
+                if log is not None:
+                    await log.add_activity(cull_entry(agent_id, now, doomed, *rule, "the daily cull"))
         return deleted
 
     async def purge_old_dialog(self) -> int:

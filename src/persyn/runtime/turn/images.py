@@ -155,6 +155,7 @@ class ImageService:
                 conversation_id=setup.conversation_id,
                 thread_id=event_id,
                 requested_at=now,
+                trigger=setup.kind,
             )
             self.library.put_job(job)
             return job.reference
@@ -257,6 +258,7 @@ class ImageService:
                 thread_id=job.thread_id,
                 conversation_id=job.conversation_id,
                 cost_usd=image_price(self.settings.image_prices, self.config.model, job.size),
+                trigger=job.trigger,
             )
             self._meter.emit(record)
         except Exception:  # metering is fail-soft (SPEC §7)

@@ -29,6 +29,8 @@ __all__ = ["ToolSteps", "run_durable_tool_loop"]
 
 log = logging.getLogger(__name__)
 
+_SHOWN_ARGUMENTS = 200  # characters of a tool call's arguments shown live
+
 EventLookup = Callable[[str, str], Awaitable[Event]]
 
 
@@ -138,10 +140,18 @@ class ToolSteps:
         with self.tracing.tool_call(call.name, lambda: json.dumps(call.args, default=str)) as span:
             sink = await self._sink(agent_id, event_id)
             if sink is not None:
-                sink(SinkEvent(phase="draft", kind="tool_start", text=call.name))
+                arguments = _shortened(json.dumps(call.args, default=str, ensure_ascii=False))
+                sink(SinkEvent(phase="draft", kind="tool_start", text=call.name, arguments=arguments))
             outcome = await self.registry(setup, event_id, call_key).call(call)
             span.result(status=outcome.status.value, ok=outcome.ok, content=outcome.content)
+            if sink is not None:
+                sink(SinkEvent(phase="draft", kind="tool_end", text=call.name, status=outcome.status.value))
             return outcome
+
+
+def _shortened(arguments: str) -> str:
+    """A call's arguments as the live view shows them: at most `_SHOWN_ARGUMENTS` characters."""
+    return arguments if len(arguments) <= _SHOWN_ARGUMENTS else arguments[: _SHOWN_ARGUMENTS - 1] + "…"
 
 
 async def run_durable_tool_loop(

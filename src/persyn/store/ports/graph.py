@@ -65,6 +65,14 @@ class GraphPort(ABC):
         `limit` relations."""
 
     @abstractmethod
+    async def conversation_entities(
+        self, agent_id: str, conversation_ids: Sequence[str], view: GraphView | None, limit: int = 50
+    ) -> list[GraphEntity]:
+        """Entities with a visible mention or an end of a visible relation last learned in one
+        of `conversation_ids` (a fact learned again elsewhere moves there), by name; at most
+        `limit`. What the graph links a conversation's memories to."""
+
+    @abstractmethod
     async def graph_path(
         self, agent_id: str, source_id: str, target_id: str, view: GraphView | None, max_hops: int
     ) -> list[GraphRelation] | None:

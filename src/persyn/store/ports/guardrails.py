@@ -41,6 +41,12 @@ class GuardrailEvent(BaseModel):
     blocked_until: datetime | None = None
     lifted_at: datetime | None = None
 
+    @property
+    def scope(self) -> str:
+        """Whom a block of this finding stops: "agent" (everyone: only an agent-wide cause, such
+        as autonomy), "person ID" or "channel KEY" (the one speaker or channel that caused it)."""
+        return "agent" if self.subject_kind == "agent" else f"{self.subject_kind} {self.subject}"
+
     def blocks_at(self, now: datetime) -> bool:
         """Whether this event's block is in force at `now`."""
         return self.blocked_until is not None and self.lifted_at is None and self.blocked_until > now

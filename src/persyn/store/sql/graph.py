@@ -28,6 +28,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    union,
 )
 from sqlalchemy.engine import Connection
 
@@ -161,6 +162,38 @@ class SqlGraph(SqlWork):
             return Subgraph(entities=tuple(entities), relations=tuple(found))
 
         return await self._read("graph_neighbourhood", work)
+
+    async def conversation_entities(
+        self, agent_id: str, conversation_ids: Sequence[str], view: GraphView | None, limit: int = 50
+    ) -> list[GraphEntity]:
+        wanted = list(dict.fromkeys(conversation_ids))[:_MAX_KEYS]
+        if not wanted or limit < 1:
+            return []
+
+        def work(connection: Connection) -> list[GraphEntity]:
+            ends = [
+                select(_m.entity_id.label("entity_id")).where(
+                    _m.agent_id == agent_id, _m.conversation_id.in_(wanted), _visible(graph_mentions, view)
+                ),
+                *(
+                    select(end.label("entity_id")).where(
+                        _r.agent_id == agent_id,
+                        _r.conversation_id.in_(wanted),
+                        _visible(graph_relations, view),
+                    )
+                    for end in (_r.source_id, _r.target_id)
+                ),
+            ]
+            linked = union(*ends).subquery()
+            statement = (
+                select(_e.id, _e.name)
+                .where(_e.agent_id == agent_id, _e.id.in_(select(linked.c.entity_id)))
+                .order_by(_e.key)
+                .limit(limit)
+            )
+            return _with_attributes(connection, agent_id, connection.execute(statement).all(), view)
+
+        return await self._read("conversation_entities", work)
 
     async def graph_path(
         self, agent_id: str, source_id: str, target_id: str, view: GraphView | None, max_hops: int

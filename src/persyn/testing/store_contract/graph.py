@@ -186,6 +186,44 @@ class GraphContract(Contract):
             "budget": "secret"
         }
 
+    async def test_conversation_entities_are_what_a_conversation_taught_and_visible(
+        self, store: FullStore
+    ) -> None:
+        agent_id = new_id()
+        ann = new_id()
+        talk, other, secret = new_id(), new_id(), new_id()
+        await store.upsert_graph(
+            agent_id,
+            _source(ROOM, conversation_id=talk),
+            [EntityFact(name="Lisbon", kind="place")],
+            [RelationFact(source="Ann", relation="moved to", target="Lisbon")],
+        )
+        await store.upsert_graph(
+            agent_id, _source(ROOM, conversation_id=other), [EntityFact(name="Porto")], []
+        )
+        await store.upsert_graph(
+            agent_id,
+            _source(DM, (ann,), Sensitivity.CONFIDENTIAL, conversation_id=secret),
+            [EntityFact(name="Project Nightingale")],
+            [RelationFact(source="Ann", relation="leads", target="Project Nightingale")],
+        )
+        found = await store.conversation_entities(agent_id, [talk], None)
+        assert [(e.name, e.kind) for e in found] == [("Ann", "thing"), ("Lisbon", "place")]
+        both = await store.conversation_entities(agent_id, [talk, other], _view(ROOM))
+        assert [e.name for e in both] == ["Ann", "Lisbon", "Porto"]
+        assert [e.name for e in await store.conversation_entities(agent_id, [talk, other], None, 2)] == [
+            "Ann",
+            "Lisbon",
+        ]
+        # A confidence stays in its DM: seen from the room, the DM's conversation taught nothing.
+        assert await store.conversation_entities(agent_id, [secret], _view(ROOM, (ann,))) == []
+        assert [e.name for e in await store.conversation_entities(agent_id, [secret], _view(DM, (ann,)))] == [
+            "Ann",
+            "Project Nightingale",
+        ]
+        assert await store.conversation_entities(agent_id, [new_id()], None) == []
+        assert await store.conversation_entities(agent_id, [], None) == []
+
     async def test_visibility_matches_the_memory_policy_exhaustively(self, store: FullStore) -> None:
         """Every provenance x every situation: a relation (and its entities) surfaces exactly
         when a memory with the same provenance may (memory.access.may_surface)."""

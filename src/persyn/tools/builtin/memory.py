@@ -32,7 +32,7 @@ A regular expression is matched case-insensitively in a child process with a dea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Self, TypeVar
@@ -78,6 +78,9 @@ class MemoryToolsContext:
     present: tuple[str, ...]  # who can read the current channel now (the agent's id is ignored)
     channel_groups: Sequence[Sequence[str]] = ()
     dialog_sensitivity: Sensitivity = Sensitivity.RESTRICTED
+    # Told each time recall_dialog reads the dialog behind a memory (and how many lines): the
+    # provider logs it in the activity log, where the operator sees the agent remember harder.
+    remembered: Callable[[MemoryRecord, int], Awaitable[None]] | None = None
 
 
 # what the model sees -------------------------------------------------------------------------
@@ -382,6 +385,8 @@ def memory_tools(context: MemoryToolsContext) -> list[Tool[Any, Any]]:
                 "deleted after the retention window); its summary is all there is"
             )
         window = dialog[arguments.offset : arguments.offset + arguments.limit]
+        if context.remembered is not None:
+            await context.remembered(record, len(window))
         return RecalledDialog(
             memory_id=record.id,
             summary=record.summary,

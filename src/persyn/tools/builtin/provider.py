@@ -6,17 +6,18 @@ search, messaging a contact, arithmetic, recent activity, self-inspection, the k
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from persyn.core.config import Task
-from persyn.core.records import Sensitivity
+from persyn.core.records import MemoryRecord, Sensitivity
 from persyn.gateway.base import ToolSpec
 from persyn.gateway.provider_tools import provider_tool_specs
 from persyn.memory.access import eligible_channels
 from persyn.senses.library import AttachmentLibrary
 from persyn.store.base import Provenance
 from persyn.store.capabilities import ContactsStore, MemoryStore, ScheduleStore, capability
+from persyn.store.ports.activity import ActivityPort, remember_harder_entry
 from persyn.store.ports.artifacts import ArtifactsPort
 from persyn.store.ports.graph import GraphPort
 from persyn.store.ports.graph_rows import GraphView
@@ -93,8 +94,23 @@ def _memory(scope: ToolScope) -> list[Tool[Any, Any]]:
             # Raw dialog has no sensitivity of its own: as a confidence of its
             # conversation — this exact channel, only among people who were there.
             dialog_sensitivity=Sensitivity.CONFIDENTIAL,
+            remembered=_remembered(scope),
         )
     )
+
+
+def _remembered(scope: ToolScope) -> Callable[[MemoryRecord, int], Awaitable[None]] | None:
+    """Logs the agent remembering harder (`recall_dialog`) in its activity log, if it keeps one."""
+    log = capability(scope.store, ActivityPort)
+    if log is None:
+        return None
+
+    async def remembered(record: MemoryRecord, lines: int) -> None:
+        await log.add_activity(
+            remember_harder_entry(scope.agent.id, scope.started_at, scope.event_id, record, lines)
+        )
+
+    return remembered
 
 
 def _outreach(scope: ToolScope) -> list[Tool[Any, Any]]:

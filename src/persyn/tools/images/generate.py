@@ -95,6 +95,7 @@ class ImageJob(BaseModel):
     conversation_id: str | None = None
     thread_id: str  # the activation (workflow) that asked: attribution and the autonomy budget
     requested_at: datetime
+    trigger: str | None = None  # what set that activation going (`UsageRecord.trigger`); None: an older job
 
 
 class StoredImage(BaseModel):

@@ -12,13 +12,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from persyn.web.console.actions import ActionRequest, action
-from persyn.web.console.life import life
-from persyn.web.console.memory import RecallRequest, memories, memory, recall
+from persyn.web.console.life import channels, life
+from persyn.web.console.memory import RecallRequest, memories, memory, memory_events, recall
 from persyn.web.console.people import person
 from persyn.web.console.traces import trace, traces
 from persyn.web.console.turns import turn
 from persyn.web.console.usage import usage
-from persyn.web.context import WebContext, handler
+from persyn.web.context import WebContext, handler, on_console_store
 
 __all__ = ["ROUTES", "ActionRequest", "ConsoleRoute", "RecallRequest", "routes"]
 
@@ -50,10 +50,18 @@ ROUTES: tuple[ConsoleRoute, ...] = (
         (*_RANGE, "q", "channel", "person", "sensitivity", "min_importance", "limit", "cursor"),
     ),
     ConsoleRoute(
+        "/v1/console/memory-events",
+        "GET",
+        memory_events,
+        "What happened to the memories, newest first: culls (how many, which) and the agent "
+        "remembering harder (the dialog behind a memory it read)",
+        ("agent", "kind", "limit"),
+    ),
+    ConsoleRoute(
         "/v1/console/memories/{record_id}",
         "GET",
         memory,
-        "One memory: provenance, rating, emotion and the dialog it came from",
+        "One memory: provenance, rating, emotion, the dialog it came from and its graph neighbours",
         ("agent",),
     ),
     ConsoleRoute(
@@ -92,6 +100,12 @@ ROUTES: tuple[ConsoleRoute, ...] = (
         ("agent", "limit"),
     ),
     ConsoleRoute(
+        "/v1/console/channels",
+        "GET",
+        channels,
+        "Each channel's connection state, live: connected, connecting, reconnecting or failing",
+    ),
+    ConsoleRoute(
         "/v1/console/people/{person}",
         "GET",
         person,
@@ -109,20 +123,5 @@ ROUTES: tuple[ConsoleRoute, ...] = (
 )
 
 
-def _on_shared_store(
-    work: Callable[[WebContext, Request], Awaitable[Response]],
-) -> Callable[[WebContext, Request], Awaitable[Response]]:
-    """`work` reading through the process's one console store (`WebContext.console_store`),
-    not a store opened per request; opened only when `work` first reads (after the key check)."""
-
-    async def on_shared_store(context: WebContext, request: Request) -> Response:
-        if context.console_store is None:
-            return await work(context, request)
-        with context.console_store.bound():
-            return await work(context, request)
-
-    return on_shared_store
-
-
 def routes(context: WebContext) -> list[Route]:
-    return [Route(r.path, handler(context, _on_shared_store(r.work)), methods=[r.method]) for r in ROUTES]
+    return [Route(r.path, handler(context, on_console_store(r.work)), methods=[r.method]) for r in ROUTES]

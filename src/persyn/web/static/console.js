@@ -133,6 +133,7 @@ async function showMemory(id) {
       const rows = Object.entries(data.emotions).sort((a, b) => b[1] - a[1]).slice(0, 5).map(([k, v]) => [k, v.toFixed(2)]);
       box.appendChild(tableOf(["emotion", "weight"], rows, "Emotional state then"));
     }
+    if (data.graph) box.appendChild(graphNeighbours(data.graph));
     box.appendChild(el("h4", "", "The dialog it came from"));
     if (!data.dialog.length) box.appendChild(el("div", "tag", "No dialog is stored with it."));
     for (const line of data.dialog) {
@@ -142,6 +143,51 @@ async function showMemory(id) {
       box.appendChild(node);
     }
   } catch (error) { fail(box, error); }
+}
+
+// Culls and the agent remembering harder, newest first (the activity log's memory events).
+async function loadMemoryEvents() {
+  const list = $("memory-events");
+  try {
+    const data = await api("/v1/console/memory-events?limit=20&" + agentQuery());
+    if (!data.events.length) { list.replaceChildren(el("li", "tag", "No cull and no remembering harder yet.")); return; }
+    list.replaceChildren(...data.events.map((e) => {
+      const item = el("li", "event " + e.kind);
+      item.appendChild(el("time", "tag", new Date(e.at).toLocaleString()));
+      item.appendChild(el("strong", "", " " + e.objective + ": "));
+      item.appendChild(el("span", "", e.outcome));
+      return item;
+    }));
+  } catch (error) { list.replaceChildren(el("li", "notice error", error.message)); }
+}
+
+// What the knowledge graph links a memory to, read in the memory's own situation.
+function graphNeighbours(graph) {
+  const section = el("section", "graph-neighbours");
+  section.id = "memory-graph";
+  section.setAttribute("aria-label", "Graph neighbours");
+  section.appendChild(el("h4", "", "Graph neighbours"));
+  if (!graph.entities.length) { section.appendChild(el("div", "tag", "The graph links nothing to it.")); return section; }
+  section.appendChild(el("p", "", "Entities: " + graph.entities.map((e) => e.name + " (" + e.kind + ")").join(", ")));
+  if (graph.relations.length) {
+    const list = el("ul", "relations");
+    for (const r of graph.relations) list.appendChild(el("li", "", r.line));
+    section.appendChild(list);
+  }
+  if (graph.memories.length) {
+    section.appendChild(el("h5", "", "Other memories naming them"));
+    const list = el("ul", "related-memories");
+    for (const m of graph.memories) {
+      const item = el("li");
+      const link = el("button", "link", m.summary.slice(0, 140));
+      link.type = "button";
+      link.addEventListener("click", () => showMemory(m.id));
+      item.appendChild(link);
+      list.appendChild(item);
+    }
+    section.appendChild(list);
+  }
+  return section;
 }
 
 async function runRecall(event) {
@@ -396,6 +442,9 @@ function emotionChart(readings) {
 
 const lifeState = { timer: null };
 
+// Whom a guardrail finding's block stops: everyone only for an agent-wide cause.
+function scopeText(g) { return g.scope === "agent" ? "the whole agent (everyone)" : g.scope; }
+
 function cancelButton(reminder) {
   const button = actionButton("Cancel", () => confirmAction(
     "Cancel the reminder “" + reminder.objective.slice(0, 120) + "”?", "cancel_reminder", reminder.id, loadLife));
@@ -413,7 +462,7 @@ async function loadLife() {
   }
   const box = $("life");
   try {
-    const data = await api("/v1/console/life?" + agentQuery());
+    const [data, links] = await Promise.all([api("/v1/console/life?" + agentQuery()), api("/v1/console/channels")]);
     const beat = data.heartbeat;
     const feelings = data.emotions || [];
     box.replaceChildren(
@@ -434,9 +483,14 @@ async function loadLife() {
       el("h2", "", "Emotional state"),
       ...(feelings.length ? [emotionChart(feelings), tableOf(["when", "strongest"], feelings.slice(-10).reverse().map((r) => [new Date(r.at).toLocaleString(), r.top]))]
         : [el("div", "tag", "No emotional state recorded yet.")]),
+      el("h2", "", "Channels"),
+      withId(tableOf(["channel", "connection", "state", "since", "failures", "last failure"], links.channels.map((c) => [c.service, c.name || "-", el("span", "link-state " + c.state, c.state), c.since ? new Date(c.since).toLocaleString() : "-", c.failures, c.detail || "-"]), "Channel connections"), "life-channels"),
       el("h2", "", "Guardrail findings"),
-      data.guardrail_findings.length ? tableOf(["when", "guardrail", "subject", "reason", "actions", "blocked until"], data.guardrail_findings.map((g) => [new Date(g.detected_at).toLocaleString(), g.guardrail, g.subject_kind + " " + (g.subject || "(the agent)"), g.reason, g.actions.join(", "), g.lifted_at ? "lifted" : g.blocked_until]))
+      data.guardrail_findings.length ? withId(tableOf(["when", "guardrail", "scope", "reason", "actions", "blocked until"], data.guardrail_findings.map((g) => [new Date(g.detected_at).toLocaleString(), g.guardrail, scopeText(g), g.reason, g.actions.join(", "), g.lifted_at ? "lifted" : g.blocked_until]), "Guardrail findings"), "life-findings")
         : el("div", "tag", "None."),
+      el("h2", "", "Blocks in force"),
+      data.guardrail_blocks.length ? withId(tableOf(["guardrail", "blocks", "until", "reason"], data.guardrail_blocks.map((g) => [g.guardrail, scopeText(g), new Date(g.blocked_until).toLocaleString(), g.reason]), "Blocks in force"), "life-blocks")
+        : el("div", "tag", "No block: the agent speaks to everyone."),
     );
   } catch (error) { fail(box, error); }
 }
@@ -465,7 +519,7 @@ async function showPerson(box, personId) {
 
 window.consoleViews = {
   person: showPerson,
-  memory: () => loadMemories(false),
+  memory: () => { loadMemories(false); loadMemoryEvents(); },
   usage: () => loadUsage(),
   traces: () => loadTraces(),
   life: () => loadLife(),
