@@ -41,11 +41,16 @@ REFINED = "I think the garden plan could work, though I am not certain."
 # checkpoint writes (one per model call) and four (inline) or six (deferred) its lookups (one per
 # key sequence of a step execution: the draft, each critic, the decision made ahead, the refinement
 # and the emotion reading in steps of their own); the emotion readings are read once per turn.
+# 31 and 35 before the open goals were read once for the prompt and the decision (`GOAL_READS`).
 # Deferred was 41 before its background work stopped reading the event again (the autonomy
 # budget's look-ups of the background threads, twice for the concurrent critics, and refine's)
 # and the dialog again (the critics'), and the emotion reading its conversation (the activation
 # hands it the surface and channel); inline was 33.
-STORE_TRIPS = {"inline": 31, "deferred": 35}
+STORE_TRIPS = {"inline": 30, "deferred": 34}
+# Reads per turn of the open goals and of the agent's facts about itself: once each, the goals
+# shared by the prompt's goals section and the decision's preferences (`TurnCache.open_goals`).
+GOAL_READS = 1
+FACT_READS = 1
 # Event reads per turn: none. The activation's event is handed over by `submit` in this process,
 # the autonomy budget knows an activation's background threads as no run once it knows the
 # activation (`Autonomy._run_of`), and the deferred deliberation finds the event and the dialog
@@ -148,6 +153,7 @@ async def test_a_turn_stays_within_its_counted_work(tmp_path: Path, mind: None, 
     # Read once per activation (`TurnCache`), however many of the turn's steps use them, its
     # deferred deliberation included.
     assert store.trips["recent_emotions"] <= TURNS and store.trips["turn_messages"] <= TURNS
+    assert store.trips["list_goals"] == GOAL_READS * TURNS and store.trips["fact_rows"] == FACT_READS * TURNS
     assert store.trips["get_event"] == EVENT_READS and store.trips["get_conversation"] == 0
     assert len(steps) <= DBOS_STEPS[mode], f"DBOS steps of a {mode} turn: {steps}"
     assert layers == MODEL_LAYERS
