@@ -241,8 +241,10 @@ class Workflows(DBOSConfiguredInstance):
         dispatcher.activation_started(DBOS.workflow_id or "")
         task.add_done_callback(lambda _task: dispatcher.activation_ended())
 
-    async def _deliberate_later(self, setup: TurnSetup, draft: Draft) -> None:
-        deferred = Deferred(setup=setup, draft=draft, trace_parent=self.tracing.carrier()).model_dump_json()
+    async def _deliberate_later(self, setup: TurnSetup, draft: Draft, feel: bool) -> None:
+        deferred = Deferred(
+            setup=setup, draft=draft, trace_parent=self.tracing.carrier(), feel=feel
+        ).model_dump_json()
         await self._dispatcher().enqueue_once(
             BACKGROUND_QUEUE,
             self.deliberation,
@@ -278,7 +280,7 @@ class Workflows(DBOSConfiguredInstance):
                 event_id=event_id,
             ),
         ):
-            await self.policy.deliberate(_DurableTurn(self), setup, draft)
+            await self.policy.deliberate(_DurableTurn(self), setup, draft, feel=given.feel)
 
     async def _tool_loop(self, setup: TurnSetup, draft: Draft) -> Draft:
         """Every model round-trip and every tool call of the loop is its own durable step."""
@@ -415,6 +417,21 @@ class Workflows(DBOSConfiguredInstance):
             ),
         ):
             await self.feel_step(agent_id, event_id, conversation_id)
+
+    async def _feel_here(self, setup: TurnSetup) -> None:
+        """The emotion reading as the deferred deliberation's last step, attributed as
+        `persyn.feel` attributes it (trigger `emotion`), under a span of its own."""
+        with (
+            rebind(trigger="emotion"),
+            self.tracing.background(
+                "emotion",
+                parent=self.tracing.carrier(),
+                agent_id=setup.agent_id,
+                conversation_id=setup.conversation_id,
+                event_id=setup.event_id,
+            ),
+        ):
+            await self.feel_step(setup.agent_id, setup.event_id, setup.conversation_id)
 
     # the activation's steps -------------------------------------------------------------------
     @durable_step("persyn.turn")
@@ -633,14 +650,17 @@ class _DurableTurn:
     async def finish_run(self, setup: TurnSetup, result: TransmitResult) -> None:
         await self._workflows._close_run(setup, result)
 
-    async def deliberate_later(self, setup: TurnSetup, draft: Draft) -> None:
-        await self._workflows._deliberate_later(setup, draft)
+    async def deliberate_later(self, setup: TurnSetup, draft: Draft, *, feel: bool = False) -> None:
+        await self._workflows._deliberate_later(setup, draft, feel)
 
     async def extract_later(self, setup: TurnSetup) -> None:
         await self._workflows._extract_later(setup)
 
     async def feel_later(self, setup: TurnSetup) -> None:
         await self._workflows._feel_later(setup)
+
+    async def feel(self, setup: TurnSetup) -> None:
+        await self._workflows._feel_here(setup)
 
 
 @DBOS.workflow(name="persyn.scheduler_tick")
