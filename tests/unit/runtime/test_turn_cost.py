@@ -28,7 +28,7 @@ from persyn.core.config.models import Task
 from persyn.core.ids import new_id
 from persyn.store.sqlite.store import SQLiteStore
 from persyn.testing import START, RecordingChannel, run_runtime
-from persyn.testing.models import DoubleReply, output_schema, registered_double
+from persyn.testing.models import DoubleReply, feelings, registered_double
 
 T = TypeVar("T")
 
@@ -107,8 +107,7 @@ def _mind(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> An
     if task == "refine":
         return DoubleReply(text=REFINED)
     if task == "classify":
-        schema = output_schema(info) or {}
-        return dict.fromkeys(schema.get("properties", {}), 0.5)
+        return feelings(info)
     return DoubleReply(text=DRAFT)
 
 
