@@ -280,7 +280,8 @@ class Workflows(DBOSConfiguredInstance):
                 event_id=event_id,
             ),
         ):
-            await self.policy.deliberate(_DurableTurn(self), setup, draft, feel=given.feel)
+            turn = _DurableTurn(self, trace_parent=given.trace_parent)
+            await self.policy.deliberate(turn, setup, draft, feel=given.feel)
 
     async def _tool_loop(self, setup: TurnSetup, draft: Draft) -> Draft:
         """Every model round-trip and every tool call of the loop is its own durable step."""
@@ -418,14 +419,15 @@ class Workflows(DBOSConfiguredInstance):
         ):
             await self.feel_step(agent_id, event_id, conversation_id)
 
-    async def _feel_here(self, setup: TurnSetup) -> None:
+    async def _feel_here(self, setup: TurnSetup, trace_parent: str | None) -> None:
         """The emotion reading as the deferred deliberation's last step, attributed as
-        `persyn.feel` attributes it (trigger `emotion`), under a span of its own."""
+        `persyn.feel` attributes it (trigger `emotion`), under a span of its own beside the
+        deliberation's, in the turn's trace (`trace_parent`)."""
         with (
             rebind(trigger="emotion"),
             self.tracing.background(
                 "emotion",
-                parent=self.tracing.carrier(),
+                parent=trace_parent,
                 agent_id=setup.agent_id,
                 conversation_id=setup.conversation_id,
                 event_id=setup.event_id,
@@ -613,8 +615,9 @@ class _DurableTurn:
     """The turn's operations as `TurnPolicy` asks for them (`DurableTurn`), each one of the
     instance's durable steps, or a background workflow it enqueues once."""
 
-    def __init__(self, workflows: Workflows) -> None:
+    def __init__(self, workflows: Workflows, *, trace_parent: str | None = None) -> None:
         self._workflows = workflows
+        self._trace_parent = trace_parent  # the turn's span, for background work run here
 
     async def engage(self, setup: TurnSetup) -> Decision:
         return await self._workflows.engage_step(setup.agent_id, setup.event_id, setup)
@@ -660,7 +663,7 @@ class _DurableTurn:
         await self._workflows._feel_later(setup)
 
     async def feel(self, setup: TurnSetup) -> None:
-        await self._workflows._feel_here(setup)
+        await self._workflows._feel_here(setup, self._trace_parent)
 
 
 @DBOS.workflow(name="persyn.scheduler_tick")
