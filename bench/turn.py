@@ -45,7 +45,7 @@ from persyn.runtime.app import Runtime
 from persyn.runtime.compose import build_runtime
 from persyn.store.capabilities import FullStore, require_capability
 from persyn.testing import register_double
-from persyn.testing.models import DoubleReply, last_user_text, output_schema
+from persyn.testing.models import DoubleReply, feelings, last_user_text
 
 sys.path.insert(0, str(Path(__file__).parent))
 from memory_scale import CHANNELS
@@ -81,12 +81,7 @@ class _Model:
         elif task == "decide":
             result = Decision(action="speak", reason="it answers the question")
         elif task == "classify":  # the emotion reading: a distribution over its categories
-            schema = output_schema(info) or {}
-            categories = sorted(schema.get("properties", {}))
-            result = {
-                category: (0.6 if i == 0 else 0.4 / max(1, len(categories) - 1))
-                for i, category in enumerate(categories)
-            }
+            result = feelings(info)
         elif task == "refine":
             result = DoubleReply(text="I think the garden plan could work, though I am not certain.")
         elif "briefly" in last_user_text(messages):
@@ -279,7 +274,7 @@ def main() -> None:
     register_double("bench-turn", _MODEL)
     rows: list[tuple[str, float, float, float, float, float, float]] = []
     cpu_rows: list[tuple[str, float, dict[str, float]]] = []
-    kind_rows: list[tuple[str, float, float, float]] = []
+    kind_rows: list[tuple[str, float, float, float, float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for delay in dict.fromkeys((args.model_ms / 1000, 0.0)):  # --model-ms 0: once
             _MODEL.delay = delay
@@ -305,7 +300,7 @@ def main() -> None:
         for kind, _text in _KINDS:
             _MODEL.time_by_event.clear()
             _turn_events.clear()
-            totals, _overheads, calls, _cpu, started = asyncio.run(
+            totals, overheads, calls, _cpu, started = asyncio.run(
                 _run(
                     _home(Path(tmp) / f"kind-{len(kind_rows)}", "deferred"),
                     args.kind_turns,
@@ -313,7 +308,13 @@ def main() -> None:
                     kind,
                 )
             )
-            kind_rows.append((kind, calls, started, statistics.median(totals)))
+            # Model time on the critical path, in model calls (the issue's target: <= 1.15).
+            waited = [
+                (total - overhead) / args.model_ms for total, overhead in zip(totals, overheads, strict=True)
+            ]
+            kind_rows.append(
+                (kind, calls, started, statistics.median(totals), statistics.median(waited), max(waited))
+            )
     print(f"memories: {args.memories}, turns: {args.turns} per row, every reply substantive")
     print(
         f"{'mode':>9} {'model ms':>9} {'calls':>6} {'transmit p50':>13} {'p99':>8} "
@@ -347,12 +348,20 @@ def main() -> None:
         "per turn (`getrusage`): user and kernel (sys) CPU, context switches, minor page faults.\n"
     )
     print(f"deferred, {args.model_ms:.0f} ms model: model calls per turn by kind of turn")
-    print(f"{'turn':>38} {'calls':>6} {'begun':>6} {'transmit p50':>13}")
-    for kind, calls, started, p50 in kind_rows:
-        print(f"{kind:>38} {calls:>6.1f} {started:>6.1f} {p50:>13.1f}")
+    print(
+        f"{'turn':>38} {'calls':>6} {'begun':>6} {'transmit p50':>13} {'x call':>7} {'waited p50':>11} {'max':>6}"
+    )
+    for kind, calls, started, p50, waited, most in kind_rows:
+        print(
+            f"{kind:>38} {calls:>6.1f} {started:>6.1f} {p50:>13.1f} {p50 / args.model_ms:>7.2f} "
+            f"{waited:>11.2f} {most:>6.2f}"
+        )
     print(
         "calls: model calls that returned before the marker; begun: calls started for the turn\n"
-        "(a decision cancelled when the draft came back short and plain counts here only)."
+        "(a decision cancelled when the draft came back short and plain counts here only).\n"
+        "x call: transmit p50 over one model call (the issue's <= 1.15: platform overhead included).\n"
+        "waited: model time on the turn's critical path (the union of its calls' intervals) in\n"
+        "model calls: 1.00 = one call; two calls in a row = 2.00."
     )
 
 

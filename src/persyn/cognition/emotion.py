@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -25,7 +26,7 @@ from functools import cache
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from persyn.cognition.goals import visible_goals
+from persyn.cognition.goals import OpenGoals, visible_goals
 from persyn.cognition.pipeline import TurnSetup
 from persyn.cognition.prompt import ContextSection
 from persyn.core.config import AgentConfig, EmotionConfig, Task
@@ -34,10 +35,10 @@ from persyn.core.records import channel_key
 from persyn.gateway.base import Prompt, UserTurn
 from persyn.gateway.gateway import ModelGateway
 from persyn.memory.access import may_surface
-from persyn.store.base import Message, Role, Store
+from persyn.store.base import Goal, Message, Role, Store
 from persyn.store.capabilities import ScheduleStore, capability
 from persyn.store.ports.emotions import EmotionReading, EmotionsPort
-from persyn.store.ports.memory import MemoryPort
+from persyn.store.ports.memory import MemoryPort, QuickFact
 
 __all__ = [
     "EMOTION_STAGE",
@@ -178,43 +179,54 @@ async def decision_preferences(
     now: datetime,
     *,
     readings: TurnReadings | None = None,
+    goals: OpenGoals | None = None,
 ) -> str:
     """What the decision weighs besides the configured rules: what the agent knows of itself,
     its open goals (each only where it may surface) and its current emotional state (from
-    `readings` when given: the turn's own read)."""
+    `readings` and `goals` when given: the turn's own reads). The three are read together."""
     here = channel_key(setup.service, setup.channel)
     present = tuple(p for p in (setup.participant_ids or ((setup.person_id,) if setup.person_id else ())))
     # What the store does not keep (`store/capabilities.py`) is not weighed.
     memory, schedule = capability(store, MemoryPort), capability(store, ScheduleStore)
-    stored_facts = [] if memory is None else await memory.fact_rows(setup.agent_id, setup.agent_id)
+
+    async def own_facts() -> list[QuickFact]:
+        return [] if memory is None else await memory.fact_rows(setup.agent_id, setup.agent_id)
+
+    async def open_goals() -> list[Goal]:
+        if schedule is None:
+            return []
+        return await visible_goals(schedule, setup, groups, _GOALS, present=present, listed=goals)
+
+    async def current() -> list[EmotionReading]:
+        if not config.enabled:
+            return []
+        if readings is not None:
+            return await readings(setup, 1)
+        history = capability(store, EmotionsPort)
+        return [] if history is None else await history.recent_emotions(setup.agent_id, 1)
+
+    stored_facts, shown_goals, latest = await asyncio.gather(own_facts(), open_goals(), current())
     facts = [
         f for f in stored_facts if may_surface(f.provenance, here, present, groups, agent_id=setup.agent_id)
     ]
     newest: dict[str, str] = {}
     for fact in facts:  # newest first within a key
         newest.setdefault(fact.key, fact.value)
-    goals = [] if schedule is None else await visible_goals(schedule, setup, groups, _GOALS, present=present)
     parts: list[str] = []
     if newest:
         shown = list(newest.items())[:_SELF_FACTS]
         parts.append("What I know about myself:\n" + "\n".join(f"- {k}: {v}" for k, v in shown))
-    if goals:
-        parts.append("My open goals:\n" + "\n".join(f"- {g.description}" for g in goals))
-    if config.enabled:
-        if readings is not None:
-            latest = await readings(setup, 1)
-        else:
-            history = capability(store, EmotionsPort)
-            latest = [] if history is None else await history.recent_emotions(setup.agent_id, 1)
-        if latest:
-            state = latest[0]
+    if shown_goals:
+        parts.append("My open goals:\n" + "\n".join(f"- {g.description}" for g in shown_goals))
+    if latest:
+        state = latest[0]
+        parts.append(
+            f"How I feel right now: {state.top} ({shown_distribution(state.distribution)}), "
+            f"since {state.created_at:%H:%M}."
+        )
+        if state.top in config.decline_when:
             parts.append(
-                f"How I feel right now: {state.top} ({shown_distribution(state.distribution)}), "
-                f"since {state.created_at:%H:%M}."
+                f"Feeling {state.top}, I may decline a request that is optional for me (a favour, "
+                "a game, an extra task), saying honestly why; I still answer what I owe someone."
             )
-            if state.top in config.decline_when:
-                parts.append(
-                    f"Feeling {state.top}, I may decline a request that is optional for me (a favour, "
-                    "a game, an extra task), saying honestly why; I still answer what I owe someone."
-                )
     return "\n\n".join(parts)

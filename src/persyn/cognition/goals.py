@@ -18,10 +18,19 @@ from persyn.memory.access import Provenanced, may_surface
 from persyn.store.base import Goal, GoalStatus
 from persyn.store.capabilities import ScheduleStore
 
-__all__ = ["GoalsSource", "reflective_view", "visible_goals"]
+__all__ = ["GoalsSource", "OpenGoals", "open_goals", "reflective_view", "visible_goals"]
 
 _LEGEND = "Goals I set myself and have not finished (the ids are for my goal tools, never said aloud):"
 _SCAN = 200  # open goals read to find `limit` that may surface here
+
+# The agent's open goals (the oldest `_SCAN`) as a turn sees them: the runtime reads them once per
+# activation (`runtime.turn.activation.TurnCache.open_goals`) for its prompt and its decision.
+OpenGoals = Callable[[TurnSetup], Awaitable[list[Goal]]]
+
+
+async def open_goals(store: ScheduleStore, agent_id: str) -> list[Goal]:
+    """The agent's oldest `_SCAN` open goals, before any access rule: what `visible_goals` sifts."""
+    return await store.list_goals(agent_id, statuses=[GoalStatus.OPEN], limit=_SCAN)
 
 
 def reflective_view(item: Provenanced, home: str, groups: Sequence[Sequence[str]], agent_id: str) -> bool:
@@ -38,12 +47,14 @@ async def visible_goals(
     limit: int,
     *,
     present: Sequence[str] | None = None,
+    listed: OpenGoals | None = None,
 ) -> list[Goal]:
     """The oldest `limit` open goals that may surface in `setup`'s situation: on a heartbeat
     every goal it could think of alone; otherwise the ones that may surface on this channel
-    in front of `present` (default: the setup's participants)."""
+    in front of `present` (default: the setup's participants). `listed` gives the open goals
+    (the turn's own read) instead of the store."""
     here = channel_key(setup.service, setup.channel)
-    goals = await store.list_goals(setup.agent_id, statuses=[GoalStatus.OPEN], limit=_SCAN)
+    goals = await listed(setup) if listed is not None else await open_goals(store, setup.agent_id)
     if setup.kind == "heartbeat":
         kept = [g for g in goals if reflective_view(g.provenance, here, groups, setup.agent_id)]
     else:
@@ -66,7 +77,8 @@ async def _nothing_read(setup: TurnSetup, items: Sequence[Provenanced]) -> None:
 
 class GoalsSource:
     """`on_read` is told which goals went into the prompt (a self-initiated run then writes
-    at most where they may surface)."""
+    at most where they may surface); `listed` gives the turn's open goals (its own read, shared
+    with its decision) instead of the store."""
 
     def __init__(
         self,
@@ -74,14 +86,16 @@ class GoalsSource:
         channel_groups: Sequence[Sequence[str]] = (),
         limit: int = 10,
         on_read: Callable[[TurnSetup, Sequence[Provenanced]], Awaitable[None]] = _nothing_read,
+        listed: OpenGoals | None = None,
     ) -> None:
         self.store = store
         self.channel_groups = channel_groups
         self.limit = limit
         self.on_read = on_read
+        self.listed = listed
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
-        goals = await visible_goals(self.store, setup, self.channel_groups, self.limit)
+        goals = await visible_goals(self.store, setup, self.channel_groups, self.limit, listed=self.listed)
         if not goals:
             return []
         await self.on_read(setup, [g.provenance for g in goals])

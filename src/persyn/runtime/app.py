@@ -229,7 +229,12 @@ class Runtime:
         schedule = capability(self.store, ScheduleStore)
         if schedule is not None:  # a store without goals: no goals section
             self.context_sources.append(
-                GoalsSource(schedule, self.settings.memory.channel_groups, on_read=self.autonomy.noticed)
+                GoalsSource(
+                    schedule,
+                    self.settings.memory.channel_groups,
+                    on_read=self.autonomy.noticed,
+                    listed=self.cache.open_goals,
+                )
             )
         if self._prometheus is not None:
             self._prometheus.start(

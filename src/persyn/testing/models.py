@@ -81,6 +81,7 @@ __all__ = [
     "build_test_model",
     "echo_text",
     "estimate_tokens",
+    "feelings",
     "last_user_images",
     "last_user_text",
     "minimal_instance",
@@ -410,6 +411,18 @@ def echo_text(messages: Sequence[ModelMessage]) -> str:
         return " ".join(f"Tool {part.tool_name} returned: {part.model_response_str()}" for part in returns)
     said = last_user_text(messages)
     return f"You said: {said}" if said else "You said nothing."
+
+
+def feelings(info: AgentInfo, strongest: float = 0.6) -> dict[str, float]:
+    """A valid answer to the emotion classifier (`cognition.emotion`, task `classify`): a
+    distribution over the categories its output schema names, the first at `strongest`, the
+    rest sharing what is left. A double that answers the reading with anything else (text, or
+    every state 0) leaves the bench or test measuring a turn whose reading failed."""
+    categories = sorted((output_schema(info) or {}).get("properties", {}))
+    if not categories:
+        raise ValueError("not the emotion classifier's call: no categories in its output schema")
+    rest = (1.0 - strongest) / max(1, len(categories) - 1)
+    return {category: strongest if i == 0 else rest for i, category in enumerate(categories)}
 
 
 def output_schema(info: AgentInfo) -> dict[str, Any] | None:

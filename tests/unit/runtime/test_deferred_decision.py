@@ -10,15 +10,17 @@ overlaps the two calls fails on what the draft says, after the double gives up w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
+from sqlalchemy.engine import Connection
 
 from persyn.cognition.deliberation import Critique, Decision
 from persyn.core.config import AgentConfig
@@ -28,6 +30,8 @@ from persyn.store.ports.runs import SpendKind
 from persyn.store.sqlite.store import SQLiteStore
 from persyn.testing import START, Pilot, RecordingChannel, run_runtime
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
+
+T = TypeVar("T")
 
 SUBSTANTIVE = "Honestly, I think the garden plan will work out well if we start the beds early."
 ON_INPUT = "before you write your reply"  # in the decide-on-input brief only
@@ -41,6 +45,9 @@ class Overlapping:
         self.log: list[str] = []
         self.decision = Decision(action="speak", reason="it is a fair question")
         self.deciding: asyncio.Event | None = None
+        # What the store had been asked when each call began (set by a test that counts).
+        self.reads: Callable[[], int] = lambda: 0
+        self.reads_at: dict[str, int] = {}
 
     def started(self) -> asyncio.Event:
         if self.deciding is None:
@@ -52,12 +59,14 @@ class Overlapping:
         if task == "decide":
             kind = "decide:input" if ON_INPUT in system else "decide:draft"
             self.log.append(f"{kind}:start")
+            self.reads_at.setdefault(kind, self.reads())
             self.started().set()
             self.log.append(f"{kind}:end")
             return self.decision
         if task == "respond":
             said = last_user_text(messages)
             self.log.append("respond:start")
+            self.reads_at.setdefault("respond", self.reads())
             try:
                 await asyncio.wait_for(self.started().wait(), GIVE_UP_SECONDS)
                 text = SUBSTANTIVE if "garden" in said else "Hi Sam!"
@@ -178,6 +187,20 @@ class _CountingStore(SQLiteStore):
         super().__init__(path)
         self.budget_reads = 0
         self.dialog_reads = 0
+        self.reads: Counter[str] = Counter()  # every read, by what it reads
+
+    async def _read(self, what: str, work: Callable[[Connection], T]) -> T:
+        self.reads[what] += 1
+        return await super()._read(what, work)
+
+    async def _search(self, what: str, work: Callable[[Connection], T]) -> T:
+        self.reads[what] += 1
+        return await super()._search(what, work)
+
+    def context_reads(self) -> int:
+        """Reads of what a turn's prompt and decision weigh (not the model-call checkpoints
+        looked up before each call)."""
+        return sum(n for what, n in self.reads.items() if what != "model_call")
 
     async def channel_spent(
         self, agent_id: str, kind: SpendKind, service: str, channel: str, since: datetime
@@ -211,3 +234,25 @@ async def test_a_turn_that_decides_on_its_input_reads_the_budget_and_the_dialog_
         _event, marker = await pilot.say("What do you think of the garden plan we discussed last week?")
         assert marker.transmitted and marker.text == SUBSTANTIVE
         assert (store.budget_reads, store.dialog_reads) == (1, 1)
+
+
+async def test_the_decision_made_ahead_starts_with_the_draft(tmp_path: Path, mind: Overlapping) -> None:
+    """Substantive input, substantive reply: the decision's own reads (the agent's facts about
+    itself, its goals, its current state) are made with the draft's prompt, so no read stands
+    between the draft's model call and the decision's: both begin together, and the turn waits
+    for one model call, not one and a bit (issue 33: 1.29x). The open goals are read once for
+    the prompt and the decision."""
+    store = _CountingStore(tmp_path / "home" / "data" / "persyn.db")
+    mind.reads = store.context_reads
+    async with run_runtime(
+        tmp_path / "home",
+        model="test:overlap",
+        agent=AgentConfig(name="Ada", id=new_id(START)),
+        channels={"test": RecordingChannel(interactive=True)},
+        store=store,
+    ) as pilot:
+        store.reads.clear()
+        _event, marker = await pilot.say("What do you think of the garden plan we discussed last week?")
+        assert marker.transmitted and marker.text == SUBSTANTIVE
+        assert mind.reads_at["decide:input"] == mind.reads_at["respond"] > 0
+        assert store.reads["fact_rows"] == 1 and store.reads["list_goals"] == 1

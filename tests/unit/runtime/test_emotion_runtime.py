@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dbos import DBOS
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from persyn.cognition.deliberation import Decision
+from persyn.runtime.durable.dispatch import deliberation_workflow_id, emotion_workflow_id
 from persyn.testing import Pilot, run_runtime
 from persyn.testing.models import (
     DoubleReply,
@@ -180,3 +182,26 @@ async def test_a_frustrated_agent_decides_even_on_a_short_reply_and_a_content_on
         declined = await pilot.say(game, transmitted=True)
         assert declined.marker.text == "Not now, I'm rather frustrated; ask me again later."
         assert "How I feel right now: frustrated" in moody.systems["decide"][-1]
+
+
+async def test_a_deferred_turns_reading_is_the_last_step_of_its_deliberation(
+    tmp_path: Path, moody: Moody
+) -> None:
+    """Deferred, a reply already sent is critiqued in a background workflow; the exchange's
+    emotion reading is that workflow's last step, not a workflow of its own (one background
+    workflow per turn: issue 33). It is still read, attributed as a reading, and carried into
+    the next prompt."""
+    config = ON + '[deliberation]\nmode = "deferred"\n'
+    async with run_runtime(tmp_path / "home", model="test:moody", config=config) as pilot:
+        turn = await pilot.say(FAVOUR, transmitted=True)
+        assert turn.marker.text == LONG_REPLY  # substantive: critiqued after it was sent
+        await pilot.settle()
+        (reading,) = await pilot.full_store.recent_emotions(pilot.agent.id, 5)
+        assert (reading.event_id, reading.top) == (turn.event.id, "curious")
+        assert await DBOS.get_workflow_status_async(emotion_workflow_id(turn.event.id)) is None
+        steps = await DBOS.list_workflow_steps_async(deliberation_workflow_id(turn.event.id))
+        assert [step["function_name"] for step in steps][-1] == "persyn.feel_step"
+        (feeling,) = [r for r in pilot.usage() if r.stage == "emotion"]
+        assert feeling.trigger == "emotion"
+        await pilot.say("And one more thing, please.", transmitted=True)
+        assert "## My recent emotional state" in moody.systems["respond"][-1]

@@ -28,7 +28,7 @@ from persyn.core.config.models import Task
 from persyn.core.ids import new_id
 from persyn.store.sqlite.store import SQLiteStore
 from persyn.testing import START, RecordingChannel, run_runtime
-from persyn.testing.models import DoubleReply, output_schema, registered_double
+from persyn.testing.models import DoubleReply, feelings, registered_double
 
 T = TypeVar("T")
 
@@ -41,19 +41,25 @@ REFINED = "I think the garden plan could work, though I am not certain."
 # checkpoint writes (one per model call) and four (inline) or six (deferred) its lookups (one per
 # key sequence of a step execution: the draft, each critic, the decision made ahead, the refinement
 # and the emotion reading in steps of their own); the emotion readings are read once per turn.
+# 31 and 35 before the open goals were read once for the prompt and the decision (`GOAL_READS`).
 # Deferred was 41 before its background work stopped reading the event again (the autonomy
 # budget's look-ups of the background threads, twice for the concurrent critics, and refine's)
 # and the dialog again (the critics'), and the emotion reading its conversation (the activation
 # hands it the surface and channel); inline was 33.
-STORE_TRIPS = {"inline": 31, "deferred": 35}
+STORE_TRIPS = {"inline": 30, "deferred": 34}
+# Reads per turn of the open goals and of the agent's facts about itself: once each, the goals
+# shared by the prompt's goals section and the decision's preferences (`TurnCache.open_goals`).
+GOAL_READS = 1
+FACT_READS = 1
 # Event reads per turn: none. The activation's event is handed over by `submit` in this process,
 # the autonomy budget knows an activation's background threads as no run once it knows the
 # activation (`Autonomy._run_of`), and the deferred deliberation finds the event and the dialog
 # among the latest finished turns (`TurnCache.drop`).
 EVENT_READS = 0  # nor conversation reads: the emotion reading is handed its surface and channel
-# DBOS steps the activation records: the turn step, and the background workflows it enqueues
-# (deferred: the deliberation; both: the emotion reading).
-DBOS_STEPS = {"inline": 2, "deferred": 3}
+# DBOS steps the activation records: the turn step, and the background workflow it enqueues
+# (inline: the emotion reading; deferred: the deliberation, whose last step is the emotion
+# reading — 3 before, when the reading was a workflow of its own).
+DBOS_STEPS = {"inline": 2, "deferred": 2}
 # What a model call passes through: checkpoints, the autonomy budget, metering, retries, the
 # provider tools' filter, the provider's model (tracing off, no concurrency limit configured).
 # Reads of the test's own waiting for a turn's end, not of the turn.
@@ -101,8 +107,7 @@ def _mind(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> An
     if task == "refine":
         return DoubleReply(text=REFINED)
     if task == "classify":
-        schema = output_schema(info) or {}
-        return dict.fromkeys(schema.get("properties", {}), 0.5)
+        return feelings(info)
     return DoubleReply(text=DRAFT)
 
 
@@ -148,6 +153,8 @@ async def test_a_turn_stays_within_its_counted_work(tmp_path: Path, mind: None, 
     # Read once per activation (`TurnCache`), however many of the turn's steps use them, its
     # deferred deliberation included.
     assert store.trips["recent_emotions"] <= TURNS and store.trips["turn_messages"] <= TURNS
+    assert store.trips["list_goals"] == GOAL_READS * TURNS and store.trips["fact_rows"] == FACT_READS * TURNS
     assert store.trips["get_event"] == EVENT_READS and store.trips["get_conversation"] == 0
     assert len(steps) <= DBOS_STEPS[mode], f"DBOS steps of a {mode} turn: {steps}"
+    assert store.trips["add_emotion_reading"] == TURNS  # every exchange still read
     assert layers == MODEL_LAYERS

@@ -241,8 +241,10 @@ class Workflows(DBOSConfiguredInstance):
         dispatcher.activation_started(DBOS.workflow_id or "")
         task.add_done_callback(lambda _task: dispatcher.activation_ended())
 
-    async def _deliberate_later(self, setup: TurnSetup, draft: Draft) -> None:
-        deferred = Deferred(setup=setup, draft=draft, trace_parent=self.tracing.carrier()).model_dump_json()
+    async def _deliberate_later(self, setup: TurnSetup, draft: Draft, feel: bool) -> None:
+        deferred = Deferred(
+            setup=setup, draft=draft, trace_parent=self.tracing.carrier(), feel=feel
+        ).model_dump_json()
         await self._dispatcher().enqueue_once(
             BACKGROUND_QUEUE,
             self.deliberation,
@@ -278,7 +280,8 @@ class Workflows(DBOSConfiguredInstance):
                 event_id=event_id,
             ),
         ):
-            await self.policy.deliberate(_DurableTurn(self), setup, draft)
+            turn = _DurableTurn(self, trace_parent=given.trace_parent)
+            await self.policy.deliberate(turn, setup, draft, feel=given.feel)
 
     async def _tool_loop(self, setup: TurnSetup, draft: Draft) -> Draft:
         """Every model round-trip and every tool call of the loop is its own durable step."""
@@ -415,6 +418,22 @@ class Workflows(DBOSConfiguredInstance):
             ),
         ):
             await self.feel_step(agent_id, event_id, conversation_id)
+
+    async def _feel_here(self, setup: TurnSetup, trace_parent: str | None) -> None:
+        """The emotion reading as the deferred deliberation's last step, attributed as
+        `persyn.feel` attributes it (trigger `emotion`), under a span of its own beside the
+        deliberation's, in the turn's trace (`trace_parent`)."""
+        with (
+            rebind(trigger="emotion"),
+            self.tracing.background(
+                "emotion",
+                parent=trace_parent,
+                agent_id=setup.agent_id,
+                conversation_id=setup.conversation_id,
+                event_id=setup.event_id,
+            ),
+        ):
+            await self.feel_step(setup.agent_id, setup.event_id, setup.conversation_id)
 
     # the activation's steps -------------------------------------------------------------------
     @durable_step("persyn.turn")
@@ -596,8 +615,9 @@ class _DurableTurn:
     """The turn's operations as `TurnPolicy` asks for them (`DurableTurn`), each one of the
     instance's durable steps, or a background workflow it enqueues once."""
 
-    def __init__(self, workflows: Workflows) -> None:
+    def __init__(self, workflows: Workflows, *, trace_parent: str | None = None) -> None:
         self._workflows = workflows
+        self._trace_parent = trace_parent  # the turn's span, for background work run here
 
     async def engage(self, setup: TurnSetup) -> Decision:
         return await self._workflows.engage_step(setup.agent_id, setup.event_id, setup)
@@ -633,14 +653,17 @@ class _DurableTurn:
     async def finish_run(self, setup: TurnSetup, result: TransmitResult) -> None:
         await self._workflows._close_run(setup, result)
 
-    async def deliberate_later(self, setup: TurnSetup, draft: Draft) -> None:
-        await self._workflows._deliberate_later(setup, draft)
+    async def deliberate_later(self, setup: TurnSetup, draft: Draft, *, feel: bool = False) -> None:
+        await self._workflows._deliberate_later(setup, draft, feel)
 
     async def extract_later(self, setup: TurnSetup) -> None:
         await self._workflows._extract_later(setup)
 
     async def feel_later(self, setup: TurnSetup) -> None:
         await self._workflows._feel_later(setup)
+
+    async def feel(self, setup: TurnSetup) -> None:
+        await self._workflows._feel_here(setup, self._trace_parent)
 
 
 @DBOS.workflow(name="persyn.scheduler_tick")

@@ -4,8 +4,8 @@ here they are plain typed methods over explicit collaborators.
 
 `TurnCache` holds what one activation reads once and several of its steps use: its event
 (events never change once saved), the dialog as the turn sees it, the agent's latest emotion
-readings, and the records recalled earlier in its conversation (read with the draft's prompt,
-for transmit). All are dropped at transmit; a crash simply reads them again.
+readings and open goals (the prompt's and the decision's), and the records recalled earlier in
+its conversation (read with the draft's prompt, for transmit). All are dropped at transmit; a crash simply reads them again.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-from persyn.cognition import deliberation, emotion, pipeline, reflection
+from persyn.cognition import deliberation, emotion, goals, pipeline, reflection
 from persyn.cognition.context import recalled_ids
 from persyn.cognition.deliberation import CritiqueOutcome, Decision
 from persyn.cognition.pipeline import ContextSource, TurnSetup
@@ -32,8 +32,8 @@ from persyn.runtime.background.autonomy import set_run_provenance
 from persyn.runtime.channel import Channel, safe_sink
 from persyn.runtime.turn.models import ClosedRun, Draft, Received, TransmitResult
 from persyn.runtime.turn.tool_steps import ToolSteps
-from persyn.store.base import Conversation, Message, Role, Store
-from persyn.store.capabilities import capability
+from persyn.store.base import Conversation, Goal, Message, Role, Store
+from persyn.store.capabilities import ScheduleStore, capability
 from persyn.store.ports.emotions import EmotionReading, EmotionsPort, top_category
 from persyn.usage import context as usage_context
 
@@ -59,6 +59,7 @@ class TurnCache:
     def __init__(self, store: Store, settings: Settings) -> None:
         self._store = store
         self._readings: EmotionsPort | None = capability(store, EmotionsPort)
+        self._schedule: ScheduleStore | None = capability(store, ScheduleStore)
         self._settings = settings
         self.events: dict[str, Event] = {}
         # The events and dialogs of the latest few activations whose transmit ran: their
@@ -71,6 +72,7 @@ class TurnCache:
         self._reading: dict[str, asyncio.Future[list[Message]]] = {}  # dialog reads in flight
         self._recalled: dict[str, asyncio.Future[list[str]]] = {}  # by event id, see `recalled`
         self._emotions: dict[str, asyncio.Future[list[EmotionReading]]] = {}  # by event id
+        self._goals: dict[str, asyncio.Future[list[Goal]]] = {}  # by event id
 
     async def event(self, agent_id: str, event_id: str) -> Event:
         """The stored event. Events never change once saved, so each is read once per
@@ -125,16 +127,27 @@ class TurnCache:
         decision's current state alike; dropped at transmit. Readings are written after a
         turn (its `persyn.feel`), so a turn's steps judge one state, not one that changed
         between its draft and its decision. None without the store's emotion history."""
-        if self._readings is None:
+        readings = self._readings
+        if readings is None:
             return []
-        reading = self._emotions.get(setup.event_id)
-        if reading is None or (reading.done() and (reading.cancelled() or reading.exception() is not None)):
-            if len(self._emotions) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
-                self._emotions.pop(next(iter(self._emotions)))
-            most = max(limit, self._settings.emotion.trajectory, 1)
-            reading = asyncio.ensure_future(self._readings.recent_emotions(setup.agent_id, most))
-            self._emotions[setup.event_id] = reading
-        return list((await asyncio.shield(reading))[:limit])
+        most = max(limit, self._settings.emotion.trajectory, 1)
+        found = await _read_once(
+            self._emotions, setup.event_id, lambda: readings.recent_emotions(setup.agent_id, most)
+        )
+        return list(found[:limit])
+
+    async def open_goals(self, setup: TurnSetup) -> list[Goal]:
+        """The agent's open goals as this turn sees them (`cognition.goals.open_goals`, before
+        any access rule): read once per activation in this process for its prompt's goals
+        section and its decision's preferences, which sift them each for where they may surface;
+        dropped at transmit. A goal the turn's own tools set is in neither (like the emotion
+        readings, a turn's steps judge one state). None without the store's goals."""
+        schedule = self._schedule
+        if schedule is None:
+            return []
+        return list(
+            await _read_once(self._goals, setup.event_id, lambda: goals.open_goals(schedule, setup.agent_id))
+        )
 
     def read_recalled(self, setup: TurnSetup) -> None:
         """Start reading the records recalled earlier in the turn's conversation, for its
@@ -165,9 +178,24 @@ class TurnCache:
         _keep_finished(self._finished, event_id, self.events.pop(event_id, None))
         _keep_finished(self._finished_dialogs, event_id, self.dialogs.pop(event_id, None))
         self._emotions.pop(event_id, None)
+        self._goals.pop(event_id, None)
         reading = self._recalled.pop(event_id, None)
         if reading is not None and not reading.done():
             reading.cancel()
+
+
+async def _read_once(
+    reads: dict[str, asyncio.Future[T]], event_id: str, read: Callable[[], Awaitable[T]]
+) -> T:
+    """`read()` once per activation: every step of the turn awaits the same read (started by the
+    first to ask, shared while it runs); a read that failed is made again by the next to ask."""
+    reading = reads.get(event_id)
+    if reading is None or (reading.done() and (reading.cancelled() or reading.exception() is not None)):
+        if len(reads) >= _EVENT_CACHE_SIZE:  # activations that never reached transmit
+            reads.pop(next(iter(reads)))
+        reading = asyncio.ensure_future(read())
+        reads[event_id] = reading
+    return await asyncio.shield(reading)  # a cancelled reader leaves it to the others
 
 
 def _keep_finished(kept: dict[str, T], event_id: str, value: T | None) -> None:
@@ -325,30 +353,45 @@ class ActivationSteps:
             surface=setup.service, channel=setup.channel, conversation_id=setup.conversation_id
         ):
             event = await self.cache.event(agent_id, event_id)
-            # The reply budget (read once for the whole step) is read with the prompt's
-            # context, in one read batch: a spent budget wastes those reads, never a model call.
-            over, prepared = await asyncio.gather(
-                self._reply_budget_spent(setup), self._prepare(agent_id, event_id, setup)
-            )
-            if over is not None:
-                return Received(setup=setup, draft=_over_budget(over))
-            if not self.decides_on_input(setup, event.text):
-                return Received(setup=setup, draft=await self._generate(agent_id, event_id, setup, prepared))
-            return await self._respond_and_decide(setup, prepared)
+            # The decision made on the input weighs what the prompt does not read (the agent's
+            # facts about itself): read with the prompt's context, so both model calls start
+            # together (`_respond_and_decide`).
+            ahead = self.decides_on_input(setup, event.text)
+            weighing = asyncio.ensure_future(self._preferences(setup)) if ahead else None
+            try:
+                # The reply budget (read once for the whole step) is read with the prompt's
+                # context, in one read batch: a spent budget wastes those reads, never a model call.
+                over, prepared = await asyncio.gather(
+                    self._reply_budget_spent(setup), self._prepare(agent_id, event_id, setup)
+                )
+                if over is not None:
+                    return Received(setup=setup, draft=_over_budget(over))
+                if weighing is None:
+                    return Received(
+                        setup=setup, draft=await self._generate(agent_id, event_id, setup, prepared)
+                    )
+                return await self._respond_and_decide(setup, prepared, weighing)
+            finally:
+                if weighing is not None and not weighing.done():
+                    weighing.cancel()
 
-    async def _respond_and_decide(self, setup: TurnSetup, prepared: pipeline.Prepared) -> Received:
+    async def _respond_and_decide(
+        self, setup: TurnSetup, prepared: pipeline.Prepared, weighing: asyncio.Future[str]
+    ) -> Received:
         """The draft and the decision on the input, concurrently, in one step: a replay after
         the step bills neither again. When the draft comes back short and plain while the
         decision is still being made, the decision is cancelled: such a reply is sent on the
-        deterministic gates alone, like any short, plain reply. Both read the turn's dialog (one read,
-        `TurnCache.dialog`); the reply budget was found unspent just before."""
+        deterministic gates alone, like any short, plain reply. Both read the turn's dialog (one
+        read, `TurnCache.dialog`), and the decision's preferences (`weighing`) were read with the
+        draft's prompt, so both model calls begin together; the reply budget was found unspent
+        just before."""
         agent_id, event_id = setup.agent_id, setup.event_id
         step_key = usage_context.current().step_key
 
         async def decide() -> Decision:
             # Its own usage-id sequence: concurrent rounds of one step must not share ids.
             with usage_context.rebind(step_key=f"{step_key}:decide" if step_key else None):
-                return await self.decide_on_input(agent_id, event_id, setup)
+                return await self.decide_on_input(agent_id, event_id, setup, await weighing)
 
         deciding = asyncio.ensure_future(decide())
         try:
@@ -457,6 +500,7 @@ class ActivationSteps:
             self.settings.emotion,
             self.clock.now(),
             readings=self.cache.emotions,
+            goals=self.cache.open_goals,
         )
 
     async def decide(self, agent_id: str, event_id: str, setup: TurnSetup, text: str) -> Decision:
@@ -471,9 +515,15 @@ class ActivationSteps:
             preferences=preferences,
         )
 
-    async def decide_on_input(self, agent_id: str, event_id: str, setup: TurnSetup) -> Decision:
-        """Whether and how to answer the input, without the draft (deferred deliberation)."""
-        dialog, preferences = await asyncio.gather(self.cache.dialog(setup), self._preferences(setup))
+    async def decide_on_input(
+        self, agent_id: str, event_id: str, setup: TurnSetup, preferences: str | None = None
+    ) -> Decision:
+        """Whether and how to answer the input, without the draft (deferred deliberation);
+        `preferences` as read already (else read here)."""
+        if preferences is None:
+            dialog, preferences = await asyncio.gather(self.cache.dialog(setup), self._preferences(setup))
+        else:
+            dialog = await self.cache.dialog(setup)
         return await deliberation.decide_on_input(
             self.gateways[agent_id], self.agents[agent_id], dialog, preferences
         )

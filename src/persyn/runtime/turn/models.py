@@ -121,8 +121,11 @@ class ClosedRun(_Frozen):
 class Deferred(_Frozen):
     """The deferred deliberation's input: the turn and the draft that was already sent.
     `trace_parent` joins the deliberation's spans to the turn's trace (a W3C traceparent;
-    None when tracing is off)."""
+    None when tracing is off). `feel`: the exchange's emotion reading follows the deliberation
+    in its workflow (one background workflow per turn, not two: `TurnPolicy.after_transmit`);
+    a deliberation enqueued without it (by an older build) leaves the reading to its own."""
 
     setup: TurnSetup
     draft: Draft
     trace_parent: str | None = None
+    feel: bool = False

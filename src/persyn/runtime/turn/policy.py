@@ -61,11 +61,17 @@ class DurableTurn(Protocol):
         """Log and close a self-initiated run's conversation, and enqueue its close hooks."""
         ...
 
-    async def deliberate_later(self, setup: TurnSetup, draft: Draft) -> None: ...
+    async def deliberate_later(self, setup: TurnSetup, draft: Draft, *, feel: bool = False) -> None:
+        """The deferred deliberation, and with `feel` the emotion reading after it (`feel`)."""
+        ...
 
     async def extract_later(self, setup: TurnSetup) -> None: ...
 
     async def feel_later(self, setup: TurnSetup) -> None: ...
+
+    async def feel(self, setup: TurnSetup) -> None:
+        """The emotion reading as a step of the deferred deliberation's workflow."""
+        ...
 
 
 class ExtractionTrigger(Protocol):
@@ -188,23 +194,27 @@ class TurnPolicy:
         self, turn: DurableTurn, setup: TurnSetup, draft: Draft, result: TransmitResult
     ) -> TransmitResult:
         """What follows a draft's transmit: the deferred deliberation of what was said, the
-        extraction when due, the emotional state after an exchange, and a self-initiated run's end."""
+        extraction when due, the emotional state after an exchange, and a self-initiated run's end.
+        When the deferred deliberation runs, the emotion reading is its last step: one background
+        workflow per turn, not two (each costs DBOS an enqueue, a claim and its status writes)."""
         if draft.reply.text is None:  # nothing was generated: nothing to reconsider or read
             return await self.finish_run(turn, setup, result)
+        # SPEC §4.9: after an exchange (a message answered), off the reply's path.
+        feel = setup.kind == "message" and result.transmitted and self.steps.settings.emotion.enabled
         # Only a draft that was actually said is worth reconsidering (not one replaced by
         # a refusal, nor one kept back).
-        if (
+        deliberating = (
             setup.mode == "deferred"
             and result.action in ("speak", "redirect")
             and self.critiques(setup, draft.reply.text)
-        ):
-            await turn.deliberate_later(setup, draft)
+        )
+        if deliberating:
+            await turn.deliberate_later(setup, draft, feel=feel)
         # Every `[conversation] extract_every_messages` messages; the count is a trigger only
         # (in memory), what is read is decided by durable watermarks.
         if self.jobs.extraction_due(setup.conversation_id, 2 if result.transmitted else 1):
             await turn.extract_later(setup)
-        # SPEC §4.9: after an exchange (a message answered), off the reply's path.
-        if setup.kind == "message" and result.transmitted and self.steps.settings.emotion.enabled:
+        if feel and not deliberating:
             await turn.feel_later(setup)
         return await self.finish_run(turn, setup, result)
 
@@ -214,13 +224,18 @@ class TurnPolicy:
             await turn.finish_run(setup, result)
         return result
 
-    async def deliberate(self, turn: DurableTurn, setup: TurnSetup, draft: Draft) -> None:
-        """Deferred critique and refinement of a reply already sent, parked for the next turn."""
+    async def deliberate(
+        self, turn: DurableTurn, setup: TurnSetup, draft: Draft, *, feel: bool = False
+    ) -> None:
+        """Deferred critique and refinement of a reply already sent, parked for the next turn;
+        then, with `feel`, the exchange's emotion reading (`after_transmit`)."""
         critiques = await turn.critique(setup, draft)
         revised = None
         if any(c.objections for c in critiques):
             revised = await turn.refine(setup, draft, critiques)
         await turn.park(setup, draft, critiques, revised)
+        if feel:
+            await turn.feel(setup)
 
     # rules ----------------------------------------------------------------------------------
     def critiques(self, setup: TurnSetup, text: str) -> bool:
