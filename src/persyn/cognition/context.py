@@ -126,6 +126,7 @@ class MemorySource:
             participants=participants,
             now=self.clock.now(),
             budget_tokens=self.budget_tokens(setup.agent_id),
+            current_conversation=setup.conversation_id,
         )
         result = found.memories
         # The records' ids are kept with the reply (`remember_recalled`); a self-initiated

@@ -167,6 +167,7 @@ async def recollect(
     budget_tokens: int,
     limit: int | None = None,
     mode: Mode = "hybrid",
+    current_conversation: str | None = None,
 ) -> Recollection:
     """What comes to mind for `query`: the memories (`Retriever.retrieve`) and, with `dialog`
     (`[memory] dialog_recall`), the raw dialog (`DialogRecall.rank`), searched side by side
@@ -180,7 +181,14 @@ async def recollect(
         if dialog is None or mode == "vector":
             return []
         try:
-            return await dialog.rank(agent_id, query, channel=channel, participants=participants, now=now)
+            return await dialog.rank(
+                agent_id,
+                query,
+                channel=channel,
+                participants=participants,
+                now=now,
+                current_conversation=current_conversation,
+            )
         except StoreError as exc:
             log.warning("raw-dialog recall failed, recalling memories only: %s", exc)
             return []
@@ -231,8 +239,10 @@ class DialogRecall:
         channel: str,
         participants: Sequence[str],
         now: datetime,
+        current_conversation: str | None = None,
     ) -> list[SaidLine]:
-        """The messages that may surface here, best first (at most `dialog_candidates`)."""
+        """The messages that may surface here, best first (at most `dialog_candidates`); none
+        of `current_conversation`, whose dialog the prompt already holds."""
         config = self.config
         analysed = analyse_query(query, _aware(now))
         if not analysed.keyword_query:
@@ -241,6 +251,7 @@ class DialogRecall:
         hits = await self.history.rank_messages(
             agent_id, analysed.keyword_query, channels=[channel], limit=config.dialog_candidates
         )
+        hits = [hit for hit in hits if hit.message.conversation_id != current_conversation]
         if not hits:
             return []
         levels = await self._sensitivities(agent_id, [hit.conversation for hit in hits])
