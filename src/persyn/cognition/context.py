@@ -18,7 +18,8 @@ from persyn.core.records import MemoryRecord, Sensitivity, channel_key
 from persyn.graph.recall import GraphContext, recall
 from persyn.memory.access import Provenanced, eligible_channels, may_surface
 from persyn.memory.consolidate import default_sensitivity
-from persyn.memory.retrieval import Retriever, format_memories
+from persyn.memory.dialog_recall import DialogRecall, SaidLine, format_recollection, recollect
+from persyn.memory.retrieval import Retriever
 from persyn.store.base import Observation, Provenance, Store
 from persyn.store.capabilities import GraphStore, MemoryStore
 from persyn.store.ports.graph_rows import GraphView
@@ -54,6 +55,10 @@ _LEGEND = (
     '[moderate] and [weak] ones I hedge ("I believe...", "I vaguely recall..."). If an answer '
     "matters and the memory is weak, I say I need to check rather than guess. The ids are for "
     "my own reference; I never say them aloud."
+)
+_SAID_LEGEND = (
+    "Lines marked [said] are not memories but the record of what was said, word for word, "
+    "with who said it and when: I may quote them as said then, not as what is true now."
 )
 
 
@@ -98,36 +103,55 @@ class MemorySource:
         clock: Clock,
         budget_tokens: Callable[[str], int],
         on_read: ReadHook = _nothing_read,
+        dialog: DialogRecall | None = None,
     ) -> None:
         self.store = store
         self.retriever = retriever
         self.clock = clock
         self.budget_tokens = budget_tokens
         self.on_read = on_read
+        self.dialog = dialog  # raw dialog merged in (`[memory] dialog_recall`)
 
     async def __call__(self, setup: TurnSetup, query: str) -> Sequence[ContextSection]:
         participants = setup.participant_ids
         if participants is None:
             conversation = await self.store.get_conversation(setup.agent_id, setup.conversation_id)
             participants = conversation.participant_ids if conversation else ()
-        result = await self.retriever.retrieve(
+        found = await recollect(
+            self.retriever,
+            self.dialog,
             setup.agent_id,
             query,
             channel=channel_key(setup.service, setup.channel),
             participants=participants,
             now=self.clock.now(),
             budget_tokens=self.budget_tokens(setup.agent_id),
+            current_conversation=setup.conversation_id,
         )
-        if result.records:  # their ids are kept with the reply (`remember_recalled`)
-            await self.on_read(setup, [s.record for s in result.records])
-        body = format_memories(result) if result.records else "(nothing I remember matches this)"
+        result = found.memories
+        # The records' ids are kept with the reply (`remember_recalled`); a self-initiated
+        # run writes at most where what it read (memories and dialog alike) may surface.
+        if found.ranked:
+            await self.on_read(
+                setup, [item if isinstance(item, SaidLine) else item.record for item in found.ranked]
+            )
+        body = format_recollection(found) if found.ranked else "(nothing I remember matches this)"
         if result.degraded:
             body += f"\n(My semantic recall is impaired right now: {result.degraded}. Keyword recall only.)"
         evidence = tuple(
-            Evidence(record_id=s.record.id, summary=s.record.summary, score=s.score, band=s.band.value)
-            for s in result.records
+            Evidence(record_id=item.message.id, summary=_said_summary(item), score=item.score, band="said")
+            if isinstance(item, SaidLine)
+            else Evidence(
+                record_id=item.record.id, summary=item.record.summary, score=item.score, band=item.band.value
+            )
+            for item in found.ranked
         )
-        return [ContextSection("What I remember", f"{_LEGEND}\n{body}", evidence)]
+        legend = f"{_LEGEND} {_SAID_LEGEND}" if found.said else _LEGEND
+        return [ContextSection("What I remember", f"{legend}\n{body}", evidence)]
+
+
+def _said_summary(line: SaidLine) -> str:
+    return f'{line.message.speaker_name} said: "{line.message.text}"'
 
 
 class _Briefings(Protocol):

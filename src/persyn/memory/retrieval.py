@@ -63,6 +63,7 @@ from persyn.store.base import RecallCandidate, RecallHits
 from persyn.store.ports.memory import MemoryPort
 
 __all__ = [
+    "PARTIAL_NOTE",
     "Components",
     "Mode",
     "RetrievalResult",
@@ -70,6 +71,7 @@ __all__ = [
     "band_for",
     "estimate_tokens",
     "format_memories",
+    "friendly_when",
     "fused_score",
     "importance_component",
     "keyword_components",
@@ -252,14 +254,19 @@ def memory_line(record: MemoryRecord, band: RelevanceBand, now: datetime) -> str
     """`[strong] (Wed 4 Mar 2026, 3 days ago; felt curious; ref 01J…) I …` — the band the
     agent must calibrate its wording to, a friendly date, and the id the critic checks
     claims against (and "remember harder" pulls the dialog by)."""
-    when = _aware(record.created_at)
-    date = f"{WEEKDAY_NAMES[when.weekday()][:3]} {when.day} {MONTH_NAMES[when.month - 1][:3]} {when.year}"
-    details = [f"{date}, {_ago(when, _aware(now))}"]
+    details = [friendly_when(record.created_at, now)]
     if record.emotion:
         details.append(f"felt {record.emotion}")
     details.append(f"ref {record.id}")
     summary = _SPACE.sub(" ", record.summary).strip()
     return f"[{band.value}] ({'; '.join(details)}) {summary}"
+
+
+def friendly_when(when: datetime, now: datetime) -> str:
+    """`Wed 4 Mar 2026, 3 days ago`."""
+    when = _aware(when)
+    day = f"{WEEKDAY_NAMES[when.weekday()][:3]} {when.day} {MONTH_NAMES[when.month - 1][:3]} {when.year}"
+    return f"{day}, {_ago(when, _aware(now))}"
 
 
 def _ago(when: datetime, now: datetime) -> str:
@@ -308,12 +315,14 @@ def format_memories(result: RetrievalResult) -> str:
     reason — URLs, exception text — stays in `result.degraded`, out of the prompt)."""
     lines = [memory_line(s.record, s.band, result.now) for s in result.records]
     if result.degraded and lines:
-        lines.insert(0, _PARTIAL)
+        lines.insert(0, PARTIAL_NOTE)
     return "\n".join(lines)
 
 
 _NO_ENCODER = "no encoder is available: keyword-only recall"
-_PARTIAL = "(recall is partial right now: matched by keywords only, so meaning-alike memories may be missing)"
+PARTIAL_NOTE = (
+    "(recall is partial right now: matched by keywords only, so meaning-alike memories may be missing)"
+)
 
 
 class Retriever:

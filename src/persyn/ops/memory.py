@@ -21,9 +21,10 @@ from persyn.core.errors import InputError, ToolError
 from persyn.core.ids import is_id, parse_id
 from persyn.core.records import MemoryRecord, channel_key
 from persyn.gateway.registry import context_window_for
+from persyn.memory.dialog_recall import DialogRecall, Recollection, SaidLine, recollect
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.importer import ImportLimits, ImportReport, SpeakerContact, import_jsonl
-from persyn.memory.retrieval import RetrievalResult, Retriever
+from persyn.memory.retrieval import Components, RetrievalResult, Retriever
 from persyn.ops.history import opened_capability
 from persyn.senses.library import AttachmentLibrary
 from persyn.store import Store
@@ -47,6 +48,8 @@ __all__ = [
     "context_window_for",
     "estimate_extraction",
     "explain",
+    "explain_parts",
+    "explain_said",
     "extract_imported",
     "memory_ops",
     "open_encoder",
@@ -74,6 +77,15 @@ class MemoryOps:
     @property
     def retriever(self) -> Retriever:
         return Retriever(self.store, self.embedder, self.settings.memory)
+
+    @property
+    def dialog_recall(self) -> DialogRecall | None:
+        """The raw dialog recall merges in (`[memory] dialog_recall`), None when it is off or
+        the store keeps no dialog history."""
+        history = capability(self.store, DialogHistoryPort)
+        if history is None or not self.settings.memory.dialog_recall:
+            return None
+        return DialogRecall(history, self.store, self.embedder, self.settings.memory)
 
     def budget_tokens(self) -> int:
         return int(context_window_for(self.settings, self.agent) * self.settings.memory.budget_fraction)
@@ -164,8 +176,36 @@ class MemoryOps:
         budget_tokens: int | None,
         limit: int | None,
     ) -> RetrievalResult:
+        """The memories alone (`recollect` is the agent's whole recall, with the raw dialog)."""
+        return (
+            await self.recollect(
+                query,
+                channel=channel,
+                participants=participants,
+                now=now,
+                budget_tokens=budget_tokens,
+                limit=limit,
+                dialog=False,
+            )
+        ).memories
+
+    async def recollect(
+        self,
+        query: str,
+        *,
+        channel: str | None,
+        participants: Sequence[str],
+        now: datetime | None,
+        budget_tokens: int | None,
+        limit: int | None,
+        dialog: bool = True,
+    ) -> Recollection:
+        """Exactly the recall a turn runs (`memory.dialog_recall.recollect`): the memories
+        and, with `[memory] dialog_recall`, what was said, merged by score."""
         ids = [await self.resolve_participant(p, create=False) for p in participants]
-        return await self.retriever.retrieve(
+        return await recollect(
+            self.retriever,
+            self.dialog_recall if dialog else None,
             self.agent.id,
             query,
             channel=channel or DEFAULT_RECALL_CHANNEL,
@@ -286,12 +326,20 @@ def explain(result: RetrievalResult, index: int) -> dict[str, float | None]:
     for this query) and the raw cosine behind the similarity part: what `persyn memory
     recall --explain` prints and the console's recall tester shows, from this one place.
     A part retrieval adds later follows the known ones, so neither view can drop it."""
-    parts = dataclasses.asdict(result.components[index])
+    return explain_parts(result.components[index], result.records[index].similarity)
+
+
+def explain_said(line: SaidLine) -> dict[str, float | None]:
+    """`explain` for a line of raw dialog (its cosine is not kept: only the part)."""
+    return explain_parts(line.components, None)
+
+
+def explain_parts(components: Components, cosine: float | None) -> dict[str, float | None]:
+    parts = dataclasses.asdict(components)
     names = [*SCORE_PARTS, *(name for name in parts if name not in SCORE_PARTS)]
     explained: dict[str, float | None] = {
         name: None if parts.get(name) is None else round(parts[name], 4) for name in names
     }
-    cosine = result.records[index].similarity
     explained["cosine"] = None if cosine is None else round(cosine, 4)
     return explained
 

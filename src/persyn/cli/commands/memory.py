@@ -25,30 +25,48 @@ memory_app = command_group(
 )
 
 
-def _scored_json(result: Any, *, explain: bool = False) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for index, s in enumerate(result.records):
-        row: dict[str, Any] = {
-            "id": s.record.id,
-            "ref": s.record.ref,
-            "score": round(s.score, 6),
-            "band": s.band.value,
-            "tokens": s.tokens,
-            "summary": s.record.summary,
-            "time": s.record.created_at.isoformat(),
-        }
-        if explain:
-            from persyn.ops.memory import explain as explained
+def _scored_json(found: Any, *, explain: bool = False) -> list[dict[str, Any]]:
+    """A recollection's ranking as JSON rows: a memory as before; a line of raw dialog with
+    `"said": true`, its message id, speaker and channel, and `ref` null."""
+    from persyn.memory.dialog_recall import SaidLine
+    from persyn.ops.memory import explain as explained
+    from persyn.ops.memory import explain_said
 
-            row["explain"] = explained(result, index)
+    rows: list[dict[str, Any]] = []
+    memories = found.memories
+    for item in found.ranked:
+        if isinstance(item, SaidLine):
+            row: dict[str, Any] = {
+                "id": item.message.id,
+                "ref": None,
+                "said": True,
+                "speaker": item.message.speaker_name,
+                "channel": item.channel,
+                "score": round(item.score, 6),
+                "band": item.band.value,
+                "tokens": item.tokens,
+                "summary": item.message.text,
+                "time": item.message.created_at.isoformat(),
+            }
+            if explain:
+                row["explain"] = explain_said(item)
+        else:
+            row = {
+                "id": item.record.id,
+                "ref": item.record.ref,
+                "score": round(item.score, 6),
+                "band": item.band.value,
+                "tokens": item.tokens,
+                "summary": item.record.summary,
+                "time": item.record.created_at.isoformat(),
+            }
+            if explain:
+                row["explain"] = explained(memories, memories.records.index(item))
         rows.append(row)
     return rows
 
 
-def _explain_line(result: Any, index: int) -> str:
-    from persyn.ops.memory import explain
-
-    explained = explain(result, index)
+def _explain_line(explained: dict[str, float | None]) -> str:
     shown = [
         f"{'keywords' if name == 'keyword' else name} {'-' if value is None else f'{value:.2f}'}"
         for name, value in explained.items()
@@ -238,7 +256,7 @@ def memory_recall(
                 typer.secho(f"· {ops.degraded}; keyword retrieval only", err=True)
             if queries is not None:
                 for item in batch:
-                    result = await ops.recall(
+                    result = await ops.recollect(
                         item.query,
                         channel=item.channel or channel,
                         participants=item.participants or participant or [],
@@ -253,7 +271,7 @@ def memory_recall(
                     )
                 return
             assert query is not None
-            result = await ops.recall(
+            found = await ops.recollect(
                 query,
                 channel=channel,
                 participants=participant or [],
@@ -262,19 +280,37 @@ def memory_recall(
                 limit=limit,
             )
             if as_json:
-                echo(dump_json(_scored_json(result, explain=explain)))
+                echo(dump_json(_scored_json(found, explain=explain)))
                 return
-            if not result.records:
-                echo("I don't remember anything about that here.")
-            for index, scored in enumerate(result.records):
-                echo(
-                    f"[{scored.band.value:>8}] {scored.score:.3f}  {scored.record.created_at:%Y-%m-%d}  {scored.record.id}"
-                )
-                echo(f"           {one_line(scored.record.summary)}")
-                if explain:
-                    echo(f"           {_explain_line(result, index)}")
+            _print_recollection(found, explain=explain)
 
     run(_recall())
+
+
+def _print_recollection(found: Any, *, explain: bool) -> None:
+    from persyn.memory.dialog_recall import SaidLine
+    from persyn.ops.memory import explain as explained
+    from persyn.ops.memory import explain_said
+
+    if not found.ranked:
+        echo("I don't remember anything about that here.")
+    memories = found.memories
+    for item in found.ranked:
+        if isinstance(item, SaidLine):
+            message = item.message
+            echo(
+                f"[{'said':>8}] {item.score:.3f}  {message.created_at:%Y-%m-%d}  {message.id}  {item.channel}"
+            )
+            echo(f"           {message.speaker_name}: {one_line(message.text)}")
+            parts = explain_said(item)
+        else:
+            echo(
+                f"[{item.band.value:>8}] {item.score:.3f}  {item.record.created_at:%Y-%m-%d}  {item.record.id}"
+            )
+            echo(f"           {one_line(item.record.summary)}")
+            parts = explained(memories, memories.records.index(item))
+        if explain:
+            echo(f"           {_explain_line(parts)}")
 
 
 @memory_app.command("list")

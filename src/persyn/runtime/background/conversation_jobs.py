@@ -46,6 +46,7 @@ from persyn.gateway.gateway import ModelGateway
 from persyn.gateway.registry import context_window_for
 from persyn.graph.extract import GraphExtractor
 from persyn.memory.consolidate import IMPORTED_KIND, Consolidator, default_sensitivity
+from persyn.memory.dialog_recall import DialogRecall
 from persyn.memory.embedder import Embedder, embedder_from_config
 from persyn.memory.retrieval import Retriever
 from persyn.people.observations import Dossiers, Observer
@@ -53,6 +54,7 @@ from persyn.runtime.background.autonomy import run_sensitivity
 from persyn.runtime.durable.dispatch import BACKGROUND_QUEUE, Dispatcher
 from persyn.store.base import Conversation, Store
 from persyn.store.capabilities import GraphStore, MemoryStore, capability
+from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.store.ports.jobs import Consolidation, ConsolidationStatus, JobsPort
 from persyn.usage import context as usage_context
 
@@ -207,8 +209,14 @@ class ConversationJobs:
             degraded = f"encoder {self.settings.memory.embedder!r} unavailable: {exc}"
             log.warning("%s; memory falls back to keyword recall", degraded)
         retriever = Retriever(memory, self.embedder, self.settings.memory)
+        history = capability(self.store, DialogHistoryPort)
+        dialog = (
+            DialogRecall(history, memory, self.embedder, self.settings.memory)
+            if history is not None and self.settings.memory.dialog_recall
+            else None
+        )
         context_sources.append(
-            MemorySource(memory, retriever, self.clock, self.memory_budget, on_read=noticed)
+            MemorySource(memory, retriever, self.clock, self.memory_budget, on_read=noticed, dialog=dialog)
         )
         if self.consolidations is not None:  # the state machine consolidation runs in
             self.add_conversation_hook(CONSOLIDATE_HOOK, self.consolidate_conversation)

@@ -16,6 +16,7 @@ __all__ = [
     "Conversation",
     "ConversationId",
     "DialogHistoryPort",
+    "DialogHit",
     "DialogPort",
     "Message",
     "PersonId",
@@ -58,6 +59,17 @@ class Message(Row):
     text: str
     created_at: datetime
     event_id: Annotated[str, ulid("event id")] | None
+
+
+class DialogHit(Row):
+    """A message found by `DialogHistoryPort.rank_messages`, with the conversation it was
+    said in (its channel and participants decide where it may be repeated, as a memory's
+    would: `memory/access.py`) and its keyword score (higher is better; only the order
+    within one search means anything)."""
+
+    message: Message
+    conversation: Conversation
+    score: float
 
 
 class DialogPort(ABC):
@@ -148,6 +160,17 @@ class DialogHistoryPort(ABC):
         limit: int = 20,
     ) -> list[Message]:
         """Full-text (FTS5 / tsvector) keyword search over dialog, best match first."""
+
+    @abstractmethod
+    async def rank_messages(
+        self, agent_id: str, query: str, *, channels: Sequence[str], limit: int = 20
+    ) -> list[DialogHit]:
+        """Raw dialog for recall (SPEC §4.2 "check the raw record"): what people and the
+        agent said (roles user and agent, dialog conversations) on any of `channels`
+        (`channel_key`s), matching ANY of the query's content words (`sql.search.
+        fts_any_words`, stop words dropped), best keyword score first (bm25 on SQLite,
+        `ts_rank` on PostgreSQL), newer first on ties. Unlike `search_messages` (every word,
+        for the agent's deliberate search) one shared word is enough: recall ranks."""
 
     @abstractmethod
     async def count_messages(self, agent_id: str) -> int: ...

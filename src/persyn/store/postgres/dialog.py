@@ -4,14 +4,16 @@ variant) and its GIN index. Everything else of the dialog part is the shared SQL
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import Float, bindparam, column, select, text
+from sqlalchemy.sql.selectable import TextualSelect
 
 from persyn.store.base import Message
 from persyn.store.postgres.engine import TEXT_CONFIG
 from persyn.store.schema.tables import messages
-from persyn.store.sql.dialog import SqlDialog
+from persyn.store.sql.dialog import MESSAGE_COLUMNS, RANK_FILTER, RANK_JOIN, SqlDialog
 from persyn.store.sql.mapping import message_from_row
 
 __all__ = ["PostgresDialog", "search_chunks"]
@@ -57,3 +59,25 @@ class PostgresDialog(SqlDialog):
             statement = statement.where(messages.c.created_at <= until)
         statement = statement.order_by(rank, messages.c.created_at.desc()).limit(limit)
         return await self._fetch_all("search_messages", statement, message_from_row)
+
+    def _rank_statement(
+        self, agent_id: str, words: Sequence[str], channels: Sequence[str], limit: int
+    ) -> TextualSelect:
+        """The OR (`||`) of each word's tsquery against the GIN-indexed `text_tsv`, ranked by
+        `ts_rank`. Words are letters and digits only (`fts_any_words`): no tsquery syntax."""
+        query = " || ".join(f"plainto_tsquery('{TEXT_CONFIG}', :word_{index})" for index in range(len(words)))
+        return (
+            text(
+                f"SELECT {MESSAGE_COLUMNS}, ts_rank(messages.text_tsv, hit.q) AS score "
+                f"FROM (SELECT ({query}) AS q) AS hit, messages {RANK_JOIN} "
+                f"WHERE messages.text_tsv @@ hit.q AND {RANK_FILTER} "
+                "ORDER BY score DESC, messages.created_at DESC, messages.id DESC LIMIT :limit"
+            )
+            .bindparams(
+                *(bindparam(f"word_{index}", word) for index, word in enumerate(words)),
+                bindparam("agent_id", agent_id),
+                bindparam("channels", list(channels), expanding=True),
+                bindparam("limit", limit),
+            )
+            .columns(*(column(c.name, c.type) for c in messages.c), column("score", Float()))
+        )

@@ -22,6 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
+from sqlalchemy.sql.selectable import TextualSelect
 
 from persyn.core.events import inbound_message_id
 from persyn.core.ids import new_id
@@ -30,14 +31,19 @@ from persyn.store.base import (
     Message,
     Role,
 )
+from persyn.store.ports.dialog import DialogHit
 from persyn.store.schema.tables import checked_id, conversations, events, memory_records, messages
 from persyn.store.sql.directory import index_participants
 from persyn.store.sql.dml import insert
 from persyn.store.sql.mapping import conversation_from_row, message_from_row
+from persyn.store.sql.search import fts_any_words
 from persyn.store.sql.work import SqlWork, latest, p
 
 __all__ = [
     "AGENT_REPLY",
+    "MESSAGE_COLUMNS",
+    "RANK_FILTER",
+    "RANK_JOIN",
     "SqlDialog",
     "add_message_row",
     "open_conversation_row",
@@ -156,6 +162,43 @@ class SqlDialog(SqlWork):
         params = {"p_agent_id": agent_id, "p_event_id": event_id}
         return await self._fetch_one("agent_reply_for_event", AGENT_REPLY, message_from_row, params)
 
+    async def rank_messages(
+        self, agent_id: str, query: str, *, channels: Sequence[str], limit: int = 20
+    ) -> list[DialogHit]:
+        """The backend's ranking statement (`_rank_statement`), then the hits' conversations
+        by id, in one read of its own (a search, like memory's keyword recall)."""
+        words = fts_any_words(query)
+        wanted = list(dict.fromkeys(channels))
+        if words is None or limit <= 0 or not wanted:
+            return []
+        statement = self._rank_statement(agent_id, words, wanted, limit)
+
+        def work(connection: Connection) -> list[DialogHit]:
+            rows = connection.execute(statement).all()
+            if not rows:
+                return []
+            ids = list({row.conversation_id for row in rows})
+            found = connection.execute(
+                select(conversations).where(conversations.c.agent_id == agent_id, conversations.c.id.in_(ids))
+            ).all()
+            by_id = {row.id: conversation_from_row(row) for row in found}
+            return [
+                DialogHit(
+                    message=message_from_row(row), conversation=by_id[row.conversation_id], score=row.score
+                )
+                for row in rows
+                if row.conversation_id in by_id
+            ]
+
+        return await self._search("rank_messages", work)
+
+    def _rank_statement(
+        self, agent_id: str, words: Sequence[str], channels: Sequence[str], limit: int
+    ) -> TextualSelect:
+        """The messages' columns and `score` (higher is better) of the best `limit` matches of
+        any of `words` on `channels`, roles user and agent, dialog conversations only."""
+        raise NotImplementedError
+
     async def count_messages(self, agent_id: str) -> int:
         statement = select(func.count()).select_from(messages).where(messages.c.agent_id == agent_id)
         return await self._read("count_messages", lambda c: int(c.execute(statement).scalar_one()))
@@ -217,6 +260,18 @@ class SqlDialog(SqlWork):
 
         return await self._read("held_attachments", work)
 
+
+# What `rank_messages` keeps besides the match, in every backend's statement: a message of a
+# dialog conversation on one of the channels, said by someone or by the agent (not a
+# reminder or notice folded into the dialog).
+RANK_FILTER = (
+    "messages.agent_id = :agent_id AND messages.role IN ('user', 'agent') "
+    "AND conv.kind = 'dialog' AND conv.service || ':' || conv.channel IN :channels"
+)
+RANK_JOIN = (
+    "JOIN conversations AS conv ON conv.agent_id = messages.agent_id AND conv.id = messages.conversation_id"
+)
+MESSAGE_COLUMNS = ", ".join(f"messages.{c.name}" for c in messages.c)
 
 _CHUNK = 500  # event ids per IN list (well under every backend's parameter limit)
 

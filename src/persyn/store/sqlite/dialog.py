@@ -3,14 +3,15 @@ dialog part is the shared SQL of `sql/dialog.py`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, column, text
+from sqlalchemy import Float, bindparam, column, text
 from sqlalchemy.sql.selectable import TextualSelect
 
 from persyn.store.ports.dialog import Message
 from persyn.store.schema.tables import messages
-from persyn.store.sql.dialog import SqlDialog
+from persyn.store.sql.dialog import MESSAGE_COLUMNS, RANK_FILTER, RANK_JOIN, SqlDialog
 from persyn.store.sql.mapping import message_from_row
 
 __all__ = ["SQLiteDialog", "fts_query", "search_messages_query"]
@@ -35,6 +36,28 @@ class SQLiteDialog(SqlDialog):
             return []
         statement = search_messages_query(agent_id, match, since=since, until=until, limit=limit)
         return await self._fetch_all("search_messages", statement, message_from_row)
+
+    def _rank_statement(
+        self, agent_id: str, words: Sequence[str], channels: Sequence[str], limit: int
+    ) -> TextualSelect:
+        """FTS5 OR of the quoted words, bm25 (negated: higher is better). The full-text index
+        first, as in `search_messages_query`."""
+        match = " OR ".join(f'"{word}"' for word in words)
+        return (
+            text(
+                f"SELECT {MESSAGE_COLUMNS}, -bm25(messages_fts) AS score FROM messages_fts "
+                f"CROSS JOIN messages ON messages.rowid = messages_fts.rowid {RANK_JOIN} "
+                f"WHERE messages_fts MATCH :match AND {RANK_FILTER} "
+                "ORDER BY score DESC, messages.created_at DESC, messages.id DESC LIMIT :limit"
+            )
+            .bindparams(
+                bindparam("match", match),
+                bindparam("agent_id", agent_id),
+                bindparam("channels", list(channels), expanding=True),
+                bindparam("limit", limit),
+            )
+            .columns(*(column(c.name, c.type) for c in messages.c), column("score", Float()))
+        )
 
 
 def fts_query(query: str) -> str | None:
@@ -74,7 +97,7 @@ def search_messages_query(
         binds.append(bindparam("until", until, type_=when))
     return (
         text(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages_fts "
+            f"SELECT {MESSAGE_COLUMNS} FROM messages_fts "
             "CROSS JOIN messages ON messages.rowid = messages_fts.rowid "
             f"WHERE {' AND '.join(conditions)} "
             "ORDER BY bm25(messages_fts), messages.created_at DESC LIMIT :limit"
@@ -82,6 +105,3 @@ def search_messages_query(
         .bindparams(*binds)
         .columns(*(column(c.name, c.type) for c in messages.c))
     )
-
-
-_MESSAGE_COLUMNS = ", ".join(f"messages.{c.name}" for c in messages.c)

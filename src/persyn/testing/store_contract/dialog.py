@@ -286,6 +286,48 @@ class DialogContract(Contract):
         # The fixture's store is shared by the examples; searching does not change it.
         await store.search_messages(new_id(), query)
 
+    async def test_rank_messages_matches_any_word_best_first_on_the_channels_only(
+        self, store: FullStore
+    ) -> None:
+        agent_id = new_id()
+        here = await _open(store, agent_id)
+        elsewhere = await _open(store, agent_id, channel="other")
+        both, focused, one, unrelated = await _say(
+            store,
+            here,
+            "the fjord was cold and we meandered around it",
+            "fjord fjord fjord: the fjord again",
+            "we meandered with the dog along the river for a long time that day",
+            "nothing to see here",
+        )
+        [other] = await _say(store, elsewhere, "the fjord on the other channel")
+        await store.add_message(_message(here, "a reminder about the fjord", T0, role=Role.SYSTEM))
+        hits = await store.rank_messages(
+            agent_id, "What did they say about the fjord meander?", channels=["terminal:main"]
+        )
+        found = [hit.message for hit in hits]
+        assert sorted(m.id for m in found) == sorted(
+            m.id for m in (both, focused, one)
+        )  # any word; stemmed; no reminder; not elsewhere
+        assert found.index(both) < found.index(one)  # two rare words beat one (words unique to this test:
+        # the index's statistics are every agent's)
+        assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
+        assert all(hit.conversation.id == here.id for hit in hits)
+        assert unrelated not in found and other not in found
+        both_channels = ["terminal:main", "terminal:other"]
+        assert other in [
+            h.message for h in await store.rank_messages(agent_id, "fjord", channels=both_channels)
+        ]
+        assert len(await store.rank_messages(agent_id, "fjord", channels=["terminal:main"], limit=1)) == 1
+        assert await store.rank_messages(agent_id, "fjord", channels=[]) == []
+        assert await store.rank_messages(agent_id, "?! ...", channels=["terminal:main"]) == []
+        assert await store.rank_messages(new_id(), "fjord", channels=["terminal:main"]) == []
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(query=st.text(max_size=40))
+    async def test_rank_messages_never_raises_on_any_text(self, store: FullStore, query: str) -> None:
+        await store.rank_messages(new_id(), query, channels=["terminal:main"])
+
     # flags ------------------------------------------------------------------------------------------
     async def test_flags_set_overwrite_and_delete(self, store: FullStore) -> None:
         agent_id = new_id()
