@@ -295,8 +295,10 @@ def test_the_recall_tester_returns_what_persyn_memory_recall_does(web: WebDaemon
         data = got.json()
     printed = web.persyn.run("memory", "recall", "the lighthouse keeper", "-p", "Sam", "--explain", "--json")
     assert printed.returncode == 0, printed.stderr
-    cli = json.loads(printed.stdout)
-    cli_records: list[dict[str, Any]] = cli
+    cli: list[dict[str, Any]] = json.loads(printed.stdout)
+    cli_records = [row for row in cli if not row.get("said")]
+    # What was said comes as the CLI ranks it in: the same lines, by message id.
+    assert [s["message_id"] for s in data["said"]] == [row["id"] for row in cli if row.get("said")]
     assert [r["memory"]["id"] for r in data["results"]] == [r["id"] for r in cli_records]
     assert data["results"][0]["memory"]["ref"] == "light"
     # The same scores, but for the moments the two were asked at (recency moves by seconds).

@@ -114,3 +114,36 @@ async def test_raw_dialog_surfaces_only_where_it_was_said_among_those_who_were_t
         assert await pilot.full_store.purge_dialog(ADA.id, pilot.clock.now()) > 0
         await pilot.say(f"ann: {ASK_LOCKER} (after the purge)", channel="dm-ann", speaker="ann")
         assert LOCKER not in mind.request("(after the purge)")
+
+
+async def test_a_forgotten_memory_takes_the_words_it_was_made_from_out_of_recall(
+    tmp_path: Path, mind: Mind
+) -> None:
+    """`persyn memory forget` deletes the memory AND the verbatim dialog it names: otherwise
+    raw-dialog recall would bring back, on its own channel, exactly what was forgotten."""
+    from persyn.ops.memory import memory_ops
+
+    config = "[deliberation]\nenabled = false\n"
+    async with run_runtime(
+        tmp_path / "home", model="test:raw-dialog", config=config, channels={"test": RecordingChannel("test")}
+    ) as pilot:
+        await pilot.say(
+            f"ann: my locker combination at the marina gym is {LOCKER}", channel="dm-ann", speaker="ann"
+        )
+        pilot.advance(timedelta(hours=2))
+        assert await pilot.close_idle() == 1
+        await pilot.settle()
+        [memory] = await pilot.full_store.list_records(ADA.id)
+        assert memory.message_ids  # made from the dialog it names
+
+        # Before forgetting, Ann in her DM is shown her words (the check below can fail).
+        await pilot.say(f"ann: {ASK_LOCKER} (before)", channel="dm-ann", speaker="ann")
+        assert LOCKER in mind.request("(before)")
+
+        pilot.advance(timedelta(hours=2))
+        await pilot.close_idle()
+        await pilot.settle()
+        async with memory_ops(pilot.settings, pilot.agent, pilot.clock) as ops:
+            await ops.forget(memory.id)
+        await pilot.say(f"ann: {ASK_LOCKER} (after forgetting)", channel="dm-ann", speaker="ann")
+        assert LOCKER not in mind.request("(after forgetting)")

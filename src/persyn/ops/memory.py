@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -54,6 +55,7 @@ __all__ = [
     "memory_ops",
     "open_encoder",
     "read_queries",
+    "said_json",
 ]
 
 DEFAULT_RECALL_CHANNEL = channel_key("terminal", "terminal")
@@ -236,8 +238,14 @@ class MemoryOps:
         return None if reading is None else dict(reading.distribution)
 
     async def forget(self, record_id: str) -> MemoryRecord:
+        """Delete a memory and the verbatim words it was made from (its `message_ids`), so the
+        raw-dialog half of recall (`[memory] dialog_recall`) cannot bring it back; then the
+        originals nothing holds any more."""
         record, _ = await self.show(record_id)
         await self.store.delete_records(self.agent.id, [record.id])
+        history = capability(self.store, DialogHistoryPort)
+        if history is not None and record.message_ids:
+            await history.forget_messages(self.agent.id, record.message_ids)
         await self.sweep_originals()
         return record
 
@@ -327,6 +335,22 @@ def explain(result: RetrievalResult, index: int) -> dict[str, float | None]:
     recall --explain` prints and the console's recall tester shows, from this one place.
     A part retrieval adds later follows the known ones, so neither view can drop it."""
     return explain_parts(result.components[index], result.records[index].similarity)
+
+
+def said_json(line: SaidLine) -> dict[str, Any]:
+    """A line of raw dialog a recollection merged in, as the console's recall tester shows it
+    (with its score parts, `explain_said`)."""
+    return {
+        "message_id": line.message.id,
+        "speaker": line.message.speaker_name,
+        "channel": line.channel,
+        "text": line.message.text,
+        "time": line.message.created_at.isoformat(),
+        "score": round(line.score, 6),
+        "band": line.band.value,
+        "tokens": line.tokens,
+        "parts": explain_said(line),
+    }
 
 
 def explain_said(line: SaidLine) -> dict[str, float | None]:

@@ -389,7 +389,8 @@ def memory_show(
 def memory_forget(
     ctx: typer.Context, record_id: Annotated[str, typer.Argument(metavar="ID")], agent: AgentOption = None
 ) -> None:
-    """Delete one memory (its vector and index entries too)."""
+    """Delete one memory (its vector and index entries too) and the verbatim dialog it was made
+    from, so recall of what was said cannot bring it back."""
     from persyn.ops.memory import memory_ops
 
     cli = CliContext.of(ctx)

@@ -181,6 +181,12 @@ class DialogHistoryPort(ABC):
         retention window of SPEC §4.1); memory records stay. Returns messages deleted."""
 
     @abstractmethod
+    async def forget_messages(self, agent_id: str, message_ids: Sequence[str]) -> int:
+        """Delete these messages of the agent's dialog: the verbatim words a forgotten memory
+        was made from (`persyn memory forget`), so raw-dialog recall cannot bring back what
+        the memory no longer says. Unknown ids are ignored. Returns messages deleted."""
+
+    @abstractmethod
     async def held_attachments(self, agent_id: str) -> set[str]:
         """The `att-…` references of the agent's events that something still holds: a dialog
         message of the event (retained dialog), or a memory record whose `message_ids` name

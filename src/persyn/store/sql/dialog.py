@@ -217,6 +217,23 @@ class SqlDialog(SqlWork):
         )
         return await self._write("purge_dialog", lambda c: int(c.execute(statement).rowcount or 0))
 
+    async def forget_messages(self, agent_id: str, message_ids: Sequence[str]) -> int:
+        agent_id = checked_id(agent_id, "agent id")
+        wanted = list(dict.fromkeys(message_ids))
+        if not wanted:
+            return 0
+
+        def work(connection: Connection) -> int:
+            deleted = 0
+            for start in range(0, len(wanted), _CHUNK):
+                statement = delete(messages).where(
+                    messages.c.agent_id == agent_id, messages.c.id.in_(wanted[start : start + _CHUNK])
+                )
+                deleted += int(connection.execute(statement).rowcount or 0)
+            return deleted
+
+        return await self._write("forget_messages", work)
+
     async def held_attachments(self, agent_id: str) -> set[str]:
         agent_id = checked_id(agent_id, "agent id")
 

@@ -323,6 +323,18 @@ class DialogContract(Contract):
         assert await store.rank_messages(agent_id, "?! ...", channels=["terminal:main"]) == []
         assert await store.rank_messages(new_id(), "fjord", channels=["terminal:main"]) == []
 
+    async def test_forget_messages_takes_them_out_of_dialog_and_its_searches(self, store: FullStore) -> None:
+        agent_id = new_id()
+        here = await _open(store, agent_id)
+        gone, kept = await _say(store, here, "the quokka ate my sandwich", "the quokka waved goodbye")
+        assert await store.forget_messages(agent_id, [gone.id, gone.id, new_id()]) == 1
+        assert await store.forget_messages(new_id(), [kept.id]) == 0  # another agent's: untouched
+        assert await store.forget_messages(agent_id, []) == 0
+        assert [m.id for m in await store.recent_messages(agent_id, here.id, 10)] == [kept.id]
+        ranked = await store.rank_messages(agent_id, "quokka sandwich", channels=["terminal:main"])
+        assert [hit.message.id for hit in ranked] == [kept.id]
+        assert [m.id for m in await store.search_messages(agent_id, "quokka")] == [kept.id]
+
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(query=st.text(max_size=40))
     async def test_rank_messages_never_raises_on_any_text(self, store: FullStore, query: str) -> None:

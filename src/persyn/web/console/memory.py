@@ -17,7 +17,7 @@ from persyn.core.ids import is_id
 from persyn.core.records import MemoryRecord, ScoredRecord, Sensitivity
 from persyn.ops.graph import MemoryNeighbours, memory_neighbours
 from persyn.ops.history import opened_capability
-from persyn.ops.memory import MemoryOps, explain, memory_ops
+from persyn.ops.memory import MemoryOps, explain, memory_ops, said_json
 from persyn.store.ports.activity import MEMORY_EVENT_KINDS, ActivityPort
 from persyn.web.console._params import choice, moment, number, operator, text, the_agent
 from persyn.web.context import ApiError, WebContext
@@ -187,7 +187,7 @@ async def recall(context: WebContext, request: Request) -> Response:
     async with memory_ops(
         context.settings, agent, context.runtime.clock, encoder=context.console_encoder()
     ) as ops:
-        result = await ops.recall(
+        found = await ops.recollect(
             body.query,
             channel=body.channel,
             participants=body.participants,
@@ -195,6 +195,7 @@ async def recall(context: WebContext, request: Request) -> Response:
             budget_tokens=body.budget_tokens,
             limit=body.limit,
         )
+        result = found.memories
         degraded = ops.degraded or result.degraded
     return JSONResponse(
         {
@@ -202,6 +203,9 @@ async def recall(context: WebContext, request: Request) -> Response:
             "channel": result.channel,
             "mode": result.mode,
             "results": [_scored(s, explain(result, at)) for at, s in enumerate(result.records)],
+            # What was said, as the turn's recall merges it in (`[memory] dialog_recall`):
+            # verbatim lines of this channel's dialog among these participants.
+            "said": [said_json(line) for line in found.said],
             "considered": result.considered,
             "withheld": result.withheld,
             "over_budget": result.over_budget,
