@@ -53,6 +53,8 @@ class Step(_Frozen):
         chosen = [self.say is not None, self.restart, self.heartbeat is not None, self.wait is not None]
         if sum(chosen) != 1:
             raise ValueError("a step does exactly one of: say, restart, heartbeat, wait")
+        if self.agent is not None and self.heartbeat is None:
+            raise ValueError("`agent` names whose heartbeat a heartbeat step deletes; this step has none")
         return self
 
     @property
