@@ -25,14 +25,17 @@ Shared mechanisms, said where they are:
   would fail too ("no memory was rated important"). So the short week rates the chess club
   memorable as well (8, not 6): 9 then rests on a memory 1's sabotage leaves alone.
 
-CI cost: ten short weeks of three days (about 25 s each on a quiet machine, 4 minutes in
-all) in a file of their own, so that `pytest -n 2 --dist loadfile` runs them beside the
-other eval tests; they replace the one sabotaged shipped week the twins shared before.
+CI cost: ten short weeks of three days, in a file of their own, so that `pytest -n 2 --dist
+loadfile` runs them beside the other eval tests; they replace the one sabotaged shipped week
+the twins shared before. Measured on 2 cores at load average 11-15: 36 minutes for the ten
+(3.6 minutes each; one short week alone, 149 s). By the shipped week's own ratio (66 s quiet,
+118-396 s under such load) that is about 30-40 s each, 5-7 minutes in all, on quiet cores.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,15 +96,15 @@ def short_week(shipped: Scenario) -> Scenario:
     )
 
 
-def _rules(scenario: Scenario, replace: dict[str, dict[str, Any] | None]) -> tuple[dict[str, Any], ...]:
+def _rules(scenario: Scenario, replace: Mapping[str, Mapping[str, Any] | None]) -> tuple[dict[str, Any], ...]:
     """The scenario's rules with those matching `task|match` replaced (None: dropped)."""
     rules: list[dict[str, Any]] = []
     for rule in scenario.rules:
         key = f"{rule.get('task')}|{rule.get('match')}"
         if key not in replace:
             rules.append(rule)
-        elif replace[key] is not None:
-            rules.append({"task": rule.get("task"), "match": rule.get("match"), **replace[key]})  # type: ignore[dict-item]
+        elif (replaced := replace[key]) is not None:
+            rules.append({"task": rule.get("task"), "match": rule.get("match"), **replaced})
     return tuple(rules)
 
 

@@ -212,7 +212,7 @@ class _Week:
 
     def start_daemon(self) -> None:
         # A `local:` model's llama.cpp server loads before the daemon says it is serving.
-        timeout = 90 if self.model is None else 600
+        timeout = 180 if self.model is None else 600
         log_path = self.work / "daemon.log"
         before = log_path.read_text(errors="replace").count(_BANNER) if log_path.exists() else 0
         with open(log_path, "ab") as log:
