@@ -1,19 +1,13 @@
 """`persyn eval continuity` (issue 38, SPEC §9): the shipped week through the real command,
-and each checker shown able to fail.
+and the restart's checker shown able to fail.
 
 The honest week runs once per session (the `shipped_week` fixture of conftest.py, shared
-with the agent-copy test) through `persyn eval continuity --json`. The failing twins run the
-same runner on the same week with its mechanisms switched off or sabotaged through the
-scenario alone, its settings and the scripted model's rules: the importance of the first
-meeting rated low, a recollection of what never happened, a guess with no lookup, the critic
-told to agree, the decide step told to speak, the reminder gate silencing, the agents'
-exchange cut by `max_agent_turns`, culling disabled by `cull_below_importance = 1`, the
-heartbeat never deleted. Independent sabotages share one week, and exactly they fail; the
-restart twin (the store swapped at the restart, which breaks everything after it) and the
-compartment twin (compartments merged and every memory public; the first meeting's lower
-rating would disturb its retrieval) have short weeks of their own. Criterion 11's exactness
-(only consolidation is set apart on the conversations held before the deletion) is shown on
-the shipped week's own evidence with one call of the agent's own added.
+with the agent-copy test) through `persyn eval continuity --json`. The failing twins of the
+other criteria, each alone on a short week, are in test_eval_twins.py. The restart twin (the
+store swapped at the restart) has a short week of its own here: it breaks everything after
+the restart, so it can only be shown alone. Criterion 11's exactness (only consolidation is
+set apart on the conversations held before the deletion) is shown on the shipped week's own
+evidence with one call of the agent's own added.
 """
 
 from __future__ import annotations
@@ -25,7 +19,7 @@ import subprocess
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from persyn_cli import Persyn
@@ -137,140 +131,14 @@ def test_the_group_chat_can_be_said_without_an_irc_server(tmp_path: Path) -> Non
 
 
 # the failing twins --------------------------------------------------------------------
-def _rules(scenario: Scenario, replace: dict[str, dict[str, Any] | None]) -> tuple[dict[str, Any], ...]:
-    """The scenario's rules with those matching `task|match` replaced (None: dropped)."""
-    rules: list[dict[str, Any]] = []
-    for rule in scenario.rules:
-        key = f"{rule.get('task')}|{rule.get('match')}"
-        if key not in replace:
-            rules.append(rule)
-        elif replace[key] is not None:
-            rules.append({"task": rule.get("task"), "match": rule.get("match"), **replace[key]})  # type: ignore[dict-item]
-    return tuple(rules)
-
-
-def _sabotaged(shipped: Scenario) -> Scenario:
-    rules = _rules(
-        shipped,
-        {
-            # 1: importance not recorded as memorable
-            "rate|(?i)restore an old lighthouse": {"output": {**_rating(4)}},
-            # 3: a recollection of what never happened
-            "respond|(?i)sailing": {
-                "reply": "Yes, the sailing trip last summer was wonderful, the wind was perfect."
-            },
-            # 4: a confident guess, no lookup
-            "respond|(?i)name of my sister's bakery": {"reply": "It was Crumb and Co."},
-            # 5: the critic told to agree
-            "critique|(?i)moon is so far away": {"output": {"objections": []}},
-            # 6: the decide step sends the compliant draft
-            "decide|(?i)history essay": None,
-        },
-    )
-    # 7: the reminder gate silences the reminder's message (a draft long enough to be decided on)
-    rules = (
-        {
-            "task": "respond",
-            "match": "(?i)call her sister",
-            "reply": "Alice, this is your reminder: please call your sister today, her bakery turns ten.",
-        },
-        {
-            "task": "decide",
-            "match": "(?i)call your sister",
-            "output": {"action": "silent", "reason": "Not now."},
-        },
-        *rules,
-    )
-    config = {
-        **shipped.config,
-        "memory.cull_below_importance": "1",  # 9: culling disabled
-        "pacing.max_agent_turns": "1",  # 8: the agents' exchange cut before it is one
-    }
-    days = tuple(  # 11: the heartbeat is never deleted
-        Day(steps=tuple(step for step in day.steps if step.heartbeat is None)) for day in shipped.days
-    )
-    return shipped.model_copy(update={"rules": rules, "config": config, "days": days})
-
-
-def _rating(importance: int) -> dict[str, Any]:
-    return {
-        "emotional_significance": 2,
-        "decisions": 1,
-        "novelty": 2,
-        "continuing_themes": 1,
-        "explicit_importance": 1,
-        "importance": importance,
-        "sensitivity": "private",
-    }
-
-
+# Each of the criteria 1-9 and 11 fails alone on a short week of its own, its mechanism
+# sabotaged: test_eval_twins.py. Here: the restart, whose sabotage breaks everything after it.
 def _verdicts(scenario: Scenario, work: Path) -> dict[int, Verdict]:
     async def run() -> list[Verdict]:
         await run_week(scenario, work)
         return run_checkers(await load_evidence(work, scenario.criteria))
 
     return {v.number: v for v in asyncio.run(run())}
-
-
-@pytest.fixture(scope="module")
-def sabotaged(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Verdict]:
-    return _verdicts(_sabotaged(load_scenario()), tmp_path_factory.mktemp("sabotaged") / "week")
-
-
-_SABOTAGED = {
-    1: "the first meeting was rated 4, below memorable (7)",
-    3: "the reply recollects an event no memory holds",
-    4: "no raw-record lookup (search_dialog, recall_dialog) in its trace",
-    5: "no critic objected to the draft",
-    6: "it decided to speak; nothing was declined",
-    7: "a reminder ran but no unprompted message reached a channel",
-    8: "not multi-turn",
-    9: "nothing was culled",
-    11: "the heartbeat was never deleted",
-}
-
-
-@pytest.mark.parametrize(("number", "reason"), sorted(_SABOTAGED.items()))
-def test_each_checker_fails_when_its_mechanism_is_sabotaged(
-    sabotaged: dict[int, Verdict], number: int, reason: str
-) -> None:
-    verdict = sabotaged[number]
-    assert not verdict.passed and verdict.summary.startswith(reason), verdict
-
-
-def test_exactly_the_sabotaged_criteria_fail(sabotaged: dict[int, Verdict]) -> None:
-    """The mechanisms are independent: what fails is the sabotaged criteria and only they,
-    each for its own sabotage's reason (above); the restart and the compartments, left
-    whole, pass in the same week."""
-    failed = {n: v.summary for n, v in sabotaged.items() if not v.passed}
-    assert sorted(failed) == sorted(_SABOTAGED), failed
-    assert all(failed[n].startswith(reason) for n, reason in _SABOTAGED.items()), failed
-
-
-def test_merged_compartments_fail_criterion_2(tmp_path: Path) -> None:
-    """Every channel one compartment and every memory public: a short week of the first
-    meeting, then the same question on both channels."""
-    shipped = load_scenario()
-    asked = tuple(s for day in shipped.days for s in day.steps if (s.probe or "").startswith("same_question"))
-    rules = tuple(
-        {**rule, "output": {**cast(dict[str, Any], rule["output"]), "sensitivity": "public"}}
-        if rule.get("task") == "rate"
-        else rule
-        for rule in shipped.rules
-    )
-    config = {
-        **shipped.config,
-        "memory.channel_groups": '[["{web:Alice}", "irc:#group"]]',
-        "memory.default_sensitivity.irc": "public",
-        "memory.default_sensitivity.web": "public",
-    }
-    week = shipped.model_copy(
-        update={"rules": rules, "config": config, "days": (shipped.days[0], Day(steps=asked))}
-    )
-    verdict = _verdicts(week, tmp_path / "week")[2]
-    assert not verdict.passed and verdict.summary.startswith("two channels retrieved the same memories"), (
-        verdict
-    )
 
 
 def test_identity_lost_at_the_restart_fails_criterion_10(tmp_path: Path) -> None:
@@ -280,6 +148,25 @@ def test_identity_lost_at_the_restart_fails_criterion_10(tmp_path: Path) -> None
     verdict = _verdicts(week, tmp_path / "week")[10]
     assert not verdict.passed and verdict.summary.startswith("after the restart it lost contacts"), verdict
     assert "memories" in verdict.summary
+
+
+def test_a_malformed_rating_degrades_the_day_instead_of_stopping_the_week(tmp_path: Path) -> None:
+    """A small model rates a conversation out of range (importance 0): its consolidation
+    fails, as the daemon degrades (the dialog kept, retried later), and the next day starts
+    anyway, saying so, instead of waiting for a consolidation that will not come."""
+    shipped = load_scenario()
+    bad = {"task": "rate", "match": "(?i)chess", "output": {"importance": 0, "sensitivity": "private"}}
+    week = shipped.model_copy(
+        update={
+            "rules": (bad, *shipped.rules),
+            "days": (shipped.days[0], Day(steps=(shipped.probes()["same_question_group"],))),
+        }
+    )
+    log = asyncio.run(run_week(week, tmp_path / "week"))
+    (second,) = [h for h in log.happenings if h.action == "day" and h.day == 2]
+    assert second.detail is not None and "1 of it failed and is left to the daemon's retries" in second.detail
+    assert "RatingOutput" in second.detail, second.detail
+    assert [h.day for h in log.happenings if h.action == "say"] == [1, 1, 2]
 
 
 def test_the_command_is_in_the_readme_first_screen() -> None:

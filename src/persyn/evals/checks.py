@@ -492,7 +492,13 @@ def dormancy(week: WeekEvidence) -> Verdict:
     window = [r for r in week.usage if between(r.at, deleted.at, until)]
     finishing = [r for r in window if r.conversation_id in pending and r.stage in _CONSOLIDATING]
     calls = [r for r in window if r not in finishing]
-    beats = [a for a in week.activity if between(a.at, deleted.at, until)]
+    # Self-initiated runs until it was spoken to; a heartbeat's beat at any time after the
+    # deletion (a message wakes it to answer, never its heartbeat).
+    beats = [
+        a
+        for a in week.activity
+        if between(a.at, deleted.at, until) or (a.kind == "heartbeat" and a.at > deleted.at)
+    ]
     restarts = [h for h in week.log.happenings if h.action == "day" and between(h.at, deleted.at, woken.at)]
     evidence = [
         f"heartbeat deleted {deleted.at:%a %d %b %H:%M:%S}: {deleted.detail}",
@@ -500,6 +506,9 @@ def dormancy(week: WeekEvidence) -> Verdict:
         f"runs, {len(restarts)} daemon start(s) in between ({len(finishing)} calls consolidating the "
         f"{len({r.conversation_id for r in finishing})} conversations held before the deletion)",
     ]
+    if week.heartbeat is not None:
+        evidence.append(f"in its schedule when the week ended: {week.heartbeat}")
+        return Verdict(11, title, False, f"its heartbeat was not deleted: {week.heartbeat}", tuple(evidence))
     if calls or beats:
         shown = [
             f"{r.at:%a %H:%M:%S} {r.stage} ({r.surface}:{r.channel}, conversation {r.conversation_id})"

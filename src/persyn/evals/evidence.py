@@ -19,6 +19,7 @@ from persyn.store.ports.dialog import Conversation, DialogHistoryPort, Message, 
 from persyn.store.ports.directory import DirectoryPort, Person
 from persyn.store.ports.jobs import Consolidation, JobsPort
 from persyn.store.ports.memory import MemoryPort
+from persyn.store.ports.schedule import SchedulePort
 from persyn.tracing.base import ATTR, SpanRecord
 from persyn.tracing.local import read_spans
 from persyn.usage.ledger import read_records
@@ -83,6 +84,9 @@ class WeekEvidence:
     spans: tuple[SpanRecord, ...]
     usage: tuple[UsageRecord, ...]
     tracing_full: bool
+    # The agent's heartbeat in the schedule when the week ended ("next beat at ..."), or
+    # None: it was deleted (or the store keeps no schedule).
+    heartbeat: str | None = None
 
     def person(self, name: str) -> Person | None:
         return next((p for p in self.people if p.display_name.casefold() == name.casefold()), None)
@@ -160,6 +164,9 @@ async def load_evidence(work: Path, criteria: Criteria) -> WeekEvidence:
             if state is not None:
                 consolidations.append(state)
         activity = await store.recent_activity(agent_id, limit=10_000)
+        beating = (
+            await store.list_reminders(agent_id, kind="heartbeat") if isinstance(store, SchedulePort) else []
+        )
     finally:
         await store.close()
     usage = [r for r in read_records(settings.usage_log_path) if r is not None and r.agent_id == agent_id]
@@ -176,6 +183,9 @@ async def load_evidence(work: Path, criteria: Criteria) -> WeekEvidence:
         spans=tuple(read_spans(settings.traces_dir)),
         usage=tuple(sorted(usage, key=lambda r: (r.at, r.id))),
         tracing_full=settings.tracing.enabled and settings.tracing.content == "full",
+        heartbeat=next(
+            (f"heartbeat {r.id}, next beat at {r.next_fire_at:%a %d %b %H:%M}" for r in beating), None
+        ),
     )
 
 

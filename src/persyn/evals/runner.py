@@ -54,6 +54,16 @@ _WEB_URL = re.compile(r"web channel on (http://\S+)")
 # The scenario's channel said in a real IRC room (a private ngircd), the group chat.
 IRC = "irc"
 _WEB_SETTINGS = {"PERSYN_WEB__ENABLED": "true", "PERSYN_WEB__HOST": "127.0.0.1", "PERSYN_WEB__PORT": "0"}
+# How long a line waits for its answer: the scripted double answers in a second; a model on
+# this machine (the bundled `local:` one on a shared CPU: a few tokens a second, one request
+# at a time, the day's consolidation queued with the turns) takes minutes. Behaviour mode
+# also gives each model request and each web turn that long, unless the scenario says.
+_REPLY_SECONDS = 120.0
+_MODEL_REPLY_SECONDS = 1800.0
+_MODEL_SETTINGS = {
+    "PERSYN_MODELS__REQUEST_TIMEOUT_SECONDS": "900",
+    "PERSYN_WEB__REPLY_TIMEOUT_SECONDS": str(int(_MODEL_REPLY_SECONDS)),
+}
 
 
 class EvalRunError(PersynError):
@@ -149,9 +159,18 @@ class _Week:
         script.write_text(self.scenario.rules_json(), encoding="utf-8")
         self.env = self.scenario.environment(script)
         if self.model is not None:
-            self.env["PERSYN_MODELS__DEFAULT"] = self.model
+            self.env = {**_MODEL_SETTINGS, **self.env, "PERSYN_MODELS__DEFAULT": self.model}
         if any(step.channel == WEB for day in self.scenario.days for step in day.steps if step.say):
             self.env.update(_WEB_SETTINGS)
+
+    @property
+    def reply_seconds(self) -> float:
+        """How long a line waits for its answer (and a `wait` step is stretched by)."""
+        return _REPLY_SECONDS if self.model is None else _MODEL_REPLY_SECONDS
+
+    def patience(self, seconds: float) -> float:
+        """A scenario's wait, stretched for a model that answers in minutes, not seconds."""
+        return seconds * self.reply_seconds / _REPLY_SECONDS
 
     # processes -------------------------------------------------------------------------
     def environ(self) -> dict[str, str]:
@@ -191,7 +210,9 @@ class _Week:
             raise EvalRunError(f"`persyn {' '.join(args)}` failed ({done.returncode}): {done.stderr.strip()}")
         return done.stdout
 
-    def start_daemon(self, timeout: float = 90) -> None:
+    def start_daemon(self) -> None:
+        # A `local:` model's llama.cpp server loads before the daemon says it is serving.
+        timeout = 180 if self.model is None else 600
         log_path = self.work / "daemon.log"
         before = log_path.read_text(errors="replace").count(_BANNER) if log_path.exists() else 0
         with open(log_path, "ab") as log:
@@ -317,8 +338,10 @@ async def _run(
             await _start(week)
             try:
                 # A model on this machine consolidates a day in minutes, not seconds.
-                await _wait_settled(store, agent_id, week.now(), 120 if week.model is None else 1800)
-                week.note(number, "day", detail="daemon started; the day before is consolidated")
+                settled = await _wait_settled(
+                    store, agent_id, week.now(), week.patience(120), lenient=week.model is not None
+                )
+                week.note(number, "day", detail=settled)
                 for step in day.steps:
                     await _do(week, store, agent_id, number, step)
             finally:
@@ -417,7 +440,13 @@ async def _say_in_the_room(week: _Week, day: int, step: Step) -> Happening:
     assert step.say is not None
     line = f"{week.scenario.agent}: {step.say}"
     at = week.now()
-    reply = await week.irc[step.who].say(line, week.scenario.agent, timeout=90)
+    reply = await week.irc[step.who].say(line, week.scenario.agent, timeout=week.reply_seconds)
+    shown = reply if reply is not None else f"(nothing said in the room within {week.reply_seconds:.0f} s)"
+    return _said(day, at, step, line, shown, f"irc:{ROOM}")
+
+
+def _said(day: int, at: datetime, step: Step, text: str, reply: str, address: str) -> Happening:
+    """A `say` step as it happened: the line as said, its answer, where it was said."""
     return Happening(
         day=day,
         at=at,
@@ -425,9 +454,9 @@ async def _say_in_the_room(week: _Week, day: int, step: Step) -> Happening:
         who=step.who,
         channel=step.channel,
         probe=step.probe,
-        text=line,
-        reply=reply if reply is not None else "(nothing said in the room within 90 s)",
-        address=f"irc:{ROOM}",
+        text=text,
+        reply=reply,
+        address=address,
     )
 
 
@@ -454,7 +483,7 @@ async def _say_on_the_web(week: _Week, day: int, step: Step) -> Happening:
     at = week.now()
     body = {"model": week.scenario.agent, "messages": [{"role": "user", "content": step.say}]}
     try:
-        async with httpx.AsyncClient(base_url=week.web_url, timeout=120) as client:
+        async with httpx.AsyncClient(base_url=week.web_url, timeout=week.reply_seconds + 30) as client:
             answer = await client.post(
                 "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {secret}"}
             )
@@ -463,17 +492,7 @@ async def _say_on_the_web(week: _Week, day: int, step: Step) -> Happening:
     if answer.status_code != 200:
         raise EvalRunError(f"day {day}: the web channel answered {answer.status_code}: {answer.text[:400]}")
     reply = str(answer.json()["choices"][0]["message"]["content"])
-    return Happening(
-        day=day,
-        at=at,
-        action="say",
-        who=step.who,
-        channel=step.channel,
-        probe=step.probe,
-        text=step.say,
-        reply=reply,
-        address=f"web:{key_id}",
-    )
+    return _said(day, at, step, step.say, reply, f"web:{key_id}")
 
 
 async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) -> None:
@@ -493,26 +512,15 @@ async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) ->
             "--channel",
             step.channel,
             "--timeout",
-            "60",
+            f"{week.reply_seconds:.0f}",
             step.say,
+            timeout=week.reply_seconds + 60,
         )
         if done.returncode != 0:
             raise EvalRunError(
                 f"`persyn send` failed on day {day} ({done.returncode}): {done.stderr.strip()}"
             )
-        week.happenings.append(
-            Happening(
-                day=day,
-                at=at,
-                action="say",
-                who=step.who,
-                channel=step.channel,
-                probe=step.probe,
-                text=step.say,
-                reply=done.stdout.strip(),
-                address=f"cli:{step.channel}",
-            )
-        )
+        week.happenings.append(_said(day, at, step, step.say, done.stdout.strip(), f"cli:{step.channel}"))
     elif step.restart:
         await asyncio.to_thread(week.stop_daemon)
         week.snapshots.append(await _identity(week, store, agent_id, "before restart"))
@@ -526,11 +534,12 @@ async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) ->
         week.snapshots.append(await _identity(week, store, agent_id, "after restart"))
         week.note(day, "restart", step, detail="every process stopped (SIGTERM) and started again")
     elif step.heartbeat == "delete":
-        shown = await asyncio.to_thread(week.must, "heartbeat", "delete", "--agent", week.scenario.agent)
+        whose = step.agent or week.scenario.agent
+        shown = await asyncio.to_thread(week.must, "heartbeat", "delete", "--agent", whose)
         week.note(day, "heartbeat", step, detail=shown.strip())
     elif step.wait == "reminder":
         assert isinstance(store, ActivityPort)
-        deadline = time.monotonic() + step.timeout_seconds
+        deadline = time.monotonic() + week.patience(step.timeout_seconds)
         while time.monotonic() < deadline:
             if await store.recent_activity(agent_id, limit=1, kind="reminder"):
                 break
@@ -538,7 +547,9 @@ async def _do(week: _Week, store: Store, agent_id: str, day: int, step: Step) ->
         ran = await store.recent_activity(agent_id, limit=5, kind="reminder")
         week.note(day, "wait", step, detail=f"{len(ran)} reminder run(s) logged")
     elif step.wait == "agents":
-        count = await _quiet_between_agents(store, agent_id, step.timeout_seconds)
+        count = await _quiet_between_agents(
+            store, agent_id, week.patience(step.timeout_seconds), quiet=week.patience(6.0)
+        )
         week.note(day, "wait", step, detail=f"{count} message(s) between the agents, then quiet")
 
 
@@ -561,28 +572,46 @@ async def _quiet_between_agents(store: Store, agent_id: str, timeout: float, qui
     return max(count, 0)
 
 
-async def _wait_settled(store: Store, agent_id: str, before: datetime, timeout: float = 120) -> None:
+async def _wait_settled(
+    store: Store, agent_id: str, before: datetime, timeout: float = 120, *, lenient: bool = False
+) -> str:
+    """Wait until the conversations begun before `before` are closed and consolidated; what
+    to note of it. A consolidation that failed counts as settled: the daemon degrades so (the
+    dialog kept, its sweep retrying later), and a small model's malformed rating must not stop
+    the week. Past `timeout` the week stops, unless `lenient` (behaviour mode: a model on a
+    busy machine may take longer than any bound), where the day goes on and says so."""
     deadline = time.monotonic() + timeout
-    while not await _settled(store, agent_id, before):
+    while (failed := await _unsettled(store, agent_id, before)) is None:
         if time.monotonic() > deadline:
-            raise EvalRunError(
-                f"the conversations before {before:%Y-%m-%d %H:%M} were not consolidated in time"
-            )
+            late = f"the conversations before {before:%Y-%m-%d %H:%M} were not consolidated in time"
+            if not lenient:
+                raise EvalRunError(late)
+            return f"daemon started; {late} ({timeout:.0f} s): the day goes on"
         await asyncio.sleep(0.3)
+    if failed:
+        return (
+            f"daemon started; the day before is consolidated, {len(failed)} of it failed and is left "
+            f"to the daemon's retries: {failed[0][:300]}"
+        )
+    return "daemon started; the day before is consolidated"
 
 
-async def _settled(store: Store, agent_id: str, before: datetime) -> bool:
-    """Every conversation started before `before` is closed and its consolidation done."""
+async def _unsettled(store: Store, agent_id: str, before: datetime) -> list[str] | None:
+    """None while a conversation started before `before` is open or its consolidation not
+    yet attempted; else the errors of those whose consolidation failed (settled too)."""
     assert isinstance(store, JobsPort) and isinstance(store, DialogHistoryPort)
+    failed: list[str] = []
     for conversation in await store.list_conversations(agent_id, limit=1000):
         if conversation.started_at >= before or conversation.kind != "dialog":
             continue
         if conversation.closed_at is None:
-            return False
+            return None
         state = await store.get_consolidation(agent_id, conversation.id)
-        if state is None or state.status != ConsolidationStatus.DONE:
-            return False
-    return True
+        if state is None or state.status == ConsolidationStatus.PENDING:
+            return None
+        if state.status == ConsolidationStatus.FAILED:
+            failed.append(f"{conversation.id}: {state.last_error}")
+    return failed
 
 
 async def _identity(week: _Week, store: Store, agent_id: str, taken: str) -> IdentitySnapshot:

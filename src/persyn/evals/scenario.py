@@ -39,6 +39,9 @@ class Step(_Frozen):
     probe: str | None = Field(default=None, min_length=1, max_length=60)
     restart: bool = False
     heartbeat: Literal["delete"] | None = None
+    # With `heartbeat`: whose heartbeat (default: the scenario's agent; another agent of the
+    # deployment is a sabotage: the agent's own heartbeat is left beating).
+    agent: str | None = Field(default=None, min_length=1, max_length=80)
     wait: Literal["reminder", "agents"] | None = None
     timeout_seconds: float = Field(default=60.0, gt=0, le=600)
     # With `restart`: settings changed from the restart on (a sabotage, or an upgrade);
@@ -50,6 +53,8 @@ class Step(_Frozen):
         chosen = [self.say is not None, self.restart, self.heartbeat is not None, self.wait is not None]
         if sum(chosen) != 1:
             raise ValueError("a step does exactly one of: say, restart, heartbeat, wait")
+        if self.agent is not None and self.heartbeat is None:
+            raise ValueError("`agent` names whose heartbeat a heartbeat step deletes; this step has none")
         return self
 
     @property

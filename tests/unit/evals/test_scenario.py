@@ -50,6 +50,7 @@ def test_its_settings_become_the_environment_of_the_scratch_deployment(tmp_path:
     [
         ('name = "x"\n[[days]]\nsteps = [{ say = "hi", restart = true }]\n', "a step does exactly one of"),
         ('name = "x"\n[[days]]\nsteps = [{ wait = "forever" }]\n', "wait"),
+        ('name = "x"\n[[days]]\nsteps = [{ say = "hi", agent = "Moss" }]\n', "whose heartbeat"),
         ('name = "x"\ndays = []\n', "days"),
         ('name = "x"\n[[days]]\nsteps = [{ say = "hi", channel = "../etc" }]\n', "channel"),
         ("name = \n", "invalid scenario"),
