@@ -45,8 +45,11 @@ REFINED = "I think the garden plan could work, though I am not certain."
 # Deferred was 41 before its background work stopped reading the event again (the autonomy
 # budget's look-ups of the background threads, twice for the concurrent critics, and refine's)
 # and the dialog again (the critics'), and the emotion reading its conversation (the activation
-# hands it the surface and channel); inline was 33.
-STORE_TRIPS = {"inline": 30, "deferred": 34}
+# hands it the surface and channel); inline was 33. One trip each since for the raw dialog that
+# recall ranks beside the memories (`rank_messages`, `[memory] dialog_recall`, issue 39).
+STORE_TRIPS = {"inline": 31, "deferred": 35}
+# What recall asks of the dialog per turn: one ranking, however many steps read the prompt.
+DIALOG_RANKINGS = 1
 # Reads per turn of the open goals and of the agent's facts about itself: once each, the goals
 # shared by the prompt's goals section and the decision's preferences (`TurnCache.open_goals`).
 GOAL_READS = 1
@@ -155,6 +158,7 @@ async def test_a_turn_stays_within_its_counted_work(tmp_path: Path, mind: None, 
     assert store.trips["recent_emotions"] <= TURNS and store.trips["turn_messages"] <= TURNS
     assert store.trips["list_goals"] == GOAL_READS * TURNS and store.trips["fact_rows"] == FACT_READS * TURNS
     assert store.trips["get_event"] == EVENT_READS and store.trips["get_conversation"] == 0
+    assert store.trips["rank_messages"] == DIALOG_RANKINGS * TURNS
     assert len(steps) <= DBOS_STEPS[mode], f"DBOS steps of a {mode} turn: {steps}"
     assert store.trips["add_emotion_reading"] == TURNS  # every exchange still read
     assert layers == MODEL_LAYERS
