@@ -10,6 +10,7 @@ before, through it. The tether exits with the child's code.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -32,8 +33,13 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
 
 
 def _watch_the_eval(child: subprocess.Popen[bytes]) -> None:
-    """Read stdin to its end (nothing is ever written to it), then stop the child."""
-    while sys.stdin.buffer.read(4096):
+    """Read stdin to its end (nothing is ever written to it), then stop the child. Read from
+    the descriptor, not `sys.stdin.buffer`: this daemon thread is still blocked in the read
+    when the tether exits, and a buffered reader's lock held at interpreter shutdown aborts
+    the process ("Fatal Python error: _enter_buffered_busy") instead of exiting with the
+    child's code."""
+    descriptor = sys.stdin.fileno()
+    while os.read(descriptor, 4096):
         pass
     _stop(child)
 
