@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from persyn.evals.evidence import Turn, WeekEvidence, between
+from persyn.store.ports.activity import MEMORY_EVENT_KINDS
 from persyn.store.ports.dialog import Role
 from persyn.tracing.base import ATTR, SpanRecord
 
@@ -493,11 +494,14 @@ def dormancy(week: WeekEvidence) -> Verdict:
     finishing = [r for r in window if r.conversation_id in pending and r.stage in _CONSOLIDATING]
     calls = [r for r in window if r not in finishing]
     # Self-initiated runs until it was spoken to; a heartbeat's beat at any time after the
-    # deletion (a message wakes it to answer, never its heartbeat).
+    # deletion (a message wakes it to answer, never its heartbeat). What happened to its
+    # memories is logged beside them (the daily cull, remembering harder) but is no run of
+    # its own: housekeeping culls without a model call, dormant or not.
     beats = [
         a
         for a in week.activity
-        if between(a.at, deleted.at, until) or (a.kind == "heartbeat" and a.at > deleted.at)
+        if a.kind not in MEMORY_EVENT_KINDS
+        and (between(a.at, deleted.at, until) or (a.kind == "heartbeat" and a.at > deleted.at))
     ]
     restarts = [h for h in week.log.happenings if h.action == "day" and between(h.at, deleted.at, woken.at)]
     evidence = [
