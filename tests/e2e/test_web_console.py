@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from browser import WAIT_MS, logged_in
 from sse_reader import SseReader
 from web_daemon import GARDEN, HELLO, LISBON, REMINDED, SILENCE, WebDaemon, rules, start
 
@@ -31,9 +32,6 @@ from persyn.web.console import ROUTES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
-WAIT_MS = 60_000
 EXPLAINED = ["similarity", "keyword", "date", "recency", "importance", "participants", "cosine"]
 LIGHTHOUSE = "Sam told me about the lighthouse keeper in Brittany who painted the stairs blue."
 
@@ -485,173 +483,153 @@ def test_operator_actions_need_confirming_are_logged_and_are_an_operators_alone(
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
 def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     shots = tmp_path / "screenshots"
     shots.mkdir()
     print(f"\nscreenshots: {shots}")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 800})
-            page.set_default_timeout(WAIT_MS)
-            page.goto(web.url)
-            page.get_by_label("Key").fill(web.keys["ops"])
-            page.get_by_role("button", name="Connect").click()
-            expect(page.locator("#status")).to_contain_text("connected to Ada")
+    with logged_in(web.url, web.keys["ops"], viewport={"width": 1100, "height": 800}) as page:
+        # Chat: the answer arrives, with a link to its trace.
+        page.get_by_label("Message").fill("hello from the console")
+        page.get_by_label("Message").press("Enter")
+        answer = page.locator(".msg.agent:not(.history)").last
+        expect(answer.locator(".body")).to_have_text(HELLO)
+        expect(answer.get_by_role("link", name="trace of this answer")).to_be_visible()
+        page.screenshot(path=str(shots / "chat.png"), full_page=True)
 
-            # Chat: the answer arrives, with a link to its trace.
-            page.get_by_label("Message").fill("hello from the console")
-            page.get_by_label("Message").press("Enter")
-            answer = page.locator(".msg.agent:not(.history)").last
-            expect(answer.locator(".body")).to_have_text(HELLO)
-            expect(answer.get_by_role("link", name="trace of this answer")).to_be_visible()
-            page.screenshot(path=str(shots / "chat.png"), full_page=True)
+        # Memory: search finds the imported memory; it opens; the recall tester finds it.
+        page.get_by_role("button", name="Memory").click()
+        page.get_by_label("Search").fill("lighthouse")
+        page.get_by_role("button", name="Find").click()
+        found = page.locator("#memories li a")
+        expect(found).to_have_count(1)
+        expect(found.first).to_have_text(LIGHTHOUSE)
+        found.first.click()
+        expect(page.locator("#memory .summary")).to_have_text(LIGHTHOUSE)
+        expect(page.locator("#memory table")).to_contain_text("imported")
+        expect(page.get_by_role("region", name="Graph neighbours")).to_contain_text("Brittany —is in→ France")
+        expect(page.locator("#memory-graph")).not_to_contain_text("boat")
+        page.get_by_label("Question").fill("the lighthouse keeper")
+        page.get_by_label("Participants").fill("Sam")
+        page.get_by_role("button", name="Recall").click()
+        expect(page.locator("#recall-results table tr").nth(1)).to_contain_text(LIGHTHOUSE)
+        # Each result's score parts, as `--explain` names them; "-" where one is not counted.
+        headers = page.locator("#recall-results table tr").first.locator("th")
+        expect(headers).to_have_text(["memory", "score", "band", *EXPLAINED, "tokens"])
+        first_row = page.locator("#recall-results table tr").nth(1).locator("td")
+        expect(first_row.nth(5)).to_have_text("-")  # no date in the question
+        expect(first_row.nth(8)).to_have_text("1.000")  # Sam was there
+        expect(page.locator(".recall-summary")).to_contain_text("considered")
+        page.screenshot(path=str(shots / "memory.png"), full_page=True)
 
-            # Memory: search finds the imported memory; it opens; the recall tester finds it.
-            page.get_by_role("button", name="Memory").click()
-            page.get_by_label("Search").fill("lighthouse")
-            page.get_by_role("button", name="Find").click()
-            found = page.locator("#memories li a")
-            expect(found).to_have_count(1)
-            expect(found.first).to_have_text(LIGHTHOUSE)
-            found.first.click()
-            expect(page.locator("#memory .summary")).to_have_text(LIGHTHOUSE)
-            expect(page.locator("#memory table")).to_contain_text("imported")
-            expect(page.get_by_role("region", name="Graph neighbours")).to_contain_text(
-                "Brittany —is in→ France"
-            )
-            expect(page.locator("#memory-graph")).not_to_contain_text("boat")
-            page.get_by_label("Question").fill("the lighthouse keeper")
-            page.get_by_label("Participants").fill("Sam")
-            page.get_by_role("button", name="Recall").click()
-            expect(page.locator("#recall-results table tr").nth(1)).to_contain_text(LIGHTHOUSE)
-            # Each result's score parts, as `--explain` names them; "-" where one is not counted.
-            headers = page.locator("#recall-results table tr").first.locator("th")
-            expect(headers).to_have_text(["memory", "score", "band", *EXPLAINED, "tokens"])
-            first_row = page.locator("#recall-results table tr").nth(1).locator("td")
-            expect(first_row.nth(5)).to_have_text("-")  # no date in the question
-            expect(first_row.nth(8)).to_have_text("1.000")  # Sam was there
-            expect(page.locator(".recall-summary")).to_contain_text("considered")
-            page.screenshot(path=str(shots / "memory.png"), full_page=True)
+        # Usage: an svg bar for today, the budget line, the table beside it.
+        page.get_by_role("button", name="Usage").click()
+        chart = page.locator("#usage-chart svg[role=img]")
+        expect(chart).to_be_visible()
+        today = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00Z")
+        bar = chart.locator(f"g.bar[data-start='{today}']")
+        expect(bar.locator("rect[data-key=respond]")).to_have_count(1)
+        assert float(bar.locator("rect[data-key=respond]").get_attribute("height") or 0) > 0
+        expect(chart.locator("line.budget")).to_have_count(1)
+        expect(page.locator("#usage-table table")).to_contain_text("respond")
+        page.screenshot(path=str(shots / "usage.png"), full_page=True)
+        # Stacked by what triggered each call: today's bar holds the messages' calls.
+        page.get_by_label("Group by").select_option("trigger")
+        page.get_by_role("button", name="Show").click()
+        expect(chart.locator(f"g.bar[data-start='{today}'] rect[data-key=message]")).to_have_count(1)
+        expect(page.locator("#usage-table table")).to_contain_text("message")
+        page.screenshot(path=str(shots / "usage-trigger.png"), full_page=True)
+        page.get_by_label("Group by").select_option("stage")
+        page.get_by_role("button", name="Show").click()
+        expect(bar.locator("rect[data-key=respond]")).to_have_count(1)
 
-            # Usage: an svg bar for today, the budget line, the table beside it.
-            page.get_by_role("button", name="Usage").click()
-            chart = page.locator("#usage-chart svg[role=img]")
-            expect(chart).to_be_visible()
-            today = datetime.now(UTC).strftime("%Y-%m-%dT00:00:00Z")
-            bar = chart.locator(f"g.bar[data-start='{today}']")
-            expect(bar.locator("rect[data-key=respond]")).to_have_count(1)
-            assert float(bar.locator("rect[data-key=respond]").get_attribute("height") or 0) > 0
-            expect(chart.locator("line.budget")).to_have_count(1)
-            expect(page.locator("#usage-table table")).to_contain_text("respond")
-            page.screenshot(path=str(shots / "usage.png"), full_page=True)
-            # Stacked by what triggered each call: today's bar holds the messages' calls.
-            page.get_by_label("Group by").select_option("trigger")
-            page.get_by_role("button", name="Show").click()
-            expect(chart.locator(f"g.bar[data-start='{today}'] rect[data-key=message]")).to_have_count(1)
-            expect(page.locator("#usage-table table")).to_contain_text("message")
-            page.screenshot(path=str(shots / "usage-trigger.png"), full_page=True)
-            page.get_by_label("Group by").select_option("stage")
-            page.get_by_role("button", name="Show").click()
-            expect(bar.locator("rect[data-key=respond]")).to_have_count(1)
+        # From the day's bar to its turns, and one turn's waterfall.
+        bar.click()
+        expect(page.locator("#view-traces")).to_be_visible()
+        first_turn = page.locator("#trace-list table tr td a").first
+        expect(first_turn).to_be_visible()
+        first_turn.click()
+        spans = page.locator("ol.waterfall li")
+        expect(spans.first).to_be_visible()
+        expect(page.locator("ol.waterfall li.model").first).to_contain_text("tokens")
+        page.screenshot(path=str(shots / "traces.png"), full_page=True)
 
-            # From the day's bar to its turns, and one turn's waterfall.
-            bar.click()
-            expect(page.locator("#view-traces")).to_be_visible()
-            first_turn = page.locator("#trace-list table tr td a").first
-            expect(first_turn).to_be_visible()
-            first_turn.click()
-            spans = page.locator("ol.waterfall li")
-            expect(spans.first).to_be_visible()
-            expect(page.locator("ol.waterfall li.model").first).to_contain_text("tokens")
-            page.screenshot(path=str(shots / "traces.png"), full_page=True)
+        # From a chat answer to its trace.
+        page.get_by_role("button", name="Chat").click()
+        answer.get_by_role("link", name="trace of this answer").click()
+        expect(page.locator("#waterfall h2")).to_contain_text("Trace ")
+        expect(page.locator("ol.waterfall li.model").first).to_contain_text("40/9 tokens")
 
-            # From a chat answer to its trace.
-            page.get_by_role("button", name="Chat").click()
-            answer.get_by_role("link", name="trace of this answer").click()
-            expect(page.locator("#waterfall h2")).to_contain_text("Trace ")
-            expect(page.locator("ol.waterfall li.model").first).to_contain_text("40/9 tokens")
+        # A withdrawn draft's decision, and a deferred revision's critique, one click away
+        # (in this order: a decision sees the dialog, and Lisbon's rule comes first).
+        page.get_by_role("button", name="Chat").click()
+        page.get_by_label("Message").fill(GARDEN)
+        page.get_by_label("Message").press("Enter")
+        expect(page.locator(".notice").last).to_contain_text(f"Ada chose silence: {SILENCE}")
+        withdrawn = page.locator(".msg.withdrawn").last
+        withdrawn.get_by_role("link", name="critique of this answer").click()
+        expect(withdrawn.locator(".critique .decision").first).to_contain_text(
+            f"decided to silent: {SILENCE}"
+        )
+        page.get_by_label("Message").fill("Remember our trip to Lisbon?")
+        page.get_by_label("Message").press("Enter")
+        lisbon = page.locator(".msg.agent:not(.history)", has_text=LISBON).last
+        expect(lisbon).to_be_visible()
+        lisbon.get_by_role("link", name="critique of this answer").click()
+        # Open at once, the critique fills in when deliberation ends.
+        expect(lisbon.locator(".critique .objection").first).to_contain_text(
+            "[confabulation]", timeout=WAIT_MS
+        )
+        page.screenshot(path=str(shots / "critique.png"), full_page=True)
 
-            # A withdrawn draft's decision, and a deferred revision's critique, one click away
-            # (in this order: a decision sees the dialog, and Lisbon's rule comes first).
-            page.get_by_role("button", name="Chat").click()
-            page.get_by_label("Message").fill(GARDEN)
-            page.get_by_label("Message").press("Enter")
-            expect(page.locator(".notice").last).to_contain_text(f"Ada chose silence: {SILENCE}")
-            withdrawn = page.locator(".msg.withdrawn").last
-            withdrawn.get_by_role("link", name="critique of this answer").click()
-            expect(withdrawn.locator(".critique .decision").first).to_contain_text(
-                f"decided to silent: {SILENCE}"
-            )
-            page.get_by_label("Message").fill("Remember our trip to Lisbon?")
-            page.get_by_label("Message").press("Enter")
-            lisbon = page.locator(".msg.agent:not(.history)", has_text=LISBON).last
-            expect(lisbon).to_be_visible()
-            lisbon.get_by_role("link", name="critique of this answer").click()
-            # Open at once, the critique fills in when deliberation ends.
-            expect(lisbon.locator(".critique .objection").first).to_contain_text(
-                "[confabulation]", timeout=WAIT_MS
-            )
-            page.screenshot(path=str(shots / "critique.png"), full_page=True)
+        page.get_by_role("button", name="Life").click()
+        expect(page.locator("#life")).to_contain_text("Next beat")
+        expect(page.locator("#life svg.emotions rect").first).to_be_attached()
+        expect(page.locator("#life-channels tr", has_text="web")).to_contain_text("connected")
+        expect(page.locator("#life-blocks tr", has_text="spend-spike")).to_contain_text(f"person {STRANGER}")
+        expect(page.locator("#life-findings tr", has_text="autonomy-spend")).to_contain_text(
+            "the whole agent"
+        )
+        page.screenshot(path=str(shots / "life.png"), full_page=True)
 
-            page.get_by_role("button", name="Life").click()
-            expect(page.locator("#life")).to_contain_text("Next beat")
-            expect(page.locator("#life svg.emotions rect").first).to_be_attached()
-            expect(page.locator("#life-channels tr", has_text="web")).to_contain_text("connected")
-            expect(page.locator("#life-blocks tr", has_text="spend-spike")).to_contain_text(
-                f"person {STRANGER}"
-            )
-            expect(page.locator("#life-findings tr", has_text="autonomy-spend")).to_contain_text(
-                "the whole agent"
-            )
-            page.screenshot(path=str(shots / "life.png"), full_page=True)
+        # An operator action: asked in a dialog first; "Keep as is" does nothing.
+        page.get_by_role("button", name="Pause the heartbeat").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog).to_contain_text("Pause the heartbeat?")
+        dialog.get_by_role("button", name="Keep as is").click()
+        expect(dialog).to_be_hidden()
+        expect(page.locator("#life")).to_contain_text("Next beat")
+        page.get_by_role("button", name="Pause the heartbeat").click()
+        dialog.get_by_role("button", name="Confirm").click()
+        expect(page.locator("#action-done")).to_contain_text("paused the heartbeat")
+        expect(page.locator("#life")).to_contain_text("Asleep (no heartbeat).")
+        expect(page.locator("#life-runs tr", has_text="pause heartbeat")).not_to_have_count(0)
+        page.get_by_role("button", name="Resume the heartbeat").click()
+        dialog.get_by_role("button", name="Confirm").click()
+        expect(page.locator("#action-done")).to_contain_text("resumed the heartbeat")
+        expect(page.locator("#life")).to_contain_text("Next beat")
 
-            # An operator action: asked in a dialog first; "Keep as is" does nothing.
-            page.get_by_role("button", name="Pause the heartbeat").click()
-            dialog = page.get_by_role("dialog")
-            expect(dialog).to_contain_text("Pause the heartbeat?")
-            dialog.get_by_role("button", name="Keep as is").click()
-            expect(dialog).to_be_hidden()
-            expect(page.locator("#life")).to_contain_text("Next beat")
-            page.get_by_role("button", name="Pause the heartbeat").click()
-            dialog.get_by_role("button", name="Confirm").click()
-            expect(page.locator("#action-done")).to_contain_text("paused the heartbeat")
-            expect(page.locator("#life")).to_contain_text("Asleep (no heartbeat).")
-            expect(page.locator("#life-runs tr", has_text="pause heartbeat")).not_to_have_count(0)
-            page.get_by_role("button", name="Resume the heartbeat").click()
-            dialog.get_by_role("button", name="Confirm").click()
-            expect(page.locator("#action-done")).to_contain_text("resumed the heartbeat")
-            expect(page.locator("#life")).to_contain_text("Next beat")
+        # A person's page: the directory's digest, then what the agent observed and its dossier.
+        page.get_by_role("button", name="Directory").click()
+        page.locator("#contacts li a", has_text="Sam").first.click()
+        person_page = page.locator("#person-page")
+        expect(person_page.get_by_role("heading", name="Observations")).to_be_visible()
+        expect(person_page.get_by_role("heading", name="Dossier")).to_be_visible()
+        expect(person_page.locator(".dossier")).to_have_text("No dossier yet.")
+        page.screenshot(path=str(shots / "person.png"), full_page=True)
 
-            # A person's page: the directory's digest, then what the agent observed and its dossier.
-            page.get_by_role("button", name="Directory").click()
-            page.locator("#contacts li a", has_text="Sam").first.click()
-            person_page = page.locator("#person-page")
-            expect(person_page.get_by_role("heading", name="Observations")).to_be_visible()
-            expect(person_page.get_by_role("heading", name="Dossier")).to_be_visible()
-            expect(person_page.locator(".dossier")).to_have_text("No dossier yet.")
-            page.screenshot(path=str(shots / "person.png"), full_page=True)
+        # A phone's width: the views reflow, nothing runs off the side.
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.get_by_role("button", name="Usage").click()
+        expect(chart).to_be_visible()
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        page.screenshot(path=str(shots / "phone-usage.png"), full_page=True)
 
-            # A phone's width: the views reflow, nothing runs off the side.
-            page.set_viewport_size({"width": 390, "height": 844})
-            page.get_by_role("button", name="Usage").click()
-            expect(chart).to_be_visible()
-            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
-            page.screenshot(path=str(shots / "phone-usage.png"), full_page=True)
-
-            # A client key: the chat as before, no console navigation.
-            client = browser.new_page()
-            client.set_default_timeout(WAIT_MS)
-            client.goto(web.url)
-            client.get_by_label("Key").fill(web.keys["alice"])
-            client.get_by_role("button", name="Connect").click()
-            expect(client.locator("#status")).to_contain_text("connected to Ada")
+        # A client key: the chat as before, no console navigation.
+        with logged_in(web.url, web.keys["alice"]) as client:
             for name in ("Memory", "Usage", "Traces", "Life", "Directory"):
                 expect(client.get_by_role("button", name=name)).to_have_count(0)
             client.screenshot(path=str(shots / "client.png"), full_page=True)
-        finally:
-            browser.close()
     for name in ("chat", "memory", "usage", "traces", "critique", "life", "phone-usage", "client"):
         assert (shots / f"{name}.png").stat().st_size > 0
     # `CONSOLE_SCREENSHOTS=docs/screenshots` refreshes the README's pictures from this run.
@@ -672,20 +650,13 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
 def test_a_reminder_shows_in_the_life_view_and_fires_live_in_the_chat(web: WebDaemon, tmp_path: Path) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     script = web.rules.read_text()
     due = datetime.now(UTC) + timedelta(seconds=40)  # time to be seen waiting, even under load
     rules(web.rules, reminder_at=due.isoformat())
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        try:
-            page = browser.new_page()
-            page.set_default_timeout(WAIT_MS)
-            page.goto(web.url)
-            page.get_by_label("Key").fill(web.keys["ops"])
-            page.get_by_role("button", name="Connect").click()
-            expect(page.locator("#status")).to_contain_text("connected to Ada")
+    try:
+        with logged_in(web.url, web.keys["ops"]) as page:
             page.get_by_label("Message").fill("remind me to water the plants")
             page.get_by_label("Message").press("Enter")
             # The tool call as it happens: its name and (an operator's view) its arguments, then "ok".
@@ -705,15 +676,14 @@ def test_a_reminder_shows_in_the_life_view_and_fires_live_in_the_chat(web: WebDa
             )
             page.get_by_role("button", name="Chat").click()
             expect(page.locator(".msg.agent", has_text=REMINDED)).to_have_count(1, timeout=WAIT_MS)
-        finally:
-            browser.close()
-            web.rules.write_text(script)
+    finally:
+        web.rules.write_text(script)
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
 def test_a_cull_is_a_memory_event_in_the_api_and_the_page(web: WebDaemon, tmp_path: Path) -> None:
     """Last in the module: it culls a memory the other tests do not count."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     trivial = tmp_path / "trivial.jsonl"
     trivial.write_text(
@@ -733,20 +703,10 @@ def test_a_cull_is_a_memory_event_in_the_api_and_the_page(web: WebDaemon, tmp_pa
     (event,) = events
     assert event["kind"] == "cull" and event["objective"].startswith("cull 1 memory (importance below 3")
     assert "Small talk about the weather." in event["outcome"] and event["tokens"] == 0
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        try:
-            page = browser.new_page()
-            page.set_default_timeout(WAIT_MS)
-            page.goto(web.url)
-            page.get_by_label("Key").fill(web.keys["ops"])
-            page.get_by_role("button", name="Connect").click()
-            expect(page.locator("#status")).to_contain_text("connected to Ada")
-            page.get_by_role("button", name="Memory").click()
-            shown = page.get_by_role("list", name="Memory events").locator("li")
-            expect(shown).to_have_count(1)
-            expect(shown.first).to_contain_text("cull 1 memory")
-            expect(shown.first).to_contain_text("Small talk about the weather.")
-            page.screenshot(path=str(tmp_path / "memory-events.png"), full_page=True)
-        finally:
-            browser.close()
+    with logged_in(web.url, web.keys["ops"]) as page:
+        page.get_by_role("button", name="Memory").click()
+        shown = page.get_by_role("list", name="Memory events").locator("li")
+        expect(shown).to_have_count(1)
+        expect(shown.first).to_contain_text("cull 1 memory")
+        expect(shown.first).to_contain_text("Small talk about the weather.")
+        page.screenshot(path=str(tmp_path / "memory-events.png"), full_page=True)

@@ -13,8 +13,8 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+from browser import logged_in
 from PIL import Image, ImageDraw
-from test_web_page import CHROMIUM, FLAGS, WAIT_MS
 from web_daemon import WebDaemon, start
 
 import needs
@@ -62,73 +62,63 @@ _DISPATCH = """([selector, kind, data, type]) => {
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason=needs.reason("Debian's chromium"))
 def test_attached_pasted_and_dropped_images_are_seen_and_a_refusal_is_shown(web: WebDaemon) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        try:
-            page = browser.new_page()
-            page.set_default_timeout(WAIT_MS)
-            page.goto(web.url)
-            page.fill("#key", web.keys["alice"])
-            page.click("#connect")
-            expect(page.locator("#status")).to_contain_text("connected to Ada")
-            replies = page.locator(".msg.agent:not(.history) .body")
-            chips = page.locator("#chips .chip")
+    with logged_in(web.url, web.keys["alice"]) as page:
+        replies = page.locator(".msg.agent:not(.history) .body")
+        chips = page.locator("#chips .chip")
 
-            # The attach button: two files chosen, one removed from its chip, then sent.
-            page.set_input_files(
-                "#attach",
-                files=[
-                    {"name": "square.png", "mimeType": "image/png", "buffer": _square_png()},
-                    {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"not this one"},
-                ],
-            )
-            expect(chips).to_have_count(2)
-            expect(chips.nth(0)).to_contain_text("square.png")
-            expect(chips.nth(0).locator("img")).to_have_count(1)  # an image's preview
-            page.get_by_label("Remove notes.txt").click()
-            expect(chips).to_have_count(1)
-            page.fill("#text", "is this mine?")
-            page.press("#text", "Enter")
-            expect(replies.last).to_have_text(f"You said: [photo: {RED_SQUARE}] is this mine?")
-            expect(chips).to_have_count(0)
-            expect(page.locator(".msg.user .tag").last).to_have_text("[square.png]")
+        # The attach button: two files chosen, one removed from its chip, then sent.
+        page.set_input_files(
+            "#attach",
+            files=[
+                {"name": "square.png", "mimeType": "image/png", "buffer": _square_png()},
+                {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"not this one"},
+            ],
+        )
+        expect(chips).to_have_count(2)
+        expect(chips.nth(0)).to_contain_text("square.png")
+        expect(chips.nth(0).locator("img")).to_have_count(1)  # an image's preview
+        page.get_by_label("Remove notes.txt").click()
+        expect(chips).to_have_count(1)
+        page.fill("#text", "is this mine?")
+        page.press("#text", "Enter")
+        expect(replies.last).to_have_text(f"You said: [photo: {RED_SQUARE}] is this mine?")
+        expect(chips).to_have_count(0)
+        expect(page.locator(".msg.user .tag").last).to_have_text("[square.png]")
 
-            # A pasted image, sent alone.
-            blue = base64.b64encode(small_png()).decode()
-            page.evaluate(_DISPATCH, ["#text", "paste", blue, "image/png"])
-            expect(chips).to_have_count(1)
-            expect(chips.nth(0)).to_contain_text("pasted-1.png")
-            page.click("#send button[type=submit]")
-            expect(replies).to_have_count(2)
-            expect(replies.last).to_have_text("You said: [photo: a 48×32 picture, all blue]")
+        # A pasted image, sent alone.
+        blue = base64.b64encode(small_png()).decode()
+        page.evaluate(_DISPATCH, ["#text", "paste", blue, "image/png"])
+        expect(chips).to_have_count(1)
+        expect(chips.nth(0)).to_contain_text("pasted-1.png")
+        page.click("#send button[type=submit]")
+        expect(replies).to_have_count(2)
+        expect(replies.last).to_have_text("You said: [photo: a 48×32 picture, all blue]")
 
-            # A dropped image on the chat.
-            square = base64.b64encode(_square_png()).decode()
-            page.evaluate(_DISPATCH, ["#view-chat", "drop", square, "image/png"])
-            expect(chips).to_have_count(1)
-            page.fill("#text", "and this one?")
-            page.press("#text", "Enter")
-            expect(replies).to_have_count(3)
-            expect(replies.last).to_have_text(f"You said: [photo: {RED_SQUARE}] and this one?")
+        # A dropped image on the chat.
+        square = base64.b64encode(_square_png()).decode()
+        page.evaluate(_DISPATCH, ["#view-chat", "drop", square, "image/png"])
+        expect(chips).to_have_count(1)
+        page.fill("#text", "and this one?")
+        page.press("#text", "Enter")
+        expect(replies).to_have_count(3)
+        expect(replies.last).to_have_text(f"You said: [photo: {RED_SQUARE}] and this one?")
 
-            # Refused by the server: its reason is shown, naming the limit.
-            page.set_input_files(
-                "#attach", files=[{"name": "bomb.png", "mimeType": "image/png", "buffer": bomb_png()}]
-            )
-            page.press("#text", "Enter")
-            error = page.locator(".notice.error").last
-            expect(error).to_contain_text("pixels")
-            expect(error).to_contain_text("image_max_pixels")
+        # Refused by the server: its reason is shown, naming the limit.
+        page.set_input_files(
+            "#attach", files=[{"name": "bomb.png", "mimeType": "image/png", "buffer": bomb_png()}]
+        )
+        page.press("#text", "Enter")
+        error = page.locator(".notice.error").last
+        expect(error).to_contain_text("pixels")
+        expect(error).to_contain_text("image_max_pixels")
 
-            # Over the web upload cap (4 MB here; base64 makes 3.5 MB more than that): the cap named.
-            page.set_input_files(
-                "#attach", files=[{"name": "big.txt", "mimeType": "text/plain", "buffer": b"a" * 3_500_000}]
-            )
-            page.press("#text", "Enter")
-            expect(page.locator(".notice.error")).to_have_count(2)
-            expect(page.locator(".notice.error").last).to_contain_text("[web] max_upload_bytes")
-            expect(replies).to_have_count(3)  # neither refusal was answered
-        finally:
-            browser.close()
+        # Over the web upload cap (4 MB here; base64 makes 3.5 MB more than that): the cap named.
+        page.set_input_files(
+            "#attach", files=[{"name": "big.txt", "mimeType": "text/plain", "buffer": b"a" * 3_500_000}]
+        )
+        page.press("#text", "Enter")
+        expect(page.locator(".notice.error")).to_have_count(2)
+        expect(page.locator(".notice.error").last).to_contain_text("[web] max_upload_bytes")
+        expect(replies).to_have_count(3)  # neither refusal was answered

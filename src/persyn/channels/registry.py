@@ -12,10 +12,11 @@ process takes the lease) and how `persyn doctor` probes it. The surfaces a comma
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from pydantic import SecretStr
+from starlette.routing import BaseRoute
 
 from persyn.core.config import Settings
 from persyn.core.plugins import loaded
@@ -29,6 +30,7 @@ __all__ = [
     "ChannelPlugin",
     "Probe",
     "channel_plugins",
+    "network_web_routes",
     "revealed",
 ]
 
@@ -66,6 +68,10 @@ class ChannelPlugin:
     connect: Callable[[Settings, RuntimeAPI], LeasedChannel] | None = None
     probe: Callable[[Settings], Awaitable[Probe]] | None = None
     section: str | None = None  # its configuration section, e.g. "[channels.irc]"
+    # Routes the web server (`web/app.py`) adds when `configured`: where a network delivers to
+    # us over HTTP (webhooks, media streams). They authenticate the network's way (its
+    # signature), not by web key, and hand what they receive to the runtime like any channel.
+    web_routes: Callable[[Settings, RuntimeAPI], Sequence[BaseRoute]] | None = None
 
 
 _loaded: tuple[ChannelPlugin, ...] | None = None
@@ -80,6 +86,16 @@ def channel_plugins() -> tuple[ChannelPlugin, ...]:
             sorted(loaded(ENTRY_POINT_GROUP, ChannelPlugin), key=lambda plugin: (plugin.rank, plugin.service))
         )
     return _loaded
+
+
+def network_web_routes(settings: Settings, api: RuntimeAPI) -> list[BaseRoute]:
+    """The web routes of every configured channel that has some (`ChannelPlugin.web_routes`)."""
+    return [
+        route
+        for plugin in channel_plugins()
+        if plugin.web_routes is not None and plugin.configured(settings)
+        for route in plugin.web_routes(settings, api)
+    ]
 
 
 def revealed(secret: SecretStr | None) -> str | None:

@@ -12,6 +12,7 @@ has already shown, so a redelivery after a crash or a racing deliverer is shown 
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
 
 __all__ = [
+    "Backoff",
     "Channel",
     "ConnectionState",
     "LeasedChannel",
@@ -85,6 +87,29 @@ class LinkTracker:
         return ConnectionState(
             self._service, self._name, self._link, self._since, self._failures, self._detail
         )
+
+
+class Backoff:
+    """The waits of a connect loop between attempts: doubling from `first` up to `cap`, each
+    drawn at random from its upper half ("equal jitter"), so the agents of a deployment that
+    lost one server do not all reconnect in the same instant, and none waits less than half
+    the doubled step. `reset` when a connection came up; `next` before each wait."""
+
+    def __init__(
+        self, first: float, cap: float, *, uniform: Callable[[float, float], float] = random.uniform
+    ) -> None:
+        if not 0 < first <= cap:
+            raise ValueError(f"backoff needs 0 < first <= cap, got {first!r} and {cap!r}")
+        self._first, self._cap, self._uniform = first, cap, uniform
+        self._step = first
+
+    def reset(self) -> None:
+        self._step = self._first
+
+    def next(self) -> float:
+        step = self._step
+        self._step = min(step * 2, self._cap)
+        return self._uniform(step / 2, step)
 
 
 class Channel(ABC):

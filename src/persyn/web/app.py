@@ -8,8 +8,10 @@
 - `/v1/console/...`: the operator's console views — memory, recall, usage, traces, the
   agent's life (`web/console/`); operator keys only.
 - `/`: the chat page (static files of this package); `/healthz`; `/openapi.json`.
+- The webhooks of configured chat networks (`ChannelPlugin.web_routes`), each verified by its
+  network's own signature rather than a key.
 
-Every endpoint but `/healthz` and the page's static files needs a key (`Authorization:
+Every endpoint but `/healthz`, the page's static files and the networks' webhooks needs a key (`Authorization:
 Bearer psk-...`); bodies are size-limited; every error is JSON naming what was wrong.
 """
 
@@ -24,9 +26,10 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from persyn.channels.registry import network_web_routes
 from persyn.channels.web.channel import ENDED, SERVICE, LiveEvent
 from persyn.core.ids import is_id
 from persyn.web import console, directory, openai_api
@@ -154,7 +157,7 @@ def build_app(context: WebContext) -> Starlette:
     async def openapi(context: WebContext, request: Request) -> Response:
         return JSONResponse(schema())
 
-    routes: list[Route | Mount] = [
+    routes: list[BaseRoute] = [
         Route("/", handler(context, index)),
         Route("/healthz", handler(context, healthz)),
         Route("/openapi.json", handler(context, openapi)),
@@ -167,6 +170,7 @@ def build_app(context: WebContext) -> Starlette:
         Route("/v1/agents/{agent}/stream", handler(context, stream)),
         *directory.routes(context),
         *console.routes(context),
+        *network_web_routes(context.settings, context.runtime),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     middleware: list[Middleware] = []

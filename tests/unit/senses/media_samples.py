@@ -8,7 +8,6 @@ import io
 import random
 import struct
 import wave
-import zlib
 
 from PIL import Image
 from pypdf import PdfWriter
@@ -24,21 +23,6 @@ def picture(fmt: str, size: tuple[int, int] = (64, 48), *, noisy: bool = False) 
     out = io.BytesIO()
     image.save(out, fmt)
     return out.getvalue()
-
-
-def png_declaring(width: int, height: int) -> bytes:
-    """A tiny PNG whose header claims `width`×`height`: the shape of a decompression bomb."""
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(b"\x00" * 1024))
-        + chunk(b"IEND", b"")
-    )
 
 
 def wav_declaring(seconds: float, *, actual_seconds: float = 1.0, rate: int = 16_000) -> bytes:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from media_samples import blank_pdf, picture, png_declaring, tone_wav, wav_declaring
+from media_samples import blank_pdf, picture, tone_wav, wav_declaring
 
 from persyn.core.config.senses import SensesConfig
 from persyn.core.errors import InputError
 from persyn.senses.media import MediaInfo, MediaKind, MediaRejected, inspect_media
-from persyn.testing.media import text_pdf
+from persyn.testing.media import bomb_png, text_pdf
 
 Transcode = Callable[[bytes, str], bytes]  # the `transcode` fixture (conftest.py)
 
@@ -59,7 +59,7 @@ def test_text_declared_as_an_image_is_refused(limits: SensesConfig) -> None:
 
 
 def test_an_image_past_the_pixel_limit_is_refused_from_its_header(limits: SensesConfig) -> None:
-    data = png_declaring(12_000, 12_000)
+    data = bomb_png(12_000, 12_000)
     assert len(data) < 200  # nothing to decode: the header alone is refused
     refusal = rejected(data, "image/png", limits)
     assert refusal.reason == "the image is 12000×12000 pixels; the limit is 40 M pixels"
@@ -68,7 +68,7 @@ def test_an_image_past_the_pixel_limit_is_refused_from_its_header(limits: Senses
 
 def test_a_decompression_bomb_past_pillows_own_limit_is_refused(limits: SensesConfig) -> None:
     """100,000² pixels trips Pillow's bomb error inside `open`: still our refusal, naming our limit."""
-    refusal = rejected(png_declaring(100_000, 100_000), "image/png", limits)
+    refusal = rejected(bomb_png(100_000, 100_000), "image/png", limits)
     assert refusal.limit == "image_max_pixels"
     assert refusal.reason == "the image declares 10000 M pixels; the limit is 40 M pixels"
 

@@ -18,8 +18,8 @@ What it does:
   and the target included) would pass IRC's 512 bytes. A delivery while disconnected raises, so the outbox keeps the row and retries
   it; on every (re)connection the backlog is delivered (`RuntimeAPI.deliver_pending`), and
   `Channel.deliver_outbound` drops an outbox id already shown.
-- The connection is re-established with a doubling backoff (`reconnect_min_seconds` ..
-  `reconnect_max_seconds`) after a server restart or a netsplit; rooms are rejoined, and a
+- The connection is re-established with a doubling, jittered backoff (`runtime.channel.Backoff`,
+  `reconnect_min_seconds` .. `reconnect_max_seconds`) after a server restart or a netsplit; rooms are rejoined, and a
   kick rejoins after a short wait. A taken nick gets `_` appended until one is free.
 """
 
@@ -42,7 +42,7 @@ from persyn.core.errors import ChannelError, InputError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import new_id
 from persyn.runtime.api import RuntimeAPI
-from persyn.runtime.channel import Channel
+from persyn.runtime.channel import Backoff, Channel
 
 __all__ = ["IrcChannel", "IrcMessage", "parse_line", "split_text"]
 
@@ -142,11 +142,11 @@ class _Connection:
 
     async def run(self) -> None:
         config = self._owner.config
-        wait = config.reconnect_min_seconds
+        backoff = Backoff(config.reconnect_min_seconds, config.reconnect_max_seconds)
         while True:
             try:
                 await self._session()
-                wait = config.reconnect_min_seconds  # it was up: start the backoff over
+                backoff.reset()  # it was up: start the backoff over
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -155,8 +155,7 @@ class _Connection:
             self.ready.clear()
             self.joined.clear()
             self._writer = None
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, config.reconnect_max_seconds)
+            await asyncio.sleep(backoff.next())
 
     async def _session(self) -> None:
         config = self._owner.config

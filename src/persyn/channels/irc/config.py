@@ -63,7 +63,9 @@ class IrcConfig(ChannelSection):
         default=1.0, gt=0, description="First wait before reconnecting after the connection is lost."
     )
     reconnect_max_seconds: float = Field(
-        default=300.0, gt=0, description="Longest wait between reconnection attempts (the wait doubles)."
+        default=300.0,
+        gt=0,
+        description="Longest wait between reconnection attempts (the wait doubles, each drawn from the upper half of its step).",
     )
 
     @field_validator("channels")

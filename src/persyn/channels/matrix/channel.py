@@ -40,7 +40,7 @@ What it does:
   five sends) and the request sent again; a message keeps its transaction id (the outbox row's),
   so it is stored once.
 - A delivery while the homeserver is unreachable raises (the outbox keeps the row); the sync loop
-  retries with doubling backoff, delivers the backlog on each (re)connection, tells its `link`.
+  retries with a jittered doubling backoff (`Backoff`), delivers the backlog on each (re)connection, tells its `link`.
 - Media sent to the agent is kept, its caption the text (`_media.py`); overheard, or stored already
   (a replay), it is not fetched. End-to-end encryption is not supported: encrypted rooms are not seen.
 """
@@ -83,7 +83,7 @@ from persyn.core.events import Attachment, Event, Outbound, Speaker
 from persyn.core.ids import derived_id
 from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
-from persyn.runtime.channel import Channel
+from persyn.runtime.channel import Backoff, Channel
 
 __all__ = ["MATRIX_SERVICE", "MatrixChannel", "render_html"]
 
@@ -214,7 +214,7 @@ class _Account:
     # the sync loop -------------------------------------------------------------------------
     async def run(self) -> None:
         config = self._owner.config
-        wait = config.reconnect_min_seconds
+        backoff = Backoff(config.reconnect_min_seconds, config.reconnect_max_seconds)
         while True:
             try:
                 if self._token is None:
@@ -222,7 +222,7 @@ class _Account:
                 if not self._joined_rooms:
                     await self._join_configured()
                 await self._sync_once()
-                wait = config.reconnect_min_seconds
+                backoff.reset()
                 if not self.ready.is_set():
                     self.ready.set()
                     self.connections += 1
@@ -241,8 +241,7 @@ class _Account:
                 log.warning("matrix %s (%s): %s", config.homeserver, self.user_id, exc)
                 self.link.lost(exc)
                 self.ready.clear()
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, config.reconnect_max_seconds)
+                await asyncio.sleep(backoff.next())
 
     async def _login(self) -> None:
         password = self._owner.password

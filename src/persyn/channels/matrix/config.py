@@ -89,7 +89,9 @@ class MatrixConfig(ChannelSection):
         default=1.0, gt=0, description="First wait before syncing again after the homeserver was lost."
     )
     reconnect_max_seconds: float = Field(
-        default=300.0, gt=0, description="Longest wait between reconnection attempts (the wait doubles)."
+        default=300.0,
+        gt=0,
+        description="Longest wait between reconnection attempts (the wait doubles, each drawn from the upper half of its step).",
     )
 
     @field_validator("homeserver")

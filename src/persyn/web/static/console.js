@@ -210,6 +210,17 @@ async function runRecall(event) {
       (data.degraded ? "; degraded: " + data.degraded : "");
     box.replaceChildren(el("p", "recall-summary", summary),
       tableOf(["memory", "score", "band", ...parts, "tokens"], rows, "What recall returns, best first"));
+    // Raw dialog the turn's recall merges in beside the memories ([memory] dialog_recall).
+    const said = data.said || [];
+    if (said.length) {
+      const saidParts = Object.keys(said[0].parts);
+      const saidRows = said.map((s) => [
+        s.speaker + ": " + s.text, s.channel, s.time.slice(0, 16).replace("T", " "), s.score.toFixed(3), s.band,
+        ...saidParts.map((name) => (s.parts[name] === null ? null : s.parts[name].toFixed(3))), s.tokens,
+      ]);
+      box.appendChild(tableOf(["said", "channel", "when", "score", "band", ...saidParts, "tokens"], saidRows,
+        "What was said, merged in from the dialog"));
+    }
   } catch (error) { fail(box, error); }
 }
 
