@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from browser import WAIT_MS, logged_in
+from browser import WAIT_MS, log_in, logged_in
 from sse_reader import SseReader
 from web_daemon import GARDEN, HELLO, LISBON, REMINDED, SILENCE, WebDaemon, rules, start
 
@@ -520,6 +520,19 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
         expect(first_row.nth(5)).to_have_text("-")  # no date in the question
         expect(first_row.nth(8)).to_have_text("1.000")  # Sam was there
         expect(page.locator(".recall-summary")).to_contain_text("considered")
+        # What was said on a channel comes back beside the memories, verbatim, with its parts.
+        with _http(web, "ops") as ops:
+            here = "web:" + ops.get("/v1/me").json()["id"]
+        page.get_by_label("Question").fill("hello from the console")
+        page.get_by_label("Recall channel").fill(here)
+        page.get_by_label("Participants").fill("")
+        page.get_by_role("button", name="Recall").click()
+        said = page.get_by_role("table", name="What was said, merged in from the dialog")
+        expect(said.locator("th")).to_have_text(
+            ["said", "channel", "when", "score", "band", *EXPLAINED, "tokens"]
+        )
+        expect(said.locator("tr").nth(1)).to_contain_text("ops: hello from the console")
+        expect(said.locator("tr").nth(1)).to_contain_text(here)
         page.screenshot(path=str(shots / "memory.png"), full_page=True)
 
         # Usage: an svg bar for today, the budget line, the table beside it.
@@ -626,10 +639,13 @@ def test_the_console_in_chromium(web: WebDaemon, tmp_path: Path) -> None:
         page.screenshot(path=str(shots / "phone-usage.png"), full_page=True)
 
         # A client key: the chat as before, no console navigation.
-        with logged_in(web.url, web.keys["alice"]) as client:
-            for name in ("Memory", "Usage", "Traces", "Life", "Directory"):
-                expect(client.get_by_role("button", name=name)).to_have_count(0)
-            client.screenshot(path=str(shots / "client.png"), full_page=True)
+        browser = page.context.browser
+        assert browser is not None
+        client = browser.new_page()
+        log_in(client, web.url, web.keys["alice"])
+        for name in ("Memory", "Usage", "Traces", "Life", "Directory"):
+            expect(client.get_by_role("button", name=name)).to_have_count(0)
+        client.screenshot(path=str(shots / "client.png"), full_page=True)
     for name in ("chat", "memory", "usage", "traces", "critique", "life", "phone-usage", "client"):
         assert (shots / f"{name}.png").stat().st_size > 0
     # `CONSOLE_SCREENSHOTS=docs/screenshots` refreshes the README's pictures from this run.
