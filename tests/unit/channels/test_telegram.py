@@ -29,6 +29,7 @@ from persyn.channels.telegram.config import TelegramConfig
 from persyn.channels.telegram.format import telegram_html
 from persyn.channels.text import split_message
 from persyn.core.clock import ManualClock
+from persyn.runtime.channel import Link
 from persyn.senses.hearing import local_whisper_available
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 from persyn.testing.media import bomb_png, espeak_available, ogg_opus, small_png, spoken_wav, text_pdf
@@ -220,20 +221,26 @@ def _bad_request(description: str) -> JSONResponse:
     return JSONResponse({"ok": False, "error_code": 400, "description": f"Bad Request: {description}"}, 400)
 
 
-@contextlib.asynccontextmanager
-async def serving(fake: FakeBotApi) -> AsyncIterator[str]:
+def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return int(probe.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def serving(fake: FakeBotApi, port: int | None = None) -> AsyncIterator[str]:
+    """The fake on loopback (on `port`, or a free one) until the block ends."""
+    if port is None:
+        port = _free_port()
     app = Starlette(
         routes=[
             Route("/file/{token}/{path:path}", fake.download, methods=["GET"]),
             Route("/{token}/{method}", fake.handle, methods=["POST"]),
         ]
     )
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    config.timeout_graceful_shutdown = 0  # an outage: the held long poll is cut, not waited out
+    server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve())
     await _until(lambda: server.started, "the fake Bot API to listen")
     try:
@@ -243,17 +250,21 @@ async def serving(fake: FakeBotApi) -> AsyncIterator[str]:
         await task
 
 
+def _config(url: str) -> str:
+    return (
+        f'[channels.telegram]\nenabled = true\napi_url = "{url}"\npoll_seconds = 1\n'
+        "reconnect_min_seconds = 0.2\nreconnect_max_seconds = 1.0\n"
+        "[pacing.channels.telegram]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
+        "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
+    )
+
+
 @contextlib.asynccontextmanager
 async def bot(
     home: Path, fake: FakeBotApi, model: str = "test:echo"
 ) -> AsyncIterator[tuple[Pilot, TelegramChannel]]:
     async with serving(fake) as url:
-        config = (
-            f'[channels.telegram]\nenabled = true\napi_url = "{url}"\npoll_seconds = 1\n'
-            "[pacing.channels.telegram]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
-            "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
-        )
-        settings = harness_settings(home, model=model, config=config)
+        settings = harness_settings(home, model=model, config=_config(url))
         async with run_runtime(settings, clock=ManualClock(START)) as pilot:
             channel = TelegramChannel(
                 settings.channels.section(TelegramConfig), pilot.agent, pilot.runtime, token=TOKEN
@@ -284,6 +295,59 @@ async def test_private_chat_is_answered_through_a_rate_limit(tmp_path: Path) -> 
         await pilot.settle()
         people = {p.display_name: p for p in await pilot.full_store.list_persons(pilot.agent.id)}
         assert people["ann"].kind == "human"
+
+
+async def test_an_outage_of_the_bot_api_never_leaves_the_bot_deaf(tmp_path: Path) -> None:
+    """The Bot API goes away mid-run: the link shows it reconnecting, then failing; what the agent
+    says meanwhile waits in the outbox; when the API is back, the backlog goes out once and a
+    message sent after the outage is answered."""
+    fake = FakeBotApi()
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    private = {"id": 7, "type": "private"}
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    settings = harness_settings(tmp_path / "home", model="test:echo", config=_config(url))
+    async with run_runtime(settings, clock=ManualClock(START)) as pilot:
+        channel = TelegramChannel(
+            settings.channels.section(TelegramConfig), pilot.agent, pilot.runtime, token=TOKEN
+        )
+
+        def link() -> Link:
+            (state,) = [s for s in pilot.runtime.channel_states() if s.service == "telegram"]
+            return state.link
+
+        try:
+            async with serving(fake, port):
+                await channel.start()
+                fake.message("before the outage", chat=private, sender=ann, at=START)
+                await _until(lambda: fake.seen == ["You said: before the outage"], "the first reply")
+                assert link() is Link.CONNECTED
+                await pilot.settle()
+            await _until(lambda: link() is Link.FAILING, "the link failing while the API is down")
+            person = next(
+                p for p in await pilot.full_store.list_persons(pilot.agent.id) if p.display_name == "ann"
+            )
+            (conversation,) = await pilot.full_store.list_conversations(pilot.agent.id, limit=5)
+            said = await pilot.store.recent_messages(pilot.agent.id, conversation.id, 10)
+            event_id = next(m.event_id for m in said if m.event_id and m.role.value == "user")
+            status = await pilot.runtime.outreach.send_to_contact(
+                pilot.agent.id, event_id, person.id, "telegram", "7", "while you were away"
+            )
+            assert "delivered" not in status, status
+            async with serving(fake, port):
+                await _until(lambda: link() is Link.CONNECTED, "connected again")
+                await _until(lambda: "while you were away" in fake.seen, "the held message")
+                fake.message("after the outage", chat=private, sender=ann, at=START)
+                await _until(lambda: "You said: after the outage" in fake.seen, "an answer after it")
+                await pilot.settle()
+                assert fake.seen == [
+                    "You said: before the outage",
+                    "while you were away",
+                    "You said: after the outage",
+                ]
+                assert await pilot.store.pending_outbox(pilot.agent.id, "telegram") == []
+        finally:
+            await channel.stop()
 
 
 async def test_groups_answer_mentions_and_a_repeated_update_once(tmp_path: Path) -> None:

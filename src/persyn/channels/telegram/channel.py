@@ -16,6 +16,10 @@
   the message id kept in the stored event's `meta`, so a reply the outbox retries after a
   restart is threaded too). A 429 is waited out for its `retry_after` and the call retried;
   any other failure raises, so the outbox keeps the row and retries it.
+- A poll that fails (the Bot API unreachable, a 5xx) is tried again after a jittered doubling
+  wait (`Backoff`, `reconnect_min_seconds` .. `reconnect_max_seconds`); the link's state shows
+  it, and once a call is answered again the outbox's backlog is delivered (never deaf after an
+  outage).
 - A photo (its largest size), voice note, audio or document is downloaded (`getFile`, then the
   file URL) and kept (`RuntimeAPI.keep_attachments`); its caption is the message's text. A file
   refused (a `[senses]` limit, the Bot API's 20 MB) is named in the text the agent reads, so the
@@ -45,7 +49,7 @@ from persyn.core.events import Attachment, Event, Outbound, Speaker, Upload
 from persyn.core.ids import derived_id
 from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
-from persyn.runtime.channel import Channel
+from persyn.runtime.channel import Backoff, Channel
 
 __all__ = ["TELEGRAM_SERVICE", "TelegramChannel", "TelegramRefused"]
 
@@ -54,7 +58,6 @@ log = logging.getLogger(__name__)
 TELEGRAM_SERVICE = "telegram"
 _MESSAGE_LIMIT = 4096
 _RETRIES_AFTER_429 = 5
-_ERROR_WAIT_SECONDS = 2.0
 _LAST_DATE = 253_402_300_800  # 10000-01-01: a later Unix date (or message id) is not one
 MESSAGE_ID_META = "telegram_message_id"  # the inbound message an event is, for threading
 CHAT_TYPE_META = "telegram_chat_type"  # private, group, supergroup, channel
@@ -156,22 +159,27 @@ class TelegramChannel(Channel):
         await self._client.aclose()
 
     async def _poll_forever(self) -> None:
+        backoff = Backoff(self.config.reconnect_min_seconds, self.config.reconnect_max_seconds)
+        down = True  # not yet reached: what waits in the outbox goes out once it is
         while True:
             try:
-                if self.bot_id is None:
+                if down:  # first, or after a failure: who the bot is, which says the API is back
                     me = await self._call("getMe", {})
                     self.bot_id, self.username = int(me["id"]), str(me.get("username") or "")
                     self.ready.set()
                     self.link.up()
+                    down = False
                     await self._api.deliver_pending(TELEGRAM_SERVICE)
                 await self._poll_once()
                 self.link.up()  # a poll answered
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("telegram: %s", exc)
                 self.link.lost(exc)
-                await asyncio.sleep(_ERROR_WAIT_SECONDS)
+                down = True
+                await asyncio.sleep(backoff.next())
 
     async def _poll_once(self) -> None:
         body: dict[str, Any] = {"timeout": self.config.poll_seconds, "allowed_updates": ["message"]}

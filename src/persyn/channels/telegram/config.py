@@ -37,6 +37,17 @@ class TelegramConfig(ChannelSection):
         default=30, ge=0, le=50, description="How long one getUpdates call waits for messages (long polling)."
     )
 
+    reconnect_min_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="First wait before polling again after the Bot API failed or was unreachable.",
+    )
+    reconnect_max_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Longest wait between attempts while the Bot API stays unreachable (the wait doubles, each drawn from the upper half of its step).",
+    )
+
     @field_validator("api_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
