@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -32,6 +32,7 @@ __all__ = [
     "Link",
     "LinkTracker",
     "NetworkChannel",
+    "describe_states",
     "images_as_text",
     "safe_sink",
 ]
@@ -57,6 +58,25 @@ class ConnectionState:
     since: datetime | None  # when it entered this state (None: as long as the channel is attached)
     failures: int = 0  # attempts in a row that failed
     detail: str = ""  # the last failure
+
+
+def describe_states(states: Sequence[ConnectionState]) -> str:
+    """`states` as one line for an operator in another process (a lease's `state`, read by
+    `persyn doctor` and `persyn channels show`): "Ada: connected since 17:40:02 UTC; Bo:
+    reconnecting since 17:41:10 UTC (2 failed: refused)"."""
+    parts: list[str] = []
+    for state in states:
+        line = f"{state.name}: {state.link.value}" if state.name else state.link.value
+        if state.since is not None:
+            line += f" since {state.since:%Y-%m-%d %H:%M:%S} UTC"
+        if state.failures:
+            line += (
+                f" ({state.failures} failed: {state.detail[:200]})"
+                if state.detail
+                else f" ({state.failures} failed)"
+            )
+        parts.append(line)
+    return "; ".join(parts)
 
 
 class LinkTracker:
@@ -209,6 +229,8 @@ class NetworkChannel(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+    def connection_states(self) -> list[ConnectionState]: ...
 
 
 @dataclass(frozen=True)

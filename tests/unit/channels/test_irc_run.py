@@ -3,10 +3,13 @@ real ngircd, answers a private message there, and leaves on SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,7 +41,11 @@ def _start_run(home: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     pacing = "[pacing.channels.irc]\nlisten_seconds = 0.2\nmin_interval_seconds = 0.0\njitter_seconds = 0.1\n"
     text = config.read_text()
     assert "\n[channels.irc]\n" in text
-    config.write_text(text.replace("\n[channels.irc]\n", f"\n[channels.irc]\n{irc}", 1) + "\n" + pacing)
+    text = text.replace("\n[channels.irc]\n", f"\n[channels.irc]\n{irc}", 1)
+    # A short lease: renewed (and its connection state recorded) every second.
+    assert "\n[dispatch]\n" in text
+    text = text.replace("\n[dispatch]\n", "\n[dispatch]\nchannel_lease_seconds = 3.0\n", 1)
+    config.write_text(text + "\n" + pacing)
     with log.open("wb") as out:
         return subprocess.Popen(
             _persyn(home, "run"),
@@ -66,6 +73,31 @@ async def test_persyn_run_serves_irc(tmp_path: Path, ircd: IrcServer) -> None:
         await sam.say("Ada", "hello from IRC")
         reply = await sam.wait_for(lambda h: h.nick == "Ada" and h.command == "PRIVMSG", "Ada's answer")
         assert (reply.target, reply.text) == ("sam", "You said: hello from IRC")
+        # Another process sees who connects IRC and how the connection stands.
+        home = tmp_path / "home"
+        listed = await asyncio.to_thread(
+            subprocess.run,
+            _persyn(home, "channels", "list", "--json"),
+            env=_environ(),
+            capture_output=True,
+            text=True,
+        )
+        (room,) = [name for name in json.loads(listed.stdout) if name.startswith("irc:")]
+        deadline = time.monotonic() + 60
+        shown = ""
+        while "Ada: connected since" not in shown and time.monotonic() < deadline:
+            shown = (
+                await asyncio.to_thread(
+                    subprocess.run,
+                    _persyn(home, "channels", "show", room),
+                    env=_environ(),
+                    capture_output=True,
+                    text=True,
+                )
+            ).stdout
+        connection = [line for line in shown.splitlines() if line.startswith("  connection: ")]
+        assert len(connection) == 1 and "Ada: connected since" in connection[0], shown
+        assert f":{daemon.pid}:" in connection[0]  # the holder: this host, the daemon's pid
     finally:
         await sam.close()
         code = _stop(daemon)

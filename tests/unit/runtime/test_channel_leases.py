@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from persyn.core.clock import ManualClock
-from persyn.runtime.channel import LeasedChannel, NetworkChannel
+from persyn.runtime.channel import ConnectionState, LeasedChannel, Link, NetworkChannel
 from persyn.runtime.delivery.channel_leases import ChannelOwnership, channel_lease
 from persyn.store import open_store
 from persyn.store.capabilities import FullStore
@@ -27,6 +27,7 @@ class Connection:
 
     def __init__(self, log: list[str], name: str, *, fail: bool = False) -> None:
         self._log, self._name, self._fail = log, name, fail
+        self.states = [ConnectionState("irc", "Ada", Link.CONNECTED, T0)]
 
     async def start(self) -> None:
         if self._fail:
@@ -35,6 +36,9 @@ class Connection:
 
     async def stop(self) -> None:
         self._log.append(f"{self._name} down")
+
+    def connection_states(self) -> list[ConnectionState]:
+        return self.states
 
 
 @pytest.fixture
@@ -106,6 +110,40 @@ async def test_one_owner_a_standby_that_says_so_and_a_takeover_when_the_owner_di
     await a.stop()
 
 
+async def test_each_renewal_records_how_the_connections_stand_for_other_processes(
+    store: FullStore,
+) -> None:
+    """The lease says what the owner's connections are doing as of its last renewal: what
+    `persyn doctor` and `persyn channels show` read from another process."""
+    clock = ManualClock(T0)
+    a = _process(store, clock, "a", [], [])
+    await a.settle()  # connects; the state is written with the next renewal
+    clock.advance(timedelta(seconds=TTL / 3))
+    await a.settle()
+    (lease,) = await store.leases()
+    assert lease.state == "Ada: connected since 2026-12-06 09:00:00 UTC"
+    connection = a.connected["irc"]
+    assert isinstance(connection, Connection)
+    lost = T0 + timedelta(seconds=12)
+    connection.states = [
+        ConnectionState("irc", "Ada", Link.RECONNECTING, lost, 2, "Connect call failed"),
+        ConnectionState("irc", "Bo", Link.FAILING, lost, 3, "x" * 5000),
+    ]
+    clock.advance(timedelta(seconds=TTL / 3))
+    await a.settle()
+    (lease,) = await store.leases()
+    first, second = lease.state.split("; ")
+    assert first == "Ada: reconnecting since 2026-12-06 09:00:12 UTC (2 failed: Connect call failed)"
+    assert second.startswith("Bo: failing since 2026-12-06 09:00:12 UTC (3 failed: xxx")
+    assert len(lease.state) <= 2000  # an adapter's long error is cut, never refused
+    # A standby's failed try changes nothing of it.
+    b = _process(store, clock, "b", [], [])
+    await b.settle()
+    assert (await store.leases())[0].state == lease.state
+    await a.stop()
+    await b.stop()
+
+
 async def test_an_owner_that_stops_gives_the_lease_up_for_the_next_try(store: FullStore) -> None:
     clock = ManualClock(T0)
     log: list[str] = []
@@ -171,14 +209,40 @@ async def test_doctor_names_the_holder_of_each_configured_network(tmp_path: Path
     store = open_store(settings.database_url)
     await store.setup()
     try:
-        await store.acquire_lease(channel_lease("irc"), "host-a:41:beef", T0, timedelta(seconds=TTL))
+        await store.acquire_lease(
+            channel_lease("irc"), "host-a:41:beef", T0, timedelta(seconds=TTL), "Ada: connected since 08:59"
+        )
     finally:
         await store.close()
     held = await channel_owner_check(settings, T0 + timedelta(seconds=1))
     assert held is not None and held.warning  # telegram has no owner
     assert held.detail == (
-        "irc: host-a:41:beef (lease runs to 09:00:30 UTC); telegram: no process connects it (start `persyn run`)"
+        "irc: host-a:41:beef (lease runs to 09:00:30 UTC), Ada: connected since 08:59"
+        " | telegram: no process connects it (start `persyn run`)"
     )
+    # Both owned, one of them failing as of its owner's last renewal: a warning naming why.
+    store = open_store(settings.database_url)
+    await store.setup()
+    try:
+        failing = "ada_bot: failing since 09:00:05 (3 failed: All connection attempts failed)"
+        await store.acquire_lease(
+            channel_lease("telegram"), "host-b:7:cafe", T0, timedelta(seconds=TTL), failing
+        )
+    finally:
+        await store.close()
+    troubled = await channel_owner_check(settings, T0 + timedelta(seconds=6))
+    assert troubled is not None and troubled.warning
+    assert troubled.detail.endswith(f"telegram: host-b:7:cafe (lease runs to 09:00:30 UTC), {failing}")
+    store = open_store(settings.database_url)
+    await store.setup()
+    try:
+        await store.acquire_lease(
+            channel_lease("telegram"), "host-b:7:cafe", T0, timedelta(seconds=TTL), "ada_bot: connected"
+        )
+    finally:
+        await store.close()
+    well = await channel_owner_check(settings, T0 + timedelta(seconds=7))
+    assert well is not None and not well.warning
     lapsed = await channel_owner_check(settings, T0 + timedelta(seconds=TTL))
     assert lapsed is not None and lapsed.detail.startswith(
         "irc: no process connects it (host-a:41:beef stopped renewing at 09:00:30 UTC"

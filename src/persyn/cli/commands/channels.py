@@ -47,7 +47,9 @@ def channels_show(
     as_json: JsonOption = False,
 ) -> None:
     """A channel's latest conversations with their summaries, newest first (bounded); read one
-    in full with `persyn conversations show ID`."""
+    in full with `persyn conversations show ID`. For a chat network, also which process connects
+    it and how its connections stood at that process's last lease renewal."""
+    from persyn.ops.doctor.channels import network_connection
     from persyn.ops.history import channel
 
     cli = CliContext.of(ctx)
@@ -61,6 +63,9 @@ def channels_show(
         echo(dump_json(payload))
         return
     echo(f"{one_line(digest.service)}:{one_line(digest.channel)}")
+    connection = run(network_connection(settings, digest.service, cli.clock.now()))
+    if connection is not None:  # a chat network: who connects it and how that stands
+        echo(f"  connection: {one_line(connection.partition(': ')[2])}")
     for conversation, summary in digest.conversations:
         echo(
             f"  {conversation.id}  {conversation.started_at:%Y-%m-%d %H:%M}: "

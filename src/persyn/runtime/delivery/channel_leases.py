@@ -7,7 +7,9 @@ renews the lease every third of `[dispatch] channel_lease_seconds`; every other 
 serves workers only for that network, says so once, and tries the lease at the same pace.
 An owner that stops gives the lease up, and the next try takes it over; one that dies (kill
 -9, a lost host) stops renewing, and another takes over once the lease lapses: within the
-lease's length and a third of it.
+lease's length and a third of it. Each renewal records how the network's connections stand
+(`Lease.state`, `describe_states`), so `persyn doctor` and `persyn channels show` in another
+process show "connected since …", "reconnecting since … (3 failed: …)" as of the last renewal.
 
 An owner that loses its lease (its renewals were late, a paused host) disconnects at once;
 one that cannot reach the store keeps its connection until its own clock says the lease
@@ -26,8 +28,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from persyn.core.clock import Clock
-from persyn.runtime.channel import LeasedChannel, NetworkChannel
-from persyn.store.ports.leases import Lease, LeasesPort
+from persyn.runtime.channel import LeasedChannel, NetworkChannel, describe_states
+from persyn.store.ports.leases import MAX_LEASE_STATE, Lease, LeasesPort
 
 __all__ = ["CHANNEL_LEASE_PREFIX", "ChannelOwnership", "channel_lease", "process_holder"]
 
@@ -107,8 +109,12 @@ class ChannelOwnership:
             if service not in self.connected:
                 await self._connect(channel)
             return
+        held = self.connected.get(service)
+        state = "" if held is None else _state_line(held)
         try:
-            lease = await self._store.acquire_lease(channel_lease(service), self.holder, now, self._ttl)
+            lease = await self._store.acquire_lease(
+                channel_lease(service), self.holder, now, self._ttl, state
+            )
         except Exception as exc:  # the store is away: keep what we hold until it lapses
             if service not in self._failing:
                 self._failing.add(service)
@@ -170,6 +176,15 @@ class ChannelOwnership:
             except Exception as exc:  # it lapses on its own
                 log.warning("%s: giving its lease up failed (it lapses on its own): %s", service, exc)
         self._until.clear()
+
+
+def _state_line(channel: NetworkChannel) -> str:
+    """What a renewal records of the network's connections (`Lease.state`), bounded."""
+    try:
+        line = describe_states(channel.connection_states())
+    except Exception as exc:  # an adapter that cannot say never stops the renewal
+        line = f"unknown ({type(exc).__name__})"
+    return line[:MAX_LEASE_STATE]
 
 
 def _standby_line(service: str, lease: Lease, ttl: timedelta) -> str:

@@ -32,19 +32,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
+from sqlalchemy import Column, Integer, MetaData, PrimaryKeyConstraint, String, Table, func, insert, select
 from sqlalchemy.engine import Connection
 
 from persyn.core.errors import StoreError
 from persyn.core.ids import new_id
 from persyn.core.records import Sensitivity, channel_key
 from persyn.store.base import GLOBAL, Provenance
+from persyn.store.ports.leases import MAX_HOLDER, MAX_LEASE_NAME, MAX_LEASE_STATE
 from persyn.store.schema import graph as schema_graph
 from persyn.store.schema import tables as schema
 from persyn.store.schema._migrate_runs import delete_flags_with_prefix, flags_with_prefix, runs_become_tables
 from persyn.store.schema._v1 import v1_metadata
 from persyn.store.schema._v9 import v5_quick_facts, v9_goals, v9_reminders
-from persyn.store.schema.leases import leases
+from persyn.store.schema.tables import UTCDateTime
 
 __all__ = [
     "LATEST_VERSION",
@@ -380,15 +381,32 @@ def _create_guardrail_slots(connection: Connection, dialect_name: str) -> None:
 
 
 def _create_leases(connection: Connection, dialect_name: str) -> None:
-    """Migration 24: leases (`store/ports/leases.py`), from the live definition (freeze it here
-    before a later migration alters that table)."""
-    leases.create(connection, checkfirst=False)
+    """Migration 24: leases (`store/ports/leases.py`) as they were then (frozen: migration 26
+    added `state`)."""
+    table = Table(
+        "leases",
+        MetaData(),
+        Column("name", String(MAX_LEASE_NAME), nullable=False),
+        Column("holder", String(MAX_HOLDER), nullable=False),
+        Column("acquired_at", UTCDateTime(), nullable=False),
+        Column("expires_at", UTCDateTime(), nullable=False),
+        PrimaryKeyConstraint("name", name="pk_leases"),
+    )
+    table.create(connection, checkfirst=False)
 
 
 def _add_event_attachments(connection: Connection, dialect_name: str) -> None:
     """Migration 25: what came with an event (`core.events.Attachment`, a JSON list); every
     event before it had none."""
     connection.exec_driver_sql("ALTER TABLE events ADD COLUMN attachments JSON NOT NULL DEFAULT '[]'")
+
+
+def _add_lease_state(connection: Connection, dialect_name: str) -> None:
+    """Migration 26: the holder's account of what it holds (`Lease.state`: a chat network's
+    connection states), written with each renewal; empty for leases taken before."""
+    connection.exec_driver_sql(
+        f"ALTER TABLE leases ADD COLUMN state VARCHAR({MAX_LEASE_STATE}) NOT NULL DEFAULT ''"
+    )
 
 
 MIGRATIONS: Sequence[Migration] = (
@@ -417,6 +435,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(23, "the keyword index's vocabulary, for bounding common words"),
     Migration(24, "leases: one process holds each chat network's connection", _create_leases),
     Migration(25, "attachments of inbound events", _add_event_attachments),
+    Migration(26, "a lease's holder says how what it holds stands", _add_lease_state),
 )
 LATEST_VERSION = MIGRATIONS[-1].number
 

@@ -1,4 +1,4 @@
-"""Leases on SQLite (`store/ports/leases.py`) over the `leases` table (migration 24). Mixed into
+"""Leases on SQLite (`store/ports/leases.py`) over the `leases` table (migrations 24, 26). Mixed into
 `SQLiteStore` (and so into `PostgresStore`): portable SQLAlchemy Core. Acquiring is one
 INSERT … ON CONFLICT (name) DO UPDATE … WHERE (the row is the caller's, or has lapsed), which
 both backends run atomically, read back in the same write transaction."""
@@ -27,6 +27,7 @@ _ACQUIRE = _insert.on_conflict_do_update(
     set_={
         "holder": _insert.excluded.holder,
         "expires_at": _insert.excluded.expires_at,
+        "state": _insert.excluded.state,
         # A renewal keeps the time it changed hands; a takeover starts a new one.
         "acquired_at": case(
             (_c.holder == _insert.excluded.holder, _c.acquired_at), else_=_insert.excluded.acquired_at
@@ -39,7 +40,13 @@ _RELEASE = delete(leases).where(_c.name == p("name", _c.name), _c.holder == p("h
 
 
 def _from_row(row: Row[Any]) -> Lease:
-    return Lease(name=row.name, holder=row.holder, acquired_at=row.acquired_at, expires_at=row.expires_at)
+    return Lease(
+        name=row.name,
+        holder=row.holder,
+        acquired_at=row.acquired_at,
+        expires_at=row.expires_at,
+        state=row.state,
+    )
 
 
 class SqlLeases(LeasesPort):
@@ -49,10 +56,12 @@ class SqlLeases(LeasesPort):
 
         async def _write(self, what: str, work: Callable[[Connection], T]) -> T: ...
 
-    async def acquire_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> Lease:
+    async def acquire_lease(
+        self, name: str, holder: str, now: datetime, ttl: timedelta, state: str = ""
+    ) -> Lease:
         if ttl <= timedelta(0):
             raise ValueError(f"a lease's ttl must be positive, not {ttl!r}")
-        wanted = Lease(name=name, holder=holder, acquired_at=now, expires_at=now + ttl)
+        wanted = Lease(name=name, holder=holder, acquired_at=now, expires_at=now + ttl, state=state)
 
         def work(connection: Connection) -> Lease:
             connection.execute(_ACQUIRE, wanted.model_dump())

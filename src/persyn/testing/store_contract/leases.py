@@ -48,6 +48,19 @@ class LeasesContract(Contract):
         # The old holder's renewal finds it gone and changes nothing.
         assert await store.acquire_lease(NAME, "a", lapsed + timedelta(seconds=1), TTL) == taken
 
+    async def test_the_holder_records_its_state_and_another_acquirer_changes_none_of_it(
+        self, store: FullStore
+    ) -> None:
+        first = await store.acquire_lease(NAME, "a", T0, TTL, "Ada: connected")
+        assert first.state == "Ada: connected"
+        renewed = await store.acquire_lease(NAME, "a", T0 + timedelta(seconds=10), TTL, "Ada: reconnecting")
+        assert renewed.state == "Ada: reconnecting" and renewed.acquired_at == T0
+        refused = await store.acquire_lease(NAME, "b", T0 + timedelta(seconds=11), TTL, "mine")
+        assert refused.holder == "a" and refused.state == "Ada: reconnecting"
+        assert [lease.state for lease in await store.leases()] == ["Ada: reconnecting"]
+        with pytest.raises(ValidationError):
+            await store.acquire_lease(NAME, "a", T0 + timedelta(seconds=12), TTL, "x" * 2001)
+
     async def test_only_the_holder_releases_and_a_released_lease_is_free(self, store: FullStore) -> None:
         await store.acquire_lease(NAME, "a", T0, TTL)
         assert not await store.release_lease(NAME, "b")
