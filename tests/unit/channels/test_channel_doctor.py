@@ -40,7 +40,12 @@ async def test_each_configured_network_is_probed_in_rank_order(tmp_path: Path) -
     assert (discord.ok, discord.detail) == (False, "enabled but DISCORD_BOT_TOKEN is not set")
     owners = await channel_owner_check(settings, datetime.now(UTC))
     assert owners is not None and owners.warning
-    assert [part.split(":")[0] for part in owners.detail.split("; ")] == ["irc", "telegram", "matrix", "discord"]
+    assert [part.split(":")[0] for part in owners.detail.split("; ")] == [
+        "irc",
+        "telegram",
+        "matrix",
+        "discord",
+    ]
 
 
 async def test_no_network_configured_is_one_line(tmp_path: Path) -> None:

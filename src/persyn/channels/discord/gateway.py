@@ -90,8 +90,30 @@ class Gateway:
         self._last_identify = float("-inf")
         self._acked = True
         self.zombies = 0  # connections closed for a missed ACK
+        # Dispatches wait here for the adapter, in order, so the reader never falls behind the
+        # heartbeat ACKs (a burst being stored must not look like a zombie connection).
+        self._inbox: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
 
     async def run(self) -> None:
+        handing = asyncio.ensure_future(self._hand_over())
+        try:
+            await self._connect_forever()
+        finally:
+            handing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await handing
+
+    async def _hand_over(self) -> None:
+        while True:
+            kind, data = await self._inbox.get()
+            try:
+                await self._on_dispatch(kind, data)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("discord: handling a %s dispatch failed", kind)
+
+    async def _connect_forever(self) -> None:
         while True:
             try:
                 await self._connect_once()
@@ -240,7 +262,7 @@ class Gateway:
             self._backoff.reset()
             self._link.up()
         if kind == "RESUMED" or isinstance(data, dict):
-            await self._on_dispatch(kind, data if isinstance(data, dict) else {})
+            self._inbox.put_nowait((kind, data if isinstance(data, dict) else {}))
 
 
 def _hello_interval(frame: aiohttp.WSMessage) -> float:
