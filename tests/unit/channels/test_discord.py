@@ -241,3 +241,48 @@ async def test_doctor_names_a_bad_token_and_an_unreachable_server(tmp_path: Path
         assert not probe.ok and "refused the bot token (HTTP 401)" in probe.detail
     probe = await probe_of(good)  # the fake stopped: nothing listens
     assert not probe.ok and "does not answer" in probe.detail
+
+
+async def test_the_gateway_url_comes_from_get_gateway_bot_when_unset(tmp_path: Path) -> None:
+    fake = FakeDiscord()
+    async with fake:
+        config = _config(fake).replace(f'gateway_url = "{fake.gateway_url}"\n', "")
+        settings = harness_settings(tmp_path / "home", config=config)
+        section = settings.channels.section(DiscordConfig)
+        assert section.gateway_url is None
+        async with run_runtime(settings, clock=ManualClock(START)) as pilot:
+            channel = DiscordChannel(
+                section, pilot.agent, pilot.runtime, token=TOKEN, backoff=Backoff(0.05, 0.5)
+            )
+            await channel.start()
+            try:
+                await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+                fake.message("found you", author=ANN, channel_id="7001")
+                await _until(lambda: fake.sent, "the reply")
+                assert fake.sent[0].content == "You said: found you"
+            finally:
+                await channel.stop()
+
+
+async def test_a_refused_token_shows_as_a_failing_link_naming_it(tmp_path: Path) -> None:
+    fake = FakeDiscord()
+    async with fake:
+        settings = harness_settings(tmp_path / "home", config=_config(fake))
+        async with run_runtime(settings, clock=ManualClock(START)) as pilot:
+            channel = DiscordChannel(
+                settings.channels.section(DiscordConfig),
+                pilot.agent,
+                pilot.runtime,
+                token="not-the-token",
+                backoff=Backoff(0.05, 0.2),
+            )
+            await channel.start()
+            try:
+                await _until(lambda: channel.connection_states()[0].link is Link.FAILING, "the link failing")
+                state = channel.connection_states()[0]
+                assert "4004" in state.detail and "DISCORD_BOT_TOKEN" in state.detail
+                assert not channel.ready.is_set() and fake.identifies == []
+                states = {(s.service, s.link) for s in pilot.runtime.channel_states()}
+                assert ("discord", Link.FAILING) in states  # what `persyn channels show` and the page read
+            finally:
+                await channel.stop()
