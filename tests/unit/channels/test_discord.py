@@ -21,10 +21,11 @@ from persyn.channels.discord.gateway import INTENTS
 from persyn.channels.discord.plugin import PLUGIN
 from persyn.core.clock import ManualClock
 from persyn.runtime.channel import Backoff, Link
+from persyn.testing import tool_returns
 from persyn.testing.discord import BOT_USER, TOKEN, FakeDiscord
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 from persyn.testing.media import small_png
-from persyn.testing.models import last_user_text, registered_double
+from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
 WAIT_SECONDS = 60.0
 ANN = {"id": "111", "username": "ann", "global_name": "Ann"}
@@ -286,3 +287,32 @@ async def test_a_refused_token_shows_as_a_failing_link_naming_it(tmp_path: Path)
                 assert ("discord", Link.FAILING) in states  # what `persyn channels show` and the page read
             finally:
                 await channel.stop()
+
+
+async def test_the_agent_reaches_a_contact_on_discord_where_they_last_talked(tmp_path: Path) -> None:
+    """Outreach: asked in a guild channel, the agent writes to Ann in her DM (`message_contact`)."""
+
+    def model(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleReply:
+        text = last_user_text(messages)
+        if task == "respond" and "tell Ann" in text:
+            if not tool_returns(messages):
+                args = {"to": "Ann", "text": "The meeting moved to noon."}
+                return DoubleReply(tool_calls=[{"name": "message_contact", "args": args}])
+            return DoubleReply(text="I told Ann.")
+        return DoubleReply(text=f"You said: {text}")
+
+    fake = FakeDiscord()
+    with registered_double("discord-outreach", model):
+        async with bot(tmp_path / "home", fake, model="test:discord-outreach") as (pilot, _channel):
+            fake.message("hi, I'm Ann", author=ANN, channel_id="7001")
+            await _until(lambda: fake.sent, "Ann's reply")
+            await pilot.settle()
+            fake.message(
+                f"{MENTION} please tell Ann the news", author=BOB, channel_id=GENERAL, guild_id=GUILD
+            )
+            await _until(
+                lambda: any(s.channel_id == "7001" and "noon" in s.content for s in fake.sent), "the DM"
+            )
+            await _until(lambda: any(s.channel_id == GENERAL for s in fake.sent), "the answer in the guild")
+            await pilot.settle()
+    assert [s.content for s in fake.sent if s.channel_id == GENERAL] == ["I told Ann."]
