@@ -217,13 +217,18 @@ async def test_an_attachment_is_seen_and_a_30_mb_one_is_refused_unfetched(
         await _until(lambda: fake.sent, "the reply naming the refused file")
         assert "a file I refused" in fake.sent[0].content and "30000000" in fake.sent[0].content
         assert "huge.bin" in caplog.text and "not kept" in caplog.text
+        # A size that lies: the download itself stops at the limit.
+        liar = fake.attachment("liar.bin", b"\0" * 30_000_000, "application/octet-stream", size=100)
+        fake.message("and that", author=ANN, channel_id="7001", attachments=[liar])
+        await _until(lambda: len(fake.sent) == 2, "the reply naming the second refused file")
+        assert "a file I refused" in fake.sent[1].content and "download limit" in fake.sent[1].content
         photo = fake.attachment("dot.png", small_png(), "image/png")
         fake.message("and this", author=ANN, channel_id="7001", attachments=[photo])
-        await _until(lambda: len(fake.sent) == 2, "the reply to the photo")
+        await _until(lambda: len(fake.sent) == 3, "the reply to the photo")
         await pilot.settle()
-        assert fake.sent[1].content.startswith("You said: [photo: "), fake.sent[1].content
+        assert fake.sent[2].content.startswith("You said: [photo: "), fake.sent[2].content
         kept = pilot.settings.data_dir / "attachments"
-        assert len(list(kept.rglob("att-*.json"))) == 1  # the photo; the 30 MB file never fetched
+        assert len(list(kept.rglob("att-*.json"))) == 1  # the photo; neither 30 MB file kept
 
 
 async def test_doctor_names_a_bad_token_and_an_unreachable_server(tmp_path: Path) -> None:
