@@ -321,3 +321,21 @@ async def test_the_agent_reaches_a_contact_on_discord_where_they_last_talked(tmp
             await _until(lambda: any(s.channel_id == GENERAL for s in fake.sent), "the answer in the guild")
             await pilot.settle()
     assert [s.content for s in fake.sent if s.channel_id == GENERAL] == ["I told Ann."]
+
+
+async def test_a_stop_mid_burst_stores_every_message_already_received(tmp_path: Path) -> None:
+    fake = FakeDiscord()
+    async with bot(tmp_path / "home", fake, model="test:instant") as (pilot, channel):
+        for n in range(20):
+            fake.message(
+                f"burst {n}", author={"id": str(500 + n), "username": f"p{n}"}, channel_id=str(8000 + n)
+            )
+        await _until(
+            lambda: fake.ops.count(1) >= 1 and channel.gateway.seq is not None and channel.gateway.seq >= 21,
+            "the burst received",
+        )
+        await channel.stop()
+        await pilot.settle()  # the turns of the stored events run (their replies wait in the outbox)
+        for n in range(20):
+            rows = await pilot.store.channel_messages(pilot.agent.id, "discord", str(8000 + n), 5)
+            assert [m.text for m in rows if m.role.value == "user"] == [f"burst {n}"]

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 # Gateway intents (…/topics/gateway#gateway-intents).
 GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT = 1 << 0, 1 << 9, 1 << 12, 1 << 15
 INTENTS = GUILDS | GUILD_MESSAGES | DIRECT_MESSAGES | MESSAGE_CONTENT
+_DRAIN_SECONDS = 10.0  # how long a stop waits for received messages to be stored
 IDENTIFY_SPACING = 5.0  # seconds between IDENTIFYs with max_concurrency 1
 # Close codes after which the session cannot be resumed (…/opcodes-and-status-codes).
 _SESSION_ENDED = {4003, 4004, 4007, 4009, 4010, 4011, 4012, 4013, 4014}
@@ -99,6 +100,11 @@ class Gateway:
         try:
             await self._connect_forever()
         finally:
+            # Stopping: what was received is still handed over (bounded), never dropped silently.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._inbox.join(), _DRAIN_SECONDS)
+            if not self._inbox.empty():
+                log.warning("discord: stopped with %d received messages not yet stored", self._inbox.qsize())
             handing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await handing
@@ -112,6 +118,8 @@ class Gateway:
                 raise
             except Exception:
                 log.exception("discord: handling a %s dispatch failed", kind)
+            finally:
+                self._inbox.task_done()
 
     async def _connect_forever(self) -> None:
         while True:
