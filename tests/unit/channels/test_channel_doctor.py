@@ -26,24 +26,31 @@ async def test_each_configured_network_is_probed_in_rank_order(tmp_path: Path) -
             f'[channels.irc]\nserver = "127.0.0.1"\nport = {port}\ntls = false\n'
             "[channels.telegram]\nenabled = true\n"
             f'[channels.matrix]\nhomeserver = "http://127.0.0.1:{port}"\n'
+            "[channels.discord]\nenabled = true\n"
         ),
     )
     checks = await channel_checks(settings)
-    assert [check.name for check in checks] == ["irc", "telegram", "matrix"]
-    irc, telegram, matrix = checks
+    assert [check.name for check in checks] == ["irc", "telegram", "matrix", "discord"]
+    irc, telegram, matrix, discord = checks
     assert not irc.ok and irc.detail.startswith(f"127.0.0.1:{port} does not answer")
     assert "check [channels.irc] server, port and tls" in irc.fix
     assert (telegram.ok, telegram.detail) == (False, "enabled but TELEGRAM_BOT_TOKEN is not set")
     assert telegram.fix == "export TELEGRAM_BOT_TOKEN=..."
     assert not matrix.ok and "neither MATRIX_ACCESS_TOKEN nor MATRIX_PASSWORD is set" in matrix.detail
+    assert (discord.ok, discord.detail) == (False, "enabled but DISCORD_BOT_TOKEN is not set")
     owners = await channel_owner_check(settings, datetime.now(UTC))
     assert owners is not None and owners.warning
-    assert [part.split(":")[0] for part in owners.detail.split("; ")] == ["irc", "telegram", "matrix"]
+    assert [part.split(":")[0] for part in owners.detail.split("; ")] == [
+        "irc",
+        "telegram",
+        "matrix",
+        "discord",
+    ]
 
 
 async def test_no_network_configured_is_one_line(tmp_path: Path) -> None:
     settings = harness_settings(tmp_path)
     (check,) = await channel_checks(settings)
     assert (check.name, check.ok) == ("chat channels", True)
-    assert check.detail == "none configured ([channels.irc], .telegram, .matrix)"
+    assert check.detail == "none configured ([channels.irc], .telegram, .matrix, .discord)"
     assert await channel_owner_check(settings, datetime.now(UTC)) is None
