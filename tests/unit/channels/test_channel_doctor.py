@@ -40,7 +40,7 @@ async def test_each_configured_network_is_probed_in_rank_order(tmp_path: Path) -
     assert (discord.ok, discord.detail) == (False, "enabled but DISCORD_BOT_TOKEN is not set")
     owners = await channel_owner_check(settings, datetime.now(UTC))
     assert owners is not None and owners.warning
-    assert [part.split(":")[0] for part in owners.detail.split("; ")] == [
+    assert [part.split(":")[0] for part in owners.detail.split(" | ")] == [
         "irc",
         "telegram",
         "matrix",
