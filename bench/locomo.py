@@ -151,6 +151,7 @@ multi-hop / temporal / open-domain / single-hop; load 7-14 from other jobs):
     defaults before (episode_penalty 0.8)               0.800 / 0.786   0.296 / 0.917 / 0.523 / 0.957
     episode_penalty 0.6 (kept: the default)             0.804 / 0.793   0.310 / 0.917 / 0.545 / 0.957
     ... 0.4 / 0.2                                       0.805 / 0.795 both (0.310 / 0.923 / 0.545 / 0.957)
+    summaries by category, 0.8 -> 0.6                   0.282 / 0.885 / 0.477 / 0.952 -> 0.296 / 0.891 / 0.523 / 0.955
     second hop, model-free: the 4 content words most shared by the first ranking's top 3
     that the question and the speakers' names lack, appended to the question, recalled
     again, the two rankings fused by RRF (k 10, second weighted 0.5), then spread
