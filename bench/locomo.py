@@ -145,6 +145,36 @@ Cost of a turn (`bench/instructions.py --turns 3 --memories 500 --modes deferred
 351.6M instructions per turn before, 352.1M with the dialog search on (+0.15%, ~0.05 ms CPU):
 the extra query, its hits' sensitivity read and one batch embedding of at most 20 messages.
 
+Round 5 (issue 39; the agent's path, `"<memories> | turns"`, hybrid, all@5 then by category
+multi-hop / temporal / open-domain / single-hop; load 7-14 from other jobs):
+
+    defaults before (episode_penalty 0.8)               0.800 / 0.786   0.296 / 0.917 / 0.523 / 0.957
+    episode_penalty 0.6 (kept: the default)             0.804 / 0.793   0.310 / 0.917 / 0.545 / 0.957
+    ... 0.4 / 0.2                                       0.805 / 0.795 both (0.310 / 0.923 / 0.545 / 0.957)
+    summaries by category, 0.8 -> 0.6                   0.282 / 0.885 / 0.477 / 0.952 -> 0.296 / 0.891 / 0.523 / 0.955
+    second hop, model-free: the 4 content words most shared by the first ranking's top 3
+    that the question and the speakers' names lack, appended to the question, recalled
+    again, the two rankings fused by RRF (k 10, second weighted 0.5), then spread
+                                                        0.803           0.331 / 0.936 / 0.500 / 0.945
+    ... 8 words                                         0.797           0.331 / 0.917 / 0.432 / 0.950
+    ... RRF k 60, equal weights                         0.792           0.331 / 0.923 / 0.455 / 0.935
+    ... the first ranking's top 2 kept in place         0.800 / 0.801   0.317-0.338, single-hop 0.947
+    ... only when the ranking is flat (top - 5th < 0.05) 0.799          0.331 / 0.929 / 0.477 / 0.943
+
+Not kept: the second hop buys multi-hop (+0.035) and temporal what it costs single-hop and
+open-domain (a hit's words pull in its neighbours' topic, not the question's); it also doubles
+the searches of a recall. Multi-hop's ceiling under this ranking: with one record per session
+(penalty 1, sessions deduplicated, top 60), all of a question's evidence sessions are among
+the first 5 sessions for 44 of 142 (0.31), the first 10 for 75 (0.53); 9 have one outside the
+60. Reading the misses, the ranking is rarely wrong about the topic: "Where has Melanie camped?"
+has its evidence in sessions 4, 6, 8, while sessions 9, 18, 16, 2 and 10 say as much about her
+camping and rank above them; that is the labels' choice among equal sessions, which no reorder
+reaches. Index keys as a column (migration 27) were not built: the measured gain was bench-only
+with a vector per turn (0.807 against 0.799), and with the raw dialog already merged the keys
+repeat what the dialog search finds ("session summaries keyed by dialog | turns" 0.795 against
+0.800 without keys); the agent's consolidation would have to write them for summaries, the one
+place the agent forms memories itself.
+
 Tried and not kept (issue 39, same conditions, observations, hybrid):
 
     multi-aspect query: a coordination of words ("Caroline and Melanie", "hiking, camping
