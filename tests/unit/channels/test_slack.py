@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import uvicorn
 from pydantic import SecretStr
 from pydantic_ai.messages import ModelMessage
@@ -25,6 +26,7 @@ from persyn.channels.slack.events import EVENTS_PATH, events_route
 from persyn.channels.slack.inbound import SLACK_SERVICE, SlackInbound
 from persyn.channels.slack.plugin import PLUGIN
 from persyn.core.clock import ManualClock
+from persyn.core.errors import ConfigError
 from persyn.core.ids import derived_id
 from persyn.runtime.channel import Backoff, Link
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
@@ -327,3 +329,50 @@ async def test_doctor_names_a_bad_token_and_an_unreachable_server(tmp_path: Path
         await fake.stop()
     gone = await PLUGIN.probe(settings.model_copy(update={"secrets": good}))
     assert not gone.ok and "does not answer" in gone.detail
+
+
+async def test_malformed_events_are_skipped_and_never_hold_up_the_ones_after_them(tmp_path: Path) -> None:
+    fake = FakeSlack()
+    async with on_slack(tmp_path / "home", fake) as (pilot, _channel):
+        good = fake.message_event("fine", user=ANN.id, channel="D0ANN", channel_type="im")["event"]
+        poison: list[dict[str, Any]] = [
+            {**good, "ts": "yesterday"},
+            {**good, "ts": fake.next_ts(), "text": ["not", "text"]},
+            {**good, "ts": fake.next_ts(), "channel": None},
+            {**good, "ts": fake.next_ts(), "user": None},
+            {"type": "message", "subtype": "message_changed", "channel": "D0ANN", "ts": fake.next_ts()},
+        ]
+        for event in poison:
+            await fake.push(fake.callback(event))
+        await fake.push({"type": "event_callback", "event": "not an object"})
+        await fake.push(
+            fake.message_event("after the poison", user=ANN.id, channel="D0ANN", channel_type="im")
+        )
+        await _until(lambda: fake.posted, "the reply after the poison")
+        await pilot.settle()
+        assert [p["text"] for p in fake.posted] == ["You said: after the poison"]
+        assert len(fake.acked) == len(poison) + 2  # every envelope acknowledged, none resent
+
+
+def test_the_events_route_is_mounted_only_in_events_mode_with_its_secret(tmp_path: Path) -> None:
+    base = '[channels.slack]\nenabled = true\napi_url = "http://127.0.0.1:9/api/"\n'
+    assert PLUGIN.web_routes is not None
+    socket_mode = harness_settings(tmp_path / "a", model="test:echo", config=base)
+    assert list(PLUGIN.web_routes(socket_mode, Any)) == []  # type: ignore[arg-type]
+    events = harness_settings(tmp_path / "b", model="test:echo", config=base + 'mode = "events"\n')
+    with_secrets = events.model_copy(
+        update={
+            "secrets": events.secrets.model_copy(
+                update={
+                    "channels": {
+                        "slack_bot_token": SecretStr(BOT_TOKEN),
+                        "slack_signing_secret": SecretStr(SIGNING_SECRET),
+                    }
+                }
+            )
+        }
+    )
+    routes = PLUGIN.web_routes(with_secrets, Any)  # type: ignore[arg-type]
+    assert [getattr(route, "path", None) for route in routes] == [EVENTS_PATH]
+    with pytest.raises(ConfigError, match="SLACK_SIGNING_SECRET"):
+        PLUGIN.web_routes(events, Any)  # type: ignore[arg-type]
