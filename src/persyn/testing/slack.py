@@ -18,7 +18,8 @@ Shapes, each from Slack's public documentation:
   `{"type": "hello", "num_connections": 1, "connection_info": {"app_id": ...}}`; events come as
   `{"envelope_id", "type": "events_api", "payload": <event_callback>, "accepts_response_payload",
   "retry_attempt", "retry_reason"}` and are acknowledged by sending `{"envelope_id": ...}` back;
-  an envelope not acknowledged is sent again (`retry_attempt` + 1) on the next connection.
+  an envelope not acknowledged is sent again (`retry_attempt` + 1) on the next connection;
+  `{"type": "disconnect", "reason": "refresh_requested"}` asks the client to reconnect.
 - The Events API over HTTP (api.slack.com/apis/events-api, "Verifying requests from Slack"):
   a signed POST (`X-Slack-Request-Timestamp`, `X-Slack-Signature` = `v0=` HMAC-SHA256 of
   `v0:{timestamp}:{body}` with the signing secret), `url_verification` with a `challenge`,
@@ -133,6 +134,12 @@ class FakeSlack:
             self._server.should_exit = True
             await self._task
         self._server = self._task = None
+
+    async def refresh(self) -> None:
+        """Ask every Socket Mode client to reconnect, as Slack does every few hours."""
+        for ws in list(self._sockets):
+            with contextlib.suppress(Exception):
+                await ws.send_text(json.dumps({"type": "disconnect", "reason": "refresh_requested"}))
 
     # what a person does ----------------------------------------------------------------------
     def next_ts(self) -> str:

@@ -257,6 +257,19 @@ async def test_an_outage_mid_run_is_shown_and_a_message_after_it_is_answered(tmp
         assert fake.posted[1]["text"] == "You said: after"
 
 
+async def test_a_refresh_requested_by_slack_reconnects_and_loses_nothing(tmp_path: Path) -> None:
+    fake = FakeSlack()
+    async with on_slack(tmp_path / "home", fake) as (pilot, _channel):
+        await fake.refresh()
+        await _until(lambda: fake.connections >= 2, "the new connection")
+        await fake.push(
+            fake.message_event("after the refresh", user=ANN.id, channel="D0ANN", channel_type="im")
+        )
+        await _until(lambda: fake.posted, "the reply after the refresh")
+        await pilot.settle()
+        assert [p["text"] for p in fake.posted] == ["You said: after the refresh"]
+
+
 @contextlib.asynccontextmanager
 async def serving_events(inbound: SlackInbound) -> AsyncIterator[str]:
     with socket.socket() as probe:

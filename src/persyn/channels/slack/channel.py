@@ -183,13 +183,6 @@ class SlackChannel(Channel):
             except SlackApiError as exc:
                 raise ChannelError(f"slack chat.postMessage: {exc.response.get('error')}") from exc
 
-    async def revise(self, channel: str, ts: str, text: str) -> None:
-        """`chat.update`: a message the agent sent, said again differently."""
-        try:
-            await self.web.chat_update(channel=channel, ts=ts, text=text[:MESSAGE_LIMIT])
-        except SlackApiError as exc:
-            raise ChannelError(f"slack chat.update: {exc.response.get('error')}") from exc
-
     async def _thread(self, outbound: Outbound) -> str | None:
         event = await self._api.get_event(outbound.agent_id, outbound.event_id)
         if event is None or event.service != SLACK_SERVICE or event.channel != outbound.channel:
