@@ -7,25 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from pydantic import SecretStr
 from pydantic_ai.messages import ModelMessage
-from starlette.applications import Starlette
 
 from persyn.channels.slack.channel import MESSAGE_LIMIT, SlackChannel
 from persyn.channels.slack.config import SlackConfig
-from persyn.channels.slack.events import EVENTS_PATH, events_route
-from persyn.channels.slack.inbound import SLACK_SERVICE, SlackInbound
+from persyn.channels.slack.events import EVENTS_PATH
+from persyn.channels.slack.inbound import SLACK_SERVICE
 from persyn.channels.slack.plugin import PLUGIN
 from persyn.core.clock import ManualClock
+from persyn.core.config import Settings
 from persyn.core.errors import ConfigError
 from persyn.core.ids import derived_id
 from persyn.runtime.channel import Backoff, Link
@@ -33,6 +31,7 @@ from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 from persyn.testing.media import small_png
 from persyn.testing.models import DoubleReply, echo_text, registered_double
 from persyn.testing.slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack, SlackUser
+from persyn.web.server import WebSurface
 
 WAIT_SECONDS = 60.0
 ANN = SlackUser("U0ANN", "ann", "Ann")
@@ -270,47 +269,75 @@ async def test_a_refresh_requested_by_slack_reconnects_and_loses_nothing(tmp_pat
         assert [p["text"] for p in fake.posted] == ["You said: after the refresh"]
 
 
-@contextlib.asynccontextmanager
-async def serving_events(inbound: SlackInbound) -> AsyncIterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    app = Starlette(routes=list(events_route(inbound, SIGNING_SECRET)))
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    task = asyncio.ensure_future(server.serve())
-    await _until(lambda: server.started, "the events route to listen")
-    try:
-        yield f"http://127.0.0.1:{port}{EVENTS_PATH}"
-    finally:
-        server.should_exit = True
-        await task
+def _with_secrets(settings: Settings, **secrets: str) -> Settings:
+    found = settings.secrets.model_copy(update={"channels": {k: SecretStr(v) for k, v in secrets.items()}})
+    return settings.model_copy(update={"secrets": found})
 
 
-async def test_events_over_http_are_verified_acknowledged_and_answered_once(tmp_path: Path) -> None:
+async def _no_key(secret: str) -> None:
+    return None
+
+
+async def _none_revoked(ids: Collection[str]) -> set[str]:
+    return set()
+
+
+async def test_events_over_http_on_the_web_server_are_verified_acknowledged_and_answered_once(
+    tmp_path: Path,
+) -> None:
+    """`mode = "events"`: Slack posts to `POST /slack/events` on the real web server (mounted
+    through the plugin's `web_routes`); replies go out through the Slack channel's `deliver`."""
     fake = FakeSlack()
-    async with on_slack(tmp_path / "home", fake, mode="events") as (pilot, channel):
-        inbound = SlackInbound(channel.web, pilot.agent, pilot.runtime, download_limit=1_000_000)
-        async with serving_events(inbound) as url:
-            payload = fake.message_event("over http", user=ANN.id, channel="D0ANN", channel_type="im")
-            # Refused: unsigned, signed with another secret, and a replay older than 5 minutes.
-            assert (await fake.deliver_http(url, payload, signed=False)).status_code == 401
-            assert (await fake.deliver_http(url, payload, secret="not-the-secret")).status_code == 401
-            stale = int(time.time()) - 301
-            assert (await fake.deliver_http(url, payload, timestamp=stale)).status_code == 401
-            challenge = {"type": "url_verification", "challenge": "c-123", "token": "unused"}
-            answer = await fake.deliver_http(url, challenge)
-            assert answer.status_code == 200 and answer.json() == {"challenge": "c-123"}
-            await pilot.settle()
-            assert not fake.posted and not await pilot.store.channel_messages(
-                pilot.agent.id, SLACK_SERVICE, "D0ANN", 5
+    fake.users |= {ANN.id: ANN}
+    await fake.start()
+    config = (
+        f'[channels.slack]\nenabled = true\nmode = "events"\napi_url = "{fake.api_url}"\n'
+        f"[web]\nenabled = true\nport = 0\n{PACING}"
+    )
+    settings = _with_secrets(
+        harness_settings(tmp_path / "home", model="test:echo", config=config),
+        slack_bot_token=BOT_TOKEN,
+        slack_signing_secret=SIGNING_SECRET,
+    )
+    try:
+        async with run_runtime(settings, clock=ManualClock(START)) as pilot:
+            channel = SlackChannel(
+                settings.channels.section(SlackConfig), pilot.agent, pilot.runtime, bot_token=BOT_TOKEN
             )
-            assert (await fake.deliver_http(url, payload)).status_code == 200
-            assert (await fake.deliver_http(url, payload, retry=1)).status_code == 200
-            await _until(lambda: fake.posted, "the reply")
-            await pilot.settle()
-            assert [p["text"] for p in fake.posted] == ["You said: over http"]  # once, not twice
+            await channel.start()
+            web = WebSurface(settings)
+            base = await web.start(pilot.runtime, _no_key, _none_revoked)
+            try:
+                await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+                assert channel.link.state().link is Link.CONNECTED
+                await _events_delivered(fake, pilot, f"{base.rstrip('/')}{EVENTS_PATH}")
+            finally:
+                await web.stop()
+                await channel.stop()
+    finally:
+        await fake.stop()
+
+
+async def _events_delivered(fake: FakeSlack, pilot: Pilot, url: str) -> None:
+    payload = fake.message_event("over http", user=ANN.id, channel="D0ANN", channel_type="im")
+    # Refused: unsigned, signed with another secret, and a replay older than 5 minutes.
+    assert (await fake.deliver_http(url, payload, signed=False)).status_code == 401
+    assert (await fake.deliver_http(url, payload, secret="not-the-secret")).status_code == 401
+    stale = int(time.time()) - 301
+    assert (await fake.deliver_http(url, payload, timestamp=stale)).status_code == 401
+    challenge = {"type": "url_verification", "challenge": "c-123", "token": "unused"}
+    answer = await fake.deliver_http(url, challenge)
+    assert answer.status_code == 200 and answer.json() == {"challenge": "c-123"}
+    await pilot.settle()
+    assert not fake.posted
+    assert not await pilot.store.channel_messages(pilot.agent.id, SLACK_SERVICE, "D0ANN", 5)
+    assert (await fake.deliver_http(url, payload)).status_code == 200
+    assert (await fake.deliver_http(url, payload, retry=1)).status_code == 200
+    await _until(lambda: fake.posted, "the reply")
+    await pilot.settle()
+    assert (await fake.deliver_http(url, payload, retry=2)).status_code == 200
+    await pilot.settle()
+    assert [p["text"] for p in fake.posted] == ["You said: over http"]  # once, not three times
 
 
 async def test_doctor_names_a_bad_token_and_an_unreachable_server(tmp_path: Path) -> None:
