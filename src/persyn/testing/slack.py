@@ -91,6 +91,7 @@ class FakeSlack:
     files: dict[str, bytes] = field(default_factory=dict[str, bytes])
     acked: list[str] = field(default_factory=list[str])
     connections: int = 0  # WebSocket connections accepted so far
+    slow_lookups: list[float] = field(default_factory=list[float])  # users.info: the next calls' delays
     port: int = 0
     _unacked: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
     _sockets: list[WebSocket] = field(default_factory=list[WebSocket])
@@ -253,6 +254,8 @@ class FakeSlack:
         if method == "apps.connections.open":
             return _ok(url=f"ws://127.0.0.1:{self.port}/link/")
         if method == "users.info":
+            if self.slow_lookups:
+                await asyncio.sleep(self.slow_lookups.pop(0))
             user = self.users.get(str(args.get("user")))
             if user is None:
                 return _error("user_not_found")

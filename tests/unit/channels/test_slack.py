@@ -164,6 +164,26 @@ async def test_a_long_reply_is_split_at_slacks_limit(tmp_path: Path) -> None:
         assert " ".join(p["text"] for p in fake.posted) == f"You said: {words}"
 
 
+async def test_a_burst_in_one_conversation_is_stored_in_the_order_it_was_said(tmp_path: Path) -> None:
+    fake = FakeSlack()
+    async with on_slack(tmp_path / "home", fake) as (pilot, _channel):
+        said = [f"part {n}" for n in range(12)]
+        fake.slow_lookups = [1.0]  # the first message's name lookup is slow
+        for text in said:  # the first needs users.info; the rest must not overtake it
+            await fake.push(fake.message_event(text, user=ANN.id, channel="D0ANN", channel_type="im"))
+
+        async def heard() -> list[str]:
+            kept = await pilot.store.channel_messages(pilot.agent.id, SLACK_SERVICE, "D0ANN", 50)
+            return [m.text for m in kept if m.role.value == "user"]
+
+        async def all_heard() -> bool:
+            return len(await heard()) == len(said)
+
+        await pilot.wait_for(all_heard, "the whole burst in the dialog")
+        await pilot.settle()
+        assert await heard() == said
+
+
 async def test_what_was_said_in_one_channel_does_not_surface_in_a_dm_with_someone_else(
     tmp_path: Path,
 ) -> None:

@@ -162,7 +162,7 @@ class SlackChannel(Channel):
         await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
         if request.type != "events_api":
             return
-        task = asyncio.ensure_future(self.inbound.received(request.payload))
+        task = self.inbound.handle(request.payload)
         self._handling.add(task)
         task.add_done_callback(self._handling.discard)
 

@@ -65,7 +65,7 @@ def events_route(
         retry = request.headers.get("x-slack-retry-num")
         if retry:
             log.info("slack: redelivery %s (%s)", retry, request.headers.get("x-slack-retry-reason"))
-        task = asyncio.ensure_future(inbound.received(payload))
+        task = inbound.handle(payload)
         handling.add(task)
         task.add_done_callback(handling.discard)
         return Response(status_code=200)

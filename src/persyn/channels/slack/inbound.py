@@ -25,6 +25,7 @@ alike, so both ways of receiving behave the same.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections import OrderedDict
@@ -65,6 +66,29 @@ class SlackInbound:
         self.user_id: str | None = None
         self.bot_id: str | None = None
         self._names: OrderedDict[str, tuple[str, bool]] = OrderedDict()
+        self._tails: dict[str, asyncio.Task[None]] = {}  # per conversation: its latest handling
+
+    def handle(self, payload: dict[str, Any]) -> asyncio.Task[None]:
+        """`received` in the background (the delivery is acknowledged first), in order within a
+        conversation: a message waits for the one before it in its channel, so a burst is
+        stored as it was said even when a name lookup or a download takes a while."""
+        event = payload.get("event")
+        key = str(cast(dict[str, Any], event).get("channel")) if isinstance(event, dict) else ""
+        before = self._tails.get(key)
+        task = asyncio.ensure_future(self._after(before, payload))
+        self._tails[key] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._tails.get(key) is done:
+                del self._tails[key]
+
+        task.add_done_callback(forget)
+        return task
+
+    async def _after(self, before: asyncio.Task[None] | None, payload: dict[str, Any]) -> None:
+        if before is not None:
+            await asyncio.wait([before])
+        await self.received(payload)
 
     async def identify(self) -> None:
         """`auth.test`: the workspace, and the bot's own user and bot ids."""
