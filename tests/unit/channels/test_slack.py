@@ -261,19 +261,32 @@ async def test_edits_are_heard_and_deletions_answer_nothing(tmp_path: Path) -> N
 async def test_an_outage_mid_run_is_shown_and_a_message_after_it_is_answered(tmp_path: Path) -> None:
     fake = FakeSlack()
     async with on_slack(tmp_path / "home", fake) as (pilot, channel):
-        await fake.push(fake.message_event("before", user=ANN.id, channel="D0ANN", channel_type="im"))
+        before = fake.message_event("before", user=ANN.id, channel="D0ANN", channel_type="im")
+        await fake.push(before)
         await _until(lambda: fake.posted, "the reply before the outage")
+        await pilot.settle()
         await fake.stop()
         await _until(lambda: channel.link.state().link is not Link.CONNECTED, "the outage noticed")
         await _until(lambda: channel.link.state().failures >= 2, "reconnection attempts failing")
         assert channel.link.state().detail  # the reason shown
+        # The agent reaches out meanwhile: held in the outbox, delivered once Slack is back.
+        (ann,) = [p for p in await pilot.full_store.list_persons(pilot.agent.id) if p.display_name == "Ann"]
+        await pilot.runtime.outreach.send_to_contact(
+            pilot.agent.id, _event_id(before), ann.id, SLACK_SERVICE, "D0ANN", "while you were away"
+        )
         await fake.start()
         await _until(lambda: channel.link.state().link is Link.CONNECTED, "connected again")
         assert fake.connections >= 2
+        await _until(lambda: len(fake.posted) == 2, "the held message")
         await fake.push(fake.message_event("after", user=ANN.id, channel="D0ANN", channel_type="im"))
-        await _until(lambda: len(fake.posted) == 2, "the reply after the restart")
+        await _until(lambda: len(fake.posted) == 3, "the reply after the restart")
         await pilot.settle()
-        assert fake.posted[1]["text"] == "You said: after"
+        assert [p["text"] for p in fake.posted] == [
+            "You said: before",
+            "while you were away",
+            "You said: after",
+        ]
+        assert await pilot.store.pending_outbox(pilot.agent.id, SLACK_SERVICE) == []
 
 
 async def test_a_refresh_requested_by_slack_reconnects_and_loses_nothing(tmp_path: Path) -> None:
