@@ -23,11 +23,11 @@ from persyn.channels.slack.events import EVENTS_PATH
 from persyn.channels.slack.inbound import SLACK_SERVICE
 from persyn.channels.slack.plugin import PLUGIN
 from persyn.core.clock import ManualClock
-from persyn.core.config import Settings
+from persyn.core.config import Settings, load_settings
 from persyn.core.errors import ConfigError
 from persyn.core.ids import derived_id
 from persyn.runtime.channel import Backoff, Link
-from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+from persyn.testing.harness import ADA, START, Pilot, harness_settings, run_runtime
 from persyn.testing.media import small_png
 from persyn.testing.models import DoubleReply, echo_text, registered_double
 from persyn.testing.slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack, SlackUser
@@ -449,3 +449,23 @@ def test_the_events_route_is_mounted_only_in_events_mode_with_its_secret(tmp_pat
     assert [getattr(route, "path", None) for route in routes] == [EVENTS_PATH]
     with pytest.raises(ConfigError, match="SLACK_SIGNING_SECRET"):
         PLUGIN.web_routes(events, Any)  # type: ignore[arg-type]
+
+
+def test_the_tokens_come_from_the_environment_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    harness_settings(home, model="test:echo", config="[channels.slack]\nenabled = true\n")
+    assert PLUGIN.connect is not None
+    environ = {"SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_APP_TOKEN": APP_TOKEN}
+    settings = load_settings(home, environ=environ).model_copy(update={"agents": [ADA]})
+    assert PLUGIN.configured(settings)
+    assert PLUGIN.connect(settings, Any).service == SLACK_SERVICE  # type: ignore[arg-type]
+    without_app = load_settings(home, environ={"SLACK_BOT_TOKEN": BOT_TOKEN}).model_copy(
+        update={"agents": [ADA]}
+    )
+    with pytest.raises(ConfigError, match="SLACK_APP_TOKEN"):
+        PLUGIN.connect(without_app, Any)  # type: ignore[arg-type]
+    without_bot = load_settings(home, environ={"SLACK_APP_TOKEN": APP_TOKEN}).model_copy(
+        update={"agents": [ADA]}
+    )
+    with pytest.raises(ConfigError, match="SLACK_BOT_TOKEN"):
+        PLUGIN.connect(without_bot, Any)  # type: ignore[arg-type]
