@@ -220,6 +220,9 @@ def test_persyns_networks_read_their_secrets_from_the_same_variables(tmp_path: P
         "matrix_access_token": "MATRIX_ACCESS_TOKEN",
         "matrix_password": "MATRIX_PASSWORD",
         "telegram_bot_token": "TELEGRAM_BOT_TOKEN",
+        "slack_bot_token": "SLACK_BOT_TOKEN",
+        "slack_signing_secret": "SLACK_SIGNING_SECRET",
+        "slack_app_token": "SLACK_APP_TOKEN",
     }
     assert channel_secret_variables() == variables
     settings = load_settings(tmp_path, {variable: f"{name}!" for name, variable in variables.items()})
