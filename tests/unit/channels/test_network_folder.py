@@ -223,6 +223,7 @@ def test_persyns_networks_read_their_secrets_from_the_same_variables(tmp_path: P
         "slack_bot_token": "SLACK_BOT_TOKEN",
         "slack_signing_secret": "SLACK_SIGNING_SECRET",
         "slack_app_token": "SLACK_APP_TOKEN",
+        "discord_bot_token": "DISCORD_BOT_TOKEN",
     }
     assert channel_secret_variables() == variables
     settings = load_settings(tmp_path, {variable: f"{name}!" for name, variable in variables.items()})
