@@ -161,6 +161,15 @@ class MailServers:
             assert typ == "OK", data
             return [line.decode() for line in data if isinstance(line, bytes)]
 
+    def unflag_seen(self, user: str) -> None:
+        """Every mail in `user`'s INBOX unseen again: what a crash between storing a mail's
+        event and flagging it leaves behind."""
+        with IMAP4("127.0.0.1", self.imap_port) as imap:
+            imap.login(user, PASSWORD)
+            imap.select("INBOX")
+            typ, data = imap.uid("STORE", "1:*", "-FLAGS.SILENT", "(\\Seen)")
+            assert typ == "OK", data
+
     def sent_to(self, address: str) -> list[Received]:
         return [mail for mail in self.sent if address in mail.recipients]
 

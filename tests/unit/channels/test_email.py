@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
+from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mail_server import PASSWORD, MailServers
 
 from persyn.channels.mail.channel import EmailChannel
 from persyn.channels.mail.config import EmailConfig
 from persyn.core.clock import ManualClock
+from persyn.store.ports.directory import Identity
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 
 WAIT_SECONDS = 60.0
@@ -133,3 +137,159 @@ async def test_a_known_sender_is_answered_in_thread_once_across_a_restart(
         await again.stop()
         texts = [body(m.message) for m in mail_servers.sent_to("bo@people.test")]
         assert texts == ["You said: Hi Ada,\nhow are you?", "You said: Fine, thanks.", "You said: One more."]
+
+
+async def test_strangers_and_machines_are_never_answered_but_a_contact_is(
+    tmp_path: Path, mail_servers: MailServers, caplog: pytest.LogCaptureFixture
+) -> None:
+    user = mail_servers.new_user()
+    caplog.set_level(logging.WARNING, logger="persyn.channels.mail.channel")
+    before = len(mail_servers.sent)
+    async with mailbox(tmp_path / "home", mail_servers, user) as (pilot, channel):
+        await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+        # Cy is a contact through an `email` identity in the directory (not on `allow`).
+        await pilot.full_store.resolve_person(
+            pilot.agent.id,
+            Identity(service="email", channel="email", speaker_id="cy@people.test"),
+            "Cy",
+            "human",
+            START,
+        )
+        for raw in (
+            mail("Buy now", sender="Spam <eve@strangers.test>", message_id="<s1@strangers.test>"),
+            mail(
+                "Out of office",
+                sender="Bo <bo@people.test>",
+                message_id="<a1@people.test>",
+                headers="Auto-Submitted: auto-replied\r\n",
+            ),
+            mail(
+                "Digest",
+                sender="Bo <bo@people.test>",
+                message_id="<a2@people.test>",
+                headers="Precedence: bulk\r\n",
+            ),
+            mail(
+                "List post",
+                sender="Bo <bo@people.test>",
+                message_id="<a3@people.test>",
+                headers="List-Id: <lab.lists.test>\r\n",
+            ),
+            mail(
+                "Undeliverable",
+                sender="MAILER-DAEMON <bo@people.test>",
+                message_id="<a4@people.test>",
+                headers="Return-Path: <>\r\n",
+            ),
+            mail("No sender at all", sender="undisclosed", message_id="<a5@people.test>"),
+            mail("Hello from Cy", sender="Cy <CY@people.test>", message_id="<c1@people.test>"),
+        ):
+            mail_servers.deliver(user, raw)
+        await until(lambda: mail_servers.sent_to("cy@people.test"), "the answer to the contact")
+        await all_seen(mail_servers, user, 7)
+        await pilot.settle()
+        assert [m.recipients for m in mail_servers.sent[before:]] == [["cy@people.test"]]
+        assert not mail_servers.sent_to("eve@strangers.test")
+        people = {p.display_name for p in await pilot.full_store.list_persons(pilot.agent.id)}
+        assert "Spam" not in people and "eve@strangers.test" not in people  # never entered in the directory
+        logged = caplog.text
+        assert "eve@strangers.test" in logged and "neither a contact nor on [channels.email] allow" in logged
+        for reason in (
+            "Auto-Submitted: auto-replied",
+            "Precedence: bulk",
+            "List-Id header",
+            "a bounce",
+            "no usable From",
+        ):
+            assert reason in logged
+
+
+async def test_a_mail_stored_before_a_crash_that_left_it_unseen_is_not_answered_again(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    user = mail_servers.new_user()
+    mail_servers.deliver(
+        user, mail("Once only", sender="Bo <bo@people.test>", message_id="<once@people.test>")
+    )
+    before = len(mail_servers.sent)
+    async with mailbox(tmp_path / "home", mail_servers, user) as (pilot, channel):
+        await until(lambda: len(mail_servers.sent) > before, "the reply")
+        await all_seen(mail_servers, user, 1)
+        await pilot.settle()
+        await channel.stop()
+        mail_servers.unflag_seen(user)
+        again = EmailChannel(channel.config, pilot.agent, pilot.runtime, imap_password=PASSWORD)
+        await again.start()
+        await all_seen(mail_servers, user, 1)  # flagged now, its event being stored already
+        mail_servers.deliver(user, mail("And a new one", message_id="<new@people.test>"))
+        await until(lambda: len(mail_servers.sent) > before + 1, "the reply to the new mail")
+        await pilot.settle()
+        await again.stop()
+    assert [body(m.message) for m in mail_servers.sent[before:]] == [
+        "You said: Once only",
+        "You said: And a new one",
+    ]
+
+
+async def test_header_injection_in_a_name_or_subject_adds_no_header(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    user = mail_servers.new_user()
+    before = len(mail_servers.sent)
+    mail_servers.deliver(
+        user,
+        mail(
+            "Hello",
+            sender="=?utf-8?q?Bo=0D=0ABcc=3A_evil=40x=2Etest?= <bo@people.test>",
+            subject="=?utf-8?q?Hi=0D=0ABcc=3A_evil=40x=2Etest=0D=0A=0D=0Abody?=",
+            message_id="<inj@people.test>",
+        ),
+    )
+    async with mailbox(tmp_path / "home", mail_servers, user):
+        await until(lambda: len(mail_servers.sent) > before, "the reply")
+    reply = mail_servers.sent[before]
+    assert reply.recipients == ["bo@people.test"]
+    head = (
+        reply.data.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+        if b"\r\n\r\n" in reply.data
+        else reply.data.split(b"\n\n", 1)[0].split(b"\n")
+    )
+    names = [line.split(b":", 1)[0].lower() for line in head if line and not line[:1].isspace()]
+    assert b"bcc" not in names and names.count(b"to") == 1 and names.count(b"subject") == 1
+    assert reply.message["Subject"] == "Re: Hi Bcc: evil@x.test body"
+    assert body(reply.message) == "You said: Hello"
+
+
+async def test_malformed_mime_is_read_as_far_as_it_goes_and_a_huge_file_is_refused_by_name(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    user = mail_servers.new_user()
+    before = len(mail_servers.sent)
+    broken = (
+        b"From: Bo <bo@people.test>\r\nTo: ada@agents.test\r\nSubject: broken\r\nMessage-ID: <b1@people.test>\r\n"
+        b'MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="XX"\r\n\r\n'
+        b"--XX\r\nContent-Type: text/plain; charset=no-such-charset\r\n\r\nstill readable\r\n"
+        b"--XX\r\nContent-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n"
+        b'Content-Disposition: attachment; filename="x.bin"\r\n\r\n!!!not base64!!!\r\n'  # and no closing boundary
+    )
+    mail_servers.deliver(user, broken)
+    huge = EmailMessage()
+    huge["From"], huge["To"], huge["Subject"] = "Bo <bo@people.test>", AGENT, "a big file"
+    huge["Message-ID"] = "<big@people.test>"
+    huge.set_content("see the attached report")
+    huge.add_attachment(
+        b"%PDF-1.4\n" + bytes(30_000_000), maintype="application", subtype="pdf", filename="report.pdf"
+    )
+    mail_servers.deliver(user, huge.as_bytes())
+    mail_servers.deliver(user, mail("after them", message_id="<after@people.test>"))
+    async with mailbox(tmp_path / "home", mail_servers, user) as (pilot, _channel):
+        await until(lambda: len(mail_servers.sent) >= before + 3, "three replies")
+        await all_seen(mail_servers, user, 3)
+        await pilot.settle()
+    texts = [body(m.message) for m in mail_servers.sent[before:]]
+    # the unknown charset read as UTF-8; the file's bad base64 kept as Python decodes it (leniently)
+    assert texts[0].startswith("You said: ") and texts[0].endswith("still readable")
+    assert texts[1].startswith("You said: [files I refused: report.pdf:") and texts[1].endswith(
+        "see the attached report"
+    )
+    assert texts[2] == "You said: after them"

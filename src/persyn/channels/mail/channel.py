@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 EMAIL_SERVICE = "email"
 _EPOCH = datetime(1970, 1, 2, tzinfo=UTC)
-_MAX_FETCH = 40_000_000  # a mail larger than this is not downloaded (the attachment limits are lower)
+_MAX_FETCH = 60_000_000  # a mail larger than this is not downloaded ([senses] refuses its files anyway)
 _COMMAND_SECONDS = 30.0
 _SIZE = re.compile(rb"RFC822\.SIZE (\d+)")
 _UIDVALIDITY = re.compile(rb"UIDVALIDITY (\d+)")
