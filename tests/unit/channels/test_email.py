@@ -18,6 +18,7 @@ from mail_server import PASSWORD, MailServers
 from persyn.channels.mail.channel import EmailChannel
 from persyn.channels.mail.config import EmailConfig
 from persyn.core.clock import ManualClock
+from persyn.runtime.channel import Link
 from persyn.store.ports.directory import Identity
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 
@@ -293,3 +294,33 @@ async def test_malformed_mime_is_read_as_far_as_it_goes_and_a_huge_file_is_refus
         "see the attached report"
     )
     assert texts[2] == "You said: after them"
+
+
+async def test_never_deaf_after_dovecot_goes_away_and_comes_back(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    user = mail_servers.new_user()
+    before = len(mail_servers.sent)
+    async with mailbox(tmp_path / "home", mail_servers, user) as (pilot, channel):
+        await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+        mail_servers.deliver(user, mail("before the outage", message_id="<o1@people.test>"))
+        await until(lambda: len(mail_servers.sent) > before, "the first reply")
+        (state,) = channel.connection_states()
+        assert state.link is Link.CONNECTED and state.service == "email"
+        try:
+            mail_servers.stop_imap()
+            await until(
+                lambda: channel.connection_states()[0].link in (Link.RECONNECTING, Link.FAILING),
+                "the loss noticed",
+            )
+            shown = {s.service: s for s in pilot.runtime.channel_states()}
+            assert shown["email"].link in (Link.RECONNECTING, Link.FAILING) and shown["email"].detail
+        finally:
+            mail_servers.start_imap()
+        mail_servers.deliver(user, mail("after the outage", message_id="<o2@people.test>"))
+        await until(lambda: len(mail_servers.sent) > before + 1, "the reply after the restart")
+        await until(lambda: channel.connection_states()[0].link is Link.CONNECTED, "connected again")
+        await all_seen(mail_servers, user, 2)
+        await pilot.settle()
+    texts = [body(m.message) for m in mail_servers.sent[before:]]
+    assert texts == ["You said: before the outage", "You said: after the outage"]

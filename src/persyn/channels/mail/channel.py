@@ -32,6 +32,7 @@ import contextlib
 import logging
 import re
 import ssl
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -135,7 +136,8 @@ class EmailChannel(Channel):
             await asyncio.sleep(backoff.next())
 
     async def _session(self, backoff: Backoff) -> None:
-        imap = await connect_imap(self.config, self._imap_password)
+        lost = asyncio.Event()  # the server closed the connection (or it broke)
+        imap = await connect_imap(self.config, self._imap_password, on_lost=lambda _exc: lost.set())
         self._imap = imap
         response = await imap.select(self.config.mailbox)
         if response.result != "OK":
@@ -154,12 +156,14 @@ class EmailChannel(Channel):
             await self._read_unseen(imap)
             if idle:
                 await imap.idle_start(timeout=self.config.poll_seconds)
-                with contextlib.suppress(TimeoutError):
-                    await imap.wait_server_push(timeout=self.config.poll_seconds + 5)
-                imap.idle_done()
-                await asyncio.wait_for(protocol.wait("SELECTED"), _COMMAND_SECONDS)
+                await _first(imap.wait_server_push(timeout=self.config.poll_seconds + 5), lost.wait())
+                if not lost.is_set():
+                    imap.idle_done()
+                    await _first(protocol.wait("SELECTED"), lost.wait(), timeout=_COMMAND_SECONDS)
             else:
-                await asyncio.sleep(self.config.poll_seconds)
+                await _first(asyncio.sleep(self.config.poll_seconds), lost.wait())
+            if lost.is_set():
+                raise ChannelError("the server closed the connection")
             response = await imap.noop()  # a dead connection fails here, not silently
             if response.result != "OK":
                 raise ChannelError(f"NOOP: {_said(response)}")
@@ -331,17 +335,27 @@ class EmailChannel(Channel):
         await send_mail(self.config, self._smtp_password, mail, [to])
 
 
-async def connect_imap(config: EmailConfig, password: str) -> aioimaplib.IMAP4:
+async def _first(*waits: Coroutine[Any, Any, object], timeout: float | None = None) -> None:
+    """Until the first of `waits` ends (or `timeout`); the others are cancelled."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
+async def connect_imap(
+    config: EmailConfig, password: str, on_lost: Callable[[Exception | None], None] = lambda _exc: None
+) -> aioimaplib.IMAP4:
     """A logged-in IMAP connection; ChannelError naming what failed."""
-    if config.imap_security == "tls":
-        imap = aioimaplib.IMAP4_SSL(
-            host=config.imap_host,
-            port=config.imap_port,
-            timeout=_COMMAND_SECONDS,
-            ssl_context=ssl.create_default_context(),
-        )
-    else:
-        imap = aioimaplib.IMAP4(host=config.imap_host, port=config.imap_port, timeout=_COMMAND_SECONDS)
+    tls = {"ssl_context": ssl.create_default_context()} if config.imap_security == "tls" else {}
+    imap = aioimaplib.IMAP4(
+        host=config.imap_host, port=config.imap_port, timeout=_COMMAND_SECONDS, conn_lost_cb=on_lost, **tls
+    )
     try:
         await imap.wait_hello_from_server()
     except (OSError, TimeoutError) as exc:
