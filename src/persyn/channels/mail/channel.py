@@ -352,10 +352,11 @@ async def connect_imap(
     config: EmailConfig, password: str, on_lost: Callable[[Exception | None], None] = lambda _exc: None
 ) -> aioimaplib.IMAP4:
     """A logged-in IMAP connection; ChannelError naming what failed."""
-    tls = {"ssl_context": ssl.create_default_context()} if config.imap_security == "tls" else {}
-    imap = aioimaplib.IMAP4(
-        host=config.imap_host, port=config.imap_port, timeout=_COMMAND_SECONDS, conn_lost_cb=on_lost, **tls
-    )
+    where = {"host": config.imap_host, "port": config.imap_port, "timeout": _COMMAND_SECONDS}
+    if config.imap_security == "tls":
+        imap = aioimaplib.IMAP4(**where, conn_lost_cb=on_lost, ssl_context=ssl.create_default_context())
+    else:
+        imap = aioimaplib.IMAP4(**where, conn_lost_cb=on_lost)
     try:
         await imap.wait_hello_from_server()
     except (OSError, TimeoutError) as exc:
