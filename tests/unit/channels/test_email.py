@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 from email.message import EmailMessage
 from pathlib import Path
@@ -18,9 +19,12 @@ from mail_server import PASSWORD, MailServers
 from persyn.channels.mail.channel import EmailChannel
 from persyn.channels.mail.config import EmailConfig
 from persyn.core.clock import ManualClock
+from persyn.core.config import load_settings
+from persyn.ops.doctor.channels import channel_checks
 from persyn.runtime.channel import Link
 from persyn.store.ports.directory import Identity
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+from persyn.tools.builtin.outreach import PREFERRED_CHANNEL
 
 WAIT_SECONDS = 60.0
 AGENT = "ada@agents.test"
@@ -42,16 +46,24 @@ def mail(
     return head.encode() + text.replace("\n", "\r\n").encode()
 
 
-def email_settings(
-    home: Path, servers: MailServers, user: str, allow: str = '["bo@people.test"]', **extra: str
-) -> Any:
-    keys = "".join(f"{k} = {v}\n" for k, v in extra.items())
+def email_settings(home: Path, servers: MailServers, user: str, **overrides: str) -> Any:
+    keys = {
+        "enabled": "true",
+        "address": f'"{AGENT}"',
+        "imap_host": '"127.0.0.1"',
+        "imap_port": str(servers.imap_port),
+        "imap_security": '"none"',
+        "imap_user": f'"{user}"',
+        "smtp_host": '"127.0.0.1"',
+        "smtp_port": str(servers.smtp_port),
+        "smtp_security": '"none"',
+        "allow": '["bo@people.test"]',
+        "poll_seconds": "1",
+    } | overrides
     config = (
-        f'[channels.email]\nenabled = true\naddress = "{AGENT}"\nimap_host = "127.0.0.1"\n'
-        f'imap_port = {servers.imap_port}\nimap_security = "none"\nimap_user = "{user}"\n'
-        f'smtp_host = "127.0.0.1"\nsmtp_port = {servers.smtp_port}\nsmtp_security = "none"\n'
-        f"allow = {allow}\npoll_seconds = 1\n{keys}"
-        "[pacing.channels.email]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
+        "[channels.email]\n"
+        + "".join(f"{key} = {value}\n" for key, value in keys.items())
+        + "[pacing.channels.email]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
         "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
     )
     return harness_settings(home, model="test:echo", config=config)
@@ -324,3 +336,56 @@ async def test_never_deaf_after_dovecot_goes_away_and_comes_back(
         await pilot.settle()
     texts = [body(m.message) for m in mail_servers.sent[before:]]
     assert texts == ["You said: before the outage", "You said: after the outage"]
+
+
+async def test_doctor_names_a_refused_login_an_unreachable_server_and_a_good_one(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    user = mail_servers.new_user()
+    email_settings(tmp_path / "home", mail_servers, user)
+    good = load_settings(tmp_path / "home", environ={"EMAIL_IMAP_PASSWORD": PASSWORD})
+    bad = load_settings(tmp_path / "home", environ={"EMAIL_IMAP_PASSWORD": "wrong"})
+    unset = load_settings(tmp_path / "home", environ={})
+    ((ok,), (refused,), (missing,)) = [await channel_checks(s) for s in (good, bad, unset)]
+    assert ok.ok and ok.detail == f"IMAP 127.0.0.1:{mail_servers.imap_port}: INBOX of {user}"
+    assert not refused.ok and f"IMAP login as '{user}' refused" in refused.detail
+    assert "EMAIL_IMAP_PASSWORD" in refused.fix
+    assert (missing.ok, missing.detail) == (False, "enabled but EMAIL_IMAP_PASSWORD is not set")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    email_settings(tmp_path / "other", mail_servers, user, imap_port=str(closed))
+    (gone,) = await channel_checks(
+        load_settings(tmp_path / "other", environ={"EMAIL_IMAP_PASSWORD": PASSWORD})
+    )
+    assert not gone.ok and f"cannot reach 127.0.0.1:{closed}" in gone.detail and "imap_host" in gone.fix
+
+
+async def test_message_contact_writes_to_an_email_contact_in_a_new_thread(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    user = mail_servers.new_user()
+    before = len(mail_servers.sent)
+    async with mailbox(tmp_path / "home", mail_servers, user) as (pilot, channel):
+        await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+        dee = await pilot.full_store.resolve_person(
+            pilot.agent.id,
+            Identity(service="email", channel="email", speaker_id="dee@people.test"),
+            "Dee",
+            "human",
+            START,
+        )
+        await pilot.full_store.set_preference(
+            pilot.agent.id, dee.id, PREFERRED_CHANNEL, "email:dee@people.test"
+        )
+        turn = await pilot.say("Ada, please remind Dee about the meeting")  # the turn that writes to Dee
+        status = await pilot.runtime.outreach.send_to_contact(
+            pilot.agent.id, turn.event.id, dee.id, "email", "dee@people.test", "The meeting is at 3."
+        )
+        assert status == "delivered on email:dee@people.test"
+    sent = [m for m in mail_servers.sent[before:] if m.recipients == ["dee@people.test"]]
+    assert len(sent) == 1
+    message = sent[0].message
+    assert body(message) == "The meeting is at 3."
+    assert message["In-Reply-To"] is None and message["Auto-Submitted"] == "auto-generated"
+    assert message["Subject"] == "A message from Ada"

@@ -118,8 +118,7 @@ class EmailChannel(Channel):
                 if imap.has_pending_idle():
                     imap.idle_done()
                 await asyncio.wait_for(imap.logout(), 2)
-            with contextlib.suppress(Exception):
-                imap.protocol.transport.close()  # type: ignore[union-attr]
+            drop(imap)
 
     async def _read_forever(self) -> None:
         backoff = Backoff(1.0, 60.0)
@@ -359,14 +358,26 @@ async def connect_imap(
         imap = aioimaplib.IMAP4(**where, conn_lost_cb=on_lost)
     try:
         await imap.wait_hello_from_server()
+        response = await imap.login(config.imap_user or config.address, password)
     except (OSError, TimeoutError) as exc:
+        drop(imap)
         raise ChannelError(
             f"cannot reach {config.imap_host}:{config.imap_port} ({exc or type(exc).__name__})"
         ) from exc
-    response = await imap.login(config.imap_user or config.address, password)
+    except BaseException:
+        drop(imap)
+        raise
     if response.result != "OK":
+        drop(imap)
         raise ChannelError(f"IMAP login as {config.imap_user or config.address!r} refused: {_said(response)}")
     return imap
+
+
+def drop(imap: aioimaplib.IMAP4) -> None:
+    """The connection closed without a goodbye."""
+    transport = imap.protocol.transport if imap.protocol is not None else None
+    if transport is not None:
+        transport.close()
 
 
 async def send_mail(config: EmailConfig, password: str | None, mail: Any, recipients: list[str]) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from functools import partial
 
-from persyn.channels.mail.channel import EMAIL_SERVICE, EmailChannel, connect_imap
+from persyn.channels.mail.channel import EMAIL_SERVICE, EmailChannel, connect_imap, drop
 from persyn.channels.mail.config import EmailConfig
 from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed
 from persyn.core.config import Settings
@@ -66,6 +66,7 @@ async def _probe(settings: Settings) -> Probe:
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(imap.logout(), PROBE_SECONDS)
+        drop(imap)
     if selected.result != "OK":
         return Probe(
             "email", False, f"IMAP {where}: no mailbox {config.mailbox!r}", "check [channels.email] mailbox"
