@@ -18,6 +18,7 @@ from mail_server import PASSWORD, MailServers
 
 from persyn.channels.mail.channel import EmailChannel
 from persyn.channels.mail.config import EmailConfig
+from persyn.channels.mail.message import read_mail, thread_root
 from persyn.core.clock import ManualClock
 from persyn.core.config import load_settings
 from persyn.ops.doctor.channels import channel_checks
@@ -389,3 +390,20 @@ async def test_message_contact_writes_to_an_email_contact_in_a_new_thread(
     assert body(message) == "The meeting is at 3."
     assert message["In-Reply-To"] is None and message["Auto-Submitted"] == "auto-generated"
     assert message["Subject"] == "A message from Ada"
+
+
+def test_html_only_mail_is_read_without_its_quoted_history_or_signature() -> None:
+    raw = (
+        b"From: =?utf-8?q?B=C3=B6?= <Bo@People.test>\r\nSubject: =?utf-8?q?Gr=C3=BC=C3=9Fe?=\r\n"
+        b"Message-ID: <h1@people.test>\r\nIn-Reply-To: <r1@x.test>\r\nReferences: <r0@x.test> <r1@x.test>\r\n"
+        b"MIME-Version: 1.0\r\nContent-Type: text/html; charset=utf-8\r\n\r\n"
+        b"<html><head><style>p{}</style></head><body><p>Hi &amp; hello</p><div>second line</div>"
+        b"<blockquote>On Mon, Ada wrote: old text</blockquote></body></html>"
+    )
+    mail = read_mail(raw)
+    assert (mail.sender, mail.name, mail.subject) == ("bo@people.test", "Bö", "Grüße")
+    assert mail.text == "Hi & hello\n\nsecond line"
+    assert thread_root(mail) == "<r0@x.test>" and mail.automated_reason == ""
+    plain = read_mail(b"From: bo@people.test\r\n\r\nYes.\r\n\r\nOn Tue, Ada wrote:\r\n> earlier\r\n")
+    assert plain.text == "Yes." and plain.message_id == "" and plain.name == "bo@people.test"
+    assert read_mail(b"From: bo@people.test\r\n\r\nNo.\r\n-- \r\nBo\r\n").text == "No."
