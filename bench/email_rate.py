@@ -86,7 +86,7 @@ async def _run(mails: int, root: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--mails", type=int, default=100)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="persyn-email-bench-") as root:

@@ -21,10 +21,12 @@ from persyn.channels.mail.config import EmailConfig
 from persyn.channels.mail.message import read_mail, thread_root
 from persyn.core.clock import ManualClock
 from persyn.core.config import load_settings
+from persyn.core.ids import id_time
 from persyn.ops.doctor.channels import channel_checks
 from persyn.runtime.channel import Link
 from persyn.store.ports.directory import Identity
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+from persyn.testing.media import small_png
 from persyn.tools.builtin.outreach import PREFERRED_CHANNEL
 
 WAIT_SECONDS = 60.0
@@ -407,3 +409,33 @@ def test_html_only_mail_is_read_without_its_quoted_history_or_signature() -> Non
     plain = read_mail(b"From: bo@people.test\r\n\r\nYes.\r\n\r\nOn Tue, Ada wrote:\r\n> earlier\r\n")
     assert plain.text == "Yes." and plain.message_id == "" and plain.name == "bo@people.test"
     assert read_mail(b"From: bo@people.test\r\n\r\nNo.\r\n-- \r\nBo\r\n").text == "No."
+
+
+async def test_by_polling_an_attached_picture_is_kept_and_seen(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    user = mail_servers.new_user()
+    before = len(mail_servers.sent)
+    picture = EmailMessage()
+    picture["From"], picture["To"], picture["Subject"] = "Bo <bo@people.test>", AGENT, "look"
+    picture["Message-ID"] = "<pic@people.test>"
+    picture.set_content("what colour is this?")
+    picture.add_attachment(small_png(), maintype="image", subtype="png", filename="blue.png")
+    mail_servers.deliver(user, picture.as_bytes())
+    async with mailbox(tmp_path / "home", mail_servers, user, idle="false") as (pilot, _channel):
+        await until(lambda: len(mail_servers.sent) > before, "the reply")
+        await pilot.settle()
+        (conversation,) = await pilot.full_store.list_conversations(pilot.agent.id)
+        said = [
+            m for m in await pilot.store.recent_messages(pilot.agent.id, conversation.id, 10) if m.event_id
+        ]
+        event = await pilot.store.get_event(pilot.agent.id, said[0].event_id or "")
+    assert event is not None and event.text.endswith("what colour is this?")
+    assert id_time(event.id).year >= 2026  # no Date header: named by when the server received it
+    (attachment,) = event.attachments
+    assert (attachment.kind.value, attachment.media_type, attachment.filename) == (
+        "image",
+        "image/png",
+        "blue.png",
+    )
+    assert conversation.channel == "bo@people.test <pic@people.test>"

@@ -33,6 +33,7 @@ import logging
 import re
 import ssl
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,6 +59,7 @@ _MAX_FETCH = 60_000_000  # a mail larger than this is not downloaded ([senses] r
 _COMMAND_SECONDS = 30.0
 _SIZE = re.compile(rb"RFC822\.SIZE (\d+)")
 _UIDVALIDITY = re.compile(rb"UIDVALIDITY (\d+)")
+_INTERNALDATE = re.compile(rb'INTERNALDATE "([^"]+)"')
 MESSAGE_ID_META = "email_message_id"
 REFERENCES_META = "email_references"
 SUBJECT_META = "email_subject"
@@ -178,8 +180,9 @@ class EmailChannel(Channel):
             await self._read_one(imap, uid)
 
     async def _read_one(self, imap: aioimaplib.IMAP4, uid: int) -> None:
-        sized = await imap.uid("fetch", str(uid), "(RFC822.SIZE)")
-        size = _SIZE.search(b" ".join(_bytes(line) for line in sized.lines))
+        sized = await imap.uid("fetch", str(uid), "(RFC822.SIZE INTERNALDATE)")
+        said = b" ".join(_bytes(line) for line in sized.lines)
+        size = _SIZE.search(said)
         if sized.result != "OK" or size is None:
             return  # expunged meanwhile
         key = (self.config.mailbox, self.uidvalidity or "0", str(uid))
@@ -192,7 +195,10 @@ class EmailChannel(Channel):
         raw = next((bytes(line) for line in fetched.lines if isinstance(line, bytearray)), None)
         if fetched.result != "OK" or raw is None:
             raise ChannelError(f"UID FETCH {uid}: {_said(fetched)}")
-        if await self._received(read_mail(raw), key, too_large):
+        mail = read_mail(raw)
+        if mail.date is None or mail.date <= _EPOCH:  # no usable Date: when the server got it
+            mail = replace(mail, date=_internal_date(said))
+        if await self._received(mail, key, too_large):
             await self._flag_seen(imap, uid)
 
     async def _flag_seen(self, imap: aioimaplib.IMAP4, uid: int) -> None:
@@ -397,6 +403,14 @@ async def send_mail(config: EmailConfig, password: str | None, mail: Any, recipi
         )
     except aiosmtplib.SMTPException as exc:
         raise ChannelError(f"email: SMTP {config.smtp_host}:{config.smtp_port}: {exc}") from exc
+
+
+def _internal_date(said: bytes) -> datetime | None:
+    found = _INTERNALDATE.search(said)
+    try:
+        return datetime.strptime(found.group(1).decode().strip(), "%d-%b-%Y %H:%M:%S %z") if found else None
+    except ValueError:
+        return None
 
 
 def _bytes(line: object) -> bytes:
