@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -107,6 +108,7 @@ class MailServers:
             [DOVECOT, "-F", "-c", str(self.directory / "dovecot.conf")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: `stop_imap` ends every process of it
         )
         deadline = time.monotonic() + WAIT_SECONDS
         while True:
@@ -122,7 +124,7 @@ class MailServers:
 
     def stop_imap(self) -> None:
         if self.process is not None:
-            self.process.kill()  # the master only: its imap processes see their parent go and exit
+            os.killpg(self.process.pid, signal.SIGKILL)  # a crash, every process of it at once
             self.process.wait()
             self.process = None
             deadline = time.monotonic() + WAIT_SECONDS
@@ -143,7 +145,16 @@ class MailServers:
         name = f"agent{next(_users)}"
         with (self.directory / "users").open("a") as users:
             users.write(f"{name}:{{PLAIN}}{PASSWORD}\n")
-        return name
+        deadline = time.monotonic() + WAIT_SECONDS
+        while True:  # Dovecot re-reads the file when it sees it changed: until it logs the user in
+            with IMAP4("127.0.0.1", self.imap_port) as imap:
+                try:
+                    imap.login(name, PASSWORD)
+                    return name
+                except IMAP4.error:
+                    if time.monotonic() > deadline:
+                        raise
+            time.sleep(0.2)
 
     def deliver(self, user: str, raw: bytes, flags: str = "") -> None:
         """A mail arriving in `user`'s INBOX (IMAP APPEND, as a delivery agent would put it)."""
