@@ -47,7 +47,7 @@ __all__ = ["PACED_SERVICES", "Pacing", "PacingHold", "wait_until"]
 
 log = logging.getLogger(__name__)
 
-PACED_SERVICES = frozenset({"irc", "agent", "telegram", "matrix", "discord"})
+PACED_SERVICES = frozenset({"irc", "agent", "telegram", "matrix", "discord", "slack", "email"})
 """Services whose channels get the listening period, intervals and delays (chat networks
 and agent links); a terminal or a test surface answers at once. Budgets and the end of an
 agent-only exchange hold everywhere."""
