@@ -224,6 +224,8 @@ def test_persyns_networks_read_their_secrets_from_the_same_variables(tmp_path: P
         "slack_signing_secret": "SLACK_SIGNING_SECRET",
         "slack_app_token": "SLACK_APP_TOKEN",
         "discord_bot_token": "DISCORD_BOT_TOKEN",
+        "email_imap_password": "EMAIL_IMAP_PASSWORD",
+        "email_smtp_password": "EMAIL_SMTP_PASSWORD",
     }
     assert channel_secret_variables() == variables
     settings = load_settings(tmp_path, {variable: f"{name}!" for name, variable in variables.items()})
