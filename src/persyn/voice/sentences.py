@@ -34,26 +34,34 @@ class SentenceSplitter:
     _parts: list[str] = field(default_factory=lambda: [])
 
     def push(self, delta: str) -> list[str]:
-        """The pieces `delta` completed, in order (each already `speakable`, none empty)."""
+        """The pieces `delta` completed, in order (each already `speakable`, none empty). A
+        boundary inside an unclosed `(`, `[` or `*` is no boundary: a stage direction is dropped
+        whole, never half read out."""
         self._pending += delta
         out: list[str] = []
         while True:
-            match = _SENTENCE_END.search(self._pending)
-            if self._emitted == 0 and not out:
-                for clause in _CLAUSE_END.finditer(self._pending):
-                    if match is not None and clause.start() > match.start():
-                        break
-                    if len(self._pending[: clause.end()].split()) >= self.first_clause_words:
-                        match = clause
-                        break
-            if match is None:
+            end = self._boundary()
+            if end is None:
                 break
-            piece, self._pending = self._pending[: match.end()], self._pending[match.end() :]
+            piece, self._pending = self._pending[:end], self._pending[end:]
             said = speakable(piece)
             if said and any(ch.isalnum() for ch in said):
                 out.append(said)
                 self._emitted += 1
         return out
+
+    def _boundary(self) -> int | None:
+        ends = [m.end() for m in _SENTENCE_END.finditer(self._pending)]
+        if self._emitted == 0:
+            ends += [
+                m.end()
+                for m in _CLAUSE_END.finditer(self._pending)
+                if len(self._pending[: m.end()].split()) >= self.first_clause_words
+            ]
+        for end in sorted(ends):
+            if _closed(self._pending[:end]):
+                return end
+        return None
 
     def flush(self) -> list[str]:
         """The rest, when the text is complete."""
@@ -63,3 +71,9 @@ class SentenceSplitter:
             self._emitted += 1
             return [said]
         return []
+
+
+def _closed(text: str) -> bool:
+    return (
+        text.count("(") <= text.count(")") and text.count("[") <= text.count("]") and text.count("*") % 2 == 0
+    )
