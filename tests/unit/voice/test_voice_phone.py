@@ -23,7 +23,8 @@ from persyn.channels.registry import network_web_routes
 from persyn.channels.voice.channel import PhoneChannel
 from persyn.channels.voice.routes import voice_routes
 from persyn.core.clock import ManualClock
-from persyn.senses.hearing import LocalWhisper, local_whisper_available
+from persyn.core.errors import ModelError
+from persyn.senses.hearing import LocalWhisper, Transcriber, Transcript, local_whisper_available
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 from persyn.testing.twilio import MediaStreamCaller, ring
 from persyn.voice.audio import LISTEN_RATE, PHONE_RATE, mulaw_decode, resample, wav_bytes
@@ -71,12 +72,17 @@ def _free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def line(home: Path, whisper: LocalWhisper, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Line]:
+async def line(
+    home: Path,
+    whisper: Transcriber,
+    monkeypatch: pytest.MonkeyPatch,
+    extra: str = "",
+) -> AsyncIterator[Line]:
     monkeypatch.setenv("TWILIO_AUTH_TOKEN", TOKEN)
     port = _free_port()
     public = f"http://127.0.0.1:{port}"
     config = (
-        f'[voice]\nenabled = true\nallow = ["{FRIEND}"]\n'
+        f'[voice]\nenabled = true\nallow = ["{FRIEND}"]\n{extra}'
         f'[voice.twilio]\naccount_sid = "{ACCOUNT}"\npublic_url = "{public}"\n'
         "[pacing.channels.phone]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
         "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
@@ -240,3 +246,64 @@ async def test_each_call_is_a_conversation_of_its_own(
         second_sid, second = await _greeted(phone)
         assert first_sid != second_sid
         assert first is not None and second is not None and first != second
+
+
+async def _connected(phone: Line) -> MediaStreamCaller:
+    sid, answer = await ring(phone.server, phone.public, TOKEN, caller=FRIEND, account_sid=ACCOUNT)
+    assert answer.stream_url is not None
+    caller = MediaStreamCaller(sid, account_sid=ACCOUNT)
+    await caller.connect(answer.stream_url, TOKEN)
+    await caller.start(answer.parameters)
+    await caller.wait_marks(1, WAIT)  # greeted
+    return caller
+
+
+class DeafEars:
+    """A transcriber whose engine fails on every piece (the port's `ModelError`)."""
+
+    model = "test:deaf"
+
+    async def transcribe(self, data: bytes, media_type: str) -> Transcript:
+        raise ModelError("the speech engine fell over")
+
+
+async def test_speech_the_engine_cannot_hear_gets_the_holding_phrase(
+    tmp_path: Path, whisper: LocalWhisper, question: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with line(tmp_path / "home", DeafEars(), monkeypatch) as phone:
+        caller = await _connected(phone)
+        call = phone.channel.calls[caller.call_sid]
+        greeting = len(caller.heard)
+        await caller.send_audio(question)
+        await caller.send_silence(1.0)
+        await caller.wait_marks(2, WAIT)
+        assert call.said[1] == phone.channel.config.holding_phrase
+        heard = await whisper.transcribe(_transcribable(bytes(caller.heard[greeting:])), "audio/wav")
+        assert "moment" in words(heard.text), heard.text
+        # The call goes on: hanging up still ends it cleanly.
+        await caller.hang_up()
+        await _until(lambda: not phone.channel.calls, "the call to end")
+
+
+async def test_a_dropped_line_ends_the_call(
+    tmp_path: Path, whisper: LocalWhisper, question: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with line(tmp_path / "home", whisper, monkeypatch) as phone:
+        caller = await _connected(phone)
+        await caller.send_audio(question[: len(question) // 2])  # mid-sentence
+        await caller.drop()
+        await _until(lambda: not phone.channel.calls, "the dropped call to end")
+        # The line is free for the next call.
+        again = await _connected(phone)
+        assert again.call_sid in phone.channel.calls
+        await again.hang_up()
+
+
+async def test_a_call_past_max_call_minutes_is_ended(
+    tmp_path: Path, whisper: LocalWhisper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with line(tmp_path / "home", whisper, monkeypatch, extra="max_call_minutes = 0.1\n") as phone:
+        caller = await _connected(phone)
+        assert caller._reader is not None
+        await asyncio.wait_for(caller._reader, WAIT)  # the server closed the stream
+        await _until(lambda: not phone.channel.calls, "the call to end")

@@ -97,17 +97,17 @@ def voice_routes(
         channel = phone()
         await channel.attach()
         await websocket.accept()
-        call: Call | None = None
         try:
             async with asyncio.timeout(config.max_call_minutes * 60):
-                call = await _serve(websocket, channel)
+                await _serve(websocket, channel)
         except TimeoutError:
             log.info("phone: a call reached [voice] max_call_minutes and was ended")
         finally:
             with contextlib.suppress(Exception):
                 await websocket.close()
-            if call is not None:
-                await channel.close_call(call.sid)
+            # The call this stream opened, however the stream ended (a timeout cancels `_serve`).
+            for sid in [sid for sid, call in channel.calls.items() if call.socket is websocket]:
+                await channel.close_call(sid)
 
     return [Route(INCOMING_PATH, incoming, methods=["POST"]), WebSocketRoute(STREAM_PATH, stream)]
 
