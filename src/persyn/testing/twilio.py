@@ -23,6 +23,7 @@ import base64
 import contextlib
 import json
 import secrets
+import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +106,7 @@ class MediaStreamCaller:
     heard: bytearray = field(default_factory=bytearray)
     marks: list[str] = field(default_factory=lambda: [])
     media_messages: int = 0
+    media_times: list[float] = field(default_factory=lambda: [])  # monotonic, one per media message
     _socket: Any = None
     _reader: asyncio.Task[None] | None = None
     _sequence: int = 0
@@ -202,6 +204,7 @@ class MediaStreamCaller:
             message = json.loads(raw)
             if message.get("event") == "media":
                 self.media_messages += 1
+                self.media_times.append(time.monotonic())
                 self.heard.extend(base64.b64decode(message["media"]["payload"]))
             elif message.get("event") == "mark":
                 name = message["mark"]["name"]

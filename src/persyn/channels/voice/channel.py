@@ -22,6 +22,7 @@ import base64
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -69,6 +70,10 @@ class Call:
     # for the call is keyed by `sid`, never by this.
     conversation_id: str | None = None
     marks_sent: int = 0
+    # When each step of a turn happened (`time.monotonic()`): what bench/voice.py splits the
+    # latency by — ("heard", the utterance settled), ("submitted", …), ("delivered", the reply
+    # reached the call), ("spoken", its first frame was sent).
+    timeline: list[tuple[str, float]] = field(default_factory=lambda: [])
     marks_played: int = 0
     _tasks: list[asyncio.Task[None]] = field(default_factory=lambda: [])
 
@@ -103,6 +108,8 @@ class Call:
         count = 0
         while True:
             utterance: Utterance = await self.listener.utterances.get()
+            self.timeline.append(("ended", utterance.ended_at))
+            self.timeline.append(("heard", time.monotonic()))
             if utterance.failed:
                 self.talk.put_nowait(self.channel.config.holding_phrase)
                 continue
@@ -125,6 +132,7 @@ class Call:
             meta={CALL_SID_META: self.sid},
         )
         await api.submit(event)
+        self.timeline.append(("submitted", time.monotonic()))
         self._tasks.append(asyncio.ensure_future(self._answered(event.id)))
 
     async def _answered(self, event_id: str) -> None:
@@ -157,6 +165,7 @@ class Call:
             except ModelError:
                 return
         audio = mulaw_encode(resample(speech.samples, speech.rate, PHONE_RATE))
+        self.timeline.append(("spoken", time.monotonic()))
         for start in range(0, len(audio), FRAME_BYTES):
             frame = base64.b64encode(audio[start : start + FRAME_BYTES]).decode()
             await self._send({"event": "media", "streamSid": self.stream_sid, "media": {"payload": frame}})
@@ -183,6 +192,7 @@ class PhoneChannel(Channel):
         *,
         transcriber: Transcriber | None = None,
         mouth: Mouth | None = None,
+        piece_min_ms: int = 900,
     ) -> None:
         self.settings = settings
         self.config = settings.voice
@@ -194,6 +204,7 @@ class PhoneChannel(Channel):
         self.transcriber = transcriber or build_transcriber(self.config.transcribe)
         self.mouth = mouth or build_speaker(self.config.speak, voice=self.config.speak_voice)
         self.calls: dict[str, Call] = {}
+        self.piece_min_ms = piece_min_ms  # streaming STT's piece size (bench/voice.py compares)
         self._attached = False
         self._attaching = asyncio.Lock()
 
@@ -215,7 +226,7 @@ class PhoneChannel(Channel):
         return await self.api.knows_speaker(self.agent.id, probe)
 
     def open_call(self, sid: str, stream_sid: str, caller: str, socket: StreamSocket) -> Call:
-        listener = Listener(self.transcriber, end_ms=self.config.endpoint_ms)
+        listener = Listener(self.transcriber, end_ms=self.config.endpoint_ms, piece_min_ms=self.piece_min_ms)
         call = Call(self, sid, stream_sid, caller, socket, listener)
         self.calls[sid] = call
         call.start()
@@ -233,4 +244,5 @@ class PhoneChannel(Channel):
             return
         if call.conversation_id is None:
             call.conversation_id = outbound.conversation_id
+        call.timeline.append(("delivered", time.monotonic()))
         call.talk.put_nowait(outbound.text)
