@@ -24,6 +24,7 @@ from persyn.channels.voice.channel import PhoneChannel
 from persyn.channels.voice.routes import voice_routes
 from persyn.core.clock import ManualClock
 from persyn.core.errors import ModelError
+from persyn.core.events import Speaker
 from persyn.senses.hearing import LocalWhisper, Transcriber, Transcript, local_whisper_available
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 from persyn.testing.twilio import MediaStreamCaller, ring
@@ -196,6 +197,11 @@ async def test_a_stranger_is_turned_away_politely(
         assert caller._reader is not None
         await asyncio.wait_for(caller._reader, WAIT)  # the server closed the stream
         assert not phone.channel.calls and not caller.heard
+        # Once their number is a contact's phone identity, they are answered.
+        number = Speaker(service="phone", channel="", speaker_id=STRANGER, display_name="Sam")
+        await phone.pilot.runtime.resolve_speaker(phone.pilot.agent.id, number)
+        _, known = await ring(phone.server, phone.public, TOKEN, caller=STRANGER, account_sid=ACCOUNT)
+        assert known.stream_url is not None and known.parameters["caller"] == STRANGER
 
 
 async def test_malformed_messages_are_skipped_and_a_stream_without_start_is_closed(
