@@ -313,3 +313,25 @@ async def test_a_call_past_max_call_minutes_is_ended(
         assert caller._reader is not None
         await asyncio.wait_for(caller._reader, WAIT)  # the server closed the stream
         await _until(lambda: not phone.channel.calls, "the call to end")
+
+
+async def test_doctor_reports_what_a_call_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from persyn.channels.voice.plugin import PLUGIN
+
+    assert PLUGIN.probe is not None
+    on = harness_settings(
+        tmp_path / "on", config='[voice]\nenabled = true\n[voice.twilio]\npublic_url = "https://x.example"\n'
+    )
+    monkeypatch.delenv("TWILIO_AUTH_TOKEN", raising=False)
+    missing = await PLUGIN.probe(on)
+    assert not missing.ok and "TWILIO_AUTH_TOKEN" in missing.detail
+    monkeypatch.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+    ready = await PLUGIN.probe(on)
+    assert ready.ok and "https://x.example/voice/twilio/incoming" in ready.detail
+    nowhere = harness_settings(tmp_path / "nowhere", config="[voice]\nenabled = true\n")
+    assert "public_url" in (await PLUGIN.probe(nowhere)).detail
+    bad = harness_settings(
+        tmp_path / "bad",
+        config='[voice]\nenabled = true\nspeak = "acme:x"\n[voice.twilio]\npublic_url = "https://x.example"\n',
+    )
+    assert "unknown provider" in (await PLUGIN.probe(bad)).detail
