@@ -71,7 +71,9 @@ async def test_phone_speech_is_endpointed_and_heard(whisper: LocalWhisper, sky_p
     listener = Listener(whisper)
     await _listen(listener, heard(sky_phone))
     utterance = await asyncio.wait_for(listener.utterances.get(), 60)
-    assert {"sky", "tuesdays"} <= words(utterance.text), utterance.text
+    # piper's voice varies a little run to run (its noise), and tiny.en on μ-law sometimes hears
+    # "Tuesdays" as "two states": two robust words.
+    assert "sky" in words(utterance.text) and words(utterance.text) & {"color", "colour"}, utterance.text
     assert not utterance.failed
     assert 1.5 < utterance.seconds < 4.0
     assert listener.utterances.empty()
