@@ -25,7 +25,7 @@ from persyn.core.config.metering import MeteringConfig, Price
 from persyn.core.config.models import AUTO_PROBE_DEFAULT, ModelChoice, ModelsConfig, Task, model_chain
 from persyn.core.config.safety import GuardrailConfig, SafetyConfig
 from persyn.core.config.sandbox import ArtifactsConfig, SandboxConfig
-from persyn.core.config.senses import SensesConfig
+from persyn.core.config.senses import SensesConfig, TwilioVoiceConfig, VoiceConfig
 from persyn.core.config.settings import CONFIG_FILE, DEFAULT_HOME, Secrets, Settings
 from persyn.core.config.skills import SkillsConfig
 from persyn.core.config.sources import (
@@ -77,6 +77,8 @@ __all__ = [
     "Task",
     "ToolsConfig",
     "TracingConfig",
+    "TwilioVoiceConfig",
+    "VoiceConfig",
     "WebConfig",
     "browse_search_key",
     "home_from_env",

@@ -1,4 +1,4 @@
-"""`[senses]`: the limits on what people send (images, audio, documents), checked before any
+"""`[senses]` (and `[voice]`, live voice, with `[voice.twilio]`): the limits on what people send (images, audio, documents), checked before any
 decoding (`persyn.senses.media.inspect_media`), and the transcription language.
 
 Every key's `Field(description=...)` is its documentation (`core/config/template.py` writes the
@@ -7,11 +7,13 @@ starter file and the README's reference from it).
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, field_validator
 
 from persyn.core.section import Section
 
-__all__ = ["SensesConfig"]
+__all__ = ["SensesConfig", "TwilioVoiceConfig", "VoiceConfig"]
 
 _MB = 1_000_000
 
@@ -71,3 +73,88 @@ class SensesConfig(Section):
         pattern=r"[a-z]{2,3}",
         description="The language audio is transcribed in (an ISO 639-1 code; the packaged tiny.en model knows English only).",
     )
+
+
+class TwilioVoiceConfig(Section):
+    """`[voice.twilio]`: the Twilio-compatible telephone transport (Media Streams). The account's
+    auth token comes from the environment (`TWILIO_AUTH_TOKEN`), never from the file."""
+
+    account_sid: str = Field(
+        default="",
+        description="The Twilio account SID (AC…): the REST API's account, and whose auth token signs the webhooks.",
+    )
+    api_url: str = Field(
+        default="https://api.twilio.com",
+        min_length=1,
+        description="Base URL of the Twilio REST API (outbound calls; a test double's URL in tests).",
+    )
+    public_url: str = Field(
+        default="",
+        description=(
+            "The base URL Twilio reaches this server at (https://host): stream URLs are built from it, "
+            "and webhook signatures are checked against it."
+        ),
+        examples=["https://persyn.example.org"],
+    )
+
+    @field_validator("api_url", "public_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if url and not url.startswith(("https://", "http://")):
+            raise ValueError(f"{url!r} is not an http(s) URL")
+        return url.rstrip("/")
+
+
+class VoiceConfig(Section):
+    """`[voice]`: live voice (issue 36, SPEC Appendix A) — the agent answers phone calls. Off
+    until `enabled`; the speech layer is local by default (Silero VAD, the packaged whisper
+    tiny.en, piper)."""
+
+    enabled: bool = Field(
+        default=False, description="Answer phone calls (the `[voice.twilio]` transport, on the web server)."
+    )
+    agent: str | None = Field(
+        default=None,
+        description="Name of the agent that answers calls; unset = the only (or first) agent.",
+        examples=["Ada"],
+    )
+    allow: list[str] = Field(
+        default_factory=list[str],
+        description=(
+            "Phone numbers (E.164, +1555…) answered besides callers whose number is a known contact's "
+            "phone identity."
+        ),
+        examples=[["+15550001111"]],
+    )
+    reject: Literal["politely", "ignore"] = Field(
+        default="politely",
+        description="A caller neither known nor allowed: told politely that the agent takes no calls from them, or not picked up.",
+    )
+    transcribe: str = Field(
+        default="local:whisper-tiny.en",
+        min_length=1,
+        description="Speech to text on calls: local:whisper-tiny.en, or an OpenAI-compatible openai:NAME@URL.",
+    )
+    speak: str = Field(
+        default="local:piper",
+        min_length=1,
+        description="Text to speech on calls: local:piper (the packaged en_US voice), or an OpenAI-compatible openai:NAME@URL.",
+    )
+    speak_voice: str = Field(
+        default="alloy", min_length=1, description="The voice a remote `/audio/speech` engine is asked for."
+    )
+    endpoint_ms: int = Field(
+        default=400,
+        ge=100,
+        le=5000,
+        description="Silence after speech that ends the caller's turn (shorter answers sooner, but cuts in on pauses).",
+    )
+    holding_phrase: str = Field(
+        default="Mm, one moment.",
+        min_length=1,
+        description="What the agent says instead of dead air when it has nothing to say or cannot hear.",
+    )
+    max_call_minutes: float = Field(
+        default=30.0, gt=0, le=600, description="A call longer than this is ended politely."
+    )
+    twilio: TwilioVoiceConfig = TwilioVoiceConfig()

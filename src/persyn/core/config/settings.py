@@ -29,7 +29,7 @@ from persyn.core.config.metering import MeteringConfig, Price
 from persyn.core.config.models import ModelsConfig, Task, model_chain
 from persyn.core.config.safety import GuardrailConfig, SafetyConfig
 from persyn.core.config.sandbox import ArtifactsConfig, SandboxConfig
-from persyn.core.config.senses import SensesConfig
+from persyn.core.config.senses import SensesConfig, VoiceConfig
 from persyn.core.config.skills import SkillsConfig
 from persyn.core.config.tools import ToolsConfig
 from persyn.core.config.tracing import TracingConfig
@@ -136,6 +136,7 @@ class Settings(BaseSettings):
     reference: ReferenceConfig = ReferenceConfig()
     images: ImagesConfig = ImagesConfig()
     senses: SensesConfig = SensesConfig()
+    voice: VoiceConfig = VoiceConfig()
     skills: SkillsConfig = SkillsConfig()
     channels: _Channels = _Channels()
     pacing: PacingConfig = PacingConfig()

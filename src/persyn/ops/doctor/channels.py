@@ -30,8 +30,14 @@ async def channel_checks(settings: Settings) -> list[Check]:
             checks.append(Check(probe.name, probe.ok, probe.detail, probe.fix, warning=probe.warning))
     if not checks:
         sections = [plugin.section or plugin.service for plugin in probed]
-        # "[channels.irc], .telegram, .matrix": the first section whole, the others by their last part.
-        named = [*sections[:1], *(f".{s.strip('[]').rpartition('.')[2]}" for s in sections[1:])]
+        # "[channels.irc], .telegram, .matrix, [voice]": the first `[channels.…]` whole, the others
+        # by their last part; a section of its own (`[voice]`) whole.
+        nested = [s for s in sections if s.startswith("[channels.")]
+        named = [
+            *nested[:1],
+            *(f".{s.strip('[]').rpartition('.')[2]}" for s in nested[1:]),
+            *(s for s in sections if not s.startswith("[channels.")),
+        ]
         return [Check("chat channels", True, f"none configured ({', '.join(named)})")]
     return checks
 

@@ -1,0 +1,248 @@
+"""The telephone channel (issue 36, SPEC Appendix A): calls arrive over Twilio's Media Streams on
+the web server (`routes.py`), and each call is one `Call` — its ear (`voice.listen.Listener`:
+Silero endpointing, streaming whisper), its mouth (`voice.speak`, sentence by sentence) and the
+turns between them.
+
+- A call is keyed by Twilio's stable `callSid`, never by conversation: every event of the call
+  has the call sid as its channel, so each call is a conversation of its own; continuity comes
+  from memory and the person record.
+- The caller is the phone identity (`phone`, "", +1555…) of the directory.
+- Every settled utterance is an ordinary inbound message, addressed (a live call is always
+  answered); the channel is `interactive`, so deliberation defers. When the turn ends in
+  silence, or the engines fail, the holding phrase is said instead of dead air.
+- The first turn is the direction cue: the agent is told it picked up a call, from whom.
+- The agent's reply (`deliver`) is queued for the call's speaker, split into sentences, each
+  synthesized and sent as 20 ms μ-law media frames followed by a mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from persyn.core.config import AgentConfig, Settings
+from persyn.core.errors import ModelError
+from persyn.core.events import Event, Outbound, Speaker
+from persyn.core.ids import derived_id
+from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import Channel
+from persyn.senses.hearing import Transcriber, build_transcriber
+from persyn.voice.audio import FRAME_BYTES, LISTEN_RATE, PHONE_RATE, mulaw_decode, mulaw_encode, resample
+from persyn.voice.listen import Listener, Utterance
+from persyn.voice.sentences import SentenceSplitter
+from persyn.voice.speak import Speaker as Mouth
+from persyn.voice.speak import build_speaker
+
+__all__ = ["PHONE_SERVICE", "Call", "PhoneChannel", "StreamSocket"]
+
+log = logging.getLogger(__name__)
+
+PHONE_SERVICE = "phone"
+CALL_SID_META = "call_sid"
+_REPLY_WAIT_SECONDS = 120.0
+
+
+class StreamSocket(Protocol):
+    """The part of a Starlette WebSocket a call writes to."""
+
+    async def send_text(self, data: str) -> None: ...
+
+
+@dataclass
+class Call:
+    """One live call's state, keyed by `sid` (Twilio's `callSid`)."""
+
+    channel: PhoneChannel
+    sid: str
+    stream_sid: str
+    caller: str
+    socket: StreamSocket
+    listener: Listener
+    said: list[str] = field(default_factory=lambda: [])  # what reached the line, in order
+    talk: asyncio.Queue[str] = field(default_factory=lambda: asyncio.Queue[str]())
+    # The conversation of the call, cached from the first reply (Appendix A): the agent's state
+    # for the call is keyed by `sid`, never by this.
+    conversation_id: str | None = None
+    marks_sent: int = 0
+    # When each step of a turn happened (`time.monotonic()`): what bench/voice.py splits the
+    # latency by — ("heard", the utterance settled), ("submitted", …), ("delivered", the reply
+    # reached the call), ("spoken", its first frame was sent).
+    timeline: list[tuple[str, float]] = field(default_factory=lambda: [])
+    marks_played: int = 0
+    _tasks: list[asyncio.Task[None]] = field(default_factory=lambda: [])
+
+    @property
+    def speaker(self) -> Speaker:
+        return Speaker(service=PHONE_SERVICE, channel="", speaker_id=self.caller, display_name=self.caller)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.ensure_future(self._turns()), asyncio.ensure_future(self._talker())]
+
+    async def hear(self, payload: str) -> None:
+        """One inbound media frame (base64 μ-law)."""
+        samples = resample(mulaw_decode(base64.b64decode(payload, validate=True)), PHONE_RATE, LISTEN_RATE)
+        await self.listener.feed(samples)
+
+    async def end(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.listener.close(), 30)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def cue(self) -> None:
+        """The first turn: no transcript yet, so the agent is told who called whom."""
+        agent = self.channel.agent.name
+        text = f"[phone call: you ({agent}) picked up a call from {self.caller}; they are on the line]"
+        await self._submit(text, "cue")
+
+    async def _turns(self) -> None:
+        count = 0
+        while True:
+            utterance: Utterance = await self.listener.utterances.get()
+            self.timeline.append(("ended", utterance.ended_at))
+            self.timeline.append(("heard", time.monotonic()))
+            if utterance.failed:
+                self.talk.put_nowait(self.channel.config.holding_phrase)
+                continue
+            if not utterance.text:
+                continue
+            count += 1
+            await self._submit(utterance.text, f"turn-{count}")
+
+    async def _submit(self, text: str, key: str) -> None:
+        api = self.channel.api
+        event = Event(
+            id=derived_id(api.clock.now(), self.sid, key),
+            agent_id=self.channel.agent.id,
+            service=PHONE_SERVICE,
+            channel=self.sid,
+            speaker=self.speaker,
+            text=text,
+            received_at=api.clock.now(),
+            addressed=True,
+            meta={CALL_SID_META: self.sid},
+        )
+        await api.submit(event)
+        self.timeline.append(("submitted", time.monotonic()))
+        self._tasks.append(asyncio.ensure_future(self._answered(event.id)))
+
+    async def _answered(self, event_id: str) -> None:
+        """Never dead air: a turn that ends without speech gets the holding phrase."""
+        try:
+            marker = await self.channel.api.wait_marker(self.channel.agent.id, event_id, _REPLY_WAIT_SECONDS)
+        except Exception:  # the wait itself failed: the caller still hears something
+            log.exception("phone: waiting for the reply to %s failed", event_id)
+            self.talk.put_nowait(self.channel.config.holding_phrase)
+            return
+        if not marker.transmitted:
+            self.talk.put_nowait(self.channel.config.holding_phrase)
+
+    async def _talker(self) -> None:
+        while True:
+            text = await self.talk.get()
+            splitter = SentenceSplitter()
+            for piece in [*splitter.push(text + " "), *splitter.flush()]:
+                await self._say(piece)
+
+    async def _say(self, piece: str) -> None:
+        try:
+            speech = await self.channel.mouth.speak(piece)
+        except ModelError as exc:
+            log.warning("phone: speech failed on call %s: %s", self.sid, exc)
+            if piece == self.channel.config.holding_phrase:
+                return
+            try:
+                speech = await self.channel.mouth.speak(self.channel.config.holding_phrase)
+            except ModelError:
+                return
+        audio = mulaw_encode(resample(speech.samples, speech.rate, PHONE_RATE))
+        self.timeline.append(("spoken", time.monotonic()))
+        for start in range(0, len(audio), FRAME_BYTES):
+            frame = base64.b64encode(audio[start : start + FRAME_BYTES]).decode()
+            await self._send({"event": "media", "streamSid": self.stream_sid, "media": {"payload": frame}})
+        self.marks_sent += 1
+        await self._send(
+            {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": f"said-{self.marks_sent}"}}
+        )
+        self.said.append(piece)
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        await self.socket.send_text(json.dumps(message))
+
+
+class PhoneChannel(Channel):
+    """The `phone` service: one agent answering the calls of `[voice]`."""
+
+    service = PHONE_SERVICE
+    interactive = True
+
+    def __init__(
+        self,
+        settings: Settings,
+        api: RuntimeAPI,
+        *,
+        transcriber: Transcriber | None = None,
+        mouth: Mouth | None = None,
+        piece_min_ms: int = 900,
+    ) -> None:
+        self.settings = settings
+        self.config = settings.voice
+        self.api = api
+        name = self.config.agent
+        self.agent: AgentConfig = (
+            settings.agent(name) if name or len(settings.agents) == 1 else settings.agents[0]
+        )
+        self.transcriber = transcriber or build_transcriber(self.config.transcribe)
+        self.mouth = mouth or build_speaker(self.config.speak, voice=self.config.speak_voice)
+        self.calls: dict[str, Call] = {}
+        self.piece_min_ms = piece_min_ms  # streaming STT's piece size (bench/voice.py compares)
+        self._attached = False
+        self._attaching = asyncio.Lock()
+
+    async def attach(self) -> None:
+        """Attached to the runtime on the first call (the web server builds the routes first)."""
+        async with self._attaching:
+            if not self._attached:
+                await self.api.attach_channel(self)
+                self._attached = True
+
+    def serves(self, agent_id: str) -> bool:
+        return agent_id == self.agent.id
+
+    async def answers(self, caller: str) -> bool:
+        """The inbound filter: an allowed number, or a known contact's phone identity."""
+        if caller in self.config.allow:
+            return True
+        probe = Speaker(service=PHONE_SERVICE, channel="", speaker_id=caller, display_name=caller)
+        return await self.api.knows_speaker(self.agent.id, probe)
+
+    def open_call(self, sid: str, stream_sid: str, caller: str, socket: StreamSocket) -> Call:
+        listener = Listener(self.transcriber, end_ms=self.config.endpoint_ms, piece_min_ms=self.piece_min_ms)
+        call = Call(self, sid, stream_sid, caller, socket, listener)
+        self.calls[sid] = call
+        call.start()
+        return call
+
+    async def close_call(self, sid: str) -> None:
+        call = self.calls.pop(sid, None)
+        if call is not None:
+            await call.end()
+
+    async def deliver(self, outbound: Outbound) -> None:
+        call = self.calls.get(outbound.channel)
+        if call is None:  # the call has ended: the reply stays in the dialog, unsaid
+            log.info("phone: a reply for call %s after it ended was not said", outbound.channel)
+            return
+        if call.conversation_id is None:
+            call.conversation_id = outbound.conversation_id
+        call.timeline.append(("delivered", time.monotonic()))
+        call.talk.put_nowait(outbound.text)

@@ -1,0 +1,181 @@
+"""The web routes of the telephone channel (`ChannelPlugin.web_routes`), as Twilio calls them:
+
+- `POST /voice/twilio/incoming`: the incoming-call webhook (a signed form: `CallSid`, `From`,
+  `To`, `AccountSid`, …). A caller the inbound filter admits gets TwiML connecting a Media
+  Stream to `/voice/twilio/stream` (the caller and call sid as `<Parameter>`s); any other is
+  told politely that the agent takes no calls from them, or rejected (`[voice] reject`).
+- `/voice/twilio/stream`: the Media Streams WebSocket (twilio.com/docs/voice/media-streams/
+  websocket-messages): `connected`, `start` (`callSid`, `streamSid`, `customParameters`),
+  `media` (base64 8 kHz μ-law), `mark`, `stop`. The upgrade must carry a valid signature over
+  the stream URL. A message that is not JSON or not of these shapes is skipped; a stream with no
+  `start` within `_START_SECONDS` is closed.
+
+Both are signed with the account's auth token (`TWILIO_AUTH_TOKEN`); unsigned or badly signed
+requests get 403, and nothing is done for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any, cast
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from persyn.channels.voice.channel import Call, PhoneChannel
+from persyn.channels.voice.twilio import connect_twiml, reject_twiml, say_twiml, signature_ok
+from persyn.core.config import Settings
+from persyn.runtime.api import RuntimeAPI
+
+__all__ = ["INCOMING_PATH", "STREAM_PATH", "TOKEN_VARIABLE", "voice_routes"]
+
+log = logging.getLogger(__name__)
+
+INCOMING_PATH = "/voice/twilio/incoming"
+STREAM_PATH = "/voice/twilio/stream"
+TOKEN_VARIABLE = "TWILIO_AUTH_TOKEN"
+_START_SECONDS = 10.0
+_MALFORMED_LIMIT = 50  # messages of no known shape before the stream is dropped
+_XML = "application/xml"
+
+
+def _stream_url(public_url: str) -> str:
+    scheme, _, rest = public_url.partition("://")
+    return f"{'wss' if scheme == 'https' else 'ws'}://{rest}{STREAM_PATH}"
+
+
+def voice_routes(
+    settings: Settings, api: RuntimeAPI, channel: PhoneChannel | None = None
+) -> Sequence[BaseRoute]:
+    config = settings.voice
+    public = config.twilio.public_url
+    state: dict[str, PhoneChannel] = {} if channel is None else {"channel": channel}
+
+    def phone() -> PhoneChannel:
+        if "channel" not in state:
+            state["channel"] = PhoneChannel(settings, api)
+        return state["channel"]
+
+    def token() -> str:
+        return os.environ.get(TOKEN_VARIABLE, "")
+
+    async def incoming(request: Request) -> Response:
+        form = await request.form()
+        params = {key: str(value) for key, value in form.items()}
+        url = public + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        if not signature_ok(token(), url, params, request.headers.get("x-twilio-signature")):
+            return PlainTextResponse("bad or missing X-Twilio-Signature", status_code=403)
+        if config.twilio.account_sid and params.get("AccountSid") != config.twilio.account_sid:
+            return PlainTextResponse("not this account's call", status_code=403)
+        channel = phone()
+        await channel.attach()
+        caller = params.get("From", "")
+        if not caller or not await channel.answers(caller):
+            log.info("phone: a call from %r was not answered (unknown caller)", caller)
+            if config.reject == "ignore":
+                return Response(reject_twiml(), media_type=_XML)
+            return Response(
+                say_twiml(f"Sorry, {channel.agent.name} does not take calls from this number. Goodbye."),
+                media_type=_XML,
+            )
+        parameters = {"caller": caller, "callSid": params.get("CallSid", "")}
+        return Response(connect_twiml(_stream_url(public), parameters), media_type=_XML)
+
+    async def stream(websocket: WebSocket) -> None:
+        given = websocket.headers.get("x-twilio-signature")
+        if not signature_ok(token(), _stream_url(public), None, given):
+            await websocket.close(code=1008)  # before accepting: the upgrade is refused (403)
+            return
+        channel = phone()
+        await channel.attach()
+        await websocket.accept()
+        try:
+            async with asyncio.timeout(config.max_call_minutes * 60):
+                await _serve(websocket, channel)
+        except TimeoutError:
+            log.info("phone: a call reached [voice] max_call_minutes and was ended")
+        finally:
+            with contextlib.suppress(Exception):
+                await websocket.close()
+            # The call this stream opened, however the stream ended (a timeout cancels `_serve`).
+            for sid in [sid for sid, call in channel.calls.items() if call.socket is websocket]:
+                await channel.close_call(sid)
+
+    return [Route(INCOMING_PATH, incoming, methods=["POST"]), WebSocketRoute(STREAM_PATH, stream)]
+
+
+async def _serve(websocket: WebSocket, channel: PhoneChannel) -> Call | None:
+    """Read the stream until `stop` or the line drops; the call it opened (if any)."""
+    call: Call | None = None
+    malformed = 0
+    loop = asyncio.get_running_loop()
+    opened = loop.time()
+    while True:
+        wait = None if call is not None else max(0.1, _START_SECONDS - (loop.time() - opened))
+        try:
+            raw = await asyncio.wait_for(websocket.receive_text(), wait)
+        except TimeoutError:
+            log.warning("phone: a stream sent no 'start' within %g s and was closed", _START_SECONDS)
+            return call
+        except (WebSocketDisconnect, RuntimeError):
+            return call
+        message = _message(raw)
+        kind = message.get("event") if message is not None else None
+        if message is None or not isinstance(kind, str):
+            malformed += 1
+            if malformed > _MALFORMED_LIMIT:
+                log.warning("phone: a stream sent %d malformed messages and was closed", malformed)
+                return call
+            continue
+        if kind == "start" and call is None:
+            call = await _started(websocket, channel, message)
+            if call is None:
+                return None
+        elif kind == "media" and call is not None:
+            payload = _dig(message, "media", "payload")
+            if isinstance(payload, str):
+                try:
+                    await call.hear(payload)
+                except (binascii.Error, ValueError):
+                    malformed += 1
+        elif kind == "mark" and call is not None:
+            call.marks_played += 1
+        elif kind == "stop":
+            return call
+
+
+async def _started(websocket: WebSocket, channel: PhoneChannel, message: dict[str, Any]) -> Call | None:
+    sid, stream_sid = _dig(message, "start", "callSid"), _dig(message, "start", "streamSid")
+    caller = _dig(message, "start", "customParameters", "caller")
+    if not (isinstance(sid, str) and sid and isinstance(stream_sid, str) and isinstance(caller, str)):
+        log.warning("phone: a 'start' without callSid, streamSid or the caller was refused")
+        return None
+    if sid in channel.calls or not await channel.answers(caller):
+        return None
+    call = channel.open_call(sid, stream_sid, caller, websocket)
+    await call.cue()
+    return call
+
+
+def _message(raw: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return cast(dict[str, Any], value) if isinstance(value, dict) else None
+
+
+def _dig(value: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = cast(dict[str, Any], value).get(key)
+    return value
