@@ -52,5 +52,8 @@ async def test_no_network_configured_is_one_line(tmp_path: Path) -> None:
     settings = harness_settings(tmp_path)
     (check,) = await channel_checks(settings)
     assert (check.name, check.ok) == ("chat channels", True)
-    assert check.detail == "none configured ([channels.irc], .telegram, .matrix, .slack, .discord, .email, [voice])"
+    assert (
+        check.detail
+        == "none configured ([channels.irc], .telegram, .matrix, .slack, .discord, .email, [voice])"
+    )
     assert await channel_owner_check(settings, datetime.now(UTC)) is None
