@@ -57,7 +57,7 @@ def _pct(values: list[float], q: float) -> float:
 
 async def main(runs: int, endpoint_ms: int, piece_min_ms: int) -> None:
     os.environ["TWILIO_AUTH_TOKEN"] = TOKEN
-    speech = PiperSpeaker().speak_blocking(QUESTION)
+    speech = PiperSpeaker(steady=True).speak_blocking(QUESTION)
     question = mulaw_encode(resample(speech.samples, speech.rate, PHONE_RATE))
     whisper = LocalWhisper()
     await whisper.load()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 from starlette.routing import BaseRoute
 
-from persyn.core.config import Settings
+from persyn.core.config import AgentConfig, Settings
 from persyn.core.plugins import loaded
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.channel import LeasedChannel
@@ -32,6 +32,7 @@ __all__ = [
     "channel_plugins",
     "network_web_routes",
     "revealed",
+    "served_agent",
 ]
 
 
@@ -96,6 +97,12 @@ def network_web_routes(settings: Settings, api: RuntimeAPI) -> list[BaseRoute]:
         if plugin.web_routes is not None and plugin.configured(settings)
         for route in plugin.web_routes(settings, api)
     ]
+
+
+def served_agent(settings: Settings, name: str | None) -> AgentConfig:
+    """The agent a one-agent network serves: `name` (a section's `agent`), else the only or first
+    agent of the deployment. An unknown name raises `ConfigError`, naming it."""
+    return settings.agent(name) if name or len(settings.agents) == 1 else settings.agents[0]
 
 
 def revealed(secret: SecretStr | None) -> str | None:

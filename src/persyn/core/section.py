@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-__all__ = ["ChannelSection", "Section"]
+__all__ = ["ChannelSection", "Section", "http_base"]
 
 
 class Section(BaseModel):
@@ -50,3 +50,11 @@ class ChannelSection(Section):
     (`{"irc_password": "IRC_PASSWORD"}`): never a key of the file, served by `Secrets.channel`."""
 
     secrets: ClassVar[Mapping[str, str]] = {}
+
+
+def http_base(url: str) -> str:
+    """A configured base URL (an API's, a public address): http(s) only, without its trailing
+    slash. For a key's validator; the ValueError names the value."""
+    if not url.startswith(("https://", "http://")):
+        raise ValueError(f"{url!r} is not an http(s) URL")
+    return url.rstrip("/")

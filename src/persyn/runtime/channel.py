@@ -12,6 +12,8 @@ has already shown, so a redelivery after a crash or a racing deliverer is shown 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -33,6 +35,7 @@ __all__ = [
     "LinkTracker",
     "NetworkChannel",
     "describe_states",
+    "end_task",
     "images_as_text",
     "safe_sink",
 ]
@@ -58,6 +61,16 @@ class ConnectionState:
     since: datetime | None  # when it entered this state (None: as long as the channel is attached)
     failures: int = 0  # attempts in a row that failed
     detail: str = ""  # the last failure
+
+
+async def end_task(task: asyncio.Task[None] | None) -> None:
+    """Cancel a network channel's connect loop and wait for it to end (its own failure or the
+    cancellation swallowed: `stop` goes on to close the rest)."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 def describe_states(states: Sequence[ConnectionState]) -> str:

@@ -59,7 +59,17 @@ from persyn.testing.meter import RecordingAdapter
 from persyn.usage.meter import MeterAdapter
 from persyn.usage.records import UsageRecord
 
-__all__ = ["ADA", "START", "Pilot", "RecordingChannel", "Turn", "Where", "harness_settings", "run_runtime"]
+__all__ = [
+    "ADA",
+    "START",
+    "Pilot",
+    "RecordingChannel",
+    "Turn",
+    "Where",
+    "harness_settings",
+    "run_runtime",
+    "until",
+]
 
 START = datetime(2026, 11, 30, 9, tzinfo=UTC)
 """Where the harness's `ManualClock` starts unless a test gives a clock of its own."""
@@ -69,6 +79,18 @@ ADA = AgentConfig(name="Ada", id=new_id(START))
 
 WAIT_SECONDS = 120.0
 """The bound on every wait: far beyond a turn on a loaded machine, reached only when broken."""
+
+
+async def until(condition: Callable[[], object], what: str, seconds: float = WAIT_SECONDS) -> None:
+    """Until `condition()` is true (a fake server's record, a channel's state), checked every
+    20 ms; fails naming `what` after `seconds`, a bound reached only when something is broken."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
 
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "models": {"default": "test:echo"},

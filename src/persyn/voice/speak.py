@@ -89,7 +89,13 @@ def _piper_voice() -> Any:
 
 
 class PiperSpeaker:
+    """Piper with the packaged en_US voice. `steady`: no generator or phoneme-width noise, so
+    the same text is the same audio every time (the tests' speech)."""
+
     model = DEFAULT_SPEAKER
+
+    def __init__(self, *, steady: bool = False) -> None:
+        self._steady = steady
 
     async def load(self) -> None:
         await asyncio.to_thread(_piper_voice)
@@ -100,7 +106,13 @@ class PiperSpeaker:
     def speak_blocking(self, text: str) -> Speech:
         voice = _piper_voice()
         try:
-            chunks = [chunk.audio_float_array for chunk in voice.synthesize(text)]
+            if self._steady:
+                from piper import SynthesisConfig  # pyright: ignore[reportMissingTypeStubs]
+
+                steady = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+                chunks = [chunk.audio_float_array for chunk in voice.synthesize(text, syn_config=steady)]
+            else:
+                chunks = [chunk.audio_float_array for chunk in voice.synthesize(text)]
         except Exception as exc:  # onnxruntime's and espeak's errors: nothing could be said
             raise ModelError(f"local speech failed on {text[:60]!r}: {exc}") from exc
         rate = int(voice.config.sample_rate)

@@ -23,7 +23,7 @@ from persyn.core.clock import ManualClock
 from persyn.runtime.channel import Backoff, Link
 from persyn.testing import tool_returns
 from persyn.testing.discord import BOT_USER, TOKEN, FakeDiscord
-from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+from persyn.testing.harness import START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.media import small_png
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
 
@@ -66,14 +66,6 @@ async def bot(
                 await channel.stop()
 
 
-async def _until(condition: Any, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def test_a_dm_and_a_mention_are_answered_and_the_rest_of_the_guild_is_only_heard(
     tmp_path: Path,
 ) -> None:
@@ -83,7 +75,7 @@ async def test_a_dm_and_a_mention_are_answered_and_the_rest_of_the_guild_is_only
         assert INTENTS & (1 << 9) and INTENTS & (1 << 12) and INTENTS & (1 << 15)
         assert channel.connection_states()[0].link is Link.CONNECTED
         fake.message("hello bot", author=ANN, channel_id="7001")  # a DM: no guild_id
-        await _until(lambda: fake.sent, "the DM's reply")
+        await until(lambda: fake.sent, "the DM's reply")
         assert (fake.sent[0].channel_id, fake.sent[0].content, fake.sent[0].reference) == (
             "7001",
             "You said: hello bot",
@@ -91,7 +83,7 @@ async def test_a_dm_and_a_mention_are_answered_and_the_rest_of_the_guild_is_only
         )
         fake.message("just chatting", author=BOB, channel_id=GENERAL, guild_id=GUILD)
         asked = fake.message(f"{MENTION} what is up?", author=BOB, channel_id=THREAD, guild_id=GUILD)
-        await _until(lambda: any(s.channel_id == THREAD for s in fake.sent), "the reply in the thread")
+        await until(lambda: any(s.channel_id == THREAD for s in fake.sent), "the reply in the thread")
         await pilot.settle()
         in_thread = [s for s in fake.sent if s.channel_id == THREAD]
         assert [(s.content, s.reference) for s in in_thread] == [(f"You said: {MENTION} what is up?", asked)]
@@ -100,7 +92,7 @@ async def test_a_dm_and_a_mention_are_answered_and_the_rest_of_the_guild_is_only
         assert [m.text for m in heard if m.role.value == "user"] == ["just chatting"]
         sent = len(fake.sent)
         fake.message(f"{MENTION} hi from a bot", author=OTHER_BOT, channel_id=GENERAL, guild_id=GUILD)
-        await _until(lambda: len(fake.sent) > sent, "the reply to the other bot")
+        await until(lambda: len(fake.sent) > sent, "the reply to the other bot")
         await pilot.settle()
         people = {p.display_name: p for p in await pilot.full_store.list_persons(pilot.agent.id)}
         assert people["Ann"].kind == "human" and people["helper"].kind == "agent"
@@ -120,10 +112,10 @@ async def test_what_is_said_in_a_guild_channel_stays_out_of_a_dm_with_someone_el
     with registered_double("discord-compartments", model):
         async with bot(tmp_path / "home", fake, model="test:discord-compartments") as (pilot, _channel):
             fake.message(f"{MENTION} the vault code is 8812", author=BOB, channel_id=GENERAL, guild_id=GUILD)
-            await _until(lambda: fake.sent, "the guild reply")
+            await until(lambda: fake.sent, "the guild reply")
             await pilot.settle()
             fake.message("what do you know? (in the DM)", author=ANN, channel_id="7001")
-            await _until(lambda: len(fake.sent) == 2, "the DM reply")
+            await until(lambda: len(fake.sent) == 2, "the DM reply")
             await pilot.settle()
     assert prompts, "the DM turn reached the model"
     assert not any("8812" in p for p in prompts)
@@ -133,16 +125,16 @@ async def test_an_outage_mid_run_is_resumed_and_a_message_after_it_is_answered(t
     fake = FakeDiscord()
     async with bot(tmp_path / "home", fake) as (pilot, channel):
         fake.message("before", author=ANN, channel_id="7001")
-        await _until(lambda: len(fake.sent) == 1, "the first reply")
+        await until(lambda: len(fake.sent) == 1, "the first reply")
         await fake.stop()
-        await _until(lambda: channel.connection_states()[0].link is not Link.CONNECTED, "the link lost")
+        await until(lambda: channel.connection_states()[0].link is not Link.CONNECTED, "the link lost")
         state = channel.connection_states()[0]
         assert state.link in (Link.RECONNECTING, Link.FAILING) and state.detail
         fake.message("during the outage", author=ANN, channel_id="7001")  # replayed on RESUME
         await fake.start()
-        await _until(lambda: channel.connection_states()[0].link is Link.CONNECTED, "the link back")
+        await until(lambda: channel.connection_states()[0].link is Link.CONNECTED, "the link back")
         fake.message("after the restart", author=ANN, channel_id="7001")
-        await _until(lambda: len(fake.sent) == 3, "the replies after the restart")
+        await until(lambda: len(fake.sent) == 3, "the replies after the restart")
         await pilot.settle()
         assert sorted(s.content for s in fake.sent[1:]) == [
             "You said: after the restart",
@@ -156,16 +148,16 @@ async def test_a_zombie_connection_is_replaced_and_a_refused_resume_identifies_a
     fake = FakeDiscord()
     async with bot(tmp_path / "home", fake) as (_pilot, channel):
         fake.zombie = True  # heartbeats no longer acked
-        await _until(lambda: channel.gateway.zombies >= 1, "the missed ACK noticed")
+        await until(lambda: channel.gateway.zombies >= 1, "the missed ACK noticed")
         fake.zombie = False
-        await _until(lambda: fake.resumes, "the resume after the zombie")
-        await _until(lambda: channel.connection_states()[0].link is Link.CONNECTED, "the link back")
+        await until(lambda: fake.resumes, "the resume after the zombie")
+        await until(lambda: channel.connection_states()[0].link is Link.CONNECTED, "the link back")
         fake.invalid_session_next = True
         await fake.reconnect()  # op 7: reconnect; the RESUME is refused with op 9
-        await _until(lambda: len(fake.identifies) == 2, "a fresh IDENTIFY")
-        await _until(lambda: channel.gateway.session_id == "session-2", "the new session")
+        await until(lambda: len(fake.identifies) == 2, "a fresh IDENTIFY")
+        await until(lambda: channel.gateway.session_id == "session-2", "the new session")
         fake.message("still there?", author=ANN, channel_id="7001")
-        await _until(lambda: fake.sent, "the reply on the new session")
+        await until(lambda: fake.sent, "the reply on the new session")
         assert fake.sent[0].content == "You said: still there?"
 
 
@@ -175,7 +167,7 @@ async def test_long_replies_are_split_and_rate_limits_waited_out(tmp_path: Path)
     async with bot(tmp_path / "home", fake) as (_pilot, _channel):
         words = " ".join(f"word{i}" for i in range(900))  # ~7,000 characters
         asked = fake.message(f"{MENTION} {words}", author=ANN, channel_id=GENERAL, guild_id=GUILD)
-        await _until(lambda: sum(len(s.content) for s in fake.sent) >= len(words), "the whole reply")
+        await until(lambda: sum(len(s.content) for s in fake.sent) >= len(words), "the whole reply")
         assert len(fake.sent) >= 4
         assert all(len(s.content) <= 2000 for s in fake.sent)
         assert [s.reference for s in fake.sent] == [asked] + [None] * (len(fake.sent) - 1)
@@ -195,7 +187,7 @@ async def test_bad_payloads_are_logged_and_skipped_and_never_stop_the_next(
         fake.raw({"op": 0, "t": "MESSAGE_CREATE", "s": 51, "d": {"id": "2", "author": ANN, "content": "y"}})
         fake.raw({"no": "op"})
         fake.message("fine", author=ANN, channel_id="7001")
-        await _until(lambda: fake.sent, "the good message's reply")
+        await until(lambda: fake.sent, "the good message's reply")
         await pilot.settle()
         assert [s.content for s in fake.sent] == ["You said: fine"]
         logged = caplog.text
@@ -214,17 +206,17 @@ async def test_an_attachment_is_seen_and_a_30_mb_one_is_refused_unfetched(
             "huge.bin", b"not really thirty megabytes", "application/octet-stream", size=30_000_000
         )
         fake.message("look at this", author=ANN, channel_id="7001", attachments=[big])
-        await _until(lambda: fake.sent, "the reply naming the refused file")
+        await until(lambda: fake.sent, "the reply naming the refused file")
         assert "a file I refused" in fake.sent[0].content and "30000000" in fake.sent[0].content
         assert "huge.bin" in caplog.text and "not kept" in caplog.text
         # A size that lies: the download itself stops at the limit.
         liar = fake.attachment("liar.bin", b"\0" * 30_000_000, "application/octet-stream", size=100)
         fake.message("and that", author=ANN, channel_id="7001", attachments=[liar])
-        await _until(lambda: len(fake.sent) == 2, "the reply naming the second refused file")
+        await until(lambda: len(fake.sent) == 2, "the reply naming the second refused file")
         assert "a file I refused" in fake.sent[1].content and "download limit" in fake.sent[1].content
         photo = fake.attachment("dot.png", small_png(), "image/png")
         fake.message("and this", author=ANN, channel_id="7001", attachments=[photo])
-        await _until(lambda: len(fake.sent) == 3, "the reply to the photo")
+        await until(lambda: len(fake.sent) == 3, "the reply to the photo")
         await pilot.settle()
         assert fake.sent[2].content.startswith("You said: [photo: "), fake.sent[2].content
         kept = pilot.settings.data_dir / "attachments"
@@ -264,7 +256,7 @@ async def test_the_gateway_url_comes_from_get_gateway_bot_when_unset(tmp_path: P
             try:
                 await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
                 fake.message("found you", author=ANN, channel_id="7001")
-                await _until(lambda: fake.sent, "the reply")
+                await until(lambda: fake.sent, "the reply")
                 assert fake.sent[0].content == "You said: found you"
             finally:
                 await channel.stop()
@@ -284,7 +276,7 @@ async def test_a_refused_token_shows_as_a_failing_link_naming_it(tmp_path: Path)
             )
             await channel.start()
             try:
-                await _until(lambda: channel.connection_states()[0].link is Link.FAILING, "the link failing")
+                await until(lambda: channel.connection_states()[0].link is Link.FAILING, "the link failing")
                 state = channel.connection_states()[0]
                 assert "4004" in state.detail and "DISCORD_BOT_TOKEN" in state.detail
                 assert not channel.ready.is_set() and fake.identifies == []
@@ -310,15 +302,15 @@ async def test_the_agent_reaches_a_contact_on_discord_where_they_last_talked(tmp
     with registered_double("discord-outreach", model):
         async with bot(tmp_path / "home", fake, model="test:discord-outreach") as (pilot, _channel):
             fake.message("hi, I'm Ann", author=ANN, channel_id="7001")
-            await _until(lambda: fake.sent, "Ann's reply")
+            await until(lambda: fake.sent, "Ann's reply")
             await pilot.settle()
             fake.message(
                 f"{MENTION} please tell Ann the news", author=BOB, channel_id=GENERAL, guild_id=GUILD
             )
-            await _until(
+            await until(
                 lambda: any(s.channel_id == "7001" and "noon" in s.content for s in fake.sent), "the DM"
             )
-            await _until(lambda: any(s.channel_id == GENERAL for s in fake.sent), "the answer in the guild")
+            await until(lambda: any(s.channel_id == GENERAL for s in fake.sent), "the answer in the guild")
             await pilot.settle()
     assert [s.content for s in fake.sent if s.channel_id == GENERAL] == ["I told Ann."]
 
@@ -330,7 +322,7 @@ async def test_a_stop_mid_burst_stores_every_message_already_received(tmp_path: 
             fake.message(
                 f"burst {n}", author={"id": str(500 + n), "username": f"p{n}"}, channel_id=str(8000 + n)
             )
-        await _until(
+        await until(
             lambda: fake.ops.count(1) >= 1 and channel.gateway.seq is not None and channel.gateway.seq >= 21,
             "the burst received",
         )

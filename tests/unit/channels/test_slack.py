@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from persyn.core.config import Settings, load_settings
 from persyn.core.errors import ConfigError
 from persyn.core.ids import derived_id
 from persyn.runtime.channel import Backoff, Link
-from persyn.testing.harness import ADA, START, Pilot, harness_settings, run_runtime
+from persyn.testing.harness import ADA, START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.media import small_png
 from persyn.testing.models import DoubleReply, echo_text, registered_double
 from persyn.testing.slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack, SlackUser
@@ -40,14 +40,6 @@ PACING = (
     "[pacing.channels.slack]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
     "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
 )
-
-
-async def _until(condition: Callable[[], object], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 @contextlib.asynccontextmanager
@@ -83,12 +75,12 @@ async def test_a_dm_is_answered_through_a_rate_limit_and_named_once(tmp_path: Pa
     async with on_slack(tmp_path / "home", fake) as (pilot, channel):
         assert channel.link.state().link is Link.CONNECTED
         await fake.push(fake.message_event("hello bot", user=ANN.id, channel="D0ANN", channel_type="im"))
-        await _until(lambda: fake.posted, "the reply")
+        await until(lambda: fake.posted, "the reply")
         assert fake.posted == [{"channel": "D0ANN", "text": "You said: hello bot", "token": BOT_TOKEN}]
         assert fake.calls.count("chat.postMessage") == 2  # the 429, then the retry after Retry-After
         await pilot.settle()
         await fake.push(fake.message_event("again", user=ANN.id, channel="D0ANN", channel_type="im"))
-        await _until(lambda: len(fake.posted) == 2, "the second reply")
+        await until(lambda: len(fake.posted) == 2, "the second reply")
         assert fake.calls.count("users.info") == 1  # the name is cached
         await pilot.settle()
         assert len(fake.acked) == 2  # every envelope acknowledged
@@ -106,7 +98,7 @@ async def test_channels_answer_mentions_in_the_thread_and_skip_own_and_repeated_
     async with on_slack(tmp_path / "home", fake) as (pilot, _channel):
         chatter = fake.message_event("just chatting", user=ANN.id, channel="C0LAB")
         await fake.push(chatter)
-        await _until(lambda: fake.acked, "the chatter acknowledged")
+        await until(lambda: fake.acked, "the chatter acknowledged")
         await pilot.settle()
         # Whether it engages with overheard chatter is the pipeline's decision: the replies
         # below are found by their text, not their place.
@@ -117,7 +109,7 @@ async def test_channels_answer_mentions_in_the_thread_and_skip_own_and_repeated_
         def replies(text: str) -> list[dict[str, Any]]:
             return [p for p in fake.posted if p["text"] == text]
 
-        await _until(lambda: replies("You said: @Ada what is up?"), "the reply in the thread")
+        await until(lambda: replies("You said: @Ada what is up?"), "the reply in the thread")
         assert replies("You said: @Ada what is up?")[0]["thread_ts"] == ts
         for payload, addressed in ((chatter, False), (asked, True)):
             stored = await pilot.runtime.get_event(pilot.agent.id, _event_id(payload))
@@ -133,7 +125,7 @@ async def test_channels_answer_mentions_in_the_thread_and_skip_own_and_repeated_
         )
         fake.users["U0BOT2"] = SlackUser("U0BOT2", "robo", "Robo", is_bot=True)
         await fake.push(bot)
-        await _until(lambda: replies("You said: @Ada beep"), "the reply to the other bot")
+        await until(lambda: replies("You said: @Ada beep"), "the reply to the other bot")
         await pilot.settle()
         assert [p["thread_ts"] for p in replies("You said: @Ada beep")] == [ts]
         assert len(replies("You said: @Ada what is up?")) == 1  # answered once
@@ -160,7 +152,7 @@ async def test_a_long_reply_is_split_at_slacks_limit(tmp_path: Path) -> None:
     async with on_slack(tmp_path / "home", fake) as (pilot, _channel):
         words = ("word " * 1700).strip()  # 8,499 characters, echoed with "You said: "
         await fake.push(fake.message_event(words, user=ANN.id, channel="D0ANN", channel_type="im"))
-        await _until(lambda: len(fake.posted) >= 3, "the reply in pieces")
+        await until(lambda: len(fake.posted) >= 3, "the reply in pieces")
         await pilot.settle()
         assert all(len(p["text"]) <= MESSAGE_LIMIT for p in fake.posted)
         assert " ".join(p["text"] for p in fake.posted) == f"You said: {words}"
@@ -201,13 +193,13 @@ async def test_what_was_said_in_one_channel_does_not_surface_in_a_dm_with_someon
             await fake.push(
                 fake.message_event(f"<@{BOT_USER}> the budget is PELICAN-42", user=ANN.id, channel="C0FIN")
             )
-            await _until(lambda: fake.posted, "the answer in #finance")
+            await until(lambda: fake.posted, "the answer in #finance")
             await pilot.settle()
             seen = len(prompts)
             await fake.push(
                 fake.message_event("what is the budget?", user=BEN.id, channel="D0BEN", channel_type="im")
             )
-            await _until(lambda: len(fake.posted) == 2, "the answer in Ben's DM")
+            await until(lambda: len(fake.posted) == 2, "the answer in Ben's DM")
             await pilot.settle()
     assert any("PELICAN-42" in p for p in prompts[:seen])
     assert prompts[seen:] and not any("PELICAN-42" in p for p in prompts[seen:])
@@ -220,13 +212,13 @@ async def test_files_are_attachments_and_an_oversized_one_is_refused_by_name(tmp
         png = fake.file("F0PNG", "dot.png", small_png(), "image/png")
         shared = fake.message_event("look", user=ANN.id, channel="D0ANN", channel_type="im", files=[png])
         await fake.push(shared)
-        await _until(lambda: fake.posted, "the reply to the picture")
+        await until(lambda: fake.posted, "the reply to the picture")
         await pilot.settle()
         huge = {**fake.file("F0BIG", "huge.bin", b"x", "application/pdf"), "size": 30 * 1024 * 1024}
         await fake.push(
             fake.message_event("and this", user=ANN.id, channel="D0ANN", channel_type="im", files=[huge])
         )
-        await _until(lambda: len(fake.posted) == 2, "the reply to the refused file")
+        await until(lambda: len(fake.posted) == 2, "the reply to the refused file")
         await pilot.settle()
         heard = await pilot.store.channel_messages(pilot.agent.id, SLACK_SERVICE, "D0ANN", 20)
         said = [m for m in heard if m.role.value == "user"]
@@ -240,7 +232,7 @@ async def test_edits_are_heard_and_deletions_answer_nothing(tmp_path: Path) -> N
     async with on_slack(tmp_path / "home", fake) as (pilot, _channel):
         first = fake.message_event("helo", user=ANN.id, channel="D0ANN", channel_type="im")
         await fake.push(first)
-        await _until(lambda: fake.posted, "the first reply")
+        await until(lambda: fake.posted, "the first reply")
         await pilot.settle()
         edited = {**first["event"], "text": "hello", "ts": first["event"]["ts"]}
         change = {
@@ -254,7 +246,7 @@ async def test_edits_are_heard_and_deletions_answer_nothing(tmp_path: Path) -> N
         await fake.push(fake.callback(change))
         gone = {"type": "message", "subtype": "message_deleted", "channel": "D0ANN", "ts": fake.next_ts()}
         await fake.push(fake.callback({**gone, "deleted_ts": first["event"]["ts"]}))
-        await _until(lambda: len(fake.posted) == 2, "the reply to the edit")
+        await until(lambda: len(fake.posted) == 2, "the reply to the edit")
         await pilot.settle()
         assert fake.posted[1]["text"] == "You said: (edited) hello"
         assert len(fake.acked) == 3 and len(fake.posted) == 2
@@ -265,11 +257,11 @@ async def test_an_outage_mid_run_is_shown_and_a_message_after_it_is_answered(tmp
     async with on_slack(tmp_path / "home", fake) as (pilot, channel):
         before = fake.message_event("before", user=ANN.id, channel="D0ANN", channel_type="im")
         await fake.push(before)
-        await _until(lambda: fake.posted, "the reply before the outage")
+        await until(lambda: fake.posted, "the reply before the outage")
         await pilot.settle()
         await fake.stop()
-        await _until(lambda: channel.link.state().link is not Link.CONNECTED, "the outage noticed")
-        await _until(lambda: channel.link.state().failures >= 2, "reconnection attempts failing")
+        await until(lambda: channel.link.state().link is not Link.CONNECTED, "the outage noticed")
+        await until(lambda: channel.link.state().failures >= 2, "reconnection attempts failing")
         assert channel.link.state().detail  # the reason shown
         # The agent reaches out meanwhile: held in the outbox, delivered once Slack is back.
         (ann,) = [p for p in await pilot.full_store.list_persons(pilot.agent.id) if p.display_name == "Ann"]
@@ -277,11 +269,11 @@ async def test_an_outage_mid_run_is_shown_and_a_message_after_it_is_answered(tmp
             pilot.agent.id, _event_id(before), ann.id, SLACK_SERVICE, "D0ANN", "while you were away"
         )
         await fake.start()
-        await _until(lambda: channel.link.state().link is Link.CONNECTED, "connected again")
+        await until(lambda: channel.link.state().link is Link.CONNECTED, "connected again")
         assert fake.connections >= 2
-        await _until(lambda: len(fake.posted) == 2, "the held message")
+        await until(lambda: len(fake.posted) == 2, "the held message")
         await fake.push(fake.message_event("after", user=ANN.id, channel="D0ANN", channel_type="im"))
-        await _until(lambda: len(fake.posted) == 3, "the reply after the restart")
+        await until(lambda: len(fake.posted) == 3, "the reply after the restart")
         await pilot.settle()
         assert [p["text"] for p in fake.posted] == [
             "You said: before",
@@ -295,11 +287,11 @@ async def test_a_refresh_requested_by_slack_reconnects_and_loses_nothing(tmp_pat
     fake = FakeSlack()
     async with on_slack(tmp_path / "home", fake) as (pilot, _channel):
         await fake.refresh()
-        await _until(lambda: fake.connections >= 2, "the new connection")
+        await until(lambda: fake.connections >= 2, "the new connection")
         await fake.push(
             fake.message_event("after the refresh", user=ANN.id, channel="D0ANN", channel_type="im")
         )
-        await _until(lambda: fake.posted, "the reply after the refresh")
+        await until(lambda: fake.posted, "the reply after the refresh")
         await pilot.settle()
         assert [p["text"] for p in fake.posted] == ["You said: after the refresh"]
 
@@ -368,7 +360,7 @@ async def _events_delivered(fake: FakeSlack, pilot: Pilot, url: str) -> None:
     assert not await pilot.store.channel_messages(pilot.agent.id, SLACK_SERVICE, "D0ANN", 5)
     assert (await fake.deliver_http(url, payload)).status_code == 200
     assert (await fake.deliver_http(url, payload, retry=1)).status_code == 200
-    await _until(lambda: fake.posted, "the reply")
+    await until(lambda: fake.posted, "the reply")
     await pilot.settle()
     assert (await fake.deliver_http(url, payload, retry=2)).status_code == 200
     await pilot.settle()
@@ -423,7 +415,7 @@ async def test_malformed_events_are_skipped_and_never_hold_up_the_ones_after_the
         await fake.push(
             fake.message_event("after the poison", user=ANN.id, channel="D0ANN", channel_type="im")
         )
-        await _until(lambda: fake.posted, "the reply after the poison")
+        await until(lambda: fake.posted, "the reply after the poison")
         await pilot.settle()
         assert [p["text"] for p in fake.posted] == ["You said: after the poison"]
         assert len(fake.acked) == len(poison) + 2  # every envelope acknowledged, none resent

@@ -31,7 +31,7 @@ from persyn.channels.text import split_message
 from persyn.core.clock import ManualClock
 from persyn.runtime.channel import Link
 from persyn.senses.hearing import local_whisper_available
-from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+from persyn.testing.harness import START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.media import bomb_png, espeak_available, ogg_opus, small_png, spoken_wav, text_pdf
 
 TOKEN = "123456:TEST-token"
@@ -242,7 +242,7 @@ async def serving(fake: FakeBotApi, port: int | None = None) -> AsyncIterator[st
     config.timeout_graceful_shutdown = 0  # an outage: the held long poll is cut, not waited out
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve())
-    await _until(lambda: server.started, "the fake Bot API to listen")
+    await until(lambda: server.started, "the fake Bot API to listen")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -276,20 +276,12 @@ async def bot(
                 await channel.stop()
 
 
-async def _until(condition: Any, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def test_private_chat_is_answered_through_a_rate_limit(tmp_path: Path) -> None:
     fake = FakeBotApi(throttle=1)
     ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
     async with bot(tmp_path / "home", fake) as (pilot, _channel):
         fake.message("hello bot", chat={"id": 7, "type": "private"}, sender=ann, at=START)
-        await _until(lambda: fake.sent, "the reply")
+        await until(lambda: fake.sent, "the reply")
         assert fake.sent == [{"chat_id": "7", "text": "You said: hello bot", "parse_mode": "HTML"}]
         assert fake.calls.count("sendMessage") == 2  # the 429, then the retry after it
         await pilot.settle()
@@ -320,10 +312,10 @@ async def test_an_outage_of_the_bot_api_never_leaves_the_bot_deaf(tmp_path: Path
             async with serving(fake, port):
                 await channel.start()
                 fake.message("before the outage", chat=private, sender=ann, at=START)
-                await _until(lambda: fake.seen == ["You said: before the outage"], "the first reply")
+                await until(lambda: fake.seen == ["You said: before the outage"], "the first reply")
                 assert link() is Link.CONNECTED
                 await pilot.settle()
-            await _until(lambda: link() is Link.FAILING, "the link failing while the API is down")
+            await until(lambda: link() is Link.FAILING, "the link failing while the API is down")
             person = next(
                 p for p in await pilot.full_store.list_persons(pilot.agent.id) if p.display_name == "ann"
             )
@@ -335,10 +327,10 @@ async def test_an_outage_of_the_bot_api_never_leaves_the_bot_deaf(tmp_path: Path
             )
             assert "delivered" not in status, status
             async with serving(fake, port):
-                await _until(lambda: link() is Link.CONNECTED, "connected again")
-                await _until(lambda: "while you were away" in fake.seen, "the held message")
+                await until(lambda: link() is Link.CONNECTED, "connected again")
+                await until(lambda: "while you were away" in fake.seen, "the held message")
                 fake.message("after the outage", chat=private, sender=ann, at=START)
-                await _until(lambda: "You said: after the outage" in fake.seen, "an answer after it")
+                await until(lambda: "You said: after the outage" in fake.seen, "an answer after it")
                 await pilot.settle()
                 assert fake.seen == [
                     "You said: before the outage",
@@ -358,7 +350,7 @@ async def test_groups_answer_mentions_and_a_repeated_update_once(tmp_path: Path)
     async with bot(tmp_path / "home", fake) as (pilot, channel):
         await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
         asked = fake.message("@ada_bot what is up?", chat=group, sender=ann, at=START)
-        await _until(lambda: fake.sent, "the reply in the group")
+        await until(lambda: fake.sent, "the reply in the group")
         # Threaded to the message it answers.
         assert fake.sent == [
             {
@@ -376,9 +368,9 @@ async def test_groups_answer_mentions_and_a_repeated_update_once(tmp_path: Path)
         )
         await again.start()
         calls = len(fake.calls)
-        await _until(lambda: fake.calls[calls:].count("getUpdates") >= 2, "the updates read again")
+        await until(lambda: fake.calls[calls:].count("getUpdates") >= 2, "the updates read again")
         fake.message("@ada_bot and again", chat=group, sender=other_bot, at=START)
-        await _until(lambda: len(fake.sent) == 2, "the second reply")
+        await until(lambda: len(fake.sent) == 2, "the second reply")
         await pilot.settle()
         assert [m["text"] for m in fake.sent] == [
             "You said: @ada_bot what is up?",
@@ -406,7 +398,7 @@ async def test_markdown_replies_are_sent_formatted_and_stray_marks_are_never_ref
     stray = "a_b * 2 * 3 <i>not a tag</i> & **unclosed _open `tick [x](javascript:alert(1))"
     async with bot(tmp_path / "home", fake) as (pilot, _channel):
         fake.message(MARKDOWN, chat=private, sender=ann, at=START)
-        await _until(lambda: len(fake.sent) == 1, "the formatted reply")
+        await until(lambda: len(fake.sent) == 1, "the formatted reply")
         assert fake.sent[0]["parse_mode"] == "HTML" and "reply_parameters" not in fake.sent[0]  # private
         assert fake.sent[0]["text"] == (
             "You said: <b>Plan:</b> use <code>a&lt;b &amp;&amp; c&gt;d</code>, see "
@@ -415,13 +407,13 @@ async def test_markdown_replies_are_sent_formatted_and_stray_marks_are_never_ref
         assert fake.seen[0] == "You said: Plan: use a<b && c>d, see the docs\n\n• one two\n• three"
         await pilot.settle()
         fake.message(stray, chat=private, sender=ann, at=START)
-        await _until(lambda: len(fake.sent) == 2, "the reply with stray marks")
+        await until(lambda: len(fake.sent) == 2, "the reply with stray marks")
         assert fake.seen[1] == f"You said: {stray}"  # every mark shown as written, nothing refused
         await pilot.settle()
         # Should the API refuse the formatting anyway, the piece goes again as plain text.
         fake.refuse_html = 1
         fake.message("**bold** again", chat=private, sender=ann, at=START)
-        await _until(lambda: len(fake.sent) == 3, "the plain-text resend")
+        await until(lambda: len(fake.sent) == 3, "the plain-text resend")
         assert fake.sent[2] == {"chat_id": "7", "text": "You said: **bold** again"}
         assert fake.calls.count("sendMessage") == 4  # the refused one, then the resend
 
@@ -491,7 +483,7 @@ async def test_malformed_updates_are_skipped_and_never_hold_up_the_ones_after_th
     fake._next_id = 100  # pyright: ignore[reportPrivateUsage]
     async with bot(tmp_path / "home", fake) as (pilot, _channel):
         fake.message("hello after the junk", chat=chat, sender=ann, at=START)
-        await _until(lambda: fake.sent, "the reply after the malformed updates")
+        await until(lambda: fake.sent, "the reply after the malformed updates")
         assert [m["text"] for m in fake.sent] == ["You said: hello after the junk"]
         await pilot.settle()
         said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "telegram", "7", 20)]
@@ -508,7 +500,7 @@ async def test_text_that_is_not_valid_unicode_is_kept_with_replacement_character
     async with bot(tmp_path / "home", fake) as (pilot, _channel):
         fake.message("caf\ud800 au lait", chat=chat, sender=odd, at=START)
         fake.message("and then", chat=chat, sender=odd, at=START)
-        await _until(lambda: len(fake.sent) == 2, "both replies")
+        await until(lambda: len(fake.sent) == 2, "both replies")
         assert [m["text"] for m in fake.sent] == ["You said: caf\ufffd au lait", "You said: and then"]
         await pilot.settle()
         said = [m.text for m in await pilot.store.channel_messages(pilot.agent.id, "telegram", "7", 20)]
@@ -528,11 +520,11 @@ async def test_a_person_who_blocked_the_bot_never_holds_up_the_replies_to_others
     async with bot(tmp_path / "home", fake) as (pilot, channel):
         await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
         fake.message("hello from eve", chat={"id": 9, "type": "private"}, sender=eve, at=START)
-        await _until(lambda: "sendMessage" in fake.calls, "the refused reply to eve")
+        await until(lambda: "sendMessage" in fake.calls, "the refused reply to eve")
         assert isinstance(pilot.clock, ManualClock)
         pilot.clock.advance(timedelta(seconds=5))  # ann's reply is the later outbox row
         fake.message("hello from ann", chat={"id": 7, "type": "private"}, sender=ann, at=START)
-        await _until(lambda: fake.sent, "the reply to ann")
+        await until(lambda: fake.sent, "the reply to ann")
         assert [(m["chat_id"], m["text"]) for m in fake.sent] == [("7", "You said: hello from ann")]
         await pilot.settle()
         (held,) = await pilot.store.pending_outbox(pilot.agent.id, "telegram")
@@ -569,7 +561,7 @@ async def test_a_photo_a_document_and_a_refused_file_are_seen_read_and_named(tmp
     async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, _):
         at = pilot.clock.now()
         fake.message(None, chat=chat, sender=sam, at=at, photo=sizes, caption="is this the sky?")
-        await _until(lambda: len(fake.seen) == 1, "the photo's answer")
+        await until(lambda: len(fake.seen) == 1, "the photo's answer")
         assert fake.seen[0] == "You said: [photo: a 48×32 picture, all blue] is this the sky?"
         document = {
             "file_id": "notes",
@@ -578,11 +570,11 @@ async def test_a_photo_a_document_and_a_refused_file_are_seen_read_and_named(tmp
             "mime_type": "text/plain",
         }
         fake.message(None, chat=chat, sender=sam, at=at, document=document)
-        await _until(lambda: len(fake.seen) == 2, "the document's answer")
+        await until(lambda: len(fake.seen) == 2, "the document's answer")
         assert fake.seen[1] == "You said: [document todo.txt: Pick up the keys at noon.]"
         bomb = [{"file_id": "bomb", "file_unique_id": "b", "width": 90000, "height": 90000}]
         fake.message(None, chat=chat, sender=sam, at=at, photo=bomb, caption="and this?")
-        await _until(lambda: len(fake.seen) == 3, "the refusal's answer")
+        await until(lambda: len(fake.seen) == 3, "the refusal's answer")
         assert fake.seen[2].startswith("You said: [a file I refused: photo: the image "), fake.seen[2]
         assert "40 M pixels" in fake.seen[2] and fake.seen[2].endswith("] and this?")
         kept = pilot.settings.data_dir / "attachments"
@@ -600,7 +592,7 @@ async def test_a_photo_delivered_again_after_a_restart_is_not_downloaded_or_kept
     async with bot(tmp_path / "home", fake, model="test:vision") as (pilot, channel):
         await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
         fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), photo=sizes, caption="the sky?")
-        await _until(lambda: len(fake.seen) == 1, "the photo's answer")
+        await until(lambda: len(fake.seen) == 1, "the photo's answer")
         assert fake.calls.count("getFile") == 1
         # A restarted adapter has no offset: Telegram sends the photo's update again.
         await channel.stop()
@@ -609,9 +601,9 @@ async def test_a_photo_delivered_again_after_a_restart_is_not_downloaded_or_kept
         )
         await again.start()
         calls = len(fake.calls)
-        await _until(lambda: fake.calls[calls:].count("getUpdates") >= 2, "the updates read again")
+        await until(lambda: fake.calls[calls:].count("getUpdates") >= 2, "the updates read again")
         fake.message("and now?", chat=chat, sender=sam, at=pilot.clock.now())
-        await _until(lambda: len(fake.seen) == 2, "the next answer")
+        await until(lambda: len(fake.seen) == 2, "the next answer")
         await pilot.settle()
         assert fake.seen == ["You said: [photo: a 48×32 picture, all blue] the sky?", "You said: and now?"]
         assert fake.calls.count("getFile") == 1
@@ -633,7 +625,7 @@ async def test_a_photo_whose_caption_is_refused_is_neither_downloaded_nor_kept(t
         too_long = "x" * (pilot.settings.conversation.max_message_chars + 1)
         fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), photo=sizes, caption=too_long)
         fake.message("and now?", chat=chat, sender=sam, at=pilot.clock.now())
-        await _until(lambda: len(fake.seen) == 1, "the next answer")
+        await until(lambda: len(fake.seen) == 1, "the next answer")
         assert fake.seen == ["You said: and now?"]
         assert "getFile" not in fake.calls
         assert list((pilot.settings.data_dir / "attachments").rglob("att-*")) == []
@@ -653,7 +645,7 @@ async def test_a_pdf_document_is_read(tmp_path: Path) -> None:
     }
     async with bot(tmp_path / "home", fake) as (pilot, _):
         fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), document=document, caption="my seat?")
-        await _until(lambda: len(fake.seen) == 1, "the document's answer")
+        await until(lambda: len(fake.seen) == 1, "the document's answer")
         assert fake.seen == [
             "You said: [document boarding.pdf, 1 page: Boarding pass: gate B12 Seat 14C (window)] my seat?"
         ]
@@ -679,7 +671,7 @@ async def test_a_voice_note_is_heard(tmp_path: Path) -> None:
     }
     async with bot(tmp_path / "home", fake) as (pilot, _):
         fake.message(None, chat=chat, sender=sam, at=pilot.clock.now(), voice=voice)
-        await _until(lambda: len(fake.seen) == 1, "the voice note's answer")
+        await until(lambda: len(fake.seen) == 1, "the voice note's answer")
         said = fake.seen[0]
         assert said.startswith('You said: [voice note, 3 s: "') and said.endswith('"]'), said
         assert "garden" in said.lower() and "sunday" in said.lower(), said
@@ -698,7 +690,7 @@ async def test_a_file_in_a_group_not_sent_to_the_bot_is_not_downloaded(tmp_path:
         await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
         fake.message(None, chat=group, sender=ann, at=START, photo=sizes, caption="look, Bob")
         fake.message(None, chat=group, sender=ann, at=START, photo=sizes, caption="@ada_bot is this the sky?")
-        await _until(
+        await until(
             lambda: "You said: [photo: a 48×32 picture, all blue] @ada_bot is this the sky?" in fake.seen,
             "the answer to the photo sent to the bot",
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from persyn.core.clock import ManualClock
 from persyn.core.errors import ModelError
 from persyn.core.events import Speaker
 from persyn.senses.hearing import LocalWhisper, Transcriber, Transcript, local_whisper_available
-from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
+from persyn.testing.harness import START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.twilio import MediaStreamCaller, ring
 from persyn.voice.audio import LISTEN_RATE, PHONE_RATE, mulaw_decode, resample, wav_bytes
 from persyn.voice.speak import PiperSpeaker, local_piper_available
@@ -90,27 +90,19 @@ async def line(
     )
     settings = harness_settings(home, config=config)
     async with run_runtime(settings, clock=ManualClock(START)) as pilot:
-        channel = PhoneChannel(settings, pilot.runtime, transcriber=whisper, mouth=PiperSpeaker())
+        channel = PhoneChannel(settings, pilot.runtime, transcriber=whisper, mouth=PiperSpeaker(steady=True))
         app = Starlette(routes=list(voice_routes(settings, pilot.runtime, channel)))
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
         )
         task = asyncio.ensure_future(server.serve())
         try:
-            await _until(lambda: server.started, "the server to listen")
+            await until(lambda: server.started, "the server to listen")
             yield Line(pilot, channel, public, public)
         finally:
             server.should_exit = True
             await task
             pilot.runtime.detach_channel(channel)
-
-
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def _transcribable(mulaw: bytes) -> bytes:
@@ -240,7 +232,7 @@ async def _greeted(phone: Line) -> tuple[str, str | None]:
     await caller.wait_marks(1, WAIT)
     conversation = phone.channel.calls[sid].conversation_id
     await caller.hang_up()
-    await _until(lambda: sid not in phone.channel.calls, "the call to end")
+    await until(lambda: sid not in phone.channel.calls, "the call to end")
     return sid, conversation
 
 
@@ -288,7 +280,7 @@ async def test_speech_the_engine_cannot_hear_gets_the_holding_phrase(
         assert "moment" in words(heard.text), heard.text
         # The call goes on: hanging up still ends it cleanly.
         await caller.hang_up()
-        await _until(lambda: not phone.channel.calls, "the call to end")
+        await until(lambda: not phone.channel.calls, "the call to end")
 
 
 async def test_a_dropped_line_ends_the_call(
@@ -298,7 +290,7 @@ async def test_a_dropped_line_ends_the_call(
         caller = await _connected(phone)
         await caller.send_audio(question[: len(question) // 2])  # mid-sentence
         await caller.drop()
-        await _until(lambda: not phone.channel.calls, "the dropped call to end")
+        await until(lambda: not phone.channel.calls, "the dropped call to end")
         # The line is free for the next call.
         again = await _connected(phone)
         assert again.call_sid in phone.channel.calls
@@ -312,7 +304,7 @@ async def test_a_call_past_max_call_minutes_is_ended(
         caller = await _connected(phone)
         assert caller._reader is not None
         await asyncio.wait_for(caller._reader, WAIT)  # the server closed the stream
-        await _until(lambda: not phone.channel.calls, "the call to end")
+        await until(lambda: not phone.channel.calls, "the call to end")
 
 
 async def test_doctor_reports_what_a_call_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

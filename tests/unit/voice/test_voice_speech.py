@@ -48,7 +48,7 @@ async def _listen(listener: Listener, audio: np.ndarray, chunk: int = 320) -> No
 
 def test_mulaw_matches_ffmpegs_encoder() -> None:
     """Our G.711 encoder against FFmpeg's pcm_mulaw (PyAV's wheel), on a real voice's samples."""
-    speech = PiperSpeaker().speak_blocking("Testing one two three.")
+    speech = PiperSpeaker(steady=True).speak_blocking("Testing one two three.")
     samples = resample(speech.samples, speech.rate, PHONE_RATE)
     pcm = np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
     ours = mulaw_encode(pcm.astype(np.float32) / 32768.0)
@@ -71,9 +71,10 @@ async def test_phone_speech_is_endpointed_and_heard(whisper: LocalWhisper, sky_p
     listener = Listener(whisper)
     await _listen(listener, heard(sky_phone))
     utterance = await asyncio.wait_for(listener.utterances.get(), 60)
-    # piper's voice varies a little run to run (its noise), and tiny.en on μ-law sometimes hears
-    # "Tuesdays" as "two states": two robust words.
-    assert "sky" in words(utterance.text) and words(utterance.text) & {"color", "colour"}, utterance.text
+    # tiny.en on μ-law hears "What colour" as "colors" and "Tuesdays" as "two states" at times:
+    # two robust words ("colo…" for colour, color, colors).
+    heard_words = words(utterance.text)
+    assert "sky" in heard_words and any(w.startswith("colo") for w in heard_words), utterance.text
     assert not utterance.failed
     assert 1.5 < utterance.seconds < 4.0
     assert listener.utterances.empty()

@@ -18,7 +18,7 @@ from persyn.voice.speak import PiperSpeaker
 
 def piper_phone(text: str) -> bytes:
     """`text` said by piper, as 8 kHz μ-law (what a phone line carries)."""
-    speech = PiperSpeaker().speak_blocking(text)
+    speech = PiperSpeaker(steady=True).speak_blocking(text)
     return mulaw_encode(resample(speech.samples, speech.rate, PHONE_RATE))
 
 

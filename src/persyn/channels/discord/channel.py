@@ -31,7 +31,6 @@ limits are a few hundred lines, each following Discord's developer documentation
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from datetime import datetime
@@ -47,7 +46,7 @@ from persyn.core.events import Attachment, Event, Outbound, Speaker, Upload
 from persyn.core.ids import derived_id
 from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
-from persyn.runtime.channel import Backoff, Channel
+from persyn.runtime.channel import Backoff, Channel, end_task
 
 __all__ = ["DISCORD_SERVICE", "DOWNLOAD_LIMIT", "DiscordChannel"]
 
@@ -93,10 +92,7 @@ class DiscordChannel(Channel):
 
     async def stop(self) -> None:
         self._api.detach_channel(self)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await end_task(self._task)
         await self.rest.close()
 
     async def _dispatched(self, kind: str, data: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ import aiohttp
 
 from persyn.channels.discord.channel import DISCORD_SERVICE, DiscordChannel
 from persyn.channels.discord.config import DiscordConfig
-from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed
+from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed, served_agent
 from persyn.core.config import Settings
 from persyn.core.errors import ConfigError
 from persyn.runtime.api import RuntimeAPI
@@ -24,9 +24,7 @@ def _connect(settings: Settings, api: RuntimeAPI) -> LeasedChannel:
     token = revealed(settings.secrets.channel("discord_bot_token"))
     if token is None:
         raise ConfigError("[channels.discord] enabled = true needs the bot token in DISCORD_BOT_TOKEN")
-    agent = (
-        settings.agent(discord.agent) if discord.agent or len(settings.agents) == 1 else settings.agents[0]
-    )
+    agent = served_agent(settings, discord.agent)
     return LeasedChannel(DISCORD_SERVICE, partial(DiscordChannel, discord, agent, api, token=token))
 
 

@@ -47,7 +47,7 @@ from persyn.core.errors import ChannelError, InputError
 from persyn.core.events import Attachment, Event, Outbound, Speaker, Upload
 from persyn.core.ids import derived_id
 from persyn.runtime.api import RuntimeAPI
-from persyn.runtime.channel import Backoff, Channel
+from persyn.runtime.channel import Backoff, Channel, end_task
 
 __all__ = ["EMAIL_SERVICE", "EmailChannel", "allowed_by_list"]
 
@@ -107,10 +107,7 @@ class EmailChannel(Channel):
 
     async def stop(self) -> None:
         self._api.detach_channel(self)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await end_task(self._task)
         await self._close()
 
     async def _close(self) -> None:

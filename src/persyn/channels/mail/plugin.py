@@ -9,7 +9,7 @@ from functools import partial
 
 from persyn.channels.mail.channel import EMAIL_SERVICE, EmailChannel, connect_imap, drop
 from persyn.channels.mail.config import EmailConfig
-from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed
+from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed, served_agent
 from persyn.core.config import Settings
 from persyn.core.errors import ChannelError, ConfigError
 from persyn.runtime.api import RuntimeAPI
@@ -25,7 +25,7 @@ def _connect(settings: Settings, api: RuntimeAPI) -> LeasedChannel:
         raise ConfigError("[channels.email] enabled = true needs the IMAP password in EMAIL_IMAP_PASSWORD")
     if not email.address or not email.imap_host or not email.smtp_host:
         raise ConfigError("[channels.email] enabled = true needs address, imap_host and smtp_host")
-    agent = settings.agent(email.agent) if email.agent or len(settings.agents) == 1 else settings.agents[0]
+    agent = served_agent(settings, email.agent)
     smtp = revealed(settings.secrets.channel("email_smtp_password"))
     return LeasedChannel(
         EMAIL_SERVICE,

@@ -38,7 +38,7 @@ from persyn.core.config import AgentConfig
 from persyn.core.errors import ChannelError
 from persyn.core.events import Outbound
 from persyn.runtime.api import RuntimeAPI
-from persyn.runtime.channel import Backoff, Channel
+from persyn.runtime.channel import Backoff, Channel, end_task
 
 __all__ = ["MESSAGE_LIMIT", "SlackChannel", "web_client"]
 
@@ -100,10 +100,7 @@ class SlackChannel(Channel):
 
     async def stop(self) -> None:
         self._api.detach_channel(self)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await end_task(self._task)
         await self._close_socket()
         for task in list(self._handling):
             task.cancel()

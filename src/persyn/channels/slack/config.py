@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from persyn.core.section import ChannelSection
+from persyn.core.section import ChannelSection, http_base
 
 __all__ = ["SlackConfig"]
 
@@ -49,6 +49,4 @@ class SlackConfig(ChannelSection):
     @field_validator("api_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        if not url.startswith(("https://", "http://")):
-            raise ValueError(f"{url!r} is not an http(s) URL")
-        return url.rstrip("/") + "/"
+        return http_base(url) + "/"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import httpx
 from starlette.routing import BaseRoute
 
-from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed
+from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed, served_agent
 from persyn.channels.slack.config import SlackConfig
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ConfigError
@@ -24,7 +24,7 @@ SLACK_SERVICE = "slack"  # `inbound.py`'s, named here so as not to import the SD
 
 
 def _agent(settings: Settings, config: SlackConfig) -> AgentConfig:
-    return settings.agent(config.agent) if config.agent or len(settings.agents) == 1 else settings.agents[0]
+    return served_agent(settings, config.agent)
 
 
 def download_limit(settings: Settings) -> int:

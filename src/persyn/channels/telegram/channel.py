@@ -31,7 +31,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from persyn.core.events import Attachment, Event, Outbound, Speaker, Upload
 from persyn.core.ids import derived_id
 from persyn.core.messages import without_lone_surrogates
 from persyn.runtime.api import RuntimeAPI
-from persyn.runtime.channel import Backoff, Channel
+from persyn.runtime.channel import Backoff, Channel, end_task
 
 __all__ = ["TELEGRAM_SERVICE", "TelegramChannel", "TelegramRefused"]
 
@@ -152,10 +151,7 @@ class TelegramChannel(Channel):
 
     async def stop(self) -> None:
         self._api.detach_channel(self)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await end_task(self._task)
         await self._client.aclose()
 
     async def _poll_forever(self) -> None:

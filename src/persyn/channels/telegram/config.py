@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from persyn.core.section import ChannelSection
+from persyn.core.section import ChannelSection, http_base
 
 __all__ = ["TelegramConfig"]
 
@@ -51,6 +51,4 @@ class TelegramConfig(ChannelSection):
     @field_validator("api_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        if not url.startswith(("https://", "http://")):
-            raise ValueError(f"{url!r} is not an http(s) URL")
-        return url.rstrip("/")
+        return http_base(url)

@@ -7,7 +7,7 @@ from functools import partial
 
 import httpx
 
-from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed
+from persyn.channels.registry import PROBE_SECONDS, RETRYING, ChannelPlugin, Probe, revealed, served_agent
 from persyn.channels.telegram.channel import TELEGRAM_SERVICE, TelegramChannel
 from persyn.channels.telegram.config import TelegramConfig
 from persyn.core.config import Settings
@@ -23,9 +23,7 @@ def _connect(settings: Settings, api: RuntimeAPI) -> LeasedChannel:
     token = revealed(settings.secrets.channel("telegram_bot_token"))
     if token is None:
         raise ConfigError("[channels.telegram] enabled = true needs the bot token in TELEGRAM_BOT_TOKEN")
-    agent = (
-        settings.agent(telegram.agent) if telegram.agent or len(settings.agents) == 1 else settings.agents[0]
-    )
+    agent = served_agent(settings, telegram.agent)
     return LeasedChannel(TELEGRAM_SERVICE, partial(TelegramChannel, telegram, agent, api, token=token))
 
 

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from persyn.channels.registry import served_agent
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ModelError
 from persyn.core.events import Event, Outbound, Speaker
@@ -197,10 +198,7 @@ class PhoneChannel(Channel):
         self.settings = settings
         self.config = settings.voice
         self.api = api
-        name = self.config.agent
-        self.agent: AgentConfig = (
-            settings.agent(name) if name or len(settings.agents) == 1 else settings.agents[0]
-        )
+        self.agent: AgentConfig = served_agent(settings, self.config.agent)
         self.transcriber = transcriber or build_transcriber(self.config.transcribe)
         self.mouth = mouth or build_speaker(self.config.speak, voice=self.config.speak_voice)
         self.calls: dict[str, Call] = {}

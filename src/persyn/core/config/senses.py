@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from persyn.core.section import Section
+from persyn.core.section import Section, http_base
 
 __all__ = ["SensesConfig", "TwilioVoiceConfig", "VoiceConfig"]
 
@@ -100,9 +100,7 @@ class TwilioVoiceConfig(Section):
     @field_validator("api_url", "public_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        if url and not url.startswith(("https://", "http://")):
-            raise ValueError(f"{url!r} is not an http(s) URL")
-        return url.rstrip("/")
+        return http_base(url) if url else url
 
 
 class VoiceConfig(Section):
