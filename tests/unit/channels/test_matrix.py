@@ -35,6 +35,7 @@ from persyn.core.events import CompletionMarker, Event
 from persyn.core.ids import new_id
 from persyn.ops.doctor.channels import channel_checks
 from persyn.ops.doctor.checks import Check
+from persyn.runtime.channel import Link
 from persyn.testing import models
 from persyn.testing.harness import ADA as ADA_AGENT
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
@@ -522,9 +523,19 @@ async def test_homeserver_restart_loses_and_doubles_nothing(tmp_path: Path, acco
         async def not_ready() -> bool:
             return not account.ready.is_set()
 
+        def matrix_link() -> Link:
+            (state,) = [s for s in pilot.runtime.channel_states() if s.service == "matrix"]
+            return state.link
+
+        assert matrix_link() is Link.CONNECTED
         accounts.stop()
         try:
             await pilot.wait_for(not_ready, "the adapter to notice")
+
+            async def down() -> bool:
+                return matrix_link() in (Link.RECONNECTING, Link.FAILING)
+
+            await pilot.wait_for(down, "the link to show the homeserver gone")
             status = await pilot.runtime.outreach.send_to_contact(
                 pilot.agent.id, first.id, person.id, "matrix", direct, "while you were away"
             )
@@ -535,6 +546,7 @@ async def test_homeserver_restart_loses_and_doubles_nothing(tmp_path: Path, acco
             lambda: any(s.body == "while you were away" for s in sam.said_by(ADA)), "the held message"
         )
         assert account.connections > connections
+        assert matrix_link() is Link.CONNECTED
         await sam.say(direct, "still there?")
         await sam.wait_for(
             lambda: any("still there" in s.body for s in sam.said_by(ADA)), "an answer after it"
