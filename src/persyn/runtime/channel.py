@@ -23,17 +23,21 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
+from starlette.requests import Request
+
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
 
 __all__ = [
     "Backoff",
+    "BodyRefused",
     "Channel",
     "ConnectionState",
     "LeasedChannel",
     "Link",
     "LinkTracker",
     "NetworkChannel",
+    "capped_body",
     "describe_states",
     "end_task",
     "images_as_text",
@@ -71,6 +75,49 @@ async def end_task(task: asyncio.Task[None] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
+
+
+class BodyRefused(Exception):
+    """A request body that was not read: `status` is the HTTP answer (400, 408, 413), `reason`
+    names what was wrong and the setting that limits it, `header` the header at fault if any."""
+
+    def __init__(self, status: int, reason: str, *, header: str | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.header = header
+
+
+async def capped_body(request: Request, limit: int, *, seconds: float, setting: str) -> bytes:
+    """A request's body, read only as far as `limit` bytes: a declared Content-Length over it is
+    refused before one byte is read, and a body that goes on past it (a missing or lying length)
+    is cut at the limit. A body still arriving after `seconds` is refused too (408), so a client
+    trickling bytes does not hold a connection. Every route a stranger on the network can reach
+    reads its body this way — the web API's and the networks' webhooks (Slack's Events API,
+    Twilio's call webhook) — never with `request.body()` or `request.form()`, which read all of
+    it. `setting` names the limit in the refusal."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise BodyRefused(400, f"invalid Content-Length {declared!r}", header="Content-Length")
+        if int(declared) > limit:
+            raise BodyRefused(
+                413, f"request body of {int(declared)} bytes is over the limit of {limit} ({setting})"
+            )
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyRefused(413, f"request body is over the limit of {limit} bytes ({setting})")
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        raise BodyRefused(
+            408, f"the request body did not arrive within {seconds:g}s ([web] request_timeout_seconds)"
+        ) from exc
+    return b"".join(chunks)
 
 
 def describe_states(states: Sequence[ConnectionState]) -> str:

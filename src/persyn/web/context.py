@@ -30,6 +30,7 @@ from persyn.core.messages import lone_surrogate
 from persyn.ops.history import SharedStore
 from persyn.ops.memory import Encoder, open_encoder
 from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import BodyRefused, capped_body
 from persyn.runtime.web_keys import WebKey, web_identity, web_speaker_name
 from persyn.senses.media import MediaRejected
 
@@ -148,32 +149,13 @@ class WebContext:
         that takes files (`files`) is held to `upload_limit`, every other to `[web] max_body_bytes`."""
         limit = upload_limit(self.settings) if files else self.settings.web.max_body_bytes
         key = "[web] max_upload_bytes" if files else "[web] max_body_bytes"
-        declared = request.headers.get("content-length")
-        if declared is not None:
-            if not declared.isdigit():
-                raise ApiError(400, f"invalid Content-Length {declared!r}", param="Content-Length")
-            if int(declared) > limit:
-                raise ApiError(
-                    413,
-                    f"request body of {int(declared)} bytes is over the limit of {limit} ({key})",
-                )
-        chunks: list[bytes] = []
-        size = 0
-        seconds = self.settings.web.request_timeout_seconds
         try:
-            async with asyncio.timeout(seconds):  # a client trickling its body holds a connection
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > limit:
-                        raise ApiError(413, f"request body is over the limit of {limit} bytes ({key})")
-                    chunks.append(chunk)
-        except TimeoutError as exc:
-            raise ApiError(
-                408,
-                f"the request body did not arrive within {seconds:g}s ([web] request_timeout_seconds)",
-                kind="timeout_error",
-            ) from exc
-        raw = b"".join(chunks)
+            raw = await capped_body(
+                request, limit, seconds=self.settings.web.request_timeout_seconds, setting=key
+            )
+        except BodyRefused as exc:
+            kind = "timeout_error" if exc.status == 408 else "invalid_request_error"
+            raise ApiError(exc.status, exc.reason, param=exc.header, kind=kind) from exc
         try:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import SecretStr
 from pydantic_ai.messages import ModelMessage
@@ -355,6 +356,12 @@ async def _events_delivered(fake: FakeSlack, pilot: Pilot, url: str) -> None:
     challenge = {"type": "url_verification", "challenge": "c-123", "token": "unused"}
     answer = await fake.deliver_http(url, challenge)
     assert answer.status_code == 200 and answer.json() == {"challenge": "c-123"}
+    # A stranger's 10 MB body is refused before it is read or checked, declared or not.
+    async with httpx.AsyncClient(timeout=WAIT_SECONDS) as http:
+        huge = await http.post(url, content=b"x" * 10_000_000, headers={"Content-Type": "application/json"})
+        chunked = await http.post(url, content=_chunks(160), headers={"Content-Type": "application/json"})
+    for refused in (huge, chunked):
+        assert refused.status_code == 413 and "[web] max_body_bytes" in refused.text
     await pilot.settle()
     assert not fake.posted
     assert not await pilot.store.channel_messages(pilot.agent.id, SLACK_SERVICE, "D0ANN", 5)
@@ -365,6 +372,12 @@ async def _events_delivered(fake: FakeSlack, pilot: Pilot, url: str) -> None:
     assert (await fake.deliver_http(url, payload, retry=2)).status_code == 200
     await pilot.settle()
     assert [p["text"] for p in fake.posted] == ["You said: over http"]  # once, not three times
+
+
+async def _chunks(count: int) -> AsyncIterator[bytes]:
+    """A body with no Content-Length: `count` pieces of 64 KiB (160: 10 MB)."""
+    for _ in range(count):
+        yield b"z" * 65536
 
 
 async def test_doctor_names_a_bad_token_and_an_unreachable_server(tmp_path: Path) -> None:

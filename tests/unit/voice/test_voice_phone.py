@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 import websockets
@@ -172,6 +173,31 @@ async def test_unsigned_or_badly_signed_requests_are_refused(
                 await caller.connect(stream, TOKEN, **kwargs)  # type: ignore[arg-type]
             assert refused.value.response.status_code == 403
         assert not phone.channel.calls
+
+
+async def test_a_huge_webhook_body_is_refused_before_it_is_read(
+    tmp_path: Path, whisper: LocalWhisper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The call webhook is a stranger's to reach: 10 MB, with a Content-Length or without one,
+    is 413 before the signature is even checked, and the next honest call is answered."""
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for _ in range(160):
+            yield b"From=%2B1&" + b"z" * 65526
+
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    async with line(tmp_path / "home", whisper, monkeypatch) as phone:
+        url = phone.server + "/voice/twilio/incoming"
+        async with httpx.AsyncClient(timeout=WAIT) as http:
+            declared = await http.post(url, content=b"From=" + b"1" * 10_000_000, headers=form)
+            undeclared = await http.post(url, content=pieces(), headers=form)
+            not_a_form = await http.post(url, content=b"\xff\xfe=\xff", headers=form)
+        for refused in (declared, undeclared):
+            assert refused.status_code == 413 and "[web] max_body_bytes" in refused.text
+        assert not_a_form.status_code == 400 and "not a form" in not_a_form.text
+        assert not phone.channel.calls
+        _, answer = await ring(phone.server, phone.public, TOKEN, caller=FRIEND, account_sid=ACCOUNT)
+        assert answer.status == 200 and answer.stream_url is not None
 
 
 async def test_a_stranger_is_turned_away_politely(

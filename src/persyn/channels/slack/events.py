@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 from persyn.channels.slack.channel import web_client
 from persyn.channels.slack.inbound import SlackInbound
 from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import BodyRefused, capped_body
 
 __all__ = ["EVENTS_PATH", "events_route"]
 
@@ -36,13 +37,26 @@ EVENTS_PATH = "/slack/events"
 
 
 def events_route(
-    inbound: SlackInbound, signing_secret: str, *, verifier: SignatureVerifier | None = None
+    inbound: SlackInbound,
+    signing_secret: str,
+    *,
+    max_body_bytes: int,
+    timeout_seconds: float,
+    verifier: SignatureVerifier | None = None,
 ) -> Sequence[BaseRoute]:
+    """The route; a body over `max_body_bytes` (`[web] max_body_bytes`) is refused (413) before
+    any more of it is read or its signature is checked."""
     check = verifier or SignatureVerifier(signing_secret)
     handling: set[asyncio.Task[None]] = set()
 
     async def receive(request: Request) -> Response:
-        body = await request.body()
+        try:
+            body = await capped_body(
+                request, max_body_bytes, seconds=timeout_seconds, setting="[web] max_body_bytes"
+            )
+        except BodyRefused as exc:
+            log.warning("slack: refused an Events API request: %s", exc.reason)
+            return PlainTextResponse(exc.reason, exc.status)
         timestamp = request.headers.get("x-slack-request-timestamp")
         signature = request.headers.get("x-slack-signature")
         if not signing_secret or not check.is_valid(body, timestamp, signature):

@@ -77,7 +77,12 @@ def _web_routes(settings: Settings, api: RuntimeAPI) -> Sequence[BaseRoute]:
     inbound = inbound_for(
         config, _agent(settings, config), api, bot_token=bot, download_limit=download_limit(settings)
     )
-    return events_route(inbound, secret)
+    return events_route(
+        inbound,
+        secret,
+        max_body_bytes=settings.web.max_body_bytes,
+        timeout_seconds=settings.web.request_timeout_seconds,
+    )
 
 
 async def _call(client: httpx.AsyncClient, url: str, token: str) -> dict[str, object]:

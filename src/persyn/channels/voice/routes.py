@@ -24,6 +24,7 @@ import logging
 import os
 from collections.abc import Sequence
 from typing import Any, cast
+from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -34,6 +35,7 @@ from persyn.channels.voice.channel import Call, PhoneChannel
 from persyn.channels.voice.twilio import connect_twiml, reject_twiml, say_twiml, signature_ok
 from persyn.core.config import Settings
 from persyn.runtime.api import RuntimeAPI
+from persyn.runtime.channel import BodyRefused, capped_body
 
 __all__ = ["INCOMING_PATH", "STREAM_PATH", "TOKEN_VARIABLE", "voice_routes"]
 
@@ -45,6 +47,7 @@ TOKEN_VARIABLE = "TWILIO_AUTH_TOKEN"
 _START_SECONDS = 10.0
 _MALFORMED_LIMIT = 50  # messages of no known shape before the stream is dropped
 _XML = "application/xml"
+_MAX_FIELDS = 200  # Twilio's call webhook sends a few dozen
 
 
 def _stream_url(public_url: str) -> str:
@@ -68,8 +71,20 @@ def voice_routes(
         return os.environ.get(TOKEN_VARIABLE, "")
 
     async def incoming(request: Request) -> Response:
-        form = await request.form()
-        params = {key: str(value) for key, value in form.items()}
+        try:  # never `request.form()`: it reads a stranger's body however large
+            body = await capped_body(
+                request,
+                settings.web.max_body_bytes,
+                seconds=settings.web.request_timeout_seconds,
+                setting="[web] max_body_bytes",
+            )
+        except BodyRefused as exc:
+            log.warning("phone: refused a call webhook: %s", exc.reason)
+            return PlainTextResponse(exc.reason, status_code=exc.status)
+        try:
+            params = dict(parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=_MAX_FIELDS))
+        except (UnicodeDecodeError, ValueError):
+            return PlainTextResponse("the body is not a form (application/x-www-form-urlencoded)", 400)
         url = public + request.url.path + (f"?{request.url.query}" if request.url.query else "")
         if not signature_ok(token(), url, params, request.headers.get("x-twilio-signature")):
             return PlainTextResponse("bad or missing X-Twilio-Signature", status_code=403)
