@@ -619,13 +619,15 @@ async def run(
     print(f"encoder {embedder.name}; default [memory] configuration; 'now' = day after the last session\n")
     header = f"{'granularity':<18} {'retrieval':<8} " + " ".join(f"{'all@' + str(k):>7}" for k in KS)
     header += f" {'any@5':>7} {'p50 ms':>7} {'p99 ms':>7}"
+    rows: list[str] = []
+    per_category: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        store = SQLiteStore(Path(tmp) / "locomo.db")
-        await store.setup()
-        try:
-            rows: list[str] = []
-            per_category: list[str] = []
-            for granularity in granularities:
+        for index, granularity in enumerate(granularities):
+            # A store of its own per granularity: "observations" and "observations | turns" import
+            # the same records into the same (fixed) agent id, which one store would hold twice.
+            store = SQLiteStore(Path(tmp) / f"locomo-{index}.db")
+            await store.setup()
+            try:
                 if granularity.endswith(" | turns"):
                     memory_side = granularity.removesuffix(" | turns")
                     fused = await _fused_sources(
@@ -647,8 +649,8 @@ async def run(
                     collapse=granularity == "summary sentences",
                 )
                 _report(granularity, results, modes, rows, per_category)
-        finally:
-            await store.close()
+            finally:
+                await store.close()
     print()
     print(header)
     for row in rows:
