@@ -51,8 +51,9 @@ __all__ = [
 # deliberation is a respond call (~4k of prompt: persona, memories, tools), two critic
 # lenses, a refine and a decide (~2k each), and its share of the day's consolidation
 # (summarise + rate, ~1.5k each): ~14k, 1.2k of it output. Measured far lower on the bundled
-# `local:` model, whose deliberation is off and prompt short: ~130 tokens a call, day 1 of
-# the week (2 turns) metered 341 tokens in 3 calls.
+# `local:` model, whose deliberation is off and prompt short: three days of the week metered
+# 58 calls and 28,160 tokens (~480 a call; ~6 calls for each reply, the background work counted),
+# so the ~301k this gives for `local:` is an upper bound about four times the real week.
 TOKENS_PER_TURN = 14_000
 OUTPUT_PER_TURN = 1_200
 # One judge call: the rubric and the evidence of one criterion (~1.5k), a short verdict.
