@@ -6,7 +6,7 @@
   told politely that the agent takes no calls from them, or rejected (`[voice] reject`).
 - `/voice/twilio/stream`: the Media Streams WebSocket (twilio.com/docs/voice/media-streams/
   websocket-messages): `connected`, `start` (`callSid`, `streamSid`, `customParameters`),
-  `media` (base64 8 kHz μ-law), `mark`, `stop`. The upgrade must carry a valid signature over
+  `media` (base64 8 kHz μ-law), `mark` (the echo of one the call sent: what was heard), `stop`. The upgrade must carry a valid signature over
   the stream URL. A message that is not JSON or not of these shapes is skipped; a stream with no
   `start` within `_START_SECONDS` is closed.
 
@@ -147,7 +147,9 @@ async def _serve(websocket: WebSocket, channel: PhoneChannel) -> Call | None:
                 except (binascii.Error, ValueError):
                     malformed += 1
         elif kind == "mark" and call is not None:
-            call.marks_played += 1
+            name = _dig(message, "mark", "name")
+            if isinstance(name, str):
+                call.heard_mark(name)
         elif kind == "stop":
             return call
 
