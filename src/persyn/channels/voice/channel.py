@@ -22,6 +22,7 @@ import base64
 import contextlib
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["CUT_OFF", "PHONE_SERVICE", "Call", "PhoneChannel", "StreamSocket"]
+__all__ = ["CUT_OFF", "PHONE_SERVICE", "Call", "PhoneChannel", "StreamSocket", "shared_phone"]
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,7 @@ class Call:
             if not utterance.text:
                 continue
             count += 1
+            await self.outlet.control({"type": "heard", "text": utterance.text})
             await self._submit(utterance.text, f"turn-{count}")
 
     async def _submit(self, text: str, key: str) -> None:
@@ -356,3 +358,16 @@ class PhoneChannel(Channel):
         call.timeline.append(("delivered", time.monotonic()))
         call.replies[outbound.text] = outbound.event_id
         call.talk.put_nowait(outbound.text)
+
+
+_PHONES: weakref.WeakKeyDictionary[RuntimeAPI, PhoneChannel] = weakref.WeakKeyDictionary()
+
+
+def shared_phone(settings: Settings, api: RuntimeAPI) -> PhoneChannel:
+    """The process's one voice channel over `api` (built on first use): the phone's routes and
+    the browser's voice socket (`web/voice.py`) put their calls in the same one, since one
+    channel is attached per service."""
+    channel = _PHONES.get(api)
+    if channel is None:
+        channel = _PHONES[api] = PhoneChannel(settings, api)
+    return channel

@@ -30,7 +30,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from persyn.channels.voice.channel import Call, PhoneChannel
+from persyn.channels.voice.channel import Call, PhoneChannel, shared_phone
 from persyn.channels.voice.twilio import connect_twiml, reject_twiml, say_twiml, signature_ok
 from persyn.core.config import Settings
 from persyn.runtime.api import RuntimeAPI
@@ -61,7 +61,7 @@ def voice_routes(
 
     def phone() -> PhoneChannel:
         if "channel" not in state:
-            state["channel"] = PhoneChannel(settings, api)
+            state["channel"] = shared_phone(settings, api)
         return state["channel"]
 
     def token() -> str:
