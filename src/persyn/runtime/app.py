@@ -72,6 +72,7 @@ from persyn.runtime.turn.transmit import Transmitter
 from persyn.schedule import bootstrap_heartbeat
 from persyn.store import Store
 from persyn.store.capabilities import ScheduleStore, capability
+from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.store.ports.model_calls import ModelCallsPort
 from persyn.tracing import Tracing
 from persyn.usage.meter import Meter
@@ -468,6 +469,16 @@ class Runtime:
 
     async def knows_speaker(self, agent_id: str, speaker: Speaker) -> bool:
         return await speakers.knows_speaker(self.store, agent_id, speaker)
+
+    async def revise_reply(self, agent_id: str, event_id: str, text: str) -> bool:
+        """The reply's message is replaced under its own id (forgotten, then stored again with
+        `text`): on a store without dialog history nothing can be rewritten."""
+        history = capability(self.store, DialogHistoryPort)
+        message = await self.store.agent_reply_for_event(agent_id, event_id)
+        if history is None or message is None:
+            return False
+        await history.forget_messages(agent_id, [message.id])
+        return await self.store.add_message(message.model_copy(update={"text": text}))
 
     # ingestion and dispatch (`runtime.durable.dispatch`) --------------------------------------------
     def validate_text(self, text: str | bytes) -> str:

@@ -13,7 +13,10 @@ does what Twilio does to the agent's server, with the shapes of Twilio's public 
   the `<Parameter>`s as `customParameters`), then `media` messages of 20 ms (160 bytes) of
   base64 μ-law with `sequenceNumber`, `chunk` and `timestamp` (ms); collects the agent's
   `media` and answers each `mark` when it is reached, as Twilio does once the audio before it
-  has played; hangs up with `stop`, or drops the connection.
+  has played (`realtime`: the audio plays at its own pace, 20 ms a frame, so a mark waits for
+  it; otherwise playback is instant); on `clear` drops the audio not yet played and answers the
+  marks still pending at once, as the docs' `clear` section says Twilio does; hangs up with
+  `stop`, or drops the connection.
 """
 
 from __future__ import annotations
@@ -107,6 +110,10 @@ class MediaStreamCaller:
     marks: list[str] = field(default_factory=lambda: [])
     media_messages: int = 0
     media_times: list[float] = field(default_factory=lambda: [])  # monotonic, one per media message
+    realtime: bool = False
+    clears: int = 0
+    _plays_until: float = 0.0  # `realtime`: when the audio received so far will have played
+    _pending_marks: list[asyncio.Task[None]] = field(default_factory=lambda: [])
     _socket: Any = None
     _reader: asyncio.Task[None] | None = None
     _sequence: int = 0
@@ -167,6 +174,14 @@ class MediaStreamCaller:
             elif self._chunk % 25 == 0:
                 await asyncio.sleep(0)
 
+    @property
+    def played_bytes(self) -> int:
+        """`realtime`: how much of `heard` has played by now (all of it otherwise)."""
+        if not self.realtime:
+            return len(self.heard)
+        unplayed = max(0.0, self._plays_until - time.monotonic())
+        return max(0, len(self.heard) - int(unplayed * 8000))
+
     async def send_silence(self, seconds: float) -> None:
         await self.send_audio(b"\xff" * int(8000 * seconds))
 
@@ -204,13 +219,35 @@ class MediaStreamCaller:
             message = json.loads(raw)
             if message.get("event") == "media":
                 self.media_messages += 1
-                self.media_times.append(time.monotonic())
-                self.heard.extend(base64.b64decode(message["media"]["payload"]))
+                now = time.monotonic()
+                self.media_times.append(now)
+                audio = base64.b64decode(message["media"]["payload"])
+                self.heard.extend(audio)
+                self._plays_until = max(now, self._plays_until) + len(audio) / 8000
             elif message.get("event") == "mark":
                 name = message["mark"]["name"]
-                self.marks.append(name)
-                self._marked.set()
                 # Twilio answers a mark when the audio sent before it has played.
-                await self.send({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
+                if self.realtime:
+                    wait = max(0.0, self._plays_until - time.monotonic())
+                    self._pending_marks.append(asyncio.ensure_future(self._echo(name, wait)))
+                else:
+                    await self._echo(name, 0.0)
             elif message.get("event") == "clear":
-                self.heard.clear()
+                self.clears += 1
+                if self.realtime:  # what has not played is dropped; the marks come back now
+                    del self.heard[self.played_bytes :]
+                    self._plays_until = time.monotonic()
+                    for task in self._pending_marks:
+                        task.cancel()
+                    self._pending_marks.clear()
+                else:
+                    self.heard.clear()
+
+    async def _echo(self, name: str, wait: float) -> None:
+        try:
+            await asyncio.sleep(wait)
+        finally:  # a clear cancels the wait: the mark is answered at once
+            self.marks.append(name)
+            self._marked.set()
+            with contextlib.suppress(Exception):
+                await self.send({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})

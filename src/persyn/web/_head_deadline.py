@@ -12,7 +12,9 @@ Assumptions about `H11Protocol` (uvicorn 0.54), checked by
 `tests/e2e/test_web_adversarial.py`: `cycle` is the current request's
 `RequestResponseCycle` (None before the first request) and is replaced when a new request
 head has been parsed, which happens inside `data_received` (or, for a pipelined request,
-when the previous response completes); `transport` is the connection's transport.
+when the previous response completes); `transport` is the connection's transport, whose
+protocol is replaced by uvicorn's WebSocket protocol when a request upgrades (then the timer is
+disarmed: a WebSocket, such as a voice call's, lives longer than any request head).
 The request *body* is bounded by the application (`WebContext.body`), where a stalled
 client gets a 408 naming the setting.
 """
@@ -41,7 +43,9 @@ def with_head_deadline(seconds: float) -> type[asyncio.Protocol]:
         def data_received(self, data: bytes) -> None:
             before = self.cycle
             super().data_received(data)
-            if self.cycle is not before:  # a request head was parsed: its body is the app's
+            if (
+                self.transport.get_protocol() is not self or self.cycle is not before
+            ):  # upgraded to a WebSocket: no more heads
                 self._disarm()
             elif self.cycle is None or self.cycle.response_complete:  # part of a head so far
                 self._arm()

@@ -7,6 +7,8 @@
   through the same operator logic the CLI uses (`ops/history.py`); operator keys only.
 - `/v1/console/...`: the operator's console views — memory, recall, usage, traces, the
   agent's life (`web/console/`); operator keys only.
+- `/v1/voice`: the chat page's "talk" control, a WebSocket carrying the microphone in and the
+  agent's speech out (`web/voice.py`), when `[voice] enabled`; the key in its first message.
 - `/`: the chat page (static files of this package); `/healthz`; `/openapi.json`.
 - The webhooks of configured chat networks (`ChannelPlugin.web_routes`), each verified by its
   network's own signature rather than a key.
@@ -37,6 +39,7 @@ from persyn.web.context import REVOKED, ApiError, WebContext, handler, sse
 from persyn.web.models import EventRequest
 from persyn.web.openapi import schema
 from persyn.web.parts import upload_of_file
+from persyn.web.voice import voice_route
 
 __all__ = ["build_app"]
 
@@ -170,6 +173,7 @@ def build_app(context: WebContext) -> Starlette:
         Route("/v1/agents/{agent}/stream", handler(context, stream)),
         *directory.routes(context),
         *console.routes(context),
+        voice_route(context),
         *network_web_routes(context.settings, context.runtime),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]

@@ -37,6 +37,8 @@ __all__ = ["WebSurface", "check_bind"]
 
 log = logging.getLogger(__name__)
 
+_WS_MAX_BYTES = 1 << 20
+
 
 def check_bind(settings: Settings, *, has_keys: bool) -> None:
     """Refuse to serve beyond this machine with no key to guard it."""
@@ -119,6 +121,9 @@ class WebSurface:
             access_log=False,
             server_header=False,
             timeout_graceful_shutdown=1,
+            # A WebSocket message over this is refused (1009) before it is read: the voice
+            # sockets carry 20 ms frames (`web/voice.py`, Twilio's Media Streams).
+            ws_max_size=_WS_MAX_BYTES,
         )
         self._server = _Server(config)
         self._task = asyncio.ensure_future(self._server.serve(sockets=[listening]))

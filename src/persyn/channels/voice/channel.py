@@ -20,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from persyn.channels.registry import served_agent
+from persyn.channels.voice.outlet import Outlet, StreamSocket, TwilioOutlet
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ModelError
 from persyn.core.events import Event, Outbound, Speaker
@@ -34,25 +35,40 @@ from persyn.core.ids import derived_id
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.channel import Channel
 from persyn.senses.hearing import Transcriber, build_transcriber
-from persyn.voice.audio import FRAME_BYTES, LISTEN_RATE, PHONE_RATE, mulaw_decode, mulaw_encode, resample
+from persyn.voice.audio import LISTEN_RATE, PHONE_RATE, mulaw_decode, resample
 from persyn.voice.listen import Listener, Utterance
 from persyn.voice.sentences import SentenceSplitter
 from persyn.voice.speak import Speaker as Mouth
 from persyn.voice.speak import build_speaker
 
-__all__ = ["PHONE_SERVICE", "Call", "PhoneChannel", "StreamSocket"]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["CUT_OFF", "PHONE_SERVICE", "Call", "PhoneChannel", "StreamSocket", "shared_phone"]
 
 log = logging.getLogger(__name__)
 
 PHONE_SERVICE = "phone"
 CALL_SID_META = "call_sid"
 _REPLY_WAIT_SECONDS = 120.0
+CUT_OFF = "[cut off]"  # ends the stored line of a reply the person did not hear to its end
 
 
-class StreamSocket(Protocol):
-    """The part of a Starlette WebSocket a call writes to."""
+@dataclass
+class _Reply:
+    """One text the call speaks (a reply, or the holding phrase: `event_id` None): the pieces
+    sent, and those the person has heard (their marks echoed)."""
 
-    async def send_text(self, data: str) -> None: ...
+    text: str
+    event_id: str | None
+    sent: int = 0
+    played: list[str] = field(default_factory=lambda: [])
+    done: bool = False  # every piece sent
+
+    @property
+    def finished(self) -> bool:
+        return self.done and len(self.played) == self.sent
 
 
 @dataclass
@@ -61,12 +77,18 @@ class Call:
 
     channel: PhoneChannel
     sid: str
-    stream_sid: str
     caller: str
-    socket: StreamSocket
+    outlet: Outlet
     listener: Listener
-    said: list[str] = field(default_factory=lambda: [])  # what reached the line, in order
+    # Who is calling, when it is not the phone number `caller` (a web key's identity).
+    identity: Speaker | None = None
+    said: list[str] = field(default_factory=lambda: [])  # what was sent to the line, in order
+    played: list[str] = field(default_factory=lambda: [])  # what the person heard (marks echoed)
     talk: asyncio.Queue[str] = field(default_factory=lambda: asyncio.Queue[str]())
+    # The event each delivered reply answers, by its text (`deliver`): a cut-off reply's stored
+    # line is found by it.
+    replies: dict[str, str] = field(default_factory=lambda: {})
+    barge_ins: int = 0
     # The conversation of the call, cached from the first reply (Appendix A): the agent's state
     # for the call is keyed by `sid`, never by this.
     conversation_id: str | None = None
@@ -77,20 +99,92 @@ class Call:
     timeline: list[tuple[str, float]] = field(default_factory=lambda: [])
     marks_played: int = 0
     _tasks: list[asyncio.Task[None]] = field(default_factory=lambda: [])
+    _talking: asyncio.Task[None] | None = None
+    _speaking: list[_Reply] = field(default_factory=lambda: [])  # begun, not yet heard to the end
+    _marks: dict[str, tuple[_Reply, str]] = field(default_factory=lambda: {})  # unplayed marks
+    _ended: bool = False
 
     @property
     def speaker(self) -> Speaker:
+        if self.identity is not None:
+            return self.identity
         return Speaker(service=PHONE_SERVICE, channel="", speaker_id=self.caller, display_name=self.caller)
 
+    @property
+    def socket(self) -> object:
+        return self.outlet.socket
+
     def start(self) -> None:
-        self._tasks = [asyncio.ensure_future(self._turns()), asyncio.ensure_future(self._talker())]
+        self._tasks = [asyncio.ensure_future(self._turns())]
+        self._talking = asyncio.ensure_future(self._talker())
 
     async def hear(self, payload: str) -> None:
         """One inbound media frame (base64 μ-law)."""
         samples = resample(mulaw_decode(base64.b64decode(payload, validate=True)), PHONE_RATE, LISTEN_RATE)
+        await self.hear_samples(samples)
+
+    async def hear_samples(self, samples: npt.NDArray[np.float32]) -> None:
+        """Inbound audio as 16 kHz float samples. The person starting to speak while the agent
+        is talking is a barge-in: playback is cleared and the reply is cut off."""
         await self.listener.feed(samples)
+        if self.listener.speaking and self.talking:
+            self.barge_ins += 1
+            await self.cut_off(clear=True)
+
+    @property
+    def talking(self) -> bool:
+        """Whether speech is being made, sent or played, or waits to be."""
+        return bool(self._marks) or any(not r.finished for r in self._speaking) or not self.talk.empty()
+
+    def heard_mark(self, name: str) -> None:
+        """A mark came back: the piece before it has played."""
+        entry = self._marks.pop(name, None)
+        if entry is None:  # unknown, or echoed after a clear: nothing more was heard
+            return
+        reply, piece = entry
+        reply.played.append(piece)
+        self.played.append(piece)
+        self.marks_played += 1
+        if reply.finished:
+            self._speaking.remove(reply)
+
+    async def cut_off(self, *, clear: bool) -> None:
+        """Stop talking now (`clear`: and tell the far side to drop what it has not played). Each
+        reply not heard to its end is stored as what was heard of it, marked `CUT_OFF`."""
+        talker, self._talking = self._talking, None
+        if talker is not None:
+            talker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await talker
+        unheard = [r for r in self._speaking if not r.finished]
+        while not self.talk.empty():
+            text = self.talk.get_nowait()
+            unheard.append(_Reply(text, self.replies.pop(text, None), done=True))
+        self._speaking, self._marks = [], {}
+        if clear:
+            with contextlib.suppress(Exception):  # a line already gone has nothing to clear
+                await self.outlet.clear()
+        if not self._ended:
+            self._talking = asyncio.ensure_future(self._talker())
+        for reply in unheard:
+            await self._record_cut_off(reply)
+
+    async def _record_cut_off(self, reply: _Reply) -> None:
+        if reply.event_id is None:  # the holding phrase: not a line of the dialog
+            return
+        heard = " ".join(reply.played)
+        line = f"{heard} {CUT_OFF}" if heard else f"{CUT_OFF} (nothing of it was heard)"
+        api = self.channel.api
+        try:
+            await api.revise_reply(self.channel.agent.id, reply.event_id, line)
+        except Exception:  # the store is away: the full reply stays, and the log says so
+            log.exception("phone: could not record the cut-off reply to %s", reply.event_id)
+        with contextlib.suppress(Exception):
+            await self.outlet.control({"type": "cut_off", "said": heard})
 
     async def end(self) -> None:
+        """The line is gone: what was being said and not heard is recorded as cut off."""
+        self._ended = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.listener.close(), 30)
         for task in self._tasks:
@@ -98,6 +192,7 @@ class Call:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.cut_off(clear=False)
 
     async def cue(self) -> None:
         """The first turn: no transcript yet, so the agent is told who called whom."""
@@ -117,6 +212,7 @@ class Call:
             if not utterance.text:
                 continue
             count += 1
+            await self.outlet.control({"type": "heard", "text": utterance.text})
             await self._submit(utterance.text, f"turn-{count}")
 
     async def _submit(self, text: str, key: str) -> None:
@@ -150,11 +246,16 @@ class Call:
     async def _talker(self) -> None:
         while True:
             text = await self.talk.get()
+            reply = _Reply(text, self.replies.pop(text, None))
+            self._speaking.append(reply)
             splitter = SentenceSplitter()
             for piece in [*splitter.push(text + " "), *splitter.flush()]:
-                await self._say(piece)
+                await self._say(piece, reply)
+            reply.done = True
+            if reply.finished:
+                self._speaking.remove(reply)
 
-    async def _say(self, piece: str) -> None:
+    async def _say(self, piece: str, reply: _Reply | None = None) -> None:
         try:
             speech = await self.channel.mouth.speak(piece)
         except ModelError as exc:
@@ -165,19 +266,16 @@ class Call:
                 speech = await self.channel.mouth.speak(self.channel.config.holding_phrase)
             except ModelError:
                 return
-        audio = mulaw_encode(resample(speech.samples, speech.rate, PHONE_RATE))
         self.timeline.append(("spoken", time.monotonic()))
-        for start in range(0, len(audio), FRAME_BYTES):
-            frame = base64.b64encode(audio[start : start + FRAME_BYTES]).decode()
-            await self._send({"event": "media", "streamSid": self.stream_sid, "media": {"payload": frame}})
+        await self.outlet.control({"type": "saying", "text": piece})
+        await self.outlet.play(speech.samples, speech.rate)
         self.marks_sent += 1
-        await self._send(
-            {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": f"said-{self.marks_sent}"}}
-        )
+        name = f"said-{self.marks_sent}"
+        if reply is not None:
+            reply.sent += 1
+            self._marks[name] = (reply, piece)
+        await self.outlet.mark(name)
         self.said.append(piece)
-
-    async def _send(self, message: dict[str, Any]) -> None:
-        await self.socket.send_text(json.dumps(message))
 
 
 class PhoneChannel(Channel):
@@ -223,17 +321,32 @@ class PhoneChannel(Channel):
         probe = Speaker(service=PHONE_SERVICE, channel="", speaker_id=caller, display_name=caller)
         return await self.api.knows_speaker(self.agent.id, probe)
 
-    def open_call(self, sid: str, stream_sid: str, caller: str, socket: StreamSocket) -> Call:
+    def open_call(
+        self,
+        sid: str,
+        stream_sid: str,
+        caller: str,
+        socket: StreamSocket,
+        *,
+        outlet: Outlet | None = None,
+        identity: Speaker | None = None,
+    ) -> Call:
+        """A call on `socket` (Twilio's Media Streams unless another `outlet` is given)."""
         listener = Listener(self.transcriber, end_ms=self.config.endpoint_ms, piece_min_ms=self.piece_min_ms)
-        call = Call(self, sid, stream_sid, caller, socket, listener)
+        outlet = outlet or TwilioOutlet(socket, stream_sid)
+        call = Call(self, sid, caller, outlet, listener, identity=identity)
         self.calls[sid] = call
         call.start()
         return call
 
     async def close_call(self, sid: str) -> None:
-        call = self.calls.pop(sid, None)
+        """The call is wound up (what it said recorded) before it leaves `calls`."""
+        call = self.calls.get(sid)
         if call is not None:
-            await call.end()
+            try:
+                await call.end()
+            finally:
+                self.calls.pop(sid, None)
 
     async def deliver(self, outbound: Outbound) -> None:
         call = self.calls.get(outbound.channel)
@@ -243,4 +356,18 @@ class PhoneChannel(Channel):
         if call.conversation_id is None:
             call.conversation_id = outbound.conversation_id
         call.timeline.append(("delivered", time.monotonic()))
+        call.replies[outbound.text] = outbound.event_id
         call.talk.put_nowait(outbound.text)
+
+
+_PHONES: weakref.WeakKeyDictionary[RuntimeAPI, PhoneChannel] = weakref.WeakKeyDictionary()
+
+
+def shared_phone(settings: Settings, api: RuntimeAPI) -> PhoneChannel:
+    """The process's one voice channel over `api` (built on first use): the phone's routes and
+    the browser's voice socket (`web/voice.py`) put their calls in the same one, since one
+    channel is attached per service."""
+    channel = _PHONES.get(api)
+    if channel is None:
+        channel = _PHONES[api] = PhoneChannel(settings, api)
+    return channel

@@ -6,7 +6,7 @@
   told politely that the agent takes no calls from them, or rejected (`[voice] reject`).
 - `/voice/twilio/stream`: the Media Streams WebSocket (twilio.com/docs/voice/media-streams/
   websocket-messages): `connected`, `start` (`callSid`, `streamSid`, `customParameters`),
-  `media` (base64 8 kHz μ-law), `mark`, `stop`. The upgrade must carry a valid signature over
+  `media` (base64 8 kHz μ-law), `mark` (the echo of one the call sent: what was heard), `stop`. The upgrade must carry a valid signature over
   the stream URL. A message that is not JSON or not of these shapes is skipped; a stream with no
   `start` within `_START_SECONDS` is closed.
 
@@ -31,7 +31,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from persyn.channels.voice.channel import Call, PhoneChannel
+from persyn.channels.voice.channel import Call, PhoneChannel, shared_phone
 from persyn.channels.voice.twilio import connect_twiml, reject_twiml, say_twiml, signature_ok
 from persyn.core.config import Settings
 from persyn.runtime.api import RuntimeAPI
@@ -64,7 +64,7 @@ def voice_routes(
 
     def phone() -> PhoneChannel:
         if "channel" not in state:
-            state["channel"] = PhoneChannel(settings, api)
+            state["channel"] = shared_phone(settings, api)
         return state["channel"]
 
     def token() -> str:
@@ -162,7 +162,9 @@ async def _serve(websocket: WebSocket, channel: PhoneChannel) -> Call | None:
                 except (binascii.Error, ValueError):
                     malformed += 1
         elif kind == "mark" and call is not None:
-            call.marks_played += 1
+            name = _dig(message, "mark", "name")
+            if isinstance(name, str):
+                call.heard_mark(name)
         elif kind == "stop":
             return call
 
