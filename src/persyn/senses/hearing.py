@@ -105,7 +105,8 @@ class Transcript:
     # the first `seconds` were heard.
     cut: bool = False
     # The local engine's timing (bench/voice.py's trace): when its worker began this one
-    # (`time.monotonic()`) and the worker thread's CPU seconds on it. None from remote engines.
+    # (`time.monotonic()`) and the process's CPU seconds meanwhile (CTranslate2 computes on
+    # threads of its own; whatever else the process ran is in it too). None from remote engines.
     started_at: float | None = None
     cpu_seconds: float | None = None
 
@@ -283,7 +284,7 @@ class LocalWhisper:
 
     def transcribe_blocking(self, data: bytes, media_type: str) -> Transcript:
         """The same, in the calling thread (the bench times this; the loop never calls it)."""
-        started, cpu = time.monotonic(), time.thread_time()
+        started, cpu = time.monotonic(), time.process_time()
         if media_type not in AUDIO_TYPES:
             raise ModelError(f"the local transcriber takes audio, not {media_type!r}")
         model = _whisper_model(self.directory, self.cpu_threads)
@@ -315,7 +316,7 @@ class LocalWhisper:
             model=self.model,
             cut=cut,
             started_at=started,
-            cpu_seconds=time.thread_time() - cpu,
+            cpu_seconds=time.process_time() - cpu,
         )
 
     def streaming(self) -> LocalWhisper:

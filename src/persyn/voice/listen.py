@@ -15,7 +15,7 @@ ordinary `senses.hearing.Transcriber` port as 16 kHz WAV, so the packaged whispe
 transcriber's own (the local engine's one worker): the event loop never waits on a model.
 
 `Listener.trace` keeps the last pieces' timing (`Piece`: queued, begun by the engine, done, its
-CPU): where the STT tail goes (bench/voice.py prints it)."""
+process CPU meanwhile): where the STT tail goes (bench/voice.py prints it)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class Utterance:
 class Piece:
     """One transcription of a piece of an utterance, timed (`time.monotonic()`): `kind` is
     `piece` (closed at a pause or the end), `guess` (heard at a pause, used when the end came)
-    or `cancelled` (a guess that speech resumed after). `started` and `cpu` are the engine's when
+    or `dropped` (a guess that speech resumed after: cancelled, or its text discarded). `started` and `cpu` are the engine's when
     it reports them (the local whisper does)."""
 
     kind: str
@@ -91,6 +91,7 @@ class Listener:
     _utterance: int = 0  # samples of the utterance being spoken
     _voiced: bool = False  # speech in the buffer since the last piece closed
     _guess: asyncio.Task[tuple[str, float, bool]] | None = None
+    _guess_piece: Piece | None = None
     _warming: asyncio.Task[None] | None = None
     trace: deque[Piece] = field(default_factory=lambda: deque[Piece](maxlen=64))
 
@@ -157,7 +158,7 @@ class Listener:
         said since the last piece; trailing silence is dropped."""
         if self._guess is not None:
             self._pieces.append(self._guess)
-            self._guess = None
+            self._guess = self._guess_piece = None
         elif self._voiced:
             self._close_piece()
         self._buffer, self._buffered, self._voiced = [], 0, False
@@ -165,12 +166,13 @@ class Listener:
 
     def _start_guess(self) -> None:
         self._drop_guess()
-        self._guess = asyncio.create_task(self._hear(np.concatenate(self._buffer), "guess"))
+        self._guess, self._guess_piece = self._hear_soon(np.concatenate(self._buffer), "guess")
 
     def _drop_guess(self) -> None:
-        if self._guess is not None:
-            self._guess.cancel()
-            self._guess = None
+        if self._guess is not None and self._guess_piece is not None:
+            self._guess.cancel()  # the local engine skips it unless it began
+            self._guess_piece.kind = "dropped"
+        self._guess = self._guess_piece = None
 
     def _trim_to_preroll(self, keep_extra: int) -> None:
         keep = _PREROLL + keep_extra
@@ -185,19 +187,21 @@ class Listener:
             return
         audio = np.concatenate(self._buffer)
         self._buffer, self._buffered, self._voiced = [], 0, False
-        self._pieces.append(asyncio.create_task(self._hear(audio, "piece")))
+        self._pieces.append(self._hear_soon(audio, "piece")[0])
 
-    async def _hear(self, audio: npt.NDArray[np.float32], kind: str) -> tuple[str, float, bool]:
-        seconds = audio.size / LISTEN_RATE
-        piece = Piece(kind=kind, seconds=seconds, queued=time.monotonic())
+    def _hear_soon(
+        self, audio: npt.NDArray[np.float32], kind: str
+    ) -> tuple[asyncio.Task[tuple[str, float, bool]], Piece]:
+        piece = Piece(kind=kind, seconds=audio.size / LISTEN_RATE, queued=time.monotonic())
         self.trace.append(piece)
+        return asyncio.create_task(self._hear(audio, piece)), piece
+
+    async def _hear(self, audio: npt.NDArray[np.float32], piece: Piece) -> tuple[str, float, bool]:
+        seconds = piece.seconds
         try:
             transcript = await self.transcriber.transcribe(wav_bytes(audio, LISTEN_RATE), "audio/wav")
         except ModelError:
             return "", seconds, True
-        except asyncio.CancelledError:
-            piece.kind = "cancelled"
-            raise
         finally:
             piece.done = time.monotonic()
         piece.started, piece.cpu = transcript.started_at, transcript.cpu_seconds
