@@ -160,13 +160,15 @@ async def main(options: Options) -> None:
                 await asyncio.sleep(0.02)
             go = asyncio.Barrier(options.calls)  # every call greeted, then all speak at once
             callers = [_converse(options, channel, public, question, i, go) for i in range(options.calls)]
+            cpu = time.process_time()
             results = await asyncio.gather(*callers)
+            cpu = time.process_time() - cpu
             server.should_exit = True
             await serving
-    _report(options, results, len(question) / PHONE_RATE)
+    _report(options, results, len(question) / PHONE_RATE, cpu)
 
 
-def _report(options: Options, results: list[Turns], question_seconds: float) -> None:
+def _report(options: Options, results: list[Turns], question_seconds: float, cpu: float) -> None:
     print(
         f"voice-to-voice, platform share (0 ms model), {options.runs} turns x {options.calls} "
         f"call(s), endpoint_ms={options.endpoint_ms}, piece_min_ms={options.piece_min_ms}, "
@@ -178,6 +180,11 @@ def _report(options: Options, results: list[Turns], question_seconds: float) -> 
     for name in PARTS:
         values = [v for turns in results for v in turns.parts[name]]
         print(f"{name:<14}{statistics.median(values) * 1000:>9.0f}{_pct(values, 0.99) * 1000:>9.0f}")
+    # CPU, unlike wall time, is little moved by the other work on the machine: the process's
+    # seconds per turn (the callers' side included, so an upper bound) say how many turns a
+    # second 2 cores could hear and answer at best.
+    turns = options.calls * (options.runs + 1)
+    print(f"process CPU per turn (warm-up included, callers' side too): {cpu / turns * 1000:.0f} ms")
     if not options.trace:
         return
     print("pieces of the first call's turns, ms from the end of the utterance: queued > begun > done (cpu)")
@@ -186,9 +193,9 @@ def _report(options: Options, results: list[Turns], question_seconds: float) -> 
         for piece in pieces:
             begun = f"{(piece.started - ended) * 1000:.0f}" if piece.started is not None else "?"
             done = f"{(piece.done - ended) * 1000:.0f}" if piece.done is not None else "?"
-            cpu = f"{piece.cpu * 1000:.0f}" if piece.cpu is not None else "?"
+            used = f"{piece.cpu * 1000:.0f}" if piece.cpu is not None else "?"
             line.append(
-                f"{piece.kind} {piece.seconds:.2f}s: {(piece.queued - ended) * 1000:.0f}>{begun}>{done} ({cpu})"
+                f"{piece.kind} {piece.seconds:.2f}s: {(piece.queued - ended) * 1000:.0f}>{begun}>{done} ({used})"
             )
         print("  " + " | ".join(line))
 
