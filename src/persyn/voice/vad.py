@@ -4,8 +4,9 @@ of 16 kHz, 32 ms, with the 64-sample context and the recurrent state carried bet
 a call's audio is judged as it arrives. No torch.
 
 `Endpointer` turns those probabilities into what a turn needs: when speech started, a short pause
-inside it (where the streaming transcriber may close a piece), and its end — `end_ms` of silence
-after voiced audio (the endpointing share of latency; `[voice] endpoint_ms`)."""
+inside it (where the streaming transcriber may close a piece, or guess that the utterance is
+over), speech resuming after such a pause (the guess was wrong), and its end — `end_ms` of
+silence after voiced audio (the endpointing share of latency; `[voice] endpoint_ms`)."""
 
 from __future__ import annotations
 
@@ -85,10 +86,11 @@ class SileroVad:
 
 @dataclass(frozen=True)
 class VadEvent:
-    """`start`: speech began; `pause`: a short silence inside speech; `end`: the utterance ended.
-    `at` is the sample (16 kHz, from the stream's start) where it was decided."""
+    """`start`: speech began; `pause`: a short silence inside speech; `resume`: speech again after
+    a pause; `end`: the utterance ended. `at` is the sample (16 kHz, from the stream's start)
+    where it was decided."""
 
-    kind: Literal["start", "pause", "end"]
+    kind: Literal["start", "pause", "resume", "end"]
     at: int
 
 
@@ -115,6 +117,8 @@ class Endpointer:
             if probability >= self.threshold:
                 self._voiced += WINDOW
                 self._silent = 0
+                if self._paused and self.speaking:
+                    events.append(VadEvent("resume", self._position))
                 self._paused = False
                 if not self.speaking and self._voiced >= _samples(self.min_speech_ms):
                     self.speaking = True

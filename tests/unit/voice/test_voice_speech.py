@@ -13,7 +13,7 @@ import pytest
 from voice_samples import espeak_phone, heard, piper_phone, words
 
 from persyn.core.errors import ConfigError, ModelError
-from persyn.senses.hearing import LocalWhisper, Transcript, local_whisper_available
+from persyn.senses.hearing import LocalWhisper, Transcript, local_whisper_available, streaming
 from persyn.voice.audio import LISTEN_RATE, PHONE_RATE, mulaw_decode, mulaw_encode, resample, wav_bytes
 from persyn.voice.listen import Listener, Utterance
 from persyn.voice.sentences import SentenceSplitter, speakable
@@ -125,6 +125,118 @@ async def test_a_long_utterance_is_transcribed_in_pieces_while_spoken(whisper: L
     utterance = await asyncio.wait_for(listener.utterances.get(), 60)
     assert len(heard_pieces) >= 2, heard_pieces
     assert {"fox", "dog"} <= words(utterance.text), utterance.text
+
+
+class Counting:
+    """The live engine (the packaged whisper through `streaming`), counting what it is sent."""
+
+    model = "counting"
+
+    def __init__(self, whisper: LocalWhisper) -> None:
+        self.engine = streaming(whisper)
+        self.sent: list[float] = []  # seconds of audio per transcription
+
+    async def transcribe(self, data: bytes, media_type: str) -> Transcript:
+        self.sent.append((len(data) - 44) / 2 / LISTEN_RATE)
+        return await self.engine.transcribe(data, media_type)
+
+
+async def test_the_silence_after_the_last_piece_is_never_sent(whisper: LocalWhisper) -> None:
+    """The pause after "Hello there." closes a piece; the end that follows has only silence
+    since, which is dropped (whisper hears "you" in silence), so one transcription in all."""
+    engine = Counting(whisper)
+    listener = Listener(engine, piece_min_ms=300)
+    await _listen(listener, heard(piper_phone("Hello there.")))
+    utterance = await asyncio.wait_for(listener.utterances.get(), 60)
+    assert "hello" in words(utterance.text), utterance.text
+    assert len(engine.sent) == 1, engine.sent
+    assert [piece.kind for piece in listener.trace] == ["piece"]
+
+
+async def test_a_pause_is_a_guess_that_the_end_confirms(whisper: LocalWhisper) -> None:
+    """Before `piece_min_ms` of audio a pause starts hearing the utterance at once; when the end
+    comes that transcription is the utterance's last piece, and nothing more is sent."""
+    engine = Counting(whisper)
+    listener = Listener(engine, piece_min_ms=5000)
+    await _listen(listener, heard(piper_phone("Hello there.")))
+    utterance = await asyncio.wait_for(listener.utterances.get(), 60)
+    assert "hello" in words(utterance.text), utterance.text
+    assert len(engine.sent) == 1, engine.sent
+    assert [piece.kind for piece in listener.trace] == ["guess"]
+    # With guessing off the same utterance is heard once too, after the end.
+    later = Listener(Counting(whisper), piece_min_ms=5000, guess=False)
+    await _listen(later, heard(piper_phone("Hello there.")))
+    assert "hello" in words((await asyncio.wait_for(later.utterances.get(), 60)).text)
+    assert [piece.kind for piece in later.trace] == ["piece"]
+
+
+def _with_a_pause(first: str, second: str, gap_ms: int) -> np.ndarray:
+    return np.concatenate([heard(piper_phone(first), tail_ms=gap_ms), heard(piper_phone(second), lead_ms=0)])
+
+
+async def test_speech_after_a_pause_drops_the_guess_and_keeps_every_word(whisper: LocalWhisper) -> None:
+    engine = Counting(whisper)
+    listener = Listener(engine, end_ms=900, piece_min_ms=8000)
+    await _listen(listener, _with_a_pause("Hello there.", "Goodbye now.", 400))
+    utterance = await asyncio.wait_for(listener.utterances.get(), 60)
+    assert {"hello", "goodbye"} <= words(utterance.text), utterance.text
+    kinds = [piece.kind for piece in listener.trace]
+    assert kinds[0] == "dropped" and kinds[-1] == "guess", kinds
+    assert max(engine.sent) > 2.0, engine.sent  # the last piece held the whole utterance
+    await listener.close()
+    assert listener.utterances.empty()
+
+
+def test_the_endpointer_reports_speech_resuming_after_a_pause() -> None:
+    kinds = [
+        event.kind
+        for event in Endpointer(end_ms=900).feed(_with_a_pause("Hello there.", "Goodbye now.", 400))
+    ]
+    assert kinds.count("start") == 1 and kinds.count("end") == 1, kinds
+    assert "resume" in kinds and kinds.index("pause") < kinds.index("resume") < kinds.index("end"), kinds
+
+
+async def test_short_answers_are_heard_once_through_the_short_window(whisper: LocalWhisper) -> None:
+    """A live call's pieces go through a window cut to their length; cut too short, tiny.en
+    repeats a one-word answer ("Yes. Yes. Yes."): the window and the decode's bound prevent it."""
+    live = streaming(whisper)
+    assert isinstance(live, LocalWhisper) and live.short_window and not whisper.short_window
+    for text in ("Yes.", "No.", "Sure."):
+        transcript = await live.transcribe(wav_bytes(heard(piper_phone(text)), LISTEN_RATE), "audio/wav")
+        assert words(transcript.text) == words(text), transcript.text
+        assert transcript.started_at is not None and transcript.cpu_seconds is not None
+
+
+async def test_the_speech_worker_hears_the_lightest_first(whisper: LocalWhisper, sky_phone: bytes) -> None:
+    """One worker per process, the least audio first. The first clip is the lightest, so the
+    worker takes it whenever it looks; on the full window it costs as much as any clip, and the
+    other two, queued meanwhile, are heard shorter first though asked for longer first."""
+    done: list[str] = []
+
+    async def hear(name: str, audio: np.ndarray) -> Transcript:
+        transcript = await whisper.transcribe(wav_bytes(audio, LISTEN_RATE), "audio/wav")
+        done.append(name)
+        return transcript
+
+    first, longer, shorter = await asyncio.gather(
+        hear("first", heard(piper_phone("No."), lead_ms=0, tail_ms=0)),
+        hear("longer", heard(sky_phone)),
+        hear("shorter", heard(piper_phone("Goodbye now."))),
+    )
+    assert done == ["first", "shorter", "longer"], done
+    assert "no" in words(first.text) and "sky" in words(longer.text) and "goodbye" in words(shorter.text)
+
+
+async def test_a_busy_engine_fails_the_utterance_softly(sky_phone: bytes) -> None:
+    """Past its queue limit the local engine refuses with an error naming the problem; the call
+    hears a failed utterance (and says its holding phrase), nothing crashes."""
+    busy = LocalWhisper(queue_limit=0)
+    with pytest.raises(ModelError, match="busy"):
+        await busy.transcribe(wav_bytes(heard(sky_phone), LISTEN_RATE), "audio/wav")
+    listener = Listener(busy)
+    await _listen(listener, heard(sky_phone))
+    utterance = await asyncio.wait_for(listener.utterances.get(), 60)
+    assert utterance.failed and utterance.text == ""
 
 
 async def test_a_failing_transcriber_marks_the_utterance_failed(sky_phone: bytes) -> None:
