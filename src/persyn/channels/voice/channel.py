@@ -10,7 +10,14 @@ turns between them.
 - Every settled utterance is an ordinary inbound message, addressed (a live call is always
   answered); the channel is `interactive`, so deliberation defers. When the turn ends in
   silence, or the engines fail, the holding phrase is said instead of dead air.
-- The first turn is the direction cue: the agent is told it picked up a call, from whom.
+- The first turn is the direction cue (`Call.cue`): the agent is told who called whom — that it
+  picked up a call from the caller, or that the person it called just answered, and why it
+  called them.
+- Outbound (`place_call`, `tools/builtin/calls.py`): the call is placed through Twilio's REST API
+  (`twilio.TwilioCalls`) with the answer webhook `/voice/twilio/outbound?call=TOKEN`; the token
+  names the placement kept here (`placed`: callee, name, purpose), which the webhook's TwiML and
+  the stream's `start` carry back. `end_call` says a goodbye, waits for it to be played, then
+  hangs up over REST (`Status=completed`).
 - The agent's reply (`deliver`) is queued for the call's speaker, split into sentences, each
   synthesized and sent as 20 ms μ-law media frames followed by a mark.
 """
@@ -22,13 +29,17 @@ import base64
 import contextlib
 import json
 import logging
+import os
+import secrets
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from persyn.channels.registry import served_agent
+from persyn.channels.voice.twilio import TOKEN_VARIABLE, TwilioCalls, TwilioRefused
 from persyn.core.config import AgentConfig, Settings
-from persyn.core.errors import ModelError
+from persyn.core.errors import ModelError, ToolError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import derived_id
 from persyn.runtime.api import RuntimeAPI
@@ -40,13 +51,26 @@ from persyn.voice.sentences import SentenceSplitter
 from persyn.voice.speak import Speaker as Mouth
 from persyn.voice.speak import build_speaker
 
-__all__ = ["PHONE_SERVICE", "Call", "PhoneChannel", "StreamSocket"]
+__all__ = ["OUTBOUND_PATH", "PHONE_SERVICE", "Call", "PhoneChannel", "Placement", "StreamSocket"]
 
 log = logging.getLogger(__name__)
 
 PHONE_SERVICE = "phone"
 CALL_SID_META = "call_sid"
 _REPLY_WAIT_SECONDS = 120.0
+_GOODBYE_SECONDS = 20.0  # the longest end_call waits for its goodbye to be played
+_PLACED_KEPT = 64  # placements awaiting their answer (unanswered ones age out)
+OUTBOUND_PATH = "/voice/twilio/outbound"
+
+
+@dataclass
+class Placement:
+    """A call the agent placed, until it is answered: whom, and why."""
+
+    number: str
+    name: str
+    purpose: str
+    sid: str | None = None
 
 
 class StreamSocket(Protocol):
@@ -65,6 +89,9 @@ class Call:
     caller: str
     socket: StreamSocket
     listener: Listener
+    direction: str = "inbound"  # or "outbound": the agent placed it
+    purpose: str = ""  # an outbound call's reason, from place_call
+    party: str = ""  # the other party's name, when known
     said: list[str] = field(default_factory=lambda: [])  # what reached the line, in order
     talk: asyncio.Queue[str] = field(default_factory=lambda: asyncio.Queue[str]())
     # The conversation of the call, cached from the first reply (Appendix A): the agent's state
@@ -77,6 +104,7 @@ class Call:
     timeline: list[tuple[str, float]] = field(default_factory=lambda: [])
     marks_played: int = 0
     _tasks: list[asyncio.Task[None]] = field(default_factory=lambda: [])
+    _progress: asyncio.Event = field(default_factory=asyncio.Event)  # something said or played
 
     @property
     def speaker(self) -> Speaker:
@@ -100,10 +128,30 @@ class Call:
                 await task
 
     async def cue(self) -> None:
-        """The first turn: no transcript yet, so the agent is told who called whom."""
+        """The first turn: no transcript yet, so the agent is told who called whom — by direction."""
         agent = self.channel.agent.name
-        text = f"[phone call: you ({agent}) picked up a call from {self.caller}; they are on the line]"
+        who = f"{self.party} ({self.caller})" if self.party else self.caller
+        if self.direction == "outbound":
+            text = f"[phone call: you ({agent}) called {who} and they just answered"
+            text += f"; why you called: {self.purpose}]" if self.purpose else "]"
+        else:
+            text = f"[phone call: you ({agent}) picked up a call from {who}; they are on the line]"
         await self._submit(text, "cue")
+
+    async def say_goodbye(self, goodbye: str) -> None:
+        """`goodbye` said, then waits (at most `_GOODBYE_SECONDS`) until the line has played it."""
+        before = len(self.said)
+        self.talk.put_nowait(goodbye)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_GOODBYE_SECONDS):
+                while len(self.said) <= before or self.marks_played < self.marks_sent:
+                    self._progress.clear()
+                    await self._progress.wait()
+
+    def played(self) -> None:
+        """The line played up to one of our marks (Twilio echoed it)."""
+        self.marks_played += 1
+        self._progress.set()
 
     async def _turns(self) -> None:
         count = 0
@@ -175,6 +223,7 @@ class Call:
             {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": f"said-{self.marks_sent}"}}
         )
         self.said.append(piece)
+        self._progress.set()
 
     async def _send(self, message: dict[str, Any]) -> None:
         await self.socket.send_text(json.dumps(message))
@@ -202,6 +251,7 @@ class PhoneChannel(Channel):
         self.transcriber = transcriber or build_transcriber(self.config.transcribe)
         self.mouth = mouth or build_speaker(self.config.speak, voice=self.config.speak_voice)
         self.calls: dict[str, Call] = {}
+        self.placed: OrderedDict[str, Placement] = OrderedDict()  # by the webhook's token
         self.piece_min_ms = piece_min_ms  # streaming STT's piece size (bench/voice.py compares)
         self._attached = False
         self._attaching = asyncio.Lock()
@@ -223,9 +273,13 @@ class PhoneChannel(Channel):
         probe = Speaker(service=PHONE_SERVICE, channel="", speaker_id=caller, display_name=caller)
         return await self.api.knows_speaker(self.agent.id, probe)
 
-    def open_call(self, sid: str, stream_sid: str, caller: str, socket: StreamSocket) -> Call:
+    def open_call(
+        self, sid: str, stream_sid: str, caller: str, socket: StreamSocket, placement: Placement | None = None
+    ) -> Call:
         listener = Listener(self.transcriber, end_ms=self.config.endpoint_ms, piece_min_ms=self.piece_min_ms)
         call = Call(self, sid, stream_sid, caller, socket, listener)
+        if placement is not None:
+            call.direction, call.purpose, call.party = "outbound", placement.purpose, placement.name
         self.calls[sid] = call
         call.start()
         return call
@@ -234,6 +288,53 @@ class PhoneChannel(Channel):
         call = self.calls.pop(sid, None)
         if call is not None:
             await call.end()
+
+    def rest(self) -> TwilioCalls:
+        twilio = self.config.twilio
+        return TwilioCalls(twilio.api_url, twilio.account_sid, os.environ.get(TOKEN_VARIABLE, ""))
+
+    async def place_call(self, number: str, name: str, purpose: str) -> str:
+        """Calls `number` over the REST API; when they answer, the stream's first turn tells the
+        agent it called `name` and why. What happened, for the tool's result; a refusal is a
+        `ToolError` naming Twilio's answer."""
+        twilio = self.config.twilio
+        if not (twilio.from_number and twilio.public_url):
+            raise ToolError("no calls can be placed: [voice.twilio] from_number and public_url must be set")
+        await self.attach()
+        token = secrets.token_urlsafe(18)
+        placement = Placement(number, name, purpose)
+        self.placed[token] = placement
+        while len(self.placed) > _PLACED_KEPT:
+            self.placed.popitem(last=False)
+        try:
+            call = await self.rest().place(
+                number, twilio.from_number, f"{twilio.public_url}{OUTBOUND_PATH}?call={token}"
+            )
+        except TwilioRefused as exc:
+            self.placed.pop(token, None)
+            raise ToolError(f"the call to {name} ({number}) was not placed: Twilio answered {exc}") from exc
+        placement.sid = str(call.get("sid", ""))
+        return f"calling {name} at {number} (call {placement.sid}, {call.get('status', 'queued')}); the call begins when they answer"
+
+    def answered(self, token: str, sid: str) -> Placement | None:
+        """The placement the answer webhook's `token` names, if it is the call `sid`."""
+        placement = self.placed.get(token)
+        return placement if placement is not None and placement.sid in (None, sid) else None
+
+    async def end_call(self, sid: str, goodbye: str) -> str:
+        """Says `goodbye` on the call `sid`, then hangs it up over REST."""
+        call = self.calls.get(sid)
+        if call is None:
+            raise ToolError("there is no call on the line to end")
+        await call.say_goodbye(goodbye)
+        try:
+            await self.rest().hang_up(sid)
+        except TwilioRefused as exc:
+            log.warning("phone: hanging up call %s over REST failed: %s", sid, exc)
+            with contextlib.suppress(Exception):
+                await self.close_call(sid)
+            return f"said goodbye; Twilio refused the hang-up ({exc}), so the line was closed here"
+        return "said goodbye and hung up"
 
     async def deliver(self, outbound: Outbound) -> None:
         call = self.calls.get(outbound.channel)
