@@ -28,7 +28,8 @@ does what Twilio does to the agent's server, with the shapes of Twilio's public 
   "in-progress", `Direction` "outbound-api", signed as a webhook), and given `<Connect><Stream>` a
   `MediaStreamCaller` opens the stream as the callee. `POST …/Calls/{CallSid}.json` with
   `Status=completed` hangs up (twilio.com/docs/voice/tutorials/how-to-modify-calls-in-progress):
-  the stream gets `stop` and the call is `completed`.
+  the stream gets `stop` and the call is `completed`. `GET /2010-04-01/Accounts/{AccountSid}.json`
+  answers the account resource (twilio.com/docs/iam/api/account), under the same auth.
 """
 
 from __future__ import annotations
@@ -324,6 +325,7 @@ class TwilioCloud:
         base = "/2010-04-01/Accounts/{account}"
         app = Starlette(
             routes=[
+                Route(base + ".json", self._account, methods=["GET"]),
                 Route(base + "/Calls.json", self._create, methods=["POST"]),
                 Route(base + "/Calls/{sid}.json", self._update, methods=["POST"]),
             ]
@@ -359,6 +361,14 @@ class TwilioCloud:
         if request.path_params["account"] != self.account_sid:
             return _error(404, 20404, f"The requested resource {request.url.path} was not found")
         return None
+
+    async def _account(self, request: Request) -> Response:
+        """The account resource (twilio.com/docs/iam/api/account#account-properties)."""
+        response = self._authorized(request) or JSONResponse(
+            {"sid": self.account_sid, "status": "active", "type": "Full", "friendly_name": "fake"}
+        )
+        self.requests.append(("GET", request.url.path, response.status_code))
+        return response
 
     async def _create(self, request: Request) -> Response:
         response = self._authorized(request) or await self._place(request)

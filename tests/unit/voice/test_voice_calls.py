@@ -145,7 +145,8 @@ async def office(
             task = asyncio.ensure_future(server.serve())
             try:
                 await until(lambda: server.started, "the server to listen")
-                await channel.attach()
+                # With from_number set, the routes connect the line at once (not on a first call in).
+                await until(lambda: channel._attached, "the phone line to connect")
                 agent = pilot.agent.id
                 for number, name in ((SAM, "Sam"), ("555-CALL-ME", "Bad")):
                     phone = Speaker(service="phone", channel="", speaker_id=number, display_name=name)
@@ -249,3 +250,33 @@ async def test_rest_errors_are_tool_errors(
         await line.pilot.say("Call Bad.", speaker="ann", name="Ann")
         assert "21211" in mind.results[-1] and "555-CALL-ME" in mind.results[-1]
         assert not line.cloud.calls and line.cloud.requests[-1][2] == 400
+
+
+async def test_doctor_checks_the_outbound_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from persyn.channels.voice.plugin import PLUGIN
+
+    assert PLUGIN.probe is not None
+    async with TwilioCloud(ACCOUNT, TOKEN, numbers=(OURS,)) as cloud:
+
+        def settings(name: str, api_url: str) -> Any:
+            return harness_settings(
+                tmp_path / name,
+                config=(
+                    '[voice]\nenabled = true\n[voice.twilio]\npublic_url = "https://x.example"\n'
+                    f'account_sid = "{ACCOUNT}"\nfrom_number = "{OURS}"\napi_url = "{api_url}"\n'
+                ),
+            )
+
+        monkeypatch.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+        ready = await PLUGIN.probe(settings("ok", cloud.url))
+        assert ready.ok and f"outbound calls from {OURS}" in ready.detail, ready.detail
+        assert ("GET", f"/2010-04-01/Accounts/{ACCOUNT}.json", 200) in cloud.requests
+        monkeypatch.setenv("TWILIO_AUTH_TOKEN", "not-the-token")
+        refused = await PLUGIN.probe(settings("refused", cloud.url))
+        assert not refused.ok and "401" in refused.detail and "20003" in refused.detail
+        monkeypatch.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            nowhere = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        gone = await PLUGIN.probe(settings("gone", nowhere))
+        assert not gone.ok and "could not be reached" in gone.detail

@@ -62,11 +62,19 @@ def voice_routes(
     config = settings.voice
     public = config.twilio.public_url
     state: dict[str, PhoneChannel] = {} if channel is None else {"channel": channel}
+    attaching: list[asyncio.Task[None]] = []  # held so the task is not collected
 
     def phone() -> PhoneChannel:
         if "channel" not in state:
             state["channel"] = PhoneChannel(settings, api)
         return state["channel"]
+
+    if config.twilio.from_number:
+        # Calls the agent places need the line connected from the start, not on the first call
+        # in; built outside an event loop, it connects on the first request instead.
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop()
+            attaching.append(asyncio.ensure_future(phone().attach()))
 
     def token() -> str:
         return os.environ.get(TOKEN_VARIABLE, "")

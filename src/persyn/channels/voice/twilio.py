@@ -94,18 +94,30 @@ class TwilioCalls:
         """Places a call to `to`; Twilio fetches `url` (POST) when it is answered. The call resource."""
         return await self._post("Calls.json", {"To": to, "From": from_, "Url": url, "Method": "POST"}, 201)
 
+    async def account(self) -> dict[str, Any]:
+        """The account resource (twilio.com/docs/iam/api/account#fetch-an-account-resource):
+        whether the API is reachable and takes these credentials."""
+        return await self._request("GET", ".json", {}, 200)
+
     async def hang_up(self, call_sid: str) -> dict[str, Any]:
         return await self._post(f"Calls/{call_sid}.json", {"Status": "completed"}, 200)
 
     async def _post(self, path: str, form: Mapping[str, str], expected: int) -> dict[str, Any]:
+        return await self._request("POST", f"/{path}", form, expected)
+
+    async def _request(
+        self, method: str, path: str, form: Mapping[str, str], expected: int
+    ) -> dict[str, Any]:
         if not self.account_sid or not self.token:
             raise TwilioRefused(
                 0, None, "no account: [voice.twilio] account_sid and TWILIO_AUTH_TOKEN are needed"
             )
-        url = f"{self.api_url}/{_API_VERSION}/Accounts/{self.account_sid}/{path}"
+        url = f"{self.api_url}/{_API_VERSION}/Accounts/{self.account_sid}{path}"
         try:
             async with httpx.AsyncClient(timeout=_TIMEOUT) as client:
-                response = await client.post(url, data=dict(form), auth=(self.account_sid, self.token))
+                response = await client.request(
+                    method, url, data=dict(form) or None, auth=(self.account_sid, self.token)
+                )
         except httpx.HTTPError as exc:
             raise TwilioRefused(
                 0, None, f"the Twilio API at {self.api_url} could not be reached: {exc}"
