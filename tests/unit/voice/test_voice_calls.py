@@ -71,6 +71,13 @@ class Mind:
         if said.startswith("[phone call:"):
             self.cues.append(said)
             return DoubleReply(text="Hello Sam, it is Ada. I am calling about the book club.")
+        if said.startswith("Write to Bo, then call Sam"):
+            return DoubleReply(
+                tool_calls=[
+                    {"name": "message_contact", "args": {"to": "Bo", "text": "Sam is getting a call."}},
+                    {"name": "place_call", "args": {"contact": "Sam", "purpose": self.purpose}},
+                ]
+            )
         asked = re.search(r"\bcall (\w+)", said, re.IGNORECASE)
         if asked is not None:
             who = asked.group(1)
@@ -117,6 +124,7 @@ async def office(
     answer: bool = True,
     token: str = TOKEN,
     lines: tuple[str, ...] = (SAM,),
+    before: str = "",
 ) -> AsyncIterator[Office]:
     """The agent with a phone line (uvicorn on loopback) and Twilio's REST side (the fake)."""
     monkeypatch.setenv("TWILIO_AUTH_TOKEN", token)
@@ -126,7 +134,7 @@ async def office(
         config = (
             # Ann's room shares a compartment with these lines: she may have the agent call them.
             f"[memory]\nchannel_groups = {[['test:room', f'phone:{n}'] for n in lines]}\n"
-            "[deliberation]\nenabled = false\n"
+            f"[deliberation]\nenabled = false\n{before}"
             f"[voice]\nenabled = true\n{extra}"
             f'[voice.twilio]\naccount_sid = "{ACCOUNT}"\npublic_url = "{public}"\n'
             f'from_number = "{OURS}"\napi_url = "{cloud.url}"\n'
@@ -236,6 +244,17 @@ async def test_the_daily_cap_and_quiet_hours_refuse_with_a_reason(
     async with office(tmp_path / "quiet", whisper, monkeypatch, extra=quiet, answer=False) as line:
         await line.pilot.say("Call Sam.", speaker="ann", name="Ann")
         assert "quiet hours" in mind.results[-1] and not line.cloud.calls
+
+
+async def test_a_call_counts_against_the_per_run_cap_of_messages(
+    tmp_path: Path, whisper: LocalWhisper, mind: Mind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cap = "[autonomy]\nmax_messages_per_run = 1\n"
+    async with office(tmp_path / "home", whisper, monkeypatch, answer=False, before=cap) as line:
+        turn = await line.pilot.say("Write to Bo, then call Sam.", speaker="ann", name="Ann")
+        assert turn.marker.transmitted
+        wrote, called = mind.results
+        assert "Bo" in wrote and "cap reached" in called and not line.cloud.calls
 
 
 async def test_rest_errors_are_tool_errors(
