@@ -12,6 +12,7 @@ import re
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,11 @@ class Mind:
         if said.startswith("[phone call:"):
             self.cues.append(said)
             return DoubleReply(text="Hello Sam, it is Ada. I am calling about the book club.")
+        if said.startswith("Remind me to"):
+            objective = said.removeprefix("Remind me to").strip(" .")
+            return DoubleReply(
+                tool_calls=[{"name": "set_reminder", "args": {"objective": objective, "in_minutes": 10}}]
+            )
         if said.startswith("Write to Bo, then call Sam"):
             return DoubleReply(
                 tool_calls=[
@@ -225,6 +231,19 @@ async def test_a_stranger_elsewhere_cannot_have_the_agent_call_sam(
         # A contact with no phone number is a clear tool error.
         await line.pilot.say("Call Bo.", speaker="ann", name="Ann")
         assert "Bo" in mind.results[1] and "no phone number" in mind.results[1]
+        assert not line.cloud.calls
+
+
+async def test_a_reminder_a_stranger_set_cannot_phone_sam_when_it_fires(
+    tmp_path: Path, whisper: LocalWhisper, mind: Mind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A self-initiated run is weighed by what it read: the stranger's reminder, from their channel."""
+    async with office(tmp_path / "home", whisper, monkeypatch, answer=False) as line:
+        where = {"speaker": "mallory", "name": "Mallory", "channel": "elsewhere"}
+        await line.pilot.say("Remind me to call Sam about the book club.", **where)  # type: ignore[arg-type]
+        assert await line.pilot.fire(timedelta(minutes=11)) == 1
+        await until(lambda: len(mind.results) >= 2, "the reminder's run to try the call")
+        assert "not called" in mind.results[-1] and "test:elsewhere" in mind.results[-1], mind.results
         assert not line.cloud.calls
 
 
