@@ -22,6 +22,7 @@ from persyn.gateway.auto import resolve_auto
 from persyn.gateway.gateway import ModelGateway
 from persyn.runtime.app import Runtime, RuntimeParts
 from persyn.runtime.background.autonomy import Autonomy
+from persyn.runtime.background.calls import Calls
 from persyn.runtime.background.conversation_jobs import ConversationJobs, JobQueue, JobWorkflows
 from persyn.runtime.background.guardrails import Guardrails
 from persyn.runtime.background.housekeeping import Housekeeping
@@ -176,6 +177,14 @@ def build_runtime(
             else None,
             sandbox=SandboxService(settings, gateways) if settings.sandbox.enabled else None,
             images=images,
+            calls=Calls(
+                store=store,
+                settings=settings,
+                clock=clock,
+                outreach=outreach,
+                autonomy=autonomy,
+                channels=connected,
+            ),
         ),
         event=cache.event,
         tracing=tracing,

@@ -17,6 +17,22 @@ does what Twilio does to the agent's server, with the shapes of Twilio's public 
   it; otherwise playback is instant); on `clear` drops the audio not yet played and answers the
   marks still pending at once, as the docs' `clear` section says Twilio does; hangs up with
   `stop`, or drops the connection.
+- The REST API's calls (`TwilioCloud`, a Starlette app on loopback; twilio.com/docs/voice/api/
+  call-resource): `POST /2010-04-01/Accounts/{AccountSid}/Calls.json` with HTTP basic auth
+  (AccountSid:AuthToken; twilio.com/docs/usage/requests-to-twilio) and the form `To`, `From`, `Url`
+  or `Twiml`, `Method`, `StatusCallback`; it answers 201 with the call resource (`sid`,
+  `account_sid`, `to`, `from`, `status` "queued", `direction` "outbound-api", `uri`, …). Refusals
+  are Twilio's JSON errors (twilio.com/docs/usage/twilios-response): 401 code 20003 for bad
+  credentials, 404 code 20404 for another account's path or an unknown call, 400 code 21211 for a
+  `To` that is not a phone number (twilio.com/docs/errors/21211), 21212 for a `From` that is not
+  one, 21210 for a `From` the account does not own (twilio.com/docs/errors/21210), 21205 when
+  neither `Url` nor `Twiml` is given (twilio.com/docs/errors/21205). The callee then "answers":
+  the `Url` is fetched (POST, the form `CallSid`, `AccountSid`, `From`, `To`, `CallStatus`
+  "in-progress", `Direction` "outbound-api", signed as a webhook), and given `<Connect><Stream>` a
+  `MediaStreamCaller` opens the stream as the callee. `POST …/Calls/{CallSid}.json` with
+  `Status=completed` hangs up (twilio.com/docs/voice/tutorials/how-to-modify-calls-in-progress):
+  the stream gets `stop` and the call is `completed`. `GET /2010-04-01/Accounts/{AccountSid}.json`
+  answers the account resource (twilio.com/docs/iam/api/account), under the same auth.
 """
 
 from __future__ import annotations
@@ -25,18 +41,26 @@ import asyncio
 import base64
 import contextlib
 import json
+import re
 import secrets
+import socket
 import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import uvicorn
 import websockets
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from persyn.channels.voice.twilio import signature
+from persyn.testing.harness import until
 
-__all__ = ["Answer", "MediaStreamCaller", "ring"]
+__all__ = ["Answer", "MediaStreamCaller", "PlacedCall", "TwilioCloud", "ring"]
 
 _FRAME = 160
 
@@ -86,14 +110,18 @@ async def ring(
         response = await client.post(server + path, data=params, headers=headers)
     if response.status_code != 200:
         return sid, Answer(response.status_code)
-    root = ElementTree.fromstring(response.text)
+    return sid, _read_twiml(200, response.text)
+
+
+def _read_twiml(status: int, text: str) -> Answer:
+    root = ElementTree.fromstring(text)
     stream = root.find("./Connect/Stream")
     if stream is not None:
         parameters = {p.get("name", ""): p.get("value", "") for p in stream.findall("Parameter")}
-        return sid, Answer(200, stream_url=stream.get("url"), parameters=parameters)
+        return Answer(status, stream_url=stream.get("url"), parameters=parameters)
     say = root.find("Say")
-    return sid, Answer(
-        200, said=say.text if say is not None else None, rejected=root.find("Reject") is not None
+    return Answer(
+        status, said=say.text if say is not None else None, rejected=root.find("Reject") is not None
     )
 
 
@@ -251,3 +279,215 @@ class MediaStreamCaller:
             self._marked.set()
             with contextlib.suppress(Exception):
                 await self.send({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
+
+
+_E164 = re.compile(r"\+[1-9]\d{1,14}")
+_API = "/2010-04-01/Accounts/{account}"
+
+
+@dataclass
+class PlacedCall:
+    """A call placed through the fake's REST API, and what became of it."""
+
+    sid: str
+    to: str
+    from_: str
+    url: str | None
+    twiml: str | None
+    status_callback: str | None
+    status: str = "queued"
+    answer: Answer | None = None  # what the answer webhook said
+    callee: MediaStreamCaller | None = None  # the stream, from the callee's side
+    statuses: list[str] = field(default_factory=lambda: [])  # every status it went through
+
+    def resource(self, account_sid: str) -> dict[str, Any]:
+        """The call resource's JSON (twilio.com/docs/voice/api/call-resource#call-properties)."""
+        uri = f"{_API.format(account=account_sid)}/Calls/{self.sid}.json"
+        return {
+            "sid": self.sid,
+            "account_sid": account_sid,
+            "to": self.to,
+            "to_formatted": self.to,
+            "from": self.from_,
+            "from_formatted": self.from_,
+            "status": self.status,
+            "direction": "outbound-api",
+            "api_version": "2010-04-01",
+            "parent_call_sid": None,
+            "phone_number_sid": None,
+            "answered_by": None,
+            "caller_name": None,
+            "start_time": None,
+            "end_time": None,
+            "duration": None,
+            "price": None,
+            "price_unit": "USD",
+            "uri": uri,
+            "subresource_uris": {"recordings": uri.replace(".json", "/Recordings.json")},
+        }
+
+
+def _error(status: int, code: int, message: str) -> JSONResponse:
+    """Twilio's error body (twilio.com/docs/usage/twilios-response#response-formats-exceptions)."""
+    body = {
+        "code": code,
+        "message": message,
+        "more_info": f"https://www.twilio.com/docs/errors/{code}",
+        "status": status,
+    }
+    return JSONResponse(body, status_code=status)
+
+
+@dataclass
+class TwilioCloud:
+    """Twilio's REST side of calls, served on loopback (`async with TwilioCloud(...) as cloud`;
+    `cloud.url` is the `[voice.twilio] api_url`). `numbers`: the account's own numbers (a `From`
+    outside them is refused); `answer`: whether callees pick up. `calls` holds every call placed,
+    `requests` every request's method, path and status."""
+
+    account_sid: str
+    token: str
+    numbers: tuple[str, ...] = ("+15550009999",)
+    answer: bool = True
+    url: str = ""
+    calls: dict[str, PlacedCall] = field(default_factory=dict[str, PlacedCall])
+    requests: list[tuple[str, str, int]] = field(default_factory=lambda: [])
+    _server: uvicorn.Server | None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=lambda: [])
+
+    async def __aenter__(self) -> TwilioCloud:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        base = "/2010-04-01/Accounts/{account}"
+        app = Starlette(
+            routes=[
+                Route(base + ".json", self._account, methods=["GET"]),
+                Route(base + "/Calls.json", self._create, methods=["POST"]),
+                Route(base + "/Calls/{sid}.json", self._update, methods=["POST"]),
+            ]
+        )
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._tasks.append(asyncio.ensure_future(self._server.serve()))
+        server = self._server
+        await until(lambda: server.started, "the fake Twilio API to listen")
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for call in self.calls.values():
+            if call.callee is not None:
+                await call.callee.drop()
+        if self._server is not None:
+            self._server.should_exit = True
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 30)
+
+    def _authorized(self, request: Request) -> JSONResponse | None:
+        """401 for missing or wrong basic credentials, 404 for another account's path."""
+        given = request.headers.get("authorization", "")
+        scheme, _, encoded = given.partition(" ")
+        try:
+            user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            user = password = ""
+        if scheme.lower() != "basic" or user != self.account_sid or password != self.token:
+            return _error(401, 20003, "Authenticate")
+        if request.path_params["account"] != self.account_sid:
+            return _error(404, 20404, f"The requested resource {request.url.path} was not found")
+        return None
+
+    async def _account(self, request: Request) -> Response:
+        """The account resource (twilio.com/docs/iam/api/account#account-properties)."""
+        response = self._authorized(request) or JSONResponse(
+            {"sid": self.account_sid, "status": "active", "type": "Full", "friendly_name": "fake"}
+        )
+        self.requests.append(("GET", request.url.path, response.status_code))
+        return response
+
+    async def _create(self, request: Request) -> Response:
+        response = self._authorized(request) or await self._place(request)
+        self.requests.append(("POST", request.url.path, response.status_code))
+        return response
+
+    async def _place(self, request: Request) -> Response:
+        form = {key: str(value) for key, value in (await request.form()).items()}
+        to, from_ = form.get("To", ""), form.get("From", "")
+        if not _E164.fullmatch(to):
+            return _error(400, 21211, f"Invalid 'To' Phone Number: {to}")
+        if not _E164.fullmatch(from_):
+            return _error(400, 21212, f"Invalid From Number (caller ID): {from_}")
+        if from_ not in self.numbers:
+            return _error(
+                400,
+                21210,
+                f"The source phone number provided, {from_}, is not yet verified for your account.",
+            )
+        if not form.get("Url") and not form.get("Twiml"):
+            return _error(400, 21205, "Url parameter is required.")
+        call = PlacedCall(
+            _sid("CA"), to, from_, form.get("Url"), form.get("Twiml"), form.get("StatusCallback")
+        )
+        call.statuses.append(call.status)
+        self.calls[call.sid] = call
+        if self.answer:
+            self._tasks.append(asyncio.ensure_future(self._ring(call)))
+        return JSONResponse(call.resource(self.account_sid), status_code=201)
+
+    async def _update(self, request: Request) -> Response:
+        refused = self._authorized(request)
+        call = self.calls.get(request.path_params["sid"])
+        if refused is None and call is None:
+            refused = _error(404, 20404, f"The requested resource {request.url.path} was not found")
+        if refused is not None or call is None:
+            self.requests.append(("POST", request.url.path, refused.status_code if refused else 404))
+            return refused or _error(404, 20404, "not found")
+        form = {key: str(value) for key, value in (await request.form()).items()}
+        self.requests.append(("POST", request.url.path, 200))
+        if form.get("Status") == "completed":
+            await self._finish(call)
+        return JSONResponse(call.resource(self.account_sid))
+
+    async def _finish(self, call: PlacedCall) -> None:
+        if call.callee is not None:
+            await call.callee.hang_up()
+        self._status(call, "completed")
+
+    def _status(self, call: PlacedCall, status: str) -> None:
+        call.status = status
+        call.statuses.append(status)
+
+    async def _ring(self, call: PlacedCall) -> None:
+        """The callee picks up: the TwiML is fetched (or given) and the stream opened."""
+        self._status(call, "ringing")
+        self._status(call, "in-progress")
+        if call.url is not None:
+            params = {
+                "CallSid": call.sid,
+                "AccountSid": self.account_sid,
+                "From": call.from_,
+                "To": call.to,
+                "CallStatus": "in-progress",
+                "Direction": "outbound-api",
+                "ApiVersion": "2010-04-01",
+            }
+            headers = {"X-Twilio-Signature": signature(self.token, call.url, params)}
+            async with httpx.AsyncClient(timeout=30) as client:
+                response = await client.post(call.url, data=params, headers=headers)
+            if response.status_code != 200:
+                call.answer = Answer(response.status_code)
+                self._status(call, "failed")
+                return
+            twiml = response.text
+        else:
+            twiml = call.twiml or "<Response/>"
+        call.answer = _read_twiml(200, twiml)
+        if call.answer.stream_url is None:
+            self._status(call, "completed")
+            return
+        callee = MediaStreamCaller(call.sid, account_sid=self.account_sid)
+        await callee.connect(call.answer.stream_url, self.token)
+        await callee.start(call.answer.parameters)
+        call.callee = callee

@@ -10,7 +10,14 @@ turns between them.
 - Every settled utterance is an ordinary inbound message, addressed (a live call is always
   answered); the channel is `interactive`, so deliberation defers. When the turn ends in
   silence, or the engines fail, the holding phrase is said instead of dead air.
-- The first turn is the direction cue: the agent is told it picked up a call, from whom.
+- The first turn is the direction cue (`Call.cue`): the agent is told who called whom — that it
+  picked up a call from the caller, or that the person it called just answered, and why it
+  called them.
+- Outbound (`place_call`, `tools/builtin/calls.py`): the call is placed through Twilio's REST API
+  (`twilio.TwilioCalls`) with the answer webhook `/voice/twilio/outbound?call=TOKEN`; the token
+  names the placement kept here (`placed`: callee, name, purpose), which the webhook's TwiML and
+  the stream's `start` carry back. `end_call` says a goodbye, waits for it to be played, then
+  hangs up over REST (`Status=completed`).
 - The agent's reply (`deliver`) is queued for the call's speaker, split into sentences, each
   synthesized and sent as 20 ms μ-law media frames followed by a mark.
 """
@@ -21,15 +28,19 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
+import secrets
 import time
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from persyn.channels.registry import served_agent
 from persyn.channels.voice.outlet import Outlet, StreamSocket, TwilioOutlet
+from persyn.channels.voice.twilio import TOKEN_VARIABLE, TwilioCalls, TwilioRefused
 from persyn.core.config import AgentConfig, Settings
-from persyn.core.errors import ModelError
+from persyn.core.errors import ModelError, ToolError
 from persyn.core.events import Event, Outbound, Speaker
 from persyn.core.ids import derived_id
 from persyn.runtime.api import RuntimeAPI
@@ -45,7 +56,16 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["CUT_OFF", "PHONE_SERVICE", "Call", "PhoneChannel", "StreamSocket", "shared_phone"]
+__all__ = [
+    "CUT_OFF",
+    "OUTBOUND_PATH",
+    "PHONE_SERVICE",
+    "Call",
+    "PhoneChannel",
+    "Placement",
+    "StreamSocket",
+    "shared_phone",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +73,19 @@ PHONE_SERVICE = "phone"
 CALL_SID_META = "call_sid"
 _REPLY_WAIT_SECONDS = 120.0
 CUT_OFF = "[cut off]"  # ends the stored line of a reply the person did not hear to its end
+_GOODBYE_SECONDS = 20.0  # the longest end_call waits for its goodbye to be played
+_PLACED_KEPT = 64  # placements awaiting their answer (unanswered ones age out)
+OUTBOUND_PATH = "/voice/twilio/outbound"
+
+
+@dataclass
+class Placement:
+    """A call the agent placed, until it is answered: whom, and why."""
+
+    number: str
+    name: str
+    purpose: str
+    sid: str | None = None
 
 
 @dataclass
@@ -84,6 +117,9 @@ class Call:
     identity: Speaker | None = None
     said: list[str] = field(default_factory=lambda: [])  # what was sent to the line, in order
     played: list[str] = field(default_factory=lambda: [])  # what the person heard (marks echoed)
+    direction: str = "inbound"  # or "outbound": the agent placed it
+    purpose: str = ""  # an outbound call's reason, from place_call
+    party: str = ""  # the other party's name, when known
     talk: asyncio.Queue[str] = field(default_factory=lambda: asyncio.Queue[str]())
     # The event each delivered reply answers, by its text (`deliver`): a cut-off reply's stored
     # line is found by it.
@@ -103,6 +139,7 @@ class Call:
     _speaking: list[_Reply] = field(default_factory=lambda: [])  # begun, not yet heard to the end
     _marks: dict[str, tuple[_Reply, str]] = field(default_factory=lambda: {})  # unplayed marks
     _ended: bool = False
+    _progress: asyncio.Event = field(default_factory=asyncio.Event)  # something said or played
 
     @property
     def speaker(self) -> Speaker:
@@ -145,6 +182,7 @@ class Call:
         reply.played.append(piece)
         self.played.append(piece)
         self.marks_played += 1
+        self._progress.set()
         if reply.finished:
             self._speaking.remove(reply)
 
@@ -195,10 +233,25 @@ class Call:
         await self.cut_off(clear=False)
 
     async def cue(self) -> None:
-        """The first turn: no transcript yet, so the agent is told who called whom."""
+        """The first turn: no transcript yet, so the agent is told who called whom — by direction."""
         agent = self.channel.agent.name
-        text = f"[phone call: you ({agent}) picked up a call from {self.caller}; they are on the line]"
+        who = f"{self.party} ({self.caller})" if self.party else self.caller
+        if self.direction == "outbound":
+            text = f"[phone call: you ({agent}) called {who} and they just answered"
+            text += f"; why you called: {self.purpose}]" if self.purpose else "]"
+        else:
+            text = f"[phone call: you ({agent}) picked up a call from {who}; they are on the line]"
         await self._submit(text, "cue")
+
+    async def say_goodbye(self, goodbye: str) -> None:
+        """`goodbye` said, then waits (at most `_GOODBYE_SECONDS`) until the line has played it."""
+        before = len(self.said)
+        self.talk.put_nowait(goodbye)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_GOODBYE_SECONDS):
+                while len(self.said) <= before or self.marks_played < self.marks_sent:
+                    self._progress.clear()
+                    await self._progress.wait()
 
     async def _turns(self) -> None:
         count = 0
@@ -276,6 +329,7 @@ class Call:
             self._marks[name] = (reply, piece)
         await self.outlet.mark(name)
         self.said.append(piece)
+        self._progress.set()
 
 
 class PhoneChannel(Channel):
@@ -300,6 +354,7 @@ class PhoneChannel(Channel):
         self.transcriber = transcriber or build_transcriber(self.config.transcribe)
         self.mouth = mouth or build_speaker(self.config.speak, voice=self.config.speak_voice)
         self.calls: dict[str, Call] = {}
+        self.placed: OrderedDict[str, Placement] = OrderedDict()  # by the webhook's token
         self.piece_min_ms = piece_min_ms  # streaming STT's piece size (bench/voice.py compares)
         self._attached = False
         self._attaching = asyncio.Lock()
@@ -330,11 +385,14 @@ class PhoneChannel(Channel):
         *,
         outlet: Outlet | None = None,
         identity: Speaker | None = None,
+        placement: Placement | None = None,
     ) -> Call:
         """A call on `socket` (Twilio's Media Streams unless another `outlet` is given)."""
         listener = Listener(self.transcriber, end_ms=self.config.endpoint_ms, piece_min_ms=self.piece_min_ms)
         outlet = outlet or TwilioOutlet(socket, stream_sid)
         call = Call(self, sid, caller, outlet, listener, identity=identity)
+        if placement is not None:
+            call.direction, call.purpose, call.party = "outbound", placement.purpose, placement.name
         self.calls[sid] = call
         call.start()
         return call
@@ -347,6 +405,53 @@ class PhoneChannel(Channel):
                 await call.end()
             finally:
                 self.calls.pop(sid, None)
+
+    def rest(self) -> TwilioCalls:
+        twilio = self.config.twilio
+        return TwilioCalls(twilio.api_url, twilio.account_sid, os.environ.get(TOKEN_VARIABLE, ""))
+
+    async def place_call(self, number: str, name: str, purpose: str) -> str:
+        """Calls `number` over the REST API; when they answer, the stream's first turn tells the
+        agent it called `name` and why. What happened, for the tool's result; a refusal is a
+        `ToolError` naming Twilio's answer."""
+        twilio = self.config.twilio
+        if not (twilio.from_number and twilio.public_url):
+            raise ToolError("no calls can be placed: [voice.twilio] from_number and public_url must be set")
+        await self.attach()
+        token = secrets.token_urlsafe(18)
+        placement = Placement(number, name, purpose)
+        self.placed[token] = placement
+        while len(self.placed) > _PLACED_KEPT:
+            self.placed.popitem(last=False)
+        try:
+            call = await self.rest().place(
+                number, twilio.from_number, f"{twilio.public_url}{OUTBOUND_PATH}?call={token}"
+            )
+        except TwilioRefused as exc:
+            self.placed.pop(token, None)
+            raise ToolError(f"the call to {name} ({number}) was not placed: Twilio answered {exc}") from exc
+        placement.sid = str(call.get("sid", ""))
+        return f"calling {name} at {number} (call {placement.sid}, {call.get('status', 'queued')}); the call begins when they answer"
+
+    def answered(self, token: str, sid: str) -> Placement | None:
+        """The placement the answer webhook's `token` names, if it is the call `sid`."""
+        placement = self.placed.get(token)
+        return placement if placement is not None and placement.sid in (None, sid) else None
+
+    async def end_call(self, sid: str, goodbye: str) -> str:
+        """Says `goodbye` on the call `sid`, then hangs it up over REST."""
+        call = self.calls.get(sid)
+        if call is None:
+            raise ToolError("there is no call on the line to end")
+        await call.say_goodbye(goodbye)
+        try:
+            await self.rest().hang_up(sid)
+        except TwilioRefused as exc:
+            log.warning("phone: hanging up call %s over REST failed: %s", sid, exc)
+            with contextlib.suppress(Exception):
+                await self.close_call(sid)
+            return f"said goodbye; Twilio refused the hang-up ({exc}), so the line was closed here"
+        return "said goodbye and hung up"
 
     async def deliver(self, outbound: Outbound) -> None:
         call = self.calls.get(outbound.channel)

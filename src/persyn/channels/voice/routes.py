@@ -4,6 +4,10 @@
   `To`, `AccountSid`, …). A caller the inbound filter admits gets TwiML connecting a Media
   Stream to `/voice/twilio/stream` (the caller and call sid as `<Parameter>`s); any other is
   told politely that the agent takes no calls from them, or rejected (`[voice] reject`).
+- `POST /voice/twilio/outbound?call=TOKEN`: the answer webhook of a call the agent placed
+  (`PhoneChannel.place_call`), signed like the other: TwiML connecting the stream with the
+  direction (`outbound`), the callee, the purpose and the placement's token as `<Parameter>`s;
+  a token that names no placement of this call gets `<Hangup/>`.
 - `/voice/twilio/stream`: the Media Streams WebSocket (twilio.com/docs/voice/media-streams/
   websocket-messages): `connected`, `start` (`callSid`, `streamSid`, `customParameters`),
   `media` (base64 8 kHz μ-law), `mark` (the echo of one the call sent: what was heard), `stop`. The upgrade must carry a valid signature over
@@ -31,23 +35,23 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from persyn.channels.voice.channel import Call, PhoneChannel, shared_phone
-from persyn.channels.voice.twilio import connect_twiml, reject_twiml, say_twiml, signature_ok
+from persyn.channels.voice.channel import OUTBOUND_PATH, Call, PhoneChannel, shared_phone
+from persyn.channels.voice.twilio import TOKEN_VARIABLE, connect_twiml, reject_twiml, say_twiml, signature_ok
 from persyn.core.config import Settings
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.channel import BodyRefused, capped_body
 
-__all__ = ["INCOMING_PATH", "STREAM_PATH", "TOKEN_VARIABLE", "voice_routes"]
+__all__ = ["INCOMING_PATH", "OUTBOUND_PATH", "STREAM_PATH", "TOKEN_VARIABLE", "voice_routes"]
 
 log = logging.getLogger(__name__)
 
 INCOMING_PATH = "/voice/twilio/incoming"
 STREAM_PATH = "/voice/twilio/stream"
-TOKEN_VARIABLE = "TWILIO_AUTH_TOKEN"
 _START_SECONDS = 10.0
 _MALFORMED_LIMIT = 50  # messages of no known shape before the stream is dropped
 _XML = "application/xml"
 _MAX_FIELDS = 200  # Twilio's call webhook sends a few dozen
+_HANGUP = '<?xml version="1.0" encoding="UTF-8"?><Response><Hangup/></Response>'
 
 
 def _stream_url(public_url: str) -> str:
@@ -61,16 +65,25 @@ def voice_routes(
     config = settings.voice
     public = config.twilio.public_url
     state: dict[str, PhoneChannel] = {} if channel is None else {"channel": channel}
+    attaching: list[asyncio.Task[None]] = []  # held so the task is not collected
 
     def phone() -> PhoneChannel:
         if "channel" not in state:
             state["channel"] = shared_phone(settings, api)
         return state["channel"]
 
+    if config.twilio.from_number:
+        # Calls the agent places need the line connected from the start, not on the first call
+        # in; built outside an event loop, it connects on the first request instead.
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop()
+            attaching.append(asyncio.ensure_future(phone().attach()))
+
     def token() -> str:
         return os.environ.get(TOKEN_VARIABLE, "")
 
-    async def incoming(request: Request) -> Response:
+    async def signed(request: Request) -> dict[str, str] | Response:
+        """The webhook's form, or the 403 of a request Twilio did not sign for this account."""
         try:  # never `request.form()`: it reads a stranger's body however large
             body = await capped_body(
                 request,
@@ -90,6 +103,31 @@ def voice_routes(
             return PlainTextResponse("bad or missing X-Twilio-Signature", status_code=403)
         if config.twilio.account_sid and params.get("AccountSid") != config.twilio.account_sid:
             return PlainTextResponse("not this account's call", status_code=403)
+        return params
+
+    async def outbound(request: Request) -> Response:
+        params = await signed(request)
+        if isinstance(params, Response):
+            return params
+        channel = phone()
+        await channel.attach()
+        placement = channel.answered(request.query_params.get("call", ""), params.get("CallSid", ""))
+        if placement is None:
+            log.info("phone: an answer webhook for a call not placed here was hung up")
+            return Response(_HANGUP, media_type=_XML)
+        parameters = {
+            "direction": "outbound",
+            "callee": placement.number,
+            "purpose": placement.purpose,
+            "call": request.query_params.get("call", ""),
+            "callSid": params.get("CallSid", ""),
+        }
+        return Response(connect_twiml(_stream_url(public), parameters), media_type=_XML)
+
+    async def incoming(request: Request) -> Response:
+        params = await signed(request)
+        if isinstance(params, Response):
+            return params
         channel = phone()
         await channel.attach()
         caller = params.get("From", "")
@@ -124,7 +162,11 @@ def voice_routes(
             for sid in [sid for sid, call in channel.calls.items() if call.socket is websocket]:
                 await channel.close_call(sid)
 
-    return [Route(INCOMING_PATH, incoming, methods=["POST"]), WebSocketRoute(STREAM_PATH, stream)]
+    return [
+        Route(INCOMING_PATH, incoming, methods=["POST"]),
+        Route(OUTBOUND_PATH, outbound, methods=["POST"]),
+        WebSocketRoute(STREAM_PATH, stream),
+    ]
 
 
 async def _serve(websocket: WebSocket, channel: PhoneChannel) -> Call | None:
@@ -171,11 +213,22 @@ async def _serve(websocket: WebSocket, channel: PhoneChannel) -> Call | None:
 
 async def _started(websocket: WebSocket, channel: PhoneChannel, message: dict[str, Any]) -> Call | None:
     sid, stream_sid = _dig(message, "start", "callSid"), _dig(message, "start", "streamSid")
-    caller = _dig(message, "start", "customParameters", "caller")
-    if not (isinstance(sid, str) and sid and isinstance(stream_sid, str) and isinstance(caller, str)):
-        log.warning("phone: a 'start' without callSid, streamSid or the caller was refused")
+    if not (isinstance(sid, str) and sid and isinstance(stream_sid, str)) or sid in channel.calls:
+        log.warning("phone: a 'start' without callSid or streamSid, or of a call already on, was refused")
         return None
-    if sid in channel.calls or not await channel.answers(caller):
+    if _dig(message, "start", "customParameters", "direction") == "outbound":
+        # A call the agent placed: only its own placement (by the webhook's token) opens it.
+        placement = channel.answered(str(_dig(message, "start", "customParameters", "call")), sid)
+        if placement is None or placement.sid != sid:
+            log.warning("phone: an outbound stream naming no call placed here was refused")
+            return None
+        channel.placed.pop(str(_dig(message, "start", "customParameters", "call")), None)
+        call = channel.open_call(sid, stream_sid, placement.number, websocket, placement=placement)
+        await call.cue()
+        return call
+    caller = _dig(message, "start", "customParameters", "caller")
+    if not isinstance(caller, str) or not await channel.answers(caller):
+        log.warning("phone: a 'start' without the caller, or from a caller not answered, was refused")
         return None
     call = channel.open_call(sid, stream_sid, caller, websocket)
     await call.cue()

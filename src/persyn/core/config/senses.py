@@ -7,6 +7,8 @@ starter file and the README's reference from it).
 
 from __future__ import annotations
 
+import re
+from datetime import time
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -88,6 +90,11 @@ class TwilioVoiceConfig(Section):
         min_length=1,
         description="Base URL of the Twilio REST API (outbound calls; a test double's URL in tests).",
     )
+    from_number: str = Field(
+        default="",
+        description="The account's phone number (E.164) outbound calls come from; unset = the agent places no calls.",
+        examples=["+15550009999"],
+    )
     public_url: str = Field(
         default="",
         description=(
@@ -155,4 +162,42 @@ class VoiceConfig(Section):
     max_call_minutes: float = Field(
         default=30.0, gt=0, le=600, description="A call longer than this is ended politely."
     )
+    max_calls_per_day: int = Field(
+        default=5,
+        ge=0,
+        le=1000,
+        description="Calls the agent may place (place_call) in any 24 hours; 0 = none.",
+    )
+    quiet_hours: str = Field(
+        default="",
+        description="When the agent places no calls, HH:MM-HH:MM in the server's local time (may cross midnight); empty = any time.",
+        examples=["21:30-08:00"],
+    )
     twilio: TwilioVoiceConfig = TwilioVoiceConfig()
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _hours(cls, value: str) -> str:
+        value = value.strip()
+        if value and quiet_span(value) is None:
+            raise ValueError(f"quiet_hours {value!r} is not HH:MM-HH:MM (for example 21:30-08:00)")
+        return value
+
+    def quiet_at(self, moment: time) -> bool:
+        """Whether `moment` (a local time of day) falls in `quiet_hours`."""
+        span = quiet_span(self.quiet_hours)
+        if span is None:
+            return False
+        start, end = span
+        return start <= moment < end if start <= end else (moment >= start or moment < end)
+
+
+def quiet_span(text: str) -> tuple[time, time] | None:
+    """`HH:MM-HH:MM` as its two times, or None when it is not that."""
+    found = re.fullmatch(r"\s*(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*", text)
+    if found is None:
+        return None
+    h1, m1, h2, m2 = (int(g) for g in found.groups())
+    if h1 > 23 or h2 > 23 or m1 > 59 or m2 > 59:
+        return None
+    return time(h1, m1), time(h2, m2)

@@ -14,6 +14,9 @@ The tools come from the providers registered in the `persyn.tools` entry points 
 - message a contact (`tools/builtin/outreach.py`): sends through `Outreach.send_to_contact`, at most
   `[autonomy] max_messages_per_run` per activation, counted from what the run has already
   sent (durable: this registry is rebuilt for every tool call);
+- phone a contact, end the call (`tools/builtin/calls.py`): `place_call` through
+  `runtime/background/calls.Calls` (quiet hours, the audience, the autonomy budget, the per-run
+  and daily caps), only when `[voice]` places calls; `end_call` on a call;
 - exact arithmetic, recent autonomous activity, self-inspection;
 - the knowledge graph (`tools/builtin/graph.py`), through the same view as the turn's graph
   context (this channel, its compartment, the people present), when `[graph]` is enabled;
@@ -54,6 +57,7 @@ from persyn.core.records import channel_key
 from persyn.memory.access import Provenanced, in_compartment
 from persyn.memory.consolidate import default_sensitivity
 from persyn.runtime.background.autonomy import narrow_run, recent_activity, run_provenance
+from persyn.runtime.background.calls import Calls
 from persyn.runtime.turn.images import ImageService
 from persyn.store.base import Provenance, ReminderAction, Store
 from persyn.store.capabilities import capability
@@ -118,6 +122,7 @@ class AgentToolDeps:
     mcp: McpTools | None = None
     sandbox: SandboxService | None = None  # `run_code`, when a sandbox provider is present
     images: ImageService | None = None  # `generate_image` / `edit_image`, when `[images]` is set
+    calls: Calls | None = None  # `place_call` / `end_call`, when `[voice]` places calls
 
 
 def build_registry(
@@ -189,6 +194,7 @@ def build_registry(
                 deps.mcp,
                 deps.sandbox,
                 None if deps.images is None else deps.images.context(setup, event_id, call_key),
+                None if deps.calls is None else deps.calls.line(setup, event_id, call_key),
                 agent_skills(settings, deps.agents[agent_id], where),
             )
             if service is not None

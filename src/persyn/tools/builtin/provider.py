@@ -1,6 +1,6 @@
 """The built-in tool groups' providers (`tools/providers.py`), each one line of the
 `persyn.tools` entry points: the agent's reminders and goals, quick facts, memory and dialog
-search, messaging a contact, arithmetic, recent activity, self-inspection, the knowledge graph
+search, messaging a contact (and phoning one: `calls.py`, when `[voice]` places calls), arithmetic, recent activity, self-inspection, the knowledge graph
 (`[graph]`), the shared artifacts (`[artifacts]`), reading on in a document someone sent
 (`read_attachment`), and the tools the model provider runs itself (`[models] provider_tools`)."""
 
@@ -25,6 +25,7 @@ from persyn.tools.builtin.activity import ActivityContext, activity_tools
 from persyn.tools.builtin.arithmetic import calculator_tool
 from persyn.tools.builtin.artifacts import ArtifactsContext, artifact_tools
 from persyn.tools.builtin.attachments import AttachmentsContext, attachment_tools
+from persyn.tools.builtin.calls import PhoneLine, call_tools
 from persyn.tools.builtin.facts import fact_tools
 from persyn.tools.builtin.graph import GraphToolsContext, graph_tools
 from persyn.tools.builtin.inspection import SelfInspectionContext, inspection_tools
@@ -117,7 +118,7 @@ def _outreach(scope: ToolScope) -> list[Tool[Any, Any]]:
     contacts = capability(scope.store, ContactsStore)
     if contacts is None:  # a store without the contact directory: no one to find by name
         return []
-    return outreach_tools(
+    messages = outreach_tools(
         OutreachContext(
             store=contacts,
             agent_id=scope.agent.id,
@@ -127,6 +128,8 @@ def _outreach(scope: ToolScope) -> list[Tool[Any, Any]]:
             sent=scope.sent,
         )
     )
+    line = scope.service(PhoneLine)  # given only when [voice] can place calls
+    return messages if line is None else [*messages, *call_tools(contacts, scope.agent.id, line)]
 
 
 def _activity(scope: ToolScope) -> list[Tool[Any, Any]]:
