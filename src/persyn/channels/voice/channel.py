@@ -23,22 +23,24 @@ import contextlib
 import json
 import logging
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from persyn.channels.registry import served_agent
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ModelError
-from persyn.core.events import Event, Outbound, Speaker
+from persyn.core.events import LIVE_BACKGROUND, LIVE_HELD, LIVE_META, Event, Outbound, Speaker
 from persyn.core.ids import derived_id
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.channel import Channel
-from persyn.senses.hearing import Transcriber, build_transcriber
+from persyn.senses.hearing import Transcriber, Transcript, build_transcriber
 from persyn.voice.audio import FRAME_BYTES, LISTEN_RATE, PHONE_RATE, mulaw_decode, mulaw_encode, resample
 from persyn.voice.listen import Listener, Utterance
 from persyn.voice.sentences import SentenceSplitter
 from persyn.voice.speak import Speaker as Mouth
-from persyn.voice.speak import build_speaker
+from persyn.voice.speak import Speech, build_speaker
 
 __all__ = ["PHONE_SERVICE", "Call", "PhoneChannel", "StreamSocket"]
 
@@ -47,6 +49,7 @@ log = logging.getLogger(__name__)
 PHONE_SERVICE = "phone"
 CALL_SID_META = "call_sid"
 _REPLY_WAIT_SECONDS = 120.0
+_SPEAKING_ON: ContextVar[str] = ContextVar("persyn_phone_call", default="")
 
 
 class StreamSocket(Protocol):
@@ -76,6 +79,13 @@ class Call:
     # reached the call), ("spoken", its first frame was sent).
     timeline: list[tuple[str, float]] = field(default_factory=lambda: [])
     marks_played: int = 0
+    # What the background found since the last answer, woven into the next one.
+    findings: list[str] = field(default_factory=lambda: [])
+    prompt_builds: int = 0  # the cached system prompt, built (and refreshed)
+    answers: int = 0  # the fast model's turns, the cue's included
+    _prompt: tuple[datetime, str] | None = None  # (built at, the system prompt)
+    _cued: asyncio.Future[None] | None = None
+    _opened: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=lambda: [])
 
     @property
@@ -93,35 +103,122 @@ class Call:
     async def end(self) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.listener.close(), 30)
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._cued] if self._cued is not None else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
     async def cue(self) -> None:
-        """The first turn: no transcript yet, so the agent is told who called whom."""
+        """The first turn: no transcript yet, so the agent is cued with who called whom — context
+        for the fast model, never the caller's line. The call's conversation opens here, before
+        any turn; the caller is named as the directory knows them."""
         agent = self.channel.agent.name
-        text = f"[phone call: you ({agent}) picked up a call from {self.caller}; they are on the line]"
-        await self._submit(text, "cue")
+        self.conversation_id, caller = await self.channel.api.open_live_call(self._event(self.caller, "open"))
+        text = f"[phone call: you ({agent}) picked up a call from {caller}; they are on the line]"
+        self._cued = asyncio.ensure_future(self._turn(text, "cue", cue=True))
+        self._opened.set()
 
     async def _turns(self) -> None:
+        """The call's one worker: turn after turn, in order, each answered before the next is
+        taken. Utterances that follow one another closer than `[voice] debounce_ms` (and any
+        that queued while the last answer was made) are one turn."""
+        await self._opened.wait()  # the cue opens the conversation first
+        if self._cued is not None:
+            await asyncio.shield(self._cued)
         count = 0
         while True:
-            utterance: Utterance = await self.listener.utterances.get()
+            texts = await self._settled()
+            if texts:
+                count += 1
+                await self._turn(" ".join(texts), f"turn-{count}")
+
+    async def _settled(self) -> list[str]:
+        """The next turn's words: an utterance and those that follow it within the debounce."""
+        debounce = self.channel.config.debounce_ms / 1000
+        texts: list[str] = []
+        utterance: Utterance = await self.listener.utterances.get()
+        while True:
             self.timeline.append(("ended", utterance.ended_at))
             self.timeline.append(("heard", time.monotonic()))
             if utterance.failed:
                 self.talk.put_nowait(self.channel.config.holding_phrase)
-                continue
-            if not utterance.text:
-                continue
-            count += 1
-            await self._submit(utterance.text, f"turn-{count}")
+            elif utterance.text:
+                texts.append(utterance.text)
+            wait = utterance.ended_at + debounce - time.monotonic()
+            if self.listener.utterances.empty() and wait <= 0:
+                return texts
+            try:
+                utterance = await asyncio.wait_for(self.listener.utterances.get(), max(wait, 0))
+            except TimeoutError:
+                return texts
 
-    async def _submit(self, text: str, key: str) -> None:
+    async def _turn(self, text: str, key: str, *, cue: bool = False) -> None:
+        """One turn: the background activation set going (the unchanged pipeline, its words
+        held for the call), and the fast model's answer streamed to the mouth as it comes,
+        with what the background found since the last answer woven in."""
         api = self.channel.api
-        event = Event(
+        background = not cue and self.channel.config.background
+        event = self._event(text, key, background=background)
+        self.timeline.append(("taken", time.monotonic()))
+        if background:
+            await api.submit(event)
+            self._tasks.append(asyncio.ensure_future(self._background(event.id)))
+        system = await self._system(event)
+        notes, self.findings = self.findings, []
+        splitter = SentenceSplitter()
+        spoken = 0
+
+        async def sink(delta: str) -> None:
+            nonlocal spoken
+            if not spoken:
+                self.timeline.append(("delivered", time.monotonic()))
+            for piece in splitter.push(delta):
+                spoken += 1
+                self.talk.put_nowait(piece)
+
+        self.timeline.append(("submitted", time.monotonic()))
+        self.answers += 1
+        try:
+            said, why = await api.live_reply(event, system=system, sink=sink, cue=cue, notes=notes)
+        except Exception:  # the turn failed: the caller still hears something, the call goes on
+            log.exception("phone: the answer to turn %s of call %s failed", key, self.sid)
+            said, why = None, "the answer failed"
+        for piece in splitter.flush():
+            spoken += 1
+            self.talk.put_nowait(piece)
+        if said is None:
+            self.findings[:0] = notes  # not told yet
+            if not spoken:
+                log.info("phone: turn %s of call %s: %s", key, self.sid, why)
+                self.talk.put_nowait(self.channel.config.holding_phrase)
+
+    async def _system(self, event: Event) -> str:
+        """The call's cached system prompt, built again every `[voice] prompt_refresh_seconds`."""
+        now = self.channel.api.clock.now()
+        refresh = timedelta(seconds=self.channel.config.prompt_refresh_seconds)
+        if self._prompt is None or now - self._prompt[0] >= refresh:
+            self.prompt_builds += 1
+            self._prompt = (now, await self.channel.api.live_context(event))
+        return self._prompt[1]
+
+    async def _background(self, event_id: str) -> None:
+        """What the turn's background activation found, queued for the next answer."""
+        try:
+            marker = await self.channel.api.wait_marker(self.channel.agent.id, event_id, _REPLY_WAIT_SECONDS)
+        except Exception:  # the background is an extra: its loss costs nothing said
+            log.warning("phone: the background of %s on call %s ended unseen", event_id, self.sid)
+            return
+        if marker.reason == LIVE_HELD and marker.text:
+            self.findings.append(marker.text)
+
+    def _event(self, text: str, key: str, *, background: bool = False) -> Event:
+        api = self.channel.api
+        meta = {CALL_SID_META: self.sid}
+        if background:
+            meta[LIVE_META] = LIVE_BACKGROUND
+        return Event(
             id=derived_id(api.clock.now(), self.sid, key),
             agent_id=self.channel.agent.id,
             service=PHONE_SERVICE,
@@ -130,24 +227,11 @@ class Call:
             text=text,
             received_at=api.clock.now(),
             addressed=True,
-            meta={CALL_SID_META: self.sid},
+            meta=meta,
         )
-        await api.submit(event)
-        self.timeline.append(("submitted", time.monotonic()))
-        self._tasks.append(asyncio.ensure_future(self._answered(event.id)))
-
-    async def _answered(self, event_id: str) -> None:
-        """Never dead air: a turn that ends without speech gets the holding phrase."""
-        try:
-            marker = await self.channel.api.wait_marker(self.channel.agent.id, event_id, _REPLY_WAIT_SECONDS)
-        except Exception:  # the wait itself failed: the caller still hears something
-            log.exception("phone: waiting for the reply to %s failed", event_id)
-            self.talk.put_nowait(self.channel.config.holding_phrase)
-            return
-        if not marker.transmitted:
-            self.talk.put_nowait(self.channel.config.holding_phrase)
 
     async def _talker(self) -> None:
+        _SPEAKING_ON.set(self.sid)  # what the mouth says from here is metered to this call
         while True:
             text = await self.talk.get()
             splitter = SentenceSplitter()
@@ -180,6 +264,36 @@ class Call:
         await self.socket.send_text(json.dumps(message))
 
 
+class _HeardThrough:
+    """A call's ear through the gateway (`RuntimeAPI.hear`: traced, metered in seconds heard)."""
+
+    def __init__(self, api: RuntimeAPI, agent_id: str, engine: Transcriber, sid: str) -> None:
+        self.model = engine.model
+        self._api, self._agent_id, self._engine, self._sid = api, agent_id, engine, sid
+
+    async def transcribe(self, data: bytes, media_type: str) -> Transcript:
+        return await self._api.hear(
+            self._agent_id, self._engine, data, media_type, surface=PHONE_SERVICE, channel=self._sid
+        )
+
+
+class _MeteredMouth:
+    """The mouth, each synthesis metered in seconds of speech to the call it was said on
+    (`RuntimeAPI.spoke`; the call is the one whose talker asks, `_SPEAKING_ON`)."""
+
+    def __init__(self, api: RuntimeAPI, agent_id: str, engine: Mouth) -> None:
+        self.model = engine.model
+        self.engine = engine
+        self._api, self._agent_id = api, agent_id
+
+    async def speak(self, text: str) -> Speech:
+        speech = await self.engine.speak(text)
+        self._api.spoke(
+            self._agent_id, speech.model, speech.seconds, surface=PHONE_SERVICE, channel=_SPEAKING_ON.get()
+        )
+        return speech
+
+
 class PhoneChannel(Channel):
     """The `phone` service: one agent answering the calls of `[voice]`."""
 
@@ -200,7 +314,9 @@ class PhoneChannel(Channel):
         self.api = api
         self.agent: AgentConfig = served_agent(settings, self.config.agent)
         self.transcriber = transcriber or build_transcriber(self.config.transcribe)
-        self.mouth = mouth or build_speaker(self.config.speak, voice=self.config.speak_voice)
+        self.mouth = _MeteredMouth(
+            api, self.agent.id, mouth or build_speaker(self.config.speak, voice=self.config.speak_voice)
+        )
         self.calls: dict[str, Call] = {}
         self.piece_min_ms = piece_min_ms  # streaming STT's piece size (bench/voice.py compares)
         self._attached = False
@@ -224,7 +340,8 @@ class PhoneChannel(Channel):
         return await self.api.knows_speaker(self.agent.id, probe)
 
     def open_call(self, sid: str, stream_sid: str, caller: str, socket: StreamSocket) -> Call:
-        listener = Listener(self.transcriber, end_ms=self.config.endpoint_ms, piece_min_ms=self.piece_min_ms)
+        ear = _HeardThrough(self.api, self.agent.id, self.transcriber, sid)
+        listener = Listener(ear, end_ms=self.config.endpoint_ms, piece_min_ms=self.piece_min_ms)
         call = Call(self, sid, stream_sid, caller, socket, listener)
         self.calls[sid] = call
         call.start()
