@@ -36,13 +36,15 @@ _PREROLL = LISTEN_RATE * 300 // 1000  # audio kept from before the detected star
 class Utterance:
     """A settled spoken turn: its text (empty when nothing intelligible was heard), the seconds of
     audio transcribed (the metered units), when its end was detected (`time.monotonic()`),
-    whether transcription failed (`failed`: the call says a holding phrase) and the engine."""
+    whether transcription failed (`failed`: the call says a holding phrase), the engine, and
+    when its start was detected (`time.monotonic()`; what the call's debounce measures from)."""
 
     text: str
     seconds: float
     ended_at: float
     model: str
     failed: bool = False
+    started_at: float = 0.0
 
 
 @dataclass
@@ -62,6 +64,7 @@ class Listener:
     _pieces: list[asyncio.Task[tuple[str, float, bool]]] = field(default_factory=lambda: [])
     _last: asyncio.Task[None] | None = None
     _utterance: int = 0  # samples of the utterance being spoken
+    _started: float = 0.0  # when it began (`time.monotonic()`)
 
     def __post_init__(self) -> None:
         if self.endpointer is None:
@@ -71,6 +74,11 @@ class Listener:
     def speaking(self) -> bool:
         """Whether the caller is mid-utterance (barge-in and the holding phrase look at this)."""
         return self.endpointer is not None and self.endpointer.speaking
+
+    @property
+    def pending(self) -> bool:
+        """Whether an utterance is being spoken or heard: one will settle that has not yet."""
+        return self.speaking or (self._last is not None and not self._last.done())
 
     async def feed(self, samples: npt.NDArray[np.float32]) -> None:
         endpointer = self.endpointer
@@ -83,6 +91,7 @@ class Listener:
         # The events were decided within this chunk; boundaries fall on chunk edges, close enough.
         for event in events:
             if event.kind == "start":
+                self._started = time.monotonic()
                 self._trim_to_preroll(samples.size)
             elif event.kind == "pause" and self._buffered >= LISTEN_RATE * self.piece_min_ms // 1000:
                 self._close_piece()
@@ -130,6 +139,7 @@ class Listener:
         pieces, self._pieces = self._pieces, []
         self._utterance = 0
         previous = self._last
+        started_at, self._started = self._started, ended_at  # speech going on past it starts here
 
         async def settle() -> None:
             if previous is not None:
@@ -140,7 +150,12 @@ class Listener:
             seconds = sum(s for _, s, _ in heard)
             await self.utterances.put(
                 Utterance(
-                    text=text, seconds=seconds, ended_at=ended_at, model=self.transcriber.model, failed=failed
+                    text=text,
+                    seconds=seconds,
+                    ended_at=ended_at,
+                    model=self.transcriber.model,
+                    failed=failed,
+                    started_at=started_at,
                 )
             )
 

@@ -85,6 +85,7 @@ class Call:
     answers: int = 0  # the fast model's turns, the cue's included
     _prompt: tuple[datetime, str] | None = None  # (built at, the system prompt)
     _cued: asyncio.Future[None] | None = None
+    _carried: Utterance | None = None  # taken while debouncing, the start of the next turn
     _opened: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=lambda: [])
 
@@ -135,10 +136,12 @@ class Call:
                 await self._turn(" ".join(texts), f"turn-{count}")
 
     async def _settled(self) -> list[str]:
-        """The next turn's words: an utterance and those that follow it within the debounce."""
+        """The next turn's words: an utterance and those that began within `[voice] debounce_ms`
+        of the end of the one before (one still being spoken or heard is waited for)."""
         debounce = self.channel.config.debounce_ms / 1000
+        utterance = self._carried or await self.listener.utterances.get()
+        self._carried = None
         texts: list[str] = []
-        utterance: Utterance = await self.listener.utterances.get()
         while True:
             self.timeline.append(("ended", utterance.ended_at))
             self.timeline.append(("heard", time.monotonic()))
@@ -146,13 +149,28 @@ class Call:
                 self.talk.put_nowait(self.channel.config.holding_phrase)
             elif utterance.text:
                 texts.append(utterance.text)
-            wait = utterance.ended_at + debounce - time.monotonic()
-            if self.listener.utterances.empty() and wait <= 0:
+            following = await self._following(utterance, debounce)
+            if following is None:
                 return texts
-            try:
-                utterance = await asyncio.wait_for(self.listener.utterances.get(), max(wait, 0))
-            except TimeoutError:
+            if following.started_at - utterance.ended_at >= debounce:  # a turn of its own
+                self._carried = following
                 return texts
+            utterance = following
+
+    async def _following(self, utterance: Utterance, debounce: float) -> Utterance | None:
+        """The utterance after `utterance`, if it is queued, being spoken or heard, or begins
+        before the debounce is over; None when the caller stayed silent through it."""
+        queue = self.listener.utterances
+        while True:
+            if not queue.empty():
+                return queue.get_nowait()
+            if self.listener.pending:
+                return await queue.get()
+            remaining = utterance.ended_at + debounce - time.monotonic()
+            if remaining <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(queue.get(), min(remaining, 0.05))
 
     async def _turn(self, text: str, key: str, *, cue: bool = False) -> None:
         """One turn: the background activation set going (the unchanged pipeline, its words
