@@ -10,7 +10,10 @@ Split by the call's timeline (`channels.voice.channel.Call.timeline`):
 - endpointing: the last voiced frame → the end of the utterance decided (`[voice] endpoint_ms`
   of silence, in audio time, plus the VAD's lag);
 - STT tail: → the utterance's text settled (the pieces closed at pauses were heard already);
-- pipeline: → the reply delivered to the call (submit, the whole turn with memory, transmit);
+- debounce: → the turn taken (`[voice] debounce_ms` from the utterance's end, less what the STT
+  tail already spent: a fragment that begins within it is the same turn);
+- pipeline: → the fast model's first words at the call (the cached prompt, the caller's line
+  stored, the hard gates, task `voice` streamed; the full pipeline runs behind it, held);
 - first-sentence TTS: → the first frame of the reply sent (piper on its first sentence).
 
     uv run --extra local python bench/voice.py [--runs 8] [--endpoint-ms 400]
@@ -90,7 +93,7 @@ async def main(runs: int, endpoint_ms: int, piece_min_ms: int) -> None:
             await caller.wait_marks(1, 60)
             call = channel.calls[sid]
             parts: dict[str, list[float]] = {
-                k: [] for k in ("endpointing", "stt", "pipeline", "tts", "total")
+                k: [] for k in ("endpointing", "stt", "debounce", "pipeline", "tts", "total")
             }
             for _ in range(runs + 1):  # the first is a warm-up
                 await caller.send_silence(0.5)
@@ -106,7 +109,8 @@ async def main(runs: int, endpoint_ms: int, piece_min_ms: int) -> None:
                 at = dict(call.timeline)
                 parts["endpointing"].append(at["ended"] - last_voiced)
                 parts["stt"].append(at["heard"] - at["ended"])
-                parts["pipeline"].append(at["delivered"] - at["heard"])
+                parts["debounce"].append(at["taken"] - at["heard"])
+                parts["pipeline"].append(at["delivered"] - at["taken"])
                 parts["tts"].append(first_out - at["delivered"])
                 parts["total"].append(first_out - last_voiced)
             await caller.hang_up()
