@@ -10,7 +10,10 @@ Split by the call's timeline (`channels.voice.channel.Call.timeline`):
 - endpointing: the last voiced frame → the end of the utterance decided (`[voice] endpoint_ms`
   of silence, in audio time, plus the VAD's lag);
 - STT tail: → the utterance's text settled (the pieces closed at pauses were heard already);
-- pipeline: → the reply delivered to the call (submit, the whole turn with memory, transmit);
+- debounce: → the turn taken (`[voice] debounce_ms` from the utterance's end, less what the STT
+  tail already spent: a fragment that begins within it is the same turn);
+- pipeline: → the fast model's first words at the call (the cached prompt, the caller's line
+  stored, the hard gates, task `voice` streamed; the full pipeline runs behind it, held);
 - first-sentence TTS: → the first frame of the reply sent (piper on its first sentence).
 
 `--calls N` puts N callers on the line at once, each asking the same question at the same moment
@@ -51,7 +54,7 @@ from persyn.voice.speak import PiperSpeaker
 
 TOKEN = "bench-token"
 QUESTION = "What time does the library open tomorrow?"
-PARTS = ("endpointing", "stt", "pipeline", "tts", "total")
+PARTS = ("endpointing", "stt", "debounce", "pipeline", "tts", "total")
 
 
 @dataclass
@@ -117,7 +120,8 @@ async def _converse(
             continue
         turns.parts["endpointing"].append(at["ended"] - last_voiced)
         turns.parts["stt"].append(at["heard"] - at["ended"])
-        turns.parts["pipeline"].append(at["delivered"] - at["heard"])
+        turns.parts["debounce"].append(at["taken"] - at["heard"])
+        turns.parts["pipeline"].append(at["delivered"] - at["taken"])
         turns.parts["tts"].append(first_out - at["delivered"])
         turns.parts["total"].append(first_out - last_voiced)
         pieces = [piece for piece in call.listener.trace if piece.queued > last_voiced - 5]

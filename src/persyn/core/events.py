@@ -13,6 +13,9 @@ from persyn.core.ids import derived_id
 
 __all__ = [
     "ATTACHMENT_REFERENCE",
+    "LIVE_BACKGROUND",
+    "LIVE_HELD",
+    "LIVE_META",
     "Attachment",
     "AttachmentKind",
     "CompletionMarker",
@@ -26,6 +29,14 @@ __all__ = [
     "inbound_message_id",
     "speaker_name",
 ]
+
+
+# An event's meta on a live call (SPEC Appendix A): `LIVE_META` = `LIVE_BACKGROUND` marks the
+# background activation of a turn the fast model already answered. Its transmit holds its words
+# for the call (the completion marker's text, reason `LIVE_HELD`) instead of sending them.
+LIVE_META = "live"
+LIVE_BACKGROUND = "background"
+LIVE_HELD = "held for the live call"
 
 
 class EventKind(StrEnum):

@@ -103,6 +103,7 @@ from persyn.usage.pricing import audio_cost_usd, price_for
 
 __all__ = [
     "OUTPUT_TOOL_NAME",
+    "SPEAK_STAGE",
     "TASK_METADATA_KEY",
     "TRANSCRIBE_STAGE",
     "Admission",
@@ -131,6 +132,7 @@ raising a `ModelError` to refuse it; what it returns is called with the seconds 
 call succeeded (None: nothing to charge)."""
 
 TRANSCRIBE_STAGE = "transcribe"
+SPEAK_STAGE = "speak"  # speech synthesized on a live call (`ModelGateway.meter_speech`)
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n(?P<body>.*?)\n?```\s*$", re.DOTALL)
 
@@ -249,6 +251,13 @@ class ModelGateway:
         return self._meter.record_units(
             transcript.model, TRANSCRIBE_STAGE, math.ceil(transcript.seconds), cost
         )
+
+    def meter_speech(self, model: str, seconds: float) -> str | None:
+        """Speech synthesized on a live call, metered as a transcription is: one usage record
+        of stage `speak`, `units` = whole seconds of audio, costed by the engine's
+        `per_audio_minute` price when the price table has one (a local voice has none)."""
+        cost = audio_cost_usd(price_for(self._settings.prices, model), seconds)
+        return self._meter.record_units(model, SPEAK_STAGE, math.ceil(seconds), cost)
 
     async def layers(self, task: Task) -> tuple[str, ...]:
         """The models a call of `task` passes through, outermost first, down to the provider's

@@ -8,12 +8,13 @@ everything behind it; `Runtime` satisfies it structurally.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from persyn.core.clock import Clock
 from persyn.core.events import Attachment, CompletionMarker, Event, Speaker, Upload
 from persyn.runtime.channel import Channel, ConnectionState
+from persyn.senses.hearing import Transcriber, Transcript
 
 __all__ = ["RuntimeAPI"]
 
@@ -79,3 +80,48 @@ class RuntimeAPI(Protocol):
         ...
 
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker: ...
+
+    # live calls (SPEC Appendix A) ------------------------------------------------------------
+    async def open_live_call(self, event: Event) -> tuple[str, str]:
+        """A call begins (`event`: its caller, its channel): the caller's person and the call's
+        conversation, opened before the first turn. The conversation id and the caller's name
+        as the directory knows them."""
+        ...
+
+    async def live_context(self, event: Event) -> str:
+        """The part of a call's prompt the call caches: the persona, how to speak on a call, and
+        what the context sources find for `event`'s words (memories, the person record, ...)."""
+        ...
+
+    async def live_reply(
+        self,
+        event: Event,
+        *,
+        system: str,
+        sink: Callable[[str], Awaitable[None]],
+        cue: bool = False,
+        notes: Sequence[str] = (),
+    ) -> tuple[str | None, str]:
+        """One turn of a call, answered by the fast model (task `voice`, no tools), its text
+        streamed to `sink` as it comes: what was said and stored as the agent's line (None:
+        nothing; then why). The caller's words (`event.text`) are stored as their line; with
+        `cue`, `event.text` is the direction cue instead, context and no one's line. `notes`:
+        what the background found since the last answer."""
+        ...
+
+    async def hear(
+        self,
+        agent_id: str,
+        transcriber: Transcriber,
+        data: bytes,
+        media_type: str,
+        *,
+        surface: str,
+        channel: str,
+    ) -> Transcript:
+        """Speech to text through the gateway (`ModelGateway.transcribe`: traced, metered)."""
+        ...
+
+    def spoke(self, agent_id: str, model: str, seconds: float, *, surface: str, channel: str) -> None:
+        """Meter `seconds` of speech synthesized by `model` (a usage record of stage `speak`)."""
+        ...

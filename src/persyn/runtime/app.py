@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,16 +65,19 @@ from persyn.runtime.durable.workflows import AUTO_SPEAK, Workflows, scheduler_ti
 from persyn.runtime.local_models import LocalModels
 from persyn.runtime.turn import speakers
 from persyn.runtime.turn.activation import ActivationSteps, TurnCache
+from persyn.runtime.turn.live import LiveVoice
 from persyn.runtime.turn.senses import Senses
 from persyn.runtime.turn.speakers import DISPLAY_NAME_PREF
 from persyn.runtime.turn.tool_steps import ToolSteps
 from persyn.runtime.turn.transmit import Transmitter
 from persyn.schedule import bootstrap_heartbeat
+from persyn.senses.hearing import Transcriber, Transcript
 from persyn.store import Store
 from persyn.store.capabilities import ScheduleStore, capability
 from persyn.store.ports.dialog import DialogHistoryPort
 from persyn.store.ports.model_calls import ModelCallsPort
 from persyn.tracing import Tracing
+from persyn.usage import context as usage_context
 from persyn.usage.meter import Meter
 from persyn.usage.prometheus import PrometheusAdapter
 
@@ -110,6 +113,7 @@ class RuntimeParts:
     workflows: Workflows
     tracing: Tracing
     senses: Senses
+    live: LiveVoice
 
 
 class Runtime:
@@ -156,6 +160,7 @@ class Runtime:
         self.workflows = parts.workflows
         self.tracing = parts.tracing
         self.senses = parts.senses
+        self.live_voice = parts.live
         self.embedder: Embedder | None = None  # set at start (None: keyword recall only)
         self._background: set[asyncio.Task[None]] = set()
         self._launched = False
@@ -505,6 +510,41 @@ class Runtime:
 
     async def wait_marker(self, agent_id: str, event_id: str, timeout: float = 300.0) -> CompletionMarker:
         return await self.markers.wait(agent_id, event_id, timeout)
+
+    # live calls (SPEC Appendix A, `runtime.turn.live`) ----------------------------------------
+    async def open_live_call(self, event: Event) -> tuple[str, str]:
+        return await self.live_voice.open_call(event)
+
+    async def live_context(self, event: Event) -> str:
+        return await self.live_voice.context(event)
+
+    async def live_reply(
+        self,
+        event: Event,
+        *,
+        system: str,
+        sink: Callable[[str], Awaitable[None]],
+        cue: bool = False,
+        notes: Sequence[str] = (),
+    ) -> tuple[str | None, str]:
+        return await self.live_voice.reply(event, system=system, sink=sink, cue=cue, notes=notes)
+
+    async def hear(
+        self,
+        agent_id: str,
+        transcriber: Transcriber,
+        data: bytes,
+        media_type: str,
+        *,
+        surface: str,
+        channel: str,
+    ) -> Transcript:
+        with usage_context.rebind(agent_id=agent_id, surface=surface, channel=channel, trigger="voice"):
+            return await self.gateways[agent_id].transcribe(transcriber, data, media_type)
+
+    def spoke(self, agent_id: str, model: str, seconds: float, *, surface: str, channel: str) -> None:
+        with usage_context.rebind(agent_id=agent_id, surface=surface, channel=channel, trigger="voice"):
+            self.gateways[agent_id].meter_speech(model, seconds)
 
     # autonomy (SPEC §4.7) ---------------------------------------------------------------
     async def _start_autonomy(self) -> None:

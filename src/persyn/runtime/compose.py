@@ -36,6 +36,7 @@ from persyn.runtime.local_models import LocalModels
 from persyn.runtime.turn.activation import ActivationSteps, ReplyBudget, TurnCache
 from persyn.runtime.turn.agent_tools import AgentToolDeps
 from persyn.runtime.turn.images import ImageService
+from persyn.runtime.turn.live import LiveVoice
 from persyn.runtime.turn.pacing import Pacing
 from persyn.runtime.turn.senses import Senses
 from persyn.runtime.turn.tool_steps import ToolSteps
@@ -238,6 +239,18 @@ def build_runtime(
         workflows=workflows,
         tracing=tracing,
         senses=Senses(settings, gateways),
+        live=LiveVoice(
+            store=store,
+            settings=settings,
+            clock=clock,
+            agents=agents,
+            gateways=gateways,
+            context_sources=sources,
+            # The hard gates of a live call (SPEC Appendix A): a guardrail's block, the
+            # channel's reply budget; never pacing's turn-taking nor the engagement decision.
+            blocked=_first_reason(guardrails.blocked_reason, outreach.reply_budget_spent),
+            spend=outreach.reply_entry,
+        ),
     )
     return Runtime(settings, clock=clock, store=store, meter=meter, prometheus=prometheus, parts=parts)
 

@@ -109,6 +109,9 @@ class DoubleReply:
     streamed, after that many chunks (0: accepted, then failing before any text); not
     streamed, before anything is returned. What a retry or a fallback does about it is the
     wrappers' business (`gateway/wrappers/`).
+
+    `hold` = (n, gate) makes a streamed reply stop after its first n chunks until `gate` is set:
+    a test sees what the platform did with the start of a reply while the rest is unwritten.
     """
 
     text: str = ""
@@ -117,6 +120,7 @@ class DoubleReply:
     usage: TokenUsage | None = None
     sleep_ms: int = 0
     breaks_after: int | None = None
+    hold: tuple[int, asyncio.Event] | None = None
 
 
 DoubleResult = ModelResponse | DoubleReply | str | BaseModel | Mapping[str, Any] | None
@@ -207,16 +211,18 @@ class DoubleModel(FunctionModel):
 
     async def _answer(
         self, messages: list[ModelMessage], info: AgentInfo
-    ) -> tuple[ModelResponse, int | None]:
-        """The reply, and after how many streamed chunks it breaks (None: it does not)."""
+    ) -> tuple[ModelResponse, int | None, tuple[int, asyncio.Event] | None]:
+        """The reply, after how many streamed chunks it breaks (None: it does not) and where
+        its stream is held (`DoubleReply.hold`)."""
         result = self._responder(task_of(messages), messages, info)
         if isinstance(result, Awaitable):
             result = await cast(Awaitable[DoubleResult], result)
         breaks_after = result.breaks_after if isinstance(result, DoubleReply) else None
-        return await _to_response(result, messages, info), breaks_after
+        hold = result.hold if isinstance(result, DoubleReply) else None
+        return await _to_response(result, messages, info), breaks_after, hold
 
     async def _respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        response, breaks_after = await self._answer(messages, info)
+        response, breaks_after, _ = await self._answer(messages, info)
         if breaks_after is not None:
             raise _dropped(self.model_name)
         return response
@@ -224,8 +230,8 @@ class DoubleModel(FunctionModel):
     async def _stream(
         self, messages: list[ModelMessage], info: AgentInfo
     ) -> AsyncIterator[str | DeltaToolCalls]:
-        response, breaks_after = await self._answer(messages, info)
-        async for chunk in _aiter(_chunks(response), breaks_after, self.model_name):
+        response, breaks_after, hold = await self._answer(messages, info)
+        async for chunk in _aiter(_chunks(response), breaks_after, self.model_name, hold):
             yield chunk
 
     @asynccontextmanager
@@ -245,11 +251,11 @@ class DoubleModel(FunctionModel):
             model_request_parameters=params,
             instructions=InstructionPart.join(params.instruction_parts or []),
         )
-        response, breaks_after = await self._answer(messages, info)
+        response, breaks_after, hold = await self._answer(messages, info)
         yield _ReplayStream(
             model_request_parameters=params,
             _model_name=self.model_name,
-            _iter=_aiter(_chunks(response), breaks_after, self.model_name),
+            _iter=_aiter(_chunks(response), breaks_after, self.model_name, hold),
             _final_usage=response.usage,
         )
 
@@ -267,9 +273,14 @@ class _ReplayStream(FunctionStreamedResponse):
 
 
 async def _aiter(
-    items: Sequence[str | DeltaToolCalls], breaks_after: int | None = None, model_name: str = ""
+    items: Sequence[str | DeltaToolCalls],
+    breaks_after: int | None = None,
+    model_name: str = "",
+    hold: tuple[int, asyncio.Event] | None = None,
 ) -> AsyncIterator[str | DeltaToolCalls]:
     for index, item in enumerate(items):
+        if hold is not None and index == hold[0]:
+            await hold[1].wait()
         if index == breaks_after:
             raise _dropped(model_name)
         yield item

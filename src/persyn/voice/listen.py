@@ -47,13 +47,15 @@ _PREROLL = LISTEN_RATE * 300 // 1000  # audio kept from before the detected star
 class Utterance:
     """A settled spoken turn: its text (empty when nothing intelligible was heard), the seconds of
     audio transcribed (the metered units), when its end was detected (`time.monotonic()`),
-    whether transcription failed (`failed`: the call says a holding phrase) and the engine."""
+    whether transcription failed (`failed`: the call says a holding phrase), the engine, and
+    when its start was detected (`time.monotonic()`; what the call's debounce measures from)."""
 
     text: str
     seconds: float
     ended_at: float
     model: str
     failed: bool = False
+    started_at: float = 0.0
 
 
 @dataclass
@@ -94,6 +96,7 @@ class Listener:
     _guess_piece: Piece | None = None
     _warming: asyncio.Task[None] | None = None
     trace: deque[Piece] = field(default_factory=lambda: deque[Piece](maxlen=64))
+    _started: float = 0.0  # when it began (`time.monotonic()`)
 
     def __post_init__(self) -> None:
         self.transcriber = streaming(self.transcriber)
@@ -104,6 +107,11 @@ class Listener:
     def speaking(self) -> bool:
         """Whether the caller is mid-utterance (barge-in and the holding phrase look at this)."""
         return self.endpointer is not None and self.endpointer.speaking
+
+    @property
+    def pending(self) -> bool:
+        """Whether an utterance is being spoken or heard: one will settle that has not yet."""
+        return self.speaking or (self._last is not None and not self._last.done())
 
     async def feed(self, samples: npt.NDArray[np.float32]) -> None:
         endpointer = self.endpointer
@@ -118,6 +126,7 @@ class Listener:
         # The events were decided within this chunk; boundaries fall on chunk edges, close enough.
         for event in events:
             if event.kind == "start":
+                self._started = time.monotonic()
                 self._trim_to_preroll(samples.size)
                 self._voiced = True
             elif event.kind == "pause":
@@ -211,6 +220,7 @@ class Listener:
         pieces, self._pieces = self._pieces, []
         self._utterance = 0
         previous = self._last
+        started_at, self._started = self._started, ended_at  # speech going on past it starts here
 
         async def settle() -> None:
             if previous is not None:
@@ -221,7 +231,12 @@ class Listener:
             seconds = sum(s for _, s, _ in heard)
             await self.utterances.put(
                 Utterance(
-                    text=text, seconds=seconds, ended_at=ended_at, model=self.transcriber.model, failed=failed
+                    text=text,
+                    seconds=seconds,
+                    ended_at=ended_at,
+                    model=self.transcriber.model,
+                    failed=failed,
+                    started_at=started_at,
                 )
             )
 

@@ -79,6 +79,7 @@ async def line(
     whisper: Transcriber,
     monkeypatch: pytest.MonkeyPatch,
     extra: str = "",
+    models: str = "",
 ) -> AsyncIterator[Line]:
     monkeypatch.setenv("TWILIO_AUTH_TOKEN", TOKEN)
     port = _free_port()
@@ -88,6 +89,7 @@ async def line(
         f'[voice.twilio]\naccount_sid = "{ACCOUNT}"\npublic_url = "{public}"\n'
         "[pacing.channels.phone]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
         "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
+        f"{models}"
     )
     settings = harness_settings(home, config=config)
     async with run_runtime(settings, clock=ManualClock(START)) as pilot:

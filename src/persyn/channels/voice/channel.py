@@ -33,7 +33,9 @@ import secrets
 import time
 import weakref
 from collections import OrderedDict
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from persyn.channels.registry import served_agent
@@ -41,16 +43,16 @@ from persyn.channels.voice.outlet import Outlet, StreamSocket, TwilioOutlet
 from persyn.channels.voice.twilio import TOKEN_VARIABLE, TwilioCalls, TwilioRefused
 from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ModelError, ToolError
-from persyn.core.events import Event, Outbound, Speaker
+from persyn.core.events import LIVE_BACKGROUND, LIVE_HELD, LIVE_META, Event, Outbound, Speaker
 from persyn.core.ids import derived_id
 from persyn.runtime.api import RuntimeAPI
 from persyn.runtime.channel import Channel
-from persyn.senses.hearing import Transcriber, build_transcriber
+from persyn.senses.hearing import Transcriber, Transcript, build_transcriber
 from persyn.voice.audio import LISTEN_RATE, PHONE_RATE, mulaw_decode, resample
 from persyn.voice.listen import Listener, Utterance
 from persyn.voice.sentences import SentenceSplitter
 from persyn.voice.speak import Speaker as Mouth
-from persyn.voice.speak import build_speaker
+from persyn.voice.speak import Speech, build_speaker
 
 if TYPE_CHECKING:
     import numpy as np
@@ -76,6 +78,7 @@ CUT_OFF = "[cut off]"  # ends the stored line of a reply the person did not hear
 _GOODBYE_SECONDS = 20.0  # the longest end_call waits for its goodbye to be played
 _PLACED_KEPT = 64  # placements awaiting their answer (unanswered ones age out)
 OUTBOUND_PATH = "/voice/twilio/outbound"
+_SPEAKING_ON: ContextVar[str] = ContextVar("persyn_phone_call", default="")
 
 
 @dataclass
@@ -98,6 +101,8 @@ class _Reply:
     sent: int = 0
     played: list[str] = field(default_factory=lambda: [])
     done: bool = False  # every piece sent
+    cut: bool = False  # cut off: nothing more of it is said
+    stored: bool = True  # its line is in the dialog (a streamed answer's is once the turn ends)
 
     @property
     def finished(self) -> bool:
@@ -120,10 +125,11 @@ class Call:
     direction: str = "inbound"  # or "outbound": the agent placed it
     purpose: str = ""  # an outbound call's reason, from place_call
     party: str = ""  # the other party's name, when known
-    talk: asyncio.Queue[str] = field(default_factory=lambda: asyncio.Queue[str]())
-    # The event each delivered reply answers, by its text (`deliver`): a cut-off reply's stored
-    # line is found by it.
-    replies: dict[str, str] = field(default_factory=lambda: {})
+    # What to say, in order: (text, the reply it is part of — None for a line that is not
+    # dialog, such as the holding phrase —, whether it is the reply's last part).
+    talk: asyncio.Queue[tuple[str, _Reply | None, bool]] = field(
+        default_factory=lambda: asyncio.Queue[tuple[str, _Reply | None, bool]]()
+    )
     barge_ins: int = 0
     # The conversation of the call, cached from the first reply (Appendix A): the agent's state
     # for the call is keyed by `sid`, never by this.
@@ -134,6 +140,14 @@ class Call:
     # reached the call), ("spoken", its first frame was sent).
     timeline: list[tuple[str, float]] = field(default_factory=lambda: [])
     marks_played: int = 0
+    # What the background found since the last answer, woven into the next one.
+    findings: list[str] = field(default_factory=lambda: [])
+    prompt_builds: int = 0  # the cached system prompt, built (and refreshed)
+    answers: int = 0  # the fast model's turns, the cue's included
+    _prompt: tuple[datetime, str] | None = None  # (built at, the system prompt)
+    _cued: asyncio.Future[None] | None = None
+    _carried: Utterance | None = None  # taken while debouncing, the start of the next turn
+    _opened: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=lambda: [])
     _talking: asyncio.Task[None] | None = None
     _speaking: list[_Reply] = field(default_factory=lambda: [])  # begun, not yet heard to the end
@@ -183,8 +197,12 @@ class Call:
         self.played.append(piece)
         self.marks_played += 1
         self._progress.set()
-        if reply.finished:
+        if reply.finished and reply in self._speaking:
             self._speaking.remove(reply)
+
+    def say_aside(self, text: str) -> None:
+        """`text` said on the line, not a line of the dialog (the holding phrase, a goodbye)."""
+        self.talk.put_nowait((text, None, True))
 
     async def cut_off(self, *, clear: bool) -> None:
         """Stop talking now (`clear`: and tell the far side to drop what it has not played). Each
@@ -196,8 +214,11 @@ class Call:
                 await talker
         unheard = [r for r in self._speaking if not r.finished]
         while not self.talk.empty():
-            text = self.talk.get_nowait()
-            unheard.append(_Reply(text, self.replies.pop(text, None), done=True))
+            _, waiting, _ = self.talk.get_nowait()
+            if waiting is not None and waiting not in unheard:
+                unheard.append(waiting)
+        for reply in unheard:  # a streamed answer still being written stops being said
+            reply.cut = reply.done = True
         self._speaking, self._marks = [], {}
         if clear:
             with contextlib.suppress(Exception):  # a line already gone has nothing to clear
@@ -205,7 +226,8 @@ class Call:
         if not self._ended:
             self._talking = asyncio.ensure_future(self._talker())
         for reply in unheard:
-            await self._record_cut_off(reply)
+            if reply.stored:  # else its turn records the cut when the line is stored
+                await self._record_cut_off(reply)
 
     async def _record_cut_off(self, reply: _Reply) -> None:
         if reply.event_id is None:  # the holding phrase: not a line of the dialog
@@ -225,28 +247,35 @@ class Call:
         self._ended = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.listener.close(), 30)
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._cued] if self._cued is not None else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.cut_off(clear=False)
 
     async def cue(self) -> None:
-        """The first turn: no transcript yet, so the agent is told who called whom — by direction."""
+        """The first turn: no transcript yet, so the agent is cued with who called whom, by
+        direction — context for the fast model, never the caller's line. The call's
+        conversation opens here, before any turn; the other party is named as the placement or
+        the directory knows them."""
         agent = self.channel.agent.name
-        who = f"{self.party} ({self.caller})" if self.party else self.caller
+        self.conversation_id, known = await self.channel.api.open_live_call(self._event(self.caller, "open"))
+        name = self.party or known
+        who = f"{name} ({self.caller})" if name and name != self.caller else self.caller
         if self.direction == "outbound":
             text = f"[phone call: you ({agent}) called {who} and they just answered"
             text += f"; why you called: {self.purpose}]" if self.purpose else "]"
         else:
             text = f"[phone call: you ({agent}) picked up a call from {who}; they are on the line]"
-        await self._submit(text, "cue")
+        self._cued = asyncio.ensure_future(self._turn(text, "cue", cue=True))
+        self._opened.set()
 
     async def say_goodbye(self, goodbye: str) -> None:
         """`goodbye` said, then waits (at most `_GOODBYE_SECONDS`) until the line has played it."""
         before = len(self.said)
-        self.talk.put_nowait(goodbye)
+        self.say_aside(goodbye)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(_GOODBYE_SECONDS):
                 while len(self.said) <= before or self.marks_played < self.marks_sent:
@@ -254,23 +283,130 @@ class Call:
                     await self._progress.wait()
 
     async def _turns(self) -> None:
+        """The call's one worker: turn after turn, in order, each answered before the next is
+        taken. Utterances that follow one another closer than `[voice] debounce_ms` (and any
+        that queued while the last answer was made) are one turn."""
+        await self._opened.wait()  # the cue opens the conversation first
+        if self._cued is not None:
+            await asyncio.shield(self._cued)
         count = 0
         while True:
-            utterance: Utterance = await self.listener.utterances.get()
+            texts = await self._settled()
+            if texts:
+                count += 1
+                await self._turn(" ".join(texts), f"turn-{count}")
+
+    async def _settled(self) -> list[str]:
+        """The next turn's words: an utterance and those that began within `[voice] debounce_ms`
+        of the end of the one before (one still being spoken or heard is waited for)."""
+        debounce = self.channel.config.debounce_ms / 1000
+        utterance = self._carried or await self.listener.utterances.get()
+        self._carried = None
+        texts: list[str] = []
+        while True:
             self.timeline.append(("ended", utterance.ended_at))
             self.timeline.append(("heard", time.monotonic()))
             if utterance.failed:
-                self.talk.put_nowait(self.channel.config.holding_phrase)
-                continue
-            if not utterance.text:
-                continue
-            count += 1
-            await self.outlet.control({"type": "heard", "text": utterance.text})
-            await self._submit(utterance.text, f"turn-{count}")
+                self.say_aside(self.channel.config.holding_phrase)
+            elif utterance.text:
+                texts.append(utterance.text)
+                with contextlib.suppress(Exception):  # a line already gone hears nothing more
+                    await self.outlet.control({"type": "heard", "text": utterance.text})
+            following = await self._following(utterance, debounce)
+            if following is None:
+                return texts
+            if following.started_at - utterance.ended_at >= debounce:  # a turn of its own
+                self._carried = following
+                return texts
+            utterance = following
 
-    async def _submit(self, text: str, key: str) -> None:
+    async def _following(self, utterance: Utterance, debounce: float) -> Utterance | None:
+        """The utterance after `utterance`, if it is queued, being spoken or heard, or begins
+        before the debounce is over; None when the caller stayed silent through it."""
+        queue = self.listener.utterances
+        while True:
+            if not queue.empty():
+                return queue.get_nowait()
+            if self.listener.pending:
+                return await queue.get()
+            remaining = utterance.ended_at + debounce - time.monotonic()
+            if remaining <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(queue.get(), min(remaining, 0.05))
+
+    async def _turn(self, text: str, key: str, *, cue: bool = False) -> None:
+        """One turn: the background activation set going (the unchanged pipeline, its words
+        held for the call), and the fast model's answer streamed to the mouth as it comes,
+        with what the background found since the last answer woven in."""
         api = self.channel.api
-        event = Event(
+        background = not cue and self.channel.config.background
+        event = self._event(text, key, background=background)
+        self.timeline.append(("taken", time.monotonic()))
+        if background:
+            await api.submit(event)
+            self._tasks.append(asyncio.ensure_future(self._background(event.id)))
+        system = await self._system(event)
+        notes, self.findings = self.findings, []
+        splitter = SentenceSplitter()
+        spoken = 0
+        reply = _Reply(text, event.id, stored=False)
+
+        async def sink(delta: str) -> None:
+            nonlocal spoken
+            if not spoken:
+                self.timeline.append(("delivered", time.monotonic()))
+            for piece in splitter.push(delta):
+                spoken += 1
+                if not reply.cut:
+                    self.talk.put_nowait((piece, reply, False))
+
+        self.timeline.append(("submitted", time.monotonic()))
+        self.answers += 1
+        try:
+            said, why = await api.live_reply(event, system=system, sink=sink, cue=cue, notes=notes)
+        except Exception:  # the turn failed: the caller still hears something, the call goes on
+            log.exception("phone: the answer to turn %s of call %s failed", key, self.sid)
+            said, why = None, "the answer failed"
+        for piece in splitter.flush():
+            spoken += 1
+            if not reply.cut:
+                self.talk.put_nowait((piece, reply, False))
+        self.talk.put_nowait(("", reply, True))  # the answer's end
+        reply.stored = said is not None
+        if reply.cut and reply.stored:  # cut off while it was being written: stored whole just now
+            await self._record_cut_off(reply)
+        if said is None:
+            self.findings[:0] = notes  # not told yet
+            if not spoken:
+                log.info("phone: turn %s of call %s: %s", key, self.sid, why)
+                self.say_aside(self.channel.config.holding_phrase)
+
+    async def _system(self, event: Event) -> str:
+        """The call's cached system prompt, built again every `[voice] prompt_refresh_seconds`."""
+        now = self.channel.api.clock.now()
+        refresh = timedelta(seconds=self.channel.config.prompt_refresh_seconds)
+        if self._prompt is None or now - self._prompt[0] >= refresh:
+            self.prompt_builds += 1
+            self._prompt = (now, await self.channel.api.live_context(event))
+        return self._prompt[1]
+
+    async def _background(self, event_id: str) -> None:
+        """What the turn's background activation found, queued for the next answer."""
+        try:
+            marker = await self.channel.api.wait_marker(self.channel.agent.id, event_id, _REPLY_WAIT_SECONDS)
+        except Exception:  # the background is an extra: its loss costs nothing said
+            log.warning("phone: the background of %s on call %s ended unseen", event_id, self.sid)
+            return
+        if marker.reason == LIVE_HELD and marker.text:
+            self.findings.append(marker.text)
+
+    def _event(self, text: str, key: str, *, background: bool = False) -> Event:
+        api = self.channel.api
+        meta = {CALL_SID_META: self.sid}
+        if background:
+            meta[LIVE_META] = LIVE_BACKGROUND
+        return Event(
             id=derived_id(api.clock.now(), self.sid, key),
             agent_id=self.channel.agent.id,
             service=PHONE_SERVICE,
@@ -279,34 +415,25 @@ class Call:
             text=text,
             received_at=api.clock.now(),
             addressed=True,
-            meta={CALL_SID_META: self.sid},
+            meta=meta,
         )
-        await api.submit(event)
-        self.timeline.append(("submitted", time.monotonic()))
-        self._tasks.append(asyncio.ensure_future(self._answered(event.id)))
-
-    async def _answered(self, event_id: str) -> None:
-        """Never dead air: a turn that ends without speech gets the holding phrase."""
-        try:
-            marker = await self.channel.api.wait_marker(self.channel.agent.id, event_id, _REPLY_WAIT_SECONDS)
-        except Exception:  # the wait itself failed: the caller still hears something
-            log.exception("phone: waiting for the reply to %s failed", event_id)
-            self.talk.put_nowait(self.channel.config.holding_phrase)
-            return
-        if not marker.transmitted:
-            self.talk.put_nowait(self.channel.config.holding_phrase)
 
     async def _talker(self) -> None:
+        _SPEAKING_ON.set(self.sid)  # what the mouth says from here is metered to this call
         while True:
-            text = await self.talk.get()
-            reply = _Reply(text, self.replies.pop(text, None))
-            self._speaking.append(reply)
+            text, part_of, last = await self.talk.get()
+            reply = part_of or _Reply(text, None)
+            if reply.cut:
+                continue
+            if reply not in self._speaking:
+                self._speaking.append(reply)
             splitter = SentenceSplitter()
             for piece in [*splitter.push(text + " "), *splitter.flush()]:
                 await self._say(piece, reply)
-            reply.done = True
-            if reply.finished:
-                self._speaking.remove(reply)
+            if last:
+                reply.done = True
+                if reply.finished and reply in self._speaking:
+                    self._speaking.remove(reply)
 
     async def _say(self, piece: str, reply: _Reply | None = None) -> None:
         try:
@@ -332,6 +459,36 @@ class Call:
         self._progress.set()
 
 
+class _HeardThrough:
+    """A call's ear through the gateway (`RuntimeAPI.hear`: traced, metered in seconds heard)."""
+
+    def __init__(self, api: RuntimeAPI, agent_id: str, engine: Transcriber, sid: str) -> None:
+        self.model = engine.model
+        self._api, self._agent_id, self._engine, self._sid = api, agent_id, engine, sid
+
+    async def transcribe(self, data: bytes, media_type: str) -> Transcript:
+        return await self._api.hear(
+            self._agent_id, self._engine, data, media_type, surface=PHONE_SERVICE, channel=self._sid
+        )
+
+
+class _MeteredMouth:
+    """The mouth, each synthesis metered in seconds of speech to the call it was said on
+    (`RuntimeAPI.spoke`; the call is the one whose talker asks, `_SPEAKING_ON`)."""
+
+    def __init__(self, api: RuntimeAPI, agent_id: str, engine: Mouth) -> None:
+        self.model = engine.model
+        self.engine = engine
+        self._api, self._agent_id = api, agent_id
+
+    async def speak(self, text: str) -> Speech:
+        speech = await self.engine.speak(text)
+        self._api.spoke(
+            self._agent_id, speech.model, speech.seconds, surface=PHONE_SERVICE, channel=_SPEAKING_ON.get()
+        )
+        return speech
+
+
 class PhoneChannel(Channel):
     """The `phone` service: one agent answering the calls of `[voice]`."""
 
@@ -352,7 +509,9 @@ class PhoneChannel(Channel):
         self.api = api
         self.agent: AgentConfig = served_agent(settings, self.config.agent)
         self.transcriber = transcriber or build_transcriber(self.config.transcribe)
-        self.mouth = mouth or build_speaker(self.config.speak, voice=self.config.speak_voice)
+        self.mouth = _MeteredMouth(
+            api, self.agent.id, mouth or build_speaker(self.config.speak, voice=self.config.speak_voice)
+        )
         self.calls: dict[str, Call] = {}
         self.placed: OrderedDict[str, Placement] = OrderedDict()  # by the webhook's token
         self.piece_min_ms = piece_min_ms  # streaming STT's piece size (bench/voice.py compares)
@@ -388,7 +547,8 @@ class PhoneChannel(Channel):
         placement: Placement | None = None,
     ) -> Call:
         """A call on `socket` (Twilio's Media Streams unless another `outlet` is given)."""
-        listener = Listener(self.transcriber, end_ms=self.config.endpoint_ms, piece_min_ms=self.piece_min_ms)
+        ear = _HeardThrough(self.api, self.agent.id, self.transcriber, sid)
+        listener = Listener(ear, end_ms=self.config.endpoint_ms, piece_min_ms=self.piece_min_ms)
         outlet = outlet or TwilioOutlet(socket, stream_sid)
         call = Call(self, sid, caller, outlet, listener, identity=identity)
         if placement is not None:
@@ -461,8 +621,7 @@ class PhoneChannel(Channel):
         if call.conversation_id is None:
             call.conversation_id = outbound.conversation_id
         call.timeline.append(("delivered", time.monotonic()))
-        call.replies[outbound.text] = outbound.event_id
-        call.talk.put_nowait(outbound.text)
+        call.talk.put_nowait((outbound.text, _Reply(outbound.text, outbound.event_id), True))
 
 
 _PHONES: weakref.WeakKeyDictionary[RuntimeAPI, PhoneChannel] = weakref.WeakKeyDictionary()

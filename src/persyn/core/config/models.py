@@ -41,6 +41,7 @@ class Task(StrEnum):
     REFLECT = "reflect"
     SANDBOX = "sandbox"
     CAPTION = "caption"
+    VOICE = "voice"
 
 
 ModelChoice = str | list[str]
@@ -163,6 +164,15 @@ class ModelsConfig(Section):
         ),
         examples=["anthropic:claude-haiku-4-5"],
     )
+    voice: ModelChoice | None = Field(
+        default=None,
+        description=(
+            "The fast model that answers each turn of a live call, streamed and with no tools (SPEC "
+            "Appendix A). Unset: the decide model's (the fast one), else `default` (`auto` picks a cheap "
+            "hosted model)."
+        ),
+        examples=["anthropic:claude-haiku-4-5"],
+    )
     transcribe: str = Field(
         default="local:whisper-tiny.en",
         description=(
@@ -279,4 +289,6 @@ class ModelsConfig(Section):
         chosen: ModelChoice | None = getattr(self, task.value)
         if chosen is None and task is Task.CAPTION:
             return self.chain_for_task(Task.RESPOND)  # the voice that answers is the one that looks
+        if chosen is None and task is Task.VOICE and self.decide is not None:
+            return self.chain_for_task(Task.DECIDE)  # a live call's fast model is the fast one
         return model_chain(chosen or self.default)

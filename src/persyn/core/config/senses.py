@@ -159,6 +159,30 @@ class VoiceConfig(Section):
         min_length=1,
         description="What the agent says instead of dead air when it has nothing to say or cannot hear.",
     )
+    debounce_ms: int = Field(
+        default=300,
+        ge=0,
+        le=10000,
+        description=(
+            "Utterances that follow one another closer than this are one turn: a burst of transcript "
+            "fragments gets one answer, not one each."
+        ),
+    )
+    prompt_refresh_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description=(
+            "How long a call keeps its cached system prompt (persona, the caller's record, memories) "
+            "before building it again."
+        ),
+    )
+    background: bool = Field(
+        default=True,
+        description=(
+            "Run the full pipeline (memory, tools, the strong model) in the background on each turn of a "
+            "call; what it finds is woven into the next spoken answer, never spoken directly."
+        ),
+    )
     max_call_minutes: float = Field(
         default=30.0, gt=0, le=600, description="A call longer than this is ended politely."
     )

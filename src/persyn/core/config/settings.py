@@ -289,5 +289,7 @@ class Settings(BaseSettings):
         chosen = agent.models.get(task.value)
         if chosen is None and task is Task.CAPTION and self.models.caption is None:
             return self.models_for(agent, Task.RESPOND)  # the voice that answers is the one that looks
+        if chosen is None and task is Task.VOICE and self.models.voice is None and "decide" in agent.models:
+            return self.models_for(agent, Task.DECIDE)  # a live call's fast model is the fast one
         chosen = chosen or agent.models.get("default")
         return model_chain(chosen) if chosen else self.models.chain_for_task(task)

@@ -22,7 +22,7 @@ from persyn.cognition.context import remember_recalled
 from persyn.cognition.pipeline import TurnSetup
 from persyn.core.clock import Clock
 from persyn.core.config import AgentConfig, Settings
-from persyn.core.events import CompletionMarker, Event, Notice, Outbound
+from persyn.core.events import LIVE_HELD, CompletionMarker, Event, Notice, Outbound
 from persyn.core.ids import derived_id
 from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE, RunSpend
 from persyn.runtime.background.guardrails import block_reason
@@ -30,6 +30,7 @@ from persyn.runtime.background.outreach import Outreach
 from persyn.runtime.channel import Channel
 from persyn.runtime.delivery.outbox import Outbox, reply_key
 from persyn.runtime.turn.activation import TurnCache, record_deliberation
+from persyn.runtime.turn.live import is_background
 from persyn.runtime.turn.models import AUTO_SPEAK, Draft, TransmitRequest, TransmitResult
 from persyn.runtime.turn.pacing import PacingHold
 from persyn.store import Store
@@ -232,6 +233,10 @@ class Transmitter:
             )
         recalled = await self._recalled(setup, outcome.draft)
         text = deliberation.clean_for_transmit(outcome.text or "", recalled)
+        if is_background(event):  # a live call's background turn: held for the next answer
+            if decision.action == "decline":
+                text = deliberation.clean_for_transmit(decision.message or "", recalled) or text
+            return await self._held(sending, text, trace)
         route = _Route(target=sending.origin, service=event.service, channel=event.channel)
         if decision.action == "decline":
             text = (
@@ -253,6 +258,25 @@ class Transmitter:
             message_id=message.id,
             reason=route.reason,
         )
+
+    async def _held(self, sending: _Transmission, text: str, trace: dict[str, Any] | None) -> TransmitResult:
+        """A live call's background turn (`runtime.turn.live`): its words are not sent, nor
+        stored as a line of the agent's (the fast model spoke for the turn); the completion
+        marker carries them to the call, which weaves them into its next answer."""
+        agent_id = sending.setup.agent_id
+        if trace is not None:
+            await self._record_deliberation(agent_id, sending.event.id, trace)
+        marker = CompletionMarker(
+            event_id=sending.event.id,
+            transmitted=False,
+            text=text or None,
+            reason=LIVE_HELD,
+            created_at=sending.began,
+            expires_at=sending.began + sending.ttl,
+        )
+        await self._store.put_marker(agent_id, marker)
+        self._markers.put(marker)
+        return TransmitResult(transmitted=False, action="held", text=text or None, reason=LIVE_HELD)
 
     async def _unsent(self, sending: _Transmission, reason: str, level: str) -> TransmitResult:
         """Not sent: the event's marker says why, and its surface is told."""
