@@ -8,8 +8,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dbos import _dbos
+from sqlalchemy import event
 
 from persyn.core.clock import SystemClock
 from persyn.runtime.durable import _wake as _dbos_wake
@@ -196,3 +198,22 @@ async def test_work_another_process_enqueued_is_looked_at_claimed_and_answered(t
         assert enqueued is not None
         await pilot.settle()
         assert not enqueued(EVENTS_QUEUE) and not enqueued(BACKGROUND_QUEUE)
+        # One indexed read, however many finished workflows the system database keeps: the
+        # statement the look sends, as the driver received it, explained.
+        engine = _dbos._dbos_global_instance._sys_db.engine  # pyright: ignore[reportPrivateUsage, reportOptionalMemberAccess]
+        sent: list[tuple[str, Any]] = []
+
+        def record(*args: Any) -> None:
+            sent.append((args[2], args[3]))  # statement, parameters
+
+        event.listen(engine, "before_cursor_execute", record)
+        try:
+            assert not enqueued(EVENTS_QUEUE)
+        finally:
+            event.remove(engine, "before_cursor_execute", record)
+        [(sql, parameters)] = sent
+        with engine.connect() as connection:
+            plan = " ".join(
+                str(row[-1]) for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", parameters)
+            )
+        assert "USING COVERING INDEX" in plan and "SCAN" not in plan, plan

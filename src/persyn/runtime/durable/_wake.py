@@ -216,14 +216,29 @@ def _enqueued_probe(instance: Any) -> Callable[[str], bool] | None:
     if not isinstance(engine, sa.Engine) or not isinstance(status, sa.Table):
         log.info("DBOS queues are claimed at every poll: no system database to look at first")
         return None
-    statement = (
-        sa.select(sa.literal(1))
-        .where(status.c.queue_name == sa.bindparam("queue"), status.c.status == "ENQUEUED")
-        .limit(1)
-    )
+    statement = enqueued_statement(status)
 
     def enqueued(queue: str) -> bool:
         with engine.connect() as connection:
             return connection.execute(statement, {"queue": queue}).first() is not None
 
     return enqueued
+
+
+def enqueued_statement(status: Any) -> Any:
+    """The look's read of DBOS's `workflow_status` table (`queue` bound). The in-flight states
+    are written out as literals: SQLite uses a partial index (`… WHERE status IN ('ENQUEUED',
+    'PENDING')`, DBOS's in-flight index) only for a query that repeats its condition, and
+    without it the look would scan every workflow the system database keeps."""
+    import sqlalchemy as sa
+
+    in_flight = [sa.literal_column("'ENQUEUED'"), sa.literal_column("'PENDING'")]
+    return (
+        sa.select(sa.literal(1))
+        .where(
+            status.c.queue_name == sa.bindparam("queue"),
+            status.c.status.in_(in_flight),
+            status.c.status == "ENQUEUED",
+        )
+        .limit(1)
+    )
