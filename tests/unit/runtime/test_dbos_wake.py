@@ -6,16 +6,25 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from dbos import _dbos
+from sqlalchemy import event
 
 from persyn.core.clock import SystemClock
 from persyn.runtime.durable import _wake as _dbos_wake
-from persyn.testing import run_runtime
+from persyn.runtime.durable.dispatch import BACKGROUND_QUEUE, EVENTS_QUEUE
+from persyn.testing import harness_settings, run_runtime
 
 
-def _wakeable(quiet_after: float = 60.0, quiet_poll: float = 0.0) -> threading.Event:
+def _wakeable(
+    quiet_after: float = 60.0, quiet_poll: float = 0.0, enqueued: Callable[[str], bool] | None = None
+) -> threading.Event:
     """A plain Event turned wakeable the way `install_queue_waker` turns DBOS's."""
     event = threading.Event()
+    event._enqueued = enqueued  # type: ignore[attr-defined]
     event._woken = {}  # type: ignore[attr-defined]
     event._wake_cond = threading.Condition()  # type: ignore[attr-defined]
     event._last_return = {}  # type: ignore[attr-defined]
@@ -129,3 +138,82 @@ async def test_in_process_events_are_answered_although_the_queue_polls_every_ten
         markers = [await pilot.runtime.wait_marker(pilot.agent.id, event_id, timeout=5) for event_id in ids]
         assert [m.transmitted for m in markers] == [True, True]
         assert markers[0].text == "You said: first"
+
+
+def test_an_unwoken_poll_claims_only_when_its_queue_has_something_enqueued() -> None:
+    """Issue 33 item 15: a claim costs DBOS a transaction of several statements, the look one
+    read; while nothing is enqueued the worker keeps waiting (looking once an interval), the
+    first look that finds work ends the wait, a look that fails lets the claim run, a wake
+    needs no look, and other threads sharing the event never look."""
+    looks: list[str] = []
+    found = threading.Event()
+
+    def enqueued(queue: str) -> bool:
+        looks.append(queue)
+        return found.is_set()
+
+    event = _wakeable(enqueued=enqueued)
+    waiting, result = _wait_in_thread(event, "queue-worker-events", 0.01)
+    waiting.join(0.5)
+    assert waiting.is_alive() and not result  # nothing enqueued: still waiting, looking
+    assert len(looks) >= 3 and set(looks) == {"events"}
+    found.set()
+    waiting.join(30)
+    assert result and result[0][0] is False  # found work: the poll claims
+
+    found.clear()
+    looks.clear()
+    woken, woken_result = _wait_in_thread(event, "queue-worker-events", 30)
+    time.sleep(0.05)
+    _dbos_wake.QueueWaker([event]).wake("events")  # type: ignore[list-item]
+    woken.join(30)
+    assert woken_result and woken_result[0][0] is False and looks == []  # woken: no look
+
+    manager, manager_result = _wait_in_thread(event, "Thread-4 (queue_thread)", 0.01)
+    manager.join(30)
+    assert manager_result and looks == []  # not a queue worker: its own timeout, no look
+
+    def failing(queue: str) -> bool:
+        raise OSError("disk I/O error")
+
+    broken = _wakeable(enqueued=failing)
+    polling, polling_result = _wait_in_thread(broken, "queue-worker-events", 0.01)
+    polling.join(30)
+    assert polling_result and polling_result[0][0] is False  # the claim meets the failure
+
+
+async def test_work_another_process_enqueued_is_looked_at_claimed_and_answered(tmp_path: Path) -> None:
+    """The look on a real system database: an event a process without workers queued (no
+    wake reaches this one) is found by the worker's polls, claimed and answered; afterwards
+    the look finds neither queue holding anything."""
+    settings = harness_settings(
+        tmp_path / "home", config="[dispatch]\nqueue_polling_seconds = 0.5\nquiet_polling_seconds = 0\n"
+    )
+    async with run_runtime(settings, clock=SystemClock(), workers=False) as sender:
+        event_id = await sender.runtime.submit(sender.event("from another process"))
+    async with run_runtime(settings, clock=SystemClock()) as pilot:
+        marker = await pilot.runtime.wait_marker(pilot.agent.id, event_id, timeout=60)
+        assert marker.transmitted and marker.text == "You said: from another process"
+        enqueued = _dbos_wake._enqueued_probe(_dbos._dbos_global_instance)  # pyright: ignore[reportPrivateUsage]
+        assert enqueued is not None
+        await pilot.settle()
+        assert not enqueued(EVENTS_QUEUE) and not enqueued(BACKGROUND_QUEUE)
+        # One indexed read, however many finished workflows the system database keeps: the
+        # statement the look sends, as the driver received it, explained.
+        engine = _dbos._dbos_global_instance._sys_db.engine  # pyright: ignore[reportPrivateUsage, reportOptionalMemberAccess]
+        sent: list[tuple[str, Any]] = []
+
+        def record(*args: Any) -> None:
+            sent.append((args[2], args[3]))  # statement, parameters
+
+        event.listen(engine, "before_cursor_execute", record)
+        try:
+            assert not enqueued(EVENTS_QUEUE)
+        finally:
+            event.remove(engine, "before_cursor_execute", record)
+        [(sql, parameters)] = sent
+        with engine.connect() as connection:
+            plan = " ".join(
+                str(row[-1]) for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", parameters)
+            )
+        assert "USING COVERING INDEX" in plan and "SCAN" not in plan, plan
