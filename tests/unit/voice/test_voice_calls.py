@@ -61,6 +61,12 @@ class Mind:
     purpose: str = "to ask about the book club"
 
     def __call__(self, task: str | None, messages: list[ModelMessage], info: AgentInfo) -> Any:
+        if task == "voice":  # the fast half of a call (Appendix A): no tools, the cue in its prompt
+            cue = re.search(r"\[phone call:[^\]]*\]", info.instructions or "")
+            if cue is not None:
+                self.cues.append(cue.group(0))
+                return DoubleReply(text="Hello Sam, it is Ada. I am calling about the book club.")
+            return DoubleReply(text="I see.")
         if task != "respond":
             return DoubleReply(text="ok")
         said = last_user_text(messages)
@@ -69,9 +75,6 @@ class Mind:
         if results:
             self.results += [str(r.content) for r in results]
             return DoubleReply(text="Done.")
-        if said.startswith("[phone call:"):
-            self.cues.append(said)
-            return DoubleReply(text="Hello Sam, it is Ada. I am calling about the book club.")
         if said.startswith("Remind me to"):
             objective = said.removeprefix("Remind me to").strip(" .")
             return DoubleReply(

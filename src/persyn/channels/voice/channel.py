@@ -219,6 +219,7 @@ class Call:
                 unheard.append(waiting)
         for reply in unheard:  # a streamed answer still being written stops being said
             reply.cut = reply.done = True
+        self._progress.set()
         self._speaking, self._marks = [], {}
         if clear:
             with contextlib.suppress(Exception):  # a line already gone has nothing to clear
@@ -273,12 +274,13 @@ class Call:
         self._opened.set()
 
     async def say_goodbye(self, goodbye: str) -> None:
-        """`goodbye` said, then waits (at most `_GOODBYE_SECONDS`) until the line has played it."""
-        before = len(self.said)
-        self.say_aside(goodbye)
+        """`goodbye` said after what is queued, then waits (at most `_GOODBYE_SECONDS`) until the
+        line has played all of it (its marks came back) or it was cut off."""
+        reply = _Reply(goodbye, None)
+        self.talk.put_nowait((goodbye, reply, True))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(_GOODBYE_SECONDS):
-                while len(self.said) <= before or self.marks_played < self.marks_sent:
+                while not (reply.finished or reply.cut):
                     self._progress.clear()
                     await self._progress.wait()
 
@@ -432,6 +434,7 @@ class Call:
                 await self._say(piece, reply)
             if last:
                 reply.done = True
+                self._progress.set()
                 if reply.finished and reply in self._speaking:
                     self._speaking.remove(reply)
 
