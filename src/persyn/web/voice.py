@@ -118,6 +118,7 @@ async def _session(context: WebContext, websocket: WebSocket, key: WebKey) -> No
         sid, "", speaker.display_name, websocket, outlet=BrowserOutlet(websocket), identity=speaker
     )
     try:
+        await call.open()
         await websocket.send_text(json.dumps({"type": "ready", "session": sid, "agent": phone.agent.name}))
         async with asyncio.timeout(phone.config.max_call_minutes * 60):
             await _listen(websocket, call)

@@ -68,7 +68,7 @@ async def test_speaking_over_a_long_reply_clears_it_and_keeps_what_was_heard(
         await caller.send_audio(piper_phone("Wait, stop there please."))
         await until(lambda: caller.clears >= 1, "Twilio's clear")
         assert call.barge_ins >= 1
-        await caller.send_silence(1.0)
+        await until(lambda: call.cut_offs >= 1, "the cut-off reply recorded")
         story, stored = await _reply_line(phone, caller.call_sid)
         heard = _check_cut_off(story, stored)
         # What the caller's line played holds the reply's start and not its end.

@@ -131,6 +131,7 @@ class Call:
         default_factory=lambda: asyncio.Queue[tuple[str, _Reply | None, bool]]()
     )
     barge_ins: int = 0
+    cut_offs: int = 0  # replies recorded as cut off (their stored line revised)
     # The conversation of the call, cached from the first reply (Appendix A): the agent's state
     # for the call is keyed by `sid`, never by this.
     conversation_id: str | None = None
@@ -240,6 +241,7 @@ class Call:
             await api.revise_reply(self.channel.agent.id, reply.event_id, line)
         except Exception:  # the store is away: the full reply stays, and the log says so
             log.exception("phone: could not record the cut-off reply to %s", reply.event_id)
+        self.cut_offs += 1
         with contextlib.suppress(Exception):
             await self.outlet.control({"type": "cut_off", "said": heard})
 
@@ -255,6 +257,12 @@ class Call:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.cut_off(clear=False)
+
+    async def open(self) -> None:
+        """The call's conversation opened without a cue: the person speaks first (the browser's
+        talk control, where the person pressed Talk and has something to say)."""
+        self.conversation_id, _ = await self.channel.api.open_live_call(self._event(self.caller, "open"))
+        self._opened.set()
 
     async def cue(self) -> None:
         """The first turn: no transcript yet, so the agent is cued with who called whom, by
