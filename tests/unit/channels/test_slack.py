@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Collection
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo
 
 from persyn.channels.slack.channel import MESSAGE_LIMIT, SlackChannel
 from persyn.channels.slack.config import SlackConfig
@@ -27,10 +29,21 @@ from persyn.core.config import Settings, load_settings
 from persyn.core.errors import ConfigError
 from persyn.core.ids import derived_id
 from persyn.runtime.channel import Backoff, Link
+from persyn.store import Identity
+from persyn.testing import tool_returns
 from persyn.testing.harness import ADA, START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.media import small_png
-from persyn.testing.models import DoubleReply, echo_text, registered_double
-from persyn.testing.slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack, SlackUser
+from persyn.testing.models import DoubleReply, echo_text, last_user_text, registered_double
+from persyn.testing.slack import (
+    APP_TOKEN,
+    BOT_TOKEN,
+    BOT_USER,
+    SIGNING_SECRET,
+    TEAM,
+    FakeSlack,
+    SlackUser,
+    dm_channel,
+)
 from persyn.web.server import WebSurface
 
 WAIT_SECONDS = 60.0
@@ -463,3 +476,74 @@ def test_the_tokens_come_from_the_environment_and_a_missing_one_is_named(tmp_pat
     )
     with pytest.raises(ConfigError, match="SLACK_BOT_TOKEN"):
         PLUGIN.connect(without_bot, Any)  # type: ignore[arg-type]
+
+
+def _relay(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleReply:
+    """Asked to "tell NAME: X", the agent writes X to NAME (`message_contact`) and says what came of it."""
+    text = last_user_text(messages)
+    asked = re.search(r"tell (\w+): (.+)", text)
+    if task == "respond" and asked:
+        returned = tool_returns(messages)
+        if not returned:
+            args = {"to": asked[1], "text": asked[2].strip()}
+            return DoubleReply(tool_calls=[{"name": "message_contact", "args": args}])
+        return DoubleReply(text=f"Done: {returned[-1].content}")
+    return DoubleReply(text=f"You said: {text}")
+
+
+async def test_outreach_to_a_contact_known_only_by_identity_opens_a_dm_with_them(tmp_path: Path) -> None:
+    """Ann was never met on Slack: the operator attached her Slack identity. Asked in a channel,
+    the agent writes to her: `conversations.open` gives her DM, the message goes there, and it
+    is stored in that DM, where her answer is heard in the same conversation. A user Slack does
+    not know is a refusal the agent reads, with nothing posted."""
+    fake = FakeSlack()
+    with registered_double("slack-relay", _relay):
+        async with on_slack(tmp_path / "home", fake, model="test:slack-relay") as (pilot, _channel):
+            store, agent_id = pilot.full_store, pilot.agent.id
+            ann = await store.resolve_person(
+                agent_id,
+                Identity(service="slack", channel="slack", speaker_id=f"{TEAM}/{ANN.id}"),
+                "Ann",
+                "human",
+                START,
+            )
+            ask = f"<@{BOT_USER}> tell Ann: the build is green"
+            await fake.push(fake.message_event(ask, user=BEN.id, channel="C0LAB"))
+            await until(lambda: len(fake.posted) == 2, "the DM and the answer in the channel")
+            await pilot.settle()
+            dm = dm_channel(ANN.id)
+            assert fake.opened == [ANN.id]
+            assert (fake.posted[0]["channel"], fake.posted[0]["text"]) == (dm, "the build is green")
+            assert (
+                fake.posted[1]["channel"] == "C0LAB" and f"delivered on slack:{dm}" in fake.posted[1]["text"]
+            )
+            stored = await pilot.store.channel_messages(agent_id, SLACK_SERVICE, dm, 5)
+            assert [m.text for m in stored] == ["the build is green"]
+            await fake.push(fake.message_event("thanks!", user=ANN.id, channel=dm, channel_type="im"))
+            await until(lambda: len(fake.posted) == 3, "the answer to Ann")
+            await pilot.settle()
+            said = await pilot.store.channel_messages(agent_id, SLACK_SERVICE, dm, 5)
+            # (The fake's message times are before the test clock's: order by text, not time.)
+            assert sorted((m.role.value, m.text) for m in said) == [
+                ("agent", "You said: thanks!"),
+                ("agent", "the build is green"),
+                ("user", "thanks!"),
+            ]
+            assert len({m.conversation_id for m in said}) == 1  # her answer is in the same conversation
+            (heard,) = [m for m in said if m.role.value == "user"]
+            assert heard.person_id == ann.id  # she is the contact the identity was attached to
+
+            # A user Slack does not know (a stale identity): refused, nothing posted or stored.
+            await store.resolve_person(
+                agent_id,
+                Identity(service="slack", channel="slack", speaker_id=f"{TEAM}/U0GONE"),
+                "Cy",
+                "human",
+                START,
+            )
+            await fake.push(fake.message_event(f"<@{BOT_USER}> tell Cy: hello", user=BEN.id, channel="C0LAB"))
+            await until(lambda: len(fake.posted) == 4, "the answer in the channel")
+            await pilot.settle()
+            assert fake.posted[3]["channel"] == "C0LAB" and "user_not_found" in fake.posted[3]["text"]
+            assert fake.opened == [ANN.id]  # asked for Cy's DM, refused
+            assert all(p["text"] != "hello" for p in fake.posted)

@@ -108,6 +108,7 @@ class FakeBotApi:
         self.calls: list[str] = []
         self.throttle = throttle
         self.blocked: set[str] = set()  # chats whose person blocked the bot (403 on send)
+        self.started: set[str] = set()  # users who have written to the bot in private
         self._arrived = asyncio.Event()
         self._next_id = 1000
         self.files: dict[str, bytes] = {}  # file_id → the file's bytes (getFile, then its URL)
@@ -117,6 +118,8 @@ class FakeBotApi:
     ) -> int:
         """A message as Telegram delivers it (an Update with a Message); returns its update_id."""
         self._next_id += 1
+        if chat.get("type") == "private":
+            self.started.add(str(chat["id"]))
         self.messages.add((str(chat["id"]), self._next_id * 10))
         self.updates.append(
             {
@@ -164,6 +167,16 @@ class FakeBotApi:
                 pending = [u for u in self.updates if u["update_id"] >= offset]
             # Non-ASCII as \u escapes, which JSON allows: a lone "\ud800" can only arrive so.
             return Response(json.dumps({"ok": True, "result": pending}), media_type="application/json")
+        if method == "sendChatAction":  # core.telegram.org/bots/api#sendchataction: True, or refused
+            chat_id = str(body.get("chat_id"))
+            if chat_id in self.blocked or chat_id not in self.started:
+                why = (
+                    "bot was blocked by the user"
+                    if chat_id in self.blocked
+                    else "bot can't initiate conversation with a user"
+                )
+                return JSONResponse({"ok": False, "error_code": 403, "description": f"Forbidden: {why}"}, 403)
+            return JSONResponse({"ok": True, "result": True})
         if method == "sendMessage":
             if self.throttle > 0:
                 self.throttle -= 1
