@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import SecretStr
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
+from relay import relay
 
 from persyn.channels.discord.channel import DiscordChannel
 from persyn.channels.discord.config import DiscordConfig
@@ -21,6 +22,7 @@ from persyn.channels.discord.gateway import INTENTS
 from persyn.channels.discord.plugin import PLUGIN
 from persyn.core.clock import ManualClock
 from persyn.runtime.channel import Backoff, Link
+from persyn.store import Identity
 from persyn.testing import tool_returns
 from persyn.testing.discord import BOT_USER, TOKEN, FakeDiscord
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime, until
@@ -331,3 +333,55 @@ async def test_a_stop_mid_burst_stores_every_message_already_received(tmp_path: 
         for n in range(20):
             rows = await pilot.store.channel_messages(pilot.agent.id, "discord", str(8000 + n), 5)
             assert [m.text for m in rows if m.role.value == "user"] == [f"burst {n}"]
+
+
+async def test_outreach_to_a_contact_known_only_by_identity_opens_a_dm_with_them(tmp_path: Path) -> None:
+    """Cara was never met here: the operator attached her Discord identity. Asked in the guild,
+    the agent writes to her: `POST /users/@me/channels` gives her DM channel, the message goes
+    and is stored there, and her answer is in the same conversation. A user Discord does not
+    know (50033) is a refusal the agent reads, with nothing sent."""
+    fake = FakeDiscord()
+    cara = {"id": "444", "username": "cara", "global_name": "Cara"}
+    fake.users[cara["id"]] = cara
+    with registered_double("discord-relay", relay):
+        async with bot(tmp_path / "home", fake, model="test:discord-relay") as (pilot, _channel):
+            store, agent_id = pilot.full_store, pilot.agent.id
+            person = await store.resolve_person(
+                agent_id,
+                Identity(service="discord", channel="discord", speaker_id="444"),
+                "Cara",
+                "human",
+                START,
+            )
+            fake.message(
+                f"{MENTION} tell Cara: the raid is at nine", author=BOB, channel_id=GENERAL, guild_id=GUILD
+            )
+            await until(lambda: len(fake.sent) == 2, "the DM and the answer in the guild")
+            await pilot.settle()
+            dm = fake.dm_channels["444"]
+            assert (fake.sent[0].channel_id, fake.sent[0].content) == (dm, "the raid is at nine")
+            assert fake.sent[1].channel_id == GENERAL and f"delivered on discord:{dm}" in fake.sent[1].content
+            fake.message("see you there", author=cara, channel_id=dm)
+            await until(lambda: len(fake.sent) == 3, "the answer to Cara")
+            await pilot.settle()
+            said = await pilot.store.channel_messages(agent_id, "discord", dm, 5)
+            assert sorted((m.role.value, m.text) for m in said) == [
+                ("agent", "You said: see you there"),
+                ("agent", "the raid is at nine"),
+                ("user", "see you there"),
+            ]
+            assert len({m.conversation_id for m in said}) == 1
+            assert [m.person_id for m in said if m.role.value == "user"] == [person.id]
+
+            await store.resolve_person(
+                agent_id,
+                Identity(service="discord", channel="discord", speaker_id="999"),
+                "Dov",
+                "human",
+                START,
+            )
+            fake.message(f"{MENTION} tell Dov: hello", author=BOB, channel_id=GENERAL, guild_id=GUILD)
+            await until(lambda: len(fake.sent) == 4, "the answer in the guild")
+            await pilot.settle()
+            assert fake.sent[3].channel_id == GENERAL and "Invalid Recipient" in fake.sent[3].content
+            assert "999" not in fake.dm_channels and all(s.content != "hello" for s in fake.sent)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import AsyncIterator, Collection
 from datetime import UTC, datetime
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo
+from relay import relay
 
 from persyn.channels.slack.channel import MESSAGE_LIMIT, SlackChannel
 from persyn.channels.slack.config import SlackConfig
@@ -30,10 +29,9 @@ from persyn.core.errors import ConfigError
 from persyn.core.ids import derived_id
 from persyn.runtime.channel import Backoff, Link
 from persyn.store import Identity
-from persyn.testing import tool_returns
 from persyn.testing.harness import ADA, START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.media import small_png
-from persyn.testing.models import DoubleReply, echo_text, last_user_text, registered_double
+from persyn.testing.models import DoubleReply, echo_text, registered_double
 from persyn.testing.slack import (
     APP_TOKEN,
     BOT_TOKEN,
@@ -478,26 +476,13 @@ def test_the_tokens_come_from_the_environment_and_a_missing_one_is_named(tmp_pat
         PLUGIN.connect(without_bot, Any)  # type: ignore[arg-type]
 
 
-def _relay(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleReply:
-    """Asked to "tell NAME: X", the agent writes X to NAME (`message_contact`) and says what came of it."""
-    text = last_user_text(messages)
-    asked = re.search(r"tell (\w+): (.+)", text)
-    if task == "respond" and asked:
-        returned = tool_returns(messages)
-        if not returned:
-            args = {"to": asked[1], "text": asked[2].strip()}
-            return DoubleReply(tool_calls=[{"name": "message_contact", "args": args}])
-        return DoubleReply(text=f"Done: {returned[-1].content}")
-    return DoubleReply(text=f"You said: {text}")
-
-
 async def test_outreach_to_a_contact_known_only_by_identity_opens_a_dm_with_them(tmp_path: Path) -> None:
     """Ann was never met on Slack: the operator attached her Slack identity. Asked in a channel,
     the agent writes to her: `conversations.open` gives her DM, the message goes there, and it
     is stored in that DM, where her answer is heard in the same conversation. A user Slack does
     not know is a refusal the agent reads, with nothing posted."""
     fake = FakeSlack()
-    with registered_double("slack-relay", _relay):
+    with registered_double("slack-relay", relay):
         async with on_slack(tmp_path / "home", fake, model="test:slack-relay") as (pilot, _channel):
             store, agent_id = pilot.full_store, pilot.agent.id
             ann = await store.resolve_person(

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from relay import relay
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -31,8 +32,10 @@ from persyn.channels.text import split_message
 from persyn.core.clock import ManualClock
 from persyn.runtime.channel import Link
 from persyn.senses.hearing import local_whisper_available
+from persyn.store import Identity
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.media import bomb_png, espeak_available, ogg_opus, small_png, spoken_wav, text_pdf
+from persyn.testing.models import registered_double
 
 TOKEN = "123456:TEST-token"
 BOT = {"id": 99, "is_bot": True, "first_name": "Ada", "username": "ada_bot"}
@@ -713,3 +716,41 @@ async def test_a_file_in_a_group_not_sent_to_the_bot_is_not_downloaded(tmp_path:
         assert fake.calls.count("getFile") == 1
         assert len(list((pilot.settings.data_dir / "attachments").rglob("att-*.json"))) == 1
         assert [r.stage for r in pilot.usage()].count("caption") == 1
+
+
+async def test_outreach_to_a_contact_known_only_by_identity_writes_to_their_private_chat(
+    tmp_path: Path,
+) -> None:
+    """Telegram's private chat with a user has their user id as its chat id, but a bot may write
+    there only once they started it: Dee, who never did, is a refusal the agent reads (nothing
+    stored or held in the outbox); Eli, who started the bot before, gets the message."""
+    fake = FakeBotApi()
+    fake.started.add("12")  # Eli started the bot once (a chat this deployment never stored)
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    with registered_double("telegram-relay", relay):
+        async with bot(tmp_path / "home", fake, model="test:telegram-relay") as (pilot, channel):
+            await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+            store, agent_id = pilot.full_store, pilot.agent.id
+            for name, user_id in (("Dee", "11"), ("Eli", "12")):
+                await store.resolve_person(
+                    agent_id,
+                    Identity(service="telegram", channel="telegram", speaker_id=user_id),
+                    name,
+                    "human",
+                    START,
+                )
+            private = {"id": 7, "type": "private"}
+            fake.message("tell Dee: the keys are under the mat", chat=private, sender=ann, at=START)
+            await until(lambda: len(fake.seen) == 1, "the answer to Ann")
+            await pilot.settle()
+            assert "can't initiate conversation" in fake.seen[0] and "started a chat" in fake.seen[0]
+            assert await pilot.store.channel_messages(agent_id, "telegram", "11", 5) == []
+            assert await pilot.store.pending_outbox(agent_id, "telegram") == []
+            fake.message("tell Eli: the keys are under the mat", chat=private, sender=ann, at=START)
+            await until(lambda: len(fake.seen) == 3, "the message to Eli and the answer to Ann")
+            await pilot.settle()
+            assert [(m["chat_id"], fake.seen[n]) for n, m in enumerate(fake.sent)][1] == (
+                "12",
+                "the keys are under the mat",
+            )
+            assert "delivered on telegram:12" in fake.seen[2]
