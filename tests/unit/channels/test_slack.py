@@ -532,3 +532,40 @@ async def test_outreach_to_a_contact_known_only_by_identity_opens_a_dm_with_them
             assert fake.posted[3]["channel"] == "C0LAB" and "user_not_found" in fake.posted[3]["text"]
             assert fake.opened == [ANN.id]  # asked for Cy's DM, refused
             assert all(p["text"] != "hello" for p in fake.posted)
+
+
+async def test_an_envelope_not_acknowledged_before_a_stop_is_sent_again_and_answered_once(
+    tmp_path: Path,
+) -> None:
+    """The envelope is acknowledged only once its event is stored: the process stops while the
+    sender's name is still being looked up (nothing stored yet), so the envelope is not
+    acknowledged; Slack sends it again to the next connection, and it is answered once, however
+    often it comes again."""
+    fake = FakeSlack()
+    async with on_slack(tmp_path / "home", fake) as (pilot, channel):
+        fake.slow_lookups = [20.0]  # users.info answers long after the stop
+        payload = fake.message_event("are you there?", user=ANN.id, channel="D0ANN", channel_type="im")
+        envelope = await fake.push(payload)
+        await until(lambda: "users.info" in fake.calls, "the name lookup under way")
+        await channel.stop()  # the process stopped between receiving and storing
+        assert envelope not in fake.acked and fake.posted == []
+        assert await pilot.runtime.get_event(pilot.agent.id, _event_id(payload)) is None
+        again = SlackChannel(
+            pilot.settings.channels.section(SlackConfig),
+            pilot.agent,
+            pilot.runtime,
+            bot_token=BOT_TOKEN,
+            app_token=APP_TOKEN,
+            backoff=Backoff(0.05, 0.2),
+        )
+        await again.start()
+        try:
+            await until(lambda: envelope in fake.acked, "the envelope sent again, then acknowledged")
+            await until(lambda: fake.posted, "the answer")
+            await pilot.settle()
+            repeat = await fake.push(payload)  # as if that acknowledgement had been lost
+            await until(lambda: repeat in fake.acked, "the repeat acknowledged")
+            await pilot.settle()
+            assert [p["text"] for p in fake.posted] == ["You said: are you there?"]
+        finally:
+            await again.stop()

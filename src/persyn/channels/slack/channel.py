@@ -3,9 +3,9 @@
 Socket Mode's aiohttp client).
 
 - `mode = "socket"`: `apps.connections.open` with the app-level token, then the WebSocket;
-  each `events_api` envelope is acknowledged (`envelope_id`) at once and its event handled
-  after (`inbound.py`); Slack sends an envelope not acknowledged again, and the same message is
-  the same event. The SDK's own reconnection is off: this adapter's connect loop owns it, with
+  each `events_api` envelope is acknowledged (`envelope_id`) once its event is stored
+  (`inbound.py`), or after 2 s if storing takes longer (Slack's limit is 3 s); Slack sends an
+  envelope not acknowledged again, and the same message is the same event, answered once. The SDK's own reconnection is off: this adapter's connect loop owns it, with
   the shared jittered `Backoff`, and tells its `LinkTracker` (`persyn channels show`, doctor,
   the web page) — a server gone mid-run is retried until it is back, never left deaf.
 - `mode = "events"`: events arrive on the web server (`events.py`, `POST /slack/events`); this
@@ -51,6 +51,7 @@ MESSAGE_LIMIT = 4000
 _RATE_LIMIT_RETRIES = 5
 _CONNECT_SECONDS = 15.0
 _WATCH_SECONDS = 0.5  # how often a live Socket Mode connection is checked
+_ACK_SECONDS = 2.0  # the longest an envelope waits for its event to be stored (Slack allows 3 s)
 _USER = re.compile(
     r"[UW][A-Z0-9]{1,20}"
 )  # a user id (api.slack.com/changelog/2016-08-11-user-id-format-changes)
@@ -161,13 +162,18 @@ class SlackChannel(Channel):
                 await socket.close()
 
     async def _request(self, client: AsyncBaseSocketModeClient, request: SocketModeRequest) -> None:
-        """Acknowledge the envelope at once (Slack wants it within 3 s), then handle it."""
+        """Acknowledge the envelope once its event is stored: a process stopped in between has
+        not acknowledged it, so Slack sends it again and nothing is lost (the event id derives
+        from the message: the redelivery is answered once). Slack wants the acknowledgement
+        within 3 s, so a handling that takes longer (a slow `users.info`, a large file) is
+        acknowledged after `_ACK_SECONDS` and goes on. (The SDK runs each envelope's listeners
+        in a task of its own: one waiting here holds up no other.)"""
+        if request.type == "events_api":
+            task = self.inbound.handle(request.payload)
+            self._handling.add(task)
+            task.add_done_callback(self._handling.discard)
+            await asyncio.wait([task], timeout=_ACK_SECONDS)
         await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
-        if request.type != "events_api":
-            return
-        task = self.inbound.handle(request.payload)
-        self._handling.add(task)
-        task.add_done_callback(self._handling.discard)
 
     # the channel port ----------------------------------------------------------------------
     def serves(self, agent_id: str) -> bool:
