@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Collection
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -569,3 +569,22 @@ async def test_an_envelope_not_acknowledged_before_a_stop_is_sent_again_and_answ
             assert [p["text"] for p in fake.posted] == ["You said: are you there?"]
         finally:
             await again.stop()
+
+
+async def test_a_reminder_asked_for_on_slack_arrives_there_when_it_comes_due(tmp_path: Path) -> None:
+    """Ann asks in her DM to be reminded; the clock moves on; the reminder fires (a run of the
+    agent's own, for her) and what it says reaches her in her Slack DM, once."""
+    fake = FakeSlack()
+    with registered_double("slack-relay", relay):
+        async with on_slack(tmp_path / "home", fake, model="test:slack-relay") as (pilot, _channel):
+            ask = "in 10 minutes, time to stretch"
+            await fake.push(fake.message_event(ask, user=ANN.id, channel="D0ANN", channel_type="im"))
+            await until(lambda: fake.posted, "the answer")
+            assert fake.posted[0]["text"] == "I will."
+            assert await pilot.fire(timedelta(minutes=5)) == 0  # not due yet
+            assert len(fake.posted) == 1
+            assert await pilot.fire(timedelta(minutes=6)) == 1
+            await until(lambda: len(fake.posted) == 2, "the reminder")
+            await pilot.settle()
+            assert (fake.posted[1]["channel"], fake.posted[1]["text"]) == ("D0ANN", "time to stretch")
+            assert "thread_ts" not in fake.posted[1] and len(fake.posted) == 2
