@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -385,3 +386,19 @@ async def test_outreach_to_a_contact_known_only_by_identity_opens_a_dm_with_them
             await pilot.settle()
             assert fake.sent[3].channel_id == GENERAL and "Invalid Recipient" in fake.sent[3].content
             assert "999" not in fake.dm_channels and all(s.content != "hello" for s in fake.sent)
+
+
+async def test_a_reminder_asked_for_on_discord_arrives_there_when_it_comes_due(tmp_path: Path) -> None:
+    """Ann asks in her DM to be reminded; the clock moves on; the reminder's run speaks to her in
+    that DM, once."""
+    fake = FakeDiscord()
+    with registered_double("discord-relay", relay):
+        async with bot(tmp_path / "home", fake, model="test:discord-relay") as (pilot, _channel):
+            fake.message("in 10 minutes, feed the cat", author=ANN, channel_id="7001")
+            await until(lambda: fake.sent, "the answer")
+            assert fake.sent[0].content == "I will."
+            assert await pilot.fire(timedelta(minutes=5)) == 0
+            assert await pilot.fire(timedelta(minutes=6)) == 1
+            await until(lambda: len(fake.sent) == 2, "the reminder")
+            await pilot.settle()
+            assert [(s.channel_id, s.content) for s in fake.sent][1:] == [("7001", "feed the cat")]
