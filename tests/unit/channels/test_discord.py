@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,14 +22,19 @@ from persyn.channels.discord.channel import DiscordChannel
 from persyn.channels.discord.config import DiscordConfig
 from persyn.channels.discord.gateway import INTENTS
 from persyn.channels.discord.plugin import PLUGIN
+from persyn.channels.slack.channel import SlackChannel
+from persyn.channels.slack.config import SlackConfig
 from persyn.core.clock import ManualClock
 from persyn.runtime.channel import Backoff, Link
 from persyn.store import Identity
-from persyn.testing import tool_returns
+from persyn.testing import consolidation_reply, tool_returns
 from persyn.testing.discord import BOT_USER, TOKEN, FakeDiscord
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.media import small_png
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
+from persyn.testing.slack import APP_TOKEN as SLACK_APP_TOKEN
+from persyn.testing.slack import BOT_TOKEN as SLACK_BOT_TOKEN
+from persyn.testing.slack import FakeSlack, SlackUser
 
 WAIT_SECONDS = 60.0
 ANN = {"id": "111", "username": "ann", "global_name": "Ann"}
@@ -36,6 +42,7 @@ BOB = {"id": "222", "username": "bob"}
 OTHER_BOT = {"id": "333", "username": "helper", "bot": True}
 GUILD, GENERAL, THREAD = "5000", "5001", "5002"
 MENTION = f"<@{BOT_USER['id']}>"
+SLACK_ANN = SlackUser("U0ANN", "ann", "Ann")
 
 
 def _config(fake: FakeDiscord) -> str:
@@ -402,3 +409,84 @@ async def test_a_reminder_asked_for_on_discord_arrives_there_when_it_comes_due(t
             await until(lambda: len(fake.sent) == 2, "the reminder")
             await pilot.settle()
             assert [(s.channel_id, s.content) for s in fake.sent][1:] == [("7001", "feed the cat")]
+
+
+_NOTE = re.compile(r"note (\w+)'s (\w+): (.+)")
+_ASK = re.compile(r"what is (\w+)'s (\w+)\?")
+
+
+def _facts(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleReply:
+    """ "note Ann's tea: oolong" keeps a quick fact; "what is Ann's tea?" reads them back."""
+    text, returned = last_user_text(messages), tool_returns(messages)
+    note, ask = _NOTE.search(text), _ASK.search(text)
+    if task == "respond" and (note or ask) and returned:
+        return DoubleReply(text=f"Facts: {returned[-1].content}")
+    if task == "respond" and note:
+        args = {"about": note[1], "key": note[2], "value": note[3]}
+        return DoubleReply(tool_calls=[{"name": "set_fact", "args": args}])
+    if task == "respond" and ask:
+        return DoubleReply(tool_calls=[{"name": "get_facts", "args": {"about": ask[1]}}])
+    return consolidation_reply(task) or DoubleReply(text=f"You said: {text}")
+
+
+async def test_one_contact_on_slack_and_discord_is_known_on_both_and_a_stranger_learns_nothing(
+    tmp_path: Path,
+) -> None:
+    """Ann tells the agent something in her Slack DM; the operator attaches her Discord identity
+    to her contact, and her Slack DM and Discord DM are one compartment (`channel_groups`).
+    On Discord she is the same contact, and what she said on Slack is there; Bob, a stranger
+    in his own Discord DM, asking about her, gets none of it."""
+    slack, discord = FakeSlack(), FakeDiscord()
+    slack.users[SLACK_ANN.id] = SLACK_ANN
+    await slack.start()
+    config = (
+        _config(discord)
+        + f'[channels.slack]\nenabled = true\napi_url = "{slack.api_url}"\n'
+        + "[pacing.channels.slack]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
+        + "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
+        + '[memory]\nchannel_groups = [["slack:D0ANN", "discord:7001"]]\n'
+    )
+    try:
+        async with discord, contextlib.AsyncExitStack() as stack:
+            stack.enter_context(registered_double("facts", _facts))
+            settings = harness_settings(tmp_path / "home", model="test:facts", config=config)
+            pilot = await stack.enter_async_context(run_runtime(settings, clock=ManualClock(START)))
+            on_slack = SlackChannel(
+                settings.channels.section(SlackConfig),
+                pilot.agent,
+                pilot.runtime,
+                bot_token=SLACK_BOT_TOKEN,
+                app_token=SLACK_APP_TOKEN,
+                backoff=Backoff(0.05, 0.2),
+            )
+            on_discord = DiscordChannel(
+                settings.channels.section(DiscordConfig), pilot.agent, pilot.runtime, token=TOKEN
+            )
+            for channel in (on_slack, on_discord):
+                await channel.start()
+                stack.push_async_callback(channel.stop)
+            await asyncio.wait_for(on_slack.ready.wait(), WAIT_SECONDS)
+            await asyncio.wait_for(on_discord.ready.wait(), WAIT_SECONDS)
+
+            note = "note Ann's tea: oolong, no sugar"
+            await slack.push(slack.message_event(note, user=SLACK_ANN.id, channel="D0ANN", channel_type="im"))
+            await until(lambda: slack.posted, "the fact noted on Slack")
+            await pilot.settle()
+            (ann,) = await pilot.full_store.list_persons(pilot.agent.id)
+            await pilot.full_store.attach_identity(
+                pilot.agent.id, ann.id, Identity(service="discord", channel="discord", speaker_id=ANN["id"])
+            )
+
+            discord.message("what is Ann's tea?", author=ANN, channel_id="7001")
+            await until(lambda: len(discord.sent) == 1, "the answer to Ann on Discord")
+            await pilot.settle()
+            discord.message("what is Ann's tea?", author=BOB, channel_id="7002")
+            await until(lambda: len(discord.sent) == 2, "the answer to Bob")
+            await pilot.settle()
+            to_ann, to_bob = discord.sent
+            assert to_ann.channel_id == "7001" and "oolong, no sugar" in to_ann.content
+            assert to_bob.channel_id == "7002" and "oolong" not in to_bob.content
+            people = {p.display_name: p for p in await pilot.full_store.list_persons(pilot.agent.id)}
+            assert people["Ann"].id == ann.id and len(people) == 2  # Ann once, and Bob
+    finally:
+        await slack.stop()
