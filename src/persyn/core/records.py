@@ -12,7 +12,15 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["MemoryRecord", "RelevanceBand", "ScoredRecord", "Sensitivity", "channel_key"]
+__all__ = [
+    "DIRECT_PREFIX",
+    "MemoryRecord",
+    "RelevanceBand",
+    "ScoredRecord",
+    "Sensitivity",
+    "channel_key",
+    "direct_address",
+]
 
 
 class Sensitivity(StrEnum):
@@ -45,6 +53,18 @@ class RelevanceBand(StrEnum):
 def channel_key(service: str, channel: str) -> str:
     """The compartment a record belongs to: `service:channel`."""
     return f"{service}:{channel}"
+
+
+# A channel `@<speaker id>` names a person, not a conversation: a message the agent initiates
+# to someone it knows on a network only by their identity. The network's adapter turns it into
+# the conversation to write in (`runtime.channel.Channel.direct_channel`: a DM opened, or the
+# address itself) before anything is stored, so it never names a compartment.
+DIRECT_PREFIX = "@"
+
+
+def direct_address(speaker_id: str) -> str:
+    """The channel that names the person with `speaker_id` on a network (`DIRECT_PREFIX`)."""
+    return f"{DIRECT_PREFIX}{speaker_id}"
 
 
 class MemoryRecord(BaseModel):

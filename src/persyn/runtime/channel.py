@@ -25,6 +25,7 @@ from typing import Protocol
 
 from starlette.requests import Request
 
+from persyn.core.errors import ChannelError
 from persyn.core.events import Event, Notice, Outbound
 from persyn.gateway.base import SinkCallable
 
@@ -226,6 +227,12 @@ class Channel(ABC):
     def serves(self, agent_id: str) -> bool:
         """Whether this channel shows `agent_id`'s messages (a terminal shows one agent's)."""
         return True
+
+    async def direct_channel(self, agent_id: str, speaker_id: str) -> str:
+        """The channel a message to one person goes to, given their identity's speaker id on
+        this network (outreach to a contact never met here, `core.records.DIRECT_PREFIX`): a DM opened, or
+        the address itself. A network where that cannot be done raises, naming why."""
+        raise ChannelError(f"{self.service} cannot write to one person directly; set their preferred channel")
 
     def track(self, name: str, now: Callable[[], datetime]) -> LinkTracker:
         """A tracker of one of its connections (`name`: whose), which its connect loop tells

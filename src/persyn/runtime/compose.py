@@ -126,6 +126,7 @@ def build_runtime(
         validate_text=intake.validate_text,
         connected=connected.__contains__,
         guardrails=guardrails,
+        channels=connected.get,
     )
     pacing = Pacing(
         store=store,

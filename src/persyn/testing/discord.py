@@ -14,7 +14,8 @@ server), with the shapes of Discord's public developer documentation:
   .../resources/message#create-message): `GET /api/v10/gateway/bot` `{url, shards,
   session_start_limit}`, `GET /api/v10/users/@me`, `POST /api/v10/channels/{id}/messages`
   `{content, message_reference}` (2,000 characters at most: 400 with code 50035 otherwise),
-  `Authorization: Bot TOKEN` (401 `{"message": "401: Unauthorized", "code": 0}` otherwise);
+  `POST /api/v10/users/@me/channels` `{recipient_id}` → the DM channel `{id, type: 1,
+  recipients}` (.../resources/user#create-dm), `Authorization: Bot TOKEN` (401 `{"message": "401: Unauthorized", "code": 0}` otherwise);
   every answer carries `X-RateLimit-Limit/-Remaining/-Reset/-Reset-After/-Bucket`, and a
   bucket spent answers 429 `{message, retry_after, global}` with `Retry-After` and
   `X-RateLimit-Scope`; `global_429` answers the global limit (`X-RateLimit-Global: true`).
@@ -79,6 +80,8 @@ class FakeDiscord:
         self.identify_limit = identify_limit
         self.rate_limited = 0  # 429s answered
         self.connections = 0
+        self.users: dict[str, dict[str, Any]] = {}  # user id → user: who exists (every author)
+        self.dm_channels: dict[str, str] = {}  # user id → the DM channel opened with them
         self._session: _Session | None = None
         self._sessions = 0
         self._next_id = 1_000_000
@@ -97,6 +100,7 @@ class FakeDiscord:
         app.router.add_get("/api/v10/gateway/bot", self._gateway_bot)
         app.router.add_get("/api/v10/users/@me", self._me)
         app.router.add_post("/api/v10/channels/{channel}/messages", self._create_message)
+        app.router.add_post("/api/v10/users/@me/channels", self._create_dm)
         app.router.add_get("/attachments/{name}", self._file)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
@@ -133,6 +137,7 @@ class FakeDiscord:
         **extra: Any,
     ) -> str:
         """Someone says `content` (a MESSAGE_CREATE dispatch); returns the message id."""
+        self.users.setdefault(str(author.get("id")), author)
         self._next_id += 1
         data: dict[str, Any] = {
             "id": str(self._next_id),
@@ -333,6 +338,31 @@ class FakeDiscord:
         self._next_id += 1
         answer = {"id": str(self._next_id), "channel_id": channel, "content": content, "author": BOT_USER}
         return web.json_response(answer, headers=headers)
+
+    async def _create_dm(self, request: web.Request) -> web.Response:
+        """`POST /users/@me/channels` `{recipient_id}`: the DM channel with a user, the same one
+        each time (discord.com/developers/docs/resources/user#create-dm); an unknown user is
+        400 code 50033 "Invalid Recipient(s)" (.../topics/opcodes-and-status-codes#json)."""
+        if not self._authorised(request):
+            return _unauthorised()
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"message": "400: Bad Request", "code": 50109}, status=400)
+        recipient = str(body.get("recipient_id")) if isinstance(body, dict) else ""
+        user = self.users.get(recipient)
+        if user is None:
+            return web.json_response({"message": "Invalid Recipient(s)", "code": 50033}, status=400)
+        if recipient not in self.dm_channels:
+            self._next_id += 1
+            self.dm_channels[recipient] = str(self._next_id)
+        channel = {
+            "id": self.dm_channels[recipient],
+            "type": 1,
+            "last_message_id": None,
+            "recipients": [user],
+        }
+        return web.json_response(channel)
 
     async def _file(self, request: web.Request) -> web.Response:
         data = self.files.get(request.match_info["name"])

@@ -12,7 +12,9 @@ Shapes, each from Slack's public documentation:
   `name`, `real_name`, `is_bot`, `profile.display_name`. `chat.postMessage`
   (api.slack.com/methods/chat.postMessage): `channel`, `text`, `thread_ts`; answers `channel`,
   `ts`, `message`; text over 40,000 characters is `msg_too_long`. `chat.update`
-  (api.slack.com/methods/chat.update): `channel`, `ts`, `text`.
+  (api.slack.com/methods/chat.update): `channel`, `ts`, `text`. `conversations.open`
+  (api.slack.com/methods/conversations.open): `users` (one user id: a DM) answers `channel` with
+  its `id`, the same IM each time; an unknown user is `user_not_found`.
 - Socket Mode (api.slack.com/apis/socket-mode): `apps.connections.open` with the app-level
   token (`xapp-`) answers a `wss://` URL; the server's first frame is
   `{"type": "hello", "num_connections": 1, "connection_info": {"app_id": ...}}`; events come as
@@ -51,7 +53,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-__all__ = ["FakeSlack", "SlackUser", "sign"]
+__all__ = ["FakeSlack", "SlackUser", "dm_channel", "sign"]
 
 BOT_TOKEN = "xoxb-test-bot-token"
 APP_TOKEN = "xapp-test-app-token"
@@ -69,6 +71,11 @@ class SlackUser:
     name: str
     display_name: str = ""
     is_bot: bool = False
+
+
+def dm_channel(user: str) -> str:
+    """The IM channel of the bot's DM with `user` (one per user, the same every time)."""
+    return f"D{user[1:]}"
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -90,6 +97,7 @@ class FakeSlack:
     calls: list[str] = field(default_factory=list[str])
     files: dict[str, bytes] = field(default_factory=dict[str, bytes])
     acked: list[str] = field(default_factory=list[str])
+    opened: list[str] = field(default_factory=list[str])  # users whose DM conversations.open opened
     connections: int = 0  # WebSocket connections accepted so far
     slow_lookups: list[float] = field(default_factory=list[float])  # users.info: the next calls' delays
     port: int = 0
@@ -269,6 +277,12 @@ class FakeSlack:
                     "profile": {"display_name": user.display_name},
                 }
             )
+        if method == "conversations.open":
+            users = [u for u in str(args.get("users") or "").split(",") if u]
+            if len(users) != 1 or users[0] not in self.users:
+                return _error("user_not_found")
+            self.opened.append(users[0])
+            return _ok(channel={"id": dm_channel(users[0])})
         if method in ("chat.postMessage", "chat.update"):
             return self._chat(method, args)
         return _error("unknown_method")

@@ -7,25 +7,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
+from relay import relay
 
 from persyn.channels.discord.channel import DiscordChannel
 from persyn.channels.discord.config import DiscordConfig
 from persyn.channels.discord.gateway import INTENTS
 from persyn.channels.discord.plugin import PLUGIN
+from persyn.channels.slack.channel import SlackChannel
+from persyn.channels.slack.config import SlackConfig
 from persyn.core.clock import ManualClock
 from persyn.runtime.channel import Backoff, Link
-from persyn.testing import tool_returns
+from persyn.store import Identity
+from persyn.testing import consolidation_reply, tool_returns
 from persyn.testing.discord import BOT_USER, TOKEN, FakeDiscord
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.media import small_png
 from persyn.testing.models import DoubleReply, last_user_text, registered_double
+from persyn.testing.slack import APP_TOKEN as SLACK_APP_TOKEN
+from persyn.testing.slack import BOT_TOKEN as SLACK_BOT_TOKEN
+from persyn.testing.slack import FakeSlack, SlackUser
 
 WAIT_SECONDS = 60.0
 ANN = {"id": "111", "username": "ann", "global_name": "Ann"}
@@ -33,6 +42,7 @@ BOB = {"id": "222", "username": "bob"}
 OTHER_BOT = {"id": "333", "username": "helper", "bot": True}
 GUILD, GENERAL, THREAD = "5000", "5001", "5002"
 MENTION = f"<@{BOT_USER['id']}>"
+SLACK_ANN = SlackUser("U0ANN", "ann", "Ann")
 
 
 def _config(fake: FakeDiscord) -> str:
@@ -331,3 +341,152 @@ async def test_a_stop_mid_burst_stores_every_message_already_received(tmp_path: 
         for n in range(20):
             rows = await pilot.store.channel_messages(pilot.agent.id, "discord", str(8000 + n), 5)
             assert [m.text for m in rows if m.role.value == "user"] == [f"burst {n}"]
+
+
+async def test_outreach_to_a_contact_known_only_by_identity_opens_a_dm_with_them(tmp_path: Path) -> None:
+    """Cara was never met here: the operator attached her Discord identity. Asked in the guild,
+    the agent writes to her: `POST /users/@me/channels` gives her DM channel, the message goes
+    and is stored there, and her answer is in the same conversation. A user Discord does not
+    know (50033) is a refusal the agent reads, with nothing sent."""
+    fake = FakeDiscord()
+    cara = {"id": "444", "username": "cara", "global_name": "Cara"}
+    fake.users[cara["id"]] = cara
+    with registered_double("discord-relay", relay):
+        async with bot(tmp_path / "home", fake, model="test:discord-relay") as (pilot, _channel):
+            store, agent_id = pilot.full_store, pilot.agent.id
+            person = await store.resolve_person(
+                agent_id,
+                Identity(service="discord", channel="discord", speaker_id="444"),
+                "Cara",
+                "human",
+                START,
+            )
+            fake.message(
+                f"{MENTION} tell Cara: the raid is at nine", author=BOB, channel_id=GENERAL, guild_id=GUILD
+            )
+            await until(lambda: len(fake.sent) == 2, "the DM and the answer in the guild")
+            await pilot.settle()
+            dm = fake.dm_channels["444"]
+            assert (fake.sent[0].channel_id, fake.sent[0].content) == (dm, "the raid is at nine")
+            assert fake.sent[1].channel_id == GENERAL and f"delivered on discord:{dm}" in fake.sent[1].content
+            fake.message("see you there", author=cara, channel_id=dm)
+            await until(lambda: len(fake.sent) == 3, "the answer to Cara")
+            await pilot.settle()
+            said = await pilot.store.channel_messages(agent_id, "discord", dm, 5)
+            assert sorted((m.role.value, m.text) for m in said) == [
+                ("agent", "You said: see you there"),
+                ("agent", "the raid is at nine"),
+                ("user", "see you there"),
+            ]
+            assert len({m.conversation_id for m in said}) == 1
+            assert [m.person_id for m in said if m.role.value == "user"] == [person.id]
+
+            await store.resolve_person(
+                agent_id,
+                Identity(service="discord", channel="discord", speaker_id="999"),
+                "Dov",
+                "human",
+                START,
+            )
+            fake.message(f"{MENTION} tell Dov: hello", author=BOB, channel_id=GENERAL, guild_id=GUILD)
+            await until(lambda: len(fake.sent) == 4, "the answer in the guild")
+            await pilot.settle()
+            assert fake.sent[3].channel_id == GENERAL and "Invalid Recipient" in fake.sent[3].content
+            assert "999" not in fake.dm_channels and all(s.content != "hello" for s in fake.sent)
+
+
+async def test_a_reminder_asked_for_on_discord_arrives_there_when_it_comes_due(tmp_path: Path) -> None:
+    """Ann asks in her DM to be reminded; the clock moves on; the reminder's run speaks to her in
+    that DM, once."""
+    fake = FakeDiscord()
+    with registered_double("discord-relay", relay):
+        async with bot(tmp_path / "home", fake, model="test:discord-relay") as (pilot, _channel):
+            fake.message("in 10 minutes, feed the cat", author=ANN, channel_id="7001")
+            await until(lambda: fake.sent, "the answer")
+            assert fake.sent[0].content == "I will."
+            assert await pilot.fire(timedelta(minutes=5)) == 0
+            assert await pilot.fire(timedelta(minutes=6)) == 1
+            await until(lambda: len(fake.sent) == 2, "the reminder")
+            await pilot.settle()
+            assert [(s.channel_id, s.content) for s in fake.sent][1:] == [("7001", "feed the cat")]
+
+
+_NOTE = re.compile(r"note (\w+)'s (\w+): (.+)")
+_ASK = re.compile(r"what is (\w+)'s (\w+)\?")
+
+
+def _facts(task: str | None, messages: list[ModelMessage], info: AgentInfo) -> DoubleReply:
+    """ "note Ann's tea: oolong" keeps a quick fact; "what is Ann's tea?" reads them back."""
+    text, returned = last_user_text(messages), tool_returns(messages)
+    note, ask = _NOTE.search(text), _ASK.search(text)
+    if task == "respond" and (note or ask) and returned:
+        return DoubleReply(text=f"Facts: {returned[-1].content}")
+    if task == "respond" and note:
+        args = {"about": note[1], "key": note[2], "value": note[3]}
+        return DoubleReply(tool_calls=[{"name": "set_fact", "args": args}])
+    if task == "respond" and ask:
+        return DoubleReply(tool_calls=[{"name": "get_facts", "args": {"about": ask[1]}}])
+    return consolidation_reply(task) or DoubleReply(text=f"You said: {text}")
+
+
+async def test_one_contact_on_slack_and_discord_is_known_on_both_and_a_stranger_learns_nothing(
+    tmp_path: Path,
+) -> None:
+    """Ann tells the agent something in her Slack DM; the operator attaches her Discord identity
+    to her contact, and her Slack DM and Discord DM are one compartment (`channel_groups`).
+    On Discord she is the same contact, and what she said on Slack is there; Bob, a stranger
+    in his own Discord DM, asking about her, gets none of it."""
+    slack, discord = FakeSlack(), FakeDiscord()
+    slack.users[SLACK_ANN.id] = SLACK_ANN
+    await slack.start()
+    config = (
+        _config(discord)
+        + f'[channels.slack]\nenabled = true\napi_url = "{slack.api_url}"\n'
+        + "[pacing.channels.slack]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
+        + "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
+        + '[memory]\nchannel_groups = [["slack:D0ANN", "discord:7001"]]\n'
+    )
+    try:
+        async with discord, contextlib.AsyncExitStack() as stack:
+            stack.enter_context(registered_double("facts", _facts))
+            settings = harness_settings(tmp_path / "home", model="test:facts", config=config)
+            pilot = await stack.enter_async_context(run_runtime(settings, clock=ManualClock(START)))
+            on_slack = SlackChannel(
+                settings.channels.section(SlackConfig),
+                pilot.agent,
+                pilot.runtime,
+                bot_token=SLACK_BOT_TOKEN,
+                app_token=SLACK_APP_TOKEN,
+                backoff=Backoff(0.05, 0.2),
+            )
+            on_discord = DiscordChannel(
+                settings.channels.section(DiscordConfig), pilot.agent, pilot.runtime, token=TOKEN
+            )
+            for channel in (on_slack, on_discord):
+                await channel.start()
+                stack.push_async_callback(channel.stop)
+            await asyncio.wait_for(on_slack.ready.wait(), WAIT_SECONDS)
+            await asyncio.wait_for(on_discord.ready.wait(), WAIT_SECONDS)
+
+            note = "note Ann's tea: oolong, no sugar"
+            await slack.push(slack.message_event(note, user=SLACK_ANN.id, channel="D0ANN", channel_type="im"))
+            await until(lambda: slack.posted, "the fact noted on Slack")
+            await pilot.settle()
+            (ann,) = await pilot.full_store.list_persons(pilot.agent.id)
+            await pilot.full_store.attach_identity(
+                pilot.agent.id, ann.id, Identity(service="discord", channel="discord", speaker_id=ANN["id"])
+            )
+
+            discord.message("what is Ann's tea?", author=ANN, channel_id="7001")
+            await until(lambda: len(discord.sent) == 1, "the answer to Ann on Discord")
+            await pilot.settle()
+            discord.message("what is Ann's tea?", author=BOB, channel_id="7002")
+            await until(lambda: len(discord.sent) == 2, "the answer to Bob")
+            await pilot.settle()
+            to_ann, to_bob = discord.sent
+            assert to_ann.channel_id == "7001" and "oolong, no sugar" in to_ann.content
+            assert to_bob.channel_id == "7002" and "oolong" not in to_bob.content
+            people = {p.display_name: p for p in await pilot.full_store.list_persons(pilot.agent.id)}
+            assert people["Ann"].id == ann.id and len(people) == 2  # Ann once, and Bob
+    finally:
+        await slack.stop()

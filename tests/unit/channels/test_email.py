@@ -9,12 +9,14 @@ import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mail_server import PASSWORD, MailServers
+from relay import relay
 
 from persyn.channels.mail.channel import EmailChannel
 from persyn.channels.mail.config import EmailConfig
@@ -27,6 +29,7 @@ from persyn.runtime.channel import Link
 from persyn.store.ports.directory import Identity
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime
 from persyn.testing.media import small_png
+from persyn.testing.models import registered_double
 from persyn.tools.builtin.outreach import PREFERRED_CHANNEL
 
 WAIT_SECONDS = 60.0
@@ -49,7 +52,9 @@ def mail(
     return head.encode() + text.replace("\n", "\r\n").encode()
 
 
-def email_settings(home: Path, servers: MailServers, user: str, **overrides: str) -> Any:
+def email_settings(
+    home: Path, servers: MailServers, user: str, *, model: str = "test:echo", **overrides: str
+) -> Any:
     keys = {
         "enabled": "true",
         "address": f'"{AGENT}"',
@@ -69,14 +74,14 @@ def email_settings(home: Path, servers: MailServers, user: str, **overrides: str
         + "[pacing.channels.email]\nlisten_seconds = 0.0\nmin_interval_seconds = 0.0\n"
         "agent_min_interval_seconds = 0.0\njitter_seconds = 0.0\n"
     )
-    return harness_settings(home, model="test:echo", config=config)
+    return harness_settings(home, model=model, config=config)
 
 
 @contextlib.asynccontextmanager
 async def mailbox(
-    home: Path, servers: MailServers, user: str, **settings: str
+    home: Path, servers: MailServers, user: str, *, model: str = "test:echo", **settings: str
 ) -> AsyncIterator[tuple[Pilot, EmailChannel]]:
-    configured = email_settings(home, servers, user, **settings)
+    configured = email_settings(home, servers, user, model=model, **settings)
     async with run_runtime(configured, clock=ManualClock(START)) as pilot:
         channel = EmailChannel(
             configured.channels.section(EmailConfig), pilot.agent, pilot.runtime, imap_password=PASSWORD
@@ -442,3 +447,24 @@ async def test_by_polling_an_attached_picture_is_kept_and_seen(
         "blue.png",
     )
     assert conversation.channel == "bo@people.test <pic@people.test>"
+
+
+async def test_a_reminder_asked_for_by_email_arrives_by_email_when_it_comes_due(
+    tmp_path: Path, mail_servers: MailServers
+) -> None:
+    """Bo asks by mail to be reminded; the clock moves on; the reminder's run writes to him by
+    mail, once (his thread, or a new one: either reaches him)."""
+    user = mail_servers.new_user()
+    before = len(mail_servers.sent_to("bo@people.test"))
+    mail_servers.deliver(user, mail("in 10 minutes, water the plants", message_id="<r1@people.test>"))
+    with registered_double("email-relay", relay):
+        async with mailbox(tmp_path / "home", mail_servers, user, model="test:email-relay") as (pilot, _):
+            await until(lambda: len(mail_servers.sent_to("bo@people.test")) == before + 1, "the answer")
+            assert body(mail_servers.sent_to("bo@people.test")[before].message) == "I will."
+            assert await pilot.fire(timedelta(minutes=5)) == 0
+            assert await pilot.fire(timedelta(minutes=6)) == 1
+            await until(lambda: len(mail_servers.sent_to("bo@people.test")) == before + 2, "the reminder")
+            await pilot.settle()
+            reminder = mail_servers.sent_to("bo@people.test")[before + 1].message
+            assert body(reminder) == "water the plants"
+            assert len(mail_servers.sent_to("bo@people.test")) == before + 2

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Collection
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 from pydantic_ai.messages import ModelMessage
+from relay import relay
 
 from persyn.channels.slack.channel import MESSAGE_LIMIT, SlackChannel
 from persyn.channels.slack.config import SlackConfig
@@ -28,10 +29,20 @@ from persyn.core.config import Settings, load_settings
 from persyn.core.errors import ConfigError
 from persyn.core.ids import derived_id
 from persyn.runtime.channel import Backoff, Link
+from persyn.store import Identity
 from persyn.testing.harness import ADA, START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.media import small_png
 from persyn.testing.models import DoubleReply, echo_text, registered_double
-from persyn.testing.slack import APP_TOKEN, BOT_TOKEN, BOT_USER, SIGNING_SECRET, TEAM, FakeSlack, SlackUser
+from persyn.testing.slack import (
+    APP_TOKEN,
+    BOT_TOKEN,
+    BOT_USER,
+    SIGNING_SECRET,
+    TEAM,
+    FakeSlack,
+    SlackUser,
+    dm_channel,
+)
 from persyn.web.server import WebSurface
 
 WAIT_SECONDS = 60.0
@@ -476,3 +487,117 @@ def test_the_tokens_come_from_the_environment_and_a_missing_one_is_named(tmp_pat
     )
     with pytest.raises(ConfigError, match="SLACK_BOT_TOKEN"):
         PLUGIN.connect(without_bot, Any)  # type: ignore[arg-type]
+
+
+async def test_outreach_to_a_contact_known_only_by_identity_opens_a_dm_with_them(tmp_path: Path) -> None:
+    """Ann was never met on Slack: the operator attached her Slack identity. Asked in a channel,
+    the agent writes to her: `conversations.open` gives her DM, the message goes there, and it
+    is stored in that DM, where her answer is heard in the same conversation. A user Slack does
+    not know is a refusal the agent reads, with nothing posted."""
+    fake = FakeSlack()
+    with registered_double("slack-relay", relay):
+        async with on_slack(tmp_path / "home", fake, model="test:slack-relay") as (pilot, _channel):
+            store, agent_id = pilot.full_store, pilot.agent.id
+            ann = await store.resolve_person(
+                agent_id,
+                Identity(service="slack", channel="slack", speaker_id=f"{TEAM}/{ANN.id}"),
+                "Ann",
+                "human",
+                START,
+            )
+            ask = f"<@{BOT_USER}> tell Ann: the build is green"
+            await fake.push(fake.message_event(ask, user=BEN.id, channel="C0LAB"))
+            await until(lambda: len(fake.posted) == 2, "the DM and the answer in the channel")
+            await pilot.settle()
+            dm = dm_channel(ANN.id)
+            assert fake.opened == [ANN.id]
+            assert (fake.posted[0]["channel"], fake.posted[0]["text"]) == (dm, "the build is green")
+            assert (
+                fake.posted[1]["channel"] == "C0LAB" and f"delivered on slack:{dm}" in fake.posted[1]["text"]
+            )
+            stored = await pilot.store.channel_messages(agent_id, SLACK_SERVICE, dm, 5)
+            assert [m.text for m in stored] == ["the build is green"]
+            await fake.push(fake.message_event("thanks!", user=ANN.id, channel=dm, channel_type="im"))
+            await until(lambda: len(fake.posted) == 3, "the answer to Ann")
+            await pilot.settle()
+            said = await pilot.store.channel_messages(agent_id, SLACK_SERVICE, dm, 5)
+            # (The fake's message times are before the test clock's: order by text, not time.)
+            assert sorted((m.role.value, m.text) for m in said) == [
+                ("agent", "You said: thanks!"),
+                ("agent", "the build is green"),
+                ("user", "thanks!"),
+            ]
+            assert len({m.conversation_id for m in said}) == 1  # her answer is in the same conversation
+            (heard,) = [m for m in said if m.role.value == "user"]
+            assert heard.person_id == ann.id  # she is the contact the identity was attached to
+
+            # A user Slack does not know (a stale identity): refused, nothing posted or stored.
+            await store.resolve_person(
+                agent_id,
+                Identity(service="slack", channel="slack", speaker_id=f"{TEAM}/U0GONE"),
+                "Cy",
+                "human",
+                START,
+            )
+            await fake.push(fake.message_event(f"<@{BOT_USER}> tell Cy: hello", user=BEN.id, channel="C0LAB"))
+            await until(lambda: len(fake.posted) == 4, "the answer in the channel")
+            await pilot.settle()
+            assert fake.posted[3]["channel"] == "C0LAB" and "user_not_found" in fake.posted[3]["text"]
+            assert fake.opened == [ANN.id]  # asked for Cy's DM, refused
+            assert all(p["text"] != "hello" for p in fake.posted)
+
+
+async def test_an_envelope_not_acknowledged_before_a_stop_is_sent_again_and_answered_once(
+    tmp_path: Path,
+) -> None:
+    """The envelope is acknowledged only once its event is stored: the process stops while the
+    sender's name is still being looked up (nothing stored yet), so the envelope is not
+    acknowledged; Slack sends it again to the next connection, and it is answered once, however
+    often it comes again."""
+    fake = FakeSlack()
+    async with on_slack(tmp_path / "home", fake) as (pilot, channel):
+        fake.slow_lookups = [20.0]  # users.info answers long after the stop
+        payload = fake.message_event("are you there?", user=ANN.id, channel="D0ANN", channel_type="im")
+        envelope = await fake.push(payload)
+        await until(lambda: "users.info" in fake.calls, "the name lookup under way")
+        await channel.stop()  # the process stopped between receiving and storing
+        assert envelope not in fake.acked and fake.posted == []
+        assert await pilot.runtime.get_event(pilot.agent.id, _event_id(payload)) is None
+        again = SlackChannel(
+            pilot.settings.channels.section(SlackConfig),
+            pilot.agent,
+            pilot.runtime,
+            bot_token=BOT_TOKEN,
+            app_token=APP_TOKEN,
+            backoff=Backoff(0.05, 0.2),
+        )
+        await again.start()
+        try:
+            await until(lambda: envelope in fake.acked, "the envelope sent again, then acknowledged")
+            await until(lambda: fake.posted, "the answer")
+            await pilot.settle()
+            repeat = await fake.push(payload)  # as if that acknowledgement had been lost
+            await until(lambda: repeat in fake.acked, "the repeat acknowledged")
+            await pilot.settle()
+            assert [p["text"] for p in fake.posted] == ["You said: are you there?"]
+        finally:
+            await again.stop()
+
+
+async def test_a_reminder_asked_for_on_slack_arrives_there_when_it_comes_due(tmp_path: Path) -> None:
+    """Ann asks in her DM to be reminded; the clock moves on; the reminder fires (a run of the
+    agent's own, for her) and what it says reaches her in her Slack DM, once."""
+    fake = FakeSlack()
+    with registered_double("slack-relay", relay):
+        async with on_slack(tmp_path / "home", fake, model="test:slack-relay") as (pilot, _channel):
+            ask = "in 10 minutes, time to stretch"
+            await fake.push(fake.message_event(ask, user=ANN.id, channel="D0ANN", channel_type="im"))
+            await until(lambda: fake.posted, "the answer")
+            assert fake.posted[0]["text"] == "I will."
+            assert await pilot.fire(timedelta(minutes=5)) == 0  # not due yet
+            assert len(fake.posted) == 1
+            assert await pilot.fire(timedelta(minutes=6)) == 1
+            await until(lambda: len(fake.posted) == 2, "the reminder")
+            await pilot.settle()
+            assert (fake.posted[1]["channel"], fake.posted[1]["text"]) == ("D0ANN", "time to stretch")
+            assert "thread_ts" not in fake.posted[1] and len(fake.posted) == 2

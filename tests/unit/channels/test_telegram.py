@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from relay import relay
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -31,8 +32,10 @@ from persyn.channels.text import split_message
 from persyn.core.clock import ManualClock
 from persyn.runtime.channel import Link
 from persyn.senses.hearing import local_whisper_available
+from persyn.store import Identity
 from persyn.testing.harness import START, Pilot, harness_settings, run_runtime, until
 from persyn.testing.media import bomb_png, espeak_available, ogg_opus, small_png, spoken_wav, text_pdf
+from persyn.testing.models import registered_double
 
 TOKEN = "123456:TEST-token"
 BOT = {"id": 99, "is_bot": True, "first_name": "Ada", "username": "ada_bot"}
@@ -108,6 +111,7 @@ class FakeBotApi:
         self.calls: list[str] = []
         self.throttle = throttle
         self.blocked: set[str] = set()  # chats whose person blocked the bot (403 on send)
+        self.started: set[str] = set()  # users who have written to the bot in private
         self._arrived = asyncio.Event()
         self._next_id = 1000
         self.files: dict[str, bytes] = {}  # file_id → the file's bytes (getFile, then its URL)
@@ -117,6 +121,8 @@ class FakeBotApi:
     ) -> int:
         """A message as Telegram delivers it (an Update with a Message); returns its update_id."""
         self._next_id += 1
+        if chat.get("type") == "private":
+            self.started.add(str(chat["id"]))
         self.messages.add((str(chat["id"]), self._next_id * 10))
         self.updates.append(
             {
@@ -164,6 +170,16 @@ class FakeBotApi:
                 pending = [u for u in self.updates if u["update_id"] >= offset]
             # Non-ASCII as \u escapes, which JSON allows: a lone "\ud800" can only arrive so.
             return Response(json.dumps({"ok": True, "result": pending}), media_type="application/json")
+        if method == "sendChatAction":  # core.telegram.org/bots/api#sendchataction: True, or refused
+            chat_id = str(body.get("chat_id"))
+            if chat_id in self.blocked or chat_id not in self.started:
+                why = (
+                    "bot was blocked by the user"
+                    if chat_id in self.blocked
+                    else "bot can't initiate conversation with a user"
+                )
+                return JSONResponse({"ok": False, "error_code": 403, "description": f"Forbidden: {why}"}, 403)
+            return JSONResponse({"ok": True, "result": True})
         if method == "sendMessage":
             if self.throttle > 0:
                 self.throttle -= 1
@@ -700,3 +716,41 @@ async def test_a_file_in_a_group_not_sent_to_the_bot_is_not_downloaded(tmp_path:
         assert fake.calls.count("getFile") == 1
         assert len(list((pilot.settings.data_dir / "attachments").rglob("att-*.json"))) == 1
         assert [r.stage for r in pilot.usage()].count("caption") == 1
+
+
+async def test_outreach_to_a_contact_known_only_by_identity_writes_to_their_private_chat(
+    tmp_path: Path,
+) -> None:
+    """Telegram's private chat with a user has their user id as its chat id, but a bot may write
+    there only once they started it: Dee, who never did, is a refusal the agent reads (nothing
+    stored or held in the outbox); Eli, who started the bot before, gets the message."""
+    fake = FakeBotApi()
+    fake.started.add("12")  # Eli started the bot once (a chat this deployment never stored)
+    ann = {"id": 7, "is_bot": False, "first_name": "Ann", "username": "ann"}
+    with registered_double("telegram-relay", relay):
+        async with bot(tmp_path / "home", fake, model="test:telegram-relay") as (pilot, channel):
+            await asyncio.wait_for(channel.ready.wait(), WAIT_SECONDS)
+            store, agent_id = pilot.full_store, pilot.agent.id
+            for name, user_id in (("Dee", "11"), ("Eli", "12")):
+                await store.resolve_person(
+                    agent_id,
+                    Identity(service="telegram", channel="telegram", speaker_id=user_id),
+                    name,
+                    "human",
+                    START,
+                )
+            private = {"id": 7, "type": "private"}
+            fake.message("tell Dee: the keys are under the mat", chat=private, sender=ann, at=START)
+            await until(lambda: len(fake.seen) == 1, "the answer to Ann")
+            await pilot.settle()
+            assert "can't initiate conversation" in fake.seen[0] and "started a chat" in fake.seen[0]
+            assert await pilot.store.channel_messages(agent_id, "telegram", "11", 5) == []
+            assert await pilot.store.pending_outbox(agent_id, "telegram") == []
+            fake.message("tell Eli: the keys are under the mat", chat=private, sender=ann, at=START)
+            await until(lambda: len(fake.seen) == 3, "the message to Eli and the answer to Ann")
+            await pilot.settle()
+            assert [(m["chat_id"], fake.seen[n]) for n, m in enumerate(fake.sent)][1] == (
+                "12",
+                "the keys are under the mat",
+            )
+            assert "delivered on telegram:12" in fake.seen[2]

@@ -16,6 +16,8 @@ limits are a few hundred lines, each following Discord's developer documentation
   pacing applies, as on IRC); the bot's own messages are skipped.
 - Addressed: a DM (no `guild_id`), a message mentioning the bot (`<@id>` / `mentions`), or a
   reply to one of its messages (`referenced_message.author`).
+- A message the agent starts to someone known only by their Discord identity goes to their DM
+  channel, opened by `POST /users/@me/channels` (`direct_channel`).
 - Replies are `POST /channels/{id}/messages`, split at 2,000 characters; in a guild, the first
   piece is a reply to the message it answers (`message_reference`, `fail_if_not_exists: false`;
   the message id kept in the event's `meta`, so a reply the outbox retries after a restart is
@@ -108,6 +110,21 @@ class DiscordChannel(Channel):
     # the channel port ----------------------------------------------------------------------
     def serves(self, agent_id: str) -> bool:
         return agent_id == self.agent.id
+
+    async def direct_channel(self, agent_id: str, speaker_id: str) -> str:
+        """The DM channel with the Discord user `speaker_id`: `POST /users/@me/channels`
+        `{recipient_id}` answers it (the same one each time; discord.com/developers/docs/resources/user#create-dm)."""
+        if agent_id != self.agent.id:
+            raise ChannelError(f"agent {agent_id!r} is not the Discord bot here")
+        if not _SNOWFLAKE.fullmatch(speaker_id):
+            raise ChannelError(f"{speaker_id!r} is not a Discord user id")
+        opened = await self.rest.call(
+            "POST", "/users/@me/channels", route="POST /users/@me/channels", body={"recipient_id": speaker_id}
+        )
+        found = opened.get("id") if isinstance(opened, dict) else None
+        if not isinstance(found, str) or not _SNOWFLAKE.fullmatch(found):
+            raise ChannelError(f"discord create DM: no channel id in {opened!r:.200}")
+        return found
 
     async def deliver(self, outbound: Outbound) -> None:
         if outbound.agent_id != self.agent.id:

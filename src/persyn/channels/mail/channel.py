@@ -19,7 +19,8 @@
 - A thread is a conversation: the event's channel is "ADDRESS ROOT" (the correspondent and
   the thread's first Message-ID). A reply goes to the sender with `Re:` subject,
   `In-Reply-To` and `References`; a message the agent starts (`message_contact`) to a bare
-  address (channel "ADDRESS": a contact's preferred channel "email:ADDRESS") starts a thread.
+  address (channel "ADDRESS": a contact's preferred channel "email:ADDRESS", or the address of
+  their only identity, `direct_channel`) starts a thread.
 - Files are kept through `RuntimeAPI.keep_attachments` (the `[senses]` limits); a refused one
   is named in the text the agent reads. A mail larger than `_MAX_FETCH` is not downloaded:
   the agent reads that it was too large.
@@ -300,6 +301,14 @@ class EmailChannel(Channel):
     # the channel port ----------------------------------------------------------------------
     def serves(self, agent_id: str) -> bool:
         return agent_id == self.agent.id
+
+    async def direct_channel(self, agent_id: str, speaker_id: str) -> str:
+        """An email identity's speaker id is the address: a message to it starts a new thread."""
+        if agent_id != self.agent.id:
+            raise ChannelError(f"agent {agent_id!r} does not own the mailbox here")
+        if "@" not in speaker_id or any(c.isspace() or c in '<>,"\r\n' for c in speaker_id):
+            raise ChannelError(f"email: {speaker_id!r} is not an address to write to")
+        return speaker_id
 
     async def deliver(self, outbound: Outbound) -> None:
         if outbound.agent_id != self.agent.id:

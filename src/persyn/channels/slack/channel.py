@@ -3,13 +3,15 @@
 Socket Mode's aiohttp client).
 
 - `mode = "socket"`: `apps.connections.open` with the app-level token, then the WebSocket;
-  each `events_api` envelope is acknowledged (`envelope_id`) at once and its event handled
-  after (`inbound.py`); Slack sends an envelope not acknowledged again, and the same message is
-  the same event. The SDK's own reconnection is off: this adapter's connect loop owns it, with
+  each `events_api` envelope is acknowledged (`envelope_id`) once its event is stored
+  (`inbound.py`), or after 2 s if storing takes longer (Slack's limit is 3 s); Slack sends an
+  envelope not acknowledged again, and the same message is the same event, answered once. The SDK's own reconnection is off: this adapter's connect loop owns it, with
   the shared jittered `Backoff`, and tells its `LinkTracker` (`persyn channels show`, doctor,
   the web page) — a server gone mid-run is retried until it is back, never left deaf.
 - `mode = "events"`: events arrive on the web server (`events.py`, `POST /slack/events`); this
   channel only learns who it is (`auth.test`) and delivers.
+- A message the agent starts to someone known only by their Slack identity goes to their DM,
+  opened by `conversations.open` (`direct_channel`, api.slack.com/methods/conversations.open).
 - Replies are `chat.postMessage` in the thread the message came from (`thread_ts`), split at
   4,000 characters (Slack truncates longer text; 40,000 is refused). A 429 is waited out for its
   `Retry-After` (the SDK's rate-limit retry handler) and the call retried; any other failure
@@ -21,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+import re
+from typing import Any, cast
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
@@ -48,6 +51,10 @@ MESSAGE_LIMIT = 4000
 _RATE_LIMIT_RETRIES = 5
 _CONNECT_SECONDS = 15.0
 _WATCH_SECONDS = 0.5  # how often a live Socket Mode connection is checked
+_ACK_SECONDS = 2.0  # the longest an envelope waits for its event to be stored (Slack allows 3 s)
+_USER = re.compile(
+    r"[UW][A-Z0-9]{1,20}"
+)  # a user id (api.slack.com/changelog/2016-08-11-user-id-format-changes)
 
 
 def web_client(config: SlackConfig, token: str) -> AsyncWebClient:
@@ -155,17 +162,45 @@ class SlackChannel(Channel):
                 await socket.close()
 
     async def _request(self, client: AsyncBaseSocketModeClient, request: SocketModeRequest) -> None:
-        """Acknowledge the envelope at once (Slack wants it within 3 s), then handle it."""
+        """Acknowledge the envelope once its event is stored: a process stopped in between has
+        not acknowledged it, so Slack sends it again and nothing is lost (the event id derives
+        from the message: the redelivery is answered once). Slack wants the acknowledgement
+        within 3 s, so a handling that takes longer (a slow `users.info`, a large file) is
+        acknowledged after `_ACK_SECONDS` and goes on. (The SDK runs each envelope's listeners
+        in a task of its own: one waiting here holds up no other.)"""
+        if request.type == "events_api":
+            task = self.inbound.handle(request.payload)
+            self._handling.add(task)
+            task.add_done_callback(self._handling.discard)
+            await asyncio.wait([task], timeout=_ACK_SECONDS)
         await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
-        if request.type != "events_api":
-            return
-        task = self.inbound.handle(request.payload)
-        self._handling.add(task)
-        task.add_done_callback(self._handling.discard)
 
     # the channel port ----------------------------------------------------------------------
     def serves(self, agent_id: str) -> bool:
         return agent_id == self.agent.id
+
+    async def direct_channel(self, agent_id: str, speaker_id: str) -> str:
+        """The DM with the Slack user `<team>/<user>`: `conversations.open` with their user id
+        answers the IM channel (the same one each time, opened if it was not)."""
+        if agent_id != self.agent.id:
+            raise ChannelError(f"agent {agent_id!r} is not the Slack bot here")
+        team, _, user = speaker_id.rpartition("/")
+        if not _USER.fullmatch(user) or not team:
+            raise ChannelError(f"{speaker_id!r} is not a Slack user (team/user)")
+        if self.inbound.team is None:
+            await self.inbound.identify()
+        if team != self.inbound.team:
+            raise ChannelError(
+                f"{speaker_id!r} is in another workspace than this bot's ({self.inbound.team})"
+            )
+        try:
+            opened = await self.web.conversations_open(users=user)
+        except SlackApiError as exc:
+            raise ChannelError(f"slack conversations.open: {exc.response.get('error')}") from exc
+        found = cast(dict[str, Any], opened.get("channel") or {}).get("id")
+        if not isinstance(found, str) or not found:
+            raise ChannelError("slack conversations.open answered no channel id")
+        return found
 
     async def deliver(self, outbound: Outbound) -> None:
         if outbound.agent_id != self.agent.id:

@@ -9,6 +9,9 @@
   bot sees what Telegram sends it, and nothing is done to see more.
 - The sender is one contact per Telegram user (directory key `telegram`, `telegram`, user
   id) in every chat; Telegram's `is_bot` marks a bot's contact as `agent`.
+- A message the agent starts to someone known only by their Telegram identity goes to their
+  private chat (`chat_id` = their user id), once `sendChatAction` there is allowed
+  (`direct_channel`: a person who never started the bot is a refusal the agent reads).
 - Replies are `sendMessage` to the chat, split at 4,096 characters, each piece's Markdown
   sent as Telegram HTML (`telegram_format`: only `<`, `>`, `&` need escaping, so model output
   cannot make the API refuse it; should it refuse the entities anyway, the piece goes again as
@@ -211,6 +214,26 @@ class TelegramChannel(Channel):
     # the channel port ----------------------------------------------------------------------
     def serves(self, agent_id: str) -> bool:
         return agent_id == self.agent.id
+
+    async def direct_channel(self, agent_id: str, speaker_id: str) -> str:
+        """A Telegram user's private chat with the bot has their user id as its `chat_id`, but a
+        bot may write there only once they have started it (or not blocked it since). A
+        `sendChatAction` (core.telegram.org/bots/api#sendchataction) asks before anything is
+        stored: its 403 is the clear refusal, not a message held in the outbox forever."""
+        if agent_id != self.agent.id:
+            raise ChannelError(f"agent {agent_id!r} is not the Telegram bot here")
+        if not re.fullmatch(r"[0-9]{1,20}", speaker_id):
+            raise ChannelError(f"{speaker_id!r} is not a Telegram user id")
+        try:
+            await self._call("sendChatAction", {"chat_id": speaker_id, "action": "typing"})
+        except TelegramRefused as refused:
+            if refused.code == 403:
+                raise ChannelError(
+                    f"Telegram refuses: {refused.description} (a bot can write only to people "
+                    "who have started a chat with it)"
+                ) from refused
+            raise
+        return speaker_id
 
     async def deliver(self, outbound: Outbound) -> None:
         if outbound.agent_id != self.agent.id:

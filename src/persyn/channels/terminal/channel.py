@@ -145,6 +145,10 @@ class TerminalChannel(Channel):
     def deliberation_done(self, event: Event, objections: int) -> None:
         self._clear_surface(event.id)
 
+    async def direct_channel(self, agent_id: str, speaker_id: str) -> str:
+        """The operator at the terminal has one conversation: its channel."""
+        return SERVICE
+
     async def deliver(self, outbound: Outbound) -> None:
         if outbound.while_away:
             when = f" at {outbound.sent_at.astimezone():%Y-%m-%d %H:%M}" if outbound.sent_at else ""

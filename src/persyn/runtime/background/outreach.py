@@ -20,10 +20,11 @@ from persyn.core.config import AgentConfig, Settings
 from persyn.core.errors import ToolError
 from persyn.core.events import Event, EventKind, Outbound
 from persyn.core.ids import new_id
-from persyn.core.records import channel_key
+from persyn.core.records import DIRECT_PREFIX, channel_key
 from persyn.memory.access import may_surface
 from persyn.runtime.background.autonomy import AUTONOMOUS_SERVICE, run_provenance
 from persyn.runtime.background.guardrails import block_reason
+from persyn.runtime.channel import Channel
 from persyn.runtime.delivery.outbox import Outbox, send_key
 from persyn.store import Store
 from persyn.store.base import Message, Role
@@ -61,6 +62,7 @@ class Outreach:
         validate_text: Callable[[str], str],
         connected: Callable[[str], bool],
         guardrails: TargetGate | None = None,
+        channels: Callable[[str], Channel | None] | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
@@ -71,6 +73,7 @@ class Outreach:
         self._validate_text = validate_text
         self._connected = connected
         self._guardrails = guardrails
+        self._channels = channels
 
     async def send_to_contact(
         self,
@@ -89,6 +92,8 @@ class Outreach:
         the tool call's (`Runtime.run_tool`): a send under a key already counted is the same
         call run again, and writes the same outbox row; without one, every send counts."""
         text = self._validate_text(text)
+        if channel.startswith(DIRECT_PREFIX):
+            channel = await self.direct_channel(agent_id, service, channel.removeprefix(DIRECT_PREFIX))
         now = self._clock.now()
         if self._guardrails is not None:  # SPEC §4.10: a block holds for what the agent starts too
             blocked = await self._guardrails.blocking_target(agent_id, person_id, service, channel)
@@ -139,6 +144,26 @@ class Outreach:
             f"stored in my conversation with them on {where}; it is delivered when that channel "
             "connects (it is not connected here)"
         )
+
+    async def direct_channel(self, agent_id: str, service: str, speaker_id: str) -> str:
+        """Where to write to the person with `speaker_id` on `service`, asked of its adapter
+        connected here (a DM opened, `Channel.direct_channel`) before anything is stored, so the
+        message lives in the conversation their answer will be in. Not connected here, or
+        refused by the network (a user who never started a Telegram bot): ToolError, nothing
+        stored or counted."""
+        adapter = None if self._channels is None else self._channels(service)
+        if adapter is None or not adapter.serves(agent_id):
+            raise ToolError(
+                f"not sent: {service} is not connected here, so no conversation with them can be "
+                "opened on it now; try later, or the operator can set their preferred channel"
+            )
+        try:
+            found = await adapter.direct_channel(agent_id, speaker_id)
+        except Exception as exc:
+            raise ToolError(f"not sent: {service} would not open a conversation with them: {exc}") from exc
+        if not found or found.startswith(DIRECT_PREFIX):
+            raise ToolError(f"not sent: {service} gave no conversation to write to them in")
+        return found
 
     async def check_audience(
         self, agent_id: str, event_id: str, person_id: str, service: str, channel: str

@@ -6,6 +6,10 @@ The contact is named by name or id. The channel is, in order:
 2. else the channel of the most recently active conversation they took part in (from the
    participant index: the latest `_RECENT_CONVERSATIONS`, reflections excluded);
 3. else the channel of their one identity, when every identity they have is on one channel;
+   an identity that holds on a whole network (its channel is the service: `slack`, `discord`,
+   `telegram`, `email`) names no conversation, so it is the person on that network
+   (`direct_address`: the adapter opens a DM with them, or writes to the address itself,
+   before anything is stored — `runtime.channel.Channel.direct_channel`);
 4. else a refusal saying so.
 
 Delivery itself belongs to the runtime: the context carries `send(person_id, service,
@@ -27,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from persyn.core.clock import Clock
 from persyn.core.errors import ToolError
+from persyn.core.records import direct_address
 from persyn.store.base import Person
 from persyn.store.capabilities import ContactsStore, capability
 from persyn.store.ports.dialog import DialogHistoryPort
@@ -110,7 +115,10 @@ def outreach_tools(context: OutreachContext) -> list[Tool[Any, Any]]:
         places = {(i.service, i.channel) for i in person.identities}
         if len(places) == 1:
             ((service, channel),) = places
-            return service, channel, "only identity"
+            if channel != service or len(person.identities) > 1:
+                return service, channel, "only identity"  # the identity names its conversation
+            # A network-wide identity: the person, for the adapter to find.
+            return service, direct_address(next(iter(person.identities)).speaker_id), "only identity"
         why = "several identities and no conversation" if places else "no conversation and no identity"
         raise ToolError(
             f"no way to reach {describe(person)}: {why} to pick a channel from; the operator "
